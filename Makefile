@@ -1,0 +1,195 @@
+# libcosyvoice - top-level Makefile (GNU make). No CMake.
+#
+#   make                 library (shared + static), CLI, tests, benchmarks
+#   make test            build and run the test suite (GPU tests skip without a GPU)
+#   make test-sanitize   the test suite built with AddressSanitizer + UBSan (CPU only, in build/asan)
+#   make bench           build the benchmarks
+#   make install         PREFIX=/usr/local DESTDIR= : header, libraries, cosyvoice.pc, CLI
+#   make check-abi       exported symbols == abi/cosyvoice.symbols
+#   make demo            make a demo model (random weights, own tokenizer) and say something
+#   make clean
+#
+# CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
+
+VERSION_MAJOR := 0
+VERSION_MINOR := 1
+VERSION_PATCH := 0
+VERSION := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DESTDIR ?=
+
+B ?= build
+SAN ?= 0
+PYTHON ?= python3
+SHARED_DIR ?= ../shared
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null)
+ifeq ($(origin CUDA),undefined)
+  CUDA := $(if $(NVCC),1,0)
+endif
+ifeq ($(SAN),1)
+  CUDA := 0
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+CC ?= cc
+CXX ?= c++
+OPT ?= -O2
+WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS_ALL := -std=c11 $(OPT) -g -fPIC -fvisibility=hidden -pthread $(WARN) -Iinclude -Ilib \
+              -Ikernels -DCOSY_VERSION_STRING_BUILD='"$(VERSION)"' $(CFLAGS)
+LDLIBS_ALL := -lsamplerate -lm -lpthread $(LDLIBS)
+ifeq ($(SAN),1)
+  CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+endif
+
+CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS_ALL := -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Ilib \
+                 -Ikernels --expt-relaxed-constexpr $(NVCCFLAGS)
+ifeq ($(CUDA),1)
+  CFLAGS_ALL += -DCOSY_WITH_CUDA=1 -I$(CUDA_HOME)/include
+  CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
+  LDLIBS_ALL += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart
+  CUDA_ARCH_WORDS := sm_80 sm_89 sm_90
+endif
+
+LIB_SRC := $(wildcard lib/*.c lib/ref/*.c)
+ifeq ($(CUDA),1)
+  LIB_SRC += $(wildcard lib/gpu/*.c)
+  CU_SRC := $(wildcard kernels/*.cu)
+endif
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o) $(CU_SRC:%.cu=$(B)/obj/%.o)
+
+SONAME := libcosyvoice.so.$(VERSION_MAJOR)
+SO := $(B)/lib/libcosyvoice.so.$(VERSION)
+A := $(B)/lib/libcosyvoice.a
+
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+CLI := $(B)/bin/cosyvoice-say
+
+.PHONY: all lib test test-c test-py test-sanitize bench install uninstall check-abi check-header \
+        demo clean
+.DELETE_ON_ERROR:
+
+all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
+lib: $(SO) $(A)
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(B)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS_ALL) -MMD -MP -c $< -o $@
+
+-include $(LIB_OBJ:.o=.d)
+
+$(SO): $(LIB_OBJ) lib/cosyvoice.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname,$(SONAME) -Wl,--version-script=lib/cosyvoice.map \
+	  -Wl,--no-undefined $(LDFLAGS) $(LDLIBS_ALL)
+	ln -sf libcosyvoice.so.$(VERSION) $(B)/lib/$(SONAME)
+	ln -sf $(SONAME) $(B)/lib/libcosyvoice.so
+
+$(A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $(LIB_OBJ)
+
+# the CLI and tests link the static library (tests reach internal functions)
+$(CLI): examples/cli/cosyvoice-say.c $(A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
+
+$(B)/obj/tests/testutil.o: tests/testutil.c tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -c $< -o $@
+
+$(B)/tests/%: tests/%.c $(B)/obj/tests/testutil.o $(A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(B)/obj/tests/testutil.o $(A) $(LDFLAGS) -lcmocka $(LDLIBS_ALL)
+
+$(B)/bench/%: bench/%.c $(A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
+
+# ---- test models ------------------------------------------------------------------------------
+# The small golden checkpoint (../shared/golden/small) converted with the project's converter.
+TEST_MODEL := $(B)/test/small-f32.gguf
+$(TEST_MODEL): tools/convert.py tools/ptread.py tools/gguf_writer.py tools/torch_rng.py
+	@mkdir -p $(dir $@)
+	@if [ -d $(SHARED_DIR)/golden/small ]; then \
+	  $(PYTHON) tools/convert.py $(SHARED_DIR)/golden/small -o $@ --dtype f32 \
+	    --tokenizer $(SHARED_DIR)/tokenizer --added-tokens $(SHARED_DIR)/tokenizer/added_tokens.json; \
+	else echo "note: $(SHARED_DIR)/golden/small not found: golden tests will skip"; fi
+
+# ---- tests --------------------------------------------------------------------------------------
+test: all $(TEST_MODEL) test-c test-py
+
+test-c: $(TEST_BIN) $(TEST_MODEL)
+	@fail=0; for t in $(TEST_BIN); do \
+	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) ./$$t || fail=1; done; \
+	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
+
+test-py: $(TEST_MODEL)
+	COSY_SHARED=$(SHARED_DIR) $(PYTHON) tests/test_tools.py
+
+test-sanitize:
+	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c
+
+check-header:
+	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -fsyntax-only tests/header/c99.c
+	$(CXX) -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -fsyntax-only tests/header/cxx.cpp
+
+bench: $(BENCH_BIN)
+
+# ---- ABI ---------------------------------------------------------------------------------------
+check-abi: $(SO)
+	@nm -D --defined-only $(SO) | awk '$$2 ~ /^[TDBRV]$$/ {print $$3}' | sed 's/@.*//' | \
+	  sort -u > $(B)/abi.symbols
+	@if diff -u abi/cosyvoice.symbols $(B)/abi.symbols; then \
+	  echo "check-abi: $$(wc -l < $(B)/abi.symbols) exported symbols match abi/cosyvoice.symbols"; \
+	else echo "check-abi: exported symbols drifted from abi/cosyvoice.symbols"; exit 1; fi
+
+# ---- install -----------------------------------------------------------------------------------
+$(B)/cosyvoice.pc: pkgconfig/cosyvoice.pc.in Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS_ALL)|' $< > $@
+
+install: lib $(CLI) $(B)/cosyvoice.pc
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BINDIR)
+	install -m 644 include/cosyvoice.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 $(SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf libcosyvoice.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libcosyvoice.so
+	install -m 644 $(A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 $(B)/cosyvoice.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	install -m 755 $(CLI) $(DESTDIR)$(BINDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/cosyvoice.h $(DESTDIR)$(LIBDIR)/libcosyvoice.* \
+	      $(DESTDIR)$(PKGCONFIGDIR)/cosyvoice.pc $(DESTDIR)$(BINDIR)/cosyvoice-say
+
+# ---- demo --------------------------------------------------------------------------------------
+DEMO_MODEL := $(B)/demo/demo.gguf
+$(DEMO_MODEL): tools/make_model.py tools/convert.py tools/gguf_writer.py tools/torch_rng.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) tools/make_model.py --preset demo -o $@ --voice $(B)/demo/demo-voice.gguf
+
+demo: $(CLI) $(DEMO_MODEL)
+	$(CLI) -m $(DEMO_MODEL) -v $(B)/demo/demo-voice.gguf -o demo.wav \
+	  "Hello from libcosyvoice. This demo model has random weights, so it babbles."
+
+clean:
+	rm -rf build

@@ -1,0 +1,312 @@
+/*
+ * cosyvoice.h - libcosyvoice public API (the only public header)
+ *
+ * libcosyvoice synthesizes speech with the Fun-CosyVoice3-0.5B model (a Qwen2-0.5B speech-token
+ * LLM, a DiT flow-matching decoder and a HiFT vocoder) from plain C: one shared library, this
+ * header, no Python at run time. It runs on an NVIDIA GPU (hand-written CUDA kernels and cuBLAS)
+ * or on the CPU.
+ *
+ * ---------------------------------------------------------------------------------------------
+ * USAGE STORY
+ *
+ *     cosy_engine_config cfg;
+ *     cosy_engine_config_init(&cfg, sizeof cfg);       // every field 0 = default
+ *     cfg.model_path = "cosyvoice3.gguf";
+ *     cfg.device = COSY_DEVICE_CPU;                      // or a CUDA ordinal (0, 1, ...)
+ *     cosy_engine *eng;
+ *     if (cosy_engine_create(&cfg, &eng) != COSY_OK) { puts(cosy_last_error()); return 1; }
+ *
+ *     cosy_voice *voice;                                 // a speaker: prompt text, tokens, mel, embedding
+ *     cosy_voice_load(eng, "speaker.cosyvoice", &voice);
+ *
+ *     cosy_synth_params sp;
+ *     cosy_synth_params_init(&sp, sizeof sp);
+ *     sp.seed = 42;
+ *     float *pcm; int64_t n;
+ *     cosy_synthesize(eng, voice, "Hello there.", &sp, &pcm, &n);   // blocking: whole utterance
+ *     ... use n float samples at cosy_engine_sample_rate(eng) (or sp.sample_rate) ...
+ *     cosy_free(pcm);
+ *
+ *     cosy_request *req;                                 // streaming, pull style (good for FFI)
+ *     cosy_request_submit(eng, voice, "Hello again.", &sp, NULL, NULL, &req);
+ *     float buf[4800]; int64_t got;
+ *     while (cosy_request_read(req, buf, 4800, &got, -1) == COSY_OK && got > 0) play(buf, got);
+ *     cosy_request_release(req);
+ *
+ *     cosy_voice_release(voice);
+ *     cosy_engine_destroy(eng);
+ *
+ * ---------------------------------------------------------------------------------------------
+ * OWNERSHIP
+ *   - Handles (cosy_engine, cosy_voice, cosy_request) are opaque. Whoever receives one through an
+ *     out-pointer owns it and must give it back with its destroy/release function.
+ *   - A voice is immutable and reference counted internally: it may be shared by many requests and
+ *     released while they run (they keep it alive). A voice must be released before its engine is
+ *     destroyed.
+ *   - Strings and arrays passed in are copied before the call returns; the caller keeps ownership.
+ *   - Memory the library returns (cosy_synthesize's PCM) is freed with cosy_free().
+ *   - Strings the library returns (cosy_status_str, cosy_version_string, cosy_last_error) are owned
+ *     by the library: never free them.
+ *
+ * THREADS
+ *   - A cosy_engine is thread-safe: any number of threads may submit, synthesize and query at once.
+ *   - A cosy_request is used by one thread at a time, except cosy_request_cancel(), which any thread
+ *     may call at any time.
+ *   - Push callbacks (cosy_chunk_fn) run on an engine thread, never on the caller's thread, between
+ *     engine steps: copy the samples and return quickly; do not call back into the engine from the
+ *     callback (except cosy_request_cancel). The chunk's memory is valid only during the call.
+ *   - The log callback may be called from any engine thread; it must be thread-safe.
+ *   - cosy_last_error() is thread-local: it describes the last failing call made on this thread.
+ *
+ * CANCELLATION
+ *   cosy_request_cancel() is honoured at the next engine step (one LLM token, one flow call, or one
+ *   vocoder call). A cancelled request ends with COSY_ERR_CANCELLED. A push callback returning
+ *   non-zero cancels its request. Destroying an engine cancels every request and joins its threads.
+ *
+ * ERRORS
+ *   Every call that can fail returns a cosy_status. The values are pinned forever. The library never
+ *   aborts or exits the process: CUDA faults surface as COSY_ERR_CUDA or COSY_ERR_DEVICE_LOST with
+ *   the CUDA message in cosy_last_error().
+ *
+ * ABI RULES
+ *   - Every public struct starts with `uint32_t struct_size`, set by *_init(ptr, sizeof *ptr).
+ *     Structs only ever grow at the end. The library copies min(caller size, its own size) bytes and
+ *     treats the rest as zero; if a caller's struct is larger than the library's and any byte of
+ *     the unknown tail is non-zero, the call fails with COSY_ERR_STRUCT_SIZE (the caller asked for
+ *     a feature this library does not have). struct_size smaller than the first version of the
+ *     struct is COSY_ERR_STRUCT_SIZE.
+ *   - In every struct, 0 in a field means "default".
+ *   - No struct is passed by value; only fixed-width integer types, float, double and pointers
+ *     appear in public structs.
+ *   - Symbols are exported through a version script; the soname is libcosyvoice.so.MAJOR.
+ *   - The model file has its own format version, checked at load (COSY_ERR_MODEL_VERSION).
+ *
+ * FEATURES THAT ARE NOT IMPLEMENTED YET return COSY_ERR_UNSUPPORTED; the README lists them.
+ */
+#ifndef COSYVOICE_H
+#define COSYVOICE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  define COSY_API
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#  define COSY_API __attribute__((visibility("default")))
+#else
+#  define COSY_API
+#endif
+
+/* ============================== version ==================================================== */
+
+#define COSY_VERSION_MAJOR 0
+#define COSY_VERSION_MINOR 1
+#define COSY_VERSION_PATCH 0
+/** MAJOR*10000 + MINOR*100 + PATCH */
+#define COSY_VERSION_NUMBER (COSY_VERSION_MAJOR * 10000 + COSY_VERSION_MINOR * 100 + COSY_VERSION_PATCH)
+
+/** Runtime version number of the loaded library (compare with COSY_VERSION_NUMBER). */
+COSY_API uint32_t cosy_version_number(void);
+/** "0.1.0 (cuda 13.0, sm_80 sm_89 sm_90)" or "0.1.0 (cpu only)". Static; never NULL. */
+COSY_API const char *cosy_version_string(void);
+
+/* ============================== status codes =============================================== */
+
+/** Status code; the values below never change. */
+typedef int32_t cosy_status;
+#define COSY_OK                  0
+#define COSY_ERR_INVALID_ARG     1  /**< NULL where a value is needed, out-of-range knob, bad mode */
+#define COSY_ERR_STRUCT_SIZE     2  /**< struct_size too small, or unknown non-zero trailing bytes */
+#define COSY_ERR_NO_MEMORY       3  /**< host allocation failed */
+#define COSY_ERR_GPU_NO_MEMORY   4  /**< device memory (or the gpu_memory_fraction budget) exhausted */
+#define COSY_ERR_CUDA            5  /**< a CUDA / cuBLAS call failed; detail in cosy_last_error() */
+#define COSY_ERR_DEVICE_LOST     6  /**< sticky CUDA error: the engine must be destroyed */
+#define COSY_ERR_IO              7  /**< file could not be opened, read or written */
+#define COSY_ERR_MODEL_FORMAT    8  /**< model or voice file corrupt, truncated or incomplete */
+#define COSY_ERR_MODEL_VERSION   9  /**< model or voice file of an unsupported version */
+#define COSY_ERR_UNSUPPORTED    10  /**< feature not implemented (yet) in this build */
+#define COSY_ERR_CANCELLED      11  /**< request was cancelled */
+#define COSY_ERR_TIMEOUT        12  /**< wait/read timed out; the request continues */
+#define COSY_ERR_QUEUE_FULL     13  /**< too many queued requests (max_queued) */
+#define COSY_ERR_TEXT           14  /**< invalid UTF-8, or nothing to say after normalization */
+#define COSY_ERR_INTERNAL       99  /**< a bug: please report it with cosy_last_error() */
+
+/** Static English text for a status code; never NULL (unknown codes give "unknown status"). */
+COSY_API const char *cosy_status_str(cosy_status s);
+/** Thread-local detail of this thread's last failed call ("" if none). Valid until this thread's
+ *  next failing call. Never NULL. */
+COSY_API const char *cosy_last_error(void);
+
+/* ============================== engine ===================================================== */
+
+typedef struct cosy_engine cosy_engine;   /**< weights, device, scheduler; thread-safe */
+typedef struct cosy_voice cosy_voice;     /**< a speaker; immutable, shareable */
+typedef struct cosy_request cosy_request; /**< one utterance in flight */
+
+#define COSY_DEVICE_CPU (-1)
+
+#define COSY_LOG_ERROR 0
+#define COSY_LOG_WARN  1
+#define COSY_LOG_INFO  2
+#define COSY_LOG_DEBUG 3
+/** Log sink; may be called from any engine thread; msg has no trailing newline. */
+typedef void (*cosy_log_fn)(void *user, int32_t level, const char *msg);
+
+/** Engine configuration. Append-only; 0 in any field means the default. */
+typedef struct cosy_engine_config {
+  uint32_t struct_size;        /**< sizeof(cosy_engine_config), set by cosy_engine_config_init */
+  uint32_t flags;              /**< reserved, must be 0 */
+  const char *model_path;      /**< path of the .gguf model file (required) */
+  int32_t device;              /**< CUDA ordinal (0 = first GPU), or COSY_DEVICE_CPU (-1) */
+  float gpu_memory_fraction;   /**< share of the device's memory the engine may take, (0, 1]; 0 = 0.9 */
+  int32_t max_active;          /**< requests decoded together; 0 = auto; at most 4096 */
+  int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL; 0 = 1024 */
+  int32_t cpu_threads;         /**< CPU path threads; 0 = all cores; at most 1024 */
+  int32_t log_level;           /**< highest level passed to log_fn; see below */
+  cosy_log_fn log_fn;          /**< NULL = no logging */
+  void *log_user;              /**< passed to log_fn */
+} cosy_engine_config;
+/* log_level: 0 means the default (COSY_LOG_WARN); pass COSY_LOG_INFO or COSY_LOG_DEBUG for more,
+ * and a negative value for errors only. */
+
+/** Fill *c with defaults and set c->struct_size = struct_size. Safe with struct_size <
+ *  sizeof(cosy_engine_config) (older callers); does nothing when c is NULL. */
+COSY_API void cosy_engine_config_init(cosy_engine_config *c, uint32_t struct_size);
+/** Load the model and start the engine. On failure *out is NULL and the status says why. */
+COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine **out);
+/** Cancel every request, join the engine's threads and free everything. NULL is a no-op. */
+COSY_API void cosy_engine_destroy(cosy_engine *e);
+/** Native output sample rate of the model (24000), or 0 when e is NULL. */
+COSY_API int32_t cosy_engine_sample_rate(const cosy_engine *e);
+
+/** Engine statistics and memory. Append-only. */
+typedef struct cosy_engine_stats {
+  uint32_t struct_size;
+  uint32_t reserved;
+  int64_t weights_bytes;       /**< model weights resident (host bytes on the CPU path) */
+  int64_t kv_bytes;            /**< KV cache reserved */
+  int64_t workspace_bytes;     /**< other buffers planned at create time */
+  int64_t device_bytes_total;  /**< device memory the engine holds (0 on the CPU path) */
+  int32_t kv_pages_total;
+  int32_t kv_pages_used;
+  int32_t active;              /**< requests being decoded now */
+  int32_t queued;              /**< requests waiting */
+  int64_t requests_done;       /**< requests finished since create (any status) */
+  int64_t audio_samples_out;   /**< native-rate samples produced since create */
+} cosy_engine_stats;
+/** Fill *out (whose struct_size the caller sets, e.g. through cosy_engine_stats_init). */
+COSY_API void cosy_engine_stats_init(cosy_engine_stats *s, uint32_t struct_size);
+COSY_API cosy_status cosy_engine_get_stats(const cosy_engine *e, cosy_engine_stats *out);
+
+/* ============================== voices ===================================================== */
+
+/** Load a voice file (written by cosy_voice_save). */
+COSY_API cosy_status cosy_voice_load(cosy_engine *e, const char *path, cosy_voice **out);
+/** Write a voice to a file (GGUF, see docs/model-format.md). */
+COSY_API cosy_status cosy_voice_save(const cosy_voice *v, const char *path);
+
+/** What a voice is made of. Append-only. */
+typedef struct cosy_voice_features {
+  uint32_t struct_size;
+  uint32_t reserved;
+  const char *prompt_text;           /**< transcript of the prompt audio, UTF-8 (may be NULL/"" when
+                                          the voice is only used cross-lingually or with instruct) */
+  const int32_t *speech_tokens;      /**< prompt speech tokens, 25 Hz, each in [0, 6561) */
+  int32_t n_speech_tokens;           /**< 0 .. 3000 */
+  int32_t n_mel_frames;              /**< frames in mel; 2*n_speech_tokens expected (cut if longer) */
+  const float *mel;                  /**< [n_mel_frames][80] natural-log mel, 50 Hz, 24 kHz audio */
+  const float *speaker_embedding;    /**< [speaker_dim] (CAM++ x-vector) */
+  int32_t speaker_dim;               /**< must be 192 */
+  int32_t reserved2;
+} cosy_voice_features;
+COSY_API void cosy_voice_features_init(cosy_voice_features *f, uint32_t struct_size);
+/** Make a voice from precomputed features (copied). */
+COSY_API cosy_status cosy_voice_from_features(cosy_engine *e, const cosy_voice_features *f,
+                                              cosy_voice **out);
+/** Make a voice from raw audio (needs the speech tokenizer and speaker model):
+ *  COSY_ERR_UNSUPPORTED in this version. */
+COSY_API cosy_status cosy_voice_from_audio(cosy_engine *e, const float *pcm, int64_t n_samples,
+                                           int32_t sample_rate, const char *transcript,
+                                           cosy_voice **out);
+/** Compute the 80-bin natural-log prompt mel (50 Hz) of mono audio at any rate in [16000, 192000]
+ *  (resampled to 24 kHz). *mel is [*n_frames][80], freed with cosy_free. */
+COSY_API cosy_status cosy_audio_to_mel(const float *pcm, int64_t n_samples, int32_t sample_rate,
+                                       float **mel, int32_t *n_frames);
+/** Release a voice. NULL is a no-op. Requests using it keep it alive until they end. */
+COSY_API void cosy_voice_release(cosy_voice *v);
+
+/* ============================== synthesis ================================================== */
+
+#define COSY_MODE_ZERO_SHOT     0  /**< clone the voice: prompt text + prompt speech tokens + mel */
+#define COSY_MODE_CROSS_LINGUAL 1  /**< timbre only: no prompt text or prompt tokens in the LLM */
+#define COSY_MODE_INSTRUCT      2  /**< instruct_text steers the style; no prompt tokens in the LLM */
+
+/** flags of cosy_synth_params */
+#define COSY_SYNTH_NO_TEXT_NORMALIZATION 0x1u  /**< give the text to the tokenizer as is */
+
+/** Synthesis parameters. Append-only; 0 in any field means the default. */
+typedef struct cosy_synth_params {
+  uint32_t struct_size;
+  uint32_t flags;              /**< COSY_SYNTH_* */
+  int32_t mode;                /**< COSY_MODE_*; default zero-shot */
+  int32_t sample_rate;         /**< output rate 8000..48000; 0 = native 24000 (else libsamplerate) */
+  const char *instruct_text;   /**< COSY_MODE_INSTRUCT only, e.g. "Speak slowly." */
+  float speed;                 /**< 0.5 .. 2.0, 0 = 1.0 (blocking synthesis only; streaming: 1.0) */
+  float temperature;           /**< 0 = 1.0; (0, 2] */
+  float top_p;                 /**< 0 = 0.8; (0, 1] */
+  int32_t top_k;               /**< 0 = 25; 1 .. 6561 */
+  uint64_t seed;               /**< 0 = from the clock */
+  int32_t first_chunk_tokens;  /**< streaming: tokens in the first chunk; 0 = 25 (model's block) */
+  int32_t max_tokens;          /**< cap on speech tokens; 0 = 20 per text token (model's rule) */
+} cosy_synth_params;
+COSY_API void cosy_synth_params_init(cosy_synth_params *p, uint32_t struct_size);
+
+/** Blocking synthesis of a whole utterance. *pcm (float, mono, [-1, 1]) is freed with cosy_free.
+ *  p may be NULL (defaults). */
+COSY_API cosy_status cosy_synthesize(cosy_engine *e, const cosy_voice *v, const char *text,
+                                     const cosy_synth_params *p, float **pcm, int64_t *n_samples);
+
+#define COSY_CHUNK_LAST 0x1u   /**< the final chunk of the request (may hold 0 samples) */
+
+/** One piece of streamed audio. */
+typedef struct cosy_chunk {
+  uint32_t struct_size;
+  uint32_t flags;              /**< COSY_CHUNK_* */
+  const float *pcm;            /**< valid only during the callback */
+  int64_t n_samples;
+  int64_t offset;              /**< index of pcm[0] in the utterance */
+  int32_t sample_rate;
+  int32_t reserved;
+} cosy_chunk;
+/** Push callback: runs on an engine thread; copy and return fast; non-zero cancels the request. */
+typedef int32_t (*cosy_chunk_fn)(void *user, const cosy_chunk *chunk);
+
+/** Start an utterance. With fn != NULL audio is pushed to fn; with fn == NULL it is pulled with
+ *  cosy_request_read. Returns at once; *out must be released with cosy_request_release. */
+COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, const char *text,
+                                         const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
+                                         cosy_request **out);
+/** Pull up to cap samples. Blocks up to timeout_ms (-1 = forever, 0 = poll). COSY_OK with
+ *  *n_read == 0 means the utterance is finished; COSY_ERR_TIMEOUT means nothing arrived in time;
+ *  other codes are the request's failure (COSY_ERR_CANCELLED after a cancel).
+ *  Only for requests submitted without a callback. */
+COSY_API cosy_status cosy_request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
+                                       int32_t timeout_ms);
+/** Cancel; any thread; idempotent; NULL is a no-op. */
+COSY_API void cosy_request_cancel(cosy_request *r);
+/** Wait for the end (-1 = forever). Returns the request's final status, or COSY_ERR_TIMEOUT. */
+COSY_API cosy_status cosy_request_wait(cosy_request *r, int32_t timeout_ms);
+/** Release (cancels if still running). NULL is a no-op. */
+COSY_API void cosy_request_release(cosy_request *r);
+
+/** Free memory returned by the library. NULL is a no-op. */
+COSY_API void cosy_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COSYVOICE_H */

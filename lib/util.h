@@ -1,0 +1,44 @@
+/* util.h - internal helpers shared by the host code: error reporting, struct_size handling,
+ * checked allocation, logging. Nothing here is exported. */
+#ifndef COSY_UTIL_H
+#define COSY_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cosyvoice.h"
+
+#if defined(__GNUC__)
+#  define COSY_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#  define COSY_PRINTF(a, b)
+#endif
+
+/* Record a failure in this thread's cosy_last_error() and return s. */
+cosy_status cosy_err(cosy_status s, const char *fmt, ...) COSY_PRINTF(2, 3);
+/* Clear this thread's last error (at the start of a public call that succeeds). */
+void cosy_err_clear(void);
+
+/* Copy a caller's versioned struct into dst (the library's own size own_size): copies
+ * min(caller, own) bytes, zero-fills the rest. Fails with COSY_ERR_STRUCT_SIZE when the caller's
+ * struct_size is below min_size (the first published size) or when the caller's struct is larger
+ * than ours and holds a non-zero byte beyond own_size. `what` names the struct in the message. */
+cosy_status cosy_struct_in(void *dst, size_t own_size, const void *src, size_t min_size,
+                           const char *what);
+
+/* malloc/calloc that never return NULL silently: they set the error and return NULL. */
+void *cosy_malloc(size_t n);
+void *cosy_calloc(size_t n, size_t size);
+char *cosy_strdup(const char *s);
+
+/* Overflow-checked size arithmetic: returns 0 and sets *out on success, -1 on overflow. */
+int cosy_mul_size(size_t a, size_t b, size_t *out);
+
+/* Monotonic clock in seconds. */
+double cosy_now(void);
+
+/* Check that s is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). Returns the byte offset
+ * of the first bad byte, or -1 when valid. */
+long cosy_utf8_invalid_at(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,160 @@
+/* testutil.c - see testutil.h */
+#define _POSIX_C_SOURCE 200809L
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int is_dir(const char *p) {
+  struct stat sb;
+  return p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+const char *tu_shared_dir(void) {
+  const char *e = getenv("COSY_SHARED");
+  if (e && *e) return is_dir(e) ? e : NULL;
+  return is_dir("../shared") ? "../shared" : NULL;
+}
+
+const char *tu_shared(const char *rel) {
+  static _Thread_local char buf[4096];
+  const char *d = tu_shared_dir();
+  if (!d) return NULL;
+  snprintf(buf, sizeof buf, "%s/%s", d, rel);
+  return buf;
+}
+
+const char *tu_small_model(void) {
+  const char *e = getenv("COSY_TEST_MODEL");
+  const char *p = (e && *e) ? e : "build/test/small-f32.gguf";
+  struct stat sb;
+  return stat(p, &sb) == 0 ? p : NULL;
+}
+
+int64_t tu_numel(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+/* returns raw data and its dtype code: 'f4','f8','i4','i8' */
+static void *npy_raw(const char *path, int *ndim, int64_t shape[8], char *kind, int *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "npy: cannot open %s\n", path);
+    return NULL;
+  }
+  unsigned char pre[10];
+  if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+    fprintf(stderr, "npy: %s is not a .npy file\n", path);
+    fclose(f);
+    return NULL;
+  }
+  size_t hlen;
+  if (pre[6] == 1) {
+    hlen = (size_t)pre[8] | ((size_t)pre[9] << 8);
+  } else {
+    unsigned char b[2];
+    if (fread(b, 1, 2, f) != 2) { fclose(f); return NULL; }
+    hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)b[0] << 16) | ((size_t)b[1] << 24);
+  }
+  char *h = (char *)calloc(1, hlen + 1);
+  if (!h || fread(h, 1, hlen, f) != hlen) { free(h); fclose(f); return NULL; }
+  char *d = strstr(h, "'descr':");
+  char *o = strstr(h, "'fortran_order':");
+  char *s = strstr(h, "'shape':");
+  if (!d || !o || !s || strstr(o, "True")  == o + 17) {
+    fprintf(stderr, "npy: %s: unsupported header %s\n", path, h);
+    free(h); fclose(f); return NULL;
+  }
+  char *q = strchr(d + 8, '\'');
+  if (!q || (q[1] != '<' && q[1] != '|')) { free(h); fclose(f); return NULL; }
+  *kind = q[2];
+  *size = q[3] - '0';
+  *ndim = 0;
+  char *p = strchr(s, '(') + 1;
+  while (*p && *p != ')') {
+    while (*p == ' ' || *p == ',') p++;
+    if (*p == ')') break;
+    shape[(*ndim)++] = strtoll(p, &p, 10);
+  }
+  free(h);
+  int64_t n = tu_numel(*ndim, shape);
+  void *data = malloc((size_t)(n ? n : 1) * (size_t)*size);
+  if (!data || fread(data, (size_t)*size, (size_t)n, f) != (size_t)n) {
+    fprintf(stderr, "npy: %s: short data\n", path);
+    free(data); fclose(f); return NULL;
+  }
+  fclose(f);
+  return data;
+}
+
+float *tu_npy_f32(const char *path, int *ndim, int64_t shape[8]) {
+  char kind; int size; int nd; int64_t sh[8];
+  if (!ndim) ndim = &nd;
+  if (!shape) shape = sh;
+  void *raw = npy_raw(path, ndim, shape, &kind, &size);
+  if (!raw) return NULL;
+  int64_t n = tu_numel(*ndim, shape);
+  if (kind == 'f' && size == 4) return (float *)raw;
+  float *out = (float *)malloc((size_t)(n ? n : 1) * sizeof *out);
+  for (int64_t i = 0; i < n; i++) {
+    if (kind == 'f' && size == 8) out[i] = (float)((double *)raw)[i];
+    else if (kind == 'i' && size == 4) out[i] = (float)((int32_t *)raw)[i];
+    else if (kind == 'i' && size == 8) out[i] = (float)((int64_t *)raw)[i];
+    else { free(out); free(raw); fprintf(stderr, "npy: %s: unsupported dtype\n", path); return NULL; }
+  }
+  free(raw);
+  return out;
+}
+
+double *tu_npy_f64(const char *path, int *ndim, int64_t shape[8]) {
+  char kind; int size; int nd; int64_t sh[8];
+  if (!ndim) ndim = &nd;
+  if (!shape) shape = sh;
+  void *raw = npy_raw(path, ndim, shape, &kind, &size);
+  if (!raw) return NULL;
+  if (kind == 'f' && size == 8) return (double *)raw;
+  int64_t n = tu_numel(*ndim, shape);
+  double *out = (double *)malloc((size_t)(n ? n : 1) * sizeof *out);
+  for (int64_t i = 0; i < n; i++)
+    out[i] = (kind == 'f' && size == 4) ? ((float *)raw)[i] : (double)((int32_t *)raw)[i];
+  free(raw);
+  return out;
+}
+
+int32_t *tu_npy_i32(const char *path, int *ndim, int64_t shape[8]) {
+  char kind; int size; int nd; int64_t sh[8];
+  if (!ndim) ndim = &nd;
+  if (!shape) shape = sh;
+  void *raw = npy_raw(path, ndim, shape, &kind, &size);
+  if (!raw) return NULL;
+  if (kind == 'i' && size == 4) return (int32_t *)raw;
+  int64_t n = tu_numel(*ndim, shape);
+  int32_t *out = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof *out);
+  for (int64_t i = 0; i < n; i++) out[i] = (int32_t)((int64_t *)raw)[i];
+  free(raw);
+  return out;
+}
+
+double tu_rel_l2(const float *a, const float *ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - (double)ref[i];
+    num += d * d;
+    den += (double)ref[i] * (double)ref[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+double tu_max_abs_diff(const float *a, const float *ref, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)ref[i]);
+    if (d > m || d != d) m = d;
+  }
+  return m;
+}

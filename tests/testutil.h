@@ -1,0 +1,38 @@
+/* testutil.h - helpers for the cmocka tests: where ../shared is, .npy loading, error metrics. */
+#ifndef COSY_TESTUTIL_H
+#define COSY_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Directory of the shared reference data: $COSY_SHARED, else ../shared (tests run from the repo
+ * root). Returns NULL when it does not exist. */
+const char *tu_shared_dir(void);
+/* Full path of a file under the shared dir (static buffer; NULL if the dir is absent). */
+const char *tu_shared(const char *rel);
+/* The small golden model converted to the project's format by `make test` (f32 weights):
+ * build/test/small-f32.gguf, or $COSY_TEST_MODEL. NULL if absent. */
+const char *tu_small_model(void);
+
+/* Load a .npy (little-endian <f4, <f8, <i4 or <i8; C order). Returns a malloc'd float array
+ * (or int32 for tu_npy_i32), and the shape. NULL on failure (message printed). */
+float *tu_npy_f32(const char *path, int *ndim, int64_t shape[8]);
+int32_t *tu_npy_i32(const char *path, int *ndim, int64_t shape[8]);
+double *tu_npy_f64(const char *path, int *ndim, int64_t shape[8]);
+int64_t tu_numel(int ndim, const int64_t *shape);
+
+/* ||a - ref||_2 / ||ref||_2 (computed in double) */
+double tu_rel_l2(const float *a, const float *ref, size_t n);
+double tu_max_abs_diff(const float *a, const float *ref, size_t n);
+
+/* Skip the current cmocka test with a message when cond is false. */
+#define TU_REQUIRE(cond, ...)                                 \
+  do {                                                        \
+    if (!(cond)) {                                            \
+      print_message("SKIP: " __VA_ARGS__);                    \
+      print_message("\n");                                    \
+      skip();                                                 \
+    }                                                         \
+  } while (0)
+
+#endif

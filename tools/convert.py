@@ -1,0 +1,446 @@
+#!/usr/bin/env python3
+"""Convert an official Fun-CosyVoice3-0.5B model directory into one libcosyvoice model file.
+
+    tools/convert.py MODEL_DIR -o cosyvoice3.gguf [--dtype bf16|f16|f32]
+                     [--tokenizer DIR] [--added-tokens FILE]
+
+MODEL_DIR holds llm.pt, flow.pt, hift.pt and CosyVoice-BlankEN/ (vocab.json, merges.txt,
+tokenizer_config.json). The 278 special tokens CosyVoice3 adds to the Qwen tokenizer are defined in
+the CosyVoice source (cosyvoice/tokenizer/tokenizer.py, class CosyVoice3Tokenizer), not in the
+model directory: pass that file (or a JSON list of them) with --added-tokens.
+
+Needs numpy only (the .pt files are read without torch). The format is docs/model-format.md.
+Weight norm is folded (W = g * v / ||v||, norm over all but dim 0); the flow's fixed noise buffer
+(torch.manual_seed(0); torch.randn(1, 80, 15000)) is reproduced and checked against torch's values.
+"""
+import argparse
+import ast
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_writer as gw  # noqa: E402
+import ptread  # noqa: E402
+import torch_rng  # noqa: E402
+
+FORMAT_VERSION = 1
+DTYPES = {"f32": gw.GGML_F32, "f16": gw.GGML_F16, "bf16": gw.GGML_BF16}
+HEAD_DIM = 64          # Qwen2-0.5B and the DiT both use 64-wide heads
+SPEECH_TOKENS = 6561   # FSQ codebook 3^8
+SPK_DIM = 192
+MEL = 80
+
+
+class ConvertError(Exception):
+    pass
+
+
+def fold_weight_norm(g, v):
+    """torch.nn.utils.parametrizations.weight_norm(dim=0): W = g * v / ||v|| (norm over dims 1..)."""
+    v64 = v.astype(np.float64)
+    norm = np.sqrt((v64 ** 2).reshape(v.shape[0], -1).sum(axis=1))
+    return (g.astype(np.float64).reshape(-1) / norm).reshape((-1,) + (1,) * (v.ndim - 1)) * v64
+
+
+# ----------------------------------------------------------------------------------------------
+# checkpoint -> (file tensor name -> float array), hyperparameters
+
+def _take(sd, key, src):
+    if key not in sd:
+        raise ConvertError(f"{src}: missing tensor {key}")
+    return sd.pop(key).array
+
+
+def _expect(arr, shape, what):
+    if tuple(arr.shape) != tuple(shape):
+        raise ConvertError(f"{what}: expected shape {list(shape)}, checkpoint has {list(arr.shape)}")
+    return arr
+
+
+def map_llm(sd, src="llm.pt"):
+    sd = dict(sd)
+    pre = "llm.model.model."
+    emb = _take(sd, pre + "embed_tokens.weight", src)
+    vocab, H = emb.shape
+    n_layers = 0
+    while f"{pre}layers.{n_layers}.self_attn.q_proj.weight" in sd:
+        n_layers += 1
+    if n_layers == 0:
+        raise ConvertError(f"{src}: no decoder layers ({pre}layers.0.*) found")
+    q0 = sd[f"{pre}layers.0.self_attn.q_proj.weight"].array
+    k0 = sd[f"{pre}layers.0.self_attn.k_proj.weight"].array if \
+        f"{pre}layers.0.self_attn.k_proj.weight" in sd else None
+    if k0 is None:
+        raise ConvertError(f"{src}: missing tensor {pre}layers.0.self_attn.k_proj.weight")
+    inter = sd[f"{pre}layers.0.mlp.gate_proj.weight"].array.shape[0] if \
+        f"{pre}layers.0.mlp.gate_proj.weight" in sd else None
+    if inter is None:
+        raise ConvertError(f"{src}: missing tensor {pre}layers.0.mlp.gate_proj.weight")
+    nh, nkv = q0.shape[0] // HEAD_DIM, k0.shape[0] // HEAD_DIM
+    if q0.shape[0] % HEAD_DIM or k0.shape[0] % HEAD_DIM or nh % nkv:
+        raise ConvertError(f"{src}: attention widths {q0.shape[0]}/{k0.shape[0]} are not heads of 64")
+    out = {"llm.embed_tokens.weight": emb}
+    for i in range(n_layers):
+        p = f"{pre}layers.{i}."
+        shapes = {
+            "self_attn.q_proj.weight": (nh * HEAD_DIM, H), "self_attn.q_proj.bias": (nh * HEAD_DIM,),
+            "self_attn.k_proj.weight": (nkv * HEAD_DIM, H), "self_attn.k_proj.bias": (nkv * HEAD_DIM,),
+            "self_attn.v_proj.weight": (nkv * HEAD_DIM, H), "self_attn.v_proj.bias": (nkv * HEAD_DIM,),
+            "self_attn.o_proj.weight": (H, nh * HEAD_DIM),
+            "mlp.gate_proj.weight": (inter, H), "mlp.up_proj.weight": (inter, H),
+            "mlp.down_proj.weight": (H, inter),
+            "input_layernorm.weight": (H,), "post_attention_layernorm.weight": (H,),
+        }
+        for k, shp in shapes.items():
+            out[f"llm.layers.{i}.{k}"] = _expect(_take(sd, p + k, src), shp, f"{src}: {p}{k}")
+    out["llm.norm.weight"] = _expect(_take(sd, pre + "norm.weight", src), (H,), f"{src}: norm")
+    se = _take(sd, "speech_embedding.weight", src)
+    n_speech = se.shape[0]
+    out["llm.speech_embedding.weight"] = _expect(se, (n_speech, H), f"{src}: speech_embedding.weight")
+    out["llm.llm_decoder.weight"] = _expect(_take(sd, "llm_decoder.weight", src), (n_speech, H),
+                                            f"{src}: llm_decoder.weight")
+    if n_speech <= SPEECH_TOKENS + 3:
+        raise ConvertError(f"{src}: speech vocabulary of {n_speech} rows has no sos/eos/task_id")
+    sd.pop("llm.model.lm_head.weight", None)   # HF's tied text head: never used by CosyVoice
+    if sd:
+        raise ConvertError(f"{src}: unexpected tensors {sorted(sd)[:5]}")
+    hp = dict(hidden_size=H, n_layers=n_layers, n_heads=nh, n_kv_heads=nkv, head_dim=HEAD_DIM,
+              intermediate_size=inter, text_vocab_size=vocab, speech_vocab_size=n_speech,
+              speech_token_size=SPEECH_TOKENS)
+    return out, hp
+
+
+def map_flow(sd, src="flow.pt"):
+    sd = dict(sd)
+    est = "decoder.estimator."
+    D = _take(sd, est + "input_embed.proj.weight", src)
+    dim = D.shape[0]
+    _expect(D, (dim, 4 * MEL), f"{src}: {est}input_embed.proj.weight")
+    out = {"flow.dit.input_embed.proj.weight": D}
+    depth = 0
+    while f"{est}transformer_blocks.{depth}.attn.to_q.weight" in sd:
+        depth += 1
+    if depth == 0:
+        raise ConvertError(f"{src}: no DiT blocks ({est}transformer_blocks.0.*) found")
+    ffk = f"{est}transformer_blocks.0.ff.ff.0.0.weight"
+    if ffk not in sd:
+        raise ConvertError(f"{src}: missing tensor {ffk}")
+    ff = sd[ffk].array.shape[0]
+    pck = "pre_lookahead_layer.conv1.weight"
+    if pck not in sd:
+        raise ConvertError(f"{src}: missing tensor {pck}")
+    pre_ch = sd[pck].array.shape[0]
+    cpk = est + "input_embed.conv_pos_embed.conv1.0.weight"
+    if cpk not in sd:
+        raise ConvertError(f"{src}: missing tensor {cpk}")
+    cp_in, cp_k = sd[cpk].array.shape[1], sd[cpk].array.shape[2]
+    if dim % HEAD_DIM or dim % cp_in:
+        raise ConvertError(f"{src}: DiT width {dim} is not heads of 64 / groups of {cp_in}")
+    groups = dim // cp_in
+    shapes = {
+        "input_embedding.weight": (SPEECH_TOKENS, MEL),
+        "spk_embed_affine_layer.weight": (MEL, SPK_DIM), "spk_embed_affine_layer.bias": (MEL,),
+        "pre_lookahead_layer.conv1.weight": (pre_ch, MEL, 4), "pre_lookahead_layer.conv1.bias": (pre_ch,),
+        "pre_lookahead_layer.conv2.weight": (MEL, pre_ch, 3), "pre_lookahead_layer.conv2.bias": (MEL,),
+        est + "time_embed.time_mlp.0.weight": (dim, 256), est + "time_embed.time_mlp.0.bias": (dim,),
+        est + "time_embed.time_mlp.2.weight": (dim, dim), est + "time_embed.time_mlp.2.bias": (dim,),
+        est + "input_embed.proj.bias": (dim,),
+        est + "input_embed.conv_pos_embed.conv1.0.weight": (dim, cp_in, cp_k),
+        est + "input_embed.conv_pos_embed.conv1.0.bias": (dim,),
+        est + "input_embed.conv_pos_embed.conv2.0.weight": (dim, cp_in, cp_k),
+        est + "input_embed.conv_pos_embed.conv2.0.bias": (dim,),
+        est + "norm_out.linear.weight": (2 * dim, dim), est + "norm_out.linear.bias": (2 * dim,),
+        est + "proj_out.weight": (MEL, dim), est + "proj_out.bias": (MEL,),
+    }
+    for i in range(depth):
+        b = f"{est}transformer_blocks.{i}."
+        shapes.update({
+            b + "attn_norm.linear.weight": (6 * dim, dim), b + "attn_norm.linear.bias": (6 * dim,),
+            b + "attn.to_q.weight": (dim, dim), b + "attn.to_q.bias": (dim,),
+            b + "attn.to_k.weight": (dim, dim), b + "attn.to_k.bias": (dim,),
+            b + "attn.to_v.weight": (dim, dim), b + "attn.to_v.bias": (dim,),
+            b + "attn.to_out.0.weight": (dim, dim), b + "attn.to_out.0.bias": (dim,),
+            b + "ff.ff.0.0.weight": (ff, dim), b + "ff.ff.0.0.bias": (ff,),
+            b + "ff.ff.2.weight": (dim, ff), b + "ff.ff.2.bias": (dim,),
+        })
+    for k, shp in shapes.items():
+        name = "flow.dit." + k[len(est):] if k.startswith(est) else "flow." + k
+        out[name] = _expect(_take(sd, k, src), shp, f"{src}: {k}")
+    inv = sd.pop(est + "rotary_embed.inv_freq", None)
+    if inv is not None:
+        want = 1.0 / (10000.0 ** (np.arange(0, HEAD_DIM, 2, dtype=np.float64) / HEAD_DIM))
+        if inv.array.shape != (HEAD_DIM // 2,) or not np.allclose(inv.array, want, rtol=1e-6):
+            raise ConvertError(f"{src}: rotary inv_freq is not 10000^(-2i/64)")
+    if sd:
+        raise ConvertError(f"{src}: unexpected tensors {sorted(sd)[:5]}")
+    hp = dict(mel_dim=MEL, spk_embed_dim=SPK_DIM, vocab_size=SPEECH_TOKENS, pre_lookahead_len=3,
+              pre_channels=pre_ch, dit_dim=dim, dit_depth=depth, dit_heads=dim // HEAD_DIM,
+              dit_head_dim=HEAD_DIM, dit_ff_dim=ff, conv_pos_kernel=cp_k, conv_pos_groups=groups,
+              static_chunk_size=50, token_mel_ratio=2, n_timesteps=10, noise_frames=15000)
+    return out, hp
+
+
+def map_hift(sd, src="hift.pt"):
+    raw = {}
+    for k, t in sd.items():
+        raw[k[len("generator."):] if k.startswith("generator.") else k] = t
+    out = {}
+    gsuf, vsuf = ".parametrizations.weight.original0", ".parametrizations.weight.original1"
+    for k in sorted(raw):
+        if k.endswith(gsuf):
+            base = k[: -len(gsuf)]
+            if base + vsuf not in raw:
+                raise ConvertError(f"{src}: {k} has no matching {base + vsuf}")
+            g, v = raw[k].array, raw[base + vsuf].array
+            if g.shape[0] != v.shape[0] or g.size != v.shape[0]:
+                raise ConvertError(f"{src}: weight-norm g {list(g.shape)} does not match v {list(v.shape)}")
+            out["hift." + base + ".weight"] = fold_weight_norm(g, v).astype(np.float32)
+        elif k.endswith(vsuf):
+            if k[: -len(vsuf)] + gsuf not in raw:
+                raise ConvertError(f"{src}: {k} has no matching {k[:-len(vsuf)] + gsuf}")
+        elif k.endswith(".weight_g") or k.endswith(".weight_v"):     # old-style weight norm
+            base = k[:-len(".weight_g")]
+            if k.endswith(".weight_g"):
+                if base + ".weight_v" not in raw:
+                    raise ConvertError(f"{src}: {k} has no matching weight_v")
+                out["hift." + base + ".weight"] = fold_weight_norm(
+                    raw[k].array, raw[base + ".weight_v"].array).astype(np.float32)
+        else:
+            out["hift." + k] = raw[k].array
+    # derive and check the geometry
+    need = ["hift.conv_pre.weight", "hift.f0_predictor.condnet.0.weight", "hift.m_source.l_linear.weight",
+            "hift.conv_post.weight", "hift.ups.0.weight", "hift.ups.1.weight", "hift.ups.2.weight"]
+    for n in need:
+        if n not in out:
+            raise ConvertError(f"{src}: missing tensor {n[5:]}")
+    base_ch = out["hift.conv_pre.weight"].shape[0]
+    cond_ch = out["hift.f0_predictor.condnet.0.weight"].shape[0]
+    nb = out["hift.m_source.l_linear.weight"].shape[1] - 1
+    up_k = [out[f"hift.ups.{i}.weight"].shape[2] for i in range(3)]
+    hp = dict(base_channels=base_ch, cond_channels=cond_ch, nb_harmonics=nb, sample_rate=24000,
+              istft_n_fft=16, istft_hop=4, conv_pre_look_right=4)
+    hp_arrays = dict(upsample_rates=[8, 5, 3], upsample_kernel_sizes=up_k,
+                     resblock_kernel_sizes=[3, 7, 11], resblock_dilations=[1, 3, 5],
+                     source_resblock_kernel_sizes=[7, 7, 11])
+    expected = expected_hift_shapes(hp, hp_arrays)
+    for n, shp in expected.items():
+        if n not in out:
+            raise ConvertError(f"{src}: missing tensor {n[5:]} (folded)")
+        _expect(out[n], shp, f"{src}: {n[5:]}")
+    extra = sorted(set(out) - set(expected))
+    if extra:
+        raise ConvertError(f"{src}: unexpected tensors {extra[:5]}")
+    return out, hp, hp_arrays
+
+
+def expected_hift_shapes(hp, hpa):
+    C, Cc, nb = hp["base_channels"], hp["cond_channels"], hp["nb_harmonics"]
+    nf = hp["istft_n_fft"] // 2 + 1
+    e = {"hift.m_source.l_linear.weight": (1, nb + 1), "hift.m_source.l_linear.bias": (1,),
+         "hift.conv_pre.weight": (C, MEL, 5), "hift.conv_pre.bias": (C,),
+         "hift.f0_predictor.condnet.0.weight": (Cc, MEL, 4), "hift.f0_predictor.condnet.0.bias": (Cc,),
+         "hift.f0_predictor.classifier.weight": (1, Cc), "hift.f0_predictor.classifier.bias": (1,)}
+    for j in (2, 4, 6, 8):
+        e[f"hift.f0_predictor.condnet.{j}.weight"] = (Cc, Cc, 3)
+        e[f"hift.f0_predictor.condnet.{j}.bias"] = (Cc,)
+    ch = C
+    down_k = [30, 6, 1]   # source_downs: kernel 2*stride (last 1); stride = prod(rates[i+1:])
+    for i in range(3):
+        co = ch // 2
+        e[f"hift.ups.{i}.weight"] = (co, ch, hpa["upsample_kernel_sizes"][i])
+        e[f"hift.ups.{i}.bias"] = (co,)
+        e[f"hift.source_downs.{i}.weight"] = (co, 2 * nf, down_k[i])
+        e[f"hift.source_downs.{i}.bias"] = (co,)
+        for pfx, ks in (("source_resblocks", [hpa["source_resblock_kernel_sizes"][i]]),
+                        ("resblocks", hpa["resblock_kernel_sizes"])):
+            for r, k in enumerate(ks):
+                idx = i if pfx == "source_resblocks" else 3 * i + r
+                for conv in ("convs1", "convs2"):
+                    for j in range(3):
+                        e[f"hift.{pfx}.{idx}.{conv}.{j}.weight"] = (co, co, k)
+                        e[f"hift.{pfx}.{idx}.{conv}.{j}.bias"] = (co,)
+                for act in ("activations1", "activations2"):
+                    for j in range(3):
+                        e[f"hift.{pfx}.{idx}.{act}.{j}.alpha"] = (co,)
+        ch = co
+    e["hift.conv_post.weight"] = (2 * nf, ch, 7)
+    e["hift.conv_post.bias"] = (2 * nf,)
+    return e
+
+
+# ----------------------------------------------------------------------------------------------
+# tokenizer
+
+def bytes_to_unicode():
+    """GPT-2 byte -> printable unicode map used by byte-level BPE vocabularies."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def load_added_tokens(path):
+    """The CosyVoice3 additional special tokens, in order: from a JSON file (a list of strings, or
+    {"additional_special_tokens": [{"content": ...}, ...]}) or from the upstream tokenizer.py."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    if path.endswith(".json"):
+        obj = json.loads(text)
+        lst = obj["additional_special_tokens"] if isinstance(obj, dict) else obj
+        return [x["content"] if isinstance(x, dict) else x for x in lst]
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "CosyVoice3Tokenizer":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Dict):
+                    for k, v in zip(sub.keys, sub.values):
+                        if isinstance(k, ast.Constant) and k.value == "additional_special_tokens":
+                            return [ast.literal_eval(e) for e in v.elts]
+    raise ConvertError(f"{path}: no CosyVoice3Tokenizer additional_special_tokens list found")
+
+
+def load_tokenizer(tok_dir, added_path):
+    """-> (tokens by id, token types by id, merges, eos id, endofprompt id)."""
+    try:
+        with open(os.path.join(tok_dir, "vocab.json"), encoding="utf-8") as fh:
+            vocab = json.load(fh)
+        with open(os.path.join(tok_dir, "merges.txt"), encoding="utf-8") as fh:
+            merges = [ln.rstrip("\n") for ln in fh if ln.strip() and not ln.startswith("#version")]
+        with open(os.path.join(tok_dir, "tokenizer_config.json"), encoding="utf-8") as fh:
+            cfg = json.load(fh)
+    except OSError as exc:
+        raise ConvertError(f"tokenizer: {exc}") from None
+    n = len(vocab)
+    tokens = [None] * n
+    for s, i in vocab.items():
+        if not 0 <= i < n or tokens[i] is not None:
+            raise ConvertError(f"tokenizer: vocab.json ids are not 0..{n - 1}")
+        tokens[i] = s
+    types = [1] * n
+    base = sorted((int(i), d["content"]) for i, d in cfg.get("added_tokens_decoder", {}).items())
+    for i, s in base:
+        if i != len(tokens):
+            raise ConvertError(f"tokenizer: base special token {s} has id {i}, expected {len(tokens)}")
+        tokens.append(s)
+        types.append(3)
+    if added_path is None:
+        raise ConvertError("tokenizer: the CosyVoice3 special tokens are needed: pass --added-tokens "
+                           "CosyVoice/cosyvoice/tokenizer/tokenizer.py (or a JSON list)")
+    for s in load_added_tokens(added_path):
+        if s in tokens[n:]:
+            continue                       # <|im_start|>, <|im_end|> exist already
+        tokens.append(s)
+        types.append(4)
+    for m in merges:
+        if len(m.split(" ")) != 2:
+            raise ConvertError(f"tokenizer: bad merge line {m!r}")
+    try:
+        eos = tokens.index("<|endoftext|>")
+        eop = tokens.index("<|endofprompt|>")
+    except ValueError as exc:
+        raise ConvertError(f"tokenizer: {exc}") from None
+    return tokens, types, merges, eos, eop
+
+
+# ----------------------------------------------------------------------------------------------
+# writing
+
+LLM_F = dict(rope_theta=1e6, rms_norm_eps=1e-6)
+FLOW_F = dict(cfg_rate=0.7)
+HIFT_F = dict(nsf_alpha=0.1, nsf_sigma=0.003, voiced_threshold=10.0, lrelu_slope=0.1, audio_limit=0.99)
+
+
+def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dtype, name,
+                noise=None):
+    tokens, types, merges, eos, eop = tok
+    if len(tokens) > hp_llm["text_vocab_size"]:
+        raise ConvertError(f"tokenizer has {len(tokens)} tokens, the text embedding only "
+                           f"{hp_llm['text_vocab_size']} rows")
+    w = gw.Writer()
+    w.add_string("general.architecture", "cosyvoice3")
+    w.add_string("general.name", name)
+    w.add_u32("cosyvoice.format_version", FORMAT_VERSION)
+    w.add_string("cosyvoice.weight_dtype", dtype)
+    for k, v in hp_llm.items():
+        w.add_u32(f"cosyvoice.llm.{k}", v)
+    for k, v in LLM_F.items():
+        w.add_f32(f"cosyvoice.llm.{k}", v)
+    for k, v in hp_flow.items():
+        w.add_u32(f"cosyvoice.flow.{k}", v)
+    for k, v in FLOW_F.items():
+        w.add_f32(f"cosyvoice.flow.{k}", v)
+    for k, v in hp_hift.items():
+        w.add_u32(f"cosyvoice.hift.{k}", v)
+    for k, v in hp_hift_arrays.items():
+        w.add_array(f"cosyvoice.hift.{k}", gw.T_UINT32, v)
+    for k, v in HIFT_F.items():
+        w.add_f32(f"cosyvoice.hift.{k}", v)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "qwen2")
+    w.add_array("tokenizer.ggml.tokens", gw.T_STRING, tokens)
+    w.add_array("tokenizer.ggml.token_type", gw.T_INT32, types)
+    w.add_array("tokenizer.ggml.merges", gw.T_STRING, merges)
+    w.add_u32("tokenizer.ggml.eos_token_id", eos)
+    w.add_u32("cosyvoice.tokenizer.endofprompt_id", eop)
+    wt = DTYPES[dtype]
+    for n in sorted(tensors):
+        a = np.asarray(tensors[n], dtype=np.float32)
+        low = a.ndim >= 2 and (n.startswith("llm.") or n.startswith("flow."))
+        w.add_tensor(n, a, wt if low else gw.GGML_F32)
+    if noise is None:
+        noise = torch_rng.flow_noise(hp_flow["noise_frames"], hp_flow["mel_dim"])
+    w.add_tensor("flow.noise", noise, gw.GGML_F32)
+    w.write(path)
+
+
+def convert(model_dir, out, dtype, tok_dir=None, added=None, name="Fun-CosyVoice3-0.5B"):
+    def load(fn):
+        p = os.path.join(model_dir, fn)
+        if not os.path.exists(p):
+            raise ConvertError(f"{p}: not found")
+        try:
+            return ptread.load(p)
+        except ValueError as exc:
+            raise ConvertError(str(exc)) from None
+
+    llm, hp_llm = map_llm(load("llm.pt"))
+    flow, hp_flow = map_flow(load("flow.pt"))
+    hift, hp_hift, hp_hift_a = map_hift(load("hift.pt"))
+    tok = load_tokenizer(tok_dir or os.path.join(model_dir, "CosyVoice-BlankEN"), added)
+    tensors = {**llm, **flow, **hift}
+    write_model(out, tensors, hp_llm, hp_flow, hp_hift, hp_hift_a, tok, dtype, name)
+    return len(tensors) + 1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model_dir", help="directory with llm.pt, flow.pt, hift.pt (and CosyVoice-BlankEN/)")
+    ap.add_argument("-o", "--output", required=True, help="model file to write (.gguf)")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16",
+                    help="storage type of the LLM and flow matrices (default bf16; HiFT stays f32)")
+    ap.add_argument("--tokenizer", help="tokenizer directory (default MODEL_DIR/CosyVoice-BlankEN)")
+    ap.add_argument("--added-tokens", help="CosyVoice's cosyvoice/tokenizer/tokenizer.py or a JSON list "
+                    "of the CosyVoice3 special tokens")
+    ap.add_argument("--name", default="Fun-CosyVoice3-0.5B")
+    a = ap.parse_args(argv)
+    try:
+        n = convert(a.model_dir, a.output, a.dtype, a.tokenizer, a.added_tokens, a.name)
+    except ConvertError as exc:
+        print(f"convert.py: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {a.output}: {n} tensors, weights {a.dtype}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
