@@ -295,6 +295,25 @@ COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, co
  *  Only for requests submitted without a callback. */
 COSY_API cosy_status cosy_request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
                                        int32_t timeout_ms);
+/** Timing and size of one request, for progress and benchmarks. Append-only. */
+typedef struct cosy_request_stats {
+  uint32_t struct_size;
+  uint32_t reserved;
+  double ttfb_s;               /**< submit -> first audio delivered (0 while none) */
+  double total_s;              /**< submit -> end (or -> now while running) */
+  double llm_s;                /**< time spent in the LLM (prefill + decode) */
+  double flow_s;               /**< time spent in the flow decoder */
+  double vocoder_s;            /**< time spent in the vocoder (and resampling) */
+  int64_t n_samples;           /**< samples delivered so far (output rate) */
+  int32_t n_text_tokens;       /**< text tokens given to the LLM (prompt + text) */
+  int32_t n_speech_tokens;     /**< speech tokens generated */
+  int32_t n_chunks;            /**< chunks delivered */
+  int32_t done;                /**< 1 once the request has ended */
+} cosy_request_stats;
+COSY_API void cosy_request_stats_init(cosy_request_stats *s, uint32_t struct_size);
+/** Snapshot of a request's progress; any time before cosy_request_release. */
+COSY_API cosy_status cosy_request_get_stats(const cosy_request *r, cosy_request_stats *out);
+
 /** Cancel; any thread; idempotent; NULL is a no-op. */
 COSY_API void cosy_request_cancel(cosy_request *r);
 /** Wait for the end (-1 = forever). Returns the request's final status, or COSY_ERR_TIMEOUT. */

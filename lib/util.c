@@ -20,7 +20,7 @@ cosy_status cosy_err(cosy_status s, const char *fmt, ...) {
 
 void cosy_err_clear(void) { g_last_error[0] = '\0'; }
 
-const char *cosy_last_error(void) { return g_last_error; }
+COSY_API const char *cosy_last_error(void) { return g_last_error; }
 
 cosy_status cosy_struct_in(void *dst, size_t own_size, const void *src, size_t min_size,
                            const char *what) {

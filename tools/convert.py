@@ -394,7 +394,9 @@ def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dt
     w.add_u32("cosyvoice.tokenizer.endofprompt_id", eop)
     wt = DTYPES[dtype]
     for n in sorted(tensors):
-        a = np.asarray(tensors[n], dtype=np.float32)
+        a = tensors[n]            # an array, or a gguf_writer.Lazy made at write time
+        if not isinstance(a, gw.Lazy):
+            a = np.asarray(a, dtype=np.float32)
         low = a.ndim >= 2 and (n.startswith("llm.") or n.startswith("flow."))
         w.add_tensor(n, a, wt if low else gw.GGML_F32)
     if noise is None:

@@ -1,0 +1,227 @@
+/* kernels.h - launchers of the CUDA kernels (internal; plain C, callable from C and C++).
+ *
+ * One .cu file per op family (kernels/norm.cu, rope.cu, act.cu, embed.cu, attention.cu, gemm.cu,
+ * sample.cu); each starts with a comment giving the math, the shapes, the thread mapping and the
+ * numerics. Conventions shared by every launcher:
+ *
+ *  - The first argument is the stream; the launch is asynchronous on it. The return value is the
+ *    launch status: cudaErrorInvalidValue for arguments a caller could get wrong (NULL pointers,
+ *    negative sizes, unsupported shapes), else cudaGetLastError() after the launch. Nothing here
+ *    allocates (except cosy_gemm_create), synchronizes, prints or exits. Zero rows/elements is a
+ *    valid no-op that returns cudaSuccess.
+ *  - Tensors are row-major, dimensions listed outermost first: "[M][K]" is M rows of K elements.
+ *    A "stride" is the distance in elements between consecutive rows, so a launcher can work on a
+ *    column slice of a wider buffer (e.g. the q, k and v parts of one fused QKV projection).
+ *  - Storage types are chosen per tensor with cosy_kdtype: fp32, or bf16 (bfloat16, stored as its
+ *    16-bit pattern, cosy_bf16). All arithmetic is fp32 (norm statistics, softmax, RoPE angles,
+ *    accumulations); bf16 outputs are rounded to nearest-even once, at the store.
+ *  - Small per-channel parameters (norm weights, AdaLN scale/shift/gate rows, Snake alpha, biases)
+ *    are always fp32.
+ *  - Device pointers must be aligned to their element size; vectorized paths (attention, gemm)
+ *    check 16-byte alignment themselves and fall back to scalar code where it does not hold.
+ */
+#ifndef COSY_KERNELS_H
+#define COSY_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t cosy_bf16; /* bit pattern of a bfloat16 */
+
+typedef enum cosy_kdtype {
+  COSY_KDT_F32 = 0,
+  COSY_KDT_BF16 = 1
+} cosy_kdtype;
+
+/* Size in bytes of one element of dt (0 for an unknown value). */
+size_t cosy_kdtype_size(cosy_kdtype dt);
+
+/* ============================== norm.cu ====================================================== */
+
+/* RMSNorm (Qwen2): y[r][i] = w[i] * x[r][i] / sqrt(mean_i(x[r][i]^2) + eps).
+ * x [rows][H] (x_dt), w [H] fp32, y [rows][H] (y_dt). y may equal x when the types match. */
+cudaError_t cosy_k_rmsnorm(cudaStream_t s, cosy_kdtype x_dt, const void *x, const float *w,
+                           cosy_kdtype y_dt, void *y, int rows, int H, float eps);
+
+/* Fused residual add + RMSNorm: h[r][i] += delta[r][i] (stored in h's type); then
+ * y = rmsnorm(h) computed from the stored h. h [rows][H] (h_dt, read and written),
+ * delta [rows][H] (delta_dt), w [H] fp32, y [rows][H] (y_dt). */
+cudaError_t cosy_k_add_rmsnorm(cudaStream_t s, cosy_kdtype h_dt, void *h, cosy_kdtype delta_dt,
+                               const void *delta, const float *w, cosy_kdtype y_dt, void *y,
+                               int rows, int H, float eps);
+
+/* LayerNorm without affine + adaptive modulation (DiT AdaLN):
+ *   y[b][n][d] = (x[b][n][d] - mean) / sqrt(var + eps) * (1 + scale[b*mod_stride + d])
+ *                + shift[b*mod_stride + d]
+ * with mean/var (biased) over d of row (b, n). x, y [B][N][D]; scale/shift fp32 rows of the
+ * modulation vector (e.g. scale = emb + 1*D, shift = emb + 0*D with mod_stride 6*D for the chunk
+ * order of a DiT block). scale and shift may both be NULL (plain LayerNorm). y may equal x. */
+cudaError_t cosy_k_layernorm_mod(cudaStream_t s, cosy_kdtype x_dt, const void *x,
+                                 cosy_kdtype y_dt, void *y, const float *scale,
+                                 const float *shift, int mod_stride, int B, int N, int D,
+                                 float eps);
+
+/* ============================== rope.cu ====================================================== */
+
+/* NeoX-style RoPE (Qwen2, rotate_half), in place on q and k:
+ *   for each token t, head h, i < hd/2, with a = pos[t] * inv_freq[i]:
+ *     x1 = x[i], x2 = x[i + hd/2];  x[i] = x1 cos a - x2 sin a;  x[i + hd/2] = x2 cos a + x1 sin a
+ * q [n_tok][q_stride] with head h at columns h*hd (n_qh heads), k [n_tok][k_stride] likewise
+ * (n_kh heads; k may be NULL when n_kh is 0). pos [n_tok] int32 (device). inv_freq [hd/2] fp32
+ * (device) or NULL for inv_freq[i] = 1 / theta^(2i/hd) computed in fp32. hd even, <= 256. */
+cudaError_t cosy_k_rope_neox(cudaStream_t s, cosy_kdtype dt, void *q, int q_stride, int n_qh,
+                             void *k, int k_stride, int n_kh, const int32_t *pos, int n_tok,
+                             int hd, float theta, const float *inv_freq);
+
+/* Interleaved RoPE of the DiT (x-transformers), in place on the first rot_dim channels only:
+ *   row (b, n), pair i < rot_dim/2, a = n * inv_freq[i]:
+ *     x[2i] = x[2i] cos a - x[2i+1] sin a;  x[2i+1] = x[2i+1] cos a + x[2i] sin a
+ * x [B][N][stride] (channels >= rot_dim untouched; for the DiT rot_dim = 64 = head 0 only).
+ * Applied to x and, when x2 != NULL, to x2 of the same shape (q and k in one launch).
+ * inv_freq [rot_dim/2] fp32 (device; the checkpoint's buffer) or NULL for 1/theta^(2i/rot_dim). */
+cudaError_t cosy_k_rope_interleaved(cudaStream_t s, cosy_kdtype dt, void *x, void *x2,
+                                    int stride, int B, int N, int rot_dim, float theta,
+                                    const float *inv_freq);
+
+/* ============================== act.cu ======================================================= */
+
+/* y[r][i] = silu(gate[r*in_stride + i]) * up[r*in_stride + i], y [rows][n] contiguous.
+ * (For a fused gate|up projection: gate = gu, up = gu + n, in_stride = 2n.) */
+cudaError_t cosy_k_silu_mul(cudaStream_t s, cosy_kdtype in_dt, const void *gate, const void *up,
+                            int in_stride, cosy_kdtype out_dt, void *y, int rows, int n);
+
+/* Elementwise over n values (y may equal x when the types match):
+ *   silu(x) = x / (1 + e^-x); gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+ *   mish(x) = x tanh(softplus(x)); leaky_relu(x) = x > 0 ? x : slope x. */
+cudaError_t cosy_k_silu(cudaStream_t s, cosy_kdtype in_dt, const void *x, cosy_kdtype out_dt,
+                        void *y, int64_t n);
+cudaError_t cosy_k_gelu_tanh(cudaStream_t s, cosy_kdtype in_dt, const void *x,
+                             cosy_kdtype out_dt, void *y, int64_t n);
+cudaError_t cosy_k_mish(cudaStream_t s, cosy_kdtype in_dt, const void *x, cosy_kdtype out_dt,
+                        void *y, int64_t n);
+cudaError_t cosy_k_leaky_relu(cudaStream_t s, cosy_kdtype in_dt, const void *x,
+                              cosy_kdtype out_dt, void *y, int64_t n, float slope);
+
+/* Snake (HiFT): y = x + 1/(alpha_c + 1e-9) * sin(alpha_c x)^2 with alpha per channel c.
+ * Layout [B][C][T] (channels_last = 0, PyTorch's conv layout) or [B][T][C] (channels_last = 1). */
+cudaError_t cosy_k_snake(cudaStream_t s, cosy_kdtype in_dt, const void *x, cosy_kdtype out_dt,
+                         void *y, const float *alpha, int B, int C, int T, int channels_last);
+
+/* Gated residual (DiT): h[b][n][d] += gate[b*gate_stride + d] * a[b][n][d].
+ * h [B][N][D] (h_dt, read and written), a [B][N][D] (a_dt), gate fp32. */
+cudaError_t cosy_k_gated_residual(cudaStream_t s, cosy_kdtype h_dt, void *h, cosy_kdtype a_dt,
+                                  const void *a, const float *gate, int gate_stride, int B, int N,
+                                  int D);
+
+/* y[r][c] += bias[c] for y [rows][stride] (first cols columns); used by gemm's fallback. */
+cudaError_t cosy_k_add_bias(cudaStream_t s, cosy_kdtype dt, void *y, int stride,
+                            const float *bias, int rows, int cols);
+
+/* ============================== embed.cu ===================================================== */
+
+/* Embedding gather: out[i*out_stride + d] = table[ids[i]][d] for d < dim.
+ * table [n_rows][dim] (table_dt), ids [n_ids] int32 (device). An id outside [0, n_rows) gives a
+ * zero row and sets *err_flag = 1 (err_flag: device int, may be NULL; it is never cleared here). */
+cudaError_t cosy_k_embed(cudaStream_t s, cosy_kdtype table_dt, const void *table, int n_rows,
+                         int dim, const int32_t *ids, int n_ids, cosy_kdtype out_dt, void *out,
+                         int out_stride, int *err_flag);
+
+/* ============================== attention.cu ================================================= */
+/* All attention kernels: head_dim 64, GQA with q head h reading kv head h / (n_qh / n_kh),
+ * softmax(scale * q.k) in fp32 (online, exp2 based), fp32 accumulation of p.v. bf16 inputs
+ * go through tensor cores (mma.sync m16n8k16, P rounded to bf16 like FlashAttention) where the
+ * strides allow 16-byte loads, otherwise and for fp32 through plain fp32 FMA code. */
+
+/* Paged KV cache layout (per layer, one for K and one for V):
+ *   cache[page][page_size][n_kh][64]   (cache_dt = the attention's dt)
+ * Token t of sequence s lives in page block_table[s*max_pages + t/page_size], row t%page_size. */
+
+/* Append K/V rows into the paged cache: token i goes to the cache row
+ * slot = slot_mapping[i] = page * page_size + offset (slot < 0: token skipped):
+ *   k_cache[slot][kvh][d] = k[i*kv_stride + kvh*head_dim + d] for every kv head (v likewise).
+ * k, v [n_tok][kv_stride] (dt), slot_mapping [n_tok] int32 (device). */
+cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const void *k, const void *v,
+                             int kv_stride, const int32_t *slot_mapping, int n_tok,
+                             void *k_cache, void *v_cache, int n_kh, int head_dim);
+
+/* Bytes of fp32 workspace cosy_k_paged_decode needs for these sizes (0: none needed). */
+size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx);
+
+/* Paged decode attention, one query token per sequence (flash-decoding split over the context
+ * when it is long): out[s][h*64 + d] = sum_t softmax_t(scale q[s,h].k[s,t,kvh]) v[s,t,kvh][d]
+ * over t < seq_lens[s].
+ * q [n_seq][q_stride] (head h at h*64), out [n_seq][out_stride]; seq_lens [n_seq] int32 device,
+ * each in [0, max_ctx] (0 gives a zero output row), block_table [n_seq][max_pages] int32 device.
+ * max_ctx (host) bounds every seq_len and sets the split; workspace is device memory of at least
+ * cosy_k_paged_decode_workspace(n_seq, n_qh, n_kh, max_ctx) bytes (may be NULL when that is 0).
+ * n_qh / n_kh <= 8. The grid depends only on host arguments, so the call can be graph-captured. */
+cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q, int q_stride,
+                                const void *k_cache, const void *v_cache,
+                                const int32_t *block_table, int max_pages,
+                                const int32_t *seq_lens, int n_seq, int n_qh, int n_kh,
+                                int head_dim, int page_size, int max_ctx, float scale, void *out,
+                                int out_stride, void *workspace, size_t workspace_bytes);
+
+/* Causal prefill attention for one sequence (contiguous K/V): query i (0..Lq-1) sits at
+ * position i + (Lk - Lq) and attends keys j <= i + (Lk - Lq) (Lq <= Lk; Lq == Lk for a plain
+ * prefill, Lq < Lk when earlier tokens' K/V precede the chunk).
+ * q [Lq][q_stride], k, v [Lk][kv_stride], out [Lq][out_stride]; head h at column h*64. */
+cudaError_t cosy_k_attn_prefill(cudaStream_t s, cosy_kdtype dt, const void *q, int q_stride,
+                                const void *k, const void *v, int kv_stride, void *out,
+                                int out_stride, int Lq, int Lk, int n_qh, int n_kh, int head_dim,
+                                float scale);
+
+/* DiT attention over B sequences of N frames, n_heads x 64, multi-head (no GQA):
+ * chunk = 0: full attention; chunk > 0: block-causal, query i attends keys
+ * j < (i/chunk + 1) * chunk (chunks counted from frame 0; the DiT uses 50).
+ * q, k, v [B][N][in_stride] (head h at column h*64), out [B][N][out_stride]. */
+cudaError_t cosy_k_attn_dit(cudaStream_t s, cosy_kdtype dt, const void *q, const void *k,
+                            const void *v, int in_stride, void *out, int out_stride, int B, int N,
+                            int n_heads, int head_dim, int chunk, float scale);
+
+/* ============================== gemm.cu ====================================================== */
+
+/* cuBLASLt handle + workspace + a small cache of matmul plans. One per thread (not thread-safe);
+ * create it once, outside graph capture. */
+typedef struct cosy_gemm cosy_gemm;
+
+/* workspace_bytes 0 means 32 MiB. Returns cudaSuccess or the failing CUDA/cuBLAS status mapped
+ * to a cudaError_t (cudaErrorMemoryAllocation, cudaErrorNotSupported, cudaErrorUnknown). */
+cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes);
+void cosy_gemm_destroy(cosy_gemm *g);
+/* The cublasStatus_t of the last cuBLAS call that failed in g (0 when none). */
+int cosy_gemm_last_cublas_status(const cosy_gemm *g);
+
+/* y = x W^T (+ bias) (+ y when accumulate): y[m][n] = sum_k x[m][k] W[n][k] + bias[n] (+ y[m][n]).
+ * x [M][ldx] (first K columns used), W [N][K] contiguous (a Linear weight [out][in]), both
+ * ab_dt; bias [N] fp32 or NULL; y [M][ldy] (y_dt). fp32 accumulation (CUBLAS_COMPUTE_32F: true
+ * fp32 for fp32 inputs, no TF32). Supported: ab bf16 -> y bf16 or fp32; ab fp32 -> y fp32. */
+cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
+                        const void *x, int ldx, const void *w, const float *bias,
+                        cosy_kdtype y_dt, void *y, int ldy, int accumulate);
+
+/* ============================== sample.cu ==================================================== */
+
+/* out[r][i] = x[r][i] - max_r - log(sum_i exp(x[r][i] - max_r)) in fp32.
+ * x [rows][in_stride] (in_dt, first n columns), out [rows][n] fp32. */
+cudaError_t cosy_k_log_softmax(cudaStream_t s, cosy_kdtype in_dt, const void *x, int in_stride,
+                               float *out, int rows, int n);
+
+/* Top-k per row: the k largest of x[r][0..n), descending, ties by ascending index (a stable
+ * descending sort's first k). x [rows][stride] fp32; vals [rows][k] fp32, idx [rows][k] int32.
+ * 1 <= k <= 64, k <= n. NaNs are never selected; if fewer than k non-NaN values exist the tail is
+ * (-inf, -1). */
+cudaError_t cosy_k_topk(cudaStream_t s, const float *x, int stride, int rows, int n, int k,
+                        float *vals, int32_t *idx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,429 @@
+#define _POSIX_C_SOURCE 200809L
+/* api.c - the public entry points: argument validation, struct_size handling, version and status
+ * strings, configuration defaults. The engine's threads and request lifecycle are in engine.c,
+ * the synthesis pipeline in pipeline.c, voices in voice.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cosyvoice.h"
+#include "engine.h"
+#include "util.h"
+
+/* First published sizes of the versioned structs (ABI 0.1): callers must pass at least these. */
+#define MIN_ENGINE_CONFIG sizeof(cosy_engine_config)
+#define MIN_SYNTH_PARAMS sizeof(cosy_synth_params)
+#define MIN_VOICE_FEATURES sizeof(cosy_voice_features)
+#define MIN_ENGINE_STATS sizeof(cosy_engine_stats)
+
+#define MAX_TEXT_BYTES (1 << 20)
+
+/* ---- version / status ---------------------------------------------------------------------- */
+
+COSY_API uint32_t cosy_version_number(void) { return COSY_VERSION_NUMBER; }
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+COSY_API const char *cosy_version_string(void) {
+#ifdef COSY_WITH_CUDA
+  return STR(COSY_VERSION_MAJOR) "." STR(COSY_VERSION_MINOR) "." STR(COSY_VERSION_PATCH)
+      " (cuda, sm_80 sm_89 sm_90)";
+#else
+  return STR(COSY_VERSION_MAJOR) "." STR(COSY_VERSION_MINOR) "." STR(COSY_VERSION_PATCH)
+      " (cpu only)";
+#endif
+}
+
+COSY_API const char *cosy_status_str(cosy_status s) {
+  switch (s) {
+    case COSY_OK: return "ok";
+    case COSY_ERR_INVALID_ARG: return "invalid argument";
+    case COSY_ERR_STRUCT_SIZE: return "struct size mismatch";
+    case COSY_ERR_NO_MEMORY: return "out of host memory";
+    case COSY_ERR_GPU_NO_MEMORY: return "out of GPU memory";
+    case COSY_ERR_CUDA: return "CUDA error";
+    case COSY_ERR_DEVICE_LOST: return "GPU device lost";
+    case COSY_ERR_IO: return "I/O error";
+    case COSY_ERR_MODEL_FORMAT: return "bad model file";
+    case COSY_ERR_MODEL_VERSION: return "unsupported model file version";
+    case COSY_ERR_UNSUPPORTED: return "not supported";
+    case COSY_ERR_CANCELLED: return "cancelled";
+    case COSY_ERR_TIMEOUT: return "timed out";
+    case COSY_ERR_QUEUE_FULL: return "queue full";
+    case COSY_ERR_TEXT: return "invalid text";
+    case COSY_ERR_INTERNAL: return "internal error";
+    default: return "unknown status";
+  }
+}
+
+COSY_API void cosy_free(void *p) { free(p); }
+
+/* ---- struct init ------------------------------------------------------------------------------
+ * Each *_init zeroes min(struct_size, sizeof) bytes, sets the defaults that are not zero, and
+ * stores struct_size. A caller built against an older, smaller struct passes its smaller size. */
+
+#define INIT_STRUCT(T, p, size)                                   \
+  do {                                                            \
+    if (!(p) || (size) < sizeof(uint32_t)) return;                \
+    T tmp_;                                                       \
+    memset(&tmp_, 0, sizeof tmp_);
+
+#define INIT_END(T, p, size)                                      \
+    size_t n_ = (size) < sizeof(T) ? (size) : sizeof(T);          \
+    memcpy((p), &tmp_, n_);                                       \
+    memcpy((p), &(size), sizeof(uint32_t));                       \
+  } while (0)
+
+COSY_API void cosy_engine_config_init(cosy_engine_config *c, uint32_t struct_size) {
+  INIT_STRUCT(cosy_engine_config, c, struct_size)
+  tmp_.device = 0;
+  INIT_END(cosy_engine_config, c, struct_size);
+}
+
+COSY_API void cosy_engine_stats_init(cosy_engine_stats *s, uint32_t struct_size) {
+  INIT_STRUCT(cosy_engine_stats, s, struct_size)
+  INIT_END(cosy_engine_stats, s, struct_size);
+}
+
+COSY_API void cosy_voice_features_init(cosy_voice_features *f, uint32_t struct_size) {
+  INIT_STRUCT(cosy_voice_features, f, struct_size)
+  tmp_.speaker_dim = 192;
+  INIT_END(cosy_voice_features, f, struct_size);
+}
+
+COSY_API void cosy_synth_params_init(cosy_synth_params *p, uint32_t struct_size) {
+  INIT_STRUCT(cosy_synth_params, p, struct_size)
+  INIT_END(cosy_synth_params, p, struct_size);
+}
+
+/* ---- synthesis parameters ------------------------------------------------------------------- */
+
+/* Copy the caller's params (or defaults when p is NULL), check every knob and fill defaults. */
+cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out);
+cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  if (p) {
+    cosy_status st = cosy_struct_in(out, sizeof *out, p, MIN_SYNTH_PARAMS, "cosy_synth_params");
+    if (st) return st;
+  }
+  if (out->flags & ~COSY_SYNTH_NO_TEXT_NORMALIZATION)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synth_params.flags 0x%x has unknown bits",
+                    out->flags);
+  if (out->mode < COSY_MODE_ZERO_SHOT || out->mode > COSY_MODE_INSTRUCT)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synth_params.mode %d is not a COSY_MODE_*",
+                    out->mode);
+  if (out->mode == COSY_MODE_INSTRUCT && (!out->instruct_text || !out->instruct_text[0]))
+    return cosy_err(COSY_ERR_INVALID_ARG, "COSY_MODE_INSTRUCT needs instruct_text");
+  if (out->sample_rate == 0) out->sample_rate = 24000;
+  if (out->sample_rate < 8000 || out->sample_rate > 48000)
+    return cosy_err(COSY_ERR_INVALID_ARG, "sample_rate %d is outside 8000..48000",
+                    out->sample_rate);
+  if (out->speed == 0) out->speed = 1.0f;
+  if (!(out->speed >= 0.5f && out->speed <= 2.0f))
+    return cosy_err(COSY_ERR_INVALID_ARG, "speed %g is outside 0.5..2.0", (double)out->speed);
+  if (out->temperature == 0) out->temperature = 1.0f;
+  if (!(out->temperature > 0.0f && out->temperature <= 2.0f))
+    return cosy_err(COSY_ERR_INVALID_ARG, "temperature %g is outside (0, 2]",
+                    (double)out->temperature);
+  if (out->top_p == 0) out->top_p = 0.8f;
+  if (!(out->top_p > 0.0f && out->top_p <= 1.0f))
+    return cosy_err(COSY_ERR_INVALID_ARG, "top_p %g is outside (0, 1]", (double)out->top_p);
+  if (out->top_k == 0) out->top_k = 25;
+  if (out->top_k < 1 || out->top_k > 6561)
+    return cosy_err(COSY_ERR_INVALID_ARG, "top_k %d is outside 1..6561", out->top_k);
+  if (out->first_chunk_tokens == 0) out->first_chunk_tokens = 25;
+  if (out->first_chunk_tokens < 25 || out->first_chunk_tokens > 100 ||
+      out->first_chunk_tokens % 25)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "first_chunk_tokens %d must be 25, 50, 75 or 100 (whole 50-frame blocks)",
+                    out->first_chunk_tokens);
+  if (out->max_tokens < 0 || out->max_tokens > 15000)
+    return cosy_err(COSY_ERR_INVALID_ARG, "max_tokens %d is outside 0..15000", out->max_tokens);
+  return COSY_OK;
+}
+
+cosy_status text_check(const char *text, const char *what);
+cosy_status text_check(const char *text, const char *what) {
+  if (!text) return cosy_err(COSY_ERR_INVALID_ARG, "%s is NULL", what);
+  size_t n = strnlen(text, MAX_TEXT_BYTES + 1);
+  if (n > MAX_TEXT_BYTES)
+    return cosy_err(COSY_ERR_TEXT, "%s is longer than %d bytes; split it", what, MAX_TEXT_BYTES);
+  long bad = cosy_utf8_invalid_at(text, n);
+  if (bad >= 0) return cosy_err(COSY_ERR_TEXT, "%s is not valid UTF-8 (byte %ld)", what, bad);
+  return COSY_OK;
+}
+
+/* ---- engine ---------------------------------------------------------------------------------- */
+
+cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out);
+void engine_destroy(cosy_engine *e);
+
+COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_create: NULL %s", !c ? "config" : "out");
+  cosy_engine_config cfg;
+  cosy_status st = cosy_struct_in(&cfg, sizeof cfg, c, MIN_ENGINE_CONFIG, "cosy_engine_config");
+  if (st) return st;
+  if (cfg.flags) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_config.flags must be 0");
+  if (!cfg.model_path || !cfg.model_path[0])
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_config.model_path is not set");
+  if (cfg.device < -1 || cfg.device > 1023)
+    return cosy_err(COSY_ERR_INVALID_ARG, "device %d is neither a CUDA ordinal nor COSY_DEVICE_CPU",
+                    cfg.device);
+  if (cfg.gpu_memory_fraction == 0) cfg.gpu_memory_fraction = 0.9f;
+  if (!(cfg.gpu_memory_fraction > 0.0f && cfg.gpu_memory_fraction <= 1.0f))
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_memory_fraction %g is outside (0, 1]",
+                    (double)cfg.gpu_memory_fraction);
+  if (cfg.max_active < 0 || cfg.max_active > 4096)
+    return cosy_err(COSY_ERR_INVALID_ARG, "max_active %d is outside 0..4096", cfg.max_active);
+  if (cfg.max_queued < 0 || cfg.max_queued > 1 << 20)
+    return cosy_err(COSY_ERR_INVALID_ARG, "max_queued %d is outside 0..1048576", cfg.max_queued);
+  if (cfg.cpu_threads < 0 || cfg.cpu_threads > 1024)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cpu_threads %d is outside 0..1024", cfg.cpu_threads);
+  if (cfg.log_level > COSY_LOG_DEBUG)
+    return cosy_err(COSY_ERR_INVALID_ARG, "log_level %d is above COSY_LOG_DEBUG", cfg.log_level);
+  if (cfg.max_queued == 0) cfg.max_queued = 1024;
+  if (cfg.device >= 0)
+    return cosy_err(COSY_ERR_UNSUPPORTED,
+                    "the GPU engine is not implemented yet in this version; use device = "
+                    "COSY_DEVICE_CPU (-1)");
+  if (cfg.max_active == 0) cfg.max_active = 1;
+  return engine_create(&cfg, out);
+}
+
+COSY_API void cosy_engine_destroy(cosy_engine *e) {
+  if (e) engine_destroy(e);
+}
+
+COSY_API int32_t cosy_engine_sample_rate(const cosy_engine *e) {
+  return e ? e->model->hp.sample_rate : 0;
+}
+
+cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s);
+
+COSY_API cosy_status cosy_engine_get_stats(const cosy_engine *e, cosy_engine_stats *out) {
+  if (!e || !out) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_get_stats: NULL argument");
+  cosy_engine_stats s;
+  cosy_status st = cosy_struct_in(&s, sizeof s, out, MIN_ENGINE_STATS, "cosy_engine_stats");
+  if (st) return st;
+  uint32_t caller = s.struct_size;
+  st = engine_stats(e, &s);
+  if (st) return st;
+  s.struct_size = caller;
+  memcpy(out, &s, caller < sizeof s ? caller : sizeof s);
+  return COSY_OK;
+}
+
+/* ---- voices ---------------------------------------------------------------------------------- */
+
+cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out);
+cosy_status voice_save_file(const cosy_voice *v, const char *path);
+
+COSY_API cosy_status cosy_voice_load(cosy_engine *e, const char *path, cosy_voice **out) {
+  if (out) *out = NULL;
+  if (!e || !path || !out)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_load: NULL %s", !e ? "engine" : !path ? "path" : "out");
+  return voice_load_file(e, path, out);
+}
+
+COSY_API cosy_status cosy_voice_save(const cosy_voice *v, const char *path) {
+  if (!v || !path) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_save: NULL %s", !v ? "voice" : "path");
+  return voice_save_file(v, path);
+}
+
+COSY_API cosy_status cosy_voice_from_features(cosy_engine *e, const cosy_voice_features *f,
+                                              cosy_voice **out) {
+  if (out) *out = NULL;
+  if (!e || !f || !out)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_from_features: NULL %s",
+                    !e ? "engine" : !f ? "features" : "out");
+  cosy_voice_features vf;
+  cosy_status st = cosy_struct_in(&vf, sizeof vf, f, MIN_VOICE_FEATURES, "cosy_voice_features");
+  if (st) return st;
+  const char *pt = vf.prompt_text ? vf.prompt_text : "";
+  if ((st = text_check(pt, "prompt_text"))) return st;
+  if (vf.n_speech_tokens < 0 || vf.n_speech_tokens > 3000)
+    return cosy_err(COSY_ERR_INVALID_ARG, "n_speech_tokens %d is outside 0..3000 (120 s)",
+                    vf.n_speech_tokens);
+  if (vf.n_speech_tokens > 0 && !vf.speech_tokens)
+    return cosy_err(COSY_ERR_INVALID_ARG, "speech_tokens is NULL but n_speech_tokens is %d",
+                    vf.n_speech_tokens);
+  if (vf.n_mel_frames < 0 || vf.n_mel_frames > 6000)
+    return cosy_err(COSY_ERR_INVALID_ARG, "n_mel_frames %d is outside 0..6000", vf.n_mel_frames);
+  if (vf.n_mel_frames > 0 && !vf.mel)
+    return cosy_err(COSY_ERR_INVALID_ARG, "mel is NULL but n_mel_frames is %d", vf.n_mel_frames);
+  if (vf.n_mel_frames < 2 * vf.n_speech_tokens)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "%d mel frames cannot cover %d speech tokens (need 2 frames per token)",
+                    vf.n_mel_frames, vf.n_speech_tokens);
+  if (vf.speaker_dim != 192 || !vf.speaker_embedding)
+    return cosy_err(COSY_ERR_INVALID_ARG, "speaker_embedding must be 192 floats (got dim %d%s)",
+                    vf.speaker_dim, vf.speaker_embedding ? "" : ", NULL");
+  return voice_create(e, pt, vf.speech_tokens, vf.n_speech_tokens, vf.mel, vf.n_mel_frames,
+                      vf.speaker_embedding, out);
+}
+
+COSY_API cosy_status cosy_voice_from_audio(cosy_engine *e, const float *pcm, int64_t n_samples,
+                                           int32_t sample_rate, const char *transcript,
+                                           cosy_voice **out) {
+  if (out) *out = NULL;
+  if (!e || !pcm || !out)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_from_audio: NULL argument");
+  if (n_samples <= 0 || sample_rate < 16000 || sample_rate > 192000)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_from_audio: bad length or rate");
+  return cosy_err(COSY_ERR_UNSUPPORTED,
+                  "cosy_voice_from_audio needs the speech tokenizer and the CAM++ speaker model, "
+                  "which this version does not implement; compute the prompt mel with "
+                  "cosy_audio_to_mel and use cosy_voice_from_features");
+}
+
+COSY_API void cosy_voice_release(cosy_voice *v) {
+  if (v) voice_unref(v);
+}
+
+/* ---- requests -------------------------------------------------------------------------------- */
+
+cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
+                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
+                          cosy_request **out);
+cosy_status request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
+                         int32_t timeout_ms);
+cosy_status request_wait(cosy_request *r, int32_t timeout_ms);
+void request_release(cosy_request *r);
+
+static cosy_status check_submit(cosy_engine *e, const cosy_voice *v, const char *text,
+                                const cosy_synth_params *p, cosy_synth_params *out) {
+  if (!e || !v || !text)
+    return cosy_err(COSY_ERR_INVALID_ARG, "NULL %s", !e ? "engine" : !v ? "voice" : "text");
+  if (v->engine != e)
+    return cosy_err(COSY_ERR_INVALID_ARG, "the voice belongs to another engine");
+  cosy_status st = text_check(text, "text");
+  if (st) return st;
+  if ((st = params_resolve(p, out))) return st;
+  if (out->instruct_text && (st = text_check(out->instruct_text, "instruct_text"))) return st;
+  return COSY_OK;
+}
+
+typedef struct collect {
+  float *pcm;
+  int64_t n, cap;
+  int oom;
+} collect;
+
+static int32_t collect_fn(void *user, const cosy_chunk *c) {
+  collect *k = (collect *)user;
+  if (c->n_samples <= 0) return 0;
+  if (k->n + c->n_samples > k->cap) {
+    int64_t nc = k->cap ? k->cap : 24000;
+    while (nc < k->n + c->n_samples) nc *= 2;
+    float *np = (float *)realloc(k->pcm, (size_t)nc * sizeof *np);
+    if (!np) {
+      k->oom = 1;
+      return 1;
+    }
+    k->pcm = np;
+    k->cap = nc;
+  }
+  memcpy(k->pcm + k->n, c->pcm, (size_t)c->n_samples * sizeof *c->pcm);
+  k->n += c->n_samples;
+  return 0;
+}
+
+COSY_API cosy_status cosy_synthesize(cosy_engine *e, const cosy_voice *v, const char *text,
+                                     const cosy_synth_params *p, float **pcm, int64_t *n_samples) {
+  if (pcm) *pcm = NULL;
+  if (n_samples) *n_samples = 0;
+  if (!pcm || !n_samples) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synthesize: NULL output");
+  cosy_synth_params sp;
+  cosy_status st = check_submit(e, v, text, p, &sp);
+  if (st) return st;
+  collect k = {0};
+  cosy_request *r;
+  if ((st = engine_submit(e, v, text, &sp, collect_fn, &k, &r))) return st;
+  st = request_wait(r, -1);
+  if (!st && k.oom) st = cosy_err(COSY_ERR_NO_MEMORY, "out of memory collecting the audio");
+  if (st && st != COSY_ERR_NO_MEMORY) {
+    /* request_wait set the request's message on this thread */
+  }
+  request_release(r);
+  if (st) {
+    free(k.pcm);
+    return st;
+  }
+  *pcm = k.pcm ? k.pcm : (float *)calloc(1, sizeof(float));
+  *n_samples = k.n;
+  return COSY_OK;
+}
+
+COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, const char *text,
+                                         const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
+                                         cosy_request **out) {
+  if (out) *out = NULL;
+  if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_submit: NULL out");
+  cosy_synth_params sp;
+  cosy_status st = check_submit(e, v, text, p, &sp);
+  if (st) return st;
+  if (sp.speed != 1.0f)
+    return cosy_err(COSY_ERR_INVALID_ARG, "speed != 1 is only available with cosy_synthesize");
+  return engine_submit(e, v, text, &sp, fn, user, out);
+}
+
+COSY_API cosy_status cosy_request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
+                                       int32_t timeout_ms) {
+  if (n_read) *n_read = 0;
+  if (!r || !buf || !n_read)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_read: NULL %s", !r ? "request" : !buf ? "buf" : "n_read");
+  if (cap <= 0) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_read: cap %lld <= 0", (long long)cap);
+  if (timeout_ms < -1)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_read: timeout_ms %d < -1", timeout_ms);
+  if (r->fn)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "cosy_request_read: this request pushes its audio to a callback");
+  return request_read(r, buf, cap, n_read, timeout_ms);
+}
+
+COSY_API void cosy_request_stats_init(cosy_request_stats *s, uint32_t struct_size) {
+  INIT_STRUCT(cosy_request_stats, s, struct_size)
+  INIT_END(cosy_request_stats, s, struct_size);
+}
+
+COSY_API cosy_status cosy_request_get_stats(const cosy_request *r, cosy_request_stats *out) {
+  if (!r || !out) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_get_stats: NULL argument");
+  cosy_request_stats s;
+  cosy_status st = cosy_struct_in(&s, sizeof s, out, sizeof(cosy_request_stats), "cosy_request_stats");
+  if (st) return st;
+  uint32_t caller = s.struct_size;
+  cosy_request *m = (cosy_request *)r;
+  pthread_mutex_lock(&m->mu);
+  double now = cosy_now();
+  s.done = r->state == REQ_DONE;
+  s.ttfb_s = r->t_first > 0 ? r->t_first - r->t_submit : 0;
+  s.total_s = (s.done ? r->t_end : now) - r->t_submit;
+  s.llm_s = r->llm_s;
+  s.flow_s = r->flow_s;
+  s.vocoder_s = r->vocoder_s;
+  s.n_samples = r->offset;
+  s.n_text_tokens = r->n_text_tokens;
+  s.n_speech_tokens = r->n_speech_tokens;
+  s.n_chunks = r->n_chunks;
+  pthread_mutex_unlock(&m->mu);
+  s.struct_size = caller;
+  memcpy(out, &s, caller < sizeof s ? caller : sizeof s);
+  return COSY_OK;
+}
+
+COSY_API void cosy_request_cancel(cosy_request *r) {
+  if (r) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
+}
+
+COSY_API cosy_status cosy_request_wait(cosy_request *r, int32_t timeout_ms) {
+  if (!r) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_wait: NULL request");
+  if (timeout_ms < -1)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_wait: timeout_ms %d < -1", timeout_ms);
+  return request_wait(r, timeout_ms);
+}
+
+COSY_API void cosy_request_release(cosy_request *r) {
+  if (r) request_release(r);
+}

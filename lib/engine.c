@@ -1,0 +1,344 @@
+/* engine.c - engine lifecycle, worker threads, the request queue, chunk delivery, pull reads.
+ *
+ * Ownership of a request: the caller's handle and the engine's worker each hold it; whichever of
+ * cosy_request_release() and the end of processing comes last frees it. A request never touches
+ * its engine after it is done, so handles may be released after cosy_engine_destroy(). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+#include "ref/flow.h"
+#include "ref/hift.h"
+#include "ref/llm.h"
+#include "tokenizer.h"
+#include "util.h"
+
+cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out);
+void engine_destroy(cosy_engine *e);
+cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s);
+cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
+                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
+                          cosy_request **out);
+cosy_status request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
+                         int32_t timeout_ms);
+cosy_status request_wait(cosy_request *r, int32_t timeout_ms);
+void request_release(cosy_request *r);
+void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
+
+void engine_log(const cosy_engine *e, int level, const char *fmt, ...) {
+  int max = e->cfg.log_level == 0 ? COSY_LOG_WARN : e->cfg.log_level;
+  if (!e->cfg.log_fn || level > max) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  e->cfg.log_fn(e->cfg.log_user, level, msg);
+}
+
+static void request_free(cosy_request *r) {
+  if (r->voice) voice_unref(r->voice);
+  free(r->text);
+  free(r->instruct_text);
+  free(r->buf);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  free(r);
+}
+
+struct engine_worker {
+  pthread_t th;
+  cosy_engine *e;
+  cosy_request *cur; /* the request being processed (under e->mu), for engine_destroy */
+};
+
+static void *worker_main(void *arg) {
+  struct engine_worker *w = (struct engine_worker *)arg;
+  cosy_engine *e = w->e;
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    while (!e->stopping && !e->q_head) pthread_cond_wait(&e->cv_work, &e->mu);
+    cosy_request *r = e->q_head;
+    if (!r) { /* stopping and nothing left */
+      pthread_mutex_unlock(&e->mu);
+      break;
+    }
+    e->q_head = r->next;
+    if (!e->q_head) e->q_tail = NULL;
+    e->n_queued--;
+    e->n_active++;
+    w->cur = r;
+    pthread_mutex_unlock(&e->mu);
+
+    pthread_mutex_lock(&r->mu);
+    r->state = REQ_RUNNING;
+    pthread_mutex_unlock(&r->mu);
+
+    cosy_status st;
+    if (__atomic_load_n(&r->cancel, __ATOMIC_SEQ_CST) || e->stopping) {
+      st = cosy_err(COSY_ERR_CANCELLED, "request cancelled before it started");
+    } else {
+      cosy_err_clear();
+      st = pipeline_run(e, r);
+    }
+    pthread_mutex_lock(&e->mu);
+    w->cur = NULL;
+    e->n_active--;
+    e->requests_done++;
+    pthread_mutex_unlock(&e->mu);
+
+    pthread_mutex_lock(&r->mu);
+    r->final_status = st;
+    snprintf(r->error, sizeof r->error, "%s", st ? cosy_last_error() : "");
+    r->state = REQ_DONE;
+    r->t_end = cosy_now();
+    pthread_cond_broadcast(&r->cv);
+    int free_now = r->released;
+    pthread_mutex_unlock(&r->mu);
+    if (free_now) request_free(r);
+  }
+  return NULL;
+}
+
+cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
+  cosy_engine *e = (cosy_engine *)cosy_calloc(1, sizeof *e);
+  if (!e) return COSY_ERR_NO_MEMORY;
+  e->cfg = *cfg;
+  cosy_status st = COSY_OK;
+  if (!(e->model_path_buf = cosy_strdup(cfg->model_path))) { free(e); return COSY_ERR_NO_MEMORY; }
+  e->cfg.model_path = e->model_path_buf;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv_work, NULL);
+  double t0 = cosy_now();
+  if ((st = cosy_model_load(e->model_path_buf, &e->model))) goto fail;
+  if ((st = cosy_tokenizer_create(e->model, &e->tok))) goto fail;
+  if ((st = ref_llm_create(e->model, &e->llm))) goto fail;
+  if ((st = ref_flow_create(e->model, &e->flow))) goto fail;
+  if ((st = ref_hift_create(e->model, &e->hift))) goto fail;
+  engine_log(e, COSY_LOG_INFO, "model %s loaded in %.2f s (CPU path)", e->model_path_buf,
+             cosy_now() - t0);
+  e->n_workers = cfg->max_active;
+  e->workers = (struct engine_worker *)cosy_calloc((size_t)e->n_workers, sizeof *e->workers);
+  if (!e->workers) { st = COSY_ERR_NO_MEMORY; goto fail; }
+  for (int i = 0; i < e->n_workers; i++) {
+    e->workers[i].e = e;
+    int rc = pthread_create(&e->workers[i].th, NULL, worker_main, &e->workers[i]);
+    if (rc) {
+      st = cosy_err(COSY_ERR_INTERNAL, "cannot start worker thread: %s", strerror(rc));
+      e->n_workers = i;
+      goto fail;
+    }
+  }
+  *out = e;
+  return COSY_OK;
+fail:;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", cosy_last_error());
+  engine_destroy(e);
+  return cosy_err(st, "%s", msg);
+}
+
+void engine_destroy(cosy_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  e->stopping = 1;
+  for (cosy_request *r = e->q_head; r; r = r->next) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < e->n_workers; i++)
+    if (e->workers[i].cur) __atomic_store_n(&e->workers[i].cur->cancel, 1, __ATOMIC_SEQ_CST);
+  pthread_cond_broadcast(&e->cv_work);
+  pthread_mutex_unlock(&e->mu);
+  for (int i = 0; i < e->n_workers; i++) pthread_join(e->workers[i].th, NULL);
+  free(e->workers);
+  ref_hift_free(e->hift);
+  ref_flow_free(e->flow);
+  ref_llm_free(e->llm);
+  cosy_tokenizer_free(e->tok);
+  cosy_model_free(e->model);
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv_work);
+  free(e->model_path_buf);
+  free(e);
+}
+
+cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s) {
+  cosy_engine *m = (cosy_engine *)e;
+  pthread_mutex_lock(&m->mu);
+  s->weights_bytes = (int64_t)e->model->f->size;
+  s->kv_bytes = 0;
+  s->workspace_bytes = 0;
+  s->device_bytes_total = 0;
+  s->kv_pages_total = 0;
+  s->kv_pages_used = 0;
+  s->active = e->n_active;
+  s->queued = e->n_queued;
+  s->requests_done = e->requests_done;
+  s->audio_samples_out = e->samples_out;
+  pthread_mutex_unlock(&m->mu);
+  return COSY_OK;
+}
+
+cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
+                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
+                          cosy_request **out) {
+  cosy_request *r = (cosy_request *)cosy_calloc(1, sizeof *r);
+  if (!r) return COSY_ERR_NO_MEMORY;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->engine = e;
+  r->params = *p;
+  r->fn = fn;
+  r->user = user;
+  r->text = cosy_strdup(text);
+  if (p->instruct_text) r->instruct_text = cosy_strdup(p->instruct_text);
+  if (!r->text || (p->instruct_text && !r->instruct_text)) {
+    request_free(r);
+    return COSY_ERR_NO_MEMORY;
+  }
+  r->params.instruct_text = r->instruct_text;
+  r->voice = (cosy_voice *)v;
+  voice_ref(r->voice);
+  r->t_submit = cosy_now();
+  pthread_mutex_lock(&e->mu);
+  if (e->stopping) {
+    pthread_mutex_unlock(&e->mu);
+    request_free(r);
+    return cosy_err(COSY_ERR_INVALID_ARG, "the engine is being destroyed");
+  }
+  if (e->n_queued >= e->cfg.max_queued) {
+    int q = e->n_queued;
+    pthread_mutex_unlock(&e->mu);
+    request_free(r);
+    return cosy_err(COSY_ERR_QUEUE_FULL, "%d requests are already queued (max_queued)", q);
+  }
+  if (e->q_tail) e->q_tail->next = r;
+  else e->q_head = r;
+  e->q_tail = r;
+  e->n_queued++;
+  pthread_cond_signal(&e->cv_work);
+  pthread_mutex_unlock(&e->mu);
+  *out = r;
+  return COSY_OK;
+}
+
+int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
+  cosy_engine *e = r->engine;
+  pthread_mutex_lock(&e->mu);
+  e->samples_out += n;
+  pthread_mutex_unlock(&e->mu);
+  if (r->t_first == 0 && (n > 0 || last)) r->t_first = cosy_now();
+  if (r->fn) {
+    cosy_chunk c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.flags = last ? COSY_CHUNK_LAST : 0;
+    c.pcm = pcm;
+    c.n_samples = n;
+    c.offset = r->offset;
+    c.sample_rate = r->params.sample_rate;
+    r->offset += n;
+    int32_t stop = r->fn(r->user, &c);
+    if (stop) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
+    return stop != 0;
+  }
+  pthread_mutex_lock(&r->mu);
+  if (r->buf_read > 0 && r->buf_read * 2 >= r->buf_len) { /* compact */
+    memmove(r->buf, r->buf + r->buf_read, (size_t)(r->buf_len - r->buf_read) * sizeof *r->buf);
+    r->buf_len -= r->buf_read;
+    r->buf_read = 0;
+  }
+  if (r->buf_len + n > r->buf_cap) {
+    int64_t nc = r->buf_cap ? r->buf_cap : 48000;
+    while (nc < r->buf_len + n) nc *= 2;
+    float *nb = (float *)realloc(r->buf, (size_t)nc * sizeof *nb);
+    if (!nb) {
+      pthread_mutex_unlock(&r->mu);
+      __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
+      return 1;
+    }
+    r->buf = nb;
+    r->buf_cap = nc;
+  }
+  if (n > 0) memcpy(r->buf + r->buf_len, pcm, (size_t)n * sizeof *pcm);
+  r->buf_len += n;
+  r->offset += n;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  return 0;
+}
+
+/* wait on r->cv (r->mu held) until pred or the deadline; returns 0 on timeout */
+static int deadline_from(int32_t timeout_ms, struct timespec *ts) {
+  if (timeout_ms < 0) return 0;
+  clock_gettime(CLOCK_REALTIME, ts);
+  ts->tv_sec += timeout_ms / 1000;
+  ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+  return 1;
+}
+
+static cosy_status finished_status(cosy_request *r) {
+  if (r->final_status) return cosy_err(r->final_status, "%s", r->error);
+  return COSY_OK;
+}
+
+cosy_status request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
+                         int32_t timeout_ms) {
+  struct timespec ts;
+  int timed = deadline_from(timeout_ms, &ts);
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    int64_t avail = r->buf_len - r->buf_read;
+    if (avail > 0) {
+      int64_t n = avail < cap ? avail : cap;
+      memcpy(buf, r->buf + r->buf_read, (size_t)n * sizeof *buf);
+      r->buf_read += n;
+      *n_read = n;
+      pthread_mutex_unlock(&r->mu);
+      return COSY_OK;
+    }
+    if (r->state == REQ_DONE) {
+      cosy_status st = finished_status(r);
+      pthread_mutex_unlock(&r->mu);
+      return st;
+    }
+    if (timeout_ms == 0) break;
+    int rc = timed ? pthread_cond_timedwait(&r->cv, &r->mu, &ts) : pthread_cond_wait(&r->cv, &r->mu);
+    if (rc == ETIMEDOUT) break;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return cosy_err(COSY_ERR_TIMEOUT, "no audio within %d ms", timeout_ms);
+}
+
+cosy_status request_wait(cosy_request *r, int32_t timeout_ms) {
+  struct timespec ts;
+  int timed = deadline_from(timeout_ms, &ts);
+  pthread_mutex_lock(&r->mu);
+  while (r->state != REQ_DONE) {
+    if (timeout_ms == 0) break;
+    int rc = timed ? pthread_cond_timedwait(&r->cv, &r->mu, &ts) : pthread_cond_wait(&r->cv, &r->mu);
+    if (rc == ETIMEDOUT) break;
+  }
+  if (r->state != REQ_DONE) {
+    pthread_mutex_unlock(&r->mu);
+    return cosy_err(COSY_ERR_TIMEOUT, "request still running after %d ms", timeout_ms);
+  }
+  cosy_status st = finished_status(r);
+  pthread_mutex_unlock(&r->mu);
+  return st;
+}
+
+void request_release(cosy_request *r) {
+  __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_lock(&r->mu);
+  r->released = 1;
+  int free_now = r->state == REQ_DONE;
+  pthread_mutex_unlock(&r->mu);
+  if (free_now) request_free(r);
+}

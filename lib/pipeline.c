@@ -1,0 +1,376 @@
+/* pipeline.c - one utterance on the CPU reference path, chunk by chunk, as the official
+ * streaming code (CosyVoice3Model.tts with stream=True; spec section 5) does it:
+ *
+ *   text -> (normalize) -> BPE ids; LLM input per mode; LLM tokens (RAS sampling, silent filter)
+ *   chunk k is ready when len(tokens) - offset >= hop_k + 3 (3 look-ahead tokens), with
+ *     hop_0 = first_chunk_tokens + prompt_pad, prompt_pad = ceil(P/25)*25 - P (aligns the prompt
+ *     plus the first chunk to the flow's 50-frame attention blocks), hop_{k+1} = min(100, 2*hop'_k)
+ *     where hop'_0 = first_chunk_tokens (the official doubling of token_hop_len);
+ *   each chunk: flow(prompt + tokens[: offset + hop + 3], block-causal mask, finalize = 0) gives
+ *     mel frames up to 2*(offset + hop); the new frames are appended to the utterance's mel;
+ *     HiFT (non-final) re-runs on the whole mel and the samples beyond those already sent go out;
+ *   end: flow(prompt + all tokens, full attention, finalize = 1), the new frames appended, HiFT
+ *     (final) over the whole mel, the rest of the samples go out with COSY_CHUNK_LAST.
+ *
+ * Blocking synthesis (cosy_synthesize) runs exactly this schedule and concatenates the chunks, so
+ * streaming and blocking outputs are identical for the same seed. The exception is speed != 1
+ * (blocking only): then, as the official non-streaming path, all tokens are generated first, the
+ * flow runs once with full attention, the mel is linearly resampled to T/speed frames, and HiFT
+ * runs once.
+ *
+ * Prompt conventions (spec 1.1): zero-shot uses the voice's prompt text (prefixed with
+ * "You are a helpful assistant.<|endofprompt|>" when it lacks <|endofprompt|>) and its speech
+ * tokens; cross-lingual gives the LLM no prompt text or tokens and prefixes the text itself;
+ * instruct uses "You are a helpful assistant. <instruct><|endofprompt|>" (or the instruct text as
+ * is when it already holds <|endofprompt|>). The flow always gets the voice's tokens, mel and
+ * speaker embedding. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audio.h"
+#include "engine.h"
+#include "ref/flow.h"
+#include "ref/hift.h"
+#include "ref/llm.h"
+#include "ref/sampling.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#define SYSTEM_PREFIX "You are a helpful assistant."
+#define EOP "<|endofprompt|>"
+#define MEL 80
+#define LOOKAHEAD 3
+#define MAX_HOP 100
+
+/* ---- text --------------------------------------------------------------------------------- */
+
+/* Minimal normalization (the official wetext/ttsfrd text normalizers are not reproduced): text
+ * holding "<|" and "|>" passes untouched, as upstream; otherwise whitespace runs (incl. newlines
+ * and tabs) become one space and the ends are trimmed. */
+static char *normalize_text(const char *in, int enabled) {
+  size_t n = strlen(in);
+  char *out = (char *)cosy_malloc(n + 1);
+  if (!out) return NULL;
+  if (!enabled || (strstr(in, "<|") && strstr(in, "|>"))) {
+    memcpy(out, in, n + 1);
+    return out;
+  }
+  size_t o = 0;
+  int space = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)in[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') {
+      space = 1;
+      continue;
+    }
+    if (space && o > 0) out[o++] = ' ';
+    space = 0;
+    out[o++] = (char)c;
+  }
+  out[o] = '\0';
+  return out;
+}
+
+static char *concat3(const char *a, const char *b, const char *c) {
+  size_t na = strlen(a), nb = strlen(b), nc = strlen(c);
+  char *s = (char *)cosy_malloc(na + nb + nc + 1);
+  if (!s) return NULL;
+  memcpy(s, a, na);
+  memcpy(s + na, b, nb);
+  memcpy(s + na + nb, c, nc + 1);
+  return s;
+}
+
+/* ---- the streaming state ------------------------------------------------------------------ */
+
+typedef struct stream {
+  cosy_engine *e;
+  cosy_request *r;
+  const cosy_voice *v;
+  int32_t *tokens;           /* prompt tokens then generated flow tokens */
+  int n_tok, cap_tok;        /* generated count, capacity */
+  int offset;                /* generated tokens already turned into mel */
+  int hop, next_hop_base;
+  float *mel;                /* accumulated mel, frame-major [T][80] */
+  int T, cap_T;
+  int64_t sent;              /* native-rate samples already delivered */
+  cosy_resampler *rs;        /* NULL at the native rate */
+  float *rs_buf;
+  int64_t rs_cap;
+  cosy_status err;
+  int collect_only;          /* speed != 1: generate everything first */
+} stream;
+
+static int cancelled(const stream *s) {
+  return __atomic_load_n(&s->r->cancel, __ATOMIC_SEQ_CST) != 0;
+}
+
+static void add_time(cosy_request *r, double *slot, double dt) {
+  pthread_mutex_lock(&r->mu);
+  *slot += dt;
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* send native-rate samples through the resampler (if any) to the caller */
+static cosy_status emit(stream *s, const float *pcm, int64_t n, int last) {
+  cosy_request *r = s->r;
+  const float *out = pcm;
+  int64_t n_out = n;
+  if (s->rs) {
+    double t0 = cosy_now();
+    int64_t need = cosy_resampler_max_out(s->rs, n);
+    if (need > s->rs_cap) {
+      float *nb = (float *)realloc(s->rs_buf, (size_t)need * sizeof *nb);
+      if (!nb) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory resampling");
+      s->rs_buf = nb;
+      s->rs_cap = need;
+    }
+    cosy_status st = cosy_resampler_process(s->rs, pcm, n, last, s->rs_buf, s->rs_cap, &n_out);
+    if (st) return st;
+    out = s->rs_buf;
+    add_time(r, &r->vocoder_s, cosy_now() - t0);
+  }
+  pthread_mutex_lock(&r->mu);
+  r->n_chunks++;
+  pthread_mutex_unlock(&r->mu);
+  if (request_deliver(r, out, n_out, last))
+    return cosy_err(COSY_ERR_CANCELLED, "cancelled by the chunk callback");
+  return COSY_OK;
+}
+
+/* run the flow on prompt + tokens[0 : n_used], append frames [2*offset, 2*(offset+new)) */
+static cosy_status flow_chunk(stream *s, int n_used, int n_new, int streaming, int finalize) {
+  cosy_engine *e = s->e;
+  double t0 = cosy_now();
+  float *mel = NULL;
+  int frames = 0;
+  cosy_status st = ref_flow_infer(e->flow, s->tokens, s->v->n_tokens, n_used, s->v->mel,
+                                  2 * s->v->n_tokens, s->v->spk, streaming, finalize,
+                                  &s->r->cancel, &mel, &frames, NULL);
+  add_time(s->r, &s->r->flow_s, cosy_now() - t0);
+  if (st) return st;
+  /* mel is channels-first [80][frames]; frames covers generated tokens [0, n_used(-3)) x 2 */
+  int first = 2 * s->offset, count = 2 * n_new;
+  if (first + count > frames) {
+    free(mel);
+    return cosy_err(COSY_ERR_INTERNAL, "flow returned %d frames, needed %d", frames, first + count);
+  }
+  if (s->T + count > s->cap_T) {
+    int nc = s->cap_T ? s->cap_T : 256;
+    while (nc < s->T + count) nc *= 2;
+    float *nm = (float *)realloc(s->mel, (size_t)nc * MEL * sizeof *nm);
+    if (!nm) {
+      free(mel);
+      return cosy_err(COSY_ERR_NO_MEMORY, "out of memory growing the mel");
+    }
+    s->mel = nm;
+    s->cap_T = nc;
+  }
+  for (int t = 0; t < count; t++)
+    for (int c = 0; c < MEL; c++) s->mel[(size_t)(s->T + t) * MEL + c] = mel[(size_t)c * frames + first + t];
+  s->T += count;
+  s->offset += n_new;
+  free(mel);
+  return COSY_OK;
+}
+
+/* vocode the whole mel (channels-first copy), send what is new */
+static cosy_status vocode(stream *s, const float *mel_fm, int T, int finalize) {
+  if (!finalize && T < 9) return COSY_OK; /* nothing complete yet */
+  if (T == 0) return emit(s, NULL, 0, 1);
+  double t0 = cosy_now();
+  float *cf = (float *)cosy_malloc((size_t)T * MEL * sizeof *cf);
+  if (!cf) return COSY_ERR_NO_MEMORY;
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < MEL; c++) cf[(size_t)c * T + t] = mel_fm[(size_t)t * MEL + c];
+  float *wav = NULL;
+  int64_t n = 0;
+  cosy_status st = ref_hift_infer(s->e->hift, cf, T, finalize, NULL, &s->r->cancel, &wav, &n);
+  free(cf);
+  add_time(s->r, &s->r->vocoder_s, cosy_now() - t0);
+  if (st) return st;
+  int64_t from = s->sent < n ? s->sent : n;
+  st = emit(s, wav + from, n - from, finalize);
+  if (n > s->sent) s->sent = n;
+  free(wav);
+  return st;
+}
+
+static cosy_status maybe_chunks(stream *s) {
+  while (!s->collect_only && s->n_tok - s->offset >= s->hop + LOOKAHEAD) {
+    cosy_status st = flow_chunk(s, s->offset + s->hop + LOOKAHEAD, s->hop, 1, 0);
+    if (st) return st;
+    s->next_hop_base = s->next_hop_base * 2 < MAX_HOP ? s->next_hop_base * 2 : MAX_HOP;
+    s->hop = s->next_hop_base;
+    if ((st = vocode(s, s->mel, s->T, 0))) return st;
+    if (cancelled(s)) return cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+  }
+  return COSY_OK;
+}
+
+static int on_token(void *user, int32_t token) {
+  stream *s = (stream *)user;
+  if (cancelled(s)) return 1;
+  int P = s->v->n_tokens;
+  if (P + s->n_tok + 1 > s->cap_tok) {
+    int nc = s->cap_tok * 2;
+    int32_t *nt = (int32_t *)realloc(s->tokens, (size_t)nc * sizeof *nt);
+    if (!nt) {
+      s->err = cosy_err(COSY_ERR_NO_MEMORY, "out of memory");
+      return 1;
+    }
+    s->tokens = nt;
+    s->cap_tok = nc;
+  }
+  s->tokens[P + s->n_tok++] = token;
+  pthread_mutex_lock(&s->r->mu);
+  s->r->n_speech_tokens = s->n_tok;
+  pthread_mutex_unlock(&s->r->mu);
+  /* the LLM's time is measured around generate; chunk work inside the callback is subtracted */
+  cosy_status st = maybe_chunks(s);
+  if (st) {
+    s->err = st;
+    return 1;
+  }
+  return 0;
+}
+
+/* speed != 1: the official non-streaming path with mel interpolation (linear, align_corners=False) */
+static cosy_status offline_speed(stream *s, float speed) {
+  cosy_status st = flow_chunk(s, s->n_tok, s->n_tok, 0, 1);
+  if (st) return st;
+  int T = s->T, Tn = (int)((double)T / speed);
+  if (Tn < 1) return emit(s, NULL, 0, 1);
+  float *m = (float *)cosy_malloc((size_t)Tn * MEL * sizeof *m);
+  if (!m) return COSY_ERR_NO_MEMORY;
+  double scale = (double)T / Tn;
+  for (int i = 0; i < Tn; i++) {
+    double x = (i + 0.5) * scale - 0.5;
+    if (x < 0) x = 0;
+    int i0 = (int)x;
+    if (i0 > T - 1) i0 = T - 1;
+    int i1 = i0 + 1 < T ? i0 + 1 : T - 1;
+    double w = x - i0;
+    for (int c = 0; c < MEL; c++)
+      m[(size_t)i * MEL + c] = (float)((1 - w) * s->mel[(size_t)i0 * MEL + c] + w * s->mel[(size_t)i1 * MEL + c]);
+  }
+  st = vocode(s, m, Tn, 1);
+  free(m);
+  return st;
+}
+
+cosy_status pipeline_run(cosy_engine *e, cosy_request *r) {
+  const cosy_voice *v = r->voice;
+  const cosy_synth_params *p = &r->params;
+  stream s;
+  memset(&s, 0, sizeof s);
+  s.e = e;
+  s.r = r;
+  s.v = v;
+  s.collect_only = p->speed != 1.0f;
+  cosy_status st = COSY_OK;
+  char *text = NULL, *tts = NULL, *prompt = NULL;
+  int32_t *tts_ids = NULL, *prompt_ids = NULL;
+  int32_t n_tts = 0, n_prompt = 0;
+  float *lm_input = NULL;
+
+  /* text and prompt per mode */
+  if (!(text = normalize_text(r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION)))) {
+    st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  if (!text[0]) {
+    st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text is empty after normalization");
+    goto done;
+  }
+  int use_prompt_tokens = p->mode == COSY_MODE_ZERO_SHOT;
+  if (p->mode == COSY_MODE_ZERO_SHOT) {
+    prompt = strstr(v->prompt_text, EOP) ? cosy_strdup(v->prompt_text)
+                                          : concat3(SYSTEM_PREFIX, EOP, v->prompt_text);
+    tts = cosy_strdup(text);
+  } else if (p->mode == COSY_MODE_CROSS_LINGUAL) {
+    prompt = cosy_strdup("");
+    tts = strstr(text, EOP) ? cosy_strdup(text) : concat3(SYSTEM_PREFIX, EOP, text);
+  } else {
+    prompt = strstr(p->instruct_text, EOP) ? cosy_strdup(p->instruct_text)
+                                            : concat3(SYSTEM_PREFIX " ", p->instruct_text, EOP);
+    tts = cosy_strdup(text);
+  }
+  if (!prompt || !tts) {
+    st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  if ((st = cosy_tokenize(e->tok, prompt, strlen(prompt), &prompt_ids, &n_prompt))) goto done;
+  if ((st = cosy_tokenize(e->tok, tts, strlen(tts), &tts_ids, &n_tts))) goto done;
+  if (n_tts == 0) {
+    st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text has no tokens");
+    goto done;
+  }
+  int min_len = 2 * n_tts, max_len = 20 * n_tts;
+  if (p->max_tokens > 0 && max_len > p->max_tokens) max_len = p->max_tokens;
+  if (min_len > max_len) min_len = max_len;
+  int P = v->n_tokens;
+  int L = 0;
+  if ((st = ref_llm_build_input(e->llm, prompt_ids, n_prompt, tts_ids, n_tts,
+                                use_prompt_tokens ? v->speech_tokens : NULL,
+                                use_prompt_tokens ? P : 0, &lm_input, &L)))
+    goto done;
+  pthread_mutex_lock(&r->mu);
+  r->n_text_tokens = n_prompt + n_tts;
+  pthread_mutex_unlock(&r->mu);
+
+  /* streaming state */
+  s.cap_tok = P + 256;
+  if (!(s.tokens = (int32_t *)cosy_malloc((size_t)s.cap_tok * sizeof *s.tokens))) {
+    st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  if (P) memcpy(s.tokens, v->speech_tokens, (size_t)P * sizeof *s.tokens);
+  int pad = (25 - P % 25) % 25;
+  s.next_hop_base = p->first_chunk_tokens;
+  s.hop = p->first_chunk_tokens + pad;
+  if (p->sample_rate != e->model->hp.sample_rate &&
+      (st = cosy_resampler_create(e->model->hp.sample_rate, p->sample_rate, &s.rs)))
+    goto done;
+
+  cosy_sampling samp = {p->temperature, p->top_p, p->top_k, 10, 0.1f};
+  cosy_rng rng;
+  uint64_t seed = p->seed ? p->seed : (uint64_t)(cosy_now() * 1e9) ^ (uint64_t)(uintptr_t)r;
+  cosy_rng_seed(&rng, seed);
+  double t0 = cosy_now();
+  int n_gen = 0;
+  st = ref_llm_generate(e->llm, lm_input, L, min_len, max_len, &samp, &rng, on_token, &s, &n_gen);
+  pthread_mutex_lock(&r->mu);
+  r->llm_s += cosy_now() - t0 - r->flow_s - r->vocoder_s;
+  pthread_mutex_unlock(&r->mu);
+  if (s.err) {
+    st = s.err;
+    goto done;
+  }
+  if (st) goto done;
+  if (cancelled(&s)) {
+    st = cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+    goto done;
+  }
+  if (s.collect_only) {
+    st = offline_speed(&s, p->speed);
+  } else {
+    /* final chunk: everything left, full attention, finalize */
+    if ((st = flow_chunk(&s, s.n_tok, s.n_tok - s.offset, 0, 1))) goto done;
+    st = vocode(&s, s.mel, s.T, 1);
+  }
+done:
+  if (st == COSY_OK && cancelled(&s)) st = cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+  free(text);
+  free(tts);
+  free(prompt);
+  free(tts_ids);
+  free(prompt_ids);
+  free(lm_input);
+  free(s.tokens);
+  free(s.mel);
+  free(s.rs_buf);
+  if (s.rs) cosy_resampler_free(s.rs);
+  return st;
+}

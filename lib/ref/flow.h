@@ -1,0 +1,55 @@
+/* flow.h - CPU reference (fp32) of the CosyVoice3 flow decoder CausalMaskedDiffWithDiT
+ * (spec section 3): speaker projection, token embedding, PreLookaheadLayer, the 10-step cosine
+ * Euler CFM solver with classifier-free guidance, and the DiT velocity estimator.
+ *
+ * Layouts: mel tensors handed to the caller are CHANNELS-FIRST [80][N] (as PyTorch's [B,80,N]);
+ * the prompt mel given in is frame-major [n_prompt_frames][80] (as the voice stores it).
+ * A ref_flow holds fp32 copies of every flow weight and the fixed noise; it is read-only after
+ * ref_flow_create and may be shared by any number of threads (each call allocates its own
+ * scratch). */
+#ifndef COSY_REF_FLOW_H
+#define COSY_REF_FLOW_H
+
+#include <stdint.h>
+
+#include "cosyvoice.h"
+#include "model.h"
+
+typedef struct ref_flow ref_flow; /* fp32 weights; read-only after create; shareable by threads */
+
+/* Copy (and convert to fp32) every "flow.*" tensor of m. m may be freed afterwards. */
+cosy_status ref_flow_create(const cosy_model *m, ref_flow **out);
+/* NULL is a no-op. */
+void ref_flow_free(ref_flow *f);
+
+typedef struct ref_flow_debug { /* optional outputs for tests; any pointer may be NULL */
+  float *spk_proj;      /* [80] */
+  float *pre_lookahead; /* [n_tok_used][80] (n_tok_used = n_prompt+n_gen, minus 3 if !finalize) */
+  float *mu;            /* [80][N] */
+  float *x_steps;       /* [n_timesteps][80][N]: x after each Euler step */
+  float *t_steps;       /* [n_timesteps]: t fed to the estimator at each step */
+  float *est0_out;      /* [2][80][N]: first estimator call output (row 0 cond, row 1 uncond) */
+} ref_flow_debug;
+
+/* CausalMaskedDiffWithDiT.inference.
+ * tokens: n_prompt prompt speech tokens followed by n_gen new tokens, each in [0, 6561).
+ * prompt_mel: [n_prompt_frames][80] frame-major (n_prompt_frames must equal 2*n_prompt; may be
+ * NULL when it is 0). spk: [192]. streaming: block-causal 50-frame attention mask (else full).
+ * finalize: 0 = the last 3 tokens are only look-ahead context (needs n_gen >= 3).
+ * Output *mel is malloc'd (free()), CHANNELS-FIRST [80][*n_frames], prompt frames removed;
+ * *n_frames = 2*(n_prompt+n_gen - (finalize ? 0 : 3)) - n_prompt_frames (may be 0).
+ * cancel: optional flag polled before every Euler step (non-zero -> COSY_ERR_CANCELLED).
+ * dbg: optional intermediate outputs (see ref_flow_debug), may be NULL. */
+cosy_status ref_flow_infer(const ref_flow *f, const int32_t *tokens, int n_prompt, int n_gen,
+                           const float *prompt_mel, int n_prompt_frames, const float *spk,
+                           int streaming, int finalize, const volatile int *cancel, float **mel,
+                           int *n_frames, ref_flow_debug *dbg);
+
+/* The DiT estimator alone (for tests and the GPU parity harness): batch B, layouts as in the
+ * golden files: x, mu, cond: [B][80][N]; t: [B]; spks: [B][80]; out: [B][80][N].
+ * The padding mask is taken as all ones. */
+cosy_status ref_flow_estimator(const ref_flow *f, int B, int N, const float *x, const float *mu,
+                               const float *t, const float *spks, const float *cond, int streaming,
+                               float *out);
+
+#endif

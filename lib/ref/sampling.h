@@ -1,0 +1,73 @@
+/* sampling.h - seeded RNG and the RAS speech-token sampler (spec 2.3), shared by the CPU
+ * reference and the GPU path (sampling runs on the host over a [n_vocab] log-prob row).
+ *
+ * RNG: xoshiro256** (Blackman & Vigna 2018) with its 256-bit state filled by four successive
+ * outputs of splitmix64 started at the seed. cosy_rng_uniform() = (next() >> 11) * 2^-53, a double
+ * in [0, 1) with 53 random bits. The sequence for a given seed is fixed forever (tests pin it).
+ * Token streams can never match the official implementation bit for bit (it uses CUDA
+ * torch.multinomial); only the distribution is reproduced.
+ *
+ * RAS (repetition aware sampling), given logp[n_vocab] (the log_softmax of the speech head):
+ *   1. x_i = logp_i / temperature (temperature 1 = official). If ignore_eos, x_i = -inf for every
+ *      id >= COSY_SPEECH_TOKENS (6561), i.e. all stop ids 6561..n_vocab-1 are masked. CHOICE:
+ *      HEAD upstream masks only 6561 (sos, a bug); the spec recommends masking all stop ids
+ *      while i < min_len, which was upstream's evident intent before 0e62489. We do that.
+ *   2. p = softmax(x) (fp32 values, sum in double).
+ *   3. nucleus: order ids by p descending, ties by ascending id (= torch's stable sort); take
+ *      them in that order while (cum < top_p && taken < top_k), cum += p (fp32 running sum as in
+ *      upstream), so the token whose probability crosses top_p IS included. Draw one of the
+ *      taken ids with probability proportional to p (multinomial normalises).
+ *   4. repetition check: c = number of occurrences of that id in the last win_size entries of
+ *      history. If c >= win_size * tau_r (computed in float: 10 * 0.1f == 1.0f, so with the
+ *      defaults one occurrence triggers), set p[id] = 0 and draw from the full remaining
+ *      distribution p (no top-k / top-p; the ignore_eos mask still applies). If that
+ *      distribution has no mass left, the nucleus id is kept (upstream would raise an error).
+ *      win_size 0 disables the check; tau_r 0 makes every draw a resample (as upstream).
+ *   Uniform draws: one per multinomial; a draw u*sum is matched against the running sum in
+ *   double, the first id whose running sum exceeds it wins (ids with p = 0 are never chosen).
+ */
+#ifndef COSY_REF_SAMPLING_H
+#define COSY_REF_SAMPLING_H
+
+#include <stdint.h>
+
+#include "cosyvoice.h"
+
+/* Speech token ids are 0..6560; every id >= 6561 is a stop id (sos, eos, task_id, fill, unused). */
+#define COSY_SPEECH_TOKENS 6561
+
+typedef struct cosy_rng {
+  uint64_t s[4];
+} cosy_rng;
+
+/* Seed the generator (any seed, 0 included, is valid). */
+void cosy_rng_seed(cosy_rng *r, uint64_t seed);
+/* Next raw 64-bit output of xoshiro256**. */
+uint64_t cosy_rng_next(cosy_rng *r);
+/* Uniform double in [0, 1). */
+double cosy_rng_uniform(cosy_rng *r);
+
+typedef struct cosy_sampling {
+  float temperature; /* > 0, 1.0 = official */
+  float top_p;       /* (0, 1], official 0.8 */
+  int top_k;         /* >= 1 (clamped to n_vocab), official 25 */
+  int win_size;      /* >= 0 history window of the repetition check, official 10 (0 = off) */
+  float tau_r;       /* >= 0, official 0.1 */
+} cosy_sampling;
+
+/* The official settings: 1.0, 0.8, 25, 10, 0.1. */
+cosy_sampling cosy_sampling_default(void);
+/* COSY_OK when every field is in range, else COSY_ERR_INVALID_ARG with a message. */
+cosy_status cosy_sampling_check(const cosy_sampling *s);
+
+/* Scratch floats cosy_sample_ras needs for a vocabulary of n_vocab: 2 * n_vocab. */
+#define COSY_SAMPLE_SCRATCH(n_vocab) (2 * (size_t)(n_vocab))
+
+/* RAS sampling of one token (see the top of this file). logp [n_vocab] is not modified;
+ * history [n_history] holds the tokens generated so far (may be NULL when n_history is 0);
+ * scratch holds at least COSY_SAMPLE_SCRATCH(n_vocab) floats (n_vocab < 2^24). Returns the token
+ * id, or -1 with cosy_last_error() set on invalid arguments or a row without any finite entry. */
+int32_t cosy_sample_ras(const float *logp, int n_vocab, const int32_t *history, int n_history,
+                        const cosy_sampling *s, int ignore_eos, cosy_rng *rng, float *scratch);
+
+#endif

@@ -1,0 +1,212 @@
+/* voice.c - voices: creation from features, reference counting, voice files.
+ *
+ * A voice file is a small GGUF v3 file (docs/model-format.md, "Voice files"):
+ *   key  general.architecture           string  "cosyvoice3-voice"
+ *   key  cosyvoice.voice.format_version u32     1
+ *   key  cosyvoice.voice.prompt_text    string  transcript of the prompt audio (UTF-8, may be "")
+ *   tensor voice.speech_tokens     i32 [P]       prompt speech tokens (absent when P = 0)
+ *   tensor voice.mel               f32 [2P][80]  prompt mel, frame-major (absent when P = 0)
+ *   tensor voice.speaker_embedding f32 [192]
+ * (shapes in PyTorch order; GGUF's ne[] lists them innermost first). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "gguf.h"
+#include "util.h"
+
+#define VOICE_FORMAT_VERSION 1
+#define MEL 80
+#define SPK 192
+
+cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out);
+cosy_status voice_save_file(const cosy_voice *v, const char *path);
+
+void voice_ref(cosy_voice *v) { __atomic_add_fetch(&v->refs, 1, __ATOMIC_SEQ_CST); }
+
+void voice_unref(cosy_voice *v) {
+  if (__atomic_sub_fetch(&v->refs, 1, __ATOMIC_SEQ_CST) != 0) return;
+  free(v->prompt_text);
+  free(v->speech_tokens);
+  free(v->mel);
+  free(v);
+}
+
+cosy_status voice_create(cosy_engine *e, const char *prompt_text, const int32_t *tokens,
+                         int32_t n_tokens, const float *mel, int32_t n_mel_frames, const float *spk,
+                         cosy_voice **out) {
+  *out = NULL;
+  for (int32_t i = 0; i < n_tokens; i++)
+    if (tokens[i] < 0 || tokens[i] >= 6561)
+      return cosy_err(COSY_ERR_INVALID_ARG, "speech token %d at index %d is outside [0, 6561)",
+                      tokens[i], i);
+  /* the official front end aligns tokens and mel: token_len = min(frames / 2, n_tokens) */
+  int32_t n = n_tokens;
+  if (n_mel_frames / 2 < n) n = n_mel_frames / 2;
+  for (int64_t i = 0; i < (int64_t)2 * n * MEL; i++)
+    if (!isfinite(mel[i]))
+      return cosy_err(COSY_ERR_INVALID_ARG, "prompt mel value %lld is not finite", (long long)i);
+  double norm = 0;
+  for (int i = 0; i < SPK; i++) {
+    if (!isfinite(spk[i]))
+      return cosy_err(COSY_ERR_INVALID_ARG, "speaker embedding value %d is not finite", i);
+    norm += (double)spk[i] * spk[i];
+  }
+  if (norm == 0) return cosy_err(COSY_ERR_INVALID_ARG, "speaker embedding is all zeros");
+  cosy_voice *v = (cosy_voice *)cosy_calloc(1, sizeof *v);
+  if (!v) return COSY_ERR_NO_MEMORY;
+  v->refs = 1;
+  v->engine = e;
+  v->n_tokens = n;
+  v->prompt_text = cosy_strdup(prompt_text ? prompt_text : "");
+  v->speech_tokens = (int32_t *)cosy_malloc((size_t)(n ? n : 1) * sizeof *v->speech_tokens);
+  v->mel = (float *)cosy_malloc((size_t)(n ? 2 * n * MEL : 1) * sizeof *v->mel);
+  if (!v->prompt_text || !v->speech_tokens || !v->mel) {
+    voice_unref(v);
+    return COSY_ERR_NO_MEMORY;
+  }
+  if (n) {
+    memcpy(v->speech_tokens, tokens, (size_t)n * sizeof *tokens);
+    memcpy(v->mel, mel, (size_t)2 * n * MEL * sizeof *mel);
+  }
+  memcpy(v->spk, spk, sizeof v->spk);
+  *out = v;
+  return COSY_OK;
+}
+
+/* ---- files --------------------------------------------------------------------------------- */
+
+static const gguf_tensor *voice_tensor(const gguf_file *f, const char *name, uint32_t type,
+                                       int n_dims, int64_t d0, int64_t d1, cosy_status *st) {
+  const gguf_tensor *t = gguf_find_tensor(f, name);
+  if (!t) {
+    *st = cosy_err(COSY_ERR_MODEL_FORMAT, "voice file: tensor %s is missing", name);
+    return NULL;
+  }
+  /* torch order [d0][d1] -> ne = {d1, d0} */
+  int ok = t->type == type && (int)t->n_dims == n_dims;
+  if (ok && n_dims == 1) ok = t->ne[0] == d0;
+  if (ok && n_dims == 2) ok = t->ne[0] == d1 && t->ne[1] == d0;
+  if (!ok) {
+    *st = cosy_err(COSY_ERR_MODEL_FORMAT, "voice file: tensor %s has the wrong shape or type", name);
+    return NULL;
+  }
+  return t;
+}
+
+cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out) {
+  gguf_file *f;
+  cosy_status st = gguf_open(path, "voice", &f);
+  if (st) return st;
+  gguf_str arch, text;
+  uint32_t ver;
+  if ((st = gguf_get_str(f, "general.architecture", &arch))) goto done;
+  if (arch.n != 16 || memcmp(arch.p, "cosyvoice3-voice", 16) != 0) {
+    st = cosy_err(COSY_ERR_MODEL_FORMAT, "%s is not a voice file (architecture \"%.*s\")", path,
+                  (int)(arch.n > 40 ? 40 : arch.n), arch.p);
+    goto done;
+  }
+  if ((st = gguf_get_u32(f, "cosyvoice.voice.format_version", &ver))) goto done;
+  if (ver != VOICE_FORMAT_VERSION) {
+    st = cosy_err(COSY_ERR_MODEL_VERSION, "%s: voice format version %u is not supported (need %d)",
+                  path, ver, VOICE_FORMAT_VERSION);
+    goto done;
+  }
+  if ((st = gguf_get_str(f, "cosyvoice.voice.prompt_text", &text))) goto done;
+  if (text.n > (1u << 20) || cosy_utf8_invalid_at(text.p, (size_t)text.n) >= 0 ||
+      memchr(text.p, 0, (size_t)text.n)) {
+    st = cosy_err(COSY_ERR_MODEL_FORMAT, "%s: prompt text is not valid UTF-8", path);
+    goto done;
+  }
+  const gguf_tensor *tok = gguf_find_tensor(f, "voice.speech_tokens");
+  int64_t P = tok ? tok->ne[0] : 0;
+  if (P > 3000) {
+    st = cosy_err(COSY_ERR_MODEL_FORMAT, "%s: %lld prompt tokens (max 3000)", path, (long long)P);
+    goto done;
+  }
+  const gguf_tensor *mel = NULL, *spk;
+  if (P > 0) {
+    if (!(tok = voice_tensor(f, "voice.speech_tokens", GGML_I32, 1, P, 0, &st))) goto done;
+    if (!(mel = voice_tensor(f, "voice.mel", GGML_F32, 2, 2 * P, MEL, &st))) goto done;
+  }
+  if (!(spk = voice_tensor(f, "voice.speaker_embedding", GGML_F32, 1, SPK, 0, &st))) goto done;
+  char *pt = (char *)cosy_malloc((size_t)text.n + 1);
+  if (!pt) { st = COSY_ERR_NO_MEMORY; goto done; }
+  memcpy(pt, text.p, (size_t)text.n);
+  pt[text.n] = '\0';
+  st = voice_create(e, pt, P ? (const int32_t *)tok->data : NULL, (int32_t)P,
+                    P ? (const float *)mel->data : NULL, (int32_t)(2 * P),
+                    (const float *)spk->data, out);
+  free(pt);
+done:
+  gguf_close(f);
+  return st;
+}
+
+/* -- writer -- */
+static int put(FILE *fp, const void *p, size_t n) { return fwrite(p, 1, n, fp) == n ? 0 : -1; }
+static int put_u32(FILE *fp, uint32_t v) { return put(fp, &v, 4); }
+static int put_u64(FILE *fp, uint64_t v) { return put(fp, &v, 8); }
+static int put_str(FILE *fp, const char *s, size_t n) { return put_u64(fp, n) || put(fp, s, n); }
+static int put_kv_str(FILE *fp, const char *k, const char *v) {
+  return put_str(fp, k, strlen(k)) || put_u32(fp, GGUF_T_STRING) || put_str(fp, v, strlen(v));
+}
+static int put_tinfo(FILE *fp, const char *name, int nd, int64_t d0, int64_t d1, uint32_t type,
+                     uint64_t off) {
+  if (put_str(fp, name, strlen(name)) || put_u32(fp, (uint32_t)nd)) return -1;
+  if (nd == 1) return put_u64(fp, (uint64_t)d0) || put_u32(fp, type) || put_u64(fp, off);
+  return put_u64(fp, (uint64_t)d1) || put_u64(fp, (uint64_t)d0) || put_u32(fp, type) ||
+         put_u64(fp, off);
+}
+static int pad_to(FILE *fp, long align) {
+  long pos = ftell(fp);
+  if (pos < 0) return -1;
+  static const char z[32] = {0};
+  long n = (align - pos % align) % align;
+  return put(fp, z, (size_t)n);
+}
+
+cosy_status voice_save_file(const cosy_voice *v, const char *path) {
+  char tmp[4096];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+    return cosy_err(COSY_ERR_INVALID_ARG, "voice path too long");
+  FILE *fp = fopen(tmp, "wb");
+  if (!fp) return cosy_err(COSY_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  int64_t P = v->n_tokens;
+  uint64_t nt = P ? 3 : 1;
+  size_t tok_b = (size_t)P * 4, mel_b = (size_t)P * 2 * MEL * 4, spk_b = SPK * 4;
+  size_t tok_pad = (tok_b + 31) / 32 * 32, mel_pad = (mel_b + 31) / 32 * 32;
+  int bad = put(fp, "GGUF", 4) || put_u32(fp, 3) || put_u64(fp, nt) || put_u64(fp, 4) ||
+            put_str(fp, "general.alignment", 17) || put_u32(fp, GGUF_T_UINT32) || put_u32(fp, 32) ||
+            put_kv_str(fp, "general.architecture", "cosyvoice3-voice") ||
+            put_str(fp, "cosyvoice.voice.format_version", 30) || put_u32(fp, GGUF_T_UINT32) ||
+            put_u32(fp, VOICE_FORMAT_VERSION) ||
+            put_kv_str(fp, "cosyvoice.voice.prompt_text", v->prompt_text);
+  uint64_t off = 0;
+  if (!bad && P) {
+    bad = put_tinfo(fp, "voice.speech_tokens", 1, P, 0, GGML_I32, off) ||
+          put_tinfo(fp, "voice.mel", 2, 2 * P, MEL, GGML_F32, off + tok_pad);
+    off += tok_pad + mel_pad;
+  }
+  if (!bad) bad = put_tinfo(fp, "voice.speaker_embedding", 1, SPK, 0, GGML_F32, off);
+  if (!bad) bad = pad_to(fp, 32);
+  if (!bad && P) {
+    bad = put(fp, v->speech_tokens, tok_b) || pad_to(fp, 32) || put(fp, v->mel, mel_b) ||
+          pad_to(fp, 32);
+  }
+  if (!bad) bad = put(fp, v->spk, spk_b) || pad_to(fp, 32);
+  if (fclose(fp) != 0) bad = 1;
+  if (bad) {
+    remove(tmp);
+    return cosy_err(COSY_ERR_IO, "error writing voice file %s", path);
+  }
+  if (rename(tmp, path) != 0) {
+    remove(tmp);
+    return cosy_err(COSY_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  }
+  return COSY_OK;
+}

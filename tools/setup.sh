@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install what building and testing libcosyvoice needs on a Debian/Ubuntu machine:
+# a C toolchain, pkg-config, libsamplerate, cmocka, and numpy for the model tools.
+# The CUDA toolkit is optional (kernels are built when nvcc is on PATH).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential pkg-config libsamplerate0-dev libcmocka-dev python3 python3-pip >/dev/null
+if ! python3 -c "import numpy" 2>/dev/null; then
+  python3 -m pip install -q numpy || python3 -m pip install -q --break-system-packages numpy
+fi
+echo "setup: ok ($(gcc --version | head -1); numpy $(python3 -c 'import numpy; print(numpy.__version__)'))"
