@@ -572,6 +572,98 @@ cosy_status cosy_resample(const float *in, int64_t n, int32_t rate_in, int32_t r
   return COSY_OK;
 }
 
+/* ===================================================== torchaudio-compatible sinc resampler */
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
+                                    float **out, int64_t *n_out) {
+  if (out) *out = NULL;
+  if (n_out) *n_out = 0;
+  if (!out || !n_out || (n > 0 && !in))
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_resample_sinc_hann: NULL argument");
+  if (n < 0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_resample_sinc_hann: n = %lld", (long long)n);
+  if (rate_in < 1000 || rate_out < 1000 || rate_in > 1000000 || rate_out > 1000000)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "cosy_resample_sinc_hann: sample rates %d -> %d outside [1000, 1000000]",
+                    (int)rate_in, (int)rate_out);
+  const int64_t len = cosy_resample_length(n, rate_in, rate_out);
+  if (len < 0 || (uint64_t)len > SIZE_MAX / sizeof(float))
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_resample_sinc_hann: %lld samples is too long",
+                    (long long)n);
+  float *o = (float *)cosy_malloc((size_t)(len > 0 ? len : 1) * sizeof(float));
+  if (!o) return COSY_ERR_NO_MEMORY;
+  if (rate_in == rate_out) {
+    if (n > 0) memcpy(o, in, (size_t)n * sizeof(float));
+    *out = o;
+    *n_out = n;
+    return COSY_OK;
+  }
+  const int64_t g = gcd64(rate_in, rate_out);
+  const int64_t orig = rate_in / g, nw = rate_out / g;
+  const double lpw = 6.0, rolloff = 0.99, PI = 3.14159265358979323846;
+  const double base = (double)(orig < nw ? orig : nw) * rolloff;
+  const int64_t width = (int64_t)ceil(lpw * (double)orig / base);
+  const int64_t K = 2 * width + orig; /* full kernel length */
+  /* non-zero span of phase i: |(-i/nw + (k - width)/orig) * base| < lpw, plus one tap of margin */
+  const int64_t span = (int64_t)ceil(2.0 * lpw * (double)orig / base) + 3;
+  int64_t *k0 = (int64_t *)cosy_malloc((size_t)nw * sizeof(int64_t));
+  int64_t *kn = (int64_t *)cosy_malloc((size_t)nw * sizeof(int64_t));
+  float *w = (float *)cosy_malloc((size_t)nw * (size_t)span * sizeof(float));
+  if (!k0 || !kn || !w) {
+    free(k0);
+    free(kn);
+    free(w);
+    free(o);
+    return COSY_ERR_NO_MEMORY;
+  }
+  for (int64_t i = 0; i < nw; i++) {
+    const double c = (double)i / (double)nw; /* kernel centre, in input samples / orig */
+    int64_t lo = width + (int64_t)floor((double)orig * (c - lpw / base)) - 1;
+    if (lo < 0) lo = 0;
+    int64_t hi = lo + span;
+    if (hi > K) hi = K;
+    k0[i] = lo;
+    kn[i] = hi - lo;
+    for (int64_t k = lo; k < hi; k++) {
+      double t = (-(double)i / (double)nw + (double)(k - width) / (double)orig) * base;
+      if (t < -lpw) t = -lpw;
+      if (t > lpw) t = lpw;
+      const double cw = cos(t * PI / lpw / 2.0);
+      const double win = cw * cw;
+      t *= PI;
+      const double sinc = t == 0.0 ? 1.0 : sin(t) / t;
+      w[i * span + (k - lo)] = (float)(sinc * win * (base / (double)orig));
+    }
+  }
+  /* y[b nw + i] = sum_k xpad[b orig + k] w_i[k], xpad[m] = x[m - width] (zeros outside) */
+  for (int64_t j = 0; j < len; j++) {
+    const int64_t b = j / nw, i = j % nw;
+    const int64_t m0 = b * orig + k0[i] - width; /* x index of tap k0[i] */
+    const float *wi = w + i * span;
+    double acc = 0.0;
+    int64_t a = 0, e = kn[i];
+    if (m0 < 0) a = -m0;
+    if (m0 + e > n) e = n - m0;
+    for (int64_t k = a; k < e; k++) acc += (double)wi[k] * (double)in[m0 + k];
+    o[j] = (float)acc;
+  }
+  free(k0);
+  free(kn);
+  free(w);
+  *out = o;
+  *n_out = len;
+  return COSY_OK;
+}
+
 /* ============================================================================ mel filterbank */
 
 static const double k_mel_fsp = 200.0 / 3.0;
@@ -736,7 +828,7 @@ COSY_API cosy_status cosy_audio_to_mel(const float *pcm, int64_t n_samples, int3
   } else {
     float *x24 = NULL;
     int64_t n24 = 0;
-    st = cosy_resample(pcm, n_samples, sample_rate, COSY_MEL_SR, &x24, &n24);
+    st = cosy_resample_sinc_hann(pcm, n_samples, sample_rate, COSY_MEL_SR, &x24, &n24);
     if (st != COSY_OK) return st;
     st = cosy_mel_24k(x24, n24, mel, n_frames);
     free(x24);

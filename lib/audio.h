@@ -43,6 +43,15 @@ int64_t cosy_resample_length(int64_t n, int32_t rate_in, int32_t rate_out);
 cosy_status cosy_resample(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
                           float **out, int64_t *n_out);
 
+/* torchaudio.transforms.Resample(rate_in, rate_out) with its defaults (sinc_interp_hann,
+ * lowpass_filter_width 6, rolloff 0.99), which CosyVoice's load_wav uses: a band-limited
+ * polyphase FIR, kernel computed in double and stored as float, sums in double. Rates in
+ * [1000, 1000000]. *n_out = cosy_resample_length(n, ...). This is what cosy_audio_to_mel uses, so
+ * that non-24 kHz prompts give the official mel (libsamplerate's sharper filter removes the
+ * 10.9-12 kHz content torchaudio's filter keeps, moving the top two mel bands by up to ~5 in log). */
+cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
+                                    float **out, int64_t *n_out);
+
 /* Streaming conversion: feed any chunking of the input, get exactly what cosy_resample gives for
  * the whole input (same samples, same total length). Output lags the input by the filter's half
  * length until end_of_input flushes it. One object per stream; not thread-safe. */
@@ -78,7 +87,8 @@ cosy_status cosy_mel_filterbank(int32_t sr, int32_t n_fft, int32_t n_mels, doubl
 
 /* The prompt mel of 24 kHz audio (no resampling, no argument screening beyond NULL/length):
  * n >= 721 samples; *n_frames = floor(n / 480); *mel is [*n_frames][80] malloc'd.
- * cosy_audio_to_mel (cosyvoice.h) checks its arguments, resamples to 24 kHz and calls this. */
+ * cosy_audio_to_mel (cosyvoice.h) checks its arguments, resamples to 24 kHz with
+ * cosy_resample_sinc_hann (as the official load_wav does) and calls this. */
 cosy_status cosy_mel_24k(const float *pcm, int64_t n, float **mel, int32_t *n_frames);
 
 #endif

@@ -7,7 +7,7 @@
  *                   feeds speech_embedding[forced[k]] at position L+k. Acceptance 1e-3 abs (the
  *                   official GPU-vs-CPU spread is 9.5e-6, so we expect ~1e-5).
  *   h_layer0_*, h_norm_* hidden states after layer 0 / after the final norm: 1e-4 abs.
- * Plus: one long forward equals prefill + incremental (1e-4 abs), argument checks, the silent
+ * Plus: one forward over all L+K positions matches decode_logp too (1e-3), argument checks, the silent
  * filter, and ref_llm_generate (deterministic per seed, equal to a hand-written loop over
  * ref_llm_forward + cosy_sample_ras, bounded by max_len, cancellable). */
 #include <math.h>

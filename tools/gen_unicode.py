@@ -135,9 +135,12 @@ def measure():
                 out.append([cp, cp, v])
         return out
     print("unicodedata", ud.unidata_version)
-    print("HF_REGEX_EXTRA =", [tuple(r) for r in runs(extra)])
-    print("HF_NFC_CCC0 =", [tuple(r[:2]) for r in runs(ccc0)])
-    print("HF_NFC_NO_COMPOSE =", nocomp)
+    print("HF_REGEX_EXTRA = [" + ", ".join("(0x%X, 0x%X, %d)" % tuple(r) for r in runs(extra)) + "]")
+    print("HF_NFC_CCC0 = [" + ", ".join("(0x%X, 0x%X)" % tuple(r[:2]) for r in runs(ccc0)) + "]")
+    print("HF_NFC_NO_COMPOSE = [" + ", ".join("(0x%X, 0x%X, 0x%X)" % r for r in nocomp) + "]")
+    same = (runs(extra) == [list(r) for r in HF_REGEX_EXTRA] and
+            [tuple(r[:2]) for r in runs(ccc0)] == HF_NFC_CCC0 and nocomp == HF_NFC_NO_COMPOSE)
+    print("the lists in this script are", "up to date" if same else "OUT OF DATE")
 
 
 def main():

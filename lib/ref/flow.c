@@ -8,7 +8,7 @@
  *     h1_t = leaky_relu_0.01(b1 + sum_{k<4} W1[:, :, k] . xp[t+k])                 [T'][P]
  *     h2_t = b2 + sum_{k<3} W2[:, :, k] . h1[t+k-2]   (h1[<0] = 0: left pad 2)     [T'][80]
  *     pre_t = h2_t + x_t
- *   mu[c][n] = pre[n/2][c]  (repeat_interleave x2)                                    [80][N], N = 2T'
+ *   mu[c][n] = pre[n/2][c]  (repeat_interleave x2)                          [80][N], N = 2T'
  *   cond[c][n] = prompt_mel[n][c] for n < n_prompt_frames, else 0                     [80][N]
  *   Euler / CFG solver (10 steps, cosine schedule, fp32 as upstream):
  *     s_i = (float)i * 0.1f (i < 5) or 1 - (10-i)*0.1f (i >= 5)   (torch.linspace(0,1,11), fp32)
@@ -19,7 +19,8 @@
  *   return x[:, n_prompt_frames:]                                                      [80][N-M1]
  *
  * DiT estimator (per batch row; internal layout frame-major [N][D]):
- *   tE   = W_t2 . silu(W_t1 . [sin(a), cos(a)] + b_t1) + b_t2, a_i = (1000 t) * exp(-i ln(1e4)/127),
+ *   tE   = W_t2 . silu(W_t1 . [sin(a), cos(a)] + b_t1) + b_t2,
+ *          a_i = (1000 t) * exp(-i ln(1e4)/127),
  *          i < 128                                                                  [D]
  *   h    = W_in . [x_n, cond_n, mu_n, spks] + b_in                                  [N][D]
  *   h    = h + Mish(conv2(pad30(Mish(conv1(pad30(h))))))  (grouped conv, k 31, left pad)
@@ -633,8 +634,8 @@ cosy_status ref_flow_infer(const ref_flow *f, const int32_t *tokens, int n_promp
 
   cosy_status st = COSY_OK;
   size_t MN = (size_t)M * N;
-  float *e = NULL, *sn = NULL, *xe = NULL, *h1 = NULL, *pre = NULL, *mu = NULL, *cond = NULL, *x = NULL,
-        *v = NULL, *vu = NULL, *res = NULL;
+  float *e = NULL, *sn = NULL, *xe = NULL, *h1 = NULL, *pre = NULL, *mu = NULL, *cond = NULL;
+  float *x = NULL, *v = NULL, *vu = NULL, *res = NULL;
   dit_ws w = {0};
   int P = f->P, K1 = la + 1;
   if (!(e = cosy_malloc((size_t)M * sizeof(float))) ||
@@ -714,7 +715,8 @@ cosy_status ref_flow_infer(const ref_flow *f, const int32_t *tokens, int n_promp
         float d = c1 * v[i] - c2 * vu[i];
         x[i] = x[i] + dt * d;
       }
-      if (dbg && dbg->x_steps) memcpy(dbg->x_steps + (size_t)(step - 1) * MN, x, MN * sizeof(float));
+      if (dbg && dbg->x_steps)
+        memcpy(dbg->x_steps + (size_t)(step - 1) * MN, x, MN * sizeof(float));
       t = t + dt;
       if (step < S) dt = ts[step + 1] - t;
     }
