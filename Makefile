@@ -138,11 +138,11 @@ test: all $(TEST_MODEL) test-c test-py
 
 test-c: $(TEST_BIN) $(TEST_MODEL)
 	@fail=0; for t in $(TEST_BIN); do \
-	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) ./$$t || fail=1; done; \
+	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) ./$$t || fail=1; done; \
 	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
 
 test-py: $(TEST_MODEL)
-	COSY_SHARED=$(SHARED_DIR) $(PYTHON) tests/test_tools.py
+	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
 
 test-sanitize:
 	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c

@@ -29,6 +29,15 @@
  * mid-stream it never produces samples beyond what the final length keeps, since it waits for
  * half a filter of look-ahead).
  *
+ * torchaudio-compatible resampler (cosy_resample_sinc_hann; used by cosy_audio_to_mel because the
+ * official load_wav resamples with torchaudio.transforms.Resample's defaults). With g = gcd,
+ * o = rate_in / g, v = rate_out / g, lpw = 6, base = min(o, v) * 0.99, width = ceil(lpw o / base):
+ *   h_i[k] = sinc(pi t) * cos(pi t / (2 lpw))^2 * base / o,  t = clamp((k - width)/o - i/v, +-lpw/base)*base
+ *   (k = 0 .. 2 width + o - 1, phase i = 0 .. v-1; kernel in double, stored as float)
+ *   y[b v + i] = sum_k h_i[k] x[b o + k - width]   (zeros outside x; sum in double)
+ * cut to ceil(n v / o) samples. Only the taps where |t| < lpw are stored (the rest are 0 up to
+ * ~1e-33), so co-prime rates (o, v in the thousands) stay cheap.
+ *
  * Prompt mel (matcha mel_spectrogram as CosyVoice3's feat_extractor, spec 1.4), x at 24 kHz,
  * N samples (N >= 721: torch's reflect pad needs N > 720):
  *   xp    = reflect_pad(x, 720, 720)          xp[-j] = x[j], xp[N-1+j] = x[N-1-j]

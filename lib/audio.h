@@ -36,7 +36,7 @@ cosy_status cosy_wav_write(const char *path, const float *pcm, int64_t n, int32_
  * torchaudio.transforms.Resample returns. */
 int64_t cosy_resample_length(int64_t n, int32_t rate_in, int32_t rate_out);
 
-/* One-shot conversion with libsamplerate SRC_SINC_BEST_QUALITY. Rates in [1000, 1000000] and
+/* One-shot conversion with libsamplerate SRC_SINC_BEST_QUALITY. Rates in [1, 10^7] and
  * rate_out / rate_in within [1/256, 256]. *n_out = cosy_resample_length(n, ...) (libsamplerate's
  * output is cut or zero-padded at the end to that length). Same rates: a plain copy.
  * *out is malloc'd (non-NULL even when *n_out == 0). */

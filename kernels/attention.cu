@@ -1,0 +1,658 @@
+/* attention.cu - scaled dot-product attention for the LLM (paged decode, causal prefill) and the
+ * DiT (block-causal or full), plus the paged-KV append.
+ *
+ * Math (every kernel): o[i] = sum_j softmax_j(scale * q[i].k[j]) v[j] over the allowed keys j,
+ *   head_dim 64, GQA: q head h reads kv head h / (n_qh / n_kh).
+ *   Allowed keys: decode j < seq_len; prefill (causal) j <= i + (Lk - Lq); DiT block-causal
+ *   j < (i / chunk + 1) * chunk (chunk 50), DiT full j < N.
+ * Layouts: see kernels.h. Paged cache: cache[page][page_size][n_kh][64]; token t of sequence s
+ *   is row t % page_size of page block_table[s][t / page_size]. append writes cache row `slot`.
+ *
+ * Thread mapping
+ *   kv_append: one thread per copied element.
+ *   paged_decode (flash-decoding): grid (split, kv head, sequence), 128 threads. The context is
+ *     cut into splits of split_len (32..256) tokens, chosen from max_ctx and the batch so that
+ *     ~264 blocks exist. A block serves all n_qh/n_kh (<= 8) query heads of its kv head, so each
+ *     K/V row is read once per block: (1) thread t scores tokens t, t+128, ... (one 16-byte-vector
+ *     row load of K, dot products against q in shared memory), scores to shared memory;
+ *     (2) one warp per query head takes max and sum of exp2; (3) thread (d = t % 64, half t / 64)
+ *     accumulates p * v[d] over every other token, the halves are added in shared memory. With one
+ *     split the block writes the normalized output; otherwise it writes (m, l, unnormalized o) and
+ *     a combine kernel (one block of 64 threads per (sequence, head)) merges the splits.
+ *   attn (prefill / DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
+ *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
+ *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
+ *     loads); S = Q K^T and O += P V use mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with the
+ *     standard fragment layouts, so S stays in registers, P is re-packed from the S accumulators
+ *     into A fragments, and the online-softmax rescale of O happens in registers.
+ *   attn, fp32 (or unaligned bf16): one warp per (query row, head, batch); keys in chunks of 32,
+ *     lane l scores key c + l (whole 64-wide dot), online softmax over the chunk, then the warp
+ *     accumulates p_j v_j with lane l owning dims l and l + 32.
+ * Numerics: scores are scaled by scale * log2(e) and exponentiated with exp2f (max-subtracted,
+ *   fp32); fp32 accumulation everywhere. The tensor-core path rounds P to bf16 before P V (as
+ *   FlashAttention does) and normalizes by the sum of the rounded P; expected relative L2 error
+ *   vs fp64 ~3e-3 for bf16 data. The fp32 paths are plain fp32 arithmetic (~1e-6).
+ *   A sequence with no keys (decode seq_len 0) yields a zero output row.
+ */
+#include "kcommon.cuh"
+
+using namespace cosyk;
+
+namespace {
+
+constexpr int HD = 64;
+constexpr float LOG2E_F = 1.4426950408889634f;
+
+/* ------------------------------------------------------------------------------------------ */
+/* KV append                                                                                   */
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+kv_append_kernel(const T *__restrict__ k, const T *__restrict__ v, int kv_stride,
+                 const int32_t *__restrict__ slots, int n_tok, T *kc, T *vc, int n_kh, int hd) {
+  const int64_t per = (int64_t)n_kh * hd;
+  const int64_t total = (int64_t)n_tok * per;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t t = e / per, c = e % per;
+    const int32_t slot = slots[t];
+    if (slot < 0) continue;
+    kc[(size_t)slot * per + c] = k[(size_t)t * kv_stride + c];
+    vc[(size_t)slot * per + c] = v[(size_t)t * kv_stride + c];
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Paged decode                                                                                */
+
+constexpr int DEC_THREADS = 128;
+constexpr int DEC_MAXG = 8;
+constexpr int DEC_SPLIT_MAX = 256;
+constexpr int DEC_TARGET_BLOCKS = 264;
+
+template <typename T> struct DecodeArgs {
+  const T *q;
+  int q_stride;
+  const T *kc, *vc;
+  const int32_t *bt;
+  int max_pages;
+  const int32_t *lens;
+  int n_qh, n_kh, page_size;
+  int split_len, n_splits;
+  float scale_log2;
+  T *out;
+  int out_stride;
+  float *part_o;  /* [n_seq][n_qh][n_splits][64] */
+  float *part_ml; /* [n_seq][n_qh][n_splits][2] = (max, sum) in the exp2 domain */
+};
+
+/* 8 consecutive elements (16-byte aligned) as fp32 */
+__device__ __forceinline__ void load8(const float *p, float f[8]) {
+  const float4 a = reinterpret_cast<const float4 *>(p)[0];
+  const float4 b = reinterpret_cast<const float4 *>(p)[1];
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+  f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+__device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
+  const uint4 t = *reinterpret_cast<const uint4 *>(p);
+  f[0] = __uint_as_float(t.x << 16); f[1] = __uint_as_float(t.x & 0xffff0000u);
+  f[2] = __uint_as_float(t.y << 16); f[3] = __uint_as_float(t.y & 0xffff0000u);
+  f[4] = __uint_as_float(t.z << 16); f[5] = __uint_as_float(t.z & 0xffff0000u);
+  f[6] = __uint_as_float(t.w << 16); f[7] = __uint_as_float(t.w & 0xffff0000u);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T> a) {
+  __shared__ float qs[DEC_MAXG][HD];
+  __shared__ float sc[DEC_MAXG][DEC_SPLIT_MAX];
+  __shared__ float red_o[DEC_MAXG][HD];
+  __shared__ float mrow[DEC_MAXG], lrow[DEC_MAXG];
+  const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int G = a.n_qh / a.n_kh;
+  const int h0 = kvh * G;
+  const int len = a.lens[seq];
+  const int j0 = split * a.split_len;
+  const int n = min(len, j0 + a.split_len) - j0; /* tokens of this split; uniform per block */
+
+  if (n <= 0) {
+    if (a.n_splits == 1) {
+      for (int e = tid; e < G * HD; e += DEC_THREADS)
+        st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + e / HD) * HD + e % HD, 0.f);
+    } else {
+      for (int e = tid; e < G * HD; e += DEC_THREADS) {
+        const size_t pi = ((size_t)seq * a.n_qh + h0 + e / HD) * a.n_splits + split;
+        a.part_o[pi * HD + e % HD] = 0.f;
+        if (e % HD == 0) {
+          a.part_ml[pi * 2] = -INFINITY;
+          a.part_ml[pi * 2 + 1] = 0.f;
+        }
+      }
+    }
+    return;
+  }
+
+  for (int e = tid; e < G * HD; e += DEC_THREADS)
+    qs[e / HD][e % HD] =
+        ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
+  __syncthreads();
+
+  const size_t tok_stride = (size_t)a.n_kh * HD;
+  const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
+
+  /* (1) scores */
+  for (int jj = tid; jj < n; jj += DEC_THREADS) {
+    const int j = j0 + jj;
+    const int page = bt[j / a.page_size];
+    const T *kp = a.kc + ((size_t)page * a.page_size + (j % a.page_size)) * tok_stride +
+                  (size_t)kvh * HD;
+    float kf[HD];
+#pragma unroll
+    for (int c = 0; c < HD / 8; ++c) load8(kp + c * 8, kf + c * 8);
+#pragma unroll 1
+    for (int g = 0; g < G; ++g) {
+      float acc = 0.f;
+#pragma unroll
+      for (int d = 0; d < HD; ++d) acc = fmaf(qs[g][d], kf[d], acc);
+      sc[g][jj] = acc;
+    }
+  }
+  __syncthreads();
+
+  /* (2) softmax statistics, one warp per query head */
+  const int warp = tid >> 5, lane = tid & 31;
+  for (int g = warp; g < G; g += DEC_THREADS / 32) {
+    float m = -INFINITY;
+    for (int jj = lane; jj < n; jj += 32) m = fmaxf(m, sc[g][jj]);
+    m = warp_max(m);
+    float l = 0.f;
+    for (int jj = lane; jj < n; jj += 32) {
+      const float p = exp2f(sc[g][jj] - m);
+      sc[g][jj] = p;
+      l += p;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      mrow[g] = m;
+      lrow[g] = l;
+    }
+  }
+  __syncthreads();
+
+  /* (3) p . v */
+  const int d = tid & (HD - 1), part = tid / HD;
+  float acc[DEC_MAXG];
+#pragma unroll
+  for (int g = 0; g < DEC_MAXG; ++g) acc[g] = 0.f;
+  for (int jj = part; jj < n; jj += DEC_THREADS / HD) {
+    const int j = j0 + jj;
+    const int page = bt[j / a.page_size];
+    const float vv = ld(a.vc + ((size_t)page * a.page_size + (j % a.page_size)) * tok_stride +
+                        (size_t)kvh * HD + d);
+#pragma unroll
+    for (int g = 0; g < DEC_MAXG; ++g)
+      if (g < G) acc[g] = fmaf(sc[g][jj], vv, acc[g]);
+  }
+  if (part == 1) {
+#pragma unroll
+    for (int g = 0; g < DEC_MAXG; ++g)
+      if (g < G) red_o[g][d] = acc[g];
+  }
+  __syncthreads();
+  if (part == 0) {
+#pragma unroll
+    for (int g = 0; g < DEC_MAXG; ++g) {
+      if (g < G) {
+        const float o = acc[g] + red_o[g][d];
+        if (a.n_splits == 1) {
+          st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, o / lrow[g]);
+        } else {
+          const size_t pi = ((size_t)seq * a.n_qh + h0 + g) * a.n_splits + split;
+          a.part_o[pi * HD + d] = o;
+          if (d == 0) {
+            a.part_ml[pi * 2] = mrow[g];
+            a.part_ml[pi * 2 + 1] = lrow[g];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(HD)
+paged_decode_combine_kernel(const float *__restrict__ part_o, const float *__restrict__ part_ml,
+                            int n_qh, int n_splits, T *out, int out_stride) {
+  const int h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
+  const size_t base = ((size_t)seq * n_qh + h) * n_splits;
+  float M = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, part_ml[(base + s) * 2]);
+  float L = 0.f, O = 0.f;
+  if (M != -INFINITY) {
+    for (int s = 0; s < n_splits; ++s) {
+      const float w = exp2f(part_ml[(base + s) * 2] - M);
+      L = fmaf(part_ml[(base + s) * 2 + 1], w, L);
+      O = fmaf(part_o[(base + s) * HD + d], w, O);
+    }
+  }
+  st(out + (size_t)seq * out_stride + (size_t)h * HD + d, L > 0.f ? O / L : 0.f);
+}
+
+void decode_split(int n_seq, int n_kh, int max_ctx, int *split_len, int *n_splits) {
+  const int64_t per = (int64_t)n_seq * n_kh;
+  int64_t want = per > 0 ? (DEC_TARGET_BLOCKS + per - 1) / per : 1;
+  if (want < 1) want = 1;
+  int64_t sl = ((int64_t)max_ctx + want - 1) / want;
+  sl = (sl + 31) / 32 * 32;
+  if (sl < 32) sl = 32;
+  if (sl > DEC_SPLIT_MAX) sl = DEC_SPLIT_MAX;
+  int64_t ns = ((int64_t)max_ctx + sl - 1) / sl;
+  if (ns < 1) ns = 1;
+  *split_len = (int)sl;
+  *n_splits = (int)ns;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Prefill / DiT attention                                                                     */
+
+struct AttnGeo {
+  int Lq, Lk, n_qh, n_kh;
+  int q_stride, kv_stride, o_stride;
+  int64_t q_bstride, kv_bstride, o_bstride;
+  int mode; /* 0 full, 1 causal (j <= i + causal_off), 2 block-causal (chunk) */
+  int causal_off, chunk;
+  float scale_log2;
+};
+
+__device__ __forceinline__ int kv_end(const AttnGeo &g, int i) {
+  int e = g.Lk;
+  if (g.mode == 1)
+    e = min(e, i + g.causal_off + 1);
+  else if (g.mode == 2)
+    e = min(e, (i / g.chunk + 1) * g.chunk);
+  return e;
+}
+
+constexpr int SIMPLE_WARPS = 4;
+
+template <typename T>
+__global__ void __launch_bounds__(SIMPLE_WARPS * 32)
+attn_simple_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                   T *__restrict__ o, AttnGeo g) {
+  __shared__ float qs[SIMPLE_WARPS][HD];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * SIMPLE_WARPS + warp;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (g.n_qh / g.n_kh);
+  if (i >= g.Lq) return; /* whole warp; no block-wide barrier below */
+  const T *qp = q + b * g.q_bstride + (size_t)i * g.q_stride + (size_t)h * HD;
+  qs[warp][lane] = ld(qp + lane) * g.scale_log2;
+  qs[warp][lane + 32] = ld(qp + lane + 32) * g.scale_log2;
+  __syncwarp();
+  const T *kb = k + b * g.kv_bstride + (size_t)kvh * HD;
+  const T *vb = v + b * g.kv_bstride + (size_t)kvh * HD;
+  const int kend = kv_end(g, i);
+  float m = -INFINITY, l = 0.f, o0 = 0.f, o1 = 0.f;
+  for (int c = 0; c < kend; c += 32) {
+    const int j = c + lane;
+    float s = -INFINITY;
+    if (j < kend) {
+      const T *kp = kb + (size_t)j * g.kv_stride;
+      float acc = 0.f;
+#pragma unroll 16
+      for (int d = 0; d < HD; ++d) acc = fmaf(qs[warp][d], ld(kp + d), acc);
+      s = acc;
+    }
+    const float mn = fmaxf(m, warp_max(s)); /* finite: key c is always allowed */
+    const float alpha = exp2f(m - mn);
+    const float p = exp2f(s - mn);
+    l = l * alpha + warp_sum(p);
+    o0 *= alpha;
+    o1 *= alpha;
+    const int nk = min(32, kend - c);
+    for (int jj = 0; jj < nk; ++jj) {
+      const float pj = __shfl_sync(0xffffffffu, p, jj);
+      const T *vp = vb + (size_t)(c + jj) * g.kv_stride;
+      o0 = fmaf(pj, ld(vp + lane), o0);
+      o1 = fmaf(pj, ld(vp + lane + 32), o1);
+    }
+    m = mn;
+  }
+  T *op = o + b * g.o_bstride + (size_t)i * g.o_stride + (size_t)h * HD;
+  st(op + lane, o0 / l);
+  st(op + lane + 32, o1 / l);
+}
+
+constexpr int FA_BQ = 64, FA_BK = 64, FA_THREADS = 128, FA_LD = HD + 8;
+
+__device__ __forceinline__ uint32_t ld_u32(const bf16 *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 t = __floats2bfloat162_rn(lo, hi); /* lo -> low half */
+  return *reinterpret_cast<const uint32_t *>(&t);
+}
+__device__ __forceinline__ uint32_t pack_raw(bf16 lo, bf16 hi) {
+  return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
+}
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+/* D = A B + D, A 16x16 (row), B 16x8 (col), bf16 in, fp32 accumulate. */
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4 * grp + t4:
+ *   A (16x16): reg0 = A[grp][2t4..+1], reg1 = A[grp+8][2t4..+1], reg2 = A[grp][2t4+8..+9],
+ *              reg3 = A[grp+8][2t4+8..+9]
+ *   B (16x8):  reg0 = B[2t4..+1][grp], reg1 = B[2t4+8..+9][grp]
+ *   C (16x8):  c0,c1 = C[grp][2t4..+1], c2,c3 = C[grp+8][2t4..+1] */
+__global__ void __launch_bounds__(FA_THREADS)
+attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
+                       const bf16 *__restrict__ v, bf16 *__restrict__ o, AttnGeo g) {
+  __shared__ __align__(16) bf16 Ks[FA_BK * FA_LD];
+  __shared__ __align__(16) bf16 Vs[FA_BK * FA_LD];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int grp = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (g.n_qh / g.n_kh);
+  const int q0 = blockIdx.x * FA_BQ;
+  const int r0 = q0 + warp * 16 + grp, r1 = r0 + 8;
+  const bf16 *qb = q + b * g.q_bstride + (size_t)h * HD;
+  const bf16 *kb = k + b * g.kv_bstride + (size_t)kvh * HD;
+  const bf16 *vb = v + b * g.kv_bstride + (size_t)kvh * HD;
+
+  uint32_t qa[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int c0 = kk * 16 + 2 * t4;
+    const bf16 *p0 = qb + (size_t)r0 * g.q_stride + c0;
+    const bf16 *p1 = qb + (size_t)r1 * g.q_stride + c0;
+    qa[kk][0] = r0 < g.Lq ? ld_u32(p0) : 0u;
+    qa[kk][1] = r1 < g.Lq ? ld_u32(p1) : 0u;
+    qa[kk][2] = r0 < g.Lq ? ld_u32(p0 + 8) : 0u;
+    qa[kk][3] = r1 < g.Lq ? ld_u32(p1 + 8) : 0u;
+  }
+
+  float oacc[8][4];
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) oacc[dt][0] = oacc[dt][1] = oacc[dt][2] = oacc[dt][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const int kend_blk = kv_end(g, min(q0 + FA_BQ, g.Lq) - 1);
+  const int kend0 = kv_end(g, r0), kend1 = kv_end(g, r1);
+
+  for (int kt = 0; kt < kend_blk; kt += FA_BK) {
+    __syncthreads(); /* the previous tile is no longer read */
+    for (int c = tid; c < FA_BK * (HD / 8); c += FA_THREADS) {
+      const int r = c >> 3, cc = (c & 7) * 8;
+      const int j = kt + r;
+      uint4 kv4 = make_uint4(0u, 0u, 0u, 0u), vv4 = make_uint4(0u, 0u, 0u, 0u);
+      if (j < g.Lk) {
+        kv4 = *reinterpret_cast<const uint4 *>(kb + (size_t)j * g.kv_stride + cc);
+        vv4 = *reinterpret_cast<const uint4 *>(vb + (size_t)j * g.kv_stride + cc);
+      }
+      *reinterpret_cast<uint4 *>(&Ks[r * FA_LD + cc]) = kv4;
+      *reinterpret_cast<uint4 *>(&Vs[r * FA_LD + cc]) = vv4;
+    }
+    __syncthreads();
+
+    /* S = Q K^T for this warp's 16 rows x 64 keys */
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const bf16 *kr = &Ks[(nt * 8 + grp) * FA_LD + kk * 16 + 2 * t4];
+        mma_16816(s[nt], qa[kk], ld_u32(kr), ld_u32(kr + 8));
+      }
+    }
+    /* scale, mask, row max (rows r0: elements 0,1; r1: elements 2,3) */
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = kt + nt * 8 + 2 * t4 + (e & 1);
+        const float sv = j < (e < 2 ? kend0 : kend1) ? s[nt][e] * g.scale_log2 : -INFINITY;
+        s[nt][e] = sv;
+        if (e < 2)
+          mx0 = fmaxf(mx0, sv);
+        else
+          mx1 = fmaxf(mx1, sv);
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+    m0 = mn0;
+    m1 = mn1;
+    l0 *= al0;
+    l1 *= al1;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      oacc[dt][0] *= al0;
+      oacc[dt][1] *= al0;
+      oacc[dt][2] *= al1;
+      oacc[dt][3] *= al1;
+    }
+    /* P (bf16) as A fragments: keys 16kk..16kk+15 are n-tiles 2kk and 2kk+1 */
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int nt = 2 * kk + half;
+        const uint32_t w0 = pack_bf16(exp2f(s[nt][0] - mu0), exp2f(s[nt][1] - mu0));
+        const uint32_t w1 = pack_bf16(exp2f(s[nt][2] - mu1), exp2f(s[nt][3] - mu1));
+        l0 += bf16_lo(w0) + bf16_hi(w0);
+        l1 += bf16_lo(w1) + bf16_hi(w1);
+        pa[kk][2 * half] = w0;
+        pa[kk][2 * half + 1] = w1;
+      }
+    }
+    /* O += P V */
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int key = kk * 16 + 2 * t4;
+#pragma unroll
+      for (int dt = 0; dt < 8; ++dt) {
+        const int dim = dt * 8 + grp;
+        const uint32_t b0 = pack_raw(Vs[key * FA_LD + dim], Vs[(key + 1) * FA_LD + dim]);
+        const uint32_t b1 = pack_raw(Vs[(key + 8) * FA_LD + dim], Vs[(key + 9) * FA_LD + dim]);
+        mma_16816(oacc[dt], pa[kk], b0, b1);
+      }
+    }
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  bf16 *ob = o + b * g.o_bstride + (size_t)h * HD;
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) {
+    const int col = dt * 8 + 2 * t4;
+    if (r0 < g.Lq) {
+      st(ob + (size_t)r0 * g.o_stride + col, oacc[dt][0] * inv0);
+      st(ob + (size_t)r0 * g.o_stride + col + 1, oacc[dt][1] * inv0);
+    }
+    if (r1 < g.Lq) {
+      st(ob + (size_t)r1 * g.o_stride + col, oacc[dt][2] * inv1);
+      st(ob + (size_t)r1 * g.o_stride + col + 1, oacc[dt][3] * inv1);
+    }
+  }
+}
+
+bool aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
+
+cudaError_t launch_attn(cudaStream_t s, cosy_kdtype dt, const void *q, const void *k,
+                        const void *v, void *o, const AttnGeo &g, int B) {
+  if (dt == COSY_KDT_BF16) {
+    const bool vec_ok = aligned(k, 16) && aligned(v, 16) && g.kv_stride % 8 == 0 &&
+                        g.kv_bstride % 8 == 0 && aligned(q, 4) && g.q_stride % 2 == 0 &&
+                        g.q_bstride % 2 == 0;
+    if (vec_ok) {
+      dim3 grid((g.Lq + FA_BQ - 1) / FA_BQ, g.n_qh, B);
+      attn_flash_bf16_kernel<<<grid, FA_THREADS, 0, s>>>((const bf16 *)q, (const bf16 *)k,
+                                                         (const bf16 *)v, (bf16 *)o, g);
+      return cudaGetLastError();
+    }
+  }
+  dim3 grid((g.Lq + SIMPLE_WARPS - 1) / SIMPLE_WARPS, g.n_qh, B);
+  COSYK_DT_CASE(dt, T, {
+    attn_simple_kernel<T><<<grid, SIMPLE_WARPS * 32, 0, s>>>((const T *)q, (const T *)k,
+                                                             (const T *)v, (T *)o, g);
+  })
+  return cudaGetLastError();
+}
+
+} /* namespace */
+
+/* ------------------------------------------------------------------------------------------ */
+
+extern "C" cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const void *k,
+                                        const void *v, int kv_stride,
+                                        const int32_t *slot_mapping, int n_tok, void *k_cache,
+                                        void *v_cache, int n_kh, int head_dim) {
+  if (!cosyk_dt_ok(dt) || n_tok < 0 || n_kh <= 0 || head_dim <= 0 ||
+      kv_stride < n_kh * head_dim)
+    return cudaErrorInvalidValue;
+  if (n_tok == 0) return cudaSuccess;
+  if (!k || !v || !slot_mapping || !k_cache || !v_cache) return cudaErrorInvalidValue;
+  const int64_t total = (int64_t)n_tok * n_kh * head_dim;
+  const unsigned blocks = cosyk_blocks(total, 256, 65535u * 8u);
+  COSYK_DT_CASE(dt, T, {
+    kv_append_kernel<T><<<blocks, 256, 0, s>>>((const T *)k, (const T *)v, kv_stride,
+                                               slot_mapping, n_tok, (T *)k_cache, (T *)v_cache,
+                                               n_kh, head_dim);
+  })
+  return cudaGetLastError();
+}
+
+extern "C" size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx) {
+  if (n_seq <= 0 || n_qh <= 0 || n_kh <= 0 || max_ctx <= 0) return 0;
+  int split_len, n_splits;
+  decode_split(n_seq, n_kh, max_ctx, &split_len, &n_splits);
+  if (n_splits <= 1) return 0;
+  return (size_t)n_seq * n_qh * n_splits * (HD + 2) * sizeof(float);
+}
+
+extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q,
+                                           int q_stride, const void *k_cache,
+                                           const void *v_cache, const int32_t *block_table,
+                                           int max_pages, const int32_t *seq_lens, int n_seq,
+                                           int n_qh, int n_kh, int head_dim, int page_size,
+                                           int max_ctx, float scale, void *out, int out_stride,
+                                           void *workspace, size_t workspace_bytes) {
+  if (!cosyk_dt_ok(dt) || n_seq < 0 || n_qh <= 0 || n_kh <= 0 || n_qh % n_kh != 0 ||
+      n_qh / n_kh > DEC_MAXG || head_dim != HD || page_size <= 0 || max_pages <= 0 ||
+      max_ctx < 0 || (int64_t)max_ctx > (int64_t)max_pages * page_size ||
+      q_stride < n_qh * HD || out_stride < n_qh * HD || !(scale > 0.f) || n_seq > 65535)
+    return cudaErrorInvalidValue;
+  if (n_seq == 0) return cudaSuccess;
+  if (!q || !k_cache || !v_cache || !block_table || !seq_lens || !out)
+    return cudaErrorInvalidValue;
+  if (!aligned(k_cache, 16) || !aligned(v_cache, 16)) return cudaErrorInvalidValue;
+  int split_len, n_splits;
+  decode_split(n_seq, n_kh, max_ctx, &split_len, &n_splits);
+  const size_t need = cosy_k_paged_decode_workspace(n_seq, n_qh, n_kh, max_ctx);
+  if (need > 0 && (!workspace || workspace_bytes < need || !aligned(workspace, 16)))
+    return cudaErrorInvalidValue;
+  float *part_o = (float *)workspace;
+  float *part_ml = need > 0 ? part_o + (size_t)n_seq * n_qh * n_splits * HD : nullptr;
+  dim3 grid(n_splits, n_kh, n_seq);
+  COSYK_DT_CASE(dt, T, {
+    DecodeArgs<T> a;
+    a.q = (const T *)q;
+    a.q_stride = q_stride;
+    a.kc = (const T *)k_cache;
+    a.vc = (const T *)v_cache;
+    a.bt = block_table;
+    a.max_pages = max_pages;
+    a.lens = seq_lens;
+    a.n_qh = n_qh;
+    a.n_kh = n_kh;
+    a.page_size = page_size;
+    a.split_len = split_len;
+    a.n_splits = n_splits;
+    a.scale_log2 = scale * LOG2E_F;
+    a.out = (T *)out;
+    a.out_stride = out_stride;
+    a.part_o = part_o;
+    a.part_ml = part_ml;
+    paged_decode_kernel<T><<<grid, DEC_THREADS, 0, s>>>(a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    if (n_splits > 1) {
+      paged_decode_combine_kernel<T><<<dim3(n_qh, n_seq), HD, 0, s>>>(part_o, part_ml, n_qh,
+                                                                      n_splits, (T *)out,
+                                                                      out_stride);
+    }
+  })
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_attn_prefill(cudaStream_t s, cosy_kdtype dt, const void *q,
+                                           int q_stride, const void *k, const void *v,
+                                           int kv_stride, void *out, int out_stride, int Lq,
+                                           int Lk, int n_qh, int n_kh, int head_dim,
+                                           float scale) {
+  if (!cosyk_dt_ok(dt) || Lq < 0 || Lk < Lq || n_qh <= 0 || n_kh <= 0 || n_qh % n_kh != 0 ||
+      head_dim != HD || q_stride < n_qh * HD || kv_stride < n_kh * HD ||
+      out_stride < n_qh * HD || !(scale > 0.f))
+    return cudaErrorInvalidValue;
+  if (Lq == 0) return cudaSuccess;
+  if (!q || !k || !v || !out) return cudaErrorInvalidValue;
+  AttnGeo g;
+  g.Lq = Lq;
+  g.Lk = Lk;
+  g.n_qh = n_qh;
+  g.n_kh = n_kh;
+  g.q_stride = q_stride;
+  g.kv_stride = kv_stride;
+  g.o_stride = out_stride;
+  g.q_bstride = g.kv_bstride = g.o_bstride = 0;
+  g.mode = 1;
+  g.causal_off = Lk - Lq;
+  g.chunk = 1;
+  g.scale_log2 = scale * LOG2E_F;
+  return launch_attn(s, dt, q, k, v, out, g, 1);
+}
+
+extern "C" cudaError_t cosy_k_attn_dit(cudaStream_t s, cosy_kdtype dt, const void *q,
+                                       const void *k, const void *v, int in_stride, void *out,
+                                       int out_stride, int B, int N, int n_heads, int head_dim,
+                                       int chunk, float scale) {
+  if (!cosyk_dt_ok(dt) || B < 0 || B > 65535 || N < 0 || n_heads <= 0 || head_dim != HD ||
+      in_stride < n_heads * HD || out_stride < n_heads * HD || chunk < 0 || !(scale > 0.f))
+    return cudaErrorInvalidValue;
+  if ((int64_t)B * N == 0) return cudaSuccess;
+  if (!q || !k || !v || !out) return cudaErrorInvalidValue;
+  AttnGeo g;
+  g.Lq = N;
+  g.Lk = N;
+  g.n_qh = n_heads;
+  g.n_kh = n_heads;
+  g.q_stride = in_stride;
+  g.kv_stride = in_stride;
+  g.o_stride = out_stride;
+  g.q_bstride = g.kv_bstride = (int64_t)N * in_stride;
+  g.o_bstride = (int64_t)N * out_stride;
+  g.mode = chunk > 0 ? 2 : 0;
+  g.causal_off = 0;
+  g.chunk = chunk > 0 ? chunk : 1;
+  g.scale_log2 = scale * LOG2E_F;
+  return launch_attn(s, dt, q, k, v, out, g, B);
+}
