@@ -1,0 +1,272 @@
+/* gemm.cu - y = x W^T (+ bias) (+ y) through cuBLASLt.
+ *
+ * Math: y[m][n] = sum_k x[m][k] W[n][k] + bias[n] (+ y[m][n] when accumulate), fp32 accumulation
+ *   (CUBLAS_COMPUTE_32F, scale type fp32: for fp32 inputs this is true fp32, not TF32).
+ * Shapes: x [M][ldx] (K used), W [N][K] (a PyTorch Linear weight [out][in], row-major), bias [N]
+ *   fp32, y [M][ldy] (N used). Supported types: x, W bf16 -> y bf16 or fp32; x, W fp32 -> y fp32.
+ * Mapping to column-major cuBLAS: the row-major W [N][K] is the column-major K x N matrix W^T,
+ *   x [M][K] is the column-major K x M matrix x^T and y [M][N] the column-major N x M y^T, so
+ *   y^T = op_T(W^T) x^T: A = W (transa = T, lda = K), B = x (transb = N, ldb = ldx),
+ *   C = D = y (ldc = ldy). This "TN" form is cuBLASLt's preferred layout.
+ * Bias: fused as CUBLASLT_EPILOGUE_BIAS with an fp32 bias vector where the library accepts that
+ *   combination (it is tried first); otherwise the product runs without epilogue and
+ *   cosy_k_add_bias (act.cu) adds the bias afterwards on the same stream.
+ * Plans: matmul/layout descriptors and the heuristic's algorithm are cached per shape, types,
+ *   strides, accumulate flag and pointer alignments (a small ring of PLAN_CACHE entries), so a
+ *   steady-state call does no heuristic query and nothing that breaks CUDA graph capture.
+ * The handle owns a device workspace (default 32 MiB) allocated once by cosy_gemm_create.
+ */
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kcommon.cuh"
+
+namespace {
+
+constexpr int PLAN_CACHE = 64;
+
+struct PlanKey {
+  int M, N, K, ldx, ldy;
+  int ab_dt, y_dt, has_bias, accumulate;
+  int align_x, align_w, align_y, align_b;
+};
+
+struct Plan {
+  PlanKey key;
+  int valid;
+  int bias_fused; /* 0: bias (if any) added by cosy_k_add_bias afterwards */
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulAlgo_t algo;
+};
+
+int ptr_align(const void *p) {
+  const uintptr_t u = (uintptr_t)p;
+  int a = 1;
+  while (a < 256 && (u % (uintptr_t)(a * 2)) == 0) a *= 2;
+  return a;
+}
+
+cudaError_t map_status(cublasStatus_t st) {
+  switch (st) {
+  case CUBLAS_STATUS_SUCCESS: return cudaSuccess;
+  case CUBLAS_STATUS_ALLOC_FAILED: return cudaErrorMemoryAllocation;
+  case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
+  case CUBLAS_STATUS_NOT_SUPPORTED:
+  case CUBLAS_STATUS_ARCH_MISMATCH: return cudaErrorNotSupported;
+  default: return cudaErrorUnknown;
+  }
+}
+
+cudaDataType_t cuda_type(cosy_kdtype dt) { return dt == COSY_KDT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+} /* namespace */
+
+struct cosy_gemm {
+  cublasLtHandle_t lt;
+  void *ws;
+  size_t ws_bytes;
+  int last_cublas;
+  int next; /* ring position for replacement */
+  Plan plans[PLAN_CACHE];
+};
+
+namespace {
+
+void plan_free(Plan *p) {
+  if (!p->valid) return;
+  cublasLtMatrixLayoutDestroy(p->a);
+  cublasLtMatrixLayoutDestroy(p->b);
+  cublasLtMatrixLayoutDestroy(p->c);
+  cublasLtMatmulDescDestroy(p->desc);
+  p->valid = 0;
+}
+
+#define LT_TRY(expr)                          \
+  do {                                        \
+    cublasStatus_t st_ = (expr);              \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {       \
+      g->last_cublas = (int)st_;              \
+      plan_destroy_partial(&p);               \
+      return map_status(st_);                 \
+    }                                         \
+  } while (0)
+
+struct PartialPlan {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulPreference_t pref;
+};
+
+void plan_destroy_partial(PartialPlan *p) {
+  if (p->pref) cublasLtMatmulPreferenceDestroy(p->pref);
+  if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+  if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+  if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+  memset(p, 0, sizeof *p);
+}
+
+/* Build descriptors and pick an algorithm; *found = 0 when the heuristic offers none. */
+cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const float *bias,
+                       Plan *out, int *found) {
+  PartialPlan p;
+  memset(&p, 0, sizeof p);
+  *found = 0;
+  const cudaDataType_t ab = cuda_type((cosy_kdtype)k.ab_dt), yt = cuda_type((cosy_kdtype)k.y_dt);
+  LT_TRY(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (fuse_bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bt = CUDA_R_32F;
+    LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                          sizeof bt));
+    /* the heuristic uses the pointer's value to judge its alignment */
+    LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                          sizeof bias));
+  }
+  LT_TRY(cublasLtMatrixLayoutCreate(&p.a, ab, (uint64_t)k.K, (uint64_t)k.N, (int64_t)k.K));
+  LT_TRY(cublasLtMatrixLayoutCreate(&p.b, ab, (uint64_t)k.K, (uint64_t)k.M, (int64_t)k.ldx));
+  LT_TRY(cublasLtMatrixLayoutCreate(&p.c, yt, (uint64_t)k.N, (uint64_t)k.M, (int64_t)k.ldy));
+  LT_TRY(cublasLtMatmulPreferenceCreate(&p.pref));
+  const uint64_t ws = g->ws_bytes;
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                              &ws, sizeof ws));
+  const uint32_t al_a = (uint32_t)k.align_w, al_b = (uint32_t)k.align_x,
+                 al_c = (uint32_t)k.align_y;
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(p.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                              &al_a, sizeof al_a));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(p.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                              &al_b, sizeof al_b));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(p.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                              &al_c, sizeof al_c));
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(p.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                              &al_c, sizeof al_c));
+  cublasLtMatmulHeuristicResult_t res;
+  int n_res = 0;
+  memset(&res, 0, sizeof res);
+  cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(g->lt, p.desc, p.a, p.b, p.c, p.c, p.pref, 1, &res, &n_res);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && n_res < 1)) {
+    plan_destroy_partial(&p);
+    return cudaSuccess; /* *found stays 0 */
+  }
+  LT_TRY(st);
+  cublasLtMatmulPreferenceDestroy(p.pref);
+  out->key = k;
+  out->valid = 1;
+  out->bias_fused = fuse_bias;
+  out->desc = p.desc;
+  out->a = p.a;
+  out->b = p.b;
+  out->c = p.c;
+  out->algo = res.algo;
+  *found = 1;
+  return cudaSuccess;
+}
+
+} /* namespace */
+
+extern "C" cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes) {
+  if (!out) return cudaErrorInvalidValue;
+  *out = nullptr;
+  cosy_gemm *g = (cosy_gemm *)calloc(1, sizeof *g);
+  if (!g) return cudaErrorMemoryAllocation;
+  g->ws_bytes = workspace_bytes ? workspace_bytes : ((size_t)32 << 20);
+  cublasStatus_t st = cublasLtCreate(&g->lt);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    free(g);
+    return map_status(st);
+  }
+  cudaError_t e = cudaMalloc(&g->ws, g->ws_bytes);
+  if (e != cudaSuccess) {
+    cublasLtDestroy(g->lt);
+    free(g);
+    return e;
+  }
+  *out = g;
+  return cudaSuccess;
+}
+
+extern "C" void cosy_gemm_destroy(cosy_gemm *g) {
+  if (!g) return;
+  for (int i = 0; i < PLAN_CACHE; ++i) plan_free(&g->plans[i]);
+  if (g->ws) cudaFree(g->ws);
+  if (g->lt) cublasLtDestroy(g->lt);
+  free(g);
+}
+
+extern "C" int cosy_gemm_last_cublas_status(const cosy_gemm *g) { return g ? g->last_cublas : 0; }
+
+extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
+                                   cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                                   const float *bias, cosy_kdtype y_dt, void *y, int ldy,
+                                   int accumulate) {
+  if (!g || M < 0 || N < 0 || K < 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt))
+    return cudaErrorInvalidValue;
+  if (ab_dt == COSY_KDT_F32 && y_dt != COSY_KDT_F32) return cudaErrorNotSupported;
+  if ((int64_t)M * N == 0) return cudaSuccess;
+  if (K == 0 || ldx < K || ldy < N || !x || !w || !y) return cudaErrorInvalidValue;
+
+  PlanKey key;
+  memset(&key, 0, sizeof key);
+  key.M = M;
+  key.N = N;
+  key.K = K;
+  key.ldx = ldx;
+  key.ldy = ldy;
+  key.ab_dt = ab_dt;
+  key.y_dt = y_dt;
+  key.has_bias = bias != nullptr;
+  key.accumulate = accumulate ? 1 : 0;
+  key.align_x = ptr_align(x);
+  key.align_w = ptr_align(w);
+  key.align_y = ptr_align(y);
+  key.align_b = bias ? ptr_align(bias) : 0;
+
+  Plan *plan = nullptr;
+  for (int i = 0; i < PLAN_CACHE; ++i) {
+    if (g->plans[i].valid && memcmp(&g->plans[i].key, &key, sizeof key) == 0) {
+      plan = &g->plans[i];
+      break;
+    }
+  }
+  if (!plan) {
+    Plan *slot = &g->plans[g->next];
+    g->next = (g->next + 1) % PLAN_CACHE;
+    plan_free(slot);
+    int found = 0;
+    cudaError_t e = cudaSuccess;
+    if (bias) e = plan_build(g, key, 1, bias, slot, &found);
+    if (e == cudaSuccess && !found) e = plan_build(g, key, 0, nullptr, slot, &found);
+    if (e != cudaSuccess) return e;
+    if (!found) {
+      g->last_cublas = (int)CUBLAS_STATUS_NOT_SUPPORTED;
+      return cudaErrorNotSupported;
+    }
+    plan = slot;
+  }
+  if (plan->bias_fused) {
+    cublasStatus_t st = cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      g->last_cublas = (int)st;
+      return map_status(st);
+    }
+  }
+  const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+  cublasStatus_t st = cublasLtMatmul(g->lt, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, y,
+                                     plan->c, y, plan->c, &plan->algo, g->ws, g->ws_bytes, s);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    g->last_cublas = (int)st;
+    return map_status(st);
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  if (bias && !plan->bias_fused) return cosy_k_add_bias(s, y_dt, y, ldy, bias, M, N);
+  return cudaSuccess;
+}
