@@ -260,7 +260,11 @@ typedef struct cosy_synth_params {
   int32_t top_k;               /**< 0 = 25; 1 .. 6561 */
   uint64_t seed;               /**< 0 = from the clock */
   int32_t first_chunk_tokens;  /**< streaming: tokens in the first chunk; 0 = 25 (model's block) */
-  int32_t max_tokens;          /**< cap on speech tokens; 0 = 20 per text token (model's rule) */
+  int32_t max_tokens;          /**< most speech tokens; 0 = 20 per text token (model's rule) */
+  int32_t min_tokens;          /**< speech tokens before a stop token may end the utterance;
+                                    0 = 2 per text token (model's rule); capped by max_tokens.
+                                    min_tokens = max_tokens forces the length (benchmarks) */
+  int32_t reserved;
 } cosy_synth_params;
 COSY_API void cosy_synth_params_init(cosy_synth_params *p, uint32_t struct_size);
 

@@ -1,4 +1,4 @@
-/* kcommon.cuh - device helpers shared by the kernels/*.cu files (internal, C++/CUDA only).
+/* kcommon.cuh - device helpers shared by the kernel files (internal; CUDA C++ only).
  *
  * Typed loads/stores that convert to and from fp32 (bf16 rounding: nearest-even), warp and block
  * reductions, and the dtype dispatch macro the launchers use. */

@@ -140,6 +140,10 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
                     out->first_chunk_tokens);
   if (out->max_tokens < 0 || out->max_tokens > 15000)
     return cosy_err(COSY_ERR_INVALID_ARG, "max_tokens %d is outside 0..15000", out->max_tokens);
+  if (out->min_tokens < 0 || out->min_tokens > 15000)
+    return cosy_err(COSY_ERR_INVALID_ARG, "min_tokens %d is outside 0..15000", out->min_tokens);
+  if (out->reserved)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synth_params.reserved must be 0");
   return COSY_OK;
 }
 

@@ -308,7 +308,8 @@ cosy_status pipeline_run(cosy_engine *e, cosy_request *r) {
     goto done;
   }
   int min_len = 2 * n_tts, max_len = 20 * n_tts;
-  if (p->max_tokens > 0 && max_len > p->max_tokens) max_len = p->max_tokens;
+  if (p->max_tokens > 0) max_len = p->max_tokens;
+  if (p->min_tokens > 0) min_len = p->min_tokens;
   if (min_len > max_len) min_len = max_len;
   int P = v->n_tokens;
   int L = 0;

@@ -546,6 +546,42 @@ def test_convert_errors():
         say(f"{what}: exit 1, {msg}")
 
 
+def test_bf16_rounding():
+    """--dtype bf16 rounds to nearest even (the golden weights are bf16-exact, so this uses others)."""
+    need_golden()
+    rng = np.random.default_rng(3)
+    f = as_plain(load_golden_sds()["flow.pt"])
+    for k, (a, dt) in f.items():
+        if a.ndim >= 2:
+            b = (a.astype(np.float64) * (1 + 1e-3 * rng.standard_normal(a.shape))).astype(np.float32)
+            bits = b.reshape(-1).view(np.uint32)
+            bits[:64] = (bits[:64] & 0xFFFF0000) | 0x8000          # exact ties, odd and even
+            bits[64:128] = (bits[64:128] & 0xFFFF0000) | 0x7FFF
+            f[k] = (b, dt)
+    rc, se, out = convert_dir({"llm.pt": os.path.join(SMALL, "llm.pt"), "flow.pt": f,
+                               "hift.pt": os.path.join(SMALL, "hift.pt")})
+    assert rc == 0, se
+    # convert_dir writes f32; convert this dir again as bf16
+    d = os.path.dirname(out)
+    out16 = os.path.join(d, "out16.gguf")
+    rc, so, se = run([os.path.join(TOOLS, "convert.py"), d, "-o", out16, "--dtype", "bf16",
+                      "--tokenizer", TOKDIR, "--added-tokens", os.path.join(TOKDIR, "added_tokens.json")])
+    assert rc == 0, se
+    g, g32 = Gguf(out16), Gguf(out)
+    n = ties = 0
+    for k, (a, dt) in f.items():
+        name = "flow.dit." + k[len("decoder.estimator."):] if k.startswith("decoder.estimator.") else "flow." + k
+        if name not in g.tensors:
+            continue
+        assert np.array_equal(g32.raw(name).reshape(-1).view(np.uint32), a.reshape(-1).view(np.uint32)), name
+        if a.ndim >= 2:
+            assert g.dtype(name) == "bf16"
+            assert np.array_equal(g.raw(name).reshape(-1), bf16_nearest_even(a)), f"{name}: not RNE"
+            n += a.size
+            ties += 64
+    say(f"{n} perturbed flow weights ({ties} exact ties) stored as round-to-nearest-even bf16")
+
+
 def test_make_model():
     """make_model.py --preset small / demo: same tensor table as the converted golden model."""
     mm = os.path.join(TOOLS, "make_model.py")
@@ -656,7 +692,8 @@ def test_numpy_hift():
     assert e_f0 <= 1e-4 and e_s <= 5e-4 and e_dec <= 5e-4 and e_wav <= 3e-2
 
 
-TESTS = [test_ptread_sha, test_convert_roundtrip, test_convert_errors, test_make_model, test_numpy_hift]
+TESTS = [test_ptread_sha, test_convert_roundtrip, test_bf16_rounding, test_convert_errors, test_make_model,
+         test_numpy_hift]
 
 
 def main():
