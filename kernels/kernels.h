@@ -74,7 +74,8 @@ cudaError_t cosy_k_layernorm_mod(cudaStream_t s, cosy_kdtype x_dt, const void *x
  *     x1 = x[i], x2 = x[i + hd/2];  x[i] = x1 cos a - x2 sin a;  x[i + hd/2] = x2 cos a + x1 sin a
  * q [n_tok][q_stride] with head h at columns h*hd (n_qh heads), k [n_tok][k_stride] likewise
  * (n_kh heads; k may be NULL when n_kh is 0). pos [n_tok] int32 (device). inv_freq [hd/2] fp32
- * (device) or NULL for inv_freq[i] = 1 / theta^(2i/hd) computed in fp32. hd even, <= 256. */
+ * (device) or NULL for inv_freq[i] = fp32(1 / theta^(2i/hd)) (evaluated in double). hd even,
+ * <= 256. */
 cudaError_t cosy_k_rope_neox(cudaStream_t s, cosy_kdtype dt, void *q, int q_stride, int n_qh,
                              void *k, int k_stride, int n_kh, const int32_t *pos, int n_tok,
                              int hd, float theta, const float *inv_freq);

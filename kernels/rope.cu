@@ -2,7 +2,7 @@
  *
  * Math
  *   NeoX / Qwen2 (rotate_half, non-interleaved), head size hd (64), theta 1e6:
- *     inv_freq[i] = 1 / theta^(2i/hd)  (fp32, like HF's default rope init), a = pos * inv_freq[i]
+ *     inv_freq[i] = 1 / theta^(2i/hd), a = pos * inv_freq[i]
  *     x1 = x[i], x2 = x[i + hd/2]  (i < hd/2)
  *     x[i] = x1 cos a - x2 sin a,   x[i + hd/2] = x2 cos a + x1 sin a
  *   Interleaved (x-transformers RotaryEmbedding + apply_rotary_pos_emb in the DiT), theta 1e4:
@@ -13,7 +13,11 @@
  * Shapes: see kernels.h (strided rows so q and k can be rotated inside a fused QKV buffer).
  * Thread mapping: one thread per rotated pair: (token, head, i) for NeoX, (tensor, row, i) for the
  *   interleaved form; grid-stride loops.
- * Numerics: the angle is formed in fp32 as fp32(pos) * inv_freq (what HF and x-transformers do),
+ * Numerics: inv_freq is the caller's table (e.g. the DiT checkpoint's rotary_embed.inv_freq) or,
+ *   when NULL, 1/theta^(2i/dim) evaluated in double and rounded once to fp32 (HF/x-transformers
+ *   evaluate it in fp32 arithmetic; the two can differ by one ulp; pass a table computed the
+ *   reference's way where bit-faithful angles matter). The angle is formed in fp32 as
+ *   fp32(pos) * inv_freq (what HF and x-transformers do),
  *   then accurate sincosf (no fast-math intrinsics: angles reach ~3e4 rad); the rotation is fp32
  *   and rounded once at the store.
  */
@@ -28,7 +32,7 @@ constexpr int ROPE_THREADS = 256;
 __device__ __forceinline__ float rope_inv_freq(const float *inv_freq, int i, int dim,
                                                float theta) {
   if (inv_freq) return inv_freq[i];
-  return 1.0f / powf(theta, (float)(2 * i) / (float)dim);
+  return (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)dim));
 }
 
 template <typename T>

@@ -12,9 +12,6 @@
 #include <time.h>
 
 #include "engine.h"
-#include "ref/flow.h"
-#include "ref/hift.h"
-#include "ref/llm.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -117,11 +114,18 @@ cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
   double t0 = cosy_now();
   if ((st = cosy_model_load(e->model_path_buf, &e->model))) goto fail;
   if ((st = cosy_tokenizer_create(e->model, &e->tok))) goto fail;
-  if ((st = ref_llm_create(e->model, &e->llm))) goto fail;
-  if ((st = ref_flow_create(e->model, &e->flow))) goto fail;
-  if ((st = ref_hift_create(e->model, &e->hift))) goto fail;
-  engine_log(e, COSY_LOG_INFO, "model %s loaded in %.2f s (CPU path)", e->model_path_buf,
-             cosy_now() - t0);
+  e->speech_vocab = e->model->hp.speech_vocab;
+#ifdef COSY_WITH_CUDA
+  e->be = cfg->device >= 0 ? &cosy_backend_gpu : &cosy_backend_cpu;
+#else
+  e->be = &cosy_backend_cpu;
+#endif
+  if ((st = e->be->create(e))) {
+    e->be = NULL;
+    goto fail;
+  }
+  engine_log(e, COSY_LOG_INFO, "model %s loaded in %.2f s (%s backend)", e->model_path_buf,
+             cosy_now() - t0, e->be->name);
   e->n_workers = cfg->max_active;
   e->workers = (struct engine_worker *)cosy_calloc((size_t)e->n_workers, sizeof *e->workers);
   if (!e->workers) { st = COSY_ERR_NO_MEMORY; goto fail; }
@@ -153,9 +157,7 @@ void engine_destroy(cosy_engine *e) {
   pthread_mutex_unlock(&e->mu);
   for (int i = 0; i < e->n_workers; i++) pthread_join(e->workers[i].th, NULL);
   free(e->workers);
-  ref_hift_free(e->hift);
-  ref_flow_free(e->flow);
-  ref_llm_free(e->llm);
+  if (e->be) e->be->destroy(e);
   cosy_tokenizer_free(e->tok);
   cosy_model_free(e->model);
   pthread_mutex_destroy(&e->mu);
@@ -167,12 +169,9 @@ void engine_destroy(cosy_engine *e) {
 cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s) {
   cosy_engine *m = (cosy_engine *)e;
   pthread_mutex_lock(&m->mu);
-  s->weights_bytes = (int64_t)e->model->f->size;
-  s->kv_bytes = 0;
-  s->workspace_bytes = 0;
-  s->device_bytes_total = 0;
-  s->kv_pages_total = 0;
-  s->kv_pages_used = 0;
+  s->weights_bytes = s->kv_bytes = s->workspace_bytes = s->device_bytes_total = 0;
+  s->kv_pages_total = s->kv_pages_used = 0;
+  e->be->stats(e, s);
   s->active = e->n_active;
   s->queued = e->n_queued;
   s->requests_done = e->requests_done;

@@ -16,9 +16,6 @@
 #include "model.h"
 
 struct cosy_tokenizer;
-struct ref_llm;
-struct ref_flow;
-struct ref_hift;
 
 struct cosy_voice {
   int refs;                      /* atomic (__atomic builtins) */
@@ -30,14 +27,48 @@ struct cosy_voice {
   float spk[192];
 };
 
+/* A compute backend: the CPU reference (lib/backend_cpu.c) or the GPU (lib/gpu/backend_gpu.c).
+ * The pipeline (pipeline.c) drives either through these calls; the sampling, the silent-token
+ * filter and the chunk schedule are shared, so both backends follow the same semantics. Calls
+ * may come from several worker threads at once; a backend serializes what it must. */
+typedef struct cosy_backend {
+  const char *name;
+  cosy_status (*create)(struct cosy_engine *e);           /* sets e->be_state */
+  void (*destroy)(struct cosy_engine *e);
+  void (*stats)(const struct cosy_engine *e, cosy_engine_stats *s);
+  /* LLM input [sos, text, task_id, prompt speech] as host fp32 [L][H] (malloc'd) */
+  cosy_status (*llm_input)(struct cosy_engine *e, const int32_t *prompt_text, int n_pt,
+                           const int32_t *tts_text, int n_tt, const int32_t *prompt_speech,
+                           int n_ps, float **emb, int *L);
+  /* one sequence: open for max_positions, prefill, decode one token at a time */
+  cosy_status (*llm_open)(struct cosy_engine *e, int max_positions, void **seq);
+  void (*llm_close)(struct cosy_engine *e, void *seq);
+  cosy_status (*llm_prefill)(struct cosy_engine *e, void *seq, const float *emb, int L,
+                             float *logp_last);
+  cosy_status (*llm_decode)(struct cosy_engine *e, void *seq, int32_t token, float *logp);
+  /* ref_flow_infer's contract (mel host, channels-first, malloc'd) */
+  cosy_status (*flow_infer)(struct cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
+                            const float *prompt_mel, int n_prompt_frames, const float *spk,
+                            int streaming, int finalize, const volatile int *cancel, float **mel,
+                            int *n_frames);
+  /* ref_hift_infer's contract with the default noise */
+  cosy_status (*hift_infer)(struct cosy_engine *e, const float *mel, int T, int finalize,
+                            const volatile int *cancel, float **wav, int64_t *n);
+} cosy_backend;
+
+extern const cosy_backend cosy_backend_cpu;
+#ifdef COSY_WITH_CUDA
+extern const cosy_backend cosy_backend_gpu;
+#endif
+
 struct cosy_engine {
   cosy_engine_config cfg;        /* copy; model_path points into model_path_buf */
   char *model_path_buf;
   cosy_model *model;
   struct cosy_tokenizer *tok;
-  struct ref_llm *llm;
-  struct ref_flow *flow;
-  struct ref_hift *hift;
+  const cosy_backend *be;
+  void *be_state;
+  int speech_vocab;              /* rows of the LLM's speech head (6761) */
 
   pthread_mutex_t mu;
   pthread_cond_t cv_work;        /* workers wait for requests */

@@ -30,9 +30,7 @@
 
 #include "audio.h"
 #include "engine.h"
-#include "ref/flow.h"
-#include "ref/hift.h"
-#include "ref/llm.h"
+#include "ref/llm.h" /* ref_silent_pass */
 #include "ref/sampling.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -145,9 +143,9 @@ static cosy_status flow_chunk(stream *s, int n_used, int n_new, int streaming, i
   double t0 = cosy_now();
   float *mel = NULL;
   int frames = 0;
-  cosy_status st = ref_flow_infer(e->flow, s->tokens, s->v->n_tokens, n_used, s->v->mel,
-                                  2 * s->v->n_tokens, s->v->spk, streaming, finalize,
-                                  &s->r->cancel, &mel, &frames, NULL);
+  cosy_status st = e->be->flow_infer(e, s->tokens, s->v->n_tokens, n_used, s->v->mel,
+                                     2 * s->v->n_tokens, s->v->spk, streaming, finalize,
+                                     &s->r->cancel, &mel, &frames);
   add_time(s->r, &s->r->flow_s, cosy_now() - t0);
   if (st) return st;
   /* mel is channels-first [80][frames]; frames covers generated tokens [0, n_used(-3)) x 2 */
@@ -186,7 +184,7 @@ static cosy_status vocode(stream *s, const float *mel_fm, int T, int finalize) {
     for (int c = 0; c < MEL; c++) cf[(size_t)c * T + t] = mel_fm[(size_t)t * MEL + c];
   float *wav = NULL;
   int64_t n = 0;
-  cosy_status st = ref_hift_infer(s->e->hift, cf, T, finalize, NULL, &s->r->cancel, &wav, &n);
+  cosy_status st = s->e->be->hift_infer(s->e, cf, T, finalize, &s->r->cancel, &wav, &n);
   free(cf);
   add_time(s->r, &s->r->vocoder_s, cosy_now() - t0);
   if (st) return st;
@@ -209,8 +207,7 @@ static cosy_status maybe_chunks(stream *s) {
   return COSY_OK;
 }
 
-static int on_token(void *user, int32_t token) {
-  stream *s = (stream *)user;
+static int on_token(stream *s, int32_t token) {
   if (cancelled(s)) return 1;
   int P = s->v->n_tokens;
   if (P + s->n_tok + 1 > s->cap_tok) {
@@ -227,7 +224,6 @@ static int on_token(void *user, int32_t token) {
   pthread_mutex_lock(&s->r->mu);
   s->r->n_speech_tokens = s->n_tok;
   pthread_mutex_unlock(&s->r->mu);
-  /* the LLM's time is measured around generate; chunk work inside the callback is subtracted */
   cosy_status st = maybe_chunks(s);
   if (st) {
     s->err = st;
@@ -257,6 +253,58 @@ static cosy_status offline_speed(stream *s, float speed) {
   }
   st = vocode(s, m, Tn, 1);
   free(m);
+  return st;
+}
+
+/* The LLM decode loop (spec 1.5, 2.3): prefill, then sample / feed back one token at a time.
+ * Token i (0-based) is sampled with every stop id masked while i < min_len; a stop id ends the
+ * utterance (not emitted); at most max_len tokens. Every token goes into the RAS history and back
+ * into the LLM; the silent-token filter decides which ones reach the flow (on_token). */
+static cosy_status generate(stream *s, const float *lm_input, int L, int min_len, int max_len,
+                            const cosy_sampling *samp, cosy_rng *rng) {
+  cosy_engine *e = s->e;
+  const int V = e->speech_vocab;
+  void *seq = NULL;
+  float *logp = (float *)cosy_malloc(sizeof(float) * (size_t)V);
+  float *scratch = (float *)cosy_malloc(sizeof(float) * COSY_SAMPLE_SCRATCH(V));
+  int32_t *hist = (int32_t *)cosy_malloc(sizeof(int32_t) * (size_t)(max_len ? max_len : 1));
+  cosy_status st = COSY_OK;
+  if (!logp || !scratch || !hist) {
+    st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  if (max_len == 0) goto done;
+  if ((st = e->be->llm_open(e, L + max_len, &seq))) goto done;
+  double t0 = cosy_now();
+  st = e->be->llm_prefill(e, seq, lm_input, L, logp);
+  add_time(s->r, &s->r->llm_s, cosy_now() - t0);
+  if (st) goto done;
+  int n = 0, silent_run = 0;
+  for (int i = 0; i < max_len; i++) {
+    t0 = cosy_now();
+    int32_t tok = cosy_sample_ras(logp, V, hist, n, samp, i < min_len, rng, scratch);
+    if (tok < 0) {
+      st = COSY_ERR_INTERNAL; /* message set by the sampler */
+      goto done;
+    }
+    if (tok >= e->model->hp.speech_tokens) break; /* stop id, not emitted */
+    hist[n++] = tok;
+    add_time(s->r, &s->r->llm_s, cosy_now() - t0);
+    if (ref_silent_pass(&silent_run, tok) && on_token(s, tok)) {
+      st = s->err ? s->err : cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+      goto done;
+    }
+    if (i + 1 == max_len) break;
+    t0 = cosy_now();
+    st = e->be->llm_decode(e, seq, tok, logp);
+    add_time(s->r, &s->r->llm_s, cosy_now() - t0);
+    if (st) goto done;
+  }
+done:
+  if (seq) e->be->llm_close(e, seq);
+  free(logp);
+  free(scratch);
+  free(hist);
   return st;
 }
 
@@ -313,9 +361,9 @@ cosy_status pipeline_run(cosy_engine *e, cosy_request *r) {
   if (min_len > max_len) min_len = max_len;
   int P = v->n_tokens;
   int L = 0;
-  if ((st = ref_llm_build_input(e->llm, prompt_ids, n_prompt, tts_ids, n_tts,
-                                use_prompt_tokens ? v->speech_tokens : NULL,
-                                use_prompt_tokens ? P : 0, &lm_input, &L)))
+  if ((st = e->be->llm_input(e, prompt_ids, n_prompt, tts_ids, n_tts,
+                             use_prompt_tokens ? v->speech_tokens : NULL,
+                             use_prompt_tokens ? P : 0, &lm_input, &L)))
     goto done;
   pthread_mutex_lock(&r->mu);
   r->n_text_tokens = n_prompt + n_tts;
@@ -339,12 +387,8 @@ cosy_status pipeline_run(cosy_engine *e, cosy_request *r) {
   cosy_rng rng;
   uint64_t seed = p->seed ? p->seed : (uint64_t)(cosy_now() * 1e9) ^ (uint64_t)(uintptr_t)r;
   cosy_rng_seed(&rng, seed);
-  double t0 = cosy_now();
-  int n_gen = 0;
-  st = ref_llm_generate(e->llm, lm_input, L, min_len, max_len, &samp, &rng, on_token, &s, &n_gen);
-  pthread_mutex_lock(&r->mu);
-  r->llm_s += cosy_now() - t0 - r->flow_s - r->vocoder_s;
-  pthread_mutex_unlock(&r->mu);
+  if ((st = cosy_sampling_check(&samp))) goto done;
+  st = generate(&s, lm_input, L, min_len, max_len, &samp, &rng);
   if (s.err) {
     st = s.err;
     goto done;

@@ -1,0 +1,229 @@
+// cosyvoice.hpp - a small header-only C++17 RAII wrapper over the libcosyvoice C API.
+//
+//   cosy::engine eng("model.gguf");                    // COSY_DEVICE_CPU by default
+//   cosy::voice v = cosy::voice::load(eng, "voice.gguf");
+//   cosy::synth_params p; p.seed = 42;
+//   std::vector<float> pcm = eng.synthesize(v, "Hello.", p);   // blocking
+//   cosy::request r = eng.submit(v, "Hello.", p);              // pull streaming
+//   for (std::vector<float> c; !(c = r.read(4800)).empty();) play(c);
+//   cosy::request s = eng.submit(v, "Hi.", p, [](const cosy_chunk &c) { ...; return true; });
+//
+// - Handles are std::unique_ptr with deleters calling cosy_engine_destroy / cosy_voice_release /
+//   cosy_request_release, so objects are move-only and free themselves.
+// - Every failing call throws cosy::error, which carries the cosy_status and the message
+//   "function: status text: cosy_last_error()" (read on the failing thread, right after the call).
+// - Destroy voices and requests before their engine (the C API requires voices to be released
+//   first); declaring the engine first in a scope does that.
+// - A push callback (std::function<bool(const cosy_chunk&)>, return false to cancel) runs on an
+//   engine thread. The request object owns the callable; its destructor cancels the request and
+//   waits for its end before releasing, so the callable is never called after it is destroyed.
+//   An exception escaping the callable cancels the request (it cannot cross the C boundary).
+#ifndef COSYVOICE_HPP
+#define COSYVOICE_HPP
+
+#include <cosyvoice.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cosy {
+
+/// A failed libcosyvoice call: status() is the cosy_status, what() the full message.
+class error : public std::runtime_error {
+ public:
+  error(cosy_status status, const std::string &message)
+      : std::runtime_error(message), status_(status) {}
+  cosy_status status() const noexcept { return status_; }
+
+ private:
+  cosy_status status_;
+};
+
+/// Throw cosy::error when st is not COSY_OK (call right after the failing function: the message
+/// is thread-local).
+inline void check(cosy_status st, const char *what) {
+  if (st != COSY_OK)
+    throw error(st, std::string(what) + ": " + cosy_status_str(st) + ": " + cosy_last_error());
+}
+
+struct engine_deleter {
+  void operator()(cosy_engine *e) const noexcept { cosy_engine_destroy(e); }
+};
+struct voice_deleter {
+  void operator()(cosy_voice *v) const noexcept { cosy_voice_release(v); }
+};
+struct request_deleter {
+  void operator()(cosy_request *r) const noexcept { cosy_request_release(r); }
+};
+struct free_deleter {
+  void operator()(void *p) const noexcept { cosy_free(p); }
+};
+using engine_ptr = std::unique_ptr<cosy_engine, engine_deleter>;
+using voice_ptr = std::unique_ptr<cosy_voice, voice_deleter>;
+using request_ptr = std::unique_ptr<cosy_request, request_deleter>;
+
+/// The C structs, initialised by their *_init function (every field default).
+struct engine_config : cosy_engine_config {
+  engine_config() noexcept { cosy_engine_config_init(this, sizeof(cosy_engine_config)); }
+};
+struct synth_params : cosy_synth_params {
+  synth_params() noexcept { cosy_synth_params_init(this, sizeof(cosy_synth_params)); }
+};
+struct voice_features : cosy_voice_features {
+  voice_features() noexcept { cosy_voice_features_init(this, sizeof(cosy_voice_features)); }
+};
+
+using chunk_fn = std::function<bool(const cosy_chunk &)>;
+
+class engine;
+
+/// A speaker (immutable; may be shared by many requests).
+class voice {
+ public:
+  static voice load(engine &e, const std::string &path);
+  static voice from_features(engine &e, const cosy_voice_features &f);
+  void save(const std::string &path) const {
+    check(cosy_voice_save(v_.get(), path.c_str()), "cosy_voice_save");
+  }
+  const cosy_voice *get() const noexcept { return v_.get(); }
+
+ private:
+  explicit voice(cosy_voice *v) noexcept : v_(v) {}
+  voice_ptr v_;
+};
+
+/// One utterance in flight: pull it with read(), or let the callback receive it; wait() for
+/// its end; cancel() from any thread.
+class request {
+ public:
+  request(request &&) noexcept = default;
+  request &operator=(request &&o) noexcept {
+    if (this != &o) {
+      finish();
+      r_ = std::move(o.r_);
+      fn_ = std::move(o.fn_);
+    }
+    return *this;
+  }
+  ~request() { finish(); }
+
+  /// Up to cap samples; an empty vector means the utterance is finished. Throws on failure
+  /// (COSY_ERR_CANCELLED after cancel()) and on COSY_ERR_TIMEOUT when timeout_ms >= 0 passes.
+  std::vector<float> read(int64_t cap = 4800, int32_t timeout_ms = -1) {
+    std::vector<float> buf(static_cast<size_t>(cap > 0 ? cap : 1));
+    int64_t got = 0;
+    check(cosy_request_read(r_.get(), buf.data(), static_cast<int64_t>(buf.size()), &got,
+                            timeout_ms),
+          "cosy_request_read");
+    buf.resize(static_cast<size_t>(got));
+    return buf;
+  }
+  /// Wait for the end (throws on failure, cancellation or timeout).
+  void wait(int32_t timeout_ms = -1) { check(cosy_request_wait(r_.get(), timeout_ms), "cosy_request_wait"); }
+  /// Any thread, any time, idempotent.
+  void cancel() noexcept { cosy_request_cancel(r_.get()); }
+  cosy_request_stats stats() const {
+    cosy_request_stats s;
+    cosy_request_stats_init(&s, sizeof s);
+    check(cosy_request_get_stats(r_.get(), &s), "cosy_request_get_stats");
+    return s;
+  }
+  cosy_request *get() const noexcept { return r_.get(); }
+
+ private:
+  friend class engine;
+  request(cosy_request *r, std::unique_ptr<chunk_fn> fn) noexcept : r_(r), fn_(std::move(fn)) {}
+  void finish() noexcept {
+    if (r_ && fn_) {  // make sure the callback is done with fn_ before it goes away
+      cosy_request_cancel(r_.get());
+      cosy_request_wait(r_.get(), -1);
+    }
+    r_.reset();
+    fn_.reset();
+  }
+  request_ptr r_;
+  std::unique_ptr<chunk_fn> fn_;  // stable address handed to the C callback
+};
+
+/// Weights, threads, scheduler. Thread-safe: share one engine between threads.
+class engine {
+ public:
+  explicit engine(const engine_config &cfg) {
+    cosy_engine *e = nullptr;
+    check(cosy_engine_create(&cfg, &e), "cosy_engine_create");
+    e_.reset(e);
+  }
+  explicit engine(const std::string &model_path, int32_t device = COSY_DEVICE_CPU,
+                  int32_t cpu_threads = 0)
+      : engine(make_config(model_path, device, cpu_threads)) {}
+
+  int32_t sample_rate() const noexcept { return cosy_engine_sample_rate(e_.get()); }
+  cosy_engine_stats stats() const {
+    cosy_engine_stats s;
+    cosy_engine_stats_init(&s, sizeof s);
+    check(cosy_engine_get_stats(e_.get(), &s), "cosy_engine_get_stats");
+    return s;
+  }
+
+  /// Blocking synthesis of a whole utterance (float samples in [-1, 1]).
+  std::vector<float> synthesize(const voice &v, const std::string &text,
+                                const cosy_synth_params &p = synth_params()) {
+    float *pcm = nullptr;
+    int64_t n = 0;
+    check(cosy_synthesize(e_.get(), v.get(), text.c_str(), &p, &pcm, &n), "cosy_synthesize");
+    std::unique_ptr<float, free_deleter> owned(pcm);
+    return std::vector<float>(pcm, pcm + n);
+  }
+
+  /// Streaming: without fn pull the audio with request::read; with fn it is pushed to fn on an
+  /// engine thread (return false from fn to cancel).
+  request submit(const voice &v, const std::string &text,
+                 const cosy_synth_params &p = synth_params(), chunk_fn fn = nullptr) {
+    std::unique_ptr<chunk_fn> owned = fn ? std::make_unique<chunk_fn>(std::move(fn)) : nullptr;
+    cosy_request *r = nullptr;
+    check(cosy_request_submit(e_.get(), v.get(), text.c_str(), &p, owned ? &trampoline : nullptr,
+                              owned.get(), &r),
+          "cosy_request_submit");
+    return request(r, std::move(owned));
+  }
+
+  cosy_engine *get() const noexcept { return e_.get(); }
+
+ private:
+  static engine_config make_config(const std::string &path, int32_t device, int32_t threads) {
+    engine_config c;
+    c.model_path = path.c_str();  // copied by cosy_engine_create, which runs while path lives
+    c.device = device;
+    c.cpu_threads = threads;
+    return c;
+  }
+  static int32_t trampoline(void *user, const cosy_chunk *c) noexcept {
+    try {
+      return (*static_cast<chunk_fn *>(user))(*c) ? 0 : 1;
+    } catch (...) {
+      return 1;  // an exception cannot cross into C: cancel the request instead
+    }
+  }
+  engine_ptr e_;
+};
+
+inline voice voice::load(engine &e, const std::string &path) {
+  cosy_voice *v = nullptr;
+  check(cosy_voice_load(e.get(), path.c_str(), &v), "cosy_voice_load");
+  return voice(v);
+}
+
+inline voice voice::from_features(engine &e, const cosy_voice_features &f) {
+  cosy_voice *v = nullptr;
+  check(cosy_voice_from_features(e.get(), &f, &v), "cosy_voice_from_features");
+  return voice(v);
+}
+
+}  // namespace cosy
+
+#endif  // COSYVOICE_HPP

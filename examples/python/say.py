@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""say.py - text to a 16-bit WAV with libcosyvoice through ctypes (stdlib only).
+
+    python3 say.py MODEL.gguf VOICE.gguf OUT.wav "Text to say." [--seed N] [--rate HZ] [--stream]
+
+--stream pulls the audio chunk by chunk and appends each chunk to the file as it arrives.
+"""
+import argparse
+import array
+import sys
+import time
+import wave
+
+import cosyvoice
+
+
+def to_pcm16(samples):
+    """float samples in [-1, 1] -> little-endian 16-bit PCM bytes"""
+    out = array.array("h", (int(max(-1.0, min(1.0, x)) * 32767.0 + (0.5 if x >= 0 else -0.5))
+                            for x in samples))
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out.tobytes()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("voice")
+    ap.add_argument("out")
+    ap.add_argument("text")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rate", type=int, default=0, help="output rate (default: native 24000)")
+    ap.add_argument("--stream", action="store_true")
+    a = ap.parse_args()
+
+    print("libcosyvoice", cosyvoice.version()[1])
+    with cosyvoice.Engine(a.model) as eng, eng.load_voice(a.voice) as voice:
+        rate = a.rate or eng.sample_rate
+        t0 = time.monotonic()
+        ttfb = None
+        n = 0
+        with wave.open(a.out, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(rate)
+            if a.stream:
+                for chunk in eng.stream(voice, a.text, seed=a.seed, sample_rate=a.rate):
+                    if ttfb is None:
+                        ttfb = time.monotonic() - t0
+                    w.writeframes(to_pcm16(chunk))
+                    n += len(chunk)
+            else:
+                pcm = eng.synthesize(voice, a.text, seed=a.seed, sample_rate=a.rate)
+                w.writeframes(to_pcm16(pcm))
+                n = len(pcm)
+        wall = time.monotonic() - t0
+    audio = n / rate
+    print(f"{n} samples at {rate} Hz ({audio:.2f} s), wall {wall:.3f} s, RTF {wall / audio:.3f}"
+          + (f", TTFB {ttfb:.3f} s" if ttfb is not None else ""))
+    print("wrote", a.out)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except cosyvoice.CosyError as e:
+        sys.exit(f"say.py: {e}")

@@ -1,0 +1,174 @@
+/* gpu.c - device context, memory budget, uploads, CUDA error mapping; see gpu.h. */
+#include "gpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Device memory kept out of the budget for what cuBLAS and the CUDA runtime allocate on their
+ * own (handles, module loads, graph instantiation). */
+#define RUNTIME_RESERVE ((size_t)256 << 20)
+
+uint16_t cosy_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+cosy_status cosy_gpu_check(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return COSY_OK;
+  cosy_status st = COSY_ERR_CUDA;
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorLaunchTimeout:
+      st = COSY_ERR_DEVICE_LOST;
+      break;
+    case cudaErrorMemoryAllocation:
+      st = COSY_ERR_GPU_NO_MEMORY;
+      break;
+    default:
+      break;
+  }
+  return cosy_err(st, "%s: CUDA error %d (%s): %s", what, (int)e, cudaGetErrorName(e),
+                  cudaGetErrorString(e));
+}
+
+cosy_status cosy_gpu_sync(cosy_gpu *g, const char *what) {
+  cosy_status st = cosy_gpu_check(cudaGetLastError(), what);
+  if (st) return st;
+  return cosy_gpu_check(cudaStreamSynchronize(g->stream), what);
+}
+
+cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
+  *out = NULL;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    return cosy_err(COSY_ERR_CUDA, "no CUDA device is available (%s)",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  if (device >= n)
+    return cosy_err(COSY_ERR_INVALID_ARG, "CUDA device %d does not exist (%d present)", device, n);
+  cosy_gpu *g = (cosy_gpu *)cosy_calloc(1, sizeof *g);
+  if (!g) return COSY_ERR_NO_MEMORY;
+  g->device = device;
+  cosy_status st;
+  if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
+  struct cudaDeviceProp prop;
+  if ((st = cosy_gpu_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties")))
+    goto fail;
+  snprintf(g->name, sizeof g->name, "%s", prop.name);
+  g->n_sm = prop.multiProcessorCount;
+  size_t free_b = 0, total_b = 0;
+  if ((st = cosy_gpu_check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"))) goto fail;
+  g->total = total_b;
+  {
+    size_t share = (size_t)((double)fraction * (double)total_b);
+    /* the CUDA context already holds (total - free) in part; never plan beyond what is free */
+    size_t cap = free_b > RUNTIME_RESERVE ? free_b - RUNTIME_RESERVE : 0;
+    g->budget = share > RUNTIME_RESERVE ? share - RUNTIME_RESERVE : 0;
+    if (g->budget > cap) g->budget = cap;
+  }
+  if ((st = cosy_gpu_check(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
+                           "cudaStreamCreate")))
+    goto fail;
+  if ((st = cosy_gpu_check(cosy_gemm_create(&g->gemm, 32u << 20), "cuBLASLt init"))) goto fail;
+  g->used += 32u << 20; /* the GEMM workspace */
+  *out = g;
+  return COSY_OK;
+fail:
+  cosy_gpu_free(g);
+  return st;
+}
+
+void cosy_gpu_free(cosy_gpu *g) {
+  if (!g) return;
+  if (g->stream) cudaStreamSynchronize(g->stream);
+  for (size_t i = 0; i < g->n_allocs; i++) cudaFree(g->allocs[i]);
+  free(g->allocs);
+  if (g->gemm) cosy_gemm_destroy(g->gemm);
+  if (g->stream) cudaStreamDestroy(g->stream);
+  free(g);
+}
+
+size_t cosy_gpu_left(const cosy_gpu *g) { return g->budget > g->used ? g->budget - g->used : 0; }
+
+cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **out) {
+  *out = NULL;
+  size_t b = (bytes + 255) & ~(size_t)255;
+  if (b == 0) b = 256;
+  if (b > cosy_gpu_left(g))
+    return cosy_err(COSY_ERR_GPU_NO_MEMORY,
+                    "%s needs %.1f MiB of GPU memory but only %.1f MiB of the engine's budget "
+                    "(gpu_memory_fraction of %.1f GiB) is left",
+                    what, (double)b / 1048576.0, (double)cosy_gpu_left(g) / 1048576.0,
+                    (double)g->total / 1073741824.0);
+  if (g->n_allocs == g->cap_allocs) {
+    size_t nc = g->cap_allocs ? 2 * g->cap_allocs : 256;
+    void **na = (void **)realloc(g->allocs, nc * sizeof *na);
+    if (!na) return cosy_err(COSY_ERR_NO_MEMORY, "out of host memory");
+    g->allocs = na;
+    g->cap_allocs = nc;
+  }
+  void *p = NULL;
+  cosy_status st = cosy_gpu_check(cudaMalloc(&p, b), what);
+  if (st) return st;
+  g->allocs[g->n_allocs++] = p;
+  g->used += b;
+  *out = p;
+  return COSY_OK;
+}
+
+cosy_status cosy_gpu_host_alloc(size_t bytes, void **out) {
+  return cosy_gpu_check(cudaMallocHost(out, bytes ? bytes : 1), "cudaMallocHost");
+}
+
+void cosy_gpu_host_free(void *p) {
+  if (p) cudaFreeHost(p);
+}
+
+cosy_status cosy_gpu_upload_f32(cosy_gpu *g, const float *host, size_t n, cosy_kdtype dt,
+                                const char *what, void **out) {
+  size_t es = cosy_kdtype_size(dt);
+  cosy_status st = cosy_gpu_alloc(g, n * es, what, out);
+  if (st) return st;
+  if (dt == COSY_KDT_F32)
+    return cosy_gpu_check(cudaMemcpy(*out, host, n * 4, cudaMemcpyHostToDevice), what);
+  uint16_t *tmp = (uint16_t *)cosy_malloc(n * 2);
+  if (!tmp) return COSY_ERR_NO_MEMORY;
+  for (size_t i = 0; i < n; i++) tmp[i] = cosy_f32_to_bf16(host[i]);
+  st = cosy_gpu_check(cudaMemcpy(*out, tmp, n * 2, cudaMemcpyHostToDevice), what);
+  free(tmp);
+  return st;
+}
+
+cosy_status cosy_gpu_upload_tensor(cosy_gpu *g, const cosy_model *m, const char *name,
+                                   cosy_kdtype dt, void **out, size_t *n_elems) {
+  const gguf_tensor *t = cosy_model_tensor(m, name);
+  if (!t) return COSY_ERR_MODEL_FORMAT;
+  size_t n = t->nbytes / gguf_type_size(t->type);
+  if (n_elems) *n_elems = n;
+  if (dt == COSY_KDT_BF16 && t->type == GGML_BF16) { /* straight copy */
+    cosy_status st = cosy_gpu_alloc(g, n * 2, name, out);
+    if (st) return st;
+    return cosy_gpu_check(cudaMemcpy(*out, t->data, n * 2, cudaMemcpyHostToDevice), name);
+  }
+  float *f = (float *)cosy_malloc(n * sizeof *f);
+  if (!f) return COSY_ERR_NO_MEMORY;
+  cosy_to_f32(t->data, t->type, f, n);
+  cosy_status st = cosy_gpu_upload_f32(g, f, n, dt, name, out);
+  free(f);
+  return st;
+}

@@ -1,0 +1,67 @@
+/* gpu.h - the device context shared by the GPU stages (lib/gpu/ sources; built only with CUDA=1).
+ *
+ * One cosy_gpu per engine: the CUDA device, the main stream, the cuBLASLt GEMM context, and the
+ * memory budget. Every device allocation of the engine goes through cosy_gpu_alloc, which
+ * refuses to exceed budget = gpu_memory_fraction x total device memory (minus what the CUDA
+ * context itself holds), so the engine never takes more than its share. All buffers are planned
+ * at engine creation; nothing is allocated per step.
+ *
+ * Errors: cosy_gpu_check maps a cudaError_t to COSY_ERR_CUDA, or to COSY_ERR_DEVICE_LOST for
+ * sticky errors (illegal address, launch failure, ...) after which the engine must be destroyed;
+ * the CUDA message goes to cosy_last_error(). Nothing here aborts. */
+#ifndef COSY_GPU_H
+#define COSY_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cosyvoice.h"
+#include "kernels.h"
+#include "model.h"
+
+typedef struct cosy_gpu {
+  int device;
+  cudaStream_t stream;       /* main stream of the engine */
+  cosy_gemm *gemm;           /* cuBLASLt context bound to `stream`'s thread of use */
+  size_t total;              /* device memory */
+  size_t budget;             /* bytes the engine may hold */
+  size_t used;               /* bytes held through cosy_gpu_alloc */
+  int n_sm;
+  char name[256];
+  void **allocs;             /* every allocation, freed by cosy_gpu_free */
+  size_t n_allocs, cap_allocs;
+} cosy_gpu;
+
+/* Select the device, create the stream and the GEMM context, fix the budget. */
+cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out);
+/* Free every allocation made through the context, then the context. NULL is a no-op. */
+void cosy_gpu_free(cosy_gpu *g);
+
+/* Map a CUDA status to a cosy_status with a message naming `what`. cudaSuccess -> COSY_OK. */
+cosy_status cosy_gpu_check(cudaError_t e, const char *what);
+/* cosy_gpu_check(cudaGetLastError()) plus a synchronizing check of the stream when `sync`. */
+cosy_status cosy_gpu_sync(cosy_gpu *g, const char *what);
+
+/* Allocate `bytes` of device memory within the budget (256-byte aligned). `what` names the
+ * buffer in the COSY_ERR_GPU_NO_MEMORY message. The memory lives until cosy_gpu_free. */
+cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **out);
+/* Pinned host memory (not counted in the budget); freed with cosy_gpu_host_free. */
+cosy_status cosy_gpu_host_alloc(size_t bytes, void **out);
+void cosy_gpu_host_free(void *p);
+/* Bytes left in the budget. */
+size_t cosy_gpu_left(const cosy_gpu *g);
+
+/* Upload a model tensor, converted to `dt` (bf16 rounding is round-to-nearest-even), into a new
+ * budgeted allocation. *n_elems (optional) gets the element count. */
+cosy_status cosy_gpu_upload_tensor(cosy_gpu *g, const cosy_model *m, const char *name,
+                                   cosy_kdtype dt, void **out, size_t *n_elems);
+/* Upload host fp32 data converted to dt into a new budgeted allocation. */
+cosy_status cosy_gpu_upload_f32(cosy_gpu *g, const float *host, size_t n, cosy_kdtype dt,
+                                const char *what, void **out);
+
+/* fp32 -> bf16 bits, round to nearest even (NaN stays NaN). */
+uint16_t cosy_f32_to_bf16(float f);
+
+#endif
