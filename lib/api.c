@@ -188,11 +188,13 @@ COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine
   if (cfg.log_level > COSY_LOG_DEBUG)
     return cosy_err(COSY_ERR_INVALID_ARG, "log_level %d is above COSY_LOG_DEBUG", cfg.log_level);
   if (cfg.max_queued == 0) cfg.max_queued = 1024;
+#ifndef COSY_WITH_CUDA
   if (cfg.device >= 0)
     return cosy_err(COSY_ERR_UNSUPPORTED,
-                    "the GPU engine is not implemented yet in this version; use device = "
+                    "this libcosyvoice was built without CUDA (make CUDA=1); use device = "
                     "COSY_DEVICE_CPU (-1)");
-  if (cfg.max_active == 0) cfg.max_active = 1;
+#endif
+  if (cfg.max_active == 0) cfg.max_active = cfg.device >= 0 ? 8 : 1;
   return engine_create(&cfg, out);
 }
 

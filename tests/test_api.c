@@ -199,7 +199,12 @@ static void test_gpu_device_unsupported_or_error(void **state) {
   c.device = 0;
   cosy_engine *e = NULL;
   cosy_status st = cosy_engine_create(&c, &e);
-  /* the GPU engine is not there yet: a clear status, never a crash */
+  /* without a GPU (or without CUDA in the build): a clear status, never a crash */
+  if (st == COSY_OK) {
+    print_message("a GPU engine was created on device 0\n");
+    cosy_engine_destroy(e);
+    return;
+  }
   assert_true(st == COSY_ERR_UNSUPPORTED || st == COSY_ERR_CUDA);
   assert_null(e);
   assert_true(strlen(cosy_last_error()) > 0);

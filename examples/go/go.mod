@@ -1,0 +1,3 @@
+module github.com/libcosyvoice/libcosyvoice/examples/go
+
+go 1.19

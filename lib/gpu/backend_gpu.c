@@ -1,0 +1,169 @@
+/* backend_gpu.c - the GPU backend: the stages of lib/gpu/ (LLM with a paged KV cache and CUDA
+ * graphs, the DiT flow, HiFT) behind the cosy_backend interface.
+ *
+ * Memory plan at creation, all inside gpu_memory_fraction of the device: weights of the three
+ * stages, the flow and vocoder workspaces for the longest utterance (MAX_FRAMES mel frames incl.
+ * the prompt), the LLM activations, and then the paged KV cache takes what is left (minus a
+ * reserve). A fraction too small for the weights fails here with COSY_ERR_GPU_NO_MEMORY.
+ *
+ * Concurrency: the stages share one stream and one cuBLASLt context, so GPU calls are serialized
+ * by `mu`; requests on several workers interleave step by step (continuous batching of many
+ * requests into one decode step is the scheduler's job, not done yet). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "util.h"
+
+#if defined(__has_include)
+#if __has_include("gpu/llm.h") && __has_include("gpu/flow.h") && __has_include("gpu/hift.h")
+#define HAVE_GPU_STAGES 1
+#endif
+#endif
+
+#ifdef HAVE_GPU_STAGES
+#include "gpu/flow.h"
+#include "gpu/gpu.h"
+#include "gpu/hift.h"
+#include "gpu/llm.h"
+
+#define MAX_FRAMES 6000   /* mel frames per flow / vocoder call, prompt included (120 s) */
+#define KV_RESERVE ((size_t)64 << 20)
+
+typedef struct gpu_state {
+  cosy_gpu *g;
+  gpu_llm *llm;
+  gpu_flow *flow;
+  gpu_hift *hift;
+  pthread_mutex_t mu;
+} gpu_state;
+
+#define ST(e) ((gpu_state *)(e)->be_state)
+
+static void gb_destroy(cosy_engine *e) {
+  gpu_state *s = ST(e);
+  if (!s) return;
+  gpu_hift_free(s->hift);
+  gpu_flow_free(s->flow);
+  gpu_llm_free(s->llm);
+  cosy_gpu_free(s->g);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  e->be_state = NULL;
+}
+
+static cosy_status gb_create(cosy_engine *e) {
+  gpu_state *s = (gpu_state *)cosy_calloc(1, sizeof *s);
+  if (!s) return COSY_ERR_NO_MEMORY;
+  pthread_mutex_init(&s->mu, NULL);
+  e->be_state = s;
+  cosy_status st;
+  int max_seqs = e->cfg.max_active > 0 ? e->cfg.max_active : 1;
+  if ((st = cosy_gpu_create(e->cfg.device, e->cfg.gpu_memory_fraction, &s->g)) ||
+      (st = gpu_llm_create(s->g, e->model, max_seqs, 512, &s->llm)) ||
+      (st = gpu_flow_create(s->g, e->model, MAX_FRAMES, &s->flow)) ||
+      (st = gpu_hift_create(s->g, e->model, MAX_FRAMES, &s->hift)) ||
+      (st = gpu_llm_reserve_kv(s->llm, 0, KV_RESERVE))) {
+    gb_destroy(e);
+    return st;
+  }
+  return COSY_OK;
+}
+
+static void gb_stats(const cosy_engine *e, cosy_engine_stats *out) {
+  gpu_state *s = ST(e);
+  out->kv_bytes = (int64_t)gpu_llm_kv_bytes(s->llm);
+  out->kv_pages_total = gpu_llm_pages_total(s->llm);
+  out->kv_pages_used = out->kv_pages_total - gpu_llm_pages_free(s->llm);
+  out->device_bytes_total = (int64_t)s->g->used;
+  out->weights_bytes = 0; /* included in device_bytes_total */
+  out->workspace_bytes = (int64_t)s->g->used - out->kv_bytes;
+}
+
+static cosy_status gb_llm_input(cosy_engine *e, const int32_t *pt, int n_pt, const int32_t *tt,
+                                int n_tt, const int32_t *ps, int n_ps, float **emb, int *L) {
+  return gpu_llm_build_input(ST(e)->llm, pt, n_pt, tt, n_tt, ps, n_ps, emb, L);
+}
+
+typedef struct gseq {
+  int id;
+} gseq;
+
+static cosy_status gb_llm_open(cosy_engine *e, int max_positions, void **seq) {
+  gpu_state *s = ST(e);
+  gseq *q = (gseq *)cosy_malloc(sizeof *q);
+  if (!q) return COSY_ERR_NO_MEMORY;
+  pthread_mutex_lock(&s->mu);
+  cosy_status st = gpu_llm_seq_open(s->llm, max_positions, &q->id);
+  pthread_mutex_unlock(&s->mu);
+  if (st) {
+    free(q);
+    return st;
+  }
+  *seq = q;
+  return COSY_OK;
+}
+
+static void gb_llm_close(cosy_engine *e, void *seq) {
+  gpu_state *s = ST(e);
+  pthread_mutex_lock(&s->mu);
+  gpu_llm_seq_close(s->llm, ((gseq *)seq)->id);
+  pthread_mutex_unlock(&s->mu);
+  free(seq);
+}
+
+static cosy_status gb_llm_prefill(cosy_engine *e, void *seq, const float *emb, int L,
+                                  float *logp) {
+  gpu_state *s = ST(e);
+  pthread_mutex_lock(&s->mu);
+  cosy_status st = gpu_llm_prefill(s->llm, ((gseq *)seq)->id, emb, L, logp);
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+static cosy_status gb_llm_decode(cosy_engine *e, void *seq, int32_t token, float *logp) {
+  gpu_state *s = ST(e);
+  int id = ((gseq *)seq)->id;
+  pthread_mutex_lock(&s->mu);
+  cosy_status st = gpu_llm_decode(s->llm, &id, &token, 1, logp);
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+static cosy_status gb_flow_infer(cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
+                                 const float *prompt_mel, int n_prompt_frames, const float *spk,
+                                 int streaming, int finalize, const volatile int *cancel,
+                                 float **mel, int *n_frames) {
+  gpu_state *s = ST(e);
+  pthread_mutex_lock(&s->mu);
+  cosy_status st = gpu_flow_infer(s->flow, tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames,
+                                  spk, streaming, finalize, cancel, mel, n_frames);
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+static cosy_status gb_hift_infer(cosy_engine *e, const float *mel, int T, int finalize,
+                                 const volatile int *cancel, float **wav, int64_t *n) {
+  gpu_state *s = ST(e);
+  pthread_mutex_lock(&s->mu);
+  cosy_status st = gpu_hift_infer(s->hift, mel, T, finalize, cancel, wav, n);
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+const cosy_backend cosy_backend_gpu = {
+    "gpu",         gb_create,    gb_destroy,     gb_stats,      gb_llm_input,  gb_llm_open,
+    gb_llm_close,  gb_llm_prefill, gb_llm_decode, gb_flow_infer, gb_hift_infer,
+};
+
+#else /* the GPU stages are not in this build */
+
+static cosy_status gb_unsupported(cosy_engine *e) {
+  (void)e;
+  return cosy_err(COSY_ERR_UNSUPPORTED, "this build has no GPU stages; use COSY_DEVICE_CPU");
+}
+
+const cosy_backend cosy_backend_gpu = {"gpu", gb_unsupported, NULL, NULL, NULL, NULL,
+                                       NULL,  NULL,           NULL, NULL, NULL};
+#endif

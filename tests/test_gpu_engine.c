@@ -1,0 +1,223 @@
+/* test_gpu_engine.c - the GPU engine through the public API (needs a CUDA device; skips without):
+ *   - the memory knob: the engine never holds more than gpu_memory_fraction of device memory
+ *     (cudaMemGetInfo before create, after create, and during synthesis), and a fraction too
+ *     small for the weights is a clear COSY_ERR_GPU_NO_MEMORY at create time;
+ *   - synthesis on the GPU: blocking == push streaming == pull streaming for one seed, finite
+ *     audio within +-0.99, several chunks; cancel; stats.
+ * Model: $COSY_GPU_TEST_MODEL, else the small golden model (tu_small_model()). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cosyvoice.h"
+#include "testutil.h"
+
+#ifdef COSY_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+static int have_gpu(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static const char *model_path(void) {
+  const char *e = getenv("COSY_GPU_TEST_MODEL");
+  return (e && *e) ? e : tu_small_model();
+}
+
+static size_t used_now(void) {
+  size_t f = 0, t = 0;
+  cudaMemGetInfo(&f, &t);
+  return t - f;
+}
+
+static const char *TEXT =
+    "The quick brown fox jumps over the lazy dog while seven wizards quietly hum a cheerful "
+    "tune, and the morning train was late again.";
+
+static cosy_voice *make_voice(cosy_engine *e) {
+  int32_t tok[60];
+  float mel[120 * 80], spk[192];
+  for (int i = 0; i < 60; i++) tok[i] = (i * 997 + 13) % 6561;
+  for (int i = 0; i < 120 * 80; i++) mel[i] = -6.0f + 4.0f * sinf(0.01f * (float)i);
+  for (int i = 0; i < 192; i++) spk[i] = cosf(0.3f * (float)i);
+  cosy_voice_features f;
+  cosy_voice_features_init(&f, sizeof f);
+  f.prompt_text = "You are a helpful assistant.<|endofprompt|>Hello there.";
+  f.speech_tokens = tok;
+  f.n_speech_tokens = 60;
+  f.mel = mel;
+  f.n_mel_frames = 120;
+  f.speaker_embedding = spk;
+  cosy_voice *v = NULL;
+  if (cosy_voice_from_features(e, &f, &v)) fail_msg("voice: %s", cosy_last_error());
+  return v;
+}
+
+static void test_memory_fraction(void **state) {
+  (void)state;
+  TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model (make build/test/small-f32.gguf or set COSY_GPU_TEST_MODEL)");
+  size_t f0 = 0, total = 0;
+  cudaFree(0); /* the CUDA context exists before we measure */
+  cudaMemGetInfo(&f0, &total);
+  size_t base = total - f0;
+  float fraction = 0.25f;
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = m;
+  c.device = 0;
+  c.gpu_memory_fraction = fraction;
+  cosy_engine *e = NULL;
+  cosy_status st = cosy_engine_create(&c, &e);
+  if (st) fail_msg("create: %s", cosy_last_error());
+  size_t after_create = used_now() - base;
+  cosy_voice *v = make_voice(e);
+  cosy_synth_params p;
+  cosy_synth_params_init(&p, sizeof p);
+  p.seed = 3;
+  p.max_tokens = 120;
+  float *pcm;
+  int64_t n;
+  st = cosy_synthesize(e, v, TEXT, &p, &pcm, &n);
+  if (st) fail_msg("synthesize: %s", cosy_last_error());
+  size_t after_synth = used_now() - base;
+  cosy_engine_stats s;
+  cosy_engine_stats_init(&s, sizeof s);
+  assert_int_equal(cosy_engine_get_stats(e, &s), COSY_OK);
+  double limit = (double)fraction * (double)total;
+  print_message("fraction %.2f of %.1f GiB = %.0f MiB; engine holds %.0f MiB after create, %.0f MiB "
+                "after synthesis; budgeted %.0f MiB (KV %.0f MiB, %d pages)\n",
+                (double)fraction, (double)total / 1073741824.0, limit / 1048576.0,
+                (double)after_create / 1048576.0, (double)after_synth / 1048576.0,
+                (double)s.device_bytes_total / 1048576.0, (double)s.kv_bytes / 1048576.0,
+                s.kv_pages_total);
+  assert_true((double)after_create <= limit);
+  assert_true((double)after_synth <= limit);
+  assert_true(s.kv_pages_total > 0);
+  cosy_free(pcm);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+
+  /* too small for the weights: clear error at create time */
+  c.gpu_memory_fraction = 1e-4f;
+  e = NULL;
+  st = cosy_engine_create(&c, &e);
+  print_message("fraction 1e-4: status %d (%s): %s\n", st, cosy_status_str(st), cosy_last_error());
+  assert_int_equal(st, COSY_ERR_GPU_NO_MEMORY);
+  assert_null(e);
+  assert_true(strlen(cosy_last_error()) > 0);
+}
+
+typedef struct pushbuf {
+  float *pcm;
+  int64_t n, cap;
+  int chunks, last;
+} pushbuf;
+
+static int32_t on_chunk(void *user, const cosy_chunk *c) {
+  pushbuf *b = (pushbuf *)user;
+  if (b->n + c->n_samples > b->cap) {
+    b->cap = (b->n + c->n_samples) * 2;
+    b->pcm = (float *)realloc(b->pcm, (size_t)b->cap * sizeof *b->pcm);
+  }
+  memcpy(b->pcm + b->n, c->pcm, (size_t)c->n_samples * sizeof *c->pcm);
+  b->n += c->n_samples;
+  b->chunks++;
+  b->last |= (c->flags & COSY_CHUNK_LAST) != 0;
+  return 0;
+}
+
+static void test_gpu_synthesis(void **state) {
+  (void)state;
+  TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model");
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = m;
+  c.device = 0;
+  cosy_engine *e = NULL;
+  if (cosy_engine_create(&c, &e)) fail_msg("create: %s", cosy_last_error());
+  cosy_voice *v = make_voice(e);
+  cosy_synth_params p;
+  cosy_synth_params_init(&p, sizeof p);
+  p.seed = 11;
+  p.min_tokens = p.max_tokens = 112;
+  float *blk;
+  int64_t nb;
+  if (cosy_synthesize(e, v, TEXT, &p, &blk, &nb)) fail_msg("synthesize: %s", cosy_last_error());
+  int ok = nb > 0;
+  double energy = 0;
+  for (int64_t i = 0; i < nb; i++) {
+    ok &= isfinite(blk[i]) && fabsf(blk[i]) <= 0.99f;
+    energy += (double)blk[i] * blk[i];
+  }
+  assert_true(ok);
+  assert_true(energy > 0);
+  pushbuf b = {0};
+  cosy_request *r;
+  assert_int_equal(cosy_request_submit(e, v, TEXT, &p, on_chunk, &b, &r), COSY_OK);
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  cosy_request_stats rs;
+  cosy_request_stats_init(&rs, sizeof rs);
+  cosy_request_get_stats(r, &rs);
+  cosy_request_release(r);
+  print_message("GPU: %lld samples, %d chunks, ttfb %.1f ms, total %.1f ms (llm %.1f, flow %.1f, "
+                "vocoder %.1f), RTF %.4f\n",
+                (long long)b.n, b.chunks, 1e3 * rs.ttfb_s, 1e3 * rs.total_s, 1e3 * rs.llm_s,
+                1e3 * rs.flow_s, 1e3 * rs.vocoder_s, rs.total_s / ((double)b.n / 24000.0));
+  assert_true(b.last);
+  assert_true(b.chunks >= 3);
+  assert_int_equal(b.n, nb);
+  double d = tu_max_abs_diff(b.pcm, blk, (size_t)nb);
+  print_message("push streaming vs blocking: max abs diff %.3g (must be 0)\n", d);
+  assert_true(d == 0.0);
+  /* pull */
+  assert_int_equal(cosy_request_submit(e, v, TEXT, &p, NULL, NULL, &r), COSY_OK);
+  float *pulled = (float *)malloc((size_t)nb * sizeof *pulled);
+  int64_t np = 0, got;
+  float tmp[1000];
+  while (cosy_request_read(r, tmp, 1000, &got, -1) == COSY_OK && got > 0) {
+    assert_true(np + got <= nb);
+    memcpy(pulled + np, tmp, (size_t)got * sizeof *tmp);
+    np += got;
+  }
+  cosy_request_release(r);
+  assert_int_equal(np, nb);
+  assert_memory_equal(pulled, blk, (size_t)nb * sizeof *blk);
+  /* cancel mid-way */
+  p.min_tokens = p.max_tokens = 600;
+  assert_int_equal(cosy_request_submit(e, v, TEXT, &p, NULL, NULL, &r), COSY_OK);
+  assert_int_equal(cosy_request_read(r, tmp, 1000, &got, -1), COSY_OK);
+  cosy_request_cancel(r);
+  assert_int_equal(cosy_request_wait(r, 30000), COSY_ERR_CANCELLED);
+  cosy_request_release(r);
+  free(pulled);
+  free(b.pcm);
+  cosy_free(blk);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_memory_fraction),
+      cmocka_unit_test(test_gpu_synthesis),
+  };
+  return cmocka_run_group_tests_name("gpu engine", tests, NULL, NULL);
+}
+#else
+int main(void) {
+  printf("SKIP: built without CUDA (make CUDA=1): GPU engine tests not run\n");
+  return 0;
+}
+#endif
