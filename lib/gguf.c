@@ -120,6 +120,37 @@ static int has_bad_chars(const gguf_str *s) {
   return 0;
 }
 
+typedef struct span { uint64_t begin, end, idx; } span;
+
+static int span_cmp(const void *a, const void *b) {
+  const span *x = (const span *)a, *y = (const span *)b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* No two tensors may share bytes: a corrupted offset that still lands aligned and inside the
+ * file would otherwise alias another tensor's data silently. */
+static cosy_status check_overlap(const gguf_file *f) {
+  if (f->n_tensors < 2) return COSY_OK;
+  span *s = (span *)malloc((size_t)f->n_tensors * sizeof *s);
+  if (!s) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory");
+  for (uint64_t i = 0; i < f->n_tensors; i++) {
+    s[i].begin = f->tensors[i].offset;
+    s[i].end = f->tensors[i].offset + f->tensors[i].nbytes;
+    s[i].idx = i;
+  }
+  qsort(s, (size_t)f->n_tensors, sizeof *s, span_cmp);
+  cosy_status st = COSY_OK;
+  for (uint64_t i = 0; i + 1 < f->n_tensors && !st; i++)
+    if (s[i].end > s[i + 1].begin)
+      st = cosy_err(COSY_ERR_MODEL_FORMAT,
+                    "tensor %s: data [%llu, %llu) overlaps tensor %s at %llu: file corrupt",
+                    f->tensors[s[i + 1].idx].name, (unsigned long long)s[i + 1].begin,
+                    (unsigned long long)(s[i + 1].begin + f->tensors[s[i + 1].idx].nbytes),
+                    f->tensors[s[i].idx].name, (unsigned long long)s[i].begin);
+  free(s);
+  return st;
+}
+
 cosy_status gguf_parse(const void *buf, size_t size, const char *what, gguf_file **out) {
   *out = NULL;
   rd r = {(const uint8_t *)buf, size, 0, what};
@@ -280,6 +311,7 @@ cosy_status gguf_parse(const void *buf, size_t size, const char *what, gguf_file
     }
     t->data = f->buf + f->data_offset + t->offset;
   }
+  if ((st = check_overlap(f))) goto fail;
   *out = f;
   return COSY_OK;
 fail:

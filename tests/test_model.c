@@ -14,8 +14,9 @@
  *     COSY_ERR_MODEL_VERSION (magic: COSY_ERR_MODEL_FORMAT);
  *   - flipped bytes (xor 0xff and xor 0x01) over the fixed header, the key/value entries and the
  *     tensor table: no crash, the status is OK, FORMAT or VERSION, and a message when not OK;
- *   - a renamed tensor (missing "llm.norm.weight"), a changed ne[] (the message names the tensor
- *     and both shapes), a changed type (F32 -> F16), absurd string lengths.
+ *   - a renamed tensor (missing "llm.norm.weight"), a smaller ne[] (the message names the tensor
+ *     and both shapes; a larger one overlaps the next tensor's data and is refused for that), a changed type (F32 -> F16), a tensor offset moved onto its neighbour's
+ *     data or off the alignment, absurd string lengths and counts.
  * The layout (where each key, value and tensor-info field lies) is found by a small walker
  * written here, independent of lib/gguf.c. Correctness only; nothing is timed.
  * Also: cosy_engine_create with a missing model path -> COSY_ERR_IO. */
@@ -186,7 +187,12 @@ static int teardown(void **state) {
   return 0;
 }
 
-#define NEED_FILE() TU_REQUIRE(g_file != NULL, "small model not built (make build/test/small-f32.gguf)")
+/* every damaging test starts from a pristine header (a failed assertion leaves its damage) */
+#define NEED_FILE()                                                                      \
+  do {                                                                                   \
+    TU_REQUIRE(g_file != NULL, "small model not built (make build/test/small-f32.gguf)"); \
+    memcpy(g_work, g_file, g_lay.data_offset);                                           \
+  } while (0)
 
 /* parse + validate a buffer; frees the model on success */
 static cosy_status load_buf(const uint8_t *buf, size_t n) {
@@ -468,18 +474,25 @@ static void test_missing_tensor(void **state) {
 static void test_wrong_shape(void **state) {
   (void)state;
   NEED_FILE();
-  size_t p = g_lay.up.ne_off; /* ne[0] = 128 (the input width) -> 129 */
+  /* ne[0] = 128 (the input width) -> 127: smaller, so the data stays clear of the next tensor
+   * (a larger one is refused as overlapping before the shapes are compared) */
+  size_t p = g_lay.up.ne_off;
   assert_int_equal(g_lay.up.n_dims, 2);
   assert_int_equal(rd64(g_work + p), 128);
   assert_int_equal(rd64(g_work + p + 8), 384);
-  uint64_t v = 129;
+  uint64_t v = 127;
   memcpy(g_work + p, &v, 8);
   cosy_status st = load_buf(g_work, g_size);
   print_message("wrong shape: %s\n", msg());
   assert_int_equal(st, COSY_ERR_MODEL_FORMAT);
   assert_non_null(strstr(msg(), "llm.layers.0.mlp.up_proj.weight"));
   assert_non_null(strstr(msg(), "384x128"));
-  assert_non_null(strstr(msg(), "384x129"));
+  assert_non_null(strstr(msg(), "384x127"));
+  restore(p, 8);
+  v = 129; /* larger: overlaps the next tensor */
+  memcpy(g_work + p, &v, 8);
+  assert_int_equal(load_buf(g_work, g_size), COSY_ERR_MODEL_FORMAT);
+  assert_non_null(strstr(msg(), "overlaps"));
   restore(p, 8);
   /* one dimension fewer: [384][128] read as [128] */
   uint32_t one = 1;
@@ -507,6 +520,23 @@ static void test_wrong_dtype(void **state) {
   assert_int_equal(load_buf(g_work, g_size), COSY_ERR_MODEL_FORMAT);
   assert_non_null(strstr(msg(), "llm.norm.weight"));
   restore(p, 4);
+}
+
+static void test_overlapping_offsets(void **state) {
+  (void)state;
+  NEED_FILE();
+  size_t p = g_lay.first.offset_off;
+  uint64_t old = rd64(g_work + p), v = old + 32; /* still aligned and inside the file */
+  memcpy(g_work + p, &v, 8);
+  cosy_status st = load_buf(g_work, g_size);
+  print_message("offset moved by 32: %s\n", msg());
+  assert_int_equal(st, COSY_ERR_MODEL_FORMAT);
+  assert_non_null(strstr(msg(), "overlaps"));
+  v = old + 16; /* misaligned */
+  memcpy(g_work + p, &v, 8);
+  assert_int_equal(load_buf(g_work, g_size), COSY_ERR_MODEL_FORMAT);
+  assert_non_null(strstr(msg(), "aligned"));
+  restore(p, 8);
 }
 
 static void test_absurd_lengths(void **state) {
@@ -568,6 +598,7 @@ int main(void) {
       cmocka_unit_test(test_missing_tensor),
       cmocka_unit_test(test_wrong_shape),
       cmocka_unit_test(test_wrong_dtype),
+      cmocka_unit_test(test_overlapping_offsets),
       cmocka_unit_test(test_absurd_lengths),
       cmocka_unit_test(test_engine_missing_model),
   };

@@ -391,9 +391,11 @@ def test_convert_roundtrip():
 
 
 def test_ptread_sha():
-    """ptread's tensors hash to golden/small/tensors.json. The sha256 there covers the tensor's
-    elements in its own dtype, C order, little-endian (bf16: the 2-byte bit patterns), i.e. the
-    bytes of tensor.contiguous() - not the whole (possibly shared) storage."""
+    """ptread's tensors hash to the sha256 values of golden/small/tensors.json.
+
+    The sha256 there covers the tensor's elements in its own dtype, C order, little-endian (bf16:
+    the 2-byte bit patterns), i.e. the bytes of tensor.contiguous() - not the whole (possibly
+    shared) storage: the tied lm_head shares embed_tokens' storage and hashes the same."""
     need_golden()
     with open(os.path.join(SMALL, "tensors.json")) as fh:
         table = json.load(fh)

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# device_kernels.sh - build, check and time the CUDA kernels on a GPU machine, unattended.
+#
+#   bash bench/device_kernels.sh            (from the repository root; ~1-2 minutes on an H100)
+#
+# 1. prints the machine (nvidia-smi, nvcc, the libraries the build needs);
+# 2. builds build/tests/test_kernels and build/bench/bench_kernels with the Makefile
+#    (make -j16; B=... overrides the build dir). If that build fails (another part of the tree
+#    broken, say), it builds the two programs directly from kernels/*.cu (sm_90 only) so the
+#    kernels can still be checked, and says so;
+# 3. runs the tests (one line per check, PASS/FAIL) and then the benchmark (table last).
+# Logs are tee'd into $OUT when set (the device tool's output folder), else build/device-logs.
+# Exit status: the test's (non-zero when a check failed), or the build's when nothing could be
+# built. LDLIBS=-lstdc++ is passed because objects made by nvcc need libstdc++ at link time.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+
+LOGDIR=${OUT:-build/device-logs}
+mkdir -p "$LOGDIR"
+B=${B:-build}
+JOBS=${JOBS:-16}
+T0=$(date +%s)
+
+{
+  echo "== machine"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu \
+    --format=csv 2>&1 || echo "nvidia-smi failed"
+  command -v nvcc >/dev/null && nvcc --version | tail -2
+  for h in cmocka.h samplerate.h; do
+    if [ -e /usr/include/$h ] || [ -e /usr/local/include/$h ]; then echo "$h: present"
+    else echo "$h: MISSING"; fi
+  done
+  ldconfig -p 2>/dev/null | grep -E "libcmocka|libsamplerate|libcublasLt\.so" | head -5
+} 2>&1 | tee "$LOGDIR/machine.log"
+
+TEST=$B/tests/test_kernels
+BENCH=$B/bench/bench_kernels
+echo "== build (make -j$JOBS B=$B CUDA=1)"
+if [ -z "${FORCE_DIRECT:-}" ] &&
+   make -j"$JOBS" B="$B" CUDA=1 LDLIBS=-lstdc++ "$TEST" "$BENCH" >"$LOGDIR/build.log" 2>&1; then
+  echo "make: ok ($(( $(date +%s) - T0 )) s)"
+else
+  echo "make FAILED (tail of $LOGDIR/build.log below); building the two programs directly"
+  tail -25 "$LOGDIR/build.log"
+  B=build/device-direct
+  TEST=$B/test_kernels
+  BENCH=$B/bench_kernels
+  mkdir -p "$B"
+  CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
+  CUDA_LIB=$CUDA_HOME/lib64
+  [ -d "$CUDA_LIB" ] || CUDA_LIB=$CUDA_HOME/targets/x86_64-linux/lib
+  ok=1
+  for f in kernels/*.cu; do
+    o=$B/$(basename "${f%.cu}").o
+    nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Xcompiler -fPIC -Iinclude -Ilib \
+      -Ikernels --expt-relaxed-constexpr -c "$f" -o "$o" >>"$LOGDIR/build.log" 2>&1 &
+  done
+  wait
+  for f in kernels/*.cu; do [ -e "$B/$(basename "${f%.cu}").o" ] || ok=0; done
+  CF="-std=c11 -O2 -DCOSY_WITH_CUDA=1 -I$CUDA_HOME/include -Iinclude -Ilib -Ikernels -Itests"
+  LF="-L$CUDA_LIB -Wl,-rpath,$CUDA_LIB -lcublasLt -lcublas -lcudart -lstdc++ -lm -lpthread"
+  if [ $ok = 1 ]; then
+    cc $CF -o "$TEST" tests/test_kernels.c $B/*.o -lcmocka $LF >>"$LOGDIR/build.log" 2>&1 || ok=0
+    cc $CF -o "$BENCH" bench/bench_kernels.c $B/*.o $LF >>"$LOGDIR/build.log" 2>&1 || ok=0
+  fi
+  if [ $ok = 0 ] && [ ! -x "$TEST" ] && [ ! -x "$BENCH" ]; then
+    echo "direct build FAILED too:"; tail -25 "$LOGDIR/build.log"; exit 2
+  fi
+  echo "direct build done ($(( $(date +%s) - T0 )) s)"
+fi
+
+rc_test=3
+if [ -x "$TEST" ]; then
+  echo "== tests ($TEST)"
+  "$TEST" 2>&1 | tee "$LOGDIR/test_kernels.log"
+  rc_test=${PIPESTATUS[0]}
+  echo "test_kernels exit status: $rc_test"
+else
+  echo "test_kernels was not built"
+fi
+
+rc_bench=3
+if [ -x "$BENCH" ]; then
+  echo "== benchmark ($BENCH)"
+  "$BENCH" >"$LOGDIR/bench_kernels.log" 2>&1
+  rc_bench=$?
+  # the progress lines are in the log; show the summary table (it comes last)
+  sed -n '/^device:/p;/^ceilings:/p' "$LOGDIR/bench_kernels.log"
+  sed -n '/^==== kernel table/,$p' "$LOGDIR/bench_kernels.log"
+  [ $rc_bench = 0 ] || tail -5 "$LOGDIR/bench_kernels.log"
+  echo "bench_kernels exit status: $rc_bench"
+fi
+
+echo "== summary: tests $( [ $rc_test = 0 ] && echo PASS || echo "FAIL ($rc_test)" )," \
+     "$(grep -c ' PASS' "$LOGDIR/test_kernels.log" 2>/dev/null || echo 0) checks passed," \
+     "$(grep -c ' FAIL' "$LOGDIR/test_kernels.log" 2>/dev/null || echo 0) failed;" \
+     "bench exit $rc_bench; $(( $(date +%s) - T0 )) s"
+grep ' FAIL' "$LOGDIR/test_kernels.log" 2>/dev/null | head -20
+exit $rc_test

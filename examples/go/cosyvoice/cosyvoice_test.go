@@ -1,0 +1,191 @@
+package cosyvoice
+
+import (
+	"errors"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The tests that synthesize need COSY_MODEL and COSY_VOICE (make test-examples sets them to the
+// demo model); without them they skip.
+const text = "The quick brown fox jumps over the lazy dog, and the morning train was late again."
+
+func open(t *testing.T) (*Engine, *Voice) {
+	t.Helper()
+	model, voice := os.Getenv("COSY_MODEL"), os.Getenv("COSY_VOICE")
+	if model == "" || voice == "" {
+		t.Skip("set COSY_MODEL and COSY_VOICE")
+	}
+	e, err := NewEngine(Config{ModelPath: model, Device: DeviceCPU, MaxActive: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.LoadVoice(voice)
+	if err != nil {
+		e.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close(); e.Close() })
+	return e, v
+}
+
+func collect(t *testing.T, s *Stream) ([]float32, int) {
+	var out []float32
+	n := 0
+	for c := range s.C {
+		out = append(out, c...)
+		n++
+	}
+	return out, n
+}
+
+func TestErrors(t *testing.T) {
+	_, err := NewEngine(Config{ModelPath: "/nonexistent/model.gguf", Device: DeviceCPU})
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("want *Error, got %v", err)
+	}
+	if ce.Status != StatusIO || !strings.Contains(ce.Message, "/nonexistent/model.gguf") {
+		t.Fatalf("unexpected error %v", ce)
+	}
+	_, err = NewEngine(Config{ModelPath: "x.gguf", Device: -7})
+	if !errors.As(err, &ce) || ce.Status != StatusInvalidArg || ce.Message == "" {
+		t.Fatalf("unexpected error %v", err)
+	}
+	if StatusCancelled.String() == "" || Version() == "" {
+		t.Fatal("empty status text or version")
+	}
+	t.Logf("library %s; error text: %v", Version(), err)
+}
+
+func TestBlockingEqualsStream(t *testing.T) {
+	e, v := open(t)
+	p := &Params{Seed: 1234, MaxTokens: 120}
+	blk, err := e.Synthesize(v, text, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.Stream(v, text, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, chunks := collect(t, s)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(blk) || len(blk) == 0 {
+		t.Fatalf("streamed %d samples, blocking %d", len(got), len(blk))
+	}
+	for i := range blk {
+		if got[i] != blk[i] || math.IsNaN(float64(blk[i])) {
+			t.Fatalf("sample %d: streamed %g, blocking %g", i, got[i], blk[i])
+		}
+	}
+	if !st.Done || st.Samples != int64(len(blk)) {
+		t.Fatalf("stats %+v", st)
+	}
+	t.Logf("%d samples identical; %d channel chunks, %d engine chunks, ttfb %.3f s",
+		len(blk), chunks, st.Chunks, st.TTFB)
+	es, err := e.Stats()
+	if err != nil || es.RequestsDone < 2 {
+		t.Fatalf("engine stats %+v, %v", es, err)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	e, v := open(t)
+	s, err := e.Stream(v, text, &Params{Seed: 9, MaxTokens: 600, MinTokens: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := <-s.C
+	if len(first) == 0 {
+		t.Fatal("no first chunk")
+	}
+	t0 := time.Now()
+	go s.Cancel() // from another goroutine
+	collect(t, s)
+	var ce *Error
+	if err := s.Err(); !errors.As(err, &ce) || ce.Status != StatusCancelled {
+		t.Fatalf("want StatusCancelled, got %v", err)
+	}
+	st, _ := s.Stats()
+	if st.SpeechTokens >= 600 {
+		t.Fatalf("not cancelled early: %d tokens", st.SpeechTokens)
+	}
+	s.Cancel() // idempotent
+	s.Close()
+	s.Close()
+	t.Logf("cancelled after %v at %d of 600 tokens", time.Since(t0), st.SpeechTokens)
+
+	// closing a stream nobody reads must not hang
+	s2, err := e.Stream(v, text, &Params{Seed: 3, MaxTokens: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Close()
+}
+
+func TestVoiceFeaturesRoundTrip(t *testing.T) {
+	e, v := open(t)
+	_ = v
+	rng := rand.New(rand.NewSource(5))
+	f := Features{PromptText: "A made up prompt.<|endofprompt|>"}
+	for i := 0; i < 40; i++ {
+		f.SpeechTokens = append(f.SpeechTokens, int32(rng.Intn(6561)))
+	}
+	for i := 0; i < 80*80; i++ {
+		f.Mel = append(f.Mel, float32(-6+2*math.Sin(float64(i)/37)))
+	}
+	for i := 0; i < 192; i++ {
+		f.SpeakerEmbedding = append(f.SpeakerEmbedding, float32(rng.NormFloat64()))
+	}
+	made, err := e.VoiceFromFeatures(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer made.Close()
+	path := filepath.Join(t.TempDir(), "made.voice.gguf")
+	if err := made.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := e.LoadVoice(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	p := &Params{Seed: 77, MaxTokens: 50}
+	a, err := e.Synthesize(made, "Hello there.", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.Synthesize(back, "Hello there.", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) == 0 || len(a) != len(b) {
+		t.Fatalf("lengths %d %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("sample %d differs", i)
+		}
+	}
+	f.SpeakerEmbedding = f.SpeakerEmbedding[:10]
+	_, err = e.VoiceFromFeatures(f)
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != StatusInvalidArg {
+		t.Fatalf("want StatusInvalidArg, got %v", err)
+	}
+}

@@ -1,0 +1,154 @@
+/* kernels_hift.h - launchers of the HiFT vocoder kernels (internal; plain C, callable from C and
+ * C++). kernels/conv.cu (causal conv1d on tensor cores, the fp64 F0 predictor convs), stft.cu
+ * (STFT of the source, iSTFT of the output), source.cu (default noise, SineGen2 phase, source
+ * signal). The math each kernel reproduces is lib/ref/hift.c's; see the header comment of each
+ * .cu file for the thread mapping and numerics.
+ *
+ * Conventions (as kernels.h): the first argument is the stream, launches are asynchronous, the
+ * return value is cudaErrorInvalidValue for arguments a caller could get wrong, else
+ * cudaGetLastError() after the launch; nothing here allocates, synchronizes, prints or exits.
+ * Activations are channels-first fp32 rows: "[C][ld]" is C rows, ld floats apart. */
+#ifndef COSY_KERNELS_HIFT_H
+#define COSY_KERNELS_HIFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ============================== conv.cu ====================================================== */
+
+/* Pre-activation applied to every input value as it is loaded (after zero padding: each of these
+ * maps 0 to 0, so padding before or after the activation is the same). */
+typedef enum cosy_hift_act {
+  COSY_HACT_NONE = 0,
+  COSY_HACT_LEAKY = 1,       /* v > 0 ? v : slope v */
+  COSY_HACT_SNAKE = 2,       /* v + 1/(alpha[ci] + 1e-9) sin(alpha[ci] v)^2 */
+  COSY_HACT_MEAN3_LEAKY = 3  /* m = ((in + in2) + in3) / 3 (fp32, in that order), then leaky */
+} cosy_hift_act;
+
+/* Arithmetic of the conv's products (accumulation is always fp32):
+ *   TF32:   operands rounded to TF32 (10-bit mantissa, round-to-nearest), one mma per product;
+ *           relative error of a dot product ~ 3e-4.
+ *   3XTF32: each operand split into big + small TF32 parts, big*big + big*small + small*big
+ *           (three mma): fp32-level accuracy (~1e-6), three times the tensor work. */
+typedef enum cosy_hift_prec {
+  COSY_HPREC_TF32 = 0,
+  COSY_HPREC_3XTF32 = 1
+} cosy_hift_prec;
+
+/* Tile of the conv kernel: weights are packed in blocks of these. */
+#define COSY_HCONV_BM 64 /* output channels per block (co_pad is a multiple) */
+#define COSY_HCONV_CK 8  /* input channels per reduction step (ci_pad is a multiple) */
+
+/* One causal conv1d (PyTorch Conv1d semantics on a zero-extended, optionally upsampled input):
+ *
+ *   X[ci][u]  = act(in[ci][u / up])  for 0 <= u < len_in * up, else 0      (nearest upsample x up)
+ *   p(t)      = t                          (reflect = 0)
+ *             = t - 1, and p(0) = 1        (reflect = 1: ReflectionPad1d((1,0)) of the output)
+ *   out[co][t] = bias[co] + sum_{ci, j} w[co][ci][j] X[ci][p(t) stride + j dil - pad_left]
+ *                (+ res[co][t]) (+ res2[co][t])                            for t < n_out
+ *
+ * pad_left zeros on the left (causal 'left' padding, or the stride-1 pad of the source downs);
+ * the right side is the zero extension beyond len_in ('right' look-ahead padding when final: the
+ * caller passes len_in = the valid frames). Weights are PACKED: wp[j][co_pad][ci_pad] (see
+ * cosy_hift_conv_pack; padding rows/columns zero), co_pad a multiple of COSY_HCONV_BM, ci_pad of
+ * COSY_HCONV_CK. bias [co] fp32. reflect needs stride 1. out may equal res or res2 (in-place
+ * residual: each element is read before it is written by the same thread); out must not alias
+ * in/in2/in3. 1 <= k <= 32, stride >= 1, dil >= 1, up >= 1. */
+typedef struct cosy_hift_conv {
+  const float *in, *in2, *in3; /* [ci][ld_in]; in2/in3 only for COSY_HACT_MEAN3_LEAKY */
+  int ld_in, len_in, ci, up;
+  int act;                     /* cosy_hift_act */
+  float slope;                 /* leaky slope */
+  const float *alpha;          /* snake alpha [ci] */
+  const float *wp;             /* packed weights [k][co_pad][ci_pad] */
+  const float *bias;           /* [co] or NULL */
+  int co, co_pad, ci_pad, k, dil, stride, pad_left, reflect;
+  float *out;                  /* [co][ld_out] */
+  int ld_out, n_out;
+  const float *res, *res2;     /* [co][ld_res], [co][ld_res2] or NULL */
+  int ld_res, ld_res2;
+} cosy_hift_conv;
+
+/* Pack a PyTorch Conv1d weight w[co][ci][k] (host) into wp[k][co_pad][ci_pad] (host, zeroed
+ * padding). co_pad/ci_pad: the rounded-up sizes (cosy_hift_conv_pad). */
+void cosy_hift_conv_pack(const float *w, int co, int ci, int k, float *wp);
+int cosy_hift_conv_pad(int n, int multiple);
+
+/* Run n (1..3) independent convs in one launch (they must not depend on each other). The tensor
+ * cores do the products (mma.sync m16n8k8 TF32); prec picks TF32 or 3xTF32. Thread mapping: a
+ * block of 128 threads computes 64 output channels x 64 time steps of one conv; grid
+ * (time tiles, channel tiles, conv). Shared memory: k * 64 * 12 + 8 * strip floats (strip =
+ * 63 stride + (k-1) dil + 1 input columns, padded), at most ~110 KB. */
+cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *convs, int n, int prec);
+
+/* fp64 conv of the F0 predictor with ELU:
+ *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out
+ *   X[ci][u] = in[ci][u] for 0 <= u < len_in, else 0;  elu(v) = v > 0 ? v : expm1(v)
+ * in: fp32 (in_f32, e.g. the mel) or fp64 (in_f64), exactly one non-NULL, [ci][ld_in];
+ * w [co][ci][k] fp32 (the file's values, widened exactly), bias [co] fp32; out fp64 [co][ld_out].
+ * Accumulation in fp64. k <= 4. */
+cudaError_t cosy_k_hift_conv64(cudaStream_t s, const float *in_f32, const double *in_f64,
+                               int ld_in, int len_in, int ci, const float *w, const float *bias,
+                               int co, int k, int pad_left, double *out, int ld_out, int n_out);
+
+/* F0 classifier: f0[t] = (float)|b + sum_c w[c] h[c][t]| (fp64, c ascending).
+ * h [c][ld_h] fp64, w [c] fp32, f0 [n] fp32. */
+cudaError_t cosy_k_hift_f0_classify(cudaStream_t s, const double *h, int ld_h, int c,
+                                    const float *w, float b, float *f0, int n);
+
+/* ============================== source.cu ==================================================== */
+
+/* The default noise generator of ref_hift_default_noise (bit-identical): rows[r][h] =
+ * u24(0x5EED51AE00000000 ^ ((first_row + r) * (nb+1) + h)) for r < n_rows, h <= nb; rand_ini
+ * (may be NULL) [nb+1]. */
+cudaError_t cosy_k_hift_noise(cudaStream_t s, int nb, int64_t first_row, int64_t n_rows,
+                              float *rand_ini, float *rows);
+
+/* SineGen2 frame values of ref_hift_source (fp32 semantics of the reference):
+ *   rad_h[k] = fmodf(f0[k] (h+1) / sr, 1)  (+ rand_ini[h] on the taps at sample 0: never, R > 2)
+ *   radd = 0.5 rad + 0.5 rad;  cum = fp32(sum_{j<=k} radd[j]) accumulated in fp64 sequentially
+ *   ph = ((cum * 2) * pi_f) * R;  sine[k][h] = (float)sin((double)ph) * amp
+ * f0 [T] fp32, rand_ini [nb+1] (device) or NULL for the default generator's; sine [T][nb+1].
+ * One block; one thread per harmonic runs the fp64 scan (exactly the reference's order). */
+cudaError_t cosy_k_hift_sine(cudaStream_t s, const float *f0, int T, int nb, int R, float sr,
+                             float amp, const float *rand_ini, float *sine);
+
+/* The source samples i in [i0, i0 + n) (absolute sample index; frame k = i / R):
+ *   uv = f0[k] > thr;  namp = uv ? sigma : amp_unvoiced
+ *   x_h = sine[k][h] uv + namp U[i][h]     (fp32, no contraction)
+ *   s[i - i0] = (float)tanh((double)(float)(lin_b + sum_h lin_w[h] x_h))   (fp64 sum, h ascending)
+ * U: rows [n][nb+1] for the samples [i0, i0+n) (device), or NULL for the default generator.
+ * lin_w [nb+1] fp32 (device). */
+cudaError_t cosy_k_hift_source(cudaStream_t s, const float *f0, const float *sine, int nb, int R,
+                               int64_t i0, int64_t n, const float *U, const float *lin_w,
+                               float lin_b, float thr, float sigma, float amp_unvoiced,
+                               float *out);
+
+/* ============================== stft.cu ====================================================== */
+
+/* STFT of ref_hift_stft (n_fft 16, hop 4, periodic Hann, center + reflect padding, onesided):
+ * frames [0, F) of the signal x [n] (n >= 9; F <= n/4 + 1): re = rows [0, 9), im = rows [9, 18)
+ * of out [18][ld_out]. fp64 DFT of the fp32 windowed samples, like the reference. */
+cudaError_t cosy_k_hift_stft(cudaStream_t s, const float *x, int64_t n, int64_t F, float *out,
+                             int ld_out);
+
+/* The vocoder's output head and iSTFT:
+ *   mag = min(expf(post[b][f]), 100), ph = sinf(post[9 + b][f]),  X = mag cos ph + i mag sin ph
+ *   y[t] = ola[t + 8] / env[t + 8], t < n_out (n_out <= 4 (F-1)): overlap-add (hop 4) of the
+ *   per-frame irfft (1/16 scale, imaginary parts of bins 0 and 8 ignored) times the window,
+ *   divided by the overlap-added squared window, in fp64 in the reference's order; then clamped to
+ *   +-limit. post [18][ld_post] fp32 (conv_post output, F frames), y [n_out] fp32. */
+cudaError_t cosy_k_hift_istft(cudaStream_t s, const float *post, int ld_post, int64_t F,
+                              int64_t n_out, float limit, float *y);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
