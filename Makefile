@@ -7,6 +7,7 @@
 #   make install         PREFIX=/usr/local DESTDIR= : header, libraries, cosyvoice.pc, CLI
 #   make check-abi       exported symbols == abi/cosyvoice.symbols
 #   make demo            make a demo model (random weights, own tokenizer) and say something
+#   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make clean
 #
 # CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
@@ -56,7 +57,7 @@ NVCCFLAGS_ALL := -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidd
 ifeq ($(CUDA),1)
   CFLAGS_ALL += -DCOSY_WITH_CUDA=1 -I$(CUDA_HOME)/include
   CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
-  LDLIBS_ALL += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart
+  LDLIBS_ALL += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart -lstdc++
   CUDA_ARCH_WORDS := sm_80 sm_89 sm_90
 endif
 
@@ -190,6 +191,51 @@ $(DEMO_MODEL): tools/make_model.py tools/convert.py tools/gguf_writer.py tools/t
 demo: $(CLI) $(DEMO_MODEL)
 	$(CLI) -m $(DEMO_MODEL) -v $(B)/demo/demo-voice.gguf -o demo.wav \
 	  "Hello from libcosyvoice. This demo model has random weights, so it babbles."
+
+# ---- examples in other languages, against an installed copy ------------------------------------
+# Installs into $(B)/prefix, makes the demo model and voice, then builds and runs examples/c and
+# examples/cpp through pkg-config, runs the Python ctypes test, and the Go and Rust tests when
+# `go` / `cargo` are on PATH (a SKIP line otherwise). Everything finds the library only through
+# PKG_CONFIG_PATH and LD_LIBRARY_PATH pointing into the prefix.
+EX_PREFIX := $(abspath $(B))/prefix
+EX_OUT := $(abspath $(B))/examples
+EX_MODEL := $(abspath $(DEMO_MODEL))
+EX_VOICE := $(abspath $(B)/demo/demo-voice.gguf)
+EX_ENV := PKG_CONFIG_PATH=$(EX_PREFIX)/lib/pkgconfig LD_LIBRARY_PATH=$(EX_PREFIX)/lib \
+          COSY_MODEL=$(EX_MODEL) COSY_VOICE=$(EX_VOICE)
+EX_TEXT := "Hello from the examples. Every language streams the same voice."
+
+.PHONY: test-examples
+test-examples: $(DEMO_MODEL)
+	@rm -f $(B)/cosyvoice.pc   # generated with the prefix in it: make it for EX_PREFIX...
+	$(MAKE) --no-print-directory install PREFIX=$(EX_PREFIX) DESTDIR=
+	@rm -f $(B)/cosyvoice.pc   # ...and not leave it for a later `make install`
+	@echo "== examples/c (pkg-config: $$($(EX_ENV) pkg-config --cflags --libs cosyvoice))"
+	$(EX_ENV) $(MAKE) --no-print-directory -C examples/c O=$(EX_OUT)/c
+	$(EX_ENV) $(EX_OUT)/c/stream_wav $(EX_MODEL) $(EX_VOICE) $(EX_OUT)/c/stream.wav $(EX_TEXT) 7
+	$(PYTHON) -c "import sys, wave; w = wave.open(sys.argv[1]); n = w.getnframes(); \
+	  assert n > 0 and w.getsampwidth() == 2, n; print('stream.wav: %d frames, header patched' % n)" \
+	  $(EX_OUT)/c/stream.wav
+	@echo "== examples/cpp"
+	$(EX_ENV) $(MAKE) --no-print-directory -C examples/cpp O=$(EX_OUT)/cpp
+	$(EX_ENV) $(EX_OUT)/cpp/example $(EX_MODEL) $(EX_VOICE)
+	@echo "== examples/python"
+	$(EX_ENV) $(PYTHON) examples/python/test_cosyvoice.py
+	$(EX_ENV) $(PYTHON) examples/python/say.py $(EX_MODEL) $(EX_VOICE) $(EX_OUT)/python.wav \
+	  $(EX_TEXT) --stream
+	@echo "== examples/go"
+	@if command -v go >/dev/null 2>&1; then \
+	  cd examples/go && export $(EX_ENV) GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-modcacherw \
+	    GOCACHE=$(EX_OUT)/go/cache GOPATH=$(EX_OUT)/go/path && \
+	  echo "$$(go version): go vet ./... && go test ./..." && go vet ./... && go test -count=1 -v ./... ; \
+	else echo "SKIP: examples/go (no go on PATH: apt-get install golang-go)"; fi
+	@echo "== examples/rust"
+	@if command -v cargo >/dev/null 2>&1; then \
+	  export $(EX_ENV) CARGO_TARGET_DIR=$(EX_OUT)/cargo && \
+	  echo "$$(cargo --version): cargo test --offline" && \
+	  cargo test --offline --manifest-path examples/rust/Cargo.toml -- --nocapture ; \
+	else echo "SKIP: examples/rust (no cargo on PATH)"; fi
+	@echo "test-examples: ok"
 
 clean:
 	rm -rf build

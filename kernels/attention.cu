@@ -15,8 +15,9 @@
  *     ~264 blocks exist. A block serves all n_qh/n_kh (<= 8) query heads of its kv head, so each
  *     K/V row is read once per block: (1) thread t scores tokens t, t+128, ... (one 16-byte-vector
  *     row load of K, dot products against q in shared memory), scores to shared memory;
- *     (2) one warp per query head takes max and sum of exp2; (3) thread (d = t % 64, half t / 64)
- *     accumulates p * v[d] over every other token, the halves are added in shared memory. With one
+ *     (2) one warp per query head takes max and sum of exp2; (3) thread t accumulates p * v over
+ *     dims 8(t%8)..+7 of every 16th token (one 16-byte load per token), partial sums are added
+ *     with warp shuffles and across the 4 warps in shared memory. With one
  *     split the block writes the normalized output; otherwise it writes (m, l, unnormalized o) and
  *     a combine kernel (one block of 64 threads per (sequence, head)) merges the splits.
  *   attn (prefill / DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
@@ -105,7 +106,7 @@ template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T> a) {
   __shared__ float qs[DEC_MAXG][HD];
   __shared__ float sc[DEC_MAXG][DEC_SPLIT_MAX];
-  __shared__ float red_o[DEC_MAXG][HD];
+  __shared__ float red_o[DEC_THREADS / 32][DEC_MAXG][HD];
   __shared__ float mrow[DEC_MAXG], lrow[DEC_MAXG];
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int tid = threadIdx.x;
@@ -179,41 +180,60 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   }
   __syncthreads();
 
-  /* (3) p . v */
-  const int d = tid & (HD - 1), part = tid / HD;
-  float acc[DEC_MAXG];
+  /* (3) p . v: thread t owns the 8 dims 8*(t%8).. of every 16th token (t/8 = token group), one
+   * 16-byte load per token; the 4 groups of a warp are summed with shuffles, the 4 warps in
+   * shared memory */
+  const int c8 = (tid & 7) * 8, tg = tid >> 3;
+  float acc[DEC_MAXG][8];
 #pragma unroll
-  for (int g = 0; g < DEC_MAXG; ++g) acc[g] = 0.f;
-  for (int jj = part; jj < n; jj += DEC_THREADS / HD) {
+  for (int g = 0; g < DEC_MAXG; ++g)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
+  for (int jj = tg; jj < n; jj += DEC_THREADS / 8) {
     const int j = j0 + jj;
     const int page = bt[j / a.page_size];
-    const float vv = ld(a.vc + ((size_t)page * a.page_size + (j % a.page_size)) * tok_stride +
-                        (size_t)kvh * HD + d);
-#pragma unroll
-    for (int g = 0; g < DEC_MAXG; ++g)
-      if (g < G) acc[g] = fmaf(sc[g][jj], vv, acc[g]);
-  }
-  if (part == 1) {
-#pragma unroll
-    for (int g = 0; g < DEC_MAXG; ++g)
-      if (g < G) red_o[g][d] = acc[g];
-  }
-  __syncthreads();
-  if (part == 0) {
+    float vf[8];
+    load8(a.vc + ((size_t)page * a.page_size + (j % a.page_size)) * tok_stride +
+              (size_t)kvh * HD + c8,
+          vf);
 #pragma unroll
     for (int g = 0; g < DEC_MAXG; ++g) {
       if (g < G) {
-        const float o = acc[g] + red_o[g][d];
-        if (a.n_splits == 1) {
-          st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, o / lrow[g]);
-        } else {
-          const size_t pi = ((size_t)seq * a.n_qh + h0 + g) * a.n_splits + split;
-          a.part_o[pi * HD + d] = o;
-          if (d == 0) {
-            a.part_ml[pi * 2] = mrow[g];
-            a.part_ml[pi * 2 + 1] = lrow[g];
-          }
-        }
+        const float p = sc[g][jj];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < DEC_MAXG; ++g)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], 8);
+      acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], 16);
+    }
+  if (lane < 8) {
+#pragma unroll
+    for (int g = 0; g < DEC_MAXG; ++g)
+      if (g < G) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) red_o[warp][g][c8 + e] = acc[g][e];
+      }
+  }
+  __syncthreads();
+  for (int e = tid; e < G * HD; e += DEC_THREADS) {
+    const int g = e / HD, d = e % HD;
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < DEC_THREADS / 32; ++w) o += red_o[w][g][d];
+    if (a.n_splits == 1) {
+      st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, o / lrow[g]);
+    } else {
+      const size_t pi = ((size_t)seq * a.n_qh + h0 + g) * a.n_splits + split;
+      a.part_o[pi * HD + d] = o;
+      if (d == 0) {
+        a.part_ml[pi * 2] = mrow[g];
+        a.part_ml[pi * 2 + 1] = lrow[g];
       }
     }
   }

@@ -8,9 +8,10 @@
  *   x [M][K] is the column-major K x M matrix x^T and y [M][N] the column-major N x M y^T, so
  *   y^T = op_T(W^T) x^T: A = W (transa = T, lda = K), B = x (transb = N, ldb = ldx),
  *   C = D = y (ldc = ldy). This "TN" form is cuBLASLt's preferred layout.
- * Bias: fused as CUBLASLT_EPILOGUE_BIAS with an fp32 bias vector where the library accepts that
- *   combination (it is tried first); otherwise the product runs without epilogue and
- *   cosy_k_add_bias (act.cu) adds the bias afterwards on the same stream.
+ * Bias: for fp32 outputs fused as CUBLASLT_EPILOGUE_BIAS (cuBLASLt takes the bias in the output
+ *   type); for bf16 outputs, or where the fused form is refused, the product runs without
+ *   epilogue and cosy_k_add_bias (act.cu) adds the fp32 bias afterwards on the same stream
+ *   (one more pass over y, and y is rounded to bf16 twice).
  * Plans: matmul/layout descriptors and the heuristic's algorithm are cached per shape, types,
  *   strides, accumulate flag and pointer alignments (a small ring of PLAN_CACHE entries), so a
  *   steady-state call does no heuristic query and nothing that breaks CUDA graph capture.
@@ -241,8 +242,12 @@ extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, i
     plan_free(slot);
     int found = 0;
     cudaError_t e = cudaSuccess;
-    if (bias) e = plan_build(g, key, 1, bias, slot, &found);
-    if (e == cudaSuccess && !found) e = plan_build(g, key, 0, nullptr, slot, &found);
+    /* cuBLASLt wants the bias in the output type: fuse only for fp32 outputs, and treat any
+     * refusal of the fused form as "not offered" */
+    if (bias && y_dt == COSY_KDT_F32) {
+      if (plan_build(g, key, 1, bias, slot, &found) != cudaSuccess) found = 0;
+    }
+    if (!found) e = plan_build(g, key, 0, nullptr, slot, &found);
     if (e != cudaSuccess) return e;
     if (!found) {
       g->last_cublas = (int)CUBLAS_STATUS_NOT_SUPPORTED;
@@ -261,6 +266,17 @@ extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, i
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
   cublasStatus_t st = cublasLtMatmul(g->lt, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, y,
                                      plan->c, y, plan->c, &plan->algo, g->ws, g->ws_bytes, s);
+  if (st != CUBLAS_STATUS_SUCCESS && plan->bias_fused) {
+    /* the fused form was offered but refused at run time: replace the plan by the plain one */
+    g->last_cublas = (int)st;
+    plan_free(plan);
+    int found = 0;
+    cudaError_t e = plan_build(g, key, 0, nullptr, plan, &found);
+    if (e != cudaSuccess) return e;
+    if (!found) return cudaErrorNotSupported;
+    st = cublasLtMatmul(g->lt, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, y, plan->c, y,
+                        plan->c, &plan->algo, g->ws, g->ws_bytes, s);
+  }
   if (st != CUBLAS_STATUS_SUCCESS) {
     g->last_cublas = (int)st;
     return map_status(st);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and testing libcosyvoice needs on a Debian/Ubuntu machine:
-# a C toolchain, pkg-config, libsamplerate, cmocka, and numpy for the model tools.
+# a C toolchain, pkg-config, libsamplerate, cmocka, numpy for the model tools, and Go for the
+# cgo example (examples/go; the Rust example runs when cargo is present, rustup is not installed).
 # The CUDA toolkit is optional (kernels are built when nvcc is on PATH).
 set -euo pipefail
 SUDO=""
@@ -8,7 +9,8 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential pkg-config libsamplerate0-dev libcmocka-dev python3 python3-pip >/dev/null
+  build-essential pkg-config libsamplerate0-dev libcmocka-dev python3 python3-pip \
+  golang-go >/dev/null
 if ! python3 -c "import numpy" 2>/dev/null; then
   python3 -m pip install -q numpy || python3 -m pip install -q --break-system-packages numpy
 fi

@@ -21,6 +21,8 @@
 //! Every failure is an [`Error`] with the `cosy_status` code and `cosy_last_error()` (read on
 //! the calling thread right after the call: Rust threads are OS threads).
 #![allow(non_camel_case_types)]
+// `x % 80 != 0` reads as the C API; is_multiple_of needs Rust 1.87
+#![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
 use std::ffi::{CStr, CString};
 use std::fmt;

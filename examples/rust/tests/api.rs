@@ -41,7 +41,7 @@ macro_rules! layout {
     ($out:ident, $t:ident, $($f:ident),*) => {{
         let u = MaybeUninit::<sys::$t>::uninit();
         let b = u.as_ptr();
-        $out.push((format!("struct {} {}", stringify!($t), size_of::<sys::$t>())));
+        $out.push(format!("struct {} {}", stringify!($t), size_of::<sys::$t>()));
         $(
             // SAFETY: addr_of! on an uninitialised value only computes the address.
             let p = unsafe { std::ptr::addr_of!((*b).$f) };
@@ -129,7 +129,7 @@ fn cancel_from_another_thread() {
     });
     let last = (&mut req).last().expect("no items");
     t.join().unwrap();
-    let e = last.err().expect("ended without error");
+    let e = last.expect_err("ended without error");
     assert_eq!(e.status, Status::CANCELLED, "{}", e);
     assert_eq!(req.wait(-1).err().map(|e| e.status), Some(Status::CANCELLED));
     let s = req.stats().expect("stats");

@@ -1,0 +1,76 @@
+/* flow_extra.h - launchers of the flow decoder's own CUDA kernels (kernels/flow_extra.cu; plain C,
+ * callable from C and C++). Used by lib/gpu/flow.c.
+ *
+ * Conventions: those of kernels.h (first argument the stream, asynchronous launch; the return
+ * value is cudaErrorInvalidValue for arguments a caller could get wrong, else cudaGetLastError()
+ * after the launch; nothing allocates, synchronizes, prints or exits; zero rows is a valid no-op;
+ * row-major tensors listed outermost first; bf16 stored as its bit pattern cosy_bf16; all
+ * arithmetic in fp32, bf16 outputs rounded to nearest-even once at the store).
+ *
+ * Layout of the DiT activations here: frame-major [B][N][C] (B = CFG / batch rows, N frames,
+ * C = 1024 channels in the full model). The per-row AdaLN vectors are fp32 rows of a modulation
+ * table: element d of row b of a chunk is chunk[b * mod_bstride + d]; mod_bstride = 0 lets every
+ * batch row share one vector (the Euler/CFG batch: both rows see the same t).
+ */
+#ifndef COSY_FLOW_EXTRA_H
+#define COSY_FLOW_EXTRA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Gated residual + LayerNorm (no affine, eps) + AdaLN modulation, one pass:
+ *   if a != NULL:  h[b][n][d] += gate[b*mod_bstride + d] * a[b][n][d]     (h stored back, fp32)
+ *   y[b][n][d] = (h - mean) / sqrt(var + eps) * (1 + scale[b*mod_bstride + d])
+ *                + shift[b*mod_bstride + d]                              (bf16)
+ * mean / biased var over d of the (updated) row. h, a [B][N][D] fp32; y [B][N][D] bf16.
+ * D % 4 == 0, D <= 2048; h, a, y, gate, scale, shift 16-byte aligned; mod_bstride % 4 == 0.
+ * gate is needed when a != NULL; scale and shift are required. */
+cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const float *a, const float *gate,
+                                 const float *scale, const float *shift, int64_t mod_bstride,
+                                 cosy_bf16 *y, int B, int N, int D, float eps);
+
+/* h[b][n][d] = xp[b*xp_bstride + n*D + d] + hc[b][n][d];  hb = bf16(h).
+ * xp fp32 (xp_bstride = 0: one [N][D] block shared by every row, else N*D), hc, h [B][N][D]
+ * fp32, hb [B][N][D] bf16. D % 4 == 0 and 16-byte aligned pointers. */
+cudaError_t cosy_k_flow_add_rows(cudaStream_t s, const float *xp, int64_t xp_bstride,
+                                 const float *hc, float *h, cosy_bf16 *hb, int B, int N, int D);
+
+/* Causal grouped Conv1d (left pad K-1, no right pad) + bias + Mish, on frame-major data:
+ *   z[b][n][c] = bias[c] + sum_{k<K} sum_{i<cin} x[b][n+k-(K-1)][g*cin + i] * w[c][k][i]
+ *   (g = c / cin, cin = C / G, x[b][<0] = 0);  m = mish(z) = z tanh(log1p(e^z))
+ *   y != NULL: y[b][n][c] = bf16(m);   h != NULL: h[b][n][c] += m (fp32)   (exactly one of them)
+ * x [B][N][C] bf16, w [C][K][cin] bf16 (PyTorch's [C][cin][K] permuted), bias [C] fp32.
+ * cin = 64 with 16-byte aligned x/w and K <= 64 takes a tensor-core path (mma.sync bf16, fp32
+ * accumulation); any other geometry a plain fp32 path. */
+cudaError_t cosy_k_flow_conv_pos(cudaStream_t s, const cosy_bf16 *x, const cosy_bf16 *w,
+                                 const float *bias, cosy_bf16 *y, float *h, int B, int N, int C,
+                                 int G, int K);
+
+/* The constant part of the DiT input rows: out[n] = [cond[n], mu[n], spk] (3M floats per frame);
+ * cond, mu [N][M] fp32 and spk [M] fp32, each may be NULL (= zeros). out [N][3M] fp32. */
+cudaError_t cosy_k_flow_pack_cond(cudaStream_t s, float *out, const float *cond, const float *mu,
+                                  const float *spk, int N, int M);
+
+/* PreLookahead residual + repeat_interleave: mu[n][c] = pre[n/ratio][c] + xe[n/ratio][c].
+ * pre, xe [>= ceil(N/ratio)][M] fp32 (row stride M); mu [N][M] fp32. */
+cudaError_t cosy_k_flow_mu(cudaStream_t s, float *mu, const float *pre, const float *xe,
+                           int ratio, int N, int M);
+
+/* Euler step with classifier-free guidance (upstream's fp32 order):
+ *   x[i] = x[i] + dt * (c1 * vc[i] - c2 * vu[i])   for i < n (all fp32). */
+cudaError_t cosy_k_flow_euler(cudaStream_t s, float *x, const float *vc, const float *vu,
+                              int64_t n, float dt, float c1, float c2);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,142 @@
+/* source.cu - the HiFT source signal (SineGen2 causal + SourceModuleHnNSF) and its default noise.
+ *
+ * Math (lib/ref/hift.c, ref_hift_source; kernels_hift.h for the launchers):
+ *   noise:   u24(x) = (splitmix64(x) >> 40) 2^-24; row i, column h = u24(KEY_ROWS ^ (i (nb+1) + h));
+ *            rand_ini[h] = u24(KEY_INI ^ h), rand_ini[0] = 0             (bit-identical to the CPU)
+ *   sine:    per frame k and harmonic h: rad = fmodf(f0 (h+1) / sr, 1), radd = 0.5 r0 + 0.5 r1,
+ *            cum = fp64 running sum of radd rounded to fp32, ph = ((cum 2) pi_f) R,
+ *            sine = (float)sin((double)ph) amp
+ *   source:  per sample i (frame k = i / R): x_h = sine[k][h] uv + namp U[i][h];
+ *            s = (float)tanh((double)(float)(lin_b + sum_h lin_w[h] x_h))
+ * Thread mapping: noise and source one thread per element / sample (grid-stride); sine one block:
+ *   first one thread per harmonic runs the sequential fp64 scan over the frames (exactly the
+ *   reference's summation order, so the phases are bit-identical; the phase reaches ~1e5 rad
+ *   where one fp32 ulp is 0.008 rad, so a different order would not be harmless), writing the
+ *   fp32 cumulative sums into `sine`; then all threads turn them into sine values in place.
+ * Numerics: every fp32 operation is written with __f*_rn intrinsics so that nvcc cannot contract
+ *   it into an FMA the reference does not have (gcc -std=c11 does not contract); the fp64 sums
+ *   likewise. sin/tanh in fp64 (CUDA's are within 1-2 fp64 ulp of glibc's, invisible after the
+ *   rounding to fp32 in practice). */
+#include <stdint.h>
+
+#include "kcommon.cuh"
+#include "kernels_hift.h"
+
+namespace {
+
+constexpr uint64_t KEY_ROWS = 0x5EED51AE00000000ull;
+constexpr uint64_t KEY_INI = 0x5EED1A1700000000ull;
+constexpr int MAX_NH = 64;
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ float u24(uint64_t x) {
+  return __fmul_rn((float)(mix64(x) >> 40), 1.0f / 16777216.0f);
+}
+
+__global__ void noise_kernel(int nh, int64_t first_row, int64_t n_rows, float *rand_ini,
+                             float *rows) {
+  const int64_t total = n_rows * nh;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = e / nh, h = e - r * nh;
+    rows[e] = u24(KEY_ROWS ^ ((uint64_t)(first_row + r) * (uint64_t)nh + (uint64_t)h));
+  }
+  if (rand_ini && blockIdx.x == 0 && threadIdx.x < nh)
+    rand_ini[threadIdx.x] = threadIdx.x == 0 ? 0.0f : u24(KEY_INI ^ (uint64_t)threadIdx.x);
+}
+
+__global__ void sine_kernel(const float *__restrict__ f0, int T, int nh, int R, float sr,
+                            float amp, const float *__restrict__ rand_ini, float *sine) {
+  const int tid = threadIdx.x;
+  const float pi_f = 3.14159265358979323846f, up = (float)R;
+  if (tid < nh) {
+    const int h = tid;
+    float ini;
+    if (rand_ini) ini = rand_ini[h];
+    else ini = h == 0 ? 0.0f : u24(KEY_INI ^ (uint64_t)h);
+    const int64_t i0_first = (int64_t)R / 2 - 1; /* taps of frame k: R k + R/2 - 1, + 1 */
+    double cum = 0.0;
+    for (int k = 0; k < T; k++) {
+      const float fn = __fmul_rn(f0[k], (float)(h + 1));
+      float r0 = fmodf(__fdiv_rn(fn, sr), 1.0f), r1 = r0;
+      const int64_t i0 = (int64_t)k * R + i0_first, i1 = i0 + 1;
+      if (i0 == 0) r0 = __fadd_rn(r0, ini);
+      if (i1 == 0) r1 = __fadd_rn(r1, ini);
+      const float radd = __fadd_rn(__fmul_rn(0.5f, r0), __fmul_rn(0.5f, r1));
+      cum = __dadd_rn(cum, (double)radd);
+      sine[(size_t)k * nh + h] = (float)cum;
+    }
+  }
+  __syncthreads(); /* the global writes above are visible to the block after the barrier */
+  for (int e = tid; e < T * nh; e += blockDim.x) {
+    float ph = sine[e];
+    ph = __fmul_rn(ph, 2.0f);
+    ph = __fmul_rn(ph, pi_f);
+    ph = __fmul_rn(ph, up);
+    sine[e] = __fmul_rn((float)sin((double)ph), amp);
+  }
+}
+
+__global__ void source_kernel(const float *__restrict__ f0, const float *__restrict__ sine, int nh,
+                              int R, int64_t i0, int64_t n, const float *__restrict__ U,
+                              const float *__restrict__ lin_w, float lin_b, float thr,
+                              float sigma, float amp_unvoiced, float *__restrict__ out) {
+  __shared__ float w_s[MAX_NH];
+  if (threadIdx.x < nh) w_s[threadIdx.x] = lin_w[threadIdx.x];
+  __syncthreads();
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = i0 + e;
+    const int64_t k = i / R;
+    const float f = f0[k];
+    const float uv = f > thr ? 1.0f : 0.0f;
+    const float namp = uv > 0.f ? sigma : amp_unvoiced;
+    double acc = (double)lin_b;
+    for (int h = 0; h < nh; h++) {
+      const float u = U ? U[e * nh + h] : u24(KEY_ROWS ^ ((uint64_t)i * (uint64_t)nh + (uint64_t)h));
+      const float x = __fadd_rn(__fmul_rn(sine[k * nh + h], uv), __fmul_rn(namp, u));
+      acc = __dadd_rn(acc, __dmul_rn((double)w_s[h], (double)x));
+    }
+    out[e] = (float)tanh((double)(float)acc);
+  }
+}
+
+} /* namespace */
+
+extern "C" cudaError_t cosy_k_hift_noise(cudaStream_t s, int nb, int64_t first_row,
+                                         int64_t n_rows, float *rand_ini, float *rows) {
+  if (nb < 0 || nb + 1 > MAX_NH || first_row < 0 || n_rows < 0 || (!rows && n_rows > 0))
+    return cudaErrorInvalidValue;
+  if (n_rows == 0 && !rand_ini) return cudaSuccess;
+  const unsigned blocks = cosyk_blocks(n_rows * (nb + 1), 256, 4096);
+  noise_kernel<<<blocks, 256, 0, s>>>(nb + 1, first_row, n_rows, rand_ini, rows);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_hift_sine(cudaStream_t s, const float *f0, int T, int nb, int R,
+                                        float sr, float amp, const float *rand_ini, float *sine) {
+  if (!f0 || !sine || T < 0 || nb < 0 || nb + 1 > MAX_NH || R < 1 || !(sr > 0.f))
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  sine_kernel<<<1, 1024, 0, s>>>(f0, T, nb + 1, R, sr, amp, rand_ini, sine);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_hift_source(cudaStream_t s, const float *f0, const float *sine,
+                                          int nb, int R, int64_t i0, int64_t n, const float *U,
+                                          const float *lin_w, float lin_b, float thr,
+                                          float sigma, float amp_unvoiced, float *out) {
+  if (!f0 || !sine || !lin_w || !out || nb < 0 || nb + 1 > MAX_NH || R < 1 || i0 < 0 || n < 0)
+    return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const unsigned blocks = cosyk_blocks(n, 256, 8192);
+  source_kernel<<<blocks, 256, 0, s>>>(f0, sine, nb + 1, R, i0, n, U, lin_w, lin_b, thr, sigma,
+                                       amp_unvoiced, out);
+  return cudaGetLastError();
+}

@@ -1,0 +1,904 @@
+/* flow.c - the flow decoder on the GPU (see flow.h; the math is lib/ref/flow.c's, spec 3.2-3.4).
+ *
+ * Per call (gpu_flow_infer), with T = n_prompt + n_gen tokens, T' the tokens used, N = 2 T':
+ *   host:   e = W_spk . (spk / max(||spk||, 1e-12)) + b_spk (fp32, double accumulation);
+ *           tokens validated in [0, vocab)
+ *   device, once per call (eager launches):
+ *     xe = E[tokens] (fp32 gather; finalize: 3 zero rows appended)                  [T'+3][80]
+ *     h1 = leaky_0.01(b1 + sum_{k<4} xe[t+k] W1_k^T)   (4 accumulating fp32 GEMMs) [2 zero + T'][P]
+ *     pre = b2 + sum_{k<3} h1[t+k] W2_k^T                (3 accumulating fp32 GEMMs)   [T'][80]
+ *     mu[n] = pre[n/2] + xe[n/2]                                                        [N][80]
+ *     cond = prompt_mel then zeros; x = noise[:, :N] (kept frame-major [N][80], fp32)
+ *     hc[r] = W_in[:, 80:320] . [cond, mu, e] + b_in  for CFG row r = 0, and W_in . 0 + b_in
+ *             for row 1 (one fp32 GEMM over both rows)                               [2][N][D]
+ *   the 10 Euler steps (one CUDA graph per (N, streaming), cached; or direct launches):
+ *     xp = x W_in[:, 0:80]^T (fp32 GEMM, shared by both rows); h = xp + hc[r]; hb = bf16(h)
+ *     h += Mish(conv2(Mish(conv1(hb))))   (grouped causal conv k31, kernels/flow_extra.cu)
+ *     22 blocks, B = 2 rows of N frames as one batch of 2N rows:
+ *       n = bf16(LN(h) (1 + sc_a) + sh_a)         (fused with the previous block's h += g_m f)
+ *       qkv = n W_qkv^T + b (one bf16 GEMM, [2N][3D]); interleaved RoPE on q, k channels 0..63
+ *       a = attention (16 heads x 64, full or block-causal 50; bf16 tensor cores, fp32 softmax)
+ *       o = a W_o^T + b (fp32 out); h += g_a o; n = bf16(LN(h) (1 + sc_m) + sh_m)   (fused)
+ *       f = gelu_tanh(n W_1^T + b_1) (bf16); o = f W_2^T + b_2 (fp32 out)
+ *     h += g_m o; n = LN(h) (1 + scale) + shift (final AdaLN, scale first); v = n W_po^T + b_po
+ *     x = x + dt (c1 v[0] - c2 v[1])   (fp32; c1 = 1 + cfg, c2 = cfg)
+ *   return x[n_prompt_frames:] transposed to [80][N - n_prompt_frames] (host).
+ *
+ * Choices:
+ *  - AdaLN vectors depend on t alone, and the t of each Euler step is fixed by the schedule
+ *    (computed on the host in fp32 exactly as the reference does), so the modulation vectors of
+ *    every block and of norm_out for all 10 steps are computed once at create: time embedding
+ *    (sinusoid on the host, MLP as fp32 GEMMs, SiLU), then ONE bf16 GEMM of the 10 rows against
+ *    the stacked [22*6D + 2D][D] AdaLN weights -> an fp32 table [10][22*6D + 2D]. Both CFG rows
+ *    use the step's row (mod_bstride 0). gpu_flow_estimator (arbitrary t per row) computes its
+ *    rows the same way per call.
+ *  - The input projection is split: the cond/mu/spk columns are constant over the steps
+ *    (computed once per call), only the 80 x columns are multiplied per step.
+ *  - Residual stream h, Euler state x, velocity v, the o / ff2 GEMM outputs: fp32. GEMM inputs
+ *    (normalized activations, attention output, FF hidden): bf16. Weights: bf16 for the DiT
+ *    matrices and the conv position embedding; fp32 for the time MLP, input projection,
+ *    PreLookahead and the token embedding (all small).
+ *  - CUDA graphs: the 10 steps of a call read only buffers fixed at create plus per-call data
+ *    written before the launch, so a graph captured for (N, streaming) is replayed for every
+ *    later call with the same key (LRU cache of GRAPH_CACHE). Capture uses the gpu's stream in
+ *    relaxed mode; if capture fails, the launches go straight to the stream from then on.
+ *  - gpu_flow_estimator runs the batch two rows at a time with direct launches.
+ *  - Work buffers are poisoned with NaN (0xFF bytes) at create: anything read before written
+ *    shows up in the tests.
+ */
+#include "gpu/flow.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flow_extra.h"
+#include "util.h"
+
+#define TIME_FREQ_DIM 256 /* sinusoidal time embedding width (half 128) */
+#define HEAD_DIM 64
+#define LN_EPS 1e-6f
+#define GRAPH_CACHE 8
+#define ROWS 2 /* CFG batch */
+#define MAX_MEL 256
+
+typedef struct gblk {
+  cosy_bf16 *qkv_w, *o_w, *ff1_w, *ff2_w; /* [3D][D], [D][D], [F][D], [D][F] */
+  float *qkv_b, *o_b, *ff1_b, *ff2_b;
+} gblk;
+
+typedef struct ggraph {
+  int N, streaming;
+  cudaGraphExec_t exec; /* NULL: free slot */
+  uint64_t used;
+} ggraph;
+
+struct gpu_flow {
+  cosy_gpu *g;
+  cudaStream_t s;
+  int M, spk_dim, vocab, la, P, D, depth, heads, hd, F, cpk, cpg, chunk, ratio, S, noise_frames;
+  float cfg, c1, c2;
+  int max_frames, max_tok;
+  int64_t TOT; /* modulation row: depth * 6D + 2D */
+  /* host */
+  float *h_spk_w, *h_spk_b; /* [M][spk_dim], [M] */
+  float *t_step, *dt_step;  /* [S] */
+  /* device weights */
+  float *emb;                 /* [vocab][M] */
+  float *pre1_w, *pre1_b;     /* taps [la+1][P][M], [P] */
+  float *pre2_w, *pre2_b;     /* taps [3][M][P], [M] */
+  float *t1_w, *t1_b, *t2_w, *t2_b;
+  float *inx_w, *inr_w, *in_b; /* [D][M] (x columns), [D][3M] (cond, mu, spk), [D] */
+  cosy_bf16 *cp_w[2];         /* [D][K][D/G] */
+  float *cp_b[2];
+  cosy_bf16 *ada_w; /* [TOT][D]: block l chunks at l*6D, norm_out at depth*6D */
+  float *ada_b;     /* [TOT] */
+  gblk *blk;
+  cosy_bf16 *po_w; /* [M][D] */
+  float *po_b;
+  float *noise_fm; /* [noise_frames][M] */
+  float *inv_freq; /* [hd/2] */
+  float *mod_tab;  /* [S][TOT] */
+  float *mod_est;  /* [ROWS][TOT] */
+  /* time embedding scratch */
+  int te_rows;
+  float *sinus, *te1, *te2; /* [te_rows][256], [te_rows][D] x 2 */
+  cosy_bf16 *teb;           /* [te_rows][D] */
+  /* per-call / per-step work */
+  int32_t *ids;                        /* [max_tok] */
+  float *xe, *h1, *pre;                /* [max_tok][M], [max_tok + 2][P], [max_tok][M] */
+  float *xin, *mu, *cond, *spk;        /* [ROWS][Nmax][M] x 3, [ROWS][M] */
+  float *inp;                          /* [ROWS][Nmax][3M] */
+  float *hc, *h, *xo;                  /* [ROWS][Nmax][D] fp32 (xo: xp, then o / ff2 out) */
+  float *v;                            /* [ROWS][Nmax][M] */
+  cosy_bf16 *hb, *nb, *att, *qkv, *ffb; /* [ROWS][Nmax][D] x 3, [..][3D], [..][F] */
+  float *host_out;                     /* pinned [ROWS][Nmax][M] */
+  ggraph graphs[GRAPH_CACHE];
+  uint64_t clock;
+  int use_graph;
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * small helpers */
+
+#define CK(expr, what)                                           \
+  do {                                                           \
+    cosy_status st_ = cosy_gpu_check((expr), (what));            \
+    if (st_ != COSY_OK) return st_;                              \
+  } while (0)
+
+static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const void *x, int ldx,
+                        const void *w, const float *bias, cosy_kdtype ydt, void *y, int ldy,
+                        int accumulate, const char *what) {
+  cudaError_t e =
+      cosy_k_gemm(f->g->gemm, f->s, M, N, K, ab, x, ldx, w, bias, ydt, y, ldy, accumulate);
+  if (e == cudaSuccess) return COSY_OK;
+  cosy_status st = cosy_gpu_check(e, what);
+  int cb = cosy_gemm_last_cublas_status(f->g->gemm);
+  if (cb)
+    return cosy_err(st, "%s: GEMM %dx%dx%d failed: CUDA %s, cuBLAS status %d", what, M, N, K,
+                    cudaGetErrorName(e), cb);
+  return st;
+}
+
+static cosy_status alloc(gpu_flow *f, size_t bytes, const char *what, void **out) {
+  return cosy_gpu_alloc(f->g, bytes, what, out);
+}
+
+/* host fp32 -> device bf16 at dst (n elements) */
+static cosy_status put_bf16(void *dst, const float *src, size_t n, const char *what) {
+  uint16_t *tmp = (uint16_t *)cosy_malloc(n * sizeof *tmp);
+  if (!tmp) return COSY_ERR_NO_MEMORY;
+  for (size_t i = 0; i < n; i++) tmp[i] = cosy_f32_to_bf16(src[i]);
+  cosy_status st = cosy_gpu_check(cudaMemcpy(dst, tmp, n * 2, cudaMemcpyHostToDevice), what);
+  free(tmp);
+  return st;
+}
+
+/* a malloc'd fp32 copy of a named tensor */
+static cosy_status host_tensor(const cosy_model *m, float **out, const char *fmt, ...)
+    COSY_PRINTF(3, 4);
+static cosy_status host_tensor(const cosy_model *m, float **out, const char *fmt, ...) {
+  char name[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  *out = NULL;
+  if (!cosy_model_tensor(m, name))
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "gpu flow: tensor %s missing from the model", name);
+  *out = cosy_model_f32(m, "%s", name);
+  return *out ? COSY_OK : COSY_ERR_NO_MEMORY;
+}
+
+/* tensor -> device (dt) */
+static cosy_status up(gpu_flow *f, const cosy_model *m, cosy_kdtype dt, void **dst,
+                      const char *name) {
+  if (!cosy_model_tensor(m, name))
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "gpu flow: tensor %s missing from the model", name);
+  return cosy_gpu_upload_tensor(f->g, m, name, dt, dst, NULL);
+}
+
+/* Conv1d weight [O][I][K] -> device [K][O][I] (one contiguous Linear weight per tap), fp32 */
+static cosy_status up_taps(gpu_flow *f, const cosy_model *m, const char *name, int O, int I,
+                           int K, float **dst) {
+  float *w;
+  cosy_status st0 = host_tensor(m, &w, "%s", name);
+  if (st0) return st0;
+  float *p = (float *)cosy_malloc((size_t)O * I * K * sizeof *p);
+  if (!p) {
+    free(w);
+    return COSY_ERR_NO_MEMORY;
+  }
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < I; i++)
+      for (int k = 0; k < K; k++) p[((size_t)k * O + o) * I + i] = w[((size_t)o * I + i) * K + k];
+  cosy_status st = cosy_gpu_upload_f32(f->g, p, (size_t)O * I * K, COSY_KDT_F32, name, (void **)dst);
+  free(w);
+  free(p);
+  return st;
+}
+
+/* the fp32 cosine schedule 1 - cos(linspace(0,1,n+1) * 0.5 * pi), as torch computes it */
+static void cosine_schedule(int n, float *ts) {
+  float step = 1.0f / (float)n;
+  int halfway = (n + 1) / 2;
+  for (int i = 0; i <= n; i++) {
+    float s = i < halfway ? step * (float)i : 1.0f - step * (float)(n - i);
+    ts[i] = 1.0f - cosf(s * 0.5f * 3.14159265358979323846f);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * time embedding -> AdaLN modulation rows: dst[r][0..TOT) for t[r], r < R (R <= te_rows) */
+static cosy_status time_mod(gpu_flow *f, int R, const float *t, float *dst) {
+  int half = TIME_FREQ_DIM / 2, D = f->D;
+  float *sin_h = (float *)cosy_malloc((size_t)R * TIME_FREQ_DIM * sizeof(float));
+  if (!sin_h) return COSY_ERR_NO_MEMORY;
+  float lnf = (float)(-log(10000.0) / (half - 1));
+  for (int r = 0; r < R; r++) {
+    float ts = 1000.0f * t[r];
+    for (int i = 0; i < half; i++) {
+      float a = ts * expf((float)i * lnf);
+      sin_h[r * TIME_FREQ_DIM + i] = sinf(a);
+      sin_h[r * TIME_FREQ_DIM + half + i] = cosf(a);
+    }
+  }
+  cosy_status st = cosy_gpu_check(cudaMemcpyAsync(f->sinus, sin_h, (size_t)R * TIME_FREQ_DIM * 4,
+                                                  cudaMemcpyHostToDevice, f->s),
+                                  "flow: time embedding upload");
+  free(sin_h);
+  if (st) return st;
+  if ((st = gemm(f, R, D, TIME_FREQ_DIM, COSY_KDT_F32, f->sinus, TIME_FREQ_DIM, f->t1_w, f->t1_b,
+                 COSY_KDT_F32, f->te1, D, 0, "flow: time_mlp.0")))
+    return st;
+  CK(cosy_k_silu(f->s, COSY_KDT_F32, f->te1, COSY_KDT_F32, f->te1, (int64_t)R * D), "flow: silu");
+  if ((st = gemm(f, R, D, D, COSY_KDT_F32, f->te1, D, f->t2_w, f->t2_b, COSY_KDT_F32, f->te2, D, 0,
+                 "flow: time_mlp.2")))
+    return st;
+  CK(cosy_k_silu(f->s, COSY_KDT_F32, f->te2, COSY_KDT_BF16, f->teb, (int64_t)R * D),
+     "flow: silu");
+  return gemm(f, R, (int)f->TOT, D, COSY_KDT_BF16, f->teb, D, f->ada_w, f->ada_b, COSY_KDT_F32,
+              dst, (int)f->TOT, 0, "flow: AdaLN modulation");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the DiT estimator over R rows of N frames. Inputs: x rows in f->xin ([N][M] shared by every
+ * row when x_shared, else [R][N][M]), the constant input part in f->hc [R][N][D], modulation
+ * rows mod (+ r * mbs). Output: f->v [R][N][M] fp32. Launches only (graph-capturable). */
+static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, const float *mod,
+                       int64_t mbs) {
+  const int D = f->D, M = f->M, F = f->F, rows = R * N;
+  const int64_t D6 = 6 * (int64_t)D;
+  cudaStream_t s = f->s;
+  cosy_status st;
+  /* input projection (x columns) + constant part; bf16 copy for the conv */
+  if ((st = gemm(f, x_shared ? N : rows, D, M, COSY_KDT_F32, f->xin, M, f->inx_w, NULL,
+                 COSY_KDT_F32, f->xo, D, 0, "flow: input proj")))
+    return st;
+  CK(cosy_k_flow_add_rows(s, f->xo, x_shared ? 0 : (int64_t)N * D, f->hc, f->h, f->hb, R, N, D),
+     "flow: input rows");
+  /* conv position embedding: h += Mish(conv2(Mish(conv1(h)))) */
+  CK(cosy_k_flow_conv_pos(s, f->hb, f->cp_w[0], f->cp_b[0], f->nb, NULL, R, N, D, f->cpg, f->cpk),
+     "flow: conv_pos 1");
+  CK(cosy_k_flow_conv_pos(s, f->nb, f->cp_w[1], f->cp_b[1], NULL, f->h, R, N, D, f->cpg, f->cpk),
+     "flow: conv_pos 2");
+  const float scale = 1.0f / sqrtf((float)f->hd);
+  for (int l = 0; l < f->depth; l++) {
+    const gblk *b = &f->blk[l];
+    const float *md = mod + l * D6; /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
+    if (l == 0)
+      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, md + D, md, mbs, f->nb, R, N, D, LN_EPS),
+         "flow: norm");
+    else
+      CK(cosy_k_flow_resid_ln(s, f->h, f->xo, md - D6 + 5 * D, md + D, md, mbs, f->nb, R, N, D,
+                              LN_EPS),
+         "flow: residual + norm");
+    if ((st = gemm(f, rows, 3 * D, D, COSY_KDT_BF16, f->nb, D, b->qkv_w, b->qkv_b, COSY_KDT_BF16,
+                   f->qkv, 3 * D, 0, "flow: qkv")))
+      return st;
+    CK(cosy_k_rope_interleaved(s, COSY_KDT_BF16, f->qkv, f->qkv + D, 3 * D, R, N, f->hd, 10000.f,
+                               f->inv_freq),
+       "flow: rope");
+    CK(cosy_k_attn_dit(s, COSY_KDT_BF16, f->qkv, f->qkv + D, f->qkv + 2 * D, 3 * D, f->att, D, R,
+                       N, f->heads, f->hd, streaming ? f->chunk : 0, scale),
+       "flow: attention");
+    if ((st = gemm(f, rows, D, D, COSY_KDT_BF16, f->att, D, b->o_w, b->o_b, COSY_KDT_F32, f->xo, D,
+                   0, "flow: attn out")))
+      return st;
+    CK(cosy_k_flow_resid_ln(s, f->h, f->xo, md + 2 * D, md + 4 * D, md + 3 * D, mbs, f->nb, R, N,
+                            D, LN_EPS),
+       "flow: residual + norm");
+    if ((st = gemm(f, rows, F, D, COSY_KDT_BF16, f->nb, D, b->ff1_w, b->ff1_b, COSY_KDT_BF16,
+                   f->ffb, F, 0, "flow: ff1")))
+      return st;
+    CK(cosy_k_gelu_tanh(s, COSY_KDT_BF16, f->ffb, COSY_KDT_BF16, f->ffb, (int64_t)rows * F),
+       "flow: gelu");
+    if ((st = gemm(f, rows, D, F, COSY_KDT_BF16, f->ffb, F, b->ff2_w, b->ff2_b, COSY_KDT_F32, f->xo,
+                   D, 0, "flow: ff2")))
+      return st;
+  }
+  /* final: h += gate_mlp * ff; AdaLN (scale first, then shift); proj_out */
+  const float *mo = mod + f->depth * D6;
+  CK(cosy_k_flow_resid_ln(s, f->h, f->xo, mo - D6 + 5 * D, mo, mo + D, mbs, f->nb, R, N, D,
+                          LN_EPS),
+     "flow: final norm");
+  return gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M, 0,
+              "flow: proj_out");
+}
+
+/* the S Euler steps of a call (x in f->xin row 0, hc ready): launches only */
+static cosy_status euler_steps(gpu_flow *f, int N, int streaming, int first, int last) {
+  const int64_t MN = (int64_t)f->M * N;
+  for (int k = first; k < last; k++) {
+    cosy_status st = dit(f, ROWS, N, streaming, 1, f->mod_tab + k * f->TOT, 0);
+    if (st) return st;
+    CK(cosy_k_flow_euler(f->s, f->xin, f->v, f->v + MN, MN, f->dt_step[k], f->c1, f->c2),
+       "flow: euler");
+  }
+  return COSY_OK;
+}
+
+static void drop_graphs(gpu_flow *f) {
+  for (int i = 0; i < GRAPH_CACHE; i++) {
+    if (f->graphs[i].exec) cudaGraphExecDestroy(f->graphs[i].exec);
+    memset(&f->graphs[i], 0, sizeof f->graphs[i]);
+  }
+}
+
+void gpu_flow_set_graphs(gpu_flow *f, int enable) {
+  if (!f) return;
+  if (f->s) cudaStreamSynchronize(f->s);
+  drop_graphs(f);
+  f->use_graph = enable ? 1 : 0;
+}
+
+static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile int *cancel) {
+  if (!f->use_graph) {
+    for (int k = 0; k < f->S; k++) {
+      if (cancel && *cancel) return cosy_err(COSY_ERR_CANCELLED, "flow decoding cancelled");
+      cosy_status st = euler_steps(f, N, streaming, k, k + 1);
+      if (st) return st;
+    }
+    return COSY_OK;
+  }
+  if (cancel && *cancel) return cosy_err(COSY_ERR_CANCELLED, "flow decoding cancelled");
+  ggraph *slot = NULL;
+  for (int i = 0; i < GRAPH_CACHE; i++)
+    if (f->graphs[i].exec && f->graphs[i].N == N && f->graphs[i].streaming == streaming) {
+      slot = &f->graphs[i];
+      break;
+    }
+  if (!slot) {
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamBeginCapture(f->s, cudaStreamCaptureModeRelaxed), "flow: begin graph capture");
+    cosy_status st = euler_steps(f, N, streaming, 0, f->S);
+    cudaError_t e = cudaStreamEndCapture(f->s, &graph);
+    if (st) {
+      if (graph) cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return st;
+    }
+    cudaGraphExec_t exec = NULL;
+    if (e == cudaSuccess) {
+      e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+    }
+    if (e != cudaSuccess) {
+      /* capture not possible here (e.g. a library call that cannot be captured): from now on
+       * run the launches directly */
+      (void)cudaGetLastError();
+      f->use_graph = 0;
+      return run_steps(f, N, streaming, cancel);
+    }
+    slot = &f->graphs[0];
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+      if (!f->graphs[i].exec) {
+        slot = &f->graphs[i];
+        break;
+      }
+      if (f->graphs[i].used < slot->used) slot = &f->graphs[i];
+    }
+    if (slot->exec) cudaGraphExecDestroy(slot->exec);
+    slot->exec = exec;
+    slot->N = N;
+    slot->streaming = streaming;
+  }
+  slot->used = ++f->clock;
+  CK(cudaGraphLaunch(slot->exec, f->s), "flow: graph launch");
+  return COSY_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * create / free */
+
+void gpu_flow_free(gpu_flow *f) {
+  if (!f) return;
+  if (f->s) cudaStreamSynchronize(f->s);
+  drop_graphs(f);
+  free(f->h_spk_w);
+  free(f->h_spk_b);
+  free(f->t_step);
+  free(f->dt_step);
+  free(f->blk);
+  cosy_gpu_host_free(f->host_out);
+  free(f);
+}
+
+cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gpu_flow **out) {
+  if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_create: out is NULL");
+  *out = NULL;
+  if (!g || !m) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_create: NULL argument");
+  const cosy_hparams *hp = &m->hp;
+  if (hp->dit_head_dim != HEAD_DIM || hp->dit_heads * hp->dit_head_dim != hp->dit_dim ||
+      hp->conv_pos_groups < 1 || hp->dit_dim % hp->conv_pos_groups || hp->conv_pos_kernel < 1 ||
+      hp->chunk_frames < 1 || hp->token_mel_ratio < 1 || hp->n_timesteps < 1 ||
+      hp->mel_dim < 1 || hp->mel_dim % 4 || hp->mel_dim > MAX_MEL || hp->pre_lookahead < 0 || hp->dit_dim % 4 ||
+      hp->dit_dim > 2048 || hp->dit_ff < 1 || hp->pre_channels < 1 || hp->noise_frames < 1)
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "gpu_flow_create: unsupported flow geometry");
+  if (max_frames < 1 || max_frames > hp->noise_frames)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_create: max_frames %d not in [1, %d]",
+                    max_frames, hp->noise_frames);
+  gpu_flow *f = (gpu_flow *)cosy_calloc(1, sizeof *f);
+  if (!f) return COSY_ERR_NO_MEMORY;
+  f->g = g;
+  f->s = g->stream;
+  f->M = hp->mel_dim;
+  f->spk_dim = hp->spk_dim;
+  f->vocab = hp->flow_vocab;
+  f->la = hp->pre_lookahead;
+  f->P = hp->pre_channels;
+  f->D = hp->dit_dim;
+  f->depth = hp->dit_depth;
+  f->heads = hp->dit_heads;
+  f->hd = hp->dit_head_dim;
+  f->F = hp->dit_ff;
+  f->cpk = hp->conv_pos_kernel;
+  f->cpg = hp->conv_pos_groups;
+  f->chunk = hp->chunk_frames;
+  f->ratio = hp->token_mel_ratio;
+  f->S = hp->n_timesteps;
+  f->noise_frames = hp->noise_frames;
+  f->cfg = hp->cfg_rate;
+  f->c1 = (float)(1.0 + (double)f->cfg);
+  f->c2 = f->cfg;
+  f->max_frames = max_frames;
+  f->max_tok = max_frames / f->ratio + f->la + 1;
+  f->use_graph = 1;
+  const int M = f->M, D = f->D, P = f->P, F = f->F, S = f->S;
+  const int64_t D6 = 6 * (int64_t)D;
+  f->TOT = f->depth * D6 + 2 * (int64_t)D;
+  cosy_status st = COSY_OK;
+  float *tmp = NULL, *tmp2 = NULL, *tmp3 = NULL;
+#define TRY(x)                        \
+  do {                                \
+    if ((st = (x)) != COSY_OK) goto fail; \
+  } while (0)
+#define HOST(dst, ...)                                                 \
+  do {                                                                 \
+    if ((st = host_tensor(m, &(dst), __VA_ARGS__)) != COSY_OK) goto fail; \
+  } while (0)
+
+  /* host-side copies */
+  HOST(f->h_spk_w, "flow.spk_embed_affine_layer.weight");
+  HOST(f->h_spk_b, "flow.spk_embed_affine_layer.bias");
+  /* schedule: the t fed to the estimator at each step and the dt applied after it */
+  f->t_step = (float *)cosy_malloc((size_t)S * sizeof(float));
+  f->dt_step = (float *)cosy_malloc((size_t)S * sizeof(float));
+  tmp = (float *)cosy_malloc((size_t)(S + 1) * sizeof(float));
+  f->blk = (gblk *)cosy_calloc((size_t)f->depth, sizeof *f->blk);
+  if (!f->t_step || !f->dt_step || !tmp || !f->blk) {
+    st = COSY_ERR_NO_MEMORY;
+    goto fail;
+  }
+  cosine_schedule(S, tmp);
+  {
+    float t = tmp[0], dt = tmp[1] - tmp[0];
+    for (int step = 1; step <= S; step++) {
+      f->t_step[step - 1] = t;
+      f->dt_step[step - 1] = dt;
+      t = t + dt;
+      if (step < S) dt = tmp[step + 1] - t;
+    }
+  }
+  free(tmp);
+  tmp = NULL;
+
+  /* weights */
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->emb, "flow.input_embedding.weight"));
+  TRY(up_taps(f, m, "flow.pre_lookahead_layer.conv1.weight", P, M, f->la + 1, &f->pre1_w));
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->pre1_b, "flow.pre_lookahead_layer.conv1.bias"));
+  TRY(up_taps(f, m, "flow.pre_lookahead_layer.conv2.weight", M, P, 3, &f->pre2_w));
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->pre2_b, "flow.pre_lookahead_layer.conv2.bias"));
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->t1_w, "flow.dit.time_embed.time_mlp.0.weight"));
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->t1_b, "flow.dit.time_embed.time_mlp.0.bias"));
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->t2_w, "flow.dit.time_embed.time_mlp.2.weight"));
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->t2_b, "flow.dit.time_embed.time_mlp.2.bias"));
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->in_b, "flow.dit.input_embed.proj.bias"));
+  {
+    HOST(tmp, "flow.dit.input_embed.proj.weight"); /* [D][4M]: x, cond, mu, spk */
+    tmp2 = (float *)cosy_malloc((size_t)D * 3 * M * sizeof(float));
+    tmp3 = (float *)cosy_malloc((size_t)D * M * sizeof(float));
+    if (!tmp2 || !tmp3) {
+      st = COSY_ERR_NO_MEMORY;
+      goto fail;
+    }
+    for (int o = 0; o < D; o++) {
+      memcpy(tmp3 + (size_t)o * M, tmp + (size_t)o * 4 * M, (size_t)M * sizeof(float));
+      memcpy(tmp2 + (size_t)o * 3 * M, tmp + (size_t)o * 4 * M + M, (size_t)3 * M * sizeof(float));
+    }
+    TRY(cosy_gpu_upload_f32(g, tmp3, (size_t)D * M, COSY_KDT_F32, "flow input proj",
+                            (void **)&f->inx_w));
+    TRY(cosy_gpu_upload_f32(g, tmp2, (size_t)D * 3 * M, COSY_KDT_F32, "flow input proj",
+                            (void **)&f->inr_w));
+    free(tmp);
+    free(tmp2);
+    free(tmp3);
+    tmp = tmp2 = tmp3 = NULL;
+  }
+  for (int c = 0; c < 2; c++) {
+    const int cin = D / f->cpg, K = f->cpk;
+    HOST(tmp, "flow.dit.input_embed.conv_pos_embed.conv%d.0.weight", c + 1); /* [D][cin][K] */
+    tmp2 = (float *)cosy_malloc((size_t)D * cin * K * sizeof(float));
+    if (!tmp2) {
+      st = COSY_ERR_NO_MEMORY;
+      goto fail;
+    }
+    for (int o = 0; o < D; o++)
+      for (int i = 0; i < cin; i++)
+        for (int k = 0; k < K; k++)
+          tmp2[((size_t)o * K + k) * cin + i] = tmp[((size_t)o * cin + i) * K + k];
+    TRY(cosy_gpu_upload_f32(g, tmp2, (size_t)D * cin * K, COSY_KDT_BF16, "flow conv_pos",
+                            (void **)&f->cp_w[c]));
+    free(tmp);
+    free(tmp2);
+    tmp = tmp2 = NULL;
+    char nm[128];
+    snprintf(nm, sizeof nm, "flow.dit.input_embed.conv_pos_embed.conv%d.0.bias", c + 1);
+    TRY(up(f, m, COSY_KDT_F32, (void **)&f->cp_b[c], nm));
+  }
+  /* AdaLN weights of every block + norm_out, stacked */
+  TRY(alloc(f, (size_t)f->TOT * D * 2, "flow AdaLN weights", (void **)&f->ada_w));
+  tmp3 = (float *)cosy_malloc((size_t)f->TOT * sizeof(float));
+  if (!tmp3) {
+    st = COSY_ERR_NO_MEMORY;
+    goto fail;
+  }
+  for (int l = 0; l <= f->depth; l++) {
+    const int last = l == f->depth;
+    const int64_t rows = last ? 2 * (int64_t)D : D6;
+    if (last) {
+      HOST(tmp, "flow.dit.norm_out.linear.weight");
+      HOST(tmp2, "flow.dit.norm_out.linear.bias");
+    } else {
+      HOST(tmp, "flow.dit.transformer_blocks.%d.attn_norm.linear.weight", l);
+      HOST(tmp2, "flow.dit.transformer_blocks.%d.attn_norm.linear.bias", l);
+    }
+    TRY(put_bf16((uint16_t *)f->ada_w + (size_t)l * D6 * D, tmp, (size_t)rows * D,
+                 "flow AdaLN weights"));
+    memcpy(tmp3 + (size_t)l * D6, tmp2, (size_t)rows * sizeof(float));
+    free(tmp);
+    free(tmp2);
+    tmp = tmp2 = NULL;
+  }
+  TRY(cosy_gpu_upload_f32(g, tmp3, (size_t)f->TOT, COSY_KDT_F32, "flow AdaLN bias",
+                          (void **)&f->ada_b));
+  free(tmp3);
+  tmp3 = NULL;
+  /* blocks */
+  {
+    const char *pb = "flow.dit.transformer_blocks";
+    const char *qkvn[3] = {"to_q", "to_k", "to_v"};
+    float *wq = (float *)cosy_malloc((size_t)3 * D * D * sizeof(float));
+    float *bq = (float *)cosy_malloc((size_t)3 * D * sizeof(float));
+    if (!wq || !bq) {
+      free(wq);
+      free(bq);
+      st = COSY_ERR_NO_MEMORY;
+      goto fail;
+    }
+    for (int l = 0; l < f->depth && !st; l++) {
+      gblk *b = &f->blk[l];
+      for (int j = 0; j < 3 && !st; j++) {
+        float *w = NULL, *bb = NULL;
+        st = host_tensor(m, &w, "%s.%d.attn.%s.weight", pb, l, qkvn[j]);
+        if (!st) st = host_tensor(m, &bb, "%s.%d.attn.%s.bias", pb, l, qkvn[j]);
+        if (!st) {
+          memcpy(wq + (size_t)j * D * D, w, (size_t)D * D * sizeof(float));
+          memcpy(bq + (size_t)j * D, bb, (size_t)D * sizeof(float));
+        }
+        free(w);
+        free(bb);
+      }
+      if (!st)
+        st = cosy_gpu_upload_f32(g, wq, (size_t)3 * D * D, COSY_KDT_BF16, "flow qkv",
+                                 (void **)&b->qkv_w);
+      if (!st)
+        st = cosy_gpu_upload_f32(g, bq, (size_t)3 * D, COSY_KDT_F32, "flow qkv",
+                                 (void **)&b->qkv_b);
+      char nm[160];
+#define UPB(field, dt, suffix)                                              \
+  if (!st) {                                                                \
+    snprintf(nm, sizeof nm, "%s.%d.%s", pb, l, suffix);                     \
+    st = up(f, m, dt, (void **)&b->field, nm);                              \
+  }
+      UPB(o_w, COSY_KDT_BF16, "attn.to_out.0.weight")
+      UPB(o_b, COSY_KDT_F32, "attn.to_out.0.bias")
+      UPB(ff1_w, COSY_KDT_BF16, "ff.ff.0.0.weight")
+      UPB(ff1_b, COSY_KDT_F32, "ff.ff.0.0.bias")
+      UPB(ff2_w, COSY_KDT_BF16, "ff.ff.2.weight")
+      UPB(ff2_b, COSY_KDT_F32, "ff.ff.2.bias")
+#undef UPB
+    }
+    free(wq);
+    free(bq);
+    if (st) goto fail;
+  }
+  TRY(up(f, m, COSY_KDT_BF16, (void **)&f->po_w, "flow.dit.proj_out.weight"));
+  TRY(up(f, m, COSY_KDT_F32, (void **)&f->po_b, "flow.dit.proj_out.bias"));
+  /* noise [M][noise_frames] -> frame-major [noise_frames][M] */
+  {
+    HOST(tmp, "flow.noise");
+    size_t nf = (size_t)f->noise_frames;
+    tmp2 = (float *)cosy_malloc(nf * M * sizeof(float));
+    if (!tmp2) {
+      st = COSY_ERR_NO_MEMORY;
+      goto fail;
+    }
+    for (int c = 0; c < M; c++)
+      for (size_t n = 0; n < nf; n++) tmp2[n * M + c] = tmp[(size_t)c * nf + n];
+    TRY(cosy_gpu_upload_f32(g, tmp2, nf * M, COSY_KDT_F32, "flow noise", (void **)&f->noise_fm));
+    free(tmp);
+    free(tmp2);
+    tmp = tmp2 = NULL;
+  }
+  /* RoPE inverse frequencies as x-transformers computes them (fp32) */
+  {
+    float invf[HEAD_DIM / 2];
+    for (int i = 0; i < f->hd / 2; i++)
+      invf[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)f->hd);
+    TRY(cosy_gpu_upload_f32(g, invf, (size_t)f->hd / 2, COSY_KDT_F32, "flow rope",
+                            (void **)&f->inv_freq));
+  }
+
+  /* buffers */
+  {
+    const size_t NR = (size_t)ROWS * max_frames;
+    f->te_rows = S > ROWS ? S : ROWS;
+    struct {
+      void **p;
+      size_t bytes;
+      const char *what;
+    } plan[] = {
+        {(void **)&f->mod_tab, (size_t)S * f->TOT * 4, "flow modulation table"},
+        {(void **)&f->mod_est, (size_t)ROWS * f->TOT * 4, "flow modulation rows"},
+        {(void **)&f->sinus, (size_t)f->te_rows * TIME_FREQ_DIM * 4, "flow time embedding"},
+        {(void **)&f->te1, (size_t)f->te_rows * D * 4, "flow time embedding"},
+        {(void **)&f->te2, (size_t)f->te_rows * D * 4, "flow time embedding"},
+        {(void **)&f->teb, (size_t)f->te_rows * D * 2, "flow time embedding"},
+        {(void **)&f->ids, (size_t)f->max_tok * 4, "flow tokens"},
+        {(void **)&f->xe, (size_t)f->max_tok * M * 4, "flow token embeddings"},
+        {(void **)&f->h1, (size_t)(f->max_tok + 2) * P * 4, "flow pre-lookahead"},
+        {(void **)&f->pre, (size_t)f->max_tok * M * 4, "flow pre-lookahead"},
+        {(void **)&f->xin, NR * M * 4, "flow x"},
+        {(void **)&f->mu, NR * M * 4, "flow mu"},
+        {(void **)&f->cond, NR * M * 4, "flow cond"},
+        {(void **)&f->spk, (size_t)ROWS * M * 4, "flow spk"},
+        {(void **)&f->inp, NR * 3 * M * 4, "flow input rows"},
+        {(void **)&f->hc, NR * D * 4, "flow input rows"},
+        {(void **)&f->h, NR * D * 4, "flow residual"},
+        {(void **)&f->xo, NR * D * 4, "flow projections"},
+        {(void **)&f->v, NR * M * 4, "flow velocity"},
+        {(void **)&f->hb, NR * D * 2, "flow activations"},
+        {(void **)&f->nb, NR * D * 2, "flow activations"},
+        {(void **)&f->att, NR * D * 2, "flow attention"},
+        {(void **)&f->qkv, NR * 3 * D * 2, "flow qkv"},
+        {(void **)&f->ffb, NR * F * 2, "flow feed-forward"},
+    };
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+      TRY(alloc(f, plan[i].bytes, plan[i].what, plan[i].p));
+      /* poison: NaN in fp32 and bf16 */
+      TRY(cosy_gpu_check(cudaMemsetAsync(*plan[i].p, 0xFF, plan[i].bytes, f->s), "flow poison"));
+    }
+    TRY(cosy_gpu_host_alloc(NR * M * sizeof(float), (void **)&f->host_out));
+  }
+  /* the modulation table of the fixed schedule */
+  TRY(time_mod(f, S, f->t_step, f->mod_tab));
+  TRY(cosy_gpu_sync(g, "gpu_flow_create"));
+  *out = f;
+  return COSY_OK;
+fail:
+  free(tmp);
+  free(tmp2);
+  free(tmp3);
+  gpu_flow_free(f);
+  return st;
+#undef TRY
+#undef HOST
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * inference */
+
+/* row 0 of the constant input part: pack [cond, mu, spk] (row 1: zeros), hc = W_r . inp + b */
+static cosy_status const_rows(gpu_flow *f, int R, int N, const float *const *cond,
+                              const float *const *mu, const float *const *spk) {
+  const int M = f->M;
+  for (int r = 0; r < R; r++)
+    CK(cosy_k_flow_pack_cond(f->s, f->inp + (size_t)r * N * 3 * M, cond[r], mu[r], spk[r], N, M),
+       "flow: input rows");
+  return gemm(f, R * N, f->D, 3 * M, COSY_KDT_F32, f->inp, 3 * M, f->inr_w, f->in_b, COSY_KDT_F32,
+              f->hc, f->D, 0, "flow: input proj (constant part)");
+}
+
+cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int n_gen,
+                           const float *prompt_mel, int n_prompt_frames, const float *spk,
+                           int streaming, int finalize, const volatile int *cancel, float **mel,
+                           int *n_frames) {
+  if (mel) *mel = NULL;
+  if (n_frames) *n_frames = 0;
+  if (!f || !mel || !n_frames || !spk)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: NULL argument");
+  if (n_prompt < 0 || n_gen < 0 || n_prompt_frames < 0)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_flow_infer: negative length (n_prompt %d, n_gen %d, prompt frames %d)",
+                    n_prompt, n_gen, n_prompt_frames);
+  const int M = f->M, la = f->la, P = f->P;
+  long n_all = (long)n_prompt + n_gen;
+  if (!finalize && n_gen < la)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_flow_infer: a non-final call needs at least %d new tokens (look-ahead), "
+                    "got %d",
+                    la, n_gen);
+  long n_used_l = finalize ? n_all : n_all - la;
+  if (n_used_l < 1) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: no tokens to decode");
+  if (n_used_l * f->ratio > f->max_frames)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_flow_infer: %ld tokens give %ld mel frames, more than the %d planned "
+                    "(max_frames)",
+                    n_used_l, n_used_l * f->ratio, f->max_frames);
+  const int n_used = (int)n_used_l, N = f->ratio * n_used;
+  if (!tokens) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: tokens is NULL");
+  for (long i = 0; i < n_all; i++)
+    if (tokens[i] < 0 || tokens[i] >= f->vocab)
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: token %ld = %d not in [0, %d)", i,
+                      (int)tokens[i], f->vocab);
+  if (n_prompt_frames != f->ratio * n_prompt)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_flow_infer: %d prompt mel frames for %d prompt tokens (need %d)",
+                    n_prompt_frames, n_prompt, f->ratio * n_prompt);
+  if (n_prompt_frames > 0 && !prompt_mel)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: prompt_mel is NULL");
+  const int n_out = N - n_prompt_frames;
+  cudaStream_t s = f->s;
+  cosy_status st;
+
+  /* speaker: F.normalize then affine (host, fp32 result) */
+  float eh[MAX_MEL];
+  {
+    double ss = 0;
+    for (int i = 0; i < f->spk_dim; i++) ss += (double)spk[i] * spk[i];
+    float nrm = (float)sqrt(ss);
+    if (nrm < 1e-12f) nrm = 1e-12f;
+    for (int o = 0; o < M; o++) {
+      double acc = 0;
+      const float *w = f->h_spk_w + (size_t)o * f->spk_dim;
+      for (int i = 0; i < f->spk_dim; i++) acc += (double)w[i] * (double)(spk[i] / nrm);
+      eh[o] = (float)acc + f->h_spk_b[o];
+    }
+  }
+  CK(cudaMemcpyAsync(f->spk, eh, (size_t)M * 4, cudaMemcpyHostToDevice, s), "flow: upload");
+  /* token embedding; finalize: zero rows up to n_used + la */
+  CK(cudaMemcpyAsync(f->ids, tokens, (size_t)n_all * 4, cudaMemcpyHostToDevice, s),
+     "flow: upload");
+  CK(cosy_k_embed(s, COSY_KDT_F32, f->emb, f->vocab, M, f->ids, (int)n_all, COSY_KDT_F32, f->xe, M,
+                  NULL),
+     "flow: embedding");
+  if (n_used + la > n_all)
+    CK(cudaMemsetAsync(f->xe + (size_t)n_all * M, 0, (size_t)(n_used + la - n_all) * M * 4, s),
+       "flow: memset");
+  /* PreLookahead: conv1 (k = la+1) -> leaky relu -> conv2 (k 3, left pad 2) -> + x */
+  CK(cudaMemsetAsync(f->h1, 0, (size_t)2 * P * 4, s), "flow: memset");
+  for (int k = 0; k <= la; k++)
+    if ((st = gemm(f, n_used, P, M, COSY_KDT_F32, f->xe + (size_t)k * M, M,
+                   f->pre1_w + (size_t)k * P * M, k == 0 ? f->pre1_b : NULL, COSY_KDT_F32,
+                   f->h1 + (size_t)2 * P, P, k > 0, "flow: pre-lookahead conv1")))
+      return st;
+  CK(cosy_k_leaky_relu(s, COSY_KDT_F32, f->h1 + (size_t)2 * P, COSY_KDT_F32, f->h1 + (size_t)2 * P,
+                       (int64_t)n_used * P, 0.01f),
+     "flow: leaky relu");
+  for (int k = 0; k < 3; k++)
+    if ((st = gemm(f, n_used, M, P, COSY_KDT_F32, f->h1 + (size_t)k * P, P,
+                   f->pre2_w + (size_t)k * M * P, k == 0 ? f->pre2_b : NULL, COSY_KDT_F32, f->pre,
+                   M, k > 0, "flow: pre-lookahead conv2")))
+      return st;
+  CK(cosy_k_flow_mu(s, f->mu, f->pre, f->xe, f->ratio, N, M), "flow: mu");
+  /* cond = prompt mel then zeros; x = noise[:, :N] */
+  if (n_prompt_frames > 0)
+    CK(cudaMemcpyAsync(f->cond, prompt_mel, (size_t)n_prompt_frames * M * 4,
+                       cudaMemcpyHostToDevice, s),
+       "flow: upload");
+  if (N > n_prompt_frames)
+    CK(cudaMemsetAsync(f->cond + (size_t)n_prompt_frames * M, 0, (size_t)n_out * M * 4, s),
+       "flow: memset");
+  CK(cudaMemcpyAsync(f->xin, f->noise_fm, (size_t)N * M * 4, cudaMemcpyDeviceToDevice, s),
+     "flow: noise");
+  {
+    const float *cd[ROWS] = {f->cond, NULL}, *mu[ROWS] = {f->mu, NULL}, *sp[ROWS] = {f->spk, NULL};
+    if ((st = const_rows(f, ROWS, N, cd, mu, sp))) return st;
+  }
+  /* the Euler / CFG loop */
+  if ((st = run_steps(f, N, streaming ? 1 : 0, cancel))) {
+    cudaStreamSynchronize(s);
+    return st;
+  }
+  float *res = (float *)cosy_malloc((size_t)M * (n_out > 0 ? n_out : 1) * sizeof(float));
+  if (!res) {
+    cudaStreamSynchronize(s);
+    return COSY_ERR_NO_MEMORY;
+  }
+  if (n_out > 0 &&
+      (st = cosy_gpu_check(cudaMemcpyAsync(f->host_out, f->xin + (size_t)n_prompt_frames * M,
+                                           (size_t)n_out * M * 4, cudaMemcpyDeviceToHost, s),
+                           "flow: download"))) {
+    cudaStreamSynchronize(s);
+    free(res);
+    return st;
+  }
+  if ((st = cosy_gpu_sync(f->g, "gpu_flow_infer"))) {
+    free(res);
+    return st;
+  }
+  for (int n = 0; n < n_out; n++)
+    for (int c = 0; c < M; c++) res[(size_t)c * n_out + n] = f->host_out[(size_t)n * M + c];
+  *mel = res;
+  *n_frames = n_out;
+  return COSY_OK;
+}
+
+cosy_status gpu_flow_estimator(gpu_flow *f, int B, int N, const float *x, const float *mu,
+                               const float *t, const float *spks, const float *cond,
+                               int streaming, float *out) {
+  if (!f || !x || !mu || !t || !spks || !cond || !out)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_estimator: NULL argument");
+  if (B < 1 || B > 1024)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_estimator: batch %d not in [1, 1024]", B);
+  if (N < 1 || N > f->max_frames)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_estimator: N = %d frames not in [1, %d]", N,
+                    f->max_frames);
+  const int M = f->M;
+  const size_t per = (size_t)M * N;
+  cudaStream_t s = f->s;
+  cosy_status st = COSY_OK;
+  float *tr = (float *)cosy_malloc(3 * per * sizeof(float));
+  if (!tr) return COSY_ERR_NO_MEMORY;
+  for (int b0 = 0; b0 < B && !st; b0 += ROWS) {
+    const int R = B - b0 < ROWS ? B - b0 : ROWS;
+    const float *cd[ROWS], *mp[ROWS], *sp[ROWS];
+    for (int r = 0; r < R && !st; r++) {
+      const size_t off = (size_t)(b0 + r) * per;
+      /* [M][N] -> [N][M] */
+      for (int c = 0; c < M; c++)
+        for (int n = 0; n < N; n++) {
+          tr[(size_t)n * M + c] = x[off + (size_t)c * N + n];
+          tr[per + (size_t)n * M + c] = mu[off + (size_t)c * N + n];
+          tr[2 * per + (size_t)n * M + c] = cond[off + (size_t)c * N + n];
+        }
+      /* pageable host -> device copies return once the source has been staged */
+      st = cosy_gpu_check(cudaMemcpyAsync(f->xin + r * per, tr, per * 4, cudaMemcpyHostToDevice, s),
+                          "flow: upload");
+      if (!st)
+        st = cosy_gpu_check(
+            cudaMemcpyAsync(f->mu + r * per, tr + per, per * 4, cudaMemcpyHostToDevice, s),
+            "flow: upload");
+      if (!st)
+        st = cosy_gpu_check(
+            cudaMemcpyAsync(f->cond + r * per, tr + 2 * per, per * 4, cudaMemcpyHostToDevice, s),
+            "flow: upload");
+      if (!st)
+        st = cosy_gpu_check(cudaMemcpyAsync(f->spk + (size_t)r * M, spks + (size_t)(b0 + r) * M,
+                                            (size_t)M * 4, cudaMemcpyHostToDevice, s),
+                            "flow: upload");
+      cd[r] = f->cond + r * per;
+      mp[r] = f->mu + r * per;
+      sp[r] = f->spk + (size_t)r * M;
+    }
+    if (!st) st = time_mod(f, R, t + b0, f->mod_est);
+    if (!st) st = const_rows(f, R, N, cd, mp, sp);
+    if (!st) st = dit(f, R, N, streaming ? 1 : 0, 0, f->mod_est, f->TOT);
+    if (!st)
+      st = cosy_gpu_check(cudaMemcpyAsync(f->host_out, f->v, (size_t)R * per * 4,
+                                          cudaMemcpyDeviceToHost, s),
+                          "flow: download");
+    if (!st) st = cosy_gpu_sync(f->g, "gpu_flow_estimator");
+    for (int r = 0; r < R && !st; r++)
+      for (int n = 0; n < N; n++)
+        for (int c = 0; c < M; c++)
+          out[(size_t)(b0 + r) * per + (size_t)c * N + n] = f->host_out[r * per + (size_t)n * M + c];
+  }
+  if (st) cudaStreamSynchronize(s);
+  free(tr);
+  return st;
+}

@@ -1,0 +1,595 @@
+/* hift.c - the HiFT vocoder on the GPU; see hift.h for the interface and lib/ref/hift.c for the
+ * math this reproduces (the same stages, lengths and argument checks).
+ *
+ * Pipeline (all on the context's stream, no host synchronization until the result is copied):
+ *   F0:     mel [80][T] (fp32, as uploaded) -> conv64 k4 (3 right zero/context frames) + ELU
+ *           -> 4 x (conv64 k3, 2 left zeros, + ELU) -> classifier |.| -> f0 [T_f0]   (fp64)
+ *   source: sine kernel (fp64 scan of the frame phases, one thread per harmonic) -> per-sample
+ *           source kernel with the counter-based noise (or injected rows uploaded in chunks of
+ *           NOISE_CHUNK samples) -> s [480 T_f0]
+ *   decode: STFT(s) -> S [18][F];  conv_pre (4 right frames: zeros or context) -> x [C][T']
+ *           stage i = 0,1,2 (one grouped launch each for: up conv + source down conv; then the
+ *           source resblock's 6 convs; then the 3 resblocks' 6 convs, three convs per launch):
+ *             Y   = ups_i(leaky(x, 0.1) nearest x r_i)       (stage 2: ReflectionPad1d((1,0)))
+ *             SRC = downs_i(S)
+ *             SRC: for d: T0 = c1_d(snake(SRC)); SRC += c2_d(snake(T0))   (last: Y += SRC + ...)
+ *             R_r = RB_3i+r(Y) r = 0,1,2 (x += c2(snake(c1_d(snake(x)))) with x = Y first)
+ *             the next input is mean(R_0, R_1, R_2), fused into the next conv's input load
+ *           conv_post(leaky(mean(R), 0.01)) -> [18][F]; iSTFT head (exp/clip 100, sin, irfft,
+ *           overlap-add, envelope, clamp +-0.99) -> wav.
+ * Convolutions: kernels/conv.cu (implicit GEMM on tensor cores; activations fused into the
+ * loads, residuals into the stores). The weights are fp32 on the device (the checkpoint's
+ * values; HiFT is small: 20.8 M parameters, 83 MB), packed per tap.
+ * Buffers (planned at create for max_frames): 8 activation buffers of max(C T, c_i L_i) floats
+ * (Y, SRC, R0-2, T0-2; conv_pre writes T0), S and the conv_post output [18][F], s, f0, the fp64
+ * F0 ping-pong buffers, a noise staging buffer and a pinned host buffer for the waveform.
+ * Precision choice: see hift.h; the default 3xTF32 keeps the decoder at fp32 accuracy (the
+ * random-weight golden decoder amplifies conv errors: TF32 alone moves the waveform by ~1e-2). */
+#include "gpu/hift.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_hift.h"
+#include "util.h"
+
+#define N_STAGES 3
+#define N_DIL 3
+#define N_ACT 8
+#define HIFT_MAX_FRAMES 2000000
+#define NOISE_CHUNK (64 * 480) /* samples of injected noise uploaded per source launch */
+
+enum { B_Y, B_SRC, B_R0, B_R1, B_R2, B_T0, B_T1, B_T2 };
+
+typedef struct gconv {
+  float *wp, *b; /* packed [k][co_pad][ci_pad], bias [co] */
+  int co, ci, k, co_pad, ci_pad;
+} gconv;
+
+typedef struct gres {
+  gconv c1[N_DIL], c2[N_DIL];
+  float *a1[N_DIL], *a2[N_DIL];
+  int k;
+} gres;
+
+struct gpu_hift {
+  cosy_gpu *g;
+  int C, Cc, nb, nh, mel, R, n_bins, hop, look_right, max_frames, prec;
+  int up_rates[N_STAGES], down_stride[N_STAGES], dil[N_DIL];
+  float sine_amp, noise_std, voiced_thr, lrelu, audio_limit, sr;
+  /* F0 predictor (fp32 weights widened in the kernel) */
+  float *cw[5], *cb[5];
+  float *cls_w, cls_b;
+  /* source */
+  float *lin_w, lin_b;
+  /* decoder */
+  gconv conv_pre, ups[N_STAGES], downs[N_STAGES], conv_post;
+  gres srb[N_STAGES], rb[3 * N_STAGES];
+  /* device buffers */
+  float *mel_d, *f0_d, *sine_d, *s_d, *noise_d, *ini_d, *S_d, *post_d, *wav_d;
+  double *fa_d, *fb_d;
+  float *act[N_ACT];
+  /* pinned host staging for the waveform / source download */
+  float *stage_h;
+};
+
+/* ---- create ------------------------------------------------------------------------------------ */
+
+static cosy_status upload(gpu_hift *h, const float *host, size_t n, const char *what, float **out) {
+  return cosy_gpu_upload_f32(h->g, host, n, COSY_KDT_F32, what, (void **)out);
+}
+
+/* a model tensor uploaded as-is (fp32) */
+static cosy_status upload_tensor(gpu_hift *h, const cosy_model *m, const char *name, float **out) {
+  float *t = cosy_model_f32(m, "%s", name);
+  if (!t) return COSY_ERR_MODEL_FORMAT;
+  const gguf_tensor *gt = cosy_model_tensor(m, name);
+  size_t n = 1;
+  for (uint32_t d = 0; gt && d < gt->n_dims; d++) n *= (size_t)gt->ne[d];
+  cosy_status st = upload(h, t, n, name, out);
+  free(t);
+  return st;
+}
+
+static cosy_status load_conv(gpu_hift *h, const cosy_model *m, gconv *c, int co, int ci, int k,
+                             const char *base) {
+  char name[192];
+  c->co = co, c->ci = ci, c->k = k;
+  c->co_pad = cosy_hift_conv_pad(co, COSY_HCONV_BM);
+  c->ci_pad = cosy_hift_conv_pad(ci, COSY_HCONV_CK);
+  snprintf(name, sizeof name, "%s.weight", base);
+  float *w = cosy_model_f32(m, "%s", name);
+  if (!w) return COSY_ERR_MODEL_FORMAT;
+  const size_t np = (size_t)k * c->co_pad * c->ci_pad;
+  float *wp = cosy_malloc(np * sizeof(float));
+  cosy_status st = COSY_ERR_NO_MEMORY;
+  if (wp) {
+    cosy_hift_conv_pack(w, co, ci, k, wp);
+    st = upload(h, wp, np, name, &c->wp);
+  }
+  free(w), free(wp);
+  if (st) return st;
+  snprintf(name, sizeof name, "%s.bias", base);
+  float *b = cosy_model_f32(m, "%s", name);
+  if (!b) return COSY_ERR_MODEL_FORMAT;
+  st = upload(h, b, (size_t)co, name, &c->b);
+  free(b);
+  return st;
+}
+
+static cosy_status load_res(gpu_hift *h, const cosy_model *m, gres *r, int ch, int k,
+                            const char *pfx, int idx) {
+  char base[160];
+  cosy_status st;
+  r->k = k;
+  for (int j = 0; j < N_DIL; j++) {
+    snprintf(base, sizeof base, "hift.%s.%d.convs1.%d", pfx, idx, j);
+    if ((st = load_conv(h, m, &r->c1[j], ch, ch, k, base))) return st;
+    snprintf(base, sizeof base, "hift.%s.%d.convs2.%d", pfx, idx, j);
+    if ((st = load_conv(h, m, &r->c2[j], ch, ch, k, base))) return st;
+    snprintf(base, sizeof base, "hift.%s.%d.activations1.%d.alpha", pfx, idx, j);
+    if ((st = upload_tensor(h, m, base, &r->a1[j]))) return st;
+    snprintf(base, sizeof base, "hift.%s.%d.activations2.%d.alpha", pfx, idx, j);
+    if ((st = upload_tensor(h, m, base, &r->a2[j]))) return st;
+  }
+  return COSY_OK;
+}
+
+static cosy_status dalloc(gpu_hift *h, size_t bytes, const char *what, void **out) {
+  return cosy_gpu_alloc(h->g, bytes, what, out);
+}
+
+void gpu_hift_free(gpu_hift *h) {
+  if (!h) return;
+  cosy_gpu_host_free(h->stage_h);
+  free(h);
+}
+
+cosy_status gpu_hift_set_precision(gpu_hift *h, int prec) {
+  if (!h || (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32))
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_precision: bad %s",
+                    !h ? "handle" : "precision");
+  h->prec = prec;
+  return COSY_OK;
+}
+
+cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gpu_hift **out) {
+  if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_create: out is NULL");
+  *out = NULL;
+  if (!g || !m)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_create: NULL %s", !g ? "device" : "model");
+  if (max_frames < 1 || max_frames > HIFT_MAX_FRAMES)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_create: max_frames = %d out of [1, %d]",
+                    max_frames, HIFT_MAX_FRAMES);
+  const cosy_hparams *hp = &m->hp;
+  if (hp->n_fft != 16 || hp->hop != 4 || hp->conv_pre_look_right != 4 || hp->mel_dim <= 0 ||
+      hp->hift_ch % 8 || hp->hift_ch <= 0 || hp->hift_cond_ch <= 0 || hp->nb_harmonics < 0 ||
+      hp->nb_harmonics > 63 ||
+      hp->up_rates[0] * hp->up_rates[1] * hp->up_rates[2] * hp->hop != 480)
+    return cosy_err(COSY_ERR_MODEL_FORMAT,
+                    "gpu_hift_create: unsupported HiFT geometry (n_fft %d, hop %d, look-right %d, "
+                    "channels %d, harmonics %d, rates %d,%d,%d)",
+                    hp->n_fft, hp->hop, hp->conv_pre_look_right, hp->hift_ch, hp->nb_harmonics,
+                    hp->up_rates[0], hp->up_rates[1], hp->up_rates[2]);
+  gpu_hift *h = cosy_calloc(1, sizeof *h);
+  if (!h) return COSY_ERR_NO_MEMORY;
+  cosy_status st = COSY_OK;
+  char base[160];
+  h->g = g;
+  h->prec = COSY_HPREC_3XTF32;
+  h->max_frames = max_frames;
+  h->C = hp->hift_ch, h->Cc = hp->hift_cond_ch, h->nb = hp->nb_harmonics, h->nh = h->nb + 1;
+  h->mel = hp->mel_dim, h->hop = hp->hop, h->look_right = hp->conv_pre_look_right;
+  h->n_bins = hp->n_fft / 2 + 1;
+  h->R = hp->up_rates[0] * hp->up_rates[1] * hp->up_rates[2] * hp->hop;
+  h->sine_amp = hp->nsf_alpha, h->noise_std = hp->nsf_sigma, h->voiced_thr = hp->voiced_threshold;
+  h->lrelu = hp->lrelu_slope, h->audio_limit = hp->audio_limit, h->sr = (float)hp->sample_rate;
+  for (int j = 0; j < N_DIL; j++) h->dil[j] = hp->rb_dilations[j];
+
+  /* F0 predictor */
+  for (int j = 0; j < 5; j++) {
+    snprintf(base, sizeof base, "hift.f0_predictor.condnet.%d.weight", 2 * j);
+    if ((st = upload_tensor(h, m, base, &h->cw[j]))) goto fail;
+    snprintf(base, sizeof base, "hift.f0_predictor.condnet.%d.bias", 2 * j);
+    if ((st = upload_tensor(h, m, base, &h->cb[j]))) goto fail;
+  }
+  if ((st = upload_tensor(h, m, "hift.f0_predictor.classifier.weight", &h->cls_w))) goto fail;
+  {
+    float *b = cosy_model_f32(m, "hift.f0_predictor.classifier.bias");
+    if (!b) {
+      st = COSY_ERR_MODEL_FORMAT;
+      goto fail;
+    }
+    h->cls_b = b[0];
+    free(b);
+  }
+  /* source */
+  if ((st = upload_tensor(h, m, "hift.m_source.l_linear.weight", &h->lin_w))) goto fail;
+  {
+    float *b = cosy_model_f32(m, "hift.m_source.l_linear.bias");
+    if (!b) {
+      st = COSY_ERR_MODEL_FORMAT;
+      goto fail;
+    }
+    h->lin_b = b[0];
+    free(b);
+  }
+  /* decoder */
+  if ((st = load_conv(h, m, &h->conv_pre, h->C, h->mel, h->look_right + 1, "hift.conv_pre")))
+    goto fail;
+  int ch = h->C;
+  size_t act_n = (size_t)h->C * max_frames, len = (size_t)max_frames;
+  for (int i = 0; i < N_STAGES; i++) {
+    int co = ch / 2, sd = 1;
+    for (int j = i + 1; j < N_STAGES; j++) sd *= hp->up_rates[j];
+    h->up_rates[i] = hp->up_rates[i];
+    h->down_stride[i] = sd;
+    snprintf(base, sizeof base, "hift.ups.%d", i);
+    if ((st = load_conv(h, m, &h->ups[i], co, ch, hp->up_kernels[i], base))) goto fail;
+    snprintf(base, sizeof base, "hift.source_downs.%d", i);
+    if ((st = load_conv(h, m, &h->downs[i], co, 2 * h->n_bins, sd == 1 ? 1 : 2 * sd, base)))
+      goto fail;
+    if ((st = load_res(h, m, &h->srb[i], co, hp->src_rb_kernels[i], "source_resblocks", i)))
+      goto fail;
+    for (int r = 0; r < 3; r++)
+      if ((st = load_res(h, m, &h->rb[3 * i + r], co, hp->rb_kernels[r], "resblocks", 3 * i + r)))
+        goto fail;
+    len = len * (size_t)hp->up_rates[i] + (i == N_STAGES - 1);
+    if ((size_t)co * len > act_n) act_n = (size_t)co * len;
+    ch = co;
+  }
+  if ((st = load_conv(h, m, &h->conv_post, 2 * h->n_bins, ch, 7, "hift.conv_post"))) goto fail;
+
+  /* buffers */
+  {
+    const size_t T = (size_t)max_frames, F = (size_t)(h->R / h->hop) * T + 1;
+    const size_t Ls = T * (size_t)h->R;
+    if ((st = dalloc(h, h->mel * T * sizeof(float), "hift mel", (void **)&h->mel_d))) goto fail;
+    if ((st = dalloc(h, (size_t)h->Cc * T * sizeof(double), "hift f0 a", (void **)&h->fa_d)))
+      goto fail;
+    if ((st = dalloc(h, (size_t)h->Cc * T * sizeof(double), "hift f0 b", (void **)&h->fb_d)))
+      goto fail;
+    if ((st = dalloc(h, T * sizeof(float), "hift f0", (void **)&h->f0_d))) goto fail;
+    if ((st = dalloc(h, T * h->nh * sizeof(float), "hift sine", (void **)&h->sine_d))) goto fail;
+    if ((st = dalloc(h, Ls * sizeof(float), "hift source", (void **)&h->s_d))) goto fail;
+    if ((st = dalloc(h, (size_t)NOISE_CHUNK * h->nh * sizeof(float), "hift noise",
+                     (void **)&h->noise_d)))
+      goto fail;
+    if ((st = dalloc(h, h->nh * sizeof(float), "hift rand_ini", (void **)&h->ini_d))) goto fail;
+    if ((st = dalloc(h, 2 * h->n_bins * F * sizeof(float), "hift stft", (void **)&h->S_d)))
+      goto fail;
+    if ((st = dalloc(h, 2 * h->n_bins * F * sizeof(float), "hift conv_post",
+                     (void **)&h->post_d)))
+      goto fail;
+    if ((st = dalloc(h, Ls * sizeof(float), "hift wav", (void **)&h->wav_d))) goto fail;
+    for (int i = 0; i < N_ACT; i++)
+      if ((st = dalloc(h, act_n * sizeof(float), "hift activations", (void **)&h->act[i])))
+        goto fail;
+    if ((st = cosy_gpu_host_alloc(Ls * sizeof(float), (void **)&h->stage_h))) goto fail;
+  }
+  *out = h;
+  return COSY_OK;
+fail:
+  gpu_hift_free(h);
+  return st;
+}
+
+/* ---- stages ------------------------------------------------------------------------------------ */
+
+static int cancelled(const volatile int *cancel) { return cancel && *cancel; }
+
+static cosy_status check_T(const gpu_hift *h, const char *fn, int T, int finalize,
+                           int min_nonfinal) {
+  int lo = finalize ? 1 : min_nonfinal;
+  if (T < lo || T > h->max_frames)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "%s: T = %d mel frames out of range [%d, %d] (%s; max_frames %d)", fn, T, lo,
+                    h->max_frames, finalize ? "final" : "non-final", h->max_frames);
+  return COSY_OK;
+}
+
+static cosy_status ck(cudaError_t e, const char *what) { return cosy_gpu_check(e, what); }
+
+/* a conv descriptor: input rows `in` [ci][ld_in] with len_in valid columns */
+static cosy_hift_conv conv_desc(const gconv *w, const float *in, int ld_in, int len_in, int up,
+                                int act, float slope, const float *alpha, int dil, int stride,
+                                int pad_left, int reflect, float *out, int ld_out, int n_out) {
+  cosy_hift_conv c;
+  memset(&c, 0, sizeof c);
+  c.in = in, c.ld_in = ld_in, c.len_in = len_in, c.ci = w->ci, c.up = up;
+  c.act = act, c.slope = slope, c.alpha = alpha;
+  c.wp = w->wp, c.bias = w->b, c.co = w->co, c.co_pad = w->co_pad, c.ci_pad = w->ci_pad;
+  c.k = w->k, c.dil = dil, c.stride = stride, c.pad_left = pad_left, c.reflect = reflect;
+  c.out = out, c.ld_out = ld_out, c.n_out = n_out;
+  return c;
+}
+
+static cosy_status conv(gpu_hift *h, const cosy_hift_conv *c, int n, const char *what) {
+  return ck(cosy_k_hift_conv(h->g->stream, c, n, h->prec), what);
+}
+
+/* mel_d holds [80][T]; f0_d gets T_f0 values */
+static cosy_status run_f0(gpu_hift *h, int T, int finalize) {
+  cudaStream_t s = h->g->stream;
+  const int Tf = finalize ? T : T - 3, Cc = h->Cc;
+  cosy_status st = ck(cosy_k_hift_conv64(s, h->mel_d, NULL, T, T, h->mel, h->cw[0], h->cb[0], Cc,
+                                         4, 0, h->fa_d, Tf, Tf),
+                      "hift f0 condnet.0");
+  double *a = h->fa_d, *b = h->fb_d;
+  for (int j = 1; j < 5 && !st; j++) {
+    st = ck(cosy_k_hift_conv64(s, NULL, a, Tf, Tf, Cc, h->cw[j], h->cb[j], Cc, 3, 2, b, Tf, Tf),
+            "hift f0 condnet");
+    double *t = a;
+    a = b, b = t;
+  }
+  if (!st)
+    st = ck(cosy_k_hift_f0_classify(s, a, Tf, Cc, h->cls_w, h->cls_b, h->f0_d, Tf),
+            "hift f0 classifier");
+  return st;
+}
+
+/* f0_d [Tf] -> s_d [Tf R] */
+static cosy_status run_source(gpu_hift *h, int Tf, const ref_hift_noise *noise) {
+  cudaStream_t s = h->g->stream;
+  const int64_t L = (int64_t)Tf * h->R;
+  const float amp_unvoiced = h->sine_amp / 3.0f;
+  cosy_status st;
+  if (!noise) {
+    st = ck(cosy_k_hift_sine(s, h->f0_d, Tf, h->nb, h->R, h->sr, h->sine_amp, NULL, h->sine_d),
+            "hift sine");
+    if (!st)
+      st = ck(cosy_k_hift_source(s, h->f0_d, h->sine_d, h->nb, h->R, 0, L, NULL, h->lin_w,
+                                 h->lin_b, h->voiced_thr, h->noise_std, amp_unvoiced, h->s_d),
+              "hift source");
+    return st;
+  }
+  st = ck(cudaMemcpyAsync(h->ini_d, noise->rand_ini, h->nh * sizeof(float),
+                          cudaMemcpyHostToDevice, s),
+          "hift rand_ini upload");
+  if (!st)
+    st = ck(cosy_k_hift_sine(s, h->f0_d, Tf, h->nb, h->R, h->sr, h->sine_amp, h->ini_d,
+                             h->sine_d),
+            "hift sine");
+  for (int64_t i0 = 0; i0 < L && !st; i0 += NOISE_CHUNK) {
+    const int64_t n = L - i0 < NOISE_CHUNK ? L - i0 : NOISE_CHUNK;
+    st = ck(cudaMemcpyAsync(h->noise_d, noise->sine_waves + (size_t)i0 * h->nh,
+                            (size_t)n * h->nh * sizeof(float), cudaMemcpyHostToDevice, s),
+            "hift noise upload");
+    if (!st)
+      st = ck(cosy_k_hift_source(s, h->f0_d, h->sine_d, h->nb, h->R, i0, n, h->noise_d,
+                                 h->lin_w, h->lin_b, h->voiced_thr, h->noise_std, amp_unvoiced,
+                                 h->s_d + i0),
+              "hift source");
+  }
+  return st;
+}
+
+/* one ResBlock's 6 convs on x [ch][n] in place (tmp: scratch), several resblocks per launch.
+ * first_in/first_res (may be NULL): the input of the first conv1 and the residual of the first
+ * conv2 when x does not hold them yet (x is then written by that conv2). last_out/last_res2:
+ * where the last conv2 writes and its second residual (NULL: x, none). */
+typedef struct rb_job {
+  const gres *r;
+  float *x, *tmp;
+  const float *first_in;
+  float *last_out;
+  const float *last_res2;
+} rb_job;
+
+static cosy_status run_resblocks(gpu_hift *h, const rb_job *jobs, int n_jobs, int n,
+                                 const char *what) {
+  cosy_hift_conv c[3];
+  cosy_status st = COSY_OK;
+  for (int d = 0; d < N_DIL && !st; d++) {
+    const int dil = h->dil[d];
+    for (int q = 0; q < n_jobs; q++) {
+      const rb_job *jb = &jobs[q];
+      const int K = jb->r->k;
+      const float *in = (d == 0 && jb->first_in) ? jb->first_in : jb->x;
+      c[q] = conv_desc(&jb->r->c1[d], in, n, n, 1, COSY_HACT_SNAKE, 0.f, jb->r->a1[d], dil, 1,
+                       (K - 1) * dil, 0, jb->tmp, n, n);
+    }
+    if ((st = conv(h, c, n_jobs, what))) break;
+    for (int q = 0; q < n_jobs; q++) {
+      const rb_job *jb = &jobs[q];
+      const int K = jb->r->k;
+      const float *res = (d == 0 && jb->first_in) ? jb->first_in : jb->x;
+      float *out = (d == N_DIL - 1 && jb->last_out) ? jb->last_out : jb->x;
+      c[q] = conv_desc(&jb->r->c2[d], jb->tmp, n, n, 1, COSY_HACT_SNAKE, 0.f, jb->r->a2[d], 1, 1,
+                       K - 1, 0, out, n, n);
+      c[q].res = res, c[q].ld_res = n;
+      if (d == N_DIL - 1 && jb->last_res2) c[q].res2 = jb->last_res2, c[q].ld_res2 = n;
+    }
+    st = conv(h, c, n_jobs, what);
+  }
+  return st;
+}
+
+/* mel_d [80][T] and s_d [Tm R] -> wav_d [nout]; returns nout */
+static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile int *cancel,
+                              int64_t *nout) {
+  cudaStream_t s = h->g->stream;
+  const int R = h->R;
+  const int Tm = finalize ? T : T - 3;
+  const int Tx = finalize ? T : T - 3 - h->look_right;
+  const int64_t Ls = (int64_t)Tm * R;
+  const int F = (R / h->hop) * Tx + 1;
+  float **A = h->act;
+  cosy_status st;
+
+  if ((st = ck(cosy_k_hift_stft(s, h->s_d, Ls, F, h->S_d, F), "hift stft"))) return st;
+  /* conv_pre: mel[:, :Tm], zeros beyond (final) -> T0 [C][Tx] */
+  {
+    cosy_hift_conv c = conv_desc(&h->conv_pre, h->mel_d, T, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1,
+                                 1, 0, 0, A[B_T0], Tx, Tx);
+    if ((st = conv(h, &c, 1, "hift conv_pre"))) return st;
+  }
+  int len = Tx;
+  for (int i = 0; i < N_STAGES; i++) {
+    if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift: cancelled");
+    const int r = h->up_rates[i], K = h->ups[i].k, last = i == N_STAGES - 1;
+    const int lout = len * r + last;
+    cosy_hift_conv c[2];
+    if (i == 0)
+      c[0] = conv_desc(&h->ups[i], A[B_T0], len, len, r, COSY_HACT_LEAKY, h->lrelu, NULL, 1, 1,
+                       K - 1, last, A[B_Y], lout, lout);
+    else {
+      c[0] = conv_desc(&h->ups[i], A[B_R0], len, len, r, COSY_HACT_MEAN3_LEAKY, h->lrelu, NULL, 1,
+                       1, K - 1, last, A[B_Y], lout, lout);
+      c[0].in2 = A[B_R1], c[0].in3 = A[B_R2];
+    }
+    const int sd = h->down_stride[i];
+    c[1] = conv_desc(&h->downs[i], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1, sd, sd - 1, 0,
+                     A[B_SRC], lout, lout);
+    if ((st = conv(h, c, 2, "hift ups/source_downs"))) return st;
+    /* source resblock: SRC in place, its last conv2 writes Y = Y + (SRC + conv) */
+    rb_job sj = {&h->srb[i], A[B_SRC], A[B_T0], NULL, A[B_Y], A[B_Y]};
+    if ((st = run_resblocks(h, &sj, 1, lout, "hift source resblock"))) return st;
+    /* the three resblocks of the stage, all reading Y */
+    rb_job jobs[3];
+    for (int q = 0; q < 3; q++) {
+      jobs[q].r = &h->rb[3 * i + q];
+      jobs[q].x = A[B_R0 + q];
+      jobs[q].tmp = A[B_T0 + q];
+      jobs[q].first_in = A[B_Y];
+      jobs[q].last_out = NULL;
+      jobs[q].last_res2 = NULL;
+    }
+    if ((st = run_resblocks(h, jobs, 3, lout, "hift resblocks"))) return st;
+    len = lout;
+  }
+  if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift: cancelled");
+  if (len != F) return cosy_err(COSY_ERR_INTERNAL, "gpu_hift: length mismatch %d vs %d", len, F);
+  {
+    cosy_hift_conv c = conv_desc(&h->conv_post, A[B_R0], len, len, 1, COSY_HACT_MEAN3_LEAKY, 0.01f,
+                                 NULL, 1, 1, h->conv_post.k - 1, 0, h->post_d, F, F);
+    c.in2 = A[B_R1], c.in3 = A[B_R2];
+    if ((st = conv(h, &c, 1, "hift conv_post"))) return st;
+  }
+  const int64_t ny = (int64_t)R * Tx;
+  *nout = finalize ? ny : ny - R;
+  return ck(cosy_k_hift_istft(s, h->post_d, F, F, *nout, h->audio_limit, h->wav_d), "hift istft");
+}
+
+/* ---- host entry points -------------------------------------------------------------------------- */
+
+static cosy_status upload_mel(gpu_hift *h, const float *mel, int T) {
+  return ck(cudaMemcpyAsync(h->mel_d, mel, (size_t)h->mel * T * sizeof(float),
+                            cudaMemcpyHostToDevice, h->g->stream),
+            "hift mel upload");
+}
+
+/* copy n floats of dev to a new malloc'd host array through the pinned stage */
+static cosy_status download_new(gpu_hift *h, const float *dev, int64_t n, float **out) {
+  *out = NULL;
+  cosy_status st = ck(cudaMemcpyAsync(h->stage_h, dev, (size_t)n * sizeof(float),
+                                      cudaMemcpyDeviceToHost, h->g->stream),
+                      "hift download");
+  if (!st) st = cosy_gpu_sync(h->g, "hift");
+  if (st) return st;
+  float *p = cosy_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  if (!p) return COSY_ERR_NO_MEMORY;
+  memcpy(p, h->stage_h, (size_t)n * sizeof(float));
+  *out = p;
+  return COSY_OK;
+}
+
+/* finish after an error or a cancel: let the stream drain so that the buffers are idle */
+static cosy_status drain(gpu_hift *h, cosy_status st) {
+  cudaStreamSynchronize(h->g->stream);
+  return st;
+}
+
+cosy_status gpu_hift_f0(gpu_hift *h, const float *mel, int T, int finalize, float *f0) {
+  if (!h || !mel || !f0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_f0: NULL %s",
+                    !h ? "handle" : !mel ? "mel" : "f0");
+  cosy_status st = check_T(h, "gpu_hift_f0", T, finalize, 4);
+  if (st) return st;
+  const int Tf = finalize ? T : T - 3;
+  if (!st) st = upload_mel(h, mel, T);
+  if (!st) st = run_f0(h, T, finalize);
+  if (!st)
+    st = ck(cudaMemcpyAsync(h->stage_h, h->f0_d, (size_t)Tf * sizeof(float),
+                            cudaMemcpyDeviceToHost, h->g->stream),
+            "hift f0 download");
+  if (!st) st = cosy_gpu_sync(h->g, "gpu_hift_f0");
+  if (!st) memcpy(f0, h->stage_h, (size_t)Tf * sizeof(float));
+  return st ? drain(h, st) : st;
+}
+
+cosy_status gpu_hift_source(gpu_hift *h, const float *f0, int T_f0, const ref_hift_noise *noise,
+                            float *s) {
+  if (!h || !f0 || !s)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_source: NULL %s",
+                    !h ? "handle" : !f0 ? "f0" : "s");
+  if (T_f0 < 1 || T_f0 > h->max_frames)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_source: T_f0 = %d out of range [1, %d]", T_f0,
+                    h->max_frames);
+  const int64_t L = (int64_t)T_f0 * h->R;
+  if (noise && (!noise->rand_ini || !noise->sine_waves || noise->n_rows < L))
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_hift_source: injected noise needs rand_ini, sine_waves and >= %lld rows "
+                    "(has %lld)",
+                    (long long)L, (long long)noise->n_rows);
+  cosy_status st = ck(cudaMemcpyAsync(h->f0_d, f0, (size_t)T_f0 * sizeof(float),
+                                      cudaMemcpyHostToDevice, h->g->stream),
+                      "hift f0 upload");
+  if (!st) st = run_source(h, T_f0, noise);
+  if (!st)
+    st = ck(cudaMemcpyAsync(h->stage_h, h->s_d, (size_t)L * sizeof(float),
+                            cudaMemcpyDeviceToHost, h->g->stream),
+            "hift source download");
+  if (!st) st = cosy_gpu_sync(h->g, "gpu_hift_source");
+  if (!st) memcpy(s, h->stage_h, (size_t)L * sizeof(float));
+  return st ? drain(h, st) : st;
+}
+
+cosy_status gpu_hift_decode(gpu_hift *h, const float *mel, int T, const float *s, int finalize,
+                            float **wav, int64_t *n) {
+  if (wav) *wav = NULL;
+  if (n) *n = 0;
+  if (!h || !mel || !s || !wav || !n)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_decode: NULL %s",
+                    !h ? "handle" : !mel ? "mel" : !s ? "s" : !wav ? "wav" : "n");
+  cosy_status st = check_T(h, "gpu_hift_decode", T, finalize, 9);
+  if (st) return st;
+  const int Tm = finalize ? T : T - 3;
+  int64_t nout = 0;
+  st = upload_mel(h, mel, T);
+  if (!st)
+    st = ck(cudaMemcpyAsync(h->s_d, s, (size_t)Tm * h->R * sizeof(float), cudaMemcpyHostToDevice,
+                            h->g->stream),
+            "hift source upload");
+  if (!st) st = run_decode(h, T, finalize, NULL, &nout);
+  if (!st) st = download_new(h, h->wav_d, nout, wav);
+  if (st) return drain(h, st);
+  *n = nout;
+  return COSY_OK;
+}
+
+cosy_status gpu_hift_infer(gpu_hift *h, const float *mel, int T, int finalize,
+                           const volatile int *cancel, float **wav, int64_t *n) {
+  if (wav) *wav = NULL;
+  if (n) *n = 0;
+  if (!h || !mel || !wav || !n)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_infer: NULL %s",
+                    !h ? "handle" : !mel ? "mel" : !wav ? "wav" : "n");
+  cosy_status st = check_T(h, "gpu_hift_infer", T, finalize, 9);
+  if (st) return st;
+  if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
+  const int Tf = finalize ? T : T - 3;
+  int64_t nout = 0;
+  st = upload_mel(h, mel, T);
+  if (!st) st = run_f0(h, T, finalize);
+  if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
+  if (!st) st = run_source(h, Tf, NULL);
+  if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
+  if (!st) st = run_decode(h, T, finalize, cancel, &nout);
+  if (!st) st = download_new(h, h->wav_d, nout, wav);
+  if (st) return drain(h, st);
+  *n = nout;
+  return COSY_OK;
+}

@@ -1,0 +1,854 @@
+/* llm.c - the speech-token LLM on the GPU; the math, precision and design are in llm.h.
+ *
+ * Buffers (all planned in gpu_llm_create / gpu_llm_reserve_kv, nothing allocated per step;
+ * R = max(decode bucket max, max_prefill) rows, B = decode bucket max):
+ *   weights  per layer wqkv [q+2kv][H], wo [H][q], wgu [2I][H], wd [H][I] bf16; bqkv, ln1, ln2
+ *            fp32; final norm fp32; speech_embedding and llm_decoder [V][H] bf16; inv_freq [32]
+ *   acts     h [R][H] fp32 (residual), xn [R][H] bf16, qkv [R][q+2kv] fp32, q/att [R][q] bf16,
+ *            gu [R][2I] bf16, act [R][I] bf16, logits/logp [B][V] fp32,
+ *            kg/vg [GPU_LLM_MAX_CTX][kv] bf16 (one sequence's K/V gathered for prefill attention)
+ *   step     d_in [3][B] (tokens, slots, positions; the only per-step upload), d_pos/d_slot/
+ *            d_lens [B], d_bt [B][pages_per_seq], paged-decode workspace (max over buckets)
+ *   prefill  d_pf [2][max_prefill] (positions, cache slots)
+ *   tables   d_bt_all [max_open][pages_per_seq]: block table of every open sequence, written at
+ *            seq_open (its pages never change while it is open)
+ *   KV       one allocation: layer i's K pool at kv + 2i * pool, V pool at kv + (2i+1) * pool,
+ *            pool = pages * page_size * kv elements; a page id indexes every pool.
+ *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V].
+ * Decode graphs: graphs[bucket][ctx bucket], captured lazily with cudaStreamCaptureModeThreadLocal
+ * right after the step that first needed them ran eagerly (which also warms up cuBLASLt's plans
+ * and module loading outside the capture).
+ */
+#include "gpu/llm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels.h"
+#include "llm_extra.h"
+#include "util.h"
+
+#define HD 64
+#define MAX_BUCKETS 9 /* batch buckets 1 .. 256 */
+#define MIN_CTX_BUCKET 256
+#define MAX_CTX_BUCKETS 8
+#define ATTN_SCALE 0.125f /* 1/sqrt(64) */
+
+typedef struct gl_layer {
+  cosy_bf16 *wqkv, *wo, *wgu, *wd;
+  float *bqkv, *ln1, *ln2;
+} gl_layer;
+
+typedef struct gl_seq {
+  int open, max_len, len, n_pages;
+} gl_seq;
+
+struct gpu_llm {
+  cosy_gpu *g;
+  const cosy_model *m;
+  const gguf_tensor *embed_tokens, *speech_emb_t;
+  int H, nl, nh, nkv, inter, qd, kvd, qkvd, V, text_vocab, speech_tokens, endofprompt_id;
+  float eps;
+  int max_seqs, n_buckets, max_bucket, max_prefill, max_rows;
+  int n_ctxb, ctxb[MAX_CTX_BUCKETS];
+  int pages_per_seq;
+  int gemv_max;
+  gl_layer *layers;
+  float *norm, *inv_freq;
+  cosy_bf16 *speech_emb, *head;
+  /* activations */
+  float *h, *qkv, *logits, *logp;
+  cosy_bf16 *xn, *q, *att, *gu, *act, *kg, *vg;
+  int32_t *d_in, *d_pos, *d_slot, *d_lens, *d_bt, *d_pf, *d_bt_all;
+  void *dec_ws;
+  size_t dec_ws_bytes;
+  /* pinned host */
+  int32_t *h_in, *h_pf;
+  float *h_emb, *h_logp;
+  /* KV cache */
+  cosy_bf16 *kv;
+  size_t kv_bytes, page_bytes, pool_elems;
+  int pages_total, n_free;
+  int *free_pages;
+  /* sequences */
+  int max_open;
+  gl_seq *seqs;
+  int32_t *bt_host; /* [max_open][pages_per_seq] */
+  unsigned *stamp, stamp_gen;
+  /* decode graphs */
+  cudaGraphExec_t graphs[MAX_BUCKETS][MAX_CTX_BUCKETS];
+};
+
+#define CK(expr, what)                                   \
+  do {                                                   \
+    cudaError_t e_ = (expr);                             \
+    if (e_ != cudaSuccess) return cosy_gpu_check(e_, what); \
+  } while (0)
+
+/* ---- weights ---------------------------------------------------------------------------------- */
+
+/* Tensor `name` must be a [rows][K] matrix of a convertible type. */
+static const gguf_tensor *get_matrix(const cosy_model *m, const char *name, int rows, int K,
+                                     cosy_status *st) {
+  const gguf_tensor *t = cosy_model_tensor(m, name);
+  if (!t) {
+    *st = COSY_ERR_MODEL_FORMAT;
+    return NULL;
+  }
+  size_t es = gguf_type_size(t->type);
+  if (es == 0 || t->nbytes != (size_t)rows * (size_t)K * es) {
+    *st = cosy_err(COSY_ERR_MODEL_FORMAT, "gpu_llm: %s is not a [%d][%d] matrix of a usable type",
+                   name, rows, K);
+    return NULL;
+  }
+  return t;
+}
+
+/* Stack the named [rows_i][K] tensors into one bf16 device matrix (bf16 data is copied as is,
+ * other types converted row by row; no fp32 copy of a whole tensor). */
+static cosy_status upload_stack(gpu_llm *l, int K, int n, char names[][128], const int *rows,
+                                cosy_bf16 **out, const char *what) {
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += (size_t)rows[i];
+  uint16_t *buf = cosy_malloc(total * (size_t)K * 2);
+  float *tmp = cosy_malloc(sizeof(float) * (size_t)K);
+  cosy_status st = COSY_OK;
+  if (!buf || !tmp) {
+    st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  size_t r0 = 0;
+  for (int i = 0; i < n; i++) {
+    const gguf_tensor *t = get_matrix(l->m, names[i], rows[i], K, &st);
+    if (!t) goto done;
+    uint16_t *dst = buf + r0 * (size_t)K;
+    if (t->type == GGML_BF16) {
+      memcpy(dst, t->data, (size_t)rows[i] * (size_t)K * 2);
+    } else {
+      size_t es = gguf_type_size(t->type);
+      for (int r = 0; r < rows[i]; r++) {
+        cosy_to_f32((const uint8_t *)t->data + (size_t)r * (size_t)K * es, t->type, tmp,
+                    (size_t)K);
+        for (int k = 0; k < K; k++) dst[(size_t)r * K + k] = cosy_f32_to_bf16(tmp[k]);
+      }
+    }
+    r0 += (size_t)rows[i];
+  }
+  void *d = NULL;
+  if ((st = cosy_gpu_alloc(l->g, total * (size_t)K * 2, what, &d))) goto done;
+  st = cosy_gpu_check(cudaMemcpy(d, buf, total * (size_t)K * 2, cudaMemcpyHostToDevice), what);
+  *out = (cosy_bf16 *)d;
+done:
+  free(buf);
+  free(tmp);
+  return st;
+}
+
+/* Concatenate the named fp32 vectors of lengths len[i] into one fp32 device vector. */
+static cosy_status upload_vecs(gpu_llm *l, int n, char names[][128], const int *len, float **out,
+                               const char *what) {
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += (size_t)len[i];
+  float *buf = cosy_malloc(sizeof(float) * total);
+  if (!buf) return COSY_ERR_NO_MEMORY;
+  cosy_status st = COSY_OK;
+  size_t o = 0;
+  for (int i = 0; i < n; i++) {
+    const gguf_tensor *t = get_matrix(l->m, names[i], 1, len[i], &st);
+    if (!t) goto done;
+    cosy_to_f32(t->data, t->type, buf + o, (size_t)len[i]);
+    o += (size_t)len[i];
+  }
+  void *d = NULL;
+  if ((st = cosy_gpu_upload_f32(l->g, buf, total, COSY_KDT_F32, what, &d))) goto done;
+  *out = (float *)d;
+done:
+  free(buf);
+  return st;
+}
+
+static cosy_status upload_layer(gpu_llm *l, int i) {
+  gl_layer *y = &l->layers[i];
+  char nm[3][128];
+  int rows[3];
+  cosy_status st;
+  snprintf(nm[0], 128, "llm.layers.%d.self_attn.q_proj.weight", i);
+  snprintf(nm[1], 128, "llm.layers.%d.self_attn.k_proj.weight", i);
+  snprintf(nm[2], 128, "llm.layers.%d.self_attn.v_proj.weight", i);
+  rows[0] = l->qd;
+  rows[1] = rows[2] = l->kvd;
+  if ((st = upload_stack(l, l->H, 3, nm, rows, &y->wqkv, "LLM q|k|v weight"))) return st;
+  snprintf(nm[0], 128, "llm.layers.%d.self_attn.q_proj.bias", i);
+  snprintf(nm[1], 128, "llm.layers.%d.self_attn.k_proj.bias", i);
+  snprintf(nm[2], 128, "llm.layers.%d.self_attn.v_proj.bias", i);
+  if ((st = upload_vecs(l, 3, nm, rows, &y->bqkv, "LLM q|k|v bias"))) return st;
+  snprintf(nm[0], 128, "llm.layers.%d.self_attn.o_proj.weight", i);
+  rows[0] = l->H;
+  if ((st = upload_stack(l, l->qd, 1, nm, rows, &y->wo, "LLM o_proj"))) return st;
+  snprintf(nm[0], 128, "llm.layers.%d.mlp.gate_proj.weight", i);
+  snprintf(nm[1], 128, "llm.layers.%d.mlp.up_proj.weight", i);
+  rows[0] = rows[1] = l->inter;
+  if ((st = upload_stack(l, l->H, 2, nm, rows, &y->wgu, "LLM gate|up"))) return st;
+  snprintf(nm[0], 128, "llm.layers.%d.mlp.down_proj.weight", i);
+  rows[0] = l->H;
+  if ((st = upload_stack(l, l->inter, 1, nm, rows, &y->wd, "LLM down_proj"))) return st;
+  snprintf(nm[0], 128, "llm.layers.%d.input_layernorm.weight", i);
+  rows[0] = l->H;
+  if ((st = upload_vecs(l, 1, nm, rows, &y->ln1, "LLM input_layernorm"))) return st;
+  snprintf(nm[0], 128, "llm.layers.%d.post_attention_layernorm.weight", i);
+  return upload_vecs(l, 1, nm, rows, &y->ln2, "LLM post_attention_layernorm");
+}
+
+/* ---- create / free ---------------------------------------------------------------------------- */
+
+static int bucket_ok_for_gemv(const gpu_llm *l, int b) {
+  return cosy_k_llm_gemv_supported(b, l->H) && cosy_k_llm_gemv_supported(b, l->qd) &&
+         cosy_k_llm_gemv_supported(b, l->inter);
+}
+
+static void drop_graphs(gpu_llm *l) {
+  for (int i = 0; i < MAX_BUCKETS; i++)
+    for (int j = 0; j < MAX_CTX_BUCKETS; j++)
+      if (l->graphs[i][j]) {
+        cudaGraphExecDestroy(l->graphs[i][j]);
+        l->graphs[i][j] = NULL;
+      }
+}
+
+void gpu_llm_set_gemv_max(gpu_llm *l, int max_rows) {
+  if (!l) return;
+  if (l->g && l->g->stream) cudaStreamSynchronize(l->g->stream);
+  drop_graphs(l);
+  if (max_rows < 0) {
+    max_rows = 0;
+    for (int b = 1; b <= 8 && b <= l->max_bucket; b *= 2)
+      if (bucket_ok_for_gemv(l, b)) max_rows = b;
+  }
+  l->gemv_max = max_rows;
+}
+
+void gpu_llm_free(gpu_llm *l) {
+  if (!l) return;
+  if (l->g && l->g->stream) cudaStreamSynchronize(l->g->stream);
+  drop_graphs(l);
+  cosy_gpu_host_free(l->h_in);
+  cosy_gpu_host_free(l->h_pf);
+  cosy_gpu_host_free(l->h_emb);
+  cosy_gpu_host_free(l->h_logp);
+  free(l->layers);
+  free(l->free_pages);
+  free(l->seqs);
+  free(l->bt_host);
+  free(l->stamp);
+  free(l);
+}
+
+static cosy_status dalloc(gpu_llm *l, size_t bytes, const char *what, void *out) {
+  void *p = NULL;
+  cosy_status st = cosy_gpu_alloc(l->g, bytes, what, &p);
+  memcpy(out, &p, sizeof p);
+  return st;
+}
+
+cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int max_prefill,
+                           gpu_llm **out) {
+  if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_create: NULL out");
+  *out = NULL;
+  if (!g || !m) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_create: NULL device or model");
+  if (max_seqs < 1 || max_seqs > (1 << (MAX_BUCKETS - 1)))
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_create: max_seqs %d not in [1, %d]", max_seqs,
+                    1 << (MAX_BUCKETS - 1));
+  if (max_prefill < 1 || max_prefill > GPU_LLM_MAX_CTX)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_create: max_prefill %d not in [1, %d]",
+                    max_prefill, GPU_LLM_MAX_CTX);
+  const cosy_hparams *hp = &m->hp;
+  if (hp->llm_head_dim != HD)
+    return cosy_err(COSY_ERR_UNSUPPORTED, "gpu_llm_create: head_dim %d (the kernels need 64)",
+                    hp->llm_head_dim);
+  if (hp->llm_heads < 1 || hp->llm_kv_heads < 1 || hp->llm_heads % hp->llm_kv_heads != 0 ||
+      hp->llm_heads / hp->llm_kv_heads > 8 || hp->llm_hidden < 8 || hp->llm_hidden % 8 != 0 ||
+      hp->llm_inter < 8 || hp->llm_inter % 8 != 0 || hp->llm_layers < 1 ||
+      hp->speech_vocab <= hp->speech_tokens + 2 || hp->speech_tokens < 1 || hp->text_vocab < 1)
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "gpu_llm_create: unsupported LLM hyperparameters");
+
+  gpu_llm *l = cosy_calloc(1, sizeof *l);
+  if (!l) return COSY_ERR_NO_MEMORY;
+  cosy_status st = COSY_ERR_NO_MEMORY;
+  l->g = g;
+  l->m = m;
+  l->H = hp->llm_hidden;
+  l->nl = hp->llm_layers;
+  l->nh = hp->llm_heads;
+  l->nkv = hp->llm_kv_heads;
+  l->inter = hp->llm_inter;
+  l->qd = l->nh * HD;
+  l->kvd = l->nkv * HD;
+  l->qkvd = l->qd + 2 * l->kvd;
+  l->V = hp->speech_vocab;
+  l->text_vocab = hp->text_vocab;
+  l->speech_tokens = hp->speech_tokens;
+  l->endofprompt_id = hp->endofprompt_id;
+  l->eps = hp->rms_eps;
+  l->max_seqs = max_seqs;
+  l->max_bucket = 1;
+  l->n_buckets = 1;
+  while (l->max_bucket < max_seqs) {
+    l->max_bucket *= 2;
+    l->n_buckets++;
+  }
+  l->max_prefill = max_prefill;
+  l->max_rows = l->max_bucket > max_prefill ? l->max_bucket : max_prefill;
+  for (int c = MIN_CTX_BUCKET; l->n_ctxb < MAX_CTX_BUCKETS; c *= 2) {
+    l->ctxb[l->n_ctxb++] = c < GPU_LLM_MAX_CTX ? c : GPU_LLM_MAX_CTX;
+    if (c >= GPU_LLM_MAX_CTX) break;
+  }
+  l->pages_per_seq = (GPU_LLM_MAX_CTX + GPU_LLM_PAGE_SIZE - 1) / GPU_LLM_PAGE_SIZE;
+  l->max_open = 4 * max_seqs > 16 ? 4 * max_seqs : 16;
+
+  l->embed_tokens = get_matrix(m, "llm.embed_tokens.weight", l->text_vocab, l->H, &st);
+  if (!l->embed_tokens) goto fail;
+  l->speech_emb_t = get_matrix(m, "llm.speech_embedding.weight", l->V, l->H, &st);
+  if (!l->speech_emb_t) goto fail;
+
+  st = COSY_ERR_NO_MEMORY;
+  l->layers = cosy_calloc((size_t)l->nl, sizeof *l->layers);
+  l->seqs = cosy_calloc((size_t)l->max_open, sizeof *l->seqs);
+  l->bt_host = cosy_calloc((size_t)l->max_open * (size_t)l->pages_per_seq, sizeof(int32_t));
+  l->stamp = cosy_calloc((size_t)l->max_open, sizeof *l->stamp);
+  if (!l->layers || !l->seqs || !l->bt_host || !l->stamp) goto fail;
+
+  /* weights */
+  for (int i = 0; i < l->nl; i++)
+    if ((st = upload_layer(l, i))) goto fail;
+  {
+    char nm[1][128];
+    int rows[1] = {l->V};
+    snprintf(nm[0], 128, "llm.speech_embedding.weight");
+    if ((st = upload_stack(l, l->H, 1, nm, rows, &l->speech_emb, "LLM speech_embedding")))
+      goto fail;
+    snprintf(nm[0], 128, "llm.llm_decoder.weight");
+    if ((st = upload_stack(l, l->H, 1, nm, rows, &l->head, "LLM llm_decoder"))) goto fail;
+    snprintf(nm[0], 128, "llm.norm.weight");
+    rows[0] = l->H;
+    if ((st = upload_vecs(l, 1, nm, rows, &l->norm, "LLM final norm"))) goto fail;
+    float inv[HD / 2];
+    for (int i = 0; i < HD / 2; i++) /* as lib/ref/llm.c */
+      inv[i] = (float)(1.0 / pow((double)hp->rope_theta, (double)(2 * i) / (double)HD));
+    void *d = NULL;
+    if ((st = cosy_gpu_upload_f32(g, inv, HD / 2, COSY_KDT_F32, "RoPE inv_freq", &d))) goto fail;
+    l->inv_freq = (float *)d;
+  }
+
+  /* activations */
+  {
+    const size_t R = (size_t)l->max_rows, B = (size_t)l->max_bucket, P = (size_t)max_prefill;
+    size_t ws = 0;
+    for (int b = 1; b <= l->max_bucket; b *= 2)
+      for (int c = 0; c < l->n_ctxb; c++) {
+        size_t w = cosy_k_paged_decode_workspace(b, l->nh, l->nkv, l->ctxb[c]);
+        if (w > ws) ws = w;
+      }
+    l->dec_ws_bytes = ws;
+    if ((st = dalloc(l, R * l->H * 4, "LLM h", &l->h)) ||
+        (st = dalloc(l, R * l->H * 2, "LLM xn", &l->xn)) ||
+        (st = dalloc(l, R * l->qkvd * 4, "LLM qkv", &l->qkv)) ||
+        (st = dalloc(l, R * l->qd * 2, "LLM q", &l->q)) ||
+        (st = dalloc(l, R * l->qd * 2, "LLM att", &l->att)) ||
+        (st = dalloc(l, R * 2 * l->inter * 2, "LLM gate|up", &l->gu)) ||
+        (st = dalloc(l, R * l->inter * 2, "LLM act", &l->act)) ||
+        (st = dalloc(l, B * l->V * 4, "LLM logits", &l->logits)) ||
+        (st = dalloc(l, B * l->V * 4, "LLM logp", &l->logp)) ||
+        (st = dalloc(l, (size_t)GPU_LLM_MAX_CTX * l->kvd * 2, "LLM K gather", &l->kg)) ||
+        (st = dalloc(l, (size_t)GPU_LLM_MAX_CTX * l->kvd * 2, "LLM V gather", &l->vg)) ||
+        (st = dalloc(l, 3 * B * 4, "LLM step input", &l->d_in)) ||
+        (st = dalloc(l, B * 4, "LLM positions", &l->d_pos)) ||
+        (st = dalloc(l, B * 4, "LLM slots", &l->d_slot)) ||
+        (st = dalloc(l, B * 4, "LLM lengths", &l->d_lens)) ||
+        (st = dalloc(l, B * l->pages_per_seq * 4, "LLM step block tables", &l->d_bt)) ||
+        (st = dalloc(l, 2 * P * 4, "LLM prefill positions", &l->d_pf)) ||
+        (st = dalloc(l, (size_t)l->max_open * l->pages_per_seq * 4, "LLM block tables",
+                     &l->d_bt_all)) ||
+        (st = dalloc(l, ws ? ws : 256, "LLM attention workspace", &l->dec_ws)))
+      goto fail;
+    if ((st = cosy_gpu_check(cudaMemset(l->d_bt_all, 0, (size_t)l->max_open * l->pages_per_seq * 4),
+                             "gpu_llm_create")))
+      goto fail;
+    void *p;
+    if ((st = cosy_gpu_host_alloc(3 * B * 4, &p))) goto fail;
+    l->h_in = p;
+    if ((st = cosy_gpu_host_alloc(2 * P * 4, &p))) goto fail;
+    l->h_pf = p;
+    if ((st = cosy_gpu_host_alloc(P * l->H * 4, &p))) goto fail;
+    l->h_emb = p;
+    if ((st = cosy_gpu_host_alloc(B * l->V * 4, &p))) goto fail;
+    l->h_logp = p;
+  }
+  gpu_llm_set_gemv_max(l, -1);
+  *out = l;
+  return COSY_OK;
+fail:
+  gpu_llm_free(l);
+  return st;
+}
+
+/* ---- KV cache and sequences ------------------------------------------------------------------- */
+
+cosy_status gpu_llm_reserve_kv(gpu_llm *l, size_t bytes, size_t reserve) {
+  if (!l) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_reserve_kv: NULL llm");
+  if (l->kv) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_reserve_kv: the KV cache is already reserved");
+  l->page_bytes = (size_t)l->nl * 2 * GPU_LLM_PAGE_SIZE * (size_t)l->kvd * 2;
+  if (bytes == 0) {
+    size_t left = cosy_gpu_left(l->g);
+    bytes = left > reserve ? left - reserve : 0;
+  }
+  size_t pages = bytes / l->page_bytes;
+  if (pages > (size_t)1 << 26) pages = (size_t)1 << 26; /* slots stay int32 */
+  if (pages < 1)
+    return cosy_err(COSY_ERR_GPU_NO_MEMORY,
+                    "gpu_llm_reserve_kv: %zu bytes hold no KV page (%zu bytes each)", bytes,
+                    l->page_bytes);
+  int *fp = cosy_malloc(sizeof(int) * pages);
+  if (!fp) return COSY_ERR_NO_MEMORY;
+  void *d = NULL;
+  cosy_status st = cosy_gpu_alloc(l->g, pages * l->page_bytes, "LLM KV cache", &d);
+  if (st) {
+    free(fp);
+    return st;
+  }
+  l->kv = d;
+  l->kv_bytes = pages * l->page_bytes;
+  l->pages_total = (int)pages;
+  l->pool_elems = pages * GPU_LLM_PAGE_SIZE * (size_t)l->kvd;
+  l->free_pages = fp;
+  l->n_free = (int)pages;
+  for (int i = 0; i < l->n_free; i++) fp[i] = l->n_free - 1 - i; /* pops give 0, 1, 2, ... */
+  return COSY_OK;
+}
+
+int gpu_llm_pages_total(const gpu_llm *l) { return l ? l->pages_total : 0; }
+int gpu_llm_pages_free(const gpu_llm *l) { return l ? l->n_free : 0; }
+size_t gpu_llm_kv_bytes(const gpu_llm *l) { return l ? l->kv_bytes : 0; }
+int gpu_llm_speech_vocab(const gpu_llm *l) { return l ? l->V : 0; }
+int gpu_llm_hidden(const gpu_llm *l) { return l ? l->H : 0; }
+
+static cosy_bf16 *kpool(const gpu_llm *l, int layer) {
+  return l->kv + (size_t)(2 * layer) * l->pool_elems;
+}
+static cosy_bf16 *vpool(const gpu_llm *l, int layer) {
+  return l->kv + (size_t)(2 * layer + 1) * l->pool_elems;
+}
+
+static int seq_ok(const gpu_llm *l, int seq) {
+  return l && seq >= 0 && seq < l->max_open && l->seqs[seq].open;
+}
+
+cosy_status gpu_llm_seq_open(gpu_llm *l, int max_len, int *seq) {
+  if (!l || !seq) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_seq_open: NULL argument");
+  *seq = -1;
+  if (max_len < 1 || max_len > GPU_LLM_MAX_CTX)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_seq_open: max_len %d not in [1, %d]", max_len,
+                    GPU_LLM_MAX_CTX);
+  if (!l->kv) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_seq_open: no KV cache reserved");
+  const int need = (max_len + GPU_LLM_PAGE_SIZE - 1) / GPU_LLM_PAGE_SIZE;
+  if (need > l->n_free)
+    return cosy_err(COSY_ERR_GPU_NO_MEMORY,
+                    "KV cache full: %d positions need %d pages, %d of %d are free", max_len, need,
+                    l->n_free, l->pages_total);
+  int s = 0;
+  while (s < l->max_open && l->seqs[s].open) s++;
+  if (s == l->max_open)
+    return cosy_err(COSY_ERR_GPU_NO_MEMORY, "KV cache full: %d sequences are open already",
+                    l->max_open);
+  int32_t *row = l->bt_host + (size_t)s * l->pages_per_seq;
+  for (int i = 0; i < need; i++) row[i] = l->free_pages[--l->n_free];
+  cosy_status st = cosy_gpu_check(
+      cudaMemcpyAsync(l->d_bt_all + (size_t)s * l->pages_per_seq, row, sizeof(int32_t) * need,
+                      cudaMemcpyHostToDevice, l->g->stream),
+      "gpu_llm_seq_open");
+  if (st) {
+    for (int i = need - 1; i >= 0; i--) l->free_pages[l->n_free++] = row[i];
+    return st;
+  }
+  l->seqs[s].open = 1;
+  l->seqs[s].max_len = max_len;
+  l->seqs[s].len = 0;
+  l->seqs[s].n_pages = need;
+  *seq = s;
+  return COSY_OK;
+}
+
+void gpu_llm_seq_close(gpu_llm *l, int seq) {
+  if (!seq_ok(l, seq)) return;
+  gl_seq *s = &l->seqs[seq];
+  const int32_t *row = l->bt_host + (size_t)seq * l->pages_per_seq;
+  for (int i = s->n_pages - 1; i >= 0; i--) l->free_pages[l->n_free++] = row[i];
+  memset(s, 0, sizeof *s);
+}
+
+int gpu_llm_seq_len(const gpu_llm *l, int seq) { return seq_ok(l, seq) ? l->seqs[seq].len : -1; }
+
+static int32_t slot_of(const gpu_llm *l, int seq, int pos) {
+  const int32_t *row = l->bt_host + (size_t)seq * l->pages_per_seq;
+  return row[pos / GPU_LLM_PAGE_SIZE] * GPU_LLM_PAGE_SIZE + pos % GPU_LLM_PAGE_SIZE;
+}
+
+/* ---- input embedding -------------------------------------------------------------------------- */
+
+static void tensor_row(const gguf_tensor *t, int row, int H, float *out) {
+  size_t es = gguf_type_size(t->type);
+  cosy_to_f32((const uint8_t *)t->data + (size_t)row * (size_t)H * es, t->type, out, (size_t)H);
+}
+
+static cosy_status check_ids(const int32_t *ids, int n, int lim, const char *what) {
+  if (n < 0 || n > (1 << 20))
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_build_input: %s length %d out of range", what, n);
+  if (n > 0 && !ids)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_build_input: NULL %s with length %d", what, n);
+  for (int i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= lim)
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_build_input: %s[%d] = %d not in [0, %d)",
+                      what, i, (int)ids[i], lim);
+  return COSY_OK;
+}
+
+cosy_status gpu_llm_build_input(const gpu_llm *l, const int32_t *prompt_text, int n_pt,
+                                const int32_t *tts_text, int n_tt, const int32_t *prompt_speech,
+                                int n_ps, float **emb, int *L) {
+  if (!emb || !L) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_build_input: NULL output");
+  *emb = NULL;
+  *L = 0;
+  if (!l) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_build_input: NULL llm");
+  cosy_status st;
+  if ((st = check_ids(prompt_text, n_pt, l->text_vocab, "prompt text")) ||
+      (st = check_ids(tts_text, n_tt, l->text_vocab, "tts text")) ||
+      (st = check_ids(prompt_speech, n_ps, l->speech_tokens, "prompt speech")))
+    return st;
+  int has_eop = 0;
+  for (int i = 0; i < n_pt; i++) has_eop |= prompt_text[i] == l->endofprompt_id;
+  for (int i = 0; i < n_tt; i++) has_eop |= tts_text[i] == l->endofprompt_id;
+  if (!has_eop)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_llm_build_input: the text holds no <|endofprompt|> (id %d)",
+                    l->endofprompt_id);
+  const int n = 1 + n_pt + n_tt + 1 + n_ps;
+  const size_t H = (size_t)l->H;
+  float *e = cosy_malloc(sizeof(float) * (size_t)n * H);
+  if (!e) return COSY_ERR_NO_MEMORY;
+  float *row = e;
+  tensor_row(l->speech_emb_t, l->speech_tokens, l->H, row); /* sos = 6561 */
+  row += H;
+  for (int i = 0; i < n_pt; i++, row += H) tensor_row(l->embed_tokens, prompt_text[i], l->H, row);
+  for (int i = 0; i < n_tt; i++, row += H) tensor_row(l->embed_tokens, tts_text[i], l->H, row);
+  tensor_row(l->speech_emb_t, l->speech_tokens + 2, l->H, row); /* task_id = 6563 */
+  row += H;
+  for (int i = 0; i < n_ps; i++, row += H) tensor_row(l->speech_emb_t, prompt_speech[i], l->H, row);
+  *emb = e;
+  *L = n;
+  return COSY_OK;
+}
+
+/* ---- prefill ---------------------------------------------------------------------------------- */
+
+/* The layers over n positions p0 .. p0+n-1 of seq, whose embeddings are in l->h and whose
+ * positions / slots are in d_pf. */
+static cosy_status prefill_layers(gpu_llm *l, int seq, int p0, int n) {
+  cudaStream_t s = l->g->stream;
+  cosy_gemm *gm = l->g->gemm;
+  const int H = l->H, I = l->inter, Lk = p0 + n;
+  for (int i = 0; i < l->nl; i++) {
+    const gl_layer *y = &l->layers[i];
+    cosy_bf16 *kc = kpool(l, i), *vc = vpool(l, i);
+    CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, y->ln1, COSY_KDT_BF16, l->xn, n, H, l->eps),
+       "LLM prefill rmsnorm");
+    CK(cosy_k_gemm(gm, s, n, l->qkvd, H, COSY_KDT_BF16, l->xn, H, y->wqkv, y->bqkv, COSY_KDT_F32,
+                   l->qkv, l->qkvd, 0),
+       "LLM prefill qkv gemm");
+    CK(cosy_k_llm_rope_append(s, l->qkv, l->qkvd, n, l->nh, l->nkv, l->d_pf,
+                              l->d_pf + l->max_prefill, l->inv_freq, l->q, l->qd, kc, vc),
+       "LLM prefill rope/append");
+    CK(cosy_k_llm_kv_gather(s, kc, vc, l->d_bt_all + (size_t)seq * l->pages_per_seq,
+                            GPU_LLM_PAGE_SIZE, l->kvd, Lk, l->kg, l->vg),
+       "LLM prefill kv gather");
+    CK(cosy_k_attn_prefill(s, COSY_KDT_BF16, l->q, l->qd, l->kg, l->vg, l->kvd, l->att, l->qd, n,
+                           Lk, l->nh, l->nkv, HD, ATTN_SCALE),
+       "LLM prefill attention");
+    CK(cosy_k_gemm(gm, s, n, H, l->qd, COSY_KDT_BF16, l->att, l->qd, y->wo, NULL, COSY_KDT_F32,
+                   l->h, H, 1),
+       "LLM prefill o_proj");
+    CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, y->ln2, COSY_KDT_BF16, l->xn, n, H, l->eps),
+       "LLM prefill rmsnorm");
+    CK(cosy_k_gemm(gm, s, n, 2 * I, H, COSY_KDT_BF16, l->xn, H, y->wgu, NULL, COSY_KDT_BF16,
+                   l->gu, 2 * I, 0),
+       "LLM prefill gate|up");
+    CK(cosy_k_silu_mul(s, COSY_KDT_BF16, l->gu, l->gu + I, 2 * I, COSY_KDT_BF16, l->act, n, I),
+       "LLM prefill silu_mul");
+    CK(cosy_k_gemm(gm, s, n, H, I, COSY_KDT_BF16, l->act, I, y->wd, NULL, COSY_KDT_F32, l->h, H,
+                   1),
+       "LLM prefill down_proj");
+  }
+  return COSY_OK;
+}
+
+cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float *logp_last) {
+  if (!l || !emb) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill: NULL llm or input");
+  if (!seq_ok(l, seq)) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill: sequence %d is not open", seq);
+  gl_seq *sq = &l->seqs[seq];
+  if (L < 1 || L > sq->max_len - sq->len)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_llm_prefill: %d positions do not fit the sequence (%d of %d used)", L,
+                    sq->len, sq->max_len);
+  cudaStream_t s = l->g->stream;
+  const int H = l->H;
+  cosy_status st;
+  for (int done = 0; done < L;) {
+    const int n = L - done < l->max_prefill ? L - done : l->max_prefill;
+    const int p0 = sq->len + done;
+    memcpy(l->h_emb, emb + (size_t)done * H, sizeof(float) * (size_t)n * H);
+    for (int t = 0; t < n; t++) {
+      l->h_pf[t] = p0 + t;
+      l->h_pf[l->max_prefill + t] = slot_of(l, seq, p0 + t);
+    }
+    CK(cudaMemcpyAsync(l->h, l->h_emb, sizeof(float) * (size_t)n * H, cudaMemcpyHostToDevice, s),
+       "LLM prefill upload");
+    CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * 2 * (size_t)l->max_prefill,
+                       cudaMemcpyHostToDevice, s),
+       "LLM prefill upload");
+    if ((st = prefill_layers(l, seq, p0, n))) return st;
+    done += n;
+    if (done == L && logp_last) {
+      CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h + (size_t)(n - 1) * H, l->norm, COSY_KDT_BF16,
+                        l->xn, 1, H, l->eps),
+         "LLM final norm");
+      CK(cosy_k_gemm(l->g->gemm, s, 1, l->V, H, COSY_KDT_BF16, l->xn, H, l->head, NULL,
+                     COSY_KDT_F32, l->logits, l->V, 0),
+         "LLM head");
+      CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, l->V, l->logp, 1, l->V), "LLM log_softmax");
+      CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)l->V, cudaMemcpyDeviceToHost, s),
+         "LLM prefill download");
+    }
+    /* the pinned staging buffers are reused by the next chunk */
+    if ((st = cosy_gpu_sync(l->g, "LLM prefill"))) return st;
+  }
+  if (logp_last) memcpy(logp_last, l->h_logp, sizeof(float) * (size_t)l->V);
+  sq->len += L;
+  return COSY_OK;
+}
+
+/* ---- decode ----------------------------------------------------------------------------------- */
+
+/* Everything of one decode step for a bucket of b rows and context bucket ctx (d_in already
+ * uploaded); graph-capturable (fixed pointers and sizes). */
+static cosy_status decode_enqueue(gpu_llm *l, int b, int ctx) {
+  cudaStream_t s = l->g->stream;
+  cosy_gemm *gm = l->g->gemm;
+  const int H = l->H, I = l->inter, bt_stride = ctx / GPU_LLM_PAGE_SIZE;
+  const int gv = b <= l->gemv_max && bucket_ok_for_gemv(l, b);
+  CK(cosy_k_llm_decode_prep(s, l->d_in, b, l->speech_emb, l->V, H, l->d_bt_all, l->pages_per_seq,
+                            l->max_open, GPU_LLM_PAGE_SIZE, l->h, l->d_pos, l->d_slot, l->d_lens,
+                            l->d_bt, bt_stride),
+     "LLM decode prep");
+  cosy_llm_gemv_args ga;
+  for (int i = 0; i < l->nl; i++) {
+    const gl_layer *y = &l->layers[i];
+    cosy_bf16 *kc = kpool(l, i), *vc = vpool(l, i);
+    if (gv) {
+      memset(&ga, 0, sizeof ga);
+      ga.M = b;
+      ga.N = l->qkvd;
+      ga.K = H;
+      ga.in_mode = COSY_GEMV_IN_RMSNORM;
+      ga.x = l->h;
+      ga.ldx = H;
+      ga.norm_w = y->ln1;
+      ga.eps = l->eps;
+      ga.w = y->wqkv;
+      ga.bias = y->bqkv;
+      ga.out_mode = COSY_GEMV_QKV_ROPE;
+      ga.y = l->q;
+      ga.ldy = l->qd;
+      ga.n_qh = l->nh;
+      ga.n_kh = l->nkv;
+      ga.pos = l->d_pos;
+      ga.slots = l->d_slot;
+      ga.inv_freq = l->inv_freq;
+      ga.k_cache = kc;
+      ga.v_cache = vc;
+      CK(cosy_k_llm_gemv(s, &ga), "LLM decode qkv (gemv)");
+    } else {
+      CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, y->ln1, COSY_KDT_BF16, l->xn, b, H, l->eps),
+         "LLM decode rmsnorm");
+      CK(cosy_k_gemm(gm, s, b, l->qkvd, H, COSY_KDT_BF16, l->xn, H, y->wqkv, y->bqkv,
+                     COSY_KDT_F32, l->qkv, l->qkvd, 0),
+         "LLM decode qkv gemm");
+      CK(cosy_k_llm_rope_append(s, l->qkv, l->qkvd, b, l->nh, l->nkv, l->d_pos, l->d_slot,
+                                l->inv_freq, l->q, l->qd, kc, vc),
+         "LLM decode rope/append");
+    }
+    CK(cosy_k_paged_decode(s, COSY_KDT_BF16, l->q, l->qd, kc, vc, l->d_bt, bt_stride, l->d_lens,
+                           b, l->nh, l->nkv, HD, GPU_LLM_PAGE_SIZE, ctx, ATTN_SCALE, l->att, l->qd,
+                           l->dec_ws, l->dec_ws_bytes),
+       "LLM decode attention");
+    if (gv) {
+      memset(&ga, 0, sizeof ga);
+      ga.M = b;
+      ga.N = H;
+      ga.K = l->qd;
+      ga.in_mode = COSY_GEMV_IN_BF16;
+      ga.x = l->att;
+      ga.ldx = l->qd;
+      ga.w = y->wo;
+      ga.out_mode = COSY_GEMV_ADD_F32;
+      ga.y = l->h;
+      ga.ldy = H;
+      CK(cosy_k_llm_gemv(s, &ga), "LLM decode o_proj (gemv)");
+      memset(&ga, 0, sizeof ga);
+      ga.M = b;
+      ga.N = 2 * I;
+      ga.K = H;
+      ga.in_mode = COSY_GEMV_IN_RMSNORM;
+      ga.x = l->h;
+      ga.ldx = H;
+      ga.norm_w = y->ln2;
+      ga.eps = l->eps;
+      ga.w = y->wgu;
+      ga.out_mode = COSY_GEMV_SILU_MUL;
+      ga.y = l->act;
+      ga.ldy = I;
+      CK(cosy_k_llm_gemv(s, &ga), "LLM decode gate|up (gemv)");
+      memset(&ga, 0, sizeof ga);
+      ga.M = b;
+      ga.N = H;
+      ga.K = I;
+      ga.in_mode = COSY_GEMV_IN_BF16;
+      ga.x = l->act;
+      ga.ldx = I;
+      ga.w = y->wd;
+      ga.out_mode = COSY_GEMV_ADD_F32;
+      ga.y = l->h;
+      ga.ldy = H;
+      CK(cosy_k_llm_gemv(s, &ga), "LLM decode down_proj (gemv)");
+    } else {
+      CK(cosy_k_gemm(gm, s, b, H, l->qd, COSY_KDT_BF16, l->att, l->qd, y->wo, NULL, COSY_KDT_F32,
+                     l->h, H, 1),
+         "LLM decode o_proj");
+      CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, y->ln2, COSY_KDT_BF16, l->xn, b, H, l->eps),
+         "LLM decode rmsnorm");
+      CK(cosy_k_gemm(gm, s, b, 2 * I, H, COSY_KDT_BF16, l->xn, H, y->wgu, NULL, COSY_KDT_BF16,
+                     l->gu, 2 * I, 0),
+         "LLM decode gate|up");
+      CK(cosy_k_silu_mul(s, COSY_KDT_BF16, l->gu, l->gu + I, 2 * I, COSY_KDT_BF16, l->act, b, I),
+         "LLM decode silu_mul");
+      CK(cosy_k_gemm(gm, s, b, H, I, COSY_KDT_BF16, l->act, I, y->wd, NULL, COSY_KDT_F32, l->h, H,
+                     1),
+         "LLM decode down_proj");
+    }
+  }
+  if (gv) {
+    memset(&ga, 0, sizeof ga);
+    ga.M = b;
+    ga.N = l->V;
+    ga.K = H;
+    ga.in_mode = COSY_GEMV_IN_RMSNORM;
+    ga.x = l->h;
+    ga.ldx = H;
+    ga.norm_w = l->norm;
+    ga.eps = l->eps;
+    ga.w = l->head;
+    ga.out_mode = COSY_GEMV_STORE_F32;
+    ga.y = l->logits;
+    ga.ldy = l->V;
+    CK(cosy_k_llm_gemv(s, &ga), "LLM decode head (gemv)");
+  } else {
+    CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, l->norm, COSY_KDT_BF16, l->xn, b, H, l->eps),
+       "LLM decode final norm");
+    CK(cosy_k_gemm(gm, s, b, l->V, H, COSY_KDT_BF16, l->xn, H, l->head, NULL, COSY_KDT_F32,
+                   l->logits, l->V, 0),
+       "LLM decode head");
+  }
+  CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, l->V, l->logp, b, l->V),
+     "LLM decode log_softmax");
+  return COSY_OK;
+}
+
+static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {
+  cudaStream_t s = l->g->stream;
+  cudaGraph_t graph = NULL;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "LLM decode graph capture");
+  cosy_status st = decode_enqueue(l, b, ctx);
+  cudaError_t e = cudaStreamEndCapture(s, &graph);
+  if (st == COSY_OK && e != cudaSuccess) st = cosy_gpu_check(e, "LLM decode graph capture");
+  if (st == COSY_OK && !graph)
+    st = cosy_err(COSY_ERR_CUDA, "LLM decode graph capture produced no graph");
+  if (st == COSY_OK)
+    st = cosy_gpu_check(cudaGraphInstantiate(out, graph, 0), "LLM decode graph instantiate");
+  if (graph) cudaGraphDestroy(graph);
+  if (st) {
+    *out = NULL;
+    cudaGetLastError(); /* clear a non-sticky capture error */
+  }
+  return st;
+}
+
+cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, int n, float *logp) {
+  if (!l || !seqs || !tokens || !logp)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: NULL argument");
+  if (n < 1 || n > l->max_seqs)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: n = %d not in [1, %d]", n, l->max_seqs);
+  if (++l->stamp_gen == 0) { /* wrapped: forget old stamps */
+    memset(l->stamp, 0, sizeof(unsigned) * (size_t)l->max_open);
+    l->stamp_gen = 1;
+  }
+  int max_ctx = 0;
+  for (int i = 0; i < n; i++) {
+    const int q = seqs[i];
+    if (!seq_ok(l, q))
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: sequence %d is not open", q);
+    if (l->stamp[q] == l->stamp_gen)
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: sequence %d appears twice", q);
+    l->stamp[q] = l->stamp_gen;
+    const gl_seq *sq = &l->seqs[q];
+    if (sq->len >= sq->max_len)
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: sequence %d is full (%d positions)",
+                      q, sq->max_len);
+    if (tokens[i] < 0 || tokens[i] >= l->V)
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: token %d not in [0, %d)",
+                      (int)tokens[i], l->V);
+    if (sq->len + 1 > max_ctx) max_ctx = sq->len + 1;
+  }
+  int bi = 0, b = 1;
+  while (b < n) {
+    b *= 2;
+    bi++;
+  }
+  int ci = 0;
+  while (l->ctxb[ci] < max_ctx) ci++; /* max_len <= GPU_LLM_MAX_CTX = the last bucket */
+  const int ctx = l->ctxb[ci];
+
+  for (int i = 0; i < b; i++) {
+    const int real = i < n;
+    l->h_in[i] = real ? tokens[i] : 0;
+    l->h_in[b + i] = real ? seqs[i] : -1;
+    l->h_in[2 * b + i] = real ? l->seqs[seqs[i]].len : 0;
+  }
+  cudaStream_t s = l->g->stream;
+  CK(cudaMemcpyAsync(l->d_in, l->h_in, sizeof(int32_t) * 3 * (size_t)b, cudaMemcpyHostToDevice, s),
+     "LLM decode upload");
+  cosy_status st;
+  const int have_graph = l->graphs[bi][ci] != NULL;
+  if (have_graph)
+    CK(cudaGraphLaunch(l->graphs[bi][ci], s), "LLM decode graph launch");
+  else if ((st = decode_enqueue(l, b, ctx)))
+    return st;
+  CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)n * l->V, cudaMemcpyDeviceToHost,
+                     s),
+     "LLM decode download");
+  if ((st = cosy_gpu_sync(l->g, "LLM decode step"))) return st;
+  memcpy(logp, l->h_logp, sizeof(float) * (size_t)n * l->V);
+  for (int i = 0; i < n; i++) l->seqs[seqs[i]].len++;
+  if (!have_graph) return capture(l, b, ctx, &l->graphs[bi][ci]);
+  return COSY_OK;
+}

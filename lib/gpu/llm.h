@@ -1,0 +1,109 @@
+/* llm.h - the CosyVoice3 speech-token LLM (Qwen2) on the GPU: bf16 weights, paged KV cache,
+ * chunked prefill, batched decode steps replayed as CUDA graphs (built only with CUDA=1).
+ *
+ * Same math as lib/ref/llm.h (the CPU reference defines "correct"): lm_input = [sos, prompt text,
+ * tts text, task_id, prompt speech]; per layer h += Wo attn(rope(q), rope(k), v) with q|k|v
+ * biases, h += Wd (silu(Wg n2(h)) * Wu n2(h)); RMSNorm eps from the model; NeoX RoPE with theta
+ * from the model (1e6); GQA; final norm; logp = log_softmax(llm_decoder h). head_dim must be 64.
+ *
+ * Precision (the choice the brief leaves open): the residual stream h is fp32; RMSNorm
+ * statistics fp32 and the normalized activations rounded to bf16 (the GEMM input); weights bf16
+ * (q|k|v fused into one [q + 2 kv][H] matrix with one fp32 bias, gate|up into one [2 I][H]);
+ * q/k/v come out of the projection in fp32, are rotated in fp32 and rounded to bf16 once (q and
+ * the KV cache are bf16); attention softmax and accumulation fp32; the attention output and the
+ * SiLU product bf16; o_proj and down_proj accumulate into the fp32 residual; logits and
+ * log_softmax fp32. Expected agreement with the fp32 reference: max |logp diff| ~1e-2.
+ *
+ * Paged KV cache: pages of GPU_LLM_PAGE_SIZE positions; one page holds K and V of every layer
+ * (layers x 2 x page_size x n_kv_heads x 64 bf16: 192 KiB for the full model). A sequence
+ * reserves the pages for its max_len positions at gpu_llm_seq_open, so a later step can never
+ * run out; seq_open fails with COSY_ERR_GPU_NO_MEMORY ("KV cache full") when the pool cannot
+ * hold it, and the caller queues the request. A sequence holds at most GPU_LLM_MAX_CTX positions.
+ *
+ * Decode step (gpu_llm_decode): the n sequences are padded to a batch bucket (1, 2, 4, ..., the
+ * power of two >= max_seqs) and the longest context to a context bucket (256, 512, ...,
+ * GPU_LLM_MAX_CTX); each (batch bucket, context bucket) has one CUDA graph, captured the first
+ * time it is needed (that first step runs eagerly) and replayed afterwards. Per-step inputs (token
+ * ids, sequence slots, positions) are one cudaMemcpyAsync from pinned memory into a fixed device
+ * buffer; a prep kernel derives the embeddings, slot mapping, lengths and block tables from them
+ * on the device; the log-probs come back with one async copy and one stream sync. Small buckets
+ * (where the activations fit the kernel's shared memory: 1, 2, 4 for the full model) use fused
+ * skinny GEMMs (kernels/llm_extra.h: RMSNorm + projection + RoPE + KV append in one kernel, SiLU
+ * gate in the gate|up epilogue, residual adds in the o/down epilogues): 5 kernels per layer.
+ * Larger buckets use cuBLASLt GEMMs with separate norm / RoPE+append / SiLU kernels.
+ *
+ * Prefill (gpu_llm_prefill): chunks of up to max_prefill positions, eager launches (cuBLASLt
+ * GEMMs, causal flash attention over the sequence's gathered K/V so a chunk sees the earlier
+ * ones).
+ *
+ * Threading: a gpu_llm is used by one thread at a time (the engine's scheduler thread); all work
+ * goes to the cosy_gpu's stream. The cosy_model must outlive the gpu_llm (text embedding rows
+ * are read from it by gpu_llm_build_input). Device memory is taken through cosy_gpu_alloc and is
+ * returned only by cosy_gpu_free (gpu_llm_free releases host memory and graphs).
+ */
+#ifndef COSY_GPU_LLM_H
+#define COSY_GPU_LLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cosyvoice.h"
+#include "gpu/gpu.h"
+#include "model.h"
+
+#define GPU_LLM_PAGE_SIZE 16   /* positions per KV page */
+#define GPU_LLM_MAX_CTX 8192   /* positions per sequence at most (max_len of seq_open) */
+
+typedef struct gpu_llm gpu_llm;
+
+/* Uploads weights (NOT the 151936-row text embedding: text rows are gathered on the host by
+ * gpu_llm_build_input), plans activations for up to max_seqs sequences decoded together and a
+ * prefill of up to max_prefill tokens at once (longer prefills are chunked). max_seqs in
+ * [1, 256], max_prefill in [1, 8192]. At most 4 * max_seqs (>= 16) sequences may be open. */
+cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int max_prefill,
+                           gpu_llm **out);
+/* Paged KV cache: take `bytes` (0 = everything left in the budget minus `reserve` bytes) as pages
+ * of GPU_LLM_PAGE_SIZE tokens. Once per gpu_llm; fails with COSY_ERR_GPU_NO_MEMORY when not even
+ * one page fits. */
+cosy_status gpu_llm_reserve_kv(gpu_llm *l, size_t bytes, size_t reserve);
+void gpu_llm_free(gpu_llm *l);
+int gpu_llm_pages_total(const gpu_llm *l);
+int gpu_llm_pages_free(const gpu_llm *l);
+size_t gpu_llm_kv_bytes(const gpu_llm *l);
+
+/* host: lm_input = [sos, prompt text, tts text, task_id, prompt speech] in fp32 [L][H], *emb
+ * malloc'd (free() it); rows converted from the model file (no fp32 copy of whole tables). Same
+ * checks as ref_llm_build_input (ids in range, <|endofprompt|> present). */
+cosy_status gpu_llm_build_input(const gpu_llm *l, const int32_t *prompt_text, int n_pt,
+                                const int32_t *tts_text, int n_tt, const int32_t *prompt_speech,
+                                int n_ps, float **emb, int *L);
+
+/* Reserves pages for max_len (1..GPU_LLM_MAX_CTX) positions, *seq gets the sequence id, or fails
+ * with COSY_ERR_GPU_NO_MEMORY ("KV cache full" or too many open sequences: the caller queues). */
+cosy_status gpu_llm_seq_open(gpu_llm *l, int max_len, int *seq);
+/* Returns the sequence's pages to the pool. An id that is not open is ignored. */
+void gpu_llm_seq_close(gpu_llm *l, int seq);
+/* Positions stored for seq so far (-1 if it is not open). */
+int gpu_llm_seq_len(const gpu_llm *l, int seq);
+
+/* Prefill L positions of emb (host fp32 [L][H]) into seq, after the positions it already holds
+ * (so a prompt may also be given in several calls). logp_last (host, [speech_vocab], may be NULL)
+ * gets the last position's log-probs. Fails (COSY_ERR_INVALID_ARG, nothing stored) when the
+ * positions would pass the sequence's max_len. */
+cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float *logp_last);
+
+/* One decode step for n (1..max_seqs) distinct open sequences at once: tokens[i] (speech token
+ * id in [0, speech_vocab), embedded with speech_embedding on the GPU) is appended to seqs[i];
+ * logp (host, [n][speech_vocab]) gets the next-token log-probs of each. */
+cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, int n, float *logp);
+
+/* Rows of the speech head (6761) and the hidden size. */
+int gpu_llm_speech_vocab(const gpu_llm *l);
+int gpu_llm_hidden(const gpu_llm *l);
+
+/* Tuning / test knob: decode buckets <= max_rows use the fused skinny-GEMM path (when the kernel
+ * supports the sizes), larger ones cuBLASLt; 0 = always cuBLASLt, -1 = the default (the largest
+ * supported bucket <= 8). Drops the captured graphs. */
+void gpu_llm_set_gemv_max(gpu_llm *l, int max_rows);
+
+#endif
