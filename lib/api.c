@@ -68,9 +68,14 @@ COSY_API void cosy_free(void *p) { free(p); }
     T tmp_;                                                       \
     memset(&tmp_, 0, sizeof tmp_);
 
+/* A caller built against a newer header (larger struct) gets its unknown tail zeroed too, up
+ * to the same 1 MiB bound the copy-in accepts, so a fresh *_init never leaves garbage that the
+ * library would later refuse as an unknown non-zero field. */
 #define INIT_END(T, p, size)                                      \
     size_t n_ = (size) < sizeof(T) ? (size) : sizeof(T);          \
     memcpy((p), &tmp_, n_);                                       \
+    if ((size) > sizeof(T) && (size) <= (1u << 20))               \
+      memset((char *)(p) + sizeof(T), 0, (size) - sizeof(T));     \
     memcpy((p), &(size), sizeof(uint32_t));                       \
   } while (0)
 
