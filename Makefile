@@ -135,7 +135,7 @@ $(TEST_MODEL): tools/convert.py tools/ptread.py tools/gguf_writer.py tools/torch
 	else echo "note: $(SHARED_DIR)/golden/small not found: golden tests will skip"; fi
 
 # ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) test-c test-py
+test: all $(TEST_MODEL) check-header check-abi test-c test-py
 
 test-c: $(TEST_BIN) $(TEST_MODEL)
 	@fail=0; for t in $(TEST_BIN); do \

@@ -280,7 +280,21 @@ static void print_header(void) {
          "us strm", "GB/s", "%copy", "TFLOP/s", "%gemm");
 }
 
+/* BENCH_FILTER=substring: time only the ops whose "group op size" contains it (e.g. for a
+ * profiler run); the ceilings are always measured */
+static int op_selected(const bench_op *op) {
+  const char *f = getenv("BENCH_FILTER");
+  if (!f || !*f) return 1;
+  char all[160];
+  snprintf(all, sizeof all, "%s %s %s", op->group, op->name, op->size);
+  return strstr(all, f) != NULL;
+}
+
 static void run_op(bench_op *op) {
+  if (!op_selected(op)) {
+    op->us = -1;
+    return;
+  }
   time_op(op);
   print_row(op);
 }
@@ -681,7 +695,8 @@ int main(void) {
          "median us per call; device memory used %.1f GB) ====\n",
          prop.name, g_copy_gbs, g_gemm_tfs, g_dev_bytes / 1e9);
   print_header();
-  for (int i = 0; i < g_nops; ++i) print_row(&g_ops[i]);
+  for (int i = 0; i < g_nops; ++i)
+    if (g_ops[i].us > 0) print_row(&g_ops[i]);
   cosy_gemm_destroy(g_gemm);
   CK(cudaStreamDestroy(g_stream));
   return 0;

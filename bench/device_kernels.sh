@@ -12,7 +12,7 @@
 # 3. runs the tests (one line per check, PASS/FAIL) and then the benchmark (table last).
 # Logs are tee'd into $OUT when set (the device tool's output folder), else build/device-logs.
 # Exit status: the test's (non-zero when a check failed), or the build's when nothing could be
-# built. LDLIBS=-lstdc++ is passed because objects made by nvcc need libstdc++ at link time.
+# built.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,7 +38,7 @@ TEST=$B/tests/test_kernels
 BENCH=$B/bench/bench_kernels
 echo "== build (make -j$JOBS B=$B CUDA=1)"
 if [ -z "${FORCE_DIRECT:-}" ] &&
-   make -j"$JOBS" B="$B" CUDA=1 LDLIBS=-lstdc++ "$TEST" "$BENCH" >"$LOGDIR/build.log" 2>&1; then
+   make -j"$JOBS" B="$B" CUDA=1 "$TEST" "$BENCH" >"$LOGDIR/build.log" 2>&1; then
   echo "make: ok ($(( $(date +%s) - T0 )) s)"
 else
   if [ -n "${FORCE_DIRECT:-}" ]; then echo "FORCE_DIRECT set: building the two programs directly"

@@ -13,11 +13,13 @@
  *   paged_decode (flash-decoding): grid (split, kv head, sequence), 128 threads. The context is
  *     cut into splits of split_len (32..256) tokens, chosen from max_ctx and the batch so that
  *     ~264 blocks exist. A block serves all n_qh/n_kh (<= 8) query heads of its kv head, so each
- *     K/V row is read once per block: (1) thread t scores tokens t, t+128, ... (one 16-byte-vector
- *     row load of K, dot products against q in shared memory), scores to shared memory;
- *     (2) one warp per query head takes max and sum of exp2; (3) thread t accumulates p * v over
- *     dims 8(t%8)..+7 of every 16th token (one 16-byte load per token), partial sums are added
- *     with warp shuffles and across the 4 warps in shared memory. With one
+ *     K/V row is read once per block: (0) the split's cache rows are looked up in the block table
+ *     once, into shared memory; (1) thread t scores tokens t and t+128 (eight 16-byte loads of a
+ *     K row, dot products against q in shared memory), scores to shared memory; (2) one warp per
+ *     query head takes max and sum of exp2; (3) thread t accumulates p * v over dims 8(t%8)..+7
+ *     of every 16th token (16-byte loads, four tokens in flight), partial sums are added with
+ *     warp shuffles and across the 4 warps in shared memory. 128 threads and ~100 registers let
+ *     4 blocks share an SM, so the ~264 blocks of a large batch run in one wave. With one
  *     split the block writes the normalized output; otherwise it writes (m, l, unnormalized o) and
  *     a combine kernel (one block of 64 threads per (sequence, head)) merges the splits.
  *   attn (prefill / DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   __shared__ float qs[DEC_MAXG][HD];
   __shared__ float sc[DEC_MAXG][DEC_SPLIT_MAX];
   __shared__ float red_o[DEC_THREADS / 32][DEC_MAXG][HD];
+  __shared__ int rowi[DEC_SPLIT_MAX]; /* cache row (page * page_size + offset) of each token */
   __shared__ float mrow[DEC_MAXG], lrow[DEC_MAXG];
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int tid = threadIdx.x;
@@ -133,20 +136,21 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
     return;
   }
 
+  const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
   for (int e = tid; e < G * HD; e += DEC_THREADS)
     qs[e / HD][e % HD] =
         ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
+  for (int jj = tid; jj < n; jj += DEC_THREADS) {
+    const int j = j0 + jj;
+    rowi[jj] = bt[j / a.page_size] * a.page_size + j % a.page_size;
+  }
   __syncthreads();
 
   const size_t tok_stride = (size_t)a.n_kh * HD;
-  const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
 
   /* (1) scores */
   for (int jj = tid; jj < n; jj += DEC_THREADS) {
-    const int j = j0 + jj;
-    const int page = bt[j / a.page_size];
-    const T *kp = a.kc + ((size_t)page * a.page_size + (j % a.page_size)) * tok_stride +
-                  (size_t)kvh * HD;
+    const T *kp = a.kc + (size_t)rowi[jj] * tok_stride + (size_t)kvh * HD;
     float kf[HD];
 #pragma unroll
     for (int c = 0; c < HD / 8; ++c) load8(kp + c * 8, kf + c * 8);
@@ -181,27 +185,37 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   __syncthreads();
 
   /* (3) p . v: thread t owns the 8 dims 8*(t%8).. of every 16th token (t/8 = token group), one
-   * 16-byte load per token; the 4 groups of a warp are summed with shuffles, the 4 warps in
-   * shared memory */
+   * 16-byte load per token, four tokens' loads in flight; the 4 groups of a warp are summed with
+   * shuffles, the warps in shared memory */
   const int c8 = (tid & 7) * 8, tg = tid >> 3;
   float acc[DEC_MAXG][8];
 #pragma unroll
   for (int g = 0; g < DEC_MAXG; ++g)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
-  for (int jj = tg; jj < n; jj += DEC_THREADS / 8) {
-    const int j = j0 + jj;
-    const int page = bt[j / a.page_size];
-    float vf[8];
-    load8(a.vc + ((size_t)page * a.page_size + (j % a.page_size)) * tok_stride +
-              (size_t)kvh * HD + c8,
-          vf);
+  constexpr int NG = DEC_THREADS / 8; /* token groups */
+  for (int jb = tg; jb < n; jb += 4 * NG) {
+    float vf[4][8]; /* four tokens' loads issued before their use */
 #pragma unroll
-    for (int g = 0; g < DEC_MAXG; ++g) {
-      if (g < G) {
-        const float p = sc[g][jj];
+    for (int u = 0; u < 4; ++u) {
+      const int jj = jb + u * NG;
+      if (jj < n) {
+        load8(a.vc + (size_t)rowi[jj] * tok_stride + (size_t)kvh * HD + c8, vf[u]);
+      } else {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+        for (int e = 0; e < 8; ++e) vf[u][e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int jj = jb + u * NG;
+#pragma unroll
+      for (int g = 0; g < DEC_MAXG; ++g) {
+        if (g < G) {
+          const float p = jj < n ? sc[g][jj] : 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(p, vf[u][e], acc[g][e]);
+        }
       }
     }
   }

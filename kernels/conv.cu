@@ -30,10 +30,11 @@
  * work. The activations use accurate sinf and IEEE division without contraction, as the CPU
  * reference writes them; the accumulation order differs from the reference (fp32 sums).
  *
- * F0 predictor (fp64): a plain tiled kernel, 32 co x 32 time per block of 128 threads, each
- * thread 2 co x 4 time steps, 16 input channels per shared-memory chunk, DFMA accumulation
- * starting from the bias; ELU (expm1) fused. The classifier sums the channels in ascending order
- * per time step (one thread per step) and rounds |.| to fp32. */
+ * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
+ * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
+ * classifier sums 8 channel slices per time step and adds them in order; |.| rounded to fp32.
+ * The fp64 results differ from the CPU's sequential sums by ~1e-16 relative, which the rounding
+ * of f0 to fp32 hides (f0 bit-identical in practice). */
 #include <stdint.h>
 
 #include "kcommon.cuh"
@@ -46,7 +47,7 @@ constexpr int BN = 64;            /* time steps */
 constexpr int CK = COSY_HCONV_CK; /* 8 input channels per reduction step */
 constexpr int NT = 128;
 constexpr int WP = CK + 4; /* weight row pitch (floats): conflict-free A fragments */
-constexpr int MAXG = 3;
+constexpr int MAXG = 4;
 constexpr int MAXK = 32;
 constexpr int SMEM_CAP = 200 * 1024;
 
@@ -92,7 +93,7 @@ __device__ __forceinline__ float load_act(const cosy_hift_conv &c, int ci, int u
       break;
     case COSY_HACT_SNAKE: {
       const float a = c.alpha[ci];
-      const float inv = __fdiv_rn(1.0f, __fadd_rn(a, 1e-9f));
+      const float inv = c.alpha_inv ? c.alpha_inv[ci] : __fdiv_rn(1.0f, __fadd_rn(a, 1e-9f));
       const float sv = sinf(__fmul_rn(v, a));
       v = __fadd_rn(v, __fmul_rn(inv, __fmul_rn(sv, sv)));
       break;
@@ -157,16 +158,19 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
       cp_async16(sW + row * WP + half * 4, src);
     }
     /* input strip with the activation */
-    for (int i = tid; i < CK * SL; i += NT) {
-      const int r = i / SL, col = i - r * SL;
+#pragma unroll 2
+    for (int r = 0; r < CK; r++) {
       const int ci = ci0 + r;
-      const long long u = ubase + col;
-      float v = 0.f;
-      if (ci < c.ci && u >= 0 && u < Lu) {
-        const int uu = c.up == 1 ? (int)u : (int)(u / c.up);
-        v = load_act(c, ci, uu);
+      const bool row_ok = ci < c.ci;
+      for (int col = tid; col < SL; col += NT) {
+        const long long u = ubase + col;
+        float v = 0.f;
+        if (row_ok && u >= 0 && u < Lu) {
+          const int uu = c.up == 1 ? (int)u : (int)(u / c.up);
+          v = load_act(c, ci, uu);
+        }
+        sX[r * SLP + col] = v;
       }
-      sX[r * SLP + col] = v;
     }
     cp_async_wait_all();
     __syncthreads();
@@ -249,36 +253,50 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
 
 /* ---- fp64 F0 predictor --------------------------------------------------------------------- */
 
-constexpr int F_BM = 32, F_BT = 32, F_CK = 16, F_NT = 128, F_MAXK = 4;
+/* GEMM view as the TF32 kernel: M = co, N = time, K = (ci, tap); one k4 step = 4 input channels
+ * at one tap. Block: 128 threads = 4 warps in a 2 (co) x 2 (time) grid, warp tile 16 co x 16
+ * time = 2 x 2 mma m8n8k4 (fp64 tensor cores), block tile 32 co x 32 time; 8 input channels per
+ * shared-memory chunk. Fragments (PTX m8n8k4 .f64): a0 = A[g][q], b0 = B[q][g],
+ * c = C[g][2q], C[g][2q+1] with g = lane / 4, q = lane % 4. Shared rows are padded (weights 12
+ * doubles, strip pitch = 4 mod 16) so that each half-warp's 64-bit loads hit distinct banks. */
+constexpr int F_BM = 32, F_BT = 32, F_CK = 8, F_NT = 128, F_MAXK = 4;
+constexpr int F_WP = F_CK + 4;                                 /* 12 */
+constexpr int F_SL = F_BT + F_MAXK - 1;                        /* 35 */
+constexpr int F_SP = ((F_SL + 15) / 16) * 16 + 4;              /* 52 */
 
 __device__ __forceinline__ double ld_d(const float *p) { return (double)*p; }
 __device__ __forceinline__ double ld_d(const double *p) { return *p; }
+
+__device__ __forceinline__ void mma_f64(double (&c)[2], double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+               : "+d"(c[0]), "+d"(c[1])
+               : "d"(a), "d"(b));
+}
 
 template <typename TI>
 __global__ void __launch_bounds__(F_NT)
 conv64_kernel(const TI *__restrict__ in, int ld_in, int len_in, int ci_n,
               const float *__restrict__ w, const float *__restrict__ bias, int co_n, int K, int P,
               double *__restrict__ out, int ld_out, int n_out) {
-  __shared__ double sW[F_CK][F_MAXK][F_BM];
-  __shared__ double sX[F_CK][F_BT + F_MAXK];
+  __shared__ double sW[F_MAXK][F_BM][F_WP];
+  __shared__ double sX[F_CK][F_SP];
   const int t0 = blockIdx.x * F_BT, co0 = blockIdx.y * F_BM;
-  const int tid = threadIdx.x;
-  const int tco = tid >> 3; /* 0..15: channels co0 + 2 tco + {0,1} */
-  const int tt = tid & 7;   /* steps t0 + tt + 8 e, e < 4 */
-  double acc[2][4];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1, g = lane >> 2, q = lane & 3;
+  double acc[2][2][2];
 #pragma unroll
-  for (int m = 0; m < 2; m++) {
-    const int co = co0 + 2 * tco + m;
+  for (int mt = 0; mt < 2; mt++) {
+    const int co = co0 + wm * 16 + mt * 8 + g;
     const double b = co < co_n ? (double)bias[co] : 0.0;
 #pragma unroll
-    for (int e = 0; e < 4; e++) acc[m][e] = b;
+    for (int nt = 0; nt < 2; nt++) acc[mt][nt][0] = acc[mt][nt][1] = b;
   }
   const int SL = F_BT + K - 1;
   for (int ci0 = 0; ci0 < ci_n; ci0 += F_CK) {
-    for (int i = tid; i < F_CK * K * F_BM; i += F_NT) {
-      const int m = i % F_BM, rest = i / F_BM, j = rest % K, r = rest / K;
+    for (int i = tid; i < K * F_BM * F_CK; i += F_NT) {
+      const int r = i % F_CK, rest = i / F_CK, m = rest % F_BM, j = rest / F_BM;
       const int co = co0 + m, ci = ci0 + r;
-      sW[r][j][m] = (co < co_n && ci < ci_n) ? (double)w[((size_t)co * ci_n + ci) * K + j] : 0.0;
+      sW[j][m][r] = (co < co_n && ci < ci_n) ? (double)w[((size_t)co * ci_n + ci) * K + j] : 0.0;
     }
     for (int i = tid; i < F_CK * SL; i += F_NT) {
       const int r = i / SL, col = i - r * SL;
@@ -286,42 +304,60 @@ conv64_kernel(const TI *__restrict__ in, int ld_in, int len_in, int ci_n,
       sX[r][col] = (ci < ci_n && u >= 0 && u < len_in) ? ld_d(in + (size_t)ci * ld_in + u) : 0.0;
     }
     __syncthreads();
-    const int rmax = ci_n - ci0 < F_CK ? ci_n - ci0 : F_CK;
-    for (int r = 0; r < rmax; r++)
-      for (int j = 0; j < K; j++) {
-        const double w0 = sW[r][j][2 * tco], w1 = sW[r][j][2 * tco + 1];
+    for (int j = 0; j < K; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const double x = sX[r][tt + 8 * e + j];
-          acc[0][e] = fma(w0, x, acc[0][e]);
-          acc[1][e] = fma(w1, x, acc[1][e]);
-        }
+      for (int ks = 0; ks < F_CK / 4; ks++) {
+        double a[2], b[2];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) a[mt] = sW[j][wm * 16 + mt * 8 + g][ks * 4 + q];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) b[nt] = sX[ks * 4 + q][wn * 16 + nt * 8 + g + j];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+          for (int nt = 0; nt < 2; nt++) mma_f64(acc[mt][nt], a[mt], b[nt]);
       }
     __syncthreads();
   }
 #pragma unroll
-  for (int m = 0; m < 2; m++) {
-    const int co = co0 + 2 * tco + m;
+  for (int mt = 0; mt < 2; mt++) {
+    const int co = co0 + wm * 16 + mt * 8 + g;
     if (co >= co_n) continue;
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int t = t0 + tt + 8 * e;
-      if (t >= n_out) continue;
-      const double v = acc[m][e];
-      out[(size_t)co * ld_out + t] = v > 0.0 ? v : expm1(v);
-    }
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int t = t0 + wn * 16 + nt * 8 + 2 * q + e;
+        if (t >= n_out) continue;
+        const double v = acc[mt][nt][e];
+        out[(size_t)co * ld_out + t] = v > 0.0 ? v : expm1(v);
+      }
   }
 }
 
-__global__ void f0_classify_kernel(const double *__restrict__ h, int ld_h, int c_n,
-                                   const float *__restrict__ w, double b, float *__restrict__ f0,
-                                   int n) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= n) return;
-  double acc = b;
-  for (int c = 0; c < c_n; c++)
-    acc = __dadd_rn(acc, __dmul_rn((double)w[c], h[(size_t)c * ld_h + t]));
-  f0[t] = (float)fabs(acc);
+/* classifier: block = 32 time steps x 8 channel slices; slice partial sums (channels ascending)
+ * in shared memory, added in slice order */
+constexpr int C_T = 32, C_S = 8;
+
+__global__ void __launch_bounds__(C_T * C_S)
+f0_classify_kernel(const double *__restrict__ h, int ld_h, int c_n, const float *__restrict__ w,
+                   double b, float *__restrict__ f0, int n) {
+  __shared__ double part[C_S][C_T];
+  const int tl = threadIdx.x % C_T, sl = threadIdx.x / C_T;
+  const int t = blockIdx.x * C_T + tl;
+  const int per = (c_n + C_S - 1) / C_S;
+  const int c_lo = sl * per, c_hi = c_lo + per < c_n ? c_lo + per : c_n;
+  double acc = 0.0;
+  if (t < n)
+    for (int c = c_lo; c < c_hi; c++)
+      acc = __dadd_rn(acc, __dmul_rn((double)w[c], h[(size_t)c * ld_h + t]));
+  part[sl][tl] = acc;
+  __syncthreads();
+  if (sl == 0 && t < n) {
+    double s = b;
+    for (int k = 0; k < C_S; k++) s = __dadd_rn(s, part[k][tl]);
+    f0[t] = (float)fabs(s);
+  }
 }
 
 template <int PREC>
@@ -409,6 +445,7 @@ extern "C" cudaError_t cosy_k_hift_f0_classify(cudaStream_t s, const double *h, 
                                                const float *w, float b, float *f0, int n) {
   if (!h || !w || !f0 || c < 1 || n < 0 || ld_h < 1) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  f0_classify_kernel<<<(unsigned)((n + 127) / 128), 128, 0, s>>>(h, ld_h, c, w, (double)b, f0, n);
+  f0_classify_kernel<<<(unsigned)((n + C_T - 1) / C_T), C_T * C_S, 0, s>>>(h, ld_h, c, w,
+                                                                             (double)b, f0, n);
   return cudaGetLastError();
 }

@@ -5,10 +5,12 @@
  * Math: see flow_extra.h (and ../shared/spec/cosyvoice3.md section 3.4).
  *
  * Thread mapping
- *   resid_ln: one warp per (b, n) row, 4 rows per 128-thread block. Lane l holds elements
- *     c*128 + 4l .. +3 (c < D/128, rounded up) in registers as float4, so the row is read once
- *     (h, a, gate, scale, shift as 16-byte loads), h written once, y written once as bf16x4.
- *     Mean, then the centred sum of squares (two passes over the registers), by warp shuffles.
+ *   resid_ln: one block per (b, n) row with D/4 threads (rounded up to a warp; 256 for D 1024):
+ *     thread t holds elements 4t..4t+3 in registers, so the row is read once (h, a, bias, gate,
+ *     scale, shift as 16-byte loads), h written once, y written once as bf16x4. Mean, then the
+ *     centred sum of squares, by block reductions (two-pass in registers).
+ *   qkv_post, bias_gelu: 8 bf16 (16 bytes) per thread, bias as two float4 loads; qkv_post rotates
+ *     the 4 pairs of a thread that fall in the first rot columns of q or k (cos/sin table).
  *   add_rows, pack_cond, mu, euler: one thread per element (float4 for add_rows), grid-stride.
  *   conv_pos, tensor-core path (cin = 64): implicit GEMM per group. A block of 128 threads
  *     (4 warps) computes a tile of 64 frames x 64 output channels of one group g and batch row
@@ -41,70 +43,57 @@ inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 /* ------------------------------------------------------------------------------------------ */
 /* gated residual + LayerNorm + AdaLN modulation                                               */
 
-constexpr int LN_WARPS = 4;
-constexpr int LN_MAXC = 16; /* D <= 16 * 128 */
+constexpr int LN_MAXD = 4096; /* one float4 per thread, <= 1024 threads */
 
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 __device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
 
 template <bool HAS_A>
-__global__ void __launch_bounds__(LN_WARPS * 32)
-resid_ln_kernel(float *__restrict__ h, const float *__restrict__ a, const float *__restrict__ gate,
-                const float *__restrict__ scale, const float *__restrict__ shift,
-                int64_t mbs, bf16 *__restrict__ y, int rows, int N, int D, float eps) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  const int64_t b = row / N;
+__global__ void __launch_bounds__(1024)
+resid_ln_kernel(float *__restrict__ h, const float *__restrict__ a,
+                const float *__restrict__ abias, const float *__restrict__ gate,
+                const float *__restrict__ scale, const float *__restrict__ shift, int64_t mbs,
+                bf16 *__restrict__ y, int N, int D, float eps) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const int64_t mo = (row / N) * mbs;
+  const int i = threadIdx.x * 4;
+  const bool act = i < D;
   float *hr = h + row * D;
-  const int64_t mo = b * mbs;
-  float4 v[LN_MAXC];
-  float s = 0.f;
-#pragma unroll
-  for (int c = 0; c < LN_MAXC; ++c) {
-    const int i = c * 128 + lane * 4;
-    v[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (i < D) {
-      float4 x = ld4(hr + i);
-      if (HAS_A) {
-        const float4 g = ld4(gate + mo + i), av = ld4(a + row * D + i);
-        x.x += g.x * av.x;
-        x.y += g.y * av.y;
-        x.z += g.z * av.z;
-        x.w += g.w * av.w;
-        st4(hr + i, x);
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (act) {
+    v = ld4(hr + i);
+    if (HAS_A) {
+      const float4 g = ld4(gate + mo + i);
+      float4 av = ld4(a + row * D + i);
+      if (abias) {
+        const float4 ab = ld4(abias + i);
+        av.x += ab.x;
+        av.y += ab.y;
+        av.z += ab.z;
+        av.w += ab.w;
       }
-      v[c] = x;
-      s += (x.x + x.y) + (x.z + x.w);
+      v.x += g.x * av.x;
+      v.y += g.y * av.y;
+      v.z += g.z * av.z;
+      v.w += g.w * av.w;
+      st4(hr + i, v);
     }
   }
-  const float mean = warp_sum(s) / (float)D;
-  float q = 0.f;
-#pragma unroll
-  for (int c = 0; c < LN_MAXC; ++c) {
-    const int i = c * 128 + lane * 4;
-    if (i < D) {
-      const float d0 = v[c].x - mean, d1 = v[c].y - mean, d2 = v[c].z - mean, d3 = v[c].w - mean;
-      q += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3);
-    }
-  }
-  const float r = rsqrtf(warp_sum(q) / (float)D + eps);
-  bf16 *yr = y + row * D;
-#pragma unroll
-  for (int c = 0; c < LN_MAXC; ++c) {
-    const int i = c * 128 + lane * 4;
-    if (i < D) {
-      const float4 sc = ld4(scale + mo + i), sh = ld4(shift + mo + i);
-      const float o0 = (v[c].x - mean) * r * (1.f + sc.x) + sh.x;
-      const float o1 = (v[c].y - mean) * r * (1.f + sc.y) + sh.y;
-      const float o2 = (v[c].z - mean) * r * (1.f + sc.z) + sh.z;
-      const float o3 = (v[c].w - mean) * r * (1.f + sc.w) + sh.w;
-      __nv_bfloat162 p0 = __floats2bfloat162_rn(o0, o1), p1 = __floats2bfloat162_rn(o2, o3);
-      uint2 u;
-      u.x = *reinterpret_cast<uint32_t *>(&p0);
-      u.y = *reinterpret_cast<uint32_t *>(&p1);
-      *reinterpret_cast<uint2 *>(yr + i) = u;
-    }
+  const float mean = block_sum((v.x + v.y) + (v.z + v.w), red) / (float)D;
+  const float d0 = v.x - mean, d1 = v.y - mean, d2 = v.z - mean, d3 = v.w - mean;
+  const float q = act ? (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3) : 0.f;
+  const float r = rsqrtf(block_sum(q, red) / (float)D + eps);
+  if (act) {
+    const float4 sc = ld4(scale + mo + i), sh = ld4(shift + mo + i);
+    __nv_bfloat162 p0 = __floats2bfloat162_rn(d0 * r * (1.f + sc.x) + sh.x,
+                                              d1 * r * (1.f + sc.y) + sh.y);
+    __nv_bfloat162 p1 = __floats2bfloat162_rn(d2 * r * (1.f + sc.z) + sh.z,
+                                              d3 * r * (1.f + sc.w) + sh.w);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t *>(&p0);
+    u.y = *reinterpret_cast<uint32_t *>(&p1);
+    *reinterpret_cast<uint2 *>(y + row * D + i) = u;
   }
 }
 
@@ -320,24 +309,123 @@ conv_pos_tc_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w,
 /* launchers                                                                                   */
 
 extern "C" cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const float *a,
-                                            const float *gate, const float *scale,
-                                            const float *shift, int64_t mod_bstride,
-                                            cosy_bf16 *y, int B, int N, int D, float eps) {
-  if (B < 0 || N < 0 || D <= 0 || D % 4 || D > LN_MAXC * 128 || mod_bstride < 0 ||
-      mod_bstride % 4 || !(eps >= 0.f))
+                                            const float *abias, const float *gate,
+                                            const float *scale, const float *shift,
+                                            int64_t mod_bstride, cosy_bf16 *y, int B, int N,
+                                            int D, float eps) {
+  if (B < 0 || N < 0 || D <= 0 || D % 4 || D > LN_MAXD || mod_bstride < 0 || mod_bstride % 4 ||
+      !(eps >= 0.f))
     return cudaErrorInvalidValue;
   const int64_t rows = (int64_t)B * N;
   if (rows == 0) return cudaSuccess;
   if (!h || !y || !scale || !shift || (a && !gate) || rows > 0x7fffffff) return cudaErrorInvalidValue;
-  if (!al16(h) || !al16(y) || !al16(scale) || !al16(shift) || (a && (!al16(a) || !al16(gate))))
+  if (!al16(h) || !al16(scale) || !al16(shift) || ((uintptr_t)y & 7u) ||
+      (a && (!al16(a) || !al16(gate) || (abias && !al16(abias)))))
     return cudaErrorInvalidValue;
-  const unsigned blocks = (unsigned)((rows + LN_WARPS - 1) / LN_WARPS);
+  const int threads = ((D / 4 + 31) / 32) * 32;
   if (a)
-    resid_ln_kernel<true><<<blocks, LN_WARPS * 32, 0, s>>>(h, a, gate, scale, shift, mod_bstride,
-                                                           (bf16 *)y, (int)rows, N, D, eps);
+    resid_ln_kernel<true><<<(unsigned)rows, threads, 0, s>>>(h, a, abias, gate, scale, shift,
+                                                              mod_bstride, (bf16 *)y, N, D, eps);
   else
-    resid_ln_kernel<false><<<blocks, LN_WARPS * 32, 0, s>>>(h, a, gate, scale, shift, mod_bstride,
-                                                            (bf16 *)y, (int)rows, N, D, eps);
+    resid_ln_kernel<false><<<(unsigned)rows, threads, 0, s>>>(
+        h, nullptr, nullptr, nullptr, scale, shift, mod_bstride, (bf16 *)y, N, D, eps);
+  return cudaGetLastError();
+}
+
+namespace {
+
+/* + bias on the fused QKV rows, then interleaved RoPE on the first rot columns of q and k */
+__global__ void __launch_bounds__(256)
+qkv_post_kernel(bf16 *__restrict__ qkv, const float *__restrict__ bias,
+                const float2 *__restrict__ cs, int N, int D, int rot, int64_t total8) {
+  const int per8 = 3 * D / 8;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total8;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t row = e / per8;
+    const int c = (int)(e % per8) * 8;
+    uint4 u = reinterpret_cast<uint4 *>(qkv)[e];
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    const float4 b0 = ld4(bias + c), b1 = ld4(bias + c + 4);
+    const float bb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w[j]));
+      v[2 * j] = f.x + bb[2 * j];
+      v[2 * j + 1] = f.y + bb[2 * j + 1];
+    }
+    const int cc = c < D ? c : c - D; /* column inside q or k */
+    if (c < 2 * D && cc < rot) {
+      const int half = rot / 2;
+      const float2 *t = cs + (row % N) * half + cc / 2;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 r = t[j];
+        const float a0 = v[2 * j], a1 = v[2 * j + 1];
+        v[2 * j] = a0 * r.x - a1 * r.y;
+        v[2 * j + 1] = a1 * r.x + a0 * r.y;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      __nv_bfloat162 p = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+      w[j] = *reinterpret_cast<uint32_t *>(&p);
+    }
+    reinterpret_cast<uint4 *>(qkv)[e] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+/* gelu_tanh(x + bias) in place on bf16 rows, 8 elements per thread */
+__device__ __forceinline__ float gelu_f(float x) {
+  const float k0 = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(k0 * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void __launch_bounds__(256)
+bias_gelu_kernel(bf16 *__restrict__ x, const float *__restrict__ bias, int F, int64_t total8) {
+  const int per8 = F / 8;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total8;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int c = (int)(e % per8) * 8;
+    uint4 u = reinterpret_cast<uint4 *>(x)[e];
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    const float4 b0 = ld4(bias + c), b1 = ld4(bias + c + 4);
+    const float bb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w[j]));
+      __nv_bfloat162 p =
+          __floats2bfloat162_rn(gelu_f(f.x + bb[2 * j]), gelu_f(f.y + bb[2 * j + 1]));
+      w[j] = *reinterpret_cast<uint32_t *>(&p);
+    }
+    reinterpret_cast<uint4 *>(x)[e] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+} /* namespace */
+
+extern "C" cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
+                                            const float *cos_sin, int B, int N, int D,
+                                            int rot_dim) {
+  if (B < 0 || N < 0 || D <= 0 || D % 8 || rot_dim < 0 || rot_dim % 8 || rot_dim > D)
+    return cudaErrorInvalidValue;
+  const int64_t total8 = (int64_t)B * N * 3 * D / 8;
+  if (total8 == 0) return cudaSuccess;
+  if (!qkv || !bias || (rot_dim && !cos_sin) || !al16(qkv) || !al16(bias) ||
+      ((uintptr_t)cos_sin & 7u))
+    return cudaErrorInvalidValue;
+  qkv_post_kernel<<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
+      (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), N, D, rot_dim, total8);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_flow_bias_gelu(cudaStream_t s, cosy_bf16 *x, const float *bias,
+                                             int rows, int F) {
+  if (rows < 0 || F <= 0 || F % 8) return cudaErrorInvalidValue;
+  const int64_t total8 = (int64_t)rows * F / 8;
+  if (total8 == 0) return cudaSuccess;
+  if (!x || !bias || !al16(x) || !al16(bias)) return cudaErrorInvalidValue;
+  bias_gelu_kernel<<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>((bf16 *)x, bias, F, total8);
   return cudaGetLastError();
 }
 

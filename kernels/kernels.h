@@ -17,8 +17,9 @@
  *    accumulations); bf16 outputs are rounded to nearest-even once, at the store.
  *  - Small per-channel parameters (norm weights, AdaLN scale/shift/gate rows, Snake alpha, biases)
  *    are always fp32.
- *  - Device pointers must be aligned to their element size; vectorized paths (attention, gemm)
- *    check 16-byte alignment themselves and fall back to scalar code where it does not hold.
+ *  - Device pointers must be aligned to their element size. The paged KV caches (and the decode
+ *    workspace) must be 16-byte aligned (cudaMalloc gives 256); the prefill/DiT attention and
+ *    gemm check the alignment of what they get and fall back to slower code where it is less.
  */
 #ifndef COSY_KERNELS_H
 #define COSY_KERNELS_H

@@ -66,6 +66,7 @@ typedef struct cosy_hift_conv {
   int act;                     /* cosy_hift_act */
   float slope;                 /* leaky slope */
   const float *alpha;          /* snake alpha [ci] */
+  const float *alpha_inv;      /* 1/(alpha + 1e-9) [ci] in fp32 (precomputed), or NULL */
   const float *wp;             /* packed weights [k][co_pad][ci_pad] */
   const float *bias;           /* [co] or NULL */
   int co, co_pad, ci_pad, k, dil, stride, pad_left, reflect;
@@ -80,24 +81,25 @@ typedef struct cosy_hift_conv {
 void cosy_hift_conv_pack(const float *w, int co, int ci, int k, float *wp);
 int cosy_hift_conv_pad(int n, int multiple);
 
-/* Run n (1..3) independent convs in one launch (they must not depend on each other). The tensor
+/* Run n (1..4) independent convs in one launch (they must not depend on each other). The tensor
  * cores do the products (mma.sync m16n8k8 TF32); prec picks TF32 or 3xTF32. Thread mapping: a
  * block of 128 threads computes 64 output channels x 64 time steps of one conv; grid
  * (time tiles, channel tiles, conv). Shared memory: k * 64 * 12 + 8 * strip floats (strip =
  * 63 stride + (k-1) dil + 1 input columns, padded), at most ~110 KB. */
 cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *convs, int n, int prec);
 
-/* fp64 conv of the F0 predictor with ELU:
+/* fp64 conv of the F0 predictor with ELU (fp64 tensor cores: mma.sync m8n8k4 f64):
  *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out
  *   X[ci][u] = in[ci][u] for 0 <= u < len_in, else 0;  elu(v) = v > 0 ? v : expm1(v)
  * in: fp32 (in_f32, e.g. the mel) or fp64 (in_f64), exactly one non-NULL, [ci][ld_in];
  * w [co][ci][k] fp32 (the file's values, widened exactly), bias [co] fp32; out fp64 [co][ld_out].
- * Accumulation in fp64. k <= 4. */
+ * Accumulation in fp64 (the order differs from the CPU's: ~1e-16 relative). k <= 4. */
 cudaError_t cosy_k_hift_conv64(cudaStream_t s, const float *in_f32, const double *in_f64,
                                int ld_in, int len_in, int ci, const float *w, const float *bias,
                                int co, int k, int pad_left, double *out, int ld_out, int n_out);
 
-/* F0 classifier: f0[t] = (float)|b + sum_c w[c] h[c][t]| (fp64, c ascending).
+/* F0 classifier: f0[t] = (float)|b + sum_c w[c] h[c][t]| (fp64; 8 partial sums over channel
+ * slices added in order).
  * h [c][ld_h] fp64, w [c] fp32, f0 [n] fp32. */
 cudaError_t cosy_k_hift_f0_classify(cudaStream_t s, const double *h, int ld_h, int c,
                                     const float *w, float b, float *f0, int n);
@@ -140,12 +142,14 @@ cudaError_t cosy_k_hift_stft(cudaStream_t s, const float *x, int64_t n, int64_t 
 
 /* The vocoder's output head and iSTFT:
  *   mag = min(expf(post[b][f]), 100), ph = sinf(post[9 + b][f]),  X = mag cos ph + i mag sin ph
+ *   (raw = 1: no head, post holds Re X in rows [0, 9) and Im X in rows [9, 18): the plain iSTFT,
+ *   for the round-trip test)
  *   y[t] = ola[t + 8] / env[t + 8], t < n_out (n_out <= 4 (F-1)): overlap-add (hop 4) of the
  *   per-frame irfft (1/16 scale, imaginary parts of bins 0 and 8 ignored) times the window,
  *   divided by the overlap-added squared window, in fp64 in the reference's order; then clamped to
  *   +-limit. post [18][ld_post] fp32 (conv_post output, F frames), y [n_out] fp32. */
 cudaError_t cosy_k_hift_istft(cudaStream_t s, const float *post, int ld_post, int64_t F,
-                              int64_t n_out, float limit, float *y);
+                              int64_t n_out, float limit, int raw, float *y);
 
 #ifdef __cplusplus
 }

@@ -9,10 +9,11 @@
  *   source:  per sample i (frame k = i / R): x_h = sine[k][h] uv + namp U[i][h];
  *            s = (float)tanh((double)(float)(lin_b + sum_h lin_w[h] x_h))
  * Thread mapping: noise and source one thread per element / sample (grid-stride); sine one block:
- *   first one thread per harmonic runs the sequential fp64 scan over the frames (exactly the
- *   reference's summation order, so the phases are bit-identical; the phase reaches ~1e5 rad
- *   where one fp32 ulp is 0.008 rad, so a different order would not be harmless), writing the
- *   fp32 cumulative sums into `sine`; then all threads turn them into sine values in place.
+ *   per chunk of frames all threads compute the increments radd into shared memory, then one
+ *   thread per harmonic runs the sequential fp64 scan over them (exactly the reference's
+ *   summation order, so the phases are bit-identical; the phase reaches ~1e5 rad where one fp32
+ *   ulp is 0.008 rad), writing the fp32 cumulative sums into `sine`; finally all threads turn
+ *   them into sine values in place.
  * Numerics: every fp32 operation is written with __f*_rn intrinsics so that nvcc cannot contract
  *   it into an FMA the reference does not have (gcc -std=c11 does not contract); the fp64 sums
  *   likewise. sin/tanh in fp64 (CUDA's are within 1-2 fp64 ulp of glibc's, invisible after the
@@ -51,29 +52,39 @@ __global__ void noise_kernel(int nh, int64_t first_row, int64_t n_rows, float *r
     rand_ini[threadIdx.x] = threadIdx.x == 0 ? 0.0f : u24(KEY_INI ^ (uint64_t)threadIdx.x);
 }
 
+constexpr int SINE_SMEM = 8192; /* floats of radd staged per chunk of frames */
+
 __global__ void sine_kernel(const float *__restrict__ f0, int T, int nh, int R, float sr,
                             float amp, const float *__restrict__ rand_ini, float *sine) {
+  __shared__ float radd_s[SINE_SMEM];
   const int tid = threadIdx.x;
   const float pi_f = 3.14159265358979323846f, up = (float)R;
-  if (tid < nh) {
-    const int h = tid;
-    float ini;
-    if (rand_ini) ini = rand_ini[h];
-    else ini = h == 0 ? 0.0f : u24(KEY_INI ^ (uint64_t)h);
-    const int64_t i0_first = (int64_t)R / 2 - 1; /* taps of frame k: R k + R/2 - 1, + 1 */
-    double cum = 0.0;
-    for (int k = 0; k < T; k++) {
+  const int CH = SINE_SMEM / nh; /* frames per chunk */
+  double cum = 0.0;              /* the running sum of harmonic tid (threads tid < nh) */
+  for (int k0 = 0; k0 < T; k0 += CH) {
+    const int n = T - k0 < CH ? T - k0 : CH;
+    /* every thread: the per-frame increments radd of this chunk */
+    for (int e = tid; e < n * nh; e += blockDim.x) {
+      const int kk = e / nh, h = e - kk * nh, k = k0 + kk;
       const float fn = __fmul_rn(f0[k], (float)(h + 1));
       float r0 = fmodf(__fdiv_rn(fn, sr), 1.0f), r1 = r0;
-      const int64_t i0 = (int64_t)k * R + i0_first, i1 = i0 + 1;
-      if (i0 == 0) r0 = __fadd_rn(r0, ini);
-      if (i1 == 0) r1 = __fadd_rn(r1, ini);
-      const float radd = __fadd_rn(__fmul_rn(0.5f, r0), __fmul_rn(0.5f, r1));
-      cum = __dadd_rn(cum, (double)radd);
-      sine[(size_t)k * nh + h] = (float)cum;
+      const int64_t i0 = (int64_t)k * R + R / 2 - 1, i1 = i0 + 1; /* the two taps of frame k */
+      if (i0 == 0 || i1 == 0) {
+        const float ini = rand_ini ? rand_ini[h] : (h == 0 ? 0.0f : u24(KEY_INI ^ (uint64_t)h));
+        if (i0 == 0) r0 = __fadd_rn(r0, ini);
+        if (i1 == 0) r1 = __fadd_rn(r1, ini);
+      }
+      radd_s[e] = __fadd_rn(__fmul_rn(0.5f, r0), __fmul_rn(0.5f, r1));
     }
+    __syncthreads();
+    /* one thread per harmonic: the sequential fp64 scan (the reference's order) */
+    if (tid < nh)
+      for (int kk = 0; kk < n; kk++) {
+        cum = __dadd_rn(cum, (double)radd_s[kk * nh + tid]);
+        sine[(size_t)(k0 + kk) * nh + tid] = (float)cum;
+      }
+    __syncthreads(); /* radd_s is reused; the global writes are visible to the block */
   }
-  __syncthreads(); /* the global writes above are visible to the block after the barrier */
   for (int e = tid; e < T * nh; e += blockDim.x) {
     float ph = sine[e];
     ph = __fmul_rn(ph, 2.0f);

@@ -69,7 +69,7 @@ constexpr int IS_MAXF = IS_NT / 4 + 8; /* frames one block touches */
 
 __global__ void __launch_bounds__(IS_NT)
 istft_kernel(const float *__restrict__ post, int ld, int64_t F, int64_t n_out, float limit,
-             float *__restrict__ y, const Tables tab) {
+             int raw, float *__restrict__ y, const Tables tab) {
   __shared__ float xr_s[IS_MAXF][9], xi_s[IS_MAXF][9];
   __shared__ double cs_s[16], sn_s[16], w_s[16];
   const int tid = threadIdx.x;
@@ -88,6 +88,11 @@ istft_kernel(const float *__restrict__ post, int ld, int64_t F, int64_t n_out, f
   for (int e = tid; e < nf * 9; e += IS_NT) {
     const int fl = e / 9, b = e - fl * 9;
     const int64_t f = f_lo + fl;
+    if (raw) {
+      xr_s[fl][b] = post[(size_t)b * ld + f];
+      xi_s[fl][b] = post[(size_t)(9 + b) * ld + f];
+      continue;
+    }
     float mag = expf(post[(size_t)b * ld + f]);
     const float ph = sinf(post[(size_t)(9 + b) * ld + f]);
     mag = mag > 100.0f ? 100.0f : mag;
@@ -133,11 +138,11 @@ extern "C" cudaError_t cosy_k_hift_stft(cudaStream_t s, const float *x, int64_t 
 }
 
 extern "C" cudaError_t cosy_k_hift_istft(cudaStream_t s, const float *post, int ld_post, int64_t F,
-                                         int64_t n_out, float limit, float *y) {
+                                         int64_t n_out, float limit, int raw, float *y) {
   if (!post || !y || F < 2 || ld_post < F || n_out < 0 || n_out > 4 * (F - 1))
     return cudaErrorInvalidValue;
   if (n_out == 0) return cudaSuccess;
   istft_kernel<<<(unsigned)((n_out + IS_NT - 1) / IS_NT), IS_NT, 0, s>>>(post, ld_post, F, n_out,
-                                                                          limit, y, make_tables());
+                                                                          limit, raw, y, make_tables());
   return cudaGetLastError();
 }

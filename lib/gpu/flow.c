@@ -99,7 +99,7 @@ struct gpu_flow {
   cosy_bf16 *po_w; /* [M][D] */
   float *po_b;
   float *noise_fm; /* [noise_frames][M] */
-  float *inv_freq; /* [hd/2] */
+  float *rope_cs;  /* [max_frames][hd/2][2]: cos, sin of n * inv_freq[i] */
   float *mod_tab;  /* [S][TOT] */
   float *mod_est;  /* [ROWS][TOT] */
   /* time embedding scratch */
@@ -270,40 +270,38 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
     const gblk *b = &f->blk[l];
     const float *md = mod + l * D6; /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
     if (l == 0)
-      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, md + D, md, mbs, f->nb, R, N, D, LN_EPS),
+      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, mbs, f->nb, R, N, D, LN_EPS),
          "flow: norm");
-    else
-      CK(cosy_k_flow_resid_ln(s, f->h, f->xo, md - D6 + 5 * D, md + D, md, mbs, f->nb, R, N, D,
-                              LN_EPS),
+    else /* h += gate_mlp(l-1) * (ff2 out + ff2 bias of block l-1) */
+      CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md,
+                              mbs, f->nb, R, N, D, LN_EPS),
          "flow: residual + norm");
-    if ((st = gemm(f, rows, 3 * D, D, COSY_KDT_BF16, f->nb, D, b->qkv_w, b->qkv_b, COSY_KDT_BF16,
+    /* the GEMMs leave their biases to the kernels that follow (fused epilogues) */
+    if ((st = gemm(f, rows, 3 * D, D, COSY_KDT_BF16, f->nb, D, b->qkv_w, NULL, COSY_KDT_BF16,
                    f->qkv, 3 * D, 0, "flow: qkv")))
       return st;
-    CK(cosy_k_rope_interleaved(s, COSY_KDT_BF16, f->qkv, f->qkv + D, 3 * D, R, N, f->hd, 10000.f,
-                               f->inv_freq),
-       "flow: rope");
+    CK(cosy_k_flow_qkv_post(s, f->qkv, b->qkv_b, f->rope_cs, R, N, D, f->hd), "flow: qkv bias + rope");
     CK(cosy_k_attn_dit(s, COSY_KDT_BF16, f->qkv, f->qkv + D, f->qkv + 2 * D, 3 * D, f->att, D, R,
                        N, f->heads, f->hd, streaming ? f->chunk : 0, scale),
        "flow: attention");
-    if ((st = gemm(f, rows, D, D, COSY_KDT_BF16, f->att, D, b->o_w, b->o_b, COSY_KDT_F32, f->xo, D,
-                   0, "flow: attn out")))
+    if ((st = gemm(f, rows, D, D, COSY_KDT_BF16, f->att, D, b->o_w, NULL, COSY_KDT_F32, f->xo, D, 0,
+                   "flow: attn out")))
       return st;
-    CK(cosy_k_flow_resid_ln(s, f->h, f->xo, md + 2 * D, md + 4 * D, md + 3 * D, mbs, f->nb, R, N,
-                            D, LN_EPS),
+    CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, mbs,
+                            f->nb, R, N, D, LN_EPS),
        "flow: residual + norm");
-    if ((st = gemm(f, rows, F, D, COSY_KDT_BF16, f->nb, D, b->ff1_w, b->ff1_b, COSY_KDT_BF16,
-                   f->ffb, F, 0, "flow: ff1")))
+    if ((st = gemm(f, rows, F, D, COSY_KDT_BF16, f->nb, D, b->ff1_w, NULL, COSY_KDT_BF16, f->ffb,
+                   F, 0, "flow: ff1")))
       return st;
-    CK(cosy_k_gelu_tanh(s, COSY_KDT_BF16, f->ffb, COSY_KDT_BF16, f->ffb, (int64_t)rows * F),
-       "flow: gelu");
-    if ((st = gemm(f, rows, D, F, COSY_KDT_BF16, f->ffb, F, b->ff2_w, b->ff2_b, COSY_KDT_F32, f->xo,
-                   D, 0, "flow: ff2")))
+    CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+    if ((st = gemm(f, rows, D, F, COSY_KDT_BF16, f->ffb, F, b->ff2_w, NULL, COSY_KDT_F32, f->xo, D,
+                   0, "flow: ff2")))
       return st;
   }
   /* final: h += gate_mlp * ff; AdaLN (scale first, then shift); proj_out */
   const float *mo = mod + f->depth * D6;
-  CK(cosy_k_flow_resid_ln(s, f->h, f->xo, mo - D6 + 5 * D, mo, mo + D, mbs, f->nb, R, N, D,
-                          LN_EPS),
+  CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
+                          mbs, f->nb, R, N, D, LN_EPS),
      "flow: final norm");
   return gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M, 0,
               "flow: proj_out");
@@ -416,7 +414,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
       hp->conv_pos_groups < 1 || hp->dit_dim % hp->conv_pos_groups || hp->conv_pos_kernel < 1 ||
       hp->chunk_frames < 1 || hp->token_mel_ratio < 1 || hp->n_timesteps < 1 ||
       hp->mel_dim < 1 || hp->mel_dim % 4 || hp->mel_dim > MAX_MEL || hp->pre_lookahead < 0 || hp->dit_dim % 4 ||
-      hp->dit_dim > 2048 || hp->dit_ff < 1 || hp->pre_channels < 1 || hp->noise_frames < 1)
+      hp->dit_dim > 4096 || hp->dit_dim % 8 || hp->dit_ff % 8 || hp->dit_depth < 1 || hp->dit_ff < 1 || hp->pre_channels < 1 || hp->noise_frames < 1)
     return cosy_err(COSY_ERR_MODEL_FORMAT, "gpu_flow_create: unsupported flow geometry");
   if (max_frames < 1 || max_frames > hp->noise_frames)
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_create: max_frames %d not in [1, %d]",
@@ -634,13 +632,26 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     free(tmp2);
     tmp = tmp2 = NULL;
   }
-  /* RoPE inverse frequencies as x-transformers computes them (fp32) */
+  /* RoPE table: inv_freq as x-transformers computes it (fp32), angle n * inv_freq in fp32 */
   {
+    const int half = f->hd / 2;
     float invf[HEAD_DIM / 2];
-    for (int i = 0; i < f->hd / 2; i++)
-      invf[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)f->hd);
-    TRY(cosy_gpu_upload_f32(g, invf, (size_t)f->hd / 2, COSY_KDT_F32, "flow rope",
-                            (void **)&f->inv_freq));
+    for (int i = 0; i < half; i++) invf[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)f->hd);
+    tmp = (float *)cosy_malloc((size_t)max_frames * half * 2 * sizeof(float));
+    if (!tmp) {
+      st = COSY_ERR_NO_MEMORY;
+      goto fail;
+    }
+    for (int n = 0; n < max_frames; n++)
+      for (int i = 0; i < half; i++) {
+        float ang = (float)n * invf[i];
+        tmp[((size_t)n * half + i) * 2] = cosf(ang);
+        tmp[((size_t)n * half + i) * 2 + 1] = sinf(ang);
+      }
+    TRY(cosy_gpu_upload_f32(g, tmp, (size_t)max_frames * half * 2, COSY_KDT_F32, "flow rope",
+                            (void **)&f->rope_cs));
+    free(tmp);
+    tmp = NULL;
   }
 
   /* buffers */
@@ -769,10 +780,15 @@ cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int
       eh[o] = (float)acc + f->h_spk_b[o];
     }
   }
+  /* uploads first (pageable copies wait for the stream) */
   CK(cudaMemcpyAsync(f->spk, eh, (size_t)M * 4, cudaMemcpyHostToDevice, s), "flow: upload");
-  /* token embedding; finalize: zero rows up to n_used + la */
   CK(cudaMemcpyAsync(f->ids, tokens, (size_t)n_all * 4, cudaMemcpyHostToDevice, s),
      "flow: upload");
+  if (n_prompt_frames > 0)
+    CK(cudaMemcpyAsync(f->cond, prompt_mel, (size_t)n_prompt_frames * M * 4,
+                       cudaMemcpyHostToDevice, s),
+       "flow: upload");
+  /* token embedding; finalize: zero rows up to n_used + la */
   CK(cosy_k_embed(s, COSY_KDT_F32, f->emb, f->vocab, M, f->ids, (int)n_all, COSY_KDT_F32, f->xe, M,
                   NULL),
      "flow: embedding");
@@ -795,11 +811,7 @@ cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int
                    M, k > 0, "flow: pre-lookahead conv2")))
       return st;
   CK(cosy_k_flow_mu(s, f->mu, f->pre, f->xe, f->ratio, N, M), "flow: mu");
-  /* cond = prompt mel then zeros; x = noise[:, :N] */
-  if (n_prompt_frames > 0)
-    CK(cudaMemcpyAsync(f->cond, prompt_mel, (size_t)n_prompt_frames * M * 4,
-                       cudaMemcpyHostToDevice, s),
-       "flow: upload");
+  /* cond = prompt mel (uploaded above) then zeros; x = noise[:, :N] */
   if (N > n_prompt_frames)
     CK(cudaMemsetAsync(f->cond + (size_t)n_prompt_frames * M, 0, (size_t)n_out * M * 4, s),
        "flow: memset");

@@ -8,20 +8,23 @@
  *           source kernel with the counter-based noise (or injected rows uploaded in chunks of
  *           NOISE_CHUNK samples) -> s [480 T_f0]
  *   decode: STFT(s) -> S [18][F];  conv_pre (4 right frames: zeros or context) -> x [C][T']
- *           stage i = 0,1,2 (one grouped launch each for: up conv + source down conv; then the
- *           source resblock's 6 convs; then the 3 resblocks' 6 convs, three convs per launch):
- *             Y   = ups_i(leaky(x, 0.1) nearest x r_i)       (stage 2: ReflectionPad1d((1,0)))
- *             SRC = downs_i(S)
- *             SRC: for d: T0 = c1_d(snake(SRC)); SRC += c2_d(snake(T0))   (last: Y += SRC + ...)
- *             R_r = RB_3i+r(Y) r = 0,1,2 (x += c2(snake(c1_d(snake(x)))) with x = Y first)
+ *           source branches (independent of the main path, all three stages side by side):
+ *             SRC_i = RB_src_i(downs_i(S))          (one launch for the downs + conv_pre, then
+ *                                                    6 launches for the three source resblocks)
+ *           stage i = 0,1,2:
+ *             Y   = ups_i(leaky(x, 0.1) nearest x r_i) + SRC_i  (stage 2: ReflectionPad1d((1,0))
+ *                                                               of the conv output first)
+ *             R_r = RB_3i+r(Y) r = 0,1,2, side by side (6 launches):
+ *                   x += c2_d(snake(c1_d(snake(x)))) for d = 1, 3, 5, with x = Y first
  *             the next input is mean(R_0, R_1, R_2), fused into the next conv's input load
  *           conv_post(leaky(mean(R), 0.01)) -> [18][F]; iSTFT head (exp/clip 100, sin, irfft,
  *           overlap-add, envelope, clamp +-0.99) -> wav.
  * Convolutions: kernels/conv.cu (implicit GEMM on tensor cores; activations fused into the
  * loads, residuals into the stores). The weights are fp32 on the device (the checkpoint's
  * values; HiFT is small: 20.8 M parameters, 83 MB), packed per tap.
- * Buffers (planned at create for max_frames): 8 activation buffers of max(C T, c_i L_i) floats
- * (Y, SRC, R0-2, T0-2; conv_pre writes T0), S and the conv_post output [18][F], s, f0, the fp64
+ * Buffers (planned at create for max_frames): 7 activation buffers of max(C T, c_i L_i) floats
+ * (Y, R0-2, T0-2; conv_pre writes R0), the source branches SRC_i [c_i][L_i], S and the
+ * conv_post output [18][F], s, f0, the fp64
  * F0 ping-pong buffers, a noise staging buffer and a pinned host buffer for the waveform.
  * Precision choice: see hift.h; the default 3xTF32 keeps the decoder at fp32 accuracy (the
  * random-weight golden decoder amplifies conv errors: TF32 alone moves the waveform by ~1e-2). */
@@ -37,11 +40,11 @@
 
 #define N_STAGES 3
 #define N_DIL 3
-#define N_ACT 8
+#define N_ACT 10
 #define HIFT_MAX_FRAMES 2000000
 #define NOISE_CHUNK (64 * 480) /* samples of injected noise uploaded per source launch */
 
-enum { B_Y, B_SRC, B_R0, B_R1, B_R2, B_T0, B_T1, B_T2 };
+enum { B_Y, B_R0, B_R1, B_R2, B_T0, B_T1, B_T2, B_SRC0, B_SRC1, B_SRC2 };
 
 typedef struct gconv {
   float *wp, *b; /* packed [k][co_pad][ci_pad], bias [co] */
@@ -50,7 +53,8 @@ typedef struct gconv {
 
 typedef struct gres {
   gconv c1[N_DIL], c2[N_DIL];
-  float *a1[N_DIL], *a2[N_DIL];
+  float *a1[N_DIL], *a2[N_DIL];     /* snake alpha [ch] */
+  float *a1i[N_DIL], *a2i[N_DIL];   /* 1 / (alpha + 1e-9) in fp32, as the reference computes it */
   int k;
 } gres;
 
@@ -119,6 +123,22 @@ static cosy_status load_conv(gpu_hift *h, const cosy_model *m, gconv *c, int co,
   return st;
 }
 
+/* a Snake alpha [ch] and its fp32 reciprocal 1 / (alpha + 1e-9) */
+static cosy_status upload_alpha(gpu_hift *h, const cosy_model *m, const char *name, int ch,
+                                float **a_d, float **inv_d) {
+  float *a = cosy_model_f32(m, "%s", name);
+  if (!a) return COSY_ERR_MODEL_FORMAT;
+  float *inv = cosy_malloc((size_t)ch * sizeof(float));
+  cosy_status st = COSY_ERR_NO_MEMORY;
+  if (inv) {
+    for (int c = 0; c < ch; c++) inv[c] = 1.0f / (a[c] + 1e-9f);
+    st = upload(h, a, (size_t)ch, name, a_d);
+    if (!st) st = upload(h, inv, (size_t)ch, name, inv_d);
+  }
+  free(a), free(inv);
+  return st;
+}
+
 static cosy_status load_res(gpu_hift *h, const cosy_model *m, gres *r, int ch, int k,
                             const char *pfx, int idx) {
   char base[160];
@@ -129,10 +149,12 @@ static cosy_status load_res(gpu_hift *h, const cosy_model *m, gres *r, int ch, i
     if ((st = load_conv(h, m, &r->c1[j], ch, ch, k, base))) return st;
     snprintf(base, sizeof base, "hift.%s.%d.convs2.%d", pfx, idx, j);
     if ((st = load_conv(h, m, &r->c2[j], ch, ch, k, base))) return st;
-    snprintf(base, sizeof base, "hift.%s.%d.activations1.%d.alpha", pfx, idx, j);
-    if ((st = upload_tensor(h, m, base, &r->a1[j]))) return st;
-    snprintf(base, sizeof base, "hift.%s.%d.activations2.%d.alpha", pfx, idx, j);
-    if ((st = upload_tensor(h, m, base, &r->a2[j]))) return st;
+    for (int q = 1; q <= 2; q++) {
+      snprintf(base, sizeof base, "hift.%s.%d.activations%d.%d.alpha", pfx, idx, q, j);
+      if ((st = upload_alpha(h, m, base, ch, q == 1 ? &r->a1[j] : &r->a2[j],
+                             q == 1 ? &r->a1i[j] : &r->a2i[j])))
+        return st;
+    }
   }
   return COSY_OK;
 }
@@ -220,7 +242,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   if ((st = load_conv(h, m, &h->conv_pre, h->C, h->mel, h->look_right + 1, "hift.conv_pre")))
     goto fail;
   int ch = h->C;
-  size_t act_n = (size_t)h->C * max_frames, len = (size_t)max_frames;
+  size_t act_n = (size_t)h->C * max_frames, len = (size_t)max_frames, src_n[N_STAGES];
   for (int i = 0; i < N_STAGES; i++) {
     int co = ch / 2, sd = 1;
     for (int j = i + 1; j < N_STAGES; j++) sd *= hp->up_rates[j];
@@ -238,6 +260,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
         goto fail;
     len = len * (size_t)hp->up_rates[i] + (i == N_STAGES - 1);
     if ((size_t)co * len > act_n) act_n = (size_t)co * len;
+    src_n[i] = (size_t)co * len;
     ch = co;
   }
   if ((st = load_conv(h, m, &h->conv_post, 2 * h->n_bins, ch, 7, "hift.conv_post"))) goto fail;
@@ -264,9 +287,10 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
                      (void **)&h->post_d)))
       goto fail;
     if ((st = dalloc(h, Ls * sizeof(float), "hift wav", (void **)&h->wav_d))) goto fail;
-    for (int i = 0; i < N_ACT; i++)
-      if ((st = dalloc(h, act_n * sizeof(float), "hift activations", (void **)&h->act[i])))
-        goto fail;
+    for (int i = 0; i < N_ACT; i++) {
+      const size_t n = i >= B_SRC0 ? src_n[i - B_SRC0] : act_n;
+      if ((st = dalloc(h, n * sizeof(float), "hift activations", (void **)&h->act[i]))) goto fail;
+    }
     if ((st = cosy_gpu_host_alloc(Ls * sizeof(float), (void **)&h->stage_h))) goto fail;
   }
   *out = h;
@@ -366,48 +390,49 @@ static cosy_status run_source(gpu_hift *h, int Tf, const ref_hift_noise *noise) 
   return st;
 }
 
-/* one ResBlock's 6 convs on x [ch][n] in place (tmp: scratch), several resblocks per launch.
- * first_in/first_res (may be NULL): the input of the first conv1 and the residual of the first
- * conv2 when x does not hold them yet (x is then written by that conv2). last_out/last_res2:
- * where the last conv2 writes and its second residual (NULL: x, none). */
+/* ResBlocks run side by side, one conv of each per launch (6 launches): for d = 0,1,2:
+ *   tmp = c1_d(snake1_d(x)) (dilation d);  x = x + c2_d(snake2_d(tmp))
+ * on x [ch][n] in place. first_in (may be NULL): the block input when x does not hold it yet (the
+ * first conv1 reads it, the first conv2 adds it and writes x). */
 typedef struct rb_job {
   const gres *r;
   float *x, *tmp;
   const float *first_in;
-  float *last_out;
-  const float *last_res2;
+  int n;
 } rb_job;
 
-static cosy_status run_resblocks(gpu_hift *h, const rb_job *jobs, int n_jobs, int n,
-                                 const char *what) {
-  cosy_hift_conv c[3];
+static cosy_status run_resblocks(gpu_hift *h, const rb_job *jobs, int n_jobs, const char *what) {
+  cosy_hift_conv c[4];
   cosy_status st = COSY_OK;
   for (int d = 0; d < N_DIL && !st; d++) {
     const int dil = h->dil[d];
     for (int q = 0; q < n_jobs; q++) {
       const rb_job *jb = &jobs[q];
-      const int K = jb->r->k;
+      const int K = jb->r->k, n = jb->n;
       const float *in = (d == 0 && jb->first_in) ? jb->first_in : jb->x;
       c[q] = conv_desc(&jb->r->c1[d], in, n, n, 1, COSY_HACT_SNAKE, 0.f, jb->r->a1[d], dil, 1,
                        (K - 1) * dil, 0, jb->tmp, n, n);
+      c[q].alpha_inv = jb->r->a1i[d];
     }
     if ((st = conv(h, c, n_jobs, what))) break;
     for (int q = 0; q < n_jobs; q++) {
       const rb_job *jb = &jobs[q];
-      const int K = jb->r->k;
-      const float *res = (d == 0 && jb->first_in) ? jb->first_in : jb->x;
-      float *out = (d == N_DIL - 1 && jb->last_out) ? jb->last_out : jb->x;
+      const int K = jb->r->k, n = jb->n;
       c[q] = conv_desc(&jb->r->c2[d], jb->tmp, n, n, 1, COSY_HACT_SNAKE, 0.f, jb->r->a2[d], 1, 1,
-                       K - 1, 0, out, n, n);
-      c[q].res = res, c[q].ld_res = n;
-      if (d == N_DIL - 1 && jb->last_res2) c[q].res2 = jb->last_res2, c[q].ld_res2 = n;
+                       K - 1, 0, jb->x, n, n);
+      c[q].alpha_inv = jb->r->a2i[d];
+      c[q].res = (d == 0 && jb->first_in) ? jb->first_in : jb->x, c[q].ld_res = n;
     }
     st = conv(h, c, n_jobs, what);
   }
   return st;
 }
 
-/* mel_d [80][T] and s_d [Tm R] -> wav_d [nout]; returns nout */
+/* mel_d [80][T] and s_d [Tm R] -> wav_d [nout]. Order: STFT; one launch for the three source
+ * downs (-> SRC_i) + conv_pre (-> R0); the three source resblocks side by side (6 launches, tmps
+ * T0-T2); then per stage the up conv (-> Y, adding SRC_i as its residual: the source branch of a
+ * stage does not depend on the main path) and the three resblocks on Y (6 launches, -> R0-R2);
+ * conv_post on their mean; iSTFT. */
 static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile int *cancel,
                               int64_t *nout) {
   cudaStream_t s = h->g->stream;
@@ -418,50 +443,63 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
   const int F = (R / h->hop) * Tx + 1;
   float **A = h->act;
   cosy_status st;
+  int lens[N_STAGES];
+  {
+    int len = Tx;
+    for (int i = 0; i < N_STAGES; i++)
+      len = len * h->up_rates[i] + (i == N_STAGES - 1), lens[i] = len;
+    if (len != F) return cosy_err(COSY_ERR_INTERNAL, "gpu_hift: length mismatch %d vs %d", len, F);
+  }
 
   if ((st = ck(cosy_k_hift_stft(s, h->s_d, Ls, F, h->S_d, F), "hift stft"))) return st;
-  /* conv_pre: mel[:, :Tm], zeros beyond (final) -> T0 [C][Tx] */
+  /* source downs (S with sd-1 zeros on the left, stride sd) and conv_pre (mel[:, :Tm], zeros
+   * beyond when final, else the last 4 frames are context) -> T0 [C][Tx] */
   {
-    cosy_hift_conv c = conv_desc(&h->conv_pre, h->mel_d, T, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1,
-                                 1, 0, 0, A[B_T0], Tx, Tx);
-    if ((st = conv(h, &c, 1, "hift conv_pre"))) return st;
+    cosy_hift_conv c[N_STAGES + 1];
+    for (int i = 0; i < N_STAGES; i++) {
+      const int sd = h->down_stride[i];
+      c[i] = conv_desc(&h->downs[i], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1, sd, sd - 1, 0,
+                       A[B_SRC0 + i], lens[i], lens[i]);
+    }
+    c[N_STAGES] = conv_desc(&h->conv_pre, h->mel_d, T, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, 0,
+                            0, A[B_R0], Tx, Tx);
+    if ((st = conv(h, c, N_STAGES + 1, "hift source_downs/conv_pre"))) return st;
+  }
+  /* the three source resblocks, in place on SRC_i */
+  {
+    rb_job jobs[N_STAGES];
+    for (int i = 0; i < N_STAGES; i++) {
+      jobs[i].r = &h->srb[i], jobs[i].x = A[B_SRC0 + i], jobs[i].tmp = A[B_T0 + i];
+      jobs[i].first_in = NULL, jobs[i].n = lens[i];
+    }
+    if ((st = run_resblocks(h, jobs, N_STAGES, "hift source resblocks"))) return st;
   }
   int len = Tx;
   for (int i = 0; i < N_STAGES; i++) {
     if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift: cancelled");
     const int r = h->up_rates[i], K = h->ups[i].k, last = i == N_STAGES - 1;
-    const int lout = len * r + last;
-    cosy_hift_conv c[2];
-    if (i == 0)
-      c[0] = conv_desc(&h->ups[i], A[B_T0], len, len, r, COSY_HACT_LEAKY, h->lrelu, NULL, 1, 1,
-                       K - 1, last, A[B_Y], lout, lout);
-    else {
-      c[0] = conv_desc(&h->ups[i], A[B_R0], len, len, r, COSY_HACT_MEAN3_LEAKY, h->lrelu, NULL, 1,
-                       1, K - 1, last, A[B_Y], lout, lout);
-      c[0].in2 = A[B_R1], c[0].in3 = A[B_R2];
+    const int lout = lens[i];
+    /* stage input: conv_pre's output (in R0) or the mean of the previous stage's resblocks */
+    cosy_hift_conv c;
+    if (i == 0) {
+      c = conv_desc(&h->ups[i], A[B_R0], len, len, r, COSY_HACT_LEAKY, h->lrelu, NULL, 1, 1,
+                    K - 1, last, A[B_Y], lout, lout);
+    } else {
+      c = conv_desc(&h->ups[i], A[B_R0], len, len, r, COSY_HACT_MEAN3_LEAKY, h->lrelu, NULL, 1, 1,
+                    K - 1, last, A[B_Y], lout, lout);
+      c.in2 = A[B_R1], c.in3 = A[B_R2];
     }
-    const int sd = h->down_stride[i];
-    c[1] = conv_desc(&h->downs[i], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1, sd, sd - 1, 0,
-                     A[B_SRC], lout, lout);
-    if ((st = conv(h, c, 2, "hift ups/source_downs"))) return st;
-    /* source resblock: SRC in place, its last conv2 writes Y = Y + (SRC + conv) */
-    rb_job sj = {&h->srb[i], A[B_SRC], A[B_T0], NULL, A[B_Y], A[B_Y]};
-    if ((st = run_resblocks(h, &sj, 1, lout, "hift source resblock"))) return st;
-    /* the three resblocks of the stage, all reading Y */
+    c.res = A[B_SRC0 + i], c.ld_res = lout; /* x = ups(x) + source_resblock(source_down(S)) */
+    if ((st = conv(h, &c, 1, "hift ups"))) return st;
     rb_job jobs[3];
     for (int q = 0; q < 3; q++) {
-      jobs[q].r = &h->rb[3 * i + q];
-      jobs[q].x = A[B_R0 + q];
-      jobs[q].tmp = A[B_T0 + q];
-      jobs[q].first_in = A[B_Y];
-      jobs[q].last_out = NULL;
-      jobs[q].last_res2 = NULL;
+      jobs[q].r = &h->rb[3 * i + q], jobs[q].x = A[B_R0 + q], jobs[q].tmp = A[B_T0 + q];
+      jobs[q].first_in = A[B_Y], jobs[q].n = lout;
     }
-    if ((st = run_resblocks(h, jobs, 3, lout, "hift resblocks"))) return st;
+    if ((st = run_resblocks(h, jobs, 3, "hift resblocks"))) return st;
     len = lout;
   }
   if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift: cancelled");
-  if (len != F) return cosy_err(COSY_ERR_INTERNAL, "gpu_hift: length mismatch %d vs %d", len, F);
   {
     cosy_hift_conv c = conv_desc(&h->conv_post, A[B_R0], len, len, 1, COSY_HACT_MEAN3_LEAKY, 0.01f,
                                  NULL, 1, 1, h->conv_post.k - 1, 0, h->post_d, F, F);
@@ -470,7 +508,8 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
   }
   const int64_t ny = (int64_t)R * Tx;
   *nout = finalize ? ny : ny - R;
-  return ck(cosy_k_hift_istft(s, h->post_d, F, F, *nout, h->audio_limit, h->wav_d), "hift istft");
+  return ck(cosy_k_hift_istft(s, h->post_d, F, F, *nout, h->audio_limit, 0, h->wav_d),
+            "hift istft");
 }
 
 /* ---- host entry points -------------------------------------------------------------------------- */

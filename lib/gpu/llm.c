@@ -1,20 +1,30 @@
 /* llm.c - the speech-token LLM on the GPU; the math, precision and design are in llm.h.
  *
  * Buffers (all planned in gpu_llm_create / gpu_llm_reserve_kv, nothing allocated per step;
- * R = max(decode bucket max, max_prefill) rows, B = decode bucket max):
+ * R = max(decode bucket max, max_prefill) rows, B = decode bucket max, Kx = max(H, q, I)):
  *   weights  per layer wqkv [q+2kv][H], wo [H][q], wgu [2I][H], wd [H][I] bf16; bqkv, ln1, ln2
  *            fp32; final norm fp32; speech_embedding and llm_decoder [V][H] bf16; inv_freq [32]
- *   acts     h [R][H] fp32 (residual), xn [R][H] bf16, qkv [R][q+2kv] fp32, q/att [R][q] bf16,
- *            gu [R][2I] bf16, act [R][I] bf16, logits/logp [B][V] fp32,
- *            kg/vg [GPU_LLM_MAX_CTX][kv] bf16 (one sequence's K/V gathered for prefill attention)
+ *   acts     h [R][H] fp32 (residual), xs [2R][Kx] bf16 (hi rows then lo rows of a GEMM input),
+ *            y2 fp32 (a GEMM's 2M output rows: max(2R x max(q+2kv, 2I, H), 2B x V)),
+ *            q/att [R][q] fp32, act [B][I] fp32, logits/logp [B][V] fp32,
+ *            kg/vg [GPU_LLM_MAX_CTX][kv] fp32 (one sequence's K/V gathered for prefill attention)
  *   step     d_in [3][B] (tokens, slots, positions; the only per-step upload), d_pos/d_slot/
  *            d_lens [B], d_bt [B][pages_per_seq], paged-decode workspace (max over buckets)
  *   prefill  d_pf [2][max_prefill] (positions, cache slots)
  *   tables   d_bt_all [max_open][pages_per_seq]: block table of every open sequence, written at
  *            seq_open (its pages never change while it is open)
- *   KV       one allocation: layer i's K pool at kv + 2i * pool, V pool at kv + (2i+1) * pool,
- *            pool = pages * page_size * kv elements; a page id indexes every pool.
+ *   KV       one fp32 allocation: layer i's K pool at kv + 2i * pool, V pool at kv + (2i+1) *
+ *            pool, pool = pages * page_size * kv elements; a page id indexes every pool.
  *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V].
+ * Layer schedules
+ *   gemv (decode buckets <= gemv_max; 5 kernels + attention per layer):
+ *     gemv[rmsnorm(h) -> qkv + bias, RoPE, q out, K/V to cache]; paged attention -> att;
+ *     gemv[att -> h += o]; gemv[rmsnorm(h) -> silu(gate) * up -> act]; gemv[act -> h += down]
+ *     (all launched as programmatic dependents on sm_90, so each weight stream starts early)
+ *   split (prefill, larger decode buckets; cuBLASLt on hi/lo bf16 pairs, see llm_extra.h):
+ *     norm_split(h += pending delta) -> GEMM qkv (2M rows) -> rope_append(hi + lo + bias) ->
+ *     attention -> split(att) -> GEMM o -> norm_split(h += o) -> GEMM gate|up -> silu_split ->
+ *     GEMM down -> (pending delta, added by the next norm_split).
  * Decode graphs: graphs[bucket][ctx bucket], captured lazily with cudaStreamCaptureModeThreadLocal
  * right after the step that first needed them ran eagerly (which also warms up cuBLASLt's plans
  * and module loading outside the capture).
@@ -37,6 +47,7 @@
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */
+#define GPU_LLM_GEMV_DEFAULT 8 /* largest decode bucket on the fused skinny-GEMM path */
 
 typedef struct gl_layer {
   cosy_bf16 *wqkv, *wo, *wgu, *wd;
@@ -56,13 +67,13 @@ struct gpu_llm {
   int max_seqs, n_buckets, max_bucket, max_prefill, max_rows;
   int n_ctxb, ctxb[MAX_CTX_BUCKETS];
   int pages_per_seq;
-  int gemv_max;
+  int gemv_max, pdl;
   gl_layer *layers;
   float *norm, *inv_freq;
   cosy_bf16 *speech_emb, *head;
   /* activations */
-  float *h, *qkv, *logits, *logp;
-  cosy_bf16 *xn, *q, *att, *gu, *act, *kg, *vg;
+  float *h, *y2, *q, *att, *act, *logits, *logp, *kg, *vg;
+  cosy_bf16 *xs;
   int32_t *d_in, *d_pos, *d_slot, *d_lens, *d_bt, *d_pf, *d_bt_all;
   void *dec_ws;
   size_t dec_ws_bytes;
@@ -70,7 +81,7 @@ struct gpu_llm {
   int32_t *h_in, *h_pf;
   float *h_emb, *h_logp;
   /* KV cache */
-  cosy_bf16 *kv;
+  float *kv;
   size_t kv_bytes, page_bytes, pool_elems;
   int pages_total, n_free;
   int *free_pages;
@@ -219,16 +230,23 @@ static void drop_graphs(gpu_llm *l) {
       }
 }
 
-void gpu_llm_set_gemv_max(gpu_llm *l, int max_rows) {
+void gpu_llm_set_tuning(gpu_llm *l, int gemv_max, int pdl) {
   if (!l) return;
   if (l->g && l->g->stream) cudaStreamSynchronize(l->g->stream);
   drop_graphs(l);
-  if (max_rows < 0) {
-    max_rows = 0;
-    for (int b = 1; b <= 8 && b <= l->max_bucket; b *= 2)
-      if (bucket_ok_for_gemv(l, b)) max_rows = b;
+  if (gemv_max < 0) {
+    gemv_max = 0;
+    for (int b = 1; b <= GPU_LLM_GEMV_DEFAULT && b <= l->max_bucket; b *= 2)
+      if (bucket_ok_for_gemv(l, b)) gemv_max = b;
   }
-  l->gemv_max = max_rows;
+  l->gemv_max = gemv_max;
+  if (pdl < 0) {
+    int major = 0, dev = 0;
+    pdl = cudaGetDevice(&dev) == cudaSuccess &&
+          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+          major >= 9;
+  }
+  l->pdl = pdl ? 1 : 0;
 }
 
 void gpu_llm_free(gpu_llm *l) {
@@ -346,6 +364,13 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
   /* activations */
   {
     const size_t R = (size_t)l->max_rows, B = (size_t)l->max_bucket, P = (size_t)max_prefill;
+    const size_t H = (size_t)l->H, I = (size_t)l->inter;
+    size_t kx = H > (size_t)l->qd ? H : (size_t)l->qd;
+    if (I > kx) kx = I;
+    size_t ny = (size_t)l->qkvd > 2 * I ? (size_t)l->qkvd : 2 * I;
+    if (H > ny) ny = H;
+    size_t y2n = 2 * R * ny;
+    if (2 * B * (size_t)l->V > y2n) y2n = 2 * B * (size_t)l->V;
     size_t ws = 0;
     for (int b = 1; b <= l->max_bucket; b *= 2)
       for (int c = 0; c < l->n_ctxb; c++) {
@@ -353,17 +378,16 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
         if (w > ws) ws = w;
       }
     l->dec_ws_bytes = ws;
-    if ((st = dalloc(l, R * l->H * 4, "LLM h", &l->h)) ||
-        (st = dalloc(l, R * l->H * 2, "LLM xn", &l->xn)) ||
-        (st = dalloc(l, R * l->qkvd * 4, "LLM qkv", &l->qkv)) ||
-        (st = dalloc(l, R * l->qd * 2, "LLM q", &l->q)) ||
-        (st = dalloc(l, R * l->qd * 2, "LLM att", &l->att)) ||
-        (st = dalloc(l, R * 2 * l->inter * 2, "LLM gate|up", &l->gu)) ||
-        (st = dalloc(l, R * l->inter * 2, "LLM act", &l->act)) ||
+    if ((st = dalloc(l, R * H * 4, "LLM h", &l->h)) ||
+        (st = dalloc(l, 2 * R * kx * 2, "LLM hi/lo activations", &l->xs)) ||
+        (st = dalloc(l, y2n * 4, "LLM GEMM outputs", &l->y2)) ||
+        (st = dalloc(l, R * l->qd * 4, "LLM q", &l->q)) ||
+        (st = dalloc(l, R * l->qd * 4, "LLM att", &l->att)) ||
+        (st = dalloc(l, B * I * 4, "LLM act", &l->act)) ||
         (st = dalloc(l, B * l->V * 4, "LLM logits", &l->logits)) ||
         (st = dalloc(l, B * l->V * 4, "LLM logp", &l->logp)) ||
-        (st = dalloc(l, (size_t)GPU_LLM_MAX_CTX * l->kvd * 2, "LLM K gather", &l->kg)) ||
-        (st = dalloc(l, (size_t)GPU_LLM_MAX_CTX * l->kvd * 2, "LLM V gather", &l->vg)) ||
+        (st = dalloc(l, (size_t)GPU_LLM_MAX_CTX * l->kvd * 4, "LLM K gather", &l->kg)) ||
+        (st = dalloc(l, (size_t)GPU_LLM_MAX_CTX * l->kvd * 4, "LLM V gather", &l->vg)) ||
         (st = dalloc(l, 3 * B * 4, "LLM step input", &l->d_in)) ||
         (st = dalloc(l, B * 4, "LLM positions", &l->d_pos)) ||
         (st = dalloc(l, B * 4, "LLM slots", &l->d_slot)) ||
@@ -382,12 +406,12 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     l->h_in = p;
     if ((st = cosy_gpu_host_alloc(2 * P * 4, &p))) goto fail;
     l->h_pf = p;
-    if ((st = cosy_gpu_host_alloc(P * l->H * 4, &p))) goto fail;
+    if ((st = cosy_gpu_host_alloc(P * H * 4, &p))) goto fail;
     l->h_emb = p;
     if ((st = cosy_gpu_host_alloc(B * l->V * 4, &p))) goto fail;
     l->h_logp = p;
   }
-  gpu_llm_set_gemv_max(l, -1);
+  gpu_llm_set_tuning(l, -1, -1);
   *out = l;
   return COSY_OK;
 fail:
@@ -400,7 +424,7 @@ fail:
 cosy_status gpu_llm_reserve_kv(gpu_llm *l, size_t bytes, size_t reserve) {
   if (!l) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_reserve_kv: NULL llm");
   if (l->kv) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_reserve_kv: the KV cache is already reserved");
-  l->page_bytes = (size_t)l->nl * 2 * GPU_LLM_PAGE_SIZE * (size_t)l->kvd * 2;
+  l->page_bytes = (size_t)l->nl * 2 * GPU_LLM_PAGE_SIZE * (size_t)l->kvd * sizeof(float);
   if (bytes == 0) {
     size_t left = cosy_gpu_left(l->g);
     bytes = left > reserve ? left - reserve : 0;
@@ -435,10 +459,10 @@ size_t gpu_llm_kv_bytes(const gpu_llm *l) { return l ? l->kv_bytes : 0; }
 int gpu_llm_speech_vocab(const gpu_llm *l) { return l ? l->V : 0; }
 int gpu_llm_hidden(const gpu_llm *l) { return l ? l->H : 0; }
 
-static cosy_bf16 *kpool(const gpu_llm *l, int layer) {
+static float *kpool(const gpu_llm *l, int layer) {
   return l->kv + (size_t)(2 * layer) * l->pool_elems;
 }
-static cosy_bf16 *vpool(const gpu_llm *l, int layer) {
+static float *vpool(const gpu_llm *l, int layer) {
   return l->kv + (size_t)(2 * layer + 1) * l->pool_elems;
 }
 
@@ -551,51 +575,192 @@ cosy_status gpu_llm_build_input(const gpu_llm *l, const int32_t *prompt_text, in
   return COSY_OK;
 }
 
-/* ---- prefill ---------------------------------------------------------------------------------- */
+/* ---- layer schedules -------------------------------------------------------------------------- */
 
-/* The layers over n positions p0 .. p0+n-1 of seq, whose embeddings are in l->h and whose
- * positions / slots are in d_pf. */
-static cosy_status prefill_layers(gpu_llm *l, int seq, int p0, int n) {
+/* Where the M rows' attention reads its keys: a prefill chunk of one sequence (keys 0..Lk-1 of
+ * seq, gathered from the cache) or a decode bucket (paged, ctx = the context bucket). */
+typedef struct attn_plan {
+  int decode;
+  int seq, Lk; /* prefill */
+  int ctx;     /* decode */
+} attn_plan;
+
+static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) {
+  cudaStream_t s = l->g->stream;
+  float *kc = kpool(l, layer), *vc = vpool(l, layer);
+  if (ap->decode) {
+    CK(cosy_k_paged_decode(s, COSY_KDT_F32, l->q, l->qd, kc, vc, l->d_bt,
+                           ap->ctx / GPU_LLM_PAGE_SIZE, l->d_lens, M, l->nh, l->nkv, HD,
+                           GPU_LLM_PAGE_SIZE, ap->ctx, ATTN_SCALE, l->att, l->qd, l->dec_ws,
+                           l->dec_ws_bytes),
+       "LLM decode attention");
+    return COSY_OK;
+  }
+  CK(cosy_k_llm_kv_gather(s, kc, vc, l->d_bt_all + (size_t)ap->seq * l->pages_per_seq,
+                          GPU_LLM_PAGE_SIZE, l->kvd, ap->Lk, l->kg, l->vg),
+     "LLM prefill kv gather");
+  CK(cosy_k_attn_prefill(s, COSY_KDT_F32, l->q, l->qd, l->kg, l->vg, l->kvd, l->att, l->qd, M,
+                         ap->Lk, l->nh, l->nkv, HD, ATTN_SCALE),
+     "LLM prefill attention");
+  return COSY_OK;
+}
+
+/* The layers over M rows of h through cuBLASLt on hi/lo pairs. pos/slots: device [M]. On return
+ * the last layer's down projection is still pending in y2 (hi rows, then lo rows at + M*H). */
+static cosy_status layers_split(gpu_llm *l, int M, const int32_t *pos, const int32_t *slots,
+                                const attn_plan *ap) {
   cudaStream_t s = l->g->stream;
   cosy_gemm *gm = l->g->gemm;
-  const int H = l->H, I = l->inter, Lk = p0 + n;
+  const int H = l->H, I = l->inter, qd = l->qd;
+  const size_t m = (size_t)M;
+  cosy_bf16 *xs = l->xs;
+  float *y2 = l->y2;
+  const float *pend = NULL;
+  cosy_status st;
   for (int i = 0; i < l->nl; i++) {
     const gl_layer *y = &l->layers[i];
-    cosy_bf16 *kc = kpool(l, i), *vc = vpool(l, i);
-    CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, y->ln1, COSY_KDT_BF16, l->xn, n, H, l->eps),
-       "LLM prefill rmsnorm");
-    CK(cosy_k_gemm(gm, s, n, l->qkvd, H, COSY_KDT_BF16, l->xn, H, y->wqkv, y->bqkv, COSY_KDT_F32,
-                   l->qkv, l->qkvd, 0),
-       "LLM prefill qkv gemm");
-    CK(cosy_k_llm_rope_append(s, l->qkv, l->qkvd, n, l->nh, l->nkv, l->d_pf,
-                              l->d_pf + l->max_prefill, l->inv_freq, l->q, l->qd, kc, vc),
-       "LLM prefill rope/append");
-    CK(cosy_k_llm_kv_gather(s, kc, vc, l->d_bt_all + (size_t)seq * l->pages_per_seq,
-                            GPU_LLM_PAGE_SIZE, l->kvd, Lk, l->kg, l->vg),
-       "LLM prefill kv gather");
-    CK(cosy_k_attn_prefill(s, COSY_KDT_BF16, l->q, l->qd, l->kg, l->vg, l->kvd, l->att, l->qd, n,
-                           Lk, l->nh, l->nkv, HD, ATTN_SCALE),
-       "LLM prefill attention");
-    CK(cosy_k_gemm(gm, s, n, H, l->qd, COSY_KDT_BF16, l->att, l->qd, y->wo, NULL, COSY_KDT_F32,
-                   l->h, H, 1),
-       "LLM prefill o_proj");
-    CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, y->ln2, COSY_KDT_BF16, l->xn, n, H, l->eps),
-       "LLM prefill rmsnorm");
-    CK(cosy_k_gemm(gm, s, n, 2 * I, H, COSY_KDT_BF16, l->xn, H, y->wgu, NULL, COSY_KDT_BF16,
-                   l->gu, 2 * I, 0),
-       "LLM prefill gate|up");
-    CK(cosy_k_silu_mul(s, COSY_KDT_BF16, l->gu, l->gu + I, 2 * I, COSY_KDT_BF16, l->act, n, I),
-       "LLM prefill silu_mul");
-    CK(cosy_k_gemm(gm, s, n, H, I, COSY_KDT_BF16, l->act, I, y->wd, NULL, COSY_KDT_F32, l->h, H,
-                   1),
-       "LLM prefill down_proj");
+    CK(cosy_k_llm_norm_split(s, l->h, pend, pend ? pend + m * H : NULL, y->ln1, l->eps, xs,
+                             xs + m * H, M, H),
+       "LLM norm");
+    CK(cosy_k_gemm(gm, s, 2 * M, l->qkvd, H, COSY_KDT_BF16, xs, H, y->wqkv, NULL, COSY_KDT_F32,
+                   y2, l->qkvd, 0),
+       "LLM q|k|v GEMM");
+    CK(cosy_k_llm_rope_append(s, y2, y2 + m * l->qkvd, l->qkvd, y->bqkv, M, l->nh, l->nkv, pos,
+                              slots, l->inv_freq, l->q, qd, kpool(l, i), vpool(l, i)),
+       "LLM rope/append");
+    if ((st = attention(l, i, M, ap))) return st;
+    CK(cosy_k_llm_split(s, l->att, qd, xs, xs + m * qd, M, qd), "LLM split");
+    CK(cosy_k_gemm(gm, s, 2 * M, H, qd, COSY_KDT_BF16, xs, qd, y->wo, NULL, COSY_KDT_F32, y2, H,
+                   0),
+       "LLM o_proj GEMM");
+    CK(cosy_k_llm_norm_split(s, l->h, y2, y2 + m * H, y->ln2, l->eps, xs, xs + m * H, M, H),
+       "LLM norm");
+    CK(cosy_k_gemm(gm, s, 2 * M, 2 * I, H, COSY_KDT_BF16, xs, H, y->wgu, NULL, COSY_KDT_F32, y2,
+                   2 * I, 0),
+       "LLM gate|up GEMM");
+    CK(cosy_k_llm_silu_split(s, y2, y2 + m * 2 * I, I, xs, xs + m * I, M), "LLM silu");
+    CK(cosy_k_gemm(gm, s, 2 * M, H, I, COSY_KDT_BF16, xs, I, y->wd, NULL, COSY_KDT_F32, y2, H, 0),
+       "LLM down_proj GEMM");
+    pend = y2;
   }
   return COSY_OK;
 }
 
+/* Final norm (adding the pending down projection) and log-probs of M rows whose h starts at
+ * h0 and pending delta at d (hi rows) / d_lo (lo rows); log-probs to l->logp [M][V]. */
+static cosy_status head_split(gpu_llm *l, float *h0, const float *d, const float *d_lo, int M) {
+  cudaStream_t s = l->g->stream;
+  const int H = l->H, V = l->V;
+  const size_t m = (size_t)M;
+  CK(cosy_k_llm_norm_split(s, h0, d, d_lo, l->norm, l->eps, l->xs, l->xs + m * H, M, H),
+     "LLM final norm");
+  CK(cosy_k_gemm(l->g->gemm, s, 2 * M, V, H, COSY_KDT_BF16, l->xs, H, l->head, NULL, COSY_KDT_F32,
+                 l->y2, V, 0),
+     "LLM head GEMM");
+  CK(cosy_k_llm_add(s, l->y2, l->y2 + m * V, l->logits, (int64_t)m * V), "LLM logits");
+  CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, V, l->logp, M, V), "LLM log_softmax");
+  return COSY_OK;
+}
+
+/* The decode layers of b rows on the fused skinny-GEMM path, then the log-probs. */
+static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
+  cudaStream_t s = l->g->stream;
+  const int H = l->H, I = l->inter;
+  cosy_llm_gemv_args ga;
+  cosy_status st;
+  for (int i = 0; i < l->nl; i++) {
+    const gl_layer *y = &l->layers[i];
+    memset(&ga, 0, sizeof ga);
+    ga.M = b;
+    ga.N = l->qkvd;
+    ga.K = H;
+    ga.in_mode = COSY_GEMV_IN_RMSNORM;
+    ga.x = l->h;
+    ga.ldx = H;
+    ga.norm_w = y->ln1;
+    ga.eps = l->eps;
+    ga.w = y->wqkv;
+    ga.bias = y->bqkv;
+    ga.out_mode = COSY_GEMV_QKV_ROPE;
+    ga.y = l->q;
+    ga.ldy = l->qd;
+    ga.n_qh = l->nh;
+    ga.n_kh = l->nkv;
+    ga.pos = l->d_pos;
+    ga.slots = l->d_slot;
+    ga.inv_freq = l->inv_freq;
+    ga.k_cache = kpool(l, i);
+    ga.v_cache = vpool(l, i);
+    ga.pdl = l->pdl;
+    CK(cosy_k_llm_gemv(s, &ga), "LLM q|k|v (gemv)");
+    if ((st = attention(l, i, b, ap))) return st;
+    memset(&ga, 0, sizeof ga);
+    ga.M = b;
+    ga.N = H;
+    ga.K = l->qd;
+    ga.in_mode = COSY_GEMV_IN_F32;
+    ga.x = l->att;
+    ga.ldx = l->qd;
+    ga.w = y->wo;
+    ga.out_mode = COSY_GEMV_ADD_F32;
+    ga.y = l->h;
+    ga.ldy = H;
+    ga.pdl = l->pdl;
+    CK(cosy_k_llm_gemv(s, &ga), "LLM o_proj (gemv)");
+    memset(&ga, 0, sizeof ga);
+    ga.M = b;
+    ga.N = 2 * I;
+    ga.K = H;
+    ga.in_mode = COSY_GEMV_IN_RMSNORM;
+    ga.x = l->h;
+    ga.ldx = H;
+    ga.norm_w = y->ln2;
+    ga.eps = l->eps;
+    ga.w = y->wgu;
+    ga.out_mode = COSY_GEMV_SILU_MUL;
+    ga.y = l->act;
+    ga.ldy = I;
+    ga.pdl = l->pdl;
+    CK(cosy_k_llm_gemv(s, &ga), "LLM gate|up (gemv)");
+    memset(&ga, 0, sizeof ga);
+    ga.M = b;
+    ga.N = H;
+    ga.K = I;
+    ga.in_mode = COSY_GEMV_IN_F32;
+    ga.x = l->act;
+    ga.ldx = I;
+    ga.w = y->wd;
+    ga.out_mode = COSY_GEMV_ADD_F32;
+    ga.y = l->h;
+    ga.ldy = H;
+    ga.pdl = l->pdl;
+    CK(cosy_k_llm_gemv(s, &ga), "LLM down_proj (gemv)");
+  }
+  memset(&ga, 0, sizeof ga);
+  ga.M = b;
+  ga.N = l->V;
+  ga.K = H;
+  ga.in_mode = COSY_GEMV_IN_RMSNORM;
+  ga.x = l->h;
+  ga.ldx = H;
+  ga.norm_w = l->norm;
+  ga.eps = l->eps;
+  ga.w = l->head;
+  ga.out_mode = COSY_GEMV_STORE_F32;
+  ga.y = l->logits;
+  ga.ldy = l->V;
+  ga.pdl = l->pdl;
+  CK(cosy_k_llm_gemv(s, &ga), "LLM head (gemv)");
+  CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, l->V, l->logp, b, l->V), "LLM log_softmax");
+  return COSY_OK;
+}
+
+/* ---- prefill ---------------------------------------------------------------------------------- */
+
 cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float *logp_last) {
   if (!l || !emb) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill: NULL llm or input");
-  if (!seq_ok(l, seq)) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill: sequence %d is not open", seq);
+  if (!seq_ok(l, seq))
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill: sequence %d is not open", seq);
   gl_seq *sq = &l->seqs[seq];
   if (L < 1 || L > sq->max_len - sq->len)
     return cosy_err(COSY_ERR_INVALID_ARG,
@@ -617,17 +782,15 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
     CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * 2 * (size_t)l->max_prefill,
                        cudaMemcpyHostToDevice, s),
        "LLM prefill upload");
-    if ((st = prefill_layers(l, seq, p0, n))) return st;
+    attn_plan ap = {0, seq, p0 + n, 0};
+    if ((st = layers_split(l, n, l->d_pf, l->d_pf + l->max_prefill, &ap))) return st;
     done += n;
     if (done == L && logp_last) {
-      CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h + (size_t)(n - 1) * H, l->norm, COSY_KDT_BF16,
-                        l->xn, 1, H, l->eps),
-         "LLM final norm");
-      CK(cosy_k_gemm(l->g->gemm, s, 1, l->V, H, COSY_KDT_BF16, l->xn, H, l->head, NULL,
-                     COSY_KDT_F32, l->logits, l->V, 0),
-         "LLM head");
-      CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, l->V, l->logp, 1, l->V), "LLM log_softmax");
-      CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)l->V, cudaMemcpyDeviceToHost, s),
+      const size_t last = (size_t)(n - 1) * H;
+      if ((st = head_split(l, l->h + last, l->y2 + last, l->y2 + (size_t)n * H + last, 1)))
+        return st;
+      CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)l->V, cudaMemcpyDeviceToHost,
+                         s),
          "LLM prefill download");
     }
     /* the pinned staging buffers are reused by the next chunk */
@@ -644,134 +807,15 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
  * uploaded); graph-capturable (fixed pointers and sizes). */
 static cosy_status decode_enqueue(gpu_llm *l, int b, int ctx) {
   cudaStream_t s = l->g->stream;
-  cosy_gemm *gm = l->g->gemm;
-  const int H = l->H, I = l->inter, bt_stride = ctx / GPU_LLM_PAGE_SIZE;
-  const int gv = b <= l->gemv_max && bucket_ok_for_gemv(l, b);
-  CK(cosy_k_llm_decode_prep(s, l->d_in, b, l->speech_emb, l->V, H, l->d_bt_all, l->pages_per_seq,
-                            l->max_open, GPU_LLM_PAGE_SIZE, l->h, l->d_pos, l->d_slot, l->d_lens,
-                            l->d_bt, bt_stride),
+  CK(cosy_k_llm_decode_prep(s, l->d_in, b, l->speech_emb, l->V, l->H, l->d_bt_all,
+                            l->pages_per_seq, l->max_open, GPU_LLM_PAGE_SIZE, l->h, l->d_pos,
+                            l->d_slot, l->d_lens, l->d_bt, ctx / GPU_LLM_PAGE_SIZE),
      "LLM decode prep");
-  cosy_llm_gemv_args ga;
-  for (int i = 0; i < l->nl; i++) {
-    const gl_layer *y = &l->layers[i];
-    cosy_bf16 *kc = kpool(l, i), *vc = vpool(l, i);
-    if (gv) {
-      memset(&ga, 0, sizeof ga);
-      ga.M = b;
-      ga.N = l->qkvd;
-      ga.K = H;
-      ga.in_mode = COSY_GEMV_IN_RMSNORM;
-      ga.x = l->h;
-      ga.ldx = H;
-      ga.norm_w = y->ln1;
-      ga.eps = l->eps;
-      ga.w = y->wqkv;
-      ga.bias = y->bqkv;
-      ga.out_mode = COSY_GEMV_QKV_ROPE;
-      ga.y = l->q;
-      ga.ldy = l->qd;
-      ga.n_qh = l->nh;
-      ga.n_kh = l->nkv;
-      ga.pos = l->d_pos;
-      ga.slots = l->d_slot;
-      ga.inv_freq = l->inv_freq;
-      ga.k_cache = kc;
-      ga.v_cache = vc;
-      CK(cosy_k_llm_gemv(s, &ga), "LLM decode qkv (gemv)");
-    } else {
-      CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, y->ln1, COSY_KDT_BF16, l->xn, b, H, l->eps),
-         "LLM decode rmsnorm");
-      CK(cosy_k_gemm(gm, s, b, l->qkvd, H, COSY_KDT_BF16, l->xn, H, y->wqkv, y->bqkv,
-                     COSY_KDT_F32, l->qkv, l->qkvd, 0),
-         "LLM decode qkv gemm");
-      CK(cosy_k_llm_rope_append(s, l->qkv, l->qkvd, b, l->nh, l->nkv, l->d_pos, l->d_slot,
-                                l->inv_freq, l->q, l->qd, kc, vc),
-         "LLM decode rope/append");
-    }
-    CK(cosy_k_paged_decode(s, COSY_KDT_BF16, l->q, l->qd, kc, vc, l->d_bt, bt_stride, l->d_lens,
-                           b, l->nh, l->nkv, HD, GPU_LLM_PAGE_SIZE, ctx, ATTN_SCALE, l->att, l->qd,
-                           l->dec_ws, l->dec_ws_bytes),
-       "LLM decode attention");
-    if (gv) {
-      memset(&ga, 0, sizeof ga);
-      ga.M = b;
-      ga.N = H;
-      ga.K = l->qd;
-      ga.in_mode = COSY_GEMV_IN_BF16;
-      ga.x = l->att;
-      ga.ldx = l->qd;
-      ga.w = y->wo;
-      ga.out_mode = COSY_GEMV_ADD_F32;
-      ga.y = l->h;
-      ga.ldy = H;
-      CK(cosy_k_llm_gemv(s, &ga), "LLM decode o_proj (gemv)");
-      memset(&ga, 0, sizeof ga);
-      ga.M = b;
-      ga.N = 2 * I;
-      ga.K = H;
-      ga.in_mode = COSY_GEMV_IN_RMSNORM;
-      ga.x = l->h;
-      ga.ldx = H;
-      ga.norm_w = y->ln2;
-      ga.eps = l->eps;
-      ga.w = y->wgu;
-      ga.out_mode = COSY_GEMV_SILU_MUL;
-      ga.y = l->act;
-      ga.ldy = I;
-      CK(cosy_k_llm_gemv(s, &ga), "LLM decode gate|up (gemv)");
-      memset(&ga, 0, sizeof ga);
-      ga.M = b;
-      ga.N = H;
-      ga.K = I;
-      ga.in_mode = COSY_GEMV_IN_BF16;
-      ga.x = l->act;
-      ga.ldx = I;
-      ga.w = y->wd;
-      ga.out_mode = COSY_GEMV_ADD_F32;
-      ga.y = l->h;
-      ga.ldy = H;
-      CK(cosy_k_llm_gemv(s, &ga), "LLM decode down_proj (gemv)");
-    } else {
-      CK(cosy_k_gemm(gm, s, b, H, l->qd, COSY_KDT_BF16, l->att, l->qd, y->wo, NULL, COSY_KDT_F32,
-                     l->h, H, 1),
-         "LLM decode o_proj");
-      CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, y->ln2, COSY_KDT_BF16, l->xn, b, H, l->eps),
-         "LLM decode rmsnorm");
-      CK(cosy_k_gemm(gm, s, b, 2 * I, H, COSY_KDT_BF16, l->xn, H, y->wgu, NULL, COSY_KDT_BF16,
-                     l->gu, 2 * I, 0),
-         "LLM decode gate|up");
-      CK(cosy_k_silu_mul(s, COSY_KDT_BF16, l->gu, l->gu + I, 2 * I, COSY_KDT_BF16, l->act, b, I),
-         "LLM decode silu_mul");
-      CK(cosy_k_gemm(gm, s, b, H, I, COSY_KDT_BF16, l->act, I, y->wd, NULL, COSY_KDT_F32, l->h, H,
-                     1),
-         "LLM decode down_proj");
-    }
-  }
-  if (gv) {
-    memset(&ga, 0, sizeof ga);
-    ga.M = b;
-    ga.N = l->V;
-    ga.K = H;
-    ga.in_mode = COSY_GEMV_IN_RMSNORM;
-    ga.x = l->h;
-    ga.ldx = H;
-    ga.norm_w = l->norm;
-    ga.eps = l->eps;
-    ga.w = l->head;
-    ga.out_mode = COSY_GEMV_STORE_F32;
-    ga.y = l->logits;
-    ga.ldy = l->V;
-    CK(cosy_k_llm_gemv(s, &ga), "LLM decode head (gemv)");
-  } else {
-    CK(cosy_k_rmsnorm(s, COSY_KDT_F32, l->h, l->norm, COSY_KDT_BF16, l->xn, b, H, l->eps),
-       "LLM decode final norm");
-    CK(cosy_k_gemm(gm, s, b, l->V, H, COSY_KDT_BF16, l->xn, H, l->head, NULL, COSY_KDT_F32,
-                   l->logits, l->V, 0),
-       "LLM decode head");
-  }
-  CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, l->V, l->logp, b, l->V),
-     "LLM decode log_softmax");
-  return COSY_OK;
+  const attn_plan ap = {1, -1, 0, ctx};
+  if (b <= l->gemv_max && bucket_ok_for_gemv(l, b)) return layers_gemv(l, b, &ap);
+  cosy_status st = layers_split(l, b, l->d_pos, l->d_slot, &ap);
+  if (st) return st;
+  return head_split(l, l->h, l->y2, l->y2 + (size_t)b * l->H, b);
 }
 
 static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {

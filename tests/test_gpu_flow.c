@@ -1,0 +1,751 @@
+/* test_gpu_flow.c - the GPU flow decoder (lib/gpu/flow.c, kernels/flow_extra.cu) against the CPU
+ * reference (lib/ref/flow.c) and the golden data of the official model.
+ *
+ * Small golden model (tu_small_model(), ../shared/golden/flow):
+ *   kernels:   conv position embedding (tensor-core path at the full-size geometry C 1024,
+ *              16 groups, k 31, and the generic path at C 128) and the fused residual + AdaLN
+ *              LayerNorm (D 1024, per-row and shared modulation rows), on random data, vs a
+ *              double-precision host computation.
+ *   estimator: gpu_flow_estimator(a/est0_*_in) vs a/est0_out and vs ref_flow_estimator; the same
+ *              inputs with the streaming mask vs the reference.
+ *   FLOW(a), FLOW(b), FLOW(c) (golden README "Calls"): gpu_flow_infer vs ref_flow_infer and vs
+ *              the golden mel.npy.
+ *   graphs:    the graph-replayed result equals the first (captured) one and the direct-launch
+ *              one; calls with different N in a row (graph cache).
+ *   arguments: the reference's checks, max_frames, cancellation, tiny calls.
+ * Full-size random model (environment COSY_FULL_MODEL = path, e.g. from
+ *   `python3 tools/make_model.py --preset full -o full.gguf`):
+ *   estimator (B 2, N 90, streaming) and a streaming non-final call (20 prompt + 28 new tokens:
+ *   N = 90) vs the CPU reference (run in a second thread while the GPU is timed);
+ *   timing of W1-like first chunks (87 prompt tokens with a smooth random prompt mel, streaming,
+ *   non-final) at N = 250, 350, 500: median of 5 calls after a warm-up, with the achieved
+ *   TFLOP/s by spec section 7: 20 * (N * 378.0M + 90112 * N^2 + 0.284G) FLOP per call.
+ * Tolerances: relative L2 <= 2e-2 for every mel / estimator comparison (bf16 weights and
+ *   activations, fp32 accumulation, fp32 Euler state); kernels: 1e-2 (bf16 output) or 1e-4
+ *   (fp32 output from bf16 inputs); graph replay vs first call: 1e-6 (expected bit-identical).
+ * Without CUDA (CPU-only build) or without a device every test skips. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model.h"
+#include "ref/flow.h"
+#include "testutil.h"
+#include "util.h"
+
+#ifndef COSY_WITH_CUDA
+
+static void test_no_cuda(void **state) {
+  (void)state;
+  print_message("SKIP: built without CUDA\n");
+  skip();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_cuda)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else
+
+#include <pthread.h>
+
+#include "flow_extra.h"
+#include "gpu/flow.h"
+#include "gpu/gpu.h"
+
+#define TOL 2e-2
+#define MAX_FRAMES_SMALL 256
+#define MAX_FRAMES_FULL 512
+
+typedef struct fixture {
+  cosy_model *m;
+  ref_flow *rf;
+  cosy_gpu *g;
+  gpu_flow *gf;
+  int32_t *tokens; /* prompt (60) then flow tokens (60) */
+  int n_prompt, n_flow;
+  float *prompt_feat; /* [2P][80] */
+  float *spk;         /* [192] */
+  const char *why;    /* reason to skip */
+} fixture;
+
+static int setup(void **state) {
+  fixture *fx = calloc(1, sizeof *fx);
+  *state = fx;
+  if (!fx) return -1;
+  cosy_status st = cosy_gpu_create(0, 0.9f, &fx->g);
+  if (st != COSY_OK) {
+    fx->why = "no CUDA device";
+    fprintf(stderr, "cosy_gpu_create: %s\n", cosy_last_error());
+    fx->g = NULL;
+    return 0;
+  }
+  const char *model = tu_small_model();
+  if (!model || !tu_shared_dir()) {
+    fx->why = "golden data or test model absent";
+    return 0;
+  }
+  if (cosy_model_load(model, &fx->m) != COSY_OK) {
+    fprintf(stderr, "model load failed: %s\n", cosy_last_error());
+    return -1;
+  }
+  if (ref_flow_create(fx->m, &fx->rf) != COSY_OK) {
+    fprintf(stderr, "ref_flow_create failed: %s\n", cosy_last_error());
+    return -1;
+  }
+  if (gpu_flow_create(fx->g, fx->m, MAX_FRAMES_SMALL, &fx->gf) != COSY_OK) {
+    fprintf(stderr, "gpu_flow_create failed: %s\n", cosy_last_error());
+    return -1;
+  }
+  int nd;
+  int64_t sh[8];
+  int32_t *pt = tu_npy_i32(tu_shared("golden/inputs/prompt_speech_tokens.npy"), &nd, sh);
+  if (!pt) return -1;
+  fx->n_prompt = (int)sh[0];
+  int32_t *ft = tu_npy_i32(tu_shared("golden/inputs/flow_tokens.npy"), &nd, sh);
+  if (!ft) return -1;
+  fx->n_flow = (int)sh[0];
+  fx->tokens = malloc(sizeof(int32_t) * (size_t)(fx->n_prompt + fx->n_flow));
+  memcpy(fx->tokens, pt, sizeof(int32_t) * (size_t)fx->n_prompt);
+  memcpy(fx->tokens + fx->n_prompt, ft, sizeof(int32_t) * (size_t)fx->n_flow);
+  free(pt);
+  free(ft);
+  fx->prompt_feat = tu_npy_f32(tu_shared("golden/inputs/prompt_feat.npy"), &nd, sh);
+  if (!fx->prompt_feat || sh[1] != 2 * fx->n_prompt || sh[2] != 80) return -1;
+  fx->spk = tu_npy_f32(tu_shared("golden/inputs/spk_embedding.npy"), &nd, sh);
+  if (!fx->spk || tu_numel(nd, sh) != 192) return -1;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *fx = *state;
+  if (!fx) return 0;
+  gpu_flow_free(fx->gf);
+  cosy_gpu_free(fx->g);
+  ref_flow_free(fx->rf);
+  cosy_model_free(fx->m);
+  free(fx->tokens);
+  free(fx->prompt_feat);
+  free(fx->spk);
+  free(fx);
+  return 0;
+}
+
+#define REQUIRE_FIXTURE(fx) TU_REQUIRE((fx)->gf != NULL, "%s", (fx)->why ? (fx)->why : "no fixture")
+
+/* ---------------------------------------------------------------------------------------------
+ * helpers */
+
+static int all_finite(const float *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(p[i])) return 0;
+  return 1;
+}
+
+/* one line per check: name, measured error, tolerance, PASS/FAIL; returns 1 on pass */
+static int report(const char *name, const float *got, const float *ref, size_t n, double tol) {
+  double e = tu_rel_l2(got, ref, n), mx = tu_max_abs_diff(got, ref, n);
+  int fin = all_finite(got, n);
+  int ok = fin && e <= tol;
+  print_message("  %-40s rel L2 %.3e  max abs %.3e  (tol %.0e)  %s%s\n", name, e, mx, tol,
+                ok ? "PASS" : "FAIL", fin ? "" : " [non-finite values]");
+  return ok;
+}
+
+static float *golden(const char *rel, size_t n) {
+  int nd;
+  int64_t sh[8];
+  float *p = tu_npy_f32(tu_shared(rel), &nd, sh);
+  assert_non_null(p);
+  assert_int_equal((int64_t)n, tu_numel(nd, sh));
+  return p;
+}
+
+static float *nan_buf(size_t n) {
+  float *p = malloc(n * sizeof *p);
+  assert_non_null(p);
+  for (size_t i = 0; i < n; i++) p[i] = NAN;
+  return p;
+}
+
+/* deterministic uniform [-1, 1) */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float urand(void) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((rng_state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+
+static float bf16_round(float x) {
+  uint16_t b = cosy_f32_to_bf16(x);
+  uint32_t u = (uint32_t)b << 16;
+  float r;
+  memcpy(&r, &u, 4);
+  return r;
+}
+
+static double mish_d(double z) { return z * tanh(log1p(exp(z))); }
+
+#define CUDA_OK(x) assert_int_equal((int)(x), (int)cudaSuccess)
+
+/* ---------------------------------------------------------------------------------------------
+ * kernels on random data */
+
+static int conv_case(int B, int N, int C, int G, int K, int add) {
+  const int cin = C / G;
+  const size_t nx = (size_t)B * N * C, nw = (size_t)C * K * cin;
+  float *x = malloc(nx * 4), *w = malloc(nw * 4), *bias = malloc((size_t)C * 4);
+  float *h0 = malloc(nx * 4), *ref = malloc(nx * 4), *got = malloc(nx * 4);
+  uint16_t *xb = malloc(nx * 2), *wb = malloc(nw * 2), *yb = malloc(nx * 2);
+  assert_true(x && w && bias && h0 && ref && got && xb && wb && yb);
+  const float ws = 1.0f / sqrtf((float)(K * cin));
+  for (size_t i = 0; i < nx; i++) {
+    x[i] = bf16_round(urand());
+    xb[i] = cosy_f32_to_bf16(x[i]);
+    h0[i] = urand();
+  }
+  for (size_t i = 0; i < nw; i++) {
+    w[i] = bf16_round(urand() * 2.0f * ws);
+    wb[i] = cosy_f32_to_bf16(w[i]);
+  }
+  for (int c = 0; c < C; c++) bias[c] = 0.1f * urand();
+  for (int b = 0; b < B; b++)
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < C; c++) {
+        int g = c / cin;
+        double acc = bias[c];
+        for (int k = 0; k < K; k++) {
+          int fr = n + k - (K - 1);
+          if (fr < 0) continue;
+          for (int i = 0; i < cin; i++)
+            acc += (double)x[((size_t)b * N + fr) * C + g * cin + i] *
+                   w[((size_t)c * K + k) * cin + i];
+        }
+        size_t e = ((size_t)b * N + n) * C + c;
+        ref[e] = (float)(mish_d(acc) + (add ? h0[e] : 0.0));
+      }
+  void *dx, *dw, *db, *dy;
+  CUDA_OK(cudaMalloc(&dx, nx * 2));
+  CUDA_OK(cudaMalloc(&dw, nw * 2));
+  CUDA_OK(cudaMalloc(&db, (size_t)C * 4));
+  CUDA_OK(cudaMalloc(&dy, nx * 4));
+  CUDA_OK(cudaMemcpy(dx, xb, nx * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dw, wb, nw * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db, bias, (size_t)C * 4, cudaMemcpyHostToDevice));
+  if (add) CUDA_OK(cudaMemcpy(dy, h0, nx * 4, cudaMemcpyHostToDevice));
+  else CUDA_OK(cudaMemset(dy, 0xFF, nx * 2)); /* NaN poison */
+  CUDA_OK(cosy_k_flow_conv_pos(0, (const cosy_bf16 *)dx, (const cosy_bf16 *)dw, (const float *)db,
+                               add ? NULL : (cosy_bf16 *)dy, add ? (float *)dy : NULL, B, N, C, G,
+                               K));
+  CUDA_OK(cudaDeviceSynchronize());
+  if (add) {
+    CUDA_OK(cudaMemcpy(got, dy, nx * 4, cudaMemcpyDeviceToHost));
+  } else {
+    CUDA_OK(cudaMemcpy(yb, dy, nx * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < nx; i++) {
+      uint32_t u = (uint32_t)yb[i] << 16;
+      memcpy(&got[i], &u, 4);
+    }
+  }
+  char name[96];
+  snprintf(name, sizeof name, "conv_pos C%d G%d K%d N%d %s", C, G, K, N, add ? "add" : "bf16");
+  int ok = report(name, got, ref, nx, add ? 1e-4 : 1e-2);
+  cudaFree(dx);
+  cudaFree(dw);
+  cudaFree(db);
+  cudaFree(dy);
+  free(x);
+  free(w);
+  free(bias);
+  free(h0);
+  free(ref);
+  free(got);
+  free(xb);
+  free(wb);
+  free(yb);
+  return ok;
+}
+
+static int resid_ln_case(int B, int N, int D, int shared_mod, int with_a) {
+  const size_t n = (size_t)B * N * D;
+  const int64_t mbs = shared_mod ? 0 : 6 * (int64_t)D;
+  const size_t nmod = (size_t)(shared_mod ? 1 : B) * 6 * D;
+  float *h = malloc(n * 4), *a = malloc(n * 4), *mod = malloc(nmod * 4);
+  float *ref_h = malloc(n * 4), *ref_y = malloc(n * 4), *got_h = malloc(n * 4),
+        *got_y = malloc(n * 4);
+  uint16_t *yb = malloc(n * 2);
+  for (size_t i = 0; i < n; i++) {
+    h[i] = 3.0f * urand() + 0.5f;
+    a[i] = urand();
+  }
+  for (size_t i = 0; i < nmod; i++) mod[i] = 0.5f * urand();
+  /* chunks: gate at 2D, scale at D, shift at 0; the a bias: chunk 3 of row 0 */
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < N; t++) {
+      const float *md = mod + (size_t)b * mbs;
+      size_t r = ((size_t)b * N + t) * D;
+      double s = 0, q = 0;
+      for (int d = 0; d < D; d++) {
+        ref_h[r + d] = with_a ? h[r + d] + md[2 * D + d] * (a[r + d] + mod[3 * D + d]) : h[r + d];
+        s += ref_h[r + d];
+      }
+      double mean = s / D;
+      for (int d = 0; d < D; d++) q += (ref_h[r + d] - mean) * (ref_h[r + d] - mean);
+      double rs = 1.0 / sqrt(q / D + 1e-6);
+      for (int d = 0; d < D; d++)
+        ref_y[r + d] = (float)((ref_h[r + d] - mean) * rs * (1.0 + md[D + d]) + md[d]);
+    }
+  void *dh, *da, *dm, *dy;
+  CUDA_OK(cudaMalloc(&dh, n * 4));
+  CUDA_OK(cudaMalloc(&da, n * 4));
+  CUDA_OK(cudaMalloc(&dm, nmod * 4));
+  CUDA_OK(cudaMalloc(&dy, n * 2));
+  CUDA_OK(cudaMemcpy(dh, h, n * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(da, a, n * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dm, mod, nmod * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dy, 0xFF, n * 2));
+  float *m0 = (float *)dm;
+  CUDA_OK(cosy_k_flow_resid_ln(0, (float *)dh, with_a ? (const float *)da : NULL,
+                               with_a ? m0 + 3 * D : NULL, m0 + 2 * D, m0 + D, m0, mbs,
+                               (cosy_bf16 *)dy, B, N, D, 1e-6f));
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(got_h, dh, n * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(yb, dy, n * 2, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)yb[i] << 16;
+    memcpy(&got_y[i], &u, 4);
+  }
+  char name[96];
+  snprintf(name, sizeof name, "resid_ln D%d %s%s: h", D, shared_mod ? "shared mod" : "row mod",
+           with_a ? " +res" : "");
+  int ok = report(name, got_h, ref_h, n, 1e-6);
+  snprintf(name, sizeof name, "resid_ln D%d %s%s: y", D, shared_mod ? "shared mod" : "row mod",
+           with_a ? " +res" : "");
+  ok &= report(name, got_y, ref_y, n, 1e-2);
+  cudaFree(dh);
+  cudaFree(da);
+  cudaFree(dm);
+  cudaFree(dy);
+  free(h);
+  free(a);
+  free(mod);
+  free(ref_h);
+  free(ref_y);
+  free(got_h);
+  free(got_y);
+  free(yb);
+  return ok;
+}
+
+static void test_kernels(void **state) {
+  fixture *fx = *state;
+  TU_REQUIRE(fx->g != NULL, "no CUDA device");
+  CUDA_OK(cudaSetDevice(fx->g->device));
+  int ok = 1;
+  ok &= conv_case(2, 130, 1024, 16, 31, 0); /* tensor-core path, 3 frame tiles, ragged end */
+  ok &= conv_case(2, 130, 1024, 16, 31, 1);
+  ok &= conv_case(1, 20, 1024, 16, 31, 0); /* fewer frames than taps */
+  ok &= conv_case(2, 70, 128, 16, 31, 0);  /* generic path (8 channels per group) */
+  ok &= conv_case(2, 70, 128, 16, 31, 1);
+  ok &= resid_ln_case(2, 9, 1024, 1, 1);
+  ok &= resid_ln_case(2, 9, 1024, 0, 1);
+  ok &= resid_ln_case(2, 5, 128, 0, 0);
+  assert_true(ok);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * estimator */
+
+static void test_estimator(void **state) {
+  fixture *fx = *state;
+  REQUIRE_FIXTURE(fx);
+  const int B = 2, N = 240;
+  size_t n = (size_t)B * 80 * N;
+  float *x = golden("golden/flow/a/est0_x_in.npy", n);
+  float *mu = golden("golden/flow/a/est0_mu_in.npy", n);
+  float *cond = golden("golden/flow/a/est0_cond_in.npy", n);
+  float *t = golden("golden/flow/a/est0_t_in.npy", 2);
+  float *spks = golden("golden/flow/a/est0_spks_in.npy", 2 * 80);
+  float *gold = golden("golden/flow/a/est0_out.npy", n);
+  float *ref = nan_buf(n), *out = nan_buf(n);
+  int ok = 1;
+  cosy_status st = gpu_flow_estimator(fx->gf, B, N, x, mu, t, spks, cond, 0, out);
+  if (st) print_message("gpu_flow_estimator: %s\n", cosy_last_error());
+  assert_int_equal(st, COSY_OK);
+  assert_int_equal(ref_flow_estimator(fx->rf, B, N, x, mu, t, spks, cond, 0, ref), COSY_OK);
+  ok &= report("estimator(a/est0_in) vs golden", out, gold, n, TOL);
+  ok &= report("estimator(a/est0_in) vs CPU ref", out, ref, n, TOL);
+  ok &= report("  (CPU ref vs golden, for scale)", ref, gold, n, 1e-4);
+  /* streaming mask, and a single row (odd batch) with a different t */
+  for (size_t i = 0; i < n; i++) out[i] = ref[i] = NAN;
+  assert_int_equal(gpu_flow_estimator(fx->gf, B, N, x, mu, t, spks, cond, 1, out), COSY_OK);
+  assert_int_equal(ref_flow_estimator(fx->rf, B, N, x, mu, t, spks, cond, 1, ref), COSY_OK);
+  ok &= report("estimator streaming vs CPU ref", out, ref, n, TOL);
+  float t1 = 0.61f;
+  assert_int_equal(gpu_flow_estimator(fx->gf, 1, N, x, mu, &t1, spks, cond, 1, out), COSY_OK);
+  assert_int_equal(ref_flow_estimator(fx->rf, 1, N, x, mu, &t1, spks, cond, 1, ref), COSY_OK);
+  ok &= report("estimator B=1 t=0.61 streaming vs CPU ref", out, ref, n / 2, TOL);
+  free(x);
+  free(mu);
+  free(cond);
+  free(t);
+  free(spks);
+  free(gold);
+  free(ref);
+  free(out);
+  assert_true(ok);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * full inference on the golden calls */
+
+static int flow_case(fixture *fx, const char *tag, int n_gen, int streaming, int finalize,
+                     const char *golden_mel) {
+  float *gm = NULL, *rm = NULL;
+  int gn = -1, rn = -2;
+  double t0 = cosy_now();
+  cosy_status st = gpu_flow_infer(fx->gf, fx->tokens, fx->n_prompt, n_gen, fx->prompt_feat,
+                                  2 * fx->n_prompt, fx->spk, streaming, finalize, NULL, &gm, &gn);
+  double t1 = cosy_now();
+  if (st) print_message("gpu_flow_infer: %s\n", cosy_last_error());
+  assert_int_equal(st, COSY_OK);
+  assert_int_equal(ref_flow_infer(fx->rf, fx->tokens, fx->n_prompt, n_gen, fx->prompt_feat,
+                                  2 * fx->n_prompt, fx->spk, streaming, finalize, NULL, &rm, &rn,
+                                  NULL),
+                   COSY_OK);
+  print_message("  FLOW(%s): %d frames out (GPU %.1f ms incl. graph capture, CPU %.2f s)\n", tag,
+                gn, (t1 - t0) * 1e3, cosy_now() - t1);
+  assert_int_equal(gn, rn);
+  size_t n = (size_t)80 * gn;
+  float *gold = golden(golden_mel, n);
+  char name[64];
+  snprintf(name, sizeof name, "FLOW(%s) mel vs golden", tag);
+  int ok = report(name, gm, gold, n, TOL);
+  snprintf(name, sizeof name, "FLOW(%s) mel vs CPU ref", tag);
+  ok &= report(name, gm, rm, n, TOL);
+  free(gold);
+  free(gm);
+  free(rm);
+  return ok;
+}
+
+static void test_flow_a(void **state) {
+  fixture *fx = *state;
+  REQUIRE_FIXTURE(fx);
+  assert_true(flow_case(fx, "a", fx->n_flow, 0, 1, "golden/flow/a/mel.npy"));
+}
+
+static void test_flow_b(void **state) {
+  fixture *fx = *state;
+  REQUIRE_FIXTURE(fx);
+  assert_true(flow_case(fx, "b", fx->n_flow, 1, 1, "golden/flow/b/mel.npy"));
+}
+
+static void test_flow_c(void **state) {
+  fixture *fx = *state;
+  REQUIRE_FIXTURE(fx);
+  assert_true(flow_case(fx, "c", 43, 1, 0, "golden/flow/c/mel.npy"));
+}
+
+/* graph replay == captured run == direct launches; alternating N uses the cache */
+static void test_graphs(void **state) {
+  fixture *fx = *state;
+  REQUIRE_FIXTURE(fx);
+  float *m[5] = {0};
+  int nf[5];
+  const int gen[5] = {60, 43, 60, 43, 60};
+  const int fin[5] = {1, 0, 1, 0, 1};
+  gpu_flow_set_graphs(fx->gf, 1);
+  for (int i = 0; i < 5; i++) {
+    if (i == 4) gpu_flow_set_graphs(fx->gf, 0);
+    cosy_status st = gpu_flow_infer(fx->gf, fx->tokens, fx->n_prompt, gen[i], fx->prompt_feat,
+                                    2 * fx->n_prompt, fx->spk, 1, fin[i], NULL, &m[i], &nf[i]);
+    if (st) print_message("gpu_flow_infer: %s\n", cosy_last_error());
+    assert_int_equal(st, COSY_OK);
+  }
+  gpu_flow_set_graphs(fx->gf, 1);
+  int ok = 1;
+  assert_int_equal(nf[0], nf[2]);
+  assert_int_equal(nf[1], nf[3]);
+  ok &= report("graph replay vs first call (N 240)", m[2], m[0], (size_t)80 * nf[0], 1e-6);
+  ok &= report("graph replay vs first call (N 200)", m[3], m[1], (size_t)80 * nf[1], 1e-6);
+  ok &= report("direct launches vs graph (N 240)", m[4], m[0], (size_t)80 * nf[0], 1e-6);
+  for (int i = 0; i < 5; i++) free(m[i]);
+  assert_true(ok);
+}
+
+static void test_invalid(void **state) {
+  fixture *fx = *state;
+  REQUIRE_FIXTURE(fx);
+  float *mel = (float *)1;
+  int nf = 7, P = fx->n_prompt;
+  const float *pm = fx->prompt_feat;
+  const float *sp = fx->spk;
+  const int32_t *tk = fx->tokens;
+  gpu_flow *f = fx->gf;
+#define INFER(tok, np, ng, pmel, npf, spk, fin) \
+  gpu_flow_infer(f, tok, np, ng, pmel, npf, spk, 0, fin, NULL, &mel, &nf)
+  assert_int_equal(INFER(tk, P, 5, pm, 2 * P - 2, sp, 1), COSY_ERR_INVALID_ARG); /* frames */
+  print_message("  e.g. \"%s\"\n", cosy_last_error());
+  assert_null(mel);
+  assert_int_equal(nf, 0);
+  assert_int_equal(INFER(tk, -1, 5, pm, 0, sp, 1), COSY_ERR_INVALID_ARG);
+  assert_int_equal(INFER(tk, P, -5, pm, 2 * P, sp, 1), COSY_ERR_INVALID_ARG);
+  assert_int_equal(INFER(tk, P, 2, pm, 2 * P, sp, 0), COSY_ERR_INVALID_ARG); /* < 3 lookahead */
+  assert_int_equal(INFER(tk, 0, 0, NULL, 0, sp, 1), COSY_ERR_INVALID_ARG);    /* nothing */
+  assert_int_equal(INFER(NULL, P, 5, pm, 2 * P, sp, 1), COSY_ERR_INVALID_ARG);
+  assert_int_equal(INFER(tk, P, 5, NULL, 2 * P, sp, 1), COSY_ERR_INVALID_ARG);
+  assert_int_equal(INFER(tk, P, 5, pm, 2 * P, NULL, 1), COSY_ERR_INVALID_ARG);
+  assert_int_equal(INFER(tk, P, 70, pm, 2 * P, sp, 1), COSY_ERR_INVALID_ARG); /* > max_frames */
+  print_message("  e.g. \"%s\"\n", cosy_last_error());
+  int32_t bad[4] = {1, 2, 6561, 4};
+  assert_int_equal(INFER(bad, 0, 4, NULL, 0, sp, 1), COSY_ERR_INVALID_ARG);
+  bad[2] = -1;
+  assert_int_equal(INFER(bad, 0, 4, NULL, 0, sp, 1), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_flow_infer(f, tk, P, 5, pm, 2 * P, sp, 0, 1, NULL, NULL, &nf),
+                   COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_flow_infer(NULL, tk, P, 5, pm, 2 * P, sp, 0, 1, NULL, &mel, &nf),
+                   COSY_ERR_INVALID_ARG);
+#undef INFER
+  /* cancellation before the steps, graphs on and off */
+  volatile int cancel = 1;
+  assert_int_equal(gpu_flow_infer(f, tk, 0, 4, NULL, 0, sp, 0, 1, &cancel, &mel, &nf),
+                   COSY_ERR_CANCELLED);
+  assert_null(mel);
+  gpu_flow_set_graphs(f, 0);
+  assert_int_equal(gpu_flow_infer(f, tk, 0, 4, NULL, 0, sp, 0, 1, &cancel, &mel, &nf),
+                   COSY_ERR_CANCELLED);
+  gpu_flow_set_graphs(f, 1);
+  /* tiny valid calls (vs the reference): no prompt, 4 tokens -> 8 frames; non-final with exactly
+   * 3 new tokens -> 0 frames */
+  float *rm = NULL;
+  int rn = 0;
+  assert_int_equal(gpu_flow_infer(f, tk, 0, 4, NULL, 0, sp, 1, 1, NULL, &mel, &nf), COSY_OK);
+  assert_int_equal(nf, 8);
+  assert_int_equal(ref_flow_infer(fx->rf, tk, 0, 4, NULL, 0, sp, 1, 1, NULL, &rm, &rn, NULL),
+                   COSY_OK);
+  int ok = report("tiny call (4 tokens, 8 frames) vs CPU ref", mel, rm, (size_t)80 * 8, TOL);
+  free(mel);
+  free(rm);
+  assert_int_equal(gpu_flow_infer(f, tk, 2, 3, pm, 4, sp, 1, 0, NULL, &mel, &nf), COSY_OK);
+  assert_int_equal(nf, 0);
+  assert_non_null(mel);
+  free(mel);
+
+  float x[80 * 4], t[1] = {0.5f}, o[80 * 4];
+  memset(x, 0, sizeof x);
+  assert_int_equal(gpu_flow_estimator(f, 0, 1, x, x, t, x, x, 0, o), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_flow_estimator(f, 1, 0, x, x, t, x, x, 0, o), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_flow_estimator(f, 1, MAX_FRAMES_SMALL + 1, x, x, t, x, x, 0, o),
+                   COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_flow_estimator(f, 1, 1, NULL, x, t, x, x, 0, o), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_flow_estimator(f, 1, 1, x, x, t, x, x, 0, o), COSY_OK);
+  assert_true(all_finite(o, 80));
+  gpu_flow *g2 = NULL;
+  assert_int_equal(gpu_flow_create(fx->g, fx->m, 0, &g2), COSY_ERR_INVALID_ARG);
+  assert_null(g2);
+  assert_int_equal(gpu_flow_create(fx->g, fx->m, 15001, &g2), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_flow_create(NULL, fx->m, 100, &g2), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_flow_create(fx->g, fx->m, 100, NULL), COSY_ERR_INVALID_ARG);
+  gpu_flow_free(NULL);
+  gpu_flow_set_graphs(NULL, 1);
+  assert_true(ok);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * full-size model: parity on a short call, W1 timing */
+
+typedef struct cpu_job {
+  const ref_flow *rf;
+  const int32_t *tokens;
+  int n_prompt, n_gen;
+  const float *pmel, *spk;
+  int est_N;
+  const float *ex, *emu, *et, *espk, *econd;
+  float *est_out;
+  float *mel;
+  int n_frames;
+  cosy_status st_est, st_inf;
+  double secs;
+} cpu_job;
+
+static void *cpu_worker(void *arg) {
+  cpu_job *j = arg;
+  double t0 = cosy_now();
+  j->st_est = ref_flow_estimator(j->rf, 2, j->est_N, j->ex, j->emu, j->et, j->espk, j->econd, 1,
+                                 j->est_out);
+  j->st_inf = ref_flow_infer(j->rf, j->tokens, j->n_prompt, j->n_gen, j->pmel, 2 * j->n_prompt,
+                             j->spk, 1, 0, NULL, &j->mel, &j->n_frames, NULL);
+  j->secs = cosy_now() - t0;
+  return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void test_full_model(void **state) {
+  fixture *fx = *state;
+  const char *path = getenv("COSY_FULL_MODEL");
+  TU_REQUIRE(path && *path, "COSY_FULL_MODEL not set");
+  TU_REQUIRE(fx->g != NULL, "no CUDA device");
+  cosy_model *m = NULL;
+  ref_flow *rf = NULL;
+  gpu_flow *gf = NULL;
+  double t0 = cosy_now();
+  assert_int_equal(cosy_model_load(path, &m), COSY_OK);
+  cosy_status st = gpu_flow_create(fx->g, m, MAX_FRAMES_FULL, &gf);
+  if (st) print_message("gpu_flow_create: %s\n", cosy_last_error());
+  assert_int_equal(st, COSY_OK);
+  double t1 = cosy_now();
+  assert_int_equal(ref_flow_create(m, &rf), COSY_OK);
+  print_message("  full model: gpu_flow_create %.2f s, ref_flow_create %.2f s, GPU memory used "
+                "by the engine %.0f MiB\n",
+                t1 - t0, cosy_now() - t1, (double)fx->g->used / 1048576.0);
+
+  /* inputs: random tokens, smooth random prompt mel, random speaker */
+  enum { PW = 87, PMAX = 200 };
+  int32_t tok[PW + 200];
+  for (int i = 0; i < PW + 200; i++) tok[i] = (int32_t)((urand() + 1.0f) * 3280.0f) % 6561;
+  float *pmel = malloc((size_t)2 * PW * 80 * sizeof(float));
+  for (int n = 0; n < 2 * PW; n++)
+    for (int c = 0; c < 80; c++)
+      pmel[n * 80 + c] = -5.0f + 2.0f * sinf(0.05f * n + 0.13f * c) + 0.8f * cosf(0.011f * n * c) +
+                         0.2f * urand();
+  float spk[192];
+  for (int i = 0; i < 192; i++) spk[i] = urand();
+
+  /* CPU reference jobs in a second thread: estimator (B 2, N 90, streaming) and a short call */
+  const int EN = 90, SP = 20, SG = 28;
+  size_t en = (size_t)2 * 80 * EN;
+  float *ex = malloc(en * 4), *emu = malloc(en * 4), *econd = malloc(en * 4), espk[160];
+  float et[2] = {0.35f, 0.35f};
+  for (size_t i = 0; i < en; i++) {
+    int row = (int)(i / ((size_t)80 * EN));
+    size_t ci = i % ((size_t)80 * EN);
+    int c = (int)(ci / EN), n = (int)(ci % EN);
+    ex[i] = urand() * 1.5f;
+    emu[i] = row ? 0.0f : 0.7f * sinf(0.2f * n + c) + 0.3f * urand();
+    econd[i] = (row || n >= 40) ? 0.0f : pmel[n * 80 + c];
+  }
+  for (int i = 0; i < 160; i++) espk[i] = i < 80 ? 2.0f * urand() : 0.0f;
+  cpu_job job = {.rf = rf, .tokens = tok, .n_prompt = SP, .n_gen = SG, .pmel = pmel, .spk = spk,
+                 .est_N = EN, .ex = ex, .emu = emu, .et = et, .espk = espk, .econd = econd};
+  job.est_out = nan_buf(en);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, cpu_worker, &job), 0);
+
+  /* GPU: the same two computations */
+  float *gest = nan_buf(en);
+  st = gpu_flow_estimator(gf, 2, EN, ex, emu, et, espk, econd, 1, gest);
+  if (st) print_message("gpu_flow_estimator: %s\n", cosy_last_error());
+  assert_int_equal(st, COSY_OK);
+  float *gmel = NULL;
+  int gn = 0;
+  st = gpu_flow_infer(gf, tok, SP, SG, pmel, 2 * SP, spk, 1, 0, NULL, &gmel, &gn);
+  if (st) print_message("gpu_flow_infer: %s\n", cosy_last_error());
+  assert_int_equal(st, COSY_OK);
+
+  /* timing: W1 first chunk, 87 prompt tokens, streaming, non-final */
+  const int Ns[3] = {250, 350, 500};
+  for (int k = 0; k < 3; k++) {
+    const int N = Ns[k], ng = N / 2 - PW + 3;
+    float *mel = NULL;
+    int nf = 0;
+    double c0 = cosy_now();
+    st = gpu_flow_infer(gf, tok, PW, ng, pmel, 2 * PW, spk, 1, 0, NULL, &mel, &nf);
+    double cold = cosy_now() - c0;
+    if (st) print_message("gpu_flow_infer: %s\n", cosy_last_error());
+    assert_int_equal(st, COSY_OK);
+    assert_int_equal(nf, N - 2 * PW);
+    int fin = all_finite(mel, (size_t)80 * nf);
+    free(mel);
+    assert_true(fin);
+    double ts[5];
+    for (int r = 0; r < 5; r++) {
+      c0 = cosy_now();
+      st = gpu_flow_infer(gf, tok, PW, ng, pmel, 2 * PW, spk, 1, 0, NULL, &mel, &nf);
+      ts[r] = cosy_now() - c0;
+      assert_int_equal(st, COSY_OK);
+      free(mel);
+    }
+    qsort(ts, 5, sizeof ts[0], cmp_double);
+    double flop = 20.0 * ((double)N * 378.0e6 + 90112.0 * (double)N * N + 0.284e9);
+    double eager = 0;
+    if (k == 0) { /* the same call with direct launches, for comparison */
+      gpu_flow_set_graphs(gf, 0);
+      double e3[3];
+      for (int r = 0; r < 3; r++) {
+        c0 = cosy_now();
+        st = gpu_flow_infer(gf, tok, PW, ng, pmel, 2 * PW, spk, 1, 0, NULL, &mel, &nf);
+        e3[r] = cosy_now() - c0;
+        assert_int_equal(st, COSY_OK);
+        free(mel);
+      }
+      qsort(e3, 3, sizeof e3[0], cmp_double);
+      eager = e3[1];
+      gpu_flow_set_graphs(gf, 1);
+    }
+    print_message("  TIMING flow W1 chunk N=%d (%d prompt + %d tokens, streaming): median %.2f ms "
+                  "(min %.2f, max %.2f) = %.0f TFLOP/s of %.2f TFLOP; first call (graph capture) "
+                  "%.1f ms%s",
+                  N, PW, ng, ts[2] * 1e3, ts[0] * 1e3, ts[4] * 1e3, flop / ts[2] / 1e12, flop / 1e12,
+                  cold * 1e3, eager > 0 ? "" : "\n");
+    if (eager > 0) print_message("; without graphs %.2f ms\n", eager * 1e3);
+  }
+
+  assert_int_equal(pthread_join(th, NULL), 0);
+  print_message("  (CPU reference jobs: %.1f s)\n", job.secs);
+  assert_int_equal(job.st_est, COSY_OK);
+  assert_int_equal(job.st_inf, COSY_OK);
+  int ok = report("full: estimator B2 N90 streaming vs CPU", gest, job.est_out, en, TOL);
+  assert_int_equal(gn, job.n_frames);
+  ok &= report("full: infer 20+28 tok (N 90) vs CPU", gmel, job.mel, (size_t)80 * gn, TOL);
+  {
+    /* the same without the mel offset: error relative to the deviation from the mean */
+    size_t n = (size_t)80 * gn;
+    double mean = 0;
+    for (size_t i = 0; i < n; i++) mean += job.mel[i];
+    mean /= (double)n;
+    float *a = malloc(n * 4), *b = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+      a[i] = (float)(gmel[i] - mean);
+      b[i] = (float)(job.mel[i] - mean);
+    }
+    report("  (same, mean removed: information)", a, b, n, 1.0);
+    free(a);
+    free(b);
+  }
+  free(job.mel);
+  free(job.est_out);
+  free(gest);
+  free(gmel);
+  free(ex);
+  free(emu);
+  free(econd);
+  free(pmel);
+  gpu_flow_free(gf);
+  ref_flow_free(rf);
+  cosy_model_free(m);
+  assert_true(ok);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_kernels),   cmocka_unit_test(test_estimator),
+      cmocka_unit_test(test_flow_a),    cmocka_unit_test(test_flow_b),
+      cmocka_unit_test(test_flow_c),    cmocka_unit_test(test_graphs),
+      cmocka_unit_test(test_invalid),   cmocka_unit_test(test_full_model),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
+
+#endif /* COSY_WITH_CUDA */

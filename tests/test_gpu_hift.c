@@ -1,0 +1,973 @@
+/* test_gpu_hift.c - the GPU HiFT vocoder (lib/gpu/hift.c, kernels/conv.cu, stft.cu, source.cu)
+ * against plain CPU loops, the CPU reference (lib/ref/hift.c) and the golden data.
+ *
+ * Kernels, on fresh random data (fixed seeds, never zeros; outputs poisoned with NaN first; every
+ * element inside the output must be written and every element outside left alone):
+ *   conv (cosy_k_hift_conv) vs a CPU double loop, in TF32 and 3xTF32, for every mode the vocoder
+ *     uses: dilation, left padding, stride (source downs k30/s15, k6/s3, k1), nearest upsampling,
+ *     ReflectionPad1d((1,0)), right look-ahead (zeros or context, columns past the valid length
+ *     must not be read), Snake / leaky / mean-of-3 pre-activations, one and two residuals,
+ *     co not a multiple of 64, a grouped launch of three convs.
+ *     Tolerances (relative L2): TF32 2e-3 (operands rounded to 10 mantissa bits: ~3e-4 measured),
+ *     3xTF32 3e-5 (fp32 level: 2e-7 .. 1e-5 measured, the largest for k16 x 96 channels).
+ *   conv64 (F0 predictor, fp64) vs a CPU double loop: 1e-12.
+ *   STFT vs ref_hift_stft: 1e-6 (the same fp64 operations: bit-identical expected, the count of
+ *     differing values is printed); STFT -> raw iSTFT round trip: 1e-6; iSTFT head + clamp vs a
+ *     CPU double loop written like the reference: 1e-5.
+ *   default noise (cosy_k_hift_noise) vs ref_hift_default_noise: bit-identical (memcmp).
+ *   source (gpu_hift_source, default and injected noise) vs ref_hift_source on random f0 with
+ *     voiced and unvoiced frames: 1e-6 (bit-identical expected; mismatches are counted).
+ * Small golden model (tu_small_model(), ../shared/golden/hift):
+ *   f0 final/non-final vs golden f0 and f0_f64: 1e-3; and vs ref_hift_f0 (printed).
+ *   source with the golden rand_ini/sine_waves injected vs golden s: 1e-2.
+ *   decode from golden final/s and nonfinal/s vs golden wav: 2e-2 (both precisions printed; the
+ *     default precision is asserted), and vs ref_hift_decode (printed).
+ *   end-to-end infer (default noise) vs ref_hift_infer: printed only (phase sensitive); lengths,
+ *     finiteness and the +-0.99 clamp are asserted.
+ *   argument checks and cancellation.
+ * COSY_FULL_MODEL=path (the full-size model): decode parity vs ref_hift_decode at T = 20, final
+ * and non-final (2e-2), f0/source/infer vs the CPU reference (printed), and timing of
+ * gpu_hift_infer at T = 100 non-final (the first W1 chunk) and T = 224 final (4.5 s of audio):
+ * median of 15 runs after 3 warm-ups, CUDA events on the stream and host wall time, for both
+ * conv precisions.
+ * Without a CUDA device (or built without CUDA) everything skips; on a device a wrong result
+ * fails. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model.h"
+#include "ref/hift.h"
+#include "testutil.h"
+#include "util.h"
+
+#ifndef COSY_WITH_CUDA
+
+static void test_skip(void **state) {
+  (void)state;
+  print_message("SKIP: built without CUDA\n");
+  skip();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_skip)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else /* COSY_WITH_CUDA */
+
+#include <cuda_runtime_api.h>
+
+#include "gpu/gpu.h"
+#include "gpu/hift.h"
+#include "kernels_hift.h"
+
+#define T_NONFINAL 32
+#define MAX_FRAMES_SMALL 64
+#define TOL_TF32 2e-3
+#define TOL_3X 3e-5
+
+typedef struct fixture {
+  int have_dev;
+  cosy_gpu *g;
+  cosy_model *m;
+  ref_hift *ref;
+  gpu_hift *h;
+  float *mel;
+  int T;
+  float *mel_nf;
+  float *rand_ini, *sine_waves;
+  int64_t n_rows;
+  int nh;
+} fixture;
+
+/* ---- helpers ------------------------------------------------------------------------------------ */
+
+static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
+static void rng_seed(uint64_t s) { rng_s = s * 0x9E3779B97F4A7C15ull + 12345; }
+static double urand(void) { /* [0, 1) */
+  rng_s ^= rng_s << 13, rng_s ^= rng_s >> 7, rng_s ^= rng_s << 17;
+  return (double)(rng_s >> 11) * (1.0 / 9007199254740992.0);
+}
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
+static void fill(float *p, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi);
+}
+
+#define CU(call)                                                                    \
+  do {                                                                              \
+    cudaError_t e_ = (call);                                                        \
+    if (e_ != cudaSuccess) {                                                        \
+      print_message("CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, \
+                    __LINE__, #call);                                               \
+      fail();                                                                       \
+    }                                                                               \
+  } while (0)
+
+static void *dev_upload(const void *host, size_t bytes) {
+  void *d = NULL;
+  if (cudaMalloc(&d, bytes ? bytes : 4) != cudaSuccess) return NULL;
+  if (bytes && cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+    cudaFree(d);
+    return NULL;
+  }
+  return d;
+}
+static float *dev_nan(size_t n) { /* poisoned with 0xFF bytes (NaN) */
+  void *d = NULL;
+  if (cudaMalloc(&d, n * sizeof(float) + 4) != cudaSuccess) return NULL;
+  cudaMemset(d, 0xFF, n * sizeof(float) + 4);
+  cudaDeviceSynchronize(); /* the library's stream does not wait for the legacy stream */
+  return (float *)d;
+}
+
+static int check_line(const char *what, double err, double tol) {
+  const int ok = err <= tol; /* NaN fails */
+  print_message("%-52s rel L2 %.3e  tol %.0e  %s\n", what, err, tol, ok ? "PASS" : "FAIL");
+  return ok;
+}
+
+static double rel_l2_d(const float *a, const double *ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - ref[i];
+    num += d * d, den += ref[i] * ref[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static size_t count_diff(const float *a, const float *b, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++) c += memcmp(a + i, b + i, sizeof(float)) != 0;
+  return c;
+}
+
+static int all_finite(const float *a, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(a[i])) return 0;
+  return 1;
+}
+
+static float *load(const char *rel, int64_t want) {
+  int nd;
+  int64_t sh[8];
+  float *p = tu_npy_f32(tu_shared(rel), &nd, sh);
+  if (p && want >= 0 && tu_numel(nd, sh) != want) {
+    fprintf(stderr, "%s: %lld elements, expected %lld\n", rel, (long long)tu_numel(nd, sh),
+            (long long)want);
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* ---- fixture ------------------------------------------------------------------------------------ */
+
+static int setup(void **state) {
+  fixture *fx = calloc(1, sizeof *fx);
+  *state = fx;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return 0; /* no device: everything skips */
+  }
+  fx->have_dev = 1;
+  if (cosy_gpu_create(0, 0.5f, &fx->g) != COSY_OK) {
+    fprintf(stderr, "cosy_gpu_create failed: %s\n", cosy_last_error());
+    return -1;
+  }
+  const char *model = tu_small_model();
+  if (!model || !tu_shared_dir()) return 0;
+  if (cosy_model_load(model, &fx->m) != COSY_OK || ref_hift_create(fx->m, &fx->ref) != COSY_OK ||
+      gpu_hift_create(fx->g, fx->m, MAX_FRAMES_SMALL, &fx->h) != COSY_OK) {
+    fprintf(stderr, "small model setup failed: %s\n", cosy_last_error());
+    return -1;
+  }
+  fx->nh = fx->m->hp.nb_harmonics + 1;
+  int nd;
+  int64_t sh[8];
+  fx->mel = tu_npy_f32(tu_shared("golden/hift/mel_in.npy"), &nd, sh);
+  if (!fx->mel || nd != 2 || sh[0] != 80) return -1;
+  fx->T = (int)sh[1];
+  fx->mel_nf = malloc(sizeof(float) * 80 * T_NONFINAL);
+  for (int c = 0; c < 80; c++)
+    memcpy(fx->mel_nf + c * T_NONFINAL, fx->mel + (size_t)c * fx->T, sizeof(float) * T_NONFINAL);
+  fx->rand_ini = load("golden/hift/rand_ini.npy", fx->nh);
+  fx->sine_waves = tu_npy_f32(tu_shared("golden/hift/sine_waves.npy"), &nd, sh);
+  if (!fx->rand_ini || !fx->sine_waves || nd != 2 || sh[1] != fx->nh) return -1;
+  fx->n_rows = sh[0];
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *fx = *state;
+  gpu_hift_free(fx->h);
+  ref_hift_free(fx->ref);
+  cosy_model_free(fx->m);
+  cosy_gpu_free(fx->g);
+  free(fx->mel), free(fx->mel_nf), free(fx->rand_ini), free(fx->sine_waves);
+  free(fx);
+  return 0;
+}
+
+#define NEED_DEV(fx) TU_REQUIRE((fx)->have_dev, "no CUDA device")
+#define NEED_MODEL(fx) \
+  TU_REQUIRE((fx)->h, "no CUDA device, golden data or test model (make build/test/small-f32.gguf)")
+
+/* ---- conv kernel vs CPU ------------------------------------------------------------------------- */
+
+typedef struct conv_case {
+  const char *name;
+  int ci, co, k, dil, stride, pad, up, act, reflect, len_in, ld_extra, n_out, res, res2;
+} conv_case;
+
+static float act_host(int act, float v, float m2, float m3, float slope, float a) {
+  switch (act) {
+    case COSY_HACT_LEAKY:
+      return v > 0 ? v : v * slope;
+    case COSY_HACT_SNAKE: {
+      float sv = sinf(v * a);
+      return v + (1.0f / (a + 1e-9f)) * (sv * sv);
+    }
+    case COSY_HACT_MEAN3_LEAKY: {
+      float m = ((v + m2) + m3) / 3.0f;
+      return m > 0 ? m : m * slope;
+    }
+    default:
+      return v;
+  }
+}
+
+/* the conv of kernels_hift.h in double, from host arrays (w [co][ci][k]) */
+static void cpu_conv(const conv_case *cc, const float *in, const float *in2, const float *in3,
+                     int ld_in, float slope, const float *alpha, const float *w, const float *b,
+                     const float *res, const float *res2, double *out) {
+  const long Lu = (long)cc->len_in * cc->up;
+  for (int o = 0; o < cc->co; o++)
+    for (int t = 0; t < cc->n_out; t++) {
+      long p = cc->reflect ? (t == 0 ? 1 : t - 1) : t;
+      double acc = b[o];
+      for (int i = 0; i < cc->ci; i++)
+        for (int j = 0; j < cc->k; j++) {
+          long u = p * cc->stride + (long)j * cc->dil - cc->pad;
+          if (u < 0 || u >= Lu) continue;
+          size_t off = (size_t)i * ld_in + (size_t)(u / cc->up);
+          float x = act_host(cc->act, in[off], in2 ? in2[off] : 0, in3 ? in3[off] : 0, slope,
+                             alpha ? alpha[i] : 1.0f);
+          acc += (double)w[((size_t)o * cc->ci + i) * cc->k + j] * x;
+        }
+      if (res) acc += res[(size_t)o * cc->n_out + t];
+      if (res2) acc += res2[(size_t)o * cc->n_out + t];
+      out[(size_t)o * cc->n_out + t] = acc;
+    }
+}
+
+typedef struct conv_run {
+  float *in, *in2, *in3, *alpha, *w, *b, *res, *res2, *wp; /* host */
+  float *d_in, *d_in2, *d_in3, *d_alpha, *d_wp, *d_b, *d_res, *d_res2, *d_out;
+  int ld_in, ld_out, co_rows, co_pad, ci_pad;
+  double *ref;
+  cosy_hift_conv desc;
+} conv_run;
+
+static void conv_prepare(const conv_case *cc, conv_run *r) {
+  memset(r, 0, sizeof *r);
+  r->ld_in = cc->len_in + cc->ld_extra;
+  const size_t nin = (size_t)cc->ci * r->ld_in;
+  r->in = malloc(nin * sizeof(float));
+  fill(r->in, nin, -2.0f, 2.0f);
+  /* columns past the valid length: huge values, which must never be read */
+  for (int i = 0; i < cc->ci; i++)
+    for (int t = cc->len_in; t < r->ld_in; t++) r->in[(size_t)i * r->ld_in + t] = 1e30f;
+  if (cc->act == COSY_HACT_MEAN3_LEAKY) {
+    r->in2 = malloc(nin * sizeof(float)), r->in3 = malloc(nin * sizeof(float));
+    fill(r->in2, nin, -2.0f, 2.0f), fill(r->in3, nin, -2.0f, 2.0f);
+  }
+  if (cc->act == COSY_HACT_SNAKE) {
+    r->alpha = malloc(cc->ci * sizeof(float));
+    fill(r->alpha, cc->ci, 0.5f, 1.5f);
+  }
+  const size_t nw = (size_t)cc->co * cc->ci * cc->k;
+  r->w = malloc(nw * sizeof(float));
+  const float sc = 1.0f / sqrtf((float)(cc->ci * cc->k));
+  fill(r->w, nw, -sc, sc);
+  r->b = malloc(cc->co * sizeof(float));
+  fill(r->b, cc->co, -0.1f, 0.1f);
+  const size_t no = (size_t)cc->co * cc->n_out;
+  if (cc->res) r->res = malloc(no * sizeof(float)), fill(r->res, no, -1.0f, 1.0f);
+  if (cc->res2) r->res2 = malloc(no * sizeof(float)), fill(r->res2, no, -1.0f, 1.0f);
+  r->co_pad = cosy_hift_conv_pad(cc->co, COSY_HCONV_BM);
+  r->ci_pad = cosy_hift_conv_pad(cc->ci, COSY_HCONV_CK);
+  r->wp = malloc((size_t)cc->k * r->co_pad * r->ci_pad * sizeof(float));
+  cosy_hift_conv_pack(r->w, cc->co, cc->ci, cc->k, r->wp);
+  r->ref = malloc(no * sizeof(double));
+  cpu_conv(cc, r->in, r->in2, r->in3, r->ld_in, 0.1f, r->alpha, r->w, r->b, r->res, r->res2,
+           r->ref);
+  /* device copies; the output has 3 extra rows and 5 extra columns that must stay NaN */
+  r->d_in = dev_upload(r->in, nin * sizeof(float));
+  if (r->in2) r->d_in2 = dev_upload(r->in2, nin * 4), r->d_in3 = dev_upload(r->in3, nin * 4);
+  if (r->alpha) r->d_alpha = dev_upload(r->alpha, cc->ci * sizeof(float));
+  r->d_wp = dev_upload(r->wp, (size_t)cc->k * r->co_pad * r->ci_pad * sizeof(float));
+  r->d_b = dev_upload(r->b, cc->co * sizeof(float));
+  if (r->res) r->d_res = dev_upload(r->res, no * sizeof(float));
+  if (r->res2) r->d_res2 = dev_upload(r->res2, no * sizeof(float));
+  r->ld_out = cc->n_out + 5, r->co_rows = cc->co + 3;
+  r->d_out = dev_nan((size_t)r->co_rows * r->ld_out);
+  cosy_hift_conv *c = &r->desc;
+  memset(c, 0, sizeof *c);
+  c->in = r->d_in, c->in2 = r->d_in2, c->in3 = r->d_in3, c->ld_in = r->ld_in;
+  c->len_in = cc->len_in, c->ci = cc->ci, c->up = cc->up, c->act = cc->act, c->slope = 0.1f;
+  c->alpha = r->d_alpha, c->wp = r->d_wp, c->bias = r->d_b, c->co = cc->co;
+  c->co_pad = r->co_pad, c->ci_pad = r->ci_pad, c->k = cc->k, c->dil = cc->dil;
+  c->stride = cc->stride, c->pad_left = cc->pad, c->reflect = cc->reflect;
+  c->out = r->d_out, c->ld_out = r->ld_out, c->n_out = cc->n_out;
+  c->res = r->d_res, c->ld_res = cc->n_out, c->res2 = r->d_res2, c->ld_res2 = cc->n_out;
+}
+
+static void conv_release(conv_run *r) {
+  free(r->in), free(r->in2), free(r->in3), free(r->alpha), free(r->w), free(r->b), free(r->res);
+  free(r->res2), free(r->wp), free(r->ref);
+  cudaFree(r->d_in), cudaFree(r->d_in2), cudaFree(r->d_in3), cudaFree(r->d_alpha);
+  cudaFree(r->d_wp), cudaFree(r->d_b), cudaFree(r->d_res), cudaFree(r->d_res2), cudaFree(r->d_out);
+}
+
+/* download, check written/untouched regions, return the relative error */
+static double conv_check(const conv_case *cc, conv_run *r, int *layout_ok) {
+  const size_t nall = (size_t)r->co_rows * r->ld_out;
+  float *o = malloc(nall * sizeof(float));
+  cudaMemcpy(o, r->d_out, nall * sizeof(float), cudaMemcpyDeviceToHost);
+  float *packed = malloc((size_t)cc->co * cc->n_out * sizeof(float));
+  int ok = 1;
+  for (int c = 0; c < r->co_rows; c++)
+    for (int t = 0; t < r->ld_out; t++) {
+      float v = o[(size_t)c * r->ld_out + t];
+      if (c < cc->co && t < cc->n_out) {
+        if (!isfinite(v)) ok = 0;
+        packed[(size_t)c * cc->n_out + t] = v;
+      } else if (!isnan(v)) ok = 0; /* outside: must stay poisoned */
+    }
+  double e = rel_l2_d(packed, r->ref, (size_t)cc->co * cc->n_out);
+  free(o), free(packed);
+  *layout_ok = ok;
+  return e;
+}
+
+static void test_kernel_conv(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  const conv_case cases[] = {
+      /* name                          ci  co  k  dil s  pad up act                   refl len ldx  n   res res2 */
+      {"k3 d1 snake +res", 64, 64, 3, 1, 1, 2, 1, COSY_HACT_SNAKE, 0, 300, 0, 300, 1, 0},
+      {"k7 d5 snake +res +res2 co40", 72, 40, 7, 5, 1, 30, 1, COSY_HACT_SNAKE, 0, 517, 0, 517, 1, 1},
+      {"k11 d3 ci24 co130", 24, 130, 11, 3, 1, 30, 1, COSY_HACT_NONE, 0, 200, 0, 200, 0, 0},
+      {"down k30 s15 pad14", 18, 96, 30, 1, 15, 14, 1, COSY_HACT_NONE, 0, 361, 0, 24, 0, 0},
+      {"down k6 s3 pad2", 18, 64, 6, 1, 3, 2, 1, COSY_HACT_NONE, 0, 361, 0, 120, 0, 0},
+      {"down k1", 18, 64, 1, 1, 1, 0, 1, COSY_HACT_NONE, 0, 361, 0, 361, 0, 0},
+      {"up x8 k16 leaky", 96, 48, 16, 1, 1, 15, 8, COSY_HACT_LEAKY, 0, 37, 0, 296, 0, 0},
+      {"up x5 k11 mean3-leaky", 64, 64, 11, 1, 1, 10, 5, COSY_HACT_MEAN3_LEAKY, 0, 41, 3, 205, 0, 0},
+      {"up x3 k7 reflect mean3-leaky +res", 32, 64, 7, 1, 1, 6, 3, COSY_HACT_MEAN3_LEAKY, 1, 50, 0,
+       151, 1, 0},
+      {"k5 right zeros (conv_pre final)", 80, 128, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 30, 3, 30, 0, 0},
+      {"k5 right context (conv_pre non-final)", 80, 128, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 34, 0, 30,
+       0, 0},
+      {"k7 mean3-leaky 0.1 (conv_post-like) co18", 64, 18, 7, 1, 1, 6, 1, COSY_HACT_MEAN3_LEAKY, 0,
+       777, 0, 777, 0, 0},
+      {"k11 d5 snake long (stage 2)", 64, 64, 11, 5, 1, 50, 1, COSY_HACT_SNAKE, 0, 5000, 0, 5000, 1,
+       0},
+  };
+  const int nc = (int)(sizeof cases / sizeof cases[0]);
+  int all_ok = 1;
+  rng_seed(101);
+  for (int i = 0; i < nc; i++) {
+    conv_run r;
+    conv_prepare(&cases[i], &r);
+    assert_non_null(r.d_out);
+    for (int prec = 0; prec < 2; prec++) {
+      CU(cudaMemset(r.d_out, 0xFF, (size_t)r.co_rows * r.ld_out * sizeof(float)));
+      CU(cudaDeviceSynchronize());
+      CU(cosy_k_hift_conv(fx->g->stream, &r.desc, 1, prec));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      int lay = 0;
+      double e = conv_check(&cases[i], &r, &lay);
+      char name[128];
+      snprintf(name, sizeof name, "conv %s [%s]%s", cases[i].name, prec ? "3xTF32" : "TF32",
+               lay ? "" : " LAYOUT");
+      all_ok &= check_line(name, e, prec ? TOL_3X : TOL_TF32) && lay;
+    }
+    conv_release(&r);
+  }
+  /* a grouped launch: three resblock convs (k 3, 7, 11, dilation 3) in one call */
+  {
+    conv_case g3[3] = {
+        {"g k3", 64, 64, 3, 3, 1, 6, 1, COSY_HACT_SNAKE, 0, 1000, 0, 1000, 1, 0},
+        {"g k7", 64, 64, 7, 3, 1, 18, 1, COSY_HACT_SNAKE, 0, 1000, 0, 1000, 1, 0},
+        {"g k11", 64, 64, 11, 3, 1, 30, 1, COSY_HACT_SNAKE, 0, 1000, 0, 1000, 1, 0},
+    };
+    conv_run r[3];
+    cosy_hift_conv d[3];
+    for (int i = 0; i < 3; i++) conv_prepare(&g3[i], &r[i]), d[i] = r[i].desc;
+    for (int prec = 0; prec < 2; prec++) {
+      for (int i = 0; i < 3; i++)
+        CU(cudaMemset(r[i].d_out, 0xFF, (size_t)r[i].co_rows * r[i].ld_out * sizeof(float)));
+      CU(cudaDeviceSynchronize());
+      CU(cosy_k_hift_conv(fx->g->stream, d, 3, prec));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      for (int i = 0; i < 3; i++) {
+        int lay = 0;
+        double e = conv_check(&g3[i], &r[i], &lay);
+        char name[128];
+        snprintf(name, sizeof name, "conv grouped %s [%s]%s", g3[i].name, prec ? "3xTF32" : "TF32",
+                 lay ? "" : " LAYOUT");
+        all_ok &= check_line(name, e, prec ? TOL_3X : TOL_TF32) && lay;
+      }
+    }
+    for (int i = 0; i < 3; i++) conv_release(&r[i]);
+  }
+  /* invalid arguments are refused */
+  {
+    cosy_hift_conv bad;
+    memset(&bad, 0, sizeof bad);
+    assert_int_equal(cosy_k_hift_conv(fx->g->stream, &bad, 1, 0), cudaErrorInvalidValue);
+    assert_int_equal(cosy_k_hift_conv(fx->g->stream, NULL, 1, 0), cudaErrorInvalidValue);
+    cudaGetLastError();
+  }
+  assert_true(all_ok);
+}
+
+/* ---- fp64 conv ------------------------------------------------------------------------------------ */
+
+static void test_kernel_conv64(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  rng_seed(202);
+  const struct {
+    int ci, co, k, pad, len, n, f32in;
+  } cs[] = {{80, 96, 4, 0, 50, 47, 1}, {80, 96, 4, 0, 50, 50, 1}, {96, 70, 3, 2, 61, 61, 0}};
+  int ok = 1;
+  for (int q = 0; q < 3; q++) {
+    const int ci = cs[q].ci, co = cs[q].co, k = cs[q].k, P = cs[q].pad, len = cs[q].len,
+              n = cs[q].n;
+    float *inf = malloc(sizeof(float) * ci * len);
+    double *ind = malloc(sizeof(double) * ci * len);
+    float *w = malloc(sizeof(float) * co * ci * k), *b = malloc(sizeof(float) * co);
+    fill(inf, (size_t)ci * len, -3, 3);
+    for (int i = 0; i < ci * len; i++) ind[i] = inf[i] + 1e-9 * (i % 7); /* not fp32-exact */
+    fill(w, (size_t)co * ci * k, -0.2f, 0.2f), fill(b, co, -0.5f, 0.5f);
+    double *ref = malloc(sizeof(double) * co * n), *got = malloc(sizeof(double) * co * n);
+    for (int o = 0; o < co; o++)
+      for (int t = 0; t < n; t++) {
+        double acc = b[o];
+        for (int i = 0; i < ci; i++)
+          for (int j = 0; j < k; j++) {
+            int u = t + j - P;
+            if (u < 0 || u >= len) continue;
+            acc += (double)w[((size_t)o * ci + i) * k + j] *
+                   (cs[q].f32in ? (double)inf[i * len + u] : ind[i * len + u]);
+          }
+        ref[o * n + t] = acc > 0 ? acc : expm1(acc);
+      }
+    void *d_in = cs[q].f32in ? dev_upload(inf, sizeof(float) * ci * len)
+                             : dev_upload(ind, sizeof(double) * ci * len);
+    float *d_w = dev_upload(w, sizeof(float) * co * ci * k), *d_b = dev_upload(b, 4 * co);
+    double *d_out = NULL;
+    CU(cudaMalloc((void **)&d_out, sizeof(double) * co * n));
+    CU(cudaMemset(d_out, 0xFF, sizeof(double) * co * n));
+    CU(cudaDeviceSynchronize());
+    CU(cosy_k_hift_conv64(fx->g->stream, cs[q].f32in ? (const float *)d_in : NULL,
+                          cs[q].f32in ? NULL : (const double *)d_in, len, len, ci, d_w, d_b, co,
+                          k, P, d_out, n, n));
+    CU(cudaStreamSynchronize(fx->g->stream));
+    CU(cudaMemcpy(got, d_out, sizeof(double) * co * n, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (int i = 0; i < co * n; i++) num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
+    char name[96];
+    snprintf(name, sizeof name, "conv64 ci%d co%d k%d pad%d %s", ci, co, k, P,
+             cs[q].f32in ? "fp32 in" : "fp64 in");
+    ok &= check_line(name, sqrt(num / den), 1e-12);
+    /* classifier on the same output */
+    if (q == 2) {
+      float *cw = malloc(sizeof(float) * co), f0[61], f0r[61];
+      fill(cw, co, -0.3f, 0.3f);
+      for (int t = 0; t < n; t++) {
+        double acc = 0.25;
+        for (int c = 0; c < co; c++) acc += (double)cw[c] * got[c * n + t];
+        f0r[t] = (float)fabs(acc);
+      }
+      float *d_cw = dev_upload(cw, 4 * co), *d_f0 = dev_nan(n);
+      CU(cosy_k_hift_f0_classify(fx->g->stream, d_out, n, co, d_cw, 0.25f, d_f0, n));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      CU(cudaMemcpy(f0, d_f0, sizeof(float) * n, cudaMemcpyDeviceToHost));
+      ok &= check_line("f0 classifier", tu_rel_l2(f0, f0r, n), 1e-7);
+      cudaFree(d_cw), cudaFree(d_f0), free(cw);
+    }
+    cudaFree(d_in), cudaFree(d_w), cudaFree(d_b), cudaFree(d_out);
+    free(inf), free(ind), free(w), free(b), free(ref), free(got);
+  }
+  assert_true(ok);
+}
+
+/* ---- STFT / iSTFT ---------------------------------------------------------------------------------- */
+
+/* the reference's iSTFT with the output head (lib/ref/hift.c), in double, on post [18][F] */
+static void cpu_istft(const float *post, int64_t F, int64_t n_out, float limit, int raw,
+                      float *y) {
+  const double pi = 3.14159265358979323846;
+  double cs[16], sn[16], w[16];
+  for (int n = 0; n < 16; n++)
+    cs[n] = cos(2 * pi * n / 16), sn[n] = sin(2 * pi * n / 16),
+    w[n] = (float)(0.5 - 0.5 * cos(2 * pi * n / 16));
+  const int64_t n_ola = 16 + 4 * (F - 1);
+  double *ola = calloc(n_ola, sizeof(double)), *env = calloc(n_ola, sizeof(double));
+  for (int64_t f = 0; f < F; f++) {
+    double xr[9], xi[9];
+    for (int k = 0; k < 9; k++) {
+      if (raw) {
+        xr[k] = post[k * F + f], xi[k] = post[(9 + k) * F + f];
+      } else {
+        float mag = expf(post[k * F + f]), ph = sinf(post[(9 + k) * F + f]);
+        mag = mag > 100.0f ? 100.0f : mag;
+        xr[k] = mag * cosf(ph), xi[k] = mag * sinf(ph);
+      }
+    }
+    for (int j = 0; j < 16; j++) {
+      double v = xr[0] + ((j & 1) ? -xr[8] : xr[8]);
+      for (int k = 1; k < 8; k++) v += 2.0 * (xr[k] * cs[(k * j) & 15] - xi[k] * sn[(k * j) & 15]);
+      v /= 16.0;
+      ola[f * 4 + j] += v * w[j];
+      env[f * 4 + j] += w[j] * w[j];
+    }
+  }
+  for (int64_t t = 0; t < n_out; t++) {
+    float o = (float)(ola[t + 8] / env[t + 8]);
+    y[t] = o > limit ? limit : o < -limit ? -limit : o;
+  }
+  free(ola), free(env);
+}
+
+static void test_kernel_stft(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  rng_seed(303);
+  const int64_t n = 480 * 7, F = n / 4 + 1;
+  float *x = malloc(sizeof(float) * n);
+  fill(x, n, -1, 1);
+  float *re = malloc(sizeof(float) * 9 * F), *im = malloc(sizeof(float) * 9 * F);
+  assert_int_equal(ref_hift_stft(x, n, re, im), COSY_OK);
+  float *d_x = dev_upload(x, sizeof(float) * n), *d_S = dev_nan(18 * F), *d_y = dev_nan(n + 8);
+  CU(cosy_k_hift_stft(fx->g->stream, d_x, n, F, d_S, (int)F));
+  CU(cudaStreamSynchronize(fx->g->stream));
+  float *S = malloc(sizeof(float) * 18 * F);
+  CU(cudaMemcpy(S, d_S, sizeof(float) * 18 * F, cudaMemcpyDeviceToHost));
+  size_t dr = count_diff(S, re, 9 * F), di = count_diff(S + 9 * F, im, 9 * F);
+  print_message("stft vs ref_hift_stft: %zu + %zu of %lld values differ in any bit\n", dr, di,
+                (long long)(18 * F));
+  int ok = check_line("stft real vs ref_hift_stft", tu_rel_l2(S, re, 9 * F), 1e-6);
+  ok &= check_line("stft imag vs ref_hift_stft", tu_rel_l2(S + 9 * F, im, 9 * F), 1e-6);
+  /* round trip: raw iSTFT of the STFT gives the signal back (limit 1e30: no clamp) */
+  float *y = malloc(sizeof(float) * (n + 8));
+  CU(cosy_k_hift_istft(fx->g->stream, d_S, (int)F, F, n, 1e30f, 1, d_y));
+  CU(cudaStreamSynchronize(fx->g->stream));
+  CU(cudaMemcpy(y, d_y, sizeof(float) * (n + 8), cudaMemcpyDeviceToHost));
+  ok &= check_line("stft -> istft round trip", tu_rel_l2(y, x, n), 1e-6);
+  ok &= isnan(y[n]); /* nothing written past n_out */
+  /* the head: random conv_post output, non-final length, clamp at 0.99 */
+  const int64_t F2 = 961, nout = 4 * (F2 - 1) - 480;
+  float *post = malloc(sizeof(float) * 18 * F2), *yr = malloc(sizeof(float) * nout);
+  fill(post, 9 * F2, -3.0f, 5.0f); /* log-magnitudes: some above log(100) -> clipped */
+  fill(post + 9 * F2, 9 * F2, -6.0f, 6.0f);
+  cpu_istft(post, F2, nout, 0.99f, 0, yr);
+  float *d_post = dev_upload(post, sizeof(float) * 18 * F2), *d_y2 = dev_nan(nout + 8);
+  float *y2 = malloc(sizeof(float) * (nout + 8));
+  CU(cosy_k_hift_istft(fx->g->stream, d_post, (int)F2, F2, nout, 0.99f, 0, d_y2));
+  CU(cudaStreamSynchronize(fx->g->stream));
+  CU(cudaMemcpy(y2, d_y2, sizeof(float) * (nout + 8), cudaMemcpyDeviceToHost));
+  int clamped = 0;
+  for (int64_t t = 0; t < nout; t++) clamped += fabsf(yr[t]) == 0.99f;
+  print_message("istft head: %d of %lld samples at the clamp\n", clamped, (long long)nout);
+  ok &= check_line("istft head + clamp vs CPU loop", tu_rel_l2(y2, yr, nout), 1e-5);
+  ok &= isnan(y2[nout]);
+  cudaFree(d_x), cudaFree(d_S), cudaFree(d_y), cudaFree(d_post), cudaFree(d_y2);
+  free(x), free(re), free(im), free(S), free(y), free(post), free(yr), free(y2);
+  assert_true(ok);
+}
+
+/* ---- noise and source ------------------------------------------------------------------------------- */
+
+static void test_kernel_noise(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  const int nb = 8, nh = 9;
+  const int64_t first = 4799, rows = 7000;
+  float *ref = malloc(sizeof(float) * rows * nh), *got = malloc(sizeof(float) * rows * nh);
+  float ini_r[9], ini_g[9];
+  ref_hift_default_noise(nb, first, rows, ini_r, ref);
+  float *d_rows = dev_nan(rows * nh), *d_ini = dev_nan(nh);
+  CU(cosy_k_hift_noise(fx->g->stream, nb, first, rows, d_ini, d_rows));
+  CU(cudaStreamSynchronize(fx->g->stream));
+  CU(cudaMemcpy(got, d_rows, sizeof(float) * rows * nh, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(ini_g, d_ini, sizeof ini_g, cudaMemcpyDeviceToHost));
+  size_t d = count_diff(got, ref, (size_t)rows * nh) + count_diff(ini_g, ini_r, nh);
+  print_message("%-52s %zu of %lld values differ  %s\n", "default noise vs ref (bit-exact)", d,
+                (long long)(rows * nh + nh), d == 0 ? "PASS" : "FAIL");
+  cudaFree(d_rows), cudaFree(d_ini), free(ref), free(got);
+  assert_int_equal(d, 0);
+}
+
+static void test_source_random(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  rng_seed(404);
+  const int T = 37;
+  float f0[37];
+  for (int t = 0; t < T; t++) f0[t] = (t % 5 == 0) ? frand(0, 9.5f) : frand(60, 420);
+  f0[3] = 10.0f; /* exactly at the threshold: unvoiced */
+  const size_t L = (size_t)T * 480;
+  float *sg = malloc(sizeof(float) * L), *sr = malloc(sizeof(float) * L);
+  int ok = 1;
+  for (int inj = 0; inj < 2; inj++) {
+    ref_hift_noise nz = {fx->rand_ini, fx->sine_waves, fx->n_rows};
+    const ref_hift_noise *np = inj ? &nz : NULL;
+    for (size_t i = 0; i < L; i++) sg[i] = NAN;
+    assert_int_equal(gpu_hift_source(fx->h, f0, T, np, sg), COSY_OK);
+    assert_int_equal(ref_hift_source(fx->ref, f0, T, np, sr), COSY_OK);
+    size_t d = count_diff(sg, sr, L);
+    print_message("source (%s noise): %zu of %zu samples differ from ref, max abs %.3e\n",
+                  inj ? "injected" : "default", d, L, tu_max_abs_diff(sg, sr, L));
+    ok &= check_line(inj ? "source injected noise vs ref" : "source default noise vs ref",
+                     tu_rel_l2(sg, sr, L), 1e-6);
+  }
+  free(sg), free(sr);
+  assert_true(ok);
+}
+
+/* ---- golden small model ---------------------------------------------------------------------------- */
+
+static void test_f0_golden(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  int nd;
+  int64_t sh[8];
+  double *ref64 = tu_npy_f64(tu_shared("golden/hift/final/f0_f64.npy"), &nd, sh);
+  float *gold = load("golden/hift/final/f0.npy", fx->T);
+  float *goldn = load("golden/hift/nonfinal/f0.npy", T_NONFINAL - 3);
+  assert_non_null(ref64), assert_non_null(gold), assert_non_null(goldn);
+  float f0[64], f0c[64], f0n[64], f0nc[64];
+  for (int i = 0; i < 64; i++) f0[i] = f0n[i] = NAN;
+  assert_int_equal(gpu_hift_f0(fx->h, fx->mel, fx->T, 1, f0), COSY_OK);
+  assert_int_equal(ref_hift_f0(fx->ref, fx->mel, fx->T, 1, f0c), COSY_OK);
+  assert_int_equal(gpu_hift_f0(fx->h, fx->mel_nf, T_NONFINAL, 0, f0n), COSY_OK);
+  assert_int_equal(ref_hift_f0(fx->ref, fx->mel_nf, T_NONFINAL, 0, f0nc), COSY_OK);
+  double num = 0, den = 0;
+  for (int t = 0; t < fx->T; t++)
+    num += (f0[t] - ref64[t]) * (f0[t] - ref64[t]), den += ref64[t] * ref64[t];
+  int ok = check_line("f0 final vs golden f0_f64", sqrt(num / den), 1e-3);
+  ok &= check_line("f0 final vs golden f0", tu_rel_l2(f0, gold, fx->T), 1e-3);
+  ok &= check_line("f0 non-final vs golden", tu_rel_l2(f0n, goldn, T_NONFINAL - 3), 1e-3);
+  print_message("f0 vs ref_hift_f0: final %zu of %d differ (max abs %.3e), non-final %zu differ\n",
+                count_diff(f0, f0c, fx->T), fx->T, tu_max_abs_diff(f0, f0c, fx->T),
+                count_diff(f0n, f0nc, T_NONFINAL - 3));
+  ok &= check_line("f0 final vs ref_hift_f0", tu_rel_l2(f0, f0c, fx->T), 1e-9);
+  free(ref64), free(gold), free(goldn);
+  assert_true(ok);
+}
+
+static void test_source_golden(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  int ok = 1;
+  for (int fin = 1; fin >= 0; fin--) {
+    const int Tf = fin ? fx->T : T_NONFINAL - 3;
+    float *f0 = load(fin ? "golden/hift/final/f0.npy" : "golden/hift/nonfinal/f0.npy", Tf);
+    float *gold = load(fin ? "golden/hift/final/s.npy" : "golden/hift/nonfinal/s.npy",
+                       (int64_t)Tf * 480);
+    assert_non_null(f0), assert_non_null(gold);
+    float *s = malloc(sizeof(float) * Tf * 480), *sc = malloc(sizeof(float) * Tf * 480);
+    ref_hift_noise nz = {fx->rand_ini, fx->sine_waves, fx->n_rows};
+    assert_int_equal(gpu_hift_source(fx->h, f0, Tf, &nz, s), COSY_OK);
+    assert_int_equal(ref_hift_source(fx->ref, f0, Tf, &nz, sc), COSY_OK);
+    ok &= check_line(fin ? "source final (golden noise) vs golden s"
+                         : "source non-final (golden noise) vs golden s",
+                     tu_rel_l2(s, gold, (size_t)Tf * 480), 1e-2);
+    print_message("  vs ref_hift_source: %zu of %d samples differ, rel L2 %.3e\n",
+                  count_diff(s, sc, (size_t)Tf * 480), Tf * 480, tu_rel_l2(s, sc, (size_t)Tf * 480));
+    free(f0), free(gold), free(s), free(sc);
+  }
+  assert_true(ok);
+}
+
+static void test_decode_golden(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  int ok = 1;
+  for (int fin = 1; fin >= 0; fin--) {
+    const int T = fin ? fx->T : T_NONFINAL;
+    const float *mel = fin ? fx->mel : fx->mel_nf;
+    const int64_t ns = (int64_t)(fin ? T : T - 3) * 480, nw_want = (int64_t)(fin ? T : T - 8) * 480;
+    float *s = load(fin ? "golden/hift/final/s.npy" : "golden/hift/nonfinal/s.npy", ns);
+    float *gold = load(fin ? "golden/hift/final/wav.npy" : "golden/hift/nonfinal/wav.npy", nw_want);
+    assert_non_null(s), assert_non_null(gold);
+    float *wc = NULL;
+    int64_t nc = 0;
+    assert_int_equal(ref_hift_decode(fx->ref, mel, T, s, fin, &wc, &nc), COSY_OK);
+    for (int prec = COSY_HPREC_TF32; prec <= COSY_HPREC_3XTF32; prec++) {
+      assert_int_equal(gpu_hift_set_precision(fx->h, prec), COSY_OK);
+      float *w = NULL;
+      int64_t n = 0;
+      assert_int_equal(gpu_hift_decode(fx->h, mel, T, s, fin, &w, &n), COSY_OK);
+      assert_int_equal(n, nw_want);
+      assert_true(all_finite(w, n));
+      char name[96];
+      snprintf(name, sizeof name, "decode %s [%s] vs golden wav", fin ? "final" : "non-final",
+               prec ? "3xTF32" : "TF32");
+      if (prec == COSY_HPREC_3XTF32) ok &= check_line(name, tu_rel_l2(w, gold, n), 2e-2);
+      else
+        print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, gold, n));
+      print_message("  vs ref_hift_decode: rel L2 %.3e, max abs %.3e\n", tu_rel_l2(w, wc, n),
+                    tu_max_abs_diff(w, wc, n));
+      free(w);
+    }
+    free(s), free(gold), free(wc);
+  }
+  assert_int_equal(gpu_hift_set_precision(fx->h, COSY_HPREC_3XTF32), COSY_OK);
+  assert_true(ok);
+}
+
+static void test_infer_vs_ref(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  for (int fin = 1; fin >= 0; fin--) {
+    const int T = fin ? fx->T : T_NONFINAL;
+    const float *mel = fin ? fx->mel : fx->mel_nf;
+    float *w = NULL, *wc = NULL;
+    int64_t n = 0, nc = 0;
+    assert_int_equal(gpu_hift_infer(fx->h, mel, T, fin, NULL, &w, &n), COSY_OK);
+    assert_int_equal(ref_hift_infer(fx->ref, mel, T, fin, NULL, NULL, &wc, &nc), COSY_OK);
+    assert_int_equal(n, nc);
+    assert_int_equal(n, (int64_t)(fin ? T : T - 8) * 480);
+    assert_true(all_finite(w, n));
+    for (int64_t i = 0; i < n; i++) assert_true(w[i] >= -0.99f && w[i] <= 0.99f);
+    print_message("%-52s rel L2 %.3e  max abs %.3e  (info)\n",
+                  fin ? "infer final vs ref_hift_infer" : "infer non-final vs ref_hift_infer",
+                  tu_rel_l2(w, wc, n), tu_max_abs_diff(w, wc, n));
+    free(w), free(wc);
+  }
+  /* the non-final output is the prefix of the final one (default noise is chunk independent) */
+  float *wf = NULL, *wn = NULL;
+  int64_t nf = 0, nn = 0;
+  assert_int_equal(gpu_hift_infer(fx->h, fx->mel, fx->T, 1, NULL, &wf, &nf), COSY_OK);
+  assert_int_equal(gpu_hift_infer(fx->h, fx->mel_nf, T_NONFINAL, 0, NULL, &wn, &nn), COSY_OK);
+  double e = tu_max_abs_diff(wn, wf, (size_t)nn);
+  print_message("%-52s max abs %.3e  tol 1e-3  %s\n", "infer non-final vs final prefix", e,
+                e <= 1e-3 ? "PASS" : "FAIL");
+  free(wf), free(wn);
+  assert_true(e <= 1e-3);
+}
+
+static void test_args(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  float f0[64], *wav = (float *)1;
+  int64_t n = 7;
+  float *s = calloc((size_t)MAX_FRAMES_SMALL * 480 + 480, sizeof(float));
+  gpu_hift *tmp = (gpu_hift *)1;
+  assert_int_equal(gpu_hift_create(NULL, fx->m, 8, &tmp), COSY_ERR_INVALID_ARG);
+  assert_null(tmp);
+  assert_int_equal(gpu_hift_create(fx->g, NULL, 8, &tmp), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_create(fx->g, fx->m, 0, &tmp), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_create(fx->g, fx->m, 8, NULL), COSY_ERR_INVALID_ARG);
+  gpu_hift_free(NULL);
+  assert_int_equal(gpu_hift_f0(NULL, fx->mel, fx->T, 1, f0), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_f0(fx->h, NULL, fx->T, 1, f0), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_f0(fx->h, fx->mel, fx->T, 1, NULL), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_f0(fx->h, fx->mel, 0, 1, f0), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_f0(fx->h, fx->mel, 3, 0, f0), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_f0(fx->h, fx->mel, MAX_FRAMES_SMALL + 1, 1, f0), COSY_ERR_INVALID_ARG);
+  print_message("error text: %s\n", cosy_last_error());
+  assert_int_equal(gpu_hift_source(fx->h, NULL, 4, NULL, s), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_source(fx->h, f0, 0, NULL, s), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_source(fx->h, f0, 4, NULL, NULL), COSY_ERR_INVALID_ARG);
+  ref_hift_noise shortnz = {fx->rand_ini, fx->sine_waves, 480 * 4 - 1};
+  assert_int_equal(gpu_hift_source(fx->h, f0, 4, &shortnz, s), COSY_ERR_INVALID_ARG);
+  ref_hift_noise nonull = {NULL, fx->sine_waves, fx->n_rows};
+  assert_int_equal(gpu_hift_source(fx->h, f0, 4, &nonull, s), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_decode(fx->h, fx->mel, 8, s, 0, &wav, &n), COSY_ERR_INVALID_ARG);
+  assert_null(wav);
+  assert_int_equal(n, 0);
+  assert_int_equal(gpu_hift_decode(fx->h, fx->mel, fx->T, NULL, 1, &wav, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_decode(fx->h, fx->mel, fx->T, s, 1, NULL, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_decode(fx->h, fx->mel, fx->T, s, 1, &wav, NULL), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_infer(fx->h, fx->mel, 8, 0, NULL, &wav, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_infer(fx->h, NULL, fx->T, 1, NULL, &wav, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_set_precision(fx->h, 7), COSY_ERR_INVALID_ARG);
+  /* smallest valid sizes */
+  assert_int_equal(gpu_hift_infer(fx->h, fx->mel_nf, 9, 0, NULL, &wav, &n), COSY_OK);
+  assert_int_equal(n, 480);
+  assert_true(all_finite(wav, n));
+  free(wav);
+  assert_int_equal(gpu_hift_infer(fx->h, fx->mel_nf, 1, 1, NULL, &wav, &n), COSY_OK);
+  assert_int_equal(n, 480);
+  for (int64_t i = 0; i < n; i++) assert_true(wav[i] >= -0.99f && wav[i] <= 0.99f);
+  free(wav);
+  /* cancellation */
+  volatile int cancel = 1;
+  wav = (float *)1;
+  assert_int_equal(gpu_hift_infer(fx->h, fx->mel, fx->T, 1, &cancel, &wav, &n), COSY_ERR_CANCELLED);
+  assert_null(wav);
+  /* still usable afterwards */
+  assert_int_equal(gpu_hift_infer(fx->h, fx->mel, fx->T, 1, NULL, &wav, &n), COSY_OK);
+  free(wav);
+  free(s);
+}
+
+/* ---- full-size model (COSY_FULL_MODEL) ---------------------------------------------------------- */
+
+/* a smooth pseudo-random log-mel [80][T] around -5 (range about [-10, 1]) */
+static float *make_mel(int T, uint64_t seed) {
+  float *mel = malloc(sizeof(float) * 80 * T);
+  rng_seed(seed);
+  float ph[80], fr[80], am[80];
+  for (int c = 0; c < 80; c++)
+    ph[c] = frand(0, 6.28f), fr[c] = frand(0.05f, 0.4f), am[c] = frand(0.5f, 2.5f);
+  for (int c = 0; c < 80; c++)
+    for (int t = 0; t < T; t++)
+      mel[c * T + t] = -5.0f - 0.03f * c + am[c] * sinf(fr[c] * t + ph[c]) + frand(-0.3f, 0.3f);
+  return mel;
+}
+
+static double rms(const float *x, int64_t n) {
+  double q = 0;
+  for (int64_t i = 0; i < n; i++) q += (double)x[i] * x[i];
+  return n ? sqrt(q / n) : 0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void time_infer(fixture *fx, gpu_hift *h, const float *mel, int T, int fin, const char *what) {
+  enum { WARM = 3, RUNS = 15 };
+  double ev[RUNS], wall[RUNS];
+  cudaEvent_t e0, e1;
+  CU(cudaEventCreate(&e0));
+  CU(cudaEventCreate(&e1));
+  for (int i = 0; i < WARM + RUNS; i++) {
+    float *w = NULL;
+    int64_t n = 0;
+    CU(cudaEventRecord(e0, fx->g->stream));
+    double t0 = cosy_now();
+    assert_int_equal(gpu_hift_infer(h, mel, T, fin, NULL, &w, &n), COSY_OK);
+    double t1 = cosy_now();
+    CU(cudaEventRecord(e1, fx->g->stream));
+    CU(cudaEventSynchronize(e1));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, e0, e1));
+    free(w);
+    if (i >= WARM) ev[i - WARM] = ms, wall[i - WARM] = (t1 - t0) * 1e3;
+  }
+  qsort(ev, RUNS, sizeof(double), cmp_d);
+  qsort(wall, RUNS, sizeof(double), cmp_d);
+  print_message("TIMING gpu_hift_infer %-34s median %.3f ms (events), %.3f ms (wall); min %.3f "
+                "max %.3f\n",
+                what, ev[RUNS / 2], wall[RUNS / 2], ev[0], ev[RUNS - 1]);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
+static void test_full_model(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  const char *path = getenv("COSY_FULL_MODEL");
+  TU_REQUIRE(path && *path, "COSY_FULL_MODEL not set");
+  cosy_model *m = NULL;
+  ref_hift *ref = NULL;
+  gpu_hift *h = NULL;
+  assert_int_equal(cosy_model_load(path, &m), COSY_OK);
+  assert_int_equal(ref_hift_create(m, &ref), COSY_OK);
+  assert_int_equal(gpu_hift_create(fx->g, m, 224, &h), COSY_OK);
+  print_message("full model: HiFT %d/%d channels\n", m->hp.hift_ch, m->hp.hift_cond_ch);
+  int ok = 1;
+  /* parity at T = 20: f0, source, decode (final and non-final), infer */
+  const int T = 20;
+  float *mel = make_mel(T, 77);
+  for (int fin = 1; fin >= 0; fin--) {
+    const int Tf = fin ? T : T - 3;
+    float f0c[32], f0g[32];
+    assert_int_equal(ref_hift_f0(ref, mel, T, fin, f0c), COSY_OK);
+    assert_int_equal(gpu_hift_f0(h, mel, T, fin, f0g), COSY_OK);
+    print_message("full f0 %s: median-ish f0 %.1f Hz, %zu of %d differ from ref, rel L2 %.3e\n",
+                  fin ? "final" : "non-final", f0c[Tf / 2], count_diff(f0g, f0c, Tf), Tf,
+                  tu_rel_l2(f0g, f0c, Tf));
+    ok &= check_line(fin ? "full f0 final vs ref" : "full f0 non-final vs ref",
+                     tu_rel_l2(f0g, f0c, Tf), 1e-6);
+    float *s = malloc(sizeof(float) * Tf * 480), *sg = malloc(sizeof(float) * Tf * 480);
+    assert_int_equal(ref_hift_source(ref, f0c, Tf, NULL, s), COSY_OK);
+    assert_int_equal(gpu_hift_source(h, f0c, Tf, NULL, sg), COSY_OK);
+    ok &= check_line("full source vs ref", tu_rel_l2(sg, s, (size_t)Tf * 480), 1e-6);
+    float *wc = NULL;
+    int64_t nc = 0;
+    double t0 = cosy_now();
+    assert_int_equal(ref_hift_decode(ref, mel, T, s, fin, &wc, &nc), COSY_OK);
+    print_message("(CPU ref decode T=%d: %.2f s)\n", T, cosy_now() - t0);
+    for (int prec = COSY_HPREC_TF32; prec <= COSY_HPREC_3XTF32; prec++) {
+      assert_int_equal(gpu_hift_set_precision(h, prec), COSY_OK);
+      float *w = NULL;
+      int64_t n = 0;
+      assert_int_equal(gpu_hift_decode(h, mel, T, s, fin, &w, &n), COSY_OK);
+      assert_int_equal(n, nc);
+      char name[96];
+      snprintf(name, sizeof name, "full decode T=20 %s [%s] vs ref", fin ? "final" : "non-final",
+               prec ? "3xTF32" : "TF32");
+      if (prec == COSY_HPREC_3XTF32) ok &= check_line(name, tu_rel_l2(w, wc, n), 2e-2);
+      else
+        print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, wc, n));
+      print_message("  max abs %.3e, ref rms %.4f\n", tu_max_abs_diff(w, wc, n), rms(wc, n));
+      free(w);
+    }
+    assert_int_equal(gpu_hift_set_precision(h, COSY_HPREC_3XTF32), COSY_OK);
+    float *wi = NULL, *wic = NULL;
+    int64_t ni = 0, nic = 0;
+    assert_int_equal(gpu_hift_infer(h, mel, T, fin, NULL, &wi, &ni), COSY_OK);
+    assert_int_equal(ref_hift_infer(ref, mel, T, fin, NULL, NULL, &wic, &nic), COSY_OK);
+    assert_int_equal(ni, nic);
+    print_message("%-52s rel L2 %.3e  (info)\n", "full infer T=20 vs ref_hift_infer",
+                  tu_rel_l2(wi, wic, ni));
+    free(wi), free(wic), free(wc), free(s), free(sg);
+  }
+  free(mel);
+  /* timing: the first W1 chunk (T = 100, non-final) and 4.5 s final (T = 224) */
+  float *mel100 = make_mel(100, 5), *mel224 = make_mel(224, 6);
+  for (int prec = COSY_HPREC_3XTF32; prec >= COSY_HPREC_TF32; prec--) {
+    assert_int_equal(gpu_hift_set_precision(h, prec), COSY_OK);
+    char what[64];
+    snprintf(what, sizeof what, "T=100 non-final [%s]", prec ? "3xTF32" : "TF32");
+    time_infer(fx, h, mel100, 100, 0, what);
+    snprintf(what, sizeof what, "T=224 final [%s]", prec ? "3xTF32" : "TF32");
+    time_infer(fx, h, mel224, 224, 1, what);
+  }
+  free(mel100), free(mel224);
+  gpu_hift_free(h);
+  ref_hift_free(ref);
+  cosy_model_free(m);
+  assert_true(ok);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_kernel_conv64),
+      cmocka_unit_test(test_kernel_stft),   cmocka_unit_test(test_kernel_noise),
+      cmocka_unit_test(test_source_random), cmocka_unit_test(test_f0_golden),
+      cmocka_unit_test(test_source_golden), cmocka_unit_test(test_decode_golden),
+      cmocka_unit_test(test_infer_vs_ref),  cmocka_unit_test(test_args),
+      cmocka_unit_test(test_full_model),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
+
+#endif /* COSY_WITH_CUDA */
