@@ -29,7 +29,8 @@
  *     K-part p owns the 16-byte weight chunks j = (c*KS + p)*32 + l, c < 4 (coalesced 512-byte
  *     warp accesses), all issued into registers first, so the weight stream is in flight while
  *     the block waits for its producer (PDL) and computes the RMSNorm statistics. x (fp32, tiny)
- *     is then read through L1 next to each weight chunk (two float4 per row and chunk); each lane
+ *     is then read with plain loads (L1 hits after the first warp; never ld.global.nc, see load8f)
+ *     next to each weight chunk (two float4 per row and chunk); each lane
  *     does 8 FMAs per chunk, row of W and row of x; partial sums are reduced with warp shuffles
  *     and, across the KS warps, through shared memory; thread (slot, m) applies the epilogue.
  *     KS is chosen by the launcher: the least that covers K in 4 chunks per lane, then doubled
@@ -261,9 +262,21 @@ __device__ __forceinline__ void unpack8(const uint4 &t, float f[8]) {
   f[6] = __uint_as_float(t.w << 16); f[7] = __uint_as_float(t.w & 0xffff0000u);
 }
 
-__device__ __forceinline__ void load8f(const float *p, float f[8]) {
+/* 8 floats of a constant (weight) vector: read-only path */
+__device__ __forceinline__ void load8w(const float *p, float f[8]) {
   const float4 a = __ldg(reinterpret_cast<const float4 *>(p));
   const float4 b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+  f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+/* 8 floats of an activation written by an earlier kernel: plain (coherent, L1-cached) loads.
+ * Never the read-only path (ld.global.nc, __ldg) for such data: with PDL this grid starts before
+ * its producer has finished, and nc loads then returned stale values (seen on an H200: decode
+ * log-probs off by ~12); plain loads after griddepcontrol.wait see the producer's writes. */
+__device__ __forceinline__ void load8f(const float *p, float f[8]) {
+  const float4 a = *reinterpret_cast<const float4 *>(p);
+  const float4 b = *(reinterpret_cast<const float4 *>(p) + 1);
   f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
   f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
@@ -330,7 +343,7 @@ __global__ void __launch_bounds__(GV_THREADS) gemv_kernel(GemvP a) {
     for (int k = tid * 4; k < K; k += GV_THREADS * 4) {
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        const float4 v = __ldg(reinterpret_cast<const float4 *>(x + (size_t)m * a.ldx + k));
+        const float4 v = *reinterpret_cast<const float4 *>(x + (size_t)m * a.ldx + k);
         ss[m] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
       }
     }
@@ -363,7 +376,7 @@ __global__ void __launch_bounds__(GV_THREADS) gemv_kernel(GemvP a) {
 #pragma unroll
       for (int r = 0; r < RW; ++r) unpack8(wv[r][c], wf[r]);
       float nw[8];
-      if (PRO == COSY_GEMV_IN_RMSNORM) load8f(a.norm_w + (size_t)j * 8, nw);
+      if (PRO == COSY_GEMV_IN_RMSNORM) load8w(a.norm_w + (size_t)j * 8, nw);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         float xf[8];

@@ -4,13 +4,15 @@
  * library was built without CUDA, when no CUDA device is present, or when the small model /
  * ../shared golden data is absent; fails on a device when a result is wrong.
  *
- * Tolerances (bf16 weights and activations, fp32 residual/softmax vs the fp32 reference):
- *   log-probs: max |gpu - ref| <= 5e-2 over every row compared (6761 entries per row);
- *   argmax agreement >= 99% of the rows (with 41 rows: all of them);
- *   gpu_llm_build_input == ref_llm_build_input exactly, and the golden lm_input to 1e-6.
- *   Batched decode == each sequence decoded alone (batch 1): <= 5e-2 (expected ~1e-3: the
- *   batched buckets use other kernels - cuBLASLt or the skinny GEMM at M = 4/8 - with other
- *   summation orders).
+ * Tolerances (the brief's): log-probs max |gpu - ref| <= 5e-2 over every row compared (6761
+ *   entries per row); argmax agreement >= 99% of the rows (with 41 rows: all of them);
+ *   gpu_llm_build_input == ref_llm_build_input exactly, and the golden lm_input to 1e-6;
+ *   batched decode == each sequence decoded alone (batch 1): <= 5e-2.
+ *   Measured on an H200 (bf16 weights, fp32 activations, see lib/gpu/llm.h): small model 5.7e-5
+ *   vs ref (the small model's fp32 weights are rounded to bf16 on the GPU), full model 1.2e-4;
+ *   batched vs alone <= 7e-5 (skinny GEMM at M = 4 is bitwise the M = 1 result; the 5-sequence
+ *   steps and the forced cuBLASLt mode go through the hi/lo GEMMs).
+ *   With bf16 activations instead the full model was off by ~0.1 and failed (see llm.h).
  * Checks
  *   golden:  small golden model, prefill of golden/llm/lm_input (L = 102, chunked by max_prefill
  *            = 32 into 4 chunks) and 40 forced decode steps (golden/inputs/llm_forced_tokens) vs
@@ -151,7 +153,7 @@ static void compare_rows(const float *a, const float *b, int rows, int V, double
 }
 
 static size_t page_bytes_of(const cosy_model *m) {
-  return (size_t)m->hp.llm_layers * 2 * GPU_LLM_PAGE_SIZE * (size_t)m->hp.llm_kv_heads * 64 * 2;
+  return (size_t)m->hp.llm_layers * 2 * GPU_LLM_PAGE_SIZE * (size_t)m->hp.llm_kv_heads * 64 * 4;
 }
 
 static int have_device(void) {
@@ -348,7 +350,7 @@ static void test_batched(void **state) {
   ok &= check("batched: each alone vs ref, argmax agreement (worst seq)", worst_agree, MIN_ARGMAX, 0);
 
   for (int mode = 0; mode < 2; mode++) {
-    gpu_llm_set_gemv_max(F.l, mode == 0 ? -1 : 0);
+    gpu_llm_set_tuning(F.l, mode == 0 ? -1 : 0, -1);
     int seq[NB], done[NB];
     poison(tog, NB * per);
     for (int i = 0; i < NB; i++) {
@@ -398,7 +400,7 @@ static void test_batched(void **state) {
              mode == 0 ? "default path" : "cuBLASLt path");
     ok &= check(name, worst_agree, MIN_ARGMAX, 0);
   }
-  gpu_llm_set_gemv_max(F.l, -1);
+  gpu_llm_set_tuning(F.l, -1, -1);
   ok &= check("batched: pages in use after closing all",
               gpu_llm_pages_total(F.l) - gpu_llm_pages_free(F.l), 0, 1);
   assert_true(ok);
@@ -567,7 +569,8 @@ static void test_full(void **state) {
   ok &= check("full: reserve_kv(0, left - 1 GiB) takes <= 1 GiB (excess MiB)",
               ((double)gpu_llm_kv_bytes(l) - (double)want) / 1048576.0, 0, 1);
   ok &= check("full: ... and within one page of it (shortfall MiB)",
-              ((double)want - (double)gpu_llm_kv_bytes(l)) / 1048576.0, 0.2, 1);
+              ((double)want - (double)gpu_llm_kv_bytes(l)) / 1048576.0,
+              (double)page_bytes_of(m) / 1048576.0, 1);
   const int V = gpu_llm_speech_vocab(l);
 
   /* a random 120-position prompt: 20 prompt text ids (one <|endofprompt|>), 60 tts ids, 38
@@ -625,14 +628,24 @@ static void test_full(void **state) {
   print_message("TIMING llm prefill 120 tokens: %.3f ms (%.0f tokens/s)\n", pre_ms,
                 FULL_PROMPT / pre_ms * 1e3);
 
-  /* decode steps at batch 1, 16, 64 (contexts 120..160: one context bucket) */
-  const int batches[3] = {1, 16, 64};
+  /* decode steps at batch 1, 16, 64 (contexts 120..160: one context bucket); batch 1 and 8 also
+   * with the other decode paths, for the record: (gemv_max, pdl) = default (-1, -1), the
+   * skinny GEMMs without programmatic dependent launch, and cuBLASLt (split) */
+#define NCFG 9
+  const int cfg_b[NCFG] = {1, 1, 1, 4, 4, 8, 8, 16, 64};
+  const int cfg_g[NCFG] = {-1, -1, 0, -1, 0, 8, -1, -1, -1};
+  const int cfg_p[NCFG] = {-1, 0, -1, -1, -1, -1, -1, -1, -1};
+  const char *cfg_n[NCFG] = {"default: skinny GEMM + PDL", "skinny GEMM, no PDL", "cuBLASLt hi/lo",
+                             "default: skinny GEMM + PDL", "cuBLASLt hi/lo", "skinny GEMM + PDL",
+                             "default: cuBLASLt hi/lo", "default: cuBLASLt hi/lo",
+                             "default: cuBLASLt hi/lo"};
   int *seqs = malloc(sizeof(int) * 64);
   int32_t *toks = malloc(sizeof(int32_t) * 64);
   float *lp = malloc(sizeof(float) * 64 * (size_t)V);
   assert_true(seqs && toks && lp);
-  for (int bi = 0; bi < 3; bi++) {
-    const int b = batches[bi];
+  for (int ci = 0; ci < NCFG; ci++) {
+    const int b = cfg_b[ci];
+    gpu_llm_set_tuning(l, cfg_g[ci], cfg_p[ci]);
     for (int i = 0; i < b; i++) {
       assert_int_equal(gpu_llm_seq_open(l, L + 40, &seqs[i]), COSY_OK);
       assert_int_equal(gpu_llm_prefill(l, seqs[i], emb, L, NULL), COSY_OK);
@@ -657,11 +670,12 @@ static void test_full(void **state) {
       assert_true(all_finite(lp, (size_t)b * V));
     }
     const double dm = median(tv, 20), wm = median(wall, 20);
-    print_message("TIMING llm decode step batch %2d: %.3f ms (host wall %.3f ms), %.0f GB/s of "
-                  "weights, %.0f tokens/s\n",
-                  b, dm, wm, WEIGHT_GB / (dm * 1e-3), b / (dm * 1e-3));
+    print_message("TIMING llm decode step batch %2d: %.3f ms (host wall %.3f ms), %4.0f GB/s of "
+                  "weights, %6.0f tokens/s  [%s]\n",
+                  b, dm, wm, WEIGHT_GB / (dm * 1e-3), b / (dm * 1e-3), cfg_n[ci]);
     for (int i = 0; i < b; i++) gpu_llm_seq_close(l, seqs[i]);
   }
+  gpu_llm_set_tuning(l, -1, -1);
   ok &= check("full: pages in use after closing all",
               gpu_llm_pages_total(l) - gpu_llm_pages_free(l), 0, 1);
   cudaEventDestroy(e0);

@@ -11,16 +11,19 @@
  *     cond = prompt_mel then zeros; x = noise[:, :N] (kept frame-major [N][80], fp32)
  *     hc[r] = W_in[:, 80:320] . [cond, mu, e] + b_in  for CFG row r = 0, and W_in . 0 + b_in
  *             for row 1 (one fp32 GEMM over both rows)                               [2][N][D]
- *   the 10 Euler steps (one CUDA graph per (N, streaming), cached; or direct launches):
+ *   the 10 Euler steps (a CUDA graph per (N, streaming), cached; or direct launches):
  *     xp = x W_in[:, 0:80]^T (fp32 GEMM, shared by both rows); h = xp + hc[r]; hb = bf16(h)
  *     h += Mish(conv2(Mish(conv1(hb))))   (grouped causal conv k31, kernels/flow_extra.cu)
  *     22 blocks, B = 2 rows of N frames as one batch of 2N rows:
- *       n = bf16(LN(h) (1 + sc_a) + sh_a)         (fused with the previous block's h += g_m f)
- *       qkv = n W_qkv^T + b (one bf16 GEMM, [2N][3D]); interleaved RoPE on q, k channels 0..63
- *       a = attention (16 heads x 64, full or block-causal 50; bf16 tensor cores, fp32 softmax)
- *       o = a W_o^T + b (fp32 out); h += g_a o; n = bf16(LN(h) (1 + sc_m) + sh_m)   (fused)
- *       f = gelu_tanh(n W_1^T + b_1) (bf16); o = f W_2^T + b_2 (fp32 out)
- *     h += g_m o; n = LN(h) (1 + scale) + shift (final AdaLN, scale first); v = n W_po^T + b_po
+ *       n = bf16(LN(h) (1 + sc_a) + sh_a)   (fused with the previous block's h += g_m (f + b_2))
+ *       qkv = n W_qkv^T (one bf16 GEMM, [2N][3D]); + b_qkv and interleaved RoPE on channels
+ *             0..63 of q and k (one fused kernel; cos/sin table made on the host in fp32)
+ *       a = attention (16 heads x 64, full or block-causal 50: cosy_k_attn_dit, bf16 tensor
+ *           cores, fp32 softmax)
+ *       o = a W_o^T (fp32 out); h += g_a (o + b_o); n = bf16(LN(h) (1 + sc_m) + sh_m)  (fused)
+ *       f = gelu_tanh(n W_1^T + b_1) (GEMM bf16 out, then bias + GELU fused); o = f W_2^T (fp32)
+ *     h += g_m (o + b_2); n = LN(h) (1 + scale) + shift (final AdaLN, scale first);
+ *     v = n W_po^T + b_po (fp32)
  *     x = x + dt (c1 v[0] - c2 v[1])   (fp32; c1 = 1 + cfg, c2 = cfg)
  *   return x[n_prompt_frames:] transposed to [80][N - n_prompt_frames] (host).
  *
@@ -38,10 +41,17 @@
  *    (normalized activations, attention output, FF hidden): bf16. Weights: bf16 for the DiT
  *    matrices and the conv position embedding; fp32 for the time MLP, input projection,
  *    PreLookahead and the token embedding (all small).
+ *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; ff1:
+ *    with GELU; o and ff2: in the residual + LayerNorm kernel), so no GEMM needs a bias epilogue
+ *    and no separate bias pass runs.
  *  - CUDA graphs: the 10 steps of a call read only buffers fixed at create plus per-call data
  *    written before the launch, so a graph captured for (N, streaming) is replayed for every
- *    later call with the same key (LRU cache of GRAPH_CACHE). Capture uses the gpu's stream in
- *    relaxed mode; if capture fails, the launches go straight to the stream from then on.
+ *    later call with the same key (LRU cache of GRAPH_CACHE graphs). The first call of a key
+ *    runs with direct launches (capture + instantiation cost more than that); its second call
+ *    captures. Capture uses the gpu's stream in relaxed mode; if capture fails, the launches go
+ *    straight to the stream from then on. No host synchronization inside the loop either way.
+ *    The graphs reference the cosy_gpu's GEMM workspace: do not run other work that uses it on
+ *    another stream concurrently.
  *  - gpu_flow_estimator runs the batch two rows at a time with direct launches.
  *  - Work buffers are poisoned with NaN (0xFF bytes) at create: anything read before written
  *    shows up in the tests.
@@ -63,6 +73,7 @@
 #define GRAPH_CACHE 8
 #define ROWS 2 /* CFG batch */
 #define MAX_MEL 256
+#define SEEN_KEYS 32
 
 typedef struct gblk {
   cosy_bf16 *qkv_w, *o_w, *ff1_w, *ff2_w; /* [3D][D], [D][D], [F][D], [D][F] */
@@ -118,6 +129,10 @@ struct gpu_flow {
   ggraph graphs[GRAPH_CACHE];
   uint64_t clock;
   int use_graph;
+  struct {
+    int N, streaming;
+    uint64_t used;
+  } seen[SEEN_KEYS]; /* keys run once without a graph: captured at their second call */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -141,6 +156,12 @@ static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const 
     return cosy_err(st, "%s: GEMM %dx%dx%d failed: CUDA %s, cuBLAS status %d", what, M, N, K,
                     cudaGetErrorName(e), cb);
   return st;
+}
+
+/* bf16 block GEMM without bias (the kernels that follow add it) */
+static cosy_status bgemm(gpu_flow *f, int M, int N, int K, const cosy_bf16 *x, int ldx,
+                         const cosy_bf16 *w, cosy_kdtype ydt, void *y, int ldy, const char *what) {
+  return gemm(f, M, N, K, COSY_KDT_BF16, x, ldx, w, NULL, ydt, y, ldy, 0, what);
 }
 
 static cosy_status alloc(gpu_flow *f, size_t bytes, const char *what, void **out) {
@@ -277,25 +298,22 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
                               mbs, f->nb, R, N, D, LN_EPS),
          "flow: residual + norm");
     /* the GEMMs leave their biases to the kernels that follow (fused epilogues) */
-    if ((st = gemm(f, rows, 3 * D, D, COSY_KDT_BF16, f->nb, D, b->qkv_w, NULL, COSY_KDT_BF16,
-                   f->qkv, 3 * D, 0, "flow: qkv")))
+    if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D,
+                    "flow: qkv")))
       return st;
     CK(cosy_k_flow_qkv_post(s, f->qkv, b->qkv_b, f->rope_cs, R, N, D, f->hd), "flow: qkv bias + rope");
     CK(cosy_k_attn_dit(s, COSY_KDT_BF16, f->qkv, f->qkv + D, f->qkv + 2 * D, 3 * D, f->att, D, R,
                        N, f->heads, f->hd, streaming ? f->chunk : 0, scale),
        "flow: attention");
-    if ((st = gemm(f, rows, D, D, COSY_KDT_BF16, f->att, D, b->o_w, NULL, COSY_KDT_F32, f->xo, D, 0,
-                   "flow: attn out")))
+    if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
       return st;
     CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, mbs,
                             f->nb, R, N, D, LN_EPS),
        "flow: residual + norm");
-    if ((st = gemm(f, rows, F, D, COSY_KDT_BF16, f->nb, D, b->ff1_w, NULL, COSY_KDT_BF16, f->ffb,
-                   F, 0, "flow: ff1")))
+    if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
       return st;
     CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
-    if ((st = gemm(f, rows, D, F, COSY_KDT_BF16, f->ffb, F, b->ff2_w, NULL, COSY_KDT_F32, f->xo, D,
-                   0, "flow: ff2")))
+    if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
       return st;
   }
   /* final: h += gate_mlp * ff; AdaLN (scale first, then shift); proj_out */
@@ -330,6 +348,7 @@ void gpu_flow_set_graphs(gpu_flow *f, int enable) {
   if (!f) return;
   if (f->s) cudaStreamSynchronize(f->s);
   drop_graphs(f);
+  memset(f->seen, 0, sizeof f->seen);
   f->use_graph = enable ? 1 : 0;
 }
 
@@ -350,6 +369,20 @@ static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile i
       break;
     }
   if (!slot) {
+    /* a key seen for the first time runs with direct launches (capture + instantiation cost
+     * more than one call's launches); its second call captures the graph */
+    int seen = -1, lru = 0;
+    for (int i = 0; i < SEEN_KEYS; i++) {
+      if (f->seen[i].used && f->seen[i].N == N && f->seen[i].streaming == streaming) seen = i;
+      if (f->seen[i].used < f->seen[lru].used) lru = i;
+    }
+    if (seen < 0) {
+      f->seen[lru].N = N;
+      f->seen[lru].streaming = streaming;
+      f->seen[lru].used = ++f->clock;
+      return euler_steps(f, N, streaming, 0, f->S);
+    }
+    f->seen[seen].used = 0; /* the graph cache takes over */
     cudaGraph_t graph = NULL;
     CK(cudaStreamBeginCapture(f->s, cudaStreamCaptureModeRelaxed), "flow: begin graph capture");
     cosy_status st = euler_steps(f, N, streaming, 0, f->S);
@@ -695,6 +728,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     }
     TRY(cosy_gpu_host_alloc(NR * M * sizeof(float), (void **)&f->host_out));
   }
+
   /* the modulation table of the fixed schedule */
   TRY(time_mod(f, S, f->t_step, f->mod_tab));
   TRY(cosy_gpu_sync(g, "gpu_flow_create"));

@@ -26,8 +26,10 @@ void gpu_flow_free(gpu_flow *f);
 
 /* Exactly ref_flow_infer's contract (host inputs; *mel malloc'd host CHANNELS-FIRST
  * [80][*n_frames], prompt frames removed). Additionally N = 2 * (tokens used) must not exceed
- * max_frames (COSY_ERR_INVALID_ARG). cancel is polled before the Euler steps are launched (all
- * 10 steps then run as one CUDA graph; with graphs off, before each step). */
+ * max_frames (COSY_ERR_INVALID_ARG). cancel is polled on the host before the Euler steps are
+ * enqueued (they then run back to back on the GPU, as one CUDA graph from the second call of an
+ * (N, streaming) pair on, with no host synchronization; with graphs off it is polled before
+ * each step is enqueued). */
 cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int n_gen,
                            const float *prompt_mel, int n_prompt_frames, const float *spk,
                            int streaming, int finalize, const volatile int *cancel, float **mel,
