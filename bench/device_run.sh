@@ -12,7 +12,7 @@
 #     libcmocka0 libcmocka-dev) && for f in .dev/debs/*.deb; do dpkg -x $f .dev/root; done
 #   tar -C ../shared -cf - golden tokenizer audio bench | xz -T2 -6 > .dev/shared.tar.xz
 set -u
-STEPS=${*:-build kernels stages engine bench}
+STEPS=${*:-build kernels stages engine bench official}
 OUT=${OUT:-build/dev/out}
 mkdir -p "$OUT"
 B=build/dev
@@ -75,6 +75,11 @@ if [[ " $STEPS " == *" bench "* ]]; then
     --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
 fi
 
+if [[ " $STEPS " == *" official "* ]] && [ -d .dev/official ]; then
+  run official timeout 300 python3 bench/official/run_official.py --model "$FULL" --shared "$SHARED" \
+    --device cuda --out "$OUT/official.json" ${OFFICIAL_ARGS:-}
+fi
+
 echo "==================== summary ===================="
 cat "$SUMMARY"
 for f in "$OUT"/test_*.log; do
@@ -82,4 +87,4 @@ for f in "$OUT"/test_*.log; do
   echo "--- $(basename "$f"): $(grep -cE 'FAIL' "$f") FAIL lines"
   grep -E 'FAIL|rel|max abs|ms' "$f" | grep -vE '^\[ *(RUN|OK) ' | tail -8
 done
-for f in "$OUT"/bench_*.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -12 "$f"; }; done
+for f in "$OUT"/bench_*.log "$OUT"/official.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -14 "$f"; }; done

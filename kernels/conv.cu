@@ -6,29 +6,40 @@
  * dilation (resblocks), left zeros (causal 'left' padding) or a valid length shorter than the
  * read range (the 'right' look-ahead zeros when final), ReflectionPad1d((1,0)) of the output, a
  * pre-activation fused into the input load (leaky ReLU, Snake, or the mean of three resblock
- * outputs then leaky ReLU) and up to two residual adds fused into the store.
+ * outputs then leaky ReLU), up to two residual adds and a Snake of the result (the next conv's
+ * input, so that each Snake is computed once per value) fused into the store.
  *
- * Implicit GEMM. out[co][t] = sum over the reduction (ci, j) of W[co][ci][j] X[ci][p(t) s + j d - P]
- * is a GEMM with M = co, N = time, K = ci * k. The weights are packed host-side as
- * wp[j][co_pad][ci_pad] so that one tap j and 8 input channels form one k8 step of
- * mma.sync.m16n8k8 (TF32 in, fp32 accumulate). The input is not expanded (no im2col): for each
- * chunk of 8 input channels a block stages the "strip" of input columns its 64 output steps read
- * under all k taps (63 stride + (k-1) dil + 1 columns), applying the pre-activation once per
- * staged value, and the B fragments of tap j read the strip at column n stride + j dil.
+ * Implicit GEMM. out[co][t] = sum over (ci, j) of W[co][ci][j] X[ci][p(t) s + j d - P] is a GEMM
+ * with M = co, N = time, K = ci * k. The weights are packed host-side as wp[j][co_pad][ci_pad]
+ * so that one tap j and 8 input channels form one k8 step of mma.sync.m16n8k8 (TF32 in, fp32
+ * accumulate). The input is not expanded (no im2col): for each chunk of 8 input channels a block
+ * stages the "strip" of input columns its 64 output steps read under all k taps
+ * (63 stride + (k-1) dil + 1 columns), activated once per staged value, and the B fragments of
+ * tap j read the strip at column n stride + j dil.
  *
  * Thread mapping: 128 threads = 4 warps in a 2 (co) x 2 (time) grid; each warp owns 32 co x 32
  * time steps = 2 x 4 mma tiles (32 fp32 accumulators per thread). A block computes 64 co x 64 time
- * of one conv; grid = (time tiles, co tiles, conv index) so that up to 3 independent convs
+ * of one conv; grid = (time tiles, co tiles, conv index) so that up to 4 independent convs
  * (the three resblocks of a stage) share one launch. Per chunk of 8 input channels: the weight
- * slab k x 64 x 8 goes to shared memory by cp.async (16 B), the strip by plain loads + the
- * activation; one barrier, k mma steps, one barrier. Shared rows are padded (weights 12 floats,
- * strip pitch = 8 mod 32) so that the fragment loads hit 32 distinct banks.
+ * slab k x 64 x 8 goes to shared memory by cp.async (16 B); the strip values (one column per
+ * thread, all 8 rows; a plain loop for the long strided strips of the source downs) were loaded
+ * into registers during the previous chunk's mma and are now activated, split into TF32
+ * (big, small) planes and stored; one barrier, k mma steps, one barrier. Shared rows are padded
+ * (weights 12 floats, strip pitch = 8 mod 32) so that the fragment loads hit 32 distinct banks.
+ * When a launch has fewer than 3 blocks per SM (stage 0: 256 channels x 8 T steps) the block
+ * doubles to two warp groups that take alternate chunks and add their partial sums through
+ * shared memory at the end (split-K inside the block, deterministic).
  *
- * Numerics: operands are rounded to TF32 (cvt.rna) at fragment load; in 3xTF32 mode each operand
- * is split into big = tf32(x) and small = tf32(x - big) and the product is big*small + small*big +
- * big*big, which restores fp32-level accuracy (error ~1e-6 relative) at three times the tensor
- * work. The activations use accurate sinf and IEEE division without contraction, as the CPU
- * reference writes them; the accumulation order differs from the reference (fp32 sums).
+ * Numerics: operands are rounded to TF32 (cvt.rna; the activations once, when staged; the weights
+ * at fragment load); in 3xTF32 mode each operand is split into big = tf32(x) and
+ * small = tf32(x - big) and the product is big*small + small*big + big*big, which restores
+ * fp32-level accuracy (error ~1e-6 relative) at three times the tensor work. The activations use
+ * accurate sinf and IEEE division without contraction, as the CPU reference writes them; the
+ * accumulation order differs from the reference (fp32 sums).
+ *
+ * Measured (H200, full-size HiFT, T = 224): the convs reach ~25 TFLOP/s of useful fp32 work in
+ * 3xTF32 (~75 TFLOP/s of TF32 mma issue) and ~38 in TF32; they are bound by instruction issue
+ * and latency of the mma.sync path, not by memory.
  *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
@@ -58,7 +69,13 @@ struct ConvGroup {
 __host__ __device__ inline int strip_len(int k, int dil, int stride) {
   return (BN - 1) * stride + (k - 1) * dil + 1 + 2; /* +2: the reflect column */
 }
+/* pitch = 8 mod 32: the B fragment loads of a warp hit 32 distinct banks */
 __host__ __device__ inline int strip_pitch(int sl) { return ((sl + 31) & ~31) + 8; }
+/* one weight slab [k][BM][WP] + the strip as TF32 (big, small) planes [2][CK][pitch] */
+inline size_t conv_smem(int k, int dil, int stride) {
+  return ((size_t)k * BM * WP + (size_t)2 * CK * strip_pitch(strip_len(k, dil, stride))) *
+         sizeof(float);
+}
 
 __device__ __forceinline__ uint32_t tf32_bits(float x) {
   uint32_t r;
@@ -79,23 +96,28 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
   const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ float snake(float v, float a, float inv) {
+  const float sv = sinf(__fmul_rn(v, a));
+  return __fadd_rn(v, __fmul_rn(inv, __fmul_rn(sv, sv)));
 }
 
 /* the pre-activation of input value (ci, column uu) */
-__device__ __forceinline__ float load_act(const cosy_hift_conv &c, int ci, int uu) {
+__device__ __forceinline__ float load_act(const cosy_hift_conv &c, int act, int ci, int uu) {
   const size_t off = (size_t)ci * (size_t)c.ld_in + (size_t)uu;
   float v = c.in[off];
-  switch (c.act) {
+  switch (act) {
     case COSY_HACT_LEAKY:
       v = v > 0.f ? v : __fmul_rn(v, c.slope);
       break;
     case COSY_HACT_SNAKE: {
       const float a = c.alpha[ci];
       const float inv = c.alpha_inv ? c.alpha_inv[ci] : __fdiv_rn(1.0f, __fadd_rn(a, 1e-9f));
-      const float sv = sinf(__fmul_rn(v, a));
-      v = __fadd_rn(v, __fmul_rn(inv, __fmul_rn(sv, sv)));
+      v = snake(v, a, inv);
       break;
     }
     case COSY_HACT_MEAN3_LEAKY: {
@@ -109,21 +131,50 @@ __device__ __forceinline__ float load_act(const cosy_hift_conv &c, int ci, int u
   return v;
 }
 
-template <int PREC>
-__global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ ConvGroup grp) {
+/* KS = 1: one group of 4 warps; KS = 2: two groups (256 threads) that take alternate chunks of 8
+ * input channels, each with its own shared-memory region, and add their partial sums at the end
+ * through shared memory (group 1's into group 0's: a fixed order, deterministic). M3: some conv
+ * of the launch reads the mean of three inputs (registers for the two extra prefetches). */
+/* the activation of a prefetched value v (v2, v3: the other two means); a zero (padding) value
+ * stays zero under every mode */
+__device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int ci, bool row_ok,
+                                           float v, float v2, float v3) {
+  switch (act) {
+    case COSY_HACT_LEAKY:
+      return v > 0.f ? v : __fmul_rn(v, c.slope);
+    case COSY_HACT_SNAKE: {
+      if (!row_ok) return 0.f;
+      const float a = c.alpha[ci];
+      const float inv = c.alpha_inv ? c.alpha_inv[ci] : __fdiv_rn(1.0f, __fadd_rn(a, 1e-9f));
+      return snake(v, a, inv);
+    }
+    case COSY_HACT_MEAN3_LEAKY: {
+      const float m = __fdiv_rn(__fadd_rn(__fadd_rn(v, v2), v3), 3.0f);
+      return m > 0.f ? m : __fmul_rn(m, c.slope);
+    }
+    default:
+      return v;
+  }
+}
+
+template <int PREC, int KS, bool M3>
+__global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant__ ConvGroup grp,
+                                                          int region_floats) {
   const cosy_hift_conv &c = grp.c[blockIdx.z];
   const int t0 = blockIdx.x * BN;
   const int co0 = blockIdx.y * BM;
   if (t0 >= c.n_out || co0 >= c.co) return;
 
   extern __shared__ float4 smem_raw[];
-  float *smem = reinterpret_cast<float *>(smem_raw);
-  const int K = c.k, dil = c.dil, stride = c.stride;
+  const int kg = KS == 1 ? 0 : (int)threadIdx.x / NT;
+  float *smem = reinterpret_cast<float *>(smem_raw) + kg * region_floats;
+  const int K = c.k, dil = c.dil, stride = c.stride, act = c.act;
   const int SL = strip_len(K, dil, stride), SLP = strip_pitch(SL);
-  float *sW = smem;               /* [K][BM][WP] */
-  float *sX = smem + K * BM * WP; /* [CK][SLP] */
+  float *sW = smem;                /* [K][BM][WP] */
+  float *sX = smem + K * BM * WP;  /* [CK][SLP]: tf32(x) */
+  float *sXs = sX + CK * SLP;      /* [CK][SLP]: tf32(x - tf32(x)) (3xTF32 only) */
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = (int)threadIdx.x - kg * NT, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
   const int g = lane >> 2, tq = lane & 3;
 
@@ -132,12 +183,15 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
   const long long ubase = (long long)p0 * stride - c.pad_left;
   const long long Lu = (long long)c.len_in * c.up;
 
-  int colofs[4];
+  int bofs[4]; /* B fragment offsets in the strip: row tq, column of n */
 #pragma unroll
   for (int nt = 0; nt < 4; nt++) {
     const int n = wn * 32 + nt * 8 + g;
-    colofs[nt] = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
+    bofs[nt] = tq * SLP + ((c.reflect && t0 == 0 && n == 0) ? 2 : n * stride);
   }
+  int aofs[2]; /* A fragment offsets in a tap's weight slab: row of the m tile, column tq */
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++) aofs[mt] = (wm * 32 + mt * 16 + g) * WP + tq;
 
   float acc[2][4][4];
 #pragma unroll
@@ -147,9 +201,42 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
 
-  for (int ci0 = 0; ci0 < c.ci_pad; ci0 += CK) {
+  const int n_chunks = c.ci_pad / CK;
+  /* Strips of at most NT columns (every conv but the strided source downs): each thread owns one
+   * column of the 8 rows; the next chunk's values are loaded into registers while the current
+   * chunk is multiplied (all 8 (x3 for the mean) loads in flight at once). */
+  const bool fast = SL <= NT;
+  const bool mean3 = M3 && act == COSY_HACT_MEAN3_LEAKY;
+  const int u_col = (int)(ubase + tid); /* this thread's strip column, as an input index */
+  const bool col_ok = tid < SL && ubase + tid >= 0 && ubase + tid < Lu;
+  const int uu_col = col_ok ? (c.up == 1 ? u_col : u_col / c.up) : 0;
+  float pv[CK], pv2[CK], pv3[CK];
+  auto prefetch = [&](int chunk) {
+#pragma unroll
+    for (int r = 0; r < CK; r++) {
+      const int ci = chunk * CK + r;
+      pv[r] = 0.f;
+      if (M3) pv2[r] = pv3[r] = 0.f;
+      if (col_ok && ci < c.ci) {
+        const size_t off = (size_t)ci * (size_t)c.ld_in + (size_t)uu_col;
+        pv[r] = c.in[off];
+        if (M3 && mean3) pv2[r] = c.in2[off], pv3[r] = c.in3[off];
+      }
+    }
+  };
+  /* a strip value: TF32 split stored once, so that the fragment loads need no conversion */
+  auto put = [&](int idx, float v) {
+    const float big = __uint_as_float(tf32_bits(v));
+    sX[idx] = big;
+    if (PREC == COSY_HPREC_3XTF32) sXs[idx] = __uint_as_float(tf32_bits(__fsub_rn(v, big)));
+  };
+  if (fast && kg < n_chunks) prefetch(kg);
+  for (int it = 0; it * KS < n_chunks; it++) {
+    const int chunk = it * KS + kg;
+    const bool active = chunk < n_chunks; /* both groups make every barrier */
+    const int ci0 = chunk * CK;
     /* weight slab: K*BM rows of 8 floats, two 16-byte copies each */
-    const int nW = K * BM * 2;
+    const int nW = active ? K * BM * 2 : 0;
     for (int i = tid; i < nW; i += NT) {
       const int half = i & 1, row = i >> 1; /* row = j * BM + m */
       const int j = row / BM, m = row - j * BM;
@@ -157,62 +244,70 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
           c.wp + ((size_t)j * c.co_pad + (size_t)(co0 + m)) * c.ci_pad + ci0 + half * 4;
       cp_async16(sW + row * WP + half * 4, src);
     }
+    cp_async_commit();
     /* input strip with the activation */
-#pragma unroll 2
-    for (int r = 0; r < CK; r++) {
-      const int ci = ci0 + r;
-      const bool row_ok = ci < c.ci;
-      for (int col = tid; col < SL; col += NT) {
-        const long long u = ubase + col;
-        float v = 0.f;
-        if (row_ok && u >= 0 && u < Lu) {
-          const int uu = c.up == 1 ? (int)u : (int)(u / c.up);
-          v = load_act(c, ci, uu);
+    if (fast) {
+      if (active && tid < SL) {
+#pragma unroll
+        for (int r = 0; r < CK; r++) {
+          const int ci = ci0 + r;
+          put(r * SLP + tid,
+              apply_act(c, act, ci, ci < c.ci, pv[r], M3 ? pv2[r] : 0.f, M3 ? pv3[r] : 0.f));
         }
-        sX[r * SLP + col] = v;
+      }
+      if (chunk + KS < n_chunks) prefetch(chunk + KS); /* in flight during the mma below */
+    } else {
+      for (int r = 0; r < (active ? CK : 0); r++) {
+        const int ci = ci0 + r;
+        const bool row_ok = ci < c.ci;
+        for (int col = tid; col < SL; col += NT) {
+          const long long u = ubase + col;
+          float v = 0.f;
+          if (row_ok && u >= 0 && u < Lu) {
+            const int uu = c.up == 1 ? (int)u : (int)(u / c.up);
+            v = load_act(c, act, ci, uu);
+          }
+          put(r * SLP + col, v);
+        }
       }
     }
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
 
-    for (int j = 0; j < K; j++) {
+#pragma unroll 2
+    for (int j = 0; j < (active ? K : 0); j++) {
       const float *w = sW + j * BM * WP;
-      const float *x = sX + j * dil;
-      float af[2][4], bf[4][2];
+      const float *x = sX + j * dil, *xs = sXs + j * dil;
+      float af[2][4];
+      uint32_t bb[4][2], bs[4][2];
 #pragma unroll
       for (int mt = 0; mt < 2; mt++) {
-        const int row = wm * 32 + mt * 16 + g;
-        af[mt][0] = w[row * WP + tq];
-        af[mt][1] = w[(row + 8) * WP + tq];
-        af[mt][2] = w[row * WP + tq + 4];
-        af[mt][3] = w[(row + 8) * WP + tq + 4];
+        af[mt][0] = w[aofs[mt]];
+        af[mt][1] = w[aofs[mt] + 8 * WP];
+        af[mt][2] = w[aofs[mt] + 4];
+        af[mt][3] = w[aofs[mt] + 8 * WP + 4];
       }
 #pragma unroll
       for (int nt = 0; nt < 4; nt++) {
-        bf[nt][0] = x[tq * SLP + colofs[nt]];
-        bf[nt][1] = x[(tq + 4) * SLP + colofs[nt]];
+        bb[nt][0] = __float_as_uint(x[bofs[nt]]);
+        bb[nt][1] = __float_as_uint(x[bofs[nt] + 4 * SLP]);
+        if (PREC == COSY_HPREC_3XTF32) {
+          bs[nt][0] = __float_as_uint(xs[bofs[nt]]);
+          bs[nt][1] = __float_as_uint(xs[bofs[nt] + 4 * SLP]);
+        }
       }
-      uint32_t ab[2][4], bb[4][2];
+      uint32_t ab[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(af[mt][e]);
-#pragma unroll
-      for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) bb[nt][e] = tf32_bits(bf[nt][e]);
       if (PREC == COSY_HPREC_3XTF32) {
-        uint32_t as[2][4], bs[4][2];
+        uint32_t as[2][4];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
           for (int e = 0; e < 4; e++)
             as[mt][e] = tf32_bits(__fsub_rn(af[mt][e], __uint_as_float(ab[mt][e])));
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-          for (int e = 0; e < 2; e++)
-            bs[nt][e] = tf32_bits(__fsub_rn(bf[nt][e], __uint_as_float(bb[nt][e])));
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
@@ -229,7 +324,28 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
     __syncthreads();
   }
 
-  /* epilogue: bias, residuals, store */
+  if (KS == 2) { /* group 1 hands its partial sums to group 0 (its region is free now) */
+    float *red = reinterpret_cast<float *>(smem_raw) + region_floats;
+    if (kg == 1) {
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) red[((mt * 4 + nt) * 4 + e) * NT + tid] = acc[mt][nt][e];
+    }
+    __syncthreads();
+    if (kg == 1) return;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], red[((mt * 4 + nt) * 4 + e) * NT + tid]);
+  }
+
+  /* epilogue: bias, residuals, store, fused post-activation */
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
 #pragma unroll
@@ -237,6 +353,11 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
       const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
       if (co >= c.co) continue;
       const float b = c.bias ? c.bias[co] : 0.f;
+      float oa = 0.f, oinv = 0.f;
+      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
+        oa = c.oalpha[co];
+        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
+      }
 #pragma unroll
       for (int nt = 0; nt < 4; nt++)
 #pragma unroll
@@ -246,7 +367,10 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
           float v = __fadd_rn(acc[mt][nt][h * 2 + e], b);
           if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
           if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
-          c.out[(size_t)co * c.ld_out + t] = v;
+          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
+          if (c.out_act)
+            c.out_act[(size_t)co * c.ld_out_act + t] =
+                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
         }
     }
 }
@@ -255,14 +379,18 @@ __global__ void __launch_bounds__(NT) conv_tc_kernel(const __grid_constant__ Con
 
 /* GEMM view as the TF32 kernel: M = co, N = time, K = (ci, tap); one k4 step = 4 input channels
  * at one tap. Block: 128 threads = 4 warps in a 2 (co) x 2 (time) grid, warp tile 16 co x 16
- * time = 2 x 2 mma m8n8k4 (fp64 tensor cores), block tile 32 co x 32 time; 8 input channels per
- * shared-memory chunk. Fragments (PTX m8n8k4 .f64): a0 = A[g][q], b0 = B[q][g],
- * c = C[g][2q], C[g][2q+1] with g = lane / 4, q = lane % 4. Shared rows are padded (weights 12
- * doubles, strip pitch = 4 mod 16) so that each half-warp's 64-bit loads hit distinct banks. */
-constexpr int F_BM = 32, F_BT = 32, F_CK = 8, F_NT = 128, F_MAXK = 4;
-constexpr int F_WP = F_CK + 4;                                 /* 12 */
+ * time = 2 x 2 mma m8n8k4 (fp64 tensor cores), block tile 32 co x 32 time; 16 input channels per
+ * shared-memory chunk, the next chunk's global loads issued into registers before the current
+ * chunk's mma (software pipelining: the loads' latency hides behind the math). Fragments (PTX
+ * m8n8k4 .f64): a0 = A[g][q], b0 = B[q][g], c = C[g][2q], C[g][2q+1] with g = lane / 4,
+ * q = lane % 4. Shared rows are padded (weights 20 doubles, strip pitch = 4 mod 16) so that each
+ * half-warp's 64-bit loads hit distinct banks. */
+constexpr int F_BM = 32, F_BT = 32, F_CK = 16, F_NT = 128, F_MAXK = 4;
+constexpr int F_WP = F_CK + 4;                                 /* 20 */
 constexpr int F_SL = F_BT + F_MAXK - 1;                        /* 35 */
 constexpr int F_SP = ((F_SL + 15) / 16) * 16 + 4;              /* 52 */
+constexpr int F_WREG = (F_MAXK * F_BM * F_CK + F_NT - 1) / F_NT; /* 16 weights per thread */
+constexpr int F_XREG = (F_CK * F_SL + F_NT - 1) / F_NT;          /* 5 inputs per thread */
 
 __device__ __forceinline__ double ld_d(const float *p) { return (double)*p; }
 __device__ __forceinline__ double ld_d(const double *p) { return *p; }
@@ -283,6 +411,7 @@ conv64_kernel(const TI *__restrict__ in, int ld_in, int len_in, int ci_n,
   const int t0 = blockIdx.x * F_BT, co0 = blockIdx.y * F_BM;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1, g = lane >> 2, q = lane & 3;
+  const int SL = F_BT + K - 1, nw = K * F_BM * F_CK, nx = F_CK * SL;
   double acc[2][2][2];
 #pragma unroll
   for (int mt = 0; mt < 2; mt++) {
@@ -291,19 +420,43 @@ conv64_kernel(const TI *__restrict__ in, int ld_in, int len_in, int ci_n,
 #pragma unroll
     for (int nt = 0; nt < 2; nt++) acc[mt][nt][0] = acc[mt][nt][1] = b;
   }
-  const int SL = F_BT + K - 1;
-  for (int ci0 = 0; ci0 < ci_n; ci0 += F_CK) {
-    for (int i = tid; i < K * F_BM * F_CK; i += F_NT) {
+  float wr[F_WREG];
+  double xr[F_XREG];
+  /* element i of the weight chunk: (j, m, r) with r fastest; of the strip: (r, col) */
+  auto load = [&](int ci0) {
+#pragma unroll
+    for (int it = 0; it < F_WREG; it++) {
+      const int i = tid + it * F_NT;
       const int r = i % F_CK, rest = i / F_CK, m = rest % F_BM, j = rest / F_BM;
       const int co = co0 + m, ci = ci0 + r;
-      sW[j][m][r] = (co < co_n && ci < ci_n) ? (double)w[((size_t)co * ci_n + ci) * K + j] : 0.0;
+      wr[it] = (i < nw && co < co_n && ci < ci_n) ? w[((size_t)co * ci_n + ci) * K + j] : 0.0f;
     }
-    for (int i = tid; i < F_CK * SL; i += F_NT) {
+#pragma unroll
+    for (int it = 0; it < F_XREG; it++) {
+      const int i = tid + it * F_NT;
       const int r = i / SL, col = i - r * SL;
       const int ci = ci0 + r, u = t0 + col - P;
-      sX[r][col] = (ci < ci_n && u >= 0 && u < len_in) ? ld_d(in + (size_t)ci * ld_in + u) : 0.0;
+      xr[it] = (i < nx && ci < ci_n && u >= 0 && u < len_in) ? ld_d(in + (size_t)ci * ld_in + u)
+                                                             : 0.0;
+    }
+  };
+  load(0);
+  for (int ci0 = 0; ci0 < ci_n; ci0 += F_CK) {
+#pragma unroll
+    for (int it = 0; it < F_WREG; it++) {
+      const int i = tid + it * F_NT;
+      if (i < nw) {
+        const int r = i % F_CK, rest = i / F_CK, m = rest % F_BM, j = rest / F_BM;
+        sW[j][m][r] = (double)wr[it];
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < F_XREG; it++) {
+      const int i = tid + it * F_NT;
+      if (i < nx) sX[i / SL][i % SL] = xr[it];
     }
     __syncthreads();
+    if (ci0 + F_CK < ci_n) load(ci0 + F_CK); /* in flight during the mma below */
     for (int j = 0; j < K; j++)
 #pragma unroll
       for (int ks = 0; ks < F_CK / 4; ks++) {
@@ -360,17 +513,43 @@ f0_classify_kernel(const double *__restrict__ h, int ld_h, int c_n, const float 
   }
 }
 
-template <int PREC>
-cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, int n, dim3 grid, size_t smem) {
+int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always split */
+
+template <int PREC, int KS, bool M3>
+cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, dim3 grid, int region_floats) {
   static bool attr_set = false; /* benign race: every thread sets the same value */
   if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(conv_tc_kernel<PREC>,
+    cudaError_t e = cudaFuncSetAttribute(conv_tc_kernel<PREC, KS, M3>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_CAP);
     if (e != cudaSuccess) return e;
     attr_set = true;
   }
-  conv_tc_kernel<PREC><<<grid, NT, smem, s>>>(grp);
+  const size_t smem = (size_t)KS * region_floats * sizeof(float);
+  conv_tc_kernel<PREC, KS, M3><<<grid, NT * KS, smem, s>>>(grp, region_floats);
   return cudaGetLastError();
+}
+
+template <int PREC>
+cudaError_t launch_prec(cudaStream_t s, const ConvGroup &grp, dim3 grid, int reg, int split,
+                        bool m3) {
+  if (split)
+    return m3 ? launch_conv<PREC, 2, true>(s, grp, grid, reg)
+              : launch_conv<PREC, 2, false>(s, grp, grid, reg);
+  return m3 ? launch_conv<PREC, 1, true>(s, grp, grid, reg)
+            : launch_conv<PREC, 1, false>(s, grp, grid, reg);
+}
+
+int sm_count() {
+  static int n = 0;
+  if (n == 0) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
+      n = v;
+    else
+      n = 132;
+  }
+  return n;
 }
 
 } /* namespace */
@@ -394,33 +573,53 @@ extern "C" cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *co
   if (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32) return cudaErrorInvalidValue;
   ConvGroup grp;
   int max_tiles_t = 0, max_tiles_c = 0;
+  long long active_blocks = 0;
+  bool m3 = false;
+  int min_chunks = 1 << 30;
   size_t smem = 0;
   for (int i = 0; i < n; i++) {
     const cosy_hift_conv &c = convs[i];
-    if (!c.in || !c.wp || !c.out || c.ci < 1 || c.co < 1 || c.k < 1 || c.k > MAXK ||
+    if (!c.in || !c.wp || c.ci < 1 || c.co < 1 || c.k < 1 || c.k > MAXK ||
         c.dil < 1 || c.stride < 1 || c.up < 1 || c.pad_left < 0 || c.len_in < 0 ||
-        c.n_out < 0 || c.ld_in < 1 || c.ld_out < 1 || c.ci_pad < c.ci || c.ci_pad % CK ||
+        c.n_out < 0 || c.ld_in < 1 || (c.out && c.ld_out < 1) || c.ci_pad < c.ci || c.ci_pad % CK ||
         c.co_pad < c.co || c.co_pad % BM || (c.reflect && c.stride != 1) ||
         (c.act == COSY_HACT_SNAKE && !c.alpha) ||
         (c.act == COSY_HACT_MEAN3_LEAKY && (!c.in2 || !c.in3)) || c.act < 0 || c.act > 3 ||
-        (c.res && c.ld_res < 1) || (c.res2 && c.ld_res2 < 1) ||
+        (c.res && c.ld_res < 1) || (c.res2 && c.ld_res2 < 1) || (!c.out && !c.out_act) ||
+        (c.out_act &&
+         (c.ld_out_act < 1 || (c.oact != COSY_HACT_NONE && c.oact != COSY_HACT_SNAKE) ||
+          (c.oact == COSY_HACT_SNAKE && !c.oalpha))) ||
         (long long)c.len_in * c.up > 0x7fffffffLL)
       return cudaErrorInvalidValue;
     grp.c[i] = c;
-    const int SL = strip_len(c.k, c.dil, c.stride);
-    const size_t bytes = ((size_t)c.k * BM * WP + (size_t)CK * strip_pitch(SL)) * sizeof(float);
+    const size_t bytes = conv_smem(c.k, c.dil, c.stride);
     if (bytes > (size_t)SMEM_CAP) return cudaErrorInvalidValue;
     smem = bytes > smem ? bytes : smem;
     const int tt = (c.n_out + BN - 1) / BN, tc = (c.co + BM - 1) / BM;
     max_tiles_t = tt > max_tiles_t ? tt : max_tiles_t;
     max_tiles_c = tc > max_tiles_c ? tc : max_tiles_c;
+    active_blocks += (long long)tt * tc;
+    m3 = m3 || c.act == COSY_HACT_MEAN3_LEAKY;
+    min_chunks = c.ci_pad / CK < min_chunks ? c.ci_pad / CK : min_chunks;
   }
   for (int i = n; i < MAXG; i++) grp.c[i] = convs[0];
   if (max_tiles_t == 0) return cudaSuccess;
   if (max_tiles_c > 65535) return cudaErrorInvalidValue;
   dim3 grid((unsigned)max_tiles_t, (unsigned)max_tiles_c, (unsigned)n);
-  return prec == COSY_HPREC_3XTF32 ? launch_conv<COSY_HPREC_3XTF32>(s, grp, n, grid, smem)
-                                   : launch_conv<COSY_HPREC_TF32>(s, grp, n, grid, smem);
+  /* split the reduction over two warp groups when the grid leaves the SMs short of warps (the
+   * stage-0 convs: 256 channels x 8 T steps), and every conv has >= 4 chunks of input channels */
+  int split = g_conv_split == 2;
+  if (g_conv_split == 0) split = active_blocks < 3 * sm_count() && min_chunks >= 4;
+  const int region = (int)((split ? (smem > (size_t)(32 * NT * 4) ? smem : (size_t)(32 * NT * 4))
+                                  : smem) / sizeof(float));
+  if ((size_t)(split ? 2 : 1) * region * sizeof(float) > (size_t)SMEM_CAP) split = 0;
+  const int reg = split ? region : (int)(smem / sizeof(float));
+  return prec == COSY_HPREC_3XTF32 ? launch_prec<COSY_HPREC_3XTF32>(s, grp, grid, reg, split, m3)
+                                   : launch_prec<COSY_HPREC_TF32>(s, grp, grid, reg, split, m3);
+}
+
+extern "C" void cosy_hift_conv_tuning(int split_mode) {
+  g_conv_split = split_mode >= 0 && split_mode <= 2 ? split_mode : 0;
 }
 
 extern "C" cudaError_t cosy_k_hift_conv64(cudaStream_t s, const float *in_f32,

@@ -50,30 +50,35 @@ typedef enum cosy_hift_prec {
  *   X[ci][u]  = act(in[ci][u / up])  for 0 <= u < len_in * up, else 0      (nearest upsample x up)
  *   p(t)      = t                          (reflect = 0)
  *             = t - 1, and p(0) = 1        (reflect = 1: ReflectionPad1d((1,0)) of the output)
- *   out[co][t] = bias[co] + sum_{ci, j} w[co][ci][j] X[ci][p(t) stride + j dil - pad_left]
- *                (+ res[co][t]) (+ res2[co][t])                            for t < n_out
+ *   v[co][t]  = bias[co] + sum_{ci, j} w[co][ci][j] X[ci][p(t) stride + j dil - pad_left]
+ *               (+ res[co][t]) (+ res2[co][t])                             for t < n_out
+ *   out[co][t] = v  (if out),   out_act[co][t] = oact(v) (if out_act: the next conv's input)
  *
  * pad_left zeros on the left (causal 'left' padding, or the stride-1 pad of the source downs);
  * the right side is the zero extension beyond len_in ('right' look-ahead padding when final: the
- * caller passes len_in = the valid frames). Weights are PACKED: wp[j][co_pad][ci_pad] (see
- * cosy_hift_conv_pack; padding rows/columns zero), co_pad a multiple of COSY_HCONV_BM, ci_pad of
+ * caller passes len_in = the valid frames). Weights are PACKED by cosy_hift_conv_pack:
+ * wp[j][co_pad][ci_pad] (padding zero), co_pad a multiple of COSY_HCONV_BM, ci_pad of
  * COSY_HCONV_CK. bias [co] fp32. reflect needs stride 1. out may equal res or res2 (in-place
- * residual: each element is read before it is written by the same thread); out must not alias
- * in/in2/in3. 1 <= k <= 32, stride >= 1, dil >= 1, up >= 1. */
+ * residual: each element is read before it is written by the
+ * same thread); out/out_act must not alias in/in2/in3. 1 <= k <= 32, stride, dil, up >= 1. */
 typedef struct cosy_hift_conv {
   const float *in, *in2, *in3; /* [ci][ld_in]; in2/in3 only for COSY_HACT_MEAN3_LEAKY */
   int ld_in, len_in, ci, up;
-  int act;                     /* cosy_hift_act */
+  int act;                     /* cosy_hift_act of the input */
   float slope;                 /* leaky slope */
   const float *alpha;          /* snake alpha [ci] */
   const float *alpha_inv;      /* 1/(alpha + 1e-9) [ci] in fp32 (precomputed), or NULL */
   const float *wp;             /* packed weights [k][co_pad][ci_pad] */
   const float *bias;           /* [co] or NULL */
   int co, co_pad, ci_pad, k, dil, stride, pad_left, reflect;
-  float *out;                  /* [co][ld_out] */
+  float *out;                  /* [co][ld_out] or NULL (then out_act is needed) */
   int ld_out, n_out;
   const float *res, *res2;     /* [co][ld_res], [co][ld_res2] or NULL */
   int ld_res, ld_res2;
+  float *out_act;              /* [co][ld_out_act] or NULL: oact(v), fused post-activation */
+  int ld_out_act;
+  int oact;                    /* COSY_HACT_NONE or COSY_HACT_SNAKE (per output channel) */
+  const float *oalpha, *oalpha_inv; /* [co] for oact = COSY_HACT_SNAKE */
 } cosy_hift_conv;
 
 /* Pack a PyTorch Conv1d weight w[co][ci][k] (host) into wp[k][co_pad][ci_pad] (host, zeroed
@@ -84,9 +89,14 @@ int cosy_hift_conv_pad(int n, int multiple);
 /* Run n (1..4) independent convs in one launch (they must not depend on each other). The tensor
  * cores do the products (mma.sync m16n8k8 TF32); prec picks TF32 or 3xTF32. Thread mapping: a
  * block of 128 threads computes 64 output channels x 64 time steps of one conv; grid
- * (time tiles, channel tiles, conv). Shared memory: k * 64 * 12 + 8 * strip floats (strip =
- * 63 stride + (k-1) dil + 1 input columns, padded), at most ~110 KB. */
+ * (time tiles, channel tiles, conv). Shared memory: k * 64 * 12 + 2 * 8 * strip floats (strip =
+ * 63 stride + (k-1) dil + 3 input columns, padded): ~16 KB (k 3) .. ~156 KB (k 30, stride 15). */
 cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *convs, int n, int prec);
+/* When a launch has fewer than 3 blocks per SM (the 256-channel stage-0 convs) and every conv has
+ * >= 4 chunks of 8 input channels, the block doubles to 256 threads: two warp groups reduce
+ * alternate chunks and add their partial sums through shared memory (deterministic). Tuning
+ * override for measurements: 0 automatic (default), 1 never, 2 always. Process-wide. */
+void cosy_hift_conv_tuning(int split_mode);
 
 /* fp64 conv of the F0 predictor with ELU (fp64 tensor cores: mma.sync m8n8k4 f64):
  *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out

@@ -1,7 +1,8 @@
 /* source.cu - the HiFT source signal (SineGen2 causal + SourceModuleHnNSF) and its default noise.
  *
  * Math (lib/ref/hift.c, ref_hift_source; kernels_hift.h for the launchers):
- *   noise:   u24(x) = (splitmix64(x) >> 40) 2^-24; row i, column h = u24(KEY_ROWS ^ (i (nb+1) + h));
+ *   noise:   u24(x) = (splitmix64(x) >> 40) 2^-24;
+ *            row i, column h = u24(KEY_ROWS ^ (i (nb+1) + h));
  *            rand_ini[h] = u24(KEY_INI ^ h), rand_ini[0] = 0             (bit-identical to the CPU)
  *   sine:    per frame k and harmonic h: rad = fmodf(f0 (h+1) / sr, 1), radd = 0.5 r0 + 0.5 r1,
  *            cum = fp64 running sum of radd rounded to fp32, ph = ((cum 2) pi_f) R,
@@ -110,7 +111,8 @@ __global__ void source_kernel(const float *__restrict__ f0, const float *__restr
     const float namp = uv > 0.f ? sigma : amp_unvoiced;
     double acc = (double)lin_b;
     for (int h = 0; h < nh; h++) {
-      const float u = U ? U[e * nh + h] : u24(KEY_ROWS ^ ((uint64_t)i * (uint64_t)nh + (uint64_t)h));
+      const float u =
+          U ? U[e * nh + h] : u24(KEY_ROWS ^ ((uint64_t)i * (uint64_t)nh + (uint64_t)h));
       const float x = __fadd_rn(__fmul_rn(sine[k * nh + h], uv), __fmul_rn(namp, u));
       acc = __dadd_rn(acc, __dmul_rn((double)w_s[h], (double)x));
     }

@@ -142,7 +142,7 @@ extern "C" cudaError_t cosy_k_hift_istft(cudaStream_t s, const float *post, int 
   if (!post || !y || F < 2 || ld_post < F || n_out < 0 || n_out > 4 * (F - 1))
     return cudaErrorInvalidValue;
   if (n_out == 0) return cudaSuccess;
-  istft_kernel<<<(unsigned)((n_out + IS_NT - 1) / IS_NT), IS_NT, 0, s>>>(post, ld_post, F, n_out,
-                                                                          limit, raw, y, make_tables());
+  istft_kernel<<<(unsigned)((n_out + IS_NT - 1) / IS_NT), IS_NT, 0, s>>>(
+      post, ld_post, F, n_out, limit, raw, y, make_tables());
   return cudaGetLastError();
 }

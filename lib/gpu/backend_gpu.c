@@ -28,7 +28,7 @@
 #include "gpu/hift.h"
 #include "gpu/llm.h"
 
-#define MAX_FRAMES 6000   /* mel frames per flow / vocoder call, prompt included (120 s) */
+#define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
 
 typedef struct gpu_state {

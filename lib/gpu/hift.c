@@ -1,16 +1,17 @@
 /* hift.c - the HiFT vocoder on the GPU; see hift.h for the interface and lib/ref/hift.c for the
  * math this reproduces (the same stages, lengths and argument checks).
  *
- * Pipeline (all on the context's stream, no host synchronization until the result is copied):
+ * Pipeline (on the context's stream plus one side stream of our own, no host synchronization
+ * until the result is copied):
  *   F0:     mel [80][T] (fp32, as uploaded) -> conv64 k4 (3 right zero/context frames) + ELU
  *           -> 4 x (conv64 k3, 2 left zeros, + ELU) -> classifier |.| -> f0 [T_f0]   (fp64)
  *   source: sine kernel (fp64 scan of the frame phases, one thread per harmonic) -> per-sample
  *           source kernel with the counter-based noise (or injected rows uploaded in chunks of
  *           NOISE_CHUNK samples) -> s [480 T_f0]
  *   decode: STFT(s) -> S [18][F];  conv_pre (4 right frames: zeros or context) -> x [C][T']
- *           source branches (independent of the main path, all three stages side by side):
- *             SRC_i = RB_src_i(downs_i(S))          (one launch for the downs + conv_pre, then
- *                                                    6 launches for the three source resblocks)
+ *           source branches (independent of the main path): SRC_i = RB_src_i(downs_i(S)),
+ *             stages 1 and 2 side by side on a second stream while the main stream runs
+ *             conv_pre, source branch 0 and stage 0 (joined by an event before stage 1)
  *           stage i = 0,1,2:
  *             Y   = ups_i(leaky(x, 0.1) nearest x r_i) + SRC_i  (stage 2: ReflectionPad1d((1,0))
  *                                                               of the conv output first)
@@ -22,12 +23,18 @@
  * Convolutions: kernels/conv.cu (implicit GEMM on tensor cores; activations fused into the
  * loads, residuals into the stores). The weights are fp32 on the device (the checkpoint's
  * values; HiFT is small: 20.8 M parameters, 83 MB), packed per tap.
- * Buffers (planned at create for max_frames): 7 activation buffers of max(C T, c_i L_i) floats
- * (Y, R0-2, T0-2; conv_pre writes R0), the source branches SRC_i [c_i][L_i], S and the
- * conv_post output [18][F], s, f0, the fp64
- * F0 ping-pong buffers, a noise staging buffer and a pinned host buffer for the waveform.
- * Precision choice: see hift.h; the default 3xTF32 keeps the decoder at fp32 accuracy (the
- * random-weight golden decoder amplifies conv errors: TF32 alone moves the waveform by ~1e-2). */
+ * Buffers (planned at create for max_frames): 14 activation buffers of max(C T, c_i L_i) floats
+ * (Y, R0-2, T0-2, X0-2 for the Snake-activated copies, ST1-2/SX1-2 for the side stream;
+ * conv_pre writes R0), the source branches SRC_i [c_i][L_i], S and the conv_post output [18][F],
+ * s, f0, the fp64 F0 ping-pong buffers, a noise staging buffer and a pinned host buffer for the
+ * waveform: ~75 MB of activations at max_frames = 224 for the full model.
+ * Precision choice (measured on an H200, full-size model, gpu_hift_infer incl. copies):
+ *   3xTF32 (default): T = 224 final 6.4 ms, T = 100 non-final 3.9 ms; waveform vs the CPU
+ *                     reference 2e-4 (golden small model) / 1.4e-3 (full model, T = 20) rel L2.
+ *   TF32:             4.4 ms / 2.7 ms; 1.5e-2 / 1.8e-2 rel L2 (what PyTorch's default
+ *                     cudnn.allow_tf32 gives on a GPU, spec section 9; the random-weight decoders
+ *                     amplify the 3e-4 per-conv error, so it sits close to the 2e-2 test bound).
+ *   Of the 6.4 ms: F0 (fp64) 0.3 ms, source + STFT + iSTFT + copies ~0.2 ms, convs the rest. */
 #include "gpu/hift.h"
 
 #include <math.h>
@@ -40,14 +47,18 @@
 
 #define N_STAGES 3
 #define N_DIL 3
-#define N_ACT 10
+#define N_ACT 17
 #define HIFT_MAX_FRAMES 2000000
 #define NOISE_CHUNK (64 * 480) /* samples of injected noise uploaded per source launch */
 
-enum { B_Y, B_R0, B_R1, B_R2, B_T0, B_T1, B_T2, B_SRC0, B_SRC1, B_SRC2 };
+/* activation buffers; the side stream's source resblocks use ST/SX (B_SRC0.. must stay last) */
+enum {
+  B_Y, B_R0, B_R1, B_R2, B_T0, B_T1, B_T2, B_X0, B_X1, B_X2, B_ST1, B_ST2, B_SX1, B_SX2,
+  B_SRC0, B_SRC1, B_SRC2
+};
 
 typedef struct gconv {
-  float *wp, *b; /* packed [k][co_pad][ci_pad], bias [co] */
+  float *wp, *b; /* packed [k][co_pad][ci_pad] (cosy_hift_conv_pack), bias [co] */
   int co, ci, k, co_pad, ci_pad;
 } gconv;
 
@@ -77,9 +88,12 @@ struct gpu_hift {
   float *act[N_ACT];
   /* pinned host staging for the waveform / source download */
   float *stage_h;
+  /* the side stream runs the stage-1/2 source branches while the main stream runs stage 0 */
+  cudaStream_t side;
+  cudaEvent_t ev_fork, ev_join;
 };
 
-/* ---- create ------------------------------------------------------------------------------------ */
+/* ---- create ---------------------------------------------------------------------------------- */
 
 static cosy_status upload(gpu_hift *h, const float *host, size_t n, const char *what, float **out) {
   return cosy_gpu_upload_f32(h->g, host, n, COSY_KDT_F32, what, (void **)out);
@@ -165,6 +179,9 @@ static cosy_status dalloc(gpu_hift *h, size_t bytes, const char *what, void **ou
 
 void gpu_hift_free(gpu_hift *h) {
   if (!h) return;
+  if (h->side) cudaStreamSynchronize(h->side), cudaStreamDestroy(h->side);
+  if (h->ev_fork) cudaEventDestroy(h->ev_fork);
+  if (h->ev_join) cudaEventDestroy(h->ev_join);
   cosy_gpu_host_free(h->stage_h);
   free(h);
 }
@@ -293,6 +310,13 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     }
     if ((st = cosy_gpu_host_alloc(Ls * sizeof(float), (void **)&h->stage_h))) goto fail;
   }
+  if ((st = cosy_gpu_check(cudaStreamCreateWithFlags(&h->side, cudaStreamNonBlocking),
+                           "hift side stream")) ||
+      (st = cosy_gpu_check(cudaEventCreateWithFlags(&h->ev_fork, cudaEventDisableTiming),
+                           "hift event")) ||
+      (st = cosy_gpu_check(cudaEventCreateWithFlags(&h->ev_join, cudaEventDisableTiming),
+                           "hift event")))
+    goto fail;
   *out = h;
   return COSY_OK;
 fail:
@@ -300,7 +324,7 @@ fail:
   return st;
 }
 
-/* ---- stages ------------------------------------------------------------------------------------ */
+/* ---- stages ---------------------------------------------------------------------------------- */
 
 static int cancelled(const volatile int *cancel) { return cancel && *cancel; }
 
@@ -330,8 +354,9 @@ static cosy_hift_conv conv_desc(const gconv *w, const float *in, int ld_in, int 
   return c;
 }
 
-static cosy_status conv(gpu_hift *h, const cosy_hift_conv *c, int n, const char *what) {
-  return ck(cosy_k_hift_conv(h->g->stream, c, n, h->prec), what);
+static cosy_status conv(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, int n,
+                        const char *what) {
+  return ck(cosy_k_hift_conv(s, c, n, h->prec), what);
 }
 
 /* mel_d holds [80][T]; f0_d gets T_f0 values */
@@ -393,46 +418,61 @@ static cosy_status run_source(gpu_hift *h, int Tf, const ref_hift_noise *noise) 
 /* ResBlocks run side by side, one conv of each per launch (6 launches): for d = 0,1,2:
  *   tmp = c1_d(snake1_d(x)) (dilation d);  x = x + c2_d(snake2_d(tmp))
  * on x [ch][n] in place. first_in (may be NULL): the block input when x does not hold it yet (the
- * first conv1 reads it, the first conv2 adds it and writes x). */
+ * first conv1 reads it, the first conv2 adds it and writes x). The Snakes are computed once per
+ * value in the epilogue of the conv that produces it: c1_d writes snake2_d(tmp) into tmp, c2_d
+ * (d < 2) also writes snake1_{d+1}(x) into xa; only the first conv1 applies its Snake on load. */
 typedef struct rb_job {
   const gres *r;
-  float *x, *tmp;
+  float *x, *tmp, *xa;
   const float *first_in;
   int n;
 } rb_job;
 
-static cosy_status run_resblocks(gpu_hift *h, const rb_job *jobs, int n_jobs, const char *what) {
+static cosy_status run_resblocks(gpu_hift *h, cudaStream_t s, const rb_job *jobs, int n_jobs,
+                                 const char *what) {
   cosy_hift_conv c[4];
   cosy_status st = COSY_OK;
   for (int d = 0; d < N_DIL && !st; d++) {
     const int dil = h->dil[d];
     for (int q = 0; q < n_jobs; q++) {
       const rb_job *jb = &jobs[q];
-      const int K = jb->r->k, n = jb->n;
-      const float *in = (d == 0 && jb->first_in) ? jb->first_in : jb->x;
-      c[q] = conv_desc(&jb->r->c1[d], in, n, n, 1, COSY_HACT_SNAKE, 0.f, jb->r->a1[d], dil, 1,
-                       (K - 1) * dil, 0, jb->tmp, n, n);
-      c[q].alpha_inv = jb->r->a1i[d];
+      const gres *r = jb->r;
+      const int K = r->k, n = jb->n;
+      if (d == 0) {
+        c[q] = conv_desc(&r->c1[d], jb->first_in ? jb->first_in : jb->x, n, n, 1,
+                         COSY_HACT_SNAKE, 0.f, r->a1[d], dil, 1, (K - 1) * dil, 0, NULL, n, n);
+        c[q].alpha_inv = r->a1i[d];
+      } else {
+        c[q] = conv_desc(&r->c1[d], jb->xa, n, n, 1, COSY_HACT_NONE, 0.f, NULL, dil, 1,
+                         (K - 1) * dil, 0, NULL, n, n);
+      }
+      c[q].out_act = jb->tmp, c[q].ld_out_act = n, c[q].oact = COSY_HACT_SNAKE;
+      c[q].oalpha = r->a2[d], c[q].oalpha_inv = r->a2i[d];
     }
-    if ((st = conv(h, c, n_jobs, what))) break;
+    if ((st = conv(h, s, c, n_jobs, what))) break;
     for (int q = 0; q < n_jobs; q++) {
       const rb_job *jb = &jobs[q];
-      const int K = jb->r->k, n = jb->n;
-      c[q] = conv_desc(&jb->r->c2[d], jb->tmp, n, n, 1, COSY_HACT_SNAKE, 0.f, jb->r->a2[d], 1, 1,
-                       K - 1, 0, jb->x, n, n);
-      c[q].alpha_inv = jb->r->a2i[d];
+      const gres *r = jb->r;
+      const int K = r->k, n = jb->n;
+      c[q] = conv_desc(&r->c2[d], jb->tmp, n, n, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, K - 1, 0,
+                       jb->x, n, n);
       c[q].res = (d == 0 && jb->first_in) ? jb->first_in : jb->x, c[q].ld_res = n;
+      if (d + 1 < N_DIL) {
+        c[q].out_act = jb->xa, c[q].ld_out_act = n, c[q].oact = COSY_HACT_SNAKE;
+        c[q].oalpha = r->a1[d + 1], c[q].oalpha_inv = r->a1i[d + 1];
+      }
     }
-    st = conv(h, c, n_jobs, what);
+    st = conv(h, s, c, n_jobs, what);
   }
   return st;
 }
 
-/* mel_d [80][T] and s_d [Tm R] -> wav_d [nout]. Order: STFT; one launch for the three source
- * downs (-> SRC_i) + conv_pre (-> R0); the three source resblocks side by side (6 launches, tmps
- * T0-T2); then per stage the up conv (-> Y, adding SRC_i as its residual: the source branch of a
- * stage does not depend on the main path) and the three resblocks on Y (6 launches, -> R0-R2);
- * conv_post on their mean; iSTFT. */
+/* mel_d [80][T] and s_d [Tm R] -> wav_d [nout]. Order: STFT; side stream: the source downs and
+ * resblocks of stages 1 and 2 (-> SRC1, SRC2; tmps ST/SX); main stream: source down 0 + conv_pre
+ * (-> SRC0, R0), source resblock 0, then per stage the up conv (-> Y, adding SRC_i as its
+ * residual: the source branch of a stage does not depend on the main path; stage 1 waits for
+ * the side stream) and the three resblocks on Y (6 launches, -> R0-R2); conv_post on their mean;
+ * iSTFT. */
 static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile int *cancel,
                               int64_t *nout) {
   cudaStream_t s = h->g->stream;
@@ -452,31 +492,44 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
   }
 
   if ((st = ck(cosy_k_hift_stft(s, h->s_d, Ls, F, h->S_d, F), "hift stft"))) return st;
-  /* source downs (S with sd-1 zeros on the left, stride sd) and conv_pre (mel[:, :Tm], zeros
-   * beyond when final, else the last 4 frames are context) -> T0 [C][Tx] */
+  /* source branches: SRC_i = RB_src_i(downs_i(S)) (S with sd-1 zeros on the left, stride sd).
+   * Stages 1 and 2 on the side stream, overlapping stage 0 (whose 256-channel convs leave SMs
+   * idle); stage 0's with conv_pre (mel[:, :Tm], zeros beyond when final, else the last 4
+   * frames are context -> R0 [C][Tx]) on the main stream. */
+  if ((st = ck(cudaEventRecord(h->ev_fork, s), "hift fork")) ||
+      (st = ck(cudaStreamWaitEvent(h->side, h->ev_fork, 0), "hift fork")))
+    return st;
   {
-    cosy_hift_conv c[N_STAGES + 1];
-    for (int i = 0; i < N_STAGES; i++) {
+    cosy_hift_conv c[2];
+    for (int i = 1; i < N_STAGES; i++) {
       const int sd = h->down_stride[i];
-      c[i] = conv_desc(&h->downs[i], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1, sd, sd - 1, 0,
-                       A[B_SRC0 + i], lens[i], lens[i]);
+      c[i - 1] = conv_desc(&h->downs[i], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1, sd, sd - 1,
+                           0, A[B_SRC0 + i], lens[i], lens[i]);
     }
-    c[N_STAGES] = conv_desc(&h->conv_pre, h->mel_d, T, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, 0,
-                            0, A[B_R0], Tx, Tx);
-    if ((st = conv(h, c, N_STAGES + 1, "hift source_downs/conv_pre"))) return st;
+    if ((st = conv(h, h->side, c, 2, "hift source_downs"))) return st;
+    rb_job jobs[2];
+    for (int i = 1; i < N_STAGES; i++) {
+      jobs[i - 1].r = &h->srb[i], jobs[i - 1].x = A[B_SRC0 + i];
+      jobs[i - 1].tmp = A[B_ST1 + i - 1], jobs[i - 1].xa = A[B_SX1 + i - 1];
+      jobs[i - 1].first_in = NULL, jobs[i - 1].n = lens[i];
+    }
+    if ((st = run_resblocks(h, h->side, jobs, 2, "hift source resblocks"))) return st;
+    if ((st = ck(cudaEventRecord(h->ev_join, h->side), "hift join"))) return st;
   }
-  /* the three source resblocks, in place on SRC_i */
   {
-    rb_job jobs[N_STAGES];
-    for (int i = 0; i < N_STAGES; i++) {
-      jobs[i].r = &h->srb[i], jobs[i].x = A[B_SRC0 + i], jobs[i].tmp = A[B_T0 + i];
-      jobs[i].first_in = NULL, jobs[i].n = lens[i];
-    }
-    if ((st = run_resblocks(h, jobs, N_STAGES, "hift source resblocks"))) return st;
+    cosy_hift_conv c[2];
+    c[0] = conv_desc(&h->downs[0], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1,
+                     h->down_stride[0], h->down_stride[0] - 1, 0, A[B_SRC0], lens[0], lens[0]);
+    c[1] = conv_desc(&h->conv_pre, h->mel_d, T, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, 0, 0,
+                     A[B_R0], Tx, Tx);
+    if ((st = conv(h, s, c, 2, "hift source_downs/conv_pre"))) return st;
+    rb_job j0 = {&h->srb[0], A[B_SRC0], A[B_T0], A[B_X0], NULL, lens[0]};
+    if ((st = run_resblocks(h, s, &j0, 1, "hift source resblock"))) return st;
   }
   int len = Tx;
   for (int i = 0; i < N_STAGES; i++) {
     if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift: cancelled");
+    if (i == 1 && (st = ck(cudaStreamWaitEvent(s, h->ev_join, 0), "hift join"))) return st;
     const int r = h->up_rates[i], K = h->ups[i].k, last = i == N_STAGES - 1;
     const int lout = lens[i];
     /* stage input: conv_pre's output (in R0) or the mean of the previous stage's resblocks */
@@ -490,13 +543,14 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
       c.in2 = A[B_R1], c.in3 = A[B_R2];
     }
     c.res = A[B_SRC0 + i], c.ld_res = lout; /* x = ups(x) + source_resblock(source_down(S)) */
-    if ((st = conv(h, &c, 1, "hift ups"))) return st;
+    if ((st = conv(h, s, &c, 1, "hift ups"))) return st;
     rb_job jobs[3];
     for (int q = 0; q < 3; q++) {
       jobs[q].r = &h->rb[3 * i + q], jobs[q].x = A[B_R0 + q], jobs[q].tmp = A[B_T0 + q];
+      jobs[q].xa = A[B_X0 + q];
       jobs[q].first_in = A[B_Y], jobs[q].n = lout;
     }
-    if ((st = run_resblocks(h, jobs, 3, "hift resblocks"))) return st;
+    if ((st = run_resblocks(h, s, jobs, 3, "hift resblocks"))) return st;
     len = lout;
   }
   if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift: cancelled");
@@ -504,7 +558,7 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
     cosy_hift_conv c = conv_desc(&h->conv_post, A[B_R0], len, len, 1, COSY_HACT_MEAN3_LEAKY, 0.01f,
                                  NULL, 1, 1, h->conv_post.k - 1, 0, h->post_d, F, F);
     c.in2 = A[B_R1], c.in3 = A[B_R2];
-    if ((st = conv(h, &c, 1, "hift conv_post"))) return st;
+    if ((st = conv(h, s, &c, 1, "hift conv_post"))) return st;
   }
   const int64_t ny = (int64_t)R * Tx;
   *nout = finalize ? ny : ny - R;
@@ -512,7 +566,7 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
             "hift istft");
 }
 
-/* ---- host entry points -------------------------------------------------------------------------- */
+/* ---- host entry points ----------------------------------------------------------------------- */
 
 static cosy_status upload_mel(gpu_hift *h, const float *mel, int T) {
   return ck(cudaMemcpyAsync(h->mel_d, mel, (size_t)h->mel * T * sizeof(float),
@@ -537,6 +591,7 @@ static cosy_status download_new(gpu_hift *h, const float *dev, int64_t n, float 
 
 /* finish after an error or a cancel: let the stream drain so that the buffers are idle */
 static cosy_status drain(gpu_hift *h, cosy_status st) {
+  cudaStreamSynchronize(h->side);
   cudaStreamSynchronize(h->g->stream);
   return st;
 }
