@@ -31,7 +31,7 @@ static double now(void) {
 }
 
 typedef struct result {
-  double ttfb, rtf, audio_s;
+  double ttfb, rtf, audio_s, llm_s, flow_s, voc_s;
   int underruns, chars;
   cosy_status st;
 } result;
@@ -91,6 +91,13 @@ static void *client(void *arg) {
     }
     res->st = cosy_request_wait(r, -1);
     if (res->st) fprintf(stderr, "request %d: %s\n", i, cosy_last_error());
+    cosy_request_stats rs;
+    cosy_request_stats_init(&rs, sizeof rs);
+    if (cosy_request_get_stats(r, &rs) == COSY_OK) {
+      res->llm_s = rs.llm_s;
+      res->flow_s = rs.flow_s;
+      res->voc_s = rs.vocoder_s;
+    }
     cosy_request_release(r);
     res->audio_s = s.rate ? (double)s.samples / s.rate : 0;
     res->ttfb = s.t_first - s.t_submit;
@@ -134,18 +141,19 @@ static char **read_lines(const char *path, int *n) {
 int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
   const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = "1";
-  int device = -1, requests = 0, tokens = 112;
+  int device = -1, requests = 0, tokens = 112, warmup = 2;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--concurrency") && i + 1 < argc) conc = argv[++i];
     else if (!strcmp(argv[i], "--requests") && i + 1 < argc) requests = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--texts") && i + 1 < argc) texts_path = argv[++i];
     else if (!strcmp(argv[i], "--prompt-wav") && i + 1 < argc) wav = argv[++i];
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] "
-                      "[--tokens 112] [--texts FILE] [--prompt-wav WAV]\n");
+                      "[--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV]\n");
       return 2;
     }
   }
@@ -221,6 +229,17 @@ int main(int argc, char **argv) {
   }
   printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %d tokens/request\n",
          model, device, cosy_version_string(), t_load, vf.n_speech_tokens, tokens);
+  /* warm-up: first calls build CUDA graphs and plans; not measured */
+  for (int w = 0; w < warmup; w++) {
+    cosy_synth_params p;
+    cosy_synth_params_init(&p, sizeof p);
+    p.seed = 1;
+    p.min_tokens = p.max_tokens = tokens;
+    float *wpcm;
+    int64_t np;
+    if (cosy_synthesize(e, v, texts[w % n_texts], &p, &wpcm, &np) == COSY_OK) cosy_free(wpcm);
+  }
+  printf("%d warm-up requests done\n", warmup);
   printf("%5s %5s %9s %9s %8s %8s %7s %9s %9s %10s\n", "C", "reqs", "ttfb_p50", "ttfb_p95",
          "rtf_p50", "rtf_p95", "xRT", "underrun", "chars/s", "mem_MiB");
   for (int li = 0; li < n_levels; li++) {
@@ -244,7 +263,7 @@ int main(int argc, char **argv) {
     double *tt = (double *)calloc((size_t)total, sizeof *tt), *rt = (double *)calloc((size_t)total, sizeof *rt);
     int ok = 0, under = 0;
     long chars = 0;
-    double audio = 0;
+    double audio = 0, llm = 0, flow = 0, voc = 0;
     for (int i = 0; i < total; i++) {
       if (sh.res[i].st) continue;
       tt[ok] = sh.res[i].ttfb;
@@ -253,6 +272,9 @@ int main(int argc, char **argv) {
       under += sh.res[i].underruns > 0;
       chars += sh.res[i].chars;
       audio += sh.res[i].audio_s;
+      llm += sh.res[i].llm_s;
+      flow += sh.res[i].flow_s;
+      voc += sh.res[i].voc_s;
     }
     cosy_engine_stats st;
     cosy_engine_stats_init(&st, sizeof st);
@@ -262,6 +284,11 @@ int main(int argc, char **argv) {
            1e3 * pct(tt, ok, 0.5), 1e3 * pct(tt, ok, 0.95), pct(rt, ok, 0.5), pct(rt, ok, 0.95),
            audio / wall, under, (double)chars / wall, mem);
     fflush(stdout);
+    if (ok)
+      printf("      per request (mean): llm %.1f ms, flow %.1f ms, vocoder %.1f ms, audio %.2f s; "
+             "engine holds %.0f MiB (KV %.0f MiB)\n",
+             1e3 * llm / ok, 1e3 * flow / ok, 1e3 * voc / ok, audio / ok,
+             (double)st.device_bytes_total / 1048576.0, (double)st.kv_bytes / 1048576.0);
     if (ok != total) printf("      (%d of %d requests failed)\n", total - ok, total);
     free(tt);
     free(rt);
