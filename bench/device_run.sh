@@ -42,7 +42,7 @@ run() { # name, command...: run, log to $OUT/name.log, record pass/fail and seco
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
-note "device: $(sed -n 2p "$OUT/gpu.txt")  commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+note "device: $(sed -n 2p "$OUT/gpu.txt")  commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
 TESTS="$B/tests/test_kernels $B/tests/test_gpu_llm $B/tests/test_gpu_flow $B/tests/test_gpu_hift $B/tests/test_gpu_engine $B/tests/test_api"
 BENCHES="$B/bench/bench_kernels $B/bench/bench_w1"
