@@ -25,6 +25,8 @@
  * is when it already holds <|endofprompt|>). The flow always gets the voice's tokens, mel and
  * speaker embedding. */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +100,15 @@ typedef struct stream {
   int64_t rs_cap;
   cosy_status err;
   int collect_only;          /* speed != 1: generate everything first */
+  /* the chunk thread (flow + vocoder beside the LLM); cmu guards n_ready, llm_done, chunk_err */
+  pthread_mutex_t cmu;
+  pthread_cond_t ccv;
+  int n_ready;               /* generated tokens visible to the chunk thread */
+  int llm_done;
+  cosy_status chunk_err;
+  char chunk_msg[512];
+  pthread_t cth;
+  int has_thread;
 } stream;
 
 static int cancelled(const stream *s) {
@@ -195,41 +206,76 @@ static cosy_status vocode(stream *s, const float *mel_fm, int T, int finalize) {
   return st;
 }
 
-static cosy_status maybe_chunks(stream *s) {
-  while (!s->collect_only && s->n_tok - s->offset >= s->hop + LOOKAHEAD) {
-    cosy_status st = flow_chunk(s, s->offset + s->hop + LOOKAHEAD, s->hop, 1, 0);
-    if (st) return st;
-    s->next_hop_base = s->next_hop_base * 2 < MAX_HOP ? s->next_hop_base * 2 : MAX_HOP;
-    s->hop = s->next_hop_base;
-    if ((st = vocode(s, s->mel, s->T, 0))) return st;
-    if (cancelled(s)) return cosy_err(COSY_ERR_CANCELLED, "request cancelled");
-  }
+/* One streaming chunk: flow over prompt + tokens[: offset + hop + 3] (block-causal, not final),
+ * the next hop, then the vocoder over the whole mel. Runs on the chunk thread. */
+static cosy_status one_chunk(stream *s) {
+  cosy_status st = flow_chunk(s, s->offset + s->hop + LOOKAHEAD, s->hop, 1, 0);
+  if (st) return st;
+  s->next_hop_base = s->next_hop_base * 2 < MAX_HOP ? s->next_hop_base * 2 : MAX_HOP;
+  s->hop = s->next_hop_base;
+  if ((st = vocode(s, s->mel, s->T, 0))) return st;
+  if (cancelled(s)) return cosy_err(COSY_ERR_CANCELLED, "request cancelled");
   return COSY_OK;
 }
 
+/* The chunk thread: makes every chunk as soon as its tokens (plus the look-ahead) exist, while the
+ * LLM goes on generating. Which chunks are made depends only on token counts, never on timing, so
+ * the audio is the same as if the chunks were made inline. Exits when the LLM is done and no whole
+ * chunk is left (the final, partial chunk is made by pipeline_run after the join). */
+static void *chunk_main(void *arg) {
+  stream *s = (stream *)arg;
+  pthread_mutex_lock(&s->cmu);
+  for (;;) {
+    while (!s->llm_done && s->n_ready - s->offset < s->hop + LOOKAHEAD)
+      pthread_cond_wait(&s->ccv, &s->cmu);
+    if (s->n_ready - s->offset >= s->hop + LOOKAHEAD && !cancelled(s)) {
+      pthread_mutex_unlock(&s->cmu);
+      cosy_status st = one_chunk(s);
+      pthread_mutex_lock(&s->cmu);
+      if (st) {
+        s->chunk_err = st;
+        snprintf(s->chunk_msg, sizeof s->chunk_msg, "%s", cosy_last_error());
+        break;
+      }
+      continue;
+    }
+    break; /* LLM done (or cancelled) and no whole chunk left */
+  }
+  pthread_mutex_unlock(&s->cmu);
+  return NULL;
+}
+
+/* stop and join the chunk thread; returns its failure, if any (message restored on this thread) */
+static cosy_status chunk_join(stream *s) {
+  if (!s->has_thread) return COSY_OK;
+  pthread_mutex_lock(&s->cmu);
+  s->llm_done = 1;
+  pthread_cond_signal(&s->ccv);
+  pthread_mutex_unlock(&s->cmu);
+  pthread_join(s->cth, NULL);
+  s->has_thread = 0;
+  if (s->chunk_err) return cosy_err(s->chunk_err, "%s", s->chunk_msg);
+  return COSY_OK;
+}
+
+/* a token for the flow (LLM thread): publish it to the chunk thread; non-zero stops the LLM */
 static int on_token(stream *s, int32_t token) {
   if (cancelled(s)) return 1;
   int P = s->v->n_tokens;
-  if (P + s->n_tok + 1 > s->cap_tok) {
-    int nc = s->cap_tok * 2;
-    int32_t *nt = (int32_t *)realloc(s->tokens, (size_t)nc * sizeof *nt);
-    if (!nt) {
-      s->err = cosy_err(COSY_ERR_NO_MEMORY, "out of memory");
-      return 1;
-    }
-    s->tokens = nt;
-    s->cap_tok = nc;
+  if (P + s->n_tok + 1 > s->cap_tok) { /* capacity is planned from max_len; never grows */
+    s->err = cosy_err(COSY_ERR_INTERNAL, "token buffer overflow");
+    return 1;
   }
   s->tokens[P + s->n_tok++] = token;
   pthread_mutex_lock(&s->r->mu);
   s->r->n_speech_tokens = s->n_tok;
   pthread_mutex_unlock(&s->r->mu);
-  cosy_status st = maybe_chunks(s);
-  if (st) {
-    s->err = st;
-    return 1;
-  }
-  return 0;
+  pthread_mutex_lock(&s->cmu);
+  s->n_ready = s->n_tok;
+  int failed = s->chunk_err != COSY_OK;
+  pthread_cond_signal(&s->ccv);
+  pthread_mutex_unlock(&s->cmu);
+  return failed;
 }
 
 /* speed != 1: the official non-streaming path with mel interpolation (linear, align_corners=False) */
@@ -291,7 +337,8 @@ static cosy_status generate(stream *s, const float *lm_input, int L, int min_len
     hist[n++] = tok;
     add_time(s->r, &s->r->llm_s, cosy_now() - t0);
     if (ref_silent_pass(&silent_run, tok) && on_token(s, tok)) {
-      st = s->err ? s->err : cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+      st = s->err ? s->err : COSY_ERR_CANCELLED; /* the chunk thread's error is reported later */
+      if (!s->err) cosy_err(COSY_ERR_CANCELLED, "request cancelled");
       goto done;
     }
     if (i + 1 == max_len) break;
@@ -317,6 +364,8 @@ cosy_status pipeline_run(cosy_engine *e, cosy_request *r) {
   s.r = r;
   s.v = v;
   s.collect_only = p->speed != 1.0f;
+  pthread_mutex_init(&s.cmu, NULL);
+  pthread_cond_init(&s.ccv, NULL);
   cosy_status st = COSY_OK;
   char *text = NULL, *tts = NULL, *prompt = NULL;
   int32_t *tts_ids = NULL, *prompt_ids = NULL;
@@ -370,7 +419,7 @@ cosy_status pipeline_run(cosy_engine *e, cosy_request *r) {
   pthread_mutex_unlock(&r->mu);
 
   /* streaming state */
-  s.cap_tok = P + 256;
+  s.cap_tok = P + max_len + 1;
   if (!(s.tokens = (int32_t *)cosy_malloc((size_t)s.cap_tok * sizeof *s.tokens))) {
     st = COSY_ERR_NO_MEMORY;
     goto done;
@@ -388,7 +437,19 @@ cosy_status pipeline_run(cosy_engine *e, cosy_request *r) {
   uint64_t seed = p->seed ? p->seed : (uint64_t)(cosy_now() * 1e9) ^ (uint64_t)(uintptr_t)r;
   cosy_rng_seed(&rng, seed);
   if ((st = cosy_sampling_check(&samp))) goto done;
+  if (!s.collect_only) {
+    int rc = pthread_create(&s.cth, NULL, chunk_main, &s);
+    if (rc) {
+      st = cosy_err(COSY_ERR_INTERNAL, "cannot start the chunk thread: %s", strerror(rc));
+      goto done;
+    }
+    s.has_thread = 1;
+  }
   st = generate(&s, lm_input, L, min_len, max_len, &samp, &rng);
+  {
+    cosy_status cst = chunk_join(&s);
+    if (cst && (st == COSY_OK || st == COSY_ERR_CANCELLED)) st = cst;
+  }
   if (s.err) {
     st = s.err;
     goto done;
@@ -406,6 +467,9 @@ cosy_status pipeline_run(cosy_engine *e, cosy_request *r) {
     st = vocode(&s, s.mel, s.T, 1);
   }
 done:
+  chunk_join(&s);
+  pthread_mutex_destroy(&s.cmu);
+  pthread_cond_destroy(&s.ccv);
   if (st == COSY_OK && cancelled(&s)) st = cosy_err(COSY_ERR_CANCELLED, "request cancelled");
   free(text);
   free(tts);

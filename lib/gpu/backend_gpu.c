@@ -6,9 +6,11 @@
  * the prompt), the LLM activations, and then the paged KV cache takes what is left (minus a
  * reserve). A fraction too small for the weights fails here with COSY_ERR_GPU_NO_MEMORY.
  *
- * Concurrency: the stages share one stream and one cuBLASLt context, so GPU calls are serialized
- * by `mu`; requests on several workers interleave step by step (continuous batching of many
- * requests into one decode step is the scheduler's job, not done yet). */
+ * Concurrency: the LLM runs on the context's high-priority stream; the flow and the vocoder on a
+ * child context (its own low-priority stream and cuBLASLt workspace), so a request's chunk work
+ * (pipeline.c's chunk thread) overlaps its next LLM tokens. Calls into one side are serialized by
+ * that side's mutex; requests on several workers interleave step by step (continuous batching of
+ * many requests into one decode step is the scheduler's job, not done yet). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +34,13 @@
 #define KV_RESERVE ((size_t)64 << 20)
 
 typedef struct gpu_state {
-  cosy_gpu *g;
+  cosy_gpu *g;      /* LLM */
+  cosy_gpu *post;   /* flow + vocoder (child of g) */
   gpu_llm *llm;
   gpu_flow *flow;
   gpu_hift *hift;
-  pthread_mutex_t mu;
+  pthread_mutex_t mu;       /* LLM calls */
+  pthread_mutex_t mu_post;  /* flow and vocoder calls */
 } gpu_state;
 
 #define ST(e) ((gpu_state *)(e)->be_state)
@@ -47,8 +51,10 @@ static void gb_destroy(cosy_engine *e) {
   gpu_hift_free(s->hift);
   gpu_flow_free(s->flow);
   gpu_llm_free(s->llm);
+  cosy_gpu_free(s->post);
   cosy_gpu_free(s->g);
   pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->mu_post);
   free(s);
   e->be_state = NULL;
 }
@@ -57,13 +63,15 @@ static cosy_status gb_create(cosy_engine *e) {
   gpu_state *s = (gpu_state *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
   pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->mu_post, NULL);
   e->be_state = s;
   cosy_status st;
   int max_seqs = e->cfg.max_active > 0 ? e->cfg.max_active : 1;
   if ((st = cosy_gpu_create(e->cfg.device, e->cfg.gpu_memory_fraction, &s->g)) ||
+      (st = cosy_gpu_create_child(s->g, &s->post)) ||
       (st = gpu_llm_create(s->g, e->model, max_seqs, 512, &s->llm)) ||
-      (st = gpu_flow_create(s->g, e->model, MAX_FRAMES, &s->flow)) ||
-      (st = gpu_hift_create(s->g, e->model, MAX_FRAMES, &s->hift)) ||
+      (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
+      (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift)) ||
       (st = gpu_llm_reserve_kv(s->llm, 0, KV_RESERVE))) {
     gb_destroy(e);
     return st;
@@ -136,19 +144,19 @@ static cosy_status gb_flow_infer(cosy_engine *e, const int32_t *tokens, int n_pr
                                  int streaming, int finalize, const volatile int *cancel,
                                  float **mel, int *n_frames) {
   gpu_state *s = ST(e);
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&s->mu_post);
   cosy_status st = gpu_flow_infer(s->flow, tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames,
                                   spk, streaming, finalize, cancel, mel, n_frames);
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->mu_post);
   return st;
 }
 
 static cosy_status gb_hift_infer(cosy_engine *e, const float *mel, int T, int finalize,
                                  const volatile int *cancel, float **wav, int64_t *n) {
   gpu_state *s = ST(e);
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&s->mu_post);
   cosy_status st = gpu_hift_infer(s->hift, mel, T, finalize, cancel, wav, n);
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->mu_post);
   return st;
 }
 

@@ -81,9 +81,14 @@ cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
     g->budget = share > RUNTIME_RESERVE ? share - RUNTIME_RESERVE : 0;
     if (g->budget > cap) g->budget = cap;
   }
-  if ((st = cosy_gpu_check(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
-                           "cudaStreamCreate")))
-    goto fail;
+  {
+    int lo = 0, hi = 0;
+    cudaDeviceGetStreamPriorityRange(&lo, &hi);
+    /* the parent (LLM) stream gets the highest priority: its small decode kernels go first */
+    if ((st = cosy_gpu_check(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, hi),
+                             "cudaStreamCreate")))
+      goto fail;
+  }
   if ((st = cosy_gpu_check(cosy_gemm_create(&g->gemm, 32u << 20), "cuBLASLt init"))) goto fail;
   g->used += 32u << 20; /* the GEMM workspace */
   *out = g;
@@ -93,8 +98,50 @@ fail:
   return st;
 }
 
+static cosy_gpu *root_of(cosy_gpu *g) {
+  while (g->parent) g = g->parent;
+  return g;
+}
+
+cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
+  *out = NULL;
+  cosy_gpu *g = (cosy_gpu *)cosy_calloc(1, sizeof *g);
+  if (!g) return COSY_ERR_NO_MEMORY;
+  cosy_gpu *root = root_of(parent);
+  g->parent = root;
+  g->device = root->device;
+  g->total = root->total;
+  g->budget = root->budget;
+  g->n_sm = root->n_sm;
+  memcpy(g->name, root->name, sizeof g->name);
+  cosy_status st;
+  int lo = 0, hi = 0;
+  cudaDeviceGetStreamPriorityRange(&lo, &hi);
+  if ((st = cosy_gpu_check(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, lo),
+                           "cudaStreamCreate")))
+    goto fail;
+  if (cosy_gpu_left(root) < (32u << 20)) {
+    st = cosy_err(COSY_ERR_GPU_NO_MEMORY, "no budget left for a second GEMM workspace");
+    goto fail;
+  }
+  if ((st = cosy_gpu_check(cosy_gemm_create(&g->gemm, 32u << 20), "cuBLASLt init"))) goto fail;
+  root->used += 32u << 20;
+  *out = g;
+  return COSY_OK;
+fail:
+  cosy_gpu_free(g);
+  return st;
+}
+
 void cosy_gpu_free(cosy_gpu *g) {
   if (!g) return;
+  if (g->parent) { /* a child: its memory belongs to the root */
+    if (g->stream) cudaStreamSynchronize(g->stream);
+    if (g->gemm) cosy_gemm_destroy(g->gemm);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    free(g);
+    return;
+  }
   if (g->stream) cudaStreamSynchronize(g->stream);
   for (size_t i = 0; i < g->n_allocs; i++) cudaFree(g->allocs[i]);
   free(g->allocs);
@@ -103,10 +150,14 @@ void cosy_gpu_free(cosy_gpu *g) {
   free(g);
 }
 
-size_t cosy_gpu_left(const cosy_gpu *g) { return g->budget > g->used ? g->budget - g->used : 0; }
+size_t cosy_gpu_left(const cosy_gpu *g) {
+  while (g->parent) g = g->parent;
+  return g->budget > g->used ? g->budget - g->used : 0;
+}
 
 cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **out) {
   *out = NULL;
+  g = root_of(g);
   size_t b = (bytes + 255) & ~(size_t)255;
   if (b == 0) b = 256;
   if (b > cosy_gpu_left(g))
