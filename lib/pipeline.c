@@ -105,6 +105,7 @@ typedef struct stream {
   pthread_cond_t ccv;
   int n_ready;               /* generated tokens visible to the chunk thread */
   int llm_done;
+  int chunks_done;           /* streaming chunks made so far */
   cosy_status chunk_err;
   char chunk_msg[512];
   pthread_t cth;
@@ -232,6 +233,8 @@ static void *chunk_main(void *arg) {
       pthread_mutex_unlock(&s->cmu);
       cosy_status st = one_chunk(s);
       pthread_mutex_lock(&s->cmu);
+      s->chunks_done++;
+      pthread_cond_broadcast(&s->ccv); /* the LLM may be waiting for the first chunk */
       if (st) {
         s->chunk_err = st;
         snprintf(s->chunk_msg, sizeof s->chunk_msg, "%s", cosy_last_error());
@@ -241,6 +244,7 @@ static void *chunk_main(void *arg) {
     }
     break; /* LLM done (or cancelled) and no whole chunk left */
   }
+  pthread_cond_broadcast(&s->ccv);
   pthread_mutex_unlock(&s->cmu);
   return NULL;
 }
@@ -272,8 +276,13 @@ static int on_token(stream *s, int32_t token) {
   pthread_mutex_unlock(&s->r->mu);
   pthread_mutex_lock(&s->cmu);
   s->n_ready = s->n_tok;
+  pthread_cond_broadcast(&s->ccv);
+  /* time to first audio first: while the first chunk is being made the LLM waits, so the two do
+   * not compete for the device; later chunks overlap the LLM's next tokens */
+  if (s->chunks_done == 0 && s->n_ready - s->offset >= s->hop + LOOKAHEAD)
+    while (s->chunks_done == 0 && s->chunk_err == COSY_OK && !cancelled(s))
+      pthread_cond_wait(&s->ccv, &s->cmu);
   int failed = s->chunk_err != COSY_OK;
-  pthread_cond_signal(&s->ccv);
   pthread_mutex_unlock(&s->cmu);
   return failed;
 }
