@@ -104,8 +104,7 @@ COSY_API void cosy_synth_params_init(cosy_synth_params *p, uint32_t struct_size)
 /* ---- synthesis parameters ------------------------------------------------------------------- */
 
 /* Copy the caller's params (or defaults when p is NULL), check every knob and fill defaults. */
-cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out);
-cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
+static cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
   if (p) {
@@ -152,8 +151,7 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
   return COSY_OK;
 }
 
-cosy_status text_check(const char *text, const char *what);
-cosy_status text_check(const char *text, const char *what) {
+static cosy_status text_check(const char *text, const char *what) {
   if (!text) return cosy_err(COSY_ERR_INVALID_ARG, "%s is NULL", what);
   size_t n = strnlen(text, MAX_TEXT_BYTES + 1);
   if (n > MAX_TEXT_BYTES)
@@ -164,9 +162,6 @@ cosy_status text_check(const char *text, const char *what) {
 }
 
 /* ---- engine ---------------------------------------------------------------------------------- */
-
-cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out);
-void engine_destroy(cosy_engine *e);
 
 COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine **out) {
   if (out) *out = NULL;
@@ -211,8 +206,6 @@ COSY_API int32_t cosy_engine_sample_rate(const cosy_engine *e) {
   return e ? e->model->hp.sample_rate : 0;
 }
 
-cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s);
-
 COSY_API cosy_status cosy_engine_get_stats(const cosy_engine *e, cosy_engine_stats *out) {
   if (!e || !out) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_get_stats: NULL argument");
   cosy_engine_stats s;
@@ -227,9 +220,6 @@ COSY_API cosy_status cosy_engine_get_stats(const cosy_engine *e, cosy_engine_sta
 }
 
 /* ---- voices ---------------------------------------------------------------------------------- */
-
-cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out);
-cosy_status voice_save_file(const cosy_voice *v, const char *path);
 
 COSY_API cosy_status cosy_voice_load(cosy_engine *e, const char *path, cosy_voice **out) {
   if (out) *out = NULL;
@@ -294,14 +284,6 @@ COSY_API void cosy_voice_release(cosy_voice *v) {
 }
 
 /* ---- requests -------------------------------------------------------------------------------- */
-
-cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
-                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
-                          cosy_request **out);
-cosy_status request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
-                         int32_t timeout_ms);
-cosy_status request_wait(cosy_request *r, int32_t timeout_ms);
-void request_release(cosy_request *r);
 
 static cosy_status check_submit(cosy_engine *e, const cosy_voice *v, const char *text,
                                 const cosy_synth_params *p, cosy_synth_params *out) {

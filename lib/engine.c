@@ -15,16 +15,6 @@
 #include "tokenizer.h"
 #include "util.h"
 
-cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out);
-void engine_destroy(cosy_engine *e);
-cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s);
-cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
-                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
-                          cosy_request **out);
-cosy_status request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
-                         int32_t timeout_ms);
-cosy_status request_wait(cosy_request *r, int32_t timeout_ms);
-void request_release(cosy_request *r);
 void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
 
 void engine_log(const cosy_engine *e, int level, const char *fmt, ...) {

@@ -117,7 +117,21 @@ cosy_status pipeline_run(struct cosy_engine *e, struct cosy_request *r);
 /* Deliver a chunk to the request (callback or pull buffer). Returns non-zero to cancel. */
 int request_deliver(struct cosy_request *r, const float *pcm, int64_t n, int last);
 
+/* engine lifecycle and requests (lib/engine.c); api.c validates the arguments first */
+cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out);
+void engine_destroy(cosy_engine *e);
+cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s);
+cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
+                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
+                          cosy_request **out);
+cosy_status request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
+                         int32_t timeout_ms);
+cosy_status request_wait(cosy_request *r, int32_t timeout_ms);
+void request_release(cosy_request *r);
+
 /* voices (lib/voice.c) */
+cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out);
+cosy_status voice_save_file(const cosy_voice *v, const char *path);
 cosy_status voice_create(struct cosy_engine *e, const char *prompt_text, const int32_t *tokens,
                          int32_t n_tokens, const float *mel, int32_t n_mel_frames, const float *spk,
                          struct cosy_voice **out);

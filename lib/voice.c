@@ -23,9 +23,6 @@
 #define MEL 80
 #define SPK 192
 
-cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out);
-cosy_status voice_save_file(const cosy_voice *v, const char *path);
-
 void voice_ref(cosy_voice *v) { __atomic_add_fetch(&v->refs, 1, __ATOMIC_SEQ_CST); }
 
 void voice_unref(cosy_voice *v) {
