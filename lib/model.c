@@ -466,3 +466,17 @@ float *cosy_model_f32(const cosy_model *m, const char *fmt, ...) {
   if (out) cosy_to_f32(t->data, t->type, out, n);
   return out;
 }
+
+cosy_status cosy_model_get_f32(const cosy_model *m, float **out, const char *fmt, ...) {
+  char name[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  if (!cosy_model_tensor(m, name)) {
+    *out = NULL;
+    return COSY_ERR_MODEL_FORMAT;
+  }
+  *out = cosy_model_f32(m, "%s", name);
+  return *out ? COSY_OK : COSY_ERR_NO_MEMORY;
+}

@@ -57,6 +57,13 @@ float *cosy_model_f32(const cosy_model *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* The same as a status: *out = fp32 copy (caller frees); COSY_ERR_MODEL_FORMAT when the tensor
+ * is absent, COSY_ERR_NO_MEMORY when the copy cannot be allocated (message set either way). */
+cosy_status cosy_model_get_f32(const cosy_model *m, float **out, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /* Convert n elements of a tensor's data to float32. */
 void cosy_to_f32(const void *src, uint32_t ggml_type, float *dst, size_t n);
 float cosy_bf16_to_f32(uint16_t h);

@@ -178,21 +178,6 @@ static cosy_status put_bf16(void *dst, const float *src, size_t n, const char *w
   return st;
 }
 
-/* a malloc'd fp32 copy of a named tensor */
-static cosy_status host_tensor(const cosy_model *m, float **out, const char *fmt, ...)
-    COSY_PRINTF(3, 4);
-static cosy_status host_tensor(const cosy_model *m, float **out, const char *fmt, ...) {
-  char name[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(name, sizeof name, fmt, ap);
-  va_end(ap);
-  *out = NULL;
-  if (!cosy_model_tensor(m, name))
-    return cosy_err(COSY_ERR_MODEL_FORMAT, "gpu flow: tensor %s missing from the model", name);
-  *out = cosy_model_f32(m, "%s", name);
-  return *out ? COSY_OK : COSY_ERR_NO_MEMORY;
-}
 
 /* tensor -> device (dt) */
 static cosy_status up(gpu_flow *f, const cosy_model *m, cosy_kdtype dt, void **dst,
@@ -206,7 +191,7 @@ static cosy_status up(gpu_flow *f, const cosy_model *m, cosy_kdtype dt, void **d
 static cosy_status up_taps(gpu_flow *f, const cosy_model *m, const char *name, int O, int I,
                            int K, float **dst) {
   float *w;
-  cosy_status st0 = host_tensor(m, &w, "%s", name);
+  cosy_status st0 = cosy_model_get_f32(m, &w, "%s", name);
   if (st0) return st0;
   float *p = (float *)cosy_malloc((size_t)O * I * K * sizeof *p);
   if (!p) {
@@ -489,7 +474,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   } while (0)
 #define HOST(dst, ...)                                                 \
   do {                                                                 \
-    if ((st = host_tensor(m, &(dst), __VA_ARGS__)) != COSY_OK) goto fail; \
+    if ((st = cosy_model_get_f32(m, &(dst), __VA_ARGS__)) != COSY_OK) goto fail; \
   } while (0)
 
   /* host-side copies */
@@ -614,8 +599,8 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
       gblk *b = &f->blk[l];
       for (int j = 0; j < 3 && !st; j++) {
         float *w = NULL, *bb = NULL;
-        st = host_tensor(m, &w, "%s.%d.attn.%s.weight", pb, l, qkvn[j]);
-        if (!st) st = host_tensor(m, &bb, "%s.%d.attn.%s.bias", pb, l, qkvn[j]);
+        st = cosy_model_get_f32(m, &w, "%s.%d.attn.%s.weight", pb, l, qkvn[j]);
+        if (!st) st = cosy_model_get_f32(m, &bb, "%s.%d.attn.%s.bias", pb, l, qkvn[j]);
         if (!st) {
           memcpy(wq + (size_t)j * D * D, w, (size_t)D * D * sizeof(float));
           memcpy(bq + (size_t)j * D, bb, (size_t)D * sizeof(float));

@@ -205,19 +205,6 @@ static void ln_modulate(float *y, const float *x, int N, int D, const float *sca
 /* ---------------------------------------------------------------------------------------------
  * weights */
 
-static cosy_status load(const cosy_model *m, float **dst, const char *fmt, ...)
-    COSY_PRINTF(3, 4);
-static cosy_status load(const cosy_model *m, float **dst, const char *fmt, ...) {
-  char name[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(name, sizeof name, fmt, ap);
-  va_end(ap);
-  if (!cosy_model_tensor(m, name))
-    return cosy_err(COSY_ERR_MODEL_FORMAT, "flow: tensor %s missing from the model", name);
-  *dst = cosy_model_f32(m, "%s", name);
-  return *dst ? COSY_OK : COSY_ERR_NO_MEMORY;
-}
 
 /* [O][I][K] (PyTorch Conv1d) -> [O][K][I] so a conv is a dot over a contiguous frame window */
 static cosy_status permute_conv(float **w, int O, int I, int K) {
@@ -283,7 +270,7 @@ cosy_status ref_flow_create(const cosy_model *m, ref_flow **out) {
   cosy_status st;
 #define LD(dst, ...)                                         \
   do {                                                       \
-    if ((st = load(m, &(dst), __VA_ARGS__)) != COSY_OK) goto fail; \
+    if ((st = cosy_model_get_f32(m, &(dst), __VA_ARGS__)) != COSY_OK) goto fail; \
   } while (0)
   LD(f->emb, "flow.input_embedding.weight");
   LD(f->spk_w, "flow.spk_embed_affine_layer.weight");

@@ -85,25 +85,13 @@ struct ref_hift {
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
-/* A malloc'd fp32 copy of a tensor (shapes were validated by cosy_model_load), or NULL with the
- * error set. */
-static float *load_f(const cosy_model *m, const char *fmt, ...) COSY_PRINTF(2, 3);
-static float *load_f(const cosy_model *m, const char *fmt, ...) {
-  char name[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(name, sizeof name, fmt, ap);
-  va_end(ap);
-  if (!cosy_model_tensor(m, name)) return NULL;
-  return cosy_model_f32(m, "%s", name);
-}
 
 static cosy_status load_conv(const cosy_model *m, conv_f *c, int co, int ci, int k,
                              const char *base) {
   c->co = co, c->ci = ci, c->k = k;
-  c->w = load_f(m, "%s.weight", base);
+  c->w = cosy_model_f32(m, "%s.weight", base);
   if (!c->w) return COSY_ERR_MODEL_FORMAT;
-  c->b = load_f(m, "%s.bias", base);
+  c->b = cosy_model_f32(m, "%s.bias", base);
   if (!c->b) return COSY_ERR_MODEL_FORMAT;
   return COSY_OK;
 }
@@ -138,9 +126,9 @@ static cosy_status load_resblock(const cosy_model *m, resblock *r, int ch, int k
     if ((st = load_conv(m, &r->c1[j], ch, ch, k, base))) return st;
     snprintf(base, sizeof base, "hift.%s.%d.convs2.%d", pfx, idx, j);
     if ((st = load_conv(m, &r->c2[j], ch, ch, k, base))) return st;
-    if (!(r->a1[j] = load_f(m, "hift.%s.%d.activations1.%d.alpha", pfx, idx, j)))
+    if (!(r->a1[j] = cosy_model_f32(m, "hift.%s.%d.activations1.%d.alpha", pfx, idx, j)))
       return COSY_ERR_MODEL_FORMAT;
-    if (!(r->a2[j] = load_f(m, "hift.%s.%d.activations2.%d.alpha", pfx, idx, j)))
+    if (!(r->a2[j] = cosy_model_f32(m, "hift.%s.%d.activations2.%d.alpha", pfx, idx, j)))
       return COSY_ERR_MODEL_FORMAT;
   }
   return COSY_OK;
@@ -202,8 +190,8 @@ cosy_status ref_hift_create(const cosy_model *m, ref_hift **out) {
     if ((st = load_conv_d(m, &h->cond[j], h->Cc, h->Cc, 3, base))) goto fail;
   }
   {
-    float *w = load_f(m, "hift.f0_predictor.classifier.weight");
-    float *b = load_f(m, "hift.f0_predictor.classifier.bias");
+    float *w = cosy_model_f32(m, "hift.f0_predictor.classifier.weight");
+    float *b = cosy_model_f32(m, "hift.f0_predictor.classifier.bias");
     h->cls_w = cosy_malloc((size_t)h->Cc * sizeof(double));
     if (w && b && h->cls_w) {
       for (int c = 0; c < h->Cc; c++) h->cls_w[c] = w[c];
@@ -214,8 +202,8 @@ cosy_status ref_hift_create(const cosy_model *m, ref_hift **out) {
   }
   /* source */
   {
-    float *b = load_f(m, "hift.m_source.l_linear.bias");
-    h->lin_w = load_f(m, "hift.m_source.l_linear.weight");
+    float *b = cosy_model_f32(m, "hift.m_source.l_linear.bias");
+    h->lin_w = cosy_model_f32(m, "hift.m_source.l_linear.weight");
     if (!b || !h->lin_w) {
       free(b);
       st = COSY_ERR_MODEL_FORMAT;

@@ -65,14 +65,6 @@ void ref_llm_free(ref_llm *l) {
   free(l);
 }
 
-/* *dst = fp32 copy of tensor fmt (formatted with i): MODEL_FORMAT when absent, else NO_MEMORY */
-static cosy_status load(const cosy_model *m, float **dst, const char *fmt, int i) {
-  char name[128];
-  snprintf(name, sizeof name, fmt, i);
-  if (!cosy_model_tensor(m, name)) return COSY_ERR_MODEL_FORMAT;
-  *dst = cosy_model_f32(m, "%s", name);
-  return *dst ? COSY_OK : COSY_ERR_NO_MEMORY;
-}
 
 cosy_status ref_llm_create(const cosy_model *m, ref_llm **out) {
   if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "ref_llm_create: NULL out");
@@ -122,23 +114,23 @@ cosy_status ref_llm_create(const cosy_model *m, ref_llm **out) {
   if (!l->layers) goto fail;
   for (int i = 0; i < l->nl; i++) {
     ref_layer *y = &l->layers[i];
-    if ((st = load(m, &y->wq, "llm.layers.%d.self_attn.q_proj.weight", i)) ||
-        (st = load(m, &y->bq, "llm.layers.%d.self_attn.q_proj.bias", i)) ||
-        (st = load(m, &y->wk, "llm.layers.%d.self_attn.k_proj.weight", i)) ||
-        (st = load(m, &y->bk, "llm.layers.%d.self_attn.k_proj.bias", i)) ||
-        (st = load(m, &y->wv, "llm.layers.%d.self_attn.v_proj.weight", i)) ||
-        (st = load(m, &y->bv, "llm.layers.%d.self_attn.v_proj.bias", i)) ||
-        (st = load(m, &y->wo, "llm.layers.%d.self_attn.o_proj.weight", i)) ||
-        (st = load(m, &y->wg, "llm.layers.%d.mlp.gate_proj.weight", i)) ||
-        (st = load(m, &y->wu, "llm.layers.%d.mlp.up_proj.weight", i)) ||
-        (st = load(m, &y->wd, "llm.layers.%d.mlp.down_proj.weight", i)) ||
-        (st = load(m, &y->ln1, "llm.layers.%d.input_layernorm.weight", i)) ||
-        (st = load(m, &y->ln2, "llm.layers.%d.post_attention_layernorm.weight", i)))
+    if ((st = cosy_model_get_f32(m, &y->wq, "llm.layers.%d.self_attn.q_proj.weight", i)) ||
+        (st = cosy_model_get_f32(m, &y->bq, "llm.layers.%d.self_attn.q_proj.bias", i)) ||
+        (st = cosy_model_get_f32(m, &y->wk, "llm.layers.%d.self_attn.k_proj.weight", i)) ||
+        (st = cosy_model_get_f32(m, &y->bk, "llm.layers.%d.self_attn.k_proj.bias", i)) ||
+        (st = cosy_model_get_f32(m, &y->wv, "llm.layers.%d.self_attn.v_proj.weight", i)) ||
+        (st = cosy_model_get_f32(m, &y->bv, "llm.layers.%d.self_attn.v_proj.bias", i)) ||
+        (st = cosy_model_get_f32(m, &y->wo, "llm.layers.%d.self_attn.o_proj.weight", i)) ||
+        (st = cosy_model_get_f32(m, &y->wg, "llm.layers.%d.mlp.gate_proj.weight", i)) ||
+        (st = cosy_model_get_f32(m, &y->wu, "llm.layers.%d.mlp.up_proj.weight", i)) ||
+        (st = cosy_model_get_f32(m, &y->wd, "llm.layers.%d.mlp.down_proj.weight", i)) ||
+        (st = cosy_model_get_f32(m, &y->ln1, "llm.layers.%d.input_layernorm.weight", i)) ||
+        (st = cosy_model_get_f32(m, &y->ln2, "llm.layers.%d.post_attention_layernorm.weight", i)))
       goto fail;
   }
-  if ((st = load(m, &l->norm, "llm.norm.weight", -1)) ||
-      (st = load(m, &l->speech_emb, "llm.speech_embedding.weight", -1)) ||
-      (st = load(m, &l->head, "llm.llm_decoder.weight", -1)))
+  if ((st = cosy_model_get_f32(m, &l->norm, "llm.norm.weight")) ||
+      (st = cosy_model_get_f32(m, &l->speech_emb, "llm.speech_embedding.weight")) ||
+      (st = cosy_model_get_f32(m, &l->head, "llm.llm_decoder.weight")))
     goto fail;
   *out = l;
   return COSY_OK;
