@@ -11,6 +11,7 @@
 #   make clean
 #
 # CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
+# OPENMP=1 parallelizes the CPU reference path over cores (cosy_engine_config.cpu_threads).
 
 VERSION_MAJOR := 0
 VERSION_MINOR := 1
@@ -45,6 +46,11 @@ WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wmissi
 CFLAGS_ALL := -std=c11 $(OPT) -g -fPIC -fvisibility=hidden -pthread $(WARN) -Iinclude -Ilib \
               -Ikernels -DCOSY_VERSION_STRING_BUILD='"$(VERSION)"' $(CFLAGS)
 LDLIBS_ALL := -lsamplerate -lm -lpthread $(LDLIBS)
+OPENMP ?= 0
+ifeq ($(OPENMP),1)
+  CFLAGS_ALL += -fopenmp
+  LDLIBS_ALL += -fopenmp
+endif
 ifeq ($(SAN),1)
   CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined

@@ -164,7 +164,8 @@ typedef struct cosy_engine_config {
   float gpu_memory_fraction;   /**< share of the device's memory the engine may take, (0, 1]; 0 = 0.9 */
   int32_t max_active;          /**< requests decoded together; 0 = auto; at most 4096 */
   int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL; 0 = 1024 */
-  int32_t cpu_threads;         /**< CPU path threads; 0 = all cores; at most 1024 */
+  int32_t cpu_threads;         /**< CPU path threads per request when the library is built with
+                                    OpenMP (make OPENMP=1); 0 = all cores; at most 1024 */
   int32_t log_level;           /**< highest level passed to log_fn; see below */
   cosy_log_fn log_fn;          /**< NULL = no logging */
   void *log_user;              /**< passed to log_fn */

@@ -11,6 +11,10 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "engine.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -47,6 +51,10 @@ struct engine_worker {
 static void *worker_main(void *arg) {
   struct engine_worker *w = (struct engine_worker *)arg;
   cosy_engine *e = w->e;
+#ifdef _OPENMP
+  /* the CPU path's parallel loops started from this thread use cpu_threads threads */
+  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
+#endif
   for (;;) {
     pthread_mutex_lock(&e->mu);
     while (!e->stopping && !e->q_head) pthread_cond_wait(&e->cv_work, &e->mu);
