@@ -104,7 +104,7 @@ COSY_API void cosy_synth_params_init(cosy_synth_params *p, uint32_t struct_size)
 /* ---- synthesis parameters ------------------------------------------------------------------- */
 
 /* Copy the caller's params (or defaults when p is NULL), check every knob and fill defaults. */
-static cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
+cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
   if (p) {

@@ -117,6 +117,9 @@ cosy_status pipeline_run(struct cosy_engine *e, struct cosy_request *r);
 /* Deliver a chunk to the request (callback or pull buffer). Returns non-zero to cancel. */
 int request_deliver(struct cosy_request *r, const float *pcm, int64_t n, int last);
 
+/* Copy a caller's cosy_synth_params (NULL = defaults), check every knob, fill defaults (api.c). */
+cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out);
+
 /* engine lifecycle and requests (lib/engine.c); api.c validates the arguments first */
 cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out);
 void engine_destroy(cosy_engine *e);

@@ -41,7 +41,7 @@
 #include "util.h" /* cosy_struct_in: the library's copy-in of a caller's struct */
 
 /* internal (lib/api.c): copy and check the caller's synthesis parameters */
-cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out);
+#include "engine.h" /* params_resolve: the library's copy-in and check of cosy_synth_params */
 
 /* A caller built against a later header: the 0.1 struct with one field appended. The static
  * asserts check that this is the same layout as appending a field to the struct itself (no tail
