@@ -57,6 +57,7 @@
  *    shows up in the tests.
  */
 #include "gpu/flow.h"
+#include "ref/flow.h" /* flow_check_call */
 
 #include <math.h>
 #include <stdarg.h>
@@ -749,38 +750,16 @@ cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int
                            int *n_frames) {
   if (mel) *mel = NULL;
   if (n_frames) *n_frames = 0;
-  if (!f || !mel || !n_frames || !spk)
+  if (!f || !mel || !n_frames)
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: NULL argument");
-  if (n_prompt < 0 || n_gen < 0 || n_prompt_frames < 0)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "gpu_flow_infer: negative length (n_prompt %d, n_gen %d, prompt frames %d)",
-                    n_prompt, n_gen, n_prompt_frames);
   const int M = f->M, la = f->la, P = f->P;
-  long n_all = (long)n_prompt + n_gen;
-  if (!finalize && n_gen < la)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "gpu_flow_infer: a non-final call needs at least %d new tokens (look-ahead), "
-                    "got %d",
-                    la, n_gen);
-  long n_used_l = finalize ? n_all : n_all - la;
-  if (n_used_l < 1) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: no tokens to decode");
-  if (n_used_l * f->ratio > f->max_frames)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "gpu_flow_infer: %ld tokens give %ld mel frames, more than the %d planned "
-                    "(max_frames)",
-                    n_used_l, n_used_l * f->ratio, f->max_frames);
-  const int n_used = (int)n_used_l, N = f->ratio * n_used;
-  if (!tokens) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: tokens is NULL");
-  for (long i = 0; i < n_all; i++)
-    if (tokens[i] < 0 || tokens[i] >= f->vocab)
-      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: token %ld = %d not in [0, %d)", i,
-                      (int)tokens[i], f->vocab);
-  if (n_prompt_frames != f->ratio * n_prompt)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "gpu_flow_infer: %d prompt mel frames for %d prompt tokens (need %d)",
-                    n_prompt_frames, n_prompt, f->ratio * n_prompt);
-  if (n_prompt_frames > 0 && !prompt_mel)
-    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: prompt_mel is NULL");
+  int n_used;
+  cosy_status cst = flow_check_call("gpu_flow_infer", f->vocab, f->ratio, la, f->max_frames,
+                                    tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames, spk,
+                                    finalize, &n_used);
+  if (cst) return cst;
+  const long n_all = (long)n_prompt + n_gen;
+  const int N = f->ratio * n_used;
   const int n_out = N - n_prompt_frames;
   cudaStream_t s = f->s;
   cosy_status st;

@@ -581,42 +581,54 @@ static void cosine_schedule(int n, float *ts) {
   }
 }
 
+cosy_status flow_check_call(const char *who, int vocab, int ratio, int lookahead, int max_frames,
+                            const int32_t *tokens, int n_prompt, int n_gen,
+                            const float *prompt_mel, int n_prompt_frames, const float *spk,
+                            int finalize, int *n_used) {
+  if (!spk) return cosy_err(COSY_ERR_INVALID_ARG, "%s: NULL speaker embedding", who);
+  if (n_prompt < 0 || n_gen < 0 || n_prompt_frames < 0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "%s: negative length (n_prompt %d, n_gen %d, "
+                    "prompt frames %d)", who, n_prompt, n_gen, n_prompt_frames);
+  long n_all = (long)n_prompt + n_gen;
+  if (!finalize && n_gen < lookahead)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "%s: a non-final call needs at least %d new tokens (look-ahead), got %d", who,
+                    lookahead, n_gen);
+  long n_used_l = finalize ? n_all : n_all - lookahead;
+  if (n_used_l < 1) return cosy_err(COSY_ERR_INVALID_ARG, "%s: no tokens to decode", who);
+  if (n_used_l * ratio > max_frames)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "%s: %ld tokens give %ld mel frames, more than the %d supported", who,
+                    n_used_l, n_used_l * ratio, max_frames);
+  if (!tokens) return cosy_err(COSY_ERR_INVALID_ARG, "%s: tokens is NULL", who);
+  for (long i = 0; i < n_all; i++)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      return cosy_err(COSY_ERR_INVALID_ARG, "%s: token %ld = %d not in [0, %d)", who, i,
+                      (int)tokens[i], vocab);
+  if (n_prompt_frames != ratio * n_prompt)
+    return cosy_err(COSY_ERR_INVALID_ARG, "%s: %d prompt mel frames for %d prompt tokens (need %d)",
+                    who, n_prompt_frames, n_prompt, ratio * n_prompt);
+  if (n_prompt_frames > 0 && !prompt_mel)
+    return cosy_err(COSY_ERR_INVALID_ARG, "%s: prompt_mel is NULL", who);
+  *n_used = (int)n_used_l;
+  return COSY_OK;
+}
+
 cosy_status ref_flow_infer(const ref_flow *f, const int32_t *tokens, int n_prompt, int n_gen,
                            const float *prompt_mel, int n_prompt_frames, const float *spk,
                            int streaming, int finalize, const volatile int *cancel, float **mel,
                            int *n_frames, ref_flow_debug *dbg) {
   if (mel) *mel = NULL;
   if (n_frames) *n_frames = 0;
-  if (!f || !mel || !n_frames || !spk)
+  if (!f || !mel || !n_frames)
     return cosy_err(COSY_ERR_INVALID_ARG, "ref_flow_infer: NULL argument");
-  if (n_prompt < 0 || n_gen < 0 || n_prompt_frames < 0)
-    return cosy_err(COSY_ERR_INVALID_ARG, "ref_flow_infer: negative length (n_prompt %d, n_gen %d, "
-                    "prompt frames %d)", n_prompt, n_gen, n_prompt_frames);
-  int M = f->mel, la = f->la;
+  int M = f->mel, la = f->la, n_used;
+  cosy_status cst = flow_check_call("ref_flow_infer", f->vocab, f->ratio, la, f->noise_frames,
+                                    tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames, spk,
+                                    finalize, &n_used);
+  if (cst) return cst;
   long n_all = (long)n_prompt + n_gen;
-  if (!finalize && n_gen < la)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "ref_flow_infer: a non-final call needs at least %d new tokens (look-ahead), "
-                    "got %d", la, n_gen);
-  long n_used_l = finalize ? n_all : n_all - la;
-  if (n_used_l < 1)
-    return cosy_err(COSY_ERR_INVALID_ARG, "ref_flow_infer: no tokens to decode");
-  if (n_used_l * f->ratio > f->noise_frames)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "ref_flow_infer: %ld tokens give %ld mel frames, more than the %d supported",
-                    n_used_l, n_used_l * f->ratio, f->noise_frames);
-  int n_used = (int)n_used_l, N = f->ratio * n_used;
-  if (!tokens) return cosy_err(COSY_ERR_INVALID_ARG, "ref_flow_infer: tokens is NULL");
-  for (long i = 0; i < n_all; i++)
-    if (tokens[i] < 0 || tokens[i] >= f->vocab)
-      return cosy_err(COSY_ERR_INVALID_ARG, "ref_flow_infer: token %ld = %d not in [0, %d)", i,
-                      (int)tokens[i], f->vocab);
-  if (n_prompt_frames != f->ratio * n_prompt)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "ref_flow_infer: %d prompt mel frames for %d prompt tokens (need %d)",
-                    n_prompt_frames, n_prompt, f->ratio * n_prompt);
-  if (n_prompt_frames > 0 && !prompt_mel)
-    return cosy_err(COSY_ERR_INVALID_ARG, "ref_flow_infer: prompt_mel is NULL");
+  int N = f->ratio * n_used;
   int n_out = N - n_prompt_frames; /* >= 0: n_used >= n_prompt since n_gen >= la when !finalize */
 
   cosy_status st = COSY_OK;

@@ -48,6 +48,14 @@ cosy_status ref_flow_infer(const ref_flow *f, const int32_t *tokens, int n_promp
 /* The DiT estimator alone (for tests and the GPU parity harness): batch B, layouts as in the
  * golden files: x, mu, cond: [B][80][N]; t: [B]; spks: [B][80]; out: [B][80][N].
  * The padding mask is taken as all ones. */
+/* The argument contract of a flow call, shared by ref_flow_infer and the GPU flow so both refuse
+ * the same inputs with the same messages (`who` prefixes them): lengths, look-ahead, token range,
+ * prompt mel frames, and at most max_frames frames. *n_used = tokens decoded (prompt included). */
+cosy_status flow_check_call(const char *who, int vocab, int ratio, int lookahead, int max_frames,
+                            const int32_t *tokens, int n_prompt, int n_gen,
+                            const float *prompt_mel, int n_prompt_frames, const float *spk,
+                            int finalize, int *n_used);
+
 cosy_status ref_flow_estimator(const ref_flow *f, int B, int N, const float *x, const float *mu,
                                const float *t, const float *spks, const float *cond, int streaming,
                                float *out);
