@@ -105,23 +105,13 @@ static int setup(void **state) {
     fprintf(stderr, "gpu_flow_create failed: %s\n", cosy_last_error());
     return -1;
   }
-  int nd;
-  int64_t sh[8];
-  int32_t *pt = tu_npy_i32(tu_shared("golden/inputs/prompt_speech_tokens.npy"), &nd, sh);
-  if (!pt) return -1;
-  fx->n_prompt = (int)sh[0];
-  int32_t *ft = tu_npy_i32(tu_shared("golden/inputs/flow_tokens.npy"), &nd, sh);
-  if (!ft) return -1;
-  fx->n_flow = (int)sh[0];
-  fx->tokens = malloc(sizeof(int32_t) * (size_t)(fx->n_prompt + fx->n_flow));
-  memcpy(fx->tokens, pt, sizeof(int32_t) * (size_t)fx->n_prompt);
-  memcpy(fx->tokens + fx->n_prompt, ft, sizeof(int32_t) * (size_t)fx->n_flow);
-  free(pt);
-  free(ft);
-  fx->prompt_feat = tu_npy_f32(tu_shared("golden/inputs/prompt_feat.npy"), &nd, sh);
-  if (!fx->prompt_feat || sh[1] != 2 * fx->n_prompt || sh[2] != 80) return -1;
-  fx->spk = tu_npy_f32(tu_shared("golden/inputs/spk_embedding.npy"), &nd, sh);
-  if (!fx->spk || tu_numel(nd, sh) != 192) return -1;
+  tu_flow_inputs in;
+  if (tu_golden_flow_inputs(&in)) return -1;
+  fx->tokens = in.tokens;
+  fx->n_prompt = in.n_prompt;
+  fx->n_flow = in.n_flow;
+  fx->prompt_feat = in.prompt_feat;
+  fx->spk = in.spk;
   return 0;
 }
 

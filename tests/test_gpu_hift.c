@@ -158,19 +158,6 @@ static int all_finite(const float *a, size_t n) {
   return 1;
 }
 
-static float *load(const char *rel, int64_t want) {
-  int nd;
-  int64_t sh[8];
-  float *p = tu_npy_f32(tu_shared(rel), &nd, sh);
-  if (p && want >= 0 && tu_numel(nd, sh) != want) {
-    fprintf(stderr, "%s: %lld elements, expected %lld\n", rel, (long long)tu_numel(nd, sh),
-            (long long)want);
-    free(p);
-    return NULL;
-  }
-  return p;
-}
-
 /* ---- fixture --------------------------------------------------------------------------------- */
 
 static int setup(void **state) {
@@ -202,7 +189,7 @@ static int setup(void **state) {
   fx->mel_nf = malloc(sizeof(float) * 80 * T_NONFINAL);
   for (int c = 0; c < 80; c++)
     memcpy(fx->mel_nf + c * T_NONFINAL, fx->mel + (size_t)c * fx->T, sizeof(float) * T_NONFINAL);
-  fx->rand_ini = load("golden/hift/rand_ini.npy", fx->nh);
+  fx->rand_ini = tu_load_f32("golden/hift/rand_ini.npy", fx->nh);
   fx->sine_waves = tu_npy_f32(tu_shared("golden/hift/sine_waves.npy"), &nd, sh);
   if (!fx->rand_ini || !fx->sine_waves || nd != 2 || sh[1] != fx->nh) return -1;
   fx->n_rows = sh[0];
@@ -712,8 +699,8 @@ static void test_f0_golden(void **state) {
   int nd;
   int64_t sh[8];
   double *ref64 = tu_npy_f64(tu_shared("golden/hift/final/f0_f64.npy"), &nd, sh);
-  float *gold = load("golden/hift/final/f0.npy", fx->T);
-  float *goldn = load("golden/hift/nonfinal/f0.npy", T_NONFINAL - 3);
+  float *gold = tu_load_f32("golden/hift/final/f0.npy", fx->T);
+  float *goldn = tu_load_f32("golden/hift/nonfinal/f0.npy", T_NONFINAL - 3);
   assert_non_null(ref64), assert_non_null(gold), assert_non_null(goldn);
   float f0[64], f0c[64], f0n[64], f0nc[64];
   for (int i = 0; i < 64; i++) f0[i] = f0n[i] = NAN;
@@ -742,8 +729,8 @@ static void test_source_golden(void **state) {
   int ok = 1;
   for (int fin = 1; fin >= 0; fin--) {
     const int Tf = fin ? fx->T : T_NONFINAL - 3;
-    float *f0 = load(fin ? "golden/hift/final/f0.npy" : "golden/hift/nonfinal/f0.npy", Tf);
-    float *gold = load(fin ? "golden/hift/final/s.npy" : "golden/hift/nonfinal/s.npy",
+    float *f0 = tu_load_f32(fin ? "golden/hift/final/f0.npy" : "golden/hift/nonfinal/f0.npy", Tf);
+    float *gold = tu_load_f32(fin ? "golden/hift/final/s.npy" : "golden/hift/nonfinal/s.npy",
                        (int64_t)Tf * 480);
     assert_non_null(f0), assert_non_null(gold);
     float *s = malloc(sizeof(float) * Tf * 480), *sc = malloc(sizeof(float) * Tf * 480);
@@ -769,8 +756,8 @@ static void test_decode_golden(void **state) {
     const int T = fin ? fx->T : T_NONFINAL;
     const float *mel = fin ? fx->mel : fx->mel_nf;
     const int64_t ns = (int64_t)(fin ? T : T - 3) * 480, nw_want = (int64_t)(fin ? T : T - 8) * 480;
-    float *s = load(fin ? "golden/hift/final/s.npy" : "golden/hift/nonfinal/s.npy", ns);
-    float *gold = load(fin ? "golden/hift/final/wav.npy" : "golden/hift/nonfinal/wav.npy", nw_want);
+    float *s = tu_load_f32(fin ? "golden/hift/final/s.npy" : "golden/hift/nonfinal/s.npy", ns);
+    float *gold = tu_load_f32(fin ? "golden/hift/final/wav.npy" : "golden/hift/nonfinal/wav.npy", nw_want);
     assert_non_null(s), assert_non_null(gold);
     float *wc = NULL;
     int64_t nc = 0;

@@ -85,29 +85,6 @@ static fixture F;
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
-static int32_t *load_ids(const char *rel, int *n) {
-  int nd;
-  int64_t sh[8];
-  const char *p = tu_shared(rel);
-  int32_t *v = p ? tu_npy_i32(p, &nd, sh) : NULL;
-  *n = v ? (int)tu_numel(nd, sh) : 0;
-  return v;
-}
-
-static float *load_f32(const char *rel, int64_t expect_n) {
-  int nd;
-  int64_t sh[8];
-  const char *p = tu_shared(rel);
-  float *v = p ? tu_npy_f32(p, &nd, sh) : NULL;
-  if (v && tu_numel(nd, sh) != expect_n) {
-    print_message("%s: %lld elements, expected %lld\n", rel, (long long)tu_numel(nd, sh),
-                  (long long)expect_n);
-    free(v);
-    return NULL;
-  }
-  return v;
-}
-
 static void poison(float *v, size_t n) {
   for (size_t i = 0; i < n; i++) v[i] = NAN;
 }
@@ -178,10 +155,10 @@ static int setup(void **state) {
     print_message("ref_llm_create failed: %s\n", cosy_last_error());
     return -1;
   }
-  F.pt = load_ids("golden/inputs/prompt_text_ids.npy", &F.npt);
-  F.tt = load_ids("golden/inputs/tts_text_ids.npy", &F.ntt);
-  F.ps = load_ids("golden/inputs/prompt_speech_tokens.npy", &F.nps);
-  F.forced = load_ids("golden/inputs/llm_forced_tokens.npy", &F.nforced);
+  F.pt = tu_load_ids("golden/inputs/prompt_text_ids.npy", &F.npt);
+  F.tt = tu_load_ids("golden/inputs/tts_text_ids.npy", &F.ntt);
+  F.ps = tu_load_ids("golden/inputs/prompt_speech_tokens.npy", &F.nps);
+  F.forced = tu_load_ids("golden/inputs/llm_forced_tokens.npy", &F.nforced);
   F.create_st = cosy_gpu_create(0, 0.25f, &F.g);
   if (F.create_st != COSY_OK) {
     print_message("cosy_gpu_create failed: %s\n", cosy_last_error());
@@ -271,9 +248,9 @@ static void test_golden(void **state) {
   assert_int_equal(ref_llm_build_input(F.ref, F.pt, F.npt, F.tt, F.ntt, F.ps, F.nps, &remb, &rL),
                    COSY_OK);
   assert_int_equal(L, rL);
-  float *g_emb = load_f32("golden/llm/lm_input.npy", (int64_t)L * H);
-  float *g_pre = load_f32("golden/llm/prefill_logp.npy", (int64_t)L * V);
-  float *g_dec = load_f32("golden/llm/decode_logp.npy", (int64_t)K * V);
+  float *g_emb = tu_load_f32("golden/llm/lm_input.npy", (int64_t)L * H);
+  float *g_pre = tu_load_f32("golden/llm/prefill_logp.npy", (int64_t)L * V);
+  float *g_dec = tu_load_f32("golden/llm/decode_logp.npy", (int64_t)K * V);
   assert_true(g_emb && g_pre && g_dec);
   ok &= check("build_input vs ref_llm_build_input (max abs)",
               tu_max_abs_diff(emb, remb, (size_t)L * H), 0.0, 1);

@@ -44,19 +44,6 @@ typedef struct fixture {
   int nh;
 } fixture;
 
-static float *load(const char *rel, int64_t want) {
-  int nd;
-  int64_t sh[8];
-  float *p = tu_npy_f32(tu_shared(rel), &nd, sh);
-  if (p && want >= 0 && tu_numel(nd, sh) != want) {
-    fprintf(stderr, "%s: %lld elements, expected %lld\n", rel, (long long)tu_numel(nd, sh),
-            (long long)want);
-    free(p);
-    return NULL;
-  }
-  return p;
-}
-
 static int setup(void **state) {
   fixture *fx = calloc(1, sizeof *fx);
   *state = fx;
@@ -79,7 +66,7 @@ static int setup(void **state) {
   fx->mel_nf = malloc(sizeof(float) * 80 * T_NONFINAL);
   for (int c = 0; c < 80; c++)
     memcpy(fx->mel_nf + c * T_NONFINAL, fx->mel + (size_t)c * fx->T, sizeof(float) * T_NONFINAL);
-  fx->rand_ini = load("golden/hift/rand_ini.npy", fx->nh);
+  fx->rand_ini = tu_load_f32("golden/hift/rand_ini.npy", fx->nh);
   fx->sine_waves = tu_npy_f32(tu_shared("golden/hift/sine_waves.npy"), &nd, sh);
   if (!fx->rand_ini || !fx->sine_waves || nd != 2 || sh[1] != fx->nh) return -1;
   fx->n_rows = sh[0];
@@ -118,7 +105,7 @@ static void test_f0_final(void **state) {
   int nd;
   int64_t sh[8];
   double *ref64 = tu_npy_f64(tu_shared("golden/hift/final/f0_f64.npy"), &nd, sh);
-  float *ref = load("golden/hift/final/f0.npy", fx->T);
+  float *ref = tu_load_f32("golden/hift/final/f0.npy", fx->T);
   assert_non_null(ref64);
   assert_non_null(ref);
   assert_int_equal(tu_numel(nd, sh), fx->T);
@@ -137,7 +124,7 @@ static void test_f0_nonfinal(void **state) {
   fixture *fx = *state;
   NEED(fx);
   const int n = T_NONFINAL - 3;
-  float *ref = load("golden/hift/nonfinal/f0.npy", n);
+  float *ref = tu_load_f32("golden/hift/nonfinal/f0.npy", n);
   assert_non_null(ref);
   float *f0 = malloc(sizeof(float) * n);
   assert_int_equal(ref_hift_f0(fx->h, fx->mel_nf, T_NONFINAL, 0, f0), COSY_OK);
@@ -148,8 +135,8 @@ static void test_f0_nonfinal(void **state) {
 /* ---- source ------------------------------------------------------------------------------------ */
 
 static void source_case(fixture *fx, const char *f0_rel, const char *s_rel, int Tf, const char *what) {
-  float *f0 = load(f0_rel, Tf);
-  float *ref = load(s_rel, (int64_t)Tf * 480);
+  float *f0 = tu_load_f32(f0_rel, Tf);
+  float *ref = tu_load_f32(s_rel, (int64_t)Tf * 480);
   assert_non_null(f0);
   assert_non_null(ref);
   float *s = malloc(sizeof(float) * (size_t)Tf * 480);
@@ -178,9 +165,9 @@ static void test_stft(void **state) {
   fixture *fx = *state;
   NEED(fx);
   const int64_t n = (int64_t)fx->T * 480, F = n / 4 + 1;
-  float *s = load("golden/hift/final/s.npy", n);
-  float *rr = load("golden/hift/final/s_stft_real.npy", 9 * F);
-  float *ri = load("golden/hift/final/s_stft_imag.npy", 9 * F);
+  float *s = tu_load_f32("golden/hift/final/s.npy", n);
+  float *rr = tu_load_f32("golden/hift/final/s_stft_real.npy", 9 * F);
+  float *ri = tu_load_f32("golden/hift/final/s_stft_imag.npy", 9 * F);
   assert_non_null(s), assert_non_null(rr), assert_non_null(ri);
   float *re = malloc(sizeof(float) * 9 * F), *im = malloc(sizeof(float) * 9 * F);
   assert_int_equal(ref_hift_stft(s, n, re, im), COSY_OK);
@@ -194,12 +181,12 @@ static void test_decode_final(void **state) {
   NEED(fx);
   const int T = fx->T, C = fx->m->hp.hift_ch;
   const int64_t n = (int64_t)T * 480, F = 120 * (int64_t)T + 1;
-  float *s = load("golden/hift/final/s.npy", n);
-  float *rwav = load("golden/hift/final/wav.npy", n);
-  float *rpre = load("golden/hift/final/conv_pre.npy", (int64_t)C * T);
-  float *rmag = load("golden/hift/final/magnitude.npy", 9 * F);
-  float *rph = load("golden/hift/final/phase.npy", 9 * F);
-  float *rr = load("golden/hift/final/s_stft_real.npy", 9 * F);
+  float *s = tu_load_f32("golden/hift/final/s.npy", n);
+  float *rwav = tu_load_f32("golden/hift/final/wav.npy", n);
+  float *rpre = tu_load_f32("golden/hift/final/conv_pre.npy", (int64_t)C * T);
+  float *rmag = tu_load_f32("golden/hift/final/magnitude.npy", 9 * F);
+  float *rph = tu_load_f32("golden/hift/final/phase.npy", 9 * F);
+  float *rr = tu_load_f32("golden/hift/final/s_stft_real.npy", 9 * F);
   assert_non_null(s), assert_non_null(rwav), assert_non_null(rpre), assert_non_null(rmag);
   assert_non_null(rph), assert_non_null(rr);
   ref_hift_debug dbg = {0};
@@ -232,9 +219,9 @@ static void test_decode_nonfinal(void **state) {
   fixture *fx = *state;
   NEED(fx);
   const int T = T_NONFINAL, C = fx->m->hp.hift_ch;
-  float *s = load("golden/hift/nonfinal/s.npy", (int64_t)(T - 3) * 480);
-  float *rwav = load("golden/hift/nonfinal/wav.npy", (int64_t)(T - 8) * 480);
-  float *rpre = load("golden/hift/nonfinal/conv_pre.npy", (int64_t)C * (T - 7));
+  float *s = tu_load_f32("golden/hift/nonfinal/s.npy", (int64_t)(T - 3) * 480);
+  float *rwav = tu_load_f32("golden/hift/nonfinal/wav.npy", (int64_t)(T - 8) * 480);
+  float *rpre = tu_load_f32("golden/hift/nonfinal/conv_pre.npy", (int64_t)C * (T - 7));
   assert_non_null(s), assert_non_null(rwav), assert_non_null(rpre);
   ref_hift_debug dbg = {0};
   dbg.conv_pre = malloc(sizeof(float) * C * (T - 7));
@@ -254,7 +241,7 @@ static void test_infer_final(void **state) {
   fixture *fx = *state;
   NEED(fx);
   const int64_t n = (int64_t)fx->T * 480;
-  float *rwav = load("golden/hift/final/wav.npy", n);
+  float *rwav = tu_load_f32("golden/hift/final/wav.npy", n);
   assert_non_null(rwav);
   ref_hift_noise nz = golden_noise(fx);
   float *wav = NULL;
@@ -269,7 +256,7 @@ static void test_infer_nonfinal(void **state) {
   fixture *fx = *state;
   NEED(fx);
   const int64_t n = (int64_t)(T_NONFINAL - 8) * 480;
-  float *rwav = load("golden/hift/nonfinal/wav.npy", n);
+  float *rwav = tu_load_f32("golden/hift/nonfinal/wav.npy", n);
   assert_non_null(rwav);
   ref_hift_noise nz = golden_noise(fx);
   float *wav = NULL;

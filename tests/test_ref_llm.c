@@ -38,29 +38,6 @@ typedef struct fixture {
 
 static fixture F;
 
-static int32_t *load_ids(const char *rel, int *n) {
-  int nd;
-  int64_t sh[8];
-  const char *p = tu_shared(rel);
-  int32_t *v = p ? tu_npy_i32(p, &nd, sh) : NULL;
-  *n = v ? (int)tu_numel(nd, sh) : 0;
-  return v;
-}
-
-static float *load_f32(const char *rel, int64_t expect_n) {
-  int nd;
-  int64_t sh[8];
-  const char *p = tu_shared(rel);
-  float *v = p ? tu_npy_f32(p, &nd, sh) : NULL;
-  if (v && tu_numel(nd, sh) != expect_n) {
-    print_message("%s: %lld elements, expected %lld\n", rel, (long long)tu_numel(nd, sh),
-                  (long long)expect_n);
-    free(v);
-    return NULL;
-  }
-  return v;
-}
-
 static int setup(void **state) {
   (void)state;
   memset(&F, 0, sizeof F);
@@ -74,10 +51,10 @@ static int setup(void **state) {
     print_message("ref_llm_create failed: %s\n", cosy_last_error());
     return -1;
   }
-  F.pt = load_ids("golden/inputs/prompt_text_ids.npy", &F.npt);
-  F.tt = load_ids("golden/inputs/tts_text_ids.npy", &F.ntt);
-  F.ps = load_ids("golden/inputs/prompt_speech_tokens.npy", &F.nps);
-  F.forced = load_ids("golden/inputs/llm_forced_tokens.npy", &F.nforced);
+  F.pt = tu_load_ids("golden/inputs/prompt_text_ids.npy", &F.npt);
+  F.tt = tu_load_ids("golden/inputs/tts_text_ids.npy", &F.ntt);
+  F.ps = tu_load_ids("golden/inputs/prompt_speech_tokens.npy", &F.nps);
+  F.forced = tu_load_ids("golden/inputs/llm_forced_tokens.npy", &F.nforced);
   return 0;
 }
 
@@ -104,7 +81,7 @@ static void test_lm_input(void **state) {
   assert_int_equal(ref_llm_build_input(F.l, F.pt, F.npt, F.tt, F.ntt, F.ps, F.nps, &emb, &L),
                    COSY_OK);
   assert_int_equal(L, 1 + F.npt + F.ntt + 1 + F.nps);
-  float *ref = load_f32("golden/llm/lm_input.npy", (int64_t)L * H);
+  float *ref = tu_load_f32("golden/llm/lm_input.npy", (int64_t)L * H);
   assert_non_null(ref);
   double d = tu_max_abs_diff(emb, ref, (size_t)L * H);
   print_message("lm_input [%d][%d]: max abs diff %.3g (tol %g)\n", L, H, d, TOL_EMB);
@@ -121,12 +98,12 @@ static void test_prefill_and_forced_decode(void **state) {
   int L = 0;
   assert_int_equal(ref_llm_build_input(F.l, F.pt, F.npt, F.tt, F.ntt, F.ps, F.nps, &emb, &L),
                    COSY_OK);
-  float *g_logp = load_f32("golden/llm/prefill_logp.npy", (int64_t)L * V);
-  float *g_h0 = load_f32("golden/llm/h_layer0_prefill.npy", (int64_t)L * H);
-  float *g_hn = load_f32("golden/llm/h_norm_prefill.npy", (int64_t)L * H);
-  float *g_dlogp = load_f32("golden/llm/decode_logp.npy", (int64_t)K * V);
-  float *g_dh0 = load_f32("golden/llm/h_layer0_decode.npy", (int64_t)K * H);
-  float *g_dhn = load_f32("golden/llm/h_norm_decode.npy", (int64_t)K * H);
+  float *g_logp = tu_load_f32("golden/llm/prefill_logp.npy", (int64_t)L * V);
+  float *g_h0 = tu_load_f32("golden/llm/h_layer0_prefill.npy", (int64_t)L * H);
+  float *g_hn = tu_load_f32("golden/llm/h_norm_prefill.npy", (int64_t)L * H);
+  float *g_dlogp = tu_load_f32("golden/llm/decode_logp.npy", (int64_t)K * V);
+  float *g_dh0 = tu_load_f32("golden/llm/h_layer0_decode.npy", (int64_t)K * H);
+  float *g_dhn = tu_load_f32("golden/llm/h_norm_decode.npy", (int64_t)K * H);
   assert_true(g_logp && g_h0 && g_hn && g_dlogp && g_dh0 && g_dhn);
 
   ref_kv *kv = NULL;

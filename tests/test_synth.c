@@ -37,27 +37,19 @@ static const char *TEXT =
     "waiting on the cold platform.";
 
 static cosy_voice *golden_voice(cosy_engine *e) {
-  int64_t sh[8];
-  int nd;
-  int32_t *tok = tu_npy_i32(tu_shared("golden/inputs/prompt_speech_tokens.npy"), &nd, sh);
-  int n_tok = (int)sh[0];
-  float *mel = tu_npy_f32(tu_shared("golden/inputs/prompt_feat.npy"), &nd, sh);
-  int frames = (int)sh[1];
-  float *spk = tu_npy_f32(tu_shared("golden/inputs/spk_embedding.npy"), &nd, sh);
-  if (!tok || !mel || !spk) return NULL;
+  tu_flow_inputs in;
+  if (tu_golden_flow_inputs(&in)) return NULL;
   cosy_voice_features f;
   cosy_voice_features_init(&f, sizeof f);
   f.prompt_text = "You are a helpful assistant.<|endofprompt|>希望你以后能够做的比我还好呦。";
-  f.speech_tokens = tok;
-  f.n_speech_tokens = n_tok;
-  f.mel = mel;
-  f.n_mel_frames = frames;
-  f.speaker_embedding = spk;
+  f.speech_tokens = in.tokens;
+  f.n_speech_tokens = in.n_prompt;
+  f.mel = in.prompt_feat;
+  f.n_mel_frames = 2 * in.n_prompt;
+  f.speaker_embedding = in.spk;
   cosy_voice *v = NULL;
   if (cosy_voice_from_features(e, &f, &v) != COSY_OK) fprintf(stderr, "voice: %s\n", cosy_last_error());
-  free(tok);
-  free(mel);
-  free(spk);
+  tu_flow_inputs_free(&in);
   return v;
 }
 

@@ -158,3 +158,51 @@ double tu_max_abs_diff(const float *a, const float *ref, size_t n) {
   }
   return m;
 }
+
+int32_t *tu_load_ids(const char *rel, int *n) {
+  int nd;
+  int64_t sh[8];
+  const char *p = tu_shared(rel);
+  int32_t *v = p ? tu_npy_i32(p, &nd, sh) : NULL;
+  *n = v ? (int)tu_numel(nd, sh) : 0;
+  return v;
+}
+
+float *tu_load_f32(const char *rel, int64_t want) {
+  int nd;
+  int64_t sh[8];
+  const char *p = tu_shared(rel);
+  float *v = p ? tu_npy_f32(p, &nd, sh) : NULL;
+  if (v && want >= 0 && tu_numel(nd, sh) != want) {
+    fprintf(stderr, "%s: %lld elements, expected %lld\n", rel, (long long)tu_numel(nd, sh),
+            (long long)want);
+    free(v);
+    return NULL;
+  }
+  return v;
+}
+
+int tu_golden_flow_inputs(tu_flow_inputs *in) {
+  memset(in, 0, sizeof *in);
+  int32_t *pt = tu_load_ids("golden/inputs/prompt_speech_tokens.npy", &in->n_prompt);
+  int32_t *ft = tu_load_ids("golden/inputs/flow_tokens.npy", &in->n_flow);
+  in->prompt_feat = tu_load_f32("golden/inputs/prompt_feat.npy", (int64_t)2 * in->n_prompt * 80);
+  in->spk = tu_load_f32("golden/inputs/spk_embedding.npy", 192);
+  in->tokens = (int32_t *)malloc(sizeof(int32_t) * (size_t)(in->n_prompt + in->n_flow + 1));
+  int ok = pt && ft && in->prompt_feat && in->spk && in->tokens;
+  if (ok) {
+    memcpy(in->tokens, pt, sizeof(int32_t) * (size_t)in->n_prompt);
+    memcpy(in->tokens + in->n_prompt, ft, sizeof(int32_t) * (size_t)in->n_flow);
+  }
+  free(pt);
+  free(ft);
+  if (!ok) tu_flow_inputs_free(in);
+  return ok ? 0 : -1;
+}
+
+void tu_flow_inputs_free(tu_flow_inputs *in) {
+  free(in->tokens);
+  free(in->prompt_feat);
+  free(in->spk);
+  memset(in, 0, sizeof *in);
+}

@@ -21,6 +21,22 @@ int32_t *tu_npy_i32(const char *path, int *ndim, int64_t shape[8]);
 double *tu_npy_f64(const char *path, int *ndim, int64_t shape[8]);
 int64_t tu_numel(int ndim, const int64_t *shape);
 
+/* A file under the shared dir: ids as int32 (*n = element count), or floats checked to hold
+ * `want` elements (want < 0: any). NULL (with a message) when absent or of another size. */
+int32_t *tu_load_ids(const char *rel, int *n);
+float *tu_load_f32(const char *rel, int64_t want);
+
+/* The golden flow inputs (golden/inputs): prompt speech tokens followed by the flow tokens,
+ * the prompt mel [2 * n_prompt][80] and the speaker embedding [192]. 0 on success. */
+typedef struct tu_flow_inputs {
+  int32_t *tokens;
+  int n_prompt, n_flow;
+  float *prompt_feat;
+  float *spk;
+} tu_flow_inputs;
+int tu_golden_flow_inputs(tu_flow_inputs *in);
+void tu_flow_inputs_free(tu_flow_inputs *in);
+
 /* ||a - ref||_2 / ||ref||_2 (computed in double) */
 double tu_rel_l2(const float *a, const float *ref, size_t n);
 double tu_max_abs_diff(const float *a, const float *ref, size_t n);
