@@ -383,7 +383,7 @@ static cudaError_t r_paged(bench_op *o, int s) {
   /* i: n_seq max_pages max_ctx page; p0 q, p1 kc, p2 vc (rotated), p3 bt, p4 lens, p5 out, p6 ws */
   return cosy_k_paged_decode(g_stream, BF16, P(o, 0, s), 1152, P(o, 1, s), P(o, 2, s), P(o, 3, s),
                              o->i[1], P(o, 4, s), o->i[0], 14, 2, 64, o->i[3], o->i[2], 0.125f,
-                             P(o, 5, s), 896, P(o, 6, s), (size_t)o->i[4] * 16);
+                             P(o, 5, s), 896, P(o, 6, s), (size_t)o->i[4] * 16, 0);
 }
 static void add_paged(const char *group, int B, int ctx) {
   const int page = 16, max_pages = (ctx + page - 1) / page, n_pages = B * max_pages;
@@ -412,6 +412,7 @@ static void add_paged(const char *group, int B, int ctx) {
   const size_t ws = cosy_k_paged_decode_workspace(B, 14, 2, ctx);
   o->i[4] = (int)((ws + 15) / 16);
   o->p[6] = dalloc(ws ? ws : 16);
+  CK(cudaMemset(o->p[6], 0, ws ? ws : 16)); /* the split counters start at zero */
   o->bytes = (double)B * ctx * per_tok * 2 * 2 + B * 896.0 * 2 * 2 + (double)n_pages * 4;
   o->flops = (double)B * 14 * ctx * 64 * 2 * 2;
   o->run = r_paged;

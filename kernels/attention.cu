@@ -20,8 +20,13 @@
  *     of every 16th token (16-byte loads, four tokens in flight), partial sums are added with
  *     warp shuffles and across the 4 warps in shared memory. 128 threads and ~100 registers let
  *     4 blocks share an SM, so the ~264 blocks of a large batch run in one wave. With one
- *     split the block writes the normalized output; otherwise it writes (m, l, unnormalized o) and
- *     a combine kernel (one block of 64 threads per (sequence, head)) merges the splits.
+ *     split the block writes the normalized output; otherwise it writes (m, l, unnormalized o),
+ *     fences, and bumps the (sequence, kv head) counter in the workspace; the block that arrives
+ *     last merges the splits of its G heads (L2 loads) and resets the counter to zero, so one
+ *     launch does the whole attention (no combine kernel) and every graph replay finds the
+ *     counters at zero. With pdl the kernel is a programmatic dependent: it lets its own
+ *     dependents (the o projection's weight stream) launch at once and waits (griddepcontrol)
+ *     before it reads anything.
  *   attn (prefill / DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
@@ -38,6 +43,8 @@
  *   A sequence with no keys (decode seq_len 0) yields a zero output row.
  */
 #include "kcommon.cuh"
+
+#include <string.h>
 
 using namespace cosyk;
 
@@ -87,7 +94,19 @@ template <typename T> struct DecodeArgs {
   int out_stride;
   float *part_o;  /* [n_seq][n_qh][n_splits][64] */
   float *part_ml; /* [n_seq][n_qh][n_splits][2] = (max, sum) in the exp2 domain */
+  unsigned *count; /* [n_seq][n_kh] splits finished; zero between launches */
 };
+
+__device__ __forceinline__ void pdl_trigger_dec() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_dec() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 /* 8 consecutive elements (16-byte aligned) as fp32 */
 __device__ __forceinline__ void load8(const float *p, float f[8]) {
@@ -104,6 +123,37 @@ __device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
   f[6] = __uint_as_float(t.w << 16); f[7] = __uint_as_float(t.w & 0xffff0000u);
 }
 
+/* Called by every thread of a split block after it wrote its partials: the last of the
+ * n_splits blocks of (seq, kv head) merges them into out and resets the counter. */
+template <typename T>
+__device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, int seq, int kvh,
+                                                       int h0, int G, int *is_last) {
+  const int tid = threadIdx.x;
+  __threadfence(); /* this block's partials are visible device-wide before the count moves */
+  __syncthreads();
+  unsigned *cnt = a.count + (size_t)seq * a.n_kh + kvh;
+  if (tid == 0) *is_last = atomicAdd(cnt, 1u) == (unsigned)(a.n_splits - 1);
+  __syncthreads();
+  if (!*is_last) return;
+  __threadfence();
+  for (int e = tid; e < G * HD; e += DEC_THREADS) {
+    const int g = e / HD, d = e % HD;
+    const size_t base = ((size_t)seq * a.n_qh + h0 + g) * a.n_splits;
+    float M = -INFINITY;
+    for (int sp = 0; sp < a.n_splits; ++sp) M = fmaxf(M, __ldcg(a.part_ml + (base + sp) * 2));
+    float L = 0.f, O = 0.f;
+    if (M != -INFINITY) {
+      for (int sp = 0; sp < a.n_splits; ++sp) {
+        const float w = exp2f(__ldcg(a.part_ml + (base + sp) * 2) - M);
+        L = fmaf(__ldcg(a.part_ml + (base + sp) * 2 + 1), w, L);
+        O = fmaf(__ldcg(a.part_o + (base + sp) * HD + d), w, O);
+      }
+    }
+    st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, L > 0.f ? O / L : 0.f);
+  }
+  if (tid == 0) *cnt = 0u; /* ready for the next launch (all n_splits blocks have counted) */
+}
+
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T> a) {
   __shared__ float qs[DEC_MAXG][HD];
@@ -111,10 +161,13 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   __shared__ float red_o[DEC_THREADS / 32][DEC_MAXG][HD];
   __shared__ int rowi[DEC_SPLIT_MAX]; /* cache row (page * page_size + offset) of each token */
   __shared__ float mrow[DEC_MAXG], lrow[DEC_MAXG];
+  __shared__ int is_last;
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int tid = threadIdx.x;
   const int G = a.n_qh / a.n_kh;
   const int h0 = kvh * G;
+  pdl_trigger_dec(); /* no-ops without a programmatic launch */
+  pdl_wait_dec();
   const int len = a.lens[seq];
   const int j0 = split * a.split_len;
   const int n = min(len, j0 + a.split_len) - j0; /* tokens of this split; uniform per block */
@@ -123,16 +176,17 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
     if (a.n_splits == 1) {
       for (int e = tid; e < G * HD; e += DEC_THREADS)
         st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + e / HD) * HD + e % HD, 0.f);
-    } else {
-      for (int e = tid; e < G * HD; e += DEC_THREADS) {
-        const size_t pi = ((size_t)seq * a.n_qh + h0 + e / HD) * a.n_splits + split;
-        a.part_o[pi * HD + e % HD] = 0.f;
-        if (e % HD == 0) {
-          a.part_ml[pi * 2] = -INFINITY;
-          a.part_ml[pi * 2 + 1] = 0.f;
-        }
+      return;
+    }
+    for (int e = tid; e < G * HD; e += DEC_THREADS) {
+      const size_t pi = ((size_t)seq * a.n_qh + h0 + e / HD) * a.n_splits + split;
+      a.part_o[pi * HD + e % HD] = 0.f;
+      if (e % HD == 0) {
+        a.part_ml[pi * 2] = -INFINITY;
+        a.part_ml[pi * 2 + 1] = 0.f;
       }
     }
+    decode_combine_if_last<T>(a, seq, kvh, h0, G, &is_last);
     return;
   }
 
@@ -251,25 +305,7 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
       }
     }
   }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(HD)
-paged_decode_combine_kernel(const float *__restrict__ part_o, const float *__restrict__ part_ml,
-                            int n_qh, int n_splits, T *out, int out_stride) {
-  const int h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
-  const size_t base = ((size_t)seq * n_qh + h) * n_splits;
-  float M = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, part_ml[(base + s) * 2]);
-  float L = 0.f, O = 0.f;
-  if (M != -INFINITY) {
-    for (int s = 0; s < n_splits; ++s) {
-      const float w = exp2f(part_ml[(base + s) * 2] - M);
-      L = fmaf(part_ml[(base + s) * 2 + 1], w, L);
-      O = fmaf(part_o[(base + s) * HD + d], w, O);
-    }
-  }
-  st(out + (size_t)seq * out_stride + (size_t)h * HD + d, L > 0.f ? O / L : 0.f);
+  if (a.n_splits > 1) decode_combine_if_last<T>(a, seq, kvh, h0, G, &is_last);
 }
 
 void decode_split(int n_seq, int n_kh, int max_ctx, int *split_len, int *n_splits) {
@@ -580,7 +616,8 @@ extern "C" size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, i
   int split_len, n_splits;
   decode_split(n_seq, n_kh, max_ctx, &split_len, &n_splits);
   if (n_splits <= 1) return 0;
-  return (size_t)n_seq * n_qh * n_splits * (HD + 2) * sizeof(float);
+  const size_t counters = ((size_t)n_seq * n_kh * sizeof(unsigned) + 15) / 16 * 16;
+  return counters + (size_t)n_seq * n_qh * n_splits * (HD + 2) * sizeof(float);
 }
 
 extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q,
@@ -589,7 +626,7 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
                                            int max_pages, const int32_t *seq_lens, int n_seq,
                                            int n_qh, int n_kh, int head_dim, int page_size,
                                            int max_ctx, float scale, void *out, int out_stride,
-                                           void *workspace, size_t workspace_bytes) {
+                                           void *workspace, size_t workspace_bytes, int pdl) {
   if (!cosyk_dt_ok(dt) || n_seq < 0 || n_qh <= 0 || n_kh <= 0 || n_qh % n_kh != 0 ||
       n_qh / n_kh > DEC_MAXG || head_dim != HD || page_size <= 0 || max_pages <= 0 ||
       max_ctx < 0 || (int64_t)max_ctx > (int64_t)max_pages * page_size ||
@@ -604,7 +641,9 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
   const size_t need = cosy_k_paged_decode_workspace(n_seq, n_qh, n_kh, max_ctx);
   if (need > 0 && (!workspace || workspace_bytes < need || !aligned(workspace, 16)))
     return cudaErrorInvalidValue;
-  float *part_o = (float *)workspace;
+  const size_t counters = ((size_t)n_seq * n_kh * sizeof(unsigned) + 15) / 16 * 16;
+  unsigned *count = need > 0 ? (unsigned *)workspace : nullptr;
+  float *part_o = need > 0 ? (float *)((char *)workspace + counters) : nullptr;
   float *part_ml = need > 0 ? part_o + (size_t)n_seq * n_qh * n_splits * HD : nullptr;
   dim3 grid(n_splits, n_kh, n_seq);
   COSYK_DT_CASE(dt, T, {
@@ -626,14 +665,19 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     a.out_stride = out_stride;
     a.part_o = part_o;
     a.part_ml = part_ml;
-    paged_decode_kernel<T><<<grid, DEC_THREADS, 0, s>>>(a);
-    cudaError_t e = cudaGetLastError();
+    a.count = count;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(DEC_THREADS);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T>, a);
     if (e != cudaSuccess) return e;
-    if (n_splits > 1) {
-      paged_decode_combine_kernel<T><<<dim3(n_qh, n_seq), HD, 0, s>>>(part_o, part_ml, n_qh,
-                                                                      n_splits, (T *)out,
-                                                                      out_stride);
-    }
   })
   return cudaGetLastError();
 }

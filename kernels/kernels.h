@@ -152,7 +152,8 @@ cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const void *k, cons
                              int kv_stride, const int32_t *slot_mapping, int n_tok,
                              void *k_cache, void *v_cache, int n_kh, int head_dim);
 
-/* Bytes of fp32 workspace cosy_k_paged_decode needs for these sizes (0: none needed). */
+/* Bytes of workspace cosy_k_paged_decode needs for these sizes (0: none needed): split
+ * counters, then fp32 partial results. */
 size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx);
 
 /* Paged decode attention, one query token per sequence (flash-decoding split over the context
@@ -161,14 +162,18 @@ size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx)
  * q [n_seq][q_stride] (head h at h*64), out [n_seq][out_stride]; seq_lens [n_seq] int32 device,
  * each in [0, max_ctx] (0 gives a zero output row), block_table [n_seq][max_pages] int32 device.
  * max_ctx (host) bounds every seq_len and sets the split; workspace is device memory of at least
- * cosy_k_paged_decode_workspace(n_seq, n_qh, n_kh, max_ctx) bytes (may be NULL when that is 0).
- * n_qh / n_kh <= 8. The grid depends only on host arguments, so the call can be graph-captured. */
+ * cosy_k_paged_decode_workspace(n_seq, n_qh, n_kh, max_ctx) bytes (may be NULL when that is 0),
+ * ZEROED before its first use (cudaMemset); every call leaves it zeroed again (its split counters
+ * return to 0), so one workspace serves any number of calls and graph replays, one at a time.
+ * n_qh / n_kh <= 8. One kernel launch; the grid depends only on host arguments, so the call can
+ * be graph-captured. pdl = 1: launched as a programmatic dependent of the previous kernel on the
+ * stream (sm_90; see llm_extra.h), letting the next kernel launch early. */
 cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q, int q_stride,
                                 const void *k_cache, const void *v_cache,
                                 const int32_t *block_table, int max_pages,
                                 const int32_t *seq_lens, int n_seq, int n_qh, int n_kh,
                                 int head_dim, int page_size, int max_ctx, float scale, void *out,
-                                int out_stride, void *workspace, size_t workspace_bytes);
+                                int out_stride, void *workspace, size_t workspace_bytes, int pdl);
 
 /* Causal prefill attention for one sequence (contiguous K/V): query i (0..Lq-1) sits at
  * position i + (Lk - Lq) and attends keys j <= i + (Lk - Lq) (Lq <= Lk; Lq == Lk for a plain
@@ -221,6 +226,41 @@ cudaError_t cosy_k_log_softmax(cudaStream_t s, cosy_kdtype in_dt, const void *x,
  * (-inf, -1). */
 cudaError_t cosy_k_topk(cudaStream_t s, const float *x, int stride, int rows, int n, int k,
                         float *vals, int32_t *idx);
+
+/* RAS sampling on the GPU: exactly the algorithm of lib/ref/sampling.h (cosy_sample_ras), one
+ * row per request, with the request's xoshiro256** state carried in and out, so the host and the
+ * GPU draw the same sequence of uniforms. Limits of this kernel: n <= COSY_K_RAS_MAX_N,
+ * top_k <= COSY_K_RAS_MAX_K, win_size <= COSY_K_RAS_MAX_HIST (otherwise sample on the host). */
+#define COSY_K_RAS_MAX_N 8192
+#define COSY_K_RAS_MAX_K 1024
+#define COSY_K_RAS_MAX_HIST 32
+
+typedef struct cosy_k_ras_row {
+  uint64_t rng[4];     /* in: xoshiro256** state; out: the state after this row's draws */
+  float temperature;   /* > 0 */
+  float top_p;         /* (0, 1] */
+  float tau_r;         /* >= 0 */
+  int32_t top_k;       /* 1 .. COSY_K_RAS_MAX_K (clamped to n) */
+  int32_t win_size;    /* 0 .. COSY_K_RAS_MAX_HIST */
+  int32_t n_allowed;   /* ids >= n_allowed are masked (ignore_eos: 6561; else n) */
+  int32_t n_hist;      /* entries of hist used: the LAST min(history, win_size) tokens, oldest
+                          first */
+  int32_t token;       /* out: the sampled id, or -1 when the row has a NaN (status 1) or no
+                          finite log-prob among the allowed ids (status 2) */
+  int32_t status;      /* out: 0 ok, 1 NaN, 2 nothing finite */
+  int32_t hist[COSY_K_RAS_MAX_HIST];
+} cosy_k_ras_row;
+
+/* 1 when cosy_k_ras_sample supports these sizes. */
+int cosy_k_ras_supported(int n, int top_k, int win_size);
+
+/* For each r < rows: sample rows[r].token from logp[r][0..n) (stride floats apart, fp32) and
+ * advance rows[r].rng; rows is device memory, read and written in place. One block of 1024
+ * threads per row. Differences from the host sampler can only come from fp32 expf rounding (1-2
+ * ulp) and the order of double-precision sums, i.e. only for a uniform within ~1e-7 relative of
+ * a boundary between two tokens. */
+cudaError_t cosy_k_ras_sample(cudaStream_t s, const float *logp, int stride, int rows, int n,
+                              cosy_k_ras_row *rows_io);
 
 #ifdef __cplusplus
 }

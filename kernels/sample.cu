@@ -16,7 +16,24 @@
  *     the last winner in that order; after a round only the winning thread rescans its own
  *     elements, so a round costs one block reduction plus one thread's rescan. NaNs compare false
  *     and are never selected.
+ *   ras_sample: RAS sampling of lib/ref/sampling.h step by step (tempered masked softmax, top-k
+ *     in stable order, top-p prefix, multinomial draw, repetition check, full-distribution
+ *     redraw), xoshiro256** on the device with the state carried in the row.
  * Numerics: exact selection (no approximation); log_softmax uses expf/logf in fp32.
+ *
+ * ras_sample thread mapping: one block of 1024 threads per row; thread t owns the 8 consecutive
+ *   ids 8t..8t+7 (n <= 8192) in registers, so "in id order" is "in thread order, then register
+ *   order". (1) x = logp (* 1/T), block max (NaN flagged), e = expf(x - max), sum in double
+ *   (block reduction), p = e * (float)(1 / sum): the host's formulas. (2) the k-th largest p by
+ *   radix select on the fp32 bit patterns (p >= 0, so bits order like values): four passes of
+ *   an 8-bit digit histogram in shared memory, one warp picks the digit; the candidates are all
+ *   p above the threshold plus the first ids equal to it (an exclusive scan of per-thread tie
+ *   counts gives id order), which is exactly the first k of a stable descending sort. They are
+ *   ordered by rank (count of candidates before them in (p desc, id asc)), O(k^2) compares in
+ *   shared memory. (3) thread 0 walks the top-p prefix (fp32 running sum, double total) and
+ *   draws as the host does. (4) repetition check on the row's history; on a hit p[id] = 0, the
+ *   remaining mass is an inclusive scan of per-thread double sums, thread 0 draws u, and the
+ *   thread whose [exclusive, inclusive) range holds u * rest walks its own ids.
  */
 #include <limits.h>
 
@@ -152,7 +169,349 @@ topk_kernel(const float *__restrict__ x, int stride, int n, int k, float *__rest
   }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* RAS sampling                                                                                */
+
+constexpr int RAS_THREADS = 1024;
+constexpr int RAS_E = COSY_K_RAS_MAX_N / RAS_THREADS; /* ids per thread */
+constexpr int RAS_WARPS = RAS_THREADS / 32;
+
+struct Xoshiro {
+  uint64_t s[4];
+  __device__ uint64_t next() {
+    const uint64_t result = rotl(s[1] * 5, 7) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+  }
+  __device__ double uniform() { return (double)(next() >> 11) * 0x1.0p-53; }
+  __device__ static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+};
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* inclusive scan over the block (1024 threads) of a double; red: __shared__ double[32] */
+__device__ __forceinline__ double block_incl_scan_d(double v, double *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const double t = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += t;
+  }
+  __syncthreads();
+  if (lane == 31) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double w = red[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const double t = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += t;
+    }
+    red[lane] = w;
+  }
+  __syncthreads();
+  return warp ? v + red[warp - 1] : v;
+}
+
+/* exclusive scan over the block of an int; red: __shared__ int[32] */
+__device__ __forceinline__ int block_excl_scan_i(int v, int *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += t;
+  }
+  __syncthreads();
+  if (lane == 31) red[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = red[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += t;
+    }
+    red[lane] = w;
+  }
+  __syncthreads();
+  return (warp ? red[warp - 1] : 0) + x - v;
+}
+
+__global__ void __launch_bounds__(RAS_THREADS)
+ras_kernel(const float *__restrict__ logp, int stride, int n, cosy_k_ras_row *rows) {
+  __shared__ double dred[32];
+  __shared__ float fred[32];
+  __shared__ int ired[32];
+  __shared__ int hist[256];
+  __shared__ float cp[COSY_K_RAS_MAX_K];
+  __shared__ int cid[COSY_K_RAS_MAX_K];
+  __shared__ float sp[COSY_K_RAS_MAX_K];
+  __shared__ int sid[COSY_K_RAS_MAX_K];
+  __shared__ int s_digit, s_kk, s_count, s_id, s_resample, s_tok, s_last;
+  __shared__ double s_u, s_rest;
+
+  cosy_k_ras_row *row = rows + blockIdx.x;
+  const float *lp = logp + (size_t)blockIdx.x * stride;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int base = tid * RAS_E;
+  const float temperature = row->temperature;
+  const float inv_t = 1.0f / temperature;
+  const int n_allowed = min(row->n_allowed, n);
+
+  /* 1. tempered, masked softmax */
+  float p[RAS_E];
+  float mx = -INFINITY;
+  int has_nan = 0;
+#pragma unroll
+  for (int e = 0; e < RAS_E; ++e) {
+    const int i = base + e;
+    p[e] = -INFINITY;
+    if (i < n_allowed) {
+      const float l = lp[i];
+      if (isnan(l)) has_nan = 1;
+      const float x = temperature == 1.0f ? l : l * inv_t;
+      p[e] = x;
+      if (x > mx) mx = x;
+    }
+  }
+  has_nan = __syncthreads_or(has_nan);
+  mx = block_max(mx, fred);
+  if (has_nan || !isfinite(mx)) {
+    if (tid == 0) {
+      row->token = -1;
+      row->status = has_nan ? 1 : 2;
+    }
+    return;
+  }
+  double part = 0.0;
+#pragma unroll
+  for (int e = 0; e < RAS_E; ++e) {
+    if (base + e < n_allowed) {
+      p[e] = expf(p[e] - mx);
+      part += p[e];
+    } else {
+      p[e] = 0.f;
+    }
+  }
+  part = warp_sum_d(part);
+  if (lane == 0) dred[warp] = part;
+  __syncthreads();
+  if (warp == 0) {
+    const double t = warp_sum_d(dred[lane]);
+    if (lane == 0) dred[0] = t;
+  }
+  __syncthreads();
+  const float inv_sum = (float)(1.0 / dred[0]);
+#pragma unroll
+  for (int e = 0; e < RAS_E; ++e)
+    if (base + e < n_allowed) p[e] *= inv_sum;
+
+  /* 2. the k-th largest p (radix select on the bits), then the candidates in rank order */
+  const int k = min(row->top_k, n);
+  unsigned prefix = 0u, mask = 0u;
+  int kk = k; /* rank wanted among the ids matching prefix */
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = tid; b < 256; b += RAS_THREADS) hist[b] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < RAS_E; ++e) {
+      const unsigned bits = __float_as_uint(p[e]);
+      if (base + e < n && (bits & mask) == prefix) atomicAdd(&hist[(bits >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (warp == 0) {
+      /* lane l holds digits 255 - 8l .. 248 - 8l (descending) */
+      int c[8], tot = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        c[j] = hist[255 - 8 * lane - j];
+        tot += c[j];
+      }
+      int incl = tot;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += t;
+      }
+      const int excl = incl - tot;
+      if (excl < kk && kk <= incl) { /* exactly one lane */
+        int above = excl;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (above < kk && kk <= above + c[j]) {
+            s_digit = 255 - 8 * lane - j;
+            s_kk = kk - above;
+          }
+          above += c[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= (unsigned)s_digit << shift;
+    mask |= 255u << shift;
+    kk = s_kk;
+    __syncthreads();
+  }
+  /* prefix = bits of the k-th largest p; kk = how many ids equal to it are taken (lowest first) */
+  int ties = 0;
+#pragma unroll
+  for (int e = 0; e < RAS_E; ++e) ties += base + e < n && __float_as_uint(p[e]) == prefix;
+  int tie_rank = block_excl_scan_i(ties, ired);
+  if (tid == 0) s_count = 0;
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < RAS_E; ++e) {
+    const unsigned bits = __float_as_uint(p[e]);
+    if (base + e >= n) continue;
+    bool take = bits > prefix;
+    if (bits == prefix) take = tie_rank++ < kk;
+    if (take) {
+      const int slot = atomicAdd(&s_count, 1);
+      sp[slot] = p[e];
+      sid[slot] = base + e;
+    }
+  }
+  __syncthreads();
+  const int c = s_count; /* == k */
+  for (int j = tid; j < c; j += RAS_THREADS) {
+    const float pj = sp[j];
+    const int ij = sid[j];
+    int rank = 0;
+    for (int i = 0; i < c; ++i) {
+      const float pi = sp[i];
+      rank += pi > pj || (pi == pj && sid[i] < ij);
+    }
+    cp[rank] = pj;
+    cid[rank] = ij;
+  }
+  __syncthreads();
+
+  /* 3. top-p prefix and the draw (thread 0 owns the generator); 4. repetition check */
+  Xoshiro rng;
+  if (tid == 0) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) rng.s[j] = row->rng[j];
+    float cum = 0.0f;
+    int taken = 0;
+    double total = 0.0;
+    while (taken < c && cum < row->top_p) {
+      const float w = cp[taken];
+      cum += w;
+      total += w;
+      taken++;
+    }
+    const double u = rng.uniform() * total;
+    double acc = 0.0;
+    int pick = -1, last = -1;
+    for (int i = 0; i < taken; ++i) {
+      const float w = cp[i];
+      if (w <= 0.0f) continue;
+      acc += w;
+      last = i;
+      if (u < acc) {
+        pick = i;
+        break;
+      }
+    }
+    if (pick < 0) pick = last;
+    const int id = cid[pick < 0 ? 0 : pick];
+    int resample = 0;
+    const int win = row->win_size;
+    if (win > 0) {
+      const int nh = min(row->n_hist, win);
+      int rep = 0;
+      for (int i = 0; i < nh; ++i) rep += row->hist[i] == id;
+      const float thr = (float)win * row->tau_r;
+      resample = (float)rep >= thr;
+    }
+    s_id = id;
+    s_resample = resample;
+    s_tok = id;
+  }
+  __syncthreads();
+  if (s_resample) {
+    const int id = s_id;
+#pragma unroll
+    for (int e = 0; e < RAS_E; ++e)
+      if (base + e == id) p[e] = 0.f;
+    double seg = 0.0;
+    int lastpos = -1;
+#pragma unroll
+    for (int e = 0; e < RAS_E; ++e) {
+      seg += p[e];
+      if (p[e] > 0.f) lastpos = base + e;
+    }
+    const double incl = block_incl_scan_d(seg, dred);
+    __shared__ double s_incl[RAS_THREADS];
+    s_incl[tid] = incl;
+    if (tid == RAS_THREADS - 1) s_rest = incl;
+    const int lastall = __reduce_max_sync(0xffffffffu, (unsigned)(lastpos + 1)) - 1;
+    if (lane == 0) ired[warp] = lastall;
+    __syncthreads();
+    const double rest = s_rest;
+    if (tid == 0) {
+      int la = -1;
+      for (int w = 0; w < RAS_WARPS; ++w) la = max(la, ired[w]);
+      s_last = la;
+      if (rest > 0.0) s_u = rng.uniform() * rest;
+    }
+    __syncthreads();
+    if (rest > 0.0) {
+      const double u = s_u;
+      const double excl = tid ? s_incl[tid - 1] : 0.0;
+      if (tid == 0) s_tok = s_last; /* u on the rounding tail: the last id with mass */
+      __syncthreads();
+      if (seg > 0.0 && excl <= u && u < incl) {
+        double acc = excl;
+        int pick = lastpos;
+#pragma unroll
+        for (int e = 0; e < RAS_E; ++e) {
+          if (p[e] <= 0.f) continue;
+          acc += p[e];
+          if (u < acc) {
+            pick = base + e;
+            break;
+          }
+        }
+        s_tok = pick;
+      }
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    row->token = s_tok;
+    row->status = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) row->rng[j] = rng.s[j];
+  }
+}
+
 } /* namespace */
+
+extern "C" int cosy_k_ras_supported(int n, int top_k, int win_size) {
+  return n >= 1 && n <= COSY_K_RAS_MAX_N && top_k >= 1 && top_k <= COSY_K_RAS_MAX_K &&
+         win_size >= 0 && win_size <= COSY_K_RAS_MAX_HIST;
+}
+
+extern "C" cudaError_t cosy_k_ras_sample(cudaStream_t s, const float *logp, int stride, int rows,
+                                         int n, cosy_k_ras_row *rows_io) {
+  if (rows < 0 || n < 1 || n > COSY_K_RAS_MAX_N || stride < n) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (!logp || !rows_io) return cudaErrorInvalidValue;
+  ras_kernel<<<rows, RAS_THREADS, 0, s>>>(logp, stride, n, rows_io);
+  return cudaGetLastError();
+}
 
 extern "C" cudaError_t cosy_k_log_softmax(cudaStream_t s, cosy_kdtype in_dt, const void *x,
                                           int in_stride, float *out, int rows, int n) {

@@ -7,6 +7,7 @@
 #include "ref/flow.h"
 #include "ref/hift.h"
 #include "ref/llm.h"
+#include "ref/sampling.h"
 #include "util.h"
 
 typedef struct cpu_state {
@@ -49,28 +50,65 @@ static cosy_status cpu_llm_input(cosy_engine *e, const int32_t *pt, int n_pt, co
   return ref_llm_build_input(ST(e)->llm, pt, n_pt, tt, n_tt, ps, n_ps, emb, L);
 }
 
-static cosy_status cpu_llm_open(cosy_engine *e, int max_positions, void **seq) {
-  ref_kv *kv = NULL;
-  cosy_status st = ref_kv_create(ST(e)->llm, max_positions, &kv);
-  *seq = kv;
-  return st;
+/* a sequence: its KV cache and the buffers of its steps */
+typedef struct cpu_seq {
+  ref_kv *kv;
+  float *logp;    /* [speech_vocab] */
+  float *scratch; /* COSY_SAMPLE_SCRATCH(speech_vocab) */
+  float *x;       /* [llm_hidden] */
+} cpu_seq;
+
+static void cpu_llm_close(cosy_engine *e, void *seq) {
+  (void)e;
+  cpu_seq *q = (cpu_seq *)seq;
+  if (!q) return;
+  ref_kv_free(q->kv);
+  free(q->logp);
+  free(q->scratch);
+  free(q->x);
+  free(q);
 }
 
-static void cpu_llm_close(cosy_engine *e, void *seq) { ref_kv_free((ref_kv *)seq); }
+static cosy_status cpu_llm_open(cosy_engine *e, int max_positions, void **seq) {
+  const int V = e->speech_vocab;
+  cpu_seq *q = (cpu_seq *)cosy_calloc(1, sizeof *q);
+  if (!q) return COSY_ERR_NO_MEMORY;
+  q->logp = (float *)cosy_malloc(sizeof(float) * (size_t)V);
+  q->scratch = (float *)cosy_malloc(sizeof(float) * COSY_SAMPLE_SCRATCH(V));
+  q->x = (float *)cosy_malloc(sizeof(float) * (size_t)e->model->hp.llm_hidden);
+  cosy_status st = !q->logp || !q->scratch || !q->x ? COSY_ERR_NO_MEMORY
+                                                    : ref_kv_create(ST(e)->llm, max_positions,
+                                                                    &q->kv);
+  if (st) {
+    cpu_llm_close(e, q);
+    return st;
+  }
+  *seq = q;
+  return COSY_OK;
+}
+
+static cosy_status cpu_next(cosy_engine *e, cpu_seq *q, const cosy_next_req *nx, int32_t *next) {
+  const int32_t tok = cosy_sample_ras(q->logp, e->speech_vocab, nx->hist, nx->n_hist, nx->samp,
+                                      nx->ignore_eos, nx->rng, q->scratch);
+  if (tok < 0) return COSY_ERR_INTERNAL; /* message set by the sampler */
+  *next = tok;
+  return COSY_OK;
+}
 
 static cosy_status cpu_llm_prefill(cosy_engine *e, void *seq, const float *emb, int L,
-                                   float *logp) {
-  return ref_llm_forward(ST(e)->llm, (ref_kv *)seq, emb, L, NULL, logp, NULL, NULL);
+                                   const cosy_next_req *nx, int32_t *next) {
+  cpu_seq *q = (cpu_seq *)seq;
+  cosy_status st = ref_llm_forward(ST(e)->llm, q->kv, emb, L, NULL, q->logp, NULL, NULL);
+  return st ? st : cpu_next(e, q, nx, next);
 }
 
-static cosy_status cpu_llm_decode(cosy_engine *e, void *seq, int32_t token, float *logp) {
+static cosy_status cpu_llm_decode(cosy_engine *e, void *seq, int32_t token,
+                                  const cosy_next_req *nx, int32_t *next) {
   ref_llm *l = ST(e)->llm;
-  float *x = (float *)cosy_malloc(sizeof(float) * (size_t)e->model->hp.llm_hidden);
-  if (!x) return COSY_ERR_NO_MEMORY;
-  ref_llm_embed_speech(l, token, x);
-  cosy_status st = ref_llm_forward(l, (ref_kv *)seq, x, 1, NULL, logp, NULL, NULL);
-  free(x);
-  return st;
+  cpu_seq *q = (cpu_seq *)seq;
+  ref_llm_embed_speech(l, token, q->x);
+  cosy_status st = ref_llm_forward(l, q->kv, q->x, 1, NULL, q->logp, NULL, NULL);
+  return st ? st : cpu_next(e, q, nx, next);
 }
 
 static cosy_status cpu_flow_infer(cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,

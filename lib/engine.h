@@ -31,6 +31,20 @@ struct cosy_voice {
  * The pipeline (pipeline.c) drives either through these calls; the sampling, the silent-token
  * filter and the chunk schedule are shared, so both backends follow the same semantics. Calls
  * may come from several worker threads at once; a backend serializes what it must. */
+struct cosy_rng;
+struct cosy_sampling;
+
+/* What a backend needs to sample the next speech token (RAS, lib/ref/sampling.h) from the
+ * log-probs its prefill or decode step has just computed; the backend samples where the
+ * log-probs are (the GPU backend on the device) and returns the id. */
+typedef struct cosy_next_req {
+  const struct cosy_sampling *samp;
+  int ignore_eos;              /* mask every stop id (token index < min_len) */
+  const int32_t *hist;         /* the tokens generated so far (RAS history) */
+  int n_hist;
+  struct cosy_rng *rng;        /* the request's generator, advanced by the draws */
+} cosy_next_req;
+
 typedef struct cosy_backend {
   const char *name;
   cosy_status (*create)(struct cosy_engine *e);           /* sets e->be_state */
@@ -40,12 +54,14 @@ typedef struct cosy_backend {
   cosy_status (*llm_input)(struct cosy_engine *e, const int32_t *prompt_text, int n_pt,
                            const int32_t *tts_text, int n_tt, const int32_t *prompt_speech,
                            int n_ps, float **emb, int *L);
-  /* one sequence: open for max_positions, prefill, decode one token at a time */
+  /* one sequence: open for max_positions, prefill, decode one token at a time; prefill and
+   * decode both end by sampling the next token (*next) as nx says */
   cosy_status (*llm_open)(struct cosy_engine *e, int max_positions, void **seq);
   void (*llm_close)(struct cosy_engine *e, void *seq);
   cosy_status (*llm_prefill)(struct cosy_engine *e, void *seq, const float *emb, int L,
-                             float *logp_last);
-  cosy_status (*llm_decode)(struct cosy_engine *e, void *seq, int32_t token, float *logp);
+                             const cosy_next_req *nx, int32_t *next);
+  cosy_status (*llm_decode)(struct cosy_engine *e, void *seq, int32_t token,
+                            const cosy_next_req *nx, int32_t *next);
   /* ref_flow_infer's contract (mel host, channels-first, malloc'd) */
   cosy_status (*flow_infer)(struct cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
                             const float *prompt_mel, int n_prompt_frames, const float *spk,

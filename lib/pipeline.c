@@ -318,48 +318,36 @@ static cosy_status offline_speed(stream *s, float speed) {
 static cosy_status generate(stream *s, const float *lm_input, int L, int min_len, int max_len,
                             const cosy_sampling *samp, cosy_rng *rng) {
   cosy_engine *e = s->e;
-  const int V = e->speech_vocab;
   void *seq = NULL;
-  float *logp = (float *)cosy_malloc(sizeof(float) * (size_t)V);
-  float *scratch = (float *)cosy_malloc(sizeof(float) * COSY_SAMPLE_SCRATCH(V));
   int32_t *hist = (int32_t *)cosy_malloc(sizeof(int32_t) * (size_t)(max_len ? max_len : 1));
   cosy_status st = COSY_OK;
-  if (!logp || !scratch || !hist) {
-    st = COSY_ERR_NO_MEMORY;
-    goto done;
-  }
+  if (!hist) return COSY_ERR_NO_MEMORY;
   if (max_len == 0) goto done;
   if ((st = e->be->llm_open(e, L + max_len, &seq))) goto done;
+  cosy_next_req nx = {samp, 0 < min_len, hist, 0, rng};
+  int32_t tok = -1;
   double t0 = cosy_now();
-  st = e->be->llm_prefill(e, seq, lm_input, L, logp);
+  st = e->be->llm_prefill(e, seq, lm_input, L, &nx, &tok); /* token 0 */
   add_time(s->r, &s->r->llm_s, cosy_now() - t0);
   if (st) goto done;
-  int n = 0, silent_run = 0;
-  for (int i = 0; i < max_len; i++) {
-    t0 = cosy_now();
-    int32_t tok = cosy_sample_ras(logp, V, hist, n, samp, i < min_len, rng, scratch);
-    if (tok < 0) {
-      st = COSY_ERR_INTERNAL; /* message set by the sampler */
-      goto done;
-    }
+  int silent_run = 0;
+  for (int i = 0; i < max_len; i++) { /* tok = token i */
     if (tok >= e->model->hp.speech_tokens) break; /* stop id, not emitted */
-    hist[n++] = tok;
-    add_time(s->r, &s->r->llm_s, cosy_now() - t0);
+    hist[nx.n_hist++] = tok;
     if (ref_silent_pass(&silent_run, tok) && on_token(s, tok)) {
       st = s->err ? s->err : COSY_ERR_CANCELLED; /* the chunk thread's error is reported later */
       if (!s->err) cosy_err(COSY_ERR_CANCELLED, "request cancelled");
       goto done;
     }
     if (i + 1 == max_len) break;
+    nx.ignore_eos = i + 1 < min_len;
     t0 = cosy_now();
-    st = e->be->llm_decode(e, seq, tok, logp);
+    st = e->be->llm_decode(e, seq, tok, &nx, &tok); /* token i + 1 */
     add_time(s->r, &s->r->llm_s, cosy_now() - t0);
     if (st) goto done;
   }
 done:
   if (seq) e->be->llm_close(e, seq);
-  free(logp);
-  free(scratch);
   free(hist);
   return st;
 }

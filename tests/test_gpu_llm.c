@@ -62,6 +62,7 @@ int main(void) {
 #include "gpu/llm.h"
 #include "model.h"
 #include "ref/llm.h"
+#include "ref/sampling.h"
 #include "util.h"
 
 #define TOL_LOGP 5e-2
@@ -653,6 +654,57 @@ static void test_full(void **state) {
     for (int i = 0; i < b; i++) gpu_llm_seq_close(l, seqs[i]);
   }
   gpu_llm_set_tuning(l, -1, -1);
+
+  /* the real per-token path: enqueue a step (no log-prob download), sample on the GPU; the
+   * sampled tokens are fed back (a generation), and every draw must equal the host sampler's
+   * on the same downloaded log-probs with the same generator state */
+  {
+    int q = -1;
+    assert_int_equal(gpu_llm_seq_open(l, L + 64, &q), COSY_OK);
+    cosy_sampling sp = cosy_sampling_default();
+    cosy_rng hr;
+    cosy_rng_seed(&hr, 77);
+    float *scratch = malloc(sizeof(float) * COSY_SAMPLE_SCRATCH(V));
+    int32_t hist[64];
+    int nh = 0, same = 0, steps = 0;
+    double wall[48];
+    assert_non_null(scratch);
+    assert_int_equal(gpu_llm_prefill(l, q, emb, L, NULL), COSY_OK);
+    for (int k = 0; k < 48; k++) {
+      double w0 = cosy_now();
+      if (k > 0) {
+        int32_t t = hist[nh - 1];
+        assert_int_equal(gpu_llm_decode(l, &q, &t, 1, NULL), COSY_OK);
+      }
+      cosy_k_ras_row row;
+      memset(&row, 0, sizeof row);
+      memcpy(row.rng, hr.s, sizeof row.rng);
+      row.temperature = sp.temperature;
+      row.top_p = sp.top_p;
+      row.top_k = sp.top_k;
+      row.win_size = sp.win_size;
+      row.tau_r = sp.tau_r;
+      row.n_allowed = k < 20 ? 6561 : V; /* min_len masking for the first tokens */
+      row.n_hist = nh < sp.win_size ? nh : sp.win_size;
+      memcpy(row.hist, hist + nh - row.n_hist, sizeof(int32_t) * (size_t)row.n_hist);
+      st = gpu_llm_sample(l, 1, &row);
+      if (st) print_message("gpu_llm_sample: %s\n", cosy_last_error());
+      assert_int_equal(st, COSY_OK);
+      wall[k] = (cosy_now() - w0) * 1e3;
+      assert_int_equal(gpu_llm_logp(l, 1, lp), COSY_OK);
+      const int32_t want = cosy_sample_ras(lp, V, hist, nh, &sp, k < 20, &hr, scratch);
+      same += want == row.token && row.status == 0 && !memcmp(row.rng, hr.s, sizeof hr.s);
+      steps++;
+      int32_t t = row.token < 6561 ? row.token : (int32_t)(rnd() % 6561u); /* keep going */
+      hist[nh++] = t;
+    }
+    ok &= check("full: GPU sampling == host sampling on the step's log-probs (mismatches)",
+                (double)(steps - same), 0, 1);
+    print_message("TIMING llm decode step + GPU sampling, host wall (batch 1): %.3f ms\n",
+                  median(wall + 8, 40));
+    gpu_llm_seq_close(l, q);
+    free(scratch);
+  }
   ok &= check("full: pages in use after closing all",
               gpu_llm_pages_total(l) - gpu_llm_pages_free(l), 0, 1);
   cudaEventDestroy(e0);

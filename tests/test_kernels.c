@@ -88,6 +88,7 @@ int main(void) {
 #include <cuda_runtime_api.h>
 
 #include "kernels.h"
+#include "ref/sampling.h"
 
 /* ---------------------------------------------------------------------------------------------
  * helpers */
@@ -770,10 +771,21 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
   void *dout = dpoison((size_t)n_seq * out_stride, dt);
   const size_t wsb = cosy_k_paged_decode_workspace(n_seq, nqh, nkh, max_ctx);
   void *dws = wsb ? dmalloc(wsb) : NULL;
-  if (dws) CK(cudaMemset(dws, 0xFF, wsb));
-  CK(cosy_k_paged_decode(0, dt, dq, q_stride, dkc, dvc, dbt, max_pages, dlens, n_seq, nqh, nkh,
-                         hd, page_size, max_ctx, (float)scale, dout, out_stride, dws, wsb));
-  float *out = download(dout, (size_t)n_seq * out_stride, dt);
+  if (dws) CK(cudaMemset(dws, 0, wsb)); /* the contract: zeroed once */
+  /* two calls on one workspace (the second as a programmatic dependent): the first must leave
+   * the split counters at zero for the second; the output is poisoned in between */
+  float *out = NULL;
+  for (int call = 0; call < 2; ++call) {
+    if (call) {
+      free(out);
+      dfree(dout);
+      dout = dpoison((size_t)n_seq * out_stride, dt);
+    }
+    CK(cosy_k_paged_decode(0, dt, dq, q_stride, dkc, dvc, dbt, max_pages, dlens, n_seq, nqh, nkh,
+                           hd, page_size, max_ctx, (float)scale, dout, out_stride, dws, wsb,
+                           call));
+    out = download(dout, (size_t)n_seq * out_stride, dt);
+  }
   double *ref = dalloc_host((size_t)n_seq * out_stride);
   const float **kr = malloc((max_ctx ? max_ctx : 1) * sizeof *kr);
   const float **vr = malloc((max_ctx ? max_ctx : 1) * sizeof *vr);
@@ -1047,6 +1059,82 @@ static void check_topk(int rows, int n, int k, int ties) {
   dfree(dx), dfree(dv), dfree(di);
 }
 
+/* RAS sampling on the GPU against cosy_sample_ras on the same log-prob rows: the same token and
+ * the same generator state afterwards. rows x trials draws; each row gets its own parameters
+ * (temperature, top_p, top_k, window, tau_r, ignore_eos) and a history that sometimes holds the
+ * likely tokens, so the repetition redraw runs often; peaked and flat rows, ties included. */
+static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
+  float *lp = malloc(sizeof(float) * (size_t)rows * n);
+  float *scratch = malloc(sizeof(float) * COSY_SAMPLE_SCRATCH(n));
+  cosy_k_ras_row *hr = calloc((size_t)rows, sizeof *hr);
+  cosy_rng *cr = calloc((size_t)rows, sizeof *cr);
+  assert_true(lp && scratch && hr && cr);
+  float *dlp = dmalloc(sizeof(float) * (size_t)rows * n);
+  cosy_k_ras_row *dr = dmalloc(sizeof *hr * (size_t)rows);
+  int mismatch = 0, redraws = 0, total = 0;
+  for (int t = 0; t < trials; ++t) {
+    for (int r = 0; r < rows; ++r) {
+      float *x = lp + (size_t)r * n;
+      const float scale = flat ? 0.05f : 1.f + 6.f * (float)rnd(0.f, 1.f);
+      double mx = -1e30, sum = 0.0;
+      for (int i = 0; i < n; ++i) {
+        x[i] = scale * rnd(-3.f, 3.f);
+        if (flat && i % 7 == 0) x[i] = 0.25f; /* exact ties */
+        if (x[i] > mx) mx = x[i];
+      }
+      for (int i = 0; i < n; ++i) sum += exp((double)x[i] - mx);
+      for (int i = 0; i < n; ++i) x[i] = (float)((double)x[i] - mx - log(sum));
+      if (r % 11 == 5) x[rnd_int(n)] = -INFINITY; /* masked entries are legal */
+      cosy_k_ras_row *w = &hr[r];
+      memset(w, 0, sizeof *w);
+      cosy_rng_seed(&cr[r], rng_next());
+      memcpy(w->rng, cr[r].s, sizeof w->rng);
+      w->temperature = (r % 3 == 1) ? 0.7f : 1.0f;
+      w->top_p = (r % 4 == 2) ? 1.0f : 0.8f;
+      w->top_k = 1 + rnd_int(top_k_max);
+      if (r % 5 == 0) w->top_k = top_k_max;
+      w->win_size = (r % 6 == 3) ? 0 : 1 + rnd_int(COSY_K_RAS_MAX_HIST);
+      if (r % 2 == 0) w->win_size = 10;
+      w->tau_r = (r % 7 == 4) ? 0.5f : 0.1f;
+      w->n_allowed = (r % 2 == 1 && n > 6561) ? 6561 : n;
+      const int nh = w->win_size ? rnd_int(w->win_size + 1) : 0;
+      w->n_hist = nh;
+      for (int i = 0; i < nh; ++i) {
+        int best = 0; /* the likeliest id, often: forces the redraw */
+        for (int j = 1; j < n; ++j)
+          if (x[j] > x[best]) best = j;
+        w->hist[i] = rnd_int(3) ? best : rnd_int(n);
+      }
+    }
+    CK(cudaMemcpy(dlp, lp, sizeof(float) * (size_t)rows * n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dr, hr, sizeof *hr * (size_t)rows, cudaMemcpyHostToDevice));
+    CK(cosy_k_ras_sample(0, dlp, n, rows, n, dr));
+    cosy_k_ras_row *out = malloc(sizeof *out * (size_t)rows);
+    assert_non_null(out);
+    CK(cudaMemcpy(out, dr, sizeof *out * (size_t)rows, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < rows; ++r) {
+      const cosy_k_ras_row *w = &hr[r];
+      cosy_sampling sp = {w->temperature, w->top_p, w->top_k, w->win_size, w->tau_r};
+      cosy_rng probe = cr[r];
+      const int32_t want = cosy_sample_ras(lp + (size_t)r * n, n, w->hist, w->n_hist, &sp,
+                                           w->n_allowed < n, &cr[r], scratch);
+      cosy_rng_uniform(&probe); /* one draw: no redraw happened iff the states now agree */
+      redraws += memcmp(probe.s, cr[r].s, sizeof probe.s) != 0;
+      mismatch += out[r].token != want || out[r].status != 0 ||
+                  memcmp(out[r].rng, cr[r].s, sizeof cr[r].s) != 0;
+      total++;
+    }
+    free(out);
+  }
+  char sz[96];
+  snprintf(sz, sizeof sz, "%d draws n=%d k<=%d %s (%d redraws)", total, n, top_k_max,
+           flat ? "flat+ties" : "peaked", redraws);
+  report("ras_sample", sz, (double)mismatch, 0.0, 0);
+  if (!flat && trials * rows >= 64 && redraws == 0) report("ras_sample redraws", sz, 1.0, 0.0, 0);
+  free(lp), free(scratch), free(hr), free(cr);
+  dfree(dlp), dfree(dr);
+}
+
 static void test_sample(void **state) {
   (void)state;
   begin_test(7);
@@ -1063,6 +1151,11 @@ static void test_sample(void **state) {
   check_topk(3, 20000, 64, 1); /* larger than the register path */
   check_topk(2, 64, 64, 0);    /* k == n */
   check_topk(1, 5, 3, 0);
+  check_ras(64, 6761, 8, 25, 0);
+  check_ras(64, 6761, 4, 25, 1);
+  check_ras(16, 6761, 2, COSY_K_RAS_MAX_K, 0);
+  check_ras(8, 100, 4, 100, 0); /* k == n for some rows */
+  check_ras(4, 1, 2, 1, 0);
   end_test();
 }
 
@@ -1089,15 +1182,19 @@ static void test_args(void **state) {
   const size_t ws = cosy_k_paged_decode_workspace(4, 14, 2, 1000);
   bad += ws == 0; /* long contexts are split */
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 63, (const int32_t *)d, 4,
-                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, ws - 1) !=
+                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, ws - 1, 0) !=
          cudaErrorInvalidValue; /* workspace too small */
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 10, (const int32_t *)d, 4,
-                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, 4096) !=
+                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, 4096, 0) !=
          cudaErrorInvalidValue; /* max_ctx beyond max_pages * page_size */
   bad += cosy_k_embed(0, F32, d, 10, 8, (const int32_t *)d, 1, F32, d, 4, NULL) !=
          cudaErrorInvalidValue; /* out_stride < dim */
   bad += cosy_k_gemm(NULL, 0, 1, 1, 1, F32, d, 1, d, NULL, F32, d, 1, 0) != cudaErrorInvalidValue;
-  report("argument checks", "14 calls with bad arguments", (double)bad, 0.0, 0);
+  bad += cosy_k_ras_sample(0, d, 9000, 1, 9000, (cosy_k_ras_row *)d) != cudaErrorInvalidValue;
+  bad += cosy_k_ras_sample(0, d, 10, 1, 20, (cosy_k_ras_row *)d) != cudaErrorInvalidValue;
+  bad += cosy_k_ras_supported(6761, 25, 10) != 1;
+  bad += cosy_k_ras_supported(6761, COSY_K_RAS_MAX_K + 1, 10) != 0;
+  report("argument checks", "18 calls with bad arguments", (double)bad, 0.0, 0);
   dfree(d);
   end_test();
 }

@@ -29,6 +29,7 @@
 #include "gpu/gpu.h"
 #include "gpu/hift.h"
 #include "gpu/llm.h"
+#include "ref/sampling.h"
 
 #define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
@@ -121,20 +122,67 @@ static void gb_llm_close(cosy_engine *e, void *seq) {
   free(seq);
 }
 
+/* The next token from the log-probs the step just left on the device (called with mu held, so
+ * no other sequence's step overwrote them): RAS on the GPU, or on the host when the parameters
+ * are beyond the kernel's limits (top_k > COSY_K_RAS_MAX_K, win_size > COSY_K_RAS_MAX_HIST). */
+static cosy_status gb_next(cosy_engine *e, gpu_state *s, const cosy_next_req *nx, int32_t *next) {
+  const cosy_sampling *sp = nx->samp;
+  cosy_status st = cosy_sampling_check(sp);
+  if (st) return st;
+  const int V = e->speech_vocab;
+  if (!cosy_k_ras_supported(V, sp->top_k, sp->win_size)) {
+    float *logp = (float *)cosy_malloc(sizeof(float) * (size_t)V);
+    float *scratch = (float *)cosy_malloc(sizeof(float) * COSY_SAMPLE_SCRATCH(V));
+    st = !logp || !scratch ? COSY_ERR_NO_MEMORY : gpu_llm_logp(s->llm, 1, logp);
+    int32_t tok = -1;
+    if (!st) {
+      tok = cosy_sample_ras(logp, V, nx->hist, nx->n_hist, sp, nx->ignore_eos, nx->rng, scratch);
+      if (tok < 0) st = COSY_ERR_INTERNAL; /* message set by the sampler */
+    }
+    free(logp);
+    free(scratch);
+    if (!st) *next = tok;
+    return st;
+  }
+  cosy_k_ras_row row;
+  memset(&row, 0, sizeof row);
+  memcpy(row.rng, nx->rng->s, sizeof row.rng);
+  row.temperature = sp->temperature;
+  row.top_p = sp->top_p;
+  row.tau_r = sp->tau_r;
+  row.top_k = sp->top_k;
+  row.win_size = sp->win_size;
+  row.n_allowed = nx->ignore_eos && V > COSY_SPEECH_TOKENS ? COSY_SPEECH_TOKENS : V;
+  const int nh = nx->n_hist < sp->win_size ? nx->n_hist : sp->win_size;
+  row.n_hist = nh;
+  if (nh > 0) memcpy(row.hist, nx->hist + nx->n_hist - nh, sizeof(int32_t) * (size_t)nh);
+  if ((st = gpu_llm_sample(s->llm, 1, &row))) return st;
+  if (row.status)
+    return cosy_err(COSY_ERR_INTERNAL, "sampling: %s", row.status == 1
+                                                            ? "NaN log-probability"
+                                                            : "no finite log-probability");
+  memcpy(nx->rng->s, row.rng, sizeof row.rng);
+  *next = row.token;
+  return COSY_OK;
+}
+
 static cosy_status gb_llm_prefill(cosy_engine *e, void *seq, const float *emb, int L,
-                                  float *logp) {
+                                  const cosy_next_req *nx, int32_t *next) {
   gpu_state *s = ST(e);
   pthread_mutex_lock(&s->mu);
-  cosy_status st = gpu_llm_prefill(s->llm, ((gseq *)seq)->id, emb, L, logp);
+  cosy_status st = gpu_llm_prefill(s->llm, ((gseq *)seq)->id, emb, L, NULL);
+  if (!st) st = gb_next(e, s, nx, next);
   pthread_mutex_unlock(&s->mu);
   return st;
 }
 
-static cosy_status gb_llm_decode(cosy_engine *e, void *seq, int32_t token, float *logp) {
+static cosy_status gb_llm_decode(cosy_engine *e, void *seq, int32_t token,
+                                 const cosy_next_req *nx, int32_t *next) {
   gpu_state *s = ST(e);
   int id = ((gseq *)seq)->id;
   pthread_mutex_lock(&s->mu);
-  cosy_status st = gpu_llm_decode(s->llm, &id, &token, 1, logp);
+  cosy_status st = gpu_llm_decode(s->llm, &id, &token, 1, NULL);
+  if (!st) st = gb_next(e, s, nx, next);
   pthread_mutex_unlock(&s->mu);
   return st;
 }

@@ -15,12 +15,17 @@
  *            seq_open (its pages never change while it is open)
  *   KV       one fp32 allocation: layer i's K pool at kv + 2i * pool, V pool at kv + (2i+1) *
  *            pool, pool = pages * page_size * kv elements; a page id indexes every pool.
- *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V].
+ *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V],
+ *            h_ras [B] (sampling rows; d_ras is their device copy).
  * Layer schedules
- *   gemv (decode buckets <= gemv_max; 5 kernels + attention per layer):
- *     gemv[rmsnorm(h) -> qkv + bias, RoPE, q out, K/V to cache]; paged attention -> att;
- *     gemv[att -> h += o]; gemv[rmsnorm(h) -> silu(gate) * up -> act]; gemv[act -> h += down]
+ *   gemv (decode buckets <= gemv_max; 5 kernels per layer, attention included):
+ *     gemv[rmsnorm(h) -> qkv + bias, RoPE, q out, K/V to cache]; paged attention -> att (one
+ *     launch, splits merged by the last block); gemv[att -> h += o];
+ *     gemv[rmsnorm(h) -> silu(gate) * up -> act]; gemv[act -> h += down]
  *     (all launched as programmatic dependents on sm_90, so each weight stream starts early)
+ * Sampling: gpu_llm_sample runs RAS (kernels.h cosy_k_ras_sample) on the logp rows the last
+ *   prefill / decode left, so a generation step moves ~100 bytes each way instead of the logp
+ *   row (27 KB) and the host does no per-token vocabulary work.
  *   split (prefill, larger decode buckets; cuBLASLt on hi/lo bf16 pairs, see llm_extra.h):
  *     norm_split(h += pending delta) -> GEMM qkv (2M rows) -> rope_append(hi + lo + bias) ->
  *     attention -> split(att) -> GEMM o -> norm_split(h += o) -> GEMM gate|up -> silu_split ->
@@ -81,6 +86,8 @@ struct gpu_llm {
   /* pinned host */
   int32_t *h_in, *h_pf;
   float *h_emb, *h_logp;
+  cosy_k_ras_row *h_ras, *d_ras; /* [B] sampling rows: pinned staging, device */
+  int logp_rows;                 /* rows of logp written by the last prefill / decode (0: none) */
   /* KV cache */
   float *kv;
   size_t kv_bytes, page_bytes, pool_elems;
@@ -258,6 +265,7 @@ void gpu_llm_free(gpu_llm *l) {
   cosy_gpu_host_free(l->h_pf);
   cosy_gpu_host_free(l->h_emb);
   cosy_gpu_host_free(l->h_logp);
+  cosy_gpu_host_free(l->h_ras);
   free(l->layers);
   free(l->free_pages);
   free(l->seqs);
@@ -400,7 +408,8 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
         (st = dalloc(l, ws ? ws : 256, "LLM attention workspace", &l->dec_ws)))
       goto fail;
     if ((st = cosy_gpu_check(cudaMemset(l->d_bt_all, 0, (size_t)l->max_open * l->pages_per_seq * 4),
-                             "gpu_llm_create")))
+                             "gpu_llm_create")) ||
+        (st = cosy_gpu_check(cudaMemset(l->dec_ws, 0, ws ? ws : 256), "gpu_llm_create")))
       goto fail;
     void *p;
     if ((st = cosy_gpu_host_alloc(3 * B * 4, &p))) goto fail;
@@ -411,6 +420,9 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     l->h_emb = p;
     if ((st = cosy_gpu_host_alloc(B * l->V * 4, &p))) goto fail;
     l->h_logp = p;
+    if ((st = cosy_gpu_host_alloc(B * sizeof(cosy_k_ras_row), &p))) goto fail;
+    l->h_ras = p;
+    if ((st = dalloc(l, B * sizeof(cosy_k_ras_row), "LLM sampling rows", &l->d_ras))) goto fail;
   }
   gpu_llm_set_tuning(l, -1, -1);
   *out = l;
@@ -584,6 +596,7 @@ typedef struct attn_plan {
   int decode;
   int seq, Lk; /* prefill */
   int ctx;     /* decode */
+  int pdl;     /* decode: launch as a programmatic dependent (the skinny-GEMM path) */
 } attn_plan;
 
 static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) {
@@ -593,7 +606,7 @@ static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) 
     CK(cosy_k_paged_decode(s, COSY_KDT_F32, l->q, l->qd, kc, vc, l->d_bt,
                            ap->ctx / GPU_LLM_PAGE_SIZE, l->d_lens, M, l->nh, l->nkv, HD,
                            GPU_LLM_PAGE_SIZE, ap->ctx, ATTN_SCALE, l->att, l->qd, l->dec_ws,
-                           l->dec_ws_bytes),
+                           l->dec_ws_bytes, l->pdl && ap->pdl),
        "LLM decode attention");
     return COSY_OK;
   }
@@ -770,6 +783,7 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
   cudaStream_t s = l->g->stream;
   const int H = l->H;
   cosy_status st;
+  l->logp_rows = 0;
   for (int done = 0; done < L;) {
     const int n = L - done < l->max_prefill ? L - done : l->max_prefill;
     const int p0 = sq->len + done;
@@ -783,22 +797,24 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
     CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * 2 * (size_t)l->max_prefill,
                        cudaMemcpyHostToDevice, s),
        "LLM prefill upload");
-    attn_plan ap = {0, seq, p0 + n, 0};
+    attn_plan ap = {0, seq, p0 + n, 0, 0};
     if ((st = layers_split(l, n, l->d_pf, l->d_pf + l->max_prefill, &ap))) return st;
     done += n;
-    if (done == L && logp_last) {
+    if (done == L) { /* the last position's log-probs stay in logp row 0 for gpu_llm_sample */
       const size_t last = (size_t)(n - 1) * H;
       if ((st = head_split(l, l->h + last, l->y2 + last, l->y2 + (size_t)n * H + last, 1)))
         return st;
-      CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)l->V, cudaMemcpyDeviceToHost,
-                         s),
-         "LLM prefill download");
+      if (logp_last)
+        CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)l->V,
+                           cudaMemcpyDeviceToHost, s),
+           "LLM prefill download");
     }
     /* the pinned staging buffers are reused by the next chunk */
     if ((st = cosy_gpu_sync(l->g, "LLM prefill"))) return st;
   }
   if (logp_last) memcpy(logp_last, l->h_logp, sizeof(float) * (size_t)l->V);
   sq->len += L;
+  l->logp_rows = 1;
   return COSY_OK;
 }
 
@@ -812,8 +828,9 @@ static cosy_status decode_enqueue(gpu_llm *l, int b, int ctx) {
                             l->pages_per_seq, l->max_open, GPU_LLM_PAGE_SIZE, l->h, l->d_pos,
                             l->d_slot, l->d_lens, l->d_bt, ctx / GPU_LLM_PAGE_SIZE),
      "LLM decode prep");
-  const attn_plan ap = {1, -1, 0, ctx};
-  if (b <= l->gemv_max && bucket_ok_for_gemv(l, b)) return layers_gemv(l, b, &ap);
+  const int gemv = b <= l->gemv_max && bucket_ok_for_gemv(l, b);
+  const attn_plan ap = {1, -1, 0, ctx, gemv};
+  if (gemv) return layers_gemv(l, b, &ap);
   cosy_status st = layers_split(l, b, l->d_pos, l->d_slot, &ap);
   if (st) return st;
   return head_split(l, l->h, l->y2, l->y2 + (size_t)b * l->H, b);
@@ -839,7 +856,7 @@ static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {
 }
 
 cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, int n, float *logp) {
-  if (!l || !seqs || !tokens || !logp)
+  if (!l || !seqs || !tokens)
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: NULL argument");
   if (n < 1 || n > l->max_seqs)
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: n = %d not in [1, %d]", n, l->max_seqs);
@@ -883,17 +900,58 @@ cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, i
   CK(cudaMemcpyAsync(l->d_in, l->h_in, sizeof(int32_t) * 3 * (size_t)b, cudaMemcpyHostToDevice, s),
      "LLM decode upload");
   cosy_status st;
+  l->logp_rows = 0;
   const int have_graph = l->graphs[bi][ci] != NULL;
   if (have_graph)
     CK(cudaGraphLaunch(l->graphs[bi][ci], s), "LLM decode graph launch");
   else if ((st = decode_enqueue(l, b, ctx)))
     return st;
-  CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)n * l->V, cudaMemcpyDeviceToHost,
-                     s),
-     "LLM decode download");
-  if ((st = cosy_gpu_sync(l->g, "LLM decode step"))) return st;
-  memcpy(logp, l->h_logp, sizeof(float) * (size_t)n * l->V);
+  if (logp) {
+    CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)n * l->V,
+                       cudaMemcpyDeviceToHost, s),
+       "LLM decode download");
+    if ((st = cosy_gpu_sync(l->g, "LLM decode step"))) return st;
+    memcpy(logp, l->h_logp, sizeof(float) * (size_t)n * l->V);
+  }
   for (int i = 0; i < n; i++) l->seqs[seqs[i]].len++;
+  l->logp_rows = n;
   if (!have_graph) return capture(l, b, ctx, &l->graphs[bi][ci]);
+  return COSY_OK;
+}
+
+cosy_status gpu_llm_sample(gpu_llm *l, int n, cosy_k_ras_row *rows) {
+  if (!l || !rows || n < 1) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_sample: bad arguments");
+  if (n > l->logp_rows)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_llm_sample: %d rows asked, the last step left %d rows of log-probs", n,
+                    l->logp_rows);
+  if (!cosy_k_ras_supported(l->V, 1, 0))
+    return cosy_err(COSY_ERR_UNSUPPORTED, "gpu_llm_sample: vocabulary of %d ids", l->V);
+  for (int i = 0; i < n; i++)
+    if (!cosy_k_ras_supported(l->V, rows[i].top_k, rows[i].win_size))
+      return cosy_err(COSY_ERR_UNSUPPORTED, "gpu_llm_sample: top_k %d / window %d",
+                      (int)rows[i].top_k, (int)rows[i].win_size);
+  cudaStream_t s = l->g->stream;
+  memcpy(l->h_ras, rows, sizeof *rows * (size_t)n);
+  CK(cudaMemcpyAsync(l->d_ras, l->h_ras, sizeof *rows * (size_t)n, cudaMemcpyHostToDevice, s),
+     "LLM sampling upload");
+  CK(cosy_k_ras_sample(s, l->logp, l->V, n, l->V, l->d_ras), "LLM sampling");
+  CK(cudaMemcpyAsync(l->h_ras, l->d_ras, sizeof *rows * (size_t)n, cudaMemcpyDeviceToHost, s),
+     "LLM sampling download");
+  cosy_status st = cosy_gpu_sync(l->g, "LLM sampling");
+  if (st) return st;
+  memcpy(rows, l->h_ras, sizeof *rows * (size_t)n);
+  return COSY_OK;
+}
+
+cosy_status gpu_llm_logp(gpu_llm *l, int n, float *logp) {
+  if (!l || !logp || n < 1 || n > l->logp_rows)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_logp: bad arguments");
+  CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)n * l->V, cudaMemcpyDeviceToHost,
+                     l->g->stream),
+     "LLM log-prob download");
+  cosy_status st = cosy_gpu_sync(l->g, "LLM log-prob download");
+  if (st) return st;
+  memcpy(logp, l->h_logp, sizeof(float) * (size_t)n * l->V);
   return COSY_OK;
 }

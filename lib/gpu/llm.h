@@ -62,6 +62,7 @@
 
 #include "cosyvoice.h"
 #include "gpu/gpu.h"
+#include "kernels.h"
 #include "model.h"
 
 #define GPU_LLM_PAGE_SIZE 16   /* positions per KV page */
@@ -107,8 +108,19 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
 
 /* One decode step for n (1..max_seqs) distinct open sequences at once: tokens[i] (speech token
  * id in [0, speech_vocab), embedded with speech_embedding on the GPU) is appended to seqs[i];
- * logp (host, [n][speech_vocab]) gets the next-token log-probs of each. */
+ * logp (host, [n][speech_vocab]) gets the next-token log-probs of each and the call waits for
+ * the step; with logp NULL the step is only enqueued (no wait; gpu_llm_sample or gpu_llm_logp
+ * then picks the log-probs up, and a failure of the step surfaces there). */
 cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, int n, float *logp);
+
+/* RAS sampling on the device (kernels.h cosy_k_ras_sample) of rows 0..n-1 of the log-probs the
+ * last gpu_llm_prefill (1 row) or gpu_llm_decode (n rows, in its seqs order) computed: rows
+ * (host, in/out) carry each row's parameters, history and generator state; on return .token,
+ * .status and .rng are filled. COSY_ERR_UNSUPPORTED when a row is beyond the kernel's limits
+ * (cosy_k_ras_supported): sample those on the host from gpu_llm_logp. Waits for the device. */
+cosy_status gpu_llm_sample(gpu_llm *l, int n, cosy_k_ras_row *rows);
+/* Download rows 0..n-1 of those log-probs (host [n][speech_vocab]). */
+cosy_status gpu_llm_logp(gpu_llm *l, int n, float *logp);
 
 /* Rows of the speech head (6761) and the hidden size. */
 int gpu_llm_speech_vocab(const gpu_llm *l);
