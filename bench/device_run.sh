@@ -2,7 +2,8 @@
 # One call on a lent GPU machine: build, parity against the CPU reference and the golden data,
 # benchmarks. Logs go to $OUT (or build/dev/out); a short table is printed last.
 #
-#   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench (default all)
+#   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench profile
+#                                        official (default: all but profile)
 #
 # What it expects (the device has nvcc and python3 + numpy, nothing else):
 #   .dev/root/          libsamplerate + cmocka unpacked from Debian packages (dpkg -x)
@@ -60,7 +61,7 @@ if [[ " $STEPS " == *" kernels "* ]]; then
   run test_kernels ./$B/tests/test_kernels
 fi
 if [[ " $STEPS " == *" stages "* ]]; then
-  for t in llm flow hift; do
+  for t in ${STAGE_TESTS:-llm flow hift}; do
     COSY_FULL_MODEL=$PWD/$FULL run test_gpu_$t ./$B/tests/test_gpu_$t
   done
 fi
@@ -75,6 +76,16 @@ if [[ " $STEPS " == *" bench "* ]]; then
     --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
 fi
 
+if [[ " $STEPS " == *" profile "* ]]; then
+  # per-kernel device time of a few decode steps inside a W1 request (ncu serializes kernels, so
+  # programmatic-launch overlap is not seen here; bench_w1 gives the real step time)
+  run ncu_w1 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-skip ${NCU_SKIP:-9000} --launch-count ${NCU_COUNT:-400} \
+    ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 --requests 1 --warmup 1 \
+    --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  python3 bench/ncu_summary.py "$OUT/ncu_w1.log" > "$OUT/ncu_summary.txt" 2>&1
+fi
+
 if [[ " $STEPS " == *" official "* ]] && [ -d .dev/official ]; then
   run official timeout 300 python3 bench/official/run_official.py --model "$FULL" --shared "$SHARED" \
     --device cuda --out "$OUT/official.json" ${OFFICIAL_ARGS:-}
@@ -87,4 +98,5 @@ for f in "$OUT"/test_*.log; do
   echo "--- $(basename "$f"): $(grep -cE 'FAIL' "$f") FAIL lines"
   grep -E 'FAIL|rel|max abs|ms' "$f" | grep -vE '^\[ *(RUN|OK) ' | tail -8
 done
+[ -f "$OUT/ncu_summary.txt" ] && { echo "--- ncu_summary.txt"; head -30 "$OUT/ncu_summary.txt"; }
 for f in "$OUT"/bench_*.log "$OUT"/official.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -14 "$f"; }; done
