@@ -10,23 +10,22 @@
  *
  * Thread mapping
  *   kv_append: one thread per copied element.
- *   paged_decode (flash-decoding): grid (split, kv head, sequence), 128 threads. The context is
- *     cut into splits of split_len (32..256) tokens, chosen from max_ctx and the batch so that
- *     ~264 blocks exist. A block serves all n_qh/n_kh (<= 8) query heads of its kv head, so each
- *     K/V row is read once per block: (0) the split's cache rows are looked up in the block table
- *     once, into shared memory; (1) thread t scores tokens t and t+128 (eight 16-byte loads of a
- *     K row, dot products against q in shared memory), scores to shared memory; (2) one warp per
- *     query head takes max and sum of exp2; (3) thread t accumulates p * v over dims 8(t%8)..+7
- *     of every 16th token (16-byte loads, four tokens in flight), partial sums are added with
- *     warp shuffles and across the 4 warps in shared memory. 128 threads and ~100 registers let
- *     4 blocks share an SM, so the ~264 blocks of a large batch run in one wave. With one
- *     split the block writes the normalized output; otherwise it writes (m, l, unnormalized o),
- *     fences, and bumps the (sequence, kv head) counter in the workspace; the block that arrives
- *     last merges the splits of its G heads (L2 loads) and resets the counter to zero, so one
- *     launch does the whole attention (no combine kernel) and every graph replay finds the
- *     counters at zero. With pdl the kernel is a programmatic dependent: it lets its own
- *     dependents (the o projection's weight stream) launch at once and waits (griddepcontrol)
- *     before it reads anything.
+ *   paged_decode (flash-decoding): grid (split, kv head, sequence), 256 threads; a split is 256
+ *     tokens, so a context of <= 256 positions (the usual speech utterance) needs no merging. A
+ *     block serves all n_qh/n_kh (<= 8) query heads of its kv head, so each K/V row is read once
+ *     per block: (0) the split's cache rows are looked up in the block table once, into shared
+ *     memory; (1) thread t scores token t (eight 16-byte loads of its K row, then the G dot
+ *     products as G independent FMA chains against q in shared memory), scores to shared
+ *     memory; (2) one warp per query head takes max and sum of exp2; (3) thread t accumulates
+ *     p * v over dims 8(t%8)..+7 of tokens t/8 + 32u (u < 8, all eight 16-byte loads issued
+ *     first); partial sums are added with warp shuffles and across the 8 warps in shared
+ *     memory. With one split the block writes the normalized output; otherwise it writes (m, l,
+ *     unnormalized o), fences, and bumps the (sequence, kv head) counter in the workspace; the
+ *     block that arrives last merges the splits of its G heads (three rounds of L2 loads, see
+ *     decode_combine_if_last) and resets the counter to zero, so one launch does the whole
+ *     attention and every graph replay finds the counters at zero. With pdl the kernel is a
+ *     programmatic dependent: it lets its own dependents (the o projection's weight stream)
+ *     launch at once and waits (griddepcontrol) before it reads anything.
  *   attn (prefill / DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
@@ -75,10 +74,12 @@ kv_append_kernel(const T *__restrict__ k, const T *__restrict__ v, int kv_stride
 /* ------------------------------------------------------------------------------------------ */
 /* Paged decode                                                                                */
 
-constexpr int DEC_THREADS = 128;
+constexpr int DEC_THREADS = 256;
 constexpr int DEC_MAXG = 8;
-constexpr int DEC_SPLIT_MAX = 256;
-constexpr int DEC_TARGET_BLOCKS = 264;
+constexpr int DEC_SPLIT = DEC_THREADS;        /* tokens per split: one per thread when scoring */
+constexpr int DEC_GROUPS = DEC_THREADS / 8;   /* token groups of the p . v phase */
+constexpr int DEC_TPT = DEC_SPLIT / DEC_GROUPS; /* tokens per thread in the p . v phase (8) */
+constexpr int DEC_MAX_SPLITS = DEC_MAXG * DEC_SPLIT / (2 * DEC_MAXG); /* (m, l) pairs fit sc */
 
 template <typename T> struct DecodeArgs {
   const T *q;
@@ -88,7 +89,7 @@ template <typename T> struct DecodeArgs {
   int max_pages;
   const int32_t *lens;
   int n_qh, n_kh, page_size;
-  int split_len, n_splits;
+  int n_splits;
   float scale_log2;
   T *out;
   int out_stride;
@@ -124,31 +125,51 @@ __device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
 }
 
 /* Called by every thread of a split block after it wrote its partials: the last of the
- * n_splits blocks of (seq, kv head) merges them into out and resets the counter. */
+ * n_splits blocks of (seq, kv head) merges them into out and resets the counter. Three steps,
+ * each one round of L2 loads: the splits' (m, l) into shared memory (mw/lw: [G][n_splits]); per
+ * head the max M and L = sum l 2^(m - M) (one warp per head), the weights 2^(m - M) replacing m;
+ * then out[g][d] = sum_s w_s o_s[d] / L (the split loads of one output are independent). */
 template <typename T>
 __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, int seq, int kvh,
-                                                       int h0, int G, int *is_last) {
-  const int tid = threadIdx.x;
+                                                       int h0, int G, int *is_last, float *mw,
+                                                       float *lw, float *lrow) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int S = a.n_splits;
   __threadfence(); /* this block's partials are visible device-wide before the count moves */
   __syncthreads();
   unsigned *cnt = a.count + (size_t)seq * a.n_kh + kvh;
-  if (tid == 0) *is_last = atomicAdd(cnt, 1u) == (unsigned)(a.n_splits - 1);
+  if (tid == 0) *is_last = atomicAdd(cnt, 1u) == (unsigned)(S - 1);
   __syncthreads();
   if (!*is_last) return;
   __threadfence();
+  const size_t hb = (size_t)seq * a.n_qh + h0; /* first head of this block */
+  for (int e = tid; e < G * S; e += DEC_THREADS) {
+    const size_t pi = (hb + e / S) * S + e % S;
+    mw[e] = __ldcg(a.part_ml + pi * 2);
+    lw[e] = __ldcg(a.part_ml + pi * 2 + 1);
+  }
+  __syncthreads();
+  if (warp < G) {
+    float M = -INFINITY;
+    for (int sp = lane; sp < S; sp += 32) M = fmaxf(M, mw[warp * S + sp]);
+    M = warp_max(M);
+    float L = 0.f;
+    for (int sp = lane; sp < S; sp += 32) {
+      const float w = M == -INFINITY ? 0.f : exp2f(mw[warp * S + sp] - M);
+      L = fmaf(lw[warp * S + sp], w, L);
+      mw[warp * S + sp] = w;
+    }
+    L = warp_sum(L);
+    if (lane == 0) lrow[warp] = L;
+  }
+  __syncthreads();
   for (int e = tid; e < G * HD; e += DEC_THREADS) {
     const int g = e / HD, d = e % HD;
-    const size_t base = ((size_t)seq * a.n_qh + h0 + g) * a.n_splits;
-    float M = -INFINITY;
-    for (int sp = 0; sp < a.n_splits; ++sp) M = fmaxf(M, __ldcg(a.part_ml + (base + sp) * 2));
-    float L = 0.f, O = 0.f;
-    if (M != -INFINITY) {
-      for (int sp = 0; sp < a.n_splits; ++sp) {
-        const float w = exp2f(__ldcg(a.part_ml + (base + sp) * 2) - M);
-        L = fmaf(__ldcg(a.part_ml + (base + sp) * 2 + 1), w, L);
-        O = fmaf(__ldcg(a.part_o + (base + sp) * HD + d), w, O);
-      }
-    }
+    const float *po = a.part_o + (hb + g) * S * HD + d;
+    float O = 0.f;
+#pragma unroll 4
+    for (int sp = 0; sp < S; ++sp) O = fmaf(__ldcg(po + (size_t)sp * HD), mw[g * S + sp], O);
+    const float L = lrow[g];
     st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, L > 0.f ? O / L : 0.f);
   }
   if (tid == 0) *cnt = 0u; /* ready for the next launch (all n_splits blocks have counted) */
@@ -157,20 +178,21 @@ __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, i
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T> a) {
   __shared__ float qs[DEC_MAXG][HD];
-  __shared__ float sc[DEC_MAXG][DEC_SPLIT_MAX];
+  __shared__ float sc[DEC_MAXG][DEC_SPLIT];
   __shared__ float red_o[DEC_THREADS / 32][DEC_MAXG][HD];
-  __shared__ int rowi[DEC_SPLIT_MAX]; /* cache row (page * page_size + offset) of each token */
+  __shared__ int rowi[DEC_SPLIT]; /* cache row (page * page_size + offset) of each token */
   __shared__ float mrow[DEC_MAXG], lrow[DEC_MAXG];
   __shared__ int is_last;
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int tid = threadIdx.x;
   const int G = a.n_qh / a.n_kh;
   const int h0 = kvh * G;
+  float *mw = &sc[0][0], *lw = &sc[0][0] + DEC_MAXG * DEC_MAX_SPLITS; /* combine scratch */
   pdl_trigger_dec(); /* no-ops without a programmatic launch */
   pdl_wait_dec();
   const int len = a.lens[seq];
-  const int j0 = split * a.split_len;
-  const int n = min(len, j0 + a.split_len) - j0; /* tokens of this split; uniform per block */
+  const int j0 = split * DEC_SPLIT;
+  const int n = min(len, j0 + DEC_SPLIT) - j0; /* tokens of this split; uniform per block */
 
   if (n <= 0) {
     if (a.n_splits == 1) {
@@ -186,7 +208,7 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
         a.part_ml[pi * 2 + 1] = 0.f;
       }
     }
-    decode_combine_if_last<T>(a, seq, kvh, h0, G, &is_last);
+    decode_combine_if_last<T>(a, seq, kvh, h0, G, &is_last, mw, lw, lrow);
     return;
   }
 
@@ -194,33 +216,38 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   for (int e = tid; e < G * HD; e += DEC_THREADS)
     qs[e / HD][e % HD] =
         ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
-  for (int jj = tid; jj < n; jj += DEC_THREADS) {
-    const int j = j0 + jj;
-    rowi[jj] = bt[j / a.page_size] * a.page_size + j % a.page_size;
+  if (tid < n) {
+    const int j = j0 + tid;
+    rowi[tid] = bt[j / a.page_size] * a.page_size + j % a.page_size;
   }
   __syncthreads();
 
   const size_t tok_stride = (size_t)a.n_kh * HD;
 
-  /* (1) scores */
-  for (int jj = tid; jj < n; jj += DEC_THREADS) {
-    const T *kp = a.kc + (size_t)rowi[jj] * tok_stride + (size_t)kvh * HD;
+  /* (1) scores: thread t scores token t against the G query heads (G independent chains) */
+  if (tid < n) {
+    const T *kp = a.kc + (size_t)rowi[tid] * tok_stride + (size_t)kvh * HD;
     float kf[HD];
 #pragma unroll
     for (int c = 0; c < HD / 8; ++c) load8(kp + c * 8, kf + c * 8);
-#pragma unroll 1
-    for (int g = 0; g < G; ++g) {
-      float acc = 0.f;
+    float acc[DEC_MAXG];
 #pragma unroll
-      for (int d = 0; d < HD; ++d) acc = fmaf(qs[g][d], kf[d], acc);
-      sc[g][jj] = acc;
-    }
+    for (int g = 0; g < DEC_MAXG; ++g) acc[g] = 0.f;
+#pragma unroll
+    for (int d = 0; d < HD; ++d)
+#pragma unroll
+      for (int g = 0; g < DEC_MAXG; ++g)
+        if (g < G) acc[g] = fmaf(qs[g][d], kf[d], acc[g]);
+#pragma unroll
+    for (int g = 0; g < DEC_MAXG; ++g)
+      if (g < G) sc[g][tid] = acc[g];
   }
   __syncthreads();
 
-  /* (2) softmax statistics, one warp per query head */
+  /* (2) softmax statistics, one warp per query head (8 warps >= G) */
   const int warp = tid >> 5, lane = tid & 31;
-  for (int g = warp; g < G; g += DEC_THREADS / 32) {
+  if (warp < G) {
+    const int g = warp;
     float m = -INFINITY;
     for (int jj = lane; jj < n; jj += 32) m = fmaxf(m, sc[g][jj]);
     m = warp_max(m);
@@ -238,21 +265,20 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   }
   __syncthreads();
 
-  /* (3) p . v: thread t owns the 8 dims 8*(t%8).. of every 16th token (t/8 = token group), one
-   * 16-byte load per token, four tokens' loads in flight; the 4 groups of a warp are summed with
-   * shuffles, the warps in shared memory */
+  /* (3) p . v: thread t owns dims 8*(t%8).. of tokens tg, tg + 32, ... (tg = t/8), all of its
+   * (<= 8) tokens' 16-byte V loads issued first; the 4 token groups of a warp are summed with
+   * shuffles, the 8 warps in shared memory */
   const int c8 = (tid & 7) * 8, tg = tid >> 3;
   float acc[DEC_MAXG][8];
 #pragma unroll
   for (int g = 0; g < DEC_MAXG; ++g)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
-  constexpr int NG = DEC_THREADS / 8; /* token groups */
-  for (int jb = tg; jb < n; jb += 4 * NG) {
-    float vf[4][8]; /* four tokens' loads issued before their use */
+  {
+    float vf[DEC_TPT][8];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int jj = jb + u * NG;
+    for (int u = 0; u < DEC_TPT; ++u) {
+      const int jj = tg + u * DEC_GROUPS;
       if (jj < n) {
         load8(a.vc + (size_t)rowi[jj] * tok_stride + (size_t)kvh * HD + c8, vf[u]);
       } else {
@@ -261,8 +287,8 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
       }
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int jj = jb + u * NG;
+    for (int u = 0; u < DEC_TPT; ++u) {
+      const int jj = tg + u * DEC_GROUPS;
 #pragma unroll
       for (int g = 0; g < DEC_MAXG; ++g) {
         if (g < G) {
@@ -305,22 +331,14 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
       }
     }
   }
-  if (a.n_splits > 1) decode_combine_if_last<T>(a, seq, kvh, h0, G, &is_last);
+  if (a.n_splits > 1) {
+    __syncthreads(); /* sc is reused as the combine's scratch */
+    decode_combine_if_last<T>(a, seq, kvh, h0, G, &is_last, mw, lw, lrow);
+  }
 }
 
-void decode_split(int n_seq, int n_kh, int max_ctx, int *split_len, int *n_splits) {
-  const int64_t per = (int64_t)n_seq * n_kh;
-  int64_t want = per > 0 ? (DEC_TARGET_BLOCKS + per - 1) / per : 1;
-  if (want < 1) want = 1;
-  int64_t sl = ((int64_t)max_ctx + want - 1) / want;
-  sl = (sl + 31) / 32 * 32;
-  if (sl < 32) sl = 32;
-  if (sl > DEC_SPLIT_MAX) sl = DEC_SPLIT_MAX;
-  int64_t ns = ((int64_t)max_ctx + sl - 1) / sl;
-  if (ns < 1) ns = 1;
-  *split_len = (int)sl;
-  *n_splits = (int)ns;
-}
+/* splits of DEC_SPLIT tokens over max_ctx (the grid depends only on max_ctx) */
+int decode_n_splits(int max_ctx) { return max_ctx <= 0 ? 1 : (max_ctx + DEC_SPLIT - 1) / DEC_SPLIT; }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Prefill / DiT attention                                                                     */
@@ -613,8 +631,7 @@ extern "C" cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const vo
 
 extern "C" size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx) {
   if (n_seq <= 0 || n_qh <= 0 || n_kh <= 0 || max_ctx <= 0) return 0;
-  int split_len, n_splits;
-  decode_split(n_seq, n_kh, max_ctx, &split_len, &n_splits);
+  const int n_splits = decode_n_splits(max_ctx);
   if (n_splits <= 1) return 0;
   const size_t counters = ((size_t)n_seq * n_kh * sizeof(unsigned) + 15) / 16 * 16;
   return counters + (size_t)n_seq * n_qh * n_splits * (HD + 2) * sizeof(float);
@@ -636,8 +653,8 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
   if (!q || !k_cache || !v_cache || !block_table || !seq_lens || !out)
     return cudaErrorInvalidValue;
   if (!aligned(k_cache, 16) || !aligned(v_cache, 16)) return cudaErrorInvalidValue;
-  int split_len, n_splits;
-  decode_split(n_seq, n_kh, max_ctx, &split_len, &n_splits);
+  if (max_ctx > DEC_SPLIT * DEC_MAX_SPLITS) return cudaErrorInvalidValue;
+  const int n_splits = decode_n_splits(max_ctx);
   const size_t need = cosy_k_paged_decode_workspace(n_seq, n_qh, n_kh, max_ctx);
   if (need > 0 && (!workspace || workspace_bytes < need || !aligned(workspace, 16)))
     return cudaErrorInvalidValue;
@@ -658,7 +675,6 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     a.n_qh = n_qh;
     a.n_kh = n_kh;
     a.page_size = page_size;
-    a.split_len = split_len;
     a.n_splits = n_splits;
     a.scale_log2 = scale * LOG2E_F;
     a.out = (T *)out;
