@@ -692,8 +692,8 @@ static void test_full(void **state) {
       assert_int_equal(st, COSY_OK);
       wall[k] = (cosy_now() - w0) * 1e3;
       assert_int_equal(gpu_llm_logp(l, 1, lp), COSY_OK);
-      const int32_t want = cosy_sample_ras(lp, V, hist, nh, &sp, k < 20, &hr, scratch);
-      same += want == row.token && row.status == 0 && !memcmp(row.rng, hr.s, sizeof hr.s);
+      const int32_t host_tok = cosy_sample_ras(lp, V, hist, nh, &sp, k < 20, &hr, scratch);
+      same += host_tok == row.token && row.status == 0 && !memcmp(row.rng, hr.s, sizeof hr.s);
       steps++;
       int32_t t = row.token < 6561 ? row.token : (int32_t)(rnd() % 6561u); /* keep going */
       hist[nh++] = t;
