@@ -13,12 +13,14 @@
  *   paged_decode (flash-decoding): grid (split, kv head, sequence), 256 threads; a split is 256
  *     tokens, so a context of <= 256 positions (the usual speech utterance) needs no merging. A
  *     block serves all n_qh/n_kh (<= 8) query heads of its kv head, so each K/V row is read once
- *     per block: (0) the split's cache rows are looked up in the block table once, into shared
- *     memory; (1) thread t scores token t (eight 16-byte loads of its K row, then the G dot
- *     products as G independent FMA chains against q in shared memory), scores to shared
- *     memory; (2) one warp per query head takes max and sum of exp2; (3) thread t accumulates
- *     p * v over dims 8(t%8)..+7 of tokens t/8 + 32u (u < 8, all eight 16-byte loads issued
- *     first); partial sums are added with warp shuffles and across the 8 warps in shared
+ *     per block: (0) one round of independent loads (the length, thread t's block-table entry,
+ *     q into shared memory), then the split's cache rows into shared memory and an L2 prefetch
+ *     of each V row; (1) four threads per token, each with a 16-dim quarter of the K row
+ *     (tokens t/4 + 64p, p < 4; all K loads issued before any use), G partial dots against q
+ *     (float4 reads of shared memory) completed by two xor shuffles; (2) one warp per query
+ *     head takes max and sum of exp2; (3) thread t accumulates p * v over dims 8(t%8)..+7 of
+ *     tokens t/8 + 32u (u < 8, all eight 16-byte loads issued first, L2 hits after the
+ *     prefetch); partial sums are added with warp shuffles and across the 8 warps in shared
  *     memory. With one split the block writes the normalized output; otherwise it writes (m, l,
  *     unnormalized o), fences, and bumps the (sequence, kv head) counter in the workspace; the
  *     block that arrives last merges the splits of its G heads (three rounds of L2 loads, see
@@ -177,7 +179,7 @@ __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, i
 
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T> a) {
-  __shared__ float qs[DEC_MAXG][HD];
+  __shared__ __align__(16) float qs[DEC_MAXG][HD];
   __shared__ float sc[DEC_MAXG][DEC_SPLIT];
   __shared__ float red_o[DEC_THREADS / 32][DEC_MAXG][HD];
   __shared__ int rowi[DEC_SPLIT]; /* cache row (page * page_size + offset) of each token */
@@ -190,8 +192,16 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   float *mw = &sc[0][0], *lw = &sc[0][0] + DEC_MAXG * DEC_MAX_SPLITS; /* combine scratch */
   pdl_trigger_dec(); /* no-ops without a programmatic launch */
   pdl_wait_dec();
+  /* (0) independent loads in one round: the length, this thread's block-table entry (index
+   * clamped into the table; the value is used only for tokens below the length) and q */
   const int len = a.lens[seq];
   const int j0 = split * DEC_SPLIT;
+  const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
+  const int jt = j0 + tid;
+  const int32_t bte = bt[min(jt / a.page_size, a.max_pages - 1)];
+  for (int e = tid; e < G * HD; e += DEC_THREADS)
+    qs[e / HD][e % HD] =
+        ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
   const int n = min(len, j0 + DEC_SPLIT) - j0; /* tokens of this split; uniform per block */
 
   if (n <= 0) {
@@ -212,35 +222,66 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
     return;
   }
 
-  const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
-  for (int e = tid; e < G * HD; e += DEC_THREADS)
-    qs[e / HD][e % HD] =
-        ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
+  const size_t tok_stride = (size_t)a.n_kh * HD;
   if (tid < n) {
-    const int j = j0 + tid;
-    rowi[tid] = bt[j / a.page_size] * a.page_size + j % a.page_size;
+    const int r = bte * a.page_size + jt % a.page_size;
+    rowi[tid] = r;
+    /* the V row is needed after the softmax: start bringing it into L2 now */
+    const char *vp = reinterpret_cast<const char *>(a.vc + (size_t)r * tok_stride + (size_t)kvh * HD);
+#pragma unroll
+    for (int off = 0; off < (int)(HD * sizeof(T)); off += 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
   }
   __syncthreads();
 
-  const size_t tok_stride = (size_t)a.n_kh * HD;
-
-  /* (1) scores: thread t scores token t against the G query heads (G independent chains) */
-  if (tid < n) {
-    const T *kp = a.kc + (size_t)rowi[tid] * tok_stride + (size_t)kvh * HD;
-    float kf[HD];
+  /* (1) scores: four threads per token (lane quarter qd = 16 dims), tokens t/4 + 64 pass for
+   * 4 passes; every pass's K loads are issued first, then per pass the G partial dots (q from
+   * shared memory as float4) and two xor shuffles complete them */
+  {
+    const int qd = (tid & 3) * 16;
+    float kf[DEC_SPLIT / 64][16];
 #pragma unroll
-    for (int c = 0; c < HD / 8; ++c) load8(kp + c * 8, kf + c * 8);
-    float acc[DEC_MAXG];
+    for (int pass = 0; pass < DEC_SPLIT / 64; ++pass) {
+      const int tok = (tid >> 2) + 64 * pass;
+      if (tok < n) {
+        const T *kp = a.kc + (size_t)rowi[tok] * tok_stride + (size_t)kvh * HD + qd;
+        load8(kp, kf[pass]);
+        load8(kp + 8, kf[pass] + 8);
+      } else {
 #pragma unroll
-    for (int g = 0; g < DEC_MAXG; ++g) acc[g] = 0.f;
+        for (int e = 0; e < 16; ++e) kf[pass][e] = 0.f;
+      }
+    }
 #pragma unroll
-    for (int d = 0; d < HD; ++d)
+    for (int pass = 0; pass < DEC_SPLIT / 64; ++pass) {
+      const int tok = (tid >> 2) + 64 * pass;
+      if (64 * pass >= n) break; /* uniform */
+      float acc[DEC_MAXG];
 #pragma unroll
-      for (int g = 0; g < DEC_MAXG; ++g)
-        if (g < G) acc[g] = fmaf(qs[g][d], kf[d], acc[g]);
+      for (int g = 0; g < DEC_MAXG; ++g) {
+        acc[g] = 0.f;
+        if (g < G) {
 #pragma unroll
-    for (int g = 0; g < DEC_MAXG; ++g)
-      if (g < G) sc[g][tid] = acc[g];
+          for (int c = 0; c < 4; ++c) {
+            const float4 q4 = *reinterpret_cast<const float4 *>(&qs[g][qd + 4 * c]);
+            acc[g] = fmaf(q4.x, kf[pass][4 * c], acc[g]);
+            acc[g] = fmaf(q4.y, kf[pass][4 * c + 1], acc[g]);
+            acc[g] = fmaf(q4.z, kf[pass][4 * c + 2], acc[g]);
+            acc[g] = fmaf(q4.w, kf[pass][4 * c + 3], acc[g]);
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < DEC_MAXG; ++g) {
+        acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], 1);
+        acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], 2);
+      }
+      if (tok < n) {
+#pragma unroll
+        for (int g = 0; g < DEC_MAXG; ++g)
+          if (g < G && (g & 3) == (tid & 3)) sc[g][tok] = acc[g];
+      }
+    }
   }
   __syncthreads();
 
