@@ -45,6 +45,8 @@
  */
 #include "kcommon.cuh"
 
+#include <cooperative_groups.h>
+
 #include <string.h>
 
 using namespace cosyk;
@@ -77,11 +79,11 @@ kv_append_kernel(const T *__restrict__ k, const T *__restrict__ v, int kv_stride
 /* Paged decode                                                                                */
 
 constexpr int DEC_THREADS = 256;
+constexpr int DEC_WARPS = DEC_THREADS / 32;
 constexpr int DEC_MAXG = 8;
-constexpr int DEC_SPLIT = DEC_THREADS;        /* tokens per split: one per thread when scoring */
-constexpr int DEC_GROUPS = DEC_THREADS / 8;   /* token groups of the p . v phase */
-constexpr int DEC_TPT = DEC_SPLIT / DEC_GROUPS; /* tokens per thread in the p . v phase (8) */
-constexpr int DEC_MAX_SPLITS = DEC_MAXG * DEC_SPLIT / (2 * DEC_MAXG); /* (m, l) pairs fit sc */
+constexpr int DEC_SPLIT = 64;        /* tokens per split (block) */
+constexpr int DEC_MAX_SPLITS = 128;  /* max_ctx <= 8192 */
+constexpr int DEC_CLUSTER_MAX = 8;   /* splits merged through distributed shared memory (sm_90) */
 
 template <typename T> struct DecodeArgs {
   const T *q;
@@ -125,25 +127,49 @@ __device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
   f[4] = __uint_as_float(t.z << 16); f[5] = __uint_as_float(t.z & 0xffff0000u);
   f[6] = __uint_as_float(t.w << 16); f[7] = __uint_as_float(t.w & 0xffff0000u);
 }
+/* 2 consecutive elements (aligned to their size) as fp32 */
+__device__ __forceinline__ void load2(const float *p, float f[2]) {
+  const float2 a = *reinterpret_cast<const float2 *>(p);
+  f[0] = a.x;
+  f[1] = a.y;
+}
+__device__ __forceinline__ void load2(const bf16 *p, float f[2]) {
+  const unsigned t = *reinterpret_cast<const unsigned *>(p);
+  f[0] = __uint_as_float(t << 16);
+  f[1] = __uint_as_float(t & 0xffff0000u);
+}
 
-/* Called by every thread of a split block after it wrote its partials: the last of the
- * n_splits blocks of (seq, kv head) merges them into out and resets the counter. Three steps,
- * each one round of L2 loads: the splits' (m, l) into shared memory (mw/lw: [G][n_splits]); per
- * head the max M and L = sum l 2^(m - M) (one warp per head), the weights 2^(m - M) replacing m;
- * then out[g][d] = sum_s w_s o_s[d] / L (the split loads of one output are independent). */
+/* Shared memory of one decode block. */
+struct DecSmem {
+  float qs[DEC_MAXG][HD];                 /* q * scale * log2(e) */
+  float sc[DEC_MAXG][DEC_SPLIT];          /* scores, then p */
+  float red_o[DEC_WARPS][DEC_MAXG][HD];   /* per-warp p . v partial sums */
+  float po[DEC_MAXG][HD];                 /* this split's unnormalized o (cluster merge) */
+  float comb_w[DEC_MAXG * DEC_MAX_SPLITS]; /* global merge: m, then the weights 2^(m - M) */
+  float comb_l[DEC_MAXG * DEC_MAX_SPLITS];
+  int rowi[DEC_SPLIT];                    /* cache row (page * page_size + offset) per token */
+  float mrow[DEC_MAXG], lrow[DEC_MAXG];
+  int is_last;
+};
+
+/* Global merge, called by every thread of a split block after it wrote its partials: the last
+ * of the n_splits blocks of (seq, kv head) merges them into out and resets the counter. Three
+ * steps, each one round of L2 loads: the splits' (m, l) into shared memory; per head the max M
+ * and L = sum l 2^(m - M) (one warp per head), the weights 2^(m - M) replacing m; then
+ * out[g][d] = sum_s w_s o_s[d] / L (the split loads of one output are independent). */
 template <typename T>
 __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, int seq, int kvh,
-                                                       int h0, int G, int *is_last, float *mw,
-                                                       float *lw, float *lrow) {
+                                                       int h0, int G, DecSmem &sm) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int S = a.n_splits;
   __threadfence(); /* this block's partials are visible device-wide before the count moves */
   __syncthreads();
   unsigned *cnt = a.count + (size_t)seq * a.n_kh + kvh;
-  if (tid == 0) *is_last = atomicAdd(cnt, 1u) == (unsigned)(S - 1);
+  if (tid == 0) sm.is_last = atomicAdd(cnt, 1u) == (unsigned)(S - 1);
   __syncthreads();
-  if (!*is_last) return;
+  if (!sm.is_last) return;
   __threadfence();
+  float *mw = sm.comb_w, *lw = sm.comb_l;
   const size_t hb = (size_t)seq * a.n_qh + h0; /* first head of this block */
   for (int e = tid; e < G * S; e += DEC_THREADS) {
     const size_t pi = (hb + e / S) * S + e % S;
@@ -162,7 +188,7 @@ __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, i
       mw[warp * S + sp] = w;
     }
     L = warp_sum(L);
-    if (lane == 0) lrow[warp] = L;
+    if (lane == 0) sm.lrow[warp] = L;
   }
   __syncthreads();
   for (int e = tid; e < G * HD; e += DEC_THREADS) {
@@ -171,91 +197,63 @@ __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, i
     float O = 0.f;
 #pragma unroll 4
     for (int sp = 0; sp < S; ++sp) O = fmaf(__ldcg(po + (size_t)sp * HD), mw[g * S + sp], O);
-    const float L = lrow[g];
+    const float L = sm.lrow[g];
     st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, L > 0.f ? O / L : 0.f);
   }
   if (tid == 0) *cnt = 0u; /* ready for the next launch (all n_splits blocks have counted) */
 }
 
-template <typename T>
+/* MERGE 0: one split (normalize in place); 1: global merge by the last block; 2: the splits of
+ * one (kv head, sequence) form a thread-block cluster and merge through distributed shared
+ * memory (sm_90 only). */
+template <typename T, int MERGE>
 __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T> a) {
-  __shared__ __align__(16) float qs[DEC_MAXG][HD];
-  __shared__ float sc[DEC_MAXG][DEC_SPLIT];
-  __shared__ float red_o[DEC_THREADS / 32][DEC_MAXG][HD];
-  __shared__ int rowi[DEC_SPLIT]; /* cache row (page * page_size + offset) of each token */
-  __shared__ float mrow[DEC_MAXG], lrow[DEC_MAXG];
-  __shared__ int is_last;
+  __shared__ __align__(16) DecSmem sm;
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int G = a.n_qh / a.n_kh;
   const int h0 = kvh * G;
-  float *mw = &sc[0][0], *lw = &sc[0][0] + DEC_MAXG * DEC_MAX_SPLITS; /* combine scratch */
   pdl_trigger_dec(); /* no-ops without a programmatic launch */
   pdl_wait_dec();
-  /* (0) independent loads in one round: the length, this thread's block-table entry (index
-   * clamped into the table; the value is used only for tokens below the length) and q */
+
+  /* (0) one round of independent loads: the length, the block-table entry of token tid (index
+   * clamped into the table; used only below the length) and q */
   const int len = a.lens[seq];
   const int j0 = split * DEC_SPLIT;
   const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
-  const int jt = j0 + tid;
+  const int jt = j0 + (tid & (DEC_SPLIT - 1));
   const int32_t bte = bt[min(jt / a.page_size, a.max_pages - 1)];
   for (int e = tid; e < G * HD; e += DEC_THREADS)
-    qs[e / HD][e % HD] =
+    sm.qs[e / HD][e % HD] =
         ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
-  const int n = min(len, j0 + DEC_SPLIT) - j0; /* tokens of this split; uniform per block */
-
-  if (n <= 0) {
-    if (a.n_splits == 1) {
-      for (int e = tid; e < G * HD; e += DEC_THREADS)
-        st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + e / HD) * HD + e % HD, 0.f);
-      return;
-    }
-    for (int e = tid; e < G * HD; e += DEC_THREADS) {
-      const size_t pi = ((size_t)seq * a.n_qh + h0 + e / HD) * a.n_splits + split;
-      a.part_o[pi * HD + e % HD] = 0.f;
-      if (e % HD == 0) {
-        a.part_ml[pi * 2] = -INFINITY;
-        a.part_ml[pi * 2 + 1] = 0.f;
-      }
-    }
-    decode_combine_if_last<T>(a, seq, kvh, h0, G, &is_last, mw, lw, lrow);
-    return;
-  }
-
+  const int n = max(0, min(len, j0 + DEC_SPLIT) - j0); /* tokens of this split; block-uniform */
   const size_t tok_stride = (size_t)a.n_kh * HD;
   if (tid < n) {
     const int r = bte * a.page_size + jt % a.page_size;
-    rowi[tid] = r;
+    sm.rowi[tid] = r;
     /* the V row is needed after the softmax: start bringing it into L2 now */
-    const char *vp = reinterpret_cast<const char *>(a.vc + (size_t)r * tok_stride + (size_t)kvh * HD);
+    const char *vp =
+        reinterpret_cast<const char *>(a.vc + (size_t)r * tok_stride + (size_t)kvh * HD);
 #pragma unroll
     for (int off = 0; off < (int)(HD * sizeof(T)); off += 128)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
   }
   __syncthreads();
 
-  /* (1) scores: four threads per token (lane quarter qd = 16 dims), tokens t/4 + 64 pass for
-   * 4 passes; every pass's K loads are issued first, then per pass the G partial dots (q from
-   * shared memory as float4) and two xor shuffles complete them */
-  {
-    const int qd = (tid & 3) * 16;
-    float kf[DEC_SPLIT / 64][16];
-#pragma unroll
-    for (int pass = 0; pass < DEC_SPLIT / 64; ++pass) {
-      const int tok = (tid >> 2) + 64 * pass;
+  if (n > 0) {
+    /* (1) scores: four threads per token, each a 16-dim quarter of its K row, G partial dots
+     * against q (float4 reads of shared memory), completed by two xor shuffles */
+    {
+      const int tok = tid >> 2, qd = (tid & 3) * 16;
+      float kf[16];
       if (tok < n) {
-        const T *kp = a.kc + (size_t)rowi[tok] * tok_stride + (size_t)kvh * HD + qd;
-        load8(kp, kf[pass]);
-        load8(kp + 8, kf[pass] + 8);
+        const T *kp = a.kc + (size_t)sm.rowi[tok] * tok_stride + (size_t)kvh * HD + qd;
+        load8(kp, kf);
+        load8(kp + 8, kf + 8);
       } else {
 #pragma unroll
-        for (int e = 0; e < 16; ++e) kf[pass][e] = 0.f;
+        for (int e = 0; e < 16; ++e) kf[e] = 0.f;
       }
-    }
-#pragma unroll
-    for (int pass = 0; pass < DEC_SPLIT / 64; ++pass) {
-      const int tok = (tid >> 2) + 64 * pass;
-      if (64 * pass >= n) break; /* uniform */
       float acc[DEC_MAXG];
 #pragma unroll
       for (int g = 0; g < DEC_MAXG; ++g) {
@@ -263,11 +261,11 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
         if (g < G) {
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const float4 q4 = *reinterpret_cast<const float4 *>(&qs[g][qd + 4 * c]);
-            acc[g] = fmaf(q4.x, kf[pass][4 * c], acc[g]);
-            acc[g] = fmaf(q4.y, kf[pass][4 * c + 1], acc[g]);
-            acc[g] = fmaf(q4.z, kf[pass][4 * c + 2], acc[g]);
-            acc[g] = fmaf(q4.w, kf[pass][4 * c + 3], acc[g]);
+            const float4 q4 = *reinterpret_cast<const float4 *>(&sm.qs[g][qd + 4 * c]);
+            acc[g] = fmaf(q4.x, kf[4 * c], acc[g]);
+            acc[g] = fmaf(q4.y, kf[4 * c + 1], acc[g]);
+            acc[g] = fmaf(q4.z, kf[4 * c + 2], acc[g]);
+            acc[g] = fmaf(q4.w, kf[4 * c + 3], acc[g]);
           }
         }
       }
@@ -279,103 +277,125 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
       if (tok < n) {
 #pragma unroll
         for (int g = 0; g < DEC_MAXG; ++g)
-          if (g < G && (g & 3) == (tid & 3)) sc[g][tok] = acc[g];
+          if (g < G && (g & 3) == (tid & 3)) sm.sc[g][tok] = acc[g];
       }
     }
-  }
-  __syncthreads();
+    __syncthreads();
 
-  /* (2) softmax statistics, one warp per query head (8 warps >= G) */
-  const int warp = tid >> 5, lane = tid & 31;
-  if (warp < G) {
-    const int g = warp;
-    float m = -INFINITY;
-    for (int jj = lane; jj < n; jj += 32) m = fmaxf(m, sc[g][jj]);
-    m = warp_max(m);
-    float l = 0.f;
-    for (int jj = lane; jj < n; jj += 32) {
-      const float p = exp2f(sc[g][jj] - m);
-      sc[g][jj] = p;
-      l += p;
-    }
-    l = warp_sum(l);
-    if (lane == 0) {
-      mrow[g] = m;
-      lrow[g] = l;
-    }
-  }
-  __syncthreads();
-
-  /* (3) p . v: thread t owns dims 8*(t%8).. of tokens tg, tg + 32, ... (tg = t/8), all of its
-   * (<= 8) tokens' 16-byte V loads issued first; the 4 token groups of a warp are summed with
-   * shuffles, the 8 warps in shared memory */
-  const int c8 = (tid & 7) * 8, tg = tid >> 3;
-  float acc[DEC_MAXG][8];
-#pragma unroll
-  for (int g = 0; g < DEC_MAXG; ++g)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
-  {
-    float vf[DEC_TPT][8];
-#pragma unroll
-    for (int u = 0; u < DEC_TPT; ++u) {
-      const int jj = tg + u * DEC_GROUPS;
-      if (jj < n) {
-        load8(a.vc + (size_t)rowi[jj] * tok_stride + (size_t)kvh * HD + c8, vf[u]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) vf[u][e] = 0.f;
+    /* (2) softmax statistics, one warp per query head (8 warps >= G) */
+    if (warp < G) {
+      const int g = warp;
+      float m = -INFINITY;
+      for (int jj = lane; jj < n; jj += 32) m = fmaxf(m, sm.sc[g][jj]);
+      m = warp_max(m);
+      float l = 0.f;
+      for (int jj = lane; jj < n; jj += 32) {
+        const float p = exp2f(sm.sc[g][jj] - m);
+        sm.sc[g][jj] = p;
+        l += p;
+      }
+      l = warp_sum(l);
+      if (lane == 0) {
+        sm.mrow[g] = m;
+        sm.lrow[g] = l;
       }
     }
+    __syncthreads();
+
+    /* (3) p . v: warp w takes tokens w, w + 8, ... (all its V loads first: lane l reads dims
+     * 2l, 2l + 1, one coalesced row per token), G x 2 accumulators per lane; the 8 warps'
+     * partial sums are added in shared memory */
+    {
+      constexpr int TPW = DEC_SPLIT / DEC_WARPS;
+      float vf[TPW][2];
 #pragma unroll
-    for (int u = 0; u < DEC_TPT; ++u) {
-      const int jj = tg + u * DEC_GROUPS;
-#pragma unroll
-      for (int g = 0; g < DEC_MAXG; ++g) {
-        if (g < G) {
-          const float p = jj < n ? sc[g][jj] : 0.f;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(p, vf[u][e], acc[g][e]);
+      for (int u = 0; u < TPW; ++u) {
+        const int jj = warp + u * DEC_WARPS;
+        if (jj < n) {
+          load2(a.vc + (size_t)sm.rowi[jj] * tok_stride + (size_t)kvh * HD + 2 * lane, vf[u]);
+        } else {
+          vf[u][0] = vf[u][1] = 0.f;
         }
       }
-    }
-  }
+      float acc[DEC_MAXG][2];
 #pragma unroll
-  for (int g = 0; g < DEC_MAXG; ++g)
+      for (int g = 0; g < DEC_MAXG; ++g) acc[g][0] = acc[g][1] = 0.f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], 8);
-      acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], 16);
-    }
-  if (lane < 8) {
+      for (int u = 0; u < TPW; ++u) {
+        const int jj = warp + u * DEC_WARPS;
+        if (jj < n) {
 #pragma unroll
-    for (int g = 0; g < DEC_MAXG; ++g)
-      if (g < G) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) red_o[warp][g][c8 + e] = acc[g][e];
+          for (int g = 0; g < DEC_MAXG; ++g) {
+            if (g < G) {
+              const float p = sm.sc[g][jj];
+              acc[g][0] = fmaf(p, vf[u][0], acc[g][0]);
+              acc[g][1] = fmaf(p, vf[u][1], acc[g][1]);
+            }
+          }
+        }
       }
+#pragma unroll
+      for (int g = 0; g < DEC_MAXG; ++g)
+        if (g < G) {
+          sm.red_o[warp][g][2 * lane] = acc[g][0];
+          sm.red_o[warp][g][2 * lane + 1] = acc[g][1];
+        }
+    }
+    __syncthreads();
   }
-  __syncthreads();
+
   for (int e = tid; e < G * HD; e += DEC_THREADS) {
     const int g = e / HD, d = e % HD;
     float o = 0.f;
+    if (n > 0) {
 #pragma unroll
-    for (int w = 0; w < DEC_THREADS / 32; ++w) o += red_o[w][g][d];
-    if (a.n_splits == 1) {
-      st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, o / lrow[g]);
-    } else {
+      for (int w = 0; w < DEC_WARPS; ++w) o += sm.red_o[w][g][d];
+    }
+    if (MERGE == 0) {
+      st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d,
+         n > 0 ? o / sm.lrow[g] : 0.f);
+    } else if (MERGE == 1) {
       const size_t pi = ((size_t)seq * a.n_qh + h0 + g) * a.n_splits + split;
       a.part_o[pi * HD + d] = o;
       if (d == 0) {
-        a.part_ml[pi * 2] = mrow[g];
-        a.part_ml[pi * 2 + 1] = lrow[g];
+        a.part_ml[pi * 2] = n > 0 ? sm.mrow[g] : -INFINITY;
+        a.part_ml[pi * 2 + 1] = n > 0 ? sm.lrow[g] : 0.f;
       }
+    } else {
+      sm.po[g][d] = o;
     }
   }
-  if (a.n_splits > 1) {
-    __syncthreads(); /* sc is reused as the combine's scratch */
-    decode_combine_if_last<T>(a, seq, kvh, h0, G, &is_last, mw, lw, lrow);
+  if (MERGE == 1) decode_combine_if_last<T>(a, seq, kvh, h0, G, sm);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (MERGE == 2) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    if (tid < G && n == 0) {
+      sm.mrow[tid] = -INFINITY;
+      sm.lrow[tid] = 0.f;
+    }
+    cluster.sync(); /* every split's po / mrow / lrow are written */
+    const int S = a.n_splits;
+    const int per = (G * HD + S - 1) / S; /* outputs merged by each block of the cluster */
+    const int r = (int)cluster.block_rank();
+    for (int e = r * per + tid; e < min(G * HD, (r + 1) * per); e += DEC_THREADS) {
+      const int g = e / HD, d = e % HD;
+      float M = -INFINITY;
+      for (int sp = 0; sp < S; ++sp) M = fmaxf(M, cluster.map_shared_rank(&sm, sp)->mrow[g]);
+      float L = 0.f, O = 0.f;
+      if (M != -INFINITY) {
+        for (int sp = 0; sp < S; ++sp) {
+          const DecSmem *o = cluster.map_shared_rank(&sm, sp);
+          const float w = exp2f(o->mrow[g] - M);
+          L = fmaf(o->lrow[g], w, L);
+          O = fmaf(o->po[g][d], w, O);
+        }
+      }
+      st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, L > 0.f ? O / L : 0.f);
+    }
+    cluster.sync(); /* no block leaves while another still reads its shared memory */
   }
+#endif
 }
 
 /* splits of DEC_SPLIT tokens over max_ctx (the grid depends only on max_ctx) */
@@ -670,6 +690,15 @@ extern "C" cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const vo
   return cudaGetLastError();
 }
 
+/* the current device is sm_90 or newer (thread-block clusters) */
+static bool sm90_or_newer() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major >= 9;
+}
+
 extern "C" size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx) {
   if (n_seq <= 0 || n_qh <= 0 || n_kh <= 0 || max_ctx <= 0) return 0;
   const int n_splits = decode_n_splits(max_ctx);
@@ -694,7 +723,7 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
   if (!q || !k_cache || !v_cache || !block_table || !seq_lens || !out)
     return cudaErrorInvalidValue;
   if (!aligned(k_cache, 16) || !aligned(v_cache, 16)) return cudaErrorInvalidValue;
-  if (max_ctx > DEC_SPLIT * DEC_MAX_SPLITS) return cudaErrorInvalidValue;
+  if (max_ctx > DEC_SPLIT * DEC_MAX_SPLITS) return cudaErrorInvalidValue; /* 8192 */
   const int n_splits = decode_n_splits(max_ctx);
   const size_t need = cosy_k_paged_decode_workspace(n_seq, n_qh, n_kh, max_ctx);
   if (need > 0 && (!workspace || workspace_bytes < need || !aligned(workspace, 16)))
@@ -728,12 +757,32 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     cfg.gridDim = grid;
     cfg.blockDim = dim3(DEC_THREADS);
     cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T>, a);
+    cudaLaunchAttribute attr[2];
+    int na = 0;
+    if (pdl) {
+      attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[na].val.programmaticStreamSerializationAllowed = 1;
+      na++;
+    }
+    cudaError_t e;
+    if (n_splits == 1) {
+      cfg.attrs = attr;
+      cfg.numAttrs = na;
+      e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T, 0>, a);
+    } else if (n_splits <= DEC_CLUSTER_MAX && sm90_or_newer()) {
+      attr[na].id = cudaLaunchAttributeClusterDimension;
+      attr[na].val.clusterDim.x = (unsigned)n_splits;
+      attr[na].val.clusterDim.y = 1;
+      attr[na].val.clusterDim.z = 1;
+      na++;
+      cfg.attrs = attr;
+      cfg.numAttrs = na;
+      e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T, 2>, a);
+    } else {
+      cfg.attrs = attr;
+      cfg.numAttrs = na;
+      e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T, 1>, a);
+    }
     if (e != cudaSuccess) return e;
   })
   return cudaGetLastError();
