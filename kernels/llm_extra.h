@@ -141,8 +141,10 @@ typedef struct cosy_llm_gemv_args {
 int cosy_k_llm_gemv_supported(int M, int K);
 
 /* y = epilogue(x W^T (+ bias)) for M in {1, 2, 4, 8} rows, see the modes above. W is read once
- * (streamed into registers first), x through the L1 cache; fp32 accumulation. Graph-capturable
- * (the grid depends only on M, N, K). Dummy rows are harmless (slots < 0 skip cache writes). */
+ * (each block copies its tile of rows into shared memory first), x through the L1 cache; fp32
+ * accumulation. Graph-capturable (the grid depends only on M, N, K). Dummy rows are harmless
+ * (slots < 0 skip cache writes). y must not overlap x (ADD mode: y is the residual, x another
+ * buffer). */
 cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args *a);
 
 #ifdef __cplusplus

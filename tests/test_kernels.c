@@ -88,6 +88,7 @@ int main(void) {
 #include <cuda_runtime_api.h>
 
 #include "kernels.h"
+#include "llm_extra.h"
 #include "ref/sampling.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -1059,6 +1060,138 @@ static void check_topk(int rows, int n, int k, int ties) {
   dfree(dx), dfree(dv), dfree(di);
 }
 
+/* cosy_k_llm_gemv (llm_extra.h) against a double-precision loop: M rows, W [N][K] bf16, every
+ * prologue / epilogue. QKV_ROPE uses 14 q + 2 k + 2 v heads (N = 1152) and checks q, and the
+ * K/V cache rows of the tokens with a slot (one token has none when M > 1). */
+static void check_gemv(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out,
+                       int with_bias, int pdl) {
+  const int nqh = 14, nkh = 2, n_slots = 16;
+  float *x = fill((size_t)M * K, -1.f, 1.f);
+  for (int m = 0; m < M; ++m) /* rows of different scale, as residual streams have */
+    for (int k = 0; k < K; ++k) x[(size_t)m * K + k] *= 1.f + 3.f * (float)m;
+  float *w = fill((size_t)N * K, -0.1f, 0.1f);
+  float *nw = fill((size_t)K, 0.5f, 1.5f);
+  float *bias = with_bias ? fill((size_t)N, -0.5f, 0.5f) : NULL;
+  const int P = out == COSY_GEMV_SILU_MUL || out == COSY_GEMV_QKV_ROPE ? N / 2 : N;
+  const int ny = out == COSY_GEMV_QKV_ROPE ? nqh * 64 : P;
+  float *y0 = fill((size_t)M * ny, -1.f, 1.f);
+  int32_t pos[8], slots[8];
+  float invf[32];
+  for (int i = 0; i < 32; ++i) invf[i] = (float)pow(1e6, -2.0 * i / 64.0);
+  for (int m = 0; m < M; ++m) {
+    pos[m] = rnd_int(2000);
+    slots[m] = (m * 5 + 3) % n_slots;
+  }
+  if (M > 1) slots[M - 1] = -1;
+  void *dx = dup_dt(x, (size_t)M * K, F32), *dw = dup_dt(w, (size_t)N * K, BF16);
+  void *dnw = dup_dt(nw, (size_t)K, F32), *db = bias ? dup_dt(bias, (size_t)N, F32) : NULL;
+  void *dy = out == COSY_GEMV_ADD_F32 ? dup_dt(y0, (size_t)M * ny, F32)
+                                      : dpoison((size_t)M * ny, F32);
+  const size_t ncache = (size_t)n_slots * nkh * 64;
+  void *dkc = dpoison(ncache, F32), *dvc = dpoison(ncache, F32);
+  int32_t *dpos = dup_i32(pos, (size_t)M), *dslots = dup_i32(slots, (size_t)M);
+  void *dinv = dup_dt(invf, 32, F32);
+  cosy_llm_gemv_args ga;
+  memset(&ga, 0, sizeof ga);
+  ga.M = M, ga.N = N, ga.K = K, ga.in_mode = in, ga.x = dx, ga.ldx = K, ga.norm_w = dnw;
+  ga.eps = 1e-6f, ga.w = dw, ga.bias = db, ga.out_mode = out, ga.y = dy, ga.ldy = ny;
+  ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
+  ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = pdl;
+  CK(cosy_k_llm_gemv(0, &ga));
+  float *y = download(dy, (size_t)M * ny, F32);
+  float *kc = download(dkc, ncache, F32), *vc = download(dvc, ncache, F32);
+
+  /* reference */
+  double *dot = dalloc_host((size_t)M * N), *ref = dalloc_host((size_t)M * ny);
+  double *kref = dalloc_host(ncache), *vref = dalloc_host(ncache);
+  for (int m = 0; m < M; ++m) {
+    const float *xr = x + (size_t)m * K;
+    double ss = 0.0;
+    for (int k = 0; k < K; ++k) ss += (double)xr[k] * xr[k];
+    const double r = in == COSY_GEMV_IN_RMSNORM ? 1.0 / sqrt(ss / K + 1e-6) : 1.0;
+    for (int n = 0; n < N; ++n) {
+      double acc = bias ? bias[n] : 0.0;
+      for (int k = 0; k < K; ++k) {
+        const double xn = in == COSY_GEMV_IN_RMSNORM ? nw[k] * (xr[k] * r) : xr[k];
+        acc += xn * w[(size_t)n * K + k];
+      }
+      dot[(size_t)m * N + n] = acc;
+    }
+  }
+  size_t nref = (size_t)M * ny, nk = 0;
+  float *kv_out = NULL;
+  double *kv_ref = NULL;
+  for (int m = 0; m < M; ++m) {
+    const double *d = dot + (size_t)m * N;
+    double *rr = ref + (size_t)m * ny;
+    if (out == COSY_GEMV_STORE_F32) {
+      for (int n = 0; n < N; ++n) rr[n] = d[n];
+    } else if (out == COSY_GEMV_ADD_F32) {
+      for (int n = 0; n < N; ++n) rr[n] = y0[(size_t)m * ny + n] + d[n];
+    } else if (out == COSY_GEMV_SILU_MUL) {
+      for (int j = 0; j < P; ++j) rr[j] = d[j] / (1.0 + exp(-d[j])) * d[P + j];
+    } else {
+      for (int h = 0; h < nqh + 2 * nkh; ++h)
+        for (int i = 0; i < 32; ++i) {
+          double x1 = d[h * 64 + i], x2 = d[h * 64 + i + 32];
+          if (h < nqh + nkh) {
+            const double a = (double)((float)pos[m] * invf[i]);
+            const double t1 = x1 * cos(a) - x2 * sin(a), t2 = x2 * cos(a) + x1 * sin(a);
+            x1 = t1, x2 = t2;
+          }
+          if (h < nqh) {
+            rr[h * 64 + i] = x1, rr[h * 64 + i + 32] = x2;
+          } else if (slots[m] >= 0) {
+            const int kvh = h < nqh + nkh ? h - nqh : h - nqh - nkh;
+            double *c = (h < nqh + nkh ? kref : vref) + ((size_t)slots[m] * nkh + kvh) * 64;
+            c[i] = x1, c[i + 32] = x2;
+          }
+        }
+    }
+  }
+  if (out == COSY_GEMV_QKV_ROPE) { /* compare the written cache rows only */
+    kv_out = malloc(sizeof(float) * 2 * ncache);
+    kv_ref = dalloc_host(2 * ncache);
+    for (int m = 0; m < M; ++m) {
+      if (slots[m] < 0) continue;
+      const size_t o = (size_t)slots[m] * nkh * 64;
+      for (int e = 0; e < nkh * 64; ++e) {
+        kv_out[nk] = kc[o + e], kv_ref[nk++] = kref[o + e];
+        kv_out[nk] = vc[o + e], kv_ref[nk++] = vref[o + e];
+      }
+    }
+  }
+  char sz[96];
+  static const char *ins[] = {"f32", "rmsnorm"};
+  static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
+  snprintf(sz, sizeof sz, "M=%d N=%d K=%d %s->%s%s%s", M, N, K, ins[in], outs[out],
+           bias ? " +bias" : "", pdl ? " pdl" : "");
+  check("llm_gemv", sz, y, ref, nref, 1e-4);
+  if (out == COSY_GEMV_QKV_ROPE) check("llm_gemv (k/v cache)", sz, kv_out, kv_ref, nk, 1e-4);
+  free(x), free(w), free(nw), free(bias), free(y0), free(y), free(kc), free(vc), free(dot);
+  free(ref), free(kref), free(vref), free(kv_out), free(kv_ref);
+  dfree(dx), dfree(dw), dfree(dnw), dfree(db), dfree(dy), dfree(dkc), dfree(dvc), dfree(dpos);
+  dfree(dslots), dfree(dinv);
+}
+
+static void test_llm_gemv(void **state) {
+  (void)state;
+  begin_test(9);
+  const int Ms[] = {1, 2, 4, 8};
+  for (int a = 0; a < 4; ++a) {
+    const int M = Ms[a];
+    check_gemv(M, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, a & 1);
+    check_gemv(M, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 1);
+    check_gemv(M, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 0, 1);
+    check_gemv(M, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 0);
+    check_gemv(M, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 0, 1);
+  }
+  check_gemv(1, 37, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 0);     /* tiny, odd N */
+  check_gemv(2, 130, 8192, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 0); /* K limit */
+  check_gemv(8, 1152, 896, COSY_GEMV_IN_F32, COSY_GEMV_QKV_ROPE, 0, 0);
+  end_test();
+}
+
 /* RAS sampling on the GPU against cosy_sample_ras on the same log-prob rows: the same token and
  * the same generator state afterwards. rows x trials draws; each row gets its own parameters
  * (temperature, top_p, top_k, window, tau_r, ignore_eos) and a history that sometimes holds the
@@ -1194,7 +1327,16 @@ static void test_args(void **state) {
   bad += cosy_k_ras_sample(0, d, 10, 1, 20, (cosy_k_ras_row *)d) != cudaErrorInvalidValue;
   bad += cosy_k_ras_supported(6761, 25, 10) != 1;
   bad += cosy_k_ras_supported(6761, COSY_K_RAS_MAX_K + 1, 10) != 0;
-  report("argument checks", "18 calls with bad arguments", (double)bad, 0.0, 0);
+  {
+    cosy_llm_gemv_args ga;
+    memset(&ga, 0, sizeof ga);
+    ga.M = 3, ga.N = 8, ga.K = 8, ga.x = d, ga.ldx = 8, ga.w = (const cosy_bf16 *)d, ga.y = d;
+    ga.ldy = 8;
+    bad += cosy_k_llm_gemv(0, &ga) != cudaErrorInvalidValue; /* M = 3 */
+    ga.M = 1, ga.K = 8200, ga.ldx = 8200;
+    bad += cosy_k_llm_gemv(0, &ga) != cudaErrorInvalidValue; /* K > 8192 */
+  }
+  report("argument checks", "20 calls with bad arguments", (double)bad, 0.0, 0);
   dfree(d);
   end_test();
 }
@@ -1216,6 +1358,7 @@ int main(void) {
       cmocka_unit_test(test_args),  cmocka_unit_test(test_norm),      cmocka_unit_test(test_rope),
       cmocka_unit_test(test_act),   cmocka_unit_test(test_embed),     cmocka_unit_test(test_gemm),
       cmocka_unit_test(test_sample), cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_llm_gemv),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
