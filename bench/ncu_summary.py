@@ -19,10 +19,8 @@ def main(path):
     for r in rows:
         if r.get("Metric Name") != "gpu__time_duration.sum":
             continue
-        name = r["Kernel Name"]
-        short = name.split("(")[0].split("<")[0].replace("void ", "").strip()
-        if "<" in name:
-            short += "<" + name.split("<", 1)[1].split(">")[0][:40] + ">"
+        name = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+        short = name.replace("void ", "").split("(")[0].strip()[:70]
         v = float(r["Metric Value"].replace(",", ""))
         unit = r.get("Metric Unit", "nsecond")
         us = v / 1000.0 if unit.startswith("n") else v if unit.startswith("u") else v * 1000.0

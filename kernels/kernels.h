@@ -254,13 +254,16 @@ typedef struct cosy_k_ras_row {
 /* 1 when cosy_k_ras_sample supports these sizes. */
 int cosy_k_ras_supported(int n, int top_k, int win_size);
 
-/* For each r < rows: sample rows[r].token from logp[r][0..n) (stride floats apart, fp32) and
- * advance rows[r].rng; rows is device memory, read and written in place. One block of 1024
- * threads per row. Differences from the host sampler can only come from fp32 expf rounding (1-2
- * ulp) and the order of double-precision sums, i.e. only for a uniform within ~1e-7 relative of
- * a boundary between two tokens. */
-cudaError_t cosy_k_ras_sample(cudaStream_t s, const float *logp, int stride, int rows, int n,
-                              cosy_k_ras_row *rows_io);
+/* For each r < rows: logp = log_softmax(logits[r][0..n)) (logits rows stride floats apart,
+ * fp32; cosy_k_log_softmax's formula), written to logp_out [rows][n] unless NULL; then sample
+ * rows[r].token from logp exactly as cosy_sample_ras would from that logp row, and advance
+ * rows[r].rng; rows is device memory, read and written in place. One block of 1024 threads per
+ * row. Differences from the host sampler on the same logp can only come from fp32 expf rounding
+ * (1-2 ulp) and the order of double-precision sums, i.e. only for a uniform within ~1e-7
+ * relative of a boundary between two tokens. (Given log-probs instead of logits, logp_out
+ * equals them to rounding: log_softmax is idempotent.) */
+cudaError_t cosy_k_ras_sample(cudaStream_t s, const float *logits, int stride, int rows, int n,
+                              float *logp_out, cosy_k_ras_row *rows_io);
 
 #ifdef __cplusplus
 }

@@ -22,22 +22,22 @@
  *   kv_gather: one thread per (token, 4-float vector of K and V).
  *   norm_split: one block of 256 threads per row, two strided passes over the row.
  *   split / silu_split / add: one thread per element; grid-stride.
- *   gemv: 256 threads = 8 warps per block; a block owns a tile of TS consecutive "slots". A
- *     slot is one output row (STORE / ADD), or the row pair (j, j + I) for SILU_MUL, or
- *     (head*64 + i, head*64 + i + 32) for QKV_ROPE, so that a pair's epilogue (SiLU gate,
- *     rotation) needs no exchange between blocks; a tile's rows are one or two contiguous row
- *     ranges (QKV tiles stay inside one head). The launcher picks TS so that the grid is about
- *     264 tiles (one wave of ~2 blocks per SM on an H100), each at most 100 KB of weights: the
- *     block first copies its whole tile into shared memory with 16-byte cp.async (no registers
- *     held, every byte of the matrix requested at once across the GPU), then (PDL) waits for
- *     its producer and computes the RMSNorm statistics, then waits for the copy. Work items
- *     (slot, row of the pair, K part; KS parts chosen so the 8 warps get >= 16 items) go to
- *     warps round-robin; lane l takes 16-byte weight chunks l, l + 32, ... of its part from
- *     shared memory and the matching 8 x values with plain loads (L1 hits after the first
- *     warp; never ld.global.nc, see load8f); partial sums are reduced with warp shuffles, the
- *     K parts through shared memory, and thread (slot, m) applies the epilogue.
+ *   gemv: 256 threads = 8 warps per block. A "slot" is one output row (STORE / ADD), or the row
+ *     pair (j, j + I) for SILU_MUL, or (head*64 + i, head*64 + i + 32) for QKV_ROPE, so that a
+ *     pair's epilogue (SiLU gate, rotation) needs no exchange between blocks. KS warps (1, 2, 4 or
+ *     8, a template parameter) share one slot and split K; a block holds 8 / KS slots. Lane l of
+ *     K-part p owns the 16-byte weight chunks j = (c*KS + p)*32 + l, c < 4 (coalesced 512-byte
+ *     warp accesses), all issued into registers first, so the weight stream is in flight while
+ *     the block waits for its producer (PDL) and computes the RMSNorm statistics. x (fp32, tiny)
+ *     is then read with plain loads (L1 hits after the first warp; never ld.global.nc, see load8f)
+ *     next to each weight chunk (two float4 per row and chunk); each lane
+ *     does 8 FMAs per chunk, row of W and row of x; partial sums are reduced with warp shuffles
+ *     and, across the KS warps, through shared memory; thread (slot, m) applies the epilogue.
+ *     KS is chosen by the launcher: the least that covers K in 4 chunks per lane, then doubled
+ *     (up to 8, while each warp still has chunks) until the grid has >= 264 blocks (2 per SM).
+ *     The grid is ceil(slots / (8 / KS)): 288..896 blocks for the full model's matrices.
  *     PDL (sm_90): every gemv block triggers its dependents at once and waits (griddepcontrol)
- *     for its own producers after issuing its weight copy.
+ *     for its own producers after issuing its weight loads.
  * Numerics: fp32 everywhere except the bf16 weights (and the bf16 hi/lo pairs, exact to ~2^-17
  *   relative); fp32 accumulation. The gemv reads each weight exactly once per call.
  */
@@ -53,6 +53,18 @@ namespace {
 constexpr int HD = 64;
 constexpr int HALF = 32;
 
+/* programmatic dependent launch (sm_90; no-ops elsewhere and in plain launches) */
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* decode_prep                                                                                 */
 
@@ -62,6 +74,9 @@ decode_prep_kernel(const int32_t *__restrict__ in, int n, const bf16 *__restrict
                    int page_size, float *__restrict__ h, int32_t *__restrict__ pos,
                    int32_t *__restrict__ slots, int32_t *__restrict__ lens,
                    int32_t *__restrict__ bt, int bt_stride) {
+  /* the first layer's q|k|v skinny GEMM (a programmatic dependent) may start streaming its
+   * weights now; it reads h and the tables only after this grid has completed */
+  pdl_trigger();
   const int i = blockIdx.x, tid = threadIdx.x;
   const int tok = in[i], seq = in[n + i], p = in[2 * n + i];
   const bool real = seq >= 0 && seq < n_slots && p >= 0 && p < bt_all_stride * page_size;
@@ -236,13 +251,11 @@ inline unsigned grid_for(int64_t total) {
 
 constexpr int GV_THREADS = 256;
 constexpr int GV_WARPS = GV_THREADS / 32;
-constexpr int GV_KMAX = 8192;                /* largest K */
-constexpr int GV_TARGET_TILES = 264;         /* ~2 blocks per SM of an H100, one wave */
-constexpr int GV_SMEM_MAX = 100 * 1024;      /* dynamic shared memory of one block at most */
+constexpr int GV_CMAX = 4; /* 16-byte weight chunks per lane and row */
+constexpr int GV_TARGET_BLOCKS = 264;
 
 struct GemvP {
   int M, N, K, P;
-  int TS, KS; /* slots per tile (block), K parts per row */
   const float *x;
   int ldx;
   const float *norm_w;
@@ -283,55 +296,43 @@ __device__ __forceinline__ void load8f(const float *p, float f[8]) {
   f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
 
-/* 16-byte asynchronous copy global -> shared (no registers held while in flight) */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-}
-
-/* first weight row of row set r (0 or 1) of the tile starting at slot s0 */
-template <int EPI>
-__device__ __forceinline__ int tile_row0(const GemvP &a, int s0, int r) {
-  if (EPI == COSY_GEMV_SILU_MUL) return s0 + r * a.P;
-  if (EPI == COSY_GEMV_QKV_ROPE) return (s0 / HALF) * HD + s0 % HALF + r * HALF;
-  return s0;
-}
-
-template <int M, int PRO, int EPI>
+template <int M, int KS, int PRO, int EPI>
 __global__ void __launch_bounds__(GV_THREADS) gemv_kernel(GemvP a) {
   constexpr int RW = (EPI == COSY_GEMV_SILU_MUL || EPI == COSY_GEMV_QKV_ROPE) ? 2 : 1;
-  extern __shared__ uint4 gv_smem[];
+  constexpr int SPB = GV_WARPS / KS;
+  __shared__ float red[GV_WARPS][RW * M];
   __shared__ float nred[GV_WARPS][M];
+
   pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int K = a.K, nch = K >> 3, TS = a.TS, KS = a.KS;
-  const int s0 = blockIdx.x * TS;
-  const int ns = min(TS, a.P - s0);
-  uint4 *wt = gv_smem;                                        /* [RW][TS][nch] */
-  float *red = reinterpret_cast<float *>(gv_smem + (size_t)RW * TS * nch); /* [ns*RW*KS][M] */
+  const int K = a.K, nch = K >> 3;
+  const int slot = blockIdx.x * SPB + warp / KS, kp = warp % KS;
+  const bool valid = slot < a.P;
 
-  /* 1. the tile's weights (RW contiguous row ranges) into shared memory, asynchronously;
-   * weights never depend on a producer, so this runs before the PDL wait */
+  int row[RW];
+  if (EPI == COSY_GEMV_SILU_MUL) {
+    row[0] = slot;
+    row[RW - 1] = slot + (a.N >> 1);
+  } else if (EPI == COSY_GEMV_QKV_ROPE) {
+    row[0] = (slot / HALF) * HD + slot % HALF;
+    row[RW - 1] = row[0] + HALF;
+  } else {
+    row[0] = slot;
+  }
+
+  /* 1. the weight stream, straight into registers (weights never depend on a producer) */
+  uint4 wv[RW][GV_CMAX];
 #pragma unroll
-  for (int r = 0; r < RW; ++r) {
-    const uint4 *src = reinterpret_cast<const uint4 *>(a.w + (size_t)tile_row0<EPI>(a, s0, r) * K);
-    uint4 *dst = wt + (size_t)r * TS * nch;
-    const int n16 = ns * nch;
-    for (int i = tid; i < n16; i += GV_THREADS) cp_async16(dst + i, src + i);
+  for (int c = 0; c < GV_CMAX; ++c) {
+    const int j = (c * KS + kp) * 32 + lane;
+#pragma unroll
+    for (int r = 0; r < RW; ++r) {
+      if (valid && j < nch)
+        wv[r][c] = __ldcs(reinterpret_cast<const uint4 *>(a.w + (size_t)row[r] * K + (size_t)j * 8));
+      else
+        wv[r][c] = make_uint4(0u, 0u, 0u, 0u);
+    }
   }
 
   /* 2. everything below may read what the previous kernel wrote */
@@ -365,24 +366,20 @@ __global__ void __launch_bounds__(GV_THREADS) gemv_kernel(GemvP a) {
       rn[m] = rsqrtf(t / (float)K + a.eps);
     }
   }
-  cp_async_wait_all();
-  __syncthreads();
 
-  /* 3. dot products: item = (slot in tile, row of the pair, K part); warp w takes items
-   * w, w + 8, ...; lane l takes 16-byte chunks l, l + 32, ... of the part */
-  const int cpp = (nch + KS - 1) / KS;
-  const int n_items = ns * RW * KS;
-  for (int it = warp; it < n_items; it += GV_WARPS) {
-    const int kp = it % KS, rr = it / KS; /* rr = sl * RW + r */
-    const int sl = rr / RW, r = rr % RW;
-    const uint4 *wrow = wt + ((size_t)r * TS + sl) * nch;
-    const int lo = kp * cpp, hi = min(nch, lo + cpp);
-    float acc[M];
+  /* 3. dot products */
+  float acc[RW][M];
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.f;
-    for (int j = lo + lane; j < hi; j += 32) {
-      float wf[8];
-      unpack8(wrow[j], wf);
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+#pragma unroll
+  for (int c = 0; c < GV_CMAX; ++c) {
+    const int j = (c * KS + kp) * 32 + lane;
+    if (j < nch) {
+      float wf[RW][8];
+#pragma unroll
+      for (int r = 0; r < RW; ++r) unpack8(wv[r][c], wf[r]);
       float nw[8];
       if (PRO == COSY_GEMV_IN_RMSNORM) load8w(a.norm_w + (size_t)j * 8, nw);
 #pragma unroll
@@ -394,104 +391,121 @@ __global__ void __launch_bounds__(GV_THREADS) gemv_kernel(GemvP a) {
           for (int e = 0; e < 8; ++e) xf[e] = nw[e] * (xf[e] * rn[m]);
         }
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[m] = fmaf(wf[e], xf[e], acc[m]);
-      }
-    }
+        for (int r = 0; r < RW; ++r)
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float t = warp_sum(acc[m]);
-      if (lane == 0) red[(size_t)it * M + m] = t;
+          for (int e = 0; e < 8; ++e) acc[r][m] = fmaf(wf[r][e], xf[e], acc[r][m]);
+      }
     }
   }
-  __syncthreads();
 
-  /* 4. epilogue of (slot s, row m): thread per pair */
-  for (int e = tid; e < ns * M; e += GV_THREADS) {
-    const int sl = e / M, m = e % M;
-    const int s = s0 + sl;
-    float v[RW];
+  /* 4. reductions: lanes, then the KS warps of a slot */
 #pragma unroll
-    for (int r = 0; r < RW; ++r) {
-      float t = 0.f;
-      for (int q = 0; q < KS; ++q) t += red[((size_t)(sl * RW + r) * KS + q) * M + m];
-      v[r] = t;
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float t = warp_sum(acc[r][m]);
+      if (lane == 0) red[warp][r * M + m] = t;
     }
-    if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
-      float *y = a.y + (size_t)m * a.ldy + s;
-      const float o = v[0] + (a.bias ? a.bias[s] : 0.f);
-      if (EPI == COSY_GEMV_ADD_F32)
-        *y += o;
-      else
-        *y = o;
-    } else if (EPI == COSY_GEMV_SILU_MUL) {
-      const float g = v[0], u = v[RW - 1];
-      a.y[(size_t)m * a.ldy + s] = g / (1.f + expf(-g)) * u;
-    } else { /* QKV_ROPE */
-      const int head = s / HALF, i = s % HALF;
-      const int r0 = head * HD + i;
-      float x1 = v[0], x2 = v[RW - 1];
-      if (a.bias) {
-        x1 += a.bias[r0];
-        x2 += a.bias[r0 + HALF];
-      }
-      if (head < a.n_qh + a.n_kh) {
-        float sn, cs;
-        sincosf((float)a.pos[m] * a.inv_freq[i], &sn, &cs);
-        const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
-        x1 = t1;
-        x2 = t2;
-      }
-      if (head < a.n_qh) {
-        float *q = a.y + (size_t)m * a.ldy + (size_t)head * HD;
-        q[i] = x1;
-        q[i + HALF] = x2;
-      } else {
-        const int sc = a.slots[m];
-        if (sc >= 0) {
-          const bool is_k = head < a.n_qh + a.n_kh;
-          const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
-          float *c = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
-          c[i] = x1;
-          c[i + HALF] = x2;
-        }
+  __syncthreads();
+  if (tid >= SPB * M) return;
+  const int sl = tid / M, m = tid - sl * M;
+  const int s = blockIdx.x * SPB + sl;
+  if (s >= a.P) return;
+  float v[RW];
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+    float t = 0.f;
+#pragma unroll
+    for (int q = 0; q < KS; ++q) t += red[sl * KS + q][r * M + m];
+    v[r] = t;
+  }
+
+  /* 5. epilogue of (slot s, row m) */
+  if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
+    float *y = a.y + (size_t)m * a.ldy + s;
+    const float o = v[0] + (a.bias ? a.bias[s] : 0.f);
+    if (EPI == COSY_GEMV_ADD_F32)
+      *y += o;
+    else
+      *y = o;
+  } else if (EPI == COSY_GEMV_SILU_MUL) {
+    const float g = v[0] + (a.bias ? a.bias[s] : 0.f);
+    const float u = v[RW - 1] + (a.bias ? a.bias[s + (a.N >> 1)] : 0.f);
+    a.y[(size_t)m * a.ldy + s] = g / (1.f + expf(-g)) * u;
+  } else { /* QKV_ROPE */
+    const int head = s / HALF, i = s % HALF;
+    const int r0 = head * HD + i;
+    float x1 = v[0], x2 = v[RW - 1];
+    if (a.bias) {
+      x1 += a.bias[r0];
+      x2 += a.bias[r0 + HALF];
+    }
+    if (head < a.n_qh + a.n_kh) {
+      float sn, cs;
+      sincosf((float)a.pos[m] * a.inv_freq[i], &sn, &cs);
+      const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
+      x1 = t1;
+      x2 = t2;
+    }
+    if (head < a.n_qh) {
+      float *q = a.y + (size_t)m * a.ldy + (size_t)head * HD;
+      q[i] = x1;
+      q[i + HALF] = x2;
+    } else {
+      const int sc = a.slots[m];
+      if (sc >= 0) {
+        const bool is_k = head < a.n_qh + a.n_kh;
+        const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
+        float *c = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
+        c[i] = x1;
+        c[i + HALF] = x2;
       }
     }
   }
 }
 
-template <int M, int PRO, int EPI>
-cudaError_t gemv_launch(cudaStream_t s, const GemvP &p, size_t smem, int pdl) {
-  static bool smem_set = false; /* per instantiation; a repeated set is harmless */
-  if (!smem_set) {
-    cudaError_t e = cudaFuncSetAttribute(gemv_kernel<M, PRO, EPI>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM_MAX);
-    if (e != cudaSuccess) return e;
-    smem_set = true;
+template <int M, int KS, int PRO, int EPI>
+cudaError_t gemv_launch(cudaStream_t s, const GemvP &p, int pdl) {
+  constexpr int SPB = GV_WARPS / KS;
+  const unsigned blocks = (unsigned)((p.P + SPB - 1) / SPB);
+  if (!pdl) {
+    gemv_kernel<M, KS, PRO, EPI><<<blocks, GV_THREADS, 0, s>>>(p);
+    return cudaGetLastError();
   }
-  const unsigned blocks = (unsigned)((p.P + p.TS - 1) / p.TS);
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(GV_THREADS);
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = 0;
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_kernel<M, PRO, EPI>, p);
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_kernel<M, KS, PRO, EPI>, p);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 
+template <int M, int PRO, int EPI>
+cudaError_t gemv_ks(cudaStream_t s, const GemvP &p, int ks, int pdl) {
+  switch (ks) {
+  case 1: return gemv_launch<M, 1, PRO, EPI>(s, p, pdl);
+  case 2: return gemv_launch<M, 2, PRO, EPI>(s, p, pdl);
+  case 4: return gemv_launch<M, 4, PRO, EPI>(s, p, pdl);
+  case 8: return gemv_launch<M, 8, PRO, EPI>(s, p, pdl);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
 template <int PRO, int EPI>
-cudaError_t gemv_m(cudaStream_t s, const GemvP &p, size_t smem, int pdl) {
+cudaError_t gemv_m(cudaStream_t s, const GemvP &p, int ks, int pdl) {
   switch (p.M) {
-  case 1: return gemv_launch<1, PRO, EPI>(s, p, smem, pdl);
-  case 2: return gemv_launch<2, PRO, EPI>(s, p, smem, pdl);
-  case 4: return gemv_launch<4, PRO, EPI>(s, p, smem, pdl);
-  case 8: return gemv_launch<8, PRO, EPI>(s, p, smem, pdl);
+  case 1: return gemv_ks<1, PRO, EPI>(s, p, ks, pdl);
+  case 2: return gemv_ks<2, PRO, EPI>(s, p, ks, pdl);
+  case 4: return gemv_ks<4, PRO, EPI>(s, p, ks, pdl);
+  case 8: return gemv_ks<8, PRO, EPI>(s, p, ks, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
@@ -589,7 +603,8 @@ extern "C" cudaError_t cosy_k_llm_add(cudaStream_t s, const float *a, const floa
 }
 
 extern "C" int cosy_k_llm_gemv_supported(int M, int K) {
-  return (M == 1 || M == 2 || M == 4 || M == 8) && K >= 8 && K % 8 == 0 && K <= GV_KMAX;
+  return (M == 1 || M == 2 || M == 4 || M == 8) && K >= 8 && K % 8 == 0 &&
+         K <= GV_CMAX * 8 * 32 * 8;
 }
 
 extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args *a) {
@@ -637,38 +652,24 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
   default:
     return cudaErrorInvalidValue;
   }
-  /* tiles: ~GV_TARGET_TILES blocks (one wave of two per SM), each staging TS slots' rows in
-   * shared memory (<= GV_SMEM_MAX); QKV tiles stay inside one head (TS a power of 2 <= 32).
-   * K parts: the least power of 2 (<= 8) giving the 8 warps >= 16 items, while each part keeps
-   * >= 32 chunks (one per lane) */
-  const int rw = (a->out_mode == COSY_GEMV_SILU_MUL || a->out_mode == COSY_GEMV_QKV_ROPE) ? 2 : 1;
+  /* K split: least that covers K in GV_CMAX chunks per lane, then more for a fuller grid */
   const int nch = a->K / 8;
-  const size_t slot_bytes = (size_t)rw * a->K * 2;
-  int ts = (p.P + GV_TARGET_TILES - 1) / GV_TARGET_TILES;
-  if (a->out_mode == COSY_GEMV_QKV_ROPE) {
-    int t = 1;
-    while (t < ts && t < 32) t *= 2;
-    ts = t;
-  }
-  while (ts > 1 && (size_t)ts * slot_bytes + (size_t)ts * rw * 8 * a->M * 4 > GV_SMEM_MAX)
-    ts = a->out_mode == COSY_GEMV_QKV_ROPE ? ts / 2 : ts - 1;
   int ks = 1;
-  while (ks < 8 && ts * rw * ks < 16 && nch / (2 * ks) >= 32) ks *= 2;
-  p.TS = ts;
-  p.KS = ks;
-  const size_t smem = (size_t)ts * slot_bytes + (size_t)ts * rw * ks * a->M * 4;
-  if (smem > GV_SMEM_MAX) return cudaErrorInvalidValue;
+  while (ks < 8 && (nch + 32 * ks - 1) / (32 * ks) > GV_CMAX) ks *= 2;
+  while (ks < 8 && (p.P + GV_WARPS / ks - 1) / (GV_WARPS / ks) < GV_TARGET_BLOCKS &&
+         nch > 32 * ks)
+    ks *= 2;
 
   const int pro = a->in_mode, epi = a->out_mode, pdl = a->pdl ? 1 : 0;
   if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_QKV_ROPE)
-    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE>(s, p, smem, pdl);
+    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE>(s, p, ks, pdl);
   if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_SILU_MUL)
-    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL>(s, p, smem, pdl);
+    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL>(s, p, ks, pdl);
   if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_STORE_F32)
-    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32>(s, p, smem, pdl);
+    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32>(s, p, ks, pdl);
   if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_ADD_F32)
-    return gemv_m<COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32>(s, p, smem, pdl);
+    return gemv_m<COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32>(s, p, ks, pdl);
   if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_STORE_F32)
-    return gemv_m<COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32>(s, p, smem, pdl);
+    return gemv_m<COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32>(s, p, ks, pdl);
   return cudaErrorNotSupported;
 }

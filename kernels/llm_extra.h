@@ -106,8 +106,9 @@ typedef enum cosy_llm_gemv_in {
 typedef enum cosy_llm_gemv_out {
   COSY_GEMV_STORE_F32 = 0,  /* y[m][n] = dot + bias[n]                      (y fp32 [M][ldy]) */
   COSY_GEMV_ADD_F32 = 1,    /* y[m][n] += dot + bias[n]                     (y fp32, residual) */
-  COSY_GEMV_SILU_MUL = 2,   /* W = [gate; up] (N = 2I rows): y[m][j] = silu(g_j) * u_j, j < I
-                               (y fp32 [M][ldy]) */
+  COSY_GEMV_SILU_MUL = 2,   /* W = [gate; up] (N = 2I rows): y[m][j] = silu(g_j) * u_j, j < I,
+                               g_j = dot_j + bias[j], u_j = dot_{I+j} + bias[I+j] (y fp32
+                               [M][ldy]) */
   COSY_GEMV_QKV_ROPE = 3    /* W = [q; k; v] (N = (n_qh + 2 n_kh) * 64): + bias, RoPE on q/k,
                                q -> y fp32 [M][ldy], k/v -> fp32 paged cache rows slots[m] (as
                                cosy_k_llm_rope_append, with pos/slots/inv_freq) */
@@ -141,10 +142,8 @@ typedef struct cosy_llm_gemv_args {
 int cosy_k_llm_gemv_supported(int M, int K);
 
 /* y = epilogue(x W^T (+ bias)) for M in {1, 2, 4, 8} rows, see the modes above. W is read once
- * (each block copies its tile of rows into shared memory first), x through the L1 cache; fp32
- * accumulation. Graph-capturable (the grid depends only on M, N, K). Dummy rows are harmless
- * (slots < 0 skip cache writes). y must not overlap x (ADD mode: y is the residual, x another
- * buffer). */
+ * (streamed into registers first), x through the L1 cache; fp32 accumulation. Graph-capturable
+ * (the grid depends only on M, N, K). Dummy rows are harmless (slots < 0 skip cache writes). */
 cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args *a);
 
 #ifdef __cplusplus

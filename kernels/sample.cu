@@ -23,7 +23,9 @@
  *
  * ras_sample thread mapping: one block of 1024 threads per row; thread t owns the 8 consecutive
  *   ids 8t..8t+7 (n <= 8192) in registers, so "in id order" is "in thread order, then register
- *   order". (1) x = logp (* 1/T), block max (NaN flagged), e = expf(x - max), sum in double
+ *   order". (0) logp = log_softmax(logits) as cosy_k_log_softmax computes it (two block
+ *   reductions; written out when asked). (1) x = logp (* 1/T), block max (NaN flagged),
+ *   e = expf(x - max), sum in double
  *   (block reduction), p = e * (float)(1 / sum): the host's formulas. (2) the k-th largest p by
  *   radix select on the fp32 bit patterns (p >= 0, so bits order like values): four passes of
  *   an 8-bit digit histogram in shared memory, one warp picks the digit; the candidates are all
@@ -249,7 +251,8 @@ __device__ __forceinline__ int block_excl_scan_i(int v, int *red) {
 }
 
 __global__ void __launch_bounds__(RAS_THREADS)
-ras_kernel(const float *__restrict__ logp, int stride, int n, cosy_k_ras_row *rows) {
+ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restrict__ logp_out,
+           cosy_k_ras_row *rows) {
   __shared__ double dred[32];
   __shared__ float fred[32];
   __shared__ int ired[32];
@@ -262,12 +265,34 @@ ras_kernel(const float *__restrict__ logp, int stride, int n, cosy_k_ras_row *ro
   __shared__ double s_u, s_rest;
 
   cosy_k_ras_row *row = rows + blockIdx.x;
-  const float *lp = logp + (size_t)blockIdx.x * stride;
+  const float *xr = logits + (size_t)blockIdx.x * stride;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int base = tid * RAS_E;
   const float temperature = row->temperature;
   const float inv_t = 1.0f / temperature;
   const int n_allowed = min(row->n_allowed, n);
+
+  /* 0. log_softmax of the logits (cosy_k_log_softmax's formula), kept in registers and
+   * written to logp_out */
+  float lg[RAS_E];
+  float lm = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < RAS_E; ++e) {
+    lg[e] = base + e < n ? xr[base + e] : -INFINITY;
+    lm = fmaxf(lm, lg[e]);
+  }
+  lm = block_max(lm, fred);
+  float ls = 0.f;
+#pragma unroll
+  for (int e = 0; e < RAS_E; ++e)
+    if (base + e < n) ls += expf(lg[e] - lm);
+  ls = block_sum(ls, fred);
+  const float lse = lm + logf(ls);
+#pragma unroll
+  for (int e = 0; e < RAS_E; ++e) {
+    lg[e] -= lse;
+    if (logp_out && base + e < n) logp_out[(size_t)blockIdx.x * n + base + e] = lg[e];
+  }
 
   /* 1. tempered, masked softmax */
   float p[RAS_E];
@@ -278,7 +303,7 @@ ras_kernel(const float *__restrict__ logp, int stride, int n, cosy_k_ras_row *ro
     const int i = base + e;
     p[e] = -INFINITY;
     if (i < n_allowed) {
-      const float l = lp[i];
+      const float l = lg[e];
       if (isnan(l)) has_nan = 1;
       const float x = temperature == 1.0f ? l : l * inv_t;
       p[e] = x;
@@ -325,9 +350,12 @@ ras_kernel(const float *__restrict__ logp, int stride, int n, cosy_k_ras_row *ro
     for (int b = tid; b < 256; b += RAS_THREADS) hist[b] = 0;
     __syncthreads();
 #pragma unroll
-    for (int e = 0; e < RAS_E; ++e) {
+    for (int e = 0; e < RAS_E; ++e) { /* lanes with the same digit add once (few hot bins) */
       const unsigned bits = __float_as_uint(p[e]);
-      if (base + e < n && (bits & mask) == prefix) atomicAdd(&hist[(bits >> shift) & 255u], 1);
+      const bool in = base + e < n && (bits & mask) == prefix;
+      const unsigned digit = in ? (bits >> shift) & 255u : 256u;
+      const unsigned same = __match_any_sync(0xffffffffu, digit);
+      if (in && lane == __ffs(same) - 1) atomicAdd(&hist[digit], __popc(same));
     }
     __syncthreads();
     if (warp == 0) {
@@ -504,12 +532,13 @@ extern "C" int cosy_k_ras_supported(int n, int top_k, int win_size) {
          win_size >= 0 && win_size <= COSY_K_RAS_MAX_HIST;
 }
 
-extern "C" cudaError_t cosy_k_ras_sample(cudaStream_t s, const float *logp, int stride, int rows,
-                                         int n, cosy_k_ras_row *rows_io) {
+extern "C" cudaError_t cosy_k_ras_sample(cudaStream_t s, const float *logits, int stride,
+                                         int rows, int n, float *logp_out,
+                                         cosy_k_ras_row *rows_io) {
   if (rows < 0 || n < 1 || n > COSY_K_RAS_MAX_N || stride < n) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  if (!logp || !rows_io) return cudaErrorInvalidValue;
-  ras_kernel<<<rows, RAS_THREADS, 0, s>>>(logp, stride, n, rows_io);
+  if (!logits || !rows_io) return cudaErrorInvalidValue;
+  ras_kernel<<<rows, RAS_THREADS, 0, s>>>(logits, stride, n, logp_out, rows_io);
   return cudaGetLastError();
 }
 

@@ -1188,7 +1188,6 @@ static void test_llm_gemv(void **state) {
   }
   check_gemv(1, 37, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 0);     /* tiny, odd N */
   check_gemv(2, 130, 8192, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 0); /* K limit */
-  check_gemv(8, 1152, 896, COSY_GEMV_IN_F32, COSY_GEMV_QKV_ROPE, 0, 0);
   end_test();
 }
 
@@ -1202,9 +1201,12 @@ static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
   cosy_k_ras_row *hr = calloc((size_t)rows, sizeof *hr);
   cosy_rng *cr = calloc((size_t)rows, sizeof *cr);
   assert_true(lp && scratch && hr && cr);
-  float *dlp = dmalloc(sizeof(float) * (size_t)rows * n);
+  float *dlp = dmalloc(sizeof(float) * (size_t)rows * n), *dlo = dmalloc(sizeof(float) * (size_t)rows * n);
+  float *lgt = malloc(sizeof(float) * (size_t)rows * n), *glp = malloc(sizeof(float) * (size_t)rows * n);
+  assert_true(lgt && glp);
   cosy_k_ras_row *dr = dmalloc(sizeof *hr * (size_t)rows);
   int mismatch = 0, redraws = 0, total = 0;
+  double max_dlogp = 0.0;
   for (int t = 0; t < trials; ++t) {
     for (int r = 0; r < rows; ++r) {
       float *x = lp + (size_t)r * n;
@@ -1239,17 +1241,27 @@ static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
         w->hist[i] = rnd_int(3) ? best : rnd_int(n);
       }
     }
-    CK(cudaMemcpy(dlp, lp, sizeof(float) * (size_t)rows * n, cudaMemcpyHostToDevice));
+    /* the kernel gets logits (log-probs plus a per-row offset) and must give back the
+     * log-probs (its log_softmax) and sample from them */
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < n; ++i) lgt[(size_t)r * n + i] = lp[(size_t)r * n + i] + (float)(r % 5);
+    CK(cudaMemcpy(dlp, lgt, sizeof(float) * (size_t)rows * n, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dr, hr, sizeof *hr * (size_t)rows, cudaMemcpyHostToDevice));
-    CK(cosy_k_ras_sample(0, dlp, n, rows, n, dr));
+    CK(cudaMemset(dlo, 0xFF, sizeof(float) * (size_t)rows * n));
+    CK(cosy_k_ras_sample(0, dlp, n, rows, n, dlo, dr));
     cosy_k_ras_row *out = malloc(sizeof *out * (size_t)rows);
     assert_non_null(out);
     CK(cudaMemcpy(out, dr, sizeof *out * (size_t)rows, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(glp, dlo, sizeof(float) * (size_t)rows * n, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < (size_t)rows * n; ++i) {
+      const double d = isinf(lp[i]) && isinf(glp[i]) ? 0.0 : fabs((double)glp[i] - lp[i]);
+      if (!(d <= max_dlogp)) max_dlogp = isnan(d) ? INFINITY : d;
+    }
     for (int r = 0; r < rows; ++r) {
       const cosy_k_ras_row *w = &hr[r];
       cosy_sampling sp = {w->temperature, w->top_p, w->top_k, w->win_size, w->tau_r};
       cosy_rng probe = cr[r];
-      const int32_t want = cosy_sample_ras(lp + (size_t)r * n, n, w->hist, w->n_hist, &sp,
+      const int32_t want = cosy_sample_ras(glp + (size_t)r * n, n, w->hist, w->n_hist, &sp,
                                            w->n_allowed < n, &cr[r], scratch);
       cosy_rng_uniform(&probe); /* one draw: no redraw happened iff the states now agree */
       redraws += memcmp(probe.s, cr[r].s, sizeof probe.s) != 0;
@@ -1263,9 +1275,10 @@ static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
   snprintf(sz, sizeof sz, "%d draws n=%d k<=%d %s (%d redraws)", total, n, top_k_max,
            flat ? "flat+ties" : "peaked", redraws);
   report("ras_sample", sz, (double)mismatch, 0.0, 0);
+  report("ras_sample log_softmax", "max abs vs double", max_dlogp, 1e-4, 0);
   if (!flat && trials * rows >= 64 && redraws == 0) report("ras_sample redraws", sz, 1.0, 0.0, 0);
-  free(lp), free(scratch), free(hr), free(cr);
-  dfree(dlp), dfree(dr);
+  free(lp), free(scratch), free(hr), free(cr), free(lgt), free(glp);
+  dfree(dlp), dfree(dr), dfree(dlo);
 }
 
 static void test_sample(void **state) {
@@ -1323,8 +1336,8 @@ static void test_args(void **state) {
   bad += cosy_k_embed(0, F32, d, 10, 8, (const int32_t *)d, 1, F32, d, 4, NULL) !=
          cudaErrorInvalidValue; /* out_stride < dim */
   bad += cosy_k_gemm(NULL, 0, 1, 1, 1, F32, d, 1, d, NULL, F32, d, 1, 0) != cudaErrorInvalidValue;
-  bad += cosy_k_ras_sample(0, d, 9000, 1, 9000, (cosy_k_ras_row *)d) != cudaErrorInvalidValue;
-  bad += cosy_k_ras_sample(0, d, 10, 1, 20, (cosy_k_ras_row *)d) != cudaErrorInvalidValue;
+  bad += cosy_k_ras_sample(0, d, 9000, 1, 9000, NULL, (cosy_k_ras_row *)d) != cudaErrorInvalidValue;
+  bad += cosy_k_ras_sample(0, d, 10, 1, 20, NULL, (cosy_k_ras_row *)d) != cudaErrorInvalidValue;
   bad += cosy_k_ras_supported(6761, 25, 10) != 1;
   bad += cosy_k_ras_supported(6761, COSY_K_RAS_MAX_K + 1, 10) != 0;
   {
@@ -1335,8 +1348,11 @@ static void test_args(void **state) {
     bad += cosy_k_llm_gemv(0, &ga) != cudaErrorInvalidValue; /* M = 3 */
     ga.M = 1, ga.K = 8200, ga.ldx = 8200;
     bad += cosy_k_llm_gemv(0, &ga) != cudaErrorInvalidValue; /* K > 8192 */
+    ga.K = 8, ga.ldx = 8, ga.out_mode = COSY_GEMV_ADD_F32, ga.in_mode = COSY_GEMV_IN_RMSNORM;
+    ga.norm_w = d;
+    bad += cosy_k_llm_gemv(0, &ga) != cudaErrorNotSupported; /* a combination not built */
   }
-  report("argument checks", "20 calls with bad arguments", (double)bad, 0.0, 0);
+  report("argument checks", "21 calls with bad arguments", (double)bad, 0.0, 0);
   dfree(d);
   end_test();
 }

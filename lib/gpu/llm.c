@@ -87,7 +87,8 @@ struct gpu_llm {
   int32_t *h_in, *h_pf;
   float *h_emb, *h_logp;
   cosy_k_ras_row *h_ras, *d_ras; /* [B] sampling rows: pinned staging, device */
-  int logp_rows;                 /* rows of logp written by the last prefill / decode (0: none) */
+  int logp_rows;                 /* rows of logits left by the last prefill / decode (0: none) */
+  int logp_valid;                /* logp holds their log_softmax (else only logits do) */
   /* KV cache */
   float *kv;
   size_t kv_bytes, page_bytes, pool_elems;
@@ -765,8 +766,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
   ga.ldy = l->V;
   ga.pdl = l->pdl;
   CK(cosy_k_llm_gemv(s, &ga), "LLM head (gemv)");
-  CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, l->V, l->logp, b, l->V), "LLM log_softmax");
-  return COSY_OK;
+  return COSY_OK; /* logits; the sampling kernel (or gpu_llm_decode's download) takes the
+                     log_softmax */
 }
 
 /* ---- prefill ---------------------------------------------------------------------------------- */
@@ -815,6 +816,7 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
   if (logp_last) memcpy(logp_last, l->h_logp, sizeof(float) * (size_t)l->V);
   sq->len += L;
   l->logp_rows = 1;
+  l->logp_valid = 1;
   return COSY_OK;
 }
 
@@ -906,7 +908,10 @@ cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, i
     CK(cudaGraphLaunch(l->graphs[bi][ci], s), "LLM decode graph launch");
   else if ((st = decode_enqueue(l, b, ctx)))
     return st;
+  l->logp_valid = 0;
   if (logp) {
+    CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, l->V, l->logp, n, l->V), "LLM log_softmax");
+    l->logp_valid = 1;
     CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)n * l->V,
                        cudaMemcpyDeviceToHost, s),
        "LLM decode download");
@@ -935,7 +940,8 @@ cosy_status gpu_llm_sample(gpu_llm *l, int n, cosy_k_ras_row *rows) {
   memcpy(l->h_ras, rows, sizeof *rows * (size_t)n);
   CK(cudaMemcpyAsync(l->d_ras, l->h_ras, sizeof *rows * (size_t)n, cudaMemcpyHostToDevice, s),
      "LLM sampling upload");
-  CK(cosy_k_ras_sample(s, l->logp, l->V, n, l->V, l->d_ras), "LLM sampling");
+  CK(cosy_k_ras_sample(s, l->logits, l->V, n, l->V, l->logp, l->d_ras), "LLM sampling");
+  l->logp_valid = 1;
   CK(cudaMemcpyAsync(l->h_ras, l->d_ras, sizeof *rows * (size_t)n, cudaMemcpyDeviceToHost, s),
      "LLM sampling download");
   cosy_status st = cosy_gpu_sync(l->g, "LLM sampling");
@@ -947,6 +953,12 @@ cosy_status gpu_llm_sample(gpu_llm *l, int n, cosy_k_ras_row *rows) {
 cosy_status gpu_llm_logp(gpu_llm *l, int n, float *logp) {
   if (!l || !logp || n < 1 || n > l->logp_rows)
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_logp: bad arguments");
+  if (!l->logp_valid) {
+    CK(cosy_k_log_softmax(l->g->stream, COSY_KDT_F32, l->logits, l->V, l->logp, l->logp_rows,
+                          l->V),
+       "LLM log_softmax");
+    l->logp_valid = 1;
+  }
   CK(cudaMemcpyAsync(l->h_logp, l->logp, sizeof(float) * (size_t)n * l->V, cudaMemcpyDeviceToHost,
                      l->g->stream),
      "LLM log-prob download");
