@@ -1253,9 +1253,16 @@ static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
     assert_non_null(out);
     CK(cudaMemcpy(out, dr, sizeof *out * (size_t)rows, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(glp, dlo, sizeof(float) * (size_t)rows * n, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < (size_t)rows * n; ++i) {
-      const double d = isinf(lp[i]) && isinf(glp[i]) ? 0.0 : fabs((double)glp[i] - lp[i]);
-      if (!(d <= max_dlogp)) max_dlogp = isnan(d) ? INFINITY : d;
+    for (int r = 0; r < rows; ++r) { /* double log_softmax of the logits given */
+      const float *z = lgt + (size_t)r * n;
+      double zm = -INFINITY, zs = 0.0;
+      for (int i = 0; i < n; ++i) zm = z[i] > zm ? z[i] : zm;
+      for (int i = 0; i < n; ++i) zs += exp((double)z[i] - zm);
+      for (int i = 0; i < n; ++i) {
+        const double want = (double)z[i] - zm - log(zs), got = glp[(size_t)r * n + i];
+        const double d = isinf(want) && isinf(got) && (want < 0) == (got < 0) ? 0.0 : fabs(got - want);
+        if (!(d <= max_dlogp)) max_dlogp = isnan(d) ? INFINITY : d;
+      }
     }
     for (int r = 0; r < rows; ++r) {
       const cosy_k_ras_row *w = &hr[r];
