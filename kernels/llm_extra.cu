@@ -268,8 +268,6 @@ struct GemvP {
   const int32_t *pos, *slots;
   const float *inv_freq;
   float *kc, *vc;
-  const char *pf[2];
-  size_t pf_bytes[2];
 };
 
 __device__ __forceinline__ void unpack8(const uint4 &t, float f[8]) {
@@ -335,17 +333,6 @@ __global__ void __launch_bounds__(GV_THREADS) gemv_kernel(GemvP a) {
       else
         wv[r][c] = make_uint4(0u, 0u, 0u, 0u);
     }
-  }
-
-  /* 1b. a later kernel's weights into L2 (the block's share of each range, 128-byte lines) */
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!a.pf[r]) continue;
-    const size_t share = ((a.pf_bytes[r] + gridDim.x - 1) / gridDim.x + 127) / 128 * 128;
-    const size_t b0 = (size_t)blockIdx.x * share;
-    const size_t b1 = min(b0 + share, a.pf_bytes[r]);
-    for (size_t off = b0 + (size_t)tid * 128; off < b1; off += (size_t)GV_THREADS * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a.pf[r] + off));
   }
 
   /* 2. everything below may read what the previous kernel wrote */
@@ -645,10 +632,6 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
   p.inv_freq = a->inv_freq;
   p.kc = a->k_cache;
   p.vc = a->v_cache;
-  for (int r = 0; r < 2; ++r) {
-    p.pf[r] = a->pf_bytes[r] ? (const char *)a->pf[r] : nullptr;
-    p.pf_bytes[r] = p.pf[r] ? a->pf_bytes[r] : 0;
-  }
   switch (a->out_mode) {
   case COSY_GEMV_STORE_F32:
   case COSY_GEMV_ADD_F32:

@@ -131,10 +131,6 @@ typedef struct cosy_llm_gemv_args {
   const int32_t *pos, *slots;
   const float *inv_freq;    /* [32] */
   float *k_cache, *v_cache;
-  /* optional: up to two byte ranges (a later kernel's weights) that the blocks pull into L2
-   * while they wait for their producer: pf[i] (NULL: none), pf_bytes[i] */
-  const void *pf[2];
-  size_t pf_bytes[2];
   /* 1: launch as a programmatic dependent of the previous kernel on the stream (the weight
    * stream starts before that kernel has finished; everything it produced is read only after
    * griddepcontrol.wait). Needs sm_90; ignored (plain launch) elsewhere. */

@@ -113,19 +113,22 @@ static cosy_status cpu_llm_decode(cosy_engine *e, void *seq, int32_t token,
 
 static cosy_status cpu_flow_infer(cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
                                   const float *prompt_mel, int n_prompt_frames, const float *spk,
-                                  int streaming, int finalize, const volatile int *cancel,
-                                  float **mel, int *n_frames) {
+                                  int streaming, int finalize, int urgent,
+                                  const volatile int *cancel, float **mel, int *n_frames) {
+  (void)urgent;
   return ref_flow_infer(ST(e)->flow, tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames, spk,
                         streaming, finalize, cancel, mel, n_frames, NULL);
 }
 
 static cosy_status cpu_hift_infer(cosy_engine *e, const float *mel, int T, int finalize,
-                                  const volatile int *cancel, float **wav, int64_t *n) {
+                                  int urgent, const volatile int *cancel, float **wav,
+                                  int64_t *n) {
+  (void)urgent;
   return ref_hift_infer(ST(e)->hift, mel, T, finalize, NULL, cancel, wav, n);
 }
 
 const cosy_backend cosy_backend_cpu = {
-    "cpu",          cpu_create,      cpu_destroy,    cpu_stats,      cpu_llm_input,
+    "cpu",          0,               cpu_create,      cpu_destroy,    cpu_stats,      cpu_llm_input,
     cpu_llm_open,   cpu_llm_close,   cpu_llm_prefill, cpu_llm_decode, cpu_flow_infer,
     cpu_hift_infer,
 };

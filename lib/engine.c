@@ -122,6 +122,12 @@ cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
     e->be = NULL;
     goto fail;
   }
+  e->first_chunk_overlap = e->be->first_chunk_overlap;
+  {
+    const char *fc = getenv("COSY_FIRST_CHUNK"); /* benchmark knob: wait | overlap */
+    if (fc && !strcmp(fc, "wait")) e->first_chunk_overlap = 0;
+    if (fc && !strcmp(fc, "overlap")) e->first_chunk_overlap = 1;
+  }
   engine_log(e, COSY_LOG_INFO, "model %s loaded in %.2f s (%s backend)", e->model_path_buf,
              cosy_now() - t0, e->be->name);
   e->n_workers = cfg->max_active;

@@ -47,6 +47,9 @@ typedef struct cosy_next_req {
 
 typedef struct cosy_backend {
   const char *name;
+  /* 1: while the first chunk of an utterance is made the LLM goes on (the backend runs that
+   * chunk's flow and vocoder urgently, ahead of the LLM); 0: the LLM waits for it */
+  int first_chunk_overlap;
   cosy_status (*create)(struct cosy_engine *e);           /* sets e->be_state */
   void (*destroy)(struct cosy_engine *e);
   void (*stats)(const struct cosy_engine *e, cosy_engine_stats *s);
@@ -62,14 +65,15 @@ typedef struct cosy_backend {
                              const cosy_next_req *nx, int32_t *next);
   cosy_status (*llm_decode)(struct cosy_engine *e, void *seq, int32_t token,
                             const cosy_next_req *nx, int32_t *next);
-  /* ref_flow_infer's contract (mel host, channels-first, malloc'd) */
+  /* ref_flow_infer's contract (mel host, channels-first, malloc'd); urgent: the first chunk of
+   * an utterance (the time to first audio waits on it) */
   cosy_status (*flow_infer)(struct cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
                             const float *prompt_mel, int n_prompt_frames, const float *spk,
-                            int streaming, int finalize, const volatile int *cancel, float **mel,
-                            int *n_frames);
+                            int streaming, int finalize, int urgent, const volatile int *cancel,
+                            float **mel, int *n_frames);
   /* ref_hift_infer's contract with the default noise */
   cosy_status (*hift_infer)(struct cosy_engine *e, const float *mel, int T, int finalize,
-                            const volatile int *cancel, float **wav, int64_t *n);
+                            int urgent, const volatile int *cancel, float **wav, int64_t *n);
 } cosy_backend;
 
 extern const cosy_backend cosy_backend_cpu;
@@ -85,6 +89,7 @@ struct cosy_engine {
   const cosy_backend *be;
   void *be_state;
   int speech_vocab;              /* rows of the LLM's speech head (6761) */
+  int first_chunk_overlap;       /* the backend's choice, or COSY_FIRST_CHUNK=wait|overlap */
 
   pthread_mutex_t mu;
   pthread_cond_t cv_work;        /* workers wait for requests */

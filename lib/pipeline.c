@@ -157,7 +157,7 @@ static cosy_status flow_chunk(stream *s, int n_used, int n_new, int streaming, i
   int frames = 0;
   cosy_status st = e->be->flow_infer(e, s->tokens, s->v->n_tokens, n_used, s->v->mel,
                                      2 * s->v->n_tokens, s->v->spk, streaming, finalize,
-                                     &s->r->cancel, &mel, &frames);
+                                     s->chunks_done == 0, &s->r->cancel, &mel, &frames);
   add_time(s->r, &s->r->flow_s, cosy_now() - t0);
   if (st) return st;
   /* mel is channels-first [80][frames]; frames covers generated tokens [0, n_used(-3)) x 2 */
@@ -196,7 +196,8 @@ static cosy_status vocode(stream *s, const float *mel_fm, int T, int finalize) {
     for (int c = 0; c < MEL; c++) cf[(size_t)c * T + t] = mel_fm[(size_t)t * MEL + c];
   float *wav = NULL;
   int64_t n = 0;
-  cosy_status st = s->e->be->hift_infer(s->e, cf, T, finalize, &s->r->cancel, &wav, &n);
+  cosy_status st = s->e->be->hift_infer(s->e, cf, T, finalize, s->chunks_done == 0,
+                                        &s->r->cancel, &wav, &n);
   free(cf);
   add_time(s->r, &s->r->vocoder_s, cosy_now() - t0);
   if (st) return st;
@@ -277,9 +278,11 @@ static int on_token(stream *s, int32_t token) {
   pthread_mutex_lock(&s->cmu);
   s->n_ready = s->n_tok;
   pthread_cond_broadcast(&s->ccv);
-  /* time to first audio first: while the first chunk is being made the LLM waits, so the two do
-   * not compete for the device; later chunks overlap the LLM's next tokens */
-  if (s->chunks_done == 0 && s->n_ready - s->offset >= s->hop + LOOKAHEAD)
+  /* time to first audio first: unless the backend makes the first chunk urgently beside the LLM
+   * (first_chunk_overlap), the LLM waits while it is made, so the two do not compete for the
+   * device; later chunks always overlap the LLM's next tokens */
+  if (!s->e->first_chunk_overlap && s->chunks_done == 0 &&
+      s->n_ready - s->offset >= s->hop + LOOKAHEAD)
     while (s->chunks_done == 0 && s->chunk_err == COSY_OK && !cancelled(s))
       pthread_cond_wait(&s->ccv, &s->cmu);
   int failed = s->chunk_err != COSY_OK;

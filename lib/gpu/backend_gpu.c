@@ -187,29 +187,45 @@ static cosy_status gb_llm_decode(cosy_engine *e, void *seq, int32_t token,
   return st;
 }
 
+/* urgent calls (an utterance's first chunk) run on the child context's highest-priority stream,
+ * so their blocks are scheduled ahead of the LLM's; each call waits for its own stream, so the
+ * swap never leaves work of one call on the other stream */
+static void post_begin(gpu_state *s, int urgent, cudaStream_t *saved) {
+  pthread_mutex_lock(&s->mu_post);
+  *saved = s->post->stream;
+  if (urgent && s->post->stream_urgent) s->post->stream = s->post->stream_urgent;
+}
+static void post_end(gpu_state *s, cudaStream_t saved) {
+  s->post->stream = saved;
+  pthread_mutex_unlock(&s->mu_post);
+}
+
 static cosy_status gb_flow_infer(cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
                                  const float *prompt_mel, int n_prompt_frames, const float *spk,
-                                 int streaming, int finalize, const volatile int *cancel,
-                                 float **mel, int *n_frames) {
+                                 int streaming, int finalize, int urgent,
+                                 const volatile int *cancel, float **mel, int *n_frames) {
   gpu_state *s = ST(e);
-  pthread_mutex_lock(&s->mu_post);
+  cudaStream_t saved;
+  post_begin(s, urgent, &saved);
   cosy_status st = gpu_flow_infer(s->flow, tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames,
                                   spk, streaming, finalize, cancel, mel, n_frames);
-  pthread_mutex_unlock(&s->mu_post);
+  post_end(s, saved);
   return st;
 }
 
 static cosy_status gb_hift_infer(cosy_engine *e, const float *mel, int T, int finalize,
-                                 const volatile int *cancel, float **wav, int64_t *n) {
+                                 int urgent, const volatile int *cancel, float **wav,
+                                 int64_t *n) {
   gpu_state *s = ST(e);
-  pthread_mutex_lock(&s->mu_post);
+  cudaStream_t saved;
+  post_begin(s, urgent, &saved);
   cosy_status st = gpu_hift_infer(s->hift, mel, T, finalize, cancel, wav, n);
-  pthread_mutex_unlock(&s->mu_post);
+  post_end(s, saved);
   return st;
 }
 
 const cosy_backend cosy_backend_gpu = {
-    "gpu",         gb_create,    gb_destroy,     gb_stats,      gb_llm_input,  gb_llm_open,
+    "gpu",         1,            gb_create,    gb_destroy,     gb_stats,      gb_llm_input,  gb_llm_open,
     gb_llm_close,  gb_llm_prefill, gb_llm_decode, gb_flow_infer, gb_hift_infer,
 };
 
@@ -220,6 +236,6 @@ static cosy_status gb_unsupported(cosy_engine *e) {
   return cosy_err(COSY_ERR_UNSUPPORTED, "this build has no GPU stages; use COSY_DEVICE_CPU");
 }
 
-const cosy_backend cosy_backend_gpu = {"gpu", gb_unsupported, NULL, NULL, NULL, NULL,
-                                       NULL,  NULL,           NULL, NULL, NULL};
+const cosy_backend cosy_backend_gpu = {"gpu", 0,    gb_unsupported, NULL, NULL, NULL, NULL,
+                                       NULL,  NULL, NULL,           NULL, NULL};
 #endif

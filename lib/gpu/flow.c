@@ -761,6 +761,7 @@ cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int
   const long n_all = (long)n_prompt + n_gen;
   const int N = f->ratio * n_used;
   const int n_out = N - n_prompt_frames;
+  f->s = f->g->stream; /* the context's current stream (the backend may swap in its urgent one) */
   cudaStream_t s = f->s;
   cosy_status st;
 
@@ -860,6 +861,7 @@ cosy_status gpu_flow_estimator(gpu_flow *f, int B, int N, const float *x, const 
                     f->max_frames);
   const int M = f->M;
   const size_t per = (size_t)M * N;
+  f->s = f->g->stream;
   cudaStream_t s = f->s;
   cosy_status st = COSY_OK;
   float *tr = (float *)cosy_malloc(3 * per * sizeof(float));

@@ -84,8 +84,10 @@ cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
   {
     int lo = 0, hi = 0;
     cudaDeviceGetStreamPriorityRange(&lo, &hi);
-    /* the parent (LLM) stream gets the highest priority: its small decode kernels go first */
-    if ((st = cosy_gpu_check(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, hi),
+    /* the parent (LLM) stream gets the second highest priority: its small decode kernels go
+     * before the flow's and vocoder's, except a child's urgent stream (the highest) */
+    const int prio = hi < lo ? hi + 1 : hi;
+    if ((st = cosy_gpu_check(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, prio),
                              "cudaStreamCreate")))
       goto fail;
   }
@@ -118,7 +120,10 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   int lo = 0, hi = 0;
   cudaDeviceGetStreamPriorityRange(&lo, &hi);
   if ((st = cosy_gpu_check(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, lo),
-                           "cudaStreamCreate")))
+                           "cudaStreamCreate")) ||
+      (st = cosy_gpu_check(
+           cudaStreamCreateWithPriority(&g->stream_urgent, cudaStreamNonBlocking, hi),
+           "cudaStreamCreate")))
     goto fail;
   if (cosy_gpu_left(root) < (32u << 20)) {
     st = cosy_err(COSY_ERR_GPU_NO_MEMORY, "no budget left for a second GEMM workspace");
@@ -137,8 +142,10 @@ void cosy_gpu_free(cosy_gpu *g) {
   if (!g) return;
   if (g->parent) { /* a child: its memory belongs to the root */
     if (g->stream) cudaStreamSynchronize(g->stream);
+    if (g->stream_urgent) cudaStreamSynchronize(g->stream_urgent);
     if (g->gemm) cosy_gemm_destroy(g->gemm);
     if (g->stream) cudaStreamDestroy(g->stream);
+    if (g->stream_urgent && g->stream_urgent != g->stream) cudaStreamDestroy(g->stream_urgent);
     free(g);
     return;
   }

@@ -33,13 +33,17 @@ typedef struct cosy_gpu {
   void **allocs;             /* every allocation, freed by cosy_gpu_free */
   size_t n_allocs, cap_allocs;
   struct cosy_gpu *parent;   /* a child context shares its parent's budget and allocations */
+  cudaStream_t stream_urgent; /* child: a second stream of the highest priority (above the
+                                 parent's); NULL in a parent */
 } cosy_gpu;
 
 /* Select the device, create the stream and the GEMM context, fix the budget. */
 cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out);
 /* A second context on the same device with its own stream (lower priority than the parent's)
  * and its own GEMM context, drawing on the parent's budget: stages that run concurrently with
- * the parent's work (the flow and the vocoder beside the LLM) use one. Free it before the parent. */
+ * the parent's work (the flow and the vocoder beside the LLM) use one. It also holds a stream of
+ * higher priority than the parent's (stream_urgent) for work that must go first (the first
+ * chunk of an utterance); swap it into `stream` for such a call. Free it before the parent. */
 cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out);
 /* Free every allocation made through the context, then the context. NULL is a no-op. */
 void cosy_gpu_free(cosy_gpu *g);

@@ -52,7 +52,6 @@
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */
-#define GPU_LLM_PREFETCH_DEFAULT 1
 #define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path (H200:
                                   batch 8 took 1.45 ms that way, 1.10 ms through cuBLASLt) */
 
@@ -75,8 +74,6 @@ struct gpu_llm {
   int n_ctxb, ctxb[MAX_CTX_BUCKETS];
   int pages_per_seq;
   int gemv_max, pdl;
-  int prefetch; /* 0: none; 1: the o projection pulls the layer's gate|up weights into L2; 2: and
-                   the down weights (COSY_LLM_PREFETCH overrides the default) */
   gl_layer *layers;
   float *norm, *inv_freq;
   cosy_bf16 *speech_emb, *head;
@@ -429,11 +426,6 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     if ((st = dalloc(l, B * sizeof(cosy_k_ras_row), "LLM sampling rows", &l->d_ras))) goto fail;
   }
   gpu_llm_set_tuning(l, -1, -1);
-  l->prefetch = GPU_LLM_PREFETCH_DEFAULT;
-  {
-    const char *pe = getenv("COSY_LLM_PREFETCH"); /* benchmark knob, undocumented in the API */
-    if (pe && (pe[0] == '0' || pe[0] == '1' || pe[0] == '2') && !pe[1]) l->prefetch = pe[0] - '0';
-  }
   *out = l;
   return COSY_OK;
 fail:
@@ -729,14 +721,6 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.y = l->h;
     ga.ldy = H;
     ga.pdl = l->pdl;
-    if (l->prefetch >= 1) { /* the MLP's weights into L2 while attention runs */
-      ga.pf[0] = y->wgu;
-      ga.pf_bytes[0] = (size_t)2 * I * H * sizeof(cosy_bf16);
-    }
-    if (l->prefetch >= 2) {
-      ga.pf[1] = y->wd;
-      ga.pf_bytes[1] = (size_t)H * I * sizeof(cosy_bf16);
-    }
     CK(cosy_k_llm_gemv(s, &ga), "LLM o_proj (gemv)");
     memset(&ga, 0, sizeof ga);
     ga.M = b;
