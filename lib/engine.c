@@ -124,9 +124,10 @@ cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
   }
   e->first_chunk_overlap = e->be->first_chunk_overlap;
   {
-    const char *fc = getenv("COSY_FIRST_CHUNK"); /* benchmark knob: wait | overlap */
+    const char *fc = getenv("COSY_FIRST_CHUNK"); /* benchmark knob: wait | flow | overlap */
     if (fc && !strcmp(fc, "wait")) e->first_chunk_overlap = 0;
-    if (fc && !strcmp(fc, "overlap")) e->first_chunk_overlap = 1;
+    if (fc && !strcmp(fc, "flow")) e->first_chunk_overlap = 1;
+    if (fc && !strcmp(fc, "overlap")) e->first_chunk_overlap = 2;
   }
   engine_log(e, COSY_LOG_INFO, "model %s loaded in %.2f s (%s backend)", e->model_path_buf,
              cosy_now() - t0, e->be->name);

@@ -47,8 +47,9 @@ typedef struct cosy_next_req {
 
 typedef struct cosy_backend {
   const char *name;
-  /* 1: while the first chunk of an utterance is made the LLM goes on (the backend runs that
-   * chunk's flow and vocoder urgently, ahead of the LLM); 0: the LLM waits for it */
+  /* while the first chunk of an utterance is made: 0 the LLM waits for the whole chunk; 1 it
+   * waits for the chunk's flow only (the vocoder runs urgently beside it); 2 it goes on (flow
+   * and vocoder urgently beside it). Urgent work runs ahead of the LLM where the backend can. */
   int first_chunk_overlap;
   cosy_status (*create)(struct cosy_engine *e);           /* sets e->be_state */
   void (*destroy)(struct cosy_engine *e);
@@ -89,7 +90,7 @@ struct cosy_engine {
   const cosy_backend *be;
   void *be_state;
   int speech_vocab;              /* rows of the LLM's speech head (6761) */
-  int first_chunk_overlap;       /* the backend's choice, or COSY_FIRST_CHUNK=wait|overlap */
+  int first_chunk_overlap;       /* the backend's choice, or COSY_FIRST_CHUNK=wait|flow|overlap */
 
   pthread_mutex_t mu;
   pthread_cond_t cv_work;        /* workers wait for requests */

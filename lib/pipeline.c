@@ -106,6 +106,7 @@ typedef struct stream {
   int n_ready;               /* generated tokens visible to the chunk thread */
   int llm_done;
   int chunks_done;           /* streaming chunks made so far */
+  int first_flow_done;       /* the first chunk's flow has run (chunk thread, under cmu) */
   cosy_status chunk_err;
   char chunk_msg[512];
   pthread_t cth;
@@ -213,6 +214,12 @@ static cosy_status vocode(stream *s, const float *mel_fm, int T, int finalize) {
 static cosy_status one_chunk(stream *s) {
   cosy_status st = flow_chunk(s, s->offset + s->hop + LOOKAHEAD, s->hop, 1, 0);
   if (st) return st;
+  if (s->chunks_done == 0) { /* the LLM may wait for the first flow only */
+    pthread_mutex_lock(&s->cmu);
+    s->first_flow_done = 1;
+    pthread_cond_broadcast(&s->ccv);
+    pthread_mutex_unlock(&s->cmu);
+  }
   s->next_hop_base = s->next_hop_base * 2 < MAX_HOP ? s->next_hop_base * 2 : MAX_HOP;
   s->hop = s->next_hop_base;
   if ((st = vocode(s, s->mel, s->T, 0))) return st;
@@ -278,12 +285,14 @@ static int on_token(stream *s, int32_t token) {
   pthread_mutex_lock(&s->cmu);
   s->n_ready = s->n_tok;
   pthread_cond_broadcast(&s->ccv);
-  /* time to first audio first: unless the backend makes the first chunk urgently beside the LLM
-   * (first_chunk_overlap), the LLM waits while it is made, so the two do not compete for the
-   * device; later chunks always overlap the LLM's next tokens */
-  if (!s->e->first_chunk_overlap && s->chunks_done == 0 &&
+  /* time to first audio first: the LLM waits while the first chunk is made (the whole chunk, or
+   * with first_chunk_overlap 1 only its flow, the vocoder then running urgently beside the LLM;
+   * 2: no wait), so the two do not compete for the device; later chunks always overlap the
+   * LLM's next tokens */
+  if (s->e->first_chunk_overlap < 2 && s->chunks_done == 0 &&
       s->n_ready - s->offset >= s->hop + LOOKAHEAD)
-    while (s->chunks_done == 0 && s->chunk_err == COSY_OK && !cancelled(s))
+    while (s->chunks_done == 0 && !(s->e->first_chunk_overlap == 1 && s->first_flow_done) &&
+           s->chunk_err == COSY_OK && !cancelled(s))
       pthread_cond_wait(&s->ccv, &s->cmu);
   int failed = s->chunk_err != COSY_OK;
   pthread_mutex_unlock(&s->cmu);

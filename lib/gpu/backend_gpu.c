@@ -225,7 +225,7 @@ static cosy_status gb_hift_infer(cosy_engine *e, const float *mel, int T, int fi
 }
 
 const cosy_backend cosy_backend_gpu = {
-    "gpu",         1,            gb_create,    gb_destroy,     gb_stats,      gb_llm_input,  gb_llm_open,
+    "gpu",         1 /* the LLM waits for the first chunk's flow */, gb_create,    gb_destroy,     gb_stats,      gb_llm_input,  gb_llm_open,
     gb_llm_close,  gb_llm_prefill, gb_llm_decode, gb_flow_infer, gb_hift_infer,
 };
 
