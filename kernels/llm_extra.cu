@@ -251,7 +251,12 @@ inline unsigned grid_for(int64_t total) {
 
 constexpr int GV_THREADS = 256;
 constexpr int GV_WARPS = GV_THREADS / 32;
-constexpr int GV_CMAX = 4; /* 16-byte weight chunks per lane and row */
+/* 16-byte weight chunks per lane and row: 5 for single rows (down: K = 4864 = 4.75 chunks per
+ * lane at 4 K parts, so 448 blocks, one wave), 4 for row pairs (registers) */
+__host__ __device__ constexpr int gv_rows(int epi) {
+  return (epi == COSY_GEMV_SILU_MUL || epi == COSY_GEMV_QKV_ROPE) ? 2 : 1;
+}
+__host__ __device__ constexpr int gv_cmax(int epi) { return gv_rows(epi) == 2 ? 4 : 5; }
 constexpr int GV_TARGET_BLOCKS = 264;
 
 struct GemvP {
@@ -298,8 +303,9 @@ __device__ __forceinline__ void load8f(const float *p, float f[8]) {
 
 
 template <int M, int KS, int PRO, int EPI>
-__global__ void __launch_bounds__(GV_THREADS) gemv_kernel(GemvP a) {
-  constexpr int RW = (EPI == COSY_GEMV_SILU_MUL || EPI == COSY_GEMV_QKV_ROPE) ? 2 : 1;
+__global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 4) : 2)
+    gemv_kernel(GemvP a) {
+  constexpr int RW = gv_rows(EPI), GV_CMAX = gv_cmax(EPI);
   constexpr int SPB = GV_WARPS / KS;
   __shared__ float red[GV_WARPS][RW * M];
   __shared__ float nred[GV_WARPS][M];
@@ -604,7 +610,7 @@ extern "C" cudaError_t cosy_k_llm_add(cudaStream_t s, const float *a, const floa
 
 extern "C" int cosy_k_llm_gemv_supported(int M, int K) {
   return (M == 1 || M == 2 || M == 4 || M == 8) && K >= 8 && K % 8 == 0 &&
-         K <= GV_CMAX * 8 * 32 * 8;
+         K <= 4 * 8 * 32 * 8;
 }
 
 extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args *a) {
@@ -652,10 +658,10 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
   default:
     return cudaErrorInvalidValue;
   }
-  /* K split: least that covers K in GV_CMAX chunks per lane, then more for a fuller grid */
-  const int nch = a->K / 8;
+  /* K split: least that covers K in gv_cmax chunks per lane, then more for a fuller grid */
+  const int nch = a->K / 8, cmax = gv_cmax(a->out_mode);
   int ks = 1;
-  while (ks < 8 && (nch + 32 * ks - 1) / (32 * ks) > GV_CMAX) ks *= 2;
+  while (ks < 8 && (nch + 32 * ks - 1) / (32 * ks) > cmax) ks *= 2;
   while (ks < 8 && (p.P + GV_WARPS / ks - 1) / (GV_WARPS / ks) < GV_TARGET_BLOCKS &&
          nch > 32 * ks)
     ks *= 2;
