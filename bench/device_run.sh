@@ -3,7 +3,7 @@
 # benchmarks. Logs go to $OUT (or build/dev/out); a short table is printed last.
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench profile
-#                                        official (default: all but profile)
+#                                        cudnn official (default: all but profile and cudnn)
 #
 # What it expects (the device has nvcc and python3 + numpy, nothing else):
 #   .dev/root/          libsamplerate + cmocka unpacked from Debian packages (dpkg -x)
@@ -86,6 +86,12 @@ if [[ " $STEPS " == *" profile "* ]]; then
   python3 bench/ncu_summary.py "$OUT/ncu_w1.log" > "$OUT/ncu_summary.txt" 2>&1
 fi
 
+if [[ " $STEPS " == *" cudnn "* ]] && [ -d .dev/official ]; then
+  # the vocoder's convolutions through cuDNN (PyTorch), to compare with test_gpu_hift's timings
+  run hift_cudnn timeout 300 python3 bench/official/hift_cudnn.py --model "$FULL" \
+    --out "$OUT/hift_cudnn.json"
+fi
+
 if [[ " $STEPS " == *" official "* ]] && [ -d .dev/official ]; then
   run official timeout 300 python3 bench/official/run_official.py --model "$FULL" --shared "$SHARED" \
     --device cuda --out "$OUT/official.json" ${OFFICIAL_ARGS:-}
@@ -99,4 +105,5 @@ for f in "$OUT"/test_*.log; do
   grep -E 'FAIL|rel|max abs|ms' "$f" | grep -vE '^\[ *(RUN|OK) ' | tail -8
 done
 [ -f "$OUT/ncu_summary.txt" ] && { echo "--- ncu_summary.txt"; head -30 "$OUT/ncu_summary.txt"; }
+[ -f "$OUT/hift_cudnn.log" ] && { echo "--- hift_cudnn.log"; grep -E "cuDNN|Error" "$OUT/hift_cudnn.log"; grep -h "TIMING gpu_hift_infer" "$OUT"/test_gpu_hift.log 2>/dev/null; }
 for f in "$OUT"/bench_*.log "$OUT"/official.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -14 "$f"; }; done
