@@ -37,6 +37,7 @@ int main(void) {
 #include <cuda_runtime_api.h>
 
 #include "kernels.h"
+#include "llm_extra.h"
 
 #define F32 COSY_KDT_F32
 #define BF16 COSY_KDT_BF16
@@ -477,6 +478,68 @@ static void add_sampling(const char *group, int B) {
   run_op(t);
 }
 
+/* the decode path's own kernels: the fused skinny GEMM (llm_extra.h) and RAS sampling */
+static cudaError_t r_llm_gemv(bench_op *o, int s) {
+  cosy_llm_gemv_args ga;
+  memset(&ga, 0, sizeof ga);
+  ga.M = o->i[0], ga.N = o->i[1], ga.K = o->i[2];
+  ga.in_mode = (cosy_llm_gemv_in)o->i[3];
+  ga.out_mode = (cosy_llm_gemv_out)o->i[4];
+  ga.x = P(o, 0, s), ga.ldx = ga.K, ga.norm_w = P(o, 2, s), ga.eps = 1e-6f;
+  ga.w = P(o, 1, s), ga.y = P(o, 3, s), ga.ldy = o->i[5];
+  ga.n_qh = 14, ga.n_kh = 2, ga.pos = P(o, 4, s), ga.slots = P(o, 5, s);
+  ga.inv_freq = P(o, 6, s), ga.k_cache = P(o, 7, s), ga.v_cache = P(o, 8, s);
+  return cosy_k_llm_gemv(g_stream, &ga);
+}
+static void add_llm_gemv(const char *group, const char *name, int M, int N, int K,
+                         cosy_llm_gemv_in in, cosy_llm_gemv_out out) {
+  bench_op *o = new_op(group, name);
+  const int ny = out == COSY_GEMV_QKV_ROPE ? 14 * 64 : out == COSY_GEMV_SILU_MUL ? N / 2 : N;
+  snprintf(o->size, sizeof o->size, "%dx%dx%d bf16 W, f32 x/y", M, N, K);
+  o->i[0] = M, o->i[1] = N, o->i[2] = K, o->i[3] = in, o->i[4] = out, o->i[5] = ny;
+  const size_t wbytes = (size_t)N * K * 2;
+  o->nrot = rot_sets(wbytes);
+  o->p[1] = drand_rot(o->nrot, (size_t)N * K, BF16, -0.05f, 0.05f, &o->rot[1]);
+  o->p[0] = drand((size_t)M * K, F32, -1.f, 1.f);
+  o->p[2] = drand((size_t)K, F32, 0.5f, 1.5f);
+  o->p[3] = drand((size_t)M * ny, F32, -1.f, 1.f);
+  int32_t pos[8], slots[8];
+  for (int m = 0; m < 8; ++m) pos[m] = 100 + m, slots[m] = m;
+  o->p[4] = dints(pos, 8);
+  o->p[5] = dints(slots, 8);
+  o->p[6] = drand(32, F32, 0.f, 1.f);
+  o->p[7] = drand(16 * 2 * 64, F32, -1.f, 1.f);
+  o->p[8] = drand(16 * 2 * 64, F32, -1.f, 1.f);
+  o->bytes = (double)wbytes + (double)M * K * 4 + (double)M * ny * 4 * (out == COSY_GEMV_ADD_F32 ? 2 : 1);
+  o->flops = 2.0 * M * N * K;
+  o->run = r_llm_gemv;
+  run_op(o);
+}
+static cudaError_t r_ras(bench_op *o, int s) {
+  return cosy_k_ras_sample(g_stream, P(o, 0, s), 6761, o->i[0], 6761, P(o, 1, s), P(o, 2, s));
+}
+static void add_ras(const char *group, int B) {
+  bench_op *o = new_op(group, "ras_sample");
+  snprintf(o->size, sizeof o->size, "%dx6761 logits, k 25, p 0.8", B);
+  o->i[0] = B;
+  o->p[0] = drand((size_t)B * 6761, F32, -8.f, 8.f);
+  o->p[1] = dalloc((size_t)B * 6761 * 4);
+  cosy_k_ras_row *rows = calloc((size_t)B, sizeof *rows);
+  if (!rows) exit(1);
+  for (int b = 0; b < B; ++b) {
+    for (int j = 0; j < 4; ++j) rows[b].rng[j] = 0x9E3779B97F4A7C15ull * (uint64_t)(b * 4 + j + 1);
+    rows[b].temperature = 1.f, rows[b].top_p = 0.8f, rows[b].tau_r = 0.1f;
+    rows[b].top_k = 25, rows[b].win_size = 10, rows[b].n_allowed = 6761, rows[b].n_hist = 10;
+    for (int j = 0; j < 10; ++j) rows[b].hist[j] = (b * 131 + j * 977) % 6561;
+  }
+  o->p[2] = dalloc((size_t)B * sizeof *rows);
+  CK(cudaMemcpy(o->p[2], rows, (size_t)B * sizeof *rows, cudaMemcpyHostToDevice));
+  free(rows);
+  o->bytes = B * 6761.0 * 8;
+  o->run = r_ras;
+  run_op(o);
+}
+
 static cudaError_t r_embed(bench_op *o, int s) {
   return cosy_k_embed(g_stream, BF16, P(o, 0, s), 6761, 896, P(o, 1, s), o->i[0], BF16,
                       P(o, 2, s), 896, NULL);
@@ -684,6 +747,17 @@ int main(void) {
     add_paged(grp, B, 1000);
     add_silu_mul(grp, B, 4864);
     add_sampling(grp, B);
+    add_ras(grp, B);
+    if (B <= 8) { /* the fused skinny GEMMs of the decode path (batches <= 4 by default) */
+      add_llm_gemv(grp, "gemv rmsnorm+qkv+rope", B, 1152, 896, COSY_GEMV_IN_RMSNORM,
+                   COSY_GEMV_QKV_ROPE);
+      add_llm_gemv(grp, "gemv o (+= h)", B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32);
+      add_llm_gemv(grp, "gemv rmsnorm+gate|up+silu", B, 9728, 896, COSY_GEMV_IN_RMSNORM,
+                   COSY_GEMV_SILU_MUL);
+      add_llm_gemv(grp, "gemv down (+= h)", B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32);
+      add_llm_gemv(grp, "gemv rmsnorm+head", B, 6761, 896, COSY_GEMV_IN_RMSNORM,
+                   COSY_GEMV_STORE_F32);
+    }
   }
   add_prefill("prefill", 300);
   add_gemm("prefill", "gemm qkv", 300, 1152, 896, BF16, 1);
