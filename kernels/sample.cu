@@ -268,9 +268,16 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
   const float *xr = logits + (size_t)blockIdx.x * stride;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int base = tid * RAS_E;
-  const float temperature = row->temperature;
+  /* the row (192 bytes) into shared memory in one round of loads: thread 0's serial part
+   * (nucleus, draws, repetition check) then never waits on global memory */
+  __shared__ __align__(16) cosy_k_ras_row srow;
+  static_assert(sizeof(cosy_k_ras_row) % 4 == 0, "row size");
+  if (tid < (int)(sizeof(cosy_k_ras_row) / 4))
+    reinterpret_cast<unsigned *>(&srow)[tid] = reinterpret_cast<const unsigned *>(row)[tid];
+  __syncthreads();
+  const float temperature = srow.temperature;
   const float inv_t = 1.0f / temperature;
-  const int n_allowed = min(row->n_allowed, n);
+  const int n_allowed = min(srow.n_allowed, n);
 
   /* 0. log_softmax of the logits (cosy_k_log_softmax's formula), kept in registers and
    * written to logp_out */
@@ -343,7 +350,7 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
     if (base + e < n_allowed) p[e] *= inv_sum;
 
   /* 2. the k-th largest p (radix select on the bits), then the candidates in rank order */
-  const int k = min(row->top_k, n);
+  const int k = min(srow.top_k, n);
   unsigned prefix = 0u, mask = 0u;
   int kk = k; /* rank wanted among the ids matching prefix */
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -429,11 +436,11 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
   Xoshiro rng;
   if (tid == 0) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) rng.s[j] = row->rng[j];
+    for (int j = 0; j < 4; ++j) rng.s[j] = srow.rng[j];
     float cum = 0.0f;
     int taken = 0;
     double total = 0.0;
-    while (taken < c && cum < row->top_p) {
+    while (taken < c && cum < srow.top_p) {
       const float w = cp[taken];
       cum += w;
       total += w;
@@ -455,12 +462,12 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
     if (pick < 0) pick = last;
     const int id = cid[pick < 0 ? 0 : pick];
     int resample = 0;
-    const int win = row->win_size;
+    const int win = srow.win_size;
     if (win > 0) {
-      const int nh = min(row->n_hist, win);
+      const int nh = min(srow.n_hist, win);
       int rep = 0;
-      for (int i = 0; i < nh; ++i) rep += row->hist[i] == id;
-      const float thr = (float)win * row->tau_r;
+      for (int i = 0; i < nh; ++i) rep += srow.hist[i] == id;
+      const float thr = (float)win * srow.tau_r;
       resample = (float)rep >= thr;
     }
     s_id = id;
