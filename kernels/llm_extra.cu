@@ -26,16 +26,20 @@
  *     pair (j, j + I) for SILU_MUL, or (head*64 + i, head*64 + i + 32) for QKV_ROPE, so that a
  *     pair's epilogue (SiLU gate, rotation) needs no exchange between blocks. KS warps (1, 2, 4 or
  *     8, a template parameter) share one slot and split K; a block holds 8 / KS slots. Lane l of
- *     K-part p owns the 16-byte weight chunks j = (c*KS + p)*32 + l, c < 4 (coalesced 512-byte
+ *     K-part p owns the 16-byte weight chunks j = (c*KS + p)*32 + l, c < C (C = 4 for row
+ *     pairs, 5 for single rows; coalesced 512-byte
  *     warp accesses), all issued into registers first, so the weight stream is in flight while
  *     the block waits for its producer (PDL) and computes the RMSNorm statistics. x (fp32, tiny)
  *     is then read with plain loads (L1 hits after the first warp; never ld.global.nc, see load8f)
  *     next to each weight chunk (two float4 per row and chunk); each lane
  *     does 8 FMAs per chunk, row of W and row of x; partial sums are reduced with warp shuffles
  *     and, across the KS warps, through shared memory; thread (slot, m) applies the epilogue.
- *     KS is chosen by the launcher: the least that covers K in 4 chunks per lane, then doubled
+ *     KS is chosen by the launcher: the least that covers K in C chunks per lane, then doubled
  *     (up to 8, while each warp still has chunks) until the grid has >= 264 blocks (2 per SM).
- *     The grid is ceil(slots / (8 / KS)): 288..896 blocks for the full model's matrices.
+ *     The grid is ceil(slots / (8 / KS)): 288..846 blocks for the full model's matrices (down:
+ *     KS 4, 448 blocks). Register bounds at M = 1 (5 blocks per SM for single rows, 4 for pairs)
+ *     keep each of those grids within one or two waves; the weights in flight are ~32 of each
+ *     thread's registers.
  *     PDL (sm_90): every gemv block triggers its dependents at once and waits (griddepcontrol)
  *     for its own producers after issuing its weight loads.
  * Numerics: fp32 everywhere except the bf16 weights (and the bf16 hi/lo pairs, exact to ~2^-17
