@@ -307,7 +307,7 @@ __device__ __forceinline__ void load8f(const float *p, float f[8]) {
 
 
 template <int M, int KS, int PRO, int EPI>
-__global__ void __launch_bounds__(GV_THREADS, M == 1 ? 5 : 2)
+__global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 4) : 2)
     gemv_kernel(GemvP a) {
   constexpr int RW = gv_rows(EPI), GV_CMAX = gv_cmax(EPI);
   constexpr int SPB = GV_WARPS / KS;
