@@ -3,8 +3,11 @@
  *     (cudaMemGetInfo before create, after create, and during synthesis), and a fraction too
  *     small for the weights is a clear COSY_ERR_GPU_NO_MEMORY at create time;
  *   - synthesis on the GPU: blocking == push streaming == pull streaming for one seed, finite
- *     audio within +-0.99, several chunks; cancel; stats.
+ *     audio within +-0.99, several chunks; cancel; stats; top_k beyond the GPU sampler (host
+ *     sampling from the downloaded log-probs) repeatable; the first-chunk policies
+ *     (COSY_FIRST_CHUNK=wait|overlap vs the default) give the same audio sample for sample.
  * Model: $COSY_GPU_TEST_MODEL, else the small golden model (tu_small_model()). */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -201,11 +204,52 @@ static void test_gpu_synthesis(void **state) {
   cosy_request_cancel(r);
   assert_int_equal(cosy_request_wait(r, 30000), COSY_ERR_CANCELLED);
   cosy_request_release(r);
+  /* top_k beyond the GPU sampler's limit (COSY_K_RAS_MAX_K): the backend samples on the host
+   * from the downloaded log-probs; same seed, same audio */
+  {
+    cosy_synth_params q = p;
+    q.min_tokens = q.max_tokens = 40;
+    q.top_k = 2000;
+    float *h1 = NULL, *h2 = NULL;
+    int64_t n1 = 0, n2 = 0;
+    if (cosy_synthesize(e, v, TEXT, &q, &h1, &n1)) fail_msg("top_k 2000: %s", cosy_last_error());
+    if (cosy_synthesize(e, v, TEXT, &q, &h2, &n2)) fail_msg("top_k 2000: %s", cosy_last_error());
+    assert_true(n1 > 0 && n1 == n2);
+    int fin = 1;
+    for (int64_t i = 0; i < n1; i++) fin &= isfinite(h1[i]);
+    assert_true(fin);
+    assert_memory_equal(h1, h2, (size_t)n1 * sizeof *h1);
+    print_message("host-sampled (top_k 2000): %lld samples, repeatable\n", (long long)n1);
+    cosy_free(h1);
+    cosy_free(h2);
+  }
   free(pulled);
   free(b.pcm);
-  cosy_free(blk);
   cosy_voice_release(v);
   cosy_engine_destroy(e);
+
+  /* what the LLM does during the first chunk (wait / flow / overlap) changes timing only: the
+   * chunks depend on token counts, so the audio is the same sample for sample */
+  const char *pol[2] = {"wait", "overlap"};
+  for (int k = 0; k < 2; k++) {
+    setenv("COSY_FIRST_CHUNK", pol[k], 1);
+    cosy_engine *e2 = NULL;
+    if (cosy_engine_create(&c, &e2)) fail_msg("create: %s", cosy_last_error());
+    cosy_voice *v2 = make_voice(e2);
+    p.min_tokens = p.max_tokens = 112;
+    float *o = NULL;
+    int64_t no = 0;
+    if (cosy_synthesize(e2, v2, TEXT, &p, &o, &no)) fail_msg("synthesize: %s", cosy_last_error());
+    const double dd = no == nb ? tu_max_abs_diff(o, blk, (size_t)nb) : INFINITY;
+    print_message("first chunk policy %s vs default: max abs diff %.3g (must be 0)\n", pol[k],
+                  dd);
+    assert_true(dd == 0.0);
+    cosy_free(o);
+    cosy_voice_release(v2);
+    cosy_engine_destroy(e2);
+  }
+  unsetenv("COSY_FIRST_CHUNK");
+  cosy_free(blk);
 }
 
 int main(void) {
