@@ -32,22 +32,25 @@
  * time it is needed (that first step runs eagerly) and replayed afterwards. Per-step inputs (token
  * ids, sequence slots, positions) are one cudaMemcpyAsync from pinned memory into a fixed device
  * buffer; a prep kernel derives the embeddings, slot mapping, lengths and block tables from them
- * on the device; the log-probs come back with one async copy and one stream sync. Buckets of up
- * to 4 rows use fused skinny GEMMs (kernels/llm_extra.h: RMSNorm + projection + RoPE + KV append
- * in one kernel, SiLU gate in the gate|up epilogue, residual adds in the o/down epilogues): 4
- * kernels plus attention per layer, launched as programmatic dependents (sm_90) so each kernel's
- * weight stream starts while its predecessor finishes. Larger buckets use cuBLASLt GEMMs on
- * hi/lo pairs with fused norm / RoPE+append / SiLU kernels.
+ * on the device. The graph ends with the logits; either the log-probs come back with one async
+ * copy and one stream sync (logp given), or gpu_llm_sample draws the next tokens on the device
+ * (RAS, log_softmax fused) and only the sampled ids and generator states come back. Buckets of
+ * up to 4 rows use fused skinny GEMMs (kernels/llm_extra.h: RMSNorm + projection + RoPE + KV
+ * append in one kernel, SiLU gate in the gate|up epilogue, residual adds in the o/down
+ * epilogues): 4 kernels plus one attention kernel per layer, all launched as programmatic
+ * dependents (sm_90) so each kernel's weight stream starts while its predecessor finishes.
+ * Larger buckets use cuBLASLt GEMMs on hi/lo pairs with fused norm / RoPE+append / SiLU kernels.
  *
  * Prefill (gpu_llm_prefill): chunks of up to max_prefill positions, eager launches (cuBLASLt
  * GEMMs on hi/lo pairs, causal attention over the sequence's gathered K/V so a chunk sees the
  * earlier ones).
  *
- * Measured (H200, full-size random model, contexts 120-160; tests/test_gpu_llm.c): decode step
- * (graph replay incl. upload/download) batch 1 0.70 ms (0.74 without PDL, 1.06 via cuBLASLt),
- * batch 4 0.96 ms (1.09 via cuBLASLt), batch 8 1.10 ms (1.47 via skinny GEMMs), batch 16
- * 1.17 ms, batch 64 1.53 ms; prefill of 120 positions 2.9 ms. The batch-1 step is bound by
- * ~150 dependent small kernels (~4.5 us each), not by the 0.73 GB weight stream (0.15 ms here).
+ * Measured (H100, full-size random model, contexts 120-160; tests/test_gpu_llm.c, commit
+ * 6d802bf): decode step (graph replay incl. upload/download) batch 1 0.648 ms (0.73 without
+ * PDL, 1.06 via cuBLASLt), with GPU sampling 0.651 ms per token; batch 4 1.03 ms, batch 8
+ * 1.10 ms (cuBLASLt), batch 16 1.19 ms, batch 64 1.64 ms; prefill of 120 positions 3.1 ms. The
+ * batch-1 step is bound by the chain of 122 dependent kernels (~26.5 us per layer), not by the
+ * 0.73 GB weight stream (0.25 ms at the measured 2.96 TB/s).
  *
  * Threading: a gpu_llm is used by one thread at a time (the engine's scheduler thread); all work
  * goes to the cosy_gpu's stream. The cosy_model must outlive the gpu_llm (text embedding rows

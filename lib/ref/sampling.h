@@ -1,5 +1,7 @@
 /* sampling.h - seeded RNG and the RAS speech-token sampler (spec 2.3), shared by the CPU
- * reference and the GPU path (sampling runs on the host over a [n_vocab] log-prob row).
+ * reference and the GPU path's host fallback (sampling runs on the host over a [n_vocab] log-prob
+ * row). The GPU samples with kernels/sample.cu's cosy_k_ras_sample, the same algorithm step by
+ * step with the same generator, tested to give the same tokens and generator states.
  *
  * RNG: xoshiro256** (Blackman & Vigna 2018) with its 256-bit state filled by four successive
  * outputs of splitmix64 started at the seed. cosy_rng_uniform() = (next() >> 11) * 2^-53, a double
