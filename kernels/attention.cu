@@ -102,17 +102,6 @@ template <typename T> struct DecodeArgs {
   unsigned *count; /* [n_seq][n_kh] splits finished; zero between launches */
 };
 
-__device__ __forceinline__ void pdl_trigger_dec() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait_dec() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 /* 8 consecutive elements (16-byte aligned) as fp32 */
 __device__ __forceinline__ void load8(const float *p, float f[8]) {
   const float4 a = reinterpret_cast<const float4 *>(p)[0];
@@ -213,8 +202,8 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int G = a.n_qh / a.n_kh;
   const int h0 = kvh * G;
-  pdl_trigger_dec(); /* no-ops without a programmatic launch */
-  pdl_wait_dec();
+  pdl_trigger(); /* no-ops without a programmatic launch */
+  pdl_wait();
 
   /* (0) one round of independent loads: the length, the block-table entry of token tid (index
    * clamped into the table; used only below the length) and q */

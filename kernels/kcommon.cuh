@@ -59,6 +59,20 @@ __device__ __forceinline__ float block_max(float v, float *red) {
   return warp_max(t);
 }
 
+/* Programmatic dependent launch (sm_90; no-ops elsewhere and in plain launches): let the next
+ * kernel on the stream launch now / wait until the previous kernel has completed and its writes
+ * are visible. */
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 } /* namespace cosyk */
 
 /* Dispatch a runtime cosy_kdtype to a type alias T inside the braces; an unknown value returns

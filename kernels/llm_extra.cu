@@ -57,18 +57,6 @@ namespace {
 constexpr int HD = 64;
 constexpr int HALF = 32;
 
-/* programmatic dependent launch (sm_90; no-ops elsewhere and in plain launches) */
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* decode_prep                                                                                 */
 
