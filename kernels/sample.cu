@@ -201,53 +201,29 @@ __device__ __forceinline__ double warp_sum_d(double v) {
   return v;
 }
 
-/* inclusive scan over the block (1024 threads) of a double; red: __shared__ double[32] */
-__device__ __forceinline__ double block_incl_scan_d(double v, double *red) {
+/* inclusive scan over the block (blockDim.x a multiple of 32, <= 1024) of an int or a double;
+ * red: __shared__ T[32]; the call contains barriers, so all threads must make it */
+template <typename T> __device__ __forceinline__ T block_incl_scan(T v, T *red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const double t = __shfl_up_sync(0xffffffffu, v, o);
+    const T t = __shfl_up_sync(0xffffffffu, v, o);
     if (lane >= o) v += t;
   }
   __syncthreads();
   if (lane == 31) red[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    double w = red[lane];
+    T w = red[lane];
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const double t = __shfl_up_sync(0xffffffffu, w, o);
+      const T t = __shfl_up_sync(0xffffffffu, w, o);
       if (lane >= o) w += t;
     }
     red[lane] = w;
   }
   __syncthreads();
   return warp ? v + red[warp - 1] : v;
-}
-
-/* exclusive scan over the block of an int; red: __shared__ int[32] */
-__device__ __forceinline__ int block_excl_scan_i(int v, int *red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int t = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += t;
-  }
-  __syncthreads();
-  if (lane == 31) red[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    int w = red[lane];
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int t = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += t;
-    }
-    red[lane] = w;
-  }
-  __syncthreads();
-  return (warp ? red[warp - 1] : 0) + x - v;
 }
 
 __global__ void __launch_bounds__(RAS_THREADS)
@@ -402,7 +378,7 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
   int ties = 0;
 #pragma unroll
   for (int e = 0; e < RAS_E; ++e) ties += base + e < n && __float_as_uint(p[e]) == prefix;
-  int tie_rank = block_excl_scan_i(ties, ired);
+  int tie_rank = block_incl_scan(ties, ired) - ties; /* exclusive */
   if (tid == 0) s_count = 0;
   __syncthreads();
 #pragma unroll
@@ -487,7 +463,7 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
       seg += p[e];
       if (p[e] > 0.f) lastpos = base + e;
     }
-    const double incl = block_incl_scan_d(seg, dred);
+    const double incl = block_incl_scan(seg, dred);
     __shared__ double s_incl[RAS_THREADS];
     s_incl[tid] = incl;
     if (tid == RAS_THREADS - 1) s_rest = incl;
