@@ -31,7 +31,7 @@
 
 #define TOL_SRC 1e-3
 #define TOL_DEC 1e-4
-#define T_NONFINAL 32 /* HIFT(nonfinal) = mel_in[:, :32] */
+#define T_NONFINAL TU_HIFT_T_NONFINAL /* HIFT(nonfinal) = mel_in[:, :32] */
 
 typedef struct fixture {
   cosy_model *m;
@@ -58,18 +58,14 @@ static int setup(void **state) {
     return -1;
   }
   fx->nh = fx->m->hp.nb_harmonics + 1;
-  int nd;
-  int64_t sh[8];
-  fx->mel = tu_npy_f32(tu_shared("golden/hift/mel_in.npy"), &nd, sh);
-  if (!fx->mel || nd != 2 || sh[0] != 80) return -1;
-  fx->T = (int)sh[1];
-  fx->mel_nf = malloc(sizeof(float) * 80 * T_NONFINAL);
-  for (int c = 0; c < 80; c++)
-    memcpy(fx->mel_nf + c * T_NONFINAL, fx->mel + (size_t)c * fx->T, sizeof(float) * T_NONFINAL);
-  fx->rand_ini = tu_load_f32("golden/hift/rand_ini.npy", fx->nh);
-  fx->sine_waves = tu_npy_f32(tu_shared("golden/hift/sine_waves.npy"), &nd, sh);
-  if (!fx->rand_ini || !fx->sine_waves || nd != 2 || sh[1] != fx->nh) return -1;
-  fx->n_rows = sh[0];
+  tu_hift_inputs in;
+  if (tu_golden_hift_inputs(fx->nh, &in)) return -1;
+  fx->mel = in.mel;
+  fx->T = in.T;
+  fx->mel_nf = in.mel_nf;
+  fx->rand_ini = in.rand_ini;
+  fx->sine_waves = in.sine_waves;
+  fx->n_rows = in.n_rows;
   return 0;
 }
 

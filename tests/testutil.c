@@ -200,6 +200,32 @@ int tu_golden_flow_inputs(tu_flow_inputs *in) {
   return ok ? 0 : -1;
 }
 
+int tu_golden_hift_inputs(int nh, tu_hift_inputs *in) {
+  memset(in, 0, sizeof *in);
+  int nd = 0, nd2 = 0;
+  int64_t sh[8], sh2[8];
+  in->mel = tu_npy_f32(tu_shared("golden/hift/mel_in.npy"), &nd, sh);
+  in->rand_ini = tu_load_f32("golden/hift/rand_ini.npy", nh);
+  in->sine_waves = tu_npy_f32(tu_shared("golden/hift/sine_waves.npy"), &nd2, sh2);
+  int ok = in->mel && nd == 2 && sh[0] == 80 && sh[1] >= TU_HIFT_T_NONFINAL && in->rand_ini &&
+           in->sine_waves && nd2 == 2 && sh2[1] == nh;
+  if (ok) {
+    in->T = (int)sh[1];
+    in->n_rows = sh2[0];
+    in->mel_nf = (float *)malloc(sizeof(float) * 80 * TU_HIFT_T_NONFINAL);
+    ok = in->mel_nf != NULL;
+  }
+  if (ok)
+    for (int c = 0; c < 80; c++)
+      memcpy(in->mel_nf + c * TU_HIFT_T_NONFINAL, in->mel + (size_t)c * in->T,
+             sizeof(float) * TU_HIFT_T_NONFINAL);
+  if (!ok) {
+    free(in->mel), free(in->mel_nf), free(in->rand_ini), free(in->sine_waves);
+    memset(in, 0, sizeof *in);
+  }
+  return ok ? 0 : -1;
+}
+
 void tu_flow_inputs_free(tu_flow_inputs *in) {
   free(in->tokens);
   free(in->prompt_feat);

@@ -37,6 +37,17 @@ typedef struct tu_flow_inputs {
 int tu_golden_flow_inputs(tu_flow_inputs *in);
 void tu_flow_inputs_free(tu_flow_inputs *in);
 
+/* The golden HiFT inputs (golden/hift): mel [80][T] channels-first; mel_nf [80][32], its first
+ * TU_HIFT_T_NONFINAL frames (the non-final call's input); the injected source noise rand_ini [nh]
+ * and sine_waves [n_rows][nh], nh = the model's harmonics + 1. 0 on success (all or nothing). */
+#define TU_HIFT_T_NONFINAL 32
+typedef struct tu_hift_inputs {
+  float *mel, *mel_nf, *rand_ini, *sine_waves;
+  int T;
+  int64_t n_rows;
+} tu_hift_inputs;
+int tu_golden_hift_inputs(int nh, tu_hift_inputs *in);
+
 /* ||a - ref||_2 / ||ref||_2 (computed in double) */
 double tu_rel_l2(const float *a, const float *ref, size_t n);
 double tu_max_abs_diff(const float *a, const float *ref, size_t n);
