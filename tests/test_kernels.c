@@ -997,6 +997,14 @@ static void test_gemm(void **state) {
 /* ---------------------------------------------------------------------------------------------
  * sample.cu */
 
+/* out[i] = x[i] - max - log(sum_j exp(x[j] - max)) in double (-inf entries stay -inf) */
+static void log_softmax_ref(const float *x, int n, double *out) {
+  double m = -INFINITY, s = 0;
+  for (int i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int i = 0; i < n; ++i) s += exp((double)x[i] - m);
+  for (int i = 0; i < n; ++i) out[i] = (double)x[i] - m - log(s);
+}
+
 static void check_log_softmax(int rows, int n, int stride_extra, cosy_kdtype idt) {
   const int stride = n + stride_extra;
   const size_t nin = (size_t)rows * stride, nout = (size_t)rows * n;
@@ -1006,13 +1014,7 @@ static void check_log_softmax(int rows, int n, int stride_extra, cosy_kdtype idt
   CK(cosy_k_log_softmax(0, idt, dx, stride, dout, rows, n));
   float *out = download(dout, nout, F32);
   double *ref = dalloc_host(nout);
-  for (int r = 0; r < rows; ++r) {
-    const float *xr = x + (size_t)r * stride;
-    double m = -INFINITY, s = 0;
-    for (int i = 0; i < n; ++i) m = xr[i] > m ? xr[i] : m;
-    for (int i = 0; i < n; ++i) s += exp(xr[i] - m);
-    for (int i = 0; i < n; ++i) ref[(size_t)r * n + i] = xr[i] - m - log(s);
-  }
+  for (int r = 0; r < rows; ++r) log_softmax_ref(x + (size_t)r * stride, n, ref + (size_t)r * n);
   char sz[96];
   snprintf(sz, sizeof sz, "rows=%d n=%d stride=%d %s->f32", rows, n, stride, dtn(idt));
   check("log_softmax", sz, out, ref, nout, 1e-5);
@@ -1206,7 +1208,7 @@ static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
   assert_true(lgt && glp);
   cosy_k_ras_row *dr = dmalloc(sizeof *hr * (size_t)rows);
   int mismatch = 0, redraws = 0, total = 0;
-  double max_dlogp = 0.0;
+  double max_dlogp = 0.0, *lref = dalloc_host((size_t)n);
   for (int t = 0; t < trials; ++t) {
     for (int r = 0; r < rows; ++r) {
       float *x = lp + (size_t)r * n;
@@ -1254,12 +1256,9 @@ static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
     CK(cudaMemcpy(out, dr, sizeof *out * (size_t)rows, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(glp, dlo, sizeof(float) * (size_t)rows * n, cudaMemcpyDeviceToHost));
     for (int r = 0; r < rows; ++r) { /* double log_softmax of the logits given */
-      const float *z = lgt + (size_t)r * n;
-      double zm = -INFINITY, zs = 0.0;
-      for (int i = 0; i < n; ++i) zm = z[i] > zm ? z[i] : zm;
-      for (int i = 0; i < n; ++i) zs += exp((double)z[i] - zm);
+      log_softmax_ref(lgt + (size_t)r * n, n, lref);
       for (int i = 0; i < n; ++i) {
-        const double want = (double)z[i] - zm - log(zs), got = glp[(size_t)r * n + i];
+        const double want = lref[i], got = glp[(size_t)r * n + i];
         const double d = isinf(want) && isinf(got) && (want < 0) == (got < 0) ? 0.0 : fabs(got - want);
         if (!(d <= max_dlogp)) max_dlogp = isnan(d) ? INFINITY : d;
       }
@@ -1284,7 +1283,7 @@ static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
   report("ras_sample", sz, (double)mismatch, 0.0, 0);
   report("ras_sample log_softmax", "max abs vs double", max_dlogp, 1e-4, 0);
   if (!flat && trials * rows >= 64 && redraws == 0) report("ras_sample redraws", sz, 1.0, 0.0, 0);
-  free(lp), free(scratch), free(hr), free(cr), free(lgt), free(glp);
+  free(lp), free(scratch), free(hr), free(cr), free(lgt), free(glp), free(lref);
   dfree(dlp), dfree(dr), dfree(dlo);
 }
 
