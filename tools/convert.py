@@ -9,7 +9,11 @@ tokenizer_config.json). The 278 special tokens CosyVoice3 adds to the Qwen token
 the CosyVoice source (cosyvoice/tokenizer/tokenizer.py, class CosyVoice3Tokenizer), not in the
 model directory: pass that file (or a JSON list of them) with --added-tokens.
 
-Needs numpy only (the .pt files are read without torch). The format is docs/model-format.md.
+The front-end models (speech tokenizer v3 and CAM++, needed by cosy_voice_from_audio) are
+optional: MODEL_DIR/speech_tokenizer_v3.onnx and MODEL_DIR/campplus.onnx are taken when present, or
+--speech-tokenizer / --campplus name an .onnx file or a PyTorch state dict (frontend_convert.py maps
+them by graph structure). Reading ONNX needs the `onnx` package; everything else numpy only (the
+.pt files are read without torch). The format is docs/model-format.md.
 Weight norm is folded (W = g * v / ||v||, norm over all but dim 0); the flow's fixed noise buffer
 (torch.manual_seed(0); torch.randn(1, 80, 15000)) is reproduced and checked against torch's values.
 """
@@ -23,6 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import frontend_convert as fe  # noqa: E402
 import gguf_writer as gw  # noqa: E402
 import ptread  # noqa: E402
 import torch_rng  # noqa: E402
@@ -360,8 +365,40 @@ FLOW_F = dict(cfg_rate=0.7)
 HIFT_F = dict(nsf_alpha=0.1, nsf_sigma=0.003, voiced_threshold=10.0, lrelu_slope=0.1, audio_limit=0.99)
 
 
+def load_frontend(s3_path=None, cam_path=None):
+    """The optional front-end models (tools/frontend_convert.py): an ONNX file (by its .onnx
+    extension; needs the onnx package) or a PyTorch state dict each. -> dict for write_model."""
+    out = {"tensors": {}, "u32": {}, "f32": {}, "arrays": {}}
+
+    def read(path, from_onnx, from_sd):
+        if not os.path.exists(path):
+            raise ConvertError(f"{path}: not found")
+        try:
+            if path.endswith(".onnx"):
+                return from_onnx(path)
+            try:
+                sd = ptread.load(path)
+            except ValueError as exc:
+                raise ConvertError(str(exc)) from None
+            return from_sd(sd, path)
+        except fe.FrontendError as exc:
+            raise ConvertError(str(exc)) from None
+    if s3_path:
+        t, hp, hpf = read(s3_path, fe.s3tok_from_onnx, fe.s3tok_from_state_dict)
+        out["tensors"].update(t)
+        out["u32"].update({f"cosyvoice.s3tok.{k}": v for k, v in hp.items()})
+        out["f32"].update({f"cosyvoice.s3tok.{k}": v for k, v in hpf.items()})
+    if cam_path:
+        t, hp, hpa = read(cam_path, fe.campplus_from_onnx, fe.campplus_from_state_dict)
+        out["tensors"].update(t)
+        out["u32"].update({f"cosyvoice.campplus.{k}": v for k, v in hp.items()})
+        hpa = dict(hpa, block_dilations=[1, 2, 2])
+        out["arrays"].update({f"cosyvoice.campplus.{k}": v for k, v in hpa.items()})
+    return out
+
+
 def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dtype, name,
-                noise=None):
+                noise=None, frontend=None):
     tokens, types, merges, eos, eop = tok
     if len(tokens) > hp_llm["text_vocab_size"]:
         raise ConvertError(f"tokenizer has {len(tokens)} tokens, the text embedding only "
@@ -392,6 +429,15 @@ def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dt
     w.add_array("tokenizer.ggml.merges", gw.T_STRING, merges)
     w.add_u32("tokenizer.ggml.eos_token_id", eos)
     w.add_u32("cosyvoice.tokenizer.endofprompt_id", eop)
+    if frontend:
+        for k, v in frontend["u32"].items():
+            w.add_u32(k, int(v))
+        for k, v in frontend["f32"].items():
+            w.add_f32(k, float(v))
+        for k, v in frontend["arrays"].items():
+            w.add_array(k, gw.T_UINT32, [int(x) for x in v])
+        for n, a in frontend["tensors"].items():     # always f32
+            w.add_tensor(n, np.asarray(a, dtype=np.float32), gw.GGML_F32)
     wt = DTYPES[dtype]
     for n in sorted(tensors):
         a = tensors[n]            # an array, or a gguf_writer.Lazy made at write time
@@ -405,7 +451,8 @@ def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dt
     w.write(path)
 
 
-def convert(model_dir, out, dtype, tok_dir=None, added=None, name="Fun-CosyVoice3-0.5B"):
+def convert(model_dir, out, dtype, tok_dir=None, added=None, name="Fun-CosyVoice3-0.5B",
+            s3_path=None, cam_path=None):
     def load(fn):
         p = os.path.join(model_dir, fn)
         if not os.path.exists(p):
@@ -420,8 +467,14 @@ def convert(model_dir, out, dtype, tok_dir=None, added=None, name="Fun-CosyVoice
     hift, hp_hift, hp_hift_a = map_hift(load("hift.pt"))
     tok = load_tokenizer(tok_dir or os.path.join(model_dir, "CosyVoice-BlankEN"), added)
     tensors = {**llm, **flow, **hift}
-    write_model(out, tensors, hp_llm, hp_flow, hp_hift, hp_hift_a, tok, dtype, name)
-    return len(tensors) + 1
+    if s3_path is None and os.path.exists(os.path.join(model_dir, "speech_tokenizer_v3.onnx")):
+        s3_path = os.path.join(model_dir, "speech_tokenizer_v3.onnx")
+    if cam_path is None and os.path.exists(os.path.join(model_dir, "campplus.onnx")):
+        cam_path = os.path.join(model_dir, "campplus.onnx")
+    front = load_frontend(s3_path or None, cam_path or None)
+    write_model(out, tensors, hp_llm, hp_flow, hp_hift, hp_hift_a, tok, dtype, name,
+                frontend=front)
+    return len(tensors) + 1 + len(front["tensors"])
 
 
 def main(argv=None):
@@ -434,9 +487,15 @@ def main(argv=None):
     ap.add_argument("--added-tokens", help="CosyVoice's cosyvoice/tokenizer/tokenizer.py or a JSON list "
                     "of the CosyVoice3 special tokens")
     ap.add_argument("--name", default="Fun-CosyVoice3-0.5B")
+    ap.add_argument("--speech-tokenizer", help="speech tokenizer v3: the official .onnx or an "
+                    "S3TokenizerV3 state dict (default MODEL_DIR/speech_tokenizer_v3.onnx when present; "
+                    "'' = none)")
+    ap.add_argument("--campplus", help="CAM++ speaker model: the official .onnx or a CAMPPlus "
+                    "state dict (default MODEL_DIR/campplus.onnx when present; '' = none)")
     a = ap.parse_args(argv)
     try:
-        n = convert(a.model_dir, a.output, a.dtype, a.tokenizer, a.added_tokens, a.name)
+        n = convert(a.model_dir, a.output, a.dtype, a.tokenizer, a.added_tokens, a.name,
+                    a.speech_tokenizer, a.campplus)
     except ConvertError as exc:
         print(f"convert.py: error: {exc}", file=sys.stderr)
         return 1
