@@ -140,12 +140,25 @@ $(TEST_MODEL): tools/convert.py tools/ptread.py tools/gguf_writer.py tools/torch
 	    --tokenizer $(SHARED_DIR)/tokenizer --added-tokens $(SHARED_DIR)/tokenizer/added_tokens.json; \
 	else echo "note: $(SHARED_DIR)/golden/small not found: golden tests will skip"; fi
 
-# ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) check-header check-abi test-c test-py
+# The same plus the small random front-end models of tests/data/frontend (state dicts: numpy only).
+FE_DATA := tests/data/frontend
+FE_TEST_MODEL := $(B)/test/small-fe-f32.gguf
+$(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py tools/gguf_writer.py \
+                  tools/torch_rng.py $(FE_DATA)/s3tok_small.pt $(FE_DATA)/campplus_small.pt
+	@mkdir -p $(dir $@)
+	@if [ -d $(SHARED_DIR)/golden/small ]; then \
+	  $(PYTHON) tools/convert.py $(SHARED_DIR)/golden/small -o $@ --dtype f32 \
+	    --tokenizer $(SHARED_DIR)/tokenizer --added-tokens $(SHARED_DIR)/tokenizer/added_tokens.json \
+	    --speech-tokenizer $(FE_DATA)/s3tok_small.pt --campplus $(FE_DATA)/campplus_small.pt; \
+	else echo "note: $(SHARED_DIR)/golden/small not found: front-end model tests will skip"; fi
 
-test-c: $(TEST_BIN) $(TEST_MODEL)
+# ---- tests --------------------------------------------------------------------------------------
+test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi test-c test-py
+
+test-c: $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	@fail=0; for t in $(TEST_BIN); do \
-	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) ./$$t || fail=1; done; \
+	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) \
+	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) ./$$t || fail=1; done; \
 	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
 
 test-py: $(TEST_MODEL)

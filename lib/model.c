@@ -192,6 +192,78 @@ static void expected_hift(const cosy_hparams *h, wantlist *l) {
   add(l, 0, 1, 2 * nf, 1, 1, "hift.conv_post.bias");
 }
 
+/* front end (optional): shapes as tools/frontend_convert.py writes them */
+static void expected_s3tok(const cosy_hparams *h, wantlist *l) {
+  if (!h->has_s3tok) return;
+  int S = h->s3_state;
+  add(l, 0, 3, S, h->s3_mels, 3, "s3tok.conv1.weight");
+  add(l, 0, 1, S, 1, 1, "s3tok.conv1.bias");
+  add(l, 0, 3, S, S, 3, "s3tok.conv2.weight");
+  add(l, 0, 1, S, 1, 1, "s3tok.conv2.bias");
+  for (int i = 0; i < h->s3_layers; i++) {
+    static const char *vec[] = {"attn_ln.weight", "attn_ln.bias", "attn.query.bias",
+                                "attn.value.bias", "attn.out.bias", "mlp_ln.weight", "mlp_ln.bias",
+                                "mlp.2.bias"};
+    static const char *mat[] = {"attn.query.weight", "attn.key.weight", "attn.value.weight",
+                                "attn.out.weight"};
+    for (int j = 0; j < 8; j++) add(l, 0, 1, S, 1, 1, "s3tok.blocks.%d.%s", i, vec[j]);
+    for (int j = 0; j < 4; j++) add(l, 0, 2, S, S, 1, "s3tok.blocks.%d.%s", i, mat[j]);
+    add(l, 0, 2, S, h->s3_fsmn_kernel, 1, "s3tok.blocks.%d.attn.fsmn.weight", i);
+    add(l, 0, 2, 4 * S, S, 1, "s3tok.blocks.%d.mlp.0.weight", i);
+    add(l, 0, 1, 4 * S, 1, 1, "s3tok.blocks.%d.mlp.0.bias", i);
+    add(l, 0, 2, S, 4 * S, 1, "s3tok.blocks.%d.mlp.2.weight", i);
+  }
+  add(l, 0, 2, 8, S, 1, "s3tok.project_down.weight");
+  add(l, 0, 1, 8, 1, 1, "s3tok.project_down.bias");
+}
+
+static void add4(wantlist *l, int64_t a, int64_t b, int64_t c, int64_t d, const char *name) {
+  add(l, 0, 3, a, b, c, "%s", name);
+  if (!l->oom) { l->v[l->n - 1].n_dims = 4; l->v[l->n - 1].shape[3] = d; }
+}
+
+static void expected_campplus(const cosy_hparams *h, wantlist *l) {
+  if (!h->has_campplus) return;
+  static const char *convs[] = {"head.conv1", "head.layer1.0.conv1", "head.layer1.0.conv2",
+                                "head.layer1.0.shortcut", "head.layer1.1.conv1",
+                                "head.layer1.1.conv2", "head.layer2.0.conv1", "head.layer2.0.conv2",
+                                "head.layer2.0.shortcut", "head.layer2.1.conv1",
+                                "head.layer2.1.conv2", "head.conv2"};
+  int M = h->cam_m_channels, G = h->cam_growth, Bn = h->cam_bn_channels;
+  char nm[96];
+  for (int i = 0; i < 12; i++) {
+    int k = strstr(convs[i], "shortcut") ? 1 : 3;
+    snprintf(nm, sizeof nm, "campplus.%s.weight", convs[i]);
+    add4(l, M, i == 0 ? 1 : M, k, k, nm);
+    add(l, 0, 1, M, 1, 1, "campplus.%s.bias", convs[i]);
+  }
+  add(l, 0, 3, h->cam_init_channels, M * (h->cam_feat_dim / 8), 5, "campplus.tdnn.weight");
+  add(l, 0, 1, h->cam_init_channels, 1, 1, "campplus.tdnn.bias");
+  int C = h->cam_init_channels;
+  for (int b = 0; b < 3; b++) {
+    for (int j = 0; j < h->cam_layers[b]; j++) {
+      int cin = C + j * G;
+      add(l, 0, 1, cin, 1, 1, "campplus.block%d.%d.bn1.scale", b + 1, j);
+      add(l, 0, 1, cin, 1, 1, "campplus.block%d.%d.bn1.shift", b + 1, j);
+      add(l, 0, 2, Bn, cin, 1, "campplus.block%d.%d.linear1.weight", b + 1, j);
+      add(l, 0, 1, Bn, 1, 1, "campplus.block%d.%d.linear1.bias", b + 1, j);
+      add(l, 0, 3, G, Bn, h->cam_kernels[b], "campplus.block%d.%d.local.weight", b + 1, j);
+      add(l, 0, 2, Bn / 2, Bn, 1, "campplus.block%d.%d.cam1.weight", b + 1, j);
+      add(l, 0, 1, Bn / 2, 1, 1, "campplus.block%d.%d.cam1.bias", b + 1, j);
+      add(l, 0, 2, G, Bn / 2, 1, "campplus.block%d.%d.cam2.weight", b + 1, j);
+      add(l, 0, 1, G, 1, 1, "campplus.block%d.%d.cam2.bias", b + 1, j);
+    }
+    C += h->cam_layers[b] * G;
+    add(l, 0, 1, C, 1, 1, "campplus.transit%d.bn.scale", b + 1);
+    add(l, 0, 1, C, 1, 1, "campplus.transit%d.bn.shift", b + 1);
+    add(l, 0, 2, C / 2, C, 1, "campplus.transit%d.linear.weight", b + 1);
+    add(l, 0, 1, C / 2, 1, 1, "campplus.transit%d.linear.bias", b + 1);
+    C /= 2;
+  }
+  add(l, 0, 2, h->cam_embedding, 2 * C, 1, "campplus.dense.weight");
+  add(l, 0, 1, h->cam_embedding, 1, 1, "campplus.dense.bias");
+}
+
 /* ---- hyperparameters ---------------------------------------------------------------------- */
 
 static cosy_status get_int(const gguf_file *f, const char *key, int lo, int hi, int *out) {
@@ -310,6 +382,46 @@ static cosy_status read_hparams(const gguf_file *f, cosy_hparams *h) {
   GF("cosyvoice.hift.audio_limit", 0.0f, 1.0f, &h->audio_limit);
   GI("tokenizer.ggml.eos_token_id", 0, h->text_vocab - 1, &h->eos_id);
   GI("cosyvoice.tokenizer.endofprompt_id", 0, h->text_vocab - 1, &h->endofprompt_id);
+  /* optional front end: present when its first key is */
+  if (gguf_find_kv(f, "cosyvoice.s3tok.n_state")) {
+    h->has_s3tok = 1;
+    GI("cosyvoice.s3tok.n_mels", 128, 128, &h->s3_mels);
+    GI("cosyvoice.s3tok.n_state", 64, 16384, &h->s3_state);
+    GI("cosyvoice.s3tok.n_head", 1, 256, &h->s3_heads);
+    GI("cosyvoice.s3tok.n_layer", 1, 256, &h->s3_layers);
+    GI("cosyvoice.s3tok.fsmn_kernel", 1, 255, &h->s3_fsmn_kernel);
+    GF("cosyvoice.s3tok.ln_eps", 0.0f, 1e-2f, &h->s3_ln_eps);
+    GF("cosyvoice.s3tok.rope_theta", 1.0f, 1e9f, &h->s3_rope_theta);
+    GF("cosyvoice.s3tok.fsq_scale", 0.5f, 1.0f, &h->s3_fsq_scale);
+    if (h->s3_heads * 64 != h->s3_state)
+      return cosy_err(COSY_ERR_MODEL_FORMAT, "speech tokenizer: width %d is not heads %d x 64",
+                      h->s3_state, h->s3_heads);
+  }
+  if (gguf_find_kv(f, "cosyvoice.campplus.feat_dim")) {
+    h->has_campplus = 1;
+    GI("cosyvoice.campplus.feat_dim", 80, 80, &h->cam_feat_dim);
+    GI("cosyvoice.campplus.m_channels", 1, 1024, &h->cam_m_channels);
+    GI("cosyvoice.campplus.init_channels", 2, 8192, &h->cam_init_channels);
+    GI("cosyvoice.campplus.growth_rate", 1, 1024, &h->cam_growth);
+    GI("cosyvoice.campplus.bn_channels", 2, 8192, &h->cam_bn_channels);
+    GI("cosyvoice.campplus.embedding_size", 192, 192, &h->cam_embedding);
+    GI("cosyvoice.campplus.n_blocks", 3, 3, &h->cam_layers[0]);
+    GI("cosyvoice.campplus.seg_len", 1, 10000, &h->cam_seg_len);
+    if ((st = get_arr3(f, "cosyvoice.campplus.block_layers", 1, 256, h->cam_layers))) return st;
+    if ((st = get_arr3(f, "cosyvoice.campplus.block_kernels", 1, 31, h->cam_kernels))) return st;
+    if ((st = get_arr3(f, "cosyvoice.campplus.block_dilations", 1, 64, h->cam_dilations)))
+      return st;
+    int C = h->cam_init_channels;
+    for (int b = 0; b < 3; b++) {
+      C += h->cam_layers[b] * h->cam_growth;
+      if (C % 2 || h->cam_kernels[b] % 2 == 0)
+        return cosy_err(COSY_ERR_MODEL_FORMAT, "CAM++: block %d has %d channels (odd) or an even "
+                        "kernel %d", b + 1, C, h->cam_kernels[b]);
+      C /= 2;
+    }
+    if (h->cam_bn_channels % 2)
+      return cosy_err(COSY_ERR_MODEL_FORMAT, "CAM++: odd bottleneck width %d", h->cam_bn_channels);
+  }
 #undef GI
 #undef GF
   return COSY_OK;
@@ -365,6 +477,8 @@ static cosy_status check_tensors(cosy_model *m) {
   expected_llm(&m->hp, &l);
   expected_flow(&m->hp, &l);
   expected_hift(&m->hp, &l);
+  expected_s3tok(&m->hp, &l);
+  expected_campplus(&m->hp, &l);
   cosy_status st = COSY_OK;
   if (l.oom) { st = cosy_err(COSY_ERR_NO_MEMORY, "out of memory"); goto done; }
   for (size_t i = 0; i < l.n && !st; i++) {

@@ -32,6 +32,12 @@ typedef struct cosy_hparams {
   float nsf_alpha, nsf_sigma, voiced_threshold, lrelu_slope, audio_limit;
   /* tokenizer */
   int n_tokens, n_merges, eos_id, endofprompt_id;
+  /* front end (optional: has_* = 0 when the file has no such model; docs/model-format.md 2.6) */
+  int has_s3tok, s3_mels /* 128 */, s3_state, s3_heads, s3_layers, s3_fsmn_kernel;
+  float s3_ln_eps, s3_rope_theta, s3_fsq_scale;
+  int has_campplus, cam_feat_dim /* 80 */, cam_m_channels, cam_init_channels, cam_growth;
+  int cam_bn_channels, cam_embedding /* 192 */, cam_seg_len /* 100 */;
+  int cam_layers[3], cam_kernels[3], cam_dilations[3];
   uint32_t weight_type; /* GGML_* of the LLM/flow matrices */
 } cosy_hparams;
 

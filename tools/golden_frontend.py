@@ -195,7 +195,7 @@ def main():
         r = run_s3(s3, x)
         for k, v in r.items():
             if case == "full" or k not in FULL_ONLY:
-                np.save(os.path.join(a.out, f"s3_{case}_{k}.npy"), v)
+                np.save(os.path.join(a.out, f"s3_{case}_{k}.npy"), np.ascontiguousarray(v))
         p = np.tanh(r["proj"].astype(np.float64)) * 0.9990000128746033
         margin = np.abs(np.abs(p) - 0.5).min()
         info["checks"][f"s3_{case}"] = {"frames": int(x.shape[-1]), "tokens": int(len(r["tokens"])),
@@ -213,7 +213,7 @@ def main():
         r = run_campplus(cam, np.ascontiguousarray(x, dtype=np.float32))
         for k, v in r.items():
             if case == "full" or k not in FULL_ONLY:
-                np.save(os.path.join(a.out, f"cam_{case}_{k}.npy"), v)
+                np.save(os.path.join(a.out, f"cam_{case}_{k}.npy"), np.ascontiguousarray(v))
         info["checks"][f"cam_{case}"] = {"frames": int(x.shape[0]),
                                          "embedding_norm": float(np.linalg.norm(r["embedding"]))}
     camo = os.path.join(a.out, "campplus_small.onnx")

@@ -1,0 +1,311 @@
+/* test_ref_frontend.c - the front-end CPU references (lib/ref/s3tok.c, lib/ref/campplus.c)
+ * against golden data.
+ *
+ * Features, from the shared 16 kHz prompt golden/frontend/wav16k.npy (the official front end's
+ * torchaudio resampling of zero_shot_prompt.wav):
+ *   whisper log-mel vs golden/frontend/whisper_logmel.npy [1][128][348]   rel L2 <= 1e-5
+ *   kaldi fbank     vs golden/frontend/kaldi_fbank.npy [346][80]         rel L2 <= 1e-5,
+ *   and its mean-removed version vs kaldi_fbank_cmn.npy                    rel L2 <= 1e-4
+ *   (the mean-removed values are smaller, so the same absolute error weighs more)
+ * Models: the small random models of tests/data/frontend (tools/golden_frontend.py; converted
+ * into $COSY_TEST_FE_MODEL by `make test`) on the golden features:
+ *   speech tokenizer (348 and 301 mel frames): tokens exact; the FSQ projection, encoder output,
+ *     conv2 output and block 0 output rel L2 <= 1e-4 (fp32, other summation order than torch)
+ *   CAM++ (346 and 250 fbank frames): embedding rel L2 <= 1e-4; head, tdnn, pooled stats
+ *     rel L2 <= 1e-4; also vs onnxruntime's run of the ONNX file (rel L2 <= 1e-4)
+ * Every measured error is printed. Missing shared data or model: SKIP with the reason. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model.h"
+#include "ref/campplus.h"
+#include "ref/s3tok.h"
+#include "testutil.h"
+#include "util.h"
+
+#define FE_DIR "tests/data/frontend/"
+#define TOL_FEAT 1e-5
+#define TOL_NET 1e-4
+
+typedef struct fixture {
+  cosy_model *m;
+  ref_s3tok *s3;
+  ref_campplus *cam;
+} fixture;
+
+static const char *fe_model(void) {
+  const char *p = getenv("COSY_TEST_FE_MODEL");
+  if (!p) p = "build/test/small-fe-f32.gguf";
+  FILE *f = fopen(p, "rb");
+  if (!f) return NULL;
+  fclose(f);
+  return p;
+}
+
+static int setup(void **state) {
+  fixture *fx = calloc(1, sizeof *fx);
+  *state = fx;
+  const char *p = fe_model();
+  if (!p) return 0;
+  if (cosy_model_load(p, &fx->m) != COSY_OK) {
+    fprintf(stderr, "model load failed: %s\n", cosy_last_error());
+    return -1;
+  }
+  if (ref_s3tok_create(fx->m, &fx->s3) || ref_campplus_create(fx->m, &fx->cam)) {
+    fprintf(stderr, "front-end create failed: %s\n", cosy_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *fx = *state;
+  ref_s3tok_free(fx->s3);
+  ref_campplus_free(fx->cam);
+  cosy_model_free(fx->m);
+  free(fx);
+  return 0;
+}
+
+static float *load_local(const char *name, int64_t want) {
+  char p[512];
+  snprintf(p, sizeof p, FE_DIR "%s", name);
+  int nd;
+  int64_t sh[8];
+  float *v = tu_npy_f32(p, &nd, sh);
+  if (v && want >= 0 && tu_numel(nd, sh) != want) {
+    fprintf(stderr, "%s: %lld elements, expected %lld\n", p, (long long)tu_numel(nd, sh),
+            (long long)want);
+    free(v);
+    return NULL;
+  }
+  return v;
+}
+
+static double check(const char *what, const float *a, const float *ref, size_t n, double tol) {
+  double rel = tu_rel_l2(a, ref, n), mad = tu_max_abs_diff(a, ref, n);
+  print_message("%-40s rel L2 %.3g, max abs %.3g (limit rel %.0e)\n", what, rel, mad, tol);
+  assert_true(rel <= tol);
+  return rel;
+}
+
+/* ---------------------------------------------------------------------------- features */
+
+static void test_whisper_logmel(void **state) {
+  (void)state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  int n = 0;
+  float *wav = tu_load_f32("golden/frontend/wav16k.npy", -1);
+  float *ref = tu_load_f32("golden/frontend/whisper_logmel.npy", 128 * 348);
+  assert_non_null(wav);
+  assert_non_null(ref);
+  n = 55680;
+  float *mel;
+  int32_t T;
+  assert_int_equal(ref_whisper_logmel(wav, n, &mel, &T), COSY_OK);
+  assert_int_equal(T, 348);
+  check("whisper log-mel [128][348]", mel, ref, (size_t)128 * T, TOL_FEAT);
+  free(mel);
+  assert_int_equal(ref_whisper_logmel(wav, 400, &mel, &T), COSY_ERR_INVALID_ARG);
+  free(wav), free(ref);
+}
+
+static void test_kaldi_fbank(void **state) {
+  (void)state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  float *wav = tu_load_f32("golden/frontend/wav16k.npy", 55680);
+  float *ref = tu_load_f32("golden/frontend/kaldi_fbank.npy", 346 * 80);
+  float *cmn = tu_load_f32("golden/frontend/kaldi_fbank_cmn.npy", 346 * 80);
+  assert_non_null(wav);
+  assert_non_null(ref);
+  assert_non_null(cmn);
+  float *fb;
+  int32_t T;
+  assert_int_equal(ref_kaldi_fbank(wav, 55680, &fb, &T), COSY_OK);
+  assert_int_equal(T, 346);
+  check("kaldi fbank [346][80]", fb, ref, (size_t)T * 80, TOL_FEAT);
+  for (int m = 0; m < 80; m++) {
+    double s = 0;
+    for (int t = 0; t < T; t++) s += fb[t * 80 + m];
+    float mean = (float)(s / T);
+    for (int t = 0; t < T; t++) fb[t * 80 + m] -= mean;
+  }
+  check("kaldi fbank minus mean", fb, cmn, (size_t)T * 80, 1e-4);
+  free(fb);
+  assert_int_equal(ref_kaldi_fbank(wav, 399, &fb, &T), COSY_ERR_INVALID_ARG);
+  free(wav), free(ref), free(cmn);
+}
+
+/* ---------------------------------------------------------------------------- tokenizer */
+
+static void run_s3(fixture *fx, const char *tag, int T) {
+  float *full = tu_load_f32("golden/frontend/whisper_logmel.npy", 128 * 348);
+  assert_non_null(full);
+  float *mel = malloc((size_t)128 * T * sizeof(float));
+  for (int c = 0; c < 128; c++) memcpy(mel + (size_t)c * T, full + (size_t)c * 348, T * sizeof(float));
+  char nm[128];
+  snprintf(nm, sizeof nm, "s3_%s_tokens.npy", tag);
+  char p[512];
+  snprintf(p, sizeof p, FE_DIR "%s", nm);
+  int nd;
+  int64_t sh[8];
+  int32_t *rt = tu_npy_i32(p, &nd, sh);
+  assert_non_null(rt);
+  int N = (int)sh[0], S = ref_s3tok_width(fx->s3);
+  float *proj = malloc((size_t)N * 8 * sizeof(float)), *enc = malloc((size_t)N * S * sizeof(float));
+  float *c2 = malloc((size_t)N * S * sizeof(float)), *b0 = malloc((size_t)N * S * sizeof(float));
+  int32_t *tok, nt;
+  assert_int_equal(ref_s3tok_encode(fx->s3, mel, T, &tok, &nt, proj, enc, c2, b0), COSY_OK);
+  assert_int_equal(nt, N);
+  int mism = 0;
+  for (int i = 0; i < N; i++) mism += tok[i] != rt[i];
+  print_message("speech tokens (%s, %d frames): %d of %d differ (limit 0)\n", tag, T, mism, N);
+  assert_int_equal(mism, 0);
+  snprintf(nm, sizeof nm, "s3_%s_proj.npy", tag);
+  float *r = load_local(nm, (int64_t)N * 8);
+  assert_non_null(r);
+  check("FSQ projection", proj, r, (size_t)N * 8, TOL_NET);
+  free(r);
+  snprintf(nm, sizeof nm, "s3_%s_encoder_out.npy", tag);
+  r = load_local(nm, (int64_t)N * S);
+  assert_non_null(r);
+  check("encoder output", enc, r, (size_t)N * S, TOL_NET);
+  free(r);
+  if (!strcmp(tag, "full")) {
+    r = load_local("s3_full_conv2_pre_gelu.npy", (int64_t)N * S);
+    assert_non_null(r);
+    check("conv2 (before GELU)", c2, r, (size_t)N * S, TOL_NET);
+    free(r);
+    r = load_local("s3_full_block0.npy", (int64_t)N * S);
+    assert_non_null(r);
+    check("block 0 output", b0, r, (size_t)N * S, TOL_NET);
+    free(r);
+  }
+  free(tok), free(rt), free(proj), free(enc), free(c2), free(b0), free(mel), free(full);
+}
+
+static void test_s3tok_full(void **state) {
+  fixture *fx = *state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  TU_REQUIRE(fx->s3, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  run_s3(fx, "full", 348);
+}
+
+static void test_s3tok_cut(void **state) {
+  fixture *fx = *state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  TU_REQUIRE(fx->s3, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  run_s3(fx, "cut301", 301);
+}
+
+/* ---------------------------------------------------------------------------- CAM++ */
+
+static void run_cam(fixture *fx, const char *tag, int T) {
+  float *full = tu_load_f32("golden/frontend/kaldi_fbank_cmn.npy", 346 * 80);
+  assert_non_null(full);
+  for (int m = 0; m < 80; m++) { /* re-centre the cut (the official call on shorter audio) */
+    double s = 0;
+    for (int t = 0; t < T; t++) s += full[t * 80 + m];
+    float mean = (float)(s / T);
+    if (T != 346)
+      for (int t = 0; t < T; t++) full[t * 80 + m] -= mean;
+  }
+  int T2 = (T - 1) / 2 + 1;
+  float emb[192], *head = malloc((size_t)320 * T * sizeof(float));
+  float *tdnn = malloc((size_t)4096 * T2 * sizeof(float)), stats[4096];
+  assert_int_equal(ref_campplus_embed(fx->cam, full, T, emb, head, tdnn, stats), COSY_OK);
+  char nm[128];
+  snprintf(nm, sizeof nm, "cam_%s_embedding.npy", tag);
+  float *r = load_local(nm, 192);
+  assert_non_null(r);
+  check("CAM++ embedding", emb, r, 192, TOL_NET);
+  free(r);
+  snprintf(nm, sizeof nm, "cam_%s_stats.npy", tag);
+  int nd;
+  int64_t sh[8];
+  char p[512];
+  snprintf(p, sizeof p, FE_DIR "%s", nm);
+  r = tu_npy_f32(p, &nd, sh);
+  assert_non_null(r);
+  check("CAM++ pooled stats", stats, r, (size_t)sh[0], TOL_NET);
+  free(r);
+  if (!strcmp(tag, "full")) {
+    r = load_local("cam_full_head.npy", (int64_t)320 * T);
+    assert_non_null(r);
+    check("CAM++ head [320][T]", head, r, (size_t)320 * T, TOL_NET);
+    free(r);
+    snprintf(p, sizeof p, FE_DIR "cam_full_tdnn.npy");
+    r = tu_npy_f32(p, &nd, sh);
+    assert_non_null(r);
+    assert_int_equal(sh[1], T2);
+    check("CAM++ tdnn", tdnn, r, (size_t)(sh[0] * sh[1]), TOL_NET);
+    free(r);
+    r = load_local("cam_full_embedding_ort.npy", 192);
+    assert_non_null(r);
+    check("CAM++ embedding vs onnxruntime", emb, r, 192, TOL_NET);
+    free(r);
+  }
+  free(head), free(tdnn), free(full);
+}
+
+static void test_campplus_full(void **state) {
+  fixture *fx = *state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  TU_REQUIRE(fx->cam, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  run_cam(fx, "full", 346);
+}
+
+static void test_campplus_cut(void **state) {
+  fixture *fx = *state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  TU_REQUIRE(fx->cam, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  run_cam(fx, "cut250", 250);
+}
+
+/* ---------------------------------------------------------------------------- misc */
+
+static void test_absent_and_args(void **state) {
+  fixture *fx = *state;
+  /* a model without the front end: create says UNSUPPORTED with a message naming the fix */
+  const char *plain = tu_small_model();
+  if (plain) {
+    cosy_model *m;
+    if (cosy_model_load(plain, &m) == COSY_OK) {
+      ref_s3tok *s;
+      ref_campplus *c;
+      assert_int_equal(ref_s3tok_create(m, &s), COSY_ERR_UNSUPPORTED);
+      assert_non_null(strstr(cosy_last_error(), "speech tokenizer"));
+      assert_int_equal(ref_campplus_create(m, &c), COSY_ERR_UNSUPPORTED);
+      assert_non_null(strstr(cosy_last_error(), "CAM++"));
+      cosy_model_free(m);
+    }
+  }
+  TU_REQUIRE(fx->s3 && fx->cam, "front-end test model not found");
+  int32_t *tok, n;
+  float mel[128 * 2] = {0}, emb[192];
+  assert_int_equal(ref_s3tok_encode(fx->s3, mel, 0, &tok, &n, NULL, NULL, NULL, NULL),
+                   COSY_ERR_INVALID_ARG);
+  assert_int_equal(ref_s3tok_encode(fx->s3, mel, 2, &tok, &n, NULL, NULL, NULL, NULL), COSY_OK);
+  assert_int_equal(n, 1);
+  assert_true(tok[0] >= 0 && tok[0] < 6561);
+  free(tok);
+  assert_int_equal(ref_campplus_embed(fx->cam, mel, 3, emb, NULL, NULL, NULL), COSY_ERR_INVALID_ARG);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_whisper_logmel), cmocka_unit_test(test_kaldi_fbank),
+      cmocka_unit_test(test_s3tok_full),     cmocka_unit_test(test_s3tok_cut),
+      cmocka_unit_test(test_campplus_full),  cmocka_unit_test(test_campplus_cut),
+      cmocka_unit_test(test_absent_and_args),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
