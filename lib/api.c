@@ -269,14 +269,12 @@ COSY_API cosy_status cosy_voice_from_audio(cosy_engine *e, const float *pcm, int
                                            int32_t sample_rate, const char *transcript,
                                            cosy_voice **out) {
   if (out) *out = NULL;
-  if (!e || !pcm || !out)
-    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_from_audio: NULL argument");
-  if (n_samples <= 0 || sample_rate < 16000 || sample_rate > 192000)
-    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_from_audio: bad length or rate");
-  return cosy_err(COSY_ERR_UNSUPPORTED,
-                  "cosy_voice_from_audio needs the speech tokenizer and the CAM++ speaker model, "
-                  "which this version does not implement; compute the prompt mel with "
-                  "cosy_audio_to_mel and use cosy_voice_from_features");
+  if (!e || !out)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_from_audio: NULL %s", !e ? "engine" : "out");
+  const char *pt = transcript ? transcript : "";
+  cosy_status st = text_check(pt, "transcript");
+  if (st) return st;
+  return voice_from_audio(e, pcm, n_samples, sample_rate, pt, out);
 }
 
 COSY_API void cosy_voice_release(cosy_voice *v) {

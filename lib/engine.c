@@ -163,6 +163,7 @@ void engine_destroy(cosy_engine *e) {
   for (int i = 0; i < e->n_workers; i++) pthread_join(e->workers[i].th, NULL);
   free(e->workers);
   if (e->be) e->be->destroy(e);
+  voice_frontend_free(e->frontend);
   cosy_tokenizer_free(e->tok);
   cosy_model_free(e->model);
   pthread_mutex_destroy(&e->mu);

@@ -100,6 +100,7 @@ struct cosy_engine {
   int n_workers;
   struct engine_worker *workers;
   int64_t requests_done, samples_out;
+  struct voice_frontend *frontend; /* speech tokenizer + CAM++, made on first use (voice_audio.c) */
 };
 
 enum { REQ_QUEUED = 0, REQ_RUNNING = 1, REQ_DONE = 2 };
@@ -162,5 +163,9 @@ cosy_status voice_create(struct cosy_engine *e, const char *prompt_text, const i
                          struct cosy_voice **out);
 void voice_ref(struct cosy_voice *v);
 void voice_unref(struct cosy_voice *v);
+/* voice_audio.c: a voice from raw audio (cosy_voice_from_audio after its argument checks) */
+cosy_status voice_from_audio(struct cosy_engine *e, const float *pcm, int64_t n,
+                             int32_t sample_rate, const char *prompt_text, struct cosy_voice **out);
+void voice_frontend_free(struct voice_frontend *f);
 
 #endif

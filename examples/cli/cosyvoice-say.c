@@ -2,8 +2,10 @@
  *
  *   cosyvoice-say -m model.gguf -v voice.gguf -o out.wav "Text to say."
  *   echo "Text" | cosyvoice-say -m model.gguf -v voice.gguf -o out.wav -
+ *   cosyvoice-say -m model.gguf --prompt-wav p.wav --prompt-text "..." --save-voice v.gguf \
+ *                 -o out.wav "Text"          (clones the voice: cosy_voice_from_audio)
  *   cosyvoice-say -m model.gguf --prompt-wav p.wav --prompt-text "..." --prompt-tokens t.txt \
- *                 --speaker s.txt --save-voice v.gguf -o out.wav "Text"
+ *                 --speaker s.txt --save-voice v.gguf -o out.wav "Text"  (precomputed features)
  *
  * Prints per-stage times, time to first audio and the real-time factor on stderr. */
 #define _POSIX_C_SOURCE 200809L
@@ -22,10 +24,12 @@ static void usage(FILE *f) {
           "usage: cosyvoice-say -m MODEL [voice] [options] [-o OUT.wav] (TEXT | -f FILE | -)\n"
           "voice (one of):\n"
           "  -v, --voice FILE         voice file (made with --save-voice or tools/make_model.py)\n"
-          "  --prompt-wav WAV         prompt audio (its mel; any rate 16k..192k)\n"
+          "  --prompt-wav WAV         prompt audio, 0.5..30 s at 16k..192k Hz: the voice is cloned\n"
+          "                           from it (speech tokens, speaker embedding and mel; needs a\n"
+          "                           model converted with the front-end models)\n"
           "    --prompt-text TEXT     its transcript\n"
-          "    --prompt-tokens FILE   its speech tokens (whitespace-separated ints, 25 Hz)\n"
-          "    --speaker FILE         its 192-d speaker embedding (whitespace-separated floats)\n"
+          "    --prompt-tokens FILE   instead: its speech tokens (whitespace-separated ints, 25 Hz)\n"
+          "    --speaker FILE         and its 192-d speaker embedding (whitespace-separated floats)\n"
           "  --save-voice FILE        write the voice made from the prompt options\n"
           "options:\n"
           "  --mode zero-shot|cross-lingual|instruct   (default zero-shot)\n"
@@ -158,7 +162,7 @@ int main(int argc, char **argv) {
     else if (!text_arg) text_arg = a;
     else { fprintf(stderr, "cosyvoice-say: more than one text argument\n"); return 2; }
   }
-  if (!model || (!voice_path && !speaker) || (!text_arg && !text_file)) {
+  if (!model || (!voice_path && !speaker && !prompt_wav) || (!text_arg && !text_file)) {
     usage(stderr);
     return 2;
   }
@@ -187,6 +191,18 @@ int main(int argc, char **argv) {
   cosy_voice *voice = NULL;
   if (voice_path) {
     if ((st = cosy_voice_load(eng, voice_path, &voice))) return fail(voice_path, st);
+  } else if (prompt_wav && !speaker && !prompt_tokens) {
+    float *pcm;
+    int64_t n;
+    int32_t sr;
+    if ((st = cosy_wav_read(prompt_wav, &pcm, &n, &sr))) return fail(prompt_wav, st);
+    double tv = now();
+    st = cosy_voice_from_audio(eng, pcm, n, sr, prompt_text, &voice);
+    free(pcm);
+    if (st) return fail("cloning the voice", st);
+    fprintf(stderr, "voice cloned from %s (%.2f s of audio at %d Hz) in %.3f s\n", prompt_wav,
+            (double)n / sr, (int)sr, now() - tv);
+    if (save_voice && (st = cosy_voice_save(voice, save_voice))) return fail(save_voice, st);
   } else {
     cosy_voice_features vf;
     cosy_voice_features_init(&vf, sizeof vf);

@@ -1,0 +1,215 @@
+/* test_voice_audio.c - cosy_voice_from_audio (lib/voice_audio.c) end to end, and its input checks.
+ *
+ * End to end: zero_shot_prompt.wav (24 kHz) through the library on the front-end test model
+ * ($COSY_TEST_FE_MODEL: the small golden model plus the random front-end models of
+ * tests/data/frontend) gives the voice the official frontend_zero_shot makes with the same
+ * weights: speech tokens == tests/data/frontend/s3_full_tokens.npy (exact; the official tokens of
+ * the official features), the prompt mel vs golden/frontend/mel24k.npy (rel L2 <= 1e-4, as the
+ * prompt-mel test) and the speaker embedding vs cam_full_embedding.npy (rel L2 <= 1e-4). The
+ * library computes its own 16 kHz audio and features (the golden features are not used), so this
+ * also covers resampling. The 16 kHz golden prompt (wav16k.npy) as input gives the same tokens
+ * and embedding. A voice file round trip keeps all of it.
+ * Bad input: NULL, empty, unknown rates, NaN / Inf, < 0.5 s, > 30 s, silent, unscaled, clipped
+ * -> COSY_ERR_INVALID_ARG with a message; a model without the front end -> COSY_ERR_UNSUPPORTED. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <unistd.h>
+
+#include "audio.h"
+#include "cosyvoice.h"
+#include "engine.h"
+#include "testutil.h"
+#include "util.h"
+
+#define FE_DIR "tests/data/frontend/"
+#define PROMPT_TEXT "You are a helpful assistant.<|endofprompt|>希望你以后能够做的比我还好呦。"
+
+static const char *fe_model(void) {
+  const char *p = getenv("COSY_TEST_FE_MODEL");
+  if (!p) p = "build/test/small-fe-f32.gguf";
+  FILE *f = fopen(p, "rb");
+  if (!f) return NULL;
+  fclose(f);
+  return p;
+}
+
+static cosy_engine *engine_for(const char *model) {
+  cosy_engine_config cfg;
+  cosy_engine_config_init(&cfg, sizeof cfg);
+  cfg.model_path = model;
+  cfg.device = COSY_DEVICE_CPU;
+  cosy_engine *e = NULL;
+  if (cosy_engine_create(&cfg, &e) != COSY_OK) {
+    fprintf(stderr, "engine: %s\n", cosy_last_error());
+    return NULL;
+  }
+  return e;
+}
+
+static void check_voice(const cosy_voice *v, int check_mel) {
+  int nd;
+  int64_t sh[8];
+  int32_t *rt = tu_npy_i32(FE_DIR "s3_full_tokens.npy", &nd, sh);
+  assert_non_null(rt);
+  int N = (int)sh[0];
+  assert_int_equal(v->n_tokens, N); /* min(174 / 2, 87) */
+  int mism = 0;
+  for (int i = 0; i < N; i++) mism += v->speech_tokens[i] != rt[i];
+  print_message("voice speech tokens: %d of %d differ from the official ones (limit 0)\n", mism, N);
+  assert_int_equal(mism, 0);
+  float *emb = tu_npy_f32(FE_DIR "cam_full_embedding.npy", &nd, sh);
+  assert_non_null(emb);
+  double r = tu_rel_l2(v->spk, emb, 192);
+  print_message("voice speaker embedding: rel L2 %.3g (limit 1e-4)\n", r);
+  assert_true(r <= 1e-4);
+  if (check_mel) {
+    float *mel = tu_load_f32("golden/frontend/mel24k.npy", 174 * 80);
+    assert_non_null(mel);
+    r = tu_rel_l2(v->mel, mel, (size_t)2 * N * 80);
+    print_message("voice prompt mel [%d][80]: rel L2 %.3g (limit 1e-4)\n", 2 * N, r);
+    assert_true(r <= 1e-4);
+    free(mel);
+  }
+  assert_string_equal(v->prompt_text, PROMPT_TEXT);
+  free(rt), free(emb);
+}
+
+static void test_end_to_end(void **state) {
+  (void)state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  const char *model = fe_model();
+  TU_REQUIRE(model, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  cosy_engine *e = engine_for(model);
+  assert_non_null(e);
+  float *pcm;
+  int64_t n;
+  int32_t sr;
+  assert_int_equal(cosy_wav_read(tu_shared("audio/zero_shot_prompt.wav"), &pcm, &n, &sr), COSY_OK);
+  assert_int_equal(sr, 24000);
+  cosy_voice *v;
+  double t0 = cosy_now();
+  assert_int_equal(cosy_voice_from_audio(e, pcm, n, sr, PROMPT_TEXT, &v), COSY_OK);
+  print_message("voice from %.2f s of 24 kHz audio in %.3f s (CPU, small front-end models)\n",
+                (double)n / sr, cosy_now() - t0);
+  check_voice(v, 1);
+  /* saved and loaded: the same voice */
+  char path[] = "/tmp/cosy-test-voice-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(cosy_voice_save(v, path), COSY_OK);
+  cosy_voice *w;
+  assert_int_equal(cosy_voice_load(e, path, &w), COSY_OK);
+  assert_int_equal(w->n_tokens, v->n_tokens);
+  assert_memory_equal(w->speech_tokens, v->speech_tokens, (size_t)v->n_tokens * 4);
+  assert_memory_equal(w->mel, v->mel, (size_t)v->n_tokens * 2 * 80 * 4);
+  assert_memory_equal(w->spk, v->spk, sizeof v->spk);
+  remove(path);
+  cosy_voice_release(w);
+  cosy_voice_release(v);
+  /* the official 16 kHz prompt as input: the same tokens and embedding */
+  float *w16 = tu_load_f32("golden/frontend/wav16k.npy", 55680);
+  assert_non_null(w16);
+  assert_int_equal(cosy_voice_from_audio(e, w16, 55680, 16000, PROMPT_TEXT, &v), COSY_OK);
+  check_voice(v, 0);
+  cosy_voice_release(v);
+  free(w16);
+  free(pcm);
+  cosy_engine_destroy(e);
+}
+
+static void expect_bad(cosy_engine *e, const float *pcm, int64_t n, int32_t sr, cosy_status want,
+                       const char *needle) {
+  cosy_voice *v = (cosy_voice *)(uintptr_t)1;
+  cosy_status st = cosy_voice_from_audio(e, pcm, n, sr, "", &v);
+  print_message("  %lld samples at %d Hz -> %s: %s\n", (long long)n, (int)sr, cosy_status_str(st),
+                cosy_last_error());
+  assert_int_equal(st, want);
+  assert_null(v);
+  assert_non_null(strstr(cosy_last_error(), needle));
+}
+
+static void test_bad_input(void **state) {
+  (void)state;
+  const char *model = fe_model();
+  TU_REQUIRE(model, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  cosy_engine *e = engine_for(model);
+  assert_non_null(e);
+  const int sr = 16000;
+  const int64_t n = 2 * sr, nl = 31 * (int64_t)sr;
+  float *x = malloc((size_t)nl * sizeof(float));
+  uint32_t s = 12345;
+  for (int64_t i = 0; i < nl; i++) {
+    s = s * 1664525u + 1013904223u;
+    x[i] = 0.3f * (float)sin(0.05 * (double)i) + 0.05f * ((float)(s >> 8) / 16777216.0f - 0.5f);
+  }
+  cosy_voice *v;
+  assert_int_equal(cosy_voice_from_audio(NULL, x, n, sr, "", &v), COSY_ERR_INVALID_ARG);
+  assert_int_equal(cosy_voice_from_audio(e, x, n, sr, "", NULL), COSY_ERR_INVALID_ARG);
+  expect_bad(e, NULL, n, sr, COSY_ERR_INVALID_ARG, "NULL");
+  expect_bad(e, x, 0, sr, COSY_ERR_INVALID_ARG, "empty");
+  expect_bad(e, x, n, 8000, COSY_ERR_INVALID_ARG, "sample rate");
+  expect_bad(e, x, n, 0, COSY_ERR_INVALID_ARG, "sample rate");
+  expect_bad(e, x, n, 200000, COSY_ERR_INVALID_ARG, "sample rate");
+  expect_bad(e, x, sr * 4 / 10, sr, COSY_ERR_INVALID_ARG, "at least 0.5 s");
+  expect_bad(e, x, nl, sr, COSY_ERR_INVALID_ARG, "at most 30 s");
+  float keep = x[100];
+  x[100] = NAN;
+  expect_bad(e, x, n, sr, COSY_ERR_INVALID_ARG, "NaN");
+  x[100] = INFINITY;
+  expect_bad(e, x, n, sr, COSY_ERR_INVALID_ARG, "infinite");
+  x[100] = keep;
+  float *z = calloc((size_t)n, sizeof(float));
+  expect_bad(e, z, n, sr, COSY_ERR_INVALID_ARG, "silent");
+  for (int64_t i = 0; i < n; i++) z[i] = x[i] * 32768.0f;
+  expect_bad(e, z, n, sr, COSY_ERR_INVALID_ARG, "scaled");
+  for (int64_t i = 0; i < n; i++) z[i] = fmaxf(-1.0f, fminf(1.0f, 10.0f * x[i]));
+  expect_bad(e, z, n, sr, COSY_ERR_INVALID_ARG, "clipped");
+  /* valid: a voice at a rate that needs resampling, and exactly 0.5 s and 30 s */
+  assert_int_equal(cosy_voice_from_audio(e, x, n, 44100, "", &v), COSY_OK);
+  assert_true(v->n_tokens > 0);
+  for (int i = 0; i < v->n_tokens; i++) assert_true(v->speech_tokens[i] >= 0 && v->speech_tokens[i] < 6561);
+  cosy_voice_release(v);
+  assert_int_equal(cosy_voice_from_audio(e, x, sr / 2, sr, "", &v), COSY_OK);
+  assert_int_equal(v->n_tokens, 12); /* 50 mel frames at 24 kHz -> 25 tokens, 13 at 16 kHz */
+  cosy_voice_release(v);
+  assert_int_equal(cosy_voice_from_audio(e, x, 30 * (int64_t)sr, sr, NULL, &v), COSY_OK);
+  assert_int_equal(v->n_tokens, 750);
+  cosy_voice_release(v);
+  free(z), free(x);
+  cosy_engine_destroy(e);
+}
+
+static void test_no_frontend(void **state) {
+  (void)state;
+  const char *model = tu_small_model();
+  TU_REQUIRE(model, "small test model not found");
+  cosy_engine *e = engine_for(model);
+  assert_non_null(e);
+  float x[16000];
+  for (int i = 0; i < 16000; i++) x[i] = 0.3f * sinf(0.05f * (float)i);
+  cosy_voice *v;
+  assert_int_equal(cosy_voice_from_audio(e, x, 16000, 16000, "", &v), COSY_ERR_UNSUPPORTED);
+  print_message("no front end: %s\n", cosy_last_error());
+  assert_non_null(strstr(cosy_last_error(), "speech tokenizer"));
+  assert_null(v);
+  cosy_engine_destroy(e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_end_to_end),
+      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_no_frontend),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
