@@ -227,8 +227,18 @@ COSY_API void cosy_voice_features_init(cosy_voice_features *f, uint32_t struct_s
 /** Make a voice from precomputed features (copied). */
 COSY_API cosy_status cosy_voice_from_features(cosy_engine *e, const cosy_voice_features *f,
                                               cosy_voice **out);
-/** Make a voice from raw audio (needs the speech tokenizer and speaker model):
- *  COSY_ERR_UNSUPPORTED in this version. */
+/** Clone a voice from a recording (what the official front end does for a zero-shot prompt):
+ *  pcm is mono float in [-1, 1], 0.5 .. 30 s at any rate in [16000, 192000] Hz; transcript is
+ *  what it says (UTF-8; NULL = ""; needed for zero-shot synthesis, not for cross-lingual or
+ *  instruct). The library resamples it to 16 kHz (speech tokens with the speech tokenizer v3,
+ *  speaker embedding with CAM++) and to 24 kHz (the prompt mel), all in the process; save the
+ *  result with cosy_voice_save to clone once and reuse it. Blocking; thread-safe; may run beside
+ *  synthesis. On a GPU engine it runs on the CPU reference path in this version.
+ *  Errors: COSY_ERR_UNSUPPORTED when the model file has no front-end models (convert it with
+ *  speech_tokenizer_v3.onnx and campplus.onnx); COSY_ERR_INVALID_ARG for NULL or empty audio, an
+ *  unsupported rate, NaN/Inf samples, audio shorter than 0.5 s or longer than 30 s, silent audio
+ *  (peak below -80 dBFS), audio not scaled to [-1, 1] (peak above 4) or clipped (more than 1% of
+ *  the samples at full scale); the message says which. */
 COSY_API cosy_status cosy_voice_from_audio(cosy_engine *e, const float *pcm, int64_t n_samples,
                                            int32_t sample_rate, const char *transcript,
                                            cosy_voice **out);

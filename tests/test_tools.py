@@ -693,9 +693,179 @@ def test_numpy_hift():
         f"wav given golden s {e_dec:.1e} (tol 5e-4), wav {e_wav:.1e} (tol 3e-2) max abs")
     assert e_f0 <= 1e-4 and e_s <= 5e-4 and e_dec <= 5e-4 and e_wav <= 3e-2
 
+# ------------------------------------------------------------------------------------------------
+# front end (speech tokenizer v3 + CAM++): tools/frontend_convert.py
+
+FE = os.path.join(ROOT, "tests", "data", "frontend")
+
+
+def _bn_fold_ref(w, gamma, beta, mean, var, bias=None):
+    """conv + BatchNorm(eval, eps 1e-5) folded, in float64 (this file's own code)."""
+    s = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+    b = np.zeros(w.shape[0]) if bias is None else bias.astype(np.float64)
+    return w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1)), \
+        b * s + beta.astype(np.float64) - mean.astype(np.float64) * s
+
+
+def test_frontend_state_dicts():
+    """front-end state dicts -> canonical tensors: names, shapes, BN folding, FSMN reshape; errors."""
+    import frontend_convert as fc
+    sd = ptread.load(os.path.join(FE, "s3tok_small.pt"))
+    t, hp, hpf = fc.s3tok_from_state_dict(sd)
+    assert hp == dict(n_mels=128, n_state=128, n_head=2, n_layer=2, fsmn_kernel=31), hp
+    assert len(t) == 4 + 2 * 16 + 2, len(t)
+    a = sd["encoder.blocks.1.attn.fsmn_block.weight"].array.astype(np.float32)
+    assert np.array_equal(t["s3tok.blocks.1.attn.fsmn.weight"], a[:, 0, :])
+    assert np.array_equal(t["s3tok.blocks.0.attn.query.weight"],
+                          sd["encoder.blocks.0.attn.query.weight"].array.astype(np.float32))
+    cd = ptread.load(os.path.join(FE, "campplus_small.pt"))
+    c, hc, ha = fc.campplus_from_state_dict(cd)
+    assert hc["growth_rate"] == 4 and hc["bn_channels"] == 16 and hc["init_channels"] == 16, hc
+    assert ha["block_layers"] == [12, 24, 16], ha
+    g = {k: v.array for k, v in cd.items()}
+    w, b = _bn_fold_ref(g["head.layer1.0.shortcut.0.weight"], g["head.layer1.0.shortcut.1.weight"],
+                        g["head.layer1.0.shortcut.1.bias"], g["head.layer1.0.shortcut.1.running_mean"],
+                        g["head.layer1.0.shortcut.1.running_var"])
+    e1 = np.abs(c["campplus.head.layer1.0.shortcut.weight"] - w).max() / np.abs(w).max()
+    e2 = np.abs(c["campplus.head.layer1.0.shortcut.bias"] - b).max() / np.abs(b).max()
+    # transit3 carries the out_nonlinear BN; the dense layer its affine-free BN
+    p = "xvector.out_nonlinear.batchnorm."
+    w3, b3 = _bn_fold_ref(g["xvector.transit3.linear.weight"][..., 0], g[p + "weight"], g[p + "bias"],
+                          g[p + "running_mean"], g[p + "running_var"])
+    e3 = np.abs(c["campplus.transit3.linear.bias"] - b3).max() / np.abs(b3).max()
+    p = "xvector.dense.nonlinear.batchnorm."
+    n = g[p + "running_mean"].shape[0]
+    wd, bd = _bn_fold_ref(g["xvector.dense.linear.weight"][..., 0], np.ones(n), np.zeros(n),
+                          g[p + "running_mean"], g[p + "running_var"])
+    e4 = np.abs(c["campplus.dense.weight"] - wd).max() / np.abs(wd).max()
+    bn = g["xvector.block2.tdnnd3.nonlinear1.batchnorm.weight"] / np.sqrt(
+        g["xvector.block2.tdnnd3.nonlinear1.batchnorm.running_var"].astype(np.float64) + 1e-5)
+    e5 = np.abs(c["campplus.block2.2.bn1.scale"] - bn).max() / np.abs(bn).max()
+    say(f"BN folding vs float64: shortcut {e1:.1e}/{e2:.1e}, transit3 bias {e3:.1e}, dense {e4:.1e}, "
+        f"bn scale {e5:.1e} (tol 1e-6 relative)")
+    assert max(e1, e2, e3, e4, e5) <= 1e-6
+    # errors name the problem
+    bad = dict(sd)
+    del bad["encoder.blocks.1.mlp.2.bias"]
+    try:
+        fc.s3tok_from_state_dict(bad)
+        raise AssertionError("missing tensor accepted")
+    except fc.FrontendError as exc:
+        assert "encoder.blocks.1.mlp.2.bias" in str(exc), exc
+        say(f"missing tensor: {exc}")
+    bad = dict(cd)
+    bad["xvector.block1.tdnnd2.cam_layer.linear2.weight"] = ptread.Tensor(np.zeros((4, 7, 1), np.float32),
+                                                                          "float32")
+    try:
+        fc.campplus_from_state_dict(bad)
+        raise AssertionError("wrong shape accepted")
+    except fc.FrontendError as exc:
+        assert "block1.1.cam2" in str(exc) or "cam_layer" in str(exc), exc
+        say(f"wrong shape: {exc}")
+    bad = dict(cd)
+    bad["xvector.extra.weight"] = cd["xvector.dense.linear.weight"]
+    try:
+        fc.campplus_from_state_dict(bad)
+        raise AssertionError("extra tensor accepted")
+    except fc.FrontendError as exc:
+        assert "xvector.extra.weight" in str(exc), exc
+    # through convert.py into a model file (needs the small golden model)
+    if not HAVE_GOLDEN:
+        raise Skip("the rest needs the shared golden model (set COSY_SHARED)")
+    out = os.path.join(TMP, "small-fe.gguf")
+    rc, so, se = run([os.path.join(TOOLS, "convert.py"), SMALL, "-o", out, "--dtype", "f32",
+                      "--tokenizer", TOKDIR, "--added-tokens", os.path.join(TOKDIR, "added_tokens.json"),
+                      "--speech-tokenizer", os.path.join(FE, "s3tok_small.pt"),
+                      "--campplus", os.path.join(FE, "campplus_small.pt")])
+    assert rc == 0, se
+    gg = Gguf(out)
+    assert len(gg.tensors) == 324 + 546, len(gg.tensors)
+    assert gg.value("cosyvoice.s3tok.n_state") == 128 and gg.value("cosyvoice.s3tok.n_layer") == 2
+    assert gg.value("cosyvoice.campplus.block_layers") == [12, 24, 16]
+    assert gg.value("cosyvoice.campplus.block_dilations") == [1, 2, 2]
+    assert abs(gg.value("cosyvoice.s3tok.fsq_scale") - 0.999) < 1e-6
+    assert all(gg.dtype(k) == "f32" for k in gg.tensors if k.startswith(("s3tok.", "campplus.")))
+    assert np.array_equal(gg.raw("campplus.block2.2.bn1.scale"), c["campplus.block2.2.bn1.scale"])
+    rc, so, se = run([os.path.join(TOOLS, "convert.py"), SMALL, "-o", out, "--dtype", "f32",
+                      "--tokenizer", TOKDIR, "--added-tokens", os.path.join(TOKDIR, "added_tokens.json"),
+                      "--campplus", os.path.join(FE, "s3tok_small.pt")])
+    assert rc == 1 and "not a CAM++" in se, se
+    say(f"the tokenizer given as CAM++: {se.strip()}")
+
+
+def test_frontend_onnx():
+    """front-end ONNX files mapped by graph structure == the state dicts; broken graphs named."""
+    try:
+        import onnx
+    except ImportError:
+        raise Skip("the onnx package is not installed (pip install onnx)") from None
+    import frontend_convert as fc
+    a = fc.s3tok_from_state_dict(ptread.load(os.path.join(FE, "s3tok_small.pt")))
+    b = fc.s3tok_from_onnx(os.path.join(FE, "s3tok_small.onnx"))
+    assert a[1:] == b[1:] and set(a[0]) == set(b[0])
+    e = max(float(np.abs(a[0][k] - b[0][k]).max()) for k in a[0])
+    say(f"speech tokenizer: ONNX vs state dict, {len(a[0])} tensors, max abs {e:.1e} (tol 0: same values)")
+    assert e == 0
+    c = fc.campplus_from_state_dict(ptread.load(os.path.join(FE, "campplus_small.pt")))
+    d = fc.campplus_from_onnx(os.path.join(FE, "campplus_small.onnx"))
+    assert c[1:] == d[1:] and set(c[0]) == set(d[0])
+    e = max(float(np.abs(c[0][k] - d[0][k]).max() / (np.abs(c[0][k]).max() + 1e-30)) for k in c[0])
+    say(f"CAM++: ONNX (BN folded by the exporter) vs state dict (folded here), {len(c[0])} tensors, "
+        f"max rel {e:.1e} (tol 1e-6)")
+    assert e <= 1e-6
+    # a graph with a node taken out: the converter names what did not match
+    m = onnx.load(os.path.join(FE, "s3tok_small.onnx"))
+    inits = {i.name for i in m.graph.initializer}
+    idx = [i for i, n in enumerate(m.graph.node) if n.op_type == "MatMul" and n.input[1] in inits][3]
+    del m.graph.node[idx]
+    p = os.path.join(TMP, "broken_s3.onnx")
+    onnx.save(m, p)
+    try:
+        fc.s3tok_from_onnx(p)
+        raise AssertionError("broken graph accepted")
+    except fc.FrontendError as exc:
+        assert "MatMul" in str(exc), exc
+        say(f"speech tokenizer without one MatMul: {exc}")
+    m = onnx.load(os.path.join(FE, "campplus_small.onnx"))
+    idx = [i for i, n in enumerate(m.graph.node) if n.op_type == "BatchNormalization"][5]
+    del m.graph.node[idx]
+    p = os.path.join(TMP, "broken_cam.onnx")
+    onnx.save(m, p)
+    try:
+        fc.campplus_from_onnx(p)
+        raise AssertionError("broken graph accepted")
+    except fc.FrontendError as exc:
+        assert "transit1.nonlinear" in str(exc), exc
+        say(f"CAM++ without one BatchNormalization: {exc}")
+    p = os.path.join(TMP, "not.onnx")
+    with open(p, "wb") as fh:
+        fh.write(b"not a model")
+    try:
+        fc.campplus_from_onnx(p)
+        raise AssertionError("garbage accepted")
+    except fc.FrontendError as exc:
+        assert "not a readable ONNX file" in str(exc), exc
+
+
+def test_make_model_frontend():
+    """make_model.py --frontend small: a model file with random front-end models."""
+    out = os.path.join(TMP, "demo-fe.gguf")
+    rc, so, se = run([os.path.join(TOOLS, "make_model.py"), "--preset", "demo", "--frontend", "preset",
+                      "-o", out, "--seed", "3"])
+    assert rc == 0, se
+    g = Gguf(out)
+    fe = [k for k in g.tensors if k.startswith(("s3tok.", "campplus."))]
+    assert len(fe) == 546, len(fe)
+    assert g.value("cosyvoice.campplus.growth_rate") == 4 and g.value("cosyvoice.s3tok.n_state") == 128
+    v = g.raw("s3tok.blocks.0.attn.query.weight")
+    sd = float(v.std()) * np.sqrt(128)
+    say(f"front end: {len(fe)} tensors; query weight std x sqrt(fan_in) = {sd:.3f} (expect ~1)")
+    assert 0.9 < sd < 1.1
+
+
 
 TESTS = [test_ptread_sha, test_convert_roundtrip, test_bf16_rounding, test_convert_errors, test_make_model,
-         test_numpy_hift]
+         test_numpy_hift, test_frontend_state_dicts, test_frontend_onnx, test_make_model_frontend]
 
 
 def main():

@@ -365,11 +365,27 @@ FLOW_F = dict(cfg_rate=0.7)
 HIFT_F = dict(nsf_alpha=0.1, nsf_sigma=0.003, voiced_threshold=10.0, lrelu_slope=0.1, audio_limit=0.99)
 
 
+def frontend_dict(s3=None, cam=None):
+    """Front-end tensors and keys for write_model from frontend_convert's results:
+    s3 = (tensors, u32 hparams, f32 hparams), cam = (tensors, u32 hparams, array hparams)."""
+    out = {"tensors": {}, "u32": {}, "f32": {}, "arrays": {}}
+    if s3:
+        t, hp, hpf = s3
+        out["tensors"].update(t)
+        out["u32"].update({f"cosyvoice.s3tok.{k}": v for k, v in hp.items()})
+        out["f32"].update({f"cosyvoice.s3tok.{k}": v for k, v in hpf.items()})
+    if cam:
+        t, hp, hpa = cam
+        out["tensors"].update(t)
+        out["u32"].update({f"cosyvoice.campplus.{k}": v for k, v in hp.items()})
+        hpa = dict(hpa, block_dilations=[1, 2, 2])
+        out["arrays"].update({f"cosyvoice.campplus.{k}": v for k, v in hpa.items()})
+    return out
+
+
 def load_frontend(s3_path=None, cam_path=None):
     """The optional front-end models (tools/frontend_convert.py): an ONNX file (by its .onnx
     extension; needs the onnx package) or a PyTorch state dict each. -> dict for write_model."""
-    out = {"tensors": {}, "u32": {}, "f32": {}, "arrays": {}}
-
     def read(path, from_onnx, from_sd):
         if not os.path.exists(path):
             raise ConvertError(f"{path}: not found")
@@ -383,18 +399,9 @@ def load_frontend(s3_path=None, cam_path=None):
             return from_sd(sd, path)
         except fe.FrontendError as exc:
             raise ConvertError(str(exc)) from None
-    if s3_path:
-        t, hp, hpf = read(s3_path, fe.s3tok_from_onnx, fe.s3tok_from_state_dict)
-        out["tensors"].update(t)
-        out["u32"].update({f"cosyvoice.s3tok.{k}": v for k, v in hp.items()})
-        out["f32"].update({f"cosyvoice.s3tok.{k}": v for k, v in hpf.items()})
-    if cam_path:
-        t, hp, hpa = read(cam_path, fe.campplus_from_onnx, fe.campplus_from_state_dict)
-        out["tensors"].update(t)
-        out["u32"].update({f"cosyvoice.campplus.{k}": v for k, v in hp.items()})
-        hpa = dict(hpa, block_dilations=[1, 2, 2])
-        out["arrays"].update({f"cosyvoice.campplus.{k}": v for k, v in hpa.items()})
-    return out
+    return frontend_dict(
+        read(s3_path, fe.s3tok_from_onnx, fe.s3tok_from_state_dict) if s3_path else None,
+        read(cam_path, fe.campplus_from_onnx, fe.campplus_from_state_dict) if cam_path else None)
 
 
 def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dtype, name,
@@ -437,7 +444,8 @@ def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dt
         for k, v in frontend["arrays"].items():
             w.add_array(k, gw.T_UINT32, [int(x) for x in v])
         for n, a in frontend["tensors"].items():     # always f32
-            w.add_tensor(n, np.asarray(a, dtype=np.float32), gw.GGML_F32)
+            w.add_tensor(n, a if isinstance(a, gw.Lazy) else np.asarray(a, dtype=np.float32),
+                         gw.GGML_F32)
     wt = DTYPES[dtype]
     for n in sorted(tensors):
         a = tensors[n]            # an array, or a gguf_writer.Lazy made at write time

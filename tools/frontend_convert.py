@@ -97,6 +97,9 @@ def _s3_hparams(out, src):
 def s3tok_from_state_dict(sd, src="speech tokenizer state dict"):
     """sd: name -> array (S3TokenizerV3.state_dict() names, optional 'encoder.'/'quantizer.')."""
     sd = {k: _f(getattr(v, "array", v)) for k, v in sd.items()}
+    if "encoder.conv1.weight" not in sd:
+        raise FrontendError(f"{src}: not a speech tokenizer (S3TokenizerV3) state dict: no "
+                            f"encoder.conv1.weight (first keys: {sorted(sd)[:3]})")
     sd.pop("encoder.freqs_cis", None)
     out = {}
 
@@ -402,6 +405,9 @@ def _cam_check(out, hp, hpa, src):
 def campplus_from_state_dict(sd, src="CAM++ state dict"):
     """sd: CAMPPlus.state_dict() names (3D-Speaker)."""
     sd = {k: getattr(v, "array", v) for k, v in sd.items()}
+    if "head.conv1.weight" not in sd:
+        raise FrontendError(f"{src}: not a CAM++ (CAMPPlus) state dict: no head.conv1.weight "
+                            f"(first keys: {sorted(sd)[:3]})")
     used = set()
 
     def get(k):

@@ -43,6 +43,12 @@ only a few hundred MB of memory. The fill:
          conv_post so that each log-magnitude channel has std 0.8 and the common bias gives a
          waveform RMS of 0.1 (not silent, hardly clipped at +-0.99). The statistics are printed.
 
+--frontend full|small|preset adds random front-end models (speech tokenizer v3 + CAM++; the
+geometry and fill are in frontend_state_dicts below), mapped by tools/frontend_convert.py like a
+real state dict, so cosy_voice_from_audio works with the file. full: width 1280, 12 blocks, CAM++
+growth 32 / bottleneck 128 / 128 initial channels (~1 GB more, always f32); small: the test
+geometry of tests/data/frontend.
+
 --voice PATH writes a demo voice file (format: docs/model-format.md "Voice files"): 50 random
 prompt speech tokens, a smooth random log-mel [100][80] in [-10, 2], a N(0, 1) speaker embedding
 and the prompt text "You are a helpful assistant.<|endofprompt|>Hello.".
@@ -512,7 +518,97 @@ def write_voice(path, seed, n_tokens=50, prompt_text=DEMO_PROMPT_TEXT):
 
 # ----------------------------------------------------------------------------------------------
 
-def make_model(preset, out, seed=0, dtype="bf16", tok_dir=None, added=None, name=None, log=print):
+# front end: the speech tokenizer v3 and CAM++ (tools/frontend_convert.py), as state dicts
+FRONTENDS = {
+    "full": dict(s3_state=1280, s3_layers=12, cam_init=128, cam_growth=32, cam_bn=128),
+    "small": dict(s3_state=128, s3_layers=2, cam_init=16, cam_growth=4, cam_bn=16),
+}
+
+
+def frontend_state_dicts(kind, seed):
+    """Random S3TokenizerV3 and CAMPPlus state dicts of the geometry FRONTENDS[kind] (numpy).
+    Fill: Linear / Conv N(0, 1/sqrt(fan_in)) (CAM++ convs sqrt(2/fan_in)), biases N(0, 0.05),
+    LayerNorm N(1, 0.1) / N(0, 0.05), FSMN taps N(0, 1/sqrt(K)), project_down x3 (tokens spread
+    over all 6561 codes); BatchNorm gamma N(1, 0.1), beta N(0, 0.1), running mean N(0, 0.1),
+    running var U(0.5, 1.5)."""
+    g = FRONTENDS[kind]
+    rng = np.random.default_rng([seed, 0xF0E0])
+
+    def nrm(shape, std, mean=0.0):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std) + np.float32(mean))
+
+    def lin(shape, gain=1.0):
+        return nrm(shape, gain / np.sqrt(int(np.prod(shape[1:]))))
+    S, L = g["s3_state"], g["s3_layers"]
+    s3 = {"encoder.conv1.weight": lin((S, 128, 3)), "encoder.conv1.bias": nrm((S,), 0.05),
+          "encoder.conv2.weight": lin((S, S, 3)), "encoder.conv2.bias": nrm((S,), 0.05)}
+    for i in range(L):
+        p = f"encoder.blocks.{i}."
+        for ln in ("attn_ln", "mlp_ln"):
+            s3[p + ln + ".weight"] = nrm((S,), 0.1, 1.0)
+            s3[p + ln + ".bias"] = nrm((S,), 0.05)
+        for nm in ("query", "key", "value", "out"):
+            s3[p + f"attn.{nm}.weight"] = lin((S, S))
+            if nm != "key":
+                s3[p + f"attn.{nm}.bias"] = nrm((S,), 0.05)
+        s3[p + "attn.fsmn_block.weight"] = nrm((S, 1, 31), 1 / np.sqrt(31))
+        s3[p + "mlp.0.weight"], s3[p + "mlp.0.bias"] = lin((4 * S, S)), nrm((4 * S,), 0.05)
+        s3[p + "mlp.2.weight"], s3[p + "mlp.2.bias"] = lin((S, 4 * S)), nrm((S,), 0.05)
+    s3["quantizer._codebook.project_down.weight"] = lin((8, S), 3.0)
+    s3["quantizer._codebook.project_down.bias"] = nrm((8,), 0.05)
+
+    cam = {}
+
+    def conv(name, shape, bias=False):
+        cam[name + ".weight"] = lin(shape, np.sqrt(2.0))
+        if bias:
+            cam[name + ".bias"] = nrm((shape[0],), 0.05)
+
+    def bn(name, n, affine=True):
+        if affine:
+            cam[name + ".weight"], cam[name + ".bias"] = nrm((n,), 0.1, 1.0), nrm((n,), 0.1)
+        cam[name + ".running_mean"] = nrm((n,), 0.1)
+        cam[name + ".running_var"] = (0.5 + rng.random(n)).astype(np.float32)
+    M, C0, G, Bn = 32, g["cam_init"], g["cam_growth"], g["cam_bn"]
+    conv("head.conv1", (M, 1, 3, 3))
+    bn("head.bn1", M)
+    for lay in (1, 2):
+        for j in (0, 1):
+            p = f"head.layer{lay}.{j}."
+            conv(p + "conv1", (M, M, 3, 3))
+            bn(p + "bn1", M)
+            conv(p + "conv2", (M, M, 3, 3))
+            bn(p + "bn2", M)
+            if j == 0:
+                conv(p + "shortcut.0", (M, M, 1, 1))
+                bn(p + "shortcut.1", M)
+    conv("head.conv2", (M, M, 3, 3))
+    bn("head.bn2", M)
+    conv("xvector.tdnn.linear", (C0, M * 10, 5))
+    bn("xvector.tdnn.nonlinear.batchnorm", C0)
+    C = C0
+    for b, n in enumerate((12, 24, 16), 1):
+        for j in range(1, n + 1):
+            p = f"xvector.block{b}.tdnnd{j}."
+            cin = C + (j - 1) * G
+            bn(p + "nonlinear1.batchnorm", cin)
+            conv(p + "linear1", (Bn, cin, 1))
+            bn(p + "nonlinear2.batchnorm", Bn)
+            conv(p + "cam_layer.linear_local", (G, Bn, 3))
+            conv(p + "cam_layer.linear1", (Bn // 2, Bn, 1), bias=True)
+            conv(p + "cam_layer.linear2", (G, Bn // 2, 1), bias=True)
+        C += n * G
+        bn(f"xvector.transit{b}.nonlinear.batchnorm", C)
+        conv(f"xvector.transit{b}.linear", (C // 2, C, 1))
+        C //= 2
+    bn("xvector.out_nonlinear.batchnorm", C)
+    conv("xvector.dense.linear", (192, 2 * C, 1))
+    bn("xvector.dense.nonlinear.batchnorm", 192, affine=False)
+    return s3, cam
+
+
+def make_model(preset, out, seed=0, dtype="bf16", tok_dir=None, added=None, name=None, log=print,
+               frontend=None):
     g = dict(PRESETS[preset])
     if preset == "demo":
         tok = demo_tokenizer()
@@ -534,9 +630,15 @@ def make_model(preset, out, seed=0, dtype="bf16", tok_dir=None, added=None, name
     hift, hp_hift, hp_hift_a = convert.map_hift(hift_checkpoint(g, f))
     calibrate_hift(hift, seed, log=log)
     tensors = {**llm, **flow, **hift}
+    front = None
+    if frontend:
+        s3, cam = frontend_state_dicts(frontend, seed)
+        front = convert.frontend_dict(convert.fe.s3tok_from_state_dict(s3, "random speech tokenizer"),
+                                      convert.fe.campplus_from_state_dict(cam, "random CAM++"))
+        log(f"front end ({frontend}): {len(front['tensors'])} tensors")
     convert.write_model(out, tensors, hp_llm, hp_flow, hp_hift, hp_hift_a, tok, dtype,
-                        name or f"random-{preset} (seed {seed})")
-    return len(tensors) + 1
+                        name or f"random-{preset} (seed {seed})", frontend=front)
+    return len(tensors) + 1 + (len(front["tensors"]) if front else 0)
 
 
 def main(argv=None):
@@ -551,10 +653,17 @@ def main(argv=None):
     ap.add_argument("--added-tokens", help="CosyVoice3 special tokens (default DIR/added_tokens.json)")
     ap.add_argument("--name", help="general.name (default random-PRESET (seed N))")
     ap.add_argument("--voice", help="also write a demo voice file here")
+    ap.add_argument("--frontend", choices=["none", "small", "full", "preset"], default="none",
+                    help="also random front-end models (speech tokenizer v3 + CAM++, for "
+                    "cosy_voice_from_audio): full = the real geometry, small = the test geometry, "
+                    "preset = full for --preset full, else small (default none)")
     a = ap.parse_args(argv)
     t0 = time.time()
+    fe_kind = None if a.frontend == "none" else a.frontend if a.frontend != "preset" else \
+        ("full" if a.preset == "full" else "small")
     try:
-        n = make_model(a.preset, a.output, a.seed, a.dtype, a.tokenizer, a.added_tokens, a.name)
+        n = make_model(a.preset, a.output, a.seed, a.dtype, a.tokenizer, a.added_tokens, a.name,
+                       frontend=fe_kind)
     except (convert.ConvertError, OSError) as exc:
         print(f"make_model.py: error: {exc}", file=sys.stderr)
         return 1
