@@ -13,6 +13,8 @@
  *     conv2 output and block 0 output rel L2 <= 1e-4 (fp32, other summation order than torch)
  *   CAM++ (346 and 250 fbank frames): embedding rel L2 <= 1e-4; head, tdnn, pooled stats
  *     rel L2 <= 1e-4; also vs onnxruntime's run of the ONNX file (rel L2 <= 1e-4)
+ * Loader: a renamed front-end tensor, a geometry key that does not fit the tensors and tensors
+ * without their keys are refused with a message naming the tensor.
  * Every measured error is printed. Missing shared data or model: SKIP with the reason. */
 #include <math.h>
 #include <setjmp.h>
@@ -25,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "gguf.h"
 #include "model.h"
 #include "ref/campplus.h"
 #include "ref/s3tok.h"
@@ -300,12 +303,80 @@ static void test_absent_and_args(void **state) {
   assert_int_equal(ref_campplus_embed(fx->cam, mel, 3, emb, NULL, NULL, NULL), COSY_ERR_INVALID_ARG);
 }
 
+/* the loader: front-end tensors are validated like the others */
+static void *find(uint8_t *b, size_t n, const char *s) {
+  size_t k = strlen(s);
+  for (size_t i = 0; i + k <= n; i++)
+    if (b[i] == (uint8_t)s[0] && !memcmp(b + i, s, k)) return b + i;
+  return NULL;
+}
+
+static cosy_status load_mem(uint8_t *buf, size_t n) {
+  gguf_file *f = NULL;
+  cosy_status st = gguf_parse(buf, n, "model", &f);
+  if (st) return st;
+  cosy_model *m = NULL;
+  st = cosy_model_from_gguf(f, &m);
+  cosy_model_free(m);
+  return st;
+}
+
+static void test_loader(void **state) {
+  (void)state;
+  const char *p = fe_model();
+  TU_REQUIRE(p, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  FILE *f = fopen(p, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  size_t n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *b = malloc(n);
+  assert_non_null(b);
+  assert_int_equal(fread(b, 1, n, f), n);
+  fclose(f);
+  size_t hdr = n < (64u << 20) ? n : (64u << 20);
+  assert_int_equal(load_mem(b, n), COSY_OK);
+  /* a front-end tensor missing (renamed) */
+  uint8_t *q = find(b, hdr, "campplus.dense.bias");
+  assert_non_null(q);
+  q[9] = 'D';
+  assert_int_equal(load_mem(b, n), COSY_ERR_MODEL_FORMAT);
+  print_message("renamed tensor: %s\n", cosy_last_error());
+  assert_non_null(strstr(cosy_last_error(), "campplus.dense.bias"));
+  q[9] = 'd';
+  /* a geometry key that does not fit the tensors */
+  q = find(b, hdr, "cosyvoice.campplus.growth_rate");
+  assert_non_null(q);
+  uint32_t v, t;
+  memcpy(&t, q + 30, 4);
+  memcpy(&v, q + 34, 4);
+  assert_int_equal(t, 4); /* u32 */
+  assert_int_equal(v, 4);
+  uint32_t v2 = 6;
+  memcpy(q + 34, &v2, 4);
+  assert_int_equal(load_mem(b, n), COSY_ERR_MODEL_FORMAT);
+  print_message("growth rate 6: %s\n", cosy_last_error());
+  assert_non_null(strstr(cosy_last_error(), "campplus.block1"));
+  memcpy(q + 34, &v, 4);
+  /* the tokenizer's keys gone (renamed): its tensors are then unexpected */
+  q = find(b, hdr, "cosyvoice.s3tok.n_state");
+  assert_non_null(q);
+  q[16] = 'N';
+  assert_int_equal(load_mem(b, n), COSY_ERR_MODEL_FORMAT);
+  print_message("no tokenizer keys: %s\n", cosy_last_error());
+  assert_non_null(strstr(cosy_last_error(), "s3tok."));
+  assert_non_null(strstr(cosy_last_error(), "not part of this model format"));
+  q[16] = 'n';
+  assert_int_equal(load_mem(b, n), COSY_OK);
+  free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_whisper_logmel), cmocka_unit_test(test_kaldi_fbank),
       cmocka_unit_test(test_s3tok_full),     cmocka_unit_test(test_s3tok_cut),
       cmocka_unit_test(test_campplus_full),  cmocka_unit_test(test_campplus_cut),
-      cmocka_unit_test(test_absent_and_args),
+      cmocka_unit_test(test_absent_and_args), cmocka_unit_test(test_loader),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
