@@ -34,7 +34,14 @@
 #include "testutil.h"
 #include "util.h"
 
-#define FE_DIR "tests/data/frontend/"
+/* the golden front-end data: tests/data/frontend, or $COSY_TEST_FE_DATA (e.g. a full-size set made
+ * by tools/golden_frontend.py --size full, with a model converted from its state dicts) */
+static const char *fe_file(const char *name) {
+  static char buf[1024];
+  const char *d = getenv("COSY_TEST_FE_DATA");
+  snprintf(buf, sizeof buf, "%s/%s", d ? d : "tests/data/frontend", name);
+  return buf;
+}
 #define TOL_FEAT 1e-5
 #define TOL_NET 1e-4
 
@@ -79,8 +86,8 @@ static int teardown(void **state) {
 }
 
 static float *load_local(const char *name, int64_t want) {
-  char p[512];
-  snprintf(p, sizeof p, FE_DIR "%s", name);
+  char p[1024];
+  snprintf(p, sizeof p, "%s", fe_file(name));
   int nd;
   int64_t sh[8];
   float *v = tu_npy_f32(p, &nd, sh);
@@ -156,8 +163,8 @@ static void run_s3(fixture *fx, const char *tag, int T) {
   for (int c = 0; c < 128; c++) memcpy(mel + (size_t)c * T, full + (size_t)c * 348, T * sizeof(float));
   char nm[128];
   snprintf(nm, sizeof nm, "s3_%s_tokens.npy", tag);
-  char p[512];
-  snprintf(p, sizeof p, FE_DIR "%s", nm);
+  char p[1024];
+  snprintf(p, sizeof p, "%s", fe_file(nm));
   int nd;
   int64_t sh[8];
   int32_t *rt = tu_npy_i32(p, &nd, sh);
@@ -234,8 +241,8 @@ static void run_cam(fixture *fx, const char *tag, int T) {
   snprintf(nm, sizeof nm, "cam_%s_stats.npy", tag);
   int nd;
   int64_t sh[8];
-  char p[512];
-  snprintf(p, sizeof p, FE_DIR "%s", nm);
+  char p[1024];
+  snprintf(p, sizeof p, "%s", fe_file(nm));
   r = tu_npy_f32(p, &nd, sh);
   assert_non_null(r);
   check("CAM++ pooled stats", stats, r, (size_t)sh[0], TOL_NET);
@@ -245,16 +252,20 @@ static void run_cam(fixture *fx, const char *tag, int T) {
     assert_non_null(r);
     check("CAM++ head [320][T]", head, r, (size_t)320 * T, TOL_NET);
     free(r);
-    snprintf(p, sizeof p, FE_DIR "cam_full_tdnn.npy");
+    snprintf(p, sizeof p, "%s", fe_file("cam_full_tdnn.npy"));
     r = tu_npy_f32(p, &nd, sh);
     assert_non_null(r);
     assert_int_equal(sh[1], T2);
     check("CAM++ tdnn", tdnn, r, (size_t)(sh[0] * sh[1]), TOL_NET);
     free(r);
-    r = load_local("cam_full_embedding_ort.npy", 192);
-    assert_non_null(r);
-    check("CAM++ embedding vs onnxruntime", emb, r, 192, TOL_NET);
-    free(r);
+    FILE *fo = fopen(fe_file("cam_full_embedding_ort.npy"), "rb");
+    if (fo) { /* absent in a full-size set (no ONNX export there) */
+      fclose(fo);
+      r = load_local("cam_full_embedding_ort.npy", 192);
+      assert_non_null(r);
+      check("CAM++ embedding vs onnxruntime", emb, r, 192, TOL_NET);
+      free(r);
+    }
   }
   free(head), free(tdnn), free(full);
 }
@@ -351,11 +362,10 @@ static void test_loader(void **state) {
   memcpy(&t, q + 30, 4);
   memcpy(&v, q + 34, 4);
   assert_int_equal(t, 4); /* u32 */
-  assert_int_equal(v, 4);
-  uint32_t v2 = 6;
+  uint32_t v2 = v + 2; /* keeps every block's channel count even */
   memcpy(q + 34, &v2, 4);
   assert_int_equal(load_mem(b, n), COSY_ERR_MODEL_FORMAT);
-  print_message("growth rate 6: %s\n", cosy_last_error());
+  print_message("growth rate %u -> %u: %s\n", v, v2, cosy_last_error());
   assert_non_null(strstr(cosy_last_error(), "campplus.block1"));
   memcpy(q + 34, &v, 4);
   /* the tokenizer's keys gone (renamed): its tensors are then unexpected */

@@ -44,10 +44,11 @@ def f16_exact(sd):
     return {k: v.half().float() if v.is_floating_point() else v for k, v in sd.items()}
 
 
-def make_s3(seed):
+def make_s3(seed, size="small"):
     from s3tokenizer.model_v3 import ModelConfigV3, S3TokenizerV3
     torch.manual_seed(seed)
-    cfg = ModelConfigV3(n_mels=128, n_audio_state=128, n_audio_head=2, n_audio_layer=2)
+    cfg = ModelConfigV3(n_mels=128, n_audio_state=128, n_audio_head=2, n_audio_layer=2) \
+        if size == "small" else ModelConfigV3()
     m = S3TokenizerV3("v3-small", cfg).eval()
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -91,11 +92,12 @@ def run_s3(m, mel):
             "conv2_pre_gelu": out["conv2_pre_gelu"][0].numpy().T.copy()}
 
 
-def make_campplus(seed, src):
+def make_campplus(seed, src, size="small"):
     sys.path.insert(0, src)
     from speakerlab.models.campplus.DTDNN import CAMPPlus
     torch.manual_seed(seed + 10)
-    m = CAMPPlus(feat_dim=80, embedding_size=192, growth_rate=4, bn_size=4, init_channels=16).eval()
+    m = CAMPPlus(feat_dim=80, embedding_size=192, growth_rate=4, bn_size=4, init_channels=16).eval() \
+        if size == "small" else CAMPPlus(feat_dim=80, embedding_size=192).eval()
     g = torch.Generator().manual_seed(seed + 11)
     with torch.no_grad():
         for mod in m.modules():
@@ -172,6 +174,9 @@ def main():
     ap.add_argument("--shared", default=os.environ.get("COSY_SHARED", "../shared"))
     ap.add_argument("--out", default="tests/data/frontend")
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--size", choices=["small", "full"], default="small",
+                    help="full: the real geometries (S3 1280 x 12 blocks, CAM++ growth 32 / 128 "
+                    "channels; ~1 GB, for a one-off check, not for the repository; no ONNX export)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(1)
@@ -186,7 +191,7 @@ def main():
     lm = log_mel_spectrogram(wav16[None], n_mels=128).numpy()
     info["checks"]["s3tokenizer_logmel_vs_golden_maxabs"] = float(np.abs(lm - mel).max())
 
-    s3, cfg = make_s3(a.seed)
+    s3, cfg = make_s3(a.seed, a.size)
     sd = s3.state_dict()
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in sd.items()},
                os.path.join(a.out, "s3tok_small.pt"))
@@ -202,10 +207,13 @@ def main():
                                         "distinct_tokens": int(len(set(r["tokens"].tolist()))),
                                         "min_fsq_margin": float(margin)}
     s3o = os.path.join(a.out, "s3tok_small.onnx")
-    export_onnx(S3Onnx(s3).eval(), (torch.from_numpy(mel), torch.tensor([mel.shape[-1]], dtype=torch.int32)),
+    if a.size == "full":
+        s3o = None
+    else:
+        export_onnx(S3Onnx(s3).eval(), (torch.from_numpy(mel), torch.tensor([mel.shape[-1]], dtype=torch.int32)),
                 s3o, ["feats", "feats_length"], {"feats": {2: "T"}, "out": {1: "T4"}})
 
-    cam = make_campplus(a.seed, a.campplus_src)
+    cam = make_campplus(a.seed, a.campplus_src, a.size)
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in cam.state_dict().items()},
                os.path.join(a.out, "campplus_small.pt"))
     for case, T in CASES_CAM.items():
@@ -217,9 +225,12 @@ def main():
         info["checks"][f"cam_{case}"] = {"frames": int(x.shape[0]),
                                          "embedding_norm": float(np.linalg.norm(r["embedding"]))}
     camo = os.path.join(a.out, "campplus_small.onnx")
-    export_onnx(cam, (torch.from_numpy(fbank)[None],), camo, ["input"], {"input": {1: "T"}})
+    if a.size == "small":
+        export_onnx(cam, (torch.from_numpy(fbank)[None],), camo, ["input"], {"input": {1: "T"}})
 
     try:
+        if a.size == "full":
+            raise ImportError
         import onnxruntime as ort
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
