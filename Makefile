@@ -203,9 +203,10 @@ uninstall:
 
 # ---- demo --------------------------------------------------------------------------------------
 DEMO_MODEL := $(B)/demo/demo.gguf
-$(DEMO_MODEL): tools/make_model.py tools/convert.py tools/gguf_writer.py tools/torch_rng.py
+$(DEMO_MODEL): tools/make_model.py tools/convert.py tools/gguf_writer.py tools/torch_rng.py \
+                tools/frontend_convert.py
 	@mkdir -p $(dir $@)
-	$(PYTHON) tools/make_model.py --preset demo -o $@ --voice $(B)/demo/demo-voice.gguf
+	$(PYTHON) tools/make_model.py --preset demo --frontend preset -o $@ --voice $(B)/demo/demo-voice.gguf
 
 demo: $(CLI) $(DEMO_MODEL)
 	$(CLI) -m $(DEMO_MODEL) -v $(B)/demo/demo-voice.gguf -o demo.wav \

@@ -271,6 +271,21 @@ def audio_to_mel(pcm, sample_rate):
     return _take_floats(mel, frames.value * 80), frames.value
 
 
+def read_wav(path):
+    """A 16-bit PCM WAV as (array('f') of mono samples in [-1, 1], sample rate), stdlib only."""
+    import wave
+    with wave.open(os.fspath(path), "rb") as w:
+        if w.getsampwidth() != 2:
+            raise ValueError(f"{path}: {8 * w.getsampwidth()}-bit samples; this reader takes 16-bit PCM")
+        ch, rate, raw = w.getnchannels(), w.getframerate(), w.readframes(w.getnframes())
+    s = array.array("h")
+    s.frombytes(raw)
+    if sys.byteorder == "big":
+        s.byteswap()
+    out = array.array("f", (sum(s[i:i + ch]) / (ch * 32768.0) for i in range(0, len(s), ch)))
+    return out, rate
+
+
 def _quiet_close(obj):
     try:
         obj.close()
@@ -334,6 +349,15 @@ class Engine:
 
     def voice_from_features(self, **kw):
         return Voice.from_features(self, **kw)
+
+    def voice_from_audio(self, pcm, sample_rate, transcript=""):
+        """Clone a voice from a recording (mono floats in [-1, 1], 0.5..30 s, 16..192 kHz)."""
+        return Voice.from_audio(self, pcm, sample_rate, transcript)
+
+    def voice_from_wav(self, path, transcript=""):
+        """Clone a voice from a 16-bit PCM WAV file (channels mixed by their mean)."""
+        pcm, rate = read_wav(path)
+        return Voice.from_audio(self, pcm, rate, transcript)
 
     def synthesize(self, voice, text, params=None, **kw):
         """Blocking: the whole utterance as array('f'). params: a SynthParams, or keywords of
@@ -406,6 +430,15 @@ class Voice:
         h = c_void_p()
         _check(lib.cosy_voice_from_features(engine.handle, byref(f), byref(h)),
                "cosy_voice_from_features")   # the library copies the arrays
+        return cls(h, engine)
+
+    @classmethod
+    def from_audio(cls, engine, pcm, sample_rate, transcript=""):
+        """Clone a voice (cosy_voice_from_audio): pcm mono floats in [-1, 1]."""
+        buf, keep = _float_buffer(pcm)
+        h = c_void_p()
+        _check(lib.cosy_voice_from_audio(engine.handle, buf, len(keep), sample_rate,
+                                         _enc(transcript or ""), byref(h)), "cosy_voice_from_audio")
         return cls(h, engine)
 
     @property

@@ -13,7 +13,9 @@ and with a model and a voice:
   - blocking synthesis == pull-streamed audio, sample for sample, for one seed (and chunked);
   - cancel from another thread while the main thread is blocked in a read ends the request with
     ERR_CANCELLED early;
-  - a voice made from features, saved and loaded back, gives the same audio as the original.
+  - a voice made from features, saved and loaded back, gives the same audio as the original;
+  - a voice cloned from audio (when the model has the front-end models; else ERR_UNSUPPORTED),
+    saved and loaded back, gives the same audio; bad audio raises ERR_INVALID_ARG.
 """
 import array
 import math
@@ -232,6 +234,36 @@ def voice_features_roundtrip(eng, v):
     except cv.CosyError as e:
         assert e.status == cv.ERR_INVALID_ARG and "192" in e.message, e
     return f"{frames} mel frames, {len(tokens)} tokens; saved+loaded voice gives identical audio"
+
+
+@with_model
+def voice_from_audio(eng, v):
+    rate = 22050
+    rng = random.Random(9)
+    speech = [0.3 * math.sin(2 * math.pi * 150 * i / rate) * (1 + 0.5 * math.sin(i / 700)) +
+              0.02 * rng.gauss(0, 1) for i in range(rate * 3)]
+    try:
+        made = eng.voice_from_audio(speech, rate, "A made up prompt.<|endofprompt|>")
+    except cv.CosyError as e:
+        assert e.status == cv.ERR_UNSUPPORTED and "front" not in e.where, e
+        return f"SKIP-like: the model has no front-end models ({e.message[:60]}...)"
+    p = cv.make_params(seed=5, max_tokens=40)
+    with made:
+        a = eng.synthesize(made, "Hello there.", p)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "cloned.voice.gguf")
+            made.save(path)
+            with eng.load_voice(path) as back:
+                b = eng.synthesize(back, "Hello there.", p)
+    assert len(a) > 0 and a == b
+    for bad, what in (([0.0] * rate, "silent"), (speech[:rate // 4], "0.5 s"),
+                      ([x * 32768 for x in speech], "scaled")):
+        try:
+            eng.voice_from_audio(bad, rate)
+            raise AssertionError("no exception")
+        except cv.CosyError as e:
+            assert e.status == cv.ERR_INVALID_ARG and what in e.message, e
+    return "cloned from 3 s at 22.05 kHz; saved+loaded voice gives identical audio; bad audio refused"
 
 
 def main():
