@@ -91,8 +91,8 @@ static cosy_status check_audio(const float *pcm, int64_t n, int32_t sr) {
                     "the official front end refuses prompts below 16 kHz)", (int)sr);
   if ((double)n < MIN_SECONDS * sr)
     return cosy_err(COSY_ERR_INVALID_ARG,
-                    "cosy_voice_from_audio: the prompt is %.3f s long; at least %.1f s is needed",
-                    (double)n / sr, MIN_SECONDS);
+                    "cosy_voice_from_audio: the prompt is %.5g s long (%lld samples at %d Hz); at "
+                    "least %.1f s is needed", (double)n / sr, (long long)n, (int)sr, MIN_SECONDS);
   if ((double)n > (double)S3TOK_MAX_SECONDS * sr)
     return cosy_err(COSY_ERR_INVALID_ARG,
                     "cosy_voice_from_audio: the prompt is %.1f s long; the speech tokenizer takes at "
