@@ -4,6 +4,7 @@
 #include "ref/nn.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
@@ -116,6 +117,45 @@ __attribute__((target("avx2,fma"))) static float dot_avx2(const float *restrict 
   return s;
 }
 
+/* rows x 16 outputs against a packed weight tile Wp [K][16] (zero-padded beyond nout): 4 rows at
+ * a time, one accumulator per (row, output), summed over k in order with fused multiply-adds. */
+__attribute__((target("avx2,fma"))) static void tile16_avx2(float *out, size_t os, const float *in,
+                                                            size_t is, int rows, int K,
+                                                            const float *Wp, const float *b,
+                                                            int nout) {
+  for (int r = 0; r < rows; r += 4) {
+    const int nr = rows - r < 4 ? rows - r : 4;
+    const float *a0 = in + (size_t)r * is;
+    const float *a1 = in + (size_t)(r + (nr > 1 ? 1 : 0)) * is;
+    const float *a2 = in + (size_t)(r + (nr > 2 ? 2 : 0)) * is;
+    const float *a3 = in + (size_t)(r + (nr > 3 ? 3 : 0)) * is;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+           c30 = c00, c31 = c00;
+    for (int k = 0; k < K; k++) {
+      __m256 w0 = _mm256_loadu_ps(Wp + (size_t)k * 16), w1 = _mm256_loadu_ps(Wp + (size_t)k * 16 + 8);
+      __m256 x = _mm256_broadcast_ss(a0 + k);
+      c00 = _mm256_fmadd_ps(x, w0, c00);
+      c01 = _mm256_fmadd_ps(x, w1, c01);
+      x = _mm256_broadcast_ss(a1 + k);
+      c10 = _mm256_fmadd_ps(x, w0, c10);
+      c11 = _mm256_fmadd_ps(x, w1, c11);
+      x = _mm256_broadcast_ss(a2 + k);
+      c20 = _mm256_fmadd_ps(x, w0, c20);
+      c21 = _mm256_fmadd_ps(x, w1, c21);
+      x = _mm256_broadcast_ss(a3 + k);
+      c30 = _mm256_fmadd_ps(x, w0, c30);
+      c31 = _mm256_fmadd_ps(x, w1, c31);
+    }
+    float t[4][16];
+    _mm256_storeu_ps(t[0], c00), _mm256_storeu_ps(t[0] + 8, c01);
+    _mm256_storeu_ps(t[1], c10), _mm256_storeu_ps(t[1] + 8, c11);
+    _mm256_storeu_ps(t[2], c20), _mm256_storeu_ps(t[2] + 8, c21);
+    _mm256_storeu_ps(t[3], c30), _mm256_storeu_ps(t[3] + 8, c31);
+    for (int rr = 0; rr < nr; rr++)
+      for (int j = 0; j < nout; j++) out[(size_t)(r + rr) * os + j] = t[rr][j] + (b ? b[j] : 0.0f);
+  }
+}
+
 static int have_avx2(void) {
   static int v = -1;
   int c = __atomic_load_n(&v, __ATOMIC_RELAXED);
@@ -132,6 +172,23 @@ void ref_nn_linear(float *out, size_t os, const float *in, size_t is, int rows, 
                    const float *W, const float *b, int O) {
   enum { OT = 32 };
 #ifdef NN_X86
+  if (have_avx2() && rows >= 16) { /* packed 16-output tiles: each weight read once per 4 rows */
+    int ntile = (O + 15) / 16, bad = 0;
+    OMP_FOR
+    for (int tile = 0; tile < ntile; tile++) {
+      int o0 = tile * 16, nout = imin(16, O - o0);
+      float *Wp = (float *)malloc((size_t)K * 16 * sizeof(float));
+      if (!Wp) {
+        __atomic_store_n(&bad, 1, __ATOMIC_RELAXED);
+        continue;
+      }
+      for (int k = 0; k < K; k++)
+        for (int j = 0; j < 16; j++) Wp[(size_t)k * 16 + j] = j < nout ? W[(size_t)(o0 + j) * K + k] : 0.0f;
+      tile16_avx2(out + o0, os, in, is, rows, K, Wp, b ? b + o0 : NULL, nout);
+      free(Wp);
+    }
+    if (!bad) return;
+  }
   if (have_avx2() && K >= 8) {
     int ntile = (O + OT - 1) / OT;
     OMP_FOR
