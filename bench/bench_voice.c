@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
     if (cosy_voice_from_audio(e, pcm, n, sr, "", &v)) return die("cosy_voice_from_audio");
     t[r] = now() - t0;
     if (r == 0)
-      printf("first call (incl. copying the front-end weights): %.3f s, %d prompt tokens\n", t[0],
+      printf("first call (sets up the front end; weights used in place): %.3f s, %d prompt tokens\n", t[0],
              v->n_tokens);
     cosy_voice_release(v);
   }

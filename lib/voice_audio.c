@@ -19,8 +19,9 @@
  * silent (peak below 1e-4, -80 dBFS); not scaled to [-1, 1] (peak above 4: e.g. int16 values
  * passed as float); clipped (more than 1% of the samples at |x| >= 0.999).
  *
- * Weights: the two models are copied out of the model file on first use (one per engine, kept
- * until the engine is destroyed; read-only afterwards, so calls may run in parallel). A model
+ * Weights: the two models are set up on first use (one per engine, kept until the engine is
+ * destroyed; their weights are the model file's mapped F32 data, read-only, so calls may run in
+ * parallel). A model
  * file without them gives COSY_ERR_UNSUPPORTED. A GPU engine runs this same CPU code. */
 #include <math.h>
 #include <pthread.h>

@@ -10,6 +10,7 @@
 
 #include "ref/fft.h"
 #include "ref/nn.h"
+#include "ref/s3tok.h" /* ref_fe_tensor */
 #include "util.h"
 
 #define FB_BINS 80
@@ -18,16 +19,16 @@
 #define FB_NFFT 512
 
 typedef struct cam_layer {
-  float *bn_s, *bn_t, *l1_w, *l1_b, *loc_w, *c1_w, *c1_b, *c2_w, *c2_b;
+  const float *bn_s, *bn_t, *l1_w, *l1_b, *loc_w, *c1_w, *c1_b, *c2_w, *c2_b;
 } cam_layer;
 
 struct ref_campplus {
   int F, M, C0, G, Bn, E, seg, nl[3], k[3], d[3];
-  float *hw[12], *hb[12]; /* head convs in the order of HEAD below */
-  float *td_w, *td_b;
+  const float *hw[12], *hb[12]; /* head convs in the order of HEAD below */
+  const float *td_w, *td_b;
   cam_layer *lay[3];
-  float *tr_s[3], *tr_t[3], *tr_w[3], *tr_b[3];
-  float *de_w, *de_b;
+  const float *tr_s[3], *tr_t[3], *tr_w[3], *tr_b[3];
+  const float *de_w, *de_b;
 };
 
 static const char *const HEAD[12] = {
@@ -111,18 +112,7 @@ done:
 
 void ref_campplus_free(ref_campplus *c) {
   if (!c) return;
-  for (int i = 0; i < 12; i++) free(c->hw[i]), free(c->hb[i]);
-  free(c->td_w), free(c->td_b), free(c->de_w), free(c->de_b);
-  for (int b = 0; b < 3; b++) {
-    if (c->lay[b])
-      for (int j = 0; j < c->nl[b]; j++) {
-        cam_layer *L = &c->lay[b][j];
-        free(L->bn_s), free(L->bn_t), free(L->l1_w), free(L->l1_b), free(L->loc_w);
-        free(L->c1_w), free(L->c1_b), free(L->c2_w), free(L->c2_b);
-      }
-    free(c->lay[b]);
-    free(c->tr_s[b]), free(c->tr_t[b]), free(c->tr_w[b]), free(c->tr_b[b]);
-  }
+  for (int b = 0; b < 3; b++) free(c->lay[b]);
   free(c);
 }
 
@@ -140,7 +130,7 @@ cosy_status ref_campplus_create(const cosy_model *m, ref_campplus **out) {
   for (int b = 0; b < 3; b++)
     c->nl[b] = h->cam_layers[b], c->k[b] = h->cam_kernels[b], c->d[b] = h->cam_dilations[b];
   cosy_status st;
-#define G(dst, ...) if ((st = cosy_model_get_f32(m, &(dst), __VA_ARGS__))) goto fail
+#define G(dst, ...) if ((st = ref_fe_tensor(m, &(dst), __VA_ARGS__))) goto fail
   for (int i = 0; i < 12; i++) {
     G(c->hw[i], "campplus.%s.weight", HEAD[i]);
     G(c->hb[i], "campplus.%s.bias", HEAD[i]);

@@ -46,9 +46,10 @@
 #include "cosyvoice.h"
 #include "model.h"
 
-typedef struct ref_campplus ref_campplus; /* fp32 weights; read-only after create */
+typedef struct ref_campplus ref_campplus; /* read-only after create */
 
-/* COSY_ERR_UNSUPPORTED (message set) when the model file has no CAM++ model. */
+/* COSY_ERR_UNSUPPORTED (message set) when the model file has no CAM++ model. The weights are
+ * used in place (the file's F32 data): m must outlive the ref_campplus. */
 cosy_status ref_campplus_create(const cosy_model *m, ref_campplus **out);
 void ref_campplus_free(ref_campplus *c);
 

@@ -3,6 +3,8 @@
 #include "ref/s3tok.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,16 +19,16 @@
 #define HD 64
 
 typedef struct s3_block {
-  float *ln1_w, *ln1_b, *q_w, *q_b, *k_w, *v_w, *v_b, *o_w, *o_b, *fsmn; /* fsmn [S][K] */
-  float *ln2_w, *ln2_b, *m1_w, *m1_b, *m2_w, *m2_b;
+  const float *ln1_w, *ln1_b, *q_w, *q_b, *k_w, *v_w, *v_b, *o_w, *o_b, *fsmn; /* fsmn [S][K] */
+  const float *ln2_w, *ln2_b, *m1_w, *m1_b, *m2_w, *m2_b;
 } s3_block;
 
 struct ref_s3tok {
   int S, H, L, K;
   float eps, theta, fsq;
-  float *c1_w, *c1_b, *c2_w, *c2_b; /* [S][128*3], [S][S*3] (torch layout [o][i][k]) */
+  const float *c1_w, *c1_b, *c2_w, *c2_b; /* [S][128*3], [S][S*3] (torch layout [o][i][k]) */
   s3_block *blk;
-  float *pd_w, *pd_b; /* [8][S], [8] */
+  const float *pd_w, *pd_b; /* [8][S], [8] */
 };
 
 /* ------------------------------------------------------------------------------- log-mel */
@@ -96,16 +98,23 @@ done:
 
 void ref_s3tok_free(ref_s3tok *s) {
   if (!s) return;
-  free(s->c1_w), free(s->c1_b), free(s->c2_w), free(s->c2_b), free(s->pd_w), free(s->pd_b);
-  if (s->blk)
-    for (int i = 0; i < s->L; i++) {
-      s3_block *b = &s->blk[i];
-      float *p[] = {b->ln1_w, b->ln1_b, b->q_w, b->q_b, b->k_w, b->v_w, b->v_b, b->o_w,
-                    b->o_b,   b->fsmn,  b->ln2_w, b->ln2_b, b->m1_w, b->m1_b, b->m2_w, b->m2_b};
-      for (size_t j = 0; j < sizeof p / sizeof *p; j++) free(p[j]);
-    }
   free(s->blk);
   free(s);
+}
+
+/* the tensor's data in the mapped file: front-end tensors are F32 (checked by the loader) */
+cosy_status ref_fe_tensor(const cosy_model *m, const float **dst, const char *fmt, ...) {
+  char name[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  const gguf_tensor *t = cosy_model_tensor(m, name);
+  if (!t) return COSY_ERR_MODEL_FORMAT;
+  if (t->type != GGML_F32)
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "tensor %s is not f32", name);
+  *dst = (const float *)t->data;
+  return COSY_OK;
 }
 
 int ref_s3tok_width(const ref_s3tok *s) { return s->S; }
@@ -122,7 +131,7 @@ cosy_status ref_s3tok_create(const cosy_model *m, ref_s3tok **out) {
   s->S = h->s3_state, s->H = h->s3_heads, s->L = h->s3_layers, s->K = h->s3_fsmn_kernel;
   s->eps = h->s3_ln_eps, s->theta = h->s3_rope_theta, s->fsq = h->s3_fsq_scale;
   cosy_status st;
-#define G(dst, ...) if ((st = cosy_model_get_f32(m, &(dst), __VA_ARGS__))) goto fail
+#define G(dst, ...) if ((st = ref_fe_tensor(m, &(dst), __VA_ARGS__))) goto fail
   G(s->c1_w, "s3tok.conv1.weight");
   G(s->c1_b, "s3tok.conv1.bias");
   G(s->c2_w, "s3tok.conv2.weight");

@@ -45,10 +45,17 @@
 #define S3TOK_HOP 160
 #define S3TOK_MAX_SECONDS 30
 
-typedef struct ref_s3tok ref_s3tok; /* weights (fp32 copies); read-only after create */
+typedef struct ref_s3tok ref_s3tok; /* read-only after create */
 
-/* COSY_ERR_UNSUPPORTED (message set) when the model file has no speech tokenizer. */
+/* COSY_ERR_UNSUPPORTED (message set) when the model file has no speech tokenizer. The weights
+ * are used in place (the file's F32 data): m must outlive the ref_s3tok. */
 cosy_status ref_s3tok_create(const cosy_model *m, ref_s3tok **out);
+/* *dst = the data of a front-end tensor (F32, in the mapped file); printf-style name. */
+cosy_status ref_fe_tensor(const cosy_model *m, const float **dst, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 void ref_s3tok_free(ref_s3tok *s);
 
 /* Whisper log-mel of 16 kHz audio: *mel = malloc'd [128][*T], *T = n / 160. n >= 401. */
