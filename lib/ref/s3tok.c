@@ -222,9 +222,12 @@ cosy_status ref_s3tok_encode(const ref_s3tok *s, const float *mel, int32_t T, in
   float *scr = (float *)cosy_malloc(big * sizeof(float));
   float *cs = (float *)cosy_malloc((size_t)N * HD * sizeof(float)); /* [N][32] cos, [N][32] sin */
   float *pr = (float *)cosy_malloc((size_t)N * 8 * sizeof(float));
+  float *sc = (float *)cosy_malloc((size_t)N * N * sizeof(float));
+  float *kc = (float *)cosy_malloc((size_t)N * HD * sizeof(float));
+  float *vt = (float *)cosy_malloc((size_t)N * HD * sizeof(float));
   int32_t *tok = (int32_t *)cosy_malloc((size_t)N * sizeof(int32_t));
   cosy_status st = COSY_OK;
-  if (!x || !h || !q || !k || !v || !a || !y1 || !scr || !cs || !pr || !tok) {
+  if (!x || !h || !q || !k || !v || !a || !y1 || !scr || !cs || !pr || !tok || !sc || !kc || !vt) {
     st = COSY_ERR_NO_MEMORY;
     goto done;
   }
@@ -276,35 +279,27 @@ cosy_status ref_s3tok_encode(const ref_s3tok *s, const float *mel, int32_t T, in
           kv[d + HD / 2] = (k1 * c + k0 * sn) * qs;
         }
       }
-    /* attention (full, no mask) -> a */
-    for (int hh = 0; hh < H; hh++)
-      for (int t = 0; t < N; t++) {
-        float *sc = scr; /* [N] */
-        const float *qv = q + (size_t)t * S + hh * HD;
-        float mx = -INFINITY;
-        for (int j = 0; j < N; j++) {
-          const float *kv = k + (size_t)j * S + hh * HD;
-          float acc[4] = {0, 0, 0, 0};
-          for (int d = 0; d < HD; d += 4)
-            for (int e = 0; e < 4; e++) acc[e] += qv[d + e] * kv[d + e];
-          sc[j] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-          if (sc[j] > mx) mx = sc[j];
+    /* attention (full, no mask) -> a; per head: scores = q_h k_h^T, softmax, times v_h */
+    for (int hh = 0; hh < H; hh++) {
+      for (int t = 0; t < N; t++)
+        for (int d = 0; d < HD; d++) {
+          kc[(size_t)t * HD + d] = k[(size_t)t * S + hh * HD + d];
+          vt[(size_t)d * N + t] = v[(size_t)t * S + hh * HD + d];
         }
+      ref_nn_linear(sc, (size_t)N, q + hh * HD, (size_t)S, N, HD, kc, NULL, N);
+      for (int t = 0; t < N; t++) {
+        float *row = sc + (size_t)t * N, mx = -INFINITY;
+        for (int j = 0; j < N; j++) mx = row[j] > mx ? row[j] : mx;
         double sum = 0;
         for (int j = 0; j < N; j++) {
-          sc[j] = expf(sc[j] - mx);
-          sum += sc[j];
+          row[j] = expf(row[j] - mx);
+          sum += row[j];
         }
         float inv = (float)(1.0 / sum);
-        float o[HD];
-        for (int d = 0; d < HD; d++) o[d] = 0.0f;
-        for (int j = 0; j < N; j++) {
-          const float *vv = v + (size_t)j * S + hh * HD;
-          float p = sc[j] * inv;
-          for (int d = 0; d < HD; d++) o[d] += p * vv[d];
-        }
-        memcpy(a + (size_t)t * S + hh * HD, o, sizeof o);
+        for (int j = 0; j < N; j++) row[j] *= inv;
       }
+      ref_nn_linear(a + hh * HD, (size_t)S, sc, (size_t)N, N, N, vt, NULL, HD);
+    }
     ref_nn_linear(q, S, a, S, N, S, b->o_w, b->o_b, S); /* q = out projection */
     for (size_t i = 0; i < (size_t)N * S; i++) x[i] += q[i] + h[i];
     layer_norm(h, x, N, S, b->ln2_w, b->ln2_b, s->eps);
@@ -331,6 +326,6 @@ cosy_status ref_s3tok_encode(const ref_s3tok *s, const float *mel, int32_t T, in
   tok = NULL;
 done:
   free(x), free(h), free(q), free(k), free(v), free(a), free(y1), free(scr), free(cs), free(pr);
-  free(tok);
+  free(tok), free(sc), free(kc), free(vt);
   return st;
 }
