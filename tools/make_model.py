@@ -3,6 +3,7 @@
 
     tools/make_model.py --preset full|small|demo -o MODEL.gguf [--seed N] [--dtype bf16|f16|f32]
                         [--tokenizer DIR] [--added-tokens FILE] [--voice VOICE.gguf]
+                        [--frontend none|small|full|preset]
 
 Presets (geometry; docs/model-format.md lists every tensor each implies):
   full   the real Fun-CosyVoice3-0.5B geometry: LLM 896 x 24 layers (14 heads, 2 kv heads, MLP
