@@ -24,7 +24,7 @@ Outputs: weights (s3tok_small.pt and campplus_small.pt with the values stored as
 them small: the models run in float32 on float16-exact values; s3tok_small.onnx (its rotary table
 cut to 256 positions, ~10 s); campplus_small.pt,
 campplus_small.onnx), and per case the expected outputs (.npy): tokens, the FSQ projection before
-tanh, the encoder output; the CAM++ head / tdnn / transit outputs, pooled statistics, embedding.
+tanh, the encoder output; the CAM++ head / tdnn outputs, pooled statistics, embedding.
 """
 import argparse
 import json
@@ -37,7 +37,7 @@ import torch
 CASES_S3 = {"full": None, "cut301": 301}     # mel frames used (None = all 348)
 CASES_CAM = {"full": None, "cut250": 250}    # fbank frames used (None = all 346)
 # intermediate outputs kept only for the "full" cases (size)
-FULL_ONLY = {"block0", "conv2_pre_gelu", "head", "tdnn", "transit1"}
+FULL_ONLY = {"block0", "conv2_pre_gelu", "head", "tdnn"}
 
 
 def f16_exact(sd):
@@ -123,8 +123,6 @@ def run_campplus(m, feat):
     xv = m.xvector
     hooks = [m.head.register_forward_hook(lambda mod, i, o: out.__setitem__("head", o)),
              xv.tdnn.register_forward_hook(lambda mod, i, o: out.__setitem__("tdnn", o)),
-             xv.transit1.register_forward_hook(lambda mod, i, o: out.__setitem__("transit1", o)),
-             xv.transit3.register_forward_hook(lambda mod, i, o: out.__setitem__("transit3", o)),
              xv.stats.register_forward_hook(lambda mod, i, o: out.__setitem__("stats", o))]
     with torch.no_grad():
         emb = m(x)
