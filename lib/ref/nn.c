@@ -13,8 +13,12 @@
 
 #ifdef _OPENMP
 #define OMP_FOR _Pragma("omp parallel for schedule(static)")
+/* only worth a parallel region for a few million multiply-adds or more (CAM++ makes many small
+ * calls); `big` is a local of the caller */
+#define OMP_FOR_BIG _Pragma("omp parallel for schedule(static) if(big)")
 #else
 #define OMP_FOR
+#define OMP_FOR_BIG
 #endif
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
@@ -171,10 +175,12 @@ static int have_avx2(void) {
 void ref_nn_linear(float *out, size_t os, const float *in, size_t is, int rows, int K,
                    const float *W, const float *b, int O) {
   enum { OT = 32 };
+  const int big = (double)rows * K * O >= 4e6;
+  (void)big;
 #ifdef NN_X86
   if (have_avx2() && rows >= 16) { /* packed 16-output tiles: each weight read once per 4 rows */
     int ntile = (O + 15) / 16, bad = 0;
-    OMP_FOR
+    OMP_FOR_BIG
     for (int tile = 0; tile < ntile; tile++) {
       int o0 = tile * 16, nout = imin(16, O - o0);
       float *Wp = (float *)malloc((size_t)K * 16 * sizeof(float));
@@ -191,7 +197,7 @@ void ref_nn_linear(float *out, size_t os, const float *in, size_t is, int rows, 
   }
   if (have_avx2() && K >= 8) {
     int ntile = (O + OT - 1) / OT;
-    OMP_FOR
+    OMP_FOR_BIG
     for (int tile = 0; tile < ntile; tile++) {
       int o0 = tile * OT, o1 = imin(O, o0 + OT);
       for (int r = 0; r < rows; r += 4) {
@@ -212,7 +218,7 @@ void ref_nn_linear(float *out, size_t os, const float *in, size_t is, int rows, 
   }
 #endif
   int ntile = (O + OT - 1) / OT;
-  OMP_FOR
+  OMP_FOR_BIG
   for (int tile = 0; tile < ntile; tile++) {
     int o0 = tile * OT, o1 = imin(O, o0 + OT);
     for (int r = 0; r < rows; r += 4) {

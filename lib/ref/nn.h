@@ -2,9 +2,9 @@
  *
  * ref_nn_linear: out[r*os + o] = b[o] + sum_{k<K} in[r*is + k] * W[o*K + k]  (r < rows, o < O;
  * W row-major [O][K]; b may be NULL). fp32 products and sums; each dot product uses 4 partial sums
- * (k mod 4), combined as (s0 + s1) + (s2 + s3), then the bias is added. Tiles of 32 output
- * channels are the OpenMP parallel unit (OPENMP=1 builds), so results do not depend on the number
- * of threads. With AVX2 + FMA (checked at run time) the sums are 8 lanes of fused
+ * (k mod 4), combined as (s0 + s1) + (s2 + s3), then the bias is added. Tiles of output
+ * channels are the OpenMP parallel unit (OPENMP=1 builds; calls under 4M multiply-adds stay
+ * serial), so results do not depend on the number of threads. With AVX2 + FMA (checked at run time) the sums are 8 lanes of fused
  * multiply-adds instead (nn.c). */
 #ifndef COSY_REF_NN_H
 #define COSY_REF_NN_H
