@@ -4,8 +4,10 @@
  * W row-major [O][K]; b may be NULL). fp32 products and sums; each dot product uses 4 partial sums
  * (k mod 4), combined as (s0 + s1) + (s2 + s3), then the bias is added. Tiles of output
  * channels are the OpenMP parallel unit (OPENMP=1 builds; calls under 4M multiply-adds stay
- * serial), so results do not depend on the number of threads. With AVX2 + FMA (checked at run time) the sums are 8 lanes of fused
- * multiply-adds instead (nn.c). */
+ * serial), so results do not depend on the number of threads. With AVX2 + FMA (checked at run
+ * time) the sums are fused multiply-adds instead: for 16 rows or more one accumulator per output
+ * in k order over 16-output packed weight tiles, else 8 lanes (k mod 8) summed at the end
+ * (nn.c). */
 #ifndef COSY_REF_NN_H
 #define COSY_REF_NN_H
 
