@@ -211,6 +211,8 @@ typedef struct cosy_engine_stats {
   int64_t flow_jobs;           /**< request chunks in them */
   int64_t vocoder_calls;       /**< batched vocoder calls */
   int64_t vocoder_jobs;        /**< request chunks in them */
+  int32_t flow_pages_total;    /**< the flow's cache pages (50 mel frames of one request each) */
+  int32_t flow_pages_used;
 } cosy_engine_stats;
 /** Fill *out (whose struct_size the caller sets, e.g. through cosy_engine_stats_init). */
 COSY_API void cosy_engine_stats_init(cosy_engine_stats *s, uint32_t struct_size);

@@ -95,7 +95,7 @@ static void test_layout_pinned(void **state) {
       OFF(cosy_voice_features, speaker_embedding, 40), OFF(cosy_voice_features, speaker_dim, 48),
       OFF(cosy_voice_features, reserved2, 52),
 
-      SZ(cosy_engine_stats, 120), OFF(cosy_engine_stats, weights_bytes, 8),
+      SZ(cosy_engine_stats, 128), OFF(cosy_engine_stats, weights_bytes, 8),
       OFF(cosy_engine_stats, kv_bytes, 16), OFF(cosy_engine_stats, workspace_bytes, 24),
       OFF(cosy_engine_stats, device_bytes_total, 32), OFF(cosy_engine_stats, kv_pages_total, 40),
       OFF(cosy_engine_stats, kv_pages_used, 44), OFF(cosy_engine_stats, active, 48),
@@ -105,6 +105,7 @@ static void test_layout_pinned(void **state) {
       OFF(cosy_engine_stats, llm_steps, 72), OFF(cosy_engine_stats, llm_step_rows, 80),
       OFF(cosy_engine_stats, flow_calls, 88), OFF(cosy_engine_stats, flow_jobs, 96),
       OFF(cosy_engine_stats, vocoder_calls, 104), OFF(cosy_engine_stats, vocoder_jobs, 112),
+      OFF(cosy_engine_stats, flow_pages_total, 120), OFF(cosy_engine_stats, flow_pages_used, 124),
 
       SZ(cosy_request_stats, 72), OFF(cosy_request_stats, ttfb_s, 8),
       OFF(cosy_request_stats, total_s, 16), OFF(cosy_request_stats, llm_s, 24),

@@ -33,6 +33,7 @@
 
 #define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
+#define LLM_KV_POSITIONS 1024 /* LLM KV positions planned per active sequence */
 
 typedef struct gpu_state {
   cosy_gpu *g;      /* LLM */
@@ -44,6 +45,7 @@ typedef struct gpu_state {
   int step_cap;             /* rows of a decode step (max_active) */
   int *step_ids;
   int32_t *step_toks;
+  int flow_recompute;       /* COSY_FLOW_CACHE=0: every chunk recomputes the prefix */
 } gpu_state;
 
 #define ST(e) ((gpu_state *)(e)->be_state)
@@ -81,11 +83,28 @@ static cosy_status gb_create(cosy_engine *e) {
       (st = cosy_gpu_create_child(s->g, &s->post)) ||
       (st = gpu_llm_create(s->g, e->model, max_seqs, 512, &s->llm)) ||
       (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
-      (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift)) ||
-      (st = gpu_llm_reserve_kv(s->llm, 0, KV_RESERVE))) {
+      (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift))) {
     gb_destroy(e);
     return st;
   }
+  /* what is left: LLM KV pages for max_active sequences of LLM_KV_POSITIONS positions (at most a
+   * quarter), the flow's cache pages the rest */
+  {
+    const cosy_hparams *hp = &e->model->hp;
+    const size_t per_pos = (size_t)hp->llm_layers * 2 * hp->llm_kv_heads * hp->llm_head_dim * 4;
+    size_t left = cosy_gpu_left(s->g);
+    size_t kv = (size_t)max_seqs * LLM_KV_POSITIONS * per_pos;
+    if (kv > left / 4) kv = left / 4;
+    if ((st = gpu_llm_reserve_kv(s->llm, kv, 0)) ||
+        (st = gpu_flow_pool(s->flow, cosy_gpu_left(s->g) > KV_RESERVE
+                                         ? cosy_gpu_left(s->g) - KV_RESERVE
+                                         : 0))) {
+      gb_destroy(e);
+      return st;
+    }
+  }
+  const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
+  s->flow_recompute = fc && !strcmp(fc, "0");
   return COSY_OK;
 }
 
@@ -98,6 +117,8 @@ static void gb_stats(const cosy_engine *e, cosy_engine_stats *out) {
   out->device_bytes_total = (int64_t)s->g->used;
   out->weights_bytes = 0; /* included in device_bytes_total */
   out->workspace_bytes = (int64_t)s->g->used - out->kv_bytes;
+  out->flow_pages_total = gpu_flow_pages_total(s->flow);
+  out->flow_pages_used = out->flow_pages_total - gpu_flow_pages_free(s->flow);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -238,25 +259,31 @@ static void post_end(gpu_state *s, cudaStream_t saved) { s->post->stream = saved
 
 typedef struct gflow_state {
   cosy_flow_prompt p;
+  gpu_flow_req *q;
 } gflow_state;
 
 static cosy_status gb_flow_open(cosy_engine *e, const cosy_flow_prompt *p, int max_gen, void **fs) {
-  if (2 * (p->n_tokens + max_gen + 3) > MAX_FRAMES)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "prompt (%d tokens) + up to %d speech tokens is more than the GPU path's "
-                    "%d mel frames (%d s) per utterance; lower max_tokens or split the text",
-                    p->n_tokens, max_gen, MAX_FRAMES, MAX_FRAMES / 50);
-  (void)e;
+  gpu_state *s = ST(e);
   gflow_state *f = (gflow_state *)cosy_calloc(1, sizeof *f);
   if (!f) return COSY_ERR_NO_MEMORY;
   f->p = *p;
+  cosy_status st = gpu_flow_req_open(s->flow, p->tokens, p->n_tokens, p->mel, p->spk, max_gen, &f->q);
+  if (st) {
+    free(f);
+    return st;
+  }
   *fs = f;
   return COSY_OK;
 }
 
 static void gb_flow_close(cosy_engine *e, void *fs) {
-  (void)e;
-  free(fs);
+  gpu_state *s = ST(e);
+  gflow_state *f = (gflow_state *)fs;
+  if (!f) return;
+  pthread_mutex_lock(&s->mu); /* page accounting vs. stats */
+  gpu_flow_req_close(s->flow, f->q);
+  pthread_mutex_unlock(&s->mu);
+  free(f);
 }
 
 static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int urgent,
@@ -264,19 +291,43 @@ static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int u
   gpu_state *s = ST(e);
   cudaStream_t saved;
   post_begin(s, urgent, &saved);
-  for (int i = 0; i < n; i++) {
-    cosy_flow_job *j = &jobs[i];
-    const gflow_state *f = (const gflow_state *)j->fs;
-    float *mel = NULL;
-    int frames = 0;
-    j->status = gpu_flow_infer(s->flow, j->tokens, f->p.n_tokens, j->n_gen, f->p.mel,
-                               2 * f->p.n_tokens, f->p.spk, !j->full_attention, j->finalize,
-                               cancel, &mel, &frames);
-    if (!j->status) j->status = flow_job_take(j, mel, frames);
-    free(mel);
+  cosy_status st = COSY_OK;
+  if (s->flow_recompute) {
+    for (int i = 0; i < n; i++) {
+      cosy_flow_job *j = &jobs[i];
+      const gflow_state *f = (const gflow_state *)j->fs;
+      float *mel = NULL;
+      int frames = 0;
+      j->status = gpu_flow_infer(s->flow, j->tokens, f->p.n_tokens, j->n_gen, f->p.mel,
+                                 2 * f->p.n_tokens, f->p.spk, !j->full_attention, j->finalize,
+                                 cancel, &mel, &frames);
+      if (!j->status) j->status = flow_job_take(j, mel, frames);
+      free(mel);
+    }
+  } else {
+    gpu_flow_call *c = (gpu_flow_call *)cosy_calloc((size_t)(n > 0 ? n : 1), sizeof *c);
+    if (!c) {
+      post_end(s, saved);
+      return COSY_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n; i++) {
+      c[i].q = ((gflow_state *)jobs[i].fs)->q;
+      c[i].tokens = jobs[i].tokens;
+      c[i].n_gen = jobs[i].n_gen;
+      c[i].finalize = jobs[i].finalize;
+      c[i].full = jobs[i].full_attention;
+      c[i].frame_from = jobs[i].frame_from;
+      c[i].n_frames = jobs[i].n_frames;
+      c[i].mel = jobs[i].mel;
+    }
+    pthread_mutex_lock(&s->mu); /* page accounting vs. stats and closes */
+    st = gpu_flow_batch(s->flow, c, n, cancel);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) jobs[i].status = st;
+    free(c);
   }
   post_end(s, saved);
-  return COSY_OK;
+  return st;
 }
 
 static cosy_status gb_voc_open(cosy_engine *e, int max_frames, void **vs) {
