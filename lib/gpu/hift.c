@@ -85,6 +85,8 @@ struct gpu_hift {
   /* device buffers */
   float *mel_d, *f0_d, *sine_d, *s_d, *noise_d, *ini_d, *S_d, *post_d, *wav_d;
   double *fa_d, *fb_d;
+  double *cum_d; /* [nh] a stream's phase sums while its job runs */
+  int f0_ctx, dec_ctx; /* streaming left contexts (ref_hift_stream_context) */
   float *act[N_ACT];
   /* pinned host staging for the waveform / source download */
   float *stage_h;
@@ -281,6 +283,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     ch = co;
   }
   if ((st = load_conv(h, m, &h->conv_post, 2 * h->n_bins, ch, 7, "hift.conv_post"))) goto fail;
+  if ((st = ref_hift_stream_context(hp, &h->f0_ctx, &h->dec_ctx))) goto fail;
 
   /* buffers */
   {
@@ -298,6 +301,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
                      (void **)&h->noise_d)))
       goto fail;
     if ((st = dalloc(h, h->nh * sizeof(float), "hift rand_ini", (void **)&h->ini_d))) goto fail;
+    if ((st = dalloc(h, h->nh * sizeof(double), "hift phase sums", (void **)&h->cum_d))) goto fail;
     if ((st = dalloc(h, 2 * h->n_bins * F * sizeof(float), "hift stft", (void **)&h->S_d)))
       goto fail;
     if ((st = dalloc(h, 2 * h->n_bins * F * sizeof(float), "hift conv_post",
@@ -359,11 +363,11 @@ static cosy_status conv(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, in
   return ck(cosy_k_hift_conv(s, c, n, h->prec), what);
 }
 
-/* mel_d holds [80][T]; f0_d gets T_f0 values */
-static cosy_status run_f0(gpu_hift *h, int T, int finalize) {
+/* mel (device) holds [80][ld] with T valid columns; f0_d gets T_f0 values */
+static cosy_status run_f0(gpu_hift *h, const float *mel, int ld, int T, int finalize) {
   cudaStream_t s = h->g->stream;
   const int Tf = finalize ? T : T - 3, Cc = h->Cc;
-  cosy_status st = ck(cosy_k_hift_conv64(s, h->mel_d, NULL, T, T, h->mel, h->cw[0], h->cb[0], Cc,
+  cosy_status st = ck(cosy_k_hift_conv64(s, mel, NULL, ld, T, h->mel, h->cw[0], h->cb[0], Cc,
                                          4, 0, h->fa_d, Tf, Tf),
                       "hift f0 condnet.0");
   double *a = h->fa_d, *b = h->fb_d;
@@ -467,14 +471,14 @@ static cosy_status run_resblocks(gpu_hift *h, cudaStream_t s, const rb_job *jobs
   return st;
 }
 
-/* mel_d [80][T] and s_d [Tm R] -> wav_d [nout]. Order: STFT; side stream: the source downs and
+/* mel [80][ld_mel] (T valid columns) and sig [Tm R] (device) -> wav_d [nout]. Order: STFT; side stream: the source downs and
  * resblocks of stages 1 and 2 (-> SRC1, SRC2; tmps ST/SX); main stream: source down 0 + conv_pre
  * (-> SRC0, R0), source resblock 0, then per stage the up conv (-> Y, adding SRC_i as its
  * residual: the source branch of a stage does not depend on the main path; stage 1 waits for
  * the side stream) and the three resblocks on Y (6 launches, -> R0-R2); conv_post on their mean;
  * iSTFT. */
-static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile int *cancel,
-                              int64_t *nout) {
+static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const float *sig, int T,
+                              int finalize, const volatile int *cancel, int64_t *nout) {
   cudaStream_t s = h->g->stream;
   const int R = h->R;
   const int Tm = finalize ? T : T - 3;
@@ -491,7 +495,7 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
     if (len != F) return cosy_err(COSY_ERR_INTERNAL, "gpu_hift: length mismatch %d vs %d", len, F);
   }
 
-  if ((st = ck(cosy_k_hift_stft(s, h->s_d, Ls, F, h->S_d, F), "hift stft"))) return st;
+  if ((st = ck(cosy_k_hift_stft(s, sig, Ls, F, h->S_d, F), "hift stft"))) return st;
   /* source branches: SRC_i = RB_src_i(downs_i(S)) (S with sd-1 zeros on the left, stride sd).
    * Stages 1 and 2 on the side stream, overlapping stage 0 (whose 256-channel convs leave SMs
    * idle); stage 0's with conv_pre (mel[:, :Tm], zeros beyond when final, else the last 4
@@ -520,7 +524,7 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
     cosy_hift_conv c[2];
     c[0] = conv_desc(&h->downs[0], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1,
                      h->down_stride[0], h->down_stride[0] - 1, 0, A[B_SRC0], lens[0], lens[0]);
-    c[1] = conv_desc(&h->conv_pre, h->mel_d, T, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, 0, 0,
+    c[1] = conv_desc(&h->conv_pre, mel, ld_mel, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, 0, 0,
                      A[B_R0], Tx, Tx);
     if ((st = conv(h, s, c, 2, "hift source_downs/conv_pre"))) return st;
     rb_job j0 = {&h->srb[0], A[B_SRC0], A[B_T0], A[B_X0], NULL, lens[0]};
@@ -604,7 +608,7 @@ cosy_status gpu_hift_f0(gpu_hift *h, const float *mel, int T, int finalize, floa
   if (st) return st;
   const int Tf = finalize ? T : T - 3;
   if (!st) st = upload_mel(h, mel, T);
-  if (!st) st = run_f0(h, T, finalize);
+  if (!st) st = run_f0(h, h->mel_d, T, T, finalize);
   if (!st)
     st = ck(cudaMemcpyAsync(h->stage_h, h->f0_d, (size_t)Tf * sizeof(float),
                             cudaMemcpyDeviceToHost, h->g->stream),
@@ -657,7 +661,7 @@ cosy_status gpu_hift_decode(gpu_hift *h, const float *mel, int T, const float *s
     st = ck(cudaMemcpyAsync(h->s_d, s, (size_t)Tm * h->R * sizeof(float), cudaMemcpyHostToDevice,
                             h->g->stream),
             "hift source upload");
-  if (!st) st = run_decode(h, T, finalize, NULL, &nout);
+  if (!st) st = run_decode(h, h->mel_d, T, h->s_d, T, finalize, NULL, &nout);
   if (!st) st = download_new(h, h->wav_d, nout, wav);
   if (st) return drain(h, st);
   *n = nout;
@@ -677,13 +681,235 @@ cosy_status gpu_hift_infer(gpu_hift *h, const float *mel, int T, int finalize,
   const int Tf = finalize ? T : T - 3;
   int64_t nout = 0;
   st = upload_mel(h, mel, T);
-  if (!st) st = run_f0(h, T, finalize);
+  if (!st) st = run_f0(h, h->mel_d, T, T, finalize);
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
   if (!st) st = run_source(h, Tf, NULL);
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
-  if (!st) st = run_decode(h, T, finalize, cancel, &nout);
+  if (!st) st = run_decode(h, h->mel_d, T, h->s_d, T, finalize, cancel, &nout);
   if (!st) st = download_new(h, h->wav_d, nout, wav);
   if (st) return drain(h, st);
   *n = nout;
+  return COSY_OK;
+}
+
+/* ---- streaming (the math and the contexts: lib/ref/hift.h; this mirrors ref_hift_stream_run) --- */
+
+struct gpu_hift_stream {
+  int mel_dim, nh, R, finished;
+  int64_t T;       /* mel frames received */
+  int64_t f0_done; /* frames whose f0 and source are computed */
+  int64_t sent;    /* samples returned */
+  int64_t mel_lo;  /* mel holds frames [mel_lo, T), frame-major (host) */
+  int64_t s_lo;    /* s holds the source of frames [s_lo, f0_done) (host) */
+  float *mel, *s;
+  int64_t mel_cap, s_cap; /* capacities in frames */
+  double cum[64];         /* phase running sums after frame f0_done - 1 (nh <= 64) */
+};
+
+cosy_status gpu_hift_stream_create(gpu_hift *h, gpu_hift_stream **out) {
+  if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_stream_create: out is NULL");
+  *out = NULL;
+  if (!h) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_stream_create: handle is NULL");
+  gpu_hift_stream *st = cosy_calloc(1, sizeof *st);
+  if (!st) return COSY_ERR_NO_MEMORY;
+  st->mel_dim = h->mel, st->nh = h->nh, st->R = h->R;
+  *out = st;
+  return COSY_OK;
+}
+
+void gpu_hift_stream_free(gpu_hift *h, gpu_hift_stream *st) {
+  (void)h;
+  if (!st) return;
+  free(st->mel), free(st->s);
+  free(st);
+}
+
+static cosy_status sgrow(float **buf, int64_t *cap, int64_t frames, int per_frame) {
+  if (frames <= *cap) return COSY_OK;
+  int64_t nc = *cap * 2 > frames ? *cap * 2 : frames;
+  if (nc < 64) nc = 64;
+  float *p = realloc(*buf, (size_t)nc * per_frame * sizeof(float));
+  if (!p) return COSY_ERR_NO_MEMORY;
+  *buf = p, *cap = nc;
+  return COSY_OK;
+}
+
+/* The frames a job uploads (its window T_total - min(a, b)), 0 when it has nothing to compute. */
+static int64_t job_window(const gpu_hift *h, const gpu_hift_stream *st, int T_new, int fin) {
+  const int64_t T = st->T + T_new, R = st->R;
+  const int64_t Tf = fin ? T : (T > 3 ? T - 3 : 0);
+  const int64_t N = fin ? T * R : (T > 8 ? (T - 8) * R : 0);
+  const int need_f0 = Tf > st->f0_done, need_dec = N > st->sent;
+  int64_t a = st->sent / R - h->dec_ctx, b = st->f0_done - h->f0_ctx;
+  a = a < 0 ? 0 : a, b = b < 0 ? 0 : b;
+  const int64_t lo = need_f0 && b < a ? b : a;
+  return need_f0 || need_dec ? T - lo : 0;
+}
+
+/* One job on the context's stream; commits the stream state only when everything succeeded
+ * (the appended mel excepted). */
+static cosy_status stream_job(gpu_hift *h, gpu_hift_job *jb, const volatile int *cancel) {
+  gpu_hift_stream *st = jb->st;
+  cudaStream_t cs = h->g->stream;
+  const int M = st->mel_dim, R = st->R, nh = st->nh;
+  cosy_status s = COSY_OK;
+  float *cf = NULL, *sn = NULL;
+  const int64_t T = st->T + jb->T_new;
+  const int fin = jb->finalize != 0;
+  const int64_t Tf = fin ? T : (T > 3 ? T - 3 : 0);
+  const int64_t N = fin ? T * R : (T > 8 ? (T - 8) * R : 0);
+  const int need_f0 = Tf > st->f0_done, need_dec = N > st->sent;
+  int64_t a = st->sent / R - h->dec_ctx, b = st->f0_done - h->f0_ctx;
+  a = a < 0 ? 0 : a, b = b < 0 ? 0 : b;
+  const int64_t lo = need_f0 && b < a ? b : a; /* first mel frame uploaded */
+  if ((need_f0 || need_dec) && T - lo > h->max_frames)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "gpu_hift_stream_run: window of %lld frames (T_new %d + context) exceeds "
+                    "max_frames %d",
+                    (long long)(T - lo), jb->T_new, h->max_frames);
+  if (a < st->s_lo || lo < st->mel_lo)
+    return cosy_err(COSY_ERR_INTERNAL, "gpu_hift_stream_run: window before the history");
+  /* 1. keep the new frames (host) */
+  if ((s = sgrow(&st->mel, &st->mel_cap, T - st->mel_lo, M))) return s;
+  if (jb->T_new > 0)
+    memcpy(st->mel + (size_t)(st->T - st->mel_lo) * M, jb->mel_new,
+           (size_t)jb->T_new * M * sizeof(float));
+  st->T = T;
+  if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift_stream_run: cancelled");
+  if (!need_f0 && !need_dec) { /* nothing final yet (or an empty final call) */
+    float *p = cosy_malloc(sizeof(float));
+    if (!p) return COSY_ERR_NO_MEMORY;
+    jb->wav = p, jb->n = 0;
+    if (fin) st->finished = 1;
+    return COSY_OK;
+  }
+  const int W = (int)(T - lo);
+  /* 2. the mel window [lo, T) -> mel_d [80][W] (channels-first; pageable copy: synchronous) */
+  cf = cosy_malloc((size_t)M * W * sizeof(float));
+  if (!cf) return COSY_ERR_NO_MEMORY;
+  for (int t = 0; t < W; t++)
+    for (int c = 0; c < M; c++) cf[(size_t)c * W + t] = st->mel[(size_t)(lo - st->mel_lo + t) * M + c];
+  s = ck(cudaMemcpyAsync(h->mel_d, cf, (size_t)M * W * sizeof(float), cudaMemcpyHostToDevice, cs),
+         "hift stream mel upload");
+  /* 3. the kept source [a, f0_done) -> s_d[0 ..) (the window's samples start at frame a) */
+  if (!s && st->f0_done > a)
+    s = ck(cudaMemcpyAsync(h->s_d, st->s + (size_t)(a - st->s_lo) * R,
+                           (size_t)(st->f0_done - a) * R * sizeof(float), cudaMemcpyHostToDevice,
+                           cs),
+           "hift stream source upload");
+  /* 4. f0 over mel [b, T) (exact from frame b + f0_ctx or 0 on), source of [f0_done, Tf) with the
+   * carried phase sums -> s_d[(f0_done - a) R ..) */
+  const int nnew = (int)(Tf - st->f0_done);
+  if (!s && need_f0) {
+    const int64_t k0 = st->f0_done;
+    s = run_f0(h, h->mel_d + (b - lo), W, (int)(T - b), fin);
+    if (!s)
+      s = ck(cudaMemcpyAsync(h->cum_d, st->cum, (size_t)nh * sizeof(double),
+                             cudaMemcpyHostToDevice, cs),
+             "hift stream phase upload");
+    const float *f0 = h->f0_d + (k0 - b);
+    if (!s)
+      s = ck(cosy_k_hift_sine_at(cs, f0, nnew, h->nb, R, h->sr, h->sine_amp, NULL, k0, h->cum_d,
+                                 h->cum_d, h->sine_d),
+             "hift stream sine");
+    if (!s)
+      s = ck(cosy_k_hift_source_at(cs, f0, h->sine_d, h->nb, R, k0 * R, (int64_t)nnew * R, k0,
+                                   NULL, h->lin_w, h->lin_b, h->voiced_thr, h->noise_std,
+                                   h->sine_amp / 3.0f, h->s_d + (size_t)(k0 - a) * R),
+             "hift stream source");
+  }
+  if (!s && cancelled(cancel)) s = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_stream_run: cancelled");
+  /* 5. decode the window [a, T) (mel_d column a - lo, s_d) */
+  int64_t nw = 0;
+  if (!s && need_dec) {
+    s = run_decode(h, h->mel_d + (a - lo), W, h->s_d, (int)(T - a), fin, cancel, &nw);
+    if (!s && a * R + nw != N)
+      s = cosy_err(COSY_ERR_INTERNAL, "gpu_hift_stream_run: window output %lld != %lld",
+                   (long long)(a * R + nw), (long long)N);
+  }
+  /* 6. downloads: the new source and phase sums (kept for the next calls), the new samples */
+  double cum[64];
+  if (!s && need_f0) {
+    sn = cosy_malloc((size_t)nnew * R * sizeof(float));
+    if (!sn) s = COSY_ERR_NO_MEMORY;
+    if (!s)
+      s = ck(cudaMemcpyAsync(sn, h->s_d + (size_t)(st->f0_done - a) * R,
+                             (size_t)nnew * R * sizeof(float), cudaMemcpyDeviceToHost, cs),
+             "hift stream source download");
+    if (!s)
+      s = ck(cudaMemcpyAsync(cum, h->cum_d, (size_t)nh * sizeof(double), cudaMemcpyDeviceToHost,
+                             cs),
+             "hift stream phase download");
+  }
+  float *wav = NULL;
+  if (!s) {
+    if (need_dec) s = download_new(h, h->wav_d + (st->sent - a * R), N - st->sent, &wav);
+    else s = cosy_gpu_sync(h->g, "gpu_hift_stream_run");
+  }
+  if (!s && !wav && !(wav = cosy_malloc(sizeof(float)))) s = COSY_ERR_NO_MEMORY;
+  if (!s && need_f0 && (s = sgrow(&st->s, &st->s_cap, Tf - st->s_lo, R))) {
+    free(wav);
+    wav = NULL;
+  }
+  free(cf);
+  if (s) {
+    free(sn);
+    return drain(h, s);
+  }
+  /* commit */
+  if (need_f0) {
+    memcpy(st->s + (size_t)(st->f0_done - st->s_lo) * R, sn, (size_t)nnew * R * sizeof(float));
+    memcpy(st->cum, cum, (size_t)nh * sizeof(double));
+    st->f0_done = Tf;
+  }
+  free(sn);
+  const int64_t nout = need_dec ? N - st->sent : 0;
+  st->sent += nout;
+  if (fin) st->finished = 1;
+  jb->wav = wav, jb->n = nout;
+  /* drop the history no later call reads (as the CPU stream) */
+  {
+    int64_t a2 = st->sent / R - h->dec_ctx, b2 = st->f0_done - h->f0_ctx;
+    a2 = a2 < 0 ? 0 : a2, b2 = b2 < 0 ? 0 : b2;
+    const int64_t mlo = a2 < b2 ? a2 : b2;
+    if (mlo > st->mel_lo) {
+      memmove(st->mel, st->mel + (size_t)(mlo - st->mel_lo) * M,
+              (size_t)(T - mlo) * M * sizeof(float));
+      st->mel_lo = mlo;
+    }
+    if (a2 > st->s_lo) {
+      memmove(st->s, st->s + (size_t)(a2 - st->s_lo) * R,
+              (size_t)(st->f0_done - a2) * R * sizeof(float));
+      st->s_lo = a2;
+    }
+  }
+  return COSY_OK;
+}
+
+cosy_status gpu_hift_stream_run(gpu_hift *h, gpu_hift_job *jobs, int n, const volatile int *cancel) {
+  if (!h || (!jobs && n > 0) || n < 0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_stream_run: %s",
+                    !h ? "NULL handle" : "bad job list");
+  for (int i = 0; i < n; i++) jobs[i].wav = NULL, jobs[i].n = 0;
+  for (int i = 0; i < n; i++) {
+    const gpu_hift_job *jb = &jobs[i];
+    const char *why = NULL;
+    if (!jb->st) why = "NULL stream";
+    else if (jb->T_new < 0 || (jb->T_new > 0 && !jb->mel_new)) why = "bad mel";
+    else if (jb->st->finished) why = "the stream was finalized";
+    else if (jb->st->mel_dim != h->mel || jb->st->nh != h->nh || jb->st->R != h->R)
+      why = "stream of another model";
+    else if (jb->st->T + jb->T_new > HIFT_MAX_FRAMES) why = "too many frames";
+    else if (job_window(h, jb->st, jb->T_new, jb->finalize != 0) > h->max_frames)
+      why = "the window (T_new + the left context) exceeds max_frames";
+    for (int j = 0; j < i && !why; j++)
+      if (jobs[j].st == jb->st) why = "the same stream twice";
+    if (why)
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_stream_run: job %d: %s", i, why);
+  }
+  for (int i = 0; i < n; i++) {
+    cosy_status s = stream_job(h, &jobs[i], cancel);
+    if (s) return s;
+  }
   return COSY_OK;
 }

@@ -51,4 +51,42 @@ cosy_status gpu_hift_decode(gpu_hift *h, const float *mel, int T, const float *s
  * (kernels/kernels_hift.h). Returns COSY_ERR_INVALID_ARG for another value. */
 cosy_status gpu_hift_set_precision(gpu_hift *h, int prec);
 
+/* ---- streaming ---------------------------------------------------------------------------------
+ * ref_hift_stream_run's contract on the GPU (lib/ref/hift.h derives the window and its exactness):
+ * per call, the F0 predictor runs over the new f0-final frames plus the 8-frame F0 context, the
+ * source over the new frames only (cosy_k_hift_sine_at / cosy_k_hift_source_at continue the
+ * phase sums and the absolute noise index, bit-identical to one whole-mel source), and the decode
+ * over the window [a, T) with a = max(0, sent / 480 - 29): the same kernels as gpu_hift_infer on
+ * a shorter input. The convolution kernels may pick another reduction split for another length,
+ * so the samples equal the whole-mel gpu_hift_infer's to fp32 rounding (not bit for bit).
+ *
+ * State: HOST memory (malloc), not the gpu budget: the mel history (frames from
+ * min(a, f0_done - 8), 320 B a frame), the source samples of frames [a, f0_done) (1920 B a frame)
+ * and the 9 fp64 phase sums: ~85 KB per stream between calls. The device buffers are the
+ * gpu_hift's, used by one job at a time; a stream may be used with any gpu_hift of the same
+ * model. A call's window, T_total - min(a, f0_done - 8) frames (<= T_new + 29 + 8 + 8 after the
+ * first call; T_new on the first), must fit max_frames (else COSY_ERR_INVALID_ARG, nothing done). */
+typedef struct gpu_hift_stream gpu_hift_stream;
+cosy_status gpu_hift_stream_create(gpu_hift *h, gpu_hift_stream **out);
+/* NULL is a no-op; h may be NULL. */
+void gpu_hift_stream_free(gpu_hift *h, gpu_hift_stream *st);
+
+typedef struct gpu_hift_job {
+  gpu_hift_stream *st;
+  const float *mel_new; /* host FRAME-MAJOR [T_new][80] (may be NULL when T_new = 0) */
+  int T_new, finalize;
+  float *wav;           /* out: malloc'd host samples (free(); never NULL on success) */
+  int64_t n;            /* out: their count, as ref_hift_stream_run */
+} gpu_hift_job;
+
+/* Run n jobs (distinct streams) on the context's stream and wait; fills each job's wav / n.
+ * This version runs the jobs one after another (each job's launches are those of that job alone,
+ * so a job's samples do not depend on the other jobs of the batch: bit-identical to running it
+ * alone). cancel (may be NULL) is polled between stages. Arguments of every job are checked first
+ * (COSY_ERR_INVALID_ARG, nothing done). On a later error (or a cancel) the jobs before the failing
+ * one are complete (wav / n filled: free them), the failing one and those after return wav = NULL,
+ * n = 0 and their streams stay consistent (the failing job's mel is kept and the samples it did
+ * not return come with the stream's next call, as ref_hift_stream_run). */
+cosy_status gpu_hift_stream_run(gpu_hift *h, gpu_hift_job *jobs, int n, const volatile int *cancel);
+
 #endif
