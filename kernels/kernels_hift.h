@@ -97,6 +97,13 @@ cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *convs, int n,
  * alternate chunks and add their partial sums through shared memory (deterministic). Tuning
  * override for measurements: 0 automatic (default), 1 never, 2 always. Process-wide. */
 void cosy_hift_conv_tuning(int split_mode);
+/* cosy_k_hift_conv with the split chosen by the caller for this launch only: 0 automatic (as
+ * above), 1 never, 2 always (when the shared memory allows). A conv's values depend only on its
+ * own descriptor and the split, not on the other convs of the launch: callers that need results
+ * independent of the grouping (the streaming vocoder's batches) pass 1. cosy_k_hift_conv is this
+ * with the process-wide mode of cosy_hift_conv_tuning. */
+cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_hift_conv *convs, int n, int prec,
+                                   int split_mode);
 
 /* fp64 conv of the F0 predictor with ELU (fp64 tensor cores: mma.sync m8n8k4 f64):
  *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out

@@ -39,7 +39,8 @@
  *   gpu_hift_infer(so far, 0) (2e-3 rel L2), each concatenation vs the CPU whole-mel
  *   ref_hift_infer (2e-2, the decode bound) and vs the GPU whole-mel gpu_hift_infer (2e-3: the
  *   same kernels on other lengths; only reduction splits may differ), and batch invariance (each
- *   job run alone: bit-identical, differing samples counted). Each comparison prints rel L2, max
+ *   job run alone, and the batch on a gpu_hift of 120 frames that must split it in two:
+ *   bit-identical, differing samples counted). Each comparison prints rel L2, max
  *   abs and where the largest difference is (sample, mel frame, which call returned it), so one
  *   run locates a window or state error (an error confined to the samples just after a call
  *   boundary points at the left context; one growing along the utterance at the phase sums).
@@ -1234,24 +1235,31 @@ static void test_stream(void **state) {
     print_message("  (GPU whole vs CPU whole: rel L2 %.3e)\n", tu_rel_l2(wg, wc, nc));
     free(wc), free(wg);
   }
-  /* batch invariance: the same calls, each job alone */
-  s_plan q[S_STREAMS];
-  for (int i = 0; i < S_STREAMS; i++) {
-    q[i] = p[i];
-    q[i].out = malloc(sizeof(float) * (size_t)p[i].T * 480 + 4);
+  /* batch invariance: the same calls, each job alone; and batched again on a gpu_hift of 120
+   * frames, too small for the first round's jobs together (split into two batches) */
+  gpu_hift *h120 = NULL;
+  assert_int_equal(gpu_hift_create(fx->g, fx->m, 120, &h120), COSY_OK);
+  for (int pass = 0; pass < 2; pass++) {
+    s_plan q[S_STREAMS];
+    for (int i = 0; i < S_STREAMS; i++) {
+      q[i] = p[i];
+      q[i].out = malloc(sizeof(float) * (size_t)p[i].T * 480 + 4);
+    }
+    run_plans(pass ? h120 : h, q, S_STREAMS, pass, NULL);
+    for (int i = 0; i < S_STREAMS; i++) {
+      assert_int_equal(q[i].n_out, p[i].n_out);
+      const size_t nd = count_diff(q[i].out, p[i].out, (size_t)p[i].n_out);
+      char what[96];
+      snprintf(what, sizeof what, "stream %d %s vs in the batch", i,
+               pass ? "batched in 120-frame buffers" : "alone");
+      if (nd) stream_diag(what, q[i].out, p[i].out, p[i].n_out, p[i].call_end, p[i].n_calls);
+      print_message("%-56s %zu of %lld samples differ (must be 0)\n", what, nd,
+                    (long long)p[i].n_out);
+      ok &= nd == 0;
+      free(q[i].out);
+    }
   }
-  run_plans(h, q, S_STREAMS, 0, NULL);
-  for (int i = 0; i < S_STREAMS; i++) {
-    assert_int_equal(q[i].n_out, p[i].n_out);
-    const size_t nd = count_diff(q[i].out, p[i].out, (size_t)p[i].n_out);
-    char what[96];
-    snprintf(what, sizeof what, "stream %d alone vs in the batch", i);
-    if (nd) stream_diag(what, q[i].out, p[i].out, p[i].n_out, p[i].call_end, p[i].n_calls);
-    print_message("%-46s %zu of %lld samples differ (must be 0)\n", what, nd,
-                  (long long)p[i].n_out);
-    ok &= nd == 0;
-    free(q[i].out);
-  }
+  gpu_hift_free(h120);
   for (int i = 0; i < S_STREAMS; i++) free(p[i].mel_cf), free(p[i].mel_fm), free(p[i].out);
   gpu_hift_free(h);
   assert_true(ok);

@@ -57,15 +57,17 @@ cosy_status gpu_hift_set_precision(gpu_hift *h, int prec);
  * source over the new frames only (cosy_k_hift_sine_at / cosy_k_hift_source_at continue the
  * phase sums and the absolute noise index, bit-identical to one whole-mel source), and the decode
  * over the window [a, T) with a = max(0, sent / 480 - 29): the same kernels as gpu_hift_infer on
- * a shorter input. The convolution kernels may pick another reduction split for another length,
- * so the samples equal the whole-mel gpu_hift_infer's to fp32 rounding (not bit for bit).
+ * a shorter input, except that the convolutions never split their reduction (see
+ * gpu_hift_stream_run). So the samples equal the whole-mel gpu_hift_infer's to fp32 rounding
+ * (the whole-mel run may split; not promised bit for bit).
  *
  * State: HOST memory (malloc), not the gpu budget: the mel history (frames from
  * min(a, f0_done - 8), 320 B a frame), the source samples of frames [a, f0_done) (1920 B a frame)
  * and the 9 fp64 phase sums: ~85 KB per stream between calls. The device buffers are the
- * gpu_hift's, used by one job at a time; a stream may be used with any gpu_hift of the same
- * model. A call's window, T_total - min(a, f0_done - 8) frames (<= T_new + 29 + 8 + 8 after the
- * first call; T_new on the first), must fit max_frames (else COSY_ERR_INVALID_ARG, nothing done). */
+ * gpu_hift's (allocated at gpu_hift_create from the gpu budget, plus 64 x 9 fp64 phase-sum
+ * slots), shared by the jobs of a call; a stream may be used with any gpu_hift of the same model.
+ * A job's window, T_total - min(a, f0_done - 8) frames (<= T_new + 29 + 8 + 8 after the first
+ * call; T_new on the first), must fit max_frames (else COSY_ERR_INVALID_ARG, nothing done). */
 typedef struct gpu_hift_stream gpu_hift_stream;
 cosy_status gpu_hift_stream_create(gpu_hift *h, gpu_hift_stream **out);
 /* NULL is a no-op; h may be NULL. */
@@ -80,13 +82,19 @@ typedef struct gpu_hift_job {
 } gpu_hift_job;
 
 /* Run n jobs (distinct streams) on the context's stream and wait; fills each job's wav / n.
- * This version runs the jobs one after another (each job's launches are those of that job alone,
- * so a job's samples do not depend on the other jobs of the batch: bit-identical to running it
- * alone). cancel (may be NULL) is polled between stages. Arguments of every job are checked first
- * (COSY_ERR_INVALID_ARG, nothing done). On a later error (or a cancel) the jobs before the failing
- * one are complete (wav / n filled: free them), the failing one and those after return wav = NULL,
- * n = 0 and their streams stay consistent (the failing job's mel is kept and the samples it did
- * not return come with the stream's next call, as ref_hift_stream_run). */
+ * Batched: the jobs whose windows fit the gpu_hift's buffers together (sum of the windows about
+ * <= max_frames; at most 64 jobs) share every decoder launch: each conv launch carries up to 4
+ * convs of any jobs (kernels_hift.h: cosy_k_hift_conv_split), so a batch of J jobs issues about
+ * J/4 of the launches J single calls would (the F0 predictor, the source, the STFT and the iSTFT
+ * stay per job: small); larger calls run as several batches in job order. The convolutions never
+ * split their reduction here, and a conv's values depend only on its own descriptor, so a job's
+ * samples do not depend on the other jobs (bit-identical to running it alone; test_gpu_hift
+ * checks it). cancel (may be NULL) is polled between stages. Arguments of every job are checked
+ * first (COSY_ERR_INVALID_ARG, nothing done). On a later error (or a cancel) the batches before
+ * the failing one are complete (wav / n filled: free them); the jobs of the failing batch and
+ * those after return wav = NULL, n = 0 and their streams stay consistent (the failing batch's mel
+ * is kept and the samples not returned come with the stream's next call, as
+ * ref_hift_stream_run). */
 cosy_status gpu_hift_stream_run(gpu_hift *h, gpu_hift_job *jobs, int n, const volatile int *cancel);
 
 #endif
