@@ -1322,7 +1322,16 @@ static void test_stream_args(void **state) {
   j[0].T_new = 1;
   assert_int_equal(gpu_hift_stream_run(h, j, 1, NULL), COSY_ERR_INVALID_ARG);
   gpu_hift_stream_free(h, a);
+  /* b: the cancelled batch kept its 20 frames too: a final call without frames returns them */
   j[1].st = b, j[1].mel_new = NULL, j[1].T_new = 0, j[1].finalize = 1;
+  assert_int_equal(gpu_hift_stream_run(h, &j[1], 1, NULL), COSY_OK);
+  assert_int_equal(j[1].n, (int64_t)20 * 480);
+  assert_true(all_finite(j[1].wav, j[1].n));
+  free(j[1].wav);
+  gpu_hift_stream_free(h, b);
+  /* an empty utterance: one final call without frames on a fresh stream */
+  assert_int_equal(gpu_hift_stream_create(h, &b), COSY_OK);
+  j[1].st = b;
   assert_int_equal(gpu_hift_stream_run(h, &j[1], 1, NULL), COSY_OK);
   assert_non_null(j[1].wav);
   assert_int_equal(j[1].n, 0);
