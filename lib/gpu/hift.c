@@ -768,6 +768,14 @@ static cosy_status sgrow(float **buf, int64_t *cap, int64_t frames, int per_fram
   return COSY_OK;
 }
 
+/* after a trim: give back most of a capacity well above what is kept (a large chunk's) */
+static void sshrink(float **buf, int64_t *cap, int64_t frames, int per_frame) {
+  const int64_t want = frames + 64;
+  if (*cap <= 2 * want) return;
+  float *p = realloc(*buf, (size_t)want * per_frame * sizeof(float));
+  if (p) *buf = p, *cap = want;
+}
+
 /* A job's plan inside a batch: the window (lib/ref/hift.h), the decode geometry and the job's
  * slices of the gpu_hift's buffers. */
 typedef struct sjob {
@@ -1148,6 +1156,8 @@ static cosy_status run_batch(gpu_hift *h, sjob *P, int n, const volatile int *ca
               (size_t)(S->f0_done - a2) * R * sizeof(float));
       S->s_lo = a2;
     }
+    sshrink(&S->mel, &S->mel_cap, S->T - S->mel_lo, M);
+    sshrink(&S->s, &S->s_cap, S->f0_done - S->s_lo, R);
   }
   return COSY_OK;
 }

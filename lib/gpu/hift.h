@@ -63,9 +63,10 @@ cosy_status gpu_hift_set_precision(gpu_hift *h, int prec);
  *
  * State: HOST memory (malloc), not the gpu budget: the mel history (frames from
  * min(a, f0_done - 8), 320 B a frame), the source samples of frames [a, f0_done) (1920 B a frame)
- * and the 9 fp64 phase sums: ~85 KB per stream between calls. The device buffers are the
- * gpu_hift's (allocated at gpu_hift_create from the gpu budget, plus 64 x 9 fp64 phase-sum
- * slots), shared by the jobs of a call; a stream may be used with any gpu_hift of the same model.
+ * and the 9 fp64 phase sums: ~77 KB per stream between calls (lib/ref/hift.h). The device
+ * buffers are the gpu_hift's (allocated at gpu_hift_create from the gpu budget, plus 64 x 9 fp64
+ * phase-sum slots), shared by the jobs of a call (and by gpu_hift_infer: every call uploads what
+ * it needs); a stream may be used with any gpu_hift of the same model.
  * A job's window, T_total - min(a, f0_done - 8) frames (<= T_new + 29 + 8 + 8 after the first
  * call; T_new on the first), must fit max_frames (else COSY_ERR_INVALID_ARG, nothing done). */
 typedef struct gpu_hift_stream gpu_hift_stream;

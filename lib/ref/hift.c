@@ -944,6 +944,14 @@ static cosy_status grow(float **buf, int64_t *cap, int64_t frames, int per_frame
   return COSY_OK;
 }
 
+/* after a trim: give back most of a capacity well above what is kept (a large chunk's) */
+static void shrink(float **buf, int64_t *cap, int64_t frames, int per_frame) {
+  const int64_t want = frames + 64;
+  if (*cap <= 2 * want) return;
+  float *p = realloc(*buf, (size_t)want * per_frame * sizeof(float));
+  if (p) *buf = p, *cap = want;
+}
+
 cosy_status ref_hift_stream_run(const ref_hift *h, ref_hift_stream *st, const float *mel_new,
                                 int T_new, int finalize, const volatile int *cancel, float **wav,
                                 int64_t *n) {
@@ -1067,6 +1075,8 @@ cosy_status ref_hift_stream_run(const ref_hift *h, ref_hift_stream *st, const fl
               (size_t)(st->f0_done - a) * R * sizeof(float));
       st->s_lo = a;
     }
+    shrink(&st->mel, &st->mel_cap, T - st->mel_lo, M);
+    shrink(&st->s, &st->s_cap, st->f0_done - st->s_lo, R);
   }
   goto done;
 cancel:

@@ -138,11 +138,13 @@ cosy_status ref_hift_stft(const float *s, int64_t n, float *re, float *im);
  * whatever its position (direct convolutions, per-frame STFT, frame-ordered overlap-add, the
  * sequential phase sum), which test_ref_hift checks (max abs printed).
  *
- * State (per stream): the mel frames from min(b, a) on (<= D + 8 + the look-ahead: ~40 frames,
- * 13 KB, plus the newest chunk while it is in flight), the source samples of frames [a, T_f0)
- * (<= ~37 frames, 71 KB), the 9 phase sums and 4 counters. Cost per call: the F0 predictor over
- * the new frames + 8, the source of the new frames, the decode of (new + D + 8) frames, against
- * all T frames for a whole-mel re-run (e.g. chunk 50 at T = 300: 87 vs 300 decoded frames). */
+ * State (per stream, malloc'd), between non-final calls: the mel frames from min(a, b) on
+ * (a = T - 8 - 29, b = T - 3 - 8: 37 frames, 12 KB), the source samples of frames [a, T - 3)
+ * (34 frames, 65 KB), the 9 phase sums and a few counters: ~77 KB; during a call also the new
+ * chunk (the buffers shrink back after a large one). Cost per call: the F0 predictor over the new
+ * frames + 8, the source of the new frames only, the decode of new + 37 frames (29 context + the
+ * 8 held back by the previous call), against all T frames for a whole-mel re-run (e.g. a 50-frame
+ * chunk at T = 300: 87 vs 300 frames decoded). */
 typedef struct ref_hift_stream ref_hift_stream; /* one utterance's vocoder state */
 
 /* The left contexts in mel frames of the F0 predictor (8) and the decode path (29 for the
