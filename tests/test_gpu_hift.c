@@ -33,6 +33,8 @@
  * gpu_hift_infer at T = 100 non-final (the first W1 chunk) and T = 224 final (4.5 s of audio):
  * median of 15 runs after 3 warm-ups, CUDA events on the stream and host wall time, for both
  * conv precisions.
+ * Streaming kernels: cosy_k_hift_sine_at / cosy_k_hift_source_at over 3 calls (phase sums carried
+ *   on the device, absolute frame base) vs one call: bit-identical.
  * Streaming (gpu_hift_stream_run), small model, a gpu_hift of 256 frames: four streams with
  *   different chunkings (1-frame chunks then 10s with a final T_new = 0 call, random 1..12, 50 then
  *   70 final, one final chunk of 64) batched per round: every non-final prefix vs
@@ -673,6 +675,63 @@ static void test_kernel_noise(void **state) {
                 (long long)(rows * nh + nh), d == 0 ? "PASS" : "FAIL");
   cudaFree(d_rows), cudaFree(d_ini), free(ref), free(got);
   assert_int_equal(d, 0);
+}
+
+/* cosy_k_hift_sine_at / cosy_k_hift_source_at (the streaming source): the frames split into
+ * three calls that carry the phase sums (device fp64) and use an absolute frame base give the
+ * values of one call over all frames bit for bit (every differing value counted, the first
+ * printed with its frame). */
+static void test_kernel_source_split(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  const int T = 300, nb = 8, nh = 9, R = 480, cut[4] = {0, 1, 121, 300};
+  float f0[300];
+  rng_seed(808);
+  for (int t = 0; t < T; t++) f0[t] = (t % 7 == 0) ? frand(0, 9.5f) : frand(60, 420);
+  float lw[9];
+  for (int h = 0; h < nh; h++) lw[h] = frand(-0.5f, 0.5f);
+  float *d_f0 = dev_upload(f0, sizeof f0), *d_lw = dev_upload(lw, sizeof lw);
+  float *d_all = dev_nan((size_t)T * nh), *d_part = dev_nan((size_t)T * nh);
+  float *d_s_all = dev_nan((size_t)T * R), *d_s_part = dev_nan((size_t)T * R);
+  double *d_cum = NULL;
+  CU(cudaMalloc((void **)&d_cum, nh * sizeof(double)));
+  cudaStream_t st = fx->g->stream;
+  CU(cosy_k_hift_sine(st, d_f0, T, nb, R, 24000.f, 0.1f, NULL, d_all));
+  CU(cosy_k_hift_source(st, d_f0, d_all, nb, R, 0, (int64_t)T * R, NULL, d_lw, 0.05f, 10.f,
+                        0.003f, 0.1f / 3, d_s_all));
+  for (int c = 0; c < 3; c++) {
+    const int k0 = cut[c], n = cut[c + 1] - cut[c];
+    CU(cosy_k_hift_sine_at(st, d_f0 + k0, n, nb, R, 24000.f, 0.1f, NULL, k0, c ? d_cum : NULL,
+                           d_cum, d_part + (size_t)k0 * nh));
+    CU(cosy_k_hift_source_at(st, d_f0 + k0, d_part + (size_t)k0 * nh, nb, R, (int64_t)k0 * R,
+                             (int64_t)n * R, k0, NULL, d_lw, 0.05f, 10.f, 0.003f, 0.1f / 3,
+                             d_s_part + (size_t)k0 * R));
+  }
+  CU(cudaStreamSynchronize(st));
+  float *a = malloc(sizeof(float) * T * R), *b = malloc(sizeof(float) * T * R);
+  CU(cudaMemcpy(a, d_all, sizeof(float) * T * nh, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(b, d_part, sizeof(float) * T * nh, cudaMemcpyDeviceToHost));
+  size_t d1 = count_diff(a, b, (size_t)T * nh);
+  for (size_t i = 0; i < (size_t)T * nh && d1; i++)
+    if (memcmp(a + i, b + i, 4)) {
+      print_message("  first differing sine value: frame %zu harmonic %zu: %.9g vs %.9g\n", i / nh,
+                    i % nh, a[i], b[i]);
+      break;
+    }
+  CU(cudaMemcpy(a, d_s_all, sizeof(float) * T * R, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(b, d_s_part, sizeof(float) * T * R, cudaMemcpyDeviceToHost));
+  size_t d2 = count_diff(a, b, (size_t)T * R);
+  for (size_t i = 0; i < (size_t)T * R && d2; i++)
+    if (memcmp(a + i, b + i, 4)) {
+      print_message("  first differing source sample: %zu (frame %zu): %.9g vs %.9g\n", i, i / R,
+                    a[i], b[i]);
+      break;
+    }
+  print_message("%-52s %zu + %zu values differ  %s\n", "sine/source in 3 calls vs 1 (bit-exact)",
+                d1, d2, d1 + d2 == 0 ? "PASS" : "FAIL");
+  cudaFree(d_f0), cudaFree(d_lw), cudaFree(d_all), cudaFree(d_part), cudaFree(d_s_all);
+  cudaFree(d_s_part), cudaFree(d_cum), free(a), free(b);
+  assert_int_equal(d1 + d2, 0);
 }
 
 static void test_source_random(void **state) {
@@ -1348,7 +1407,8 @@ int main(void) {
       cmocka_unit_test(test_source_random), cmocka_unit_test(test_f0_golden),
       cmocka_unit_test(test_source_golden), cmocka_unit_test(test_decode_golden),
       cmocka_unit_test(test_infer_vs_ref),  cmocka_unit_test(test_args),
-      cmocka_unit_test(test_full_model),    cmocka_unit_test(test_stream),
+      cmocka_unit_test(test_full_model),    cmocka_unit_test(test_kernel_source_split),
+      cmocka_unit_test(test_stream),
       cmocka_unit_test(test_stream_args),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
