@@ -67,8 +67,9 @@ cosy_status gpu_hift_set_precision(gpu_hift *h, int prec);
  * buffers are the gpu_hift's (allocated at gpu_hift_create from the gpu budget, plus 64 x 9 fp64
  * phase-sum slots), shared by the jobs of a call (and by gpu_hift_infer: every call uploads what
  * it needs); a stream may be used with any gpu_hift of the same model.
- * A job's window, T_total - min(a, f0_done - 8) frames (<= T_new + 29 + 8 + 8 after the first
- * call; T_new on the first), must fit max_frames (else COSY_ERR_INVALID_ARG, nothing done). */
+ * A job's window, T_total - min(a, f0_done - 8) frames (min(T_total, T_new + 37): the 29-frame
+ * context plus the 8 frames the previous call held back), must fit max_frames (else
+ * COSY_ERR_INVALID_ARG, nothing done). */
 typedef struct gpu_hift_stream gpu_hift_stream;
 cosy_status gpu_hift_stream_create(gpu_hift *h, gpu_hift_stream **out);
 /* NULL is a no-op; h may be NULL. */
