@@ -107,7 +107,10 @@ cosy_status ref_hift_stft(const float *s, int64_t n, float *re, float *im);
  * the utterance-start padding (STFT reflection at sample 0, ReflectionPad1d((1,0)) of stage 2,
  * the causal convs' left zeros, the iSTFT's missing frames before frame 0). The right end of a
  * call (look-ahead frames as context or zeros, the non-final trims, the STFT/iSTFT edges) depends
- * only on the total length T, which a window ending at T shares with the whole run. So:
+ * only on the total length T, which a window ending at T shares with the whole run; and the
+ * 480 (T - 8) samples a non-final run returns read no look-ahead frame as anything but real mel
+ * (the 8 held-back frames: 3 F0 + 4 conv_pre look-ahead + 1 trimmed), so they are also the prefix
+ * of every longer run, final or not. So:
  *   - F0: f0[k] depends on mel[k-8 .. k+3] (condnet.0 looks 3 frames right, then 4 layers of k3
  *     look 2 left each): it is final once frame k+3 has arrived (or at the final call, whose
  *     right zeros are the whole run's), and the F0 predictor run over mel[b, T) gives it exactly
@@ -133,6 +136,7 @@ cosy_status ref_hift_stft(const float *s, int64_t n, float *re, float *im);
  *       conv_post (k7): 3433;  iSTFT sample t reads frames ceil((t-7)/4) .. : clean from
  *       t = 4 * 3433 + 4 = 13736 samples = 28.6 frames -> decode context D = 29 frames.
  *     A call that must emit from sample E (a multiple of 480) uses a = max(0, E/480 - D).
+ *     The bound is tight: with D = 28 samples already change (test_ref_hift).
  * In exact arithmetic the stream therefore equals the whole-mel runs; in this fp32 reference it
  * is bit-identical too, because every value is computed by the same operations in the same order
  * whatever its position (direct convolutions, per-frame STFT, frame-ordered overlap-add, the
@@ -166,8 +170,9 @@ void ref_hift_stream_free(ref_hift_stream *st);
  * COSY_ERR_INVALID_ARG). The concatenation of all calls' outputs equals ref_hift_infer(whole mel,
  * finalize = 1) and after each non-final call the prefix that ref_hift_infer(mel so far, 0)
  * returns (bit-identical here; see above). Default noise generator. cancel (may be NULL) is
- * polled between stages: COSY_ERR_CANCELLED (or any error) returns nothing, but the stream stays
- * consistent: the mel is kept and the samples not returned come with the next call. */
+ * polled between stages: COSY_ERR_CANCELLED (or another error after the mel was stored) returns
+ * nothing, but the stream stays consistent: the mel is kept and the samples not returned come
+ * with the next call. Argument errors change nothing. */
 cosy_status ref_hift_stream_run(const ref_hift *h, ref_hift_stream *st, const float *mel_new,
                                 int T_new, int finalize, const volatile int *cancel, float **wav,
                                 int64_t *n);
