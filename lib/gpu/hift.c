@@ -96,6 +96,7 @@ struct gpu_hift {
   double *cum_d; /* [STREAM_MAXJ][nh] the phase sums of the streams of a batch */
   size_t cap_act, cap_src[N_STAGES]; /* floats in act[0 .. B_SRC0) and act[B_SRC0 + i] */
   int f0_ctx, dec_ctx; /* streaming left contexts (ref_hift_stream_context) */
+  int stream_split;     /* split mode of the streaming decoder's convs (1: never) */
   float *act[N_ACT];
   /* pinned host staging for the waveform / source download */
   float *stage_h;
@@ -197,6 +198,14 @@ void gpu_hift_free(gpu_hift *h) {
   free(h);
 }
 
+cosy_status gpu_hift_set_stream_split(gpu_hift *h, int mode) {
+  if (!h || mode < 0 || mode > 2)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_stream_split: bad %s",
+                    !h ? "handle" : "mode");
+  h->stream_split = mode;
+  return COSY_OK;
+}
+
 cosy_status gpu_hift_set_precision(gpu_hift *h, int prec) {
   if (!h || (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32))
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_precision: bad %s",
@@ -229,6 +238,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   char base[160];
   h->g = g;
   h->prec = COSY_HPREC_3XTF32;
+  h->stream_split = 1;
   h->max_frames = max_frames;
   h->C = hp->hift_ch, h->Cc = hp->hift_cond_ch, h->nb = hp->nb_harmonics, h->nh = h->nb + 1;
   h->mel = hp->mel_dim, h->hop = hp->hop, h->look_right = hp->conv_pre_look_right;
@@ -892,7 +902,7 @@ static void jobs_place(gpu_hift *h, sjob *p, int n) {
  * not depend on the batch), per-job STFT / iSTFT launches. */
 static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile int *cancel) {
   cudaStream_t s = h->g->stream;
-  const int R = h->R, SPLIT = 1;
+  const int R = h->R, SPLIT = h->stream_split;
   int nd = 0;
   for (int j = 0; j < n; j++) nd += P[j].need_dec;
   if (!nd) return COSY_OK;

@@ -99,4 +99,10 @@ typedef struct gpu_hift_job {
  * ref_hift_stream_run). */
 cosy_status gpu_hift_stream_run(gpu_hift *h, gpu_hift_job *jobs, int n, const volatile int *cancel);
 
+/* Measurements: the split mode of the streaming decoder's convs (cosy_k_hift_conv_split): 1 never
+ * (default: batch invariant), 0 automatic (the whole-mel path's choice, by the launch's block
+ * count: faster for a lone small window, but a job's samples then depend, at fp32 rounding, on
+ * the batch it ran in), 2 always. COSY_ERR_INVALID_ARG for another value. */
+cosy_status gpu_hift_set_stream_split(gpu_hift *h, int mode);
+
 #endif
