@@ -1356,6 +1356,8 @@ static void test_stream_args(void **state) {
   assert_int_equal(gpu_hift_stream_run(NULL, j, 1, NULL), COSY_ERR_INVALID_ARG);
   assert_int_equal(gpu_hift_stream_run(h, NULL, 1, NULL), COSY_ERR_INVALID_ARG);
   assert_int_equal(gpu_hift_stream_run(h, j, 0, NULL), COSY_OK);
+  assert_int_equal(gpu_hift_set_stream_split(h, 3), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_set_stream_split(NULL, 1), COSY_ERR_INVALID_ARG);
   /* cancel: nothing returned, the frames are kept */
   volatile int cancel = 1;
   j[1].T_new = 20;
