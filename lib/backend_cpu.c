@@ -165,60 +165,15 @@ static cosy_status cpu_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int 
   return COSY_OK;
 }
 
-/* vocoder: the whole mel so far is re-run and the new samples are returned */
-cosy_status voc_state_open(int max_frames, void **vs) {
-  voc_whole *v = (voc_whole *)cosy_calloc(1, sizeof *v);
-  if (!v) return COSY_ERR_NO_MEMORY;
-  (void)max_frames;
-  *vs = v;
-  return COSY_OK;
-}
-
-void voc_state_close(void *vs) {
-  voc_whole *v = (voc_whole *)vs;
-  if (!v) return;
-  free(v->mel);
-  free(v);
-}
-
-cosy_status voc_state_append(voc_whole *v, const cosy_voc_job *j, float **cf) {
-  *cf = NULL;
-  if (v->T + j->n_new > v->cap) {
-    int nc = v->cap ? v->cap : 256;
-    while (nc < v->T + j->n_new) nc *= 2;
-    float *nm = (float *)realloc(v->mel, (size_t)nc * 80 * sizeof *nm);
-    if (!nm) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory growing the mel");
-    v->mel = nm;
-    v->cap = nc;
-  }
-  if (j->n_new) memcpy(v->mel + (size_t)v->T * 80, j->mel, (size_t)j->n_new * 80 * sizeof(float));
-  v->T += j->n_new;
-  if (!j->finalize && v->T < 9) return COSY_OK; /* nothing final yet */
-  if (v->T == 0) return COSY_OK;
-  float *c = (float *)cosy_malloc((size_t)v->T * 80 * sizeof *c);
-  if (!c) return COSY_ERR_NO_MEMORY;
-  for (int t = 0; t < v->T; t++)
-    for (int k = 0; k < 80; k++) c[(size_t)k * v->T + t] = v->mel[(size_t)t * 80 + k];
-  *cf = c;
-  return COSY_OK;
-}
-
-void voc_state_take(voc_whole *v, cosy_voc_job *j, float *wav, int64_t n) {
-  int64_t from = v->sent < n ? v->sent : n;
-  memmove(wav, wav + from, (size_t)(n - from) * sizeof *wav);
-  j->wav = wav;
-  j->n = n - from;
-  if (n > v->sent) v->sent = n;
-}
-
+/* vocoder: one streaming state per utterance (each frame vocoded once, lib/ref/hift.h) */
 static cosy_status cpu_voc_open(cosy_engine *e, int max_frames, void **vs) {
-  (void)e;
-  return voc_state_open(max_frames, vs);
+  (void)max_frames;
+  return ref_hift_stream_create(ST(e)->hift, (ref_hift_stream **)vs);
 }
 
 static void cpu_voc_close(cosy_engine *e, void *vs) {
   (void)e;
-  voc_state_close(vs);
+  ref_hift_stream_free((ref_hift_stream *)vs);
 }
 
 static cosy_status cpu_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urgent,
@@ -226,16 +181,10 @@ static cosy_status cpu_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urg
   (void)urgent;
   for (int i = 0; i < n; i++) {
     cosy_voc_job *j = &jobs[i];
-    voc_whole *v = (voc_whole *)j->vs;
-    float *cf = NULL, *wav = NULL;
-    int64_t nw = 0;
     j->wav = NULL;
     j->n = 0;
-    j->status = voc_state_append(v, j, &cf);
-    if (j->status || !cf) continue;
-    j->status = ref_hift_infer(ST(e)->hift, cf, v->T, j->finalize, NULL, cancel, &wav, &nw);
-    free(cf);
-    if (!j->status) voc_state_take(v, j, wav, nw);
+    j->status = ref_hift_stream_run(ST(e)->hift, (ref_hift_stream *)j->vs, j->mel, j->n_new,
+                                    j->finalize, cancel, &j->wav, &j->n);
   }
   return COSY_OK;
 }

@@ -127,23 +127,9 @@ typedef struct cosy_backend {
                         const volatile int *cancel);
 } cosy_backend;
 
-/* Pieces both backends share (lib/backend_cpu.c). flow_job_take copies the job's frames out of a
- * CHANNELS-FIRST [80][frames] mel (generated frames only). A voc_whole state keeps the utterance's
- * mel and re-runs the vocoder over all of it, returning only the samples not yet returned
- * (today's vocoder path; the official code does the same). */
-typedef struct voc_whole {
-  float *mel;                  /* frame-major [T][80] */
-  int T, cap;
-  int64_t sent;
-} voc_whole;
+/* flow_job_take (lib/backend_cpu.c, shared by the backends): copy the job's frames out of a
+ * CHANNELS-FIRST [80][frames] mel of generated frames. */
 cosy_status flow_job_take(cosy_flow_job *j, const float *mel_cf, int frames);
-cosy_status voc_state_open(int max_frames, void **vs);
-void voc_state_close(void *vs);
-/* append j's frames; *cf = channels-first copy of the whole mel when a vocoder run is due (NULL:
- * nothing final yet) */
-cosy_status voc_state_append(voc_whole *v, const cosy_voc_job *j, float **cf);
-/* the run's samples beyond those already returned become j->wav / j->n (wav is reused) */
-void voc_state_take(voc_whole *v, cosy_voc_job *j, float *wav, int64_t n);
 
 extern const cosy_backend cosy_backend_cpu;
 #ifdef COSY_WITH_CUDA

@@ -330,36 +330,38 @@ static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int u
   return st;
 }
 
+/* vocoder: one streaming state per utterance, the batch's jobs in shared launches */
 static cosy_status gb_voc_open(cosy_engine *e, int max_frames, void **vs) {
-  (void)e;
-  return voc_state_open(max_frames, vs);
+  (void)max_frames;
+  return gpu_hift_stream_create(ST(e)->hift, (gpu_hift_stream **)vs);
 }
 
 static void gb_voc_close(cosy_engine *e, void *vs) {
-  (void)e;
-  voc_state_close(vs);
+  gpu_hift_stream_free(ST(e)->hift, (gpu_hift_stream *)vs);
 }
 
 static cosy_status gb_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urgent,
                              const volatile int *cancel) {
   gpu_state *s = ST(e);
+  gpu_hift_job *hj = (gpu_hift_job *)cosy_calloc((size_t)(n > 0 ? n : 1), sizeof *hj);
+  if (!hj) return COSY_ERR_NO_MEMORY;
+  for (int i = 0; i < n; i++) {
+    hj[i].st = (gpu_hift_stream *)jobs[i].vs;
+    hj[i].mel_new = jobs[i].mel;
+    hj[i].T_new = jobs[i].n_new;
+    hj[i].finalize = jobs[i].finalize;
+  }
   cudaStream_t saved;
   post_begin(s, urgent, &saved);
-  for (int i = 0; i < n; i++) {
-    cosy_voc_job *j = &jobs[i];
-    voc_whole *v = (voc_whole *)j->vs;
-    float *cf = NULL, *wav = NULL;
-    int64_t nw = 0;
-    j->wav = NULL;
-    j->n = 0;
-    j->status = voc_state_append(v, j, &cf);
-    if (j->status || !cf) continue;
-    j->status = gpu_hift_infer(s->hift, cf, v->T, j->finalize, cancel, &wav, &nw);
-    free(cf);
-    if (!j->status) voc_state_take(v, j, wav, nw);
-  }
+  cosy_status st = gpu_hift_stream_run(s->hift, hj, n, cancel);
   post_end(s, saved);
-  return COSY_OK;
+  for (int i = 0; i < n; i++) {
+    jobs[i].wav = hj[i].wav;
+    jobs[i].n = hj[i].n;
+    jobs[i].status = st;
+  }
+  free(hj);
+  return st;
 }
 
 const cosy_backend cosy_backend_gpu = {
