@@ -13,6 +13,12 @@
 # CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
 # OPENMP=1 parallelizes the CPU reference path over cores (cosy_engine_config.cpu_threads).
 
+# Every command below runs under the C locale, whatever LANG / LC_* the caller has (also over
+# `make LC_ALL=...`): `sort` and `diff` order and compare bytes (abi/cosyvoice.symbols is in C
+# order), numbers print with '.', messages are untranslated. tests/check_env.sh checks it.
+override LC_ALL := C
+export LC_ALL
+
 VERSION_MAJOR := 0
 VERSION_MINOR := 1
 VERSION_PATCH := 0
