@@ -124,9 +124,11 @@ $(CLI): examples/cli/cosyvoice-say.c $(A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
 
+# the test binaries find the reference data and the test model from any current directory
 $(B)/obj/tests/testutil.o: tests/testutil.c tests/testutil.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -Itests -DTU_SHARED_DEFAULT='"$(abspath $(SHARED_DIR))"' \
+	  -DTU_TEST_MODEL_DEFAULT='"$(abspath $(TEST_MODEL))"' -c $< -o $@
 
 $(B)/tests/%: tests/%.c $(B)/obj/tests/testutil.o $(A)
 	@mkdir -p $(dir $@)
