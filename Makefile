@@ -90,8 +90,8 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
-.PHONY: all lib test test-c test-py test-sanitize bench install uninstall check-abi check-header \
-        demo clean
+.PHONY: all lib test test-c test-py test-env test-sanitize bench install uninstall check-abi \
+        check-header demo clean
 .DELETE_ON_ERROR:
 
 all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
@@ -149,7 +149,7 @@ $(TEST_MODEL): tools/convert.py tools/ptread.py tools/gguf_writer.py tools/torch
 	else echo "note: $(SHARED_DIR)/golden/small not found: golden tests will skip"; fi
 
 # ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) check-header check-abi test-c test-py
+test: all $(TEST_MODEL) check-header check-abi test-env test-c test-py
 
 test-c: $(TEST_BIN) $(TEST_MODEL)
 	@fail=0; for t in $(TEST_BIN); do \
@@ -158,6 +158,11 @@ test-c: $(TEST_BIN) $(TEST_MODEL)
 
 test-py: $(TEST_MODEL)
 	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
+
+# check-abi under another locale, test binaries run from another directory (tests/check_env.sh)
+test-env: check-abi $(TEST_BIN) $(TEST_MODEL)
+	@MAKE="$(MAKE)" B=$(B) CUDA=$(CUDA) SHARED_DIR=$(SHARED_DIR) TEST_MODEL=$(TEST_MODEL) \
+	  bash tests/check_env.sh
 
 test-sanitize:
 	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c
