@@ -215,7 +215,10 @@ demo: $(CLI) $(DEMO_MODEL)
 # Installs into $(B)/prefix, makes the demo model and voice, then builds and runs examples/c and
 # examples/cpp through pkg-config, runs the Python ctypes test, and the Go and Rust tests when
 # `go` / `cargo` are on PATH (a SKIP line otherwise). Everything finds the library only through
-# PKG_CONFIG_PATH and LD_LIBRARY_PATH pointing into the prefix.
+# PKG_CONFIG_PATH and LD_LIBRARY_PATH pointing into the prefix. Go and cargo keep their caches
+# under $(B) and read no user settings (GOENV=off; CARGO_HOME, so not ~/.cargo/config.toml either),
+# so neither writes to HOME; a rustup cargo still finds its toolchain through RUSTUP_HOME, else
+# HOME (README: "What the build and the tests take from the environment").
 EX_PREFIX := $(abspath $(B))/prefix
 EX_OUT := $(abspath $(B))/examples
 EX_MODEL := $(abspath $(DEMO_MODEL))
@@ -245,12 +248,14 @@ test-examples: $(DEMO_MODEL)
 	@echo "== examples/go"
 	@if command -v go >/dev/null 2>&1; then \
 	  cd examples/go && export $(EX_ENV) GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-modcacherw \
-	    GOCACHE=$(EX_OUT)/go/cache GOPATH=$(EX_OUT)/go/path && \
+	    GOENV=off GOTELEMETRY=off GOCACHE=$(EX_OUT)/go/cache GOPATH=$(EX_OUT)/go/path && \
 	  echo "$$(go version): go vet ./... && go test ./..." && go vet ./... && go test -count=1 -v ./... ; \
 	else echo "SKIP: examples/go (no go on PATH: apt-get install golang-go)"; fi
 	@echo "== examples/rust"
 	@if command -v cargo >/dev/null 2>&1; then \
-	  export $(EX_ENV) CARGO_TARGET_DIR=$(EX_OUT)/cargo && \
+	  export $(EX_ENV) CARGO_TARGET_DIR=$(EX_OUT)/cargo CARGO_HOME=$(EX_OUT)/cargo-home && \
+	  { cargo --version >/dev/null 2>&1 || { echo "examples/rust: \`cargo --version\` fails (a rustup" \
+	    "cargo finds its toolchain through RUSTUP_HOME, else HOME=$$HOME)"; exit 1; }; } && \
 	  echo "$$(cargo --version): cargo test --offline" && \
 	  cargo test --offline --manifest-path examples/rust/Cargo.toml -- --nocapture ; \
 	else echo "SKIP: examples/rust (no cargo on PATH)"; fi
