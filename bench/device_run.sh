@@ -12,7 +12,11 @@
 #   mkdir -p .dev/debs && (cd .dev/debs && apt-get download libsamplerate0 libsamplerate0-dev \
 #     libcmocka0 libcmocka-dev) && for f in .dev/debs/*.deb; do dpkg -x $f .dev/root; done
 #   tar -C ../shared -cf - golden tokenizer audio bench | xz -T2 -6 > .dev/shared.tar.xz
+# Runs from the repository root wherever it is called from, under the C locale (the printf and awk
+# of the timings read and write '.' decimals); JOBS (default: the number of cores) for make.
 set -u
+cd "$(dirname "$0")/.."
+export LC_ALL=C
 STEPS=${*:-build kernels stages engine bench official}
 OUT=${OUT:-build/dev/out}
 mkdir -p "$OUT"
@@ -51,7 +55,8 @@ SMALL=$B/test/small-f32.gguf
 FULL=$B/full-bf16.gguf
 
 if [[ " $STEPS " == *" build "* ]]; then
-  run build make -j16 B=$B SHARED_DIR="$SHARED" CUDA=1 CUDA_ARCHS="$ARCH" lib $TESTS $BENCHES $SMALL
+  run build make -j"${JOBS:-$(nproc)}" B=$B SHARED_DIR="$SHARED" CUDA=1 CUDA_ARCHS="$ARCH" lib $TESTS \
+    $BENCHES $SMALL
   if [ ! -f "$FULL" ]; then
     run make_full python3 tools/make_model.py --preset full -o "$FULL" --tokenizer "$SHARED/tokenizer"
   fi

@@ -284,7 +284,7 @@ static void test_voice_args(void **state) {
 static void test_voice_file_round_trip(void **state) {
   fixture *fx = (fixture *)*state;
   TU_REQUIRE(fx->e, "small model absent");
-  const char *path = "build/test_api_voice.gguf";
+  const char *path = tu_tmp_path("api_voice.gguf");
   expect_status(cosy_voice_save(fx->v, path), COSY_OK, "save");
   expect_status(cosy_voice_save(NULL, path), COSY_ERR_INVALID_ARG, "save NULL");
   expect_status(cosy_voice_save(fx->v, "/nonexistent-dir/x.gguf"), COSY_ERR_IO, "save bad dir");

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install what building and testing libcosyvoice needs on a Debian/Ubuntu machine:
 # a C toolchain, pkg-config, libsamplerate, cmocka, numpy for the model tools, and Go for the
-# cgo example (examples/go; the Rust example runs when cargo is present, rustup is not installed).
-# The CUDA toolkit is optional (kernels are built when nvcc is on PATH).
+# cgo example (examples/go; the Rust example runs when cargo is present, rustup is not installed),
+# and the en_US.UTF-8 locale, under which `make test` checks that the build does not depend on the
+# caller's locale (tests/check_env.sh). The CUDA toolkit is optional (kernels are built when nvcc is
+# on PATH).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -10,8 +12,14 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential pkg-config libsamplerate0-dev libcmocka-dev python3 python3-pip \
-  golang-go >/dev/null
+  golang-go locales >/dev/null
+# a locale whose collation differs from C's (it sorts '_' after letters); localedef works on both
+# Debian and Ubuntu, and is skipped when the locale is already there
+if ! locale -a 2>/dev/null | grep -qix 'en_US\.utf-\?8'; then
+  $SUDO localedef -i en_US -c -f UTF-8 en_US.UTF-8
+fi
 if ! python3 -c "import numpy" 2>/dev/null; then
   python3 -m pip install -q numpy || python3 -m pip install -q --break-system-packages numpy
 fi
-echo "setup: ok ($(gcc --version | head -1); numpy $(python3 -c 'import numpy; print(numpy.__version__)'))"
+echo "setup: ok ($(gcc --version | head -1);" \
+  "numpy $(python3 -c 'import numpy; print(numpy.__version__)'); $(locale -a | grep -ix 'en_US\.utf-\?8'))"
