@@ -79,6 +79,17 @@ if [[ " $STEPS " == *" bench "* ]]; then
   run bench_kernels ./$B/bench/bench_kernels
   run bench_w1_c1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 --requests 16 \
     --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  # the scheduler under load: W1 at higher concurrency (2*C requests per level) and W2 (offline,
+  # W2_N requests of 250 tokens at once); each level also prints batch sizes and GPU util.
+  # W1_LEVELS= or W2_N=0 skips one.
+  if [ -n "${W1_LEVELS-16,64,128,256}" ]; then
+    run bench_w1_scale ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency "${W1_LEVELS-16,64,128,256}" \
+      --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  fi
+  if [ "${W2_N:-256}" -gt 0 ]; then
+    run bench_w2 ./$B/bench/bench_w1 -m "$FULL" --device 0 --offline "${W2_N:-256}" \
+      --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  fi
 fi
 
 if [[ " $STEPS " == *" profile "* ]]; then
