@@ -1014,6 +1014,9 @@ static cosy_status fc_alloc(gpu_flow *f, size_t bytes, const char *what, void **
 cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   if (!f) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: NULL");
   if (f->fc) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: called twice");
+  if (2 * (f->cpk - 1) > CTX)
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "gpu_flow_pool: position convolution kernel %d > %d",
+                    f->cpk, CTX / 2 + 1);
   gflow_cache *c = (gflow_cache *)cosy_calloc(1, sizeof *c);
   if (!c) return COSY_ERR_NO_MEMORY;
   f->fc = c;
@@ -1142,6 +1145,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   gflow_cache *c = FC(f);
   const int M = f->M, D = f->D, F = f->F, la = f->la;
   cudaStream_t s = f->s = f->g->stream;
+  const int ctx = 2 * (f->cpk - 1); /* left context of the two causal position convolutions */
   cosy_status st;
   int s_j[BATCH_JOBS], N_j[BATCH_JOBS], store_to[BATCH_JOBS], nb[BATCH_JOBS], eb[BATCH_JOBS];
   int Tn = 0, Te = 0, n_virt = 0, n_ptab = 0, n_tiles = 0;
@@ -1166,24 +1170,24 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     nb[j] = Tn;
     eb[j] = Te;
     Tn += N_j[j] - s0;
-    Te += CTX + N_j[j] - s0;
+    Te += ctx + N_j[j] - s0;
   }
   const int64_t page_f = (int64_t)(c->page_bytes / 4); /* page size in floats */
   const int64_t traj_f = c->kv_elems / 2;              /* floats before a page's x rows */
   for (int j = 0; j < n; j++) {
     gpu_flow_req *q = calls[j].q;
     const int nj = N_j[j] - s_j[j];
-    for (int e = 0; e < CTX + nj; e++) {
-      const int fr = s_j[j] - CTX + e;
+    for (int e = 0; e < ctx + nj; e++) {
+      const int fr = s_j[j] - ctx + e;
       int64_t src;
       if (fr < 0) {
         src = -1;
         c->h_virt[n_virt++] = eb[j] + e;
         c->h_virt[n_virt++] = Te + eb[j] + e;
-      } else if (e < CTX) {
+      } else if (e < ctx) {
         src = (int64_t)q->pages[fr / PF] * page_f + traj_f + (int64_t)(fr % PF) * M;
       } else {
-        src = -2 - (int64_t)(nb[j] + e - CTX);
+        src = -2 - (int64_t)(nb[j] + e - ctx);
       }
       c->h_src[eb[j] + e] = src;
       /* cond: the prompt mel on the prompt frames */
@@ -1201,7 +1205,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       for (int r = 0; r < 2; r++) {
         const int row = r * Tn + nb[j] + i;
         c->h_pos[row] = fr;
-        c->h_map[row] = r * Te + eb[j] + CTX + i;
+        c->h_map[row] = r * Te + eb[j] + ctx + i;
         c->h_kvdst[row] = stored ? (int64_t)q->pages[fr / PF] * (int64_t)(c->page_bytes / 2) +
                                        (int64_t)(2 * r) * PF * D + (int64_t)(fr % PF) * D
                                  : -1;
@@ -1254,8 +1258,8 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     CK(cudaMemcpyAsync(f->spk + (size_t)0, q->eh, (size_t)M * 4, cudaMemcpyHostToDevice, s),
        "flow: upload");
     if ((st = prelookahead(f, (int)n_all, n_used))) return st;
-    const int e0 = s_j[j] >= CTX ? 0 : CTX - s_j[j]; /* first real ext row */
-    const int fr0 = s_j[j] - CTX + e0;
+    const int e0 = s_j[j] >= ctx ? 0 : ctx - s_j[j]; /* first real ext row */
+    const int fr0 = s_j[j] - ctx + e0;
     CK(cosy_k_flow_pack_cond(s, c->inp + (size_t)(eb[j] + e0) * 3 * M,
                              c->condb + (size_t)(eb[j] + e0) * M, f->mu + (size_t)fr0 * M, f->spk,
                              N_j[j] - fr0, M),
