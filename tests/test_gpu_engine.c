@@ -247,6 +247,37 @@ static void test_gpu_synthesis(void **state) {
     cosy_voice_release(v2);
     cosy_engine_destroy(e2);
   }
+  /* against the CPU engine (the reference), same seed: which GPU path matches */
+  if (getenv("COSY_GPU_VS_CPU")) {
+    cosy_engine_config cc = c;
+    cc.device = COSY_DEVICE_CPU;
+    cc.max_active = 0;
+    cc.first_chunk_wait_max = 0;
+    cosy_engine *ec = NULL;
+    if (cosy_engine_create(&cc, &ec)) fail_msg("create: %s", cosy_last_error());
+    cosy_voice *vc = make_voice(ec);
+    float *o = NULL;
+    int64_t no = 0;
+    if (cosy_synthesize(ec, vc, TEXT, &p, &o, &no)) fail_msg("synthesize: %s", cosy_last_error());
+    print_message("GPU (cached flow) vs CPU engine: %lld vs %lld samples, rel L2 %.3g\n",
+                  (long long)nb, (long long)no, no == nb ? tu_rel_l2(blk, o, (size_t)nb) : -1.0);
+    setenv("COSY_FLOW_CACHE", "0", 1);
+    cosy_engine *e3 = NULL;
+    if (cosy_engine_create(&c, &e3)) fail_msg("create: %s", cosy_last_error());
+    unsetenv("COSY_FLOW_CACHE");
+    cosy_voice *v3 = make_voice(e3);
+    float *o3 = NULL;
+    int64_t n3 = 0;
+    if (cosy_synthesize(e3, v3, TEXT, &p, &o3, &n3)) fail_msg("synthesize: %s", cosy_last_error());
+    print_message("GPU (recomputed flow) vs CPU engine: rel L2 %.3g\n",
+                  no == n3 ? tu_rel_l2(o3, o, (size_t)n3) : -1.0);
+    cosy_free(o3);
+    cosy_voice_release(v3);
+    cosy_engine_destroy(e3);
+    cosy_free(o);
+    cosy_voice_release(vc);
+    cosy_engine_destroy(ec);
+  }
   /* the flow's block cache against recomputing every chunk's prefix (COSY_FLOW_CACHE=0): the
    * same block-causal mel in exact arithmetic; GEMM shapes differ, so a small difference */
   {
