@@ -62,7 +62,7 @@ int main(void) {
 #include "gpu/gpu.h"
 
 #define TOL 2e-2
-#define MAX_FRAMES_SMALL 256
+#define MAX_FRAMES_SMALL 512
 #define MAX_FRAMES_FULL 512
 
 typedef struct fixture {
@@ -828,6 +828,47 @@ static void test_batch_cache(void **state) {
   print_message("  BATCH last: in a batch of 2 vs alone: max abs %.3g / %.3g\n",
                 tu_max_abs_diff(m2 + (size_t)n2 * 80, m2, (size_t)n2 * 80),
                 tu_max_abs_diff(m2 + (size_t)2 * n2 * 80, m2, (size_t)n2 * 80));
+  /* three chunks (first, a middle one from the cache, the last from the cache) on a longer
+   * utterance: the golden tokens plus 60 more */
+  {
+    const int G3 = G + 60;
+    int32_t *t3 = (int32_t *)malloc(sizeof(int32_t) * (size_t)(P + G3));
+    memcpy(t3, fx->tokens, sizeof(int32_t) * (size_t)(P + G));
+    for (int i = 0; i < 60; i++) t3[P + G + i] = (i * 7919 + 17) % 6561;
+    gpu_flow_req *q3 = NULL;
+    assert_int_equal(gpu_flow_req_open(gf, t3, P, fx->prompt_feat, fx->spk, G3, &q3), COSY_OK);
+    const int offs[4] = {0, hop, hop + 50, G3};
+    for (int ch = 0; ch < 3; ch++) {
+      const int fin = ch == 2, ngen = fin ? G3 : offs[ch + 1] + 3;
+      const int nf = 2 * (offs[ch + 1] - offs[ch]);
+      float *mm = nan_buf((size_t)nf * 80), *gg = NULL;
+      gpu_flow_call c3;
+      memset(&c3, 0, sizeof c3);
+      c3.q = q3;
+      c3.tokens = t3;
+      c3.n_gen = ngen;
+      c3.finalize = fin;
+      c3.frame_from = 2 * offs[ch];
+      c3.n_frames = nf;
+      c3.mel = mm;
+      assert_int_equal(gpu_flow_batch(gf, &c3, 1, NULL), COSY_OK);
+      int n3 = 0;
+      assert_int_equal(gpu_flow_infer(gf, t3, P, ngen, fx->prompt_feat, 2 * P, fx->spk, 1, fin,
+                                      NULL, &gg, &n3),
+                       COSY_OK);
+      float *g3 = nan_buf((size_t)nf * 80);
+      for (int t = 0; t < nf; t++)
+        for (int k = 0; k < 80; k++) g3[(size_t)t * 80 + k] = gg[(size_t)k * n3 + 2 * offs[ch] + t];
+      char nm[64];
+      snprintf(nm, sizeof nm, "BATCH3 chunk %d vs gpu_flow_infer", ch);
+      ok &= report(nm, mm, g3, (size_t)nf * 80, TOL);
+      free(mm);
+      free(gg);
+      free(g3);
+    }
+    gpu_flow_req_close(gf, q3);
+    free(t3);
+  }
   for (int i = 0; i < 3; i++) gpu_flow_req_close(gf, q[i]);
   assert_int_equal(gpu_flow_pages_free(gf), gpu_flow_pages_total(gf));
   free(gm);
