@@ -62,7 +62,7 @@ int main(void) {
 #include "gpu/gpu.h"
 
 #define TOL 2e-2
-#define MAX_FRAMES_SMALL 512
+#define MAX_FRAMES_SMALL 256
 #define MAX_FRAMES_FULL 512
 
 typedef struct fixture {
@@ -748,7 +748,7 @@ static void test_batch_cache(void **state) {
   fixture *fx = *state;
   if (fx->why) skip();
   gpu_flow *gf = NULL;
-  assert_int_equal(gpu_flow_create(fx->g, fx->m, MAX_FRAMES_SMALL, &gf), COSY_OK);
+  assert_int_equal(gpu_flow_create(fx->g, fx->m, 2 * MAX_FRAMES_SMALL, &gf), COSY_OK);
   assert_int_equal(gpu_flow_pool(gf, 32 * gpu_flow_page_bytes(gf)), COSY_OK);
   print_message("  flow pool: %d pages of %.1f MiB\n", gpu_flow_pages_total(gf),
                 gpu_flow_page_bytes(gf) / 1048576.0);
