@@ -67,7 +67,7 @@ ifeq ($(CUDA),1)
   CUDA_ARCH_WORDS := sm_80 sm_89 sm_90
 endif
 
-LIB_SRC := $(wildcard lib/*.c lib/ref/*.c)
+LIB_SRC := $(wildcard lib/*.c lib/ref/*.c lib/text/*.c)
 ifeq ($(CUDA),1)
   LIB_SRC += $(wildcard lib/gpu/*.c)
   CU_SRC := $(wildcard kernels/*.cu)
