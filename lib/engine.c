@@ -16,6 +16,7 @@
 #endif
 
 #include "engine.h"
+#include "text/normalize.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -112,6 +113,10 @@ cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
   double t0 = cosy_now();
   if ((st = cosy_model_load(e->model_path_buf, &e->model))) goto fail;
   if ((st = cosy_tokenizer_create(e->model, &e->tok))) goto fail;
+  if ((st = cosy_text_norm_create(e->model->f, e->tok, &e->tn))) goto fail;
+  if (!cosy_text_norm_is_full(e->tn))
+    engine_log(e, COSY_LOG_WARN, "the model file has no text normalization grammars "
+               "(cosyvoice.text.*): only whitespace is normalized; re-convert with wetext installed");
   e->speech_vocab = e->model->hp.speech_vocab;
 #ifdef COSY_WITH_CUDA
   e->be = cfg->device >= 0 ? &cosy_backend_gpu : &cosy_backend_cpu;
@@ -163,6 +168,7 @@ void engine_destroy(cosy_engine *e) {
   for (int i = 0; i < e->n_workers; i++) pthread_join(e->workers[i].th, NULL);
   free(e->workers);
   if (e->be) e->be->destroy(e);
+  cosy_text_norm_free(e->tn);
   cosy_tokenizer_free(e->tok);
   cosy_model_free(e->model);
   pthread_mutex_destroy(&e->mu);
