@@ -36,7 +36,7 @@
 #include "util.h"
 
 #define FST_MAGIC 2125659606
-#define DEFAULT_MAX_STATES ((size_t)4 << 20)
+#define DEFAULT_MAX_STATES ((size_t)2 << 20)
 
 typedef struct fst_arc {
   int32_t il, ol;
@@ -188,116 +188,77 @@ cosy_status cosy_fst_load(const void *buf, size_t n, const char *what, cosy_fst 
 /* ---------------------------------------------------------------------------------------------
  * rewrite */
 
-typedef struct comp {
-  /* states */
-  int32_t *pos, *q;
-  uint32_t *arc0; /* first composed arc of each expanded state */
-  size_t ns, cap_s;
-  /* arcs */
-  int32_t *an, *ao;
-  float *aw;
-  size_t na, cap_a;
-  /* hash (pos, q) -> state */
-  uint64_t *hk;
-  int32_t *hv;
-  size_t hmask;
-} comp;
+typedef struct cstate {
+  int32_t pos, q;
+  uint32_t a0, a1; /* composed arcs [a0, a1) */
+} cstate;
 
-static void comp_free(comp *c) {
-  free(c->pos);
-  free(c->q);
-  free(c->arc0);
-  free(c->an);
-  free(c->ao);
-  free(c->aw);
-  free(c->hk);
-  free(c->hv);
+typedef struct carc {
+  int32_t next, ol;
+  float w;
+} carc;
+
+/* Scratch memory of one rewrite at a time, kept between calls (no page faults, no regrowth). */
+struct cosy_fst_ws {
+  cstate *st;
+  size_t cap_s;
+  carc *arcs;
+  size_t cap_a;
+  /* state lookup: stamp[2 q + (pos & 1)] == epoch + pos + 1 when slot[...] holds (pos, q) */
+  uint32_t *stamp, *slot;
+  size_t cap_q;
+  uint32_t epoch;
+  int32_t *work, *nextw;
+  size_t cap_w, cap_x;
+  /* per composed state, for the search */
+  int32_t *stack, *order, *par;
+  uint32_t *sidx, *pidx;
+  uint8_t *flag; /* bit 0 grey/enqueued, bit 1 black, bit 2 live */
+  float *dist;
+  size_t cap_d;
+};
+
+#define WS_KEEP_STATES ((size_t)1 << 20) /* larger scratch is released after the call */
+
+cosy_fst_ws *cosy_fst_ws_new(void) { return (cosy_fst_ws *)calloc(1, sizeof(cosy_fst_ws)); }
+
+static void ws_release_big(cosy_fst_ws *w) {
+  free(w->st);
+  free(w->arcs);
+  free(w->stack);
+  free(w->order);
+  free(w->par);
+  free(w->sidx);
+  free(w->pidx);
+  free(w->flag);
+  free(w->dist);
+  w->st = NULL;
+  w->arcs = NULL;
+  w->stack = w->order = w->par = NULL;
+  w->sidx = w->pidx = NULL;
+  w->flag = NULL;
+  w->dist = NULL;
+  w->cap_s = w->cap_a = w->cap_d = 0;
 }
 
-static uint64_t mix64(uint64_t k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdULL;
-  k ^= k >> 33;
-  k *= 0xc4ceb9fe1a85ec53ULL;
-  k ^= k >> 33;
-  return k;
+void cosy_fst_ws_free(cosy_fst_ws *w) {
+  if (!w) return;
+  ws_release_big(w);
+  free(w->stamp);
+  free(w->slot);
+  free(w->work);
+  free(w->nextw);
+  free(w);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elt) {
   if (need <= *cap) return 1;
-  size_t c = *cap ? *cap : 256;
+  size_t c = *cap ? *cap : 1024;
   while (c < need) c *= 2;
   void *np = realloc(*p, c * elt);
   if (!np) return 0;
   *p = np;
   *cap = c;
-  return 1;
-}
-
-static int hash_rehash(comp *c, size_t newcap) {
-  uint64_t *hk = (uint64_t *)malloc(newcap * sizeof(uint64_t));
-  int32_t *hv = (int32_t *)malloc(newcap * sizeof(int32_t));
-  if (!hk || !hv) {
-    free(hk);
-    free(hv);
-    return 0;
-  }
-  memset(hk, 0xff, newcap * sizeof(uint64_t));
-  size_t mask = newcap - 1;
-  if (c->hk) {
-    for (size_t i = 0; i <= c->hmask; i++) {
-      if (c->hk[i] == UINT64_MAX) continue;
-      size_t j = mix64(c->hk[i]) & mask;
-      while (hk[j] != UINT64_MAX) j = (j + 1) & mask;
-      hk[j] = c->hk[i];
-      hv[j] = c->hv[i];
-    }
-  }
-  free(c->hk);
-  free(c->hv);
-  c->hk = hk;
-  c->hv = hv;
-  c->hmask = mask;
-  return 1;
-}
-
-/* id of state (pos, q), adding it when new; -1 on allocation failure, -2 over the limit */
-static int32_t comp_state(comp *c, int32_t pos, int32_t q, size_t max_states) {
-  uint64_t key = ((uint64_t)(uint32_t)pos << 32) | (uint32_t)q;
-  size_t j = mix64(key) & c->hmask;
-  while (c->hk[j] != UINT64_MAX) {
-    if (c->hk[j] == key) return c->hv[j];
-    j = (j + 1) & c->hmask;
-  }
-  if (c->ns >= max_states) return -2;
-  size_t cap = c->cap_s;
-  if (!grow((void **)&c->pos, &cap, c->ns + 2, sizeof(int32_t))) return -1;
-  cap = c->cap_s;
-  if (!grow((void **)&c->q, &cap, c->ns + 2, sizeof(int32_t))) return -1;
-  cap = c->cap_s;
-  if (!grow((void **)&c->arc0, &cap, c->ns + 2, sizeof(uint32_t))) return -1;
-  c->cap_s = cap;
-  int32_t id = (int32_t)c->ns++;
-  c->pos[id] = pos;
-  c->q[id] = q;
-  c->hk[j] = key;
-  c->hv[j] = id;
-  if (c->ns * 2 > c->hmask + 1 && !hash_rehash(c, (c->hmask + 1) * 2)) return -1;
-  return id;
-}
-
-static int comp_arc(comp *c, int32_t next, int32_t ol, float w) {
-  size_t cap = c->cap_a;
-  if (!grow((void **)&c->an, &cap, c->na + 1, sizeof(int32_t))) return 0;
-  cap = c->cap_a;
-  if (!grow((void **)&c->ao, &cap, c->na + 1, sizeof(int32_t))) return 0;
-  cap = c->cap_a;
-  if (!grow((void **)&c->aw, &cap, c->na + 1, sizeof(float))) return 0;
-  c->cap_a = cap;
-  c->an[c->na] = next;
-  c->ao[c->na] = ol;
-  c->aw[c->na] = w;
-  c->na++;
   return 1;
 }
 
@@ -312,127 +273,194 @@ static uint32_t lower_bound(const cosy_fst *f, int32_t q, int32_t lab) {
   return lo;
 }
 
-cosy_status cosy_fst_rewrite(const cosy_fst *f, const char *in, size_t n, size_t max_states,
-                             char **out, size_t *out_len) {
-  *out = NULL;
-  if (out_len) *out_len = 0;
-  if (!max_states) max_states = DEFAULT_MAX_STATES;
-  if (n > (size_t)INT32_MAX - 1) return cosy_err(COSY_ERR_TEXT, "text too long to normalize");
-  const uint8_t *s = (const uint8_t *)in;
-  comp c;
-  memset(&c, 0, sizeof c);
-  cosy_status st = COSY_OK;
-  int32_t *stack = NULL, *order = NULL, *par = NULL;
-  uint32_t *sidx = NULL, *pidx = NULL;
-  uint8_t *color = NULL, *live = NULL;
-  float *dist = NULL;
-  char *res = NULL;
-  if (!hash_rehash(&c, 1024)) goto oom;
-  if (comp_state(&c, 0, f->start, max_states) < 0) goto oom;
+enum { R_OK = 0, R_OOM = -1, R_BIG = -2 };
 
-  /* 1. expand breadth first */
-  for (size_t id = 0; id < c.ns; id++) {
-    c.arc0[id] = (uint32_t)c.na;
-    int32_t pos = c.pos[id], q = c.q[id];
-    uint32_t a = f->off[q], e = a + f->neps[q];
-    for (; a < e; a++) {
-      int32_t t = comp_state(&c, pos, f->arcs[a].next, max_states);
-      if (t == -2) goto toobig;
-      if (t < 0 || !comp_arc(&c, t, f->arcs[a].ol, f->arcs[a].w)) goto oom;
-    }
-    if ((size_t)pos < n) {
-      int32_t lab = s[pos];
-      uint32_t end = f->off[q + 1];
-      for (a = lower_bound(f, q, lab); a < end && f->arcs[a].il == lab; a++) {
-        int32_t t = comp_state(&c, pos + 1, f->arcs[a].next, max_states);
-        if (t == -2) goto toobig;
-        if (t < 0 || !comp_arc(&c, t, f->arcs[a].ol, f->arcs[a].w)) goto oom;
-      }
-    }
+/* add the arc to (pos, q) to the state being expanded; new states go to the work list */
+static int add_arc(cosy_fst_ws *w, size_t *ns, size_t *na, int32_t pos, const fst_arc *fa,
+                   size_t max_states, int32_t **list, size_t *ln, size_t *lcap) {
+  size_t k = 2 * (size_t)fa->next + (size_t)(pos & 1);
+  uint32_t key = w->epoch + (uint32_t)pos + 1;
+  int32_t t;
+  if (w->stamp[k] == key) {
+    t = (int32_t)w->slot[k];
+  } else {
+    if (*ns >= max_states) return R_BIG;
+    if (*ns + 1 > w->cap_s && !grow((void **)&w->st, &w->cap_s, *ns + 1, sizeof(cstate)))
+      return R_OOM;
+    if (*ln + 1 > *lcap && !grow((void **)list, lcap, *ln + 1, sizeof(int32_t))) return R_OOM;
+    t = (int32_t)(*ns)++;
+    w->st[t].pos = pos;
+    w->st[t].q = fa->next;
+    w->stamp[k] = key;
+    w->slot[k] = (uint32_t)t;
+    (*list)[(*ln)++] = t;
   }
-  c.arc0[c.ns] = (uint32_t)c.na;
-  if (c.na > UINT32_MAX - 1) goto toobig;
+  if (*na + 1 > w->cap_a && !grow((void **)&w->arcs, &w->cap_a, *na + 1, sizeof(carc)))
+    return R_OOM;
+  carc *c = &w->arcs[(*na)++];
+  c->next = t;
+  c->ol = fa->ol;
+  c->w = fa->w;
+  return R_OK;
+}
+
+static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *s, size_t n,
+                              size_t max_states, char **out, size_t *out_len) {
+  /* lookup arrays sized for this FST; a new epoch per call */
+  size_t nq = 2 * (size_t)f->n_states;
+  if (nq > w->cap_q) {
+    free(w->stamp);
+    free(w->slot);
+    w->stamp = (uint32_t *)calloc(nq, sizeof(uint32_t));
+    w->slot = (uint32_t *)malloc(nq * sizeof(uint32_t));
+    w->cap_q = w->stamp && w->slot ? nq : 0;
+    w->epoch = 0;
+    if (!w->cap_q) return cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
+  }
+  if ((uint64_t)w->epoch + n + 2 >= UINT32_MAX) {
+    memset(w->stamp, 0, w->cap_q * sizeof(uint32_t));
+    w->epoch = 0;
+  }
+  size_t ns = 0, na = 0;
+  int r = R_OK;
+  if (!grow((void **)&w->st, &w->cap_s, 1, sizeof(cstate)) ||
+      !grow((void **)&w->work, &w->cap_w, 1, sizeof(int32_t)))
+    goto oom;
+  w->st[0].pos = 0;
+  w->st[0].q = f->start;
+  w->stamp[2 * (size_t)f->start] = w->epoch + 1;
+  w->slot[2 * (size_t)f->start] = 0;
+  ns = 1;
+
+  /* 1. expand position by position */
+  size_t wn = 1, xn = 0;
+  w->work[0] = 0;
+  for (size_t pos = 0;; pos++) {
+    xn = 0;
+    for (size_t k = 0; k < wn; k++) {
+      int32_t id = w->work[k], q = w->st[id].q;
+      w->st[id].a0 = (uint32_t)na;
+      uint32_t a = f->off[q], e = a + f->neps[q];
+      for (; a < e; a++)
+        if ((r = add_arc(w, &ns, &na, (int32_t)pos, &f->arcs[a], max_states, &w->work, &wn,
+                         &w->cap_w)))
+          goto fail;
+      if (pos < n) {
+        int32_t lab = s[pos];
+        uint32_t end = f->off[q + 1];
+        for (a = lower_bound(f, q, lab); a < end && f->arcs[a].il == lab; a++)
+          if ((r = add_arc(w, &ns, &na, (int32_t)pos + 1, &f->arcs[a], max_states, &w->nextw,
+                           &xn, &w->cap_x)))
+            goto fail;
+      }
+      w->st[id].a1 = (uint32_t)na;
+    }
+    if (pos >= n || xn == 0) break;
+    int32_t *tw = w->work;
+    size_t tc = w->cap_w;
+    w->work = w->nextw;
+    w->cap_w = w->cap_x;
+    w->nextw = tw;
+    w->cap_x = tc;
+    wn = xn;
+  }
+  if (na > UINT32_MAX - 1) goto big;
+  w->epoch += (uint32_t)n + 2;
 
   /* 2. depth-first search: finishing order, co-accessibility, cycle check */
-  size_t ns = c.ns;
-  stack = (int32_t *)malloc(ns * sizeof(int32_t));
-  sidx = (uint32_t *)malloc(ns * sizeof(uint32_t));
-  order = (int32_t *)malloc(ns * sizeof(int32_t));
-  color = (uint8_t *)calloc(ns, 1);
-  live = (uint8_t *)calloc(ns, 1);
-  if (!stack || !sidx || !order || !color || !live) goto oom;
+  if (ns > w->cap_d) {
+    size_t c = w->cap_d ? w->cap_d : 1024;
+    while (c < ns) c *= 2;
+        free(w->stack);
+    free(w->order);
+    free(w->par);
+    free(w->sidx);
+    free(w->pidx);
+    free(w->flag);
+    free(w->dist);
+    w->stack = (int32_t *)malloc(c * sizeof(int32_t));
+    w->order = (int32_t *)malloc(c * sizeof(int32_t));
+    w->par = (int32_t *)malloc(c * sizeof(int32_t));
+    w->sidx = (uint32_t *)malloc(c * sizeof(uint32_t));
+    w->pidx = (uint32_t *)malloc(c * sizeof(uint32_t));
+    w->flag = (uint8_t *)malloc(c);
+    w->dist = (float *)malloc(c * sizeof(float));
+    w->cap_d = c;
+    if (!w->stack || !w->order || !w->par || !w->sidx || !w->pidx || !w->flag || !w->dist) {
+      w->cap_d = 0;
+      goto oom;
+    }
+  }
+  const cstate *S = w->st;
+  const carc *A = w->arcs;
+  uint8_t *flag = w->flag;
+  int32_t *stack = w->stack, *order = w->order;
+  uint32_t *sidx = w->sidx;
+  memset(flag, 0, ns);
   size_t sp = 0, nfin = 0;
   stack[sp] = 0;
-  sidx[sp++] = c.arc0[0];
-  color[0] = 1;
+  sidx[sp++] = S[0].a0;
+  flag[0] = 1;
   while (sp) {
     int32_t v = stack[sp - 1];
     uint32_t a = sidx[sp - 1];
-    if (a < c.arc0[v + 1]) {
-      int32_t t = c.an[a];
+    if (a < S[v].a1) {
+      int32_t t = A[a].next;
       sidx[sp - 1] = a + 1;
-      if (color[t] == 0) {
-        color[t] = 1;
+      if (flag[t] == 0) {
+        flag[t] = 1;
         stack[sp] = t;
-        sidx[sp++] = c.arc0[t];
-      } else if (color[t] == 1) {
-        st = cosy_err(COSY_ERR_UNSUPPORTED, "text normalization: grammar has an input-epsilon cycle");
-        goto done;
+        sidx[sp++] = S[t].a0;
+      } else if (flag[t] == 1) {
+        return cosy_err(COSY_ERR_UNSUPPORTED,
+                        "text normalization: grammar has an input-epsilon cycle");
       }
       continue;
     }
-    /* finish v */
-    color[v] = 2;
-    int l = (size_t)c.pos[v] == n && f->final[c.q[v]] != INFINITY;
-    for (uint32_t b = c.arc0[v]; !l && b < c.arc0[v + 1]; b++) l = live[c.an[b]];
-    live[v] = (uint8_t)l;
+    int l = (size_t)S[v].pos == n && f->final[S[v].q] != INFINITY;
+    for (uint32_t b = S[v].a0; !l && b < S[v].a1; b++) l = (flag[A[b].next] & 4) != 0;
+    flag[v] = (uint8_t)(2 | (l ? 4 : 0));
     order[nfin++] = v;
     sp--;
   }
-  res = (char *)malloc(n * 4 + 64);
-  if (!live[0]) { /* no path: OpenFst gives an empty FST, the rewrite is "" */
-    if (!res) goto oom;
-    res[0] = '\0';
-    *out = res;
-    res = NULL;
-    goto done;
-  }
+  size_t cap_r = 256;
+  char *res = (char *)malloc(cap_r);
+  if (!res) goto oom;
+  res[0] = '\0';
+  *out = res;
+  if (!(flag[0] & 4)) return COSY_OK; /* no path: OpenFst gives an empty FST, the rewrite is "" */
 
   /* 3. queue discipline and shortest distance */
   int weighted = 0;
   for (size_t v = 0; v < ns && !weighted; v++) {
-    if (!live[v]) continue;
-    for (uint32_t b = c.arc0[v]; b < c.arc0[v + 1]; b++)
-      if (live[c.an[b]] && c.aw[b] != 0.0f && c.aw[b] != INFINITY) {
+    if (!(flag[v] & 4)) continue;
+    for (uint32_t b = S[v].a0; b < S[v].a1; b++)
+      if ((flag[A[b].next] & 4) && A[b].w != 0.0f && A[b].w != INFINITY) {
         weighted = 1;
         break;
       }
   }
-  dist = (float *)malloc(ns * sizeof(float));
-  par = (int32_t *)malloc(ns * sizeof(int32_t));
-  pidx = (uint32_t *)malloc(ns * sizeof(uint32_t));
-  if (!dist || !par || !pidx || !res) goto oom;
-  for (size_t v = 0; v < ns; v++) {
-    dist[v] = INFINITY;
-    par[v] = -1;
-  }
+  float *dist = w->dist;
+  int32_t *par = w->par;
+  uint32_t *pidx = w->pidx;
+  for (size_t v = 0; v < ns; v++) dist[v] = INFINITY;
   dist[0] = 0.0f;
   float fdist = INFINITY;
   int32_t fpar = -1;
 #define RELAX(v, ENQ)                                                                 \
   do {                                                                                \
     float sd = dist[v];                                                               \
-    if ((size_t)c.pos[v] == n && f->final[c.q[v]] != INFINITY) {                      \
-      float tot = sd + f->final[c.q[v]];                                              \
+    if ((size_t)S[v].pos == n && f->final[S[v].q] != INFINITY) {                      \
+      float tot = sd + f->final[S[v].q];                                              \
       if (tot < fdist) {                                                              \
         fdist = tot;                                                                  \
         fpar = (v);                                                                   \
       }                                                                               \
     }                                                                                 \
-    for (uint32_t b = c.arc0[v]; b < c.arc0[(v) + 1]; b++) {                          \
-      int32_t t = c.an[b];                                                            \
-      if (!live[t]) continue;                                                         \
-      float wt = sd + c.aw[b];                                                        \
+    for (uint32_t b = S[v].a0; b < S[v].a1; b++) {                                    \
+      int32_t t = A[b].next;                                                          \
+      if (!(flag[t] & 4)) continue;                                                   \
+      float wt = sd + A[b].w;                                                         \
       if (wt < dist[t]) {                                                             \
         dist[t] = wt;                                                                 \
         par[t] = (v);                                                                 \
@@ -444,42 +472,40 @@ cosy_status cosy_fst_rewrite(const cosy_fst *f, const char *in, size_t n, size_t
   if (weighted) {
     for (size_t k = nfin; k-- > 0;) {
       int32_t v = order[k];
-      if (!live[v] || dist[v] == INFINITY) continue;
+      if (!(flag[v] & 4) || dist[v] == INFINITY) continue;
       RELAX(v, (void)0);
     }
   } else {
-    /* LIFO queue: `color` now marks enqueued states */
-    memset(color, 0, ns);
+    /* LIFO queue; bit 0 marks enqueued states */
+    for (size_t v = 0; v < ns; v++) flag[v] &= (uint8_t)~1u;
     sp = 0;
     stack[sp++] = 0;
-    color[0] = 1;
+    flag[0] |= 1;
     while (sp) {
       int32_t v = stack[--sp];
-      color[v] = 0;
-      RELAX(v, if (!color[t]) {
-        color[t] = 1;
+      flag[v] &= (uint8_t)~1u;
+      RELAX(v, if (!(flag[t] & 1)) {
+        flag[t] |= 1;
         stack[sp++] = t;
       });
     }
   }
 #undef RELAX
-  if (fpar < 0) {
-    res[0] = '\0';
-    *out = res;
-    res = NULL;
-    goto done;
-  }
+  if (fpar < 0) return COSY_OK;
 
   /* 4. read the path back */
-  size_t len = 0, cap = n * 4 + 64;
+  size_t len = 0;
   for (int32_t v = fpar; v != 0; v = par[v]) {
-    int32_t ol = c.ao[pidx[v]];
+    int32_t ol = A[pidx[v]].ol;
     if (ol == 0) continue;
-    if (len + 1 >= cap) {
-      cap *= 2;
-      char *nr = (char *)realloc(res, cap);
-      if (!nr) goto oom;
-      res = nr;
+    if (len + 2 > cap_r) {
+      char *nr = (char *)realloc(res, cap_r *= 2);
+      if (!nr) {
+        free(res);
+        *out = NULL;
+        goto oom;
+      }
+      *out = res = nr;
     }
     res[len++] = (char)(uint8_t)ol;
   }
@@ -489,27 +515,33 @@ cosy_status cosy_fst_rewrite(const cosy_fst *f, const char *in, size_t n, size_t
     res[j - 1] = tmp;
   }
   res[len] = '\0';
-  *out = res;
   if (out_len) *out_len = len;
-  res = NULL;
-  goto done;
+  return COSY_OK;
 
+fail:
+  w->epoch += (uint32_t)n + 2;
+  if (r == R_BIG) goto big;
 oom:
-  st = cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
-  goto done;
-toobig:
-  st = cosy_err(COSY_ERR_TEXT, "text normalization: the text is too long for one pass (more than "
-                "%zu grammar states)", max_states);
-done:
-  free(res);
-  free(stack);
-  free(sidx);
-  free(order);
-  free(color);
-  free(live);
-  free(dist);
-  free(par);
-  free(pidx);
-  comp_free(&c);
+  return cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
+big:
+  return cosy_err(COSY_ERR_TEXT, "text normalization: the text is too long for one pass (more "
+                  "than %zu grammar states)", max_states);
+}
+
+cosy_status cosy_fst_rewrite(const cosy_fst *f, cosy_fst_ws *ws, const char *in, size_t n,
+                             size_t max_states, char **out, size_t *out_len) {
+  *out = NULL;
+  if (out_len) *out_len = 0;
+  if (!max_states) max_states = DEFAULT_MAX_STATES;
+  if (n > (size_t)INT32_MAX - 4) return cosy_err(COSY_ERR_TEXT, "text too long to normalize");
+  cosy_fst_ws *w = ws ? ws : cosy_fst_ws_new();
+  if (!w) return cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
+  cosy_status st = rewrite_ws(f, w, (const uint8_t *)in, n, max_states, out, out_len);
+  if (st) {
+    free(*out);
+    *out = NULL;
+  }
+  if (!ws) cosy_fst_ws_free(w);
+  else if (w->cap_s > WS_KEEP_STATES || w->cap_a > 2 * WS_KEEP_STATES) ws_release_big(w);
   return st;
 }

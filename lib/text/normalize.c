@@ -30,6 +30,7 @@
  * raises an exception: no scale word) are read digit by digit. */
 #include "text/normalize.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,10 @@ const char *const cosy_tn_grammar_keys[COSY_TN_N_GRAMMARS] = {
 struct cosy_text_norm {
   cosy_fst *g[COSY_TN_N_GRAMMARS]; /* all NULL: minimal */
   const struct cosy_tokenizer *tok;
+  /* idle rewrite scratch spaces (one is taken per call in progress) */
+  pthread_mutex_t mu;
+  cosy_fst_ws **pool;
+  int n_pool, cap_pool;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -368,10 +373,41 @@ static char *reorder(const char *s, int zh) {
 /* ---------------------------------------------------------------------------------------------
  * wetext normalize */
 
-static cosy_status rewrite(const cosy_fst *f, const char *in, char **out) {
+static cosy_fst_ws *ws_take(cosy_text_norm *tn) {
+  cosy_fst_ws *w = NULL;
+  pthread_mutex_lock(&tn->mu);
+  if (tn->n_pool > 0) w = tn->pool[--tn->n_pool];
+  pthread_mutex_unlock(&tn->mu);
+  return w ? w : cosy_fst_ws_new();
+}
+
+static void ws_give(cosy_text_norm *tn, cosy_fst_ws *w) {
+  if (!w) return;
+  pthread_mutex_lock(&tn->mu);
+  if (tn->n_pool == tn->cap_pool) {
+    int c = tn->cap_pool ? tn->cap_pool * 2 : 4;
+    cosy_fst_ws **np = (cosy_fst_ws **)realloc(tn->pool, (size_t)c * sizeof *np);
+    if (np) {
+      tn->pool = np;
+      tn->cap_pool = c;
+    }
+  }
+  if (tn->n_pool < tn->cap_pool) {
+    tn->pool[tn->n_pool++] = w;
+    w = NULL;
+  }
+  pthread_mutex_unlock(&tn->mu);
+  cosy_fst_ws_free(w);
+}
+
+static cosy_status rewrite(const cosy_text_norm *tnc, const cosy_fst *f, const char *in,
+                           char **out) {
+  cosy_text_norm *tn = (cosy_text_norm *)tnc; /* the pool is the only mutable part */
   char *r;
   size_t n;
-  cosy_status st = cosy_fst_rewrite(f, in, strlen(in), 0, &r, &n);
+  cosy_fst_ws *w = ws_take(tn);
+  cosy_status st = cosy_fst_rewrite(f, w, in, strlen(in), 0, &r, &n);
+  ws_give(tn, w);
   if (st) return st;
   *out = py_strip(r, n);
   free(r);
@@ -401,7 +437,7 @@ cosy_status cosy_text_wetext(const cosy_text_norm *tn, const char *text, char **
   }
   const cosy_fst *tagger = tn->g[zh ? 0 : 2], *verb = tn->g[zh ? 1 : 3];
   char *tagged = NULL, *ordered = NULL, *spoken = NULL;
-  cosy_status st = rewrite(tagger, prep, &tagged);
+  cosy_status st = rewrite(tn, tagger, prep, &tagged);
   if (st) goto done;
   if (!tagged[0]) { /* no tagging (wetext's parser would assert): keep the text */
     *out = prep;
@@ -412,7 +448,7 @@ cosy_status cosy_text_wetext(const cosy_text_norm *tn, const char *text, char **
     st = cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
     goto done;
   }
-  if ((st = rewrite(verb, ordered, &spoken))) goto done;
+  if ((st = rewrite(tn, verb, ordered, &spoken))) goto done;
   *out = spoken; /* postprocess: strip (already stripped) */
   spoken = NULL;
 done:
@@ -813,6 +849,9 @@ size_t cosy_text_norm_bytes(const cosy_text_norm *tn) {
 void cosy_text_norm_free(cosy_text_norm *tn) {
   if (!tn) return;
   for (int i = 0; i < COSY_TN_N_GRAMMARS; i++) cosy_fst_free(tn->g[i]);
+  for (int i = 0; i < tn->n_pool; i++) cosy_fst_ws_free(tn->pool[i]);
+  free(tn->pool);
+  pthread_mutex_destroy(&tn->mu);
   free(tn);
 }
 
@@ -823,6 +862,7 @@ cosy_status cosy_text_norm_create_from_buffers(const void *const bufs[COSY_TN_N_
   *out = NULL;
   cosy_text_norm *tn = (cosy_text_norm *)cosy_calloc(1, sizeof *tn);
   if (!tn) return COSY_ERR_NO_MEMORY;
+  pthread_mutex_init(&tn->mu, NULL);
   tn->tok = tok;
   int present = 0;
   for (int i = 0; i < COSY_TN_N_GRAMMARS; i++) present += bufs && bufs[i] != NULL;
