@@ -210,6 +210,11 @@ struct cosy_fst_ws {
   uint32_t epoch;
   int32_t *work, *nextw;
   size_t cap_w, cap_x;
+  /* every composed state, position by position (each position's in creation order) */
+  int32_t *lord;
+  size_t cap_l;
+  size_t *lstart; /* [n + 2] */
+  size_t cap_ls;
   /* per composed state, for the search */
   int32_t *stack, *order, *par;
   uint32_t *sidx, *pidx;
@@ -248,6 +253,8 @@ void cosy_fst_ws_free(cosy_fst_ws *w) {
   free(w->slot);
   free(w->work);
   free(w->nextw);
+  free(w->lord);
+  free(w->lstart);
   free(w);
 }
 
@@ -333,8 +340,9 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
   ns = 1;
 
   /* 1. expand position by position */
-  size_t wn = 1, xn = 0;
+  size_t wn = 1, xn = 0, nl = 0, last = 0;
   w->work[0] = 0;
+  if (!grow((void **)&w->lstart, &w->cap_ls, n + 2, sizeof(size_t))) goto oom;
   for (size_t pos = 0;; pos++) {
     xn = 0;
     for (size_t k = 0; k < wn; k++) {
@@ -355,6 +363,12 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
       }
       w->st[id].a1 = (uint32_t)na;
     }
+    if (!grow((void **)&w->lord, &w->cap_l, nl + wn, sizeof(int32_t))) goto oom;
+    w->lstart[pos] = nl;
+    memcpy(w->lord + nl, w->work, wn * sizeof(int32_t));
+    nl += wn;
+    w->lstart[pos + 1] = nl;
+    last = pos;
     if (pos >= n || xn == 0) break;
     int32_t *tw = w->work;
     size_t tc = w->cap_w;
@@ -367,11 +381,11 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
   if (na > UINT32_MAX - 1) goto big;
   w->epoch += (uint32_t)n + 2;
 
-  /* 2. depth-first search: finishing order, co-accessibility, cycle check */
+  /* 2. co-accessibility, then a depth-first search for the finishing order */
   if (ns > w->cap_d) {
     size_t c = w->cap_d ? w->cap_d : 1024;
     while (c < ns) c *= 2;
-        free(w->stack);
+    free(w->stack);
     free(w->order);
     free(w->par);
     free(w->sidx);
@@ -396,32 +410,26 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
   uint8_t *flag = w->flag;
   int32_t *stack = w->stack, *order = w->order;
   uint32_t *sidx = w->sidx;
+  float *dist = w->dist;
   memset(flag, 0, ns);
-  size_t sp = 0, nfin = 0;
-  stack[sp] = 0;
-  sidx[sp++] = S[0].a0;
-  flag[0] = 1;
-  while (sp) {
-    int32_t v = stack[sp - 1];
-    uint32_t a = sidx[sp - 1];
-    if (a < S[v].a1) {
-      int32_t t = A[a].next;
-      sidx[sp - 1] = a + 1;
-      if (flag[t] == 0) {
-        flag[t] = 1;
-        stack[sp] = t;
-        sidx[sp++] = S[t].a0;
-      } else if (flag[t] == 1) {
-        return cosy_err(COSY_ERR_UNSUPPORTED,
-                        "text normalization: grammar has an input-epsilon cycle");
+  /* co-accessibility (bit 2), position by position from the end; within a position, passes
+   * in reverse creation order until nothing changes (epsilon arcs stay in the position) */
+  for (size_t pos = last + 1; pos-- > 0;) {
+    const int32_t *L = w->lord + w->lstart[pos];
+    size_t m = w->lstart[pos + 1] - w->lstart[pos];
+    for (int changed = 1; changed;) {
+      changed = 0;
+      for (size_t k = m; k-- > 0;) {
+        int32_t v = L[k];
+        if (flag[v] & 4) continue;
+        int l = pos == n && f->final[S[v].q] != INFINITY;
+        for (uint32_t b = S[v].a0; !l && b < S[v].a1; b++) l = (flag[A[b].next] & 4) != 0;
+        if (l) {
+          flag[v] = 4;
+          changed = 1;
+        }
       }
-      continue;
     }
-    int l = (size_t)S[v].pos == n && f->final[S[v].q] != INFINITY;
-    for (uint32_t b = S[v].a0; !l && b < S[v].a1; b++) l = (flag[A[b].next] & 4) != 0;
-    flag[v] = (uint8_t)(2 | (l ? 4 : 0));
-    order[nfin++] = v;
-    sp--;
   }
   size_t cap_r = 256;
   char *res = (char *)malloc(cap_r);
@@ -429,21 +437,46 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
   res[0] = '\0';
   *out = res;
   if (!(flag[0] & 4)) return COSY_OK; /* no path: OpenFst gives an empty FST, the rewrite is "" */
-
+  /* depth-first search over the co-accessible states (the others, removed by Connect, change
+   * nothing in the finishing order of these): finishing order, cycle check */
+  size_t sp = 0, nfin = 0;
+  stack[sp] = 0;
+  sidx[sp++] = S[0].a0;
+  flag[0] |= 1;
+  while (sp) {
+    int32_t v = stack[sp - 1];
+    uint32_t a = sidx[sp - 1];
+    if (a < S[v].a1) {
+      int32_t t = A[a].next;
+      sidx[sp - 1] = a + 1;
+      uint8_t ft = flag[t];
+      if (ft == 4) {
+        flag[t] = 5;
+        stack[sp] = t;
+        sidx[sp++] = S[t].a0;
+      } else if (ft == 5) {
+        return cosy_err(COSY_ERR_UNSUPPORTED,
+                        "text normalization: grammar has an input-epsilon cycle");
+      }
+      continue;
+    }
+    flag[v] = 6;
+    dist[v] = INFINITY;
+    order[nfin++] = v;
+    sp--;
+  }
   /* 3. queue discipline and shortest distance */
   int weighted = 0;
-  for (size_t v = 0; v < ns && !weighted; v++) {
-    if (!(flag[v] & 4)) continue;
+  for (size_t k = 0; k < nfin && !weighted; k++) {
+    int32_t v = order[k];
     for (uint32_t b = S[v].a0; b < S[v].a1; b++)
       if ((flag[A[b].next] & 4) && A[b].w != 0.0f && A[b].w != INFINITY) {
         weighted = 1;
         break;
       }
   }
-  float *dist = w->dist;
   int32_t *par = w->par;
   uint32_t *pidx = w->pidx;
-  for (size_t v = 0; v < ns; v++) dist[v] = INFINITY;
   dist[0] = 0.0f;
   float fdist = INFINITY;
   int32_t fpar = -1;
@@ -472,12 +505,12 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
   if (weighted) {
     for (size_t k = nfin; k-- > 0;) {
       int32_t v = order[k];
-      if (!(flag[v] & 4) || dist[v] == INFINITY) continue;
+      if (dist[v] == INFINITY) continue;
       RELAX(v, (void)0);
     }
   } else {
     /* LIFO queue; bit 0 marks enqueued states */
-    for (size_t v = 0; v < ns; v++) flag[v] &= (uint8_t)~1u;
+    for (size_t k = 0; k < nfin; k++) flag[order[k]] &= (uint8_t)~1u;
     sp = 0;
     stack[sp++] = 0;
     flag[0] |= 1;
