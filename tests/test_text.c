@@ -198,6 +198,7 @@ static void check_file(const char *name) {
 static void test_zh(void **state) { (void)state; check_file("zh"); }
 static void test_en(void **state) { (void)state; check_file("en"); }
 static void test_raw(void **state) { (void)state; check_file("raw"); }
+static void test_long(void **state) { (void)state; check_file("long"); }
 
 /* number spelling needs no grammar */
 static void test_numbers(void **state) {
@@ -261,7 +262,7 @@ int main(void) {
       cmocka_unit_test(test_minimal), cmocka_unit_test(test_punct),
       cmocka_unit_test(test_numbers), cmocka_unit_test(test_bad_fst),
       cmocka_unit_test(test_zh),      cmocka_unit_test(test_en),
-      cmocka_unit_test(test_raw),
+      cmocka_unit_test(test_raw),     cmocka_unit_test(test_long),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

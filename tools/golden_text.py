@@ -141,6 +141,23 @@ CASES_EN = [
     "!!!", "...", "?", "Hello", "A.",
 ]
 
+# longer than one normalization pass of the library (lib/text/normalize.h COSY_TN_PASS_BYTES)
+_ZH_LONG = [c for c in CASES_ZH if c.startswith("人工智能是")][0]
+_EN_LONG = [c for c in CASES_EN if c.startswith("Artificial intelligence")][0]
+CASES_LONG = [
+    " ".join([_EN_LONG] * 4),
+    "\n".join([_EN_LONG] * 3),
+    "".join([_ZH_LONG] * 3),
+    "\n".join([_ZH_LONG] * 3),
+    _ZH_LONG + _EN_LONG + _ZH_LONG + " " + _EN_LONG,
+    " ".join(["Item %d costs $%d.%02d; order %d units by %d/%d/20%02d." % (i, i * 3, i * 7 % 100, i * 11,
+                                                                       i % 12 + 1, i % 28 + 1, i % 30)
+              for i in range(1, 60)]),
+    "".join(["第%d项的价格是%d.%02d元，请在20%02d年%d月%d日前订购%d件。" % (i, i * 3, i * 7 % 100, i % 30,
+                                                          i % 12 + 1, i % 28 + 1, i * 11)
+             for i in range(1, 45)]),
+]
+
 # text holding both "<|" and "|>" passes untouched
 CASES_RAW = [
     "You are a helpful assistant.<|endofprompt|>I have 2 apples.",
@@ -219,7 +236,8 @@ def main():
             f"{version('inflect')}, regex {version('regex')}, transformers "
             f"{version('transformers')}; format in the tool's docstring\n")
     counts = {}
-    for name, cases in (("zh", CASES_ZH), ("en", CASES_EN), ("raw", CASES_RAW)):
+    for name, cases in (("zh", CASES_ZH), ("en", CASES_EN), ("long", CASES_LONG),
+                        ("raw", CASES_RAW)):
         lines = [head]
         for c in cases:
             try:
@@ -230,7 +248,7 @@ def main():
             lines.append("N\t%s\t%s\n" % (esc(c), esc(text_normalize(fe, c, split=False))))
             segs = text_normalize(fe, c, split=True)
             lines.append("S\t%s\n" % "\t".join(esc(x) for x in [c] + list(segs)))
-            if name != "raw":
+            if name not in ("raw", "long"):
                 lines.append("W\t%s\t%s\n" % (esc(c), esc(fe.en_tn_model.normalize(c))))
             if name == "en":
                 lines.append("P\t%s\t%s\n" % (esc(c), esc(fu.spell_out_number(c, fe.inflect_parser))))

@@ -223,7 +223,7 @@ struct cosy_fst_ws {
   size_t cap_d;
 };
 
-#define WS_KEEP_STATES ((size_t)1 << 20) /* larger scratch is released after the call */
+#define WS_KEEP_STATES ((size_t)1 << 19) /* larger scratch is released after the call */
 
 cosy_fst_ws *cosy_fst_ws_new(void) { return (cosy_fst_ws *)calloc(1, sizeof(cosy_fst_ws)); }
 

@@ -34,7 +34,7 @@ size_t cosy_fst_bytes(const cosy_fst *f);
  * fails. ws may be NULL (scratch allocated for the call). The FST is read-only: threads may share
  * it, each with its own ws. Scratch memory: about 40 bytes per composed state plus 12 per
  * composed arc (the grammars make 100..200 states per input byte); a ws keeps it for the next
- * call unless it exceeds 1M states. */
+ * call unless it exceeds 512k states (about 30 MB). */
 cosy_status cosy_fst_rewrite(const cosy_fst *f, cosy_fst_ws *ws, const char *in, size_t n,
                              size_t max_states, char **out, size_t *out_len);
 

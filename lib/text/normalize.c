@@ -414,6 +414,54 @@ static cosy_status rewrite(const cosy_text_norm *tnc, const cosy_fst *f, const c
   return *out ? COSY_OK : cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
 }
 
+/* one wetext pass over stripped text with the zh or en grammars */
+static cosy_status tn_pass(const cosy_text_norm *tn, const char *prep, int zh, char **out) {
+  const cosy_fst *tagger = tn->g[zh ? 0 : 2], *verb = tn->g[zh ? 1 : 3];
+  char *tagged = NULL, *ordered = NULL, *spoken = NULL;
+  *out = NULL;
+  cosy_status st = rewrite(tn, tagger, prep, &tagged);
+  if (st) goto done;
+  if (!tagged[0]) { /* no tagging (wetext's parser would assert): keep the text */
+    if (!(*out = cosy_strdup(prep))) st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  if (!(ordered = reorder(tagged, zh))) {
+    st = cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
+    goto done;
+  }
+  if ((st = rewrite(tn, verb, ordered, &spoken))) goto done;
+  *out = spoken; /* postprocess: strip (already stripped) */
+  spoken = NULL;
+done:
+  free(tagged);
+  free(ordered);
+  free(spoken);
+  return st;
+}
+
+/* end of the next piece of a long text starting at a: after the last '\n' in the window, else
+ * after the last sentence end (". ", "! ", "? ", "; ", "。", "！", "？", "；"), else after the last
+ * space, else at a character boundary; never before the window's middle */
+static size_t piece_end(const char *s, size_t n, size_t a) {
+  size_t e = a + COSY_TN_PASS_BYTES;
+  if (e >= n) return n;
+  size_t mid = a + COSY_TN_PASS_BYTES / 2;
+  for (size_t i = e; i > mid; i--)
+    if (s[i - 1] == '\n') return i;
+  for (size_t i = e; i > mid + 1; i--) {
+    if (s[i - 1] == ' ' && strchr(".!?;", s[i - 2])) return i;
+    if (i >= a + 3 && (!memcmp(s + i - 3, "\xE3\x80\x82", 3) ||  /* 。 */
+                       !memcmp(s + i - 3, "\xEF\xBC\x81", 3) ||  /* ！ */
+                       !memcmp(s + i - 3, "\xEF\xBC\x9F", 3) ||  /* ？ */
+                       !memcmp(s + i - 3, "\xEF\xBC\x9B", 3)))   /* ； */
+      return i;
+  }
+  for (size_t i = e; i > mid; i--)
+    if (s[i - 1] == ' ') return i;
+  while (e > a + 1 && ((uint8_t)s[e] & 0xC0) == 0x80) e--;
+  return e;
+}
+
 cosy_status cosy_text_wetext(const cosy_text_norm *tn, const char *text, char **out) {
   *out = NULL;
   if (!cosy_text_norm_is_full(tn))
@@ -435,28 +483,45 @@ cosy_status cosy_text_wetext(const cosy_text_norm *tn, const char *text, char **
     *out = prep;
     return COSY_OK;
   }
-  const cosy_fst *tagger = tn->g[zh ? 0 : 2], *verb = tn->g[zh ? 1 : 3];
-  char *tagged = NULL, *ordered = NULL, *spoken = NULL;
-  cosy_status st = rewrite(tn, tagger, prep, &tagged);
-  if (st) goto done;
-  if (!tagged[0]) { /* no tagging (wetext's parser would assert): keep the text */
-    *out = prep;
-    prep = NULL;
-    goto done;
+  if (n <= COSY_TN_PASS_BYTES) {
+    cosy_status st = tn_pass(tn, prep, zh, out);
+    free(prep);
+    return st;
   }
-  if (!(ordered = reorder(tagged, zh))) {
-    st = cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
-    goto done;
+  /* longer text: piece by piece, the language chosen for the whole text; the whitespace between
+   * two pieces is kept as the grammars treat it (zh: as is; en: newlines dropped) */
+  sb b = {0};
+  cosy_status st = COSY_OK;
+  size_t last_end = 0; /* just after the last non-space character of the text done so far */
+  for (size_t a = 0; a < n && !st;) {
+    size_t e = piece_end(prep, n, a);
+    char *piece = py_strip(prep + a, e - a), *o = NULL;
+    if (!piece) {
+      st = cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
+      break;
+    }
+    if (piece[0]) {
+      size_t first = a;
+      while (prep[first] != piece[0] || memcmp(prep + first, piece, strlen(piece)) != 0) first++;
+      if (!(st = tn_pass(tn, piece, zh, &o))) {
+        if (b.n)
+          for (size_t i = last_end; i < first; i++)
+            if (zh || prep[i] != '\n') sb_ch(&b, prep[i]);
+        sb_str(&b, o);
+        last_end = first + strlen(piece);
+      }
+    }
+    free(piece);
+    free(o);
+    a = e;
   }
-  if ((st = rewrite(tn, verb, ordered, &spoken))) goto done;
-  *out = spoken; /* postprocess: strip (already stripped) */
-  spoken = NULL;
-done:
   free(prep);
-  free(tagged);
-  free(ordered);
-  free(spoken);
-  return st;
+  if (st) {
+    free(b.p);
+    return st;
+  }
+  if (!(*out = sb_take(&b))) return cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
+  return COSY_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------

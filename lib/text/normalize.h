@@ -75,6 +75,11 @@ cosy_status cosy_text_split_paragraph(const char *text, int lang_zh,
 int cosy_text_is_only_punctuation(const char *text);
 /* spell_out_number (inflect number_to_words for each run of str.isdigit() characters). */
 char *cosy_text_spell_out_numbers(const char *text);
+/* Text longer than this (bytes, after stripping) is normalized in pieces of at most this size,
+ * cut after a newline, a sentence end or a space (the language is still chosen on the whole
+ * text); shorter text is normalized in one pass, as wetext does. This bounds the scratch memory
+ * of one call to about 20 MB (the English tagger makes ~150 composed states per byte). */
+#define COSY_TN_PASS_BYTES 2048
 /* wetext Normalizer().normalize(text) (TN, lang "auto", erhua kept); needs the grammars. */
 cosy_status cosy_text_wetext(const cosy_text_norm *tn, const char *text, char **out);
 
