@@ -4,6 +4,7 @@
  * The wetext grammars are read from $COSY_WETEXT_FSTS (the `fsts` directory of the installed
  * wetext wheel; `make test` sets it when python3 finds wetext), else from the test model file
  * (tools/convert.py packs them); tests that need them SKIP without them. English split lengths need the real tokenizer: the small test model ($COSY_TEST_MODEL). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include "text/fst.h"
 #include "text/normalize.h"
 #include "tokenizer.h"
+#include "util.h"
 
 static cosy_text_norm *g_tn;       /* full, or NULL when the grammars are absent */
 static cosy_model *g_model;
@@ -257,12 +259,81 @@ static void test_bad_fst(void **state) {
                    COSY_ERR_MODEL_FORMAT);
 }
 
+/* the normalizer is shared by threads (each call takes its own scratch from the pool) */
+static const char *const THREAD_TEXTS[] = {
+    "今天是2024年3月5日下午3点，气温-5.5℃。", "I have $3.50 on 12/05 at 3:30pm, Dr. Smith.",
+    "电话13812345678，比分3:2，占比45%。", "The 1st, 2nd and 3rd place; 100 km/h, 5kg, 20%."};
+#define N_TT (int)(sizeof THREAD_TEXTS / sizeof THREAD_TEXTS[0])
+static char *g_thread_want[N_TT];
+
+static void *thread_main(void *arg) {
+  long bad = 0;
+  for (int it = 0; it < 20; it++) {
+    int k = (int)(((long)arg + it) % N_TT);
+    char *got;
+    if (cosy_text_normalize(g_tn, THREAD_TEXTS[k], 0, &got) != COSY_OK) return (void *)1;
+    bad += strcmp(got, g_thread_want[k]) != 0;
+    free(got);
+  }
+  return (void *)bad;
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  TU_REQUIRE(g_tn, "wetext grammars not found");
+  for (int k = 0; k < N_TT; k++)
+    assert_int_equal(cosy_text_normalize(g_tn, THREAD_TEXTS[k], 0, &g_thread_want[k]), COSY_OK);
+  pthread_t th[4];
+  for (long i = 0; i < 4; i++) assert_int_equal(pthread_create(&th[i], NULL, thread_main, (void *)i), 0);
+  long bad = 0;
+  for (int i = 0; i < 4; i++) {
+    void *r;
+    pthread_join(th[i], &r);
+    bad += (long)r;
+  }
+  for (int k = 0; k < N_TT; k++) free(g_thread_want[k]);
+  assert_int_equal(bad, 0);
+}
+
+/* random text from an alphabet of digits, letters, CJK, punctuation and whitespace: no failure,
+ * valid UTF-8 out, no segment that is only punctuation */
+static void test_random(void **state) {
+  (void)state;
+  TU_REQUIRE(g_tn, "wetext grammars not found");
+  static const char *const alpha[] = {
+      "0", "1", "2", "5", "9", "a", "Z", " ", "  ", "\n", "\t", ".", ",", ":", "-", "/", "$", "%",
+      "\"", "'", "(", ")", "\xe4\xbd\xa0", "\xe5\xb9\xb4", "\xe3\x80\x82", "\xef\xbc\x8c",
+      "\xe2\x80\x9d", "\xc2\xb2", "\xe2\x80\x94", "<|", "|>", "\xf0\x9f\x98\x80", "km"};
+  unsigned seed = 12345;
+  char buf[512];
+  for (int it = 0; it < 300; it++) {
+    size_t o = 0;
+    int len = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 40;
+    for (int j = 0; j < len; j++) {
+      const char *a = alpha[((seed = seed * 1103515245u + 12345u) >> 16) % (sizeof alpha / sizeof *alpha)];
+      size_t l = strlen(a);
+      memcpy(buf + o, a, l);
+      o += l;
+    }
+    buf[o] = '\0';
+    char **seg;
+    int n;
+    assert_int_equal(cosy_text_split(g_tn, buf, 0, &seg, &n), COSY_OK);
+    for (int j = 0; j < n; j++) {
+      assert_int_equal(cosy_utf8_invalid_at(seg[j], strlen(seg[j])), -1);
+      if (!(strstr(buf, "<|") && strstr(buf, "|>"))) assert_false(cosy_text_is_only_punctuation(seg[j]));
+    }
+    cosy_text_segments_free(seg, n);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_minimal), cmocka_unit_test(test_punct),
       cmocka_unit_test(test_numbers), cmocka_unit_test(test_bad_fst),
       cmocka_unit_test(test_zh),      cmocka_unit_test(test_en),
       cmocka_unit_test(test_raw),     cmocka_unit_test(test_long),
+      cmocka_unit_test(test_threads), cmocka_unit_test(test_random),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
