@@ -2,10 +2,11 @@
  * (cosy_text_split: wetext TN, the language rules, split_paragraph, the punctuation filter) +
  * tokenization of every segment (cosy_tokenize), per 1,000 characters of input.
  *
- *   build/bench/bench_text MODEL.gguf [TEXT.txt ...] [--iters N] [--fsts DIR]
+ *   build/bench/bench_text MODEL.gguf [TEXT.txt ...] [--iters N] [--repeat R] [--fsts DIR]
  *
  * MODEL.gguf gives the tokenizer and, unless --fsts names the wetext wheel's fsts/ directory,
  * the grammars (docs/model-format.md section 9). Default texts: bench/text/en.txt and zh.txt.
+ * --repeat R uses each file's content R times over (a longer text).
  * Prints, per text: characters, segments, tokens, the median and the best time of N runs (after
  * one warm-up run), ms per 1,000 characters, and the normalizer's memory. */
 #include <stdio.h>
@@ -48,10 +49,11 @@ static long utf8_chars(const char *s) {
 int main(int argc, char **argv) {
   const char *model = NULL, *fsts = NULL;
   const char *texts[16];
-  int nt = 0, iters = 20;
+  int nt = 0, iters = 20, repeat = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fsts") && i + 1 < argc) fsts = argv[++i];
+    else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
     else if (!model) model = argv[i];
     else if (nt < 16) texts[nt++] = argv[i];
   }
@@ -99,11 +101,17 @@ int main(int argc, char **argv) {
          cosy_text_norm_bytes(tn) / 1e6);
   double *t = (double *)malloc((size_t)iters * sizeof(double));
   for (int k = 0; k < nt; k++) {
-    char *text = slurp(texts[k], NULL);
-    if (!text) {
+    size_t tl;
+    char *one = slurp(texts[k], &tl), *text;
+    if (!one) {
       fprintf(stderr, "%s: cannot read\n", texts[k]);
       return 1;
     }
+    if (repeat < 1) repeat = 1;
+    text = (char *)malloc(tl * (size_t)repeat + 1);
+    for (int r = 0; r < repeat; r++) memcpy(text + tl * (size_t)r, one, tl);
+    text[tl * (size_t)repeat] = '\0';
+    free(one);
     long chars = utf8_chars(text);
     int nseg = 0;
     long ntok = 0;
@@ -126,9 +134,9 @@ int main(int argc, char **argv) {
     }
     qsort(t, (size_t)iters, sizeof(double), cmp_d);
     double med = t[iters / 2], best = t[0];
-    printf("%s: %ld chars, %d segments, %ld tokens: median %.2f ms (best %.2f), "
+    printf("%s x%d: %ld chars, %d segments, %ld tokens: median %.2f ms (best %.2f), "
            "%.2f ms per 1000 chars\n",
-           texts[k], chars, nseg, ntok, med * 1e3, best * 1e3, med * 1e3 * 1000.0 / chars);
+           texts[k], repeat, chars, nseg, ntok, med * 1e3, best * 1e3, med * 1e3 * 1000.0 / chars);
     free(text);
   }
   free(t);

@@ -4,7 +4,7 @@ split=True) (wetext + inflect + frontend_utils, as tools/golden_text.py runs it)
 tokenizer's encode of every segment, per 1,000 characters, on one core.
 
     taskset -c 0 python3 bench/official/text_frontend.py --cosyvoice DIR --tokenizer TOKDIR \
-        [TEXT.txt ...] [--iters N]
+        [TEXT.txt ...] [--iters N] [--repeat R]
 
 Needs what tools/golden_text.py needs (wetext, inflect, regex, transformers; a CosyVoice checkout).
 Prints, per text: characters, segments, tokens, the median and the best of N runs after one
@@ -27,6 +27,7 @@ def main():
     ap.add_argument("--cosyvoice", required=True)
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=1, help="use each file's content R times over")
     a = ap.parse_args()
     import inflect
     import wetext
@@ -45,7 +46,7 @@ def main():
     fe.allowed_special = "all"
     for path in a.texts:
         with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+            text = fh.read() * max(1, a.repeat)
         times = []
         for it in range(a.iters + 1):
             t0 = time.perf_counter()
@@ -55,8 +56,8 @@ def main():
                 times.append(time.perf_counter() - t0)
         times.sort()
         med = times[len(times) // 2]
-        print("%s: %d chars, %d segments, %d tokens: median %.2f ms (best %.2f), %.2f ms per 1000 "
-              "chars" % (path, len(text), len(segs), ntok, med * 1e3, times[0] * 1e3,
+        print("%s x%d: %d chars, %d segments, %d tokens: median %.2f ms (best %.2f), %.2f ms per 1000 "
+              "chars" % (path, a.repeat, len(text), len(segs), ntok, med * 1e3, times[0] * 1e3,
                          med * 1e6 / len(text)))
 
 

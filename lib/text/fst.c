@@ -51,7 +51,14 @@ struct cosy_fst {
   uint32_t *neps;    /* [n_states] input-epsilon arcs (a prefix of the state's arcs) */
   fst_arc *arcs;
   size_t n_arcs;
+  /* states with many arcs, all labels bytes: tab + 257 * tab_of[q] gives, for each byte b, the
+   * first arc (relative to off[q]) whose input label is >= b; others: tab_of[q] = UINT32_MAX */
+  uint32_t *tab_of;
+  uint16_t *tab;
+  size_t n_tab;
 };
+
+#define TAB_MIN_ARCS 16
 
 /* ---------------------------------------------------------------------------------------------
  * reading */
@@ -89,13 +96,15 @@ void cosy_fst_free(cosy_fst *f) {
   free(f->off);
   free(f->neps);
   free(f->arcs);
+  free(f->tab_of);
+  free(f->tab);
   free(f);
 }
 
 size_t cosy_fst_bytes(const cosy_fst *f) {
   if (!f) return 0;
-  return sizeof *f + (size_t)f->n_states * (sizeof(float) + 2 * sizeof(uint32_t)) +
-         sizeof(uint32_t) + f->n_arcs * sizeof(fst_arc);
+  return sizeof *f + (size_t)f->n_states * (sizeof(float) + 3 * sizeof(uint32_t)) +
+         sizeof(uint32_t) + f->n_arcs * sizeof(fst_arc) + f->n_tab * 257 * sizeof(uint16_t);
 }
 
 cosy_status cosy_fst_load(const void *buf, size_t n, const char *what, cosy_fst **out) {
@@ -181,6 +190,35 @@ cosy_status cosy_fst_load(const void *buf, size_t n, const char *what, cosy_fst 
   }
   fst_arc *shrunk = (fst_arc *)realloc(f->arcs, (k ? k : 1) * sizeof(fst_arc));
   if (shrunk) f->arcs = shrunk;
+  /* byte lookup tables for the states with many arcs */
+  size_t nt = 0;
+  f->tab_of = (uint32_t *)cosy_malloc((size_t)ns * sizeof(uint32_t));
+  if (!f->tab_of) {
+    cosy_fst_free(f);
+    return COSY_ERR_NO_MEMORY;
+  }
+  for (int64_t q = 0; q < ns; q++) {
+    uint32_t na_q = f->off[q + 1] - f->off[q];
+    int ok = na_q > TAB_MIN_ARCS && na_q < 65535 && (na_q == 0 || f->arcs[f->off[q + 1] - 1].il <= 255);
+    f->tab_of[q] = ok ? (uint32_t)nt++ : UINT32_MAX;
+  }
+  if (nt) {
+    f->tab = (uint16_t *)cosy_malloc(nt * 257 * sizeof(uint16_t));
+    if (!f->tab) {
+      cosy_fst_free(f);
+      return COSY_ERR_NO_MEMORY;
+    }
+    f->n_tab = nt;
+    for (int64_t q = 0; q < ns; q++) {
+      if (f->tab_of[q] == UINT32_MAX) continue;
+      uint16_t *t = f->tab + (size_t)f->tab_of[q] * 257;
+      uint32_t a = f->off[q], e = f->off[q + 1], rel = 0;
+      for (int b = 0; b <= 256; b++) {
+        while (a + rel < e && f->arcs[a + rel].il < b) rel++;
+        t[b] = (uint16_t)rel;
+      }
+    }
+  }
   *out = f;
   return COSY_OK;
 }
@@ -271,6 +309,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elt) {
 
 /* first arc of state q with input label lab (q's arcs are sorted by input label), or end */
 static uint32_t lower_bound(const cosy_fst *f, int32_t q, int32_t lab) {
+  if (f->tab_of[q] != UINT32_MAX) return f->off[q] + f->tab[(size_t)f->tab_of[q] * 257 + lab];
   uint32_t lo = f->off[q] + f->neps[q], hi = f->off[q + 1];
   while (lo < hi) {
     uint32_t mid = lo + (hi - lo) / 2;
