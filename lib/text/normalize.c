@@ -226,6 +226,8 @@ static int tp_read(tp *t) {
   t->eos = 1;
   return 0;
 }
+/* bytes read since position a (all of them up to the end once the end is reached) */
+static size_t tp_span(const tp *t, size_t a) { return (t->eos ? t->n : t->i) - a; }
 static int tp_is(const tp *t, char c) { return !t->eos && t->s[t->i] == c; }
 static int tp_ws(tp *t) {
   int not_eos = !t->eos;
@@ -321,8 +323,7 @@ static char *reorder(const char *s, int zh) {
   while (tp_ws(&t)) {
     size_t ns = t.i;
     while (!t.eos && is_key_char(s[t.i])) tp_read(&t);
-    size_t nn = (t.eos ? t.n : t.i) - ns;
-    if (t.eos && nn == 0) nn = 0;
+    size_t nn = tp_span(&t, ns);
     const char *name = s + ns;
     tp_char(&t, ' ');
     tp_char(&t, '{');
@@ -333,19 +334,19 @@ static char *reorder(const char *s, int zh) {
         tp_char(&t, '}');
         break;
       }
-      size_t ks = t.i;
+      size_t ks = t.i, k_eos = (size_t)t.eos;
       while (!t.eos && is_key_char(s[t.i])) tp_read(&t);
-      size_t kn = (t.eos ? t.n : t.i) - ks;
+      size_t kn = k_eos ? 0 : tp_span(&t, ks);
       tp_char(&t, ':');
       tp_char(&t, ' ');
       tp_char(&t, '"');
-      size_t vs = t.i;
+      size_t vs = t.i, v_eos = (size_t)t.eos; /* Python loops forever on a value cut by the end */
       while (!t.eos && s[t.i] != '"') {
         int esc = s[t.i] == '\\';
         tp_read(&t);
         if (esc && !t.eos) tp_read(&t);
       }
-      size_t vn = (t.eos ? t.n : t.i) - vs;
+      size_t vn = v_eos ? 0 : tp_span(&t, vs);
       tp_char(&t, '"');
       if (nk == capk) {
         capk = capk ? capk * 2 : 8;

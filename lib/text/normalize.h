@@ -21,7 +21,9 @@
  * with COSY_ERR_UNSUPPORTED instead. Where the library deliberately differs from the Python code
  * (inputs on which it raises an exception) is listed in tests/data/text/README.md.
  *
- * A normalizer is immutable after creation: any number of threads may use it at once. */
+ * A normalizer's grammars are immutable after creation and any number of threads may use it at
+ * once: each call takes a scratch space from the normalizer's pool (a mutex guards the pool) and
+ * gives it back. */
 #ifndef COSY_TEXT_NORMALIZE_H
 #define COSY_TEXT_NORMALIZE_H
 
