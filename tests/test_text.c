@@ -3,7 +3,9 @@
  *
  * The wetext grammars are read from $COSY_WETEXT_FSTS (the `fsts` directory of the installed
  * wetext wheel; `make test` sets it when python3 finds wetext), else from the test model file
- * (tools/convert.py packs them); tests that need them SKIP without them. English split lengths need the real tokenizer: the small test model ($COSY_TEST_MODEL). */
+ * (tools/convert.py packs them); tests that need them SKIP without them. English split lengths
+ * need the real tokenizer: the small test model ($COSY_TEST_MODEL); test_engine checks that the
+ * engine normalizes when that model holds the grammars. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "engine.h"
 #include "model.h"
 #include "testutil.h"
 #include "text/fst.h"
@@ -327,6 +330,69 @@ static void test_random(void **state) {
   }
 }
 
+/* the engine normalizes the text it is given (zero-shot: prompt text untouched, it holds <|...|>):
+ * "23" becomes "twenty three" unless COSY_SYNTH_NO_TEXT_NORMALIZATION is set */
+static int32_t text_tokens_of(cosy_engine *e, cosy_voice *v, const char *text, uint32_t flags) {
+  cosy_synth_params p;
+  cosy_synth_params_init(&p, sizeof p);
+  p.flags = flags;
+  p.seed = 1;
+  p.max_tokens = p.min_tokens = 4;
+  cosy_request *r;
+  assert_int_equal(cosy_request_submit(e, v, text, &p, NULL, NULL, &r), COSY_OK);
+  float buf[4096];
+  int64_t got;
+  while (cosy_request_read(r, buf, 4096, &got, -1) == COSY_OK && got > 0) {
+  }
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  cosy_request_stats st;
+  cosy_request_stats_init(&st, sizeof st);
+  assert_int_equal(cosy_request_get_stats(r, &st), COSY_OK);
+  cosy_request_release(r);
+  return st.n_text_tokens;
+}
+
+static void test_engine(void **state) {
+  (void)state;
+  const char *model = tu_small_model();
+  TU_REQUIRE(model && tu_shared_dir() && g_tok, "no test model / shared data");
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = model;
+  c.device = COSY_DEVICE_CPU;
+  cosy_engine *e;
+  assert_int_equal(cosy_engine_create(&c, &e), COSY_OK);
+  if (!cosy_text_norm_is_full(e->tn)) {
+    cosy_engine_destroy(e);
+    TU_REQUIRE(0, "the test model has no text normalization grammars (convert it with wetext "
+                  "installed: tools/setup.sh)");
+  }
+  tu_flow_inputs in;
+  assert_int_equal(tu_golden_flow_inputs(&in), 0);
+  cosy_voice_features f;
+  cosy_voice_features_init(&f, sizeof f);
+  f.prompt_text = "You are a helpful assistant.<|endofprompt|>Hello.";
+  f.speech_tokens = in.tokens;
+  f.n_speech_tokens = in.n_prompt;
+  f.mel = in.prompt_feat;
+  f.n_mel_frames = 2 * in.n_prompt;
+  f.speaker_embedding = in.spk;
+  cosy_voice *v;
+  assert_int_equal(cosy_voice_from_features(e, &f, &v), COSY_OK);
+  tu_flow_inputs_free(&in);
+  int32_t raw = text_tokens_of(e, v, "I have 23 apples.", COSY_SYNTH_NO_TEXT_NORMALIZATION);
+  int32_t norm = text_tokens_of(e, v, "I have 23 apples.", 0);
+  int32_t *ids, a, b;
+  assert_int_equal(cosy_tokenize(g_tok, "I have 23 apples.", 17, &ids, &a), COSY_OK);
+  free(ids);
+  assert_int_equal(cosy_tokenize(g_tok, "I have twenty three apples.", 27, &ids, &b), COSY_OK);
+  free(ids);
+  printf("engine: %d text tokens as given, %d normalized\n", raw, norm);
+  assert_int_equal(norm - raw, b - a);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_minimal), cmocka_unit_test(test_punct),
@@ -334,6 +400,7 @@ int main(void) {
       cmocka_unit_test(test_zh),      cmocka_unit_test(test_en),
       cmocka_unit_test(test_raw),     cmocka_unit_test(test_long),
       cmocka_unit_test(test_threads), cmocka_unit_test(test_random),
+      cmocka_unit_test(test_engine),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
