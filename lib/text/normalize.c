@@ -374,6 +374,8 @@ static char *reorder(const char *s, int zh) {
 /* ---------------------------------------------------------------------------------------------
  * wetext normalize */
 
+#define POOL_MAX 4 /* idle scratch spaces kept; more calls at once allocate their own */
+
 static cosy_fst_ws *ws_take(cosy_text_norm *tn) {
   cosy_fst_ws *w = NULL;
   pthread_mutex_lock(&tn->mu);
@@ -385,7 +387,7 @@ static cosy_fst_ws *ws_take(cosy_text_norm *tn) {
 static void ws_give(cosy_text_norm *tn, cosy_fst_ws *w) {
   if (!w) return;
   pthread_mutex_lock(&tn->mu);
-  if (tn->n_pool == tn->cap_pool) {
+  if (tn->n_pool < POOL_MAX && tn->n_pool == tn->cap_pool) {
     int c = tn->cap_pool ? tn->cap_pool * 2 : 4;
     cosy_fst_ws **np = (cosy_fst_ws **)realloc(tn->pool, (size_t)c * sizeof *np);
     if (np) {
@@ -393,7 +395,7 @@ static void ws_give(cosy_text_norm *tn, cosy_fst_ws *w) {
       tn->cap_pool = c;
     }
   }
-  if (tn->n_pool < tn->cap_pool) {
+  if (tn->n_pool < POOL_MAX && tn->n_pool < tn->cap_pool) {
     tn->pool[tn->n_pool++] = w;
     w = NULL;
   }
