@@ -227,8 +227,18 @@ static void test_minimal(void **state) {
   char **seg;
   int n;
   assert_int_equal(cosy_text_split(NULL, " one. two. ", 0, &seg, &n), COSY_OK);
-  assert_int_equal(n, 1);
+  assert_int_equal(n, 1); /* short: merged into one piece */
   assert_string_equal(seg[0], "one. two.");
+  cosy_text_segments_free(seg, n);
+  /* long text is still cut without grammars (lengths in bytes without a tokenizer) */
+  char longt[4000] = "";
+  for (int i = 0; i < 40; i++) strcat(longt, "This sentence has some words in it. ");
+  assert_int_equal(cosy_text_split(NULL, longt, 0, &seg, &n), COSY_OK);
+  assert_true(n > 10);
+  for (int i = 0; i < n; i++) assert_true(strlen(seg[i]) <= 120);
+  cosy_text_segments_free(seg, n);
+  assert_int_equal(cosy_text_split(NULL, "...!!!", 0, &seg, &n), COSY_OK);
+  assert_int_equal(n, 0); /* only punctuation */
   cosy_text_segments_free(seg, n);
   assert_int_equal(cosy_text_split(NULL, "   ", 0, &seg, &n), COSY_OK);
   assert_int_equal(n, 0);

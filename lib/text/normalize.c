@@ -868,8 +868,9 @@ cosy_status cosy_text_split(const cosy_text_norm *tn, const char *utf8, uint32_t
   char *t = NULL;
   char **seg = NULL;
   int ns = 0;
-  if (!cosy_text_norm_is_full(tn) || (strstr(utf8, "<|") && strstr(utf8, "|>")) || !utf8[0]) {
-    /* one segment, as the official code returns [text] (minimal rule without grammars) */
+  int raw = strstr(utf8, "<|") && strstr(utf8, "|>");
+  if (raw || !utf8[0]) {
+    /* one segment, as the official code returns [text] */
     t = cosy_text_norm_is_full(tn) ? cosy_strdup(utf8) : minimal(utf8);
     seg = (char **)malloc(sizeof(char *));
     if (!t || !seg) {
@@ -888,8 +889,13 @@ cosy_status cosy_text_split(const cosy_text_norm *tn, const char *utf8, uint32_t
     return COSY_OK;
   }
   int zh;
-  if ((st = front(tn, utf8, &t, &zh))) return st;
-  st = cosy_text_split_paragraph(t, zh, tn->tok, &seg, &ns);
+  if (cosy_text_norm_is_full(tn)) {
+    if ((st = front(tn, utf8, &t, &zh))) return st;
+  } else { /* without grammars: the minimal rule, then the same splitting */
+    if (!(t = minimal(utf8))) return cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
+    zh = has_cjk(t);
+  }
+  st = cosy_text_split_paragraph(t, zh, tn ? tn->tok : NULL, &seg, &ns);
   free(t);
   if (st) return st;
   int k = 0;

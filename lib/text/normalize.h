@@ -17,8 +17,9 @@
  * reorder; verbalizer FST rewrite, strip. The four FSTs come from the model file (keys
  * cosyvoice.text.*, docs/model-format.md section 9). Without them the normalizer is "minimal":
  * whitespace runs become one space and the ends are trimmed (text with "<|" and "|>" untouched),
- * and splitting returns that text as one segment; COSY_TN_REQUIRE_FULL makes these calls fail
- * with COSY_ERR_UNSUPPORTED instead. Where the library deliberately differs from the Python code
+ * and splitting cuts that text as above (split_paragraph, punctuation filter; English lengths in
+ * bytes when there is no tokenizer); COSY_TN_REQUIRE_FULL makes these calls fail with
+ * COSY_ERR_UNSUPPORTED instead. Where the library deliberately differs from the Python code
  * (inputs on which it raises an exception) is listed in tests/data/text/README.md.
  *
  * A normalizer's grammars are immutable after creation and any number of threads may use it at
