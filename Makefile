@@ -35,6 +35,9 @@ B ?= build
 SAN ?= 0
 PYTHON ?= python3
 SHARED_DIR ?= ../shared
+# the installed wetext wheel's grammar directory (test_text reads it; empty when not installed)
+WETEXT_FSTS ?= $(shell $(PYTHON) -c "import importlib.util as u, os; s = u.find_spec('wetext'); \
+  print(os.path.join(os.path.dirname(s.origin), 'fsts') if s and s.origin else '')" 2>/dev/null)
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 ifeq ($(origin CUDA),undefined)
@@ -73,7 +76,7 @@ ifeq ($(CUDA),1)
   CUDA_ARCH_WORDS := sm_80 sm_89 sm_90
 endif
 
-LIB_SRC := $(wildcard lib/*.c lib/ref/*.c)
+LIB_SRC := $(wildcard lib/*.c lib/ref/*.c lib/text/*.c)
 ifeq ($(CUDA),1)
   LIB_SRC += $(wildcard lib/gpu/*.c)
   CU_SRC := $(wildcard kernels/*.cu)
@@ -153,7 +156,8 @@ test: all $(TEST_MODEL) check-header check-abi test-env test-c test-py
 
 test-c: $(TEST_BIN) $(TEST_MODEL)
 	@fail=0; for t in $(TEST_BIN); do \
-	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) ./$$t || fail=1; done; \
+	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) COSY_WETEXT_FSTS=$(WETEXT_FSTS) \
+	  ./$$t || fail=1; done; \
 	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
 
 test-py: $(TEST_MODEL)

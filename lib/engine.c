@@ -14,6 +14,7 @@
 
 
 #include "engine.h"
+#include "text/normalize.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -67,6 +68,10 @@ cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
   double t0 = cosy_now();
   if ((st = cosy_model_load(e->model_path_buf, &e->model))) goto fail;
   if ((st = cosy_tokenizer_create(e->model, &e->tok))) goto fail;
+  if ((st = cosy_text_norm_create(e->model->f, e->tok, &e->tn))) goto fail;
+  if (!cosy_text_norm_is_full(e->tn))
+    engine_log(e, COSY_LOG_WARN, "the model file has no text normalization grammars "
+               "(cosyvoice.text.*): only whitespace is normalized; re-convert with wetext installed");
   e->speech_vocab = e->model->hp.speech_vocab;
 #ifdef COSY_WITH_CUDA
   e->be = cfg->device >= 0 ? &cosy_backend_gpu : &cosy_backend_cpu;
@@ -92,6 +97,7 @@ fail:;
 void engine_destroy(cosy_engine *e) {
   sched_stop(e);
   if (e->be) e->be->destroy(e);
+  cosy_text_norm_free(e->tn);
   cosy_tokenizer_free(e->tok);
   cosy_model_free(e->model);
   pthread_mutex_destroy(&e->mu);

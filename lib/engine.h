@@ -17,6 +17,7 @@
 #include "model.h"
 
 struct cosy_tokenizer;
+struct cosy_text_norm;
 
 struct cosy_voice {
   int refs;                      /* atomic (__atomic builtins) */
@@ -145,6 +146,7 @@ struct cosy_engine {
   char *model_path_buf;
   cosy_model *model;
   struct cosy_tokenizer *tok;
+  struct cosy_text_norm *tn;     /* text front end (lib/text); minimal without grammars */
   const cosy_backend *be;
   void *be_state;
   int speech_vocab;              /* rows of the LLM's speech head (6761) */

@@ -67,6 +67,7 @@
 #include "engine.h"
 #include "ref/llm.h" /* ref_silent_pass */
 #include "ref/sampling.h"
+#include "text/normalize.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -160,31 +161,13 @@ static void job_fail_locked(sjob *j, cosy_status st, const char *msg) {
 
 /* ---- text ------------------------------------------------------------------------------------ */
 
-/* Minimal normalization (the official wetext/ttsfrd text normalizers are not reproduced): text
- * holding "<|" and "|>" passes untouched, as upstream; otherwise whitespace runs (incl. newlines
- * and tabs) become one space and the ends are trimmed. */
-static char *normalize_text(const char *in, int enabled) {
-  size_t n = strlen(in);
-  char *out = (char *)cosy_malloc(n + 1);
-  if (!out) return NULL;
-  if (!enabled || (strstr(in, "<|") && strstr(in, "|>"))) {
-    memcpy(out, in, n + 1);
-    return out;
-  }
-  size_t o = 0;
-  int space = 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)in[i];
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') {
-      space = 1;
-      continue;
-    }
-    if (space && o > 0) out[o++] = ' ';
-    space = 0;
-    out[o++] = (char)c;
-  }
-  out[o] = '\0';
-  return out;
+/* The official front end's text_normalize(text, split=False) (lib/text/normalize.h): wetext TN
+ * and the post-processing rules when the model file has the grammars, else the minimal rule
+ * (whitespace runs -> one space, ends trimmed); text holding "<|" and "|>" passes untouched. */
+static cosy_status normalize_text(const cosy_text_norm *tn, const char *in, int enabled,
+                                  char **out) {
+  if (!enabled) return (*out = cosy_strdup(in)) ? COSY_OK : COSY_ERR_NO_MEMORY;
+  return cosy_text_normalize(tn, in, 0, out);
 }
 
 static char *concat3(const char *a, const char *b, const char *c) {
@@ -225,10 +208,9 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   j->v = v;
   j->collect_only = p->speed != 1.0f;
   j->full_final = (p->flags & COSY_SYNTH_FULL_ATTENTION_FINAL) != 0;
-  if (!(text = normalize_text(r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION)))) {
-    st = COSY_ERR_NO_MEMORY;
+  if ((st = normalize_text(e->tn, r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION),
+                           &text)))
     goto done;
-  }
   if (!text[0]) {
     st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text is empty after normalization");
     goto done;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install what building and testing libcosyvoice needs on a Debian/Ubuntu machine:
-# a C toolchain, pkg-config, libsamplerate, cmocka, numpy for the model tools, and Go for the
-# cgo example (examples/go; the Rust example runs when cargo is present, rustup is not installed),
-# and the en_US.UTF-8 locale, under which `make test` checks that the build does not depend on the
-# caller's locale (tests/check_env.sh). The CUDA toolkit is optional (kernels are built when nvcc is
-# on PATH).
+# a C toolchain, pkg-config, libsamplerate, cmocka, numpy for the model tools, the wetext wheel
+# (only its grammar files are used: tools/convert.py packs them into model files and
+# tests/test_text.c reads them; it is installed without its dependencies and never imported), Go
+# for the cgo example (examples/go; the Rust example runs when cargo is present, rustup is not
+# installed), and the en_US.UTF-8 locale, under which `make test` checks that the build does not
+# depend on the caller's locale (tests/check_env.sh). The CUDA toolkit is optional (kernels are
+# built when nvcc is on PATH).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -20,6 +22,10 @@ if ! locale -a 2>/dev/null | grep -qix 'en_US\.utf-\?8'; then
 fi
 if ! python3 -c "import numpy" 2>/dev/null; then
   python3 -m pip install -q numpy || python3 -m pip install -q --break-system-packages numpy
+fi
+WETEXT=wetext==0.1.8   # docs/model-format.md section 9
+if ! python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('wetext') is None)" 2>/dev/null; then
+  python3 -m pip install -q --no-deps "$WETEXT" || python3 -m pip install -q --no-deps --break-system-packages "$WETEXT"
 fi
 echo "setup: ok ($(gcc --version | head -1);" \
   "numpy $(python3 -c 'import numpy; print(numpy.__version__)'); $(locale -a | grep -ix 'en_US\.utf-\?8'))"
