@@ -245,3 +245,6 @@ test-examples: $(DEMO_MODEL)
 
 clean:
 	rm -rf build
+
+# ---- fuzzing (libFuzzer + clang): make fuzz, make fuzz-ci -------------------------------------
+include tests/fuzz/fuzz.mk
