@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import struct
 import sys
 
@@ -189,7 +190,7 @@ def main():
     write(os.path.join(seeds, "gguf"), "demo-header-truncated.gguf", model[:data_offset])
 
     # -- WAV files (fuzz_wav): every encoding the reader documents --
-    wd = os.path.join(seeds, "wav")
+    wd = os.path.join(seeds, "wav")    # (copied to seeds/mel below)
     t = tone(800)
     st = np.stack([tone(400, 300), tone(400, 500)], 1).reshape(-1)
     write(wd, "pcm16-24k.wav", wav(t))
@@ -205,6 +206,8 @@ def main():
     write(wd, "streaming-sizes.wav", wav(t, riff_size=0xFFFFFFFF, data_size=0xFFFFFFFF))
     write(wd, "empty-data.wav", wav([]))
     write(wd, "pcm16-8k-short.wav", wav(tone(40, rate=8000), rate=8000))
+
+    shutil.copytree(wd, os.path.join(seeds, "mel"))
 
     # -- texts (fuzz_tokenizer) --
     texts = [
