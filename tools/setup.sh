@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what building and testing libcosyvoice needs on a Debian/Ubuntu machine:
-# a C toolchain, pkg-config, libsamplerate, cmocka, numpy for the model tools, and Go for the
-# cgo example (examples/go; the Rust example runs when cargo is present, rustup is not installed).
+# a C toolchain, pkg-config, libsamplerate, cmocka, numpy for the model tools, clang + compiler-rt
+# for the fuzz targets, and Go for the cgo example (examples/go; the Rust example runs when cargo is
+# present, rustup is not installed).
 # The CUDA toolkit is optional (kernels are built when nvcc is on PATH).
 set -euo pipefail
 SUDO=""
@@ -11,7 +12,13 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential pkg-config libsamplerate0-dev libcmocka-dev python3 python3-pip \
   golang-go >/dev/null
+# clang with compiler-rt (libFuzzer and the sanitizer runtimes) for `make fuzz` (tests/fuzz/).
+# Debian 12 keeps compiler-rt in libclang-rt-dev, a mere recommendation of clang's packages, so it
+# is named; where that package does not exist (Ubuntu 22.04), clang's dependencies carry it.
+CLANG_RT=""
+if apt-cache show libclang-rt-dev >/dev/null 2>&1; then CLANG_RT=libclang-rt-dev; fi
+$SUDO apt-get install -y -qq --no-install-recommends clang $CLANG_RT >/dev/null
 if ! python3 -c "import numpy" 2>/dev/null; then
   python3 -m pip install -q numpy || python3 -m pip install -q --break-system-packages numpy
 fi
-echo "setup: ok ($(gcc --version | head -1); numpy $(python3 -c 'import numpy; print(numpy.__version__)'))"
+echo "setup: ok ($(gcc --version | head -1); $(clang --version | head -1); numpy $(python3 -c 'import numpy; print(numpy.__version__)'))"
