@@ -91,8 +91,7 @@ $(FUZZ_TARGETS:%=fuzz-run-%): fuzz-run-%: $(FUZZ_B)/fuzz_% $(FUZZ_STAMP) fuzz-re
 	  $(FUZZ_B)/corpus/$* $(FUZZ_B)/seeds/$* tests/fuzz/regressions/$* \
 	  > $(FUZZ_B)/fuzz-$*.log 2>&1 \
 	  || { tail -60 $(FUZZ_B)/fuzz-$*.log; echo "fuzz $*: FAILED (input in $(FUZZ_B)/artifacts/$*/)"; exit 1; }
-	@grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)|cov: .*(DONE)" \
-	  $(FUZZ_B)/fuzz-$*.log | tr '\n' ' ' | sed 's/^/fuzz $*: /'; echo
+	@grep -E "^#[0-9]+[[:space:]]+DONE" $(FUZZ_B)/fuzz-$*.log | sed 's/^/fuzz $*: /'
 
 fuzz-ci: $(FUZZ_TARGETS:%=fuzz-run-%)
 	@echo "fuzz-ci: $(words $(FUZZ_TARGETS)) targets x $(FUZZ_TIME) s, saved inputs replayed: ok"
