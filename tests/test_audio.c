@@ -44,9 +44,9 @@ static double urand(void) { /* xorshift64*, uniform [0, 1) */
 }
 
 static const char *tmp_path(const char *tag) {
-  static char buf[256];
-  snprintf(buf, sizeof buf, "/tmp/cosy_test_audio_%d_%s.wav", (int)getpid(), tag);
-  return buf;
+  char name[64];
+  snprintf(name, sizeof name, "audio_%s.wav", tag);
+  return tu_tmp_path(name);
 }
 
 static void write_bytes(const char *path, const unsigned char *b, size_t n) {

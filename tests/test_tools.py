@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Tests of the model-file tools: tools/convert.py, tools/ptread.py, tools/make_model.py.
 
-    python3 tests/test_tools.py          (from the repository root; exit status 1 on any failure)
+    python3 tests/test_tools.py          (from any directory; exit status 1 on any failure)
 
 The written files are parsed by a minimal GGUF reader written here (not tools/gguf_writer.py), and
 the expected values are computed here with their own code (name mapping, weight-norm folding in
 float64, bf16 rounding, byte-to-unicode table), so a bug in the tools cannot hide behind itself.
 Golden parts need the shared reference data (../shared or $COSY_SHARED) and are skipped with a
-message when it is absent. Tolerances are stated where they are checked and the measured values
+message when it is absent. Scratch files go to a temporary directory ($TMPDIR), removed at the
+end when everything passed. Tolerances are stated where they are checked and the measured values
 printed.
 """
 import collections
@@ -210,7 +211,7 @@ def small_expected_keys(dtype, sds):
     emb = sds["llm.pt"]["llm.model.model.embed_tokens.weight"].array
     q0 = sds["llm.pt"]["llm.model.model.layers.0.self_attn.q_proj.weight"].array
     k0 = sds["llm.pt"]["llm.model.model.layers.0.self_attn.k_proj.weight"].array
-    with open(os.path.join(GOLDEN, "manifest.json")) as fh:
+    with open(os.path.join(GOLDEN, "manifest.json"), encoding="utf-8") as fh:
         dims = json.load(fh)["dims"]
     cp = sds["flow.pt"]["decoder.estimator.input_embed.conv_pos_embed.conv1.0.weight"].array
     assert emb.shape == (dims["text_vocab"], dims["llm_hidden"]) and q0.shape[0] == 64 * dims["llm_heads"]
@@ -397,7 +398,7 @@ def test_ptread_sha():
     the 2-byte bit patterns), i.e. the bytes of tensor.contiguous() - not the whole (possibly
     shared) storage: the tied lm_head shares embed_tokens' storage and hashes the same."""
     need_golden()
-    with open(os.path.join(SMALL, "tensors.json")) as fh:
+    with open(os.path.join(SMALL, "tensors.json"), encoding="utf-8") as fh:
         table = json.load(fh)
     n = 0
     for fn in ("llm.pt", "flow.pt", "hift.pt"):

@@ -3,6 +3,7 @@
 
     tools/make_model.py --preset full|small|demo -o MODEL.gguf [--seed N] [--dtype bf16|f16|f32]
                         [--tokenizer DIR] [--added-tokens FILE] [--voice VOICE.gguf]
+                        [--wetext DIR | --no-text-grammars]
 
 Presets (geometry; docs/model-format.md lists every tensor each implies):
   full   the real Fun-CosyVoice3-0.5B geometry: LLM 896 x 24 layers (14 heads, 2 kv heads, MLP
@@ -42,6 +43,9 @@ only a few hundred MB of memory. The fill:
          f0 = |140 + 40 z| Hz (z ~ standardised projection: voiced almost everywhere), and
          conv_post so that each log-magnitude channel has std 0.8 and the common bias gives a
          waveform RMS of 0.1 (not silent, hardly clipped at +-0.99). The statistics are printed.
+
+The text normalization grammars of the installed wetext wheel (or --wetext DIR) are packed as
+tools/convert.py does (docs/model-format.md section 9), for every preset.
 
 --voice PATH writes a demo voice file (format: docs/model-format.md "Voice files"): 50 random
 prompt speech tokens, a smooth random log-mel [100][80] in [-10, 2], a N(0, 1) speaker embedding
@@ -512,7 +516,8 @@ def write_voice(path, seed, n_tokens=50, prompt_text=DEMO_PROMPT_TEXT):
 
 # ----------------------------------------------------------------------------------------------
 
-def make_model(preset, out, seed=0, dtype="bf16", tok_dir=None, added=None, name=None, log=print):
+def make_model(preset, out, seed=0, dtype="bf16", tok_dir=None, added=None, name=None, log=print,
+               wetext_dir=None, text=True):
     g = dict(PRESETS[preset])
     if preset == "demo":
         tok = demo_tokenizer()
@@ -535,7 +540,8 @@ def make_model(preset, out, seed=0, dtype="bf16", tok_dir=None, added=None, name
     calibrate_hift(hift, seed, log=log)
     tensors = {**llm, **flow, **hift}
     convert.write_model(out, tensors, hp_llm, hp_flow, hp_hift, hp_hift_a, tok, dtype,
-                        name or f"random-{preset} (seed {seed})")
+                        name or f"random-{preset} (seed {seed})",
+                        text=convert.text_grammars(wetext_dir, text, log))
     return len(tensors) + 1
 
 
@@ -551,10 +557,15 @@ def main(argv=None):
     ap.add_argument("--added-tokens", help="CosyVoice3 special tokens (default DIR/added_tokens.json)")
     ap.add_argument("--name", help="general.name (default random-PRESET (seed N))")
     ap.add_argument("--voice", help="also write a demo voice file here")
+    ap.add_argument("--wetext", metavar="DIR", help="fsts/ directory of a wetext wheel (default: "
+                    "the installed wetext package; docs/model-format.md section 9)")
+    ap.add_argument("--no-text-grammars", action="store_true",
+                    help="write no text normalization grammars")
     a = ap.parse_args(argv)
     t0 = time.time()
     try:
-        n = make_model(a.preset, a.output, a.seed, a.dtype, a.tokenizer, a.added_tokens, a.name)
+        n = make_model(a.preset, a.output, a.seed, a.dtype, a.tokenizer, a.added_tokens, a.name,
+                       wetext_dir=a.wetext, text=not a.no_text_grammars)
     except (convert.ConvertError, OSError) as exc:
         print(f"make_model.py: error: {exc}", file=sys.stderr)
         return 1

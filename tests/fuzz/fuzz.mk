@@ -20,7 +20,7 @@ FUZZ_CFLAGS := -std=c11 -O2 -g -pthread $(WARN) -Iinclude -Ilib -Itests/fuzz \
                -DCOSY_VERSION_STRING_BUILD='"$(VERSION)"' $(FUZZ_SAN) \
                -DFUZZ_DEFAULT_MODEL='"$(abspath $(DEMO_MODEL))"' \
                -DFUZZ_DEFAULT_VOICE='"$(abspath $(B)/demo/demo-voice.gguf)"'
-FUZZ_LIB_SRC := $(wildcard lib/*.c lib/ref/*.c)
+FUZZ_LIB_SRC := $(wildcard lib/*.c lib/ref/*.c lib/text/*.c)
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_B)/obj/%.o)
 FUZZ_LIB := $(FUZZ_B)/libcosyvoice-fuzz.a
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_B)/fuzz_%)
