@@ -233,6 +233,13 @@ def main():
     td = os.path.join(seeds, "tokenizer")
     for i, s in enumerate(texts):
         write(td, f"text-{i:03d}.txt", s.encode("utf-8"))
+    # (fuzz_text: the same texts plus numbers, dates, money, units for the grammars)
+    tn = texts + ["It costs $12.50 on 2024-03-05 at 10:30am, 3.5kg, 25%, No. 7, 1st and 22nd.",
+                  "今天是2024年3月5日，温度25°C，价格12.5元。",
+                  "Call 555-0123 or +1 (800) 123-4567; version 1.2.3; 1,234,567 people.",
+                  "A very long sentence, " * 20 + "end."]
+    for i, s in enumerate(tn):
+        write(os.path.join(seeds, "text"), f"text-{i:03d}.txt", s.encode("utf-8"))
 
     # -- synthesis requests (fuzz_api): 6 knob bytes, text, NUL, second string --
     api = [
