@@ -3,6 +3,8 @@
 #   make                 library (shared + static), CLI, tests, benchmarks
 #   make test            build and run the test suite (GPU tests skip without a GPU)
 #   make test-sanitize   the test suite built with AddressSanitizer + UBSan (CPU only, in build/asan)
+#   make test-tsan       the test suite built with ThreadSanitizer (CPU only, in build/tsan)
+#   make fuzz / fuzz-ci  libFuzzer targets (clang) / a bounded run of each (tests/fuzz/README.md)
 #   make bench           build the benchmarks
 #   make install         PREFIX=/usr/local DESTDIR= : header, libraries, cosyvoice.pc, CLI
 #   make check-abi       exported symbols == abi/cosyvoice.symbols
@@ -43,7 +45,7 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null)
 ifeq ($(origin CUDA),undefined)
   CUDA := $(if $(NVCC),1,0)
 endif
-ifeq ($(SAN),1)
+ifneq ($(filter 1 thread,$(SAN)),)
   CUDA := 0
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -63,6 +65,10 @@ endif
 ifeq ($(SAN),1)
   CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(SAN),thread)
+  CFLAGS_ALL += -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=thread
 endif
 
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
@@ -93,8 +99,8 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
-.PHONY: all lib test test-c test-py test-env test-sanitize bench install uninstall check-abi \
-        check-header demo clean
+.PHONY: all lib test test-c test-py test-env test-sanitize test-tsan bench install uninstall \
+        check-abi check-header demo clean
 .DELETE_ON_ERROR:
 
 all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
@@ -170,6 +176,11 @@ test-env: check-abi $(TEST_BIN) $(TEST_MODEL)
 
 test-sanitize:
 	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c
+
+# halt_on_error: the first data race fails the test binary (and so the run); suppressions: none
+test-tsan:
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
+	  $(MAKE) B=build/tsan SAN=thread CUDA=0 test-c
 
 check-header:
 	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -fsyntax-only tests/header/c99.c
@@ -267,3 +278,6 @@ test-examples: $(DEMO_MODEL)
 
 clean:
 	rm -rf build
+
+# ---- fuzzing (libFuzzer + clang): make fuzz, make fuzz-ci -------------------------------------
+include tests/fuzz/fuzz.mk

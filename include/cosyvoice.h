@@ -249,7 +249,8 @@ COSY_API cosy_status cosy_voice_from_audio(cosy_engine *e, const float *pcm, int
                                            int32_t sample_rate, const char *transcript,
                                            cosy_voice **out);
 /** Compute the 80-bin natural-log prompt mel (50 Hz) of mono audio at any rate in [16000, 192000]
- *  (resampled to 24 kHz). *mel is [*n_frames][80], freed with cosy_free. */
+ *  (resampled to 24 kHz). Samples must be finite and at most 65536 in magnitude (full scale is
+ *  1.0), else COSY_ERR_INVALID_ARG. *mel is [*n_frames][80], freed with cosy_free. */
 COSY_API cosy_status cosy_audio_to_mel(const float *pcm, int64_t n_samples, int32_t sample_rate,
                                        float **mel, int32_t *n_frames);
 /** Release a voice. NULL is a no-op. Requests using it keep it alive until they end. */

@@ -155,7 +155,13 @@ int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
   pthread_mutex_lock(&e->mu);
   e->samples_out += n;
   pthread_mutex_unlock(&e->mu);
+  /* t_first and offset are read by cosy_request_get_stats on the caller's thread: written under
+   * r->mu (make test-tsan, test_synth's test_stats_while_running, caught them unlocked) */
+  pthread_mutex_lock(&r->mu);
   if (r->t_first == 0 && (n > 0 || last)) r->t_first = cosy_now();
+  int64_t offset = r->offset;
+  if (r->fn) r->offset += n;
+  pthread_mutex_unlock(&r->mu);
   if (r->fn) {
     cosy_chunk c;
     memset(&c, 0, sizeof c);
@@ -163,9 +169,8 @@ int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
     c.flags = last ? COSY_CHUNK_LAST : 0;
     c.pcm = pcm;
     c.n_samples = n;
-    c.offset = r->offset;
+    c.offset = offset;
     c.sample_rate = r->params.sample_rate;
-    r->offset += n;
     int32_t stop = r->fn(r->user, &c);
     if (stop) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
     return stop != 0;

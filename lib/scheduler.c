@@ -526,8 +526,9 @@ static void *llm_main(void *arg) {
       double dt = cosy_now() - t0;
       char msg[512];
       snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
-      s->steps++;
-      s->step_rows += nr;
+      /* counters read by sched_stats on a caller's thread: atomic (TSan) */
+      __atomic_add_fetch(&s->steps, 1, __ATOMIC_RELAXED);
+      __atomic_add_fetch(&s->step_rows, nr, __ATOMIC_RELAXED);
       for (int i = 0; i < nr; i++) {
         sjob *j = jobs[i];
         add_time(j->r, &j->r->llm_s, dt);
@@ -729,8 +730,8 @@ static void *t2w_main(void *arg) {
     snprintf(bmsg, sizeof bmsg, "%s", st ? cosy_last_error() : "");
     pthread_mutex_lock(&e->mu);
     s->first_in_flight = 0;
-    s->flow_calls++;
-    s->flow_jobs += n;
+    __atomic_add_fetch(&s->flow_calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->flow_jobs, n, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&s->cv_llm);
     pthread_mutex_unlock(&e->mu);
 
@@ -800,8 +801,8 @@ static void *t2w_main(void *arg) {
       pthread_mutex_unlock(&e->mu);
     }
     pthread_mutex_lock(&e->mu);
-    s->voc_calls++;
-    s->voc_jobs += nv;
+    __atomic_add_fetch(&s->voc_calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->voc_jobs, nv, __ATOMIC_RELAXED);
     /* every call of this iteration is over (only this thread sets busy) */
     for (sjob *j = s->active; j; j = j->next) j->busy = 0;
   }
@@ -879,10 +880,11 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
 void sched_stats(const cosy_engine *e, cosy_engine_stats *st) {
   const struct cosy_sched *s = e->sched;
   if (!s) return;
-  st->llm_steps = s->steps;
-  st->llm_step_rows = s->step_rows;
-  st->flow_calls = s->flow_calls;
-  st->flow_jobs = s->flow_jobs;
-  st->vocoder_calls = s->voc_calls;
-  st->vocoder_jobs = s->voc_jobs;
+  /* the scheduler's threads count without e->mu (atomic adds): atomic loads here */
+  st->llm_steps = __atomic_load_n(&s->steps, __ATOMIC_RELAXED);
+  st->llm_step_rows = __atomic_load_n(&s->step_rows, __ATOMIC_RELAXED);
+  st->flow_calls = __atomic_load_n(&s->flow_calls, __ATOMIC_RELAXED);
+  st->flow_jobs = __atomic_load_n(&s->flow_jobs, __ATOMIC_RELAXED);
+  st->vocoder_calls = __atomic_load_n(&s->voc_calls, __ATOMIC_RELAXED);
+  st->vocoder_jobs = __atomic_load_n(&s->voc_jobs, __ATOMIC_RELAXED);
 }

@@ -4,9 +4,9 @@
 # (only its grammar files are used: tools/convert.py packs them into model files and
 # tests/test_text.c reads them; it is installed without its dependencies and never imported), Go
 # for the cgo example (examples/go; the Rust example runs when cargo is present, rustup is not
-# installed), and the en_US.UTF-8 locale, under which `make test` checks that the build does not
-# depend on the caller's locale (tests/check_env.sh). The CUDA toolkit is optional (kernels are
-# built when nvcc is on PATH).
+# installed), the en_US.UTF-8 locale, under which `make test` checks that the build does not
+# depend on the caller's locale (tests/check_env.sh), and clang + compiler-rt for the fuzz targets
+# (tests/fuzz/). The CUDA toolkit is optional (kernels are built when nvcc is on PATH).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -20,6 +20,12 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 if ! locale -a 2>/dev/null | grep -qix 'en_US\.utf-\?8'; then
   $SUDO localedef -i en_US -c -f UTF-8 en_US.UTF-8
 fi
+# clang with compiler-rt (libFuzzer and the sanitizer runtimes) for `make fuzz` (tests/fuzz/).
+# Debian 12 keeps compiler-rt in libclang-rt-dev, a mere recommendation of clang's packages, so it
+# is named; where that package does not exist (Ubuntu 22.04), clang's dependencies carry it.
+CLANG_RT=""
+if apt-cache show libclang-rt-dev >/dev/null 2>&1; then CLANG_RT=libclang-rt-dev; fi
+$SUDO apt-get install -y -qq --no-install-recommends clang $CLANG_RT >/dev/null
 if ! python3 -c "import numpy" 2>/dev/null; then
   python3 -m pip install -q numpy || python3 -m pip install -q --break-system-packages numpy
 fi
@@ -27,5 +33,5 @@ WETEXT=wetext==0.1.8   # docs/model-format.md section 9
 if ! python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('wetext') is None)" 2>/dev/null; then
   python3 -m pip install -q --no-deps "$WETEXT" || python3 -m pip install -q --no-deps --break-system-packages "$WETEXT"
 fi
-echo "setup: ok ($(gcc --version | head -1);" \
+echo "setup: ok ($(gcc --version | head -1); $(clang --version | head -1);" \
   "numpy $(python3 -c 'import numpy; print(numpy.__version__)'); $(locale -a | grep -ix 'en_US\.utf-\?8'))"
