@@ -3,6 +3,8 @@
 #   make                 library (shared + static), CLI, tests, benchmarks
 #   make test            build and run the test suite (GPU tests skip without a GPU)
 #   make test-sanitize   the test suite built with AddressSanitizer + UBSan (CPU only, in build/asan)
+#   make test-tsan       the test suite built with ThreadSanitizer (CPU only, in build/tsan)
+#   make fuzz / fuzz-ci  libFuzzer targets (clang) / a bounded run of each (tests/fuzz/README.md)
 #   make bench           build the benchmarks
 #   make install         PREFIX=/usr/local DESTDIR= : header, libraries, cosyvoice.pc, CLI
 #   make check-abi       exported symbols == abi/cosyvoice.symbols
@@ -12,6 +14,12 @@
 #
 # CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
 # OPENMP=1 parallelizes the CPU reference path over cores (cosy_engine_config.cpu_threads).
+
+# Every command below runs under the C locale, whatever LANG / LC_* the caller has (also over
+# `make LC_ALL=...`): `sort` and `diff` order and compare bytes (abi/cosyvoice.symbols is in C
+# order), numbers print with '.', messages are untranslated. tests/check_env.sh checks it.
+override LC_ALL := C
+export LC_ALL
 
 VERSION_MAJOR := 0
 VERSION_MINOR := 1
@@ -29,12 +37,15 @@ B ?= build
 SAN ?= 0
 PYTHON ?= python3
 SHARED_DIR ?= ../shared
+# the installed wetext wheel's grammar directory (test_text reads it; empty when not installed)
+WETEXT_FSTS ?= $(shell $(PYTHON) -c "import importlib.util as u, os; s = u.find_spec('wetext'); \
+  print(os.path.join(os.path.dirname(s.origin), 'fsts') if s and s.origin else '')" 2>/dev/null)
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 ifeq ($(origin CUDA),undefined)
   CUDA := $(if $(NVCC),1,0)
 endif
-ifeq ($(SAN),1)
+ifneq ($(filter 1 thread,$(SAN)),)
   CUDA := 0
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -55,6 +66,10 @@ ifeq ($(SAN),1)
   CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
 endif
+ifeq ($(SAN),thread)
+  CFLAGS_ALL += -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=thread
+endif
 
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
@@ -67,7 +82,7 @@ ifeq ($(CUDA),1)
   CUDA_ARCH_WORDS := sm_80 sm_89 sm_90
 endif
 
-LIB_SRC := $(wildcard lib/*.c lib/ref/*.c)
+LIB_SRC := $(wildcard lib/*.c lib/ref/*.c lib/text/*.c)
 ifeq ($(CUDA),1)
   LIB_SRC += $(wildcard lib/gpu/*.c)
   CU_SRC := $(wildcard kernels/*.cu)
@@ -84,8 +99,8 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
-.PHONY: all lib test test-c test-py test-sanitize bench install uninstall check-abi check-header \
-        demo clean
+.PHONY: all lib test test-c test-py test-env test-sanitize test-tsan bench install uninstall \
+        check-abi check-header demo clean
 .DELETE_ON_ERROR:
 
 all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
@@ -118,9 +133,13 @@ $(CLI): examples/cli/cosyvoice-say.c $(A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
 
+# the test binaries find the reference data and the test model from any current directory
 $(B)/obj/tests/testutil.o: tests/testutil.c tests/testutil.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -Itests -DTU_SHARED_DEFAULT='"$(abspath $(SHARED_DIR))"' \
+	  -DTU_TEST_MODEL_DEFAULT='"$(abspath $(TEST_MODEL))"' \
+	  -DTU_FE_MODEL_DEFAULT='"$(abspath $(FE_TEST_MODEL))"' -DTU_FE_DATA_DEFAULT='"$(abspath $(FE_DATA))"' \
+	  -c $< -o $@
 
 $(B)/tests/%: tests/%.c $(B)/obj/tests/testutil.o $(A)
 	@mkdir -p $(dir $@)
@@ -153,19 +172,29 @@ $(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py too
 	else echo "note: $(SHARED_DIR)/golden/small not found: front-end model tests will skip"; fi
 
 # ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi test-c test-py
+test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi test-env test-c test-py
 
 test-c: $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	@fail=0; for t in $(TEST_BIN); do \
-	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) \
+	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) COSY_WETEXT_FSTS=$(WETEXT_FSTS) \
 	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) ./$$t || fail=1; done; \
 	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
 
 test-py: $(TEST_MODEL)
 	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
 
+# check-abi under another locale, test binaries run from another directory (tests/check_env.sh)
+test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
+	@MAKE="$(MAKE)" B=$(B) CUDA=$(CUDA) SHARED_DIR=$(SHARED_DIR) TEST_MODEL=$(TEST_MODEL) \
+	  bash tests/check_env.sh
+
 test-sanitize:
 	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c
+
+# halt_on_error: the first data race fails the test binary (and so the run); suppressions: none
+test-tsan:
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
+	  $(MAKE) B=build/tsan SAN=thread CUDA=0 test-c
 
 check-header:
 	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -fsyntax-only tests/header/c99.c
@@ -216,7 +245,10 @@ demo: $(CLI) $(DEMO_MODEL)
 # Installs into $(B)/prefix, makes the demo model and voice, then builds and runs examples/c and
 # examples/cpp through pkg-config, runs the Python ctypes test, and the Go and Rust tests when
 # `go` / `cargo` are on PATH (a SKIP line otherwise). Everything finds the library only through
-# PKG_CONFIG_PATH and LD_LIBRARY_PATH pointing into the prefix.
+# PKG_CONFIG_PATH and LD_LIBRARY_PATH pointing into the prefix. Go and cargo keep their caches
+# under $(B) and read no user settings (GOENV=off; CARGO_HOME, so not ~/.cargo/config.toml either),
+# so neither writes to HOME; a rustup cargo still finds its toolchain through RUSTUP_HOME, else
+# HOME (README: "What the build and the tests take from the environment").
 EX_PREFIX := $(abspath $(B))/prefix
 EX_OUT := $(abspath $(B))/examples
 EX_MODEL := $(abspath $(DEMO_MODEL))
@@ -246,12 +278,14 @@ test-examples: $(DEMO_MODEL)
 	@echo "== examples/go"
 	@if command -v go >/dev/null 2>&1; then \
 	  cd examples/go && export $(EX_ENV) GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-modcacherw \
-	    GOCACHE=$(EX_OUT)/go/cache GOPATH=$(EX_OUT)/go/path && \
+	    GOENV=off GOTELEMETRY=off GOCACHE=$(EX_OUT)/go/cache GOPATH=$(EX_OUT)/go/path && \
 	  echo "$$(go version): go vet ./... && go test ./..." && go vet ./... && go test -count=1 -v ./... ; \
 	else echo "SKIP: examples/go (no go on PATH: apt-get install golang-go)"; fi
 	@echo "== examples/rust"
 	@if command -v cargo >/dev/null 2>&1; then \
-	  export $(EX_ENV) CARGO_TARGET_DIR=$(EX_OUT)/cargo && \
+	  export $(EX_ENV) CARGO_TARGET_DIR=$(EX_OUT)/cargo CARGO_HOME=$(EX_OUT)/cargo-home && \
+	  { cargo --version >/dev/null 2>&1 || { echo "examples/rust: \`cargo --version\` fails (a rustup" \
+	    "cargo finds its toolchain through RUSTUP_HOME, else HOME=$$HOME)"; exit 1; }; } && \
 	  echo "$$(cargo --version): cargo test --offline" && \
 	  cargo test --offline --manifest-path examples/rust/Cargo.toml -- --nocapture ; \
 	else echo "SKIP: examples/rust (no cargo on PATH)"; fi
@@ -259,3 +293,6 @@ test-examples: $(DEMO_MODEL)
 
 clean:
 	rm -rf build
+
+# ---- fuzzing (libFuzzer + clang): make fuzz, make fuzz-ci -------------------------------------
+include tests/fuzz/fuzz.mk

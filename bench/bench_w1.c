@@ -1,7 +1,9 @@
-/* bench_w1.c - workload W1 (DESIGN.md section 7): interactive streaming, closed loop.
+/* bench_w1.c - workload W1 (DESIGN.md section 7): interactive streaming, closed loop; and W2
+ * (--w2): offline, every request submitted at once.
  *
  *   bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] [--tokens 112]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
+ *            [--w2 | --offline N] [--max-active N] [--warmup 2]
  *
  * The voice: the real mel of the prompt wav, 87 random prompt speech tokens and a random speaker
  * embedding (the speech tokenizer and CAM++ are not part of the library yet). Each request says
@@ -11,10 +13,32 @@
  * Per request: TTFB = submit -> first chunk delivered; RTF = (last chunk - submit) / audio
  * seconds; an underrun is a chunk arriving after playback (started at the first chunk) would
  * have run dry. Reported per concurrency level: TTFB p50/p95, RTF p50/p95, xRT (audio seconds
- * per wall second, all requests), underruns, chars/s, and the engine's memory. */
+ * per wall second, all requests), underruns, chars/s, and the engine's memory; then, on lines of
+ * their own, the scheduler's mean batch sizes during the level (differences of the cumulative
+ * batch counters in cosy_engine_stats) and the GPU's utilization sampled during the level.
+ *
+ * W2 (--w2 = --offline 256): N requests of --tokens speech tokens (250 unless --tokens is given)
+ * are all submitted at once from one thread (no closed loop); reported: wall time (first submit
+ * -> last request ended), audio seconds, RTF = wall / audio, xRT = audio / wall, and the same
+ * batch and GPU lines. With --w2 alone only W2 runs; with --concurrency too, W1 runs first.
+ *
+ * The engine is created with max_active = the largest concurrency level or W2 request count
+ * (--max-active overrides); the GPU path accepts at most 256 (include/cosyvoice.h), so larger
+ * values are cut to 256 there and the rest wait in the engine's queue.
+ *
+ * GPU utilization comes from NVML, opened at run time with dlopen("libnvidia-ml.so.1") (no link
+ * dependency): a thread reads nvmlDeviceGetUtilizationRates (percent of time a kernel ran, over
+ * the driver's own averaging window, which is longer than our period, so samples overlap) and
+ * nvmlDeviceGetMemoryInfo every 25 ms. Memory "used" is the whole device's, other processes
+ * included. NVML numbers GPUs in PCI bus order; --device N is mapped through CUDA_VISIBLE_DEVICES
+ * when that is set (index or UUID entries), else taken as the NVML index, which matches CUDA's
+ * ordinal on hosts of one GPU model (or with CUDA_DEVICE_ORDER=PCI_BUS_ID). The NVML device's name
+ * is printed so a log shows which GPU was watched. */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +52,209 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- NVML, loaded at run time -------------------------------------------------------------- */
+/* dlopen & co. are weak so that the binary also links where they live in libdl (glibc before
+ * 2.34) and the Makefile does not pass -ldl: there they are found at run time when some loaded
+ * library pulled libdl in, and otherwise the monitor reports itself unavailable. */
+#pragma weak dlopen
+#pragma weak dlsym
+#pragma weak dlclose
+#pragma weak dlerror
+
+typedef int nvml_return;                  /* nvmlReturn_t: 0 = NVML_SUCCESS */
+typedef struct nvml_device_st *nvml_device;
+typedef struct nvml_utilization {         /* nvmlUtilization_t */
+  unsigned int gpu, memory;               /* percent */
+} nvml_utilization;
+typedef struct nvml_memory {              /* nvmlMemory_t (v1) */
+  unsigned long long total, free, used;   /* bytes */
+} nvml_memory;
+
+typedef struct gpu_mon {
+  int ok;                                 /* 1: dev can be sampled */
+  char why[200];                          /* why not, when ok == 0 */
+  char name[96];
+  void *so;
+  nvml_device dev;
+  unsigned long long mem_total;
+  nvml_return (*shutdown)(void);
+  nvml_return (*util)(nvml_device, nvml_utilization *);
+  nvml_return (*mem)(nvml_device, nvml_memory *);
+} gpu_mon;
+
+static void gpu_mon_open(gpu_mon *m, int device) {
+  memset(m, 0, sizeof *m);
+  if (device < 0) {
+    snprintf(m->why, sizeof m->why, "CPU run");
+    return;
+  }
+  if (!dlopen || !dlsym) {
+    snprintf(m->why, sizeof m->why, "dlopen is not linked in (build with LDLIBS=-ldl)");
+    return;
+  }
+  m->so = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!m->so) {
+    const char *err = dlerror ? dlerror() : NULL;
+    snprintf(m->why, sizeof m->why, "%s", err ? err : "libnvidia-ml.so.1 cannot be opened");
+    return;
+  }
+  nvml_return (*init)(void);
+  nvml_return (*by_index)(unsigned int, nvml_device *);
+  nvml_return (*by_uuid)(const char *, nvml_device *);
+  nvml_return (*get_name)(nvml_device, char *, unsigned int);
+  *(void **)&init = dlsym(m->so, "nvmlInit_v2");
+  *(void **)&by_index = dlsym(m->so, "nvmlDeviceGetHandleByIndex_v2");
+  *(void **)&by_uuid = dlsym(m->so, "nvmlDeviceGetHandleByUUID");
+  *(void **)&get_name = dlsym(m->so, "nvmlDeviceGetName");
+  *(void **)&m->shutdown = dlsym(m->so, "nvmlShutdown");
+  *(void **)&m->util = dlsym(m->so, "nvmlDeviceGetUtilizationRates");
+  *(void **)&m->mem = dlsym(m->so, "nvmlDeviceGetMemoryInfo");
+  if (!init || !by_index || !m->shutdown || !m->util || !m->mem) {
+    snprintf(m->why, sizeof m->why, "libnvidia-ml.so.1 lacks an NVML function");
+    dlclose(m->so);
+    m->so = NULL;
+    return;
+  }
+  nvml_return r = init();
+  if (r) {
+    snprintf(m->why, sizeof m->why, "nvmlInit_v2 returned %d", r);
+    dlclose(m->so);
+    m->so = NULL;
+    return;
+  }
+  /* --device N is the N-th visible CUDA device: the N-th entry of CUDA_VISIBLE_DEVICES */
+  char entry[128] = "";
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  if (vis && *vis) {
+    const char *p = vis;
+    for (int k = 0; k < device && p; k++) {
+      p = strchr(p, ',');
+      if (p) p++;
+    }
+    if (p) {
+      size_t L = strcspn(p, ",");
+      if (L >= sizeof entry) L = sizeof entry - 1;
+      memcpy(entry, p, L);
+      entry[L] = '\0';
+    }
+  }
+  if (entry[0] && !(entry[0] >= '0' && entry[0] <= '9')) {
+    r = by_uuid ? by_uuid(entry, &m->dev) : -1;
+    if (r) snprintf(m->why, sizeof m->why, "nvmlDeviceGetHandleByUUID(%s) returned %d", entry, r);
+  } else {
+    unsigned int idx = entry[0] ? (unsigned int)atoi(entry) : (unsigned int)device;
+    r = by_index(idx, &m->dev);
+    if (r) snprintf(m->why, sizeof m->why, "nvmlDeviceGetHandleByIndex_v2(%u) returned %d", idx, r);
+  }
+  if (r) {
+    m->shutdown();
+    dlclose(m->so);
+    m->so = NULL;
+    return;
+  }
+  if (!get_name || get_name(m->dev, m->name, sizeof m->name)) snprintf(m->name, sizeof m->name, "?");
+  nvml_memory mi;
+  if (m->mem(m->dev, &mi) == 0) m->mem_total = mi.total;
+  m->ok = 1;
+}
+
+static void gpu_mon_close(gpu_mon *m) {
+  if (m->so) {
+    m->shutdown();
+    dlclose(m->so);
+  }
+  m->so = NULL;
+  m->ok = 0;
+}
+
+#define SAMPLE_MS 25
+
+typedef struct sampler {
+  gpu_mon *m;
+  pthread_t th;
+  atomic_int stop;
+  int running;
+  double *util;                 /* GPU util % of each good sample */
+  int n, cap, errors;
+  nvml_return last_err;
+  unsigned long long mem_peak;  /* bytes used on the device, highest sample */
+} sampler;
+
+static void *sampler_main(void *arg) {
+  sampler *s = (sampler *)arg;
+  struct timespec ts = {0, SAMPLE_MS * 1000000L};
+  while (!atomic_load(&s->stop)) {
+    nvml_utilization u;
+    nvml_memory mi;
+    nvml_return r = s->m->util(s->m->dev, &u);
+    if (r == 0) {
+      if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 1024;
+        double *nu = (double *)realloc(s->util, (size_t)cap * sizeof *nu);
+        if (!nu) break;
+        s->util = nu;
+        s->cap = cap;
+      }
+      s->util[s->n++] = u.gpu;
+    } else {
+      s->errors++;
+      s->last_err = r;
+    }
+    if (s->m->mem(s->m->dev, &mi) == 0 && mi.used > s->mem_peak) s->mem_peak = mi.used;
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+static void sampler_start(sampler *s, gpu_mon *m) {
+  memset(s, 0, sizeof *s);
+  s->m = m;
+  atomic_init(&s->stop, 0);
+  if (m->ok) s->running = pthread_create(&s->th, NULL, sampler_main, s) == 0;
+}
+
+static double pct(double *v, int n, double q);
+
+/* stops the thread and prints the level's line: "gpu util: ..." */
+static void sampler_finish(sampler *s) {
+  if (s->running) {
+    atomic_store(&s->stop, 1);
+    pthread_join(s->th, NULL);
+  }
+  if (!s->m->ok)
+    printf("      gpu util: n/a (%s)\n", s->m->why);
+  else if (!s->running)
+    printf("      gpu util: n/a (sampler thread not started)\n");
+  else if (s->n == 0)
+    printf("      gpu util: n/a (nvmlDeviceGetUtilizationRates returned %d)\n", s->last_err);
+  else {
+    double sum = 0;
+    for (int i = 0; i < s->n; i++) sum += s->util[i];
+    double mean = sum / s->n;
+    double p50 = pct(s->util, s->n, 0.5), p95 = pct(s->util, s->n, 0.95);
+    printf("      gpu util: mean %.1f%%, p50 %.0f%%, p95 %.0f%% (%d samples every %d ms); "
+           "peak memory used %.0f of %.0f MiB\n",
+           mean, p50, p95, s->n, SAMPLE_MS, (double)s->mem_peak / 1048576.0,
+           (double)s->m->mem_total / 1048576.0);
+  }
+  free(s->util);
+  s->util = NULL;
+}
+
+/* the scheduler's mean batch sizes between two cosy_engine_get_stats snapshots */
+static void print_batches(const cosy_engine_stats *a, const cosy_engine_stats *b) {
+  long long steps = (long long)(b->llm_steps - a->llm_steps);
+  long long rows = (long long)(b->llm_step_rows - a->llm_step_rows);
+  long long fc = (long long)(b->flow_calls - a->flow_calls);
+  long long fj = (long long)(b->flow_jobs - a->flow_jobs);
+  long long vc = (long long)(b->vocoder_calls - a->vocoder_calls);
+  long long vj = (long long)(b->vocoder_jobs - a->vocoder_jobs);
+  printf("      batches: llm %.2f rows/step (%lld steps), flow %.2f jobs/call (%lld calls), "
+         "vocoder %.2f jobs/call (%lld calls)\n",
+         steps ? (double)rows / steps : 0.0, steps, fc ? (double)fj / fc : 0.0, fc,
+         vc ? (double)vj / vc : 0.0, vc);
 }
 
 typedef struct result {
@@ -120,6 +347,71 @@ static double pct(double *v, int n, double q) {
   return v[k];
 }
 
+/* W2: n requests submitted at once from this thread, then waited for */
+static void run_w2(cosy_engine *e, cosy_voice *v, char **texts, int n_texts, int n, int tokens,
+                   gpu_mon *mon) {
+  cosy_request **rq = (cosy_request **)calloc((size_t)n, sizeof *rq);
+  req_state *rs = (req_state *)calloc((size_t)n, sizeof *rs);
+  double *ttfb = (double *)calloc((size_t)n, sizeof *ttfb), *end = (double *)calloc((size_t)n, sizeof *end);
+  cosy_engine_stats st0, st;
+  cosy_engine_stats_init(&st0, sizeof st0);
+  cosy_engine_stats_init(&st, sizeof st);
+  cosy_engine_get_stats(e, &st0);
+  sampler smp;
+  sampler_start(&smp, mon);
+  double w0 = now();
+  int submitted = 0;
+  long chars = 0;
+  for (int i = 0; i < n; i++) {
+    cosy_synth_params p;
+    cosy_synth_params_init(&p, sizeof p);
+    p.seed = 1000 + (uint64_t)i;
+    p.min_tokens = p.max_tokens = tokens;
+    const char *text = texts[i % n_texts];
+    rs[i].t_submit = now();
+    if (cosy_request_submit(e, v, text, &p, on_chunk, &rs[i], &rq[i])) {
+      fprintf(stderr, "submit %d: %s\n", i, cosy_last_error());
+      rq[i] = NULL;
+      continue;
+    }
+    submitted++;
+    chars += (long)strlen(text);
+  }
+  double t_submitted = now() - w0;
+  int ok = 0;
+  double audio = 0;
+  for (int i = 0; i < n; i++) {
+    if (!rq[i]) continue;
+    cosy_status s = cosy_request_wait(rq[i], -1);
+    if (s) fprintf(stderr, "request %d: %s\n", i, cosy_last_error());
+    cosy_request_release(rq[i]);
+    if (s) continue;
+    if (rs[i].rate) audio += (double)rs[i].samples / rs[i].rate;
+    ttfb[ok] = rs[i].t_first - rs[i].t_submit;
+    end[ok] = rs[i].t_last - w0;
+    ok++;
+  }
+  double wall = now() - w0;
+  cosy_engine_get_stats(e, &st);
+  printf("W2 offline: %d requests x %d tokens submitted at once (in %.1f ms)\n", n, tokens,
+         1e3 * t_submitted);
+  printf("%5s %9s %9s %9s %8s %9s %9s %9s %9s\n", "reqs", "wall_s", "audio_s", "RTF", "xRT",
+         "ttfb_p50", "ttfb_p95", "end_p50", "end_p95");
+  printf("%5d %9.2f %9.2f %9.5f %8.2f %8.2fs %8.2fs %8.2fs %8.2fs\n", ok, wall, audio,
+         audio > 0 ? wall / audio : 0.0, audio / wall, pct(ttfb, ok, 0.5), pct(ttfb, ok, 0.95),
+         pct(end, ok, 0.5), pct(end, ok, 0.95));
+  printf("      chars/s %.1f; engine holds %.0f MiB (KV %.0f MiB)\n", (double)chars / wall,
+         (double)st.device_bytes_total / 1048576.0, (double)st.kv_bytes / 1048576.0);
+  if (ok != n) printf("      (%d of %d requests failed, %d not submitted)\n", n - ok, n, n - submitted);
+  print_batches(&st0, &st);
+  sampler_finish(&smp);
+  fflush(stdout);
+  free(rq);
+  free(rs);
+  free(ttfb);
+  free(end);
+}
+
 static char **read_lines(const char *path, int *n) {
   FILE *f = fopen(path, "r");
   if (!f) return NULL;
@@ -140,8 +432,8 @@ static char **read_lines(const char *path, int *n) {
 
 int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
-  const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = "1";
-  int device = -1, requests = 0, tokens = 112, warmup = 2;
+  const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL;
+  int device = -1, requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
@@ -151,9 +443,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--texts") && i + 1 < argc) texts_path = argv[++i];
     else if (!strcmp(argv[i], "--prompt-wav") && i + 1 < argc) wav = argv[++i];
+    else if (!strcmp(argv[i], "--w2")) w2_n = 256;
+    else if (!strcmp(argv[i], "--offline") && i + 1 < argc) w2_n = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--max-active") && i + 1 < argc) max_active = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] "
-                      "[--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV]\n");
+                      "[--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
+                      "[--w2 | --offline N] [--max-active N]\n");
       return 2;
     }
   }
@@ -161,6 +457,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_w1: -m MODEL is required\n");
     return 2;
   }
+  if (w2_n < 0 || tokens < 0 || requests < 0 || max_active < 0) {
+    fprintf(stderr, "bench_w1: negative --offline, --tokens, --requests or --max-active\n");
+    return 2;
+  }
+  /* --w2 alone runs only W2; W1 runs when asked for or when W2 is not */
+  if (!conc && !w2_n) conc = "1";
+  int w1_tokens = tokens ? tokens : 112, w2_tokens = tokens ? tokens : 250;
   int n_texts = 0;
   char **texts = read_lines(texts_path, &n_texts);
   if (!texts || !n_texts) {
@@ -193,20 +496,41 @@ int main(int argc, char **argv) {
     spk[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
   }
 
-  int levels[16], n_levels = 0, max_c = 1;
-  for (const char *p = conc; *p && n_levels < 16;) {
+  /* concurrency levels: any positive count (nothing here caps them; see max_active below) */
+  int levels[64], n_levels = 0, max_c = 1;
+  for (const char *p = conc; p && *p;) {
+    if (n_levels == 64) {
+      fprintf(stderr, "bench_w1: more than 64 concurrency levels\n");
+      return 2;
+    }
     levels[n_levels] = atoi(p);
+    if (levels[n_levels] < 1) {
+      fprintf(stderr, "bench_w1: bad concurrency level in \"%s\"\n", conc);
+      return 2;
+    }
     if (levels[n_levels] > max_c) max_c = levels[n_levels];
     n_levels++;
     p = strchr(p, ',');
     if (!p) break;
     p++;
   }
+  if (w2_n > max_c) max_c = w2_n;
+  /* every level's requests decode together: max_active >= the largest level (and the W2 count),
+   * cut to what the path accepts (include/cosyvoice.h: at most 256 on the GPU, 4096 in all) */
+  int max_active_cap = device >= 0 ? 256 : 4096;
+  if (!max_active) max_active = max_c;
+  if (max_active > max_active_cap) {
+    fprintf(stderr, "bench_w1: max_active %d cut to %d (the %s path's limit); the rest queue\n",
+            max_active, max_active_cap, device >= 0 ? "GPU" : "CPU");
+    max_active = max_active_cap;
+  }
   cosy_engine_config cfg;
   cosy_engine_config_init(&cfg, sizeof cfg);
   cfg.model_path = model;
   cfg.device = device;
-  cfg.max_active = max_c;
+  cfg.max_active = max_active;
+  /* W2 submits everything at once: room in the queue for what is not admitted yet */
+  if (w2_n - max_active > 1024) cfg.max_queued = w2_n - max_active;
   cosy_engine *e;
   double t0 = now();
   if (cosy_engine_create(&cfg, &e)) {
@@ -227,20 +551,30 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_w1: voice: %s\n", cosy_last_error());
     return 1;
   }
+  int warm_tokens = n_levels ? w1_tokens : w2_tokens;
   printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %d tokens/request\n",
-         model, device, cosy_version_string(), t_load, vf.n_speech_tokens, tokens);
+         model, device, cosy_version_string(), t_load, vf.n_speech_tokens, warm_tokens);
+  gpu_mon mon;
+  gpu_mon_open(&mon, device);
+  printf("engine max_active %d; ", max_active);
+  if (mon.ok)
+    printf("gpu util: NVML device %s, %.0f MiB, sampled every %d ms\n", mon.name,
+           (double)mon.mem_total / 1048576.0, SAMPLE_MS);
+  else
+    printf("gpu util: n/a (%s)\n", mon.why);
   /* warm-up: first calls build CUDA graphs and plans; not measured */
   for (int w = 0; w < warmup; w++) {
     cosy_synth_params p;
     cosy_synth_params_init(&p, sizeof p);
     p.seed = 1;
-    p.min_tokens = p.max_tokens = tokens;
+    p.min_tokens = p.max_tokens = warm_tokens;
     float *wpcm;
     int64_t np;
     if (cosy_synthesize(e, v, texts[w % n_texts], &p, &wpcm, &np) == COSY_OK) cosy_free(wpcm);
   }
   printf("%d warm-up requests done\n", warmup);
-  printf("%5s %5s %9s %9s %8s %8s %7s %9s %9s %10s\n", "C", "reqs", "ttfb_p50", "ttfb_p95",
+  if (n_levels)
+    printf("%5s %5s %9s %9s %8s %8s %7s %9s %9s %10s\n", "C", "reqs", "ttfb_p50", "ttfb_p95",
          "rtf_p50", "rtf_p95", "xRT", "underrun", "chars/s", "mem_MiB");
   for (int li = 0; li < n_levels; li++) {
     int C = levels[li];
@@ -251,14 +585,26 @@ int main(int argc, char **argv) {
     sh.v = v;
     sh.texts = texts;
     sh.n_texts = n_texts;
-    sh.tokens = tokens;
+    sh.tokens = w1_tokens;
     sh.total = total;
     sh.res = (result *)calloc((size_t)total, sizeof *sh.res);
     pthread_mutex_init(&sh.mu, NULL);
     pthread_t *th = (pthread_t *)calloc((size_t)C, sizeof *th);
+    cosy_engine_stats st0;
+    cosy_engine_stats_init(&st0, sizeof st0);
+    cosy_engine_get_stats(e, &st0);
+    sampler smp;
+    sampler_start(&smp, &mon);
     double w0 = now();
-    for (int i = 0; i < C; i++) pthread_create(&th[i], NULL, client, &sh);
-    for (int i = 0; i < C; i++) pthread_join(th[i], NULL);
+    int started = 0;
+    for (int i = 0; i < C; i++) {
+      if (pthread_create(&th[i], NULL, client, &sh)) {
+        fprintf(stderr, "bench_w1: only %d of %d client threads started\n", i, C);
+        break;
+      }
+      started++;
+    }
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     double wall = now() - w0;
     double *tt = (double *)calloc((size_t)total, sizeof *tt), *rt = (double *)calloc((size_t)total, sizeof *rt);
     int ok = 0, under = 0;
@@ -290,12 +636,17 @@ int main(int argc, char **argv) {
              1e3 * llm / ok, 1e3 * flow / ok, 1e3 * voc / ok, audio / ok,
              (double)st.device_bytes_total / 1048576.0, (double)st.kv_bytes / 1048576.0);
     if (ok != total) printf("      (%d of %d requests failed)\n", total - ok, total);
+    print_batches(&st0, &st);
+    sampler_finish(&smp);
+    fflush(stdout);
     free(tt);
     free(rt);
     free(th);
     free(sh.res);
     pthread_mutex_destroy(&sh.mu);
   }
+  if (w2_n) run_w2(e, v, texts, n_texts, w2_n, w2_tokens, &mon);
+  gpu_mon_close(&mon);
   cosy_voice_release(v);
   cosy_engine_destroy(e);
   cosy_free(mel);

@@ -5,21 +5,23 @@
 #
 # 1. prints the machine (nvidia-smi, nvcc, the libraries the build needs);
 # 2. builds build/tests/test_kernels and build/bench/bench_kernels with the Makefile
-#    (make -j16; B=... overrides the build dir). If that build fails (the GPU machines have no
-#    libsamplerate or cmocka, which the library and the cmocka tests need; or another part of the
-#    tree is broken), it builds the two programs directly from this family's kernels/*.cu files
-#    (sm_90 only; the test then uses its built-in cmocka stand-in) and says so;
+#    (make -j$JOBS, default the number of cores; B=... overrides the build dir). If that build
+#    fails (the GPU machines have no libsamplerate or cmocka, which the library and the cmocka
+#    tests need; or another part of the tree is broken), it builds the two programs directly from
+#    this family's kernels/*.cu files (sm_90 only; the test then uses its built-in cmocka
+#    stand-in) and says so;
 # 3. runs the tests (one line per check, PASS/FAIL) and then the benchmark (table last).
 # Logs are tee'd into $OUT when set (the device tool's output folder), else build/device-logs.
 # Exit status: the test's (non-zero when a check failed), or the build's when nothing could be
 # built.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
+export LC_ALL=C # C messages and '.' decimals in the logs, whatever the caller's locale
 
 LOGDIR=${OUT:-build/device-logs}
 mkdir -p "$LOGDIR"
 B=${B:-build}
-JOBS=${JOBS:-16}
+JOBS=${JOBS:-$(nproc)}
 T0=$(date +%s)
 
 {

@@ -12,7 +12,11 @@
 #   mkdir -p .dev/debs && (cd .dev/debs && apt-get download libsamplerate0 libsamplerate0-dev \
 #     libcmocka0 libcmocka-dev) && for f in .dev/debs/*.deb; do dpkg -x $f .dev/root; done
 #   tar -C ../shared -cf - golden tokenizer audio bench | xz -T2 -6 > .dev/shared.tar.xz
+# Runs from the repository root wherever it is called from, under the C locale (the printf and awk
+# of the timings read and write '.' decimals); JOBS (default: the number of cores) for make.
 set -u
+cd "$(dirname "$0")/.."
+export LC_ALL=C
 STEPS=${*:-build kernels stages engine bench official}
 OUT=${OUT:-build/dev/out}
 mkdir -p "$OUT"
@@ -51,7 +55,8 @@ SMALL=$B/test/small-f32.gguf
 FULL=$B/full-bf16.gguf
 
 if [[ " $STEPS " == *" build "* ]]; then
-  run build make -j16 B=$B SHARED_DIR="$SHARED" CUDA=1 CUDA_ARCHS="$ARCH" lib $TESTS $BENCHES $SMALL
+  run build make -j"${JOBS:-$(nproc)}" B=$B SHARED_DIR="$SHARED" CUDA=1 CUDA_ARCHS="$ARCH" lib $TESTS \
+    $BENCHES $SMALL
   if [ ! -f "$FULL" ]; then
     run make_full python3 tools/make_model.py --preset full -o "$FULL" --tokenizer "$SHARED/tokenizer"
   fi
@@ -74,6 +79,17 @@ if [[ " $STEPS " == *" bench "* ]]; then
   run bench_kernels ./$B/bench/bench_kernels
   run bench_w1_c1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 --requests 16 \
     --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  # the scheduler under load: W1 at higher concurrency (2*C requests per level) and W2 (offline,
+  # W2_N requests of 250 tokens at once); each level also prints batch sizes and GPU util.
+  # W1_LEVELS= or W2_N=0 skips one.
+  if [ -n "${W1_LEVELS-16,64,128,256}" ]; then
+    run bench_w1_scale ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency "${W1_LEVELS-16,64,128,256}" \
+      --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  fi
+  if [ "${W2_N:-256}" -gt 0 ]; then
+    run bench_w2 ./$B/bench/bench_w1 -m "$FULL" --device 0 --offline "${W2_N:-256}" \
+      --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  fi
 fi
 
 if [[ " $STEPS " == *" profile "* ]]; then

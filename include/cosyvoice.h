@@ -162,13 +162,20 @@ typedef struct cosy_engine_config {
   const char *model_path;      /**< path of the .gguf model file (required) */
   int32_t device;              /**< CUDA ordinal (0 = first GPU), or COSY_DEVICE_CPU (-1) */
   float gpu_memory_fraction;   /**< share of the device's memory the engine may take, (0, 1]; 0 = 0.9 */
-  int32_t max_active;          /**< requests decoded together; 0 = auto; at most 4096 */
+  int32_t max_active;          /**< requests in flight at once (admitted; their LLM steps are
+                                    batched together); 0 = auto (GPU 256, CPU 8); at most 4096,
+                                    and at most 256 on the GPU (more is rejected at create) */
   int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL; 0 = 1024 */
   int32_t cpu_threads;         /**< CPU path threads per request when the library is built with
                                     OpenMP (make OPENMP=1); 0 = all cores; at most 1024 */
   int32_t log_level;           /**< highest level passed to log_fn; see below */
   cosy_log_fn log_fn;          /**< NULL = no logging */
   void *log_user;              /**< passed to log_fn */
+  int32_t first_chunk_wait_max; /**< time to first audio at light load: while at most this many
+                                    requests are active, the LLM pauses while a first chunk's
+                                    flow runs, so the two do not share the device; 0 = default
+                                    (GPU 2, CPU none), negative = never pause */
+  int32_t reserved3;           /**< must be 0 */
 } cosy_engine_config;
 /* log_level: 0 means the default (COSY_LOG_WARN); pass COSY_LOG_INFO or COSY_LOG_DEBUG for more,
  * and a negative value for errors only. */
@@ -197,6 +204,15 @@ typedef struct cosy_engine_stats {
   int32_t queued;              /**< requests waiting */
   int64_t requests_done;       /**< requests finished since create (any status) */
   int64_t audio_samples_out;   /**< native-rate samples produced since create */
+  /* the scheduler's batches since create (mean batch size = rows / calls) */
+  int64_t llm_steps;           /**< batched LLM decode steps */
+  int64_t llm_step_rows;       /**< sequences decoded in them */
+  int64_t flow_calls;          /**< batched flow calls */
+  int64_t flow_jobs;           /**< request chunks in them */
+  int64_t vocoder_calls;       /**< batched vocoder calls */
+  int64_t vocoder_jobs;        /**< request chunks in them */
+  int32_t flow_pages_total;    /**< the flow's cache pages (50 mel frames of one request each) */
+  int32_t flow_pages_used;
 } cosy_engine_stats;
 /** Fill *out (whose struct_size the caller sets, e.g. through cosy_engine_stats_init). */
 COSY_API void cosy_engine_stats_init(cosy_engine_stats *s, uint32_t struct_size);
@@ -243,7 +259,8 @@ COSY_API cosy_status cosy_voice_from_audio(cosy_engine *e, const float *pcm, int
                                            int32_t sample_rate, const char *transcript,
                                            cosy_voice **out);
 /** Compute the 80-bin natural-log prompt mel (50 Hz) of mono audio at any rate in [16000, 192000]
- *  (resampled to 24 kHz). *mel is [*n_frames][80], freed with cosy_free. */
+ *  (resampled to 24 kHz). Samples must be finite and at most 65536 in magnitude (full scale is
+ *  1.0), else COSY_ERR_INVALID_ARG. *mel is [*n_frames][80], freed with cosy_free. */
 COSY_API cosy_status cosy_audio_to_mel(const float *pcm, int64_t n_samples, int32_t sample_rate,
                                        float **mel, int32_t *n_frames);
 /** Release a voice. NULL is a no-op. Requests using it keep it alive until they end. */
@@ -257,6 +274,12 @@ COSY_API void cosy_voice_release(cosy_voice *v);
 
 /** flags of cosy_synth_params */
 #define COSY_SYNTH_NO_TEXT_NORMALIZATION 0x1u  /**< give the text to the tokenizer as is */
+/** The last flow call of an utterance attends over the whole utterance, as the official code's
+ *  final streaming call does, instead of block-causally like every earlier chunk (the default).
+ *  The default lets the engine reuse what earlier chunks computed (each mel frame is computed
+ *  once); this flag recomputes the whole utterance once more at the end. docs/scheduler.md gives
+ *  the measured difference between the two. */
+#define COSY_SYNTH_FULL_ATTENTION_FINAL 0x2u
 
 /** Synthesis parameters. Append-only; 0 in any field means the default. */
 typedef struct cosy_synth_params {

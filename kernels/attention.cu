@@ -44,6 +44,7 @@
  *   A sequence with no keys (decode seq_len 0) yields a zero output row.
  */
 #include "kcommon.cuh"
+#include "flow_extra.h"
 
 #include <cooperative_groups.h>
 
@@ -633,6 +634,173 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
   }
 }
 
+/* The DiT over a packed batch with cached keys (cosy_k_attn_dit_paged): the FlashAttention-2
+ * tile of attn_flash_bf16_kernel, one block of 4 warps per (64-query tile of one segment, head).
+ * Only the addressing differs: queries are packed rows of qkv, and key f of the segment is a
+ * cache-page row (f < cached) or a packed row (f >= cached); the staging loop resolves each key
+ * row's address. */
+struct PagedGeo {
+  const bf16 *qkv;
+  const cosy_k_dit_seg *segs;
+  const int32_t *tiles;
+  const bf16 *pool;
+  const int32_t *ptab;
+  bf16 *out;
+  int64_t page_elems, layer_off;
+  int D, page_frames, chunk;
+  float scale_log2;
+};
+
+__global__ void __launch_bounds__(FA_THREADS) attn_dit_paged_kernel(PagedGeo g) {
+  __shared__ __align__(16) bf16 Ks[FA_BK * FA_LD];
+  __shared__ __align__(16) bf16 Vs[FA_BK * FA_LD];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int grp = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y;
+  const cosy_k_dit_seg sg = g.segs[g.tiles[2 * blockIdx.x]];
+  const int t0 = g.tiles[2 * blockIdx.x + 1]; /* first query of the tile within the segment */
+  const int nq = min(FA_BQ, sg.n_q - t0);
+  const int64_t ld3 = 3 * (int64_t)g.D;
+  const int lr0 = warp * 16 + grp, lr1 = lr0 + 8; /* rows within the tile */
+  const bf16 *qb = g.qkv + (int64_t)(sg.q_row0 + t0) * ld3 + (int64_t)h * HD;
+
+  uint32_t qa[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int c0 = kk * 16 + 2 * t4;
+    const bf16 *p0 = qb + (int64_t)lr0 * ld3 + c0;
+    const bf16 *p1 = qb + (int64_t)lr1 * ld3 + c0;
+    qa[kk][0] = lr0 < nq ? ld_u32(p0) : 0u;
+    qa[kk][1] = lr1 < nq ? ld_u32(p1) : 0u;
+    qa[kk][2] = lr0 < nq ? ld_u32(p0 + 8) : 0u;
+    qa[kk][3] = lr1 < nq ? ld_u32(p1 + 8) : 0u;
+  }
+  auto kend_of = [&](int lr) {
+    const int i = sg.cached + t0 + min(lr, nq - 1); /* absolute frame of the query */
+    return sg.full ? sg.Lk : min(sg.Lk, (i / g.chunk + 1) * g.chunk);
+  };
+  float oacc[8][4];
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) oacc[dt][0] = oacc[dt][1] = oacc[dt][2] = oacc[dt][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const int kend_blk = kend_of(nq - 1);
+  const int kend0 = kend_of(lr0), kend1 = kend_of(lr1);
+  const int64_t rowpart = (int64_t)(2 * sg.row) * g.page_frames * g.D;
+
+  for (int kt = 0; kt < kend_blk; kt += FA_BK) {
+    __syncthreads(); /* the previous tile is no longer read */
+    for (int c = tid; c < FA_BK * (HD / 8); c += FA_THREADS) {
+      const int r = c >> 3, cc = (c & 7) * 8;
+      const int f = kt + r;
+      uint4 kv4 = make_uint4(0u, 0u, 0u, 0u), vv4 = make_uint4(0u, 0u, 0u, 0u);
+      if (f < sg.Lk) {
+        const bf16 *kp, *vp;
+        if (f < sg.cached) {
+          const int64_t page = g.ptab[sg.ptab0 + f / g.page_frames];
+          kp = g.pool + page * g.page_elems + g.layer_off + rowpart +
+               (int64_t)(f % g.page_frames) * g.D + (int64_t)h * HD + cc;
+          vp = kp + (int64_t)g.page_frames * g.D;
+        } else {
+          kp = g.qkv + (int64_t)(sg.q_row0 + f - sg.cached) * ld3 + g.D + (int64_t)h * HD + cc;
+          vp = kp + g.D;
+        }
+        kv4 = *reinterpret_cast<const uint4 *>(kp);
+        vv4 = *reinterpret_cast<const uint4 *>(vp);
+      }
+      *reinterpret_cast<uint4 *>(&Ks[r * FA_LD + cc]) = kv4;
+      *reinterpret_cast<uint4 *>(&Vs[r * FA_LD + cc]) = vv4;
+    }
+    __syncthreads();
+
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const bf16 *kr = &Ks[(nt * 8 + grp) * FA_LD + kk * 16 + 2 * t4];
+        mma_16816(s[nt], qa[kk], ld_u32(kr), ld_u32(kr + 8));
+      }
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = kt + nt * 8 + 2 * t4 + (e & 1);
+        const float sv = j < (e < 2 ? kend0 : kend1) ? s[nt][e] * g.scale_log2 : -INFINITY;
+        s[nt][e] = sv;
+        if (e < 2)
+          mx0 = fmaxf(mx0, sv);
+        else
+          mx1 = fmaxf(mx1, sv);
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+    m0 = mn0;
+    m1 = mn1;
+    l0 *= al0;
+    l1 *= al1;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      oacc[dt][0] *= al0;
+      oacc[dt][1] *= al0;
+      oacc[dt][2] *= al1;
+      oacc[dt][3] *= al1;
+    }
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int nt = 2 * kk + half;
+        const uint32_t w0 = pack_bf16(exp2f(s[nt][0] - mu0), exp2f(s[nt][1] - mu0));
+        const uint32_t w1 = pack_bf16(exp2f(s[nt][2] - mu1), exp2f(s[nt][3] - mu1));
+        l0 += bf16_lo(w0) + bf16_hi(w0);
+        l1 += bf16_lo(w1) + bf16_hi(w1);
+        pa[kk][2 * half] = w0;
+        pa[kk][2 * half + 1] = w1;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int key = kk * 16 + 2 * t4;
+#pragma unroll
+      for (int dt = 0; dt < 8; ++dt) {
+        const int dim = dt * 8 + grp;
+        const uint32_t b0 = pack_raw(Vs[key * FA_LD + dim], Vs[(key + 1) * FA_LD + dim]);
+        const uint32_t b1 = pack_raw(Vs[(key + 8) * FA_LD + dim], Vs[(key + 9) * FA_LD + dim]);
+        mma_16816(oacc[dt], pa[kk], b0, b1);
+      }
+    }
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  bf16 *ob = g.out + (int64_t)(sg.q_row0 + t0) * g.D + (int64_t)h * HD;
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) {
+    const int col = dt * 8 + 2 * t4;
+    if (lr0 < nq) {
+      st(ob + (int64_t)lr0 * g.D + col, oacc[dt][0] * inv0);
+      st(ob + (int64_t)lr0 * g.D + col + 1, oacc[dt][1] * inv0);
+    }
+    if (lr1 < nq) {
+      st(ob + (int64_t)lr1 * g.D + col, oacc[dt][2] * inv1);
+      st(ob + (int64_t)lr1 * g.D + col + 1, oacc[dt][3] * inv1);
+    }
+  }
+}
+
 bool aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
 
 cudaError_t launch_attn(cudaStream_t s, cosy_kdtype dt, const void *q, const void *k,
@@ -828,4 +996,37 @@ extern "C" cudaError_t cosy_k_attn_dit(cudaStream_t s, cosy_kdtype dt, const voi
   g.chunk = chunk > 0 ? chunk : 1;
   g.scale_log2 = scale * LOG2E_F;
   return launch_attn(s, dt, q, k, v, out, g, B);
+}
+
+extern "C" cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D,
+                                             int n_heads, const cosy_k_dit_seg *segs,
+                                             const int32_t *tiles, int n_tiles,
+                                             const cosy_bf16 *pool, int64_t page_elems,
+                                             int64_t layer_off, int page_frames,
+                                             const int32_t *ptab, cosy_bf16 *out, int chunk,
+                                             float scale) {
+  if (D <= 0 || D % 8 || n_heads <= 0 || n_heads > 65535 || n_heads * HD != D || n_tiles < 0 ||
+      page_elems < 0 || layer_off < 0 || layer_off % 8 || page_frames <= 0 || chunk <= 0 ||
+      !(scale > 0.f))
+    return cudaErrorInvalidValue;
+  if (n_tiles == 0) return cudaSuccess;
+  if (!qkv || !segs || !tiles || !out || !aligned(qkv, 16) || (pool && !aligned(pool, 16)) ||
+      page_elems % 8)
+    return cudaErrorInvalidValue;
+  PagedGeo g;
+  g.qkv = (const bf16 *)qkv;
+  g.segs = segs;
+  g.tiles = tiles;
+  g.pool = (const bf16 *)pool;
+  g.ptab = ptab;
+  g.out = (bf16 *)out;
+  g.page_elems = page_elems;
+  g.layer_off = layer_off;
+  g.D = D;
+  g.page_frames = page_frames;
+  g.chunk = chunk;
+  g.scale_log2 = scale * LOG2E_F;
+  dim3 grid((unsigned)n_tiles, (unsigned)n_heads);
+  attn_dit_paged_kernel<<<grid, FA_THREADS, 0, s>>>(g);
+  return cudaGetLastError();
 }

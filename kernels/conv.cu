@@ -569,7 +569,13 @@ extern "C" void cosy_hift_conv_pack(const float *w, int co, int ci, int k, float
 
 extern "C" cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *convs, int n,
                                         int prec) {
-  if (!convs || n < 1 || n > MAXG) return cudaErrorInvalidValue;
+  return cosy_k_hift_conv_split(s, convs, n, prec, g_conv_split);
+}
+
+extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_hift_conv *convs, int n,
+                                              int prec, int split_mode) {
+  if (!convs || n < 1 || n > MAXG || split_mode < 0 || split_mode > 2)
+    return cudaErrorInvalidValue;
   if (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32) return cudaErrorInvalidValue;
   ConvGroup grp;
   int max_tiles_t = 0, max_tiles_c = 0;
@@ -608,8 +614,8 @@ extern "C" cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *co
   dim3 grid((unsigned)max_tiles_t, (unsigned)max_tiles_c, (unsigned)n);
   /* split the reduction over two warp groups when the grid leaves the SMs short of warps (the
    * stage-0 convs: 256 channels x 8 T steps), and every conv has >= 4 chunks of input channels */
-  int split = g_conv_split == 2;
-  if (g_conv_split == 0) split = active_blocks < 3 * sm_count() && min_chunks >= 4;
+  int split = split_mode == 2;
+  if (split_mode == 0) split = active_blocks < 3 * sm_count() && min_chunks >= 4;
   const int region = (int)((split ? (smem > (size_t)(32 * NT * 4) ? smem : (size_t)(32 * NT * 4))
                                   : smem) / sizeof(float));
   if ((size_t)(split ? 2 : 1) * region * sizeof(float) > (size_t)SMEM_CAP) split = 0;

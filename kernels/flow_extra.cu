@@ -337,7 +337,8 @@ namespace {
 /* + bias on the fused QKV rows, then interleaved RoPE on the first rot columns of q and k */
 __global__ void __launch_bounds__(256)
 qkv_post_kernel(bf16 *__restrict__ qkv, const float *__restrict__ bias,
-                const float2 *__restrict__ cs, int N, int D, int rot, int64_t total8) {
+                const float2 *__restrict__ cs, const int32_t *__restrict__ pos, int N, int D,
+                int rot, int64_t total8) {
   const int per8 = 3 * D / 8;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total8;
        e += (int64_t)gridDim.x * blockDim.x) {
@@ -357,7 +358,7 @@ qkv_post_kernel(bf16 *__restrict__ qkv, const float *__restrict__ bias,
     const int cc = c < D ? c : c - D; /* column inside q or k */
     if (c < 2 * D && cc < rot) {
       const int half = rot / 2;
-      const float2 *t = cs + (row % N) * half + cc / 2;
+      const float2 *t = cs + (pos ? (int64_t)pos[row] : row % N) * half + cc / 2;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float2 r = t[j];
@@ -415,7 +416,24 @@ extern "C" cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, cons
       ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
   qkv_post_kernel<<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
-      (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), N, D, rot_dim, total8);
+      (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), nullptr, N, D, rot_dim,
+      total8);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
+                                                const float *cos_sin, const int32_t *pos,
+                                                int rows, int D, int rot_dim) {
+  if (rows < 0 || D <= 0 || D % 8 || rot_dim < 0 || rot_dim % 8 || rot_dim > D)
+    return cudaErrorInvalidValue;
+  const int64_t total8 = (int64_t)rows * 3 * D / 8;
+  if (total8 == 0) return cudaSuccess;
+  if (!qkv || !bias || !pos || (rot_dim && !cos_sin) || !al16(qkv) || !al16(bias) ||
+      ((uintptr_t)cos_sin & 7u))
+    return cudaErrorInvalidValue;
+  qkv_post_kernel<<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
+      (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D, rot_dim,
+      total8);
   return cudaGetLastError();
 }
 

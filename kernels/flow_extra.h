@@ -85,6 +85,56 @@ cudaError_t cosy_k_flow_mu(cudaStream_t s, float *mu, const float *pre, const fl
 cudaError_t cosy_k_flow_euler(cudaStream_t s, float *x, const float *vc, const float *vu,
                               int64_t n, float dt, float c1, float c2);
 
+/* QKV epilogue as cosy_k_flow_qkv_post for B = 1, with the RoPE position of row i read from
+ * pos[i] (the packed rows of a batched call hold frames of several requests) instead of i. */
+cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
+                                     const float *cos_sin, const int32_t *pos, int rows, int D,
+                                     int rot_dim);
+
+/* Rows between a packed batch and the cache pages (kernels/flow_pack.cu; offsets in elements of
+ * the pool, per row, computed by the host; see that file for the exact copies):
+ * x_gather: dst [rows][M] from cached rows (src >= 0: pool + src + step_off), rows of this call
+ *   (src <= -2: xnew[-2 - src]) or zeros (src == -1). x_store: pool + dst[i] + step_off =
+ *   xnew[i] where dst[i] >= 0. kv_store: K and V columns of qkv [rows][3D] bf16 to pool +
+ *   dst[i] + layer_off (+ v_off for V) where dst[i] >= 0 (16-byte aligned, D % 8 == 0).
+ *   rows_gather_f32: dst[i] = src[map[i]] (fp32 rows of D, D % 4 == 0). rows_zero_bf16: the
+ *   listed rows of x [.][D] become 0 (D % 8 == 0). */
+cudaError_t cosy_k_flow_x_gather(cudaStream_t s, float *dst, const int64_t *src, const float *pool,
+                                 int64_t step_off, const float *xnew, int rows, int M);
+cudaError_t cosy_k_flow_x_store(cudaStream_t s, float *pool, const int64_t *dst, int64_t step_off,
+                                const float *xnew, int rows, int M);
+cudaError_t cosy_k_flow_kv_store(cudaStream_t s, cosy_bf16 *pool, const int64_t *dst,
+                                 int64_t layer_off, int64_t v_off, const cosy_bf16 *qkv, int rows,
+                                 int D);
+cudaError_t cosy_k_rows_gather_f32(cudaStream_t s, float *dst, const float *src,
+                                   const int32_t *map, int rows, int D);
+cudaError_t cosy_k_rows_zero_bf16(cudaStream_t s, cosy_bf16 *x, const int32_t *rows, int n_rows,
+                                  int D);
+
+/* Block-causal (or full) DiT attention over a packed batch whose earlier keys sit in cache pages
+ * (kernels/attention.cu). Segment g (a request's CFG row) has queries at packed rows
+ * [q_row0, q_row0 + n_q) of qkv [.][3D] bf16 (q | k | v column blocks, already biased and
+ * rotated) for absolute frames [cached, cached + n_q); its keys are frames [0, Lk): frames below
+ * `cached` are rows of cache pages (page ptab[f / page_frames], row f % page_frames, at element
+ * offset pool + page * page_elems + layer_off + (2 row + kv) * page_frames * D + (f % page_frames)
+ * * D, kv = 0 for K, 1 for V), later frames are the packed rows q_row0 + (f - cached). Query
+ * frame i sees keys f < min(Lk, (i / chunk + 1) chunk) (full: f < Lk). out [.][D] bf16 at the
+ * query rows. 16 heads of 64 in the model; head_dim must be 64. */
+typedef struct cosy_k_dit_seg {
+  int32_t q_row0, n_q, cached, Lk;
+  int32_t ptab0;     /* index of the segment's first page id in ptab */
+  int32_t row;       /* CFG row (0 conditional, 1 unconditional) */
+  int32_t full;      /* 1: full attention */
+  int32_t pad_;
+} cosy_k_dit_seg;
+cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads,
+                                  const cosy_k_dit_seg *segs, const int32_t *tiles, int n_tiles,
+                                  const cosy_bf16 *pool, int64_t page_elems, int64_t layer_off,
+                                  int page_frames, const int32_t *ptab, cosy_bf16 *out, int chunk,
+                                  float scale);
+/* tiles: int32 pairs (segment, first query of the tile within the segment), 64 queries a tile */
+#define COSY_K_DIT_TILE 64
+
 #ifdef __cplusplus
 }
 #endif

@@ -97,6 +97,13 @@ cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *convs, int n,
  * alternate chunks and add their partial sums through shared memory (deterministic). Tuning
  * override for measurements: 0 automatic (default), 1 never, 2 always. Process-wide. */
 void cosy_hift_conv_tuning(int split_mode);
+/* cosy_k_hift_conv with the split chosen by the caller for this launch only: 0 automatic (as
+ * above), 1 never, 2 always (when the shared memory allows). A conv's values depend only on its
+ * own descriptor and the split, not on the other convs of the launch: callers that need results
+ * independent of the grouping (the streaming vocoder's batches) pass 1. cosy_k_hift_conv is this
+ * with the process-wide mode of cosy_hift_conv_tuning. */
+cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_hift_conv *convs, int n, int prec,
+                                   int split_mode);
 
 /* fp64 conv of the F0 predictor with ELU (fp64 tensor cores: mma.sync m8n8k4 f64):
  *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out
@@ -130,6 +137,15 @@ cudaError_t cosy_k_hift_noise(cudaStream_t s, int nb, int64_t first_row, int64_t
  * One block; one thread per harmonic runs the fp64 scan (exactly the reference's order). */
 cudaError_t cosy_k_hift_sine(cudaStream_t s, const float *f0, int T, int nb, int R, float sr,
                              float amp, const float *rand_ini, float *sine);
+/* The same for the frames [k_first, k_first + T) of a longer signal (streaming): f0 [T] and sine
+ * [T][nb+1] hold those frames; the rand_ini taps use the absolute sample indices; cum_in [nb+1]
+ * (device fp64, or NULL for zeros) holds the running sums after frame k_first - 1, cum_out
+ * [nb+1] (device, may be NULL or equal cum_in) gets those after frame k_first + T - 1. Split
+ * into calls this way, the values are bit-identical to one call over all frames.
+ * cosy_k_hift_sine is this with k_first = 0 and no sums in or out. */
+cudaError_t cosy_k_hift_sine_at(cudaStream_t s, const float *f0, int T, int nb, int R, float sr,
+                                float amp, const float *rand_ini, int64_t k_first,
+                                const double *cum_in, double *cum_out, float *sine);
 
 /* The source samples i in [i0, i0 + n) (absolute sample index; frame k = i / R):
  *   uv = f0[k] > thr;  namp = uv ? sigma : amp_unvoiced
@@ -141,6 +157,12 @@ cudaError_t cosy_k_hift_source(cudaStream_t s, const float *f0, const float *sin
                                int64_t i0, int64_t n, const float *U, const float *lin_w,
                                float lin_b, float thr, float sigma, float amp_unvoiced,
                                float *out);
+/* The same with f0 [.] and sine [.][nb+1] holding the frames from k_base on (row k - k_base for
+ * absolute frame k; i0 / R >= k_base); cosy_k_hift_source is this with k_base = 0. */
+cudaError_t cosy_k_hift_source_at(cudaStream_t s, const float *f0, const float *sine, int nb,
+                                  int R, int64_t i0, int64_t n, int64_t k_base, const float *U,
+                                  const float *lin_w, float lin_b, float thr, float sigma,
+                                  float amp_unvoiced, float *out);
 
 /* ============================== stft.cu ====================================================== */
 

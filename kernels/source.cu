@@ -55,13 +55,17 @@ __global__ void noise_kernel(int nh, int64_t first_row, int64_t n_rows, float *r
 
 constexpr int SINE_SMEM = 8192; /* floats of radd staged per chunk of frames */
 
+/* f0[k] is absolute frame k_first + k; cum_in (may be NULL: zeros) holds the running sums before
+ * frame k_first, cum_out (may be NULL, may equal cum_in) gets those after the last frame. */
 __global__ void sine_kernel(const float *__restrict__ f0, int T, int nh, int R, float sr,
-                            float amp, const float *__restrict__ rand_ini, float *sine) {
+                            float amp, const float *__restrict__ rand_ini, int64_t k_first,
+                            const double *cum_in, double *cum_out, float *sine) {
   __shared__ float radd_s[SINE_SMEM];
   const int tid = threadIdx.x;
   const float pi_f = 3.14159265358979323846f, up = (float)R;
   const int CH = SINE_SMEM / nh; /* frames per chunk */
-  double cum = 0.0;              /* the running sum of harmonic tid (threads tid < nh) */
+  /* the running sum of harmonic tid (threads tid < nh) */
+  double cum = (cum_in && tid < nh) ? cum_in[tid] : 0.0;
   for (int k0 = 0; k0 < T; k0 += CH) {
     const int n = T - k0 < CH ? T - k0 : CH;
     /* every thread: the per-frame increments radd of this chunk */
@@ -69,7 +73,8 @@ __global__ void sine_kernel(const float *__restrict__ f0, int T, int nh, int R, 
       const int kk = e / nh, h = e - kk * nh, k = k0 + kk;
       const float fn = __fmul_rn(f0[k], (float)(h + 1));
       float r0 = fmodf(__fdiv_rn(fn, sr), 1.0f), r1 = r0;
-      const int64_t i0 = (int64_t)k * R + R / 2 - 1, i1 = i0 + 1; /* the two taps of frame k */
+      /* the two taps of frame k (absolute sample indices) */
+      const int64_t i0 = (k_first + k) * R + R / 2 - 1, i1 = i0 + 1;
       if (i0 == 0 || i1 == 0) {
         const float ini = rand_ini ? rand_ini[h] : (h == 0 ? 0.0f : u24(KEY_INI ^ (uint64_t)h));
         if (i0 == 0) r0 = __fadd_rn(r0, ini);
@@ -86,6 +91,7 @@ __global__ void sine_kernel(const float *__restrict__ f0, int T, int nh, int R, 
       }
     __syncthreads(); /* radd_s is reused; the global writes are visible to the block */
   }
+  if (cum_out && tid < nh) cum_out[tid] = cum;
   for (int e = tid; e < T * nh; e += blockDim.x) {
     float ph = sine[e];
     ph = __fmul_rn(ph, 2.0f);
@@ -95,8 +101,10 @@ __global__ void sine_kernel(const float *__restrict__ f0, int T, int nh, int R, 
   }
 }
 
+/* f0 / sine row k hold absolute frame k_base + k */
 __global__ void source_kernel(const float *__restrict__ f0, const float *__restrict__ sine, int nh,
-                              int R, int64_t i0, int64_t n, const float *__restrict__ U,
+                              int R, int64_t i0, int64_t n, int64_t k_base,
+                              const float *__restrict__ U,
                               const float *__restrict__ lin_w, float lin_b, float thr,
                               float sigma, float amp_unvoiced, float *__restrict__ out) {
   __shared__ float w_s[MAX_NH];
@@ -105,7 +113,7 @@ __global__ void source_kernel(const float *__restrict__ f0, const float *__restr
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = i0 + e;
-    const int64_t k = i / R;
+    const int64_t k = i / R - k_base;
     const float f = f0[k];
     const float uv = f > thr ? 1.0f : 0.0f;
     const float namp = uv > 0.f ? sigma : amp_unvoiced;
@@ -134,10 +142,24 @@ extern "C" cudaError_t cosy_k_hift_noise(cudaStream_t s, int nb, int64_t first_r
 
 extern "C" cudaError_t cosy_k_hift_sine(cudaStream_t s, const float *f0, int T, int nb, int R,
                                         float sr, float amp, const float *rand_ini, float *sine) {
-  if (!f0 || !sine || T < 0 || nb < 0 || nb + 1 > MAX_NH || R < 1 || !(sr > 0.f))
+  return cosy_k_hift_sine_at(s, f0, T, nb, R, sr, amp, rand_ini, 0, NULL, NULL, sine);
+}
+
+extern "C" cudaError_t cosy_k_hift_sine_at(cudaStream_t s, const float *f0, int T, int nb, int R,
+                                           float sr, float amp, const float *rand_ini,
+                                           int64_t k_first, const double *cum_in,
+                                           double *cum_out, float *sine) {
+  if (!f0 || !sine || T < 0 || nb < 0 || nb + 1 > MAX_NH || R < 1 || !(sr > 0.f) || k_first < 0)
     return cudaErrorInvalidValue;
-  if (T == 0) return cudaSuccess;
-  sine_kernel<<<1, 1024, 0, s>>>(f0, T, nb + 1, R, sr, amp, rand_ini, sine);
+  if (T == 0) {
+    if (cum_out && cum_out != cum_in) /* no frames: the sums pass through */
+      return cum_in ? cudaMemcpyAsync(cum_out, cum_in, (size_t)(nb + 1) * sizeof(double),
+                                      cudaMemcpyDeviceToDevice, s)
+                    : cudaMemsetAsync(cum_out, 0, (size_t)(nb + 1) * sizeof(double), s);
+    return cudaSuccess;
+  }
+  sine_kernel<<<1, 1024, 0, s>>>(f0, T, nb + 1, R, sr, amp, rand_ini, k_first, cum_in, cum_out,
+                                 sine);
   return cudaGetLastError();
 }
 
@@ -145,11 +167,21 @@ extern "C" cudaError_t cosy_k_hift_source(cudaStream_t s, const float *f0, const
                                           int nb, int R, int64_t i0, int64_t n, const float *U,
                                           const float *lin_w, float lin_b, float thr,
                                           float sigma, float amp_unvoiced, float *out) {
-  if (!f0 || !sine || !lin_w || !out || nb < 0 || nb + 1 > MAX_NH || R < 1 || i0 < 0 || n < 0)
+  return cosy_k_hift_source_at(s, f0, sine, nb, R, i0, n, 0, U, lin_w, lin_b, thr, sigma,
+                               amp_unvoiced, out);
+}
+
+extern "C" cudaError_t cosy_k_hift_source_at(cudaStream_t s, const float *f0, const float *sine,
+                                             int nb, int R, int64_t i0, int64_t n, int64_t k_base,
+                                             const float *U, const float *lin_w, float lin_b,
+                                             float thr, float sigma, float amp_unvoiced,
+                                             float *out) {
+  if (!f0 || !sine || !lin_w || !out || nb < 0 || nb + 1 > MAX_NH || R < 1 || i0 < 0 || n < 0 ||
+      k_base < 0 || (n > 0 && i0 / R < k_base))
     return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const unsigned blocks = cosyk_blocks(n, 256, 8192);
-  source_kernel<<<blocks, 256, 0, s>>>(f0, sine, nb + 1, R, i0, n, U, lin_w, lin_b, thr, sigma,
-                                       amp_unvoiced, out);
+  source_kernel<<<blocks, 256, 0, s>>>(f0, sine, nb + 1, R, i0, n, k_base, U, lin_w, lin_b, thr,
+                                       sigma, amp_unvoiced, out);
   return cudaGetLastError();
 }

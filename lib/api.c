@@ -4,6 +4,7 @@
  * the synthesis pipeline in pipeline.c, voices in voice.c. */
 #include <math.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "cosyvoice.h"
@@ -11,10 +12,11 @@
 #include "util.h"
 
 /* First published sizes of the versioned structs (ABI 0.1): callers must pass at least these. */
-#define MIN_ENGINE_CONFIG sizeof(cosy_engine_config)
+/* the first versions of the growing structs (older callers pass these sizes) */
+#define MIN_ENGINE_CONFIG offsetof(cosy_engine_config, first_chunk_wait_max)
 #define MIN_SYNTH_PARAMS sizeof(cosy_synth_params)
 #define MIN_VOICE_FEATURES sizeof(cosy_voice_features)
-#define MIN_ENGINE_STATS sizeof(cosy_engine_stats)
+#define MIN_ENGINE_STATS offsetof(cosy_engine_stats, llm_steps)
 
 #define MAX_TEXT_BYTES (1 << 20)
 
@@ -111,7 +113,7 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
     cosy_status st = cosy_struct_in(out, sizeof *out, p, MIN_SYNTH_PARAMS, "cosy_synth_params");
     if (st) return st;
   }
-  if (out->flags & ~COSY_SYNTH_NO_TEXT_NORMALIZATION)
+  if (out->flags & ~(COSY_SYNTH_NO_TEXT_NORMALIZATION | COSY_SYNTH_FULL_ATTENTION_FINAL))
     return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synth_params.flags 0x%x has unknown bits",
                     out->flags);
   if (out->mode < COSY_MODE_ZERO_SHOT || out->mode > COSY_MODE_INSTRUCT)
@@ -194,7 +196,13 @@ COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine
                     "this libcosyvoice was built without CUDA (make CUDA=1); use device = "
                     "COSY_DEVICE_CPU (-1)");
 #endif
-  if (cfg.max_active == 0) cfg.max_active = cfg.device >= 0 ? 8 : 1;
+  if (cfg.reserved3) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_config.reserved3 must be 0");
+  if (cfg.device >= 0 && cfg.max_active > COSY_GPU_MAX_ACTIVE)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "max_active %d: the GPU path decodes at most %d requests together",
+                    cfg.max_active, COSY_GPU_MAX_ACTIVE);
+  if (cfg.max_active == 0) cfg.max_active = cfg.device >= 0 ? COSY_GPU_MAX_ACTIVE : 8;
+  if (cfg.first_chunk_wait_max == 0) cfg.first_chunk_wait_max = cfg.device >= 0 ? 2 : -1;
   return engine_create(&cfg, out);
 }
 

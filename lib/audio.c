@@ -827,10 +827,18 @@ COSY_API cosy_status cosy_audio_to_mel(const float *pcm, int64_t n_samples, int3
     return cosy_err(COSY_ERR_INVALID_ARG,
                     "cosy_audio_to_mel: %lld samples at %d Hz is longer than %d minutes",
                     (long long)n_samples, (int)sample_rate, COSY_MEL_MAX_SECONDS / 60);
-  for (int64_t i = 0; i < n_samples; i++)
+  for (int64_t i = 0; i < n_samples; i++) {
     if (!isfinite(pcm[i]))
       return cosy_err(COSY_ERR_INVALID_ARG, "cosy_audio_to_mel: sample %lld is %s", (long long)i,
                       isnan(pcm[i]) ? "NaN" : "infinite");
+    /* Finite but huge samples (a float WAV holding 7e31, found by tests/fuzz/fuzz_wav) overflow
+     * the fp32 power spectrum and gave an infinite mel. COSY_MEL_MAX_ABS keeps every step finite
+     * (|X| <= 1920 * 65536 per frame) and still takes int16-scaled floats. */
+    if (fabsf(pcm[i]) > COSY_MEL_MAX_ABS)
+      return cosy_err(COSY_ERR_INVALID_ARG,
+                      "cosy_audio_to_mel: sample %lld is %g (at most %g; full scale is 1.0)",
+                      (long long)i, (double)pcm[i], (double)COSY_MEL_MAX_ABS);
+  }
   cosy_status st;
   if (sample_rate == COSY_MEL_SR) {
     st = cosy_mel_24k(pcm, n_samples, mel, n_frames);

@@ -77,6 +77,7 @@ void cosy_resampler_free(cosy_resampler *r);
 #define COSY_MEL_HOP 480
 #define COSY_MEL_BINS 80
 #define COSY_MEL_MAX_SECONDS 1800  /* 30 minutes */
+#define COSY_MEL_MAX_ABS 65536.0f  /* largest |sample| cosy_audio_to_mel takes (full scale 1.0) */
 
 /* librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax, htk=False, norm='slaney') (slaney mel scale,
  * slaney area normalisation), computed in double like librosa and rounded to float as librosa's

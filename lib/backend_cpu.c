@@ -2,6 +2,7 @@
  * cosy_backend interface. The reference objects are read-only after creation, so concurrent
  * requests need no lock; each sequence owns its KV cache. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine.h"
 #include "ref/flow.h"
@@ -99,36 +100,109 @@ static cosy_status cpu_llm_prefill(cosy_engine *e, void *seq, const float *emb, 
                                    const cosy_next_req *nx, int32_t *next) {
   cpu_seq *q = (cpu_seq *)seq;
   cosy_status st = ref_llm_forward(ST(e)->llm, q->kv, emb, L, NULL, q->logp, NULL, NULL);
-  return st ? st : cpu_next(e, q, nx, next);
+  if (st || !nx) return st;
+  return cpu_next(e, q, nx, next);
 }
 
-static cosy_status cpu_llm_decode(cosy_engine *e, void *seq, int32_t token,
-                                  const cosy_next_req *nx, int32_t *next) {
+/* the rows one after the other (the reference has no batched forward) */
+static cosy_status cpu_llm_step(cosy_engine *e, cosy_llm_row *rows, int n) {
   ref_llm *l = ST(e)->llm;
-  cpu_seq *q = (cpu_seq *)seq;
-  ref_llm_embed_speech(l, token, q->x);
-  cosy_status st = ref_llm_forward(l, q->kv, q->x, 1, NULL, q->logp, NULL, NULL);
-  return st ? st : cpu_next(e, q, nx, next);
+  for (int i = 0; i < n; i++) {
+    cpu_seq *q = (cpu_seq *)rows[i].seq;
+    ref_llm_embed_speech(l, rows[i].token, q->x);
+    cosy_status st = ref_llm_forward(l, q->kv, q->x, 1, NULL, q->logp, NULL, NULL);
+    if (st) return st;
+    rows[i].status = cpu_next(e, q, &rows[i].nx, &rows[i].next);
+  }
+  return COSY_OK;
 }
 
-static cosy_status cpu_flow_infer(cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
-                                  const float *prompt_mel, int n_prompt_frames, const float *spk,
-                                  int streaming, int finalize, int urgent,
-                                  const volatile int *cancel, float **mel, int *n_frames) {
-  (void)urgent;
-  return ref_flow_infer(ST(e)->flow, tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames, spk,
-                        streaming, finalize, cancel, mel, n_frames, NULL);
+/* flow: the reference recomputes prompt + tokens every call (block-causal calls give the same
+ * earlier frames, so this equals reusing them) */
+typedef struct cpu_flow_state {
+  cosy_flow_prompt p;
+} cpu_flow_state;
+
+static cosy_status cpu_flow_open(cosy_engine *e, const cosy_flow_prompt *p, int max_gen, void **fs) {
+  (void)e;
+  (void)max_gen;
+  cpu_flow_state *f = (cpu_flow_state *)cosy_calloc(1, sizeof *f);
+  if (!f) return COSY_ERR_NO_MEMORY;
+  f->p = *p;
+  *fs = f;
+  return COSY_OK;
 }
 
-static cosy_status cpu_hift_infer(cosy_engine *e, const float *mel, int T, int finalize,
-                                  int urgent, const volatile int *cancel, float **wav,
-                                  int64_t *n) {
+static void cpu_flow_close(cosy_engine *e, void *fs) {
+  (void)e;
+  free(fs);
+}
+
+cosy_status flow_job_take(cosy_flow_job *j, const float *mel_cf, int frames) {
+  if (j->frame_from < 0 || j->frame_from + j->n_frames > frames)
+    return cosy_err(COSY_ERR_INTERNAL, "flow returned %d frames, needed %d", frames,
+                    j->frame_from + j->n_frames);
+  for (int t = 0; t < j->n_frames; t++)
+    for (int c = 0; c < 80; c++)
+      j->mel[(size_t)t * 80 + c] = mel_cf[(size_t)c * frames + j->frame_from + t];
+  return COSY_OK;
+}
+
+static cosy_status cpu_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int urgent,
+                                const volatile int *cancel) {
   (void)urgent;
-  return ref_hift_infer(ST(e)->hift, mel, T, finalize, NULL, cancel, wav, n);
+  for (int i = 0; i < n; i++) {
+    cosy_flow_job *j = &jobs[i];
+    const cpu_flow_state *f = (const cpu_flow_state *)j->fs;
+    float *mel = NULL;
+    int frames = 0;
+    j->status = ref_flow_infer(ST(e)->flow, j->tokens, f->p.n_tokens, j->n_gen, f->p.mel,
+                               2 * f->p.n_tokens, f->p.spk, !j->full_attention, j->finalize,
+                               cancel, &mel, &frames, NULL);
+    if (!j->status) j->status = flow_job_take(j, mel, frames);
+    free(mel);
+  }
+  return COSY_OK;
+}
+
+/* vocoder: one streaming state per utterance (each frame vocoded once, lib/ref/hift.h) */
+static cosy_status cpu_voc_open(cosy_engine *e, int max_frames, void **vs) {
+  (void)max_frames;
+  return ref_hift_stream_create(ST(e)->hift, (ref_hift_stream **)vs);
+}
+
+static void cpu_voc_close(cosy_engine *e, void *vs) {
+  (void)e;
+  ref_hift_stream_free((ref_hift_stream *)vs);
+}
+
+static cosy_status cpu_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urgent,
+                              const volatile int *cancel) {
+  (void)urgent;
+  for (int i = 0; i < n; i++) {
+    cosy_voc_job *j = &jobs[i];
+    j->wav = NULL;
+    j->n = 0;
+    j->status = ref_hift_stream_run(ST(e)->hift, (ref_hift_stream *)j->vs, j->mel, j->n_new,
+                                    j->finalize, cancel, &j->wav, &j->n);
+  }
+  return COSY_OK;
 }
 
 const cosy_backend cosy_backend_cpu = {
-    "cpu",          0,               cpu_create,      cpu_destroy,    cpu_stats,      cpu_llm_input,
-    cpu_llm_open,   cpu_llm_close,   cpu_llm_prefill, cpu_llm_decode, cpu_flow_infer,
-    cpu_hift_infer,
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .stats = cpu_stats,
+    .llm_input = cpu_llm_input,
+    .llm_open = cpu_llm_open,
+    .llm_close = cpu_llm_close,
+    .llm_prefill = cpu_llm_prefill,
+    .llm_step = cpu_llm_step,
+    .flow_open = cpu_flow_open,
+    .flow_close = cpu_flow_close,
+    .flow_run = cpu_flow_run,
+    .voc_open = cpu_voc_open,
+    .voc_close = cpu_voc_close,
+    .vocode = cpu_vocode,
 };

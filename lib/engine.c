@@ -1,6 +1,7 @@
-/* engine.c - engine lifecycle, worker threads, the request queue, chunk delivery, pull reads.
+/* engine.c - engine lifecycle, request submission, chunk delivery, pull reads (the scheduler that
+ * moves requests is lib/scheduler.c).
  *
- * Ownership of a request: the caller's handle and the engine's worker each hold it; whichever of
+ * Ownership of a request: the caller's handle and the scheduler each hold it; whichever of
  * cosy_request_release() and the end of processing comes last frees it. A request never touches
  * its engine after it is done, so handles may be released after cosy_engine_destroy(). */
 #define _POSIX_C_SOURCE 200809L
@@ -11,11 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "engine.h"
+#include "text/normalize.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -32,7 +31,7 @@ void engine_log(const cosy_engine *e, int level, const char *fmt, ...) {
   e->cfg.log_fn(e->cfg.log_user, level, msg);
 }
 
-static void request_free(cosy_request *r) {
+void request_free(cosy_request *r) {
   if (r->voice) voice_unref(r->voice);
   free(r->text);
   free(r->instruct_text);
@@ -42,62 +41,20 @@ static void request_free(cosy_request *r) {
   free(r);
 }
 
-struct engine_worker {
-  pthread_t th;
-  cosy_engine *e;
-  cosy_request *cur; /* the request being processed (under e->mu), for engine_destroy */
-};
-
-static void *worker_main(void *arg) {
-  struct engine_worker *w = (struct engine_worker *)arg;
-  cosy_engine *e = w->e;
-#ifdef _OPENMP
-  /* the CPU path's parallel loops started from this thread use cpu_threads threads */
-  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
-#endif
-  for (;;) {
-    pthread_mutex_lock(&e->mu);
-    while (!e->stopping && !e->q_head) pthread_cond_wait(&e->cv_work, &e->mu);
-    cosy_request *r = e->q_head;
-    if (!r) { /* stopping and nothing left */
-      pthread_mutex_unlock(&e->mu);
-      break;
-    }
-    e->q_head = r->next;
-    if (!e->q_head) e->q_tail = NULL;
-    e->n_queued--;
-    e->n_active++;
-    w->cur = r;
-    pthread_mutex_unlock(&e->mu);
-
-    pthread_mutex_lock(&r->mu);
-    r->state = REQ_RUNNING;
-    pthread_mutex_unlock(&r->mu);
-
-    cosy_status st;
-    if (__atomic_load_n(&r->cancel, __ATOMIC_SEQ_CST) || e->stopping) {
-      st = cosy_err(COSY_ERR_CANCELLED, "request cancelled before it started");
-    } else {
-      cosy_err_clear();
-      st = pipeline_run(e, r);
-    }
-    pthread_mutex_lock(&e->mu);
-    w->cur = NULL;
-    e->n_active--;
-    e->requests_done++;
-    pthread_mutex_unlock(&e->mu);
-
-    pthread_mutex_lock(&r->mu);
-    r->final_status = st;
-    snprintf(r->error, sizeof r->error, "%s", st ? cosy_last_error() : "");
-    r->state = REQ_DONE;
-    r->t_end = cosy_now();
-    pthread_cond_broadcast(&r->cv);
-    int free_now = r->released;
-    pthread_mutex_unlock(&r->mu);
-    if (free_now) request_free(r);
-  }
-  return NULL;
+void request_finish(cosy_request *r, cosy_status st, const char *msg) {
+  cosy_engine *e = r->engine;
+  pthread_mutex_lock(&e->mu);
+  e->requests_done++;
+  pthread_mutex_unlock(&e->mu);
+  pthread_mutex_lock(&r->mu);
+  r->final_status = st;
+  snprintf(r->error, sizeof r->error, "%s", st ? (msg ? msg : cosy_status_str(st)) : "");
+  r->state = REQ_DONE;
+  r->t_end = cosy_now();
+  pthread_cond_broadcast(&r->cv);
+  int free_now = r->released;
+  pthread_mutex_unlock(&r->mu);
+  if (free_now) request_free(r);
 }
 
 cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
@@ -108,10 +65,13 @@ cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
   if (!(e->model_path_buf = cosy_strdup(cfg->model_path))) { free(e); return COSY_ERR_NO_MEMORY; }
   e->cfg.model_path = e->model_path_buf;
   pthread_mutex_init(&e->mu, NULL);
-  pthread_cond_init(&e->cv_work, NULL);
   double t0 = cosy_now();
   if ((st = cosy_model_load(e->model_path_buf, &e->model))) goto fail;
   if ((st = cosy_tokenizer_create(e->model, &e->tok))) goto fail;
+  if ((st = cosy_text_norm_create(e->model->f, e->tok, &e->tn))) goto fail;
+  if (!cosy_text_norm_is_full(e->tn))
+    engine_log(e, COSY_LOG_WARN, "the model file has no text normalization grammars "
+               "(cosyvoice.text.*): only whitespace is normalized; re-convert with wetext installed");
   e->speech_vocab = e->model->hp.speech_vocab;
 #ifdef COSY_WITH_CUDA
   e->be = cfg->device >= 0 ? &cosy_backend_gpu : &cosy_backend_cpu;
@@ -122,27 +82,9 @@ cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
     e->be = NULL;
     goto fail;
   }
-  e->first_chunk_overlap = e->be->first_chunk_overlap;
-  {
-    const char *fc = getenv("COSY_FIRST_CHUNK"); /* benchmark knob: wait | flow | overlap */
-    if (fc && !strcmp(fc, "wait")) e->first_chunk_overlap = 0;
-    if (fc && !strcmp(fc, "flow")) e->first_chunk_overlap = 1;
-    if (fc && !strcmp(fc, "overlap")) e->first_chunk_overlap = 2;
-  }
   engine_log(e, COSY_LOG_INFO, "model %s loaded in %.2f s (%s backend)", e->model_path_buf,
              cosy_now() - t0, e->be->name);
-  e->n_workers = cfg->max_active;
-  e->workers = (struct engine_worker *)cosy_calloc((size_t)e->n_workers, sizeof *e->workers);
-  if (!e->workers) { st = COSY_ERR_NO_MEMORY; goto fail; }
-  for (int i = 0; i < e->n_workers; i++) {
-    e->workers[i].e = e;
-    int rc = pthread_create(&e->workers[i].th, NULL, worker_main, &e->workers[i]);
-    if (rc) {
-      st = cosy_err(COSY_ERR_INTERNAL, "cannot start worker thread: %s", strerror(rc));
-      e->n_workers = i;
-      goto fail;
-    }
-  }
+  if ((st = sched_start(e))) goto fail;
   *out = e;
   return COSY_OK;
 fail:;
@@ -153,21 +95,13 @@ fail:;
 }
 
 void engine_destroy(cosy_engine *e) {
-  pthread_mutex_lock(&e->mu);
-  e->stopping = 1;
-  for (cosy_request *r = e->q_head; r; r = r->next) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
-  for (int i = 0; i < e->n_workers; i++)
-    if (e->workers[i].cur) __atomic_store_n(&e->workers[i].cur->cancel, 1, __ATOMIC_SEQ_CST);
-  pthread_cond_broadcast(&e->cv_work);
-  pthread_mutex_unlock(&e->mu);
-  for (int i = 0; i < e->n_workers; i++) pthread_join(e->workers[i].th, NULL);
-  free(e->workers);
+  sched_stop(e);
   if (e->be) e->be->destroy(e);
   voice_frontend_free(e->frontend);
+  cosy_text_norm_free(e->tn);
   cosy_tokenizer_free(e->tok);
   cosy_model_free(e->model);
   pthread_mutex_destroy(&e->mu);
-  pthread_cond_destroy(&e->cv_work);
   free(e->model_path_buf);
   free(e);
 }
@@ -178,6 +112,7 @@ cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s) {
   s->weights_bytes = s->kv_bytes = s->workspace_bytes = s->device_bytes_total = 0;
   s->kv_pages_total = s->kv_pages_used = 0;
   e->be->stats(e, s);
+  sched_stats(e, s);
   s->active = e->n_active;
   s->queued = e->n_queued;
   s->requests_done = e->requests_done;
@@ -207,24 +142,11 @@ cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
   r->voice = (cosy_voice *)v;
   voice_ref(r->voice);
   r->t_submit = cosy_now();
-  pthread_mutex_lock(&e->mu);
-  if (e->stopping) {
-    pthread_mutex_unlock(&e->mu);
+  cosy_status st = sched_submit(e, r);
+  if (st) {
     request_free(r);
-    return cosy_err(COSY_ERR_INVALID_ARG, "the engine is being destroyed");
+    return st;
   }
-  if (e->n_queued >= e->cfg.max_queued) {
-    int q = e->n_queued;
-    pthread_mutex_unlock(&e->mu);
-    request_free(r);
-    return cosy_err(COSY_ERR_QUEUE_FULL, "%d requests are already queued (max_queued)", q);
-  }
-  if (e->q_tail) e->q_tail->next = r;
-  else e->q_head = r;
-  e->q_tail = r;
-  e->n_queued++;
-  pthread_cond_signal(&e->cv_work);
-  pthread_mutex_unlock(&e->mu);
   *out = r;
   return COSY_OK;
 }
@@ -234,7 +156,13 @@ int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
   pthread_mutex_lock(&e->mu);
   e->samples_out += n;
   pthread_mutex_unlock(&e->mu);
+  /* t_first and offset are read by cosy_request_get_stats on the caller's thread: written under
+   * r->mu (make test-tsan, test_synth's test_stats_while_running, caught them unlocked) */
+  pthread_mutex_lock(&r->mu);
   if (r->t_first == 0 && (n > 0 || last)) r->t_first = cosy_now();
+  int64_t offset = r->offset;
+  if (r->fn) r->offset += n;
+  pthread_mutex_unlock(&r->mu);
   if (r->fn) {
     cosy_chunk c;
     memset(&c, 0, sizeof c);
@@ -242,9 +170,8 @@ int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
     c.flags = last ? COSY_CHUNK_LAST : 0;
     c.pcm = pcm;
     c.n_samples = n;
-    c.offset = r->offset;
+    c.offset = offset;
     c.sample_rate = r->params.sample_rate;
-    r->offset += n;
     int32_t stop = r->fn(r->user, &c);
     if (stop) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
     return stop != 0;

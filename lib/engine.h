@@ -1,11 +1,12 @@
 /* engine.h - internal structures behind the public handles (cosy_engine, cosy_voice,
  * cosy_request) and the CPU synthesis pipeline.
  *
- * Threads: the engine owns `n_workers` worker threads and a FIFO of submitted requests. A worker
- * takes a request and runs the whole utterance (pipeline_run), delivering audio chunk by chunk
- * either to the request's push callback or into its pull buffer. cosy_synthesize is a submit
- * whose chunks are collected, then a wait. Cancellation is a flag polled at every LLM token,
- * every flow Euler step and every vocoder call. */
+ * Threads: the scheduler (lib/scheduler.c) owns the compute: its LLM thread admits requests and
+ * runs one batched decode step over every active sequence per iteration, its token-to-wave
+ * thread runs batched flow and vocoder calls and delivers audio chunk by chunk either to the
+ * request's push callback or into its pull buffer. cosy_synthesize is a submit whose chunks are
+ * collected, then a wait. Cancellation is a flag polled at every LLM step, flow call and vocoder
+ * call. */
 #ifndef COSY_ENGINE_H
 #define COSY_ENGINE_H
 
@@ -16,6 +17,7 @@
 #include "model.h"
 
 struct cosy_tokenizer;
+struct cosy_text_norm;
 
 struct cosy_voice {
   int refs;                      /* atomic (__atomic builtins) */
@@ -28,9 +30,10 @@ struct cosy_voice {
 };
 
 /* A compute backend: the CPU reference (lib/backend_cpu.c) or the GPU (lib/gpu/backend_gpu.c).
- * The pipeline (pipeline.c) drives either through these calls; the sampling, the silent-token
- * filter and the chunk schedule are shared, so both backends follow the same semantics. Calls
- * may come from several worker threads at once; a backend serializes what it must. */
+ * The scheduler (scheduler.c) drives either through these batch-shaped calls; sampling, the
+ * silent-token filter and the chunk schedule live in the scheduler, so both backends follow one
+ * set of semantics. The LLM calls come from the scheduler's LLM thread only, the flow and
+ * vocoder calls from its token-to-wave thread only; the two sides may run at the same time. */
 struct cosy_rng;
 struct cosy_sampling;
 
@@ -45,12 +48,55 @@ typedef struct cosy_next_req {
   struct cosy_rng *rng;        /* the request's generator, advanced by the draws */
 } cosy_next_req;
 
+/* One row of a batched LLM decode step: feed `token` to `seq`, sample the next token. */
+typedef struct cosy_llm_row {
+  void *seq;
+  int32_t token;
+  cosy_next_req nx;
+  int32_t next;                /* out */
+  cosy_status status;          /* out: this row's sampling (COSY_OK or why not) */
+} cosy_llm_row;
+
+/* The prompt side of a request's flow calls (constant over the utterance). */
+typedef struct cosy_flow_prompt {
+  const int32_t *tokens;       /* prompt speech tokens [n_tokens] */
+  int n_tokens;
+  const float *mel;            /* frame-major [2 n_tokens][80] */
+  const float *spk;            /* [192] speaker embedding */
+} cosy_flow_prompt;
+
+/* One flow call of a batch: mel frames of the request's generated tokens.
+ *   tokens = prompt tokens then generated ones; n_gen of them are used (incl. the 3 look-ahead
+ *   tokens when !finalize). The call computes the mel of prompt + tokens with the block-causal
+ *   mask (full_attention = 0) or full attention, and returns generated frames
+ *   [frame_from, frame_from + n_frames) in `mel` (frame-major, caller's buffer). Frames before
+ *   frame_from were returned by earlier calls of the same state; with block-causal calls that end
+ *   on 50-frame blocks a backend may keep what those calls computed instead of recomputing it. */
+typedef struct cosy_flow_job {
+  void *fs;                    /* the request's flow state (flow_open) */
+  const int32_t *tokens;       /* [n_prompt + n_gen] */
+  int n_gen;
+  int finalize;                /* last call: every token, zero look-ahead */
+  int full_attention;
+  int frame_from, n_frames;
+  float *mel;                  /* out: [n_frames][80] */
+  cosy_status status;          /* out */
+} cosy_flow_job;
+
+/* One vocoder call of a batch: append n_new mel frames (frame-major) to the request's vocoder
+ * state; the samples that became final come back in wav (malloc'd) / n. finalize = last call. */
+typedef struct cosy_voc_job {
+  void *vs;
+  const float *mel;
+  int n_new;
+  int finalize;
+  float *wav;                  /* out, malloc'd (free()) */
+  int64_t n;                   /* out */
+  cosy_status status;          /* out */
+} cosy_voc_job;
+
 typedef struct cosy_backend {
   const char *name;
-  /* while the first chunk of an utterance is made: 0 the LLM waits for the whole chunk; 1 it
-   * waits for the chunk's flow only (the vocoder runs urgently beside it); 2 it goes on (flow
-   * and vocoder urgently beside it). Urgent work runs ahead of the LLM where the backend can. */
-  int first_chunk_overlap;
   cosy_status (*create)(struct cosy_engine *e);           /* sets e->be_state */
   void (*destroy)(struct cosy_engine *e);
   void (*stats)(const struct cosy_engine *e, cosy_engine_stats *s);
@@ -58,47 +104,57 @@ typedef struct cosy_backend {
   cosy_status (*llm_input)(struct cosy_engine *e, const int32_t *prompt_text, int n_pt,
                            const int32_t *tts_text, int n_tt, const int32_t *prompt_speech,
                            int n_ps, float **emb, int *L);
-  /* one sequence: open for max_positions, prefill, decode one token at a time; prefill and
-   * decode both end by sampling the next token (*next) as nx says */
+  /* a sequence of at most max_positions; COSY_ERR_GPU_NO_MEMORY when the KV pool cannot hold it
+   * now (the scheduler keeps the request waiting) */
   cosy_status (*llm_open)(struct cosy_engine *e, int max_positions, void **seq);
   void (*llm_close)(struct cosy_engine *e, void *seq);
+  /* L more positions of emb into seq; with nx != NULL (the prompt's last piece) the next token
+   * is sampled into *next */
   cosy_status (*llm_prefill)(struct cosy_engine *e, void *seq, const float *emb, int L,
                              const cosy_next_req *nx, int32_t *next);
-  cosy_status (*llm_decode)(struct cosy_engine *e, void *seq, int32_t token,
-                            const cosy_next_req *nx, int32_t *next);
-  /* ref_flow_infer's contract (mel host, channels-first, malloc'd); urgent: the first chunk of
-   * an utterance (the time to first audio waits on it) */
-  cosy_status (*flow_infer)(struct cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
-                            const float *prompt_mel, int n_prompt_frames, const float *spk,
-                            int streaming, int finalize, int urgent, const volatile int *cancel,
-                            float **mel, int *n_frames);
-  /* ref_hift_infer's contract with the default noise */
-  cosy_status (*hift_infer)(struct cosy_engine *e, const float *mel, int T, int finalize,
-                            int urgent, const volatile int *cancel, float **wav, int64_t *n);
+  /* one decode step of n distinct sequences, each row sampled with its own parameters and
+   * generator; a failing row sets its status, a failing step returns non-zero */
+  cosy_status (*llm_step)(struct cosy_engine *e, cosy_llm_row *rows, int n);
+  /* flow state for an utterance of at most max_gen generated tokens */
+  cosy_status (*flow_open)(struct cosy_engine *e, const cosy_flow_prompt *p, int max_gen,
+                           void **fs);
+  void (*flow_close)(struct cosy_engine *e, void *fs);
+  /* n calls of distinct states; urgent: a first chunk is among them (time to first audio) */
+  cosy_status (*flow_run)(struct cosy_engine *e, cosy_flow_job *jobs, int n, int urgent,
+                          const volatile int *cancel);
+  cosy_status (*voc_open)(struct cosy_engine *e, int max_frames, void **vs);
+  void (*voc_close)(struct cosy_engine *e, void *vs);
+  cosy_status (*vocode)(struct cosy_engine *e, cosy_voc_job *jobs, int n, int urgent,
+                        const volatile int *cancel);
 } cosy_backend;
+
+/* flow_job_take (lib/backend_cpu.c, shared by the backends): copy the job's frames out of a
+ * CHANNELS-FIRST [80][frames] mel of generated frames. */
+cosy_status flow_job_take(cosy_flow_job *j, const float *mel_cf, int frames);
 
 extern const cosy_backend cosy_backend_cpu;
 #ifdef COSY_WITH_CUDA
 extern const cosy_backend cosy_backend_gpu;
 #endif
 
+struct cosy_sched;
+
+#define COSY_GPU_MAX_ACTIVE 256  /* sequences one GPU decode step can batch */
+
 struct cosy_engine {
   cosy_engine_config cfg;        /* copy; model_path points into model_path_buf */
   char *model_path_buf;
   cosy_model *model;
   struct cosy_tokenizer *tok;
+  struct cosy_text_norm *tn;     /* text front end (lib/text); minimal without grammars */
   const cosy_backend *be;
   void *be_state;
   int speech_vocab;              /* rows of the LLM's speech head (6761) */
-  int first_chunk_overlap;       /* the backend's choice, or COSY_FIRST_CHUNK=wait|flow|overlap */
 
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work;        /* workers wait for requests */
-  struct cosy_request *q_head, *q_tail;
+  pthread_mutex_t mu;            /* the scheduler's queues and every request's shared state */
+  struct cosy_sched *sched;      /* lib/scheduler.c */
   int n_queued, n_active, n_voices;
   int stopping;
-  int n_workers;
-  struct engine_worker *workers;
   int64_t requests_done, samples_out;
   struct voice_frontend *frontend; /* speech tokenizer + CAM++, made on first use (voice_audio.c) */
 };
@@ -121,7 +177,8 @@ struct cosy_request {
   cosy_status final_status;
   char error[512];               /* message of a failed request */
   int released;                  /* the caller gave its handle back */
-  struct cosy_request *next;     /* engine queue */
+  struct cosy_request *next;     /* scheduler queue */
+  struct sjob *job;              /* the scheduler's state of this utterance (scheduler.c) */
 
   /* pull buffer (fn == NULL): samples produced and not yet read */
   float *buf;
@@ -133,10 +190,17 @@ struct cosy_request {
   int32_t n_text_tokens, n_speech_tokens, n_chunks;
 };
 
-/* Run one request to the end on the calling thread: text -> tokens -> LLM -> flow -> HiFT ->
- * (resample) -> deliver(). Returns the request's final status (COSY_ERR_CANCELLED when cancelled)
- * with cosy_last_error() set on failure. */
-cosy_status pipeline_run(struct cosy_engine *e, struct cosy_request *r);
+/* The scheduler (lib/scheduler.c): started by engine_create after the backend, stopped by
+ * engine_destroy (every request cancelled and finished, its threads joined). */
+cosy_status sched_start(struct cosy_engine *e);
+void sched_stop(struct cosy_engine *e);
+/* Queue a request (COSY_ERR_QUEUE_FULL beyond max_queued). */
+cosy_status sched_submit(struct cosy_engine *e, struct cosy_request *r);
+/* Mark the request finished with status st (wakes waiters and readers; frees it when released). */
+void request_finish(struct cosy_request *r, cosy_status st, const char *msg);
+void request_free(struct cosy_request *r);
+/* The scheduler's counters into s (batch sizes per stage). */
+void sched_stats(const struct cosy_engine *e, cosy_engine_stats *s);
 /* Deliver a chunk to the request (callback or pull buffer). Returns non-zero to cancel. */
 int request_deliver(struct cosy_request *r, const float *pcm, int64_t n, int last);
 

@@ -72,12 +72,14 @@ static void test_layout_pinned(void **state) {
   (void)state;
   if (sizeof(void *) != 8) skip(); /* the table is for LP64 */
   static const pin pins[] = {
-      SZ(cosy_engine_config, 56), OFF(cosy_engine_config, flags, 4),
+      SZ(cosy_engine_config, 64), OFF(cosy_engine_config, flags, 4),
       OFF(cosy_engine_config, model_path, 8), OFF(cosy_engine_config, device, 16),
       OFF(cosy_engine_config, gpu_memory_fraction, 20), OFF(cosy_engine_config, max_active, 24),
       OFF(cosy_engine_config, max_queued, 28), OFF(cosy_engine_config, cpu_threads, 32),
       OFF(cosy_engine_config, log_level, 36), OFF(cosy_engine_config, log_fn, 40),
       OFF(cosy_engine_config, log_user, 48),
+      /* appended after 0.1 (older callers pass struct_size 56) */
+      OFF(cosy_engine_config, first_chunk_wait_max, 56), OFF(cosy_engine_config, reserved3, 60),
 
       SZ(cosy_synth_params, 64), OFF(cosy_synth_params, flags, 4), OFF(cosy_synth_params, mode, 8),
       OFF(cosy_synth_params, sample_rate, 12), OFF(cosy_synth_params, instruct_text, 16),
@@ -93,12 +95,17 @@ static void test_layout_pinned(void **state) {
       OFF(cosy_voice_features, speaker_embedding, 40), OFF(cosy_voice_features, speaker_dim, 48),
       OFF(cosy_voice_features, reserved2, 52),
 
-      SZ(cosy_engine_stats, 72), OFF(cosy_engine_stats, weights_bytes, 8),
+      SZ(cosy_engine_stats, 128), OFF(cosy_engine_stats, weights_bytes, 8),
       OFF(cosy_engine_stats, kv_bytes, 16), OFF(cosy_engine_stats, workspace_bytes, 24),
       OFF(cosy_engine_stats, device_bytes_total, 32), OFF(cosy_engine_stats, kv_pages_total, 40),
       OFF(cosy_engine_stats, kv_pages_used, 44), OFF(cosy_engine_stats, active, 48),
       OFF(cosy_engine_stats, queued, 52), OFF(cosy_engine_stats, requests_done, 56),
       OFF(cosy_engine_stats, audio_samples_out, 64),
+      /* appended after 0.1 (older callers pass struct_size 72) */
+      OFF(cosy_engine_stats, llm_steps, 72), OFF(cosy_engine_stats, llm_step_rows, 80),
+      OFF(cosy_engine_stats, flow_calls, 88), OFF(cosy_engine_stats, flow_jobs, 96),
+      OFF(cosy_engine_stats, vocoder_calls, 104), OFF(cosy_engine_stats, vocoder_jobs, 112),
+      OFF(cosy_engine_stats, flow_pages_total, 120), OFF(cosy_engine_stats, flow_pages_used, 124),
 
       SZ(cosy_request_stats, 72), OFF(cosy_request_stats, ttfb_s, 8),
       OFF(cosy_request_stats, total_s, 16), OFF(cosy_request_stats, llm_s, 24),
@@ -182,10 +189,15 @@ static void test_engine_config_sizes(void **state) {
   assert_int_equal(cosy_engine_create(&n.v01, &e), COSY_ERR_STRUCT_SIZE);
 
   cosy_engine_config c;
-  cosy_engine_config_init(&c, sizeof c - 8);
+  /* a 0.1 caller (56 bytes) is served: the appended fields read as 0 (defaults) */
+  cosy_engine_config_init(&c, 56);
+  c.device = COSY_DEVICE_CPU;
+  assert_int_equal(cosy_engine_create(&c, &e), COSY_ERR_INVALID_ARG); /* no model_path */
+  assert_non_null(strstr(cosy_last_error(), "model_path"));
+  cosy_engine_config_init(&c, 56 - 8); /* smaller than the first version */
   c.device = COSY_DEVICE_CPU;
   assert_int_equal(cosy_engine_create(&c, &e), COSY_ERR_STRUCT_SIZE);
-  print_message("older caller (struct_size %zu): %s\n", sizeof c - 8, cosy_last_error());
+  print_message("older caller (struct_size %d): %s\n", 56 - 8, cosy_last_error());
   c.struct_size = 0;
   assert_int_equal(cosy_engine_create(&c, &e), COSY_ERR_STRUCT_SIZE);
   c.struct_size = 1u << 30; /* absurd: refused before reading anything beyond the struct */
@@ -373,7 +385,12 @@ static void test_engine_stats_sizes(void **state) {
   n.appended = 3;
   assert_int_equal(cosy_engine_get_stats(f->e, &n.v01), COSY_ERR_STRUCT_SIZE);
   cosy_engine_stats older;
-  cosy_engine_stats_init(&older, sizeof older - 8);
+  cosy_engine_stats_init(&older, 72); /* a 0.1 caller: served, nothing written past 72 bytes */
+  memset((char *)&older + 72, 0x5A, sizeof older - 72);
+  assert_int_equal(cosy_engine_get_stats(f->e, &older), COSY_OK);
+  assert_true(older.weights_bytes == ref.weights_bytes);
+  for (size_t k = 72; k < sizeof older; k++) assert_int_equal(((unsigned char *)&older)[k], 0x5A);
+  cosy_engine_stats_init(&older, 72 - 8); /* smaller than the first version */
   assert_int_equal(cosy_engine_get_stats(f->e, &older), COSY_ERR_STRUCT_SIZE);
 }
 

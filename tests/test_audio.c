@@ -44,9 +44,9 @@ static double urand(void) { /* xorshift64*, uniform [0, 1) */
 }
 
 static const char *tmp_path(const char *tag) {
-  static char buf[256];
-  snprintf(buf, sizeof buf, "/tmp/cosy_test_audio_%d_%s.wav", (int)getpid(), tag);
-  return buf;
+  char name[64];
+  snprintf(name, sizeof name, "audio_%s.wav", tag);
+  return tu_tmp_path(name);
 }
 
 static void write_bytes(const char *path, const unsigned char *b, size_t n) {
@@ -703,6 +703,14 @@ static void test_invalid_args(void **state) {
   print_message("NaN: %s\n", cosy_last_error());
   x[100] = INFINITY;
   assert_int_equal(cosy_audio_to_mel(x, 2000, 48000, &mel, &T), COSY_ERR_INVALID_ARG);
+  /* finite but huge (overflowed the power spectrum to an infinite mel; tests/fuzz/regressions/wav) */
+  x[100] = 7.2e31f;
+  assert_int_equal(cosy_audio_to_mel(x, 2000, 24000, &mel, &T), COSY_ERR_INVALID_ARG);
+  print_message("huge: %s\n", cosy_last_error());
+  x[100] = -65536.0f; /* the largest magnitude taken: every mel value finite */
+  assert_int_equal(cosy_audio_to_mel(x, 2000, 24000, &mel, &T), COSY_OK);
+  for (int i = 0; i < T * 80; i++) assert_true(isfinite(mel[i]));
+  free(mel);
   x[100] = 0.0f;
   /* the smallest valid input, and the rate limits */
   assert_int_equal(cosy_audio_to_mel(x, 721, 24000, &mel, &T), COSY_OK);

@@ -740,12 +740,156 @@ static void test_full_model(void **state) {
   assert_true(ok);
 }
 
+/* batched calls with block caches (gpu_flow_batch) against single calls (gpu_flow_infer, which
+ * recomputes the prefix) and the CPU reference: the first chunk (from scratch), then the last
+ * (block-causal, finalize) from the cached blocks; two identical requests in one batch must each
+ * equal the request alone (batch invariance of the packed path) */
+static void test_batch_cache(void **state) {
+  fixture *fx = *state;
+  if (fx->why) skip();
+  gpu_flow *gf = NULL;
+  assert_int_equal(gpu_flow_create(fx->g, fx->m, 2 * MAX_FRAMES_SMALL, &gf), COSY_OK);
+  assert_int_equal(gpu_flow_pool(gf, 32 * gpu_flow_page_bytes(gf)), COSY_OK);
+  print_message("  flow pool: %d pages of %.1f MiB\n", gpu_flow_pages_total(gf),
+                gpu_flow_page_bytes(gf) / 1048576.0);
+  const int P = fx->n_prompt, G = fx->n_flow;
+  const int pad = (25 - P % 25) % 25, hop = 25 + pad;
+  gpu_flow_req *q[3];
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(gpu_flow_req_open(gf, fx->tokens, P, fx->prompt_feat, fx->spk, G, &q[i]),
+                     COSY_OK);
+  /* chunk 1: frames [0, 2 hop) of generated, from n_gen = hop + 3 */
+  const int n1 = 2 * hop;
+  float *m1 = nan_buf((size_t)3 * n1 * 80);
+  gpu_flow_call c[3];
+  memset(c, 0, sizeof c);
+  for (int i = 0; i < 3; i++) {
+    c[i].q = q[i];
+    c[i].tokens = fx->tokens;
+    c[i].n_gen = hop + 3;
+    c[i].frame_from = 0;
+    c[i].n_frames = n1;
+    c[i].mel = m1 + (size_t)i * n1 * 80;
+  }
+  cosy_status st = gpu_flow_batch(gf, c, 1, NULL); /* q[0] alone */
+  if (st) print_message("gpu_flow_batch: %s\n", cosy_last_error());
+  assert_int_equal(st, COSY_OK);
+  assert_int_equal(gpu_flow_batch(gf, c + 1, 2, NULL), COSY_OK); /* q[1], q[2] together */
+  float *gm = NULL, *rm = NULL;
+  int gn = 0, rn = 0;
+  assert_int_equal(gpu_flow_infer(gf, fx->tokens, P, hop + 3, fx->prompt_feat, 2 * P, fx->spk, 1, 0,
+                                  NULL, &gm, &gn),
+                   COSY_OK);
+  assert_int_equal(ref_flow_infer(fx->rf, fx->tokens, P, hop + 3, fx->prompt_feat, 2 * P, fx->spk,
+                                  1, 0, NULL, &rm, &rn, NULL),
+                   COSY_OK);
+  assert_true(gn >= n1 && rn == gn);
+  /* the single calls are channels-first [80][gn]: take frames [0, n1) frame-major */
+  float *g1 = nan_buf((size_t)n1 * 80), *r1 = nan_buf((size_t)n1 * 80);
+  for (int t = 0; t < n1; t++)
+    for (int k = 0; k < 80; k++) {
+      g1[(size_t)t * 80 + k] = gm[(size_t)k * gn + t];
+      r1[(size_t)t * 80 + k] = rm[(size_t)k * rn + t];
+    }
+  int ok = report("BATCH chunk 1 vs gpu_flow_infer", m1, g1, (size_t)n1 * 80, TOL);
+  ok &= report("BATCH chunk 1 vs CPU ref", m1, r1, (size_t)n1 * 80, TOL);
+  const double inv = tu_max_abs_diff(m1 + (size_t)n1 * 80, m1, (size_t)n1 * 80);
+  const double inv2 = tu_max_abs_diff(m1 + (size_t)2 * n1 * 80, m1, (size_t)n1 * 80);
+  print_message("  BATCH chunk 1: in a batch of 2 vs alone: max abs %.3g / %.3g\n", inv, inv2);
+  free(gm);
+  free(rm);
+  /* the last call: every token, finalize, block-causal, from the cached blocks */
+  const int n2 = 2 * (G - hop);
+  float *m2 = nan_buf((size_t)3 * n2 * 80);
+  for (int i = 0; i < 3; i++) {
+    c[i].n_gen = G;
+    c[i].finalize = 1;
+    c[i].frame_from = n1;
+    c[i].n_frames = n2;
+    c[i].mel = m2 + (size_t)i * n2 * 80;
+  }
+  assert_int_equal(gpu_flow_batch(gf, c, 1, NULL), COSY_OK);
+  assert_int_equal(gpu_flow_batch(gf, c + 1, 2, NULL), COSY_OK);
+  assert_int_equal(gpu_flow_infer(gf, fx->tokens, P, G, fx->prompt_feat, 2 * P, fx->spk, 1, 1,
+                                  NULL, &gm, &gn),
+                   COSY_OK);
+  assert_int_equal(ref_flow_infer(fx->rf, fx->tokens, P, G, fx->prompt_feat, 2 * P, fx->spk, 1, 1,
+                                  NULL, &rm, &rn, NULL),
+                   COSY_OK);
+  assert_true(gn == n1 + n2 && rn == gn);
+  float *g2 = nan_buf((size_t)n2 * 80), *r2 = nan_buf((size_t)n2 * 80);
+  for (int t = 0; t < n2; t++)
+    for (int k = 0; k < 80; k++) {
+      g2[(size_t)t * 80 + k] = gm[(size_t)k * gn + n1 + t];
+      r2[(size_t)t * 80 + k] = rm[(size_t)k * rn + n1 + t];
+    }
+  ok &= report("BATCH last (cached) vs gpu_flow_infer", m2, g2, (size_t)n2 * 80, TOL);
+  ok &= report("BATCH last (cached) vs CPU ref", m2, r2, (size_t)n2 * 80, TOL);
+  print_message("  BATCH last: in a batch of 2 vs alone: max abs %.3g / %.3g\n",
+                tu_max_abs_diff(m2 + (size_t)n2 * 80, m2, (size_t)n2 * 80),
+                tu_max_abs_diff(m2 + (size_t)2 * n2 * 80, m2, (size_t)n2 * 80));
+  /* three chunks (first, a middle one from the cache, the last from the cache) on a longer
+   * utterance: the golden tokens plus 60 more */
+  {
+    const int G3 = G + 60;
+    int32_t *t3 = (int32_t *)malloc(sizeof(int32_t) * (size_t)(P + G3));
+    memcpy(t3, fx->tokens, sizeof(int32_t) * (size_t)(P + G));
+    for (int i = 0; i < 60; i++) t3[P + G + i] = (i * 7919 + 17) % 6561;
+    gpu_flow_req *q3 = NULL;
+    assert_int_equal(gpu_flow_req_open(gf, t3, P, fx->prompt_feat, fx->spk, G3, &q3), COSY_OK);
+    const int offs[4] = {0, hop, hop + 50, G3};
+    for (int ch = 0; ch < 3; ch++) {
+      const int fin = ch == 2, ngen = fin ? G3 : offs[ch + 1] + 3;
+      const int nf = 2 * (offs[ch + 1] - offs[ch]);
+      float *mm = nan_buf((size_t)nf * 80), *gg = NULL;
+      gpu_flow_call c3;
+      memset(&c3, 0, sizeof c3);
+      c3.q = q3;
+      c3.tokens = t3;
+      c3.n_gen = ngen;
+      c3.finalize = fin;
+      c3.frame_from = 2 * offs[ch];
+      c3.n_frames = nf;
+      c3.mel = mm;
+      assert_int_equal(gpu_flow_batch(gf, &c3, 1, NULL), COSY_OK);
+      int n3 = 0;
+      assert_int_equal(gpu_flow_infer(gf, t3, P, ngen, fx->prompt_feat, 2 * P, fx->spk, 1, fin,
+                                      NULL, &gg, &n3),
+                       COSY_OK);
+      float *g3 = nan_buf((size_t)nf * 80);
+      for (int t = 0; t < nf; t++)
+        for (int k = 0; k < 80; k++) g3[(size_t)t * 80 + k] = gg[(size_t)k * n3 + 2 * offs[ch] + t];
+      char nm[64];
+      snprintf(nm, sizeof nm, "BATCH3 chunk %d vs gpu_flow_infer", ch);
+      ok &= report(nm, mm, g3, (size_t)nf * 80, TOL);
+      free(mm);
+      free(gg);
+      free(g3);
+    }
+    gpu_flow_req_close(gf, q3);
+    free(t3);
+  }
+  for (int i = 0; i < 3; i++) gpu_flow_req_close(gf, q[i]);
+  assert_int_equal(gpu_flow_pages_free(gf), gpu_flow_pages_total(gf));
+  free(gm);
+  free(rm);
+  free(g1);
+  free(r1);
+  free(g2);
+  free(r2);
+  free(m1);
+  free(m2);
+  gpu_flow_free(gf);
+  assert_true(ok);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernels),   cmocka_unit_test(test_estimator),
       cmocka_unit_test(test_flow_a),    cmocka_unit_test(test_flow_b),
       cmocka_unit_test(test_flow_c),    cmocka_unit_test(test_graphs),
-      cmocka_unit_test(test_invalid),   cmocka_unit_test(test_full_model),
+      cmocka_unit_test(test_invalid),   cmocka_unit_test(test_batch_cache),
+      cmocka_unit_test(test_full_model),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

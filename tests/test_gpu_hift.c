@@ -33,6 +33,23 @@
  * gpu_hift_infer at T = 100 non-final (the first W1 chunk) and T = 224 final (4.5 s of audio):
  * median of 15 runs after 3 warm-ups, CUDA events on the stream and host wall time, for both
  * conv precisions.
+ * Streaming kernels: cosy_k_hift_sine_at / cosy_k_hift_source_at over 3 calls (phase sums carried
+ *   on the device, absolute frame base) vs one call: bit-identical.
+ * Streaming (gpu_hift_stream_run), small model, a gpu_hift of 256 frames: four streams with
+ *   different chunkings (1-frame chunks then 10s with a final T_new = 0 call, random 1..12, 50 then
+ *   70 final, one final chunk of 64) batched per round: every non-final prefix vs
+ *   gpu_hift_infer(so far, 0) (2e-3 rel L2), each concatenation vs the CPU whole-mel
+ *   ref_hift_infer (2e-2, the decode bound) and vs the GPU whole-mel gpu_hift_infer (2e-3: the
+ *   same kernels on other lengths; only reduction splits may differ), and batch invariance (each
+ *   job run alone, and the batch on a gpu_hift of 120 frames that must split it in two:
+ *   bit-identical, differing samples counted). Each comparison prints rel L2, max
+ *   abs and where the largest difference is (sample, mel frame, which call returned it), so one
+ *   run locates a window or state error (an error confined to the samples just after a call
+ *   boundary points at the left context; one growing along the utterance at the phase sums).
+ *   Arguments (same stream twice, NULL mel, window over max_frames, finalized stream), cancel
+ *   (nothing returned, the stream goes on and still matches), an empty final call.
+ *   With COSY_FULL_MODEL: chunks 50/100/60 vs the whole-mel GPU runs (2e-2) and the time of each
+ *   stream call against the whole-mel re-run.
  * Without a CUDA device (or built without CUDA) everything skips; on a device a wrong result
  * fails. */
 #include <math.h>
@@ -660,6 +677,63 @@ static void test_kernel_noise(void **state) {
   assert_int_equal(d, 0);
 }
 
+/* cosy_k_hift_sine_at / cosy_k_hift_source_at (the streaming source): the frames split into
+ * three calls that carry the phase sums (device fp64) and use an absolute frame base give the
+ * values of one call over all frames bit for bit (every differing value counted, the first
+ * printed with its frame). */
+static void test_kernel_source_split(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  const int T = 300, nb = 8, nh = 9, R = 480, cut[4] = {0, 1, 121, 300};
+  float f0[300];
+  rng_seed(808);
+  for (int t = 0; t < T; t++) f0[t] = (t % 7 == 0) ? frand(0, 9.5f) : frand(60, 420);
+  float lw[9];
+  for (int h = 0; h < nh; h++) lw[h] = frand(-0.5f, 0.5f);
+  float *d_f0 = dev_upload(f0, sizeof f0), *d_lw = dev_upload(lw, sizeof lw);
+  float *d_all = dev_nan((size_t)T * nh), *d_part = dev_nan((size_t)T * nh);
+  float *d_s_all = dev_nan((size_t)T * R), *d_s_part = dev_nan((size_t)T * R);
+  double *d_cum = NULL;
+  CU(cudaMalloc((void **)&d_cum, nh * sizeof(double)));
+  cudaStream_t st = fx->g->stream;
+  CU(cosy_k_hift_sine(st, d_f0, T, nb, R, 24000.f, 0.1f, NULL, d_all));
+  CU(cosy_k_hift_source(st, d_f0, d_all, nb, R, 0, (int64_t)T * R, NULL, d_lw, 0.05f, 10.f,
+                        0.003f, 0.1f / 3, d_s_all));
+  for (int c = 0; c < 3; c++) {
+    const int k0 = cut[c], n = cut[c + 1] - cut[c];
+    CU(cosy_k_hift_sine_at(st, d_f0 + k0, n, nb, R, 24000.f, 0.1f, NULL, k0, c ? d_cum : NULL,
+                           d_cum, d_part + (size_t)k0 * nh));
+    CU(cosy_k_hift_source_at(st, d_f0 + k0, d_part + (size_t)k0 * nh, nb, R, (int64_t)k0 * R,
+                             (int64_t)n * R, k0, NULL, d_lw, 0.05f, 10.f, 0.003f, 0.1f / 3,
+                             d_s_part + (size_t)k0 * R));
+  }
+  CU(cudaStreamSynchronize(st));
+  float *a = malloc(sizeof(float) * T * R), *b = malloc(sizeof(float) * T * R);
+  CU(cudaMemcpy(a, d_all, sizeof(float) * T * nh, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(b, d_part, sizeof(float) * T * nh, cudaMemcpyDeviceToHost));
+  size_t d1 = count_diff(a, b, (size_t)T * nh);
+  for (size_t i = 0; i < (size_t)T * nh && d1; i++)
+    if (memcmp(a + i, b + i, 4)) {
+      print_message("  first differing sine value: frame %zu harmonic %zu: %.9g vs %.9g\n", i / nh,
+                    i % nh, a[i], b[i]);
+      break;
+    }
+  CU(cudaMemcpy(a, d_s_all, sizeof(float) * T * R, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(b, d_s_part, sizeof(float) * T * R, cudaMemcpyDeviceToHost));
+  size_t d2 = count_diff(a, b, (size_t)T * R);
+  for (size_t i = 0; i < (size_t)T * R && d2; i++)
+    if (memcmp(a + i, b + i, 4)) {
+      print_message("  first differing source sample: %zu (frame %zu): %.9g vs %.9g\n", i, i / R,
+                    a[i], b[i]);
+      break;
+    }
+  print_message("%-52s %zu + %zu values differ  %s\n", "sine/source in 3 calls vs 1 (bit-exact)",
+                d1, d2, d1 + d2 == 0 ? "PASS" : "FAIL");
+  cudaFree(d_f0), cudaFree(d_lw), cudaFree(d_all), cudaFree(d_part), cudaFree(d_s_all);
+  cudaFree(d_s_part), cudaFree(d_cum), free(a), free(b);
+  assert_int_equal(d1 + d2, 0);
+}
+
 static void test_source_random(void **state) {
   fixture *fx = *state;
   NEED_MODEL(fx);
@@ -868,6 +942,10 @@ static void test_args(void **state) {
   free(s);
 }
 
+static float *to_fm(const float *cf, int T);
+static void stream_diag(const char *what, const float *got, const float *ref, int64_t n,
+                        const int64_t *call_end, int n_calls);
+
 /* ---- full-size model (COSY_FULL_MODEL) ------------------------------------------------------ */
 
 /* a smooth pseudo-random log-mel [80][T] around -5 (range about [-10, 1]) */
@@ -995,10 +1073,336 @@ static void test_full_model(void **state) {
     time_infer(fx, h, mel224, 224, 1, what);
   }
   free(mel100), free(mel224);
+  /* streaming at full size: chunks 50, 100, 60 (final) vs the whole-mel GPU runs, and the time of
+   * each stream call against the whole-mel re-run the caller would do instead; the streaming
+   * convs never split (default) and split automatically (gpu_hift_set_stream_split) */
+  for (int mode = 1; mode >= 0; mode--) {
+    assert_int_equal(gpu_hift_set_precision(h, COSY_HPREC_3XTF32), COSY_OK);
+    assert_int_equal(gpu_hift_set_stream_split(h, mode), COSY_OK);
+    const int TS = 210, ch[3] = {50, 100, 60};
+    float *cf = make_mel(TS, 8), *fm = to_fm(cf, TS), *out = malloc(sizeof(float) * TS * 480);
+    int64_t n_out = 0, ends[3];
+    gpu_hift_stream *st = NULL;
+    assert_int_equal(gpu_hift_stream_create(h, &st), COSY_OK);
+    int t = 0;
+    for (int i = 0; i < 3; i++) {
+      gpu_hift_job jb;
+      memset(&jb, 0, sizeof jb);
+      jb.st = st, jb.mel_new = fm + (size_t)t * 80, jb.T_new = ch[i], jb.finalize = i == 2;
+      double t0 = cosy_now();
+      assert_int_equal(gpu_hift_stream_run(h, &jb, 1, NULL), COSY_OK);
+      double t1 = cosy_now();
+      memcpy(out + n_out, jb.wav, sizeof(float) * jb.n), n_out += jb.n, ends[i] = n_out;
+      free(jb.wav);
+      t += ch[i];
+      float *cw = malloc(sizeof(float) * 80 * t), *w = NULL;
+      for (int c = 0; c < 80; c++) memcpy(cw + (size_t)c * t, cf + (size_t)c * TS, sizeof(float) * t);
+      int64_t n = 0;
+      double t2 = cosy_now();
+      assert_int_equal(gpu_hift_infer(h, cw, t, i == 2, NULL, &w, &n), COSY_OK);
+      double t3 = cosy_now();
+      print_message("full stream [split %s] call %d (+%d -> T %d): stream %.2f ms, whole-mel "
+                    "re-run %.2f ms (host wall, incl. copies; the first call includes warm-up)\n",
+                    mode ? "never" : "auto", i, ch[i], t, 1e3 * (t1 - t0), 1e3 * (t3 - t2));
+      assert_int_equal(n, n_out);
+      char what[64];
+      snprintf(what, sizeof what, "full stream after call %d vs GPU whole", i);
+      stream_diag(what, out, w, n, ends, i + 1);
+      ok &= check_line("  (asserted)", tu_rel_l2(out, w, (size_t)n), 2e-2);
+      free(cw), free(w);
+    }
+    gpu_hift_stream_free(h, st);
+    free(cf), free(fm), free(out);
+  }
+  assert_int_equal(gpu_hift_set_stream_split(h, 1), COSY_OK);
   gpu_hift_free(h);
   ref_hift_free(ref);
   cosy_model_free(m);
   assert_true(ok);
+}
+
+/* ---- streaming (gpu_hift_stream_run) --------------------------------------------------------- */
+
+/* frame-major [T][80] copy of a channels-first [80][T] mel */
+static float *to_fm(const float *cf, int T) {
+  float *fm = malloc(sizeof(float) * 80 * (size_t)T);
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < 80; c++) fm[(size_t)t * 80 + c] = cf[(size_t)c * T + t];
+  return fm;
+}
+
+/* Where got and ref differ most, and which call produced that sample (call_end[i] = samples
+ * returned after call i). Prints one line. */
+static void stream_diag(const char *what, const float *got, const float *ref, int64_t n,
+                        const int64_t *call_end, int n_calls) {
+  double worst = 0;
+  int64_t wi = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - ref[i]);
+    if (!(d <= worst)) worst = d, wi = i; /* NaN is the worst */
+  }
+  int call = 0;
+  while (call < n_calls - 1 && call_end[call] <= wi) call++;
+  const int64_t from = call ? call_end[call - 1] : 0;
+  print_message("%-46s rel L2 %.3e  max abs %.3e at sample %lld (call %d, samples [%lld, %lld), "
+                "mel frame %lld)\n",
+                what, tu_rel_l2(got, ref, (size_t)n), worst, (long long)wi, call,
+                (long long)from, (long long)call_end[call], (long long)(wi / 480));
+}
+
+#define S_STREAMS 4
+#define S_MAXCALLS 80
+
+typedef struct s_plan {
+  int T, n_calls, chunks[S_MAXCALLS];
+  float *mel_cf, *mel_fm;
+  float *out; /* concatenated output */
+  int64_t n_out, call_end[S_MAXCALLS];
+} s_plan;
+
+static void plan_init(s_plan *p, int T, uint64_t seed) {
+  memset(p, 0, sizeof *p);
+  p->T = T;
+  p->mel_cf = make_mel(T, seed);
+  p->mel_fm = to_fm(p->mel_cf, T);
+  p->out = malloc(sizeof(float) * (size_t)T * 480 + 4);
+}
+
+/* Run the plans' calls: round r batches call r of every plan that has one (batched = 1), or runs
+ * each job alone in the same order (batched = 0). Checks the lengths; with worst_prefix != NULL,
+ * the prefix after every non-final call vs gpu_hift_infer(so far, 0) (the worst rel L2 is stored
+ * there and each new worst is printed with its location). */
+static void run_plans(gpu_hift *h, s_plan *p, int np, int batched, double *worst_prefix) {
+  gpu_hift_stream *st[S_STREAMS];
+  int t[S_STREAMS] = {0}, max_calls = 0;
+  for (int i = 0; i < np; i++) {
+    assert_int_equal(gpu_hift_stream_create(h, &st[i]), COSY_OK);
+    p[i].n_out = 0;
+    max_calls = p[i].n_calls > max_calls ? p[i].n_calls : max_calls;
+  }
+  if (worst_prefix) *worst_prefix = 0;
+  for (int r = 0; r < max_calls; r++) {
+    gpu_hift_job jobs[S_STREAMS];
+    int idx[S_STREAMS], nj = 0;
+    for (int i = 0; i < np; i++) {
+      if (r >= p[i].n_calls) continue;
+      memset(&jobs[nj], 0, sizeof jobs[nj]);
+      jobs[nj].st = st[i];
+      jobs[nj].T_new = p[i].chunks[r];
+      jobs[nj].mel_new = jobs[nj].T_new ? p[i].mel_fm + (size_t)t[i] * 80 : NULL;
+      jobs[nj].finalize = r == p[i].n_calls - 1;
+      jobs[nj].wav = (float *)1, jobs[nj].n = -1;
+      idx[nj++] = i;
+    }
+    if (batched) {
+      cosy_status s = gpu_hift_stream_run(h, jobs, nj, NULL);
+      if (s) print_message("gpu_hift_stream_run (round %d, %d jobs): %s\n", r, nj, cosy_last_error());
+      assert_int_equal(s, COSY_OK);
+    } else {
+      for (int j = 0; j < nj; j++) {
+        cosy_status s = gpu_hift_stream_run(h, &jobs[j], 1, NULL);
+        if (s) print_message("gpu_hift_stream_run (round %d, job %d alone): %s\n", r, j,
+                             cosy_last_error());
+        assert_int_equal(s, COSY_OK);
+      }
+    }
+    for (int j = 0; j < nj; j++) {
+      s_plan *q = &p[idx[j]];
+      const int i = idx[j];
+      assert_non_null(jobs[j].wav);
+      t[i] += jobs[j].T_new;
+      const int fin = jobs[j].finalize;
+      const int64_t want = fin ? (int64_t)t[i] * 480 : (t[i] > 8 ? (int64_t)(t[i] - 8) * 480 : 0);
+      if (q->n_out + jobs[j].n != want)
+        print_message("stream %d call %d: %lld samples in all, want %lld\n", i, r,
+                      (long long)(q->n_out + jobs[j].n), (long long)want);
+      assert_int_equal(q->n_out + jobs[j].n, want);
+      memcpy(q->out + q->n_out, jobs[j].wav, sizeof(float) * (size_t)jobs[j].n);
+      q->n_out += jobs[j].n;
+      q->call_end[r] = q->n_out;
+      free(jobs[j].wav);
+      if (worst_prefix && !fin && t[i] >= 9) {
+        float *cf = malloc(sizeof(float) * 80 * (size_t)t[i]), *w = NULL;
+        for (int c = 0; c < 80; c++)
+          memcpy(cf + (size_t)c * t[i], q->mel_cf + (size_t)c * q->T, sizeof(float) * t[i]);
+        int64_t n = 0;
+        assert_int_equal(gpu_hift_infer(h, cf, t[i], 0, NULL, &w, &n), COSY_OK);
+        assert_int_equal(n, q->n_out);
+        double e = tu_rel_l2(q->out, w, (size_t)n);
+        if (!(e <= *worst_prefix)) {
+          *worst_prefix = e;
+          char what[96];
+          snprintf(what, sizeof what, "  worst prefix so far: stream %d after call %d", i, r);
+          stream_diag(what, q->out, w, n, q->call_end, r + 1);
+        }
+        free(cf), free(w);
+      }
+    }
+  }
+  for (int i = 0; i < np; i++) gpu_hift_stream_free(h, st[i]);
+}
+
+/* Several streams with different chunkings (1-frame chunks, random 1..12, 50/70 of the official
+ * schedule, one final chunk; final calls with and without frames), batched per round:
+ *   concatenation vs the CPU whole-mel ref_hift_infer(final): 2e-2 rel L2 (the GPU decode's bound)
+ *   concatenation vs the GPU whole-mel gpu_hift_infer(final): 2e-3 (same kernels, other lengths)
+ *   each non-final prefix vs gpu_hift_infer(so far, 0): 2e-3 (worst printed with its location)
+ *   batch invariance: every job run alone gives the same samples bit for bit.
+ * Each failing comparison names the stream, the call and the sample / mel frame of the largest
+ * difference. */
+static void test_stream(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  gpu_hift *h = NULL;
+  assert_int_equal(gpu_hift_create(fx->g, fx->m, 256, &h), COSY_OK);
+  s_plan p[S_STREAMS];
+  /* 0: twelve 1-frame chunks, then 10-frame chunks, final T_new = 0 */
+  plan_init(&p[0], 72, 101);
+  for (int i = 0; i < 12; i++) p[0].chunks[p[0].n_calls++] = 1;
+  for (int t = 12; t < 72; t += 10) p[0].chunks[p[0].n_calls++] = 72 - t < 10 ? 72 - t : 10;
+  p[0].chunks[p[0].n_calls++] = 0;
+  /* 1: random 1..12 frames, the last data chunk final */
+  plan_init(&p[1], 95, 102);
+  rng_seed(7);
+  for (int t = 0; t < 95;) {
+    int c = 1 + (int)(urand() * 12);
+    if (c > 95 - t) c = 95 - t;
+    p[1].chunks[p[1].n_calls++] = c, t += c;
+  }
+  /* 2: the official schedule's first chunks: 50, then 70 final */
+  plan_init(&p[2], 120, 103);
+  p[2].chunks[0] = 50, p[2].chunks[1] = 70, p[2].n_calls = 2;
+  /* 3: one final chunk */
+  plan_init(&p[3], 64, 104);
+  p[3].chunks[0] = 64, p[3].n_calls = 1;
+
+  double worst_prefix = 0;
+  run_plans(h, p, S_STREAMS, 1, &worst_prefix);
+  int ok = check_line("stream: worst non-final prefix vs gpu_hift_infer", worst_prefix, 2e-3);
+  for (int i = 0; i < S_STREAMS; i++) {
+    float *wc = NULL, *wg = NULL;
+    int64_t nc = 0, ng = 0;
+    assert_int_equal(ref_hift_infer(fx->ref, p[i].mel_cf, p[i].T, 1, NULL, NULL, &wc, &nc), COSY_OK);
+    assert_int_equal(gpu_hift_infer(h, p[i].mel_cf, p[i].T, 1, NULL, &wg, &ng), COSY_OK);
+    assert_int_equal(p[i].n_out, nc);
+    assert_int_equal(p[i].n_out, ng);
+    assert_true(all_finite(p[i].out, p[i].n_out));
+    char what[96];
+    snprintf(what, sizeof what, "stream %d (T %d, %d calls) vs CPU whole", i, p[i].T, p[i].n_calls);
+    stream_diag(what, p[i].out, wc, nc, p[i].call_end, p[i].n_calls);
+    ok &= check_line("  (asserted)", tu_rel_l2(p[i].out, wc, nc), 2e-2);
+    snprintf(what, sizeof what, "stream %d (T %d, %d calls) vs GPU whole", i, p[i].T, p[i].n_calls);
+    stream_diag(what, p[i].out, wg, ng, p[i].call_end, p[i].n_calls);
+    ok &= check_line("  (asserted)", tu_rel_l2(p[i].out, wg, ng), 2e-3);
+    print_message("  (GPU whole vs CPU whole: rel L2 %.3e)\n", tu_rel_l2(wg, wc, nc));
+    free(wc), free(wg);
+  }
+  /* batch invariance: the same calls, each job alone; and batched again on a gpu_hift of 120
+   * frames, too small for the first round's jobs together (split into two batches) */
+  gpu_hift *h120 = NULL;
+  assert_int_equal(gpu_hift_create(fx->g, fx->m, 120, &h120), COSY_OK);
+  for (int pass = 0; pass < 2; pass++) {
+    s_plan q[S_STREAMS];
+    for (int i = 0; i < S_STREAMS; i++) {
+      q[i] = p[i];
+      q[i].out = malloc(sizeof(float) * (size_t)p[i].T * 480 + 4);
+    }
+    run_plans(pass ? h120 : h, q, S_STREAMS, pass, NULL);
+    for (int i = 0; i < S_STREAMS; i++) {
+      assert_int_equal(q[i].n_out, p[i].n_out);
+      const size_t nd = count_diff(q[i].out, p[i].out, (size_t)p[i].n_out);
+      char what[96];
+      snprintf(what, sizeof what, "stream %d %s vs in the batch", i,
+               pass ? "batched in 120-frame buffers" : "alone");
+      if (nd) stream_diag(what, q[i].out, p[i].out, p[i].n_out, p[i].call_end, p[i].n_calls);
+      print_message("%-56s %zu of %lld samples differ (must be 0)\n", what, nd,
+                    (long long)p[i].n_out);
+      ok &= nd == 0;
+      free(q[i].out);
+    }
+  }
+  gpu_hift_free(h120);
+  for (int i = 0; i < S_STREAMS; i++) free(p[i].mel_cf), free(p[i].mel_fm), free(p[i].out);
+  gpu_hift_free(h);
+  assert_true(ok);
+}
+
+/* Arguments, the max_frames bound, a finalized stream, cancellation (nothing returned, the
+ * stream stays usable and its output still matches). */
+static void test_stream_args(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  gpu_hift *h = fx->h; /* max_frames 64 */
+  const int T = 60;
+  float *cf = make_mel(T, 55), *fm = to_fm(cf, T);
+  gpu_hift_stream *a = NULL, *b = NULL;
+  assert_int_equal(gpu_hift_stream_create(NULL, &a), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_stream_create(h, NULL), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_stream_create(h, &a), COSY_OK);
+  assert_int_equal(gpu_hift_stream_create(h, &b), COSY_OK);
+  gpu_hift_stream_free(h, NULL);
+  gpu_hift_job j[2];
+  memset(j, 0, sizeof j);
+  j[0].st = a, j[0].mel_new = fm, j[0].T_new = 10;
+  j[1] = j[0];
+  assert_int_equal(gpu_hift_stream_run(h, j, 2, NULL), COSY_ERR_INVALID_ARG); /* same stream */
+  print_message("error text: %s\n", cosy_last_error());
+  assert_null(j[0].wav);
+  j[1].st = b, j[1].mel_new = NULL;
+  assert_int_equal(gpu_hift_stream_run(h, j, 2, NULL), COSY_ERR_INVALID_ARG); /* NULL mel */
+  j[1].mel_new = fm, j[1].T_new = 65;
+  assert_int_equal(gpu_hift_stream_run(h, j, 2, NULL), COSY_ERR_INVALID_ARG); /* > max_frames */
+  print_message("error text: %s\n", cosy_last_error());
+  assert_int_equal(gpu_hift_stream_run(NULL, j, 1, NULL), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_stream_run(h, NULL, 1, NULL), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_stream_run(h, j, 0, NULL), COSY_OK);
+  assert_int_equal(gpu_hift_set_stream_split(h, 3), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_hift_set_stream_split(NULL, 1), COSY_ERR_INVALID_ARG);
+  /* cancel: nothing returned, the frames are kept */
+  volatile int cancel = 1;
+  j[1].T_new = 20;
+  assert_int_equal(gpu_hift_stream_run(h, j, 2, &cancel), COSY_ERR_CANCELLED);
+  assert_null(j[0].wav), assert_null(j[1].wav);
+  /* a: 10 frames kept by the cancelled call; go on: 10 more, then 40 final */
+  float *out = malloc(sizeof(float) * T * 480);
+  int64_t n = 0;
+  cancel = 0;
+  j[0].mel_new = fm + 10 * 80, j[0].T_new = 10, j[0].finalize = 0;
+  assert_int_equal(gpu_hift_stream_run(h, j, 1, &cancel), COSY_OK);
+  memcpy(out, j[0].wav, sizeof(float) * j[0].n), n += j[0].n;
+  free(j[0].wav);
+  j[0].mel_new = fm + 20 * 80, j[0].T_new = 40, j[0].finalize = 1;
+  assert_int_equal(gpu_hift_stream_run(h, j, 1, &cancel), COSY_OK);
+  memcpy(out + n, j[0].wav, sizeof(float) * j[0].n), n += j[0].n;
+  free(j[0].wav);
+  assert_int_equal(n, (int64_t)T * 480);
+  float *wg = NULL;
+  int64_t ng = 0;
+  assert_int_equal(gpu_hift_infer(h, cf, T, 1, NULL, &wg, &ng), COSY_OK);
+  const int64_t ends[2] = {(int64_t)12 * 480, n};
+  stream_diag("stream after a cancel vs GPU whole", out, wg, n, ends, 2);
+  const double e = tu_rel_l2(out, wg, (size_t)n);
+  /* finalized: no more calls; an empty final call on a fresh stream returns 0 samples */
+  j[0].T_new = 1;
+  assert_int_equal(gpu_hift_stream_run(h, j, 1, NULL), COSY_ERR_INVALID_ARG);
+  gpu_hift_stream_free(h, a);
+  /* b: the cancelled batch kept its 20 frames too: a final call without frames returns them */
+  j[1].st = b, j[1].mel_new = NULL, j[1].T_new = 0, j[1].finalize = 1;
+  assert_int_equal(gpu_hift_stream_run(h, &j[1], 1, NULL), COSY_OK);
+  assert_int_equal(j[1].n, (int64_t)20 * 480);
+  assert_true(all_finite(j[1].wav, j[1].n));
+  free(j[1].wav);
+  gpu_hift_stream_free(h, b);
+  /* an empty utterance: one final call without frames on a fresh stream */
+  assert_int_equal(gpu_hift_stream_create(h, &b), COSY_OK);
+  j[1].st = b;
+  assert_int_equal(gpu_hift_stream_run(h, &j[1], 1, NULL), COSY_OK);
+  assert_non_null(j[1].wav);
+  assert_int_equal(j[1].n, 0);
+  free(j[1].wav);
+  gpu_hift_stream_free(h, b);
+  free(out), free(wg), free(cf), free(fm);
+  assert_true(check_line("stream after a cancel vs gpu_hift_infer", e, 2e-3));
 }
 
 int main(void) {
@@ -1008,7 +1412,9 @@ int main(void) {
       cmocka_unit_test(test_source_random), cmocka_unit_test(test_f0_golden),
       cmocka_unit_test(test_source_golden), cmocka_unit_test(test_decode_golden),
       cmocka_unit_test(test_infer_vs_ref),  cmocka_unit_test(test_args),
-      cmocka_unit_test(test_full_model),
+      cmocka_unit_test(test_full_model),    cmocka_unit_test(test_kernel_source_split),
+      cmocka_unit_test(test_stream),
+      cmocka_unit_test(test_stream_args),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

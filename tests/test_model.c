@@ -19,7 +19,8 @@
  *     data or off the alignment, absurd string lengths and counts.
  * The layout (where each key, value and tensor-info field lies) is found by a small walker
  * written here, independent of lib/gguf.c. Correctness only; nothing is timed.
- * Also: cosy_engine_create with a missing model path -> COSY_ERR_IO. */
+ * Also: a GGUF of 20000 keys and 20000 tensors with one repeated name anywhere -> refused (and
+ * without one it parses); cosy_engine_create with a missing model path -> COSY_ERR_IO. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -572,6 +573,78 @@ static void test_absurd_lengths(void **state) {
   assert_int_equal(load_buf(g_work, g_size), COSY_OK);
 }
 
+/* ---- duplicate names ------------------------------------------------------------------------ */
+
+/* A GGUF of n u8 keys "k000000".. and n one-element f32 tensors "t000000".., with key dup_k
+ * renamed to key 0's name and tensor dup_t to tensor 0's (-1: none). Returns its size. */
+static size_t many_names(uint8_t *buf, int n, int dup_k, int dup_t) {
+  size_t o = 0;
+#define PUT(p, k) (memcpy(buf + o, (p), (k)), o += (k))
+  uint32_t u = 3;
+  uint64_t q = (uint64_t)n;
+  PUT("GGUF", 4);
+  PUT(&u, 4);
+  PUT(&q, 8);
+  PUT(&q, 8);
+  char name[16];
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "k%06d", i == dup_k ? 0 : i);
+    q = 7;
+    u = 0; /* GGUF_T_UINT8 */
+    uint8_t one = 1;
+    PUT(&q, 8);
+    PUT(name, 7);
+    PUT(&u, 4);
+    PUT(&one, 1);
+  }
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "t%06d", i == dup_t ? 0 : i);
+    q = 7;
+    PUT(&q, 8);
+    PUT(name, 7);
+    u = 1; /* dims */
+    PUT(&u, 4);
+    q = 1; /* ne[0] */
+    PUT(&q, 8);
+    u = 0; /* f32 */
+    PUT(&u, 4);
+    q = (uint64_t)i * 32;
+    PUT(&q, 8);
+  }
+#undef PUT
+  size_t data = (o + 31) / 32 * 32;
+  memset(buf + o, 0, data + (size_t)n * 32 - o);
+  return data + (size_t)n * 32;
+}
+
+/* Duplicates are found wherever they are (first and last entries, middle ones), among 20000
+ * keys and 20000 tensors; without one the file parses. */
+static void test_duplicate_names(void **state) {
+  (void)state;
+  const int n = 20000;
+  /* per name: key 20 bytes, tensor info 39, tensor data 32 */
+  uint8_t *buf = (uint8_t *)malloc((size_t)n * (20 + 39 + 32) + 64);
+  assert_non_null(buf);
+  gguf_file *f = NULL;
+  size_t sz = many_names(buf, n, -1, -1);
+  assert_int_equal(gguf_parse(buf, sz, "test", &f), COSY_OK);
+  assert_int_equal(f->n_kv, n);
+  assert_int_equal(f->n_tensors, n);
+  gguf_close(f);
+  const int where[] = {1, n / 2, n - 1};
+  for (int i = 0; i < 3; i++) {
+    sz = many_names(buf, n, where[i], -1);
+    assert_int_equal(gguf_parse(buf, sz, "test", &f), COSY_ERR_MODEL_FORMAT);
+    assert_null(f);
+    assert_non_null(strstr(msg(), "key k000000 appears twice"));
+    sz = many_names(buf, n, -1, where[i]);
+    assert_int_equal(gguf_parse(buf, sz, "test", &f), COSY_ERR_MODEL_FORMAT);
+    assert_non_null(strstr(msg(), "tensor t000000 appears twice"));
+  }
+  print_message("%d keys + %d tensors: duplicates found (%s)\n", n, n, msg());
+  free(buf);
+}
+
 /* ---- the public API ------------------------------------------------------------------------ */
 
 static void test_engine_missing_model(void **state) {
@@ -600,6 +673,7 @@ int main(void) {
       cmocka_unit_test(test_wrong_dtype),
       cmocka_unit_test(test_overlapping_offsets),
       cmocka_unit_test(test_absurd_lengths),
+      cmocka_unit_test(test_duplicate_names),
       cmocka_unit_test(test_engine_missing_model),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -35,13 +35,9 @@
 #include "util.h"
 
 /* the golden front-end data: tests/data/frontend, or $COSY_TEST_FE_DATA (e.g. a full-size set made
- * by tools/golden_frontend.py --size full, with a model converted from its state dicts) */
-static const char *fe_file(const char *name) {
-  static char buf[1024];
-  const char *d = getenv("COSY_TEST_FE_DATA");
-  snprintf(buf, sizeof buf, "%s/%s", d ? d : "tests/data/frontend", name);
-  return buf;
-}
+ * by tools/golden_frontend.py --size full, with a model converted from its state dicts); both
+ * found from any current directory (testutil) */
+static const char *fe_file(const char *name) { return tu_fe_file(name); }
 #define TOL_FEAT 1e-5
 #define TOL_NET 1e-4
 
@@ -51,14 +47,7 @@ typedef struct fixture {
   ref_campplus *cam;
 } fixture;
 
-static const char *fe_model(void) {
-  const char *p = getenv("COSY_TEST_FE_MODEL");
-  if (!p) p = "build/test/small-fe-f32.gguf";
-  FILE *f = fopen(p, "rb");
-  if (!f) return NULL;
-  fclose(f);
-  return p;
-}
+static const char *fe_model(void) { return tu_fe_model(); }
 
 static int setup(void **state) {
   fixture *fx = calloc(1, sizeof *fx);

@@ -10,6 +10,13 @@
  *   default noise generator: deterministic, in [0,1), mean ~0.5, chunk independent; non-final
  *   output with it equals the prefix of the final output
  *   argument validation and cancellation.
+ *   streaming (ref_hift_stream_*) on random mel: 1-frame chunks with a final T_new = 0 call,
+ *   random 1..12-frame chunks, chunks below the 8-frame look-ahead, a single final chunk, the
+ *   50/100/200 schedule: every non-final prefix vs ref_hift_infer(so far, 0) and the
+ *   concatenation vs ref_hift_infer(whole, 1) (tolerance 1e-4 rel L2; bit-identical measured);
+ *   the derived contexts (F0 8, decode 29 frames) and that shorter ones break the equality (so
+ *   the comparisons can fail); free/create reuse; cancellation keeps the stream consistent; the
+ *   stream's cost against the whole-mel re-runs is printed.
  * Tolerances (relative L2 unless said otherwise): F0 and source 1e-3, STFT / decode path 1e-4
  * (the references are fp32 CPU PyTorch, the F0 predictor fp64; ours differs in summation order).
  * Every measured error is printed. */
@@ -392,6 +399,324 @@ static void test_args(void **state) {
   free(s);
 }
 
+/* ---- streaming ------------------------------------------------------------------------------------ */
+
+/* Random mel, FRAME-MAJOR [T][80]: a smooth random walk per channel around a log-mel-like level
+ * plus noise (never zero), fixed seed. */
+static uint64_t srng = 1;
+static double surand(void) {
+  srng ^= srng << 13, srng ^= srng >> 7, srng ^= srng << 17;
+  return (double)(srng >> 11) * (1.0 / 9007199254740992.0);
+}
+static float *stream_mel(int T, int M, uint64_t seed) {
+  srng = seed * 0x9E3779B97F4A7C15ull + 77;
+  float *m = malloc(sizeof(float) * (size_t)(T > 0 ? T : 1) * M);
+  for (int c = 0; c < M; c++) {
+    double v = -4.0 + 3.0 * surand();
+    for (int t = 0; t < T; t++) {
+      v += 0.6 * (surand() - 0.5);
+      m[(size_t)t * M + c] = (float)(v + 0.3 * (surand() - 0.5));
+    }
+  }
+  return m;
+}
+
+/* whole-mel reference: ref_hift_infer over frames [0, T) of a frame-major mel */
+static float *whole(const ref_hift *h, const float *mel_fm, int T, int M, int finalize, int64_t *n) {
+  float *cf = malloc(sizeof(float) * (size_t)T * M), *w = NULL;
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < M; c++) cf[(size_t)c * T + t] = mel_fm[(size_t)t * M + c];
+  cosy_status st = ref_hift_infer(h, cf, T, finalize, NULL, NULL, &w, n);
+  free(cf);
+  assert_int_equal(st, COSY_OK);
+  return w;
+}
+
+typedef struct stream_err {
+  double rel, max_abs; /* worst over the prefixes and the final comparison */
+} stream_err;
+
+static void err_update(stream_err *e, const float *got, const float *ref, size_t n) {
+  double r = tu_rel_l2(got, ref, n), a = tu_max_abs_diff(got, ref, n);
+  if (!(r <= e->rel)) e->rel = r; /* NaN sticks */
+  if (!(a <= e->max_abs)) e->max_abs = a;
+}
+
+/* Run one utterance through a stream in the given chunks (the last call finalizes; a chunk of 0
+ * is allowed). Checks every non-final prefix (T >= 9) against ref_hift_infer(so far, 0) and the
+ * concatenation against ref_hift_infer(whole, 1). dec_ctx >= 0 overrides the decode context.
+ * Returns the concatenated samples (malloc'd) in *all. */
+static stream_err stream_case(const ref_hift *h, const float *mel, int M, const int *chunks,
+                              int n_chunks, int check_prefixes, int dec_ctx, float **all,
+                              int64_t *n_all) {
+  stream_err e = {0, 0};
+  ref_hift_stream *st = NULL;
+  assert_int_equal(ref_hift_stream_create(h, &st), COSY_OK);
+  if (dec_ctx >= 0) assert_int_equal(ref_hift_stream_set_context(st, 8, dec_ctx), COSY_OK);
+  int T = 0;
+  for (int i = 0; i < n_chunks; i++) T += chunks[i];
+  float *acc = malloc(sizeof(float) * ((size_t)T * 480 + 1));
+  int64_t na = 0;
+  int t = 0;
+  for (int i = 0; i < n_chunks; i++) {
+    const int fin = i == n_chunks - 1;
+    float *w = NULL;
+    int64_t n = -1;
+    assert_int_equal(ref_hift_stream_run(h, st, chunks[i] ? mel + (size_t)t * M : NULL, chunks[i],
+                                         fin, NULL, &w, &n),
+                     COSY_OK);
+    assert_non_null(w);
+    t += chunks[i];
+    const int64_t want = fin ? (int64_t)t * 480 : (t > 8 ? (int64_t)(t - 8) * 480 : 0);
+    assert_int_equal(na + n, want);
+    memcpy(acc + na, w, sizeof(float) * (size_t)n);
+    na += n;
+    free(w);
+    if (!fin && check_prefixes && t >= 9) {
+      int64_t nr = 0;
+      float *r = whole(h, mel, t, M, 0, &nr);
+      assert_int_equal(nr, na);
+      err_update(&e, acc, r, (size_t)na);
+      free(r);
+    }
+  }
+  int64_t nr = 0;
+  float *r = whole(h, mel, T, M, 1, &nr);
+  assert_int_equal(nr, na);
+  err_update(&e, acc, r, (size_t)na);
+  free(r);
+  /* a finalized stream takes no more calls */
+  float *w = (float *)1;
+  int64_t n = 5;
+  assert_int_equal(ref_hift_stream_run(h, st, mel, 1, 1, NULL, &w, &n), COSY_ERR_INVALID_ARG);
+  assert_null(w);
+  assert_int_equal(n, 0);
+  ref_hift_stream_free(st);
+  if (all) *all = acc, *n_all = na;
+  else free(acc);
+  return e;
+}
+
+static int rand_chunks(int *ch, int max_n, int T, int lo, int hi, uint64_t seed) {
+  srng = seed * 0x2545F4914F6CDD1Dull + 3;
+  int n = 0, t = 0;
+  while (t < T && n < max_n - 1) {
+    int c = lo + (int)(surand() * (hi - lo + 1));
+    if (c > T - t) c = T - t;
+    ch[n++] = c, t += c;
+  }
+  ch[n++] = 0; /* the final call with T_new = 0 */
+  return n;
+}
+
+#define TOL_STREAM TOL_DEC
+
+static void report(const char *what, stream_err e) {
+  print_message("stream %-44s rel L2 %.3e  max abs %.3e  (tol %.0e)\n", what, e.rel, e.max_abs,
+                TOL_STREAM);
+  assert_true(e.rel <= TOL_STREAM);
+}
+
+static void test_stream_context(void **state) {
+  fixture *fx = *state;
+  NEED(fx);
+  int f0c = -1, dc = -1;
+  assert_int_equal(ref_hift_stream_context(&fx->m->hp, &f0c, &dc), COSY_OK);
+  print_message("stream contexts: F0 %d frames, decode %d frames\n", f0c, dc);
+  assert_int_equal(f0c, 8);
+  assert_int_equal(dc, 29); /* the CosyVoice3 kernels (hift.h derives it) */
+  assert_int_equal(ref_hift_stream_context(NULL, &f0c, &dc), COSY_ERR_INVALID_ARG);
+}
+
+/* 1-frame chunks (each smaller than the 8-frame look-ahead), then a final call with T_new = 0;
+ * 1..12-frame random chunks; mixed sizes around the look-ahead; every prefix checked. */
+static void test_stream_small_chunks(void **state) {
+  fixture *fx = *state;
+  NEED(fx);
+  const int M = fx->m->hp.mel_dim;
+  int ch[512];
+  {
+    const int T = 45;
+    float *mel = stream_mel(T, M, 1);
+    for (int i = 0; i < T; i++) ch[i] = 1;
+    ch[T] = 0;
+    report("1-frame chunks, T 45, final T_new 0", stream_case(fx->h, mel, M, ch, T + 1, 1, -1, NULL, NULL));
+    free(mel);
+  }
+  for (int rep = 0; rep < 3; rep++) {
+    const int T = 60 + 7 * rep;
+    float *mel = stream_mel(T, M, 10 + rep);
+    int n = rand_chunks(ch, 512, T, 1, 12, 100 + rep);
+    if (rep == 1) n--; /* the last data chunk finalizes */
+    char what[64];
+    snprintf(what, sizeof what, "random 1..12 chunks (%d calls), T %d", n, T);
+    report(what, stream_case(fx->h, mel, M, ch, n, 1, -1, NULL, NULL));
+    free(mel);
+  }
+  {
+    const int T = 64;
+    float *mel = stream_mel(T, M, 7);
+    const int c[] = {3, 5, 1, 9, 8, 2, 30, 6};
+    report("chunks 3,5,1,9,8,2,30,6(final)", stream_case(fx->h, mel, M, c, 8, 1, -1, NULL, NULL));
+    const int c1[] = {64};
+    report("one final chunk of 64", stream_case(fx->h, mel, M, c1, 1, 1, -1, NULL, NULL));
+    const int c2[] = {8, 0, 56, 0};
+    report("chunks 8, 0, 56, 0(final)", stream_case(fx->h, mel, M, c2, 4, 1, -1, NULL, NULL));
+    free(mel);
+  }
+}
+
+/* The official streaming schedule: 50, 100, 200 frames, then the rest with the final call; the
+ * window re-run's cost against the whole-mel re-runs is timed (CPU, this model). */
+static void test_stream_schedule(void **state) {
+  fixture *fx = *state;
+  NEED(fx);
+  const int M = fx->m->hp.mel_dim;
+  const int c[] = {50, 100, 200, 37};
+  const int T = 387;
+  float *mel = stream_mel(T, M, 42);
+  report("schedule 50/100/200/37(final), T 387", stream_case(fx->h, mel, M, c, 4, 1, -1, NULL, NULL));
+  /* timing: stream calls vs whole-mel re-runs of the same schedule */
+  double ts = 0, tw = 0;
+  ref_hift_stream *st = NULL;
+  assert_int_equal(ref_hift_stream_create(fx->h, &st), COSY_OK);
+  int t = 0;
+  for (int i = 0; i < 4; i++) {
+    float *w = NULL;
+    int64_t n = 0;
+    double t0 = cosy_now();
+    assert_int_equal(ref_hift_stream_run(fx->h, st, mel + (size_t)t * M, c[i], i == 3, NULL, &w, &n),
+                     COSY_OK);
+    double t1 = cosy_now();
+    free(w);
+    t += c[i];
+    int64_t nr = 0;
+    double t2 = cosy_now();
+    free(whole(fx->h, mel, t, M, i == 3, &nr));
+    double t3 = cosy_now();
+    print_message("stream timing: call %d (+%d -> T %d): stream %.1f ms, whole-mel %.1f ms\n", i,
+                  c[i], t, 1e3 * (t1 - t0), 1e3 * (t3 - t2));
+    ts += t1 - t0, tw += t3 - t2;
+  }
+  print_message("stream timing: total stream %.1f ms, whole-mel re-runs %.1f ms\n", 1e3 * ts,
+                1e3 * tw);
+  ref_hift_stream_free(st);
+  free(mel);
+}
+
+/* The derived context is needed: a stream with a decode context several frames short differs
+ * from the whole-mel output (so the comparisons above can fail); the F0 context likewise. Also:
+ * two streams of the same model are independent, and free/create gives a fresh stream with the
+ * same output bit for bit. */
+static void test_stream_context_needed(void **state) {
+  fixture *fx = *state;
+  NEED(fx);
+  const int M = fx->m->hp.mel_dim;
+  const int T = 120;
+  float *mel = stream_mel(T, M, 5);
+  const int c[] = {40, 40, 40, 0};
+  float *a = NULL, *b = NULL;
+  int64_t na = 0, nb = 0;
+  stream_err ok = stream_case(fx->h, mel, M, c, 4, 0, -1, &a, &na);
+  report("chunks 40/40/40/0 (reference for reuse)", ok);
+  stream_err ok2 = stream_case(fx->h, mel, M, c, 4, 0, -1, &b, &nb);
+  assert_int_equal(na, nb);
+  assert_memory_equal(a, b, sizeof(float) * (size_t)na); /* reuse after free/create */
+  free(b);
+  (void)ok2;
+  /* 28: one frame short (the bound is tight: no longer bit-identical); 20: clearly wrong */
+  const int shorts[] = {28, 20};
+  for (int i = 0; i < 2; i++) {
+    stream_err bad = stream_case(fx->h, mel, M, c, 4, 0, shorts[i], NULL, NULL);
+    print_message("stream with decode context %d (< 29): rel L2 %.3e max abs %.3e (must be %s)\n",
+                  shorts[i], bad.rel, bad.max_abs, i == 0 ? "> 0" : "> 1e-6 rel");
+    assert_true(i == 0 ? bad.max_abs > 0 : bad.rel > 1e-6);
+  }
+  /* the F0 context: 8 -> 2 */
+  {
+    ref_hift_stream *st = NULL;
+    assert_int_equal(ref_hift_stream_create(fx->h, &st), COSY_OK);
+    assert_int_equal(ref_hift_stream_set_context(st, 2, 29), COSY_OK);
+    float *acc = malloc(sizeof(float) * T * 480);
+    int64_t n_acc = 0;
+    int t = 0;
+    for (int i = 0; i < 4; i++) {
+      float *w = NULL;
+      int64_t n = 0;
+      assert_int_equal(ref_hift_stream_run(fx->h, st, c[i] ? mel + (size_t)t * M : NULL, c[i], i == 3,
+                                           NULL, &w, &n),
+                       COSY_OK);
+      memcpy(acc + n_acc, w, sizeof(float) * n), n_acc += n, t += c[i];
+      free(w);
+    }
+    assert_int_equal(n_acc, na);
+    double e = tu_rel_l2(acc, a, (size_t)na);
+    print_message("stream with F0 context 2 (< 8): rel L2 %.3e (must be > 1e-6)\n", e);
+    assert_true(e > 1e-6);
+    assert_int_equal(ref_hift_stream_set_context(st, 8, 29), COSY_ERR_INVALID_ARG); /* used */
+    ref_hift_stream_free(st);
+    free(acc);
+  }
+  free(a), free(mel);
+}
+
+/* Cancellation returns nothing and keeps the stream consistent; arguments. */
+static void test_stream_cancel_args(void **state) {
+  fixture *fx = *state;
+  NEED(fx);
+  const int M = fx->m->hp.mel_dim;
+  const int T = 90;
+  float *mel = stream_mel(T, M, 9);
+  int64_t nr = 0;
+  float *ref = whole(fx->h, mel, T, M, 1, &nr);
+  ref_hift_stream *st = NULL;
+  assert_int_equal(ref_hift_stream_create(fx->h, &st), COSY_OK);
+  float *acc = malloc(sizeof(float) * T * 480), *w = (float *)1;
+  int64_t na = 0, n = 7;
+  volatile int cancel = 0;
+  assert_int_equal(ref_hift_stream_run(fx->h, st, mel, 30, 0, &cancel, &w, &n), COSY_OK);
+  memcpy(acc, w, sizeof(float) * n), na = n;
+  free(w);
+  cancel = 1;
+  w = (float *)1, n = 7;
+  assert_int_equal(ref_hift_stream_run(fx->h, st, mel + 30 * M, 30, 0, &cancel, &w, &n),
+                   COSY_ERR_CANCELLED);
+  assert_null(w);
+  assert_int_equal(n, 0);
+  print_message("error text: %s\n", cosy_last_error());
+  cancel = 0; /* the cancelled call's frames were kept: go on with the rest */
+  assert_int_equal(ref_hift_stream_run(fx->h, st, mel + 60 * M, 30, 1, &cancel, &w, &n), COSY_OK);
+  memcpy(acc + na, w, sizeof(float) * n), na += n;
+  free(w);
+  assert_int_equal(na, nr);
+  double e = tu_rel_l2(acc, ref, (size_t)na);
+  print_message("stream after a cancelled call vs whole: rel L2 %.3e\n", e);
+  assert_true(e <= TOL_STREAM);
+  /* arguments */
+  assert_int_equal(ref_hift_stream_run(fx->h, st, mel, 1, 0, NULL, &w, &n), COSY_ERR_INVALID_ARG);
+  ref_hift_stream_free(st);
+  ref_hift_stream_free(NULL);
+  assert_int_equal(ref_hift_stream_create(fx->h, NULL), COSY_ERR_INVALID_ARG);
+  st = (ref_hift_stream *)1;
+  assert_int_equal(ref_hift_stream_create(NULL, &st), COSY_ERR_INVALID_ARG);
+  assert_null(st);
+  assert_int_equal(ref_hift_stream_create(fx->h, &st), COSY_OK);
+  assert_int_equal(ref_hift_stream_run(NULL, st, mel, 1, 0, NULL, &w, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(ref_hift_stream_run(fx->h, NULL, mel, 1, 0, NULL, &w, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(ref_hift_stream_run(fx->h, st, NULL, 1, 0, NULL, &w, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(ref_hift_stream_run(fx->h, st, mel, -1, 0, NULL, &w, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(ref_hift_stream_run(fx->h, st, mel, 1, 0, NULL, NULL, &n), COSY_ERR_INVALID_ARG);
+  assert_int_equal(ref_hift_stream_run(fx->h, st, mel, 1, 0, NULL, &w, NULL), COSY_ERR_INVALID_ARG);
+  /* an empty utterance: one final call without frames */
+  w = (float *)1, n = 7;
+  assert_int_equal(ref_hift_stream_run(fx->h, st, NULL, 0, 1, NULL, &w, &n), COSY_OK);
+  assert_non_null(w);
+  assert_int_equal(n, 0);
+  free(w);
+  ref_hift_stream_free(st);
+  free(acc), free(ref), free(mel);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_f0_final),         cmocka_unit_test(test_f0_nonfinal),
@@ -400,6 +725,9 @@ int main(void) {
       cmocka_unit_test(test_decode_nonfinal),  cmocka_unit_test(test_infer_final),
       cmocka_unit_test(test_infer_nonfinal),   cmocka_unit_test(test_default_noise),
       cmocka_unit_test(test_default_noise_streaming), cmocka_unit_test(test_args),
+      cmocka_unit_test(test_stream_context),   cmocka_unit_test(test_stream_small_chunks),
+      cmocka_unit_test(test_stream_schedule),  cmocka_unit_test(test_stream_context_needed),
+      cmocka_unit_test(test_stream_cancel_args),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,7 +6,9 @@
  *   - output resampling (16 kHz) matches the native output resampled in one go;
  *   - cancel from the callback and from another thread ends the request with
  *     COSY_ERR_CANCELLED within one step, and everything is freed (run under ASan in CI);
- *   - many requests at once on a multi-worker engine each equal their serial result. */
+ *   - many requests at once on a multi-worker engine each equal their serial result;
+ *   - request and engine statistics read while a push request runs grow monotonically and end
+ *     equal to what was delivered (the data-race check of `make test-tsan`). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -273,6 +275,57 @@ static void test_cancel_from_thread(void **state) {
   cosy_request_release(r);
 }
 
+/* Progress is read while the request runs (cosy_request_get_stats and cosy_engine_get_stats
+ * from the caller's thread, the push callback on the engine's): the snapshots only grow, and the
+ * last one equals the request's end. Under `make test-tsan` this is the data-race check of the
+ * statistics the worker writes. */
+typedef struct pushed {
+  int64_t n;
+  int chunks;
+} pushed;
+
+static int32_t count_chunk(void *user, const cosy_chunk *c) {
+  pushed *p = (pushed *)user;
+  p->n += c->n_samples;
+  p->chunks++;
+  return 0;
+}
+
+static void test_stats_while_running(void **state) {
+  fx *f = (fx *)*state;
+  TU_REQUIRE(f->e, "small model or ../shared absent");
+  cosy_synth_params p;
+  params(&p, COSY_MODE_ZERO_SHOT, 77);
+  p.max_tokens = 45;
+  pushed got = {0, 0};
+  cosy_request *r;
+  assert_int_equal(cosy_request_submit(f->e, f->v, TEXT, &p, count_chunk, &got, &r), COSY_OK);
+  cosy_request_stats rs, prev;
+  cosy_request_stats_init(&prev, sizeof prev);
+  int polls = 0;
+  for (;;) {
+    cosy_request_stats_init(&rs, sizeof rs);
+    assert_int_equal(cosy_request_get_stats(r, &rs), COSY_OK);
+    cosy_engine_stats es;
+    cosy_engine_stats_init(&es, sizeof es);
+    assert_int_equal(cosy_engine_get_stats(f->e, &es), COSY_OK);
+    assert_true(rs.n_samples >= prev.n_samples && rs.n_chunks >= prev.n_chunks &&
+                rs.n_speech_tokens >= prev.n_speech_tokens);
+    assert_true(rs.ttfb_s >= 0 && (rs.n_samples == 0 || rs.ttfb_s > 0));
+    prev = rs;
+    polls++;
+    if (rs.done) break;
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  assert_int_equal(rs.n_samples, got.n);
+  assert_int_equal(rs.n_chunks, got.chunks);
+  print_message("%d snapshots while running; %lld samples in %d chunks\n", polls,
+                (long long)got.n, got.chunks);
+  cosy_request_release(r);
+}
+
 typedef struct job {
   fx *f;
   uint64_t seed;
@@ -320,6 +373,7 @@ int main(void) {
       cmocka_unit_test(test_instruct),      cmocka_unit_test(test_seeds),
       cmocka_unit_test(test_output_rate),   cmocka_unit_test(test_cancel_from_callback),
       cmocka_unit_test(test_cancel_from_thread), cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_stats_while_running),
   };
   return cmocka_run_group_tests_name("synth", tests, setup, teardown);
 }

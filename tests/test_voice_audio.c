@@ -34,23 +34,12 @@
 #include "util.h"
 
 /* the golden front-end data: tests/data/frontend, or $COSY_TEST_FE_DATA (e.g. a full-size set made
- * by tools/golden_frontend.py --size full, with a model converted from its state dicts) */
-static const char *fe_file(const char *name) {
-  static char buf[1024];
-  const char *d = getenv("COSY_TEST_FE_DATA");
-  snprintf(buf, sizeof buf, "%s/%s", d ? d : "tests/data/frontend", name);
-  return buf;
-}
+ * by tools/golden_frontend.py --size full, with a model converted from its state dicts); both
+ * found from any current directory (testutil) */
+static const char *fe_file(const char *name) { return tu_fe_file(name); }
 #define PROMPT_TEXT "You are a helpful assistant.<|endofprompt|>希望你以后能够做的比我还好呦。"
 
-static const char *fe_model(void) {
-  const char *p = getenv("COSY_TEST_FE_MODEL");
-  if (!p) p = "build/test/small-fe-f32.gguf";
-  FILE *f = fopen(p, "rb");
-  if (!f) return NULL;
-  fclose(f);
-  return p;
-}
+static const char *fe_model(void) { return tu_fe_model(); }
 
 static cosy_engine *engine_for(const char *model) {
   cosy_engine_config cfg;

@@ -7,6 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+/* The Makefile compiles this file with both as absolute paths; these are for other builds, which
+ * then run the tests from the repository root. */
+#ifndef TU_SHARED_DEFAULT
+#define TU_SHARED_DEFAULT "../shared"
+#endif
+#ifndef TU_TEST_MODEL_DEFAULT
+#define TU_TEST_MODEL_DEFAULT "build/test/small-f32.gguf"
+#endif
+#ifndef TU_FE_MODEL_DEFAULT
+#define TU_FE_MODEL_DEFAULT "build/test/small-fe-f32.gguf"
+#endif
+#ifndef TU_FE_DATA_DEFAULT
+#define TU_FE_DATA_DEFAULT "tests/data/frontend"
+#endif
 
 static int is_dir(const char *p) {
   struct stat sb;
@@ -16,7 +32,7 @@ static int is_dir(const char *p) {
 const char *tu_shared_dir(void) {
   const char *e = getenv("COSY_SHARED");
   if (e && *e) return is_dir(e) ? e : NULL;
-  return is_dir("../shared") ? "../shared" : NULL;
+  return is_dir(TU_SHARED_DEFAULT) ? TU_SHARED_DEFAULT : NULL;
 }
 
 const char *tu_shared(const char *rel) {
@@ -29,9 +45,30 @@ const char *tu_shared(const char *rel) {
 
 const char *tu_small_model(void) {
   const char *e = getenv("COSY_TEST_MODEL");
-  const char *p = (e && *e) ? e : "build/test/small-f32.gguf";
+  const char *p = (e && *e) ? e : TU_TEST_MODEL_DEFAULT;
   struct stat sb;
   return stat(p, &sb) == 0 ? p : NULL;
+}
+
+const char *tu_fe_model(void) {
+  const char *e = getenv("COSY_TEST_FE_MODEL");
+  const char *p = (e && *e) ? e : TU_FE_MODEL_DEFAULT;
+  struct stat sb;
+  return stat(p, &sb) == 0 ? p : NULL;
+}
+
+const char *tu_fe_file(const char *name) {
+  static _Thread_local char buf[4096];
+  const char *d = getenv("COSY_TEST_FE_DATA");
+  snprintf(buf, sizeof buf, "%s/%s", (d && *d) ? d : TU_FE_DATA_DEFAULT, name);
+  return buf;
+}
+
+const char *tu_tmp_path(const char *tag) {
+  static _Thread_local char buf[4096];
+  const char *d = getenv("TMPDIR");
+  snprintf(buf, sizeof buf, "%s/cosy-test-%d-%s", (d && *d) ? d : "/tmp", (int)getpid(), tag);
+  return buf;
 }
 
 int64_t tu_numel(int ndim, const int64_t *shape) {

@@ -5,14 +5,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Directory of the shared reference data: $COSY_SHARED, else ../shared (tests run from the repo
- * root). Returns NULL when it does not exist. */
+/* Directory of the shared reference data: $COSY_SHARED, else the Makefile's SHARED_DIR (../shared)
+ * as an absolute path compiled in (TU_SHARED_DEFAULT), so that a test binary finds it from any
+ * current directory. Returns NULL when it does not exist. */
 const char *tu_shared_dir(void);
 /* Full path of a file under the shared dir (static buffer; NULL if the dir is absent). */
 const char *tu_shared(const char *rel);
 /* The small golden model converted to the project's format by `make test` (f32 weights):
- * build/test/small-f32.gguf, or $COSY_TEST_MODEL. NULL if absent. */
+ * $COSY_TEST_MODEL, else build/test/small-f32.gguf (the build's, an absolute path compiled in:
+ * TU_TEST_MODEL_DEFAULT). NULL if absent. */
 const char *tu_small_model(void);
+/* The same plus the small random front-end models of tests/data/frontend (`make test`):
+ * $COSY_TEST_FE_MODEL, else build/test/small-fe-f32.gguf (absolute, TU_FE_MODEL_DEFAULT). NULL if
+ * absent. */
+const char *tu_fe_model(void);
+/* A file of the golden front-end data: $COSY_TEST_FE_DATA/name, else tests/data/frontend/name
+ * (absolute, TU_FE_DATA_DEFAULT). Static buffer, one per thread. */
+const char *tu_fe_file(const char *name);
+/* A scratch file path in $TMPDIR (else /tmp), unique to this process and tag (static buffer, one
+ * per thread). Tests remove what they write there. */
+const char *tu_tmp_path(const char *tag);
 
 /* Load a .npy (little-endian <f4, <f8, <i4 or <i8; C order). Returns a malloc'd float array
  * (or int32 for tu_npy_i32), and the shape. NULL on failure (message printed). */

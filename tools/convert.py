@@ -2,7 +2,7 @@
 """Convert an official Fun-CosyVoice3-0.5B model directory into one libcosyvoice model file.
 
     tools/convert.py MODEL_DIR -o cosyvoice3.gguf [--dtype bf16|f16|f32]
-                     [--tokenizer DIR] [--added-tokens FILE]
+                     [--tokenizer DIR] [--added-tokens FILE] [--wetext DIR | --no-text-grammars]
 
 MODEL_DIR holds llm.pt, flow.pt, hift.pt and CosyVoice-BlankEN/ (vocab.json, merges.txt,
 tokenizer_config.json). The 278 special tokens CosyVoice3 adds to the Qwen tokenizer are defined in
@@ -14,6 +14,10 @@ optional: MODEL_DIR/speech_tokenizer_v3.onnx and MODEL_DIR/campplus.onnx are tak
 --speech-tokenizer / --campplus name an .onnx file or a PyTorch state dict (frontend_convert.py maps
 them by graph structure). Reading ONNX needs the `onnx` package; everything else numpy only (the
 .pt files are read without torch). The format is docs/model-format.md.
+The text normalization grammars (docs/model-format.md section 9) are the OpenFst files of the
+installed `wetext` wheel (pip install wetext==0.1.8; only its files are read, it is not imported)
+or of --wetext DIR; without them the file is written without grammars (a note says so) and the
+library normalizes whitespace only.
 Weight norm is folded (W = g * v / ||v||, norm over all but dim 0); the flow's fixed noise buffer
 (torch.manual_seed(0); torch.randn(1, 80, 15000)) is reproduced and checked against torch's values.
 """
@@ -358,6 +362,70 @@ def load_tokenizer(tok_dir, added_path):
 
 
 # ----------------------------------------------------------------------------------------------
+# text normalization grammars (wetext's OpenFst files)
+
+WETEXT_VERSION = "0.1.8"   # the wheel whose grammars the golden text data was made with
+TEXT_GRAMMARS = [          # (model file key, file under the wheel's fsts/ directory)
+    ("cosyvoice.text.zh_tn_tagger", "zh/tn/tagger.fst"),
+    ("cosyvoice.text.zh_tn_verbalizer", "zh/tn/verbalizer.fst"),
+    ("cosyvoice.text.en_tn_tagger", "en/tn/tagger.fst"),
+    ("cosyvoice.text.en_tn_verbalizer", "en/tn/verbalizer.fst"),
+]
+FST_MAGIC = 2125659606
+
+
+def find_wetext_fsts():
+    """(fsts directory, version) of the installed wetext wheel, or (None, None). The package is
+    located, not imported (importing it needs kaldifst)."""
+    import importlib.util
+    spec = importlib.util.find_spec("wetext")
+    if spec is None or not spec.origin:
+        return None, None
+    d = os.path.join(os.path.dirname(spec.origin), "fsts")
+    try:
+        from importlib.metadata import version
+        ver = version("wetext")
+    except Exception:  # noqa: BLE001 - metadata missing: still usable
+        ver = "unknown"
+    return (d, ver) if os.path.isdir(d) else (None, None)
+
+
+def load_text_grammars(fsts_dir, ver="unknown"):
+    """-> {key: bytes} plus the version key, checked to be OpenFst vector FSTs."""
+    out = {}
+    for key, rel in TEXT_GRAMMARS:
+        p = os.path.join(fsts_dir, rel)
+        try:
+            with open(p, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise ConvertError(f"text grammars: {exc}") from None
+        if len(data) < 16 or int.from_bytes(data[:4], "little") != FST_MAGIC or \
+                data[8:14] != b"vector":
+            raise ConvertError(f"{p}: not an OpenFst vector FST")
+        out[key] = data
+    out["cosyvoice.text.wetext_version"] = ver
+    return out
+
+
+def text_grammars(wetext_dir=None, enabled=True, log=print):
+    """The grammars to pack: from wetext_dir, else the installed wheel, else None (with a note)."""
+    if not enabled:
+        return None
+    if wetext_dir:
+        return load_text_grammars(wetext_dir, "unknown (--wetext)")
+    d, ver = find_wetext_fsts()
+    if d is None:
+        log("note: wetext is not installed (pip install wetext==%s): the model file gets no text "
+            "normalization grammars" % WETEXT_VERSION)
+        return None
+    if ver != WETEXT_VERSION:
+        log(f"note: packing the grammars of wetext {ver} (the golden text data is from "
+            f"{WETEXT_VERSION})")
+    return load_text_grammars(d, ver)
+
+
+# ----------------------------------------------------------------------------------------------
 # writing
 
 LLM_F = dict(rope_theta=1e6, rms_norm_eps=1e-6)
@@ -405,7 +473,7 @@ def load_frontend(s3_path=None, cam_path=None):
 
 
 def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dtype, name,
-                noise=None, frontend=None):
+                noise=None, text=None, frontend=None):
     tokens, types, merges, eos, eop = tok
     if len(tokens) > hp_llm["text_vocab_size"]:
         raise ConvertError(f"tokenizer has {len(tokens)} tokens, the text embedding only "
@@ -436,6 +504,11 @@ def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dt
     w.add_array("tokenizer.ggml.merges", gw.T_STRING, merges)
     w.add_u32("tokenizer.ggml.eos_token_id", eos)
     w.add_u32("cosyvoice.tokenizer.endofprompt_id", eop)
+    for k, v in (text or {}).items():
+        if isinstance(v, str):
+            w.add_string(k, v)
+        else:
+            w.add_array(k, gw.T_UINT8, v)
     if frontend:
         for k, v in frontend["u32"].items():
             w.add_u32(k, int(v))
@@ -460,7 +533,7 @@ def write_model(path, tensors, hp_llm, hp_flow, hp_hift, hp_hift_arrays, tok, dt
 
 
 def convert(model_dir, out, dtype, tok_dir=None, added=None, name="Fun-CosyVoice3-0.5B",
-            s3_path=None, cam_path=None):
+            wetext_dir=None, text=True, s3_path=None, cam_path=None):
     def load(fn):
         p = os.path.join(model_dir, fn)
         if not os.path.exists(p):
@@ -480,7 +553,8 @@ def convert(model_dir, out, dtype, tok_dir=None, added=None, name="Fun-CosyVoice
     if cam_path is None and os.path.exists(os.path.join(model_dir, "campplus.onnx")):
         cam_path = os.path.join(model_dir, "campplus.onnx")
     front = load_frontend(s3_path or None, cam_path or None)
-    write_model(out, tensors, hp_llm, hp_flow, hp_hift, hp_hift_a, tok, dtype, name,
+    grammars = text_grammars(wetext_dir, text, log=lambda m: print(m, file=sys.stderr))
+    write_model(out, tensors, hp_llm, hp_flow, hp_hift, hp_hift_a, tok, dtype, name, text=grammars,
                 frontend=front)
     return len(tensors) + 1 + len(front["tensors"])
 
@@ -495,6 +569,10 @@ def main(argv=None):
     ap.add_argument("--added-tokens", help="CosyVoice's cosyvoice/tokenizer/tokenizer.py or a JSON list "
                     "of the CosyVoice3 special tokens")
     ap.add_argument("--name", default="Fun-CosyVoice3-0.5B")
+    ap.add_argument("--wetext", metavar="DIR", help="fsts/ directory of a wetext wheel (default: "
+                    "the installed wetext package)")
+    ap.add_argument("--no-text-grammars", action="store_true",
+                    help="write no text normalization grammars")
     ap.add_argument("--speech-tokenizer", help="speech tokenizer v3: the official .onnx or an "
                     "S3TokenizerV3 state dict (default MODEL_DIR/speech_tokenizer_v3.onnx when present; "
                     "'' = none)")
@@ -503,7 +581,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     try:
         n = convert(a.model_dir, a.output, a.dtype, a.tokenizer, a.added_tokens, a.name,
-                    a.speech_tokenizer, a.campplus)
+                    a.wetext, not a.no_text_grammars, a.speech_tokenizer, a.campplus)
     except ConvertError as exc:
         print(f"convert.py: error: {exc}", file=sys.stderr)
         return 1

@@ -97,6 +97,8 @@ class Writer:
             out.append(np.asarray(values, dtype="<u4").tobytes())
         elif elem_type == T_FLOAT32:
             out.append(np.asarray(values, dtype="<f4").tobytes())
+        elif elem_type == T_UINT8:
+            out.append(bytes(values))
         else:
             raise ValueError("unsupported array element type")
         self.kv.append((key, T_ARRAY, b"".join(out)))

@@ -3,7 +3,7 @@
 
     tools/make_model.py --preset full|small|demo -o MODEL.gguf [--seed N] [--dtype bf16|f16|f32]
                         [--tokenizer DIR] [--added-tokens FILE] [--voice VOICE.gguf]
-                        [--frontend none|small|full|preset]
+                        [--wetext DIR | --no-text-grammars] [--frontend none|small|full|preset]
 
 Presets (geometry; docs/model-format.md lists every tensor each implies):
   full   the real Fun-CosyVoice3-0.5B geometry: LLM 896 x 24 layers (14 heads, 2 kv heads, MLP
@@ -49,6 +49,9 @@ geometry and fill are in frontend_state_dicts below), mapped by tools/frontend_c
 real state dict, so cosy_voice_from_audio works with the file. full: width 1280, 12 blocks, CAM++
 growth 32 / bottleneck 128 / 128 initial channels (~1 GB more, always f32); small: the test
 geometry of tests/data/frontend.
+
+The text normalization grammars of the installed wetext wheel (or --wetext DIR) are packed as
+tools/convert.py does (docs/model-format.md section 9), for every preset.
 
 --voice PATH writes a demo voice file (format: docs/model-format.md "Voice files"): 50 random
 prompt speech tokens, a smooth random log-mel [100][80] in [-10, 2], a N(0, 1) speaker embedding
@@ -609,7 +612,7 @@ def frontend_state_dicts(kind, seed):
 
 
 def make_model(preset, out, seed=0, dtype="bf16", tok_dir=None, added=None, name=None, log=print,
-               frontend=None):
+               wetext_dir=None, text=True, frontend=None):
     g = dict(PRESETS[preset])
     if preset == "demo":
         tok = demo_tokenizer()
@@ -638,7 +641,8 @@ def make_model(preset, out, seed=0, dtype="bf16", tok_dir=None, added=None, name
                                       convert.fe.campplus_from_state_dict(cam, "random CAM++"))
         log(f"front end ({frontend}): {len(front['tensors'])} tensors")
     convert.write_model(out, tensors, hp_llm, hp_flow, hp_hift, hp_hift_a, tok, dtype,
-                        name or f"random-{preset} (seed {seed})", frontend=front)
+                        name or f"random-{preset} (seed {seed})",
+                        text=convert.text_grammars(wetext_dir, text, log), frontend=front)
     return len(tensors) + 1 + (len(front["tensors"]) if front else 0)
 
 
@@ -654,6 +658,10 @@ def main(argv=None):
     ap.add_argument("--added-tokens", help="CosyVoice3 special tokens (default DIR/added_tokens.json)")
     ap.add_argument("--name", help="general.name (default random-PRESET (seed N))")
     ap.add_argument("--voice", help="also write a demo voice file here")
+    ap.add_argument("--wetext", metavar="DIR", help="fsts/ directory of a wetext wheel (default: "
+                    "the installed wetext package; docs/model-format.md section 9)")
+    ap.add_argument("--no-text-grammars", action="store_true",
+                    help="write no text normalization grammars")
     ap.add_argument("--frontend", choices=["none", "small", "full", "preset"], default="none",
                     help="also random front-end models (speech tokenizer v3 + CAM++, for "
                     "cosy_voice_from_audio): full = the real geometry, small = the test geometry, "
@@ -664,7 +672,7 @@ def main(argv=None):
         ("full" if a.preset == "full" else "small")
     try:
         n = make_model(a.preset, a.output, a.seed, a.dtype, a.tokenizer, a.added_tokens, a.name,
-                       frontend=fe_kind)
+                       wetext_dir=a.wetext, text=not a.no_text_grammars, frontend=fe_kind)
     except (convert.ConvertError, OSError) as exc:
         print(f"make_model.py: error: {exc}", file=sys.stderr)
         return 1

@@ -33,6 +33,7 @@
 
 #define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
+#define LLM_KV_POSITIONS 1024 /* LLM KV positions planned per active sequence */
 
 typedef struct gpu_state {
   cosy_gpu *g;      /* LLM */
@@ -40,8 +41,11 @@ typedef struct gpu_state {
   gpu_llm *llm;
   gpu_flow *flow;
   gpu_hift *hift;
-  pthread_mutex_t mu;       /* LLM calls */
-  pthread_mutex_t mu_post;  /* flow and vocoder calls */
+  pthread_mutex_t mu;       /* the KV page accounting (sequence open/close vs. stats) */
+  int step_cap;             /* rows of a decode step (max_active) */
+  int *step_ids;
+  int32_t *step_toks;
+  int flow_recompute;       /* COSY_FLOW_CACHE=0: every chunk recomputes the prefix */
 } gpu_state;
 
 #define ST(e) ((gpu_state *)(e)->be_state)
@@ -55,7 +59,8 @@ static void gb_destroy(cosy_engine *e) {
   cosy_gpu_free(s->post);
   cosy_gpu_free(s->g);
   pthread_mutex_destroy(&s->mu);
-  pthread_mutex_destroy(&s->mu_post);
+  free(s->step_ids);
+  free(s->step_toks);
   free(s);
   e->be_state = NULL;
 }
@@ -64,30 +69,57 @@ static cosy_status gb_create(cosy_engine *e) {
   gpu_state *s = (gpu_state *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
   pthread_mutex_init(&s->mu, NULL);
-  pthread_mutex_init(&s->mu_post, NULL);
   e->be_state = s;
   cosy_status st;
   int max_seqs = e->cfg.max_active > 0 ? e->cfg.max_active : 1;
+  s->step_cap = max_seqs;
+  s->step_ids = (int *)cosy_malloc(sizeof(int) * (size_t)max_seqs);
+  s->step_toks = (int32_t *)cosy_malloc(sizeof(int32_t) * (size_t)max_seqs);
+  if (!s->step_ids || !s->step_toks) {
+    gb_destroy(e);
+    return COSY_ERR_NO_MEMORY;
+  }
   if ((st = cosy_gpu_create(e->cfg.device, e->cfg.gpu_memory_fraction, &s->g)) ||
       (st = cosy_gpu_create_child(s->g, &s->post)) ||
       (st = gpu_llm_create(s->g, e->model, max_seqs, 512, &s->llm)) ||
       (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
-      (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift)) ||
-      (st = gpu_llm_reserve_kv(s->llm, 0, KV_RESERVE))) {
+      (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift))) {
     gb_destroy(e);
     return st;
   }
+  /* what is left: LLM KV pages for max_active sequences of LLM_KV_POSITIONS positions (at most a
+   * quarter), the flow's cache pages the rest */
+  {
+    const cosy_hparams *hp = &e->model->hp;
+    const size_t per_pos = (size_t)hp->llm_layers * 2 * hp->llm_kv_heads * hp->llm_head_dim * 4;
+    size_t left = cosy_gpu_left(s->g);
+    size_t kv = (size_t)max_seqs * LLM_KV_POSITIONS * per_pos;
+    if (kv > left / 4) kv = left / 4;
+    if ((st = gpu_llm_reserve_kv(s->llm, kv, 0)) ||
+        (st = gpu_flow_pool(s->flow, cosy_gpu_left(s->g) > KV_RESERVE
+                                         ? cosy_gpu_left(s->g) - KV_RESERVE
+                                         : 0))) {
+      gb_destroy(e);
+      return st;
+    }
+  }
+  const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
+  s->flow_recompute = fc && !strcmp(fc, "0");
   return COSY_OK;
 }
 
 static void gb_stats(const cosy_engine *e, cosy_engine_stats *out) {
   gpu_state *s = ST(e);
+  pthread_mutex_lock(&s->mu);
   out->kv_bytes = (int64_t)gpu_llm_kv_bytes(s->llm);
   out->kv_pages_total = gpu_llm_pages_total(s->llm);
   out->kv_pages_used = out->kv_pages_total - gpu_llm_pages_free(s->llm);
   out->device_bytes_total = (int64_t)s->g->used;
   out->weights_bytes = 0; /* included in device_bytes_total */
   out->workspace_bytes = (int64_t)s->g->used - out->kv_bytes;
+  out->flow_pages_total = gpu_flow_pages_total(s->flow);
+  out->flow_pages_used = out->flow_pages_total - gpu_flow_pages_free(s->flow);
+  pthread_mutex_unlock(&s->mu);
 }
 
 static cosy_status gb_llm_input(cosy_engine *e, const int32_t *pt, int n_pt, const int32_t *tt,
@@ -122,111 +154,232 @@ static void gb_llm_close(cosy_engine *e, void *seq) {
   free(seq);
 }
 
-/* The next token from the log-probs the step just left on the device (called with mu held, so
- * no other sequence's step overwrote them): RAS on the GPU, or on the host when the parameters
- * are beyond the kernel's limits (top_k > COSY_K_RAS_MAX_K, win_size > COSY_K_RAS_MAX_HIST). */
-static cosy_status gb_next(cosy_engine *e, gpu_state *s, const cosy_next_req *nx, int32_t *next) {
+static void ras_row(const cosy_next_req *nx, int V, cosy_k_ras_row *row) {
   const cosy_sampling *sp = nx->samp;
-  cosy_status st = cosy_sampling_check(sp);
-  if (st) return st;
+  memset(row, 0, sizeof *row);
+  memcpy(row->rng, nx->rng->s, sizeof row->rng);
+  row->temperature = sp->temperature;
+  row->top_p = sp->top_p;
+  row->tau_r = sp->tau_r;
+  row->top_k = sp->top_k;
+  row->win_size = sp->win_size;
+  row->n_allowed = nx->ignore_eos && V > COSY_SPEECH_TOKENS ? COSY_SPEECH_TOKENS : V;
+  const int nh = nx->n_hist < sp->win_size ? nx->n_hist : sp->win_size;
+  row->n_hist = nh;
+  if (nh > 0) memcpy(row->hist, nx->hist + nx->n_hist - nh, sizeof(int32_t) * (size_t)nh);
+}
+
+/* The next token of each of the n rows from the log-probs the last prefill (n = 1) or decode
+ * step left on the device: RAS on the GPU for every row within the kernel's limits, on the host
+ * (from the downloaded log-probs) for the others (top_k > COSY_K_RAS_MAX_K, ...). */
+static cosy_status gb_sample(cosy_engine *e, gpu_state *s, cosy_llm_row *rows, int n) {
   const int V = e->speech_vocab;
-  if (!cosy_k_ras_supported(V, sp->top_k, sp->win_size)) {
-    float *logp = (float *)cosy_malloc(sizeof(float) * (size_t)V);
+  cosy_status st = COSY_OK;
+  int n_host = 0;
+  for (int i = 0; i < n; i++) {
+    const cosy_sampling *sp = rows[i].nx.samp;
+    if ((rows[i].status = cosy_sampling_check(sp))) continue;
+    if (!cosy_k_ras_supported(V, sp->top_k, sp->win_size)) n_host++;
+  }
+  if (n_host) {
+    float *logp = (float *)cosy_malloc(sizeof(float) * (size_t)V * n);
     float *scratch = (float *)cosy_malloc(sizeof(float) * COSY_SAMPLE_SCRATCH(V));
-    st = !logp || !scratch ? COSY_ERR_NO_MEMORY : gpu_llm_logp(s->llm, 1, logp);
-    int32_t tok = -1;
-    if (!st) {
-      tok = cosy_sample_ras(logp, V, nx->hist, nx->n_hist, sp, nx->ignore_eos, nx->rng, scratch);
-      if (tok < 0) st = COSY_ERR_INTERNAL; /* message set by the sampler */
+    st = !logp || !scratch ? COSY_ERR_NO_MEMORY : gpu_llm_logp(s->llm, n, logp);
+    for (int i = 0; i < n && !st; i++) {
+      const cosy_next_req *nx = &rows[i].nx;
+      if (rows[i].status || cosy_k_ras_supported(V, nx->samp->top_k, nx->samp->win_size)) continue;
+      int32_t tok = cosy_sample_ras(logp + (size_t)i * V, V, nx->hist, nx->n_hist, nx->samp,
+                                    nx->ignore_eos, nx->rng, scratch);
+      if (tok < 0) rows[i].status = COSY_ERR_INTERNAL;
+      rows[i].next = tok;
     }
     free(logp);
     free(scratch);
-    if (!st) *next = tok;
-    return st;
+    if (st) return st;
   }
-  cosy_k_ras_row row;
-  memset(&row, 0, sizeof row);
-  memcpy(row.rng, nx->rng->s, sizeof row.rng);
-  row.temperature = sp->temperature;
-  row.top_p = sp->top_p;
-  row.tau_r = sp->tau_r;
-  row.top_k = sp->top_k;
-  row.win_size = sp->win_size;
-  row.n_allowed = nx->ignore_eos && V > COSY_SPEECH_TOKENS ? COSY_SPEECH_TOKENS : V;
-  const int nh = nx->n_hist < sp->win_size ? nx->n_hist : sp->win_size;
-  row.n_hist = nh;
-  if (nh > 0) memcpy(row.hist, nx->hist + nx->n_hist - nh, sizeof(int32_t) * (size_t)nh);
-  if ((st = gpu_llm_sample(s->llm, 1, &row))) return st;
-  if (row.status)
-    return cosy_err(COSY_ERR_INTERNAL, "sampling: %s", row.status == 1
-                                                            ? "NaN log-probability"
-                                                            : "no finite log-probability");
-  memcpy(nx->rng->s, row.rng, sizeof row.rng);
-  *next = row.token;
-  return COSY_OK;
+  if (n_host == n) return COSY_OK;
+  /* the kernel samples every row (rows of the host path are drawn and ignored; their generator
+   * state is not taken back) */
+  cosy_k_ras_row *kr = (cosy_k_ras_row *)cosy_malloc(sizeof *kr * (size_t)n);
+  if (!kr) return COSY_ERR_NO_MEMORY;
+  for (int i = 0; i < n; i++) ras_row(&rows[i].nx, V, &kr[i]);
+  if (!(st = gpu_llm_sample(s->llm, n, kr))) {
+    for (int i = 0; i < n; i++) {
+      const cosy_next_req *nx = &rows[i].nx;
+      if (rows[i].status || !cosy_k_ras_supported(V, nx->samp->top_k, nx->samp->win_size)) continue;
+      if (kr[i].status) {
+        rows[i].status = COSY_ERR_INTERNAL;
+        continue;
+      }
+      memcpy(nx->rng->s, kr[i].rng, sizeof kr[i].rng);
+      rows[i].next = kr[i].token;
+    }
+  }
+  free(kr);
+  return st;
 }
 
 static cosy_status gb_llm_prefill(cosy_engine *e, void *seq, const float *emb, int L,
                                   const cosy_next_req *nx, int32_t *next) {
   gpu_state *s = ST(e);
-  pthread_mutex_lock(&s->mu);
   cosy_status st = gpu_llm_prefill(s->llm, ((gseq *)seq)->id, emb, L, NULL);
-  if (!st) st = gb_next(e, s, nx, next);
-  pthread_mutex_unlock(&s->mu);
-  return st;
+  if (st || !nx) return st;
+  cosy_llm_row row;
+  memset(&row, 0, sizeof row);
+  row.nx = *nx;
+  if ((st = gb_sample(e, s, &row, 1))) return st;
+  if (row.status)
+    return cosy_err(row.status, "sampling the first token failed (NaN or no finite log-probability)");
+  *next = row.next;
+  return COSY_OK;
 }
 
-static cosy_status gb_llm_decode(cosy_engine *e, void *seq, int32_t token,
-                                 const cosy_next_req *nx, int32_t *next) {
+static cosy_status gb_llm_step(cosy_engine *e, cosy_llm_row *rows, int n) {
   gpu_state *s = ST(e);
-  int id = ((gseq *)seq)->id;
-  pthread_mutex_lock(&s->mu);
-  cosy_status st = gpu_llm_decode(s->llm, &id, &token, 1, NULL);
-  if (!st) st = gb_next(e, s, nx, next);
-  pthread_mutex_unlock(&s->mu);
-  return st;
+  int *ids = s->step_ids;
+  int32_t *toks = s->step_toks;
+  if (n > s->step_cap) return cosy_err(COSY_ERR_INTERNAL, "decode step of %d rows > %d", n, s->step_cap);
+  for (int i = 0; i < n; i++) {
+    ids[i] = ((gseq *)rows[i].seq)->id;
+    toks[i] = rows[i].token;
+  }
+  cosy_status st = gpu_llm_decode(s->llm, ids, toks, n, NULL);
+  if (st) return st;
+  return gb_sample(e, s, rows, n);
 }
 
-/* urgent calls (an utterance's first chunk) run on the child context's highest-priority stream,
- * so their blocks are scheduled ahead of the LLM's; each call waits for its own stream, so the
- * swap never leaves work of one call on the other stream */
+/* urgent calls (a batch holding an utterance's first chunk) run on the post context's
+ * highest-priority stream, so their blocks are scheduled ahead of the LLM's; each call waits for
+ * its own stream, so the swap never leaves work of one call on the other stream */
 static void post_begin(gpu_state *s, int urgent, cudaStream_t *saved) {
-  pthread_mutex_lock(&s->mu_post);
   *saved = s->post->stream;
   if (urgent && s->post->stream_urgent) s->post->stream = s->post->stream_urgent;
 }
-static void post_end(gpu_state *s, cudaStream_t saved) {
-  s->post->stream = saved;
-  pthread_mutex_unlock(&s->mu_post);
+static void post_end(gpu_state *s, cudaStream_t saved) { s->post->stream = saved; }
+
+typedef struct gflow_state {
+  cosy_flow_prompt p;
+  gpu_flow_req *q;
+} gflow_state;
+
+static cosy_status gb_flow_open(cosy_engine *e, const cosy_flow_prompt *p, int max_gen, void **fs) {
+  gpu_state *s = ST(e);
+  gflow_state *f = (gflow_state *)cosy_calloc(1, sizeof *f);
+  if (!f) return COSY_ERR_NO_MEMORY;
+  f->p = *p;
+  cosy_status st = gpu_flow_req_open(s->flow, p->tokens, p->n_tokens, p->mel, p->spk, max_gen, &f->q);
+  if (st) {
+    free(f);
+    return st;
+  }
+  *fs = f;
+  return COSY_OK;
 }
 
-static cosy_status gb_flow_infer(cosy_engine *e, const int32_t *tokens, int n_prompt, int n_gen,
-                                 const float *prompt_mel, int n_prompt_frames, const float *spk,
-                                 int streaming, int finalize, int urgent,
-                                 const volatile int *cancel, float **mel, int *n_frames) {
+static void gb_flow_close(cosy_engine *e, void *fs) {
+  gpu_state *s = ST(e);
+  gflow_state *f = (gflow_state *)fs;
+  if (!f) return;
+  pthread_mutex_lock(&s->mu); /* page accounting vs. stats */
+  gpu_flow_req_close(s->flow, f->q);
+  pthread_mutex_unlock(&s->mu);
+  free(f);
+}
+
+static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int urgent,
+                               const volatile int *cancel) {
   gpu_state *s = ST(e);
   cudaStream_t saved;
   post_begin(s, urgent, &saved);
-  cosy_status st = gpu_flow_infer(s->flow, tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames,
-                                  spk, streaming, finalize, cancel, mel, n_frames);
+  cosy_status st = COSY_OK;
+  if (s->flow_recompute) {
+    for (int i = 0; i < n; i++) {
+      cosy_flow_job *j = &jobs[i];
+      const gflow_state *f = (const gflow_state *)j->fs;
+      float *mel = NULL;
+      int frames = 0;
+      j->status = gpu_flow_infer(s->flow, j->tokens, f->p.n_tokens, j->n_gen, f->p.mel,
+                                 2 * f->p.n_tokens, f->p.spk, !j->full_attention, j->finalize,
+                                 cancel, &mel, &frames);
+      if (!j->status) j->status = flow_job_take(j, mel, frames);
+      free(mel);
+    }
+  } else {
+    gpu_flow_call *c = (gpu_flow_call *)cosy_calloc((size_t)(n > 0 ? n : 1), sizeof *c);
+    if (!c) {
+      post_end(s, saved);
+      return COSY_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n; i++) {
+      c[i].q = ((gflow_state *)jobs[i].fs)->q;
+      c[i].tokens = jobs[i].tokens;
+      c[i].n_gen = jobs[i].n_gen;
+      c[i].finalize = jobs[i].finalize;
+      c[i].full = jobs[i].full_attention;
+      c[i].frame_from = jobs[i].frame_from;
+      c[i].n_frames = jobs[i].n_frames;
+      c[i].mel = jobs[i].mel;
+    }
+    pthread_mutex_lock(&s->mu); /* page accounting vs. stats and closes */
+    st = gpu_flow_batch(s->flow, c, n, cancel);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) jobs[i].status = st;
+    free(c);
+  }
   post_end(s, saved);
   return st;
 }
 
-static cosy_status gb_hift_infer(cosy_engine *e, const float *mel, int T, int finalize,
-                                 int urgent, const volatile int *cancel, float **wav,
-                                 int64_t *n) {
+/* vocoder: one streaming state per utterance, the batch's jobs in shared launches */
+static cosy_status gb_voc_open(cosy_engine *e, int max_frames, void **vs) {
+  (void)max_frames;
+  return gpu_hift_stream_create(ST(e)->hift, (gpu_hift_stream **)vs);
+}
+
+static void gb_voc_close(cosy_engine *e, void *vs) {
+  gpu_hift_stream_free(ST(e)->hift, (gpu_hift_stream *)vs);
+}
+
+static cosy_status gb_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urgent,
+                             const volatile int *cancel) {
   gpu_state *s = ST(e);
+  gpu_hift_job *hj = (gpu_hift_job *)cosy_calloc((size_t)(n > 0 ? n : 1), sizeof *hj);
+  if (!hj) return COSY_ERR_NO_MEMORY;
+  for (int i = 0; i < n; i++) {
+    hj[i].st = (gpu_hift_stream *)jobs[i].vs;
+    hj[i].mel_new = jobs[i].mel;
+    hj[i].T_new = jobs[i].n_new;
+    hj[i].finalize = jobs[i].finalize;
+  }
   cudaStream_t saved;
   post_begin(s, urgent, &saved);
-  cosy_status st = gpu_hift_infer(s->hift, mel, T, finalize, cancel, wav, n);
+  cosy_status st = gpu_hift_stream_run(s->hift, hj, n, cancel);
   post_end(s, saved);
+  for (int i = 0; i < n; i++) {
+    jobs[i].wav = hj[i].wav;
+    jobs[i].n = hj[i].n;
+    jobs[i].status = st;
+  }
+  free(hj);
   return st;
 }
 
 const cosy_backend cosy_backend_gpu = {
-    "gpu",         1 /* the LLM waits for the first chunk's flow */, gb_create,    gb_destroy,     gb_stats,      gb_llm_input,  gb_llm_open,
-    gb_llm_close,  gb_llm_prefill, gb_llm_decode, gb_flow_infer, gb_hift_infer,
+    .name = "gpu",
+    .create = gb_create,
+    .destroy = gb_destroy,
+    .stats = gb_stats,
+    .llm_input = gb_llm_input,
+    .llm_open = gb_llm_open,
+    .llm_close = gb_llm_close,
+    .llm_prefill = gb_llm_prefill,
+    .llm_step = gb_llm_step,
+    .flow_open = gb_flow_open,
+    .flow_close = gb_flow_close,
+    .flow_run = gb_flow_run,
+    .voc_open = gb_voc_open,
+    .voc_close = gb_voc_close,
+    .vocode = gb_vocode,
 };
 
 #else /* the GPU stages are not in this build */
@@ -236,6 +389,5 @@ static cosy_status gb_unsupported(cosy_engine *e) {
   return cosy_err(COSY_ERR_UNSUPPORTED, "this build has no GPU stages; use COSY_DEVICE_CPU");
 }
 
-const cosy_backend cosy_backend_gpu = {"gpu", 0,    gb_unsupported, NULL, NULL, NULL, NULL,
-                                       NULL,  NULL, NULL,           NULL, NULL};
+const cosy_backend cosy_backend_gpu = {.name = "gpu", .create = gb_unsupported};
 #endif

@@ -128,6 +128,7 @@ struct gpu_flow {
   cosy_bf16 *hb, *nb, *att, *qkv, *ffb; /* [ROWS][Nmax][D] x 3, [..][3D], [..][F] */
   float *host_out;                     /* pinned [ROWS][Nmax][M] */
   ggraph graphs[GRAPH_CACHE];
+  void *fc; /* batched calls: page pool, packed buffers, plan (gpu_flow_pool) */
   uint64_t clock;
   int use_graph;
   struct {
@@ -411,6 +412,9 @@ static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile i
 /* ---------------------------------------------------------------------------------------------
  * create / free */
 
+typedef struct gflow_cache gflow_cache;
+static void fc_free(void *fc);
+
 void gpu_flow_free(gpu_flow *f) {
   if (!f) return;
   if (f->s) cudaStreamSynchronize(f->s);
@@ -421,6 +425,7 @@ void gpu_flow_free(gpu_flow *f) {
   free(f->dt_step);
   free(f->blk);
   cosy_gpu_host_free(f->host_out);
+  fc_free(f->fc);
   free(f);
 }
 
@@ -744,6 +749,37 @@ static cosy_status const_rows(gpu_flow *f, int R, int N, const float *const *con
               f->hc, f->D, 0, "flow: input proj (constant part)");
 }
 
+/* mu [N = ratio n_used][M] in f->mu from the token ids in f->ids (n_all of them): token
+ * embedding (finalize: zero rows up to n_used + la), PreLookahead conv1 (k = la+1) -> leaky relu ->
+ * conv2 (k 3, left pad 2) -> + x, repeated ratio times. Launches only. */
+static cosy_status prelookahead(gpu_flow *f, int n_all, int n_used) {
+  const int M = f->M, la = f->la, P = f->P, N = f->ratio * n_used;
+  cudaStream_t s = f->s;
+  cosy_status st;
+  CK(cosy_k_embed(s, COSY_KDT_F32, f->emb, f->vocab, M, f->ids, n_all, COSY_KDT_F32, f->xe, M,
+                  NULL),
+     "flow: embedding");
+  if (n_used + la > n_all)
+    CK(cudaMemsetAsync(f->xe + (size_t)n_all * M, 0, (size_t)(n_used + la - n_all) * M * 4, s),
+       "flow: memset");
+  CK(cudaMemsetAsync(f->h1, 0, (size_t)2 * P * 4, s), "flow: memset");
+  for (int k = 0; k <= la; k++)
+    if ((st = gemm(f, n_used, P, M, COSY_KDT_F32, f->xe + (size_t)k * M, M,
+                   f->pre1_w + (size_t)k * P * M, k == 0 ? f->pre1_b : NULL, COSY_KDT_F32,
+                   f->h1 + (size_t)2 * P, P, k > 0, "flow: pre-lookahead conv1")))
+      return st;
+  CK(cosy_k_leaky_relu(s, COSY_KDT_F32, f->h1 + (size_t)2 * P, COSY_KDT_F32, f->h1 + (size_t)2 * P,
+                       (int64_t)n_used * P, 0.01f),
+     "flow: leaky relu");
+  for (int k = 0; k < 3; k++)
+    if ((st = gemm(f, n_used, M, P, COSY_KDT_F32, f->h1 + (size_t)k * P, P,
+                   f->pre2_w + (size_t)k * M * P, k == 0 ? f->pre2_b : NULL, COSY_KDT_F32, f->pre,
+                   M, k > 0, "flow: pre-lookahead conv2")))
+      return st;
+  CK(cosy_k_flow_mu(s, f->mu, f->pre, f->xe, f->ratio, N, M), "flow: mu");
+  return COSY_OK;
+}
+
 cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int n_gen,
                            const float *prompt_mel, int n_prompt_frames, const float *spk,
                            int streaming, int finalize, const volatile int *cancel, float **mel,
@@ -752,7 +788,7 @@ cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int
   if (n_frames) *n_frames = 0;
   if (!f || !mel || !n_frames)
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_infer: NULL argument");
-  const int M = f->M, la = f->la, P = f->P;
+  const int M = f->M, la = f->la;
   int n_used;
   cosy_status cst = flow_check_call("gpu_flow_infer", f->vocab, f->ratio, la, f->max_frames,
                                     tokens, n_prompt, n_gen, prompt_mel, n_prompt_frames, spk,
@@ -787,29 +823,7 @@ cosy_status gpu_flow_infer(gpu_flow *f, const int32_t *tokens, int n_prompt, int
     CK(cudaMemcpyAsync(f->cond, prompt_mel, (size_t)n_prompt_frames * M * 4,
                        cudaMemcpyHostToDevice, s),
        "flow: upload");
-  /* token embedding; finalize: zero rows up to n_used + la */
-  CK(cosy_k_embed(s, COSY_KDT_F32, f->emb, f->vocab, M, f->ids, (int)n_all, COSY_KDT_F32, f->xe, M,
-                  NULL),
-     "flow: embedding");
-  if (n_used + la > n_all)
-    CK(cudaMemsetAsync(f->xe + (size_t)n_all * M, 0, (size_t)(n_used + la - n_all) * M * 4, s),
-       "flow: memset");
-  /* PreLookahead: conv1 (k = la+1) -> leaky relu -> conv2 (k 3, left pad 2) -> + x */
-  CK(cudaMemsetAsync(f->h1, 0, (size_t)2 * P * 4, s), "flow: memset");
-  for (int k = 0; k <= la; k++)
-    if ((st = gemm(f, n_used, P, M, COSY_KDT_F32, f->xe + (size_t)k * M, M,
-                   f->pre1_w + (size_t)k * P * M, k == 0 ? f->pre1_b : NULL, COSY_KDT_F32,
-                   f->h1 + (size_t)2 * P, P, k > 0, "flow: pre-lookahead conv1")))
-      return st;
-  CK(cosy_k_leaky_relu(s, COSY_KDT_F32, f->h1 + (size_t)2 * P, COSY_KDT_F32, f->h1 + (size_t)2 * P,
-                       (int64_t)n_used * P, 0.01f),
-     "flow: leaky relu");
-  for (int k = 0; k < 3; k++)
-    if ((st = gemm(f, n_used, M, P, COSY_KDT_F32, f->h1 + (size_t)k * P, P,
-                   f->pre2_w + (size_t)k * M * P, k == 0 ? f->pre2_b : NULL, COSY_KDT_F32, f->pre,
-                   M, k > 0, "flow: pre-lookahead conv2")))
-      return st;
-  CK(cosy_k_flow_mu(s, f->mu, f->pre, f->xe, f->ratio, N, M), "flow: mu");
+  if ((st = prelookahead(f, (int)n_all, n_used))) return st;
   /* cond = prompt mel (uploaded above) then zeros; x = noise[:, :N] */
   if (N > n_prompt_frames)
     CK(cudaMemsetAsync(f->cond + (size_t)n_prompt_frames * M, 0, (size_t)n_out * M * 4, s),
@@ -913,4 +927,474 @@ cosy_status gpu_flow_estimator(gpu_flow *f, int B, int N, const float *x, const 
   if (st) cudaStreamSynchronize(s);
   free(tr);
   return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Batched calls with per-request caches (gpu_flow_batch; flow.h gives the contract).
+ *
+ * Why it is exact: with the block-causal mask, frame i attends to frames < (i/50 + 1) 50, the
+ * convolutional position embedding is causal (2 convolutions of K = 31: 60 frames of left
+ * context), and every other layer works frame by frame; the noise of frame i is column i of a
+ * fixed buffer, cond/mu/spk of a frame do not change once the 3 look-ahead tokens after it exist.
+ * So every quantity of a frame in a complete 50-frame block (the K/V rows of every layer, CFG row
+ * and Euler step, the Euler state x of every step) is the same in every later block-causal call
+ * of the request. A call that starts at block boundary s therefore computes only frames
+ * [s, N): their queries attend to the cached K/V of frames < s and to this call's K/V of frames
+ * >= s, and their position embedding reads the cached x of frames s-60 .. s-1 (recomputing the
+ * input projection of those 60 rows, which is cheaper than caching 1024-wide rows).
+ *
+ * Cache pages: one pool of fixed pages (gpu_flow_pool), each holding one 50-frame block of one
+ * request: K and V [S][depth][2 rows][2][50][D] bf16, then x [S][50][M] fp32 (the state entering
+ * each Euler step). A request takes pages as its calls commit blocks; when the pool is empty the
+ * request simply keeps the blocks it has and its later calls recompute from there (slower, never
+ * a failure). Pages go back at gpu_flow_req_close.
+ *
+ * Packed layout of one batched call over jobs j (n_j = N_j - s_j new frames):
+ *   new rows  [2][Tn]      CFG row r, job j's frame s_j + i at r Tn + base_j + i (Tn = sum n_j)
+ *   ext rows  [2][Te]      job j's frames s_j - 60 .. N_j - 1 at r Te + ebase_j + e
+ *                          (Te = sum (60 + n_j); frames < 0 are "virtual": zero rows that stand
+ *                          for the convolution's zero padding at the utterance start)
+ * Per Euler step: x of the ext rows gathered (cache / this call / zero) -> input projection ->
+ * h = xp + hc[r] -> conv position embedding over the ext rows (virtual rows zeroed before each
+ * convolution; 60 real rows before every new row, so neighbouring jobs never mix) -> the new rows
+ * gathered -> 22 blocks on the 2 Tn new rows (RoPE at each row's absolute frame; K/V of committed
+ * frames stored to the pages; paged attention) -> velocity -> Euler update of the new rows. */
+
+#define CTX 60          /* left context of the position embedding: 2 (K - 1) */
+#define PF 50           /* frames per page (= the attention block) */
+#define BATCH_JOBS 64
+#define MAX_SEG_TILES(tn, nj) ((tn) / 64 * 2 + 4 * (nj) + 2)
+
+struct gpu_flow_req {
+  const int32_t *ptok;   /* prompt tokens (the caller's) */
+  const float *pmel;     /* prompt mel frame-major [2P][M] (the caller's) */
+  int P;
+  float eh[MAX_MEL];     /* speaker: normalize + affine */
+  int *pages, n_pages, cap_pages;
+  int cached;            /* frames [0, cached) are in the pages */
+};
+
+struct gflow_cache {
+  unsigned char *pool;   /* n_pages * page_bytes */
+  size_t page_bytes;
+  int64_t kv_elems;      /* bf16 elements of K/V per page */
+  int n_pages;
+  int *free_list, n_free;
+  /* ext buffers */
+  int te_max, tn_max;
+  float *X, *xp, *hext, *hcx, *inp, *xnew, *condb;
+  cosy_bf16 *hbx, *nbx;
+  /* plan (device + pinned host mirror) */
+  int64_t *d_src, *h_src, *d_xdst, *h_xdst, *d_kvdst, *h_kvdst;
+  int32_t *d_pos, *h_pos, *d_map, *h_map, *d_virt, *h_virt, *d_tiles, *h_tiles, *d_ptab, *h_ptab;
+  cosy_k_dit_seg *d_segs, *h_segs;
+  float *h_xout, *h_condb;
+  int ptab_cap, tiles_cap;
+};
+
+static gflow_cache *FC(gpu_flow *f) { return (gflow_cache *)f->fc; }
+
+static void fc_free(void *p) {
+  gflow_cache *c = (gflow_cache *)p;
+  if (!c) return;
+  cosy_gpu_host_free(c->h_src);
+  free(c->free_list);
+  free(c);
+}
+
+size_t gpu_flow_page_bytes(const gpu_flow *f) {
+  const int64_t kv = (int64_t)f->S * f->depth * 2 * 2 * PF * f->D;
+  return (size_t)kv * 2 + (size_t)f->S * PF * f->M * 4;
+}
+
+static cosy_status fc_alloc(gpu_flow *f, size_t bytes, const char *what, void **p) {
+  return cosy_gpu_alloc(f->g, bytes ? bytes : 16, what, p);
+}
+
+cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
+  if (!f) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: NULL");
+  if (f->fc) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: called twice");
+  if (2 * (f->cpk - 1) > CTX)
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "gpu_flow_pool: position convolution kernel %d > %d",
+                    f->cpk, CTX / 2 + 1);
+  gflow_cache *c = (gflow_cache *)cosy_calloc(1, sizeof *c);
+  if (!c) return COSY_ERR_NO_MEMORY;
+  f->fc = c;
+  const int M = f->M, D = f->D;
+  c->page_bytes = gpu_flow_page_bytes(f);
+  c->kv_elems = (int64_t)f->S * f->depth * 2 * 2 * PF * D;
+  c->tn_max = f->max_frames;
+  c->te_max = f->max_frames + CTX * BATCH_JOBS;
+  const int ptab_cap = BATCH_JOBS * (f->max_frames / PF + 2);
+  const int tiles_cap = 2 * MAX_SEG_TILES(c->tn_max, BATCH_JOBS);
+  c->ptab_cap = ptab_cap;
+  c->tiles_cap = tiles_cap;
+  const size_t TE = (size_t)c->te_max, TN = (size_t)c->tn_max;
+  struct {
+    void **p;
+    size_t bytes;
+    const char *what;
+  } plan[] = {
+      {(void **)&c->X, TE * M * 4, "flow batch x"},
+      {(void **)&c->xp, TE * D * 4, "flow batch projection"},
+      {(void **)&c->hext, 2 * TE * D * 4, "flow batch rows"},
+      {(void **)&c->hcx, 2 * TE * D * 4, "flow batch rows"},
+      {(void **)&c->inp, 2 * TE * 3 * M * 4, "flow batch input rows"},
+      {(void **)&c->hbx, 2 * TE * D * 2, "flow batch rows"},
+      {(void **)&c->nbx, 2 * TE * D * 2, "flow batch rows"},
+      {(void **)&c->xnew, TN * M * 4, "flow batch x"},
+      {(void **)&c->condb, TE * M * 4, "flow batch cond"},
+      {(void **)&c->d_src, TE * 8, "flow plan"},
+      {(void **)&c->d_xdst, TN * 8, "flow plan"},
+      {(void **)&c->d_kvdst, 2 * TN * 8, "flow plan"},
+      {(void **)&c->d_pos, 2 * TN * 4, "flow plan"},
+      {(void **)&c->d_map, 2 * TN * 4, "flow plan"},
+      {(void **)&c->d_virt, 2 * CTX * BATCH_JOBS * 4, "flow plan"},
+      {(void **)&c->d_tiles, (size_t)tiles_cap * 2 * 4, "flow plan"},
+      {(void **)&c->d_ptab, (size_t)ptab_cap * 4, "flow plan"},
+      {(void **)&c->d_segs, 2 * BATCH_JOBS * sizeof(cosy_k_dit_seg), "flow plan"},
+  };
+  cosy_status st;
+  for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
+    if ((st = fc_alloc(f, plan[i].bytes, plan[i].what, plan[i].p))) return st;
+  /* pinned host mirrors: one block */
+  size_t hb = TE * 8 + TN * 8 + 2 * TN * 8 + 2 * TN * 4 * 2 + 2 * CTX * BATCH_JOBS * 4 +
+              (size_t)tiles_cap * 8 + (size_t)ptab_cap * 4 + 2 * BATCH_JOBS * sizeof(cosy_k_dit_seg) +
+              TN * M * 4 + TE * M * 4 + 64 * 16;
+  unsigned char *h;
+  if ((st = cosy_gpu_host_alloc(hb, (void **)&h))) return st;
+  c->h_src = (int64_t *)h;
+  c->h_xdst = c->h_src + TE;
+  c->h_kvdst = c->h_xdst + TN;
+  c->h_pos = (int32_t *)(c->h_kvdst + 2 * TN);
+  c->h_map = c->h_pos + 2 * TN;
+  c->h_virt = c->h_map + 2 * TN;
+  c->h_tiles = c->h_virt + 2 * CTX * BATCH_JOBS;
+  c->h_ptab = c->h_tiles + (size_t)tiles_cap * 2;
+  c->h_segs = (cosy_k_dit_seg *)(((uintptr_t)(c->h_ptab + ptab_cap) + 15) & ~(uintptr_t)15);
+  c->h_xout = (float *)(((uintptr_t)(c->h_segs + 2 * BATCH_JOBS) + 15) & ~(uintptr_t)15);
+  c->h_condb = c->h_xout + TN * M;
+  /* the pages: what is left of `bytes` after the buffers */
+  const size_t left = cosy_gpu_left(f->g);
+  size_t want = bytes ? bytes : left;
+  if (want > left) want = left;
+  c->n_pages = (int)(want / c->page_bytes);
+  if (c->n_pages > 0) {
+    if ((st = fc_alloc(f, (size_t)c->n_pages * c->page_bytes, "flow cache pages", (void **)&c->pool)))
+      return st;
+  }
+  c->free_list = (int *)cosy_malloc(sizeof(int) * (size_t)(c->n_pages > 0 ? c->n_pages : 1));
+  if (!c->free_list) return COSY_ERR_NO_MEMORY;
+  for (int i = 0; i < c->n_pages; i++) c->free_list[i] = c->n_pages - 1 - i;
+  c->n_free = c->n_pages;
+  return COSY_OK;
+}
+
+int gpu_flow_pages_total(const gpu_flow *f) { return f && f->fc ? ((gflow_cache *)f->fc)->n_pages : 0; }
+int gpu_flow_pages_free(const gpu_flow *f) { return f && f->fc ? ((gflow_cache *)f->fc)->n_free : 0; }
+
+cosy_status gpu_flow_req_open(gpu_flow *f, const int32_t *prompt_tokens, int n_prompt,
+                              const float *prompt_mel, const float *spk, int max_gen,
+                              gpu_flow_req **out) {
+  *out = NULL;
+  if (!f || !f->fc || (n_prompt > 0 && (!prompt_tokens || !prompt_mel)) || !spk || n_prompt < 0 ||
+      max_gen < 0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_req_open: bad argument");
+  const int frames = f->ratio * (n_prompt + max_gen + f->la);
+  if (frames > f->max_frames)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "prompt (%d tokens) + up to %d speech tokens need %d mel frames; the GPU flow "
+                    "holds at most %d (%d s) per utterance: lower max_tokens or split the text",
+                    n_prompt, max_gen, frames, f->max_frames, f->max_frames / 50);
+  gpu_flow_req *q = (gpu_flow_req *)cosy_calloc(1, sizeof *q);
+  if (!q) return COSY_ERR_NO_MEMORY;
+  q->cap_pages = f->max_frames / PF + 1;
+  q->pages = (int *)cosy_malloc(sizeof(int) * (size_t)q->cap_pages);
+  if (!q->pages) {
+    free(q);
+    return COSY_ERR_NO_MEMORY;
+  }
+  q->ptok = prompt_tokens;
+  q->pmel = prompt_mel;
+  q->P = n_prompt;
+  double ss = 0;
+  for (int i = 0; i < f->spk_dim; i++) ss += (double)spk[i] * spk[i];
+  float nrm = (float)sqrt(ss);
+  if (nrm < 1e-12f) nrm = 1e-12f;
+  for (int o = 0; o < f->M; o++) {
+    double acc = 0;
+    const float *w = f->h_spk_w + (size_t)o * f->spk_dim;
+    for (int i = 0; i < f->spk_dim; i++) acc += (double)w[i] * (double)(spk[i] / nrm);
+    q->eh[o] = (float)acc + f->h_spk_b[o];
+  }
+  *out = q;
+  return COSY_OK;
+}
+
+void gpu_flow_req_close(gpu_flow *f, gpu_flow_req *q) {
+  if (!q) return;
+  gflow_cache *c = f ? FC(f) : NULL;
+  if (c)
+    for (int i = 0; i < q->n_pages; i++) c->free_list[c->n_free++] = q->pages[i];
+  free(q->pages);
+  free(q);
+}
+
+/* one batch whose packed sizes fit the buffers (gpu_flow_batch splits) */
+static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
+  gflow_cache *c = FC(f);
+  const int M = f->M, D = f->D, F = f->F, la = f->la;
+  cudaStream_t s = f->s = f->g->stream;
+  const int ctx = 2 * (f->cpk - 1); /* left context of the two causal position convolutions */
+  cosy_status st;
+  int s_j[BATCH_JOBS], N_j[BATCH_JOBS], store_to[BATCH_JOBS], nb[BATCH_JOBS], eb[BATCH_JOBS];
+  int Tn = 0, Te = 0, n_virt = 0, n_ptab = 0, n_tiles = 0;
+  /* plan: starts, pages, offsets */
+  for (int j = 0; j < n; j++) {
+    gpu_flow_call *k = &calls[j];
+    gpu_flow_req *q = k->q;
+    int n_used = k->finalize ? q->P + k->n_gen : q->P + k->n_gen - la;
+    N_j[j] = f->ratio * n_used;
+    const int want0 = f->ratio * q->P + k->frame_from; /* first frame asked for */
+    int s0 = k->full ? 0 : (q->cached < want0 ? q->cached : want0);
+    s0 -= s0 % PF;
+    s_j[j] = s0;
+    int commit = k->full || k->finalize ? s0 : want0 + k->n_frames;
+    commit -= commit % PF;
+    if (commit > N_j[j]) commit = N_j[j] - N_j[j] % PF;
+    /* pages for blocks [s0/PF, commit/PF) */
+    int need = commit / PF;
+    while (q->n_pages < need && c->n_free > 0) q->pages[q->n_pages++] = c->free_list[--c->n_free];
+    store_to[j] = commit < q->n_pages * PF ? commit : q->n_pages * PF;
+    if (store_to[j] < s0) store_to[j] = s0;
+    nb[j] = Tn;
+    eb[j] = Te;
+    Tn += N_j[j] - s0;
+    Te += ctx + N_j[j] - s0;
+  }
+  const int64_t page_f = (int64_t)(c->page_bytes / 4); /* page size in floats */
+  const int64_t traj_f = c->kv_elems / 2;              /* floats before a page's x rows */
+  for (int j = 0; j < n; j++) {
+    gpu_flow_req *q = calls[j].q;
+    const int nj = N_j[j] - s_j[j];
+    for (int e = 0; e < ctx + nj; e++) {
+      const int fr = s_j[j] - ctx + e;
+      int64_t src;
+      if (fr < 0) {
+        src = -1;
+        c->h_virt[n_virt++] = eb[j] + e;
+        c->h_virt[n_virt++] = Te + eb[j] + e;
+      } else if (e < ctx) {
+        src = (int64_t)q->pages[fr / PF] * page_f + traj_f + (int64_t)(fr % PF) * M;
+      } else {
+        src = -2 - (int64_t)(nb[j] + e - ctx);
+      }
+      c->h_src[eb[j] + e] = src;
+      /* cond: the prompt mel on the prompt frames */
+      float *cd = c->h_condb + (size_t)(eb[j] + e) * M;
+      if (fr >= 0 && fr < f->ratio * q->P)
+        memcpy(cd, q->pmel + (size_t)fr * M, (size_t)M * 4);
+      else
+        memset(cd, 0, (size_t)M * 4);
+    }
+    for (int i = 0; i < nj; i++) {
+      const int fr = s_j[j] + i;
+      const int stored = fr < store_to[j];
+      c->h_xdst[nb[j] + i] =
+          stored ? (int64_t)q->pages[fr / PF] * page_f + traj_f + (int64_t)(fr % PF) * M : -1;
+      for (int r = 0; r < 2; r++) {
+        const int row = r * Tn + nb[j] + i;
+        c->h_pos[row] = fr;
+        c->h_map[row] = r * Te + eb[j] + ctx + i;
+        c->h_kvdst[row] = stored ? (int64_t)q->pages[fr / PF] * (int64_t)(c->page_bytes / 2) +
+                                       (int64_t)(2 * r) * PF * D + (int64_t)(fr % PF) * D
+                                 : -1;
+      }
+    }
+    const int p0 = n_ptab;
+    for (int i = 0; i < q->n_pages; i++) c->h_ptab[n_ptab++] = q->pages[i];
+    for (int r = 0; r < 2; r++) {
+      cosy_k_dit_seg *g = &c->h_segs[2 * j + r];
+      g->q_row0 = r * Tn + nb[j];
+      g->n_q = nj;
+      g->cached = s_j[j];
+      g->Lk = N_j[j];
+      g->ptab0 = p0;
+      g->row = r;
+      g->full = calls[j].full;
+      g->pad_ = 0;
+      for (int t = 0; t < nj; t += COSY_K_DIT_TILE) {
+        c->h_tiles[2 * n_tiles] = 2 * j + r;
+        c->h_tiles[2 * n_tiles + 1] = t;
+        n_tiles++;
+      }
+    }
+  }
+  /* uploads (pinned, async) */
+#define UP(d, h, cnt) \
+  CK(cudaMemcpyAsync((d), (h), (size_t)(cnt) * sizeof *(h), cudaMemcpyHostToDevice, s), "flow: plan upload")
+  UP(c->d_src, c->h_src, Te);
+  UP(c->d_xdst, c->h_xdst, Tn);
+  UP(c->d_kvdst, c->h_kvdst, 2 * Tn);
+  UP(c->d_pos, c->h_pos, 2 * Tn);
+  UP(c->d_map, c->h_map, 2 * Tn);
+  if (n_virt) UP(c->d_virt, c->h_virt, n_virt);
+  UP(c->d_tiles, c->h_tiles, 2 * n_tiles);
+  if (n_ptab) UP(c->d_ptab, c->h_ptab, n_ptab);
+  UP(c->d_segs, c->h_segs, 2 * n);
+  UP(c->condb, c->h_condb, (size_t)Te * M);
+#undef UP
+  /* constant rows: row 0 = [cond, mu, spk] of the ext frames (mu from each job's tokens), row 1
+   * zeros; hc = W_r . inp + b */
+  CK(cudaMemsetAsync(c->inp, 0, (size_t)2 * Te * 3 * M * 4, s), "flow: memset");
+  for (int j = 0; j < n; j++) {
+    gpu_flow_call *k = &calls[j];
+    gpu_flow_req *q = k->q;
+    const long n_all = (long)q->P + k->n_gen;
+    const int n_used = N_j[j] / f->ratio;
+    if (q->P) CK(cudaMemcpyAsync(f->ids, q->ptok, (size_t)q->P * 4, cudaMemcpyHostToDevice, s), "flow: upload");
+    CK(cudaMemcpyAsync(f->ids + q->P, k->tokens + q->P, (size_t)k->n_gen * 4, cudaMemcpyHostToDevice, s),
+       "flow: upload");
+    CK(cudaMemcpyAsync(f->spk + (size_t)0, q->eh, (size_t)M * 4, cudaMemcpyHostToDevice, s),
+       "flow: upload");
+    if ((st = prelookahead(f, (int)n_all, n_used))) return st;
+    const int e0 = s_j[j] >= ctx ? 0 : ctx - s_j[j]; /* first real ext row */
+    const int fr0 = s_j[j] - ctx + e0;
+    CK(cosy_k_flow_pack_cond(s, c->inp + (size_t)(eb[j] + e0) * 3 * M,
+                             c->condb + (size_t)(eb[j] + e0) * M, f->mu + (size_t)fr0 * M, f->spk,
+                             N_j[j] - fr0, M),
+       "flow: input rows");
+  }
+  if ((st = gemm(f, 2 * Te, D, 3 * M, COSY_KDT_F32, c->inp, 3 * M, f->inr_w, f->in_b,
+                 COSY_KDT_F32, c->hcx, D, 0, "flow: input proj (constant part)")))
+    return st;
+  /* x_0 of the new rows: the noise at their absolute frames */
+  for (int j = 0; j < n; j++)
+    CK(cudaMemcpyAsync(c->xnew + (size_t)nb[j] * M, f->noise_fm + (size_t)s_j[j] * M,
+                       (size_t)(N_j[j] - s_j[j]) * M * 4, cudaMemcpyDeviceToDevice, s),
+       "flow: noise");
+  const int rows = 2 * Tn;
+  const int64_t D6 = 6 * (int64_t)D;
+  const float scale = 1.0f / sqrtf((float)f->hd);
+  const int64_t blk_stride = (int64_t)2 * 2 * PF * D; /* one (step, layer) slice of a page */
+  for (int k = 0; k < f->S; k++) {
+    const float *mod = f->mod_tab + k * f->TOT;
+    const int64_t xstep = (int64_t)k * PF * M;
+    CK(cosy_k_flow_x_store(s, (float *)c->pool, c->d_xdst, xstep, c->xnew, Tn, M), "flow: x store");
+    CK(cosy_k_flow_x_gather(s, c->X, c->d_src, (const float *)c->pool, xstep, c->xnew, Te, M),
+       "flow: x gather");
+    if ((st = gemm(f, Te, D, M, COSY_KDT_F32, c->X, M, f->inx_w, NULL, COSY_KDT_F32, c->xp, D, 0,
+                   "flow: input proj")))
+      return st;
+    CK(cosy_k_flow_add_rows(s, c->xp, 0, c->hcx, c->hext, c->hbx, 2, Te, D), "flow: input rows");
+    CK(cosy_k_rows_zero_bf16(s, c->hbx, c->d_virt, n_virt, D), "flow: zero rows");
+    CK(cosy_k_flow_conv_pos(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D, f->cpg, f->cpk),
+       "flow: conv_pos 1");
+    CK(cosy_k_rows_zero_bf16(s, c->nbx, c->d_virt, n_virt, D), "flow: zero rows");
+    CK(cosy_k_flow_conv_pos(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D, f->cpg,
+                            f->cpk),
+       "flow: conv_pos 2");
+    CK(cosy_k_rows_gather_f32(s, f->h, c->hext, c->d_map, rows, D), "flow: new rows");
+    for (int l = 0; l < f->depth; l++) {
+      const gblk *b = &f->blk[l];
+      const float *md = mod + l * D6;
+      if (l == 0)
+        CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS),
+           "flow: norm");
+      else
+        CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md, 0,
+                                f->nb, 1, rows, D, LN_EPS),
+           "flow: residual + norm");
+      if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D, "flow: qkv")))
+        return st;
+      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
+         "flow: qkv bias + rope");
+      const int64_t layer_off = ((int64_t)k * f->depth + l) * blk_stride;
+      if (c->pool)
+        CK(cosy_k_flow_kv_store(s, (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, (int64_t)PF * D,
+                                f->qkv, rows, D),
+           "flow: kv store");
+      CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
+                               (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2), layer_off,
+                               PF, c->d_ptab, f->att, f->chunk, scale),
+         "flow: attention");
+      if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
+        return st;
+      CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
+                              1, rows, D, LN_EPS),
+         "flow: residual + norm");
+      if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
+        return st;
+      CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+      if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
+        return st;
+    }
+    const float *mo = mod + f->depth * D6;
+    CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
+                            0, f->nb, 1, rows, D, LN_EPS),
+       "flow: final norm");
+    if ((st = gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M,
+                   0, "flow: proj_out")))
+      return st;
+    CK(cosy_k_flow_euler(s, c->xnew, f->v, f->v + (size_t)Tn * M, (int64_t)Tn * M, f->dt_step[k],
+                         f->c1, f->c2),
+       "flow: euler");
+  }
+  CK(cudaMemcpyAsync(c->h_xout, c->xnew, (size_t)Tn * M * 4, cudaMemcpyDeviceToHost, s),
+     "flow: download");
+  if ((st = cosy_gpu_sync(f->g, "gpu_flow_batch"))) return st;
+  for (int j = 0; j < n; j++) {
+    gpu_flow_call *k = &calls[j];
+    gpu_flow_req *q = k->q;
+    const int from = f->ratio * q->P + k->frame_from - s_j[j];
+    memcpy(k->mel, c->h_xout + (size_t)(nb[j] + from) * M, (size_t)k->n_frames * M * 4);
+    if (!k->full && !k->finalize) q->cached = store_to[j];
+  }
+  return COSY_OK;
+}
+
+cosy_status gpu_flow_batch(gpu_flow *f, gpu_flow_call *calls, int n, const volatile int *cancel) {
+  if (!f || !f->fc || (n > 0 && !calls) || n < 0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_batch: bad argument");
+  gflow_cache *c = FC(f);
+  /* checks; then groups that fit the packed buffers */
+  for (int j = 0; j < n; j++) {
+    gpu_flow_call *k = &calls[j];
+    gpu_flow_req *q = k->q;
+    int n_used;
+    if (!q || !k->tokens || !k->mel)
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_batch: call %d: NULL argument", j);
+    cosy_status st = flow_check_call("gpu_flow_batch", f->vocab, f->ratio, f->la, f->max_frames,
+                                     k->tokens, q->P, k->n_gen, q->pmel, f->ratio * q->P, q->eh,
+                                     k->finalize, &n_used);
+    if (st) return st;
+    if (k->frame_from < 0 || k->n_frames < 0 ||
+        f->ratio * q->P + k->frame_from + k->n_frames > f->ratio * n_used)
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_batch: call %d asks for frames [%d, %d) of %d",
+                      j, k->frame_from, k->frame_from + k->n_frames, f->ratio * (n_used - q->P));
+  }
+  int j0 = 0;
+  while (j0 < n) {
+    if (cancel && *cancel) return cosy_err(COSY_ERR_CANCELLED, "flow decoding cancelled");
+    int tn = 0, j1 = j0;
+    while (j1 < n && j1 - j0 < BATCH_JOBS) {
+      gpu_flow_call *k = &calls[j1];
+      const int la = k->finalize ? 0 : f->la;
+      int N = f->ratio * (k->q->P + k->n_gen - la);
+      int s0 = k->full ? 0 : k->q->cached;
+      int want0 = f->ratio * k->q->P + k->frame_from;
+      if (s0 > want0) s0 = want0;
+      s0 -= s0 % PF;
+      if (j1 > j0 && tn + (N - s0) > c->tn_max) break;
+      tn += N - s0;
+      j1++;
+    }
+    cosy_status st = batch_run(f, calls + j0, j1 - j0);
+    if (st) {
+      cudaStreamSynchronize(f->s);
+      return st;
+    }
+    j0 = j1;
+  }
+  return COSY_OK;
 }

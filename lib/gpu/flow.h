@@ -41,6 +41,44 @@ cosy_status gpu_flow_estimator(gpu_flow *f, int B, int N, const float *x, const 
                                const float *t, const float *spks, const float *cond,
                                int streaming, float *out);
 
+/* ---- batched calls with per-request caches (the scheduler's path) ----
+ * gpu_flow_pool takes `bytes` (0 = everything left in the budget) of cache pages after planning
+ * the packed buffers of a batch (up to max_frames new frames per CFG row and 64 requests); once
+ * per gpu_flow, before any other call below. A page holds one 50-frame block of one request
+ * (gpu_flow_page_bytes: the K/V rows of every layer, CFG row and Euler step, and the Euler state). */
+size_t gpu_flow_page_bytes(const gpu_flow *f);
+cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes);
+int gpu_flow_pages_total(const gpu_flow *f);
+int gpu_flow_pages_free(const gpu_flow *f);
+
+/* One utterance: the prompt (tokens and frame-major mel [2 n_prompt][80] stay the caller's and
+ * must outlive the request), the speaker embedding (copied), at most max_gen generated tokens
+ * (COSY_ERR_INVALID_ARG when prompt + max_gen + 3 look-ahead tokens exceed max_frames). No page
+ * is taken here: calls take them as they commit blocks, and a request whose pages cannot be had
+ * recomputes instead (so a call never fails for want of pages). */
+typedef struct gpu_flow_req gpu_flow_req;
+cosy_status gpu_flow_req_open(gpu_flow *f, const int32_t *prompt_tokens, int n_prompt,
+                              const float *prompt_mel, const float *spk, int max_gen,
+                              gpu_flow_req **out);
+void gpu_flow_req_close(gpu_flow *f, gpu_flow_req *q); /* pages back to the pool; NULL no-op */
+
+/* One call of a batch, as ref_flow_infer with the request's prompt: tokens = prompt then
+ * generated (n_gen used, incl. the 3 look-ahead tokens when !finalize), block-causal (full = 0)
+ * or full attention; mel (frame-major [n_frames][80], the caller's) receives generated frames
+ * [frame_from, frame_from + n_frames). A block-causal, non-final call whose frame_from is the end
+ * of the previous call's frames reuses that call's blocks (exact: flow.c explains why) and keeps
+ * the blocks it completes for the next call. */
+typedef struct gpu_flow_call {
+  gpu_flow_req *q;
+  const int32_t *tokens;
+  int n_gen, finalize, full;
+  int frame_from, n_frames;
+  float *mel;
+} gpu_flow_call;
+/* Runs the calls (distinct requests) packed together, in as few batches as the buffers allow;
+ * waits for the device. cancel (may be NULL) is polled between batches. */
+cosy_status gpu_flow_batch(gpu_flow *f, gpu_flow_call *calls, int n, const volatile int *cancel);
+
 /* Tests / benchmarks: enable (default) or disable the CUDA-graph capture of the Euler loop
  * (disabled: the same launches go straight to the stream). Drops the cached graphs. */
 void gpu_flow_set_graphs(gpu_flow *f, int enable);

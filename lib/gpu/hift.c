@@ -34,7 +34,14 @@
  *   TF32:             4.4 ms / 2.7 ms; 1.5e-2 / 1.8e-2 rel L2 (what PyTorch's default
  *                     cudnn.allow_tf32 gives on a GPU, spec section 9; the random-weight decoders
  *                     amplify the 3e-4 per-conv error, so it sits close to the 2e-2 test bound).
- *   Of the 6.4 ms: F0 (fp64) 0.3 ms, source + STFT + iSTFT + copies ~0.2 ms, convs the rest. */
+ *   Of the 6.4 ms: F0 (fp64) 0.3 ms, source + STFT + iSTFT + copies ~0.2 ms, convs the rest.
+ * Streaming (gpu_hift_stream_*, the window math in lib/ref/hift.h): the stream state stays on the
+ * host; a call plans each job's window [min(a, b), T), gives each job consecutive slices of the
+ * buffers above (jobs_place; the sum of the windows must fit max_frames), uploads the mel windows
+ * in one copy and the kept source, runs F0 + source per job (the source continuing the phase
+ * sums held in a per-job fp64 slot), then run_decode_batch: run_decode's stages with the jobs'
+ * convs side by side in launches of up to 4 (never split, so batch invariant), and downloads the
+ * new samples, source and phase sums before committing the streams. */
 #include "gpu/hift.h"
 
 #include <math.h>
@@ -50,6 +57,7 @@
 #define N_ACT 17
 #define HIFT_MAX_FRAMES 2000000
 #define NOISE_CHUNK (64 * 480) /* samples of injected noise uploaded per source launch */
+#define STREAM_MAXJ 64 /* streaming jobs per batch (larger calls run in several batches) */
 
 /* activation buffers; the side stream's source resblocks use ST/SX (B_SRC0.. must stay last) */
 enum {
@@ -85,6 +93,10 @@ struct gpu_hift {
   /* device buffers */
   float *mel_d, *f0_d, *sine_d, *s_d, *noise_d, *ini_d, *S_d, *post_d, *wav_d;
   double *fa_d, *fb_d;
+  double *cum_d; /* [STREAM_MAXJ][nh] the phase sums of the streams of a batch */
+  size_t cap_act, cap_src[N_STAGES]; /* floats in act[0 .. B_SRC0) and act[B_SRC0 + i] */
+  int f0_ctx, dec_ctx; /* streaming left contexts (ref_hift_stream_context) */
+  int stream_split;     /* split mode of the streaming decoder's convs (1: never) */
   float *act[N_ACT];
   /* pinned host staging for the waveform / source download */
   float *stage_h;
@@ -186,6 +198,14 @@ void gpu_hift_free(gpu_hift *h) {
   free(h);
 }
 
+cosy_status gpu_hift_set_stream_split(gpu_hift *h, int mode) {
+  if (!h || mode < 0 || mode > 2)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_stream_split: bad %s",
+                    !h ? "handle" : "mode");
+  h->stream_split = mode;
+  return COSY_OK;
+}
+
 cosy_status gpu_hift_set_precision(gpu_hift *h, int prec) {
   if (!h || (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32))
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_precision: bad %s",
@@ -218,6 +238,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   char base[160];
   h->g = g;
   h->prec = COSY_HPREC_3XTF32;
+  h->stream_split = 1;
   h->max_frames = max_frames;
   h->C = hp->hift_ch, h->Cc = hp->hift_cond_ch, h->nb = hp->nb_harmonics, h->nh = h->nb + 1;
   h->mel = hp->mel_dim, h->hop = hp->hop, h->look_right = hp->conv_pre_look_right;
@@ -281,6 +302,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     ch = co;
   }
   if ((st = load_conv(h, m, &h->conv_post, 2 * h->n_bins, ch, 7, "hift.conv_post"))) goto fail;
+  if ((st = ref_hift_stream_context(hp, &h->f0_ctx, &h->dec_ctx))) goto fail;
 
   /* buffers */
   {
@@ -298,6 +320,11 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
                      (void **)&h->noise_d)))
       goto fail;
     if ((st = dalloc(h, h->nh * sizeof(float), "hift rand_ini", (void **)&h->ini_d))) goto fail;
+    if ((st = dalloc(h, (size_t)STREAM_MAXJ * h->nh * sizeof(double), "hift phase sums",
+                     (void **)&h->cum_d)))
+      goto fail;
+    h->cap_act = act_n;
+    for (int i = 0; i < N_STAGES; i++) h->cap_src[i] = src_n[i];
     if ((st = dalloc(h, 2 * h->n_bins * F * sizeof(float), "hift stft", (void **)&h->S_d)))
       goto fail;
     if ((st = dalloc(h, 2 * h->n_bins * F * sizeof(float), "hift conv_post",
@@ -359,11 +386,25 @@ static cosy_status conv(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, in
   return ck(cosy_k_hift_conv(s, c, n, h->prec), what);
 }
 
-/* mel_d holds [80][T]; f0_d gets T_f0 values */
-static cosy_status run_f0(gpu_hift *h, int T, int finalize) {
+/* n independent convs in launches of up to 4; split_mode as cosy_k_hift_conv_split, or -1 for
+ * cosy_k_hift_conv (the process-wide mode) */
+static cosy_status conv_many(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, int n,
+                             int split_mode, const char *what) {
+  for (int i = 0; i < n; i += 4) {
+    const int m = n - i < 4 ? n - i : 4;
+    cosy_status st = split_mode < 0 ? conv(h, s, c + i, m, what)
+                                    : ck(cosy_k_hift_conv_split(s, c + i, m, h->prec, split_mode),
+                                         what);
+    if (st) return st;
+  }
+  return COSY_OK;
+}
+
+/* mel (device) holds [80][ld] with T valid columns; f0_d gets T_f0 values */
+static cosy_status run_f0(gpu_hift *h, const float *mel, int ld, int T, int finalize) {
   cudaStream_t s = h->g->stream;
   const int Tf = finalize ? T : T - 3, Cc = h->Cc;
-  cosy_status st = ck(cosy_k_hift_conv64(s, h->mel_d, NULL, T, T, h->mel, h->cw[0], h->cb[0], Cc,
+  cosy_status st = ck(cosy_k_hift_conv64(s, mel, NULL, ld, T, h->mel, h->cw[0], h->cb[0], Cc,
                                          4, 0, h->fa_d, Tf, Tf),
                       "hift f0 condnet.0");
   double *a = h->fa_d, *b = h->fb_d;
@@ -428,9 +469,10 @@ typedef struct rb_job {
   int n;
 } rb_job;
 
-static cosy_status run_resblocks(gpu_hift *h, cudaStream_t s, const rb_job *jobs, int n_jobs,
-                                 const char *what) {
-  cosy_hift_conv c[4];
+static cosy_status run_resblocks_ex(gpu_hift *h, cudaStream_t s, const rb_job *jobs, int n_jobs,
+                                    int split_mode, const char *what) {
+  cosy_hift_conv cbuf[4], *c = cbuf;
+  if (n_jobs > 4 && !(c = cosy_malloc((size_t)n_jobs * sizeof *c))) return COSY_ERR_NO_MEMORY;
   cosy_status st = COSY_OK;
   for (int d = 0; d < N_DIL && !st; d++) {
     const int dil = h->dil[d];
@@ -449,7 +491,7 @@ static cosy_status run_resblocks(gpu_hift *h, cudaStream_t s, const rb_job *jobs
       c[q].out_act = jb->tmp, c[q].ld_out_act = n, c[q].oact = COSY_HACT_SNAKE;
       c[q].oalpha = r->a2[d], c[q].oalpha_inv = r->a2i[d];
     }
-    if ((st = conv(h, s, c, n_jobs, what))) break;
+    if ((st = conv_many(h, s, c, n_jobs, split_mode, what))) break;
     for (int q = 0; q < n_jobs; q++) {
       const rb_job *jb = &jobs[q];
       const gres *r = jb->r;
@@ -462,19 +504,25 @@ static cosy_status run_resblocks(gpu_hift *h, cudaStream_t s, const rb_job *jobs
         c[q].oalpha = r->a1[d + 1], c[q].oalpha_inv = r->a1i[d + 1];
       }
     }
-    st = conv(h, s, c, n_jobs, what);
+    st = conv_many(h, s, c, n_jobs, split_mode, what);
   }
+  if (c != cbuf) free(c);
   return st;
 }
 
-/* mel_d [80][T] and s_d [Tm R] -> wav_d [nout]. Order: STFT; side stream: the source downs and
+static cosy_status run_resblocks(gpu_hift *h, cudaStream_t s, const rb_job *jobs, int n_jobs,
+                                 const char *what) {
+  return run_resblocks_ex(h, s, jobs, n_jobs, -1, what);
+}
+
+/* mel [80][ld_mel] (T valid columns) and sig [Tm R] (device) -> wav_d [nout]. Order: STFT; side stream: the source downs and
  * resblocks of stages 1 and 2 (-> SRC1, SRC2; tmps ST/SX); main stream: source down 0 + conv_pre
  * (-> SRC0, R0), source resblock 0, then per stage the up conv (-> Y, adding SRC_i as its
  * residual: the source branch of a stage does not depend on the main path; stage 1 waits for
  * the side stream) and the three resblocks on Y (6 launches, -> R0-R2); conv_post on their mean;
  * iSTFT. */
-static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile int *cancel,
-                              int64_t *nout) {
+static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const float *sig, int T,
+                              int finalize, const volatile int *cancel, int64_t *nout) {
   cudaStream_t s = h->g->stream;
   const int R = h->R;
   const int Tm = finalize ? T : T - 3;
@@ -491,7 +539,7 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
     if (len != F) return cosy_err(COSY_ERR_INTERNAL, "gpu_hift: length mismatch %d vs %d", len, F);
   }
 
-  if ((st = ck(cosy_k_hift_stft(s, h->s_d, Ls, F, h->S_d, F), "hift stft"))) return st;
+  if ((st = ck(cosy_k_hift_stft(s, sig, Ls, F, h->S_d, F), "hift stft"))) return st;
   /* source branches: SRC_i = RB_src_i(downs_i(S)) (S with sd-1 zeros on the left, stride sd).
    * Stages 1 and 2 on the side stream, overlapping stage 0 (whose 256-channel convs leave SMs
    * idle); stage 0's with conv_pre (mel[:, :Tm], zeros beyond when final, else the last 4
@@ -520,7 +568,7 @@ static cosy_status run_decode(gpu_hift *h, int T, int finalize, const volatile i
     cosy_hift_conv c[2];
     c[0] = conv_desc(&h->downs[0], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1,
                      h->down_stride[0], h->down_stride[0] - 1, 0, A[B_SRC0], lens[0], lens[0]);
-    c[1] = conv_desc(&h->conv_pre, h->mel_d, T, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, 0, 0,
+    c[1] = conv_desc(&h->conv_pre, mel, ld_mel, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, 0, 0,
                      A[B_R0], Tx, Tx);
     if ((st = conv(h, s, c, 2, "hift source_downs/conv_pre"))) return st;
     rb_job j0 = {&h->srb[0], A[B_SRC0], A[B_T0], A[B_X0], NULL, lens[0]};
@@ -604,7 +652,7 @@ cosy_status gpu_hift_f0(gpu_hift *h, const float *mel, int T, int finalize, floa
   if (st) return st;
   const int Tf = finalize ? T : T - 3;
   if (!st) st = upload_mel(h, mel, T);
-  if (!st) st = run_f0(h, T, finalize);
+  if (!st) st = run_f0(h, h->mel_d, T, T, finalize);
   if (!st)
     st = ck(cudaMemcpyAsync(h->stage_h, h->f0_d, (size_t)Tf * sizeof(float),
                             cudaMemcpyDeviceToHost, h->g->stream),
@@ -657,7 +705,7 @@ cosy_status gpu_hift_decode(gpu_hift *h, const float *mel, int T, const float *s
     st = ck(cudaMemcpyAsync(h->s_d, s, (size_t)Tm * h->R * sizeof(float), cudaMemcpyHostToDevice,
                             h->g->stream),
             "hift source upload");
-  if (!st) st = run_decode(h, T, finalize, NULL, &nout);
+  if (!st) st = run_decode(h, h->mel_d, T, h->s_d, T, finalize, NULL, &nout);
   if (!st) st = download_new(h, h->wav_d, nout, wav);
   if (st) return drain(h, st);
   *n = nout;
@@ -677,13 +725,493 @@ cosy_status gpu_hift_infer(gpu_hift *h, const float *mel, int T, int finalize,
   const int Tf = finalize ? T : T - 3;
   int64_t nout = 0;
   st = upload_mel(h, mel, T);
-  if (!st) st = run_f0(h, T, finalize);
+  if (!st) st = run_f0(h, h->mel_d, T, T, finalize);
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
   if (!st) st = run_source(h, Tf, NULL);
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
-  if (!st) st = run_decode(h, T, finalize, cancel, &nout);
+  if (!st) st = run_decode(h, h->mel_d, T, h->s_d, T, finalize, cancel, &nout);
   if (!st) st = download_new(h, h->wav_d, nout, wav);
   if (st) return drain(h, st);
   *n = nout;
   return COSY_OK;
+}
+
+/* ---- streaming (the math and the contexts: lib/ref/hift.h; this mirrors ref_hift_stream_run) --- */
+
+struct gpu_hift_stream {
+  int mel_dim, nh, R, finished;
+  int64_t T;       /* mel frames received */
+  int64_t f0_done; /* frames whose f0 and source are computed */
+  int64_t sent;    /* samples returned */
+  int64_t mel_lo;  /* mel holds frames [mel_lo, T), frame-major (host) */
+  int64_t s_lo;    /* s holds the source of frames [s_lo, f0_done) (host) */
+  float *mel, *s;
+  int64_t mel_cap, s_cap; /* capacities in frames */
+  double cum[64];         /* phase running sums after frame f0_done - 1 (nh <= 64) */
+};
+
+cosy_status gpu_hift_stream_create(gpu_hift *h, gpu_hift_stream **out) {
+  if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_stream_create: out is NULL");
+  *out = NULL;
+  if (!h) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_stream_create: handle is NULL");
+  gpu_hift_stream *st = cosy_calloc(1, sizeof *st);
+  if (!st) return COSY_ERR_NO_MEMORY;
+  st->mel_dim = h->mel, st->nh = h->nh, st->R = h->R;
+  *out = st;
+  return COSY_OK;
+}
+
+void gpu_hift_stream_free(gpu_hift *h, gpu_hift_stream *st) {
+  (void)h;
+  if (!st) return;
+  free(st->mel), free(st->s);
+  free(st);
+}
+
+static cosy_status sgrow(float **buf, int64_t *cap, int64_t frames, int per_frame) {
+  if (frames <= *cap) return COSY_OK;
+  int64_t nc = *cap * 2 > frames ? *cap * 2 : frames;
+  if (nc < 64) nc = 64;
+  float *p = realloc(*buf, (size_t)nc * per_frame * sizeof(float));
+  if (!p) return COSY_ERR_NO_MEMORY;
+  *buf = p, *cap = nc;
+  return COSY_OK;
+}
+
+/* after a trim: give back most of a capacity well above what is kept (a large chunk's) */
+static void sshrink(float **buf, int64_t *cap, int64_t frames, int per_frame) {
+  const int64_t want = frames + 64;
+  if (*cap <= 2 * want) return;
+  float *p = realloc(*buf, (size_t)want * per_frame * sizeof(float));
+  if (p) *buf = p, *cap = want;
+}
+
+/* A job's plan inside a batch: the window (lib/ref/hift.h), the decode geometry and the job's
+ * slices of the gpu_hift's buffers. */
+typedef struct sjob {
+  gpu_hift_job *jb;
+  int64_t T, Tf, N, a, b, lo;
+  int W, fin, need_f0, need_dec, nnew;
+  int Td, Tm, Tx, F, lens[N_STAGES]; /* decode over frames [a, T): ref_hift_decode's lengths */
+  float *mel, *s, *S, *post, *wav, *act[N_ACT];
+  double *cum;
+  size_t stage_off; /* the job's new samples in the pinned stage */
+  float *sn;        /* host: the new source samples */
+  double cum_h[64];
+} sjob;
+
+static size_t rnd32(size_t n) { return (n + 31) & ~(size_t)31; }
+
+/* plan one job (no side effects) */
+static void job_plan(const gpu_hift *h, gpu_hift_job *jb, sjob *p) {
+  const gpu_hift_stream *st = jb->st;
+  const int64_t R = st->R;
+  memset(p, 0, sizeof *p);
+  p->jb = jb;
+  p->T = st->T + jb->T_new;
+  p->fin = jb->finalize != 0;
+  p->Tf = p->fin ? p->T : (p->T > 3 ? p->T - 3 : 0);
+  p->N = p->fin ? p->T * R : (p->T > 8 ? (p->T - 8) * R : 0);
+  p->need_f0 = p->Tf > st->f0_done, p->need_dec = p->N > st->sent;
+  p->a = st->sent / R - h->dec_ctx, p->b = st->f0_done - h->f0_ctx;
+  p->a = p->a < 0 ? 0 : p->a, p->b = p->b < 0 ? 0 : p->b;
+  p->lo = p->need_f0 && p->b < p->a ? p->b : p->a;
+  p->W = p->need_f0 || p->need_dec ? (int)(p->T - p->lo) : 0;
+  p->nnew = p->need_f0 ? (int)(p->Tf - st->f0_done) : 0;
+  if (p->need_dec) {
+    p->Td = (int)(p->T - p->a);
+    p->Tm = p->fin ? p->Td : p->Td - 3;
+    p->Tx = p->fin ? p->Td : p->Td - 3 - h->look_right;
+    p->F = (h->R / h->hop) * p->Tx + 1;
+    int len = p->Tx;
+    for (int i = 0; i < N_STAGES; i++)
+      len = len * h->up_rates[i] + (i == N_STAGES - 1), p->lens[i] = len;
+  }
+}
+
+/* the floats each buffer needs for a job */
+typedef struct sneed {
+  size_t mel, s, S, wav, act, src[N_STAGES];
+} sneed;
+
+static sneed job_need(const gpu_hift *h, const sjob *p) {
+  sneed n;
+  memset(&n, 0, sizeof n);
+  if (!p->W) return n;
+  n.mel = (size_t)h->mel * p->W;
+  n.s = (size_t)(p->Tf - p->a) * h->R;
+  if (p->need_dec) {
+    n.S = (size_t)2 * h->n_bins * p->F;
+    n.wav = (size_t)h->R * p->Tx;
+    size_t act = (size_t)h->C * p->Tx;
+    int ch = h->C;
+    for (int i = 0; i < N_STAGES; i++) {
+      ch /= 2;
+      const size_t q = (size_t)ch * p->lens[i];
+      act = q > act ? q : act;
+      n.src[i] = q;
+    }
+    n.act = act;
+  }
+  return n;
+}
+
+/* a slice of size n after the end `*end` of the previous one: starts at the next multiple of 32
+ * floats (unless empty); returns its start */
+static size_t slice(size_t *end, size_t n) {
+  const size_t at = n ? rnd32(*end) : *end;
+  *end = at + n;
+  return at;
+}
+
+/* The jobs [0, n) fit the buffers together? (the sizes each buffer was allocated with) */
+static int jobs_fit(const gpu_hift *h, const sjob *p, int n) {
+  const size_t MF = (size_t)h->max_frames, F = (size_t)(h->R / h->hop) * MF + 1;
+  sneed t;
+  memset(&t, 0, sizeof t);
+  for (int j = 0; j < n; j++) {
+    sneed q = job_need(h, &p[j]);
+    slice(&t.mel, q.mel), slice(&t.s, q.s), slice(&t.S, q.S), slice(&t.wav, q.wav);
+    slice(&t.act, q.act);
+    for (int i = 0; i < N_STAGES; i++) slice(&t.src[i], q.src[i]);
+  }
+  int ok = t.mel <= (size_t)h->mel * MF && t.s <= MF * h->R && t.S <= (size_t)2 * h->n_bins * F &&
+           t.wav <= MF * h->R && t.act <= h->cap_act && n <= STREAM_MAXJ;
+  for (int i = 0; i < N_STAGES; i++) ok = ok && t.src[i] <= h->cap_src[i];
+  return ok;
+}
+
+/* hand each job of the batch its slices */
+static void jobs_place(gpu_hift *h, sjob *p, int n) {
+  size_t e_mel = 0, e_s = 0, e_S = 0, e_wav = 0, e_act = 0, e_src[N_STAGES] = {0, 0, 0};
+  for (int j = 0; j < n; j++) {
+    sneed q = job_need(h, &p[j]);
+    p[j].mel = h->mel_d + slice(&e_mel, q.mel), p[j].s = h->s_d + slice(&e_s, q.s);
+    const size_t oS = slice(&e_S, q.S), ow = slice(&e_wav, q.wav), oa = slice(&e_act, q.act);
+    p[j].S = h->S_d + oS, p[j].post = h->post_d + oS;
+    p[j].wav = h->wav_d + ow, p[j].stage_off = ow;
+    for (int k = 0; k < B_SRC0; k++) p[j].act[k] = h->act[k] + oa;
+    for (int i = 0; i < N_STAGES; i++)
+      p[j].act[B_SRC0 + i] = h->act[B_SRC0 + i] + slice(&e_src[i], q.src[i]);
+    p[j].cum = h->cum_d + (size_t)j * h->nh;
+  }
+}
+
+/* The decode of the jobs with need_dec, batched: every stage of run_decode with the jobs' convs
+ * side by side (launches of up to 4 convs, the reduction never split so that a job's values do
+ * not depend on the batch), per-job STFT / iSTFT launches. */
+static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile int *cancel) {
+  cudaStream_t s = h->g->stream;
+  const int R = h->R, SPLIT = h->stream_split;
+  int nd = 0;
+  for (int j = 0; j < n; j++) nd += P[j].need_dec;
+  if (!nd) return COSY_OK;
+  sjob **D = cosy_malloc((size_t)nd * sizeof *D);
+  cosy_hift_conv *c = cosy_malloc((size_t)3 * nd * sizeof *c);
+  rb_job *rj = cosy_malloc((size_t)3 * nd * sizeof *rj);
+  cosy_status st = COSY_OK;
+  if (!D || !c || !rj) {
+    st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  nd = 0;
+  for (int j = 0; j < n; j++)
+    if (P[j].need_dec) D[nd++] = &P[j];
+  for (int j = 0; j < nd && !st; j++)
+    st = ck(cosy_k_hift_stft(s, D[j]->s, (int64_t)D[j]->Tm * R, D[j]->F, D[j]->S, D[j]->F),
+            "hift stream stft");
+  if (st) goto done;
+  /* side stream: the source branches of stages 1 and 2 */
+  if ((st = ck(cudaEventRecord(h->ev_fork, s), "hift fork")) ||
+      (st = ck(cudaStreamWaitEvent(h->side, h->ev_fork, 0), "hift fork")))
+    goto done;
+  for (int j = 0; j < nd; j++)
+    for (int i = 1; i < N_STAGES; i++) {
+      const int sd = h->down_stride[i];
+      sjob *q = D[j];
+      c[2 * j + i - 1] = conv_desc(&h->downs[i], q->S, q->F, q->F, 1, COSY_HACT_NONE, 0.f, NULL,
+                                   1, sd, sd - 1, 0, q->act[B_SRC0 + i], q->lens[i], q->lens[i]);
+    }
+  if ((st = conv_many(h, h->side, c, 2 * nd, SPLIT, "hift stream source_downs"))) goto done;
+  for (int j = 0; j < nd; j++)
+    for (int i = 1; i < N_STAGES; i++) {
+      rb_job *r = &rj[2 * j + i - 1];
+      r->r = &h->srb[i], r->x = D[j]->act[B_SRC0 + i];
+      r->tmp = D[j]->act[B_ST1 + i - 1], r->xa = D[j]->act[B_SX1 + i - 1];
+      r->first_in = NULL, r->n = D[j]->lens[i];
+    }
+  if ((st = run_resblocks_ex(h, h->side, rj, 2 * nd, SPLIT, "hift stream source resblocks")))
+    goto done;
+  if ((st = ck(cudaEventRecord(h->ev_join, h->side), "hift join"))) goto done;
+  /* main stream: source down 0 and conv_pre (mel columns [a, T) of the job's upload), source
+   * resblock 0 */
+  for (int j = 0; j < nd; j++) {
+    sjob *q = D[j];
+    c[2 * j] = conv_desc(&h->downs[0], q->S, q->F, q->F, 1, COSY_HACT_NONE, 0.f, NULL, 1,
+                         h->down_stride[0], h->down_stride[0] - 1, 0, q->act[B_SRC0], q->lens[0],
+                         q->lens[0]);
+    c[2 * j + 1] = conv_desc(&h->conv_pre, q->mel + (q->a - q->lo), q->W, q->Tm, 1, COSY_HACT_NONE,
+                             0.f, NULL, 1, 1, 0, 0, q->act[B_R0], q->Tx, q->Tx);
+  }
+  if ((st = conv_many(h, s, c, 2 * nd, SPLIT, "hift stream source_downs/conv_pre"))) goto done;
+  for (int j = 0; j < nd; j++) {
+    rb_job r = {&h->srb[0], D[j]->act[B_SRC0], D[j]->act[B_T0], D[j]->act[B_X0], NULL,
+                D[j]->lens[0]};
+    rj[j] = r;
+  }
+  if ((st = run_resblocks_ex(h, s, rj, nd, SPLIT, "hift stream source resblock"))) goto done;
+  for (int i = 0; i < N_STAGES; i++) {
+    if (cancelled(cancel)) {
+      st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_stream_run: cancelled");
+      goto done;
+    }
+    if (i == 1 && (st = ck(cudaStreamWaitEvent(s, h->ev_join, 0), "hift join"))) goto done;
+    const int r = h->up_rates[i], K = h->ups[i].k, last = i == N_STAGES - 1;
+    for (int j = 0; j < nd; j++) {
+      sjob *q = D[j];
+      const int len = i == 0 ? q->Tx : q->lens[i - 1], lout = q->lens[i];
+      if (i == 0) {
+        c[j] = conv_desc(&h->ups[i], q->act[B_R0], len, len, r, COSY_HACT_LEAKY, h->lrelu, NULL, 1,
+                         1, K - 1, last, q->act[B_Y], lout, lout);
+      } else {
+        c[j] = conv_desc(&h->ups[i], q->act[B_R0], len, len, r, COSY_HACT_MEAN3_LEAKY, h->lrelu,
+                         NULL, 1, 1, K - 1, last, q->act[B_Y], lout, lout);
+        c[j].in2 = q->act[B_R1], c[j].in3 = q->act[B_R2];
+      }
+      c[j].res = q->act[B_SRC0 + i], c[j].ld_res = lout;
+    }
+    if ((st = conv_many(h, s, c, nd, SPLIT, "hift stream ups"))) goto done;
+    for (int j = 0; j < nd; j++)
+      for (int qq = 0; qq < 3; qq++) {
+        rb_job *rb = &rj[3 * j + qq];
+        rb->r = &h->rb[3 * i + qq], rb->x = D[j]->act[B_R0 + qq], rb->tmp = D[j]->act[B_T0 + qq];
+        rb->xa = D[j]->act[B_X0 + qq], rb->first_in = D[j]->act[B_Y], rb->n = D[j]->lens[i];
+      }
+    if ((st = run_resblocks_ex(h, s, rj, 3 * nd, SPLIT, "hift stream resblocks"))) goto done;
+  }
+  if (cancelled(cancel)) {
+    st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_stream_run: cancelled");
+    goto done;
+  }
+  for (int j = 0; j < nd; j++) {
+    sjob *q = D[j];
+    const int len = q->lens[N_STAGES - 1];
+    c[j] = conv_desc(&h->conv_post, q->act[B_R0], len, len, 1, COSY_HACT_MEAN3_LEAKY, 0.01f, NULL,
+                     1, 1, h->conv_post.k - 1, 0, q->post, q->F, q->F);
+    c[j].in2 = q->act[B_R1], c[j].in3 = q->act[B_R2];
+  }
+  if ((st = conv_many(h, s, c, nd, SPLIT, "hift stream conv_post"))) goto done;
+  for (int j = 0; j < nd && !st; j++) {
+    sjob *q = D[j];
+    const int64_t ny = (int64_t)R * q->Tx, nout = q->fin ? ny : ny - R;
+    if (q->a * R + nout != q->N) {
+      st = cosy_err(COSY_ERR_INTERNAL, "gpu_hift_stream_run: window output %lld != %lld",
+                    (long long)(q->a * R + nout), (long long)q->N);
+      break;
+    }
+    st = ck(cosy_k_hift_istft(s, q->post, q->F, q->F, nout, h->audio_limit, 0, q->wav),
+            "hift stream istft");
+  }
+done:
+  free(D), free(c), free(rj);
+  return st;
+}
+
+/* One batch of jobs [0, n) that fit the buffers together (jobs_fit). On success every job is
+ * committed; on an error none is (their mel excepted, once appended). */
+static cosy_status run_batch(gpu_hift *h, sjob *P, int n, const volatile int *cancel) {
+  cudaStream_t cs = h->g->stream;
+  const int M = h->mel, R = h->R, nh = h->nh;
+  cosy_status st = COSY_OK;
+  float *hm = NULL;
+  size_t tot_mel = 0;
+  /* 1. keep the new frames (host) */
+  for (int j = 0; j < n; j++) {
+    gpu_hift_stream *S = P[j].jb->st;
+    if ((st = sgrow(&S->mel, &S->mel_cap, P[j].T - S->mel_lo, M))) return st;
+    if (P[j].jb->T_new > 0)
+      memcpy(S->mel + (size_t)(S->T - S->mel_lo) * M, P[j].jb->mel_new,
+             (size_t)P[j].jb->T_new * M * sizeof(float));
+    S->T = P[j].T;
+  }
+  if (cancelled(cancel)) return cosy_err(COSY_ERR_CANCELLED, "gpu_hift_stream_run: cancelled");
+  jobs_place(h, P, n);
+  /* 2. uploads: the mel windows [lo, T) channels-first in one copy (the slices are consecutive),
+   * the kept source [a, f0_done), the phase sums */
+  for (int j = 0; j < n; j++) {
+    const size_t end = (size_t)(P[j].mel - h->mel_d) + (size_t)M * P[j].W;
+    tot_mel = end > tot_mel ? end : tot_mel;
+  }
+  if (tot_mel) {
+    if (!(hm = cosy_malloc(tot_mel * sizeof(float)))) return COSY_ERR_NO_MEMORY;
+    for (int j = 0; j < n; j++) {
+      const gpu_hift_stream *S = P[j].jb->st;
+      float *dst = hm + (P[j].mel - h->mel_d);
+      const int W = P[j].W;
+      for (int t = 0; t < W; t++)
+        for (int c = 0; c < M; c++)
+          dst[(size_t)c * W + t] = S->mel[(size_t)(P[j].lo - S->mel_lo + t) * M + c];
+    }
+    st = ck(cudaMemcpyAsync(h->mel_d, hm, tot_mel * sizeof(float), cudaMemcpyHostToDevice, cs),
+            "hift stream mel upload");
+  }
+  for (int j = 0; j < n && !st; j++) {
+    const gpu_hift_stream *S = P[j].jb->st;
+    if (P[j].W && S->f0_done > P[j].a)
+      st = ck(cudaMemcpyAsync(P[j].s, S->s + (size_t)(P[j].a - S->s_lo) * R,
+                              (size_t)(S->f0_done - P[j].a) * R * sizeof(float),
+                              cudaMemcpyHostToDevice, cs),
+              "hift stream source upload");
+    if (!st && P[j].need_f0)
+      st = ck(cudaMemcpyAsync(P[j].cum, S->cum, (size_t)nh * sizeof(double),
+                              cudaMemcpyHostToDevice, cs),
+              "hift stream phase upload");
+  }
+  /* 3. per job: f0 over mel [b, T) (exact from frame b + 8, or 0, on), the source of the frames
+   * [f0_done, Tf) continuing the phase sums -> the job's source slice at frame f0_done - a */
+  for (int j = 0; j < n && !st; j++) {
+    sjob *q = &P[j];
+    if (!q->need_f0) continue;
+    const int64_t k0 = q->jb->st->f0_done;
+    st = run_f0(h, q->mel + (q->b - q->lo), q->W, (int)(q->T - q->b), q->fin);
+    const float *f0 = h->f0_d + (k0 - q->b);
+    if (!st)
+      st = ck(cosy_k_hift_sine_at(cs, f0, q->nnew, h->nb, R, h->sr, h->sine_amp, NULL, k0, q->cum,
+                                  q->cum, h->sine_d),
+              "hift stream sine");
+    if (!st)
+      st = ck(cosy_k_hift_source_at(cs, f0, h->sine_d, h->nb, R, k0 * R, (int64_t)q->nnew * R, k0,
+                                    NULL, h->lin_w, h->lin_b, h->voiced_thr, h->noise_std,
+                                    h->sine_amp / 3.0f, q->s + (size_t)(k0 - q->a) * R),
+              "hift stream source");
+  }
+  if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_stream_run: cancelled");
+  /* 4. the decodes, batched */
+  if (!st) st = run_decode_batch(h, P, n, cancel);
+  /* 5. downloads: the new samples into the pinned stage (async), the new source and the phase
+   * sums into pageable memory (these copies return when done: the stream has run everything) */
+  for (int j = 0; j < n && !st; j++) {
+    sjob *q = &P[j];
+    const gpu_hift_stream *S = q->jb->st;
+    if (q->need_dec) {
+      const int64_t nw = q->N - S->sent;
+      st = ck(cudaMemcpyAsync(h->stage_h + q->stage_off, q->wav + (S->sent - q->a * R),
+                              (size_t)nw * sizeof(float), cudaMemcpyDeviceToHost, cs),
+              "hift stream download");
+    }
+  }
+  for (int j = 0; j < n && !st; j++) {
+    sjob *q = &P[j];
+    if (!q->need_f0) continue;
+    const int64_t k0 = q->jb->st->f0_done;
+    if (!(q->sn = cosy_malloc((size_t)q->nnew * R * sizeof(float)))) {
+      st = COSY_ERR_NO_MEMORY;
+      break;
+    }
+    st = ck(cudaMemcpyAsync(q->sn, q->s + (size_t)(k0 - q->a) * R, (size_t)q->nnew * R * sizeof(float),
+                            cudaMemcpyDeviceToHost, cs),
+            "hift stream source download");
+    if (!st)
+      st = ck(cudaMemcpyAsync(q->cum_h, q->cum, (size_t)nh * sizeof(double),
+                              cudaMemcpyDeviceToHost, cs),
+              "hift stream phase download");
+  }
+  if (!st) st = cosy_gpu_sync(h->g, "gpu_hift_stream_run");
+  /* 6. host buffers for every job before anything is committed */
+  for (int j = 0; j < n && !st; j++) {
+    sjob *q = &P[j];
+    gpu_hift_stream *S = q->jb->st;
+    const int64_t nw = q->need_dec ? q->N - S->sent : 0;
+    float *w = cosy_malloc((size_t)(nw > 0 ? nw : 1) * sizeof(float));
+    if (!w || (q->need_f0 && sgrow(&S->s, &S->s_cap, q->Tf - S->s_lo, R))) {
+      free(w);
+      st = COSY_ERR_NO_MEMORY;
+      break;
+    }
+    if (nw > 0) memcpy(w, h->stage_h + q->stage_off, (size_t)nw * sizeof(float));
+    q->jb->wav = w, q->jb->n = nw;
+  }
+  free(hm);
+  if (st) {
+    for (int j = 0; j < n; j++) {
+      free(P[j].jb->wav), free(P[j].sn);
+      P[j].jb->wav = NULL, P[j].jb->n = 0, P[j].sn = NULL;
+    }
+    return drain(h, st);
+  }
+  /* 7. commit */
+  for (int j = 0; j < n; j++) {
+    sjob *q = &P[j];
+    gpu_hift_stream *S = q->jb->st;
+    if (q->need_f0) {
+      memcpy(S->s + (size_t)(S->f0_done - S->s_lo) * R, q->sn, (size_t)q->nnew * R * sizeof(float));
+      memcpy(S->cum, q->cum_h, (size_t)nh * sizeof(double));
+      S->f0_done = q->Tf;
+    }
+    free(q->sn);
+    q->sn = NULL;
+    S->sent += q->jb->n;
+    if (q->fin) S->finished = 1;
+    /* drop the history no later call reads (as the CPU stream) */
+    int64_t a2 = S->sent / R - h->dec_ctx, b2 = S->f0_done - h->f0_ctx;
+    a2 = a2 < 0 ? 0 : a2, b2 = b2 < 0 ? 0 : b2;
+    const int64_t mlo = a2 < b2 ? a2 : b2;
+    if (mlo > S->mel_lo) {
+      memmove(S->mel, S->mel + (size_t)(mlo - S->mel_lo) * M,
+              (size_t)(S->T - mlo) * M * sizeof(float));
+      S->mel_lo = mlo;
+    }
+    if (a2 > S->s_lo) {
+      memmove(S->s, S->s + (size_t)(a2 - S->s_lo) * R,
+              (size_t)(S->f0_done - a2) * R * sizeof(float));
+      S->s_lo = a2;
+    }
+    sshrink(&S->mel, &S->mel_cap, S->T - S->mel_lo, M);
+    sshrink(&S->s, &S->s_cap, S->f0_done - S->s_lo, R);
+  }
+  return COSY_OK;
+}
+
+cosy_status gpu_hift_stream_run(gpu_hift *h, gpu_hift_job *jobs, int n, const volatile int *cancel) {
+  if (!h || (!jobs && n > 0) || n < 0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_stream_run: %s",
+                    !h ? "NULL handle" : "bad job list");
+  for (int i = 0; i < n; i++) jobs[i].wav = NULL, jobs[i].n = 0;
+  sjob *P = n > 0 ? cosy_calloc((size_t)n, sizeof *P) : NULL;
+  if (n > 0 && !P) return COSY_ERR_NO_MEMORY;
+  cosy_status st = COSY_OK;
+  for (int i = 0; i < n && !st; i++) {
+    gpu_hift_job *jb = &jobs[i];
+    const char *why = NULL;
+    if (!jb->st) why = "NULL stream";
+    else if (jb->T_new < 0 || (jb->T_new > 0 && !jb->mel_new)) why = "bad mel";
+    else if (jb->st->finished) why = "the stream was finalized";
+    else if (jb->st->mel_dim != h->mel || jb->st->nh != h->nh || jb->st->R != h->R)
+      why = "stream of another model";
+    else if (jb->st->T + jb->T_new > HIFT_MAX_FRAMES) why = "too many frames";
+    for (int j = 0; j < i && !why; j++)
+      if (jobs[j].st == jb->st) why = "the same stream twice";
+    if (!why) {
+      job_plan(h, jb, &P[i]);
+      if (!jobs_fit(h, &P[i], 1))
+        why = "the window (T_new + the left context) exceeds max_frames";
+    }
+    if (why) {
+      st = cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_stream_run: job %d: %s", i, why);
+      if (P[i].jb && !jobs_fit(h, &P[i], 1))
+        cosy_err(COSY_ERR_INVALID_ARG,
+                 "gpu_hift_stream_run: job %d: its window of %d frames (T_new %d + the left "
+                 "context) exceeds max_frames %d",
+                 i, P[i].W, jb->T_new, h->max_frames);
+    }
+  }
+  /* batches of consecutive jobs that fit the buffers together */
+  for (int i = 0; i < n && !st;) {
+    int m = 1;
+    while (i + m < n && jobs_fit(h, P + i, m + 1)) m++;
+    st = run_batch(h, P + i, m, cancel);
+    i += m;
+  }
+  free(P);
+  return st;
 }

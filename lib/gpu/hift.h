@@ -51,4 +51,58 @@ cosy_status gpu_hift_decode(gpu_hift *h, const float *mel, int T, const float *s
  * (kernels/kernels_hift.h). Returns COSY_ERR_INVALID_ARG for another value. */
 cosy_status gpu_hift_set_precision(gpu_hift *h, int prec);
 
+/* ---- streaming ---------------------------------------------------------------------------------
+ * ref_hift_stream_run's contract on the GPU (lib/ref/hift.h derives the window and its exactness):
+ * per call, the F0 predictor runs over the new f0-final frames plus the 8-frame F0 context, the
+ * source over the new frames only (cosy_k_hift_sine_at / cosy_k_hift_source_at continue the
+ * phase sums and the absolute noise index, bit-identical to one whole-mel source), and the decode
+ * over the window [a, T) with a = max(0, sent / 480 - 29): the same kernels as gpu_hift_infer on
+ * a shorter input, except that the convolutions never split their reduction (see
+ * gpu_hift_stream_run). So the samples equal the whole-mel gpu_hift_infer's to fp32 rounding
+ * (the whole-mel run may split; not promised bit for bit).
+ *
+ * State: HOST memory (malloc), not the gpu budget: the mel history (frames from
+ * min(a, f0_done - 8), 320 B a frame), the source samples of frames [a, f0_done) (1920 B a frame)
+ * and the 9 fp64 phase sums: ~77 KB per stream between calls (lib/ref/hift.h). The device
+ * buffers are the gpu_hift's (allocated at gpu_hift_create from the gpu budget, plus 64 x 9 fp64
+ * phase-sum slots), shared by the jobs of a call (and by gpu_hift_infer: every call uploads what
+ * it needs); a stream may be used with any gpu_hift of the same model.
+ * A job's window, T_total - min(a, f0_done - 8) frames (min(T_total, T_new + 37): the 29-frame
+ * context plus the 8 frames the previous call held back), must fit max_frames (else
+ * COSY_ERR_INVALID_ARG, nothing done). */
+typedef struct gpu_hift_stream gpu_hift_stream;
+cosy_status gpu_hift_stream_create(gpu_hift *h, gpu_hift_stream **out);
+/* NULL is a no-op; h may be NULL. */
+void gpu_hift_stream_free(gpu_hift *h, gpu_hift_stream *st);
+
+typedef struct gpu_hift_job {
+  gpu_hift_stream *st;
+  const float *mel_new; /* host FRAME-MAJOR [T_new][80] (may be NULL when T_new = 0) */
+  int T_new, finalize;
+  float *wav;           /* out: malloc'd host samples (free(); never NULL on success) */
+  int64_t n;            /* out: their count, as ref_hift_stream_run */
+} gpu_hift_job;
+
+/* Run n jobs (distinct streams) on the context's stream and wait; fills each job's wav / n.
+ * Batched: the jobs whose windows fit the gpu_hift's buffers together (sum of the windows about
+ * <= max_frames; at most 64 jobs) share every decoder launch: each conv launch carries up to 4
+ * convs of any jobs (kernels_hift.h: cosy_k_hift_conv_split), so a batch of J jobs issues about
+ * J/4 of the launches J single calls would (the F0 predictor, the source, the STFT and the iSTFT
+ * stay per job: small); larger calls run as several batches in job order. The convolutions never
+ * split their reduction here, and a conv's values depend only on its own descriptor, so a job's
+ * samples do not depend on the other jobs (bit-identical to running it alone; test_gpu_hift
+ * checks it). cancel (may be NULL) is polled between stages. Arguments of every job are checked
+ * first (COSY_ERR_INVALID_ARG, nothing done). On a later error (or a cancel) the batches before
+ * the failing one are complete (wav / n filled: free them); the jobs of the failing batch and
+ * those after return wav = NULL, n = 0 and their streams stay consistent (the failing batch's mel
+ * is kept and the samples not returned come with the stream's next call, as
+ * ref_hift_stream_run). */
+cosy_status gpu_hift_stream_run(gpu_hift *h, gpu_hift_job *jobs, int n, const volatile int *cancel);
+
+/* Measurements: the split mode of the streaming decoder's convs (cosy_k_hift_conv_split): 1 never
+ * (default: batch invariant), 0 automatic (the whole-mel path's choice, by the launch's block
+ * count: faster for a lone small window, but a job's samples then depend, at fp32 rounding, on
+ * the batch it ran in), 2 always. COSY_ERR_INVALID_ARG for another value. */
+cosy_status gpu_hift_set_stream_split(gpu_hift *h, int mode);
+
 #endif

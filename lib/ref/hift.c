@@ -440,6 +440,61 @@ void ref_hift_default_noise(int nb, int64_t first_row, int64_t n_rows, float *ra
         rows[(uint64_t)r * nh + k] = u24(NOISE_KEY_ROWS ^ ((uint64_t)(first_row + r) * nh + k));
 }
 
+/* Frames [k0, k0 + n) of the source: f0 [n] holds their f0, s [n R] gets their samples. cum [nh]:
+ * the fp64 phase running sums after frame k0 - 1 (zeros when k0 = 0), updated to those after
+ * frame k0 + n - 1. The sample indices (noise rows, the rand_ini taps) are absolute, so any split
+ * of the frames into calls gives the same samples bit for bit. noise: rows are absolute too. */
+static cosy_status source_frames(const ref_hift *h, const float *f0, int64_t k0, int n,
+                                 const ref_hift_noise *noise, double *cum, float *s) {
+  const int nh = h->nb + 1, R = h->frame_samples;
+  float *ini = cosy_malloc((size_t)nh * sizeof(float));
+  float *sine = cosy_malloc((size_t)nh * sizeof(float));
+  float *row = cosy_malloc((size_t)nh * sizeof(float));
+  if (!ini || !sine || !row) {
+    free(ini), free(sine), free(row);
+    return COSY_ERR_NO_MEMORY;
+  }
+  if (noise) memcpy(ini, noise->rand_ini, (size_t)nh * sizeof(float));
+  else ref_hift_default_noise(h->nb, 0, 0, ini, NULL);
+  const float sr = (float)h->sample_rate, pi_f = (float)HIFT_PI, up = (float)R;
+  const float amp = h->sine_amp, namp_unvoiced = amp / 3.0f;
+  /* the two taps of the linear x1/R downsampling of output frame k: R k + R/2 - 1 and R k + R/2 */
+  for (int kk = 0; kk < n; kk++) {
+    const int64_t k = k0 + kk;
+    const float f = f0[kk];
+    for (int hh = 0; hh < nh; hh++) {
+      const float fn = f * (float)(hh + 1);
+      const int64_t i0 = k * R + R / 2 - 1, i1 = i0 + 1;
+      float r0 = fmodf(fn / sr, 1.0f), r1 = r0;
+      if (i0 == 0) r0 += ini[hh];
+      if (i1 == 0) r1 += ini[hh];
+      const float radd = 0.5f * r0 + 0.5f * r1;
+      cum[hh] += (double)radd;
+      float ph = (float)cum[hh];
+      ph = ph * 2.0f;
+      ph = ph * pi_f;
+      ph = ph * up;
+      sine[hh] = (float)sin((double)ph) * amp;
+    }
+    const float uv = f > h->voiced_thr ? 1.0f : 0.0f;
+    const float namp = uv > 0 ? h->noise_std : namp_unvoiced;
+    for (int j = 0; j < R; j++) {
+      const int64_t i = k * R + j;
+      const float *u = row;
+      if (noise) u = noise->sine_waves + (size_t)i * nh;
+      else ref_hift_default_noise(h->nb, i, 1, NULL, row);
+      double acc = h->lin_b;
+      for (int hh = 0; hh < nh; hh++) {
+        const float x = sine[hh] * uv + namp * u[hh];
+        acc += (double)h->lin_w[hh] * x;
+      }
+      s[(size_t)kk * R + j] = (float)tanh((double)(float)acc);
+    }
+  }
+  free(ini), free(sine), free(row);
+  return COSY_OK;
+}
+
 cosy_status ref_hift_source(const ref_hift *h, const float *f0, int T_f0,
                             const ref_hift_noise *noise, float *s) {
   if (!h || !f0 || !s)
@@ -455,52 +510,11 @@ cosy_status ref_hift_source(const ref_hift *h, const float *f0, int T_f0,
                     "ref_hift_source: injected noise needs rand_ini, sine_waves and >= %lld rows "
                     "(has %lld)",
                     (long long)L, (long long)noise->n_rows);
-  float *ini = cosy_malloc((size_t)nh * sizeof(float));
   double *cum = cosy_calloc((size_t)nh, sizeof(double));
-  float *sine = cosy_malloc((size_t)nh * sizeof(float));
-  float *row = cosy_malloc((size_t)nh * sizeof(float));
-  if (!ini || !cum || !sine || !row) {
-    free(ini), free(cum), free(sine), free(row);
-    return COSY_ERR_NO_MEMORY;
-  }
-  if (noise) memcpy(ini, noise->rand_ini, (size_t)nh * sizeof(float));
-  else ref_hift_default_noise(h->nb, 0, 0, ini, NULL);
-  const float sr = (float)h->sample_rate, pi_f = (float)HIFT_PI, up = (float)R;
-  const float amp = h->sine_amp, namp_unvoiced = amp / 3.0f;
-  /* the two taps of the linear x1/R downsampling of output frame k: R k + R/2 - 1 and R k + R/2 */
-  for (int k = 0; k < T_f0; k++) {
-    const float f = f0[k];
-    for (int hh = 0; hh < nh; hh++) {
-      const float fn = f * (float)(hh + 1);
-      const int64_t i0 = (int64_t)k * R + R / 2 - 1, i1 = i0 + 1;
-      float r0 = fmodf(fn / sr, 1.0f), r1 = r0;
-      if (i0 == 0) r0 += ini[hh];
-      if (i1 == 0) r1 += ini[hh];
-      const float radd = 0.5f * r0 + 0.5f * r1;
-      cum[hh] += (double)radd;
-      float ph = (float)cum[hh];
-      ph = ph * 2.0f;
-      ph = ph * pi_f;
-      ph = ph * up;
-      sine[hh] = (float)sin((double)ph) * amp;
-    }
-    const float uv = f > h->voiced_thr ? 1.0f : 0.0f;
-    const float namp = uv > 0 ? h->noise_std : namp_unvoiced;
-    for (int j = 0; j < R; j++) {
-      const int64_t i = (int64_t)k * R + j;
-      const float *u = row;
-      if (noise) u = noise->sine_waves + (size_t)i * nh;
-      else ref_hift_default_noise(h->nb, i, 1, NULL, row);
-      double acc = h->lin_b;
-      for (int hh = 0; hh < nh; hh++) {
-        const float x = sine[hh] * uv + namp * u[hh];
-        acc += (double)h->lin_w[hh] * x;
-      }
-      s[i] = (float)tanh((double)(float)acc);
-    }
-  }
-  free(ini), free(cum), free(sine), free(row);
-  return COSY_OK;
+  if (!cum) return COSY_ERR_NO_MEMORY;
+  cosy_status st = source_frames(h, f0, 0, T_f0, noise, cum, s);
+  free(cum);
+  return st;
 }
 
 /* ---- STFT / iSTFT ------------------------------------------------------------------------------ */
@@ -829,4 +843,245 @@ cosy_status ref_hift_infer(const ref_hift *h, const float *mel, int T, int final
   if (!st) st = ref_hift_decode_ex(h, mel, T, s, finalize, cancel, NULL, wav, n);
   free(f0), free(s);
   return st;
+}
+
+/* ---- streaming (see hift.h for the math and the context) ------------------------------------- */
+
+static int rb_reach(int k, const int dil[N_DIL]) { /* left reach of a causal ResBlock */
+  int s = 0;
+  for (int d = 0; d < N_DIL; d++) s += (k - 1) * dil[d] + (k - 1);
+  return s;
+}
+
+cosy_status ref_hift_stream_context(const cosy_hparams *hp, int *f0_ctx, int *dec_ctx) {
+  if (!hp || !f0_ctx || !dec_ctx)
+    return cosy_err(COSY_ERR_INVALID_ARG, "ref_hift_stream_context: NULL argument");
+  const int hop = hp->hop, nfft = hp->n_fft, ups = hp->up_rates[0] * hp->up_rates[1] * hp->up_rates[2];
+  if (hop < 1 || nfft < 2 || ups < 1)
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "ref_hift_stream_context: bad geometry");
+  const int R = ups * hop;
+  /* STFT frame f reads samples 4f - 8 .. 4f + 7: clean once 4f - 8 >= 0 */
+  const int cS = (nfft / 2 + hop - 1) / hop;
+  int64_t cx = 0; /* first clean index of the current stage input (conv_pre: looks right only) */
+  for (int i = 0; i < N_STAGES; i++) {
+    int sd = 1, mx = 0;
+    for (int j = i + 1; j < N_STAGES; j++) sd *= hp->up_rates[j];
+    int64_t cup = cx * hp->up_rates[i] + hp->up_kernels[i] - 1 + (i == N_STAGES - 1);
+    /* source down: output t reads S frames t sd - (sd - 1) .. : clean once that is >= cS */
+    int64_t csrc = (cS + sd - 1 + sd - 1) / sd + rb_reach(hp->src_rb_kernels[i], hp->rb_dilations);
+    for (int r = 0; r < 3; r++) {
+      int q = rb_reach(hp->rb_kernels[r], hp->rb_dilations);
+      mx = q > mx ? q : mx;
+    }
+    cx = (cup > csrc ? cup : csrc) + mx;
+  }
+  const int64_t cpost = cx + 7 - 1;                      /* conv_post k7 */
+  const int64_t samples = hop * cpost + nfft / 2 - hop;  /* iSTFT: first clean output sample */
+  *f0_ctx = 4 * (3 - 1);                                 /* condnet.2/4/6/8: k3, 2 left each */
+  *dec_ctx = (int)((samples + R - 1) / R);
+  return COSY_OK;
+}
+
+struct ref_hift_stream {
+  int mel_dim, nh, R, f0_ctx, dec_ctx, finished;
+  int64_t T;       /* mel frames received */
+  int64_t f0_done; /* frames whose f0 and source are computed (f0 is final for them) */
+  int64_t sent;    /* samples returned */
+  int64_t mel_lo;  /* mel holds frames [mel_lo, T), frame-major */
+  int64_t s_lo;    /* s holds the source of frames [s_lo, f0_done) */
+  float *mel, *s;
+  int64_t mel_cap, s_cap; /* capacities in frames */
+  double *cum;            /* [nh] phase running sums after frame f0_done - 1 */
+};
+
+cosy_status ref_hift_stream_create(const ref_hift *h, ref_hift_stream **out) {
+  if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "ref_hift_stream_create: out is NULL");
+  *out = NULL;
+  if (!h) return cosy_err(COSY_ERR_INVALID_ARG, "ref_hift_stream_create: model is NULL");
+  ref_hift_stream *st = cosy_calloc(1, sizeof *st);
+  if (!st) return COSY_ERR_NO_MEMORY;
+  st->mel_dim = h->mel, st->nh = h->nb + 1, st->R = h->frame_samples;
+  cosy_hparams hp;
+  memset(&hp, 0, sizeof hp);
+  hp.n_fft = h->n_fft, hp.hop = h->hop;
+  for (int i = 0; i < N_STAGES; i++) {
+    hp.up_rates[i] = h->up_rates[i], hp.up_kernels[i] = h->ups[i].k;
+    hp.src_rb_kernels[i] = h->srb[i].k, hp.rb_kernels[i] = h->rb[i].k;
+  }
+  for (int j = 0; j < N_DIL; j++) hp.rb_dilations[j] = h->dil[j];
+  cosy_status s = ref_hift_stream_context(&hp, &st->f0_ctx, &st->dec_ctx);
+  st->cum = cosy_calloc((size_t)st->nh, sizeof(double));
+  if (!s && !st->cum) s = COSY_ERR_NO_MEMORY;
+  if (s) {
+    ref_hift_stream_free(st);
+    return s;
+  }
+  *out = st;
+  return COSY_OK;
+}
+
+void ref_hift_stream_free(ref_hift_stream *st) {
+  if (!st) return;
+  free(st->mel), free(st->s), free(st->cum);
+  free(st);
+}
+
+cosy_status ref_hift_stream_set_context(ref_hift_stream *st, int f0_ctx, int dec_ctx) {
+  if (!st || f0_ctx < 0 || dec_ctx < 0 || st->T > 0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "ref_hift_stream_set_context: bad argument");
+  st->f0_ctx = f0_ctx, st->dec_ctx = dec_ctx;
+  return COSY_OK;
+}
+
+/* make room for n floats-per-frame x frames in *buf (capacity *cap frames) */
+static cosy_status grow(float **buf, int64_t *cap, int64_t frames, int per_frame) {
+  if (frames <= *cap) return COSY_OK;
+  int64_t nc = *cap * 2 > frames ? *cap * 2 : frames;
+  if (nc < 64) nc = 64;
+  float *p = realloc(*buf, (size_t)nc * per_frame * sizeof(float));
+  if (!p) return COSY_ERR_NO_MEMORY;
+  *buf = p, *cap = nc;
+  return COSY_OK;
+}
+
+/* after a trim: give back most of a capacity well above what is kept (a large chunk's) */
+static void shrink(float **buf, int64_t *cap, int64_t frames, int per_frame) {
+  const int64_t want = frames + 64;
+  if (*cap <= 2 * want) return;
+  float *p = realloc(*buf, (size_t)want * per_frame * sizeof(float));
+  if (p) *buf = p, *cap = want;
+}
+
+cosy_status ref_hift_stream_run(const ref_hift *h, ref_hift_stream *st, const float *mel_new,
+                                int T_new, int finalize, const volatile int *cancel, float **wav,
+                                int64_t *n) {
+  if (wav) *wav = NULL;
+  if (n) *n = 0;
+  if (!h || !st || !wav || !n || (T_new > 0 && !mel_new))
+    return cosy_err(COSY_ERR_INVALID_ARG, "ref_hift_stream_run: NULL %s",
+                    !h ? "model" : !st ? "stream" : !wav ? "wav" : !n ? "n" : "mel");
+  if (st->finished)
+    return cosy_err(COSY_ERR_INVALID_ARG, "ref_hift_stream_run: the stream was finalized");
+  if (T_new < 0 || st->T + T_new > HIFT_MAX_FRAMES)
+    return cosy_err(COSY_ERR_INVALID_ARG, "ref_hift_stream_run: T_new = %d (total %lld, max %d)",
+                    T_new, (long long)st->T, HIFT_MAX_FRAMES);
+  if (h->mel != st->mel_dim || h->nb + 1 != st->nh)
+    return cosy_err(COSY_ERR_INVALID_ARG, "ref_hift_stream_run: stream of another model");
+  const int M = st->mel_dim, R = st->R;
+  cosy_status s = COSY_OK;
+  float *cf = NULL, *f0 = NULL, *w = NULL, *out = NULL;
+  /* 1. keep the new frames */
+  if ((s = grow(&st->mel, &st->mel_cap, st->T + T_new - st->mel_lo, M))) return s;
+  if (T_new > 0)
+    memcpy(st->mel + (size_t)(st->T - st->mel_lo) * M, mel_new, (size_t)T_new * M * sizeof(float));
+  st->T += T_new;
+  const int64_t T = st->T;
+  if (cancelled(cancel)) goto cancel;
+
+  /* 2. f0 and source of the frames that became final: [f0_done, Tf) */
+  const int64_t Tf = finalize ? T : (T > 3 ? T - 3 : 0);
+  if (Tf > st->f0_done) {
+    const int64_t b = st->f0_done > st->f0_ctx ? st->f0_done - st->f0_ctx : 0;
+    const int Tw = (int)(T - b), nf = (int)(Tf - b), nnew = (int)(Tf - st->f0_done);
+    cf = cosy_malloc((size_t)M * Tw * sizeof(float));
+    f0 = cosy_malloc((size_t)nf * sizeof(float));
+    if (!cf || !f0) {
+      s = COSY_ERR_NO_MEMORY;
+      goto done;
+    }
+    for (int t = 0; t < Tw; t++)
+      for (int c = 0; c < M; c++)
+        cf[(size_t)c * Tw + t] = st->mel[(size_t)(b - st->mel_lo + t) * M + c];
+    if ((s = ref_hift_f0(h, cf, Tw, finalize, f0))) goto done;
+    if ((s = grow(&st->s, &st->s_cap, Tf - st->s_lo, R))) goto done;
+    /* source_frames updates cum only when it succeeds, on a copy */
+    double cum[64];
+    if (st->nh > 64) {
+      s = cosy_err(COSY_ERR_MODEL_FORMAT, "ref_hift_stream_run: too many harmonics");
+      goto done;
+    }
+    memcpy(cum, st->cum, (size_t)st->nh * sizeof(double));
+    if ((s = source_frames(h, f0 + (st->f0_done - b), st->f0_done, nnew, NULL, cum,
+                           st->s + (size_t)(st->f0_done - st->s_lo) * R)))
+      goto done;
+    memcpy(st->cum, cum, (size_t)st->nh * sizeof(double));
+    st->f0_done = Tf;
+    free(cf), free(f0);
+    cf = f0 = NULL;
+    if (cancelled(cancel)) goto cancel;
+  }
+
+  /* 3. decode the window [a, T) and keep the samples from st->sent on */
+  const int64_t N = finalize ? T * R : (T > 8 ? (T - 8) * R : 0);
+  int64_t nout = 0;
+  if (N > st->sent) {
+    int64_t a = st->sent / R - st->dec_ctx;
+    if (a < 0) a = 0;
+    if (a < st->s_lo || a < st->mel_lo) {
+      s = cosy_err(COSY_ERR_INTERNAL, "ref_hift_stream_run: window start %lld before the history",
+                   (long long)a);
+      goto done;
+    }
+    const int Tw = (int)(T - a);
+    cf = cosy_malloc((size_t)M * Tw * sizeof(float));
+    if (!cf) {
+      s = COSY_ERR_NO_MEMORY;
+      goto done;
+    }
+    for (int t = 0; t < Tw; t++)
+      for (int c = 0; c < M; c++)
+        cf[(size_t)c * Tw + t] = st->mel[(size_t)(a - st->mel_lo + t) * M + c];
+    int64_t nw = 0;
+    s = ref_hift_decode_ex(h, cf, Tw, st->s + (size_t)(a - st->s_lo) * R, finalize, cancel, NULL,
+                           &w, &nw);
+    if (s) goto done;
+    if (a * R + nw != N) {
+      s = cosy_err(COSY_ERR_INTERNAL, "ref_hift_stream_run: window output %lld != %lld",
+                   (long long)(a * R + nw), (long long)N);
+      goto done;
+    }
+    nout = N - st->sent;
+    out = cosy_malloc((size_t)nout * sizeof(float));
+    if (!out) {
+      s = COSY_ERR_NO_MEMORY;
+      goto done;
+    }
+    memcpy(out, w + (st->sent - a * R), (size_t)nout * sizeof(float));
+  } else {
+    out = cosy_malloc(sizeof(float));
+    if (!out) {
+      s = COSY_ERR_NO_MEMORY;
+      goto done;
+    }
+  }
+  /* commit */
+  st->sent += nout;
+  if (finalize) st->finished = 1;
+  *wav = out, *n = nout;
+  out = NULL;
+  /* 4. drop the history no later call reads: f0 windows start at f0_done - f0_ctx, decode
+   * windows at sent / R - dec_ctx */
+  {
+    int64_t a = st->sent / R - st->dec_ctx, b = st->f0_done - st->f0_ctx;
+    a = a < 0 ? 0 : a, b = b < 0 ? 0 : b;
+    const int64_t mlo = a < b ? a : b;
+    if (mlo > st->mel_lo) {
+      memmove(st->mel, st->mel + (size_t)(mlo - st->mel_lo) * M,
+              (size_t)(T - mlo) * M * sizeof(float));
+      st->mel_lo = mlo;
+    }
+    if (a > st->s_lo) {
+      memmove(st->s, st->s + (size_t)(a - st->s_lo) * R,
+              (size_t)(st->f0_done - a) * R * sizeof(float));
+      st->s_lo = a;
+    }
+    shrink(&st->mel, &st->mel_cap, T - st->mel_lo, M);
+    shrink(&st->s, &st->s_cap, st->f0_done - st->s_lo, R);
+  }
+  goto done;
+cancel:
+  s = cosy_err(COSY_ERR_CANCELLED, "ref_hift_stream_run: cancelled");
+done:
+  free(cf), free(f0), free(w), free(out);
+  return s;
 }

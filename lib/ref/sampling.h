@@ -57,6 +57,10 @@ typedef struct cosy_sampling {
   float tau_r;       /* >= 0, official 0.1 */
 } cosy_sampling;
 
+/* The repetition-aware part of the official settings (not caller knobs). */
+#define COSY_RAS_WIN_SIZE 10
+#define COSY_RAS_TAU_R 0.1f
+
 /* The official settings: 1.0, 0.8, 25, 10, 0.1. */
 cosy_sampling cosy_sampling_default(void);
 /* COSY_OK when every field is in range, else COSY_ERR_INVALID_ARG with a message. */

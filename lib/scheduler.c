@@ -1,0 +1,890 @@
+/* scheduler.c - how requests move through the engine: one place that owns the compute and
+ * batches every stage across requests.
+ *
+ *   cosy_request_submit ─► queue ─(admission)─► active ─► LLM thread ─► tokens ─► token-to-wave
+ *                                                        (batched     (per         thread
+ *                                                         decode      request)    (batched flow,
+ *                                                         steps)                   batched vocoder,
+ *                                                                                  delivery)
+ *
+ * LLM thread (llm_main), one iteration:
+ *   1. admission: the queue's head requests are prepared (text -> ids -> LLM input, host work) and
+ *      admitted while fewer than max_active are active and the backend can reserve their LLM
+ *      sequence, flow state and vocoder state (KV pages / flow cache). A request that does not
+ *      fit waits at the head of the queue (first come, first served); one that could not fit even
+ *      in an idle engine fails with COSY_ERR_GPU_NO_MEMORY. Nothing is reserved mid-utterance, so
+ *      an admitted request never fails for memory.
+ *   2. prefill: each newly admitted sequence gets its prompt in pieces of PREFILL_PIECE positions
+ *      (at most PREFILL_BUDGET positions per iteration over all sequences), so a long prompt never
+ *      holds the running streams' next token for long; the last piece samples the first token.
+ *   3. one decode step over every sequence that has a token to feed (backend llm_step: one
+ *      batched forward, each row sampled with its own request's parameters and generator).
+ *      Each sampled token: a stop id ends the request's LLM part; otherwise it joins the RAS
+ *      history and, unless the silent-token filter drops it, the request's flow tokens.
+ *   Cancelled or failed requests release their sequence here.
+ *
+ * Token-to-wave thread (t2w_main), one iteration:
+ *   1. requests whose LLM part and last chunk are done (or that failed / were cancelled and have
+ *      no call in flight) are finished and their states released;
+ *   2. every request whose next chunk is ready (the chunk schedule below, decided by token counts
+ *      only) is a candidate; first chunks go first (time to first audio), then the request whose
+ *      delivered audio runs out soonest (playback deadline); at most one chunk per request and
+ *      FLOW_BATCH_JOBS requests per batch;
+ *   3. one flow call for the batch (backend flow_run), one vocoder call (backend vocode), then the
+ *      new samples go through the request's resampler to its callback or pull buffer.
+ *
+ * The chunk schedule (the official streaming schedule): chunk k is ready when
+ *   n_tokens - offset >= hop_k + 3 (3 look-ahead tokens), hop_0 = first_chunk_tokens + pad,
+ *   pad = ceil(P/25)*25 - P (prompt + first chunk end on a 50-frame attention block),
+ *   hop_{k+1} = min(100, 2 hop'_k) with hop'_0 = first_chunk_tokens; each chunk's flow call uses
+ *   prompt + tokens[: offset + hop + 3] with the block-causal mask and yields frames
+ *   [2 offset, 2 (offset + hop)); the last call (after the LLM's last token) uses every token with
+ *   finalize (zero look-ahead) and yields the rest. Whether the last call attends block-causally
+ *   (the default) or over everything (as the official code does) is COSY_SYNTH_FULL_ATTENTION_FINAL;
+ *   docs/scheduler.md explains the choice. Blocking synthesis runs exactly this schedule, so
+ *   streaming and blocking output are identical for the same seed. speed != 1 (blocking only):
+ *   all tokens first, one full-attention flow call, the mel linearly resampled to T/speed frames,
+ *   one final vocoder call.
+ *
+ * Threads and locks: e->mu guards the queue, the active list and each job's shared fields (marked
+ * below). Only the token-to-wave thread removes jobs from the active list, and only after the LLM
+ * thread has released them (llm_released), so each thread can work on its own snapshot of jobs
+ * without holding the lock during compute. Push callbacks run on the token-to-wave thread. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "audio.h"
+#include "engine.h"
+#include "ref/llm.h" /* ref_silent_pass */
+#include "ref/sampling.h"
+#include "text/normalize.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#define SYSTEM_PREFIX "You are a helpful assistant."
+#define EOP "<|endofprompt|>"
+#define MEL 80
+#define LOOKAHEAD 3      /* tokens of right context a non-final flow call needs */
+#define BLOCK_TOKENS 25  /* the flow's attention block (50 frames) in tokens */
+#define MAX_HOP 100      /* the official hop stops doubling here */
+#define PREFILL_PIECE 256
+#define PREFILL_BUDGET 512
+#define FLOW_BATCH_JOBS 64
+#define IDLE_POLL_MS 20  /* threads with active work re-check cancel flags at least this often */
+
+void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
+
+typedef struct sjob {
+  cosy_request *r;
+  const cosy_voice *v;
+  struct sjob *next;          /* active list (e->mu) */
+  /* set at admission */
+  float *lm_input;
+  int L, min_len, max_len;
+  cosy_sampling samp;
+  cosy_rng rng;
+  int collect_only;           /* speed != 1 */
+  int full_final;             /* COSY_SYNTH_FULL_ATTENTION_FINAL */
+  /* LLM side (LLM thread only) */
+  void *seq;
+  int fed;                    /* prompt positions prefilled */
+  int decoding;               /* prefill done; tok is the next input */
+  int32_t tok;
+  int32_t *hist;
+  int n_hist, silent_run;
+  /* shared (e->mu) */
+  int32_t *tokens;            /* prompt speech tokens, then the tokens for the flow */
+  int cap_tok, n_tok;         /* n_tok: generated tokens published */
+  int llm_done;               /* no more tokens will come */
+  int llm_released;           /* the LLM thread is done with this job */
+  cosy_status err;            /* first failure */
+  char msg[512];
+  int busy;                   /* the token-to-wave thread has a call in flight for it */
+  /* token-to-wave side (token-to-wave thread only) */
+  void *fs, *vs;
+  int offset, hop, next_hop_base, chunks_done, final_done;
+  int64_t delivered;          /* native-rate samples delivered */
+  cosy_resampler *rs;
+  float *rs_buf;
+  int64_t rs_cap;
+} sjob;
+
+struct cosy_sched {
+  cosy_engine *e;
+  pthread_t llm_th, t2w_th;
+  int llm_started, t2w_started, llm_exited;
+  pthread_cond_t cv_llm, cv_t2w;
+  cosy_request *q_head, *q_tail; /* submitted, not admitted */
+  sjob *active;
+  int n_llm;                     /* active jobs the LLM thread still owns */
+  int first_in_flight;           /* a first chunk's flow call is running */
+  int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
+};
+
+static int cancelled(const cosy_request *r) {
+  return __atomic_load_n(&r->cancel, __ATOMIC_SEQ_CST) != 0;
+}
+
+static void add_time(cosy_request *r, double *slot, double dt) {
+  pthread_mutex_lock(&r->mu);
+  *slot += dt;
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += (long)ms * 1000000L;
+  while (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* record the first failure of a job (e->mu held) */
+static void job_fail_locked(sjob *j, cosy_status st, const char *msg) {
+  if (j->err) return;
+  j->err = st;
+  snprintf(j->msg, sizeof j->msg, "%s", msg && msg[0] ? msg : cosy_status_str(st));
+}
+
+/* ---- text ------------------------------------------------------------------------------------ */
+
+/* The official front end's text_normalize(text, split=False) (lib/text/normalize.h): wetext TN
+ * and the post-processing rules when the model file has the grammars, else the minimal rule
+ * (whitespace runs -> one space, ends trimmed); text holding "<|" and "|>" passes untouched. */
+static cosy_status normalize_text(const cosy_text_norm *tn, const char *in, int enabled,
+                                  char **out) {
+  if (!enabled) return (*out = cosy_strdup(in)) ? COSY_OK : COSY_ERR_NO_MEMORY;
+  return cosy_text_normalize(tn, in, 0, out);
+}
+
+static char *concat3(const char *a, const char *b, const char *c) {
+  size_t na = strlen(a), nb = strlen(b), nc = strlen(c);
+  char *s = (char *)cosy_malloc(na + nb + nc + 1);
+  if (!s) return NULL;
+  memcpy(s, a, na);
+  memcpy(s + na, b, nb);
+  memcpy(s + na + nb, c, nc + 1);
+  return s;
+}
+
+static void job_free(sjob *j) {
+  if (!j) return;
+  free(j->lm_input);
+  free(j->hist);
+  free(j->tokens);
+  free(j->rs_buf);
+  if (j->rs) cosy_resampler_free(j->rs);
+  free(j);
+}
+
+/* Everything before the LLM (host work): text and prompt per mode (zero-shot uses the voice's
+ * prompt text, prefixed with the system prompt when it lacks <|endofprompt|>, and its speech
+ * tokens; cross-lingual gives the LLM no prompt and prefixes the text itself; instruct uses the
+ * instruct text as the prompt), tokenization, lengths (min 2, max 20 speech tokens per text
+ * token unless the request says otherwise), the LLM input, the generator, the resampler. */
+static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
+  const cosy_voice *v = r->voice;
+  const cosy_synth_params *p = &r->params;
+  cosy_status st = COSY_OK;
+  char *text = NULL, *tts = NULL, *prompt = NULL;
+  int32_t *tts_ids = NULL, *prompt_ids = NULL;
+  int32_t n_tts = 0, n_prompt = 0;
+  sjob *j = (sjob *)cosy_calloc(1, sizeof *j);
+  if (!j) return COSY_ERR_NO_MEMORY;
+  j->r = r;
+  j->v = v;
+  j->collect_only = p->speed != 1.0f;
+  j->full_final = (p->flags & COSY_SYNTH_FULL_ATTENTION_FINAL) != 0;
+  if ((st = normalize_text(e->tn, r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION),
+                           &text)))
+    goto done;
+  if (!text[0]) {
+    st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text is empty after normalization");
+    goto done;
+  }
+  int use_prompt_tokens = p->mode == COSY_MODE_ZERO_SHOT;
+  if (p->mode == COSY_MODE_ZERO_SHOT) {
+    prompt = strstr(v->prompt_text, EOP) ? cosy_strdup(v->prompt_text)
+                                          : concat3(SYSTEM_PREFIX, EOP, v->prompt_text);
+    tts = cosy_strdup(text);
+  } else if (p->mode == COSY_MODE_CROSS_LINGUAL) {
+    prompt = cosy_strdup("");
+    tts = strstr(text, EOP) ? cosy_strdup(text) : concat3(SYSTEM_PREFIX, EOP, text);
+  } else {
+    prompt = strstr(p->instruct_text, EOP) ? cosy_strdup(p->instruct_text)
+                                            : concat3(SYSTEM_PREFIX " ", p->instruct_text, EOP);
+    tts = cosy_strdup(text);
+  }
+  if (!prompt || !tts) {
+    st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  if ((st = cosy_tokenize(e->tok, prompt, strlen(prompt), &prompt_ids, &n_prompt))) goto done;
+  if ((st = cosy_tokenize(e->tok, tts, strlen(tts), &tts_ids, &n_tts))) goto done;
+  if (n_tts == 0) {
+    st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text has no tokens");
+    goto done;
+  }
+  j->min_len = 2 * n_tts;
+  j->max_len = 20 * n_tts;
+  if (p->max_tokens > 0) j->max_len = p->max_tokens;
+  if (p->min_tokens > 0) j->min_len = p->min_tokens;
+  if (j->min_len > j->max_len) j->min_len = j->max_len;
+  const int P = v->n_tokens;
+  if ((st = e->be->llm_input(e, prompt_ids, n_prompt, tts_ids, n_tts,
+                             use_prompt_tokens ? v->speech_tokens : NULL,
+                             use_prompt_tokens ? P : 0, &j->lm_input, &j->L)))
+    goto done;
+  pthread_mutex_lock(&r->mu);
+  r->n_text_tokens = n_prompt + n_tts;
+  pthread_mutex_unlock(&r->mu);
+  j->cap_tok = P + j->max_len + 1;
+  j->tokens = (int32_t *)cosy_malloc((size_t)j->cap_tok * sizeof *j->tokens);
+  j->hist = (int32_t *)cosy_malloc((size_t)(j->max_len + 1) * sizeof *j->hist);
+  if (!j->tokens || !j->hist) {
+    st = COSY_ERR_NO_MEMORY;
+    goto done;
+  }
+  if (P) memcpy(j->tokens, v->speech_tokens, (size_t)P * sizeof *j->tokens);
+  const int pad = (BLOCK_TOKENS - P % BLOCK_TOKENS) % BLOCK_TOKENS;
+  j->next_hop_base = p->first_chunk_tokens;
+  j->hop = p->first_chunk_tokens + pad;
+  if (p->sample_rate != e->model->hp.sample_rate &&
+      (st = cosy_resampler_create(e->model->hp.sample_rate, p->sample_rate, &j->rs)))
+    goto done;
+  j->samp = (cosy_sampling){.temperature = p->temperature,
+                            .top_p = p->top_p,
+                            .top_k = p->top_k,
+                            .win_size = COSY_RAS_WIN_SIZE,
+                            .tau_r = COSY_RAS_TAU_R};
+  if ((st = cosy_sampling_check(&j->samp))) goto done;
+  uint64_t seed = p->seed ? p->seed : (uint64_t)(cosy_now() * 1e9) ^ (uint64_t)(uintptr_t)r;
+  cosy_rng_seed(&j->rng, seed);
+done:
+  free(text);
+  free(tts);
+  free(prompt);
+  free(tts_ids);
+  free(prompt_ids);
+  if (st) {
+    job_free(j);
+    return st;
+  }
+  *out = j;
+  return COSY_OK;
+}
+
+/* Reserve the job's backend states. COSY_ERR_GPU_NO_MEMORY: not now (the caller decides whether
+ * to wait). */
+static cosy_status job_reserve(cosy_engine *e, sjob *j) {
+  const cosy_voice *v = j->v;
+  cosy_flow_prompt fp = {v->speech_tokens, v->n_tokens, v->mel, v->spk};
+  cosy_status st;
+  if ((st = e->be->llm_open(e, j->L + j->max_len, &j->seq))) return st;
+  if ((st = e->be->flow_open(e, &fp, j->max_len, &j->fs))) goto fail;
+  if ((st = e->be->voc_open(e, 2 * (j->max_len + LOOKAHEAD), &j->vs))) goto fail;
+  return COSY_OK;
+fail:
+  if (j->fs) e->be->flow_close(e, j->fs);
+  e->be->llm_close(e, j->seq);
+  j->fs = j->seq = NULL;
+  return st;
+}
+
+/* ---- the LLM thread ------------------------------------------------------------------------- */
+
+/* the LLM part of j is over (done, failed or cancelled): release the sequence, tell the other
+ * thread */
+static void llm_release(cosy_engine *e, sjob *j, cosy_status st, const char *msg) {
+  struct cosy_sched *s = e->sched;
+  if (j->seq) e->be->llm_close(e, j->seq);
+  j->seq = NULL;
+  free(j->lm_input);
+  j->lm_input = NULL;
+  pthread_mutex_lock(&e->mu);
+  if (st) job_fail_locked(j, st, msg);
+  j->llm_done = 1;
+  j->llm_released = 1;
+  s->n_llm--;
+  pthread_cond_broadcast(&s->cv_t2w);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* A sampled token (token index n_hist). Returns 1 when the job's LLM part is over. */
+static int take_token(cosy_engine *e, sjob *j, int32_t tok) {
+  struct cosy_sched *s = e->sched;
+  if (tok >= e->model->hp.speech_tokens) return 1; /* a stop id: not emitted */
+  j->hist[j->n_hist++] = tok;
+  if (ref_silent_pass(&j->silent_run, tok)) {
+    const int P = j->v->n_tokens;
+    pthread_mutex_lock(&e->mu);
+    if (P + j->n_tok + 1 <= j->cap_tok) {
+      j->tokens[P + j->n_tok] = tok;
+      j->n_tok++;
+    }
+    pthread_cond_broadcast(&s->cv_t2w);
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&j->r->mu);
+    j->r->n_speech_tokens = j->n_hist;
+    pthread_mutex_unlock(&j->r->mu);
+  }
+  j->tok = tok;
+  return j->n_hist >= j->max_len;
+}
+
+static void next_req(sjob *j, cosy_next_req *nx) {
+  nx->samp = &j->samp;
+  nx->ignore_eos = j->n_hist < j->min_len;
+  nx->hist = j->hist;
+  nx->n_hist = j->n_hist;
+  nx->rng = &j->rng;
+}
+
+/* Admit queued requests while room is left (e->mu held; dropped around backend calls). */
+static void admit(cosy_engine *e) {
+  struct cosy_sched *s = e->sched;
+  while (s->q_head && (e->stopping || cancelled(s->q_head) || s->n_llm < e->cfg.max_active)) {
+    cosy_request *r = s->q_head;
+    if (cancelled(r) || e->stopping) {
+      s->q_head = r->next;
+      if (!s->q_head) s->q_tail = NULL;
+      e->n_queued--;
+      pthread_mutex_unlock(&e->mu);
+      if (r->job) job_free(r->job);
+      r->job = NULL;
+      request_finish(r, COSY_ERR_CANCELLED, e->stopping ? "the engine was destroyed"
+                                                         : "request cancelled before it started");
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&e->mu);
+    cosy_status st = COSY_OK;
+    sjob *j = r->job;
+    if (!j) {
+      cosy_err_clear();
+      st = job_prepare(e, r, &j);
+      if (!st) r->job = j;
+    }
+    int idle = 0;
+    if (!st) {
+      st = job_reserve(e, j);
+      if (st == COSY_ERR_GPU_NO_MEMORY) {
+        pthread_mutex_lock(&e->mu);
+        idle = s->active == NULL;
+        pthread_mutex_unlock(&e->mu);
+        if (!idle) { /* wait for memory to come back */
+          pthread_mutex_lock(&e->mu);
+          return;
+        }
+      }
+    }
+    pthread_mutex_lock(&e->mu);
+    s->q_head = r->next;
+    if (!s->q_head) s->q_tail = NULL;
+    e->n_queued--;
+    r->next = NULL;
+    if (st) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s%s", idle ? "the engine cannot hold this request even when idle: " : "",
+               cosy_last_error());
+      r->job = NULL;
+      pthread_mutex_unlock(&e->mu);
+      job_free(j);
+      request_finish(r, st, msg);
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
+    j->next = s->active;
+    s->active = j;
+    s->n_llm++;
+    e->n_active++;
+    pthread_mutex_lock(&r->mu);
+    r->state = REQ_RUNNING;
+    pthread_mutex_unlock(&r->mu);
+  }
+}
+
+static void *llm_main(void *arg) {
+  cosy_engine *e = (cosy_engine *)arg;
+  struct cosy_sched *s = e->sched;
+#ifdef _OPENMP
+  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
+#endif
+  int cap = 0;
+  sjob **jobs = NULL;
+  cosy_llm_row *rows = NULL;
+  pthread_mutex_lock(&e->mu);
+  for (;;) {
+    admit(e);
+    if (e->stopping && !s->q_head && s->n_llm == 0) break;
+    if (s->n_llm == 0) {
+      if (e->stopping) continue; /* admit() drains the queue as cancelled */
+      pthread_cond_wait(&s->cv_llm, &e->mu);
+      continue;
+    }
+    /* time to first audio first: at light load the LLM pauses while a first chunk's flow runs,
+     * so the two do not compete for the device */
+    if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 &&
+        s->n_llm <= e->cfg.first_chunk_wait_max && !e->stopping) {
+      timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
+      continue;
+    }
+    /* snapshot of the jobs this thread owns */
+    int n = 0;
+    for (sjob *j = s->active; j; j = j->next)
+      if (!j->llm_released) n++;
+    if (n > cap) {
+      int nc = n * 2;
+      sjob **nj = (sjob **)realloc(jobs, (size_t)nc * sizeof *nj);
+      if (nj) jobs = nj;
+      cosy_llm_row *nr = (cosy_llm_row *)realloc(rows, (size_t)nc * sizeof *nr);
+      if (nr) rows = nr;
+      if (!nj || !nr) { /* cannot even plan a step: fail everything this thread owns */
+        for (sjob *j = s->active; j; j = j->next)
+          if (!j->llm_released) job_fail_locked(j, COSY_ERR_NO_MEMORY, "out of memory planning a step");
+        n = 0;
+      } else {
+        cap = nc;
+      }
+    }
+    int k = 0;
+    for (sjob *j = s->active; j && k < cap; j = j->next)
+      if (!j->llm_released) jobs[k++] = j;
+    n = k;
+    pthread_mutex_unlock(&e->mu);
+
+    /* failures and cancellations release their sequences */
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+      sjob *j = jobs[i];
+      int failed;
+      pthread_mutex_lock(&e->mu);
+      failed = j->err != COSY_OK;
+      pthread_mutex_unlock(&e->mu);
+      if (failed || cancelled(j->r) || e->stopping)
+        llm_release(e, j, COSY_ERR_CANCELLED, "request cancelled");
+      else
+        jobs[nd++] = j;
+    }
+    n = nd;
+    /* prefill pieces */
+    int budget = PREFILL_BUDGET;
+    for (int i = 0; i < n && budget > 0; i++) {
+      sjob *j = jobs[i];
+      if (j->decoding) continue;
+      int piece = j->L - j->fed;
+      if (piece > PREFILL_PIECE) piece = PREFILL_PIECE;
+      if (piece > budget && j->fed + piece < j->L) piece = budget;
+      budget -= piece;
+      const int last = j->fed + piece == j->L;
+      cosy_next_req nx;
+      next_req(j, &nx);
+      int32_t tok = -1;
+      double t0 = cosy_now();
+      cosy_status st = e->be->llm_prefill(e, j->seq, j->lm_input + (size_t)j->fed * e->model->hp.llm_hidden,
+                                          piece, last ? &nx : NULL, &tok);
+      add_time(j->r, &j->r->llm_s, cosy_now() - t0);
+      if (st) {
+        llm_release(e, j, st, cosy_last_error());
+        continue;
+      }
+      j->fed += piece;
+      if (last) {
+        j->decoding = 1;
+        if (take_token(e, j, tok)) llm_release(e, j, COSY_OK, NULL);
+      }
+    }
+    /* one decode step over every sequence with a token to feed */
+    int nr = 0;
+    for (int i = 0; i < n; i++) {
+      sjob *j = jobs[i];
+      if (!j->decoding || j->llm_released) continue;
+      /* a job whose prefill just finished has its first token: it joins this step */
+      rows[nr].seq = j->seq;
+      rows[nr].token = j->tok;
+      next_req(j, &rows[nr].nx);
+      rows[nr].next = -1;
+      rows[nr].status = COSY_OK;
+      jobs[nr++] = j;
+    }
+    if (nr > 0) {
+      double t0 = cosy_now();
+      cosy_status st = e->be->llm_step(e, rows, nr);
+      double dt = cosy_now() - t0;
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
+      /* counters read by sched_stats on a caller's thread: atomic (TSan) */
+      __atomic_add_fetch(&s->steps, 1, __ATOMIC_RELAXED);
+      __atomic_add_fetch(&s->step_rows, nr, __ATOMIC_RELAXED);
+      for (int i = 0; i < nr; i++) {
+        sjob *j = jobs[i];
+        add_time(j->r, &j->r->llm_s, dt);
+        if (st) {
+          llm_release(e, j, st, msg);
+        } else if (rows[i].status) {
+          llm_release(e, j, rows[i].status, "sampling failed (NaN or no finite log-probability)");
+        } else if (take_token(e, j, rows[i].next)) {
+          llm_release(e, j, COSY_OK, NULL);
+        }
+      }
+    }
+    pthread_mutex_lock(&e->mu);
+  }
+  s->llm_exited = 1;
+  pthread_cond_broadcast(&s->cv_t2w);
+  pthread_mutex_unlock(&e->mu);
+  free(jobs);
+  free(rows);
+  return NULL;
+}
+
+/* ---- the token-to-wave thread --------------------------------------------------------------- */
+
+/* send native-rate samples through the job's resampler (if any) to the caller */
+static cosy_status emit(cosy_engine *e, sjob *j, const float *pcm, int64_t n, int last) {
+  (void)e;
+  cosy_request *r = j->r;
+  const float *out = pcm;
+  int64_t n_out = n;
+  if (j->rs) {
+    double t0 = cosy_now();
+    int64_t need = cosy_resampler_max_out(j->rs, n);
+    if (need > j->rs_cap) {
+      float *nb = (float *)realloc(j->rs_buf, (size_t)need * sizeof *nb);
+      if (!nb) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory resampling");
+      j->rs_buf = nb;
+      j->rs_cap = need;
+    }
+    cosy_status st = cosy_resampler_process(j->rs, pcm, n, last, j->rs_buf, j->rs_cap, &n_out);
+    if (st) return st;
+    out = j->rs_buf;
+    add_time(r, &r->vocoder_s, cosy_now() - t0);
+  }
+  j->delivered += n;
+  pthread_mutex_lock(&r->mu);
+  r->n_chunks++;
+  pthread_mutex_unlock(&r->mu);
+  if (request_deliver(r, out, n_out, last))
+    return cosy_err(COSY_ERR_CANCELLED, "cancelled by the chunk callback");
+  return COSY_OK;
+}
+
+/* What the job's next flow call is (e->mu held): 0 none yet, 1 a streaming chunk, 2 the last. */
+static int chunk_ready(const sjob *j) {
+  if (j->final_done || j->busy || j->err) return 0;
+  if (!j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD) return 1;
+  if (j->llm_done) return 2;
+  return 0;
+}
+
+/* playback deadline: when the audio delivered so far runs out (first chunks: -inf) */
+static double deadline(const sjob *j, int sample_rate) {
+  if (j->chunks_done == 0) return -1e300 + j->r->t_submit;
+  return j->r->t_first + (double)j->delivered / sample_rate;
+}
+
+/* speed != 1: linear interpolation of the mel to T/speed frames (align_corners = False) */
+static float *speed_mel(const float *mel, int T, float speed, int *Tn_out) {
+  int Tn = (int)((double)T / speed);
+  *Tn_out = Tn < 0 ? 0 : Tn;
+  float *m = (float *)cosy_malloc((size_t)(Tn > 0 ? Tn : 1) * MEL * sizeof *m);
+  if (!m) return NULL;
+  double scale = Tn > 0 ? (double)T / Tn : 1.0;
+  for (int i = 0; i < Tn; i++) {
+    double x = (i + 0.5) * scale - 0.5;
+    if (x < 0) x = 0;
+    int i0 = (int)x;
+    if (i0 > T - 1) i0 = T - 1;
+    int i1 = i0 + 1 < T ? i0 + 1 : T - 1;
+    double w = x - i0;
+    for (int c = 0; c < MEL; c++)
+      m[(size_t)i * MEL + c] = (float)((1 - w) * mel[(size_t)i0 * MEL + c] + w * mel[(size_t)i1 * MEL + c]);
+  }
+  return m;
+}
+
+/* finish and unlink every job that is over (e->mu held; dropped around the releases) */
+static void reap(cosy_engine *e) {
+  struct cosy_sched *s = e->sched;
+  for (;;) {
+    sjob **pp = &s->active, *j = NULL;
+    for (; *pp; pp = &(*pp)->next) {
+      sjob *c = *pp;
+      if (!c->llm_released || c->busy) continue;
+      if (c->err || c->final_done || cancelled(c->r) || e->stopping) {
+        j = c;
+        break;
+      }
+    }
+    if (!j) return;
+    *pp = j->next;
+    e->n_active--;
+    cosy_status st = j->err;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", j->msg);
+    if (!st && !j->final_done) {
+      st = COSY_ERR_CANCELLED;
+      snprintf(msg, sizeof msg, "request cancelled");
+    }
+    pthread_cond_broadcast(&s->cv_llm); /* memory and a slot came back */
+    pthread_mutex_unlock(&e->mu);
+    if (j->fs) e->be->flow_close(e, j->fs);
+    if (j->vs) e->be->voc_close(e, j->vs);
+    j->fs = j->vs = NULL;
+    cosy_request *r = j->r;
+    r->job = NULL;
+    job_free(j);
+    request_finish(r, st, msg);
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&s->cv_llm);
+  }
+}
+
+static void *t2w_main(void *arg) {
+  cosy_engine *e = (cosy_engine *)arg;
+  struct cosy_sched *s = e->sched;
+#ifdef _OPENMP
+  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
+#endif
+  const int sr = e->model->hp.sample_rate;
+  sjob *pick[FLOW_BATCH_JOBS];
+  int kind[FLOW_BATCH_JOBS];
+  cosy_flow_job fj[FLOW_BATCH_JOBS];
+  cosy_voc_job vj[FLOW_BATCH_JOBS];
+  float *mels[FLOW_BATCH_JOBS];
+  pthread_mutex_lock(&e->mu);
+  for (;;) {
+    reap(e);
+    if (e->stopping && s->llm_exited && !s->active) break;
+    /* the ready chunks, most urgent first (selection by deadline, at most FLOW_BATCH_JOBS) */
+    int n = 0;
+    for (sjob *j = s->active; j; j = j->next) {
+      if (cancelled(j->r)) continue;
+      int k = chunk_ready(j);
+      if (!k) continue;
+      double d = deadline(j, sr);
+      if (n == FLOW_BATCH_JOBS && d >= deadline(pick[n - 1], sr)) continue;
+      int at = n < FLOW_BATCH_JOBS ? n++ : n - 1;
+      while (at > 0 && deadline(pick[at - 1], sr) > d) {
+        pick[at] = pick[at - 1];
+        kind[at] = kind[at - 1];
+        at--;
+      }
+      pick[at] = j;
+      kind[at] = k;
+    }
+    if (n == 0) {
+      if (s->active)
+        timed_wait(&s->cv_t2w, &e->mu, IDLE_POLL_MS);
+      else
+        pthread_cond_wait(&s->cv_t2w, &e->mu);
+      continue;
+    }
+    int urgent = 0;
+    for (int i = 0; i < n; i++) {
+      sjob *j = pick[i];
+      j->busy = 1;
+      if (j->chunks_done == 0) urgent = 1;
+      memset(&fj[i], 0, sizeof fj[i]);
+      fj[i].fs = j->fs;
+      fj[i].tokens = j->tokens;
+      if (kind[i] == 1) {
+        fj[i].n_gen = j->offset + j->hop + LOOKAHEAD;
+        fj[i].frame_from = 2 * j->offset;
+        fj[i].n_frames = 2 * j->hop;
+      } else {
+        fj[i].n_gen = j->n_tok;
+        fj[i].finalize = 1;
+        fj[i].full_attention = j->collect_only || j->full_final;
+        fj[i].frame_from = j->collect_only ? 0 : 2 * j->offset;
+        fj[i].n_frames = 2 * j->n_tok - fj[i].frame_from;
+      }
+    }
+    s->first_in_flight = urgent;
+    pthread_mutex_unlock(&e->mu);
+
+    /* flow */
+    cosy_status st = COSY_OK;
+    for (int i = 0; i < n; i++) {
+      mels[i] = (float *)cosy_malloc((size_t)(fj[i].n_frames > 0 ? fj[i].n_frames : 1) * MEL * sizeof(float));
+      fj[i].mel = mels[i];
+      if (!mels[i]) st = COSY_ERR_NO_MEMORY;
+    }
+    double t0 = cosy_now();
+    if (!st) st = e->be->flow_run(e, fj, n, urgent, NULL);
+    double dt = cosy_now() - t0;
+    char bmsg[512];
+    snprintf(bmsg, sizeof bmsg, "%s", st ? cosy_last_error() : "");
+    pthread_mutex_lock(&e->mu);
+    s->first_in_flight = 0;
+    __atomic_add_fetch(&s->flow_calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->flow_jobs, n, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&s->cv_llm);
+    pthread_mutex_unlock(&e->mu);
+
+    /* vocoder: the new frames of each job */
+    int nv = 0;
+    float *tmp_mel[FLOW_BATCH_JOBS];
+    for (int i = 0; i < n; i++) {
+      sjob *j = pick[i];
+      tmp_mel[i] = NULL;
+      add_time(j->r, &j->r->flow_s, dt);
+      cosy_status js = st ? st : fj[i].status;
+      if (js) {
+        pthread_mutex_lock(&e->mu);
+        job_fail_locked(j, js, st ? bmsg : "flow call failed");
+        pthread_mutex_unlock(&e->mu);
+        continue;
+      }
+      memset(&vj[nv], 0, sizeof vj[nv]);
+      vj[nv].vs = j->vs;
+      vj[nv].finalize = kind[i] == 2;
+      if (j->collect_only) {
+        int Tn = 0;
+        tmp_mel[i] = speed_mel(mels[i], fj[i].n_frames, j->r->params.speed, &Tn);
+        if (!tmp_mel[i]) {
+          pthread_mutex_lock(&e->mu);
+          job_fail_locked(j, COSY_ERR_NO_MEMORY, "out of memory resampling the mel");
+          pthread_mutex_unlock(&e->mu);
+          continue;
+        }
+        vj[nv].mel = tmp_mel[i];
+        vj[nv].n_new = Tn;
+      } else {
+        vj[nv].mel = mels[i];
+        vj[nv].n_new = fj[i].n_frames;
+      }
+      pick[nv] = pick[i]; /* compact: pick[0..nv) are the jobs with a vocoder call */
+      kind[nv] = kind[i];
+      nv++;
+    }
+    cosy_status vst = COSY_OK;
+    t0 = cosy_now();
+    if (nv) vst = e->be->vocode(e, vj, nv, urgent, NULL);
+    dt = cosy_now() - t0;
+    snprintf(bmsg, sizeof bmsg, "%s", vst ? cosy_last_error() : "");
+    for (int i = 0; i < n; i++) {
+      free(mels[i]);
+      free(tmp_mel[i]);
+    }
+    for (int i = 0; i < nv; i++) {
+      sjob *j = pick[i];
+      add_time(j->r, &j->r->vocoder_s, dt);
+      cosy_status js = vst ? vst : vj[i].status;
+      const int last = kind[i] == 2;
+      if (!js && !cancelled(j->r) && (vj[i].n > 0 || last)) js = emit(e, j, vj[i].wav, vj[i].n, last);
+      free(vj[i].wav);
+      pthread_mutex_lock(&e->mu);
+      if (js) job_fail_locked(j, js, vst ? bmsg : cosy_last_error());
+      if (kind[i] == 1) {
+        j->offset += j->hop;
+        j->next_hop_base = j->next_hop_base * 2 < MAX_HOP ? j->next_hop_base * 2 : MAX_HOP;
+        j->hop = j->next_hop_base;
+      } else {
+        j->offset = j->n_tok;
+        j->final_done = 1;
+      }
+      j->chunks_done++;
+      pthread_mutex_unlock(&e->mu);
+    }
+    pthread_mutex_lock(&e->mu);
+    __atomic_add_fetch(&s->voc_calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->voc_jobs, nv, __ATOMIC_RELAXED);
+    /* every call of this iteration is over (only this thread sets busy) */
+    for (sjob *j = s->active; j; j = j->next) j->busy = 0;
+  }
+  pthread_mutex_unlock(&e->mu);
+  return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+cosy_status sched_start(cosy_engine *e) {
+  struct cosy_sched *s = (struct cosy_sched *)cosy_calloc(1, sizeof *s);
+  if (!s) return COSY_ERR_NO_MEMORY;
+  s->e = e;
+  pthread_cond_init(&s->cv_llm, NULL);
+  pthread_cond_init(&s->cv_t2w, NULL);
+  e->sched = s;
+  int rc = pthread_create(&s->llm_th, NULL, llm_main, e);
+  if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the LLM thread: %s", strerror(rc));
+  s->llm_started = 1;
+  rc = pthread_create(&s->t2w_th, NULL, t2w_main, e);
+  if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the token-to-wave thread: %s", strerror(rc));
+  s->t2w_started = 1;
+  return COSY_OK;
+}
+
+void sched_stop(cosy_engine *e) {
+  struct cosy_sched *s = e->sched;
+  if (!s) return;
+  pthread_mutex_lock(&e->mu);
+  e->stopping = 1;
+  for (cosy_request *r = s->q_head; r; r = r->next) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
+  for (sjob *j = s->active; j; j = j->next) __atomic_store_n(&j->r->cancel, 1, __ATOMIC_SEQ_CST);
+  if (!s->llm_started) s->llm_exited = 1;
+  pthread_cond_broadcast(&s->cv_llm);
+  pthread_cond_broadcast(&s->cv_t2w);
+  pthread_mutex_unlock(&e->mu);
+  if (s->llm_started) pthread_join(s->llm_th, NULL);
+  if (s->t2w_started) pthread_join(s->t2w_th, NULL);
+  /* what never started (thread creation failed) */
+  while (s->q_head) {
+    cosy_request *r = s->q_head;
+    s->q_head = r->next;
+    if (r->job) job_free(r->job);
+    r->job = NULL;
+    request_finish(r, COSY_ERR_CANCELLED, "the engine was destroyed");
+  }
+  pthread_cond_destroy(&s->cv_llm);
+  pthread_cond_destroy(&s->cv_t2w);
+  free(s);
+  e->sched = NULL;
+}
+
+cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
+  struct cosy_sched *s = e->sched;
+  pthread_mutex_lock(&e->mu);
+  if (e->stopping) {
+    pthread_mutex_unlock(&e->mu);
+    return cosy_err(COSY_ERR_INVALID_ARG, "the engine is being destroyed");
+  }
+  if (e->n_queued >= e->cfg.max_queued) {
+    int q = e->n_queued;
+    pthread_mutex_unlock(&e->mu);
+    return cosy_err(COSY_ERR_QUEUE_FULL, "%d requests are already queued (max_queued)", q);
+  }
+  r->next = NULL;
+  if (s->q_tail) s->q_tail->next = r;
+  else s->q_head = r;
+  s->q_tail = r;
+  e->n_queued++;
+  pthread_cond_broadcast(&s->cv_llm);
+  pthread_mutex_unlock(&e->mu);
+  return COSY_OK;
+}
+
+void sched_stats(const cosy_engine *e, cosy_engine_stats *st) {
+  const struct cosy_sched *s = e->sched;
+  if (!s) return;
+  /* the scheduler's threads count without e->mu (atomic adds): atomic loads here */
+  st->llm_steps = __atomic_load_n(&s->steps, __ATOMIC_RELAXED);
+  st->llm_step_rows = __atomic_load_n(&s->step_rows, __ATOMIC_RELAXED);
+  st->flow_calls = __atomic_load_n(&s->flow_calls, __ATOMIC_RELAXED);
+  st->flow_jobs = __atomic_load_n(&s->flow_jobs, __ATOMIC_RELAXED);
+  st->vocoder_calls = __atomic_load_n(&s->voc_calls, __ATOMIC_RELAXED);
+  st->vocoder_jobs = __atomic_load_n(&s->voc_jobs, __ATOMIC_RELAXED);
+}
