@@ -80,8 +80,9 @@
 #define PREFILL_PIECE 256
 #define PREFILL_BUDGET 512
 #define FLOW_BATCH_JOBS 64
-#define FLOW_BATCH_FRAMES 1024 /* new mel frames per flow batch (per CFG row): ~7.6 TFLOP, ~40 ms on an
-                                 H100 at 200 TFLOP/s, so a first chunk never waits long */
+#define FLOW_BATCH_FRAMES 3000 /* new mel frames per flow batch (per CFG row). A 1024 cap was
+                                 measured worse at C = 64 (TTFB p95 1168 vs 1003 ms, 148x vs 160x
+                                 real time: smaller batches, same queue); see bench/RESULTS.md */
 #define IDLE_POLL_MS 20  /* threads with active work re-check cancel flags at least this often */
 
 void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
