@@ -80,6 +80,9 @@
 #define PREFILL_PIECE 256
 #define PREFILL_BUDGET 512
 #define FLOW_BATCH_JOBS 64
+#define FLOW_BATCH_FRAMES 3000 /* new mel frames per flow batch (per CFG row). A 1024 cap was
+                                 measured worse at C = 64 (TTFB p95 1168 vs 1003 ms, 148x vs 160x
+                                 real time: smaller batches, same queue); see bench/RESULTS.md */
 #define IDLE_POLL_MS 20  /* threads with active work re-check cancel flags at least this often */
 
 void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
@@ -590,6 +593,14 @@ static int chunk_ready(const sjob *j) {
   return 0;
 }
 
+/* mel frames a flow call of the job computes (about: the backend may reuse earlier blocks) */
+static int job_frames(const sjob *j, int kind) {
+  const int P = j->v->n_tokens;
+  if (kind == 2 && (j->collect_only || j->full_final)) return 2 * (P + j->n_tok);
+  if (j->chunks_done == 0) return 2 * (P + (kind == 1 ? j->hop + LOOKAHEAD : j->n_tok));
+  return 2 * ((kind == 1 ? j->hop + LOOKAHEAD : j->n_tok - j->offset)) + 50;
+}
+
 /* playback deadline: when the audio delivered so far runs out (first chunks: -inf) */
 static double deadline(const sjob *j, int sample_rate) {
   if (j->chunks_done == 0) return -1e300 + j->r->t_submit;
@@ -692,6 +703,17 @@ static void *t2w_main(void *arg) {
       else
         pthread_cond_wait(&s->cv_t2w, &e->mu);
       continue;
+    }
+    /* a batch of at most FLOW_BATCH_FRAMES new frames (the first job always goes), so a first
+     * chunk that arrives while a batch runs waits for a short one */
+    {
+      int frames = 0, keep = 0;
+      for (; keep < n; keep++) {
+        const int f = job_frames(pick[keep], kind[keep]);
+        if (keep > 0 && frames + f > FLOW_BATCH_FRAMES) break;
+        frames += f;
+      }
+      n = keep;
     }
     int urgent = 0;
     for (int i = 0; i < n; i++) {

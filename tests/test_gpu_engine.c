@@ -5,7 +5,8 @@
  *   - synthesis on the GPU: blocking == push streaming == pull streaming for one seed, finite
  *     audio within +-0.99, several chunks; cancel; stats; top_k beyond the GPU sampler (host
  *     sampling from the downloaded log-probs) repeatable; the first-chunk policies
- *     (COSY_FIRST_CHUNK=wait|overlap vs the default) give the same audio sample for sample.
+ *     (first_chunk_wait_max -1 vs the default) give the same audio sample for sample; cached flow
+ *     vs recomputed, full-attention final vs block-causal, one request alone vs among 31.
  * Model: $COSY_GPU_TEST_MODEL, else the small golden model (tu_small_model()). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>

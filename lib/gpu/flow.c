@@ -972,7 +972,19 @@ struct gpu_flow_req {
   float eh[MAX_MEL];     /* speaker: normalize + affine */
   int *pages, n_pages, cap_pages;
   int cached;            /* frames [0, cached) are in the pages */
+  uint64_t key;          /* the prompt's identity (hash of tokens, mel and speaker) */
+  int shared;            /* blocks [0, shared) are the voice's shared pages */
 };
+
+/* Blocks that depend on the prompt alone are the same for every request of a voice: frame i of
+ * block b needs tokens up to i/2 + 3, so block b is prompt-only when 50 b + 49 <= 2 P - 7. The
+ * first request of a voice that commits them registers its pages here; later requests start
+ * their first call after them. Pages are reference-counted (requests + the table). */
+#define VOICE_SLOTS 64
+typedef struct voice_blocks {
+  uint64_t key;
+  int n, pages[64];
+} voice_blocks;
 
 struct gflow_cache {
   unsigned char *pool;   /* n_pages * page_bytes */
@@ -990,15 +1002,47 @@ struct gflow_cache {
   cosy_k_dit_seg *d_segs, *h_segs;
   float *h_xout, *h_condb;
   int ptab_cap, tiles_cap;
+  int *refs;             /* per page */
+  voice_blocks voices[VOICE_SLOTS];
+  int n_voices, voice_clock;
 };
 
 static gflow_cache *FC(gpu_flow *f) { return (gflow_cache *)f->fc; }
+
+static void page_unref(gflow_cache *c, int pg) {
+  if (--c->refs[pg] == 0) c->free_list[c->n_free++] = pg;
+}
+
+/* a free page (refs 1), dropping an unused voice's blocks when none is left; -1 if none */
+static int page_take(gflow_cache *c) {
+  if (c->n_free == 0)
+    for (int v = 0; v < c->n_voices; v++) {
+      voice_blocks *vb = &c->voices[v];
+      int unused = 1;
+      for (int i = 0; i < vb->n; i++) unused &= c->refs[vb->pages[i]] == 1;
+      if (!unused) continue;
+      for (int i = 0; i < vb->n; i++) page_unref(c, vb->pages[i]);
+      c->voices[v] = c->voices[--c->n_voices];
+      break;
+    }
+  if (c->n_free == 0) return -1;
+  const int pg = c->free_list[--c->n_free];
+  c->refs[pg] = 1;
+  return pg;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
 
 static void fc_free(void *p) {
   gflow_cache *c = (gflow_cache *)p;
   if (!c) return;
   cosy_gpu_host_free(c->h_src);
   free(c->free_list);
+  free(c->refs);
   free(c);
 }
 
@@ -1084,7 +1128,8 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
       return st;
   }
   c->free_list = (int *)cosy_malloc(sizeof(int) * (size_t)(c->n_pages > 0 ? c->n_pages : 1));
-  if (!c->free_list) return COSY_ERR_NO_MEMORY;
+  c->refs = (int *)cosy_calloc((size_t)(c->n_pages > 0 ? c->n_pages : 1), sizeof(int));
+  if (!c->free_list || !c->refs) return COSY_ERR_NO_MEMORY;
   for (int i = 0; i < c->n_pages; i++) c->free_list[i] = c->n_pages - 1 - i;
   c->n_free = c->n_pages;
   return COSY_OK;
@@ -1092,6 +1137,13 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
 
 int gpu_flow_pages_total(const gpu_flow *f) { return f && f->fc ? ((gflow_cache *)f->fc)->n_pages : 0; }
 int gpu_flow_pages_free(const gpu_flow *f) { return f && f->fc ? ((gflow_cache *)f->fc)->n_free : 0; }
+int gpu_flow_pages_voice(const gpu_flow *f) {
+  if (!f || !f->fc) return 0;
+  const gflow_cache *c = (const gflow_cache *)f->fc;
+  int n = 0;
+  for (int v = 0; v < c->n_voices; v++) n += c->voices[v].n;
+  return n;
+}
 
 cosy_status gpu_flow_req_open(gpu_flow *f, const int32_t *prompt_tokens, int n_prompt,
                               const float *prompt_mel, const float *spk, int max_gen,
@@ -1127,6 +1179,10 @@ cosy_status gpu_flow_req_open(gpu_flow *f, const int32_t *prompt_tokens, int n_p
     for (int i = 0; i < f->spk_dim; i++) acc += (double)w[i] * (double)(spk[i] / nrm);
     q->eh[o] = (float)acc + f->h_spk_b[o];
   }
+  uint64_t h = fnv(0xcbf29ce484222325ull, &n_prompt, sizeof n_prompt);
+  h = fnv(h, prompt_tokens, sizeof(int32_t) * (size_t)n_prompt);
+  h = fnv(h, prompt_mel, sizeof(float) * (size_t)f->ratio * n_prompt * f->M);
+  q->key = fnv(h, q->eh, sizeof(float) * (size_t)f->M);
   *out = q;
   return COSY_OK;
 }
@@ -1135,7 +1191,7 @@ void gpu_flow_req_close(gpu_flow *f, gpu_flow_req *q) {
   if (!q) return;
   gflow_cache *c = f ? FC(f) : NULL;
   if (c)
-    for (int i = 0; i < q->n_pages; i++) c->free_list[c->n_free++] = q->pages[i];
+    for (int i = 0; i < q->n_pages; i++) page_unref(c, q->pages[i]);
   free(q->pages);
   free(q);
 }
@@ -1153,6 +1209,17 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   for (int j = 0; j < n; j++) {
     gpu_flow_call *k = &calls[j];
     gpu_flow_req *q = k->q;
+    if (q->n_pages == 0 && !k->full)
+      for (int v = 0; v < c->n_voices; v++)
+        if (c->voices[v].key == q->key) { /* the voice's prompt-only blocks */
+          for (int i = 0; i < c->voices[v].n; i++) {
+            q->pages[i] = c->voices[v].pages[i];
+            c->refs[q->pages[i]]++;
+          }
+          q->n_pages = q->shared = c->voices[v].n;
+          q->cached = PF * q->n_pages;
+          break;
+        }
     int n_used = k->finalize ? q->P + k->n_gen : q->P + k->n_gen - la;
     N_j[j] = f->ratio * n_used;
     const int want0 = f->ratio * q->P + k->frame_from; /* first frame asked for */
@@ -1164,7 +1231,11 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     if (commit > N_j[j]) commit = N_j[j] - N_j[j] % PF;
     /* pages for blocks [s0/PF, commit/PF) */
     int need = commit / PF;
-    while (q->n_pages < need && c->n_free > 0) q->pages[q->n_pages++] = c->free_list[--c->n_free];
+    while (q->n_pages < need) {
+      const int pg = page_take(c);
+      if (pg < 0) break;
+      q->pages[q->n_pages++] = pg;
+    }
     store_to[j] = commit < q->n_pages * PF ? commit : q->n_pages * PF;
     if (store_to[j] < s0) store_to[j] = s0;
     nb[j] = Tn;
@@ -1349,6 +1420,23 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     const int from = f->ratio * q->P + k->frame_from - s_j[j];
     memcpy(k->mel, c->h_xout + (size_t)(nb[j] + from) * M, (size_t)k->n_frames * M * 4);
     if (!k->full && !k->finalize) q->cached = store_to[j];
+    /* a first call that stored the prompt-only blocks gives them to the voice table */
+    const int nb_voice = (2 * q->P - 7 - (PF - 1)) >= 0 ? (2 * q->P - 7 - (PF - 1)) / PF + 1 : 0;
+    const int have = q->cached / PF < nb_voice ? q->cached / PF : nb_voice;
+    if (have > 0 && q->shared == 0 && have <= 64 && c->n_voices < VOICE_SLOTS) {
+      int known = 0;
+      for (int v = 0; v < c->n_voices; v++) known |= c->voices[v].key == q->key;
+      if (!known) {
+        voice_blocks *vb = &c->voices[c->n_voices++];
+        vb->key = q->key;
+        vb->n = have;
+        for (int i = 0; i < have; i++) {
+          vb->pages[i] = q->pages[i];
+          c->refs[q->pages[i]]++;
+        }
+        q->shared = have;
+      }
+    }
   }
   return COSY_OK;
 }

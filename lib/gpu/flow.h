@@ -50,6 +50,11 @@ size_t gpu_flow_page_bytes(const gpu_flow *f);
 cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes);
 int gpu_flow_pages_total(const gpu_flow *f);
 int gpu_flow_pages_free(const gpu_flow *f);
+/* pages held by the voice table: the prompt-only blocks of the voices seen (blocks 50 b .. 50 b + 49
+ * with 50 b + 49 <= 2 P - 7 depend on the prompt alone, so every request of the voice shares the
+ * first request's pages and starts after them); an unused voice's pages are dropped when the pool
+ * runs out */
+int gpu_flow_pages_voice(const gpu_flow *f);
 
 /* One utterance: the prompt (tokens and frame-major mel [2 n_prompt][80] stay the caller's and
  * must outlive the request), the speaker embedding (copied), at most max_gen generated tokens
