@@ -131,14 +131,28 @@ cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out) 
     if (!(mel = voice_tensor(f, "voice.mel", GGML_F32, 2, 2 * P, MEL, &st))) goto done;
   }
   if (!(spk = voice_tensor(f, "voice.speaker_embedding", GGML_F32, 1, SPK, 0, &st))) goto done;
+  /* the tensors are copied out of the file before use: a file may place them at any offset
+   * (its general.alignment can be 1), and int32/float reads need natural alignment */
   char *pt = (char *)cosy_malloc((size_t)text.n + 1);
-  if (!pt) { st = COSY_ERR_NO_MEMORY; goto done; }
-  memcpy(pt, text.p, (size_t)text.n);
-  pt[text.n] = '\0';
-  st = voice_create(e, pt, P ? (const int32_t *)tok->data : NULL, (int32_t)P,
-                    P ? (const float *)mel->data : NULL, (int32_t)(2 * P),
-                    (const float *)spk->data, out);
+  int32_t *tk = (int32_t *)cosy_malloc(sizeof(int32_t) * (size_t)(P ? P : 1));
+  float *ml = (float *)cosy_malloc(sizeof(float) * (size_t)(P ? 2 * P * MEL : 1));
+  float *sp = (float *)cosy_malloc(sizeof(float) * SPK);
+  if (!pt || !tk || !ml || !sp) {
+    st = COSY_ERR_NO_MEMORY;
+  } else {
+    memcpy(pt, text.p, (size_t)text.n);
+    pt[text.n] = '\0';
+    if (P) {
+      memcpy(tk, tok->data, sizeof(int32_t) * (size_t)P);
+      memcpy(ml, mel->data, sizeof(float) * (size_t)(2 * P * MEL));
+    }
+    memcpy(sp, spk->data, sizeof(float) * SPK);
+    st = voice_create(e, pt, P ? tk : NULL, (int32_t)P, P ? ml : NULL, (int32_t)(2 * P), sp, out);
+  }
   free(pt);
+  free(tk);
+  free(ml);
+  free(sp);
 done:
   gguf_close(f);
   return st;
