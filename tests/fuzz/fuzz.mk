@@ -87,13 +87,16 @@ $(FUZZ_TARGETS:%=fuzz-regress-%): fuzz-regress-%: $(FUZZ_B)/fuzz_% $(DEMO_MODEL)
 $(FUZZ_TARGETS:%=fuzz-run-%): fuzz-run-%: $(FUZZ_B)/fuzz_% $(FUZZ_STAMP) fuzz-regress-%
 	@mkdir -p $(FUZZ_B)/corpus/$* $(FUZZ_B)/artifacts/$* tests/fuzz/regressions/$*
 	@echo "fuzz $*: $(FUZZ_TIME) s"
-	@$(FUZZ_ENV_$*) ./$(FUZZ_B)/fuzz_$* -max_total_time=$(FUZZ_TIME) -timeout=30 \
+	@$(FUZZ_ENV_$*) ./$(FUZZ_B)/fuzz_$* -max_total_time=$(FUZZ_TIME) -timeout=30 -seed=$(FUZZ_SEED) \
 	  -rss_limit_mb=4096 -max_len=$(FUZZ_MAXLEN_$*) -dict=$(FUZZ_B)/dict/$(FUZZ_DICT_$*).dict \
 	  -artifact_prefix=$(FUZZ_B)/artifacts/$*/ -print_final_stats=1 $(FUZZ_ARGS) \
 	  $(FUZZ_B)/corpus/$* $(FUZZ_B)/seeds/$* tests/fuzz/regressions/$* \
 	  > $(FUZZ_B)/fuzz-$*.log 2>&1 \
 	  || { tail -60 $(FUZZ_B)/fuzz-$*.log; echo "fuzz $*: FAILED (input in $(FUZZ_B)/artifacts/$*/)"; exit 1; }
 	@grep -E "^#[0-9]+[[:space:]]+DONE" $(FUZZ_B)/fuzz-$*.log | sed 's/^/fuzz $*: /'
+
+# FUZZ_SEED: libFuzzer's seed (0 = random); CI passes a fixed one so its runs repeat
+FUZZ_SEED ?= 0
 
 fuzz-ci: $(FUZZ_TARGETS:%=fuzz-run-%)
 	@echo "fuzz-ci: $(words $(FUZZ_TARGETS)) targets x $(FUZZ_TIME) s, saved inputs replayed: ok"
