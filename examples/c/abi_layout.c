@@ -23,6 +23,7 @@ int main(void) {
   F(cosy_engine_config, gpu_memory_fraction) F(cosy_engine_config, max_active)
   F(cosy_engine_config, max_queued) F(cosy_engine_config, cpu_threads)
   F(cosy_engine_config, log_level) F(cosy_engine_config, log_fn) F(cosy_engine_config, log_user)
+  F(cosy_engine_config, first_chunk_wait_max) F(cosy_engine_config, reserved3)
 
   S(cosy_engine_stats)
   F(cosy_engine_stats, struct_size) F(cosy_engine_stats, reserved)
@@ -31,6 +32,9 @@ int main(void) {
   F(cosy_engine_stats, kv_pages_total) F(cosy_engine_stats, kv_pages_used)
   F(cosy_engine_stats, active) F(cosy_engine_stats, queued)
   F(cosy_engine_stats, requests_done) F(cosy_engine_stats, audio_samples_out)
+  F(cosy_engine_stats, llm_steps) F(cosy_engine_stats, llm_step_rows) F(cosy_engine_stats, flow_calls)
+  F(cosy_engine_stats, flow_jobs) F(cosy_engine_stats, vocoder_calls) F(cosy_engine_stats, vocoder_jobs)
+  F(cosy_engine_stats, flow_pages_total) F(cosy_engine_stats, flow_pages_used)
 
   S(cosy_voice_features)
   F(cosy_voice_features, struct_size) F(cosy_voice_features, reserved)

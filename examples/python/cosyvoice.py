@@ -65,7 +65,8 @@ class EngineConfig(Structure):
     _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("model_path", c_char_p),
                 ("device", c_int32), ("gpu_memory_fraction", c_float), ("max_active", c_int32),
                 ("max_queued", c_int32), ("cpu_threads", c_int32), ("log_level", c_int32),
-                ("log_fn", LOG_FN), ("log_user", c_void_p)]
+                ("log_fn", LOG_FN), ("log_user", c_void_p),
+                ("first_chunk_wait_max", c_int32), ("reserved3", c_int32)]
 
 
 class EngineStats(Structure):
@@ -73,7 +74,10 @@ class EngineStats(Structure):
                 ("kv_bytes", c_int64), ("workspace_bytes", c_int64),
                 ("device_bytes_total", c_int64), ("kv_pages_total", c_int32),
                 ("kv_pages_used", c_int32), ("active", c_int32), ("queued", c_int32),
-                ("requests_done", c_int64), ("audio_samples_out", c_int64)]
+                ("requests_done", c_int64), ("audio_samples_out", c_int64),
+                ("llm_steps", c_int64), ("llm_step_rows", c_int64), ("flow_calls", c_int64),
+                ("flow_jobs", c_int64), ("vocoder_calls", c_int64), ("vocoder_jobs", c_int64),
+                ("flow_pages_total", c_int32), ("flow_pages_used", c_int32)]
 
 
 class VoiceFeatures(Structure):

@@ -204,8 +204,11 @@ def cancel_from_thread(eng, v):
     r.cancel()   # idempotent
     r.close()
     r.close()
-    assert s.n_speech_tokens < 600, s.n_speech_tokens
-    return f"cancelled after {dt:.3f} s at {s.n_speech_tokens} of 600 tokens"
+    # the LLM may run ahead of the audio; the cancel must stop the audio (600 tokens = 576000
+    # samples at 24 kHz)
+    assert s.n_samples < 600 * 960, s.n_samples
+    return (f"cancelled after {dt:.3f} s: {s.n_samples} of 576000 samples, "
+            f"{s.n_speech_tokens} of 600 tokens")
 
 
 @with_model

@@ -121,8 +121,9 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("want StatusCancelled, got %v", err)
 	}
 	st, _ := s.Stats()
-	if st.SpeechTokens >= 600 {
-		t.Fatalf("not cancelled early: %d tokens", st.SpeechTokens)
+	// the LLM may run ahead of the audio; the cancel must stop the audio (600 tokens = 576000 samples)
+	if st.Samples >= 600*960 {
+		t.Fatalf("not cancelled early: %d samples", st.Samples)
 	}
 	s.Cancel() // idempotent
 	s.Close()

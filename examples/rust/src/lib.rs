@@ -64,6 +64,8 @@ pub mod sys {
         pub log_level: i32,
         pub log_fn: cosy_log_fn,
         pub log_user: *mut c_void,
+        pub first_chunk_wait_max: i32,
+        pub reserved3: i32,
     }
     #[repr(C)]
     pub struct cosy_engine_stats {
@@ -79,6 +81,14 @@ pub mod sys {
         pub queued: i32,
         pub requests_done: i64,
         pub audio_samples_out: i64,
+        pub llm_steps: i64,
+        pub llm_step_rows: i64,
+        pub flow_calls: i64,
+        pub flow_jobs: i64,
+        pub vocoder_calls: i64,
+        pub vocoder_jobs: i64,
+        pub flow_pages_total: i32,
+        pub flow_pages_used: i32,
     }
     #[repr(C)]
     pub struct cosy_voice_features {

@@ -73,10 +73,12 @@ fn struct_layout_matches_header() {
     std::fs::remove_dir_all(&dir).ok();
     let mut rust = Vec::new();
     layout!(rust, cosy_engine_config, struct_size, flags, model_path, device, gpu_memory_fraction,
-            max_active, max_queued, cpu_threads, log_level, log_fn, log_user);
+            max_active, max_queued, cpu_threads, log_level, log_fn, log_user,
+            first_chunk_wait_max, reserved3);
     layout!(rust, cosy_engine_stats, struct_size, reserved, weights_bytes, kv_bytes, workspace_bytes,
             device_bytes_total, kv_pages_total, kv_pages_used, active, queued, requests_done,
-            audio_samples_out);
+            audio_samples_out, llm_steps, llm_step_rows, flow_calls, flow_jobs, vocoder_calls,
+            vocoder_jobs, flow_pages_total, flow_pages_used);
     layout!(rust, cosy_voice_features, struct_size, reserved, prompt_text, speech_tokens,
             n_speech_tokens, n_mel_frames, mel, speaker_embedding, speaker_dim, reserved2);
     layout!(rust, cosy_synth_params, struct_size, flags, mode, sample_rate, instruct_text, speed,
@@ -133,7 +135,8 @@ fn cancel_from_another_thread() {
     assert_eq!(e.status, Status::CANCELLED, "{}", e);
     assert_eq!(req.wait(-1).err().map(|e| e.status), Some(Status::CANCELLED));
     let s = req.stats().expect("stats");
-    assert!(s.n_speech_tokens < 600, "{}", s.n_speech_tokens);
+    // the LLM may run ahead of the audio; the cancel must stop the audio (600 tokens = 576000 samples)
+    assert!(s.n_samples < 600 * 960, "{}", s.n_samples);
     eprintln!("cancelled at {} of 600 tokens", s.n_speech_tokens);
     // a request dropped while running, and a request moved to another thread
     drop(eng.stream(&voice, TEXT, &p).expect("stream"));
