@@ -1,4 +1,4 @@
-/* bench_w1.c - workload W1 (DESIGN.md section 7): interactive streaming, closed loop; and W2
+/* bench_w1.c - workload W1 (docs/scheduler.md section 6): interactive streaming, closed loop; and W2
  * (--w2): offline, every request submitted at once.
  *
  *   bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] [--tokens 112]
