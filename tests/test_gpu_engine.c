@@ -65,6 +65,23 @@ static cosy_voice *make_voice(cosy_engine *e) {
   return v;
 }
 
+/* One utterance on a fresh engine of config c (recompute_flow: created with COSY_FLOW_CACHE=0,
+ * every flow chunk recomputes its prefix); *pcm freed with cosy_free. */
+static float *synth_fresh(const cosy_engine_config *c, int recompute_flow,
+                          const cosy_synth_params *p, int64_t *n) {
+  if (recompute_flow) setenv("COSY_FLOW_CACHE", "0", 1);
+  cosy_engine *e = NULL;
+  cosy_status st = cosy_engine_create(c, &e);
+  if (recompute_flow) unsetenv("COSY_FLOW_CACHE");
+  if (st) fail_msg("create: %s", cosy_last_error());
+  cosy_voice *v = make_voice(e);
+  float *o = NULL;
+  if (cosy_synthesize(e, v, TEXT, p, &o, n)) fail_msg("synthesize: %s", cosy_last_error());
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+  return o;
+}
+
 static void test_memory_fraction(void **state) {
   (void)state;
   TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
@@ -234,19 +251,13 @@ static void test_gpu_synthesis(void **state) {
   {
     cosy_engine_config c2 = c;
     c2.first_chunk_wait_max = -1;
-    cosy_engine *e2 = NULL;
-    if (cosy_engine_create(&c2, &e2)) fail_msg("create: %s", cosy_last_error());
-    cosy_voice *v2 = make_voice(e2);
     p.min_tokens = p.max_tokens = 112;
-    float *o = NULL;
     int64_t no = 0;
-    if (cosy_synthesize(e2, v2, TEXT, &p, &o, &no)) fail_msg("synthesize: %s", cosy_last_error());
+    float *o = synth_fresh(&c2, 0, &p, &no);
     const double dd = no == nb ? tu_max_abs_diff(o, blk, (size_t)nb) : INFINITY;
     print_message("LLM never pauses for first chunks vs default: max abs diff %.3g (must be 0)\n", dd);
     assert_true(dd == 0.0);
     cosy_free(o);
-    cosy_voice_release(v2);
-    cosy_engine_destroy(e2);
   }
   /* against the CPU engine (the reference), same seed: which GPU path matches */
   if (getenv("COSY_GPU_VS_CPU")) {
@@ -254,42 +265,21 @@ static void test_gpu_synthesis(void **state) {
     cc.device = COSY_DEVICE_CPU;
     cc.max_active = 0;
     cc.first_chunk_wait_max = 0;
-    cosy_engine *ec = NULL;
-    if (cosy_engine_create(&cc, &ec)) fail_msg("create: %s", cosy_last_error());
-    cosy_voice *vc = make_voice(ec);
-    float *o = NULL;
-    int64_t no = 0;
-    if (cosy_synthesize(ec, vc, TEXT, &p, &o, &no)) fail_msg("synthesize: %s", cosy_last_error());
+    int64_t no = 0, n3 = 0;
+    float *o = synth_fresh(&cc, 0, &p, &no);
     print_message("GPU (cached flow) vs CPU engine: %lld vs %lld samples, rel L2 %.3g\n",
                   (long long)nb, (long long)no, no == nb ? tu_rel_l2(blk, o, (size_t)nb) : -1.0);
-    setenv("COSY_FLOW_CACHE", "0", 1);
-    cosy_engine *e3 = NULL;
-    if (cosy_engine_create(&c, &e3)) fail_msg("create: %s", cosy_last_error());
-    unsetenv("COSY_FLOW_CACHE");
-    cosy_voice *v3 = make_voice(e3);
-    float *o3 = NULL;
-    int64_t n3 = 0;
-    if (cosy_synthesize(e3, v3, TEXT, &p, &o3, &n3)) fail_msg("synthesize: %s", cosy_last_error());
+    float *o3 = synth_fresh(&c, 1, &p, &n3);
     print_message("GPU (recomputed flow) vs CPU engine: rel L2 %.3g\n",
                   no == n3 ? tu_rel_l2(o3, o, (size_t)n3) : -1.0);
     cosy_free(o3);
-    cosy_voice_release(v3);
-    cosy_engine_destroy(e3);
     cosy_free(o);
-    cosy_voice_release(vc);
-    cosy_engine_destroy(ec);
   }
   /* the flow's block cache against recomputing every chunk's prefix (COSY_FLOW_CACHE=0): the
    * same block-causal mel in exact arithmetic; GEMM shapes differ, so a small difference */
   {
-    setenv("COSY_FLOW_CACHE", "0", 1);
-    cosy_engine *e2 = NULL;
-    if (cosy_engine_create(&c, &e2)) fail_msg("create: %s", cosy_last_error());
-    unsetenv("COSY_FLOW_CACHE");
-    cosy_voice *v2 = make_voice(e2);
-    float *o = NULL;
     int64_t no = 0;
-    if (cosy_synthesize(e2, v2, TEXT, &p, &o, &no)) fail_msg("synthesize: %s", cosy_last_error());
+    float *o = synth_fresh(&c, 1, &p, &no);
     assert_int_equal(no, nb);
     const double rl = tu_rel_l2(o, blk, (size_t)nb), dd = tu_max_abs_diff(o, blk, (size_t)nb);
     /* the mel of the two paths agrees to ~1e-3 (test_gpu_flow checks it chunk by chunk); the
@@ -300,19 +290,13 @@ static void test_gpu_synthesis(void **state) {
     print_message("cached flow vs recomputed prefix: waveform rel L2 %.3g, max abs %.3g\n", rl, dd);
     assert_true(fin);
     cosy_free(o);
-    cosy_voice_release(v2);
-    cosy_engine_destroy(e2);
   }
   /* the official final chunk (full attention) against the default (block-causal): measured */
   {
-    cosy_engine *e2 = NULL;
-    if (cosy_engine_create(&c, &e2)) fail_msg("create: %s", cosy_last_error());
-    cosy_voice *v2 = make_voice(e2);
     cosy_synth_params q = p;
     q.flags |= COSY_SYNTH_FULL_ATTENTION_FINAL;
-    float *o = NULL;
     int64_t no = 0;
-    if (cosy_synthesize(e2, v2, TEXT, &q, &o, &no)) fail_msg("synthesize: %s", cosy_last_error());
+    float *o = synth_fresh(&c, 0, &q, &no);
     assert_int_equal(no, nb);
     /* the chunks before the last are the same calls: only the last chunk's samples differ */
     int64_t first_diff = -1;
@@ -324,8 +308,6 @@ static void test_gpu_synthesis(void **state) {
                   rl, (long long)first_diff, (long long)nb);
     assert_true(first_diff > 0 && rl > 0 && rl < 1.0);
     cosy_free(o);
-    cosy_voice_release(v2);
-    cosy_engine_destroy(e2);
   }
   /* batch invariance: the request alone vs the same request among 31 others */
   {
