@@ -42,9 +42,9 @@
  *   finalize (zero look-ahead) and yields the rest. Whether the last call attends block-causally
  *   (the default) or over everything (as the official code does) is COSY_SYNTH_FULL_ATTENTION_FINAL;
  *   docs/scheduler.md explains the choice. Blocking synthesis runs exactly this schedule, so
- *   streaming and blocking output are identical for the same seed. speed != 1 (blocking only):
- *   all tokens first, one full-attention flow call, the mel linearly resampled to T/speed frames,
- *   one final vocoder call.
+ *   streaming and blocking output are identical for the same seed. COSY_SYNTH_ONE_SHOT, or
+ *   speed != 1 (blocking only): all tokens first, one full-attention flow call, (speed != 1) the
+ *   mel linearly resampled to T/speed frames, one final vocoder call.
  *
  * Threads and locks: e->mu guards the queue, the active list and each job's shared fields (marked
  * below). Only the token-to-wave thread removes jobs from the active list, and only after the LLM
@@ -97,7 +97,7 @@ typedef struct sjob {
   int L, min_len, max_len;
   cosy_sampling samp;
   cosy_rng rng;
-  int collect_only;           /* speed != 1 */
+  int collect_only;           /* speed != 1 or COSY_SYNTH_ONE_SHOT: one flow call at the end */
   int full_final;             /* COSY_SYNTH_FULL_ATTENTION_FINAL */
   /* LLM side (LLM thread only) */
   void *seq;
@@ -225,7 +225,7 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   if (!j) return COSY_ERR_NO_MEMORY;
   j->r = r;
   j->v = v;
-  j->collect_only = p->speed != 1.0f;
+  j->collect_only = p->speed != 1.0f || (p->flags & COSY_SYNTH_ONE_SHOT);
   j->full_final = (p->flags & COSY_SYNTH_FULL_ATTENTION_FINAL) != 0;
   if ((st = normalize_text(e->tn, r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION),
                            &text)))
@@ -836,7 +836,7 @@ static void *t2w_main(void *arg) {
       memset(&vj[nv], 0, sizeof vj[nv]);
       vj[nv].vs = j->vs;
       vj[nv].finalize = kind[i] == 2;
-      if (j->collect_only) {
+      if (j->collect_only && j->r->params.speed != 1.0f) {
         int Tn = 0;
         tmp_mel[i] = speed_mel(mels[i], fj[i].n_frames, j->r->params.speed, &Tn);
         if (!tmp_mel[i]) {
