@@ -2,8 +2,9 @@
 # One call on a lent GPU machine: build, parity against the CPU reference and the golden data,
 # benchmarks. Logs go to $OUT (or build/dev/out); a short table is printed last.
 #
-#   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench profile
-#                                        cudnn official (default: all but profile and cudnn)
+#   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
+#                                        profile cudnn official (default: all but sched, profile
+#                                        and cudnn)
 #
 # What it expects (the device has nvcc and python3 + numpy, nothing else):
 #   .dev/root/          libsamplerate + cmocka unpacked from Debian packages (dpkg -x)
@@ -89,6 +90,26 @@ if [[ " $STEPS " == *" bench "* ]]; then
   if [ "${W2_N:-256}" -gt 0 ]; then
     run bench_w2 ./$B/bench/bench_w1 -m "$FULL" --device 0 --offline "${W2_N:-256}" \
       --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  fi
+fi
+
+if [[ " $STEPS " == *" sched "* ]]; then
+  # the scheduler under a burst and under a ramp, with a trace of every backend call
+  # (COSY_SCHED_TRACE) and, where nsys exists, the per-kernel GPU time of a C = 64 burst;
+  # streaming vs non-streaming GPU time per request at C = 1 (--one-shot)
+  W1A=(-m "$FULL" --device 0 --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav")
+  run sched_c1_stream ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 1 --requests 16
+  run sched_c1_oneshot ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 1 --requests 16 --one-shot
+  COSY_SCHED_TRACE=$OUT/trace_burst.txt run sched_burst ./$B/bench/bench_w1 "${W1A[@]}" \
+    --concurrency ${SCHED_LEVELS:-16,64}
+  COSY_SCHED_TRACE=$OUT/trace_ramp.txt run sched_ramp ./$B/bench/bench_w1 "${W1A[@]}" \
+    --concurrency ${SCHED_LEVELS:-16,64} --ramp 4.48 --requests ${RAMP_REQS:-256}
+  if command -v nsys > /dev/null && [ -z "${NO_NSYS:-}" ]; then
+    run nsys_c64 timeout 240 nsys profile -t cuda -s none --cpuctxsw=none -o "$OUT/nsys_c64" \
+      --force-overwrite true ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 64
+    nsys stats -r cuda_gpu_kern_sum --format csv -o "$OUT/nsys_c64" "$OUT/nsys_c64.nsys-rep" \
+      > "$OUT/nsys_stats.log" 2>&1
+    rm -f "$OUT/nsys_c64.nsys-rep" "$OUT/nsys_c64.sqlite"
   fi
 fi
 
