@@ -144,3 +144,8 @@ done
 [ -f "$OUT/ncu_summary.txt" ] && { echo "--- ncu_summary.txt"; head -30 "$OUT/ncu_summary.txt"; }
 [ -f "$OUT/hift_cudnn.log" ] && { echo "--- hift_cudnn.log"; grep -E "cuDNN|Error" "$OUT/hift_cudnn.log"; grep -h "TIMING gpu_hift_infer" "$OUT"/test_gpu_hift.log 2>/dev/null; }
 for f in "$OUT"/bench_*.log "$OUT"/official.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -14 "$f"; }; done
+# the device tool returns at most 8 files: everything but the summary goes into one archive
+if [ -n "${PACK_LOGS-1}" ]; then
+  (cd "$OUT" && ls -A | grep -v -e '^summary.txt$' -e '^logs.tgz$' > ../.packlist.$$ &&
+   tar czf logs.tgz -T ../.packlist.$$ && xargs rm -rf < ../.packlist.$$; rm -f ../.packlist.$$)
+fi

@@ -18,7 +18,9 @@
  *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V],
  *            h_ras [B] (sampling rows; d_ras is their device copy).
  * Layer schedules
- *   gemv (decode buckets <= gemv_max; 5 kernels per layer, attention included):
+ *   gemv (decode buckets <= gemv_max, by default all; 5 kernels per layer, attention included;
+ *   buckets above 8 rows run as groups of 8 rows in one grid, so every row is computed the
+ *   same way whatever the batch):
  *     gemv[rmsnorm(h) -> qkv + bias, RoPE, q out, K/V to cache]; paged attention -> att (one
  *     launch, splits merged by the last block); gemv[att -> h += o];
  *     gemv[rmsnorm(h) -> silu(gate) * up -> act]; gemv[act -> h += down]
@@ -52,8 +54,12 @@
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */
-#define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path (H200:
-                                  batch 8 took 1.45 ms that way, 1.10 ms through cuBLASLt) */
+#define GPU_LLM_GEMV_DEFAULT 256 /* largest decode bucket on the fused skinny-GEMM path: every
+                                    bucket, in groups of GEMV_GROUP rows, so a row's logits do
+                                    not depend on the batch (batch invariance); the cuBLASLt
+                                    path stays selectable (gpu_llm_set_tuning). It was faster
+                                    from batch 8 on (H200: 1.10 vs 1.45 ms at batch 8); the
+                                    cost per bucket is in bench/RESULTS.md */
 
 typedef struct gl_layer {
   cosy_bf16 *wqkv, *wo, *wgu, *wd;
@@ -225,9 +231,14 @@ static cosy_status upload_layer(gpu_llm *l, int i) {
 
 /* ---- create / free ---------------------------------------------------------------------------- */
 
+/* rows of one gemv group: buckets above GEMV_GROUP run as groups of GEMV_GROUP rows */
+#define GEMV_GROUP 8
+static int gemv_rows(int b) { return b < GEMV_GROUP ? b : GEMV_GROUP; }
+
 static int bucket_ok_for_gemv(const gpu_llm *l, int b) {
-  return cosy_k_llm_gemv_supported(b, l->H) && cosy_k_llm_gemv_supported(b, l->qd) &&
-         cosy_k_llm_gemv_supported(b, l->inter);
+  const int m = gemv_rows(b);
+  return b % m == 0 && cosy_k_llm_gemv_supported(m, l->H) &&
+         cosy_k_llm_gemv_supported(m, l->qd) && cosy_k_llm_gemv_supported(m, l->inter);
 }
 
 static void drop_graphs(gpu_llm *l) {
@@ -705,7 +716,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
   for (int i = 0; i < l->nl; i++) {
     const gl_layer *y = &l->layers[i];
     memset(&ga, 0, sizeof ga);
-    ga.M = b;
+    ga.M = gemv_rows(b);
+    ga.groups = b / gemv_rows(b);
     ga.N = l->qkvd;
     ga.K = H;
     ga.in_mode = COSY_GEMV_IN_RMSNORM;
@@ -729,7 +741,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     CK(cosy_k_llm_gemv(s, &ga), "LLM q|k|v (gemv)");
     if ((st = attention(l, i, b, ap))) return st;
     memset(&ga, 0, sizeof ga);
-    ga.M = b;
+    ga.M = gemv_rows(b);
+    ga.groups = b / gemv_rows(b);
     ga.N = H;
     ga.K = l->qd;
     ga.in_mode = COSY_GEMV_IN_F32;
@@ -742,7 +755,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.pdl = l->pdl;
     CK(cosy_k_llm_gemv(s, &ga), "LLM o_proj (gemv)");
     memset(&ga, 0, sizeof ga);
-    ga.M = b;
+    ga.M = gemv_rows(b);
+    ga.groups = b / gemv_rows(b);
     ga.N = 2 * I;
     ga.K = H;
     ga.in_mode = COSY_GEMV_IN_RMSNORM;
@@ -757,7 +771,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.pdl = l->pdl;
     CK(cosy_k_llm_gemv(s, &ga), "LLM gate|up (gemv)");
     memset(&ga, 0, sizeof ga);
-    ga.M = b;
+    ga.M = gemv_rows(b);
+    ga.groups = b / gemv_rows(b);
     ga.N = H;
     ga.K = I;
     ga.in_mode = COSY_GEMV_IN_F32;
@@ -771,7 +786,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     CK(cosy_k_llm_gemv(s, &ga), "LLM down_proj (gemv)");
   }
   memset(&ga, 0, sizeof ga);
-  ga.M = b;
+  ga.M = gemv_rows(b);
+  ga.groups = b / gemv_rows(b);
   ga.N = l->V;
   ga.K = H;
   ga.in_mode = COSY_GEMV_IN_RMSNORM;
