@@ -146,6 +146,6 @@ done
 for f in "$OUT"/bench_*.log "$OUT"/official.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -14 "$f"; }; done
 # the device tool returns at most 8 files: everything but the summary goes into one archive
 if [ -n "${PACK_LOGS-1}" ]; then
-  (cd "$OUT" && ls -A | grep -v -e '^summary.txt$' -e '^logs.tgz$' > ../.packlist.$$ &&
-   tar czf logs.tgz -T ../.packlist.$$ && xargs rm -rf < ../.packlist.$$; rm -f ../.packlist.$$)
+  (cd "$OUT" && ls -A | grep -v -e '^summary.txt$' -e '^logs.tgz$' > /tmp/cosy_packlist.$$ &&
+   tar czf logs.tgz -T /tmp/cosy_packlist.$$ && xargs rm -rf < /tmp/cosy_packlist.$$; rm -f /tmp/cosy_packlist.$$)
 fi
