@@ -106,6 +106,10 @@ static cosy_status gb_create(cosy_engine *e) {
   }
   const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
   s->flow_recompute = fc && !strcmp(fc, "0");
+  /* COSY_LLM_INVARIANT=1: every decode bucket on the row-grouped skinny GEMM (a row's logits do
+   * not depend on the batch; slower from batch 8 on, see lib/gpu/llm.c GPU_LLM_GEMV_DEFAULT) */
+  const char *inv = getenv("COSY_LLM_INVARIANT");
+  if (inv && !strcmp(inv, "1")) gpu_llm_set_tuning(s->llm, 256, -1);
   return COSY_OK;
 }
 

@@ -18,9 +18,9 @@
  *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V],
  *            h_ras [B] (sampling rows; d_ras is their device copy).
  * Layer schedules
- *   gemv (decode buckets <= gemv_max, by default all; 5 kernels per layer, attention included;
- *   buckets above 8 rows run as groups of 8 rows in one grid, so every row is computed the
- *   same way whatever the batch):
+ *   gemv (decode buckets <= gemv_max; 5 kernels per layer, attention included; buckets above 8
+ *   rows run as groups of 8 rows in one grid, so every row is computed the same way whatever
+ *   the batch, at the cost measured at GPU_LLM_GEMV_DEFAULT):
  *     gemv[rmsnorm(h) -> qkv + bias, RoPE, q out, K/V to cache]; paged attention -> att (one
  *     launch, splits merged by the last block); gemv[att -> h += o];
  *     gemv[rmsnorm(h) -> silu(gate) * up -> act]; gemv[act -> h += down]
@@ -54,12 +54,13 @@
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */
-#define GPU_LLM_GEMV_DEFAULT 256 /* largest decode bucket on the fused skinny-GEMM path: every
-                                    bucket, in groups of GEMV_GROUP rows, so a row's logits do
-                                    not depend on the batch (batch invariance); the cuBLASLt
-                                    path stays selectable (gpu_llm_set_tuning). It was faster
-                                    from batch 8 on (H200: 1.10 vs 1.45 ms at batch 8); the
-                                    cost per bucket is in bench/RESULTS.md */
+#define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path by
+                                  default (H100: batch 8 1.39 ms that way vs 1.21 ms through
+                                  cuBLASLt). Every bucket can run there in groups of 8 rows
+                                  (gpu_llm_set_tuning(l, 256, -1)), which makes the step batch-
+                                  invariant, but each group streams the weights again: batch 16
+                                  2.42 ms, batch 64 8.12 ms (vs 1.29 / 1.81 ms), W1 at C = 64
+                                  132x instead of 187x real time (bench/RESULTS.md) */
 
 typedef struct gl_layer {
   cosy_bf16 *wqkv, *wo, *wgu, *wd;
