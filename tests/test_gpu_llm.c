@@ -624,7 +624,7 @@ static void test_full(void **state) {
   cosy_gpu *g = NULL;
   assert_int_equal(cosy_gpu_create(0, 0.6f, &g), COSY_OK);
   gpu_llm *l = NULL;
-  st = gpu_llm_create(g, m, 64, 128, &l);
+  st = gpu_llm_create(g, m, 64, 1024, &l);
   if (st) print_message("gpu_llm_create: %s\n", cosy_last_error());
   assert_int_equal(st, COSY_OK);
   const size_t want = (size_t)1 << 30;
@@ -698,6 +698,62 @@ static void test_full(void **state) {
   const double pre_ms = median(tv, 5);
   print_message("TIMING llm prefill 120 tokens: %.3f ms (%.0f tokens/s)\n", pre_ms,
                 FULL_PROMPT / pre_ms * 1e3);
+
+  /* packed prefill of 8 prompts of 120 positions (960 in one forward pass), and where its time
+   * goes: the four GEMM shapes alone at the same row count (hi/lo pairs: 2 x 960 rows, bf16 in,
+   * fp32 out), through the same cuBLASLt handle */
+  {
+    int qs[8], Ls[8], wnt[8], nw = 0;
+    const float *embs[8];
+    for (int r = 0; r < 5; r++) {
+      for (int i = 0; i < 8; i++) {
+        assert_int_equal(gpu_llm_seq_open(l, L + 1, &qs[i]), COSY_OK);
+        embs[i] = emb;
+        Ls[i] = L;
+        wnt[i] = 1;
+      }
+      assert_int_equal(cudaEventRecord(e0, g->stream), cudaSuccess);
+      assert_int_equal(gpu_llm_prefill_batch(l, 8, qs, embs, Ls, wnt, &nw), COSY_OK);
+      assert_int_equal(cudaEventRecord(e1, g->stream), cudaSuccess);
+      assert_int_equal(cudaEventSynchronize(e1), cudaSuccess);
+      assert_int_equal(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+      tv[r] = ms;
+      for (int i = 0; i < 8; i++) gpu_llm_seq_close(l, qs[i]);
+    }
+    print_message("TIMING llm packed prefill 8 x %d positions: %.3f ms (%.0f positions/s)\n", L,
+                  median(tv + 2, 3), 8 * L / median(tv + 2, 3) * 1e3);
+    const int shapes[4][2] = {{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}};
+    const char *names[4] = {"q|k|v", "o", "gate|up", "down"};
+    const int R = 2 * 8 * L;
+    void *x = NULL, *w = NULL, *y = NULL;
+    assert_int_equal(cudaMalloc(&x, (size_t)R * 4864 * 2), cudaSuccess);
+    assert_int_equal(cudaMalloc(&w, (size_t)9728 * 4864 * 2), cudaSuccess);
+    assert_int_equal(cudaMalloc(&y, (size_t)R * 9728 * 4), cudaSuccess);
+    cudaMemset(x, 0x11, (size_t)R * 4864 * 2);
+    cudaMemset(w, 0x11, (size_t)9728 * 4864 * 2);
+    double sum = 0;
+    for (int k = 0; k < 4; k++) {
+      const int N = shapes[k][0], K = shapes[k][1];
+      for (int r = 0; r < 5; r++) {
+        assert_int_equal(cudaEventRecord(e0, g->stream), cudaSuccess);
+        assert_int_equal(cosy_k_gemm(g->gemm, g->stream, R, N, K, COSY_KDT_BF16, x, K, w, NULL,
+                                     COSY_KDT_F32, y, N, 0),
+                         cudaSuccess);
+        assert_int_equal(cudaEventRecord(e1, g->stream), cudaSuccess);
+        assert_int_equal(cudaEventSynchronize(e1), cudaSuccess);
+        assert_int_equal(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+        tv[r] = ms;
+      }
+      const double t = median(tv + 2, 3);
+      sum += t;
+      print_message("TIMING   GEMM %-8s %d x %d x %d (bf16 -> fp32): %.4f ms, %.0f TFLOP/s\n",
+                    names[k], R, N, K, t, 2.0 * R * N * K / t * 1e-9);
+    }
+    print_message("TIMING   the four GEMMs x %d layers: %.3f ms\n", m->hp.llm_layers, sum * m->hp.llm_layers);
+    cudaFree(x);
+    cudaFree(w);
+    cudaFree(y);
+  }
 
   /* decode steps at batch 1, 16, 64 (contexts 120..160: one context bucket); batch 1 and 8 also
    * with the other decode paths, for the record: (gemv_max, pdl) = default (-1, -1), the
