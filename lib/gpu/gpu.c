@@ -7,9 +7,7 @@
 
 #include "util.h"
 
-/* Device memory kept out of the budget for what cuBLAS and the CUDA runtime allocate on their
- * own (handles, module loads, graph instantiation). */
-#define RUNTIME_RESERVE ((size_t)256 << 20)
+#define RUNTIME_RESERVE COSY_GPU_RUNTIME_RESERVE
 
 uint16_t cosy_f32_to_bf16(float f) {
   uint32_t u;
@@ -258,8 +256,11 @@ void cosy_gpu_free(cosy_gpu *g) {
 
 size_t cosy_gpu_left(const cosy_gpu *g) {
   while (g->parent) g = g->parent;
-  return g->budget > g->used ? g->budget - g->used : 0;
+  const size_t held = g->used + g->aside;
+  return g->budget > held ? g->budget - held : 0;
 }
+
+void cosy_gpu_set_aside(cosy_gpu *g, size_t bytes) { root_of(g)->aside = bytes; }
 
 cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **out) {
   *out = NULL;

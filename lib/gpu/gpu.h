@@ -22,6 +22,10 @@
 #include "kernels.h"
 #include "model.h"
 
+/* Device memory kept out of the budget for what cuBLAS and the CUDA runtime allocate on their
+ * own (handles, module loads, graph instantiation): budget = fraction x total - this. */
+#define COSY_GPU_RUNTIME_RESERVE ((size_t)256 << 20)
+
 typedef struct cosy_gpu {
   int device;
   cosy_kdev dev;             /* the device as the launchers see it (kdevice.h; a child: a copy) */
@@ -30,6 +34,7 @@ typedef struct cosy_gpu {
   size_t total;              /* device memory */
   size_t budget;             /* bytes the engine may hold */
   size_t used;               /* bytes held through cosy_gpu_alloc */
+  size_t aside;              /* bytes of the budget kept from allocations (cosy_gpu_set_aside) */
   int n_sm;                  /* dev.n_sm */
   char name[256];            /* dev.name */
   void **allocs;             /* every allocation, freed by cosy_gpu_free */
@@ -81,8 +86,12 @@ cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **o
 /* Pinned host memory (not counted in the budget); freed with cosy_gpu_host_free. */
 cosy_status cosy_gpu_host_alloc(size_t bytes, void **out);
 void cosy_gpu_host_free(void *p);
-/* Bytes left in the budget. */
+/* Bytes left in the budget (less what is set aside). */
 size_t cosy_gpu_left(const cosy_gpu *g);
+/* Keep `bytes` of what is left out of reach of the allocations (of the context's root) until
+ * the next call (0 ends it): a caller that hands "everything left" to one user first sets aside
+ * what a later user needs. */
+void cosy_gpu_set_aside(cosy_gpu *g, size_t bytes);
 
 /* Upload a model tensor, converted to `dt` (bf16 rounding is round-to-nearest-even), into a new
  * budgeted allocation. *n_elems (optional) gets the element count. */
