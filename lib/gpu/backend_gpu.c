@@ -41,7 +41,9 @@
 #define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
 #define LLM_KV_POSITIONS 1024 /* LLM KV positions planned per active sequence */
-#define KV_MIN_POSITIONS 1024 /* the smallest LLM KV cache an engine starts with (one request) */
+/* the smallest LLM KV cache an engine starts with: one request of the longest context, so any
+ * request fits an idle engine (scheduler.c: admission) */
+#define KV_MIN_POSITIONS GPU_LLM_MAX_CTX
 
 typedef struct gpu_state {
   cosy_gpu *g;      /* LLM */
