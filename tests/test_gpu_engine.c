@@ -9,6 +9,9 @@
  *     and it speaks; COSY_GPU_BUDGETS_GB="24 32" (default) picks the budgets;
  *   - two engines in one process on device 0 serving one request each at the same time: each
  *     gives the audio of one engine alone, sample for sample;
+ *   - a GPU below compute capability 8.0 (the test profile t4, COSY_GPU_PROFILE) is refused at
+ *     create with COSY_ERR_UNSUPPORTED naming the capability; an unknown profile name is
+ *     COSY_ERR_INVALID_ARG;
  *   - synthesis on the GPU: blocking == push streaming == pull streaming for one seed, finite
  *     audio within +-0.99, several chunks; cancel; stats; top_k beyond the GPU sampler (host
  *     sampling from the downloaded log-probs) repeatable; the first-chunk policies
@@ -501,8 +504,43 @@ static void test_two_engines(void **state) {
   assert_true(ok);
 }
 
+/* create under the test profile `prof` (the caller's COSY_GPU_PROFILE is put back) */
+static cosy_status create_as(const char *prof, const cosy_engine_config *c, cosy_engine **e) {
+  const char *was = getenv("COSY_GPU_PROFILE");
+  char saved[64] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  setenv("COSY_GPU_PROFILE", prof, 1);
+  cosy_status st = cosy_engine_create(c, e);
+  if (was) setenv("COSY_GPU_PROFILE", saved, 1);
+  else unsetenv("COSY_GPU_PROFILE");
+  return st;
+}
+
+static void test_unsupported_gpu(void **state) {
+  (void)state;
+  TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model");
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = m;
+  c.device = 0;
+  cosy_engine *e = NULL;
+  cosy_status st = create_as("t4", &c, &e);
+  print_message("as a T4: status %d (%s): %s\n", st, cosy_status_str(st), cosy_last_error());
+  assert_int_equal(st, COSY_ERR_UNSUPPORTED);
+  assert_null(e);
+  assert_non_null(strstr(cosy_last_error(), "compute capability 7.5"));
+  assert_non_null(strstr(cosy_last_error(), "8.0 or newer"));
+  st = create_as("no-such-gpu", &c, &e);
+  print_message("unknown profile: status %d: %s\n", st, cosy_last_error());
+  assert_int_equal(st, COSY_ERR_INVALID_ARG);
+  assert_null(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_unsupported_gpu),
       cmocka_unit_test(test_memory_fraction),
       cmocka_unit_test(test_memory_budgets),
       cmocka_unit_test(test_two_engines),

@@ -60,6 +60,8 @@ typedef struct gpu_state {
 
 #define ST(e) ((gpu_state *)(e)->be_state)
 
+void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
+
 static void gb_destroy(cosy_engine *e) {
   gpu_state *s = ST(e);
   if (!s) return;
@@ -185,6 +187,14 @@ static cosy_status gb_create(cosy_engine *e) {
   }
   const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
   s->flow_recompute = fc && !strcmp(fc, "0");
+  const cosy_kdev *d = &s->g->dev;
+  engine_log(e, COSY_LOG_INFO,
+             "GPU %d: %s, compute capability %d.%d, %d SMs, %zu KB shared memory per block, "
+             "clusters %s, programmatic dependent launch %s%s%s; budget %.2f GiB, planned %.2f GiB",
+             d->device, d->name, d->cc_major, d->cc_minor, d->n_sm, d->smem_block / 1024,
+             d->clusters ? "yes" : "no", d->pdl ? "yes" : "no",
+             d->profile[0] ? ", test profile " : "", d->profile,
+             (double)s->g->budget / 1073741824.0, (double)s->g->used / 1073741824.0);
   return COSY_OK;
 }
 

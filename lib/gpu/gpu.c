@@ -67,6 +67,7 @@ static const gpu_profile profiles[] = {
     {"ada", 8, 9, 58, 99 * KB, 100 * KB, 48 * MB, 0, 0, 0},
     {"rtx5090", 12, 0, 170, 99 * KB, 100 * KB, 96 * MB, 1, 1, 0},
     {"h100", 0, 0, 0, 0, 0, 0, 1, 1, 1},
+    {"t4", 7, 5, 40, 64 * KB, 64 * KB, 4 * MB, 0, 0, 0}, /* below 8.0: create must refuse it */
 };
 
 cosy_status cosy_gpu_apply_profile(cosy_kdev *d, const char *name) {
@@ -76,7 +77,7 @@ cosy_status cosy_gpu_apply_profile(cosy_kdev *d, const char *name) {
     if (!strcmp(name, profiles[i].name)) p = &profiles[i];
   if (!p)
     return cosy_err(COSY_ERR_INVALID_ARG,
-                    "COSY_GPU_PROFILE=%s: unknown test profile (a100, ada, rtx5090 or h100)", name);
+                    "COSY_GPU_PROFILE=%s: unknown test profile (a100, ada, rtx5090, h100 or t4)", name);
   snprintf(d->profile, sizeof d->profile, "%s", p->name);
   if (p->as_is) return COSY_OK;
   d->cc_major = p->cc_major;

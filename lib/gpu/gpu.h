@@ -58,6 +58,7 @@ cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out);
  *   rtx5090  12.0, 99 KB per block (100 KB per SM), 170 SMs, 96 MB of L2, clusters and
  *            programmatic dependent launch
  *   h100     the device as it is (the name is recorded)
+ *   t4       7.5, 64 KB, 40 SMs, neither: a GPU below 8.0, which create refuses (its test)
  * A profile only takes away: each size is the smaller of the profile's and the device's, a
  * feature stays only when both have it; the compute capability becomes the profile's. Memory is
  * not changed (gpu_memory_fraction sets the budget). For tests and measurements on a large GPU:
