@@ -599,6 +599,8 @@ int main(int argc, char **argv) {
   int warm_tokens = n_levels ? w1_tokens : w2_tokens;
   printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %d tokens/request\n",
          model, device, cosy_version_string(), t_load, vf.n_speech_tokens, warm_tokens);
+  const char *prof = getenv("COSY_GPU_PROFILE"); /* the test profile the engine serves with */
+  if (device >= 0 && prof && *prof) printf("bench_w1: COSY_GPU_PROFILE=%s\n", prof);
   gpu_mon mon;
   gpu_mon_open(&mon, device);
   printf("engine max_active %d; ", max_active);

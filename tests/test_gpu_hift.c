@@ -414,7 +414,7 @@ static float *conv_download(const conv_run *r) {
 }
 
 /* The weight slab split into tap groups (a device with less shared memory per block: the ~99 KB
- * of the ada profile, and 72 KB, which splits the k30 s15 source down into 15 groups of 2 taps)
+ * of the ada profile, and 72 KB, which splits the k30 s15 source down into 10 groups of 3 taps)
  * gives the same bits as the engine's own device, in 3xTF32 with one warp group; a device that
  * cannot hold the strip and one tap refuses the launch. */
 static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
