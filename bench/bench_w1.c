@@ -3,7 +3,7 @@
  *
  *   bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] [--tokens 112]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
- *            [--w2 | --offline N] [--max-active N] [--warmup 2]
+ *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot]
  *            [--memory-fraction F | --memory-gb G]
  *
  * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
@@ -14,6 +14,11 @@
  * embedding (the speech tokenizer and CAM++ are not part of the library yet). Each request says
  * the next line of the texts file with its length forced to --tokens speech tokens
  * (min_tokens = max_tokens). C client threads each keep one request in flight (closed loop).
+ * By default every client starts at once (a burst of C first requests); --ramp S starts client k
+ * at k * S / C seconds instead (users arriving over S seconds, the usual load-test ramp-up), and
+ * the level's wall time then includes the ramp. --one-shot sends COSY_SYNTH_ONE_SHOT requests
+ * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
+ * of streaming against non-streaming synthesis.
  *
  * Per request: TTFB = submit -> first chunk delivered; RTF = (last chunk - submit) / audio
  * seconds; an underrun is a chunk arriving after playback (started at the first chunk) would
@@ -314,12 +319,24 @@ typedef struct shared {
   char **texts;
   int n_texts, tokens, total;
   int next;            /* next request index (under mu) */
+  int next_client;     /* client index (under mu) */
+  int conc;            /* clients */
+  double ramp;         /* --ramp: client k starts k * ramp / conc seconds after the level starts */
+  uint32_t flags;      /* --one-shot: COSY_SYNTH_ONE_SHOT */
   pthread_mutex_t mu;
   result *res;
 } shared;
 
 static void *client(void *arg) {
   shared *sh = (shared *)arg;
+  pthread_mutex_lock(&sh->mu);
+  const int me = sh->next_client++;
+  pthread_mutex_unlock(&sh->mu);
+  if (sh->ramp > 0 && me > 0) {
+    const double d = sh->ramp * me / sh->conc;
+    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
   for (;;) {
     pthread_mutex_lock(&sh->mu);
     int i = sh->next++;
@@ -329,6 +346,7 @@ static void *client(void *arg) {
     cosy_synth_params p;
     cosy_synth_params_init(&p, sizeof p);
     p.seed = 1000 + (uint64_t)i;
+    p.flags = sh->flags;
     p.min_tokens = p.max_tokens = sh->tokens;
     req_state s;
     memset(&s, 0, sizeof s);
@@ -464,6 +482,8 @@ int main(int argc, char **argv) {
   int device = -1, requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0;
   double mem_gb = 0;
   float mem_fraction = 0;
+  double ramp = 0;
+  uint32_t flags = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
@@ -478,10 +498,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--max-active") && i + 1 < argc) max_active = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--memory-fraction") && i + 1 < argc) mem_fraction = (float)atof(argv[++i]);
     else if (!strcmp(argv[i], "--memory-gb") && i + 1 < argc) mem_gb = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--ramp") && i + 1 < argc) ramp = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] "
                       "[--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
-                      "[--w2 | --offline N] [--max-active N] [--memory-fraction F | --memory-gb G]\n");
+                      "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
+                      "[--memory-fraction F | --memory-gb G]\n");
       return 2;
     }
   }
@@ -489,7 +512,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_w1: -m MODEL is required\n");
     return 2;
   }
-  if (w2_n < 0 || tokens < 0 || requests < 0 || max_active < 0) {
+  if (w2_n < 0 || tokens < 0 || requests < 0 || max_active < 0 || !(ramp >= 0)) {
     fprintf(stderr, "bench_w1: negative --offline, --tokens, --requests or --max-active\n");
     return 2;
   }
@@ -634,6 +657,9 @@ int main(int argc, char **argv) {
     sh.n_texts = n_texts;
     sh.tokens = w1_tokens;
     sh.total = total;
+    sh.conc = C;
+    sh.ramp = ramp;
+    sh.flags = flags;
     sh.res = (result *)calloc((size_t)total, sizeof *sh.res);
     pthread_mutex_init(&sh.mu, NULL);
     pthread_t *th = (pthread_t *)calloc((size_t)C, sizeof *th);

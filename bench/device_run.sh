@@ -2,9 +2,10 @@
 # One call on a lent GPU machine: build, parity against the CPU reference and the golden data,
 # benchmarks. Logs go to $OUT (or build/dev/out); a short table is printed last.
 #
-#   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench profile
-#                                        cudnn official prof_tests prof_w1 memory (default: all
-#                                        but profile, cudnn, prof_tests, prof_w1 and memory)
+#   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
+#                                        profile cudnn official prof_tests prof_w1 memory
+#                                        (default: all but sched, profile, cudnn, prof_tests,
+#                                        prof_w1 and memory)
 #
 # The GPUs people own (README "GPUs"), emulated on the big one through the test-only
 # COSY_GPU_PROFILE (lib/gpu/gpu.h: a100, ada, rtx5090, h100 = the device as it is):
@@ -147,6 +148,25 @@ if [[ " $STEPS " == *" memory "* ]]; then
       --max-active $ma --concurrency 1 "${W1_ARGS[@]}"
   done
 fi
+if [[ " $STEPS " == *" sched "* ]]; then
+  # the scheduler under a burst and under a ramp, with a trace of every backend call
+  # (COSY_SCHED_TRACE) and, where nsys exists, the per-kernel GPU time of a C = 64 burst;
+  # streaming vs non-streaming GPU time per request at C = 1 (--one-shot)
+  W1A=(-m "$FULL" --device 0 --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav")
+  run sched_c1_stream ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 1 --requests 16
+  run sched_c1_oneshot ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 1 --requests 16 --one-shot
+  COSY_SCHED_TRACE=$OUT/trace_burst.txt run sched_burst ./$B/bench/bench_w1 "${W1A[@]}" \
+    --concurrency ${SCHED_LEVELS:-16,64}
+  COSY_SCHED_TRACE=$OUT/trace_ramp.txt run sched_ramp ./$B/bench/bench_w1 "${W1A[@]}" \
+    --concurrency ${SCHED_LEVELS:-16,64} --ramp 4.48 --requests ${RAMP_REQS:-256}
+  if command -v nsys > /dev/null && [ -z "${NO_NSYS:-}" ]; then
+    run nsys_c64 timeout 240 nsys profile -t cuda -s none --cpuctxsw=none -o "$OUT/nsys_c64" \
+      --force-overwrite true ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 64
+    nsys stats -r cuda_gpu_kern_sum --format csv -o "$OUT/nsys_c64" "$OUT/nsys_c64.nsys-rep" \
+      > "$OUT/nsys_stats.log" 2>&1
+    rm -f "$OUT/nsys_c64.nsys-rep" "$OUT/nsys_c64.sqlite"
+  fi
+fi
 
 if [[ " $STEPS " == *" profile "* ]]; then
   # per-kernel device time of a few decode steps inside a W1 request (ncu serializes kernels, so
@@ -197,3 +217,8 @@ done
 for f in "$OUT"/mem_need_ma*.log; do
   [ -f "$f" ] && echo "--- $(basename "$f" .log): $(grep -oE 'the engine needs [^;]*' "$f" | head -1)"
 done
+# the device tool returns at most 8 files: everything but the summary goes into one archive
+if [ -n "${PACK_LOGS-1}" ]; then
+  (cd "$OUT" && ls -A | grep -v -e '^summary.txt$' -e '^logs.tgz$' > /tmp/cosy_packlist.$$ &&
+   tar czf logs.tgz -T /tmp/cosy_packlist.$$ && xargs rm -rf < /tmp/cosy_packlist.$$; rm -f /tmp/cosy_packlist.$$)
+fi

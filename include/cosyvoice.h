@@ -282,6 +282,12 @@ COSY_API void cosy_voice_release(cosy_voice *v);
  *  once); this flag recomputes the whole utterance once more at the end. docs/scheduler.md gives
  *  the measured difference between the two. */
 #define COSY_SYNTH_FULL_ATTENTION_FINAL 0x2u
+/** Non-streaming synthesis, as the official non-streaming call: every speech token first, then
+ *  one flow call over the whole utterance (full attention) and one vocoder call, so the audio
+ *  arrives at once at the end (one chunk). The mel differs from the streaming schedule's (which
+ *  sees each chunk with 3 tokens of look-ahead and block-causal attention). speed != 1 implies
+ *  this flag. */
+#define COSY_SYNTH_ONE_SHOT 0x4u
 
 /** Synthesis parameters. Append-only; 0 in any field means the default. */
 typedef struct cosy_synth_params {

@@ -117,7 +117,8 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
     cosy_status st = cosy_struct_in(out, sizeof *out, p, MIN_SYNTH_PARAMS, "cosy_synth_params");
     if (st) return st;
   }
-  if (out->flags & ~(COSY_SYNTH_NO_TEXT_NORMALIZATION | COSY_SYNTH_FULL_ATTENTION_FINAL))
+  if (out->flags & ~(COSY_SYNTH_NO_TEXT_NORMALIZATION | COSY_SYNTH_FULL_ATTENTION_FINAL |
+                     COSY_SYNTH_ONE_SHOT))
     return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synth_params.flags 0x%x has unknown bits",
                     out->flags);
   if (out->mode < COSY_MODE_ZERO_SHOT || out->mode > COSY_MODE_INSTRUCT)

@@ -1188,6 +1188,59 @@ static void check_gemv(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_o
   dfree(dslots), dfree(dinv);
 }
 
+/* Row groups (groups > 1): R = 8 * G rows in one call give, row for row, the bits of the same row
+ * computed alone (M = 1): the decode step's batch invariance. Mismatching floats are the error
+ * (tolerance 0). */
+static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out) {
+  const int M = 8, R = M * G, nqh = 14, nkh = 2, n_slots = 2 * R;
+  float *x = fill((size_t)R * K, -1.f, 1.f);
+  for (int m = 0; m < R; ++m)
+    for (int k = 0; k < K; ++k) x[(size_t)m * K + k] *= 1.f + 0.1f * (float)m;
+  float *w = fill((size_t)N * K, -0.1f, 0.1f);
+  float *nw = fill((size_t)K, 0.5f, 1.5f);
+  const int P = out == COSY_GEMV_SILU_MUL || out == COSY_GEMV_QKV_ROPE ? N / 2 : N;
+  const int ny = out == COSY_GEMV_QKV_ROPE ? nqh * 64 : P;
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)R), *slots = malloc(sizeof(int32_t) * (size_t)R);
+  float invf[32];
+  for (int i = 0; i < 32; ++i) invf[i] = (float)pow(1e6, -2.0 * i / 64.0);
+  for (int m = 0; m < R; ++m) {
+    pos[m] = rnd_int(2000);
+    slots[m] = m;
+  }
+  void *dx = dup_dt(x, (size_t)R * K, F32), *dw = dup_dt(w, (size_t)N * K, BF16);
+  void *dnw = dup_dt(nw, (size_t)K, F32);
+  void *dy = dpoison((size_t)R * ny, F32), *dy1 = dpoison((size_t)R * ny, F32);
+  const size_t ncache = (size_t)n_slots * nkh * 64;
+  void *dkc = dpoison(ncache, F32), *dvc = dpoison(ncache, F32);
+  int32_t *dpos = dup_i32(pos, (size_t)R), *dslots = dup_i32(slots, (size_t)R);
+  void *dinv = dup_dt(invf, 32, F32);
+  cosy_llm_gemv_args ga;
+  memset(&ga, 0, sizeof ga);
+  ga.M = M, ga.groups = G, ga.N = N, ga.K = K, ga.in_mode = in, ga.x = dx, ga.ldx = K;
+  ga.norm_w = dnw, ga.eps = 1e-6f, ga.w = dw, ga.out_mode = out, ga.y = dy, ga.ldy = ny;
+  ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
+  ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
+  CK(cosy_k_llm_gemv(0, &ga));
+  for (int m = 0; m < R; ++m) { /* each row alone */
+    ga.M = 1, ga.groups = 1;
+    ga.x = (const float *)dx + (size_t)m * K;
+    ga.y = (float *)dy1 + (size_t)m * ny;
+    ga.pos = dpos + m, ga.slots = dslots + m;
+    CK(cosy_k_llm_gemv(0, &ga));
+  }
+  float *y = download(dy, (size_t)R * ny, F32), *y1 = download(dy1, (size_t)R * ny, F32);
+  size_t bad = 0;
+  for (size_t i = 0; i < (size_t)R * ny; ++i) bad += memcmp(&y[i], &y1[i], sizeof *y) != 0;
+  static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
+  char sz[96];
+  snprintf(sz, sizeof sz, "%d groups of 8 vs rows alone, N=%d K=%d %s (mismatches as err)", G, N, K,
+           outs[out]);
+  report("llm_gemv groups", sz, (double)bad, 0.0, count_nan(y, (size_t)R * ny));
+  free(x), free(w), free(nw), free(pos), free(slots), free(y), free(y1);
+  dfree(dx), dfree(dw), dfree(dnw), dfree(dy), dfree(dy1), dfree(dkc), dfree(dvc), dfree(dpos);
+  dfree(dslots), dfree(dinv);
+}
+
 static void test_llm_gemv(void **state) {
   (void)state;
   begin_test(9);
@@ -1202,6 +1255,9 @@ static void test_llm_gemv(void **state) {
   }
   check_gemv(1, 37, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 0);     /* tiny, odd N */
   check_gemv(2, 130, 8192, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 0); /* K limit */
+  check_gemv_groups(4, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE);
+  check_gemv_groups(3, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL);
+  check_gemv_groups(2, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32);
   end_test();
 }
 

@@ -40,6 +40,7 @@
 
 #define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
+#define GB_MAX_PREFILL 2048  /* positions of one packed prefill forward pass */
 #define LLM_KV_POSITIONS 1024 /* LLM KV positions planned per active sequence */
 /* the smallest LLM KV cache an engine starts with: one request of the longest context, so any
  * request fits an idle engine (scheduler.c: admission) */
@@ -83,7 +84,7 @@ static void gb_destroy(cosy_engine *e) {
 static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int measure) {
   cosy_status st;
   if ((st = cosy_gpu_create_child(s->g, &s->post)) ||
-      (st = gpu_llm_create(s->g, e->model, max_seqs, 512, &s->llm)) ||
+      (st = gpu_llm_create(s->g, e->model, max_seqs, GB_MAX_PREFILL, &s->llm)) ||
       (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
       (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift)))
     return st;
@@ -187,6 +188,10 @@ static cosy_status gb_create(cosy_engine *e) {
   }
   const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
   s->flow_recompute = fc && !strcmp(fc, "0");
+  /* COSY_LLM_INVARIANT=1: every decode bucket on the row-grouped skinny GEMM (a row's logits do
+   * not depend on the batch; slower from batch 8 on, see lib/gpu/llm.c GPU_LLM_GEMV_DEFAULT) */
+  const char *inv = getenv("COSY_LLM_INVARIANT");
+  if (inv && !strcmp(inv, "1")) gpu_llm_set_tuning(s->llm, 256, -1);
   const cosy_kdev *d = &s->g->dev;
   engine_log(e, COSY_LOG_INFO,
              "GPU %d: %s, compute capability %d.%d, %d SMs, %zu KB shared memory per block, "
@@ -309,19 +314,58 @@ static cosy_status gb_sample(cosy_engine *e, gpu_state *s, cosy_llm_row *rows, i
   return st;
 }
 
-static cosy_status gb_llm_prefill(cosy_engine *e, void *seq, const float *emb, int L,
-                                  const cosy_next_req *nx, int32_t *next) {
+/* Prefill pieces packed into forward passes of at most GB_MAX_PREFILL positions (a piece longer
+ * than that runs alone, in chunks), then one sampling call for the pieces that end a prompt. */
+static cosy_status gb_llm_prefill(cosy_engine *e, cosy_prefill_row *rows, int n) {
   gpu_state *s = ST(e);
-  cosy_status st = gpu_llm_prefill(s->llm, ((gseq *)seq)->id, emb, L, NULL);
-  if (st || !nx) return st;
-  cosy_llm_row row;
-  memset(&row, 0, sizeof row);
-  row.nx = *nx;
-  if ((st = gb_sample(e, s, &row, 1))) return st;
-  if (row.status)
-    return cosy_err(row.status, "sampling the first token failed (NaN or no finite log-probability)");
-  *next = row.next;
-  return COSY_OK;
+  if (n > s->step_cap) return cosy_err(COSY_ERR_INTERNAL, "prefill of %d rows > %d", n, s->step_cap);
+  int *ids = s->step_ids;
+  const float **embs = (const float **)cosy_malloc(sizeof *embs * (size_t)n);
+  int *Ls = (int *)cosy_malloc(sizeof(int) * (size_t)n);
+  int *want = (int *)cosy_malloc(sizeof(int) * (size_t)n);
+  cosy_llm_row *sr = (cosy_llm_row *)cosy_calloc((size_t)n, sizeof *sr);
+  cosy_status st = !embs || !Ls || !want || !sr ? COSY_ERR_NO_MEMORY : COSY_OK;
+  for (int i = 0; i < n && !st;) {
+    int j = i, tot = 0;
+    while (j < n && tot + rows[j].L <= GB_MAX_PREFILL) tot += rows[j++].L;
+    int nw = 0;
+    if (j == i) { /* one long piece */
+      st = gpu_llm_prefill(s->llm, ((gseq *)rows[i].seq)->id, rows[i].emb, rows[i].L, NULL);
+      nw = rows[i].nx != NULL;
+      j = i + 1;
+    } else {
+      for (int k = i; k < j; k++) {
+        ids[k - i] = ((gseq *)rows[k].seq)->id;
+        embs[k - i] = rows[k].emb;
+        Ls[k - i] = rows[k].L;
+        want[k - i] = rows[k].nx != NULL;
+      }
+      st = gpu_llm_prefill_batch(s->llm, j - i, ids, embs, Ls, want, &nw);
+    }
+    if (st) break;
+    int k = 0;
+    for (int r = i; r < j; r++) {
+      rows[r].status = COSY_OK;
+      if (!rows[r].nx) continue;
+      memset(&sr[k], 0, sizeof sr[k]);
+      sr[k].seq = rows[r].seq;
+      sr[k].nx = *rows[r].nx;
+      k++;
+    }
+    if (k && !(st = gb_sample(e, s, sr, k)))
+      for (int r = i, q = 0; r < j; r++)
+        if (rows[r].nx) {
+          rows[r].status = sr[q].status;
+          rows[r].next = sr[q].next;
+          q++;
+        }
+    i = j;
+  }
+  free(embs);
+  free(Ls);
+  free(want);
+  free(sr);
+  return st;
 }
 
 static cosy_status gb_llm_step(cosy_engine *e, cosy_llm_row *rows, int n) {
