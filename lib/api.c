@@ -26,10 +26,14 @@ COSY_API uint32_t cosy_version_number(void) { return COSY_VERSION_NUMBER; }
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
+/* the Makefile passes the toolkit release and the GPU targets it compiled (CUDA_ARCHS) */
+#if defined(COSY_WITH_CUDA) && !defined(COSY_CUDA_BUILD)
+#define COSY_CUDA_BUILD "cuda"
+#endif
 COSY_API const char *cosy_version_string(void) {
 #ifdef COSY_WITH_CUDA
   return STR(COSY_VERSION_MAJOR) "." STR(COSY_VERSION_MINOR) "." STR(COSY_VERSION_PATCH)
-      " (cuda, sm_80 sm_89 sm_90)";
+      " (" COSY_CUDA_BUILD ")";
 #else
   return STR(COSY_VERSION_MAJOR) "." STR(COSY_VERSION_MINOR) "." STR(COSY_VERSION_PATCH)
       " (cpu only)";

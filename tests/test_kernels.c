@@ -117,6 +117,9 @@ static uint64_t rng_next(void) {
   g_rng ^= g_rng >> 27;
   return g_rng * 0x2545F4914F6CDD1Dull;
 }
+/* the device as the launchers that take a description see it (filled in main) */
+static cosy_kdev g_dev;
+
 /* uniform in [lo, hi) */
 static float rnd(float lo, float hi) {
   return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
@@ -773,20 +776,23 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
   const size_t wsb = cosy_k_paged_decode_workspace(n_seq, nqh, nkh, max_ctx);
   void *dws = wsb ? dmalloc(wsb) : NULL;
   if (dws) CK(cudaMemset(dws, 0, wsb)); /* the contract: zeroed once */
-  /* two calls on one workspace (the second as a programmatic dependent): the first must leave
-   * the split counters at zero for the second; the output is poisoned in between */
-  float *out = NULL;
-  for (int call = 0; call < 2; ++call) {
+  /* four calls on one workspace: the splits merged through clusters (where the device has them)
+   * and through the workspace, each plain and as a programmatic dependent; every call must leave
+   * the split counters at zero for the next; the output is poisoned in between */
+  float *outs[4] = {NULL};
+  for (int call = 0; call < 4; ++call) {
     if (call) {
-      free(out);
       dfree(dout);
       dout = dpoison((size_t)n_seq * out_stride, dt);
     }
+    cosy_kdev dev = g_dev;
+    dev.clusters = call < 2 ? g_dev.clusters : 0;
     CK(cosy_k_paged_decode(0, dt, dq, q_stride, dkc, dvc, dbt, max_pages, dlens, n_seq, nqh, nkh,
                            hd, page_size, max_ctx, (float)scale, dout, out_stride, dws, wsb,
-                           call));
-    out = download(dout, (size_t)n_seq * out_stride, dt);
+                           call & 1, &dev));
+    outs[call] = download(dout, (size_t)n_seq * out_stride, dt);
   }
+  float *out = outs[3];
   double *ref = dalloc_host((size_t)n_seq * out_stride);
   const float **kr = malloc((max_ctx ? max_ctx : 1) * sizeof *kr);
   const float **vr = malloc((max_ctx ? max_ctx : 1) * sizeof *vr);
@@ -807,7 +813,13 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
     snprintf(ls + strlen(ls), sizeof ls - strlen(ls), "%s%d", s ? "," : "", lens[s]);
   snprintf(sz, sizeof sz, "seqs=%d lens=%s%s page=%d maxctx=%d %s", n_seq, ls,
            n_seq > 4 ? ",.." : "", page_size, max_ctx, dtn(dt));
-  check("paged_decode", sz, out, ref, (size_t)n_seq * out_stride, dt == BF16 ? 1e-2 : 1e-5);
+  for (int call = 0; call < 4; ++call) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "paged_decode%s%s", call < 2 && g_dev.clusters ? " [clusters]" : "",
+             call & 1 ? " [pdl]" : "");
+    check(nm, sz, outs[call], ref, (size_t)n_seq * out_stride, dt == BF16 ? 1e-2 : 1e-5);
+    if (call != 3) free(outs[call]);
+  }
   free(kc), free(vc), free(q), free(perm), free(bt), free(out), free(ref), free(kr), free(vr);
   dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dout), dfree(dws);
 }
@@ -1390,10 +1402,10 @@ static void test_args(void **state) {
   const size_t ws = cosy_k_paged_decode_workspace(4, 14, 2, 1000);
   bad += ws == 0; /* long contexts are split */
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 63, (const int32_t *)d, 4,
-                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, ws - 1, 0) !=
+                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, ws - 1, 0, &g_dev) !=
          cudaErrorInvalidValue; /* workspace too small */
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 10, (const int32_t *)d, 4,
-                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, 4096, 0) !=
+                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, 4096, 0, &g_dev) !=
          cudaErrorInvalidValue; /* max_ctx beyond max_pages * page_size */
   bad += cosy_k_embed(0, F32, d, 10, 8, (const int32_t *)d, 1, F32, d, 4, NULL) !=
          cudaErrorInvalidValue; /* out_stride < dim */
@@ -1432,6 +1444,16 @@ int main(void) {
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
     printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
            prop.multiProcessorCount);
+  /* the description the launchers that need one get (lib/gpu/gpu.c builds the engine's; this
+   * test also runs without the library, bench/device_kernels.sh) */
+  g_dev.device = 0;
+  cudaDeviceGetAttribute(&g_dev.cc_major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&g_dev.n_sm, cudaDevAttrMultiProcessorCount, 0);
+  int cl = 0;
+  cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, 0);
+  cudaGetLastError();
+  g_dev.clusters = g_dev.cc_major >= 9 && cl;
+  g_dev.pdl = g_dev.cc_major >= 9;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_args),  cmocka_unit_test(test_norm),      cmocka_unit_test(test_rope),
       cmocka_unit_test(test_act),   cmocka_unit_test(test_embed),     cmocka_unit_test(test_gemm),

@@ -261,13 +261,8 @@ void gpu_llm_set_tuning(gpu_llm *l, int gemv_max, int pdl) {
       if (bucket_ok_for_gemv(l, b)) gemv_max = b;
   }
   l->gemv_max = gemv_max;
-  if (pdl < 0) {
-    int major = 0;
-    pdl = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, l->g->device) ==
-              cudaSuccess &&
-          major >= 9;
-  }
-  l->pdl = pdl ? 1 : 0;
+  if (pdl < 0) pdl = l->g->dev.pdl; /* the engine's device description (kdevice.h) */
+  l->pdl = pdl && l->g->dev.pdl ? 1 : 0;
 }
 
 void gpu_llm_free(gpu_llm *l) {
@@ -623,7 +618,7 @@ static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) 
     CK(cosy_k_paged_decode(s, COSY_KDT_F32, l->q, l->qd, kc, vc, l->d_bt,
                            ap->ctx / GPU_LLM_PAGE_SIZE, l->d_lens, M, l->nh, l->nkv, HD,
                            GPU_LLM_PAGE_SIZE, ap->ctx, ATTN_SCALE, l->att, l->qd, l->dec_ws,
-                           l->dec_ws_bytes, l->pdl && ap->pdl),
+                           l->dec_ws_bytes, l->pdl && ap->pdl, &l->g->dev),
        "LLM decode attention");
     return COSY_OK;
   }
