@@ -26,14 +26,19 @@
 
 #ifdef HAVE_GPU_STAGES
 #include "gpu/flow.h"
+#include "gpu/frontend.h"
 #include "gpu/gpu.h"
 #include "gpu/hift.h"
 #include "gpu/llm.h"
+#include "ref/s3tok.h" /* S3TOK_MAX_SECONDS */
 #include "ref/sampling.h"
+
+void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
 
 #define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
 #define LLM_KV_POSITIONS 1024 /* LLM KV positions planned per active sequence */
+#define FE_MAX_MEL (S3TOK_MAX_SECONDS * 100 + 8) /* log-mel / fbank frames of the longest prompt */
 
 typedef struct gpu_state {
   cosy_gpu *g;      /* LLM */
@@ -41,6 +46,7 @@ typedef struct gpu_state {
   gpu_llm *llm;
   gpu_flow *flow;
   gpu_hift *hift;
+  gpu_fe *fe;               /* voice front end (NULL: no front end in the file, or no room) */
   pthread_mutex_t mu;       /* the KV page accounting (sequence open/close vs. stats) */
   int step_cap;             /* rows of a decode step (max_active) */
   int *step_ids;
@@ -53,6 +59,7 @@ typedef struct gpu_state {
 static void gb_destroy(cosy_engine *e) {
   gpu_state *s = ST(e);
   if (!s) return;
+  gpu_fe_free(s->fe);
   gpu_hift_free(s->hift);
   gpu_flow_free(s->flow);
   gpu_llm_free(s->llm);
@@ -86,6 +93,18 @@ static cosy_status gb_create(cosy_engine *e) {
       (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift))) {
     gb_destroy(e);
     return st;
+  }
+  /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
+   * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */
+  if (e->model->hp.has_s3tok && e->model->hp.has_campplus) {
+    st = gpu_fe_create(s->post, e->model, FE_MAX_MEL, &s->fe);
+    if (st == COSY_ERR_GPU_NO_MEMORY) {
+      engine_log(e, COSY_LOG_WARN, "voice front end stays on the CPU: %s", cosy_last_error());
+      cosy_err_clear();
+    } else if (st) {
+      gb_destroy(e);
+      return st;
+    }
   }
   /* what is left: LLM KV pages for max_active sequences of LLM_KV_POSITIONS positions (at most a
    * quarter), the flow's cache pages the rest */
@@ -364,6 +383,18 @@ static cosy_status gb_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urge
   return st;
 }
 
+/* the voice front end's models (voice_audio.c, on the token-to-wave thread: the post context's
+ * stream and the front end's own cuBLASLt handle) */
+static cosy_status gb_voice_features(cosy_engine *e, const float *logmel, int T_lm,
+                                     const float *fbank, int T_fb, int32_t **tokens,
+                                     int32_t *n_tokens, float *spk) {
+  gpu_state *s = ST(e);
+  if (!s->fe) return COSY_ERR_UNSUPPORTED;
+  cosy_status st = cosy_gpu_check(cudaSetDevice(s->g->device), "cudaSetDevice");
+  if (st) return st;
+  return gpu_fe_run(s->fe, logmel, T_lm, fbank, T_fb, tokens, n_tokens, spk);
+}
+
 const cosy_backend cosy_backend_gpu = {
     .name = "gpu",
     .create = gb_create,
@@ -380,6 +411,7 @@ const cosy_backend cosy_backend_gpu = {
     .voc_open = gb_voc_open,
     .voc_close = gb_voc_close,
     .vocode = gb_vocode,
+    .voice_features = gb_voice_features,
 };
 
 #else /* the GPU stages are not in this build */
