@@ -16,8 +16,9 @@
  * Input checks (COSY_ERR_INVALID_ARG, message names the problem): NULL or empty audio; rate
  * outside [16000, 192000] (the official front end refuses rates below 16 kHz); a NaN or Inf
  * sample; shorter than 0.5 s; longer than 30 s (the official _extract_speech_token's limit);
- * silent (peak below 1e-4, -80 dBFS); not scaled to [-1, 1] (peak above 4: e.g. int16 values
- * passed as float); clipped (more than 1% of the samples at |x| >= 0.999).
+ * silent (peak of the signal minus its mean below 1e-4, -80 dBFS: a DC offset alone is
+ * silence); not scaled to [-1, 1] (peak above 4: e.g. int16 values passed as float); clipped
+ * (more than 1% of the samples at |x| >= 0.999).
  *
  * Weights: the two models are set up on first use (one per engine, kept until the engine is
  * destroyed; their weights are the model file's mapped F32 data, read-only, so calls may run in
@@ -110,6 +111,7 @@ static cosy_status check_audio(const float *pcm, int64_t n, int32_t sr) {
                     S3TOK_MAX_SECONDS);
   float peak = 0.0f;
   int64_t clipped = 0;
+  double sum = 0.0;
   for (int64_t i = 0; i < n; i++) {
     float a = fabsf(pcm[i]);
     if (!isfinite(pcm[i]))
@@ -117,11 +119,19 @@ static cosy_status check_audio(const float *pcm, int64_t n, int32_t sr) {
                       isnan(pcm[i]) ? "NaN" : "infinite");
     if (a > peak) peak = a;
     clipped += a >= CLIP_LEVEL;
+    sum += pcm[i];
   }
-  if (peak < SILENT_PEAK)
+  /* silence is judged without the DC offset (a constant signal carries no voice) */
+  const double mean = sum / (double)n;
+  double ac_peak = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = fabs((double)pcm[i] - mean);
+    if (a > ac_peak) ac_peak = a;
+  }
+  if (ac_peak < SILENT_PEAK)
     return cosy_err(COSY_ERR_INVALID_ARG,
-                    "cosy_voice_from_audio: the audio is silent (peak %.2g, below -80 dBFS)",
-                    (double)peak);
+                    "cosy_voice_from_audio: the audio is silent (peak %.2g around its mean %.2g, "
+                    "below -80 dBFS)", ac_peak, mean);
   if (peak > MAX_PEAK)
     return cosy_err(COSY_ERR_INVALID_ARG,
                     "cosy_voice_from_audio: peak sample %.4g: float audio must be scaled to [-1, 1] "
