@@ -297,7 +297,9 @@ demo: $(CLI) $(DEMO_MODEL)
 # ---- examples in other languages, against an installed copy ------------------------------------
 # Installs into $(B)/prefix, makes the demo model and voice, then builds and runs examples/c and
 # examples/cpp through pkg-config, runs the Python ctypes test, and the Go and Rust tests when
-# `go` / `cargo` are on PATH (a SKIP line otherwise). Everything finds the library only through
+# `go` / `cargo` are on PATH (a SKIP line otherwise). Every language also clones a voice from a
+# WAV (EX_WAV), saves it and says something with it (the demo model has small random front-end
+# models). Everything finds the library only through
 # PKG_CONFIG_PATH and LD_LIBRARY_PATH pointing into the prefix. Go and cargo keep their caches
 # under $(B) and read no user settings (GOENV=off; CARGO_HOME, so not ~/.cargo/config.toml either),
 # so neither writes to HOME; a rustup cargo still finds its toolchain through RUSTUP_HOME, else
@@ -306,9 +308,13 @@ EX_PREFIX := $(abspath $(B))/prefix
 EX_OUT := $(abspath $(B))/examples
 EX_MODEL := $(abspath $(DEMO_MODEL))
 EX_VOICE := $(abspath $(B)/demo/demo-voice.gguf)
+# the cloning examples' prompt: the shared 16-bit 22.05 kHz recording, else the C streaming
+# example's output (16-bit, 24 kHz)
+EX_WAV := $(or $(wildcard $(abspath $(SHARED_DIR))/audio/cross_lingual_prompt.wav),$(EX_OUT)/c/stream.wav)
 EX_ENV := PKG_CONFIG_PATH=$(EX_PREFIX)/lib/pkgconfig LD_LIBRARY_PATH=$(EX_PREFIX)/lib \
-          COSY_MODEL=$(EX_MODEL) COSY_VOICE=$(EX_VOICE)
+          COSY_MODEL=$(EX_MODEL) COSY_VOICE=$(EX_VOICE) COSY_PROMPT_WAV=$(EX_WAV)
 EX_TEXT := "Hello from the examples. Every language streams the same voice."
+EX_CLONE_TEXT := "Hello from a voice cloned from a recording."
 
 .PHONY: test-examples
 test-examples: $(DEMO_MODEL)
@@ -321,18 +327,26 @@ test-examples: $(DEMO_MODEL)
 	$(PYTHON) -c "import sys, wave; w = wave.open(sys.argv[1]); n = w.getnframes(); \
 	  assert n > 0 and w.getsampwidth() == 2, n; print('stream.wav: %d frames, header patched' % n)" \
 	  $(EX_OUT)/c/stream.wav
+	$(EX_ENV) $(EX_OUT)/c/clone_voice $(EX_MODEL) $(EX_WAV) "What the prompt says." \
+	  $(EX_OUT)/c/clone.voice.gguf $(EX_OUT)/c/clone.wav $(EX_CLONE_TEXT)
 	@echo "== examples/cpp"
 	$(EX_ENV) $(MAKE) --no-print-directory -C examples/cpp O=$(EX_OUT)/cpp
 	$(EX_ENV) $(EX_OUT)/cpp/example $(EX_MODEL) $(EX_VOICE)
+	$(EX_ENV) $(EX_OUT)/cpp/clone $(EX_MODEL) $(EX_WAV) "What the prompt says." \
+	  $(EX_OUT)/cpp/clone.voice.gguf
 	@echo "== examples/python"
 	$(EX_ENV) $(PYTHON) examples/python/test_cosyvoice.py
 	$(EX_ENV) $(PYTHON) examples/python/say.py $(EX_MODEL) $(EX_VOICE) $(EX_OUT)/python.wav \
 	  $(EX_TEXT) --stream
+	$(EX_ENV) $(PYTHON) examples/python/clone.py $(EX_MODEL) $(EX_WAV) "What the prompt says." \
+	  $(EX_OUT)/python-clone.voice.gguf $(EX_OUT)/python-clone.wav $(EX_CLONE_TEXT)
 	@echo "== examples/go"
 	@if command -v go >/dev/null 2>&1; then \
 	  cd examples/go && export $(EX_ENV) GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-modcacherw \
 	    GOENV=off GOTELEMETRY=off GOCACHE=$(EX_OUT)/go/cache GOPATH=$(EX_OUT)/go/path && \
-	  echo "$$(go version): go vet ./... && go test ./..." && go vet ./... && go test -count=1 -v ./... ; \
+	  echo "$$(go version): go vet ./... && go test ./..." && go vet ./... && go test -count=1 -v ./... && \
+	  go run ./cmd/clone -model $(EX_MODEL) -prompt $(EX_WAV) -transcript "What the prompt says." \
+	    -save $(EX_OUT)/go/clone.voice.gguf -o $(EX_OUT)/go/clone.wav $(EX_CLONE_TEXT) ; \
 	else echo "SKIP: examples/go (no go on PATH: apt-get install golang-go)"; fi
 	@echo "== examples/rust"
 	@if command -v cargo >/dev/null 2>&1; then \
@@ -340,7 +354,10 @@ test-examples: $(DEMO_MODEL)
 	  { cargo --version >/dev/null 2>&1 || { echo "examples/rust: \`cargo --version\` fails (a rustup" \
 	    "cargo finds its toolchain through RUSTUP_HOME, else HOME=$$HOME)"; exit 1; }; } && \
 	  echo "$$(cargo --version): cargo test --offline" && \
-	  cargo test --offline --manifest-path examples/rust/Cargo.toml -- --nocapture ; \
+	  cargo test --offline --manifest-path examples/rust/Cargo.toml -- --nocapture && \
+	  cargo run --offline --quiet --manifest-path examples/rust/Cargo.toml --example clone -- \
+	    $(EX_MODEL) $(EX_WAV) "What the prompt says." $(EX_OUT)/rust-clone.voice.gguf \
+	    $(EX_OUT)/rust-clone.wav $(EX_CLONE_TEXT) ; \
 	else echo "SKIP: examples/rust (no cargo on PATH)"; fi
 	@echo "test-examples: ok"
 

@@ -3,9 +3,9 @@
 # benchmarks. Logs go to $OUT (or build/dev/out); a short table is printed last.
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
-#                                        profile cudnn official prof_tests prof_w1 memory
-#                                        (default: all but sched, profile, cudnn, prof_tests,
-#                                        prof_w1 and memory)
+#                                        frontend profile cudnn official prof_tests prof_w1
+#                                        memory (default: build kernels stages engine bench
+#                                        frontend official)
 #
 # The GPUs people own (README "GPUs"), emulated on the big one through the test-only
 # COSY_GPU_PROFILE (lib/gpu/gpu.h: a100, ada, rtx5090, h100 = the device as it is):
@@ -26,6 +26,12 @@
 # e.g. bash bench/device_run.sh build prof_tests    (PROFILES="ada" for one profile)
 #      bash bench/device_run.sh prof_w1 memory       (after a build in the same checkout)
 #
+# frontend: the voice front end on the GPU (test_gpu_frontend: kernels, golden parity, the GPU
+# engine's cloning, full-size parity + timing on $B/full-fe.gguf, made once by make_model.py
+# --frontend full), test_voice_audio, then bench_voice on the full-size model: a voice from 10 s
+# of audio on the GPU engine (--beside: audio gaps of a synthesis while cloning) and on the CPU
+# (FE_CPU=0 skips the CPU run, minutes of single-threaded fp32).
+#
 # What it expects (the device has nvcc and python3 + numpy, nothing else):
 #   .dev/root/          libsamplerate + cmocka unpacked from Debian packages (dpkg -x)
 #   .dev/shared.tar.xz  golden/ tokenizer/ audio/ bench/ from ../shared (unpacked to .dev/shared)
@@ -38,7 +44,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export LC_ALL=C
-STEPS=${*:-build kernels stages engine bench official}
+STEPS=${*:-build kernels stages engine bench frontend official}
 OUT=${OUT:-build/dev/out}
 mkdir -p "$OUT"
 B=build/dev
@@ -70,14 +76,16 @@ run() { # name, command...: run, log to $OUT/name.log, record pass/fail and seco
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 note "device: $(sed -n 2p "$OUT/gpu.txt")  commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
-TESTS="$B/tests/test_kernels $B/tests/test_gpu_llm $B/tests/test_gpu_flow $B/tests/test_gpu_hift $B/tests/test_gpu_engine $B/tests/test_api"
-BENCHES="$B/bench/bench_kernels $B/bench/bench_w1"
+TESTS="$B/tests/test_kernels $B/tests/test_gpu_llm $B/tests/test_gpu_flow $B/tests/test_gpu_hift $B/tests/test_gpu_engine $B/tests/test_api $B/tests/test_gpu_frontend $B/tests/test_voice_audio"
+BENCHES="$B/bench/bench_kernels $B/bench/bench_w1 $B/bench/bench_voice"
 SMALL=$B/test/small-f32.gguf
+SMALL_FE=$B/test/small-fe-f32.gguf
+FULL_FE=$B/full-fe.gguf
 FULL=$B/full-bf16.gguf
 
 if [[ " $STEPS " == *" build "* ]]; then
   run build make -j"${JOBS:-$(nproc)}" B=$B SHARED_DIR="$SHARED" CUDA=1 CUDA_ARCHS="$ARCH" lib $TESTS \
-    $BENCHES $SMALL
+    $BENCHES $SMALL $SMALL_FE
   if [ ! -f "$FULL" ]; then
     run make_full python3 tools/make_model.py --preset full -o "$FULL" --tokenizer "$SHARED/tokenizer"
   fi
@@ -165,6 +173,21 @@ if [[ " $STEPS " == *" sched "* ]]; then
     nsys stats -r cuda_gpu_kern_sum --format csv -o "$OUT/nsys_c64" "$OUT/nsys_c64.nsys-rep" \
       > "$OUT/nsys_stats.log" 2>&1
     rm -f "$OUT/nsys_c64.nsys-rep" "$OUT/nsys_c64.sqlite"
+  fi
+fi
+if [[ " $STEPS " == *" frontend "* ]]; then
+  if [ ! -f "$FULL_FE" ]; then
+    run make_full_fe python3 tools/make_model.py --preset full --frontend full -o "$FULL_FE" \
+      --tokenizer "$SHARED/tokenizer"
+  fi
+  COSY_TEST_FE_MODEL=$PWD/$SMALL_FE COSY_FULL_FE_MODEL=$PWD/$FULL_FE \
+    run test_gpu_frontend ./$B/tests/test_gpu_frontend
+  COSY_TEST_FE_MODEL=$PWD/$SMALL_FE run test_voice_audio ./$B/tests/test_voice_audio
+  run bench_voice_gpu ./$B/bench/bench_voice -m "$FULL_FE" --device 0 --seconds 10 --repeat 10 \
+    --beside --wav "$SHARED/audio/zero_shot_prompt.wav"
+  if [ "${FE_CPU:-1}" != 0 ]; then
+    run bench_voice_cpu timeout 600 ./$B/bench/bench_voice -m "$FULL_FE" --seconds 10 --repeat 1 \
+      --wav "$SHARED/audio/zero_shot_prompt.wav"
   fi
 fi
 

@@ -136,6 +136,14 @@ typedef struct cosy_backend {
   void (*voc_close)(struct cosy_engine *e, void *vs);
   cosy_status (*vocode)(struct cosy_engine *e, cosy_voc_job *jobs, int n, int urgent,
                         const volatile int *cancel);
+  /* Optional (NULL: the CPU reference does it): the voice front end's models on the backend's
+   * device, from the CPU's features: speech tokens of a whisper log-mel [128][T_lm]
+   * (*tokens malloc'd) and the speaker embedding [192] of a mean-removed fbank [T_fb][80].
+   * COSY_ERR_UNSUPPORTED: not available on this engine (the CPU reference runs instead).
+   * voice_audio.c calls it through sched_run_on_t2w, on the token-to-wave thread. */
+  cosy_status (*voice_features)(struct cosy_engine *e, const float *logmel, int T_lm,
+                                const float *fbank, int T_fb, int32_t **tokens,
+                                int32_t *n_tokens, float *spk);
 } cosy_backend;
 
 /* flow_job_take (lib/backend_cpu.c, shared by the backends): copy the job's frames out of a
@@ -204,6 +212,13 @@ struct cosy_request {
  * engine_destroy (every request cancelled and finished, its threads joined). */
 cosy_status sched_start(struct cosy_engine *e);
 void sched_stop(struct cosy_engine *e);
+/* Run fn(e, arg) on the token-to-wave thread (the one that owns the flow and vocoder GPU work)
+ * between two of its batches and wait for it; fn's status comes back and, on failure, its message
+ * (cosy_last_error() of this thread). Runs fn on the calling thread when that is the
+ * token-to-wave thread itself (a push callback) or the scheduler is not running; refuses
+ * (COSY_ERR_INVALID_ARG) once the engine is being destroyed. */
+cosy_status sched_run_on_t2w(struct cosy_engine *e, cosy_status (*fn)(struct cosy_engine *, void *),
+                             void *arg);
 /* Queue a request (COSY_ERR_QUEUE_FULL beyond max_queued). */
 cosy_status sched_submit(struct cosy_engine *e, struct cosy_request *r);
 /* Mark the request finished with status st (wakes waiters and readers; frees it when released). */

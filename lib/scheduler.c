@@ -135,6 +135,8 @@ struct cosy_sched {
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
+  struct t2w_call *calls;        /* sched_run_on_t2w: work for the token-to-wave thread (e->mu) */
+  pthread_cond_t cv_call;        /* a call is done */
   int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
 };
 
@@ -718,6 +720,57 @@ static void reap(cosy_engine *e) {
   }
 }
 
+/* ---- work run on the token-to-wave thread (sched_run_on_t2w) --------------------------------- */
+
+typedef struct t2w_call {
+  cosy_status (*fn)(cosy_engine *, void *);
+  void *arg;
+  cosy_status st;
+  int done;
+  char msg[512];
+  struct t2w_call *next;
+} t2w_call;
+
+/* run the queued calls, oldest first (e->mu held; dropped around each call) */
+static void run_calls(cosy_engine *e) {
+  struct cosy_sched *s = e->sched;
+  while (s->calls) {
+    t2w_call *c = s->calls;
+    s->calls = c->next;
+    pthread_mutex_unlock(&e->mu);
+    cosy_status st = c->fn(e, c->arg);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
+    pthread_mutex_lock(&e->mu);
+    c->st = st;
+    memcpy(c->msg, msg, sizeof msg);
+    c->done = 1;
+    pthread_cond_broadcast(&s->cv_call);
+  }
+}
+
+cosy_status sched_run_on_t2w(cosy_engine *e, cosy_status (*fn)(cosy_engine *, void *), void *arg) {
+  struct cosy_sched *s = e->sched;
+  if (!s || !s->t2w_started || pthread_equal(pthread_self(), s->t2w_th)) return fn(e, arg);
+  t2w_call c;
+  memset(&c, 0, sizeof c);
+  c.fn = fn;
+  c.arg = arg;
+  pthread_mutex_lock(&e->mu);
+  if (e->stopping) {
+    pthread_mutex_unlock(&e->mu);
+    return cosy_err(COSY_ERR_INVALID_ARG, "the engine is being destroyed");
+  }
+  t2w_call **pp = &s->calls;
+  while (*pp) pp = &(*pp)->next;
+  *pp = &c;
+  pthread_cond_broadcast(&s->cv_t2w);
+  while (!c.done) pthread_cond_wait(&s->cv_call, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+  if (c.st) return cosy_err(c.st, "%s", c.msg);
+  return COSY_OK;
+}
+
 static void *t2w_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
@@ -733,6 +786,7 @@ static void *t2w_main(void *arg) {
   pthread_mutex_lock(&e->mu);
   for (;;) {
     reap(e);
+    run_calls(e);
     if (e->stopping && s->llm_exited && !s->active) break;
     /* the ready chunks, most urgent first (selection by deadline, at most FLOW_BATCH_JOBS) */
     int n = 0;
@@ -914,6 +968,7 @@ cosy_status sched_start(cosy_engine *e) {
   if (tp && tp[0]) s->trace = fopen(tp, "w");
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
+  pthread_cond_init(&s->cv_call, NULL);
   e->sched = s;
   int rc = pthread_create(&s->llm_th, NULL, llm_main, e);
   if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the LLM thread: %s", strerror(rc));
@@ -949,6 +1004,7 @@ void sched_stop(cosy_engine *e) {
   pthread_cond_destroy(&s->cv_t2w);
   if (s->trace) fclose(s->trace);
   pthread_mutex_destroy(&s->trace_mu);
+  pthread_cond_destroy(&s->cv_call);
   free(s);
   e->sched = NULL;
 }

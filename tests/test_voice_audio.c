@@ -9,10 +9,13 @@
  * library computes its own 16 kHz audio and features (the golden features are not used), so this
  * also covers resampling. The 16 kHz golden prompt (wav16k.npy) as input gives the same tokens
  * and embedding. A voice file round trip keeps all of it.
- * Bad input: NULL, empty, unknown rates, NaN / Inf, < 0.5 s, > 30 s, silent, unscaled, clipped
+ * Bad input: NULL, empty, unknown rates, NaN / Inf, < 0.5 s, > 30 s, silent (also a DC offset
+ * alone), unscaled, clipped
  * -> COSY_ERR_INVALID_ARG with a message; a model without the front end -> COSY_ERR_UNSUPPORTED.
  * Two clones made beside a synthesis on the same engine equal the ones made alone, and so does
- * the audio (the front end is set up once, then shared read-only). */
+ * the audio (the front end is set up once, then shared read-only).
+ * sched_run_on_t2w (the hook a GPU engine's cloning goes through): runs the function on the
+ * token-to-wave thread with its status and message carried back, inline from a push callback. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -169,6 +172,10 @@ static void test_bad_input(void **state) {
   x[100] = keep;
   float *z = calloc((size_t)n, sizeof(float));
   expect_bad(e, z, n, sr, COSY_ERR_INVALID_ARG, "silent");
+  for (int64_t i = 0; i < n; i++) z[i] = 0.25f; /* a DC offset and nothing else */
+  expect_bad(e, z, n, sr, COSY_ERR_INVALID_ARG, "silent");
+  z[n / 2] = 0.25f + 5e-5f; /* ... with a step below -80 dBFS */
+  expect_bad(e, z, n, sr, COSY_ERR_INVALID_ARG, "silent");
   for (int64_t i = 0; i < n; i++) z[i] = x[i] * 32768.0f;
   expect_bad(e, z, n, sr, COSY_ERR_INVALID_ARG, "scaled");
   for (int64_t i = 0; i < n; i++) z[i] = fmaxf(-1.0f, fminf(1.0f, 10.0f * x[i]));
@@ -269,6 +276,85 @@ static void test_concurrent(void **state) {
   cosy_engine_destroy(e0);
 }
 
+/* sched_run_on_t2w, the hook a GPU engine's cloning goes through: the function runs on another
+ * thread (the scheduler's token-to-wave thread) and its status and message come back; called from
+ * a push callback (which runs on that thread) it runs inline instead of waiting for itself. */
+typedef struct hook_rec {
+  pthread_t th;
+  int ran;
+  cosy_status ret;
+} hook_rec;
+
+static cosy_status hook_fn(cosy_engine *e, void *arg) {
+  (void)e;
+  hook_rec *h = arg;
+  h->th = pthread_self();
+  h->ran++;
+  return h->ret ? cosy_err(h->ret, "hook failed on purpose (%d)", 42) : COSY_OK;
+}
+
+typedef struct cb_rec {
+  cosy_engine *e;
+  hook_rec h;
+  pthread_t cb_th;
+  int calls;
+  cosy_status st;
+} cb_rec;
+
+static int32_t hook_cb(void *user, const cosy_chunk *chunk) {
+  (void)chunk;
+  cb_rec *c = user;
+  if (c->calls++ == 0) {
+    c->cb_th = pthread_self();
+    c->st = sched_run_on_t2w(c->e, hook_fn, &c->h);
+  }
+  return 0;
+}
+
+static void test_run_on_t2w(void **state) {
+  (void)state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  const char *model = fe_model();
+  TU_REQUIRE(model, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  cosy_engine *e = engine_for(model);
+  assert_non_null(e);
+  hook_rec h = {pthread_self(), 0, COSY_OK};
+  assert_int_equal(sched_run_on_t2w(e, hook_fn, &h), COSY_OK);
+  assert_int_equal(h.ran, 1);
+  assert_false(pthread_equal(h.th, pthread_self()));
+  h.ret = COSY_ERR_CUDA;
+  assert_int_equal(sched_run_on_t2w(e, hook_fn, &h), COSY_ERR_CUDA);
+  assert_int_equal(h.ran, 2);
+  assert_string_equal(cosy_last_error(), "hook failed on purpose (42)");
+  /* from a push callback: inline, on the callback's own thread */
+  float *pcm;
+  int64_t n;
+  int32_t sr;
+  assert_int_equal(cosy_wav_read(tu_shared("audio/zero_shot_prompt.wav"), &pcm, &n, &sr), COSY_OK);
+  cosy_voice *v;
+  assert_int_equal(cosy_voice_from_audio(e, pcm, n, sr, PROMPT_TEXT, &v), COSY_OK);
+  cosy_synth_params p;
+  cosy_synth_params_init(&p, sizeof p);
+  p.seed = 3;
+  p.max_tokens = 20;
+  cb_rec c;
+  memset(&c, 0, sizeof c);
+  c.e = e;
+  cosy_request *r;
+  assert_int_equal(cosy_request_submit(e, v, "Hello.", &p, hook_cb, &c, &r), COSY_OK);
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  cosy_request_release(r);
+  assert_true(c.calls > 0);
+  assert_int_equal(c.st, COSY_OK);
+  assert_int_equal(c.h.ran, 1);
+  assert_true(pthread_equal(c.h.th, c.cb_th));
+  print_message("sched_run_on_t2w: ran on the token-to-wave thread, status and message carried "
+                "back; inline from a push callback\n");
+  cosy_voice_release(v);
+  free(pcm);
+  cosy_engine_destroy(e);
+}
+
 static void test_no_frontend(void **state) {
   (void)state;
   const char *model = tu_small_model();
@@ -290,6 +376,7 @@ int main(void) {
       cmocka_unit_test(test_end_to_end),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_concurrent),
+      cmocka_unit_test(test_run_on_t2w),
       cmocka_unit_test(test_no_frontend),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -87,6 +87,10 @@ class voice {
  public:
   static voice load(engine &e, const std::string &path);
   static voice from_features(engine &e, const cosy_voice_features &f);
+  /// Clone from a recording (cosy_voice_from_audio): mono samples in [-1, 1], 0.5..30 s at
+  /// 16..192 kHz, and what is said in it. Save it to clone once and load it afterwards.
+  static voice from_audio(engine &e, const std::vector<float> &pcm, int32_t sample_rate,
+                          const std::string &transcript = "");
   void save(const std::string &path) const {
     check(cosy_voice_save(v_.get(), path.c_str()), "cosy_voice_save");
   }
@@ -221,6 +225,15 @@ inline voice voice::load(engine &e, const std::string &path) {
 inline voice voice::from_features(engine &e, const cosy_voice_features &f) {
   cosy_voice *v = nullptr;
   check(cosy_voice_from_features(e.get(), &f, &v), "cosy_voice_from_features");
+  return voice(v);
+}
+
+inline voice voice::from_audio(engine &e, const std::vector<float> &pcm, int32_t sample_rate,
+                              const std::string &transcript) {
+  cosy_voice *v = nullptr;
+  check(cosy_voice_from_audio(e.get(), pcm.data(), static_cast<int64_t>(pcm.size()), sample_rate,
+                              transcript.c_str(), &v),
+        "cosy_voice_from_audio");
   return voice(v);
 }
 

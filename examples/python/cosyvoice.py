@@ -28,6 +28,7 @@ import ctypes.util
 import os
 import shutil
 import subprocess
+import sys
 import weakref
 from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_char_p, c_double, c_float, c_int32,
                     c_int64, c_uint32, c_uint64, c_void_p)
@@ -276,18 +277,43 @@ def audio_to_mel(pcm, sample_rate):
 
 
 def read_wav(path):
-    """A 16-bit PCM WAV as (array('f') of mono samples in [-1, 1], sample rate), stdlib only."""
-    import wave
-    with wave.open(os.fspath(path), "rb") as w:
-        if w.getsampwidth() != 2:
-            raise ValueError(f"{path}: {8 * w.getsampwidth()}-bit samples; this reader takes 16-bit PCM")
-        ch, rate, raw = w.getnchannels(), w.getframerate(), w.readframes(w.getnframes())
-    s = array.array("h")
-    s.frombytes(raw)
+    """A RIFF/WAVE file of 16-bit PCM or 32-bit float samples (plain or WAVE_FORMAT_EXTENSIBLE) as
+    (array('f') of mono samples in [-1, 1], channels mixed by their mean; sample rate). Stdlib
+    only; other encodings raise ValueError naming them."""
+    import struct
+    with open(os.fspath(path), "rb") as f:
+        b = f.read()
+    if len(b) < 12 or b[0:4] != b"RIFF" or b[8:12] != b"WAVE":
+        raise ValueError(f"{path}: not a RIFF/WAVE file")
+    fmt = data = None
+    off = 12
+    while off + 8 <= len(b):
+        cid, size = b[off:off + 4], struct.unpack_from("<I", b, off + 4)[0]
+        body = b[off + 8:off + 8 + size]  # a truncated last chunk: what is there
+        if cid == b"fmt " and len(body) >= 16:
+            tag, ch, rate, _, _, bits = struct.unpack_from("<HHIIHH", body)
+            if tag == 0xFFFE and len(body) >= 26:  # extensible: the sub-format's tag
+                tag = struct.unpack_from("<H", body, 24)[0]
+            fmt = (tag, ch, rate, bits)
+        elif cid == b"data":
+            data = body
+        off += 8 + size + (size & 1)
+    if fmt is None or data is None or fmt[1] == 0:
+        raise ValueError(f"{path}: no fmt or data chunk")
+    tag, ch, rate, bits = fmt
+    if (tag, bits) == (1, 16):
+        s, scale = array.array("h"), 1.0 / 32768.0
+    elif (tag, bits) == (3, 32):
+        s, scale = array.array("f"), 1.0
+    else:
+        raise ValueError(f"{path}: format {tag} with {bits}-bit samples; this reader takes 16-bit "
+                         "PCM or 32-bit float")
+    s.frombytes(data[:len(data) - len(data) % (s.itemsize * ch)])
     if sys.byteorder == "big":
         s.byteswap()
-    out = array.array("f", (sum(s[i:i + ch]) / (ch * 32768.0) for i in range(0, len(s), ch)))
-    return out, rate
+    if ch == 1:
+        return array.array("f", (x * scale for x in s)), rate
+    return array.array("f", (sum(s[i:i + ch]) * scale / ch for i in range(0, len(s), ch))), rate
 
 
 def _quiet_close(obj):
@@ -359,7 +385,8 @@ class Engine:
         return Voice.from_audio(self, pcm, sample_rate, transcript)
 
     def voice_from_wav(self, path, transcript=""):
-        """Clone a voice from a 16-bit PCM WAV file (channels mixed by their mean)."""
+        """Clone a voice from a WAV file (16-bit PCM or 32-bit float; channels mixed by their
+        mean)."""
         pcm, rate = read_wav(path)
         return Voice.from_audio(self, pcm, rate, transcript)
 

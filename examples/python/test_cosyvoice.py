@@ -120,6 +120,40 @@ def errors_raise():
     return "ok"
 
 
+@test
+def read_wav_formats():
+    """read_wav: 16-bit PCM stereo (mixed by the mean) and 32-bit float (WAVE_FORMAT_IEEE_FLOAT,
+    as audio/zero_shot_prompt.wav) give the samples written; 8-bit is refused by name."""
+    import struct
+    vals = [0.5, -0.25, 0.125, 0.0, -1.0]
+
+    def riff(tag, ch, rate, bits, payload):
+        fmt = struct.pack("<HHIIHH", tag, ch, rate, rate * ch * bits // 8, ch * bits // 8, bits)
+        return (b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 8 + len(payload)) + b"WAVE" +
+                b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" +
+                struct.pack("<I", len(payload)) + payload)
+    with tempfile.TemporaryDirectory() as d:
+        p16, p32, p8 = (os.path.join(d, n) for n in ("a.wav", "b.wav", "c.wav"))
+        with open(p16, "wb") as f:   # left = v, right = v / 2 -> mean 0.75 v
+            f.write(riff(1, 2, 22050, 16, b"".join(struct.pack("<hh", int(v * 32768 // 1),
+                                                               int(v * 16384 // 1)) for v in vals)))
+        with open(p32, "wb") as f:
+            f.write(riff(3, 1, 24000, 32, struct.pack(f"<{len(vals)}f", *vals)))
+        with open(p8, "wb") as f:
+            f.write(riff(1, 1, 8000, 8, bytes(5)))
+        a, ra = cv.read_wav(p16)
+        b, rb = cv.read_wav(p32)
+        assert (ra, rb) == (22050, 24000), (ra, rb)
+        assert list(a) == [0.75 * v for v in vals], list(a)
+        assert list(b) == vals, list(b)
+        try:
+            cv.read_wav(p8)
+            raise AssertionError("no exception")
+        except ValueError as e:
+            assert "8-bit" in str(e), e
+    return "16-bit stereo and 32-bit float read; 8-bit refused"
+
+
 def with_model(fn):
     def run():
         model = os.environ.get("COSY_MODEL") or (sys.argv[1] if len(sys.argv) > 1 else None)

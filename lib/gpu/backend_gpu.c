@@ -33,10 +33,14 @@
 
 #ifdef HAVE_GPU_STAGES
 #include "gpu/flow.h"
+#include "gpu/frontend.h"
 #include "gpu/gpu.h"
 #include "gpu/hift.h"
 #include "gpu/llm.h"
+#include "ref/s3tok.h" /* S3TOK_MAX_SECONDS */
 #include "ref/sampling.h"
+
+void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
 
 #define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
@@ -45,6 +49,7 @@
 /* the smallest LLM KV cache an engine starts with: one request of the longest context, so any
  * request fits an idle engine (scheduler.c: admission) */
 #define KV_MIN_POSITIONS GPU_LLM_MAX_CTX
+#define FE_MAX_MEL (S3TOK_MAX_SECONDS * 100 + 8) /* log-mel / fbank frames of the longest prompt */
 
 typedef struct gpu_state {
   cosy_gpu *g;      /* LLM */
@@ -52,6 +57,7 @@ typedef struct gpu_state {
   gpu_llm *llm;
   gpu_flow *flow;
   gpu_hift *hift;
+  gpu_fe *fe;               /* voice front end (NULL: no front end in the file, or no room) */
   pthread_mutex_t mu;       /* the KV page accounting (sequence open/close vs. stats) */
   int step_cap;             /* rows of a decode step (max_active) */
   int *step_ids;
@@ -61,11 +67,11 @@ typedef struct gpu_state {
 
 #define ST(e) ((gpu_state *)(e)->be_state)
 
-void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
 
 static void gb_destroy(cosy_engine *e) {
   gpu_state *s = ST(e);
   if (!s) return;
+  gpu_fe_free(s->fe);
   gpu_hift_free(s->hift);
   gpu_flow_free(s->flow);
   gpu_llm_free(s->llm);
@@ -88,6 +94,18 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
       (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
       (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift)))
     return st;
+  /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
+   * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */
+  if (e->model->hp.has_s3tok && e->model->hp.has_campplus) {
+    st = gpu_fe_create(s->post, e->model, FE_MAX_MEL, &s->fe);
+    if (st == COSY_ERR_GPU_NO_MEMORY) {
+      engine_log(e, COSY_LOG_WARN, "voice front end stays on the CPU: %s", cosy_last_error());
+      cosy_err_clear();
+      s->fe = NULL;
+    } else if (st) {
+      return st;
+    }
+  }
   if (measure) return gpu_flow_pool(s->flow, 1); /* the batch buffers, no page */
   const cosy_hparams *hp = &e->model->hp;
   const size_t per_pos = (size_t)hp->llm_layers * 2 * hp->llm_kv_heads * hp->llm_head_dim * 4;
@@ -112,6 +130,8 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
 }
 
 static void free_stages(gpu_state *s) {
+  gpu_fe_free(s->fe);
+  s->fe = NULL;
   gpu_hift_free(s->hift);
   gpu_flow_free(s->flow);
   gpu_llm_free(s->llm);
@@ -498,6 +518,18 @@ static cosy_status gb_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urge
   return st;
 }
 
+/* the voice front end's models (voice_audio.c, on the token-to-wave thread: the post context's
+ * stream and the front end's own cuBLASLt handle) */
+static cosy_status gb_voice_features(cosy_engine *e, const float *logmel, int T_lm,
+                                     const float *fbank, int T_fb, int32_t **tokens,
+                                     int32_t *n_tokens, float *spk) {
+  gpu_state *s = ST(e);
+  if (!s->fe) return COSY_ERR_UNSUPPORTED;
+  cosy_status st = cosy_gpu_check(cudaSetDevice(s->g->device), "cudaSetDevice");
+  if (st) return st;
+  return gpu_fe_run(s->fe, logmel, T_lm, fbank, T_fb, tokens, n_tokens, spk);
+}
+
 const cosy_backend cosy_backend_gpu = {
     .name = "gpu",
     .create = gb_create,
@@ -514,6 +546,7 @@ const cosy_backend cosy_backend_gpu = {
     .voc_open = gb_voc_open,
     .voc_close = gb_voc_close,
     .vocode = gb_vocode,
+    .voice_features = gb_voice_features,
 };
 
 #else /* the GPU stages are not in this build */

@@ -54,6 +54,7 @@ cosy_status ref_kaldi_fbank(const float *x, int64_t n, float **fb_out, int32_t *
   cosy_status st = COSY_OK;
   float win[FB_WIN], fr[FB_WIN], buf[2 * FB_NFFT], spec[2 * FB_NFFT];
   double pw[FB_NFFT / 2 + 1];
+  int span_lo[FB_BINS], span_hi[FB_BINS]; /* non-zero span of each bank: the sums skip exact zeros only */
   if (!out || !mb) { st = COSY_ERR_NO_MEMORY; goto done; }
   if ((st = cosy_fft_plan_create(FB_NFFT, &plan))) goto done;
   {
@@ -70,6 +71,15 @@ cosy_status ref_kaldi_fbank(const float *x, int64_t n, float **fb_out, int32_t *
         mb[(size_t)m * NB + k] = v > 0.0f ? v : 0.0f;
       }
     }
+  }
+  for (int m = 0; m < FB_BINS; m++) {
+    const float *row = mb + (size_t)m * NB;
+    span_lo[m] = 0, span_hi[m] = 0;
+    for (int k = 0; k < NB; k++)
+      if (row[k] != 0.0f) {
+        if (span_hi[m] == 0) span_lo[m] = k;
+        span_hi[m] = k + 1;
+      }
   }
   for (int i = 0; i < FB_WIN; i++)
     win[i] = powf((float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * i / (FB_WIN - 1))), 0.85f);
@@ -93,7 +103,7 @@ cosy_status ref_kaldi_fbank(const float *x, int64_t n, float **fb_out, int32_t *
     for (int m = 0; m < FB_BINS; m++) {
       const float *row = mb + (size_t)m * NB;
       double acc = 0;
-      for (int k = 0; k < NB; k++) acc += (double)row[k] * pw[k];
+      for (int k = span_lo[m]; k < span_hi[m]; k++) acc += (double)row[k] * pw[k];
       float e = (float)acc;
       out[(size_t)t * FB_BINS + m] = logf(e > FLT_EPSILON ? e : FLT_EPSILON);
     }

@@ -47,11 +47,21 @@ cosy_status ref_whisper_logmel(const float *x, int64_t n, float **mel, int32_t *
   float *fb = (float *)cosy_malloc((size_t)NMEL * NBIN * sizeof(float));
   float win[NFFT], buf[2 * NFFT], spec[2 * NFFT];
   double pw[NBIN];
+  int lo[NMEL], hi[NMEL]; /* non-zero span of each filter: the sums skip exact zeros only */
   cosy_fft_plan *plan = NULL;
   cosy_status st = COSY_OK;
   if (!out || !fb) { st = COSY_ERR_NO_MEMORY; goto done; }
   if ((st = cosy_mel_filterbank(S3TOK_SR, NFFT, NMEL, 0.0, 0.0, fb))) goto done;
   if ((st = cosy_fft_plan_create(NFFT, &plan))) goto done;
+  for (int m = 0; m < NMEL; m++) {
+    const float *row = fb + (size_t)m * NBIN;
+    lo[m] = 0, hi[m] = 0;
+    for (int k = 0; k < NBIN; k++)
+      if (row[k] != 0.0f) {
+        if (hi[m] == 0) lo[m] = k;
+        hi[m] = k + 1;
+      }
+  }
   for (int i = 0; i < NFFT; i++)
     win[i] = (float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * i / NFFT));
   float lmax = -INFINITY;
@@ -72,7 +82,7 @@ cosy_status ref_whisper_logmel(const float *x, int64_t n, float **mel, int32_t *
     for (int m = 0; m < NMEL; m++) {
       const float *row = fb + (size_t)m * NBIN;
       double acc = 0;
-      for (int k = 0; k < NBIN; k++) acc += (double)row[k] * pw[k];
+      for (int k = lo[m]; k < hi[m]; k++) acc += (double)row[k] * pw[k];
       float v = (float)acc;
       v = log10f(v > 1e-10f ? v : 1e-10f);
       out[(size_t)m * T + t] = v;

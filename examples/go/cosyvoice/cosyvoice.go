@@ -4,7 +4,9 @@
 // /usr/local; LD_LIBRARY_PATH at run time when it is not in the loader's path).
 //
 //	eng, err := cosyvoice.NewEngine(cosyvoice.Config{ModelPath: "model.gguf"})
-//	voice, err := eng.LoadVoice("voice.gguf")
+//	voice, err := eng.LoadVoice("voice.gguf")     // or clone one from a recording:
+//	pcm, rate, err := cosyvoice.ReadWAV("prompt.wav")
+//	voice, err = eng.VoiceFromAudio(pcm, rate, "What the prompt says.")
 //	pcm, err := eng.Synthesize(voice, "Hello.", &cosyvoice.Params{Seed: 42})  // blocking
 //	s, err := eng.Stream(voice, "Hello.", nil)                              // streaming
 //	for chunk := range s.C { play(chunk) }
@@ -226,6 +228,28 @@ func (e *Engine) VoiceFromFeatures(f Features) (*Voice, error) {
 	defer runtime.UnlockOSThread()
 	var v *C.cosy_voice
 	if err := check(C.cosy_voice_from_features(e.p, &c, &v), "cosy_voice_from_features"); err != nil {
+		return nil, err
+	}
+	return &Voice{p: v}, nil
+}
+
+// VoiceFromAudio clones a voice from a recording (cosy_voice_from_audio): mono samples in
+// [-1, 1], 0.5 to 30 s at 16 to 192 kHz, and what is said in it (may be empty). The library
+// computes the prompt speech tokens, the prompt mel and the speaker embedding; save the result
+// with Save to clone once and reuse it.
+func (e *Engine) VoiceFromAudio(pcm []float32, sampleRate int, transcript string) (*Voice, error) {
+	text := C.CString(transcript)
+	buf := cmem(pcm)
+	defer func() {
+		C.free(unsafe.Pointer(text))
+		C.free(buf)
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var v *C.cosy_voice
+	st := C.cosy_voice_from_audio(e.p, (*C.float)(buf), C.int64_t(len(pcm)), C.int32_t(sampleRate),
+		text, &v)
+	if err := check(st, "cosy_voice_from_audio"); err != nil {
 		return nil, err
 	}
 	return &Voice{p: v}, nil

@@ -190,3 +190,58 @@ func TestVoiceFeaturesRoundTrip(t *testing.T) {
 		t.Fatalf("want StatusInvalidArg, got %v", err)
 	}
 }
+
+// TestCloneFromWAV: a voice cloned from COSY_PROMPT_WAV (make test-examples sets it), saved and
+// loaded, says the same as before saving; bad audio gets StatusInvalidArg.
+func TestCloneFromWAV(t *testing.T) {
+	e, _ := open(t)
+	path := os.Getenv("COSY_PROMPT_WAV")
+	if path == "" {
+		t.Skip("set COSY_PROMPT_WAV")
+	}
+	pcm, rate, err := ReadWAV(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, err := e.VoiceFromAudio(pcm, rate, "What the prompt says.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer made.Close()
+	file := filepath.Join(t.TempDir(), "cloned.voice.gguf")
+	if err := made.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	back, err := e.LoadVoice(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	p := &Params{Seed: 5, MaxTokens: 40}
+	a, err := e.Synthesize(made, "Hello there.", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.Synthesize(back, "Hello there.", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) == 0 || len(a) != len(b) {
+		t.Fatalf("lengths %d %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("sample %d differs", i)
+		}
+	}
+	for _, bad := range []struct {
+		pcm  []float32
+		want string
+	}{{make([]float32, rate), "silent"}, {pcm[:rate/4], "0.5 s"}} {
+		_, err := e.VoiceFromAudio(bad.pcm, rate, "")
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != StatusInvalidArg || !strings.Contains(ce.Message, bad.want) {
+			t.Fatalf("%s: want StatusInvalidArg, got %v", bad.want, err)
+		}
+	}
+}

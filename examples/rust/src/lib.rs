@@ -4,6 +4,8 @@
 //! use cosyvoice::{Engine, Params};
 //! let eng = Engine::new("model.gguf")?;
 //! let voice = eng.load_voice("voice.gguf")?;
+//! // or clone one from a recording: let (pcm, rate) = cosyvoice::read_wav("prompt.wav")?;
+//! //                                 let voice = eng.voice_from_audio(&pcm, rate, "What it says.")?;
 //! let p = Params { seed: 42, ..Params::default() };
 //! let pcm: Vec<f32> = eng.synthesize(&voice, "Hello.", &p)?;          // blocking
 //! for chunk in eng.stream(&voice, "Hello again.", &p)? {              // pull streaming
@@ -30,6 +32,59 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
+
+/// A RIFF/WAVE file of 16-bit PCM or 32-bit float samples (plain or WAVE_FORMAT_EXTENSIBLE) as
+/// mono samples in [-1, 1] (channels mixed by their mean) and its sample rate; other encodings
+/// are an `std::io::Error` naming them.
+pub fn read_wav(path: impl AsRef<Path>) -> std::io::Result<(Vec<f32>, i32)> {
+    use std::io::{Error as IoError, ErrorKind};
+    let bad = |m: String| IoError::new(ErrorKind::InvalidData, format!("{}: {}", path.as_ref().display(), m));
+    let b = std::fs::read(path.as_ref())?;
+    if b.len() < 12 || &b[0..4] != b"RIFF" || &b[8..12] != b"WAVE" {
+        return Err(bad("not a RIFF/WAVE file".into()));
+    }
+    let u16_at = |p: &[u8], i: usize| u16::from_le_bytes([p[i], p[i + 1]]);
+    let u32_at = |p: &[u8], i: usize| u32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
+    let (mut fmt, mut data) = (None, None);
+    let mut off = 12;
+    while off + 8 <= b.len() {
+        let size = (u32_at(&b, off + 4) as usize).min(b.len() - off - 8); // truncated last chunk
+        let body = &b[off + 8..off + 8 + size];
+        match &b[off..off + 4] {
+            b"fmt " if size >= 16 => {
+                let mut tag = u16_at(body, 0);
+                if tag == 0xFFFE && size >= 26 {
+                    tag = u16_at(body, 24); // extensible: the sub-format's tag
+                }
+                fmt = Some((tag, u16_at(body, 2) as usize, u32_at(body, 4) as i32, u16_at(body, 14)));
+            }
+            b"data" => data = Some(body),
+            _ => {}
+        }
+        off += 8 + size + (size & 1);
+    }
+    let ((tag, ch, rate, bits), data) = match (fmt, data) {
+        (Some(f), Some(d)) if f.1 > 0 => (f, d),
+        _ => return Err(bad("no fmt or data chunk".into())),
+    };
+    let width = match (tag, bits) {
+        (1, 16) => 2,
+        (3, 32) => 4,
+        _ => return Err(bad(format!("format {} with {}-bit samples (this reader takes 16-bit PCM \
+                                     or 32-bit float)", tag, bits))),
+    };
+    let out = data
+        .chunks_exact(width * ch)
+        .map(|frame| {
+            let sum: f64 = frame
+                .chunks_exact(width)
+                .map(|s| if width == 2 { u16_at(s, 0) as i16 as f64 / 32768.0 } else { f32::from_bits(u32_at(s, 0)) as f64 })
+                .sum();
+            (sum / ch as f64) as f32
+        })
+        .collect();
+    Ok((out, rate))
+}
 
 /// Raw declarations mirroring `cosyvoice.h` (checked against the C compiler by the tests).
 pub mod sys {
@@ -363,6 +418,21 @@ impl Engine {
         let mut v = ptr::null_mut();
         check(unsafe { sys::cosy_voice_from_features(self.ptr.as_ptr(), &f, &mut v) },
               "cosy_voice_from_features")?;
+        Ok(Voice::wrap(v))
+    }
+
+    /// Clone a voice from a recording (`cosy_voice_from_audio`): mono samples in [-1, 1], 0.5 to
+    /// 30 s at 16 to 192 kHz, and what is said in it (may be empty). Save the result with
+    /// [`Voice::save`] to clone once and load it afterwards.
+    pub fn voice_from_audio(&self, pcm: &[f32], sample_rate: i32, transcript: &str)
+                            -> Result<Voice<'_>> {
+        let text = cstring(transcript, "transcript")?;
+        let mut v = ptr::null_mut();
+        check(unsafe {
+                  sys::cosy_voice_from_audio(self.ptr.as_ptr(), pcm.as_ptr(), pcm.len() as i64,
+                                             sample_rate, text.as_ptr(), &mut v)
+              },
+              "cosy_voice_from_audio")?;
         Ok(Voice::wrap(v))
     }
 

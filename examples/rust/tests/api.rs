@@ -168,3 +168,48 @@ fn voice_from_features_save_load() {
     assert_eq!(e.status, Status::INVALID_ARG);
     assert!(e.message.contains("192"), "{}", e);
 }
+
+/// A voice cloned from COSY_PROMPT_WAV (make test-examples sets it), saved and loaded, says the
+/// same as before saving; silence and too-short audio get INVALID_ARG; read_wav reads a float WAV.
+#[test]
+fn clone_from_wav() {
+    let Some((eng, _)) = engine() else { return };
+    let Ok(path) = std::env::var("COSY_PROMPT_WAV") else {
+        eprintln!("SKIP: set COSY_PROMPT_WAV");
+        return;
+    };
+    let (pcm, rate) = cosyvoice::read_wav(&path).expect("read_wav");
+    let made = eng.voice_from_audio(&pcm, rate, "What the prompt says.").expect("clone");
+    let file = std::env::temp_dir().join(format!("cosy-rust-clone-{}.gguf", std::process::id()));
+    made.save(&file).expect("save");
+    let back = eng.load_voice(&file).expect("load");
+    let _ = std::fs::remove_file(&file);
+    let p = Params { seed: 5, max_tokens: 40, ..Params::default() };
+    let a = eng.synthesize(&made, "Hello there.", &p).expect("synth");
+    let b = eng.synthesize(&back, "Hello there.", &p).expect("synth");
+    assert!(!a.is_empty() && a == b, "{} vs {} samples", a.len(), b.len());
+    for (bad, want) in [(vec![0.0f32; rate as usize], "silent"), (pcm[..rate as usize / 4].to_vec(), "0.5 s")] {
+        let e = eng.voice_from_audio(&bad, rate, "").err().expect("accepted bad audio");
+        assert_eq!(e.status, Status::INVALID_ARG);
+        assert!(e.message.contains(want), "{}", e);
+    }
+    // a float WAV written here reads back exactly
+    let wav = std::env::temp_dir().join(format!("cosy-rust-f32-{}.wav", std::process::id()));
+    let vals = [0.5f32, -0.25, 0.125];
+    let mut b = Vec::new();
+    b.extend_from_slice(b"RIFF");
+    b.extend_from_slice(&(4 + 8 + 16 + 8 + 12u32).to_le_bytes());
+    b.extend_from_slice(b"WAVEfmt ");
+    for v in [16u32.to_le_bytes(), [3, 0, 1, 0], 24000u32.to_le_bytes(), 96000u32.to_le_bytes(), [4, 0, 32, 0]] {
+        b.extend_from_slice(&v);
+    }
+    b.extend_from_slice(b"data");
+    b.extend_from_slice(&12u32.to_le_bytes());
+    for v in vals {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(&wav, &b).expect("write");
+    let (x, r) = cosyvoice::read_wav(&wav).expect("read float wav");
+    let _ = std::fs::remove_file(&wav);
+    assert_eq!((x.as_slice(), r), (&vals[..], 24000));
+}
