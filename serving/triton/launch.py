@@ -118,7 +118,11 @@ def main():
                      "Triton container, or pass --tritonserver")
         binary, backends_src, stub, libs = found
         backend_dir = make_backends(workdir, backends_src, stub)
-        env["LD_LIBRARY_PATH"] = ":".join(p for p in (env.get("LD_LIBRARY_PATH"), libs) if p)
+        # the stub embeds libpython3.X: take this interpreter's own when it has a shared one
+        import sysconfig
+        pylib = sysconfig.get_config_var("LIBDIR") if sysconfig.get_config_var("Py_ENABLE_SHARED") \
+            else None
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (pylib, env.get("LD_LIBRARY_PATH"), libs) if p)
         # the stub starts this Python's interpreter: its bin first on PATH, as pytriton does
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     repo = cpu_repository(a.model_repository, workdir) if a.kind == "cpu" else a.model_repository
