@@ -4,6 +4,7 @@ exception mapping."""
 import ctypes
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -145,6 +146,19 @@ def test_wav_roundtrip(tmp_path):
     y, rate = cosyvoice.read_wav(tmp_path / "a.wav")
     assert rate == 16000 and y.dtype == np.float32 and y.shape == x.shape
     assert np.max(np.abs(y - x)) < 1.0 / 16000
+    # IEEE float, stereo (mixed by the mean)
+    st = np.stack([x, -0.5 * x], axis=1).astype("<f4")
+    fmt = struct.pack("<HHIIHH", 3, 2, 22050, 22050 * 8, 8, 32)
+    raw = st.tobytes()
+    (tmp_path / "f.wav").write_bytes(b"RIFF" + struct.pack("<I", 36 + len(raw)) + b"WAVEfmt " +
+                                     struct.pack("<I", 16) + fmt + b"data" +
+                                     struct.pack("<I", len(raw)) + raw)
+    y, rate = cosyvoice.read_wav(tmp_path / "f.wav")
+    assert rate == 22050 and np.allclose(y, 0.25 * x, atol=1e-7)
+    (tmp_path / "bad.wav").write_bytes(b"RIFF\0\0\0\0WAVEfmt " + struct.pack("<I", 16) +
+                                       struct.pack("<HHIIHH", 2, 1, 8000, 0, 0, 4))
+    with pytest.raises(ValueError, match="no data chunk"):
+        cosyvoice.read_wav(tmp_path / "bad.wav")
     h = cosyvoice.wav_header(24000)
     assert len(h) == 44 and h[4:8] == b"\xff\xff\xff\xff" and h[40:44] == b"\xff\xff\xff\xff"
     assert cosyvoice.to_pcm16([2.0, -2.0, 0.0]) == b"\xff\x7f\x01\x80\x00\x00"

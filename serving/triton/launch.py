@@ -58,10 +58,12 @@ def make_backends(workdir, backends_src, stub):
     dst = os.path.join(workdir, "backends", "python")
     os.makedirs(dst, exist_ok=True)
     src = os.path.join(backends_src, "python")
-    for name in os.listdir(src):
-        if name.endswith((".so", ".py")):
-            shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
-    shutil.copy2(stub, os.path.join(dst, "triton_python_backend_stub"))
+    files = [(os.path.join(src, n), n) for n in os.listdir(src) if n.endswith((".so", ".py"))]
+    for path, name in files + [(stub, "triton_python_backend_stub")]:
+        # copied aside and renamed over: a server still running from this WORKDIR keeps its files
+        tmp = os.path.join(dst, f".{name}.{os.getpid()}")
+        shutil.copy2(path, tmp)
+        os.replace(tmp, os.path.join(dst, name))
     return os.path.join(workdir, "backends")
 
 
