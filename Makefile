@@ -10,6 +10,8 @@
 #   make check-abi       exported symbols == abi/cosyvoice.symbols
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
+#   make test-python     the cosyvoice Python package, the speech server and the Triton model
+#                        (pytest in the virtual environment tools/setup.sh makes: VENV=build/venv)
 #   make clean
 #
 # CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
@@ -334,12 +336,13 @@ test-examples: $(DEMO_MODEL)
 	$(EX_ENV) $(EX_OUT)/cpp/example $(EX_MODEL) $(EX_VOICE)
 	$(EX_ENV) $(EX_OUT)/cpp/clone $(EX_MODEL) $(EX_WAV) "What the prompt says." \
 	  $(EX_OUT)/cpp/clone.voice.gguf
-	@echo "== examples/python"
-	$(EX_ENV) $(PYTHON) examples/python/test_cosyvoice.py
-	$(EX_ENV) $(PYTHON) examples/python/say.py $(EX_MODEL) $(EX_VOICE) $(EX_OUT)/python.wav \
-	  $(EX_TEXT) --stream
-	$(EX_ENV) $(PYTHON) examples/python/clone.py $(EX_MODEL) $(EX_WAV) "What the prompt says." \
-	  $(EX_OUT)/python-clone.voice.gguf $(EX_OUT)/python-clone.wav $(EX_CLONE_TEXT)
+	@echo "== examples/python (the cosyvoice package from python/, found through pkg-config)"
+	$(EX_ENV) PYTHONPATH=$(abspath python) $(PYTHON) examples/python/say.py $(EX_MODEL) $(EX_VOICE) \
+	  $(EX_OUT)/python.wav $(EX_TEXT) --stream
+	$(PYTHON) -c "import sys, wave; w = wave.open(sys.argv[1]); n = w.getnframes(); \
+	  assert n > 0 and w.getsampwidth() == 2, n; print('python.wav: %d frames' % n)" $(EX_OUT)/python.wav
+	$(EX_ENV) PYTHONPATH=$(abspath python) $(PYTHON) examples/python/clone.py $(EX_MODEL) $(EX_WAV) \
+	  "What the prompt says." $(EX_OUT)/python-clone.voice.gguf $(EX_OUT)/python-clone.wav $(EX_CLONE_TEXT)
 	@echo "== examples/go"
 	@if command -v go >/dev/null 2>&1; then \
 	  cd examples/go && export $(EX_ENV) GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-modcacherw \
@@ -360,6 +363,26 @@ test-examples: $(DEMO_MODEL)
 	    $(EX_OUT)/rust-clone.wav $(EX_CLONE_TEXT) ; \
 	else echo "SKIP: examples/rust (no cargo on PATH)"; fi
 	@echo "test-examples: ok"
+
+# ---- Python: the package (python/), the speech server (examples/server), Triton (serving/triton)
+# The package is pip-installed (from a copy under $(B), so python/ gets no build files) into the
+# virtual environment of tools/setup.sh and tested there with the library of this build
+# (COSYVOICE_LIB) and the small test model; the server and Triton tests start real servers on
+# loopback ports.
+VENV ?= build/venv
+VENV_PY := $(abspath $(VENV))/bin/python
+PYTEST_ARGS ?=
+.PHONY: test-python
+test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL)
+	@if [ ! -x $(VENV_PY) ]; then echo "test-python: no virtual environment $(VENV)" \
+	  "(bash tools/setup.sh makes it; VENV= names another)"; exit 1; fi
+	rm -rf $(B)/pysrc && cp -r python $(B)/pysrc && rm -rf $(B)/pysrc/build $(B)/pysrc/*.egg-info
+	$(VENV_PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall $(B)/pysrc
+	cd $(B) && COSYVOICE_LIB=$(abspath $(B))/lib/$(SONAME) $(VENV_PY) -c \
+	  "import cosyvoice, sys; print('cosyvoice package', cosyvoice.__file__, cosyvoice.version()[1])"
+	COSYVOICE_LIB=$(abspath $(B))/lib/$(SONAME) COSY_TEST_MODEL=$(abspath $(TEST_MODEL)) \
+	  COSY_TEST_FE_MODEL=$(abspath $(FE_TEST_MODEL)) $(VENV_PY) -m pytest -q -p no:cacheprovider \
+	  python/tests examples/server/tests serving/triton/tests $(PYTEST_ARGS)
 
 clean:
 	rm -rf build

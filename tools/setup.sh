@@ -7,14 +7,18 @@
 # for the cgo example (examples/go; the Rust example runs when cargo is present, rustup is not
 # installed), the en_US.UTF-8 locale, under which `make test` checks that the build does not
 # depend on the caller's locale (tests/check_env.sh), and clang + compiler-rt for the fuzz targets
-# (tests/fuzz/). The CUDA toolkit is optional (kernels are built when nvcc is on PATH).
+# (tests/fuzz/), and a Python virtual environment for `make test-python` (build/venv, or
+# $COSY_VENV; tools/python-test-requirements.txt: the cosyvoice package's, the speech server's and
+# the Triton model's test dependencies). The CUDA toolkit is optional (kernels are built when nvcc
+# is on PATH).
 set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential pkg-config libsamplerate0-dev libcmocka-dev python3 python3-pip \
+  build-essential pkg-config libsamplerate0-dev libcmocka-dev python3 python3-pip python3-venv \
   golang-go locales >/dev/null
 # a locale whose collation differs from C's (it sorts '_' after letters); localedef works on both
 # Debian and Ubuntu, and is skipped when the locale is already there
@@ -40,5 +44,14 @@ WETEXT=wetext==0.1.8   # docs/model-format.md section 9
 if ! python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('wetext') is None)" 2>/dev/null; then
   python3 -m pip install -q --no-deps "$WETEXT" || python3 -m pip install -q --no-deps --break-system-packages "$WETEXT"
 fi
+# the virtual environment of `make test-python` (kept when it already has everything)
+VENV="${COSY_VENV:-$ROOT/build/venv}"
+VENV_CHECK="import numpy, pytest, httpx, fastapi, uvicorn, soundfile, tritonclient.grpc, pytriton, setuptools, wheel"
+if ! "$VENV/bin/python" -c "$VENV_CHECK" 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q -r "$ROOT/tools/python-test-requirements.txt"
+  "$VENV/bin/python" -c "$VENV_CHECK"
+fi
 echo "setup: ok ($(gcc --version | head -1); $(clang --version | head -1);" \
-  "numpy $(python3 -c 'import numpy; print(numpy.__version__)'); $(locale -a | grep -ix 'en_US\.utf-\?8'))"
+  "numpy $(python3 -c 'import numpy; print(numpy.__version__)'); $(locale -a | grep -ix 'en_US\.utf-\?8');" \
+  "venv $VENV)"

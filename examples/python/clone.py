@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""clone.py - a voice from a recording with libcosyvoice through ctypes: clone, save, reuse.
+"""clone.py - a voice from a recording with the cosyvoice package: clone, save, reuse.
 
     python3 clone.py MODEL.gguf PROMPT.wav "What the prompt says." VOICE_OUT.gguf OUT.wav "Text."
 
@@ -13,8 +13,9 @@ import argparse
 import time
 import wave
 
+import numpy as np
+
 import cosyvoice
-from say import to_pcm16
 
 
 def main():
@@ -36,13 +37,13 @@ def main():
         # a later run: no cloning, the saved voice
         with eng.load_voice(a.voice_out) as voice:
             pcm = eng.synthesize(voice, a.text, seed=a.seed, max_tokens=80)
-        if len(pcm) == 0 or pcm != first:
+        if len(pcm) == 0 or not np.array_equal(pcm, first):
             raise SystemExit("clone.py: the saved voice does not say what the cloned one said")
         with wave.open(a.out, "wb") as w:
             w.setnchannels(1)
             w.setsampwidth(2)
             w.setframerate(eng.sample_rate)
-            w.writeframes(to_pcm16(pcm))
+            w.writeframes(cosyvoice.to_pcm16(pcm))
     print(f"saved the voice to {a.voice_out}; {len(pcm)} samples with it in {a.out} "
           "(identical to the cloned voice's)")
 

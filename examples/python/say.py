@@ -1,26 +1,17 @@
 #!/usr/bin/env python3
-"""say.py - text to a 16-bit WAV with libcosyvoice through ctypes (stdlib only).
+"""say.py - text to a 16-bit WAV with the `cosyvoice` package (python/ of this repository).
 
     python3 say.py MODEL.gguf VOICE.gguf OUT.wav "Text to say." [--seed N] [--rate HZ] [--stream]
 
---stream pulls the audio chunk by chunk and appends each chunk to the file as it arrives.
+--stream pulls the audio chunk by chunk (numpy float32 arrays) and appends each chunk to the file
+as it arrives.
 """
 import argparse
-import array
 import sys
 import time
 import wave
 
 import cosyvoice
-
-
-def to_pcm16(samples):
-    """float samples in [-1, 1] -> little-endian 16-bit PCM bytes"""
-    out = array.array("h", (int(max(-1.0, min(1.0, x)) * 32767.0 + (0.5 if x >= 0 else -0.5))
-                            for x in samples))
-    if sys.byteorder == "big":
-        out.byteswap()
-    return out.tobytes()
 
 
 def main():
@@ -34,7 +25,7 @@ def main():
     ap.add_argument("--stream", action="store_true")
     a = ap.parse_args()
 
-    print("libcosyvoice", cosyvoice.version()[1])
+    print("libcosyvoice", cosyvoice.version()[1], "from", cosyvoice.find_library())
     with cosyvoice.Engine(a.model) as eng, eng.load_voice(a.voice) as voice:
         rate = a.rate or eng.sample_rate
         t0 = time.monotonic()
@@ -48,14 +39,16 @@ def main():
                 for chunk in eng.stream(voice, a.text, seed=a.seed, sample_rate=a.rate):
                     if ttfb is None:
                         ttfb = time.monotonic() - t0
-                    w.writeframes(to_pcm16(chunk))
-                    n += len(chunk)
+                    w.writeframes(cosyvoice.to_pcm16(chunk))
+                    n += chunk.size
             else:
                 pcm = eng.synthesize(voice, a.text, seed=a.seed, sample_rate=a.rate)
-                w.writeframes(to_pcm16(pcm))
-                n = len(pcm)
+                w.writeframes(cosyvoice.to_pcm16(pcm))
+                n = pcm.size
         wall = time.monotonic() - t0
     audio = n / rate
+    if n == 0:
+        sys.exit("say.py: the engine made no audio")
     print(f"{n} samples at {rate} Hz ({audio:.2f} s), wall {wall:.3f} s, RTF {wall / audio:.3f}"
           + (f", TTFB {ttfb:.3f} s" if ttfb is not None else ""))
     print("wrote", a.out)

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# W1 through the serving layers on a GPU machine without network, beside bench_w1 of the same
+# build: in process (bench_w1), through the HTTP server (examples/server) and through Triton's
+# gRPC streaming (serving/triton), at C = 1 and C = 64; then Triton on two GPUs against one at
+# C = 128 when two are visible. Logs go to $OUT (or build/dev/out/serve); a table is printed last.
+#
+#   bash bench/serve_device_run.sh MODEL.gguf [http] [triton] [multi]    (default: all three)
+#
+# What it expects besides what bench/device_run.sh expects (its build step has run: build/dev):
+#   .dev/wheels/   wheels of the device's Python for the servers and clients, installed with
+#                  --no-index --no-deps into .dev/servenv (a venv over the system site-packages,
+#                  so the device's numpy is used). Make them here for the device's Python X.Y:
+#     pip download --only-binary=:all: --no-deps --python-version X.Y --platform manylinux2014_x86_64 \
+#       --platform manylinux_2_17_x86_64 --platform manylinux_2_35_x86_64 -d .dev/wheels \
+#       fastapi starlette pydantic pydantic-core typing-extensions typing-inspection \
+#       annotated-types anyio sniffio idna uvicorn h11 click httpx httpcore certifi \
+#       tritonclient grpcio protobuf python-rapidjson packaging nvidia-pytriton
+#   (nvidia-pytriton alone is about 55 MB: with a 64 MiB carry, send it in a call of its own
+#   after the others are installed: the venv stays on the warm machine.)
+# The voice is bench_w1's own (bench/serve_w1.py make-voice), so all three rows say the same.
+set -u
+cd "$(dirname "$0")/.."
+export LC_ALL=C PYTHONUNBUFFERED=1
+MODEL=${1:?usage: serve_device_run.sh MODEL.gguf [http] [triton] [multi]}
+shift
+STEPS=${*:-http triton multi}
+OUT=${OUT:-build/dev/out}/serve
+mkdir -p "$OUT"
+SHARED=$PWD/.dev/shared
+[ -d "$SHARED/bench" ] || SHARED=$(cd .. && pwd)/shared
+TEXTS=$SHARED/bench/w1_texts.txt
+WAV=$SHARED/audio/zero_shot_prompt.wav
+LIB=$PWD/build/dev/lib/libcosyvoice.so.0
+[ -f "$LIB" ] || LIB=$PWD/build/lib/libcosyvoice.so.0
+export COSYVOICE_LIB=$LIB PYTHONPATH=$PWD/python
+VENV=$PWD/.dev/servenv
+if [ ! -x "$VENV/bin/python" ]; then python3 -m venv --system-site-packages "$VENV"; fi
+if [ -d .dev/wheels ] && ls .dev/wheels/*.whl >/dev/null 2>&1; then
+  "$VENV/bin/python" -m pip install -q --no-index --no-deps .dev/wheels/*.whl
+fi
+PY=$VENV/bin/python
+VOICES=$OUT/voices
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+BW=build/dev/bench/bench_w1
+[ -x "$BW" ] || BW=build/bench/bench_w1
+W1="--texts $TEXTS --warmup 2"
+"$PY" bench/serve_w1.py make-voice -m "$MODEL" --prompt-wav "$WAV" -o "$VOICES/w1.gguf" || exit 1
+
+wait_port() { # host:port, seconds
+  "$PY" - "$1" "$2" <<'EOF'
+import socket, sys, time
+host, port = sys.argv[1].split(":"); t0 = time.time()
+while time.time() - t0 < float(sys.argv[2]):
+    try:
+        socket.create_connection((host, int(port)), 1).close(); sys.exit(0)
+    except OSError:
+        time.sleep(0.5)
+sys.exit(1)
+EOF
+}
+
+echo "== in process: bench_w1 (same build)" | tee -a "$SUMMARY"
+"$BW" -m "$MODEL" --device 0 --concurrency 1,64 --prompt-wav "$WAV" $W1 > "$OUT/bench_w1.log" 2>&1
+grep -E "^ +(C|[0-9]+) " "$OUT/bench_w1.log" | tee -a "$SUMMARY"
+
+if [[ " $STEPS " == *" http "* ]]; then
+  echo "== HTTP server (examples/server), device 0" | tee -a "$SUMMARY"
+  "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" --device 0 --max-active 256 \
+    --host 127.0.0.1 --port 18000 --log-level warning > "$OUT/http_server.log" 2>&1 &
+  SRV=$!
+  if wait_port 127.0.0.1:18000 300; then
+    "$PY" bench/serve_w1.py http --url http://127.0.0.1:18000 --concurrency 1,64 $W1 \
+      > "$OUT/http.log" 2>&1
+    grep -E "^ +(C|[0-9]+) |failed" "$OUT/http.log" | tee -a "$SUMMARY"
+  else echo "http server did not start (see http_server.log)" | tee -a "$SUMMARY"; fi
+  kill "$SRV"; wait "$SRV" 2>/dev/null
+fi
+
+triton_run() { # name, CUDA_VISIBLE_DEVICES, concurrency
+  local name=$1 gpus=$2 conc=$3 work=$OUT/triton-$1
+  mkdir -p "$work"
+  CUDA_VISIBLE_DEVICES=$gpus COSYVOICE_MODEL=$(realpath "$MODEL") COSYVOICE_VOICES=$(realpath "$VOICES") \
+    "$PY" serving/triton/launch.py --kind gpu --address 127.0.0.1 --http-port 18100 \
+    --grpc-port 18101 --metrics-port 18102 --workdir "$work" > "$OUT/triton_$name.server.log" 2>&1 &
+  local SRV=$!
+  if wait_port 127.0.0.1:18101 300 && sleep 20; then
+    "$PY" bench/serve_w1.py triton --url 127.0.0.1:18101 --concurrency "$conc" $W1 \
+      > "$OUT/triton_$name.log" 2>&1
+    grep -E "^ +(C|[0-9]+) |failed" "$OUT/triton_$name.log" | tee -a "$SUMMARY"
+  else echo "triton did not start (see triton_$name.server.log)" | tee -a "$SUMMARY"; fi
+  kill "$SRV"; wait "$SRV" 2>/dev/null
+}
+
+if [[ " $STEPS " == *" triton "* ]]; then
+  echo "== Triton gRPC streaming (serving/triton), GPU 0" | tee -a "$SUMMARY"
+  triton_run one 0 1,64
+fi
+if [[ " $STEPS " == *" multi "* ]]; then
+  n=$(nvidia-smi -L 2>/dev/null | wc -l)
+  if [ "$n" -ge 2 ]; then
+    echo "== Triton, C = 128: one GPU, then two (one instance, one engine, per GPU)" | tee -a "$SUMMARY"
+    triton_run c128-1gpu 0 128
+    triton_run c128-2gpu 0,1 128
+  else echo "SKIP multi: $n GPU(s) visible" | tee -a "$SUMMARY"; fi
+fi
+echo "== summary ($OUT/summary.txt)"
+cat "$SUMMARY"

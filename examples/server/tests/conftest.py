@@ -1,0 +1,101 @@
+"""A real server process (uvicorn) on a free loopback port, with the small test model and voices
+made through the package in a temporary directory."""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER_DIR = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(SERVER_DIR, "..", "..", "python", "tests"))
+import cosy_test_support as support  # noqa: E402
+
+VOICES = ("alloy", "nova")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model, voices_dir, *extra, timeout=120):
+    port = free_port()
+    log = open(os.path.join(voices_dir, "..", f"server-{port}.log"), "w")
+    proc = subprocess.Popen([sys.executable, os.path.join(SERVER_DIR, "server.py"), "--model", model,
+                             "--voices", voices_dir, "--port", str(port), "--log-level", "warning",
+                             *extra], stdout=log, stderr=subprocess.STDOUT, cwd=SERVER_DIR)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    while True:
+        if proc.poll() is not None:
+            log.close()
+            raise RuntimeError(f"server exited with {proc.returncode}: "
+                               + open(log.name).read()[-3000:])
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url, log
+        except httpx.TransportError:
+            pass
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            raise RuntimeError("server did not start in time")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def model_path():
+    p = support.test_model()
+    if not p:
+        pytest.skip("no test model (`make build/test/small-f32.gguf`, needs ../shared)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def voices_dir(model_path, tmp_path_factory):
+    d = tmp_path_factory.mktemp("srv") / "voices"
+    support.write_voices(model_path, str(d), VOICES)
+    (d / "broken.gguf").write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 40)
+    return str(d)
+
+
+@pytest.fixture(scope="session")
+def server(model_path, voices_dir):
+    """(base URL, process): max_active 2 and max_queued 1, so a third and fourth long request
+    find the queue full."""
+    proc, url, log = start_server(model_path, voices_dir, "--max-active", "2", "--max-queued", "1")
+    yield url, proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    with httpx.Client(base_url=server[0], timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def reference(model_path, voices_dir):
+    """reference(voice, text, **params) -> the float32 audio the package makes in-process."""
+    import cosyvoice
+    eng = cosyvoice.Engine(model_path)
+    voices = {}
+
+    def synth(voice, text, **kw):
+        if voice not in voices:
+            voices[voice] = eng.load_voice(os.path.join(voices_dir, voice + ".gguf"))
+        return eng.synthesize(voices[voice], text, **kw)
+
+    yield synth
+    for v in voices.values():
+        v.close()
+    eng.close()

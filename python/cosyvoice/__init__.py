@@ -1,0 +1,29 @@
+"""cosyvoice - CosyVoice3 text-to-speech through libcosyvoice (ctypes; numpy float32 audio).
+
+    import cosyvoice
+    with cosyvoice.Engine("model.gguf") as eng, eng.load_voice("voice.gguf") as voice:
+        pcm = eng.synthesize(voice, "Hello.", seed=42)          # numpy float32, 24 kHz
+        for chunk in eng.stream(voice, "Hello again.", seed=42):  # pull streaming
+            play(chunk)
+
+The library is found through $COSYVOICE_LIB, pkg-config or the dynamic loader (see _capi).
+Errors raise subclasses of CosyError carrying .status and .message (cosy_last_error()).
+"""
+from ._capi import (CHUNK_LAST, DEVICE_CPU, ERR_CANCELLED, ERR_CUDA, ERR_DEVICE_LOST,
+                    ERR_GPU_NO_MEMORY, ERR_INTERNAL, ERR_INVALID_ARG, ERR_IO, ERR_MODEL_FORMAT,
+                    ERR_MODEL_VERSION, ERR_NO_MEMORY, ERR_QUEUE_FULL, ERR_STRUCT_SIZE, ERR_TEXT,
+                    ERR_TIMEOUT, ERR_UNSUPPORTED, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARN,
+                    MODE_CROSS_LINGUAL, MODE_INSTRUCT, MODE_ZERO_SHOT, OK,
+                    SYNTH_FULL_ATTENTION_FINAL, SYNTH_NO_TEXT_NORMALIZATION, LibraryNotFound,
+                    find_library, last_error, status_str)
+from .audio import read_wav, to_pcm16, wav_header, write_wav
+from .engine import (Engine, EngineStats, Request, RequestStats, Voice, audio_to_mel, make_params,
+                     version)
+from .errors import (BY_STATUS, Cancelled, CosyError, CudaError, DeviceLost, GpuOutOfMemory,
+                     InternalError, InvalidArgument, IOError_, ModelFormatError,
+                     ModelVersionError, OutOfMemory, QueueFull, StructSizeError, TextError,
+                     Timeout, Unsupported, error_for)
+
+__version__ = "0.1.0"
+
+__all__ = [n for n in dir() if not n.startswith("_")]

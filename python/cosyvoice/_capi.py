@@ -1,0 +1,225 @@
+"""The C API of libcosyvoice through ctypes: constants, mirrors of the versioned structs, the
+prototype of every exported function, and finding + loading the shared library.
+
+The library is found, in this order, through
+  1. $COSYVOICE_LIB: a path to libcosyvoice.so.0 (or any name dlopen accepts);
+  2. `pkg-config --variable=libdir cosyvoice` (PKG_CONFIG_PATH works as for C programs);
+  3. ctypes.util.find_library("cosyvoice") (the ldconfig cache, LD_LIBRARY_PATH);
+  4. the plain soname "libcosyvoice.so.0" handed to the dynamic loader (its usual search path).
+It is loaded on first use (`lib()`), so `import cosyvoice` works without it and the first call
+says why it could not be found.
+
+Structs follow the header's ABI rules (include/cosyvoice.h, "ABI RULES"): each is filled by the
+library's own *_init with struct_size = ctypes.sizeof of the mirror here, so a library older than
+these mirrors sees only the fields it knows (the tail is zero, which means "default").
+tests/test_capi.py compiles examples/c/abi_layout.c and compares every offset and size.
+"""
+import ctypes
+import ctypes.util
+import os
+import shutil
+import subprocess
+import threading
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_int64,
+                    c_uint32, c_uint64, c_void_p)
+
+# ---- status codes (pinned by the header) ------------------------------------------------------
+OK = 0
+ERR_INVALID_ARG = 1
+ERR_STRUCT_SIZE = 2
+ERR_NO_MEMORY = 3
+ERR_GPU_NO_MEMORY = 4
+ERR_CUDA = 5
+ERR_DEVICE_LOST = 6
+ERR_IO = 7
+ERR_MODEL_FORMAT = 8
+ERR_MODEL_VERSION = 9
+ERR_UNSUPPORTED = 10
+ERR_CANCELLED = 11
+ERR_TIMEOUT = 12
+ERR_QUEUE_FULL = 13
+ERR_TEXT = 14
+ERR_INTERNAL = 99
+
+DEVICE_CPU = -1
+MODE_ZERO_SHOT = 0
+MODE_CROSS_LINGUAL = 1
+MODE_INSTRUCT = 2
+SYNTH_NO_TEXT_NORMALIZATION = 0x1
+SYNTH_FULL_ATTENTION_FINAL = 0x2
+CHUNK_LAST = 0x1
+LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
+SPEAKER_DIM = 192
+MEL_BINS = 80
+SPEECH_VOCAB = 6561
+
+LOG_FN = CFUNCTYPE(None, c_void_p, c_int32, c_char_p)
+
+
+class EngineConfig(Structure):
+    _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("model_path", c_char_p),
+                ("device", c_int32), ("gpu_memory_fraction", c_float), ("max_active", c_int32),
+                ("max_queued", c_int32), ("cpu_threads", c_int32), ("log_level", c_int32),
+                ("log_fn", LOG_FN), ("log_user", c_void_p),
+                ("first_chunk_wait_max", c_int32), ("reserved3", c_int32)]
+
+
+class EngineStatsC(Structure):
+    _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("weights_bytes", c_int64),
+                ("kv_bytes", c_int64), ("workspace_bytes", c_int64),
+                ("device_bytes_total", c_int64), ("kv_pages_total", c_int32),
+                ("kv_pages_used", c_int32), ("active", c_int32), ("queued", c_int32),
+                ("requests_done", c_int64), ("audio_samples_out", c_int64),
+                ("llm_steps", c_int64), ("llm_step_rows", c_int64), ("flow_calls", c_int64),
+                ("flow_jobs", c_int64), ("vocoder_calls", c_int64), ("vocoder_jobs", c_int64),
+                ("flow_pages_total", c_int32), ("flow_pages_used", c_int32)]
+
+
+class VoiceFeatures(Structure):
+    _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("prompt_text", c_char_p),
+                ("speech_tokens", POINTER(c_int32)), ("n_speech_tokens", c_int32),
+                ("n_mel_frames", c_int32), ("mel", POINTER(c_float)),
+                ("speaker_embedding", POINTER(c_float)), ("speaker_dim", c_int32),
+                ("reserved2", c_int32)]
+
+
+class SynthParams(Structure):
+    _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("mode", c_int32),
+                ("sample_rate", c_int32), ("instruct_text", c_char_p), ("speed", c_float),
+                ("temperature", c_float), ("top_p", c_float), ("top_k", c_int32),
+                ("seed", c_uint64), ("first_chunk_tokens", c_int32), ("max_tokens", c_int32),
+                ("min_tokens", c_int32), ("reserved", c_int32)]
+
+
+class Chunk(Structure):
+    _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("pcm", POINTER(c_float)),
+                ("n_samples", c_int64), ("offset", c_int64), ("sample_rate", c_int32),
+                ("reserved", c_int32)]
+
+
+class RequestStatsC(Structure):
+    _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("ttfb_s", c_double),
+                ("total_s", c_double), ("llm_s", c_double), ("flow_s", c_double),
+                ("vocoder_s", c_double), ("n_samples", c_int64), ("n_text_tokens", c_int32),
+                ("n_speech_tokens", c_int32), ("n_chunks", c_int32), ("done", c_int32)]
+
+
+# the C type names, for the layout check (tests/test_capi.py)
+STRUCTS = {"cosy_engine_config": EngineConfig, "cosy_engine_stats": EngineStatsC,
+           "cosy_voice_features": VoiceFeatures, "cosy_synth_params": SynthParams,
+           "cosy_chunk": Chunk, "cosy_request_stats": RequestStatsC}
+
+CHUNK_FN = CFUNCTYPE(c_int32, c_void_p, POINTER(Chunk))
+
+_h = c_void_p   # opaque handles
+_st = c_int32
+# name: (restype, argtypes) for every exported function (abi/cosyvoice.symbols lists them)
+PROTOS = {
+    "cosy_version_number": (c_uint32, []),
+    "cosy_version_string": (c_char_p, []),
+    "cosy_status_str": (c_char_p, [_st]),
+    "cosy_last_error": (c_char_p, []),
+    "cosy_engine_config_init": (None, [POINTER(EngineConfig), c_uint32]),
+    "cosy_engine_create": (_st, [POINTER(EngineConfig), POINTER(_h)]),
+    "cosy_engine_destroy": (None, [_h]),
+    "cosy_engine_sample_rate": (c_int32, [_h]),
+    "cosy_engine_stats_init": (None, [POINTER(EngineStatsC), c_uint32]),
+    "cosy_engine_get_stats": (_st, [_h, POINTER(EngineStatsC)]),
+    "cosy_voice_load": (_st, [_h, c_char_p, POINTER(_h)]),
+    "cosy_voice_save": (_st, [_h, c_char_p]),
+    "cosy_voice_features_init": (None, [POINTER(VoiceFeatures), c_uint32]),
+    "cosy_voice_from_features": (_st, [_h, POINTER(VoiceFeatures), POINTER(_h)]),
+    "cosy_voice_from_audio": (_st, [_h, POINTER(c_float), c_int64, c_int32, c_char_p,
+                                    POINTER(_h)]),
+    "cosy_audio_to_mel": (_st, [POINTER(c_float), c_int64, c_int32, POINTER(POINTER(c_float)),
+                                POINTER(c_int32)]),
+    "cosy_voice_release": (None, [_h]),
+    "cosy_synth_params_init": (None, [POINTER(SynthParams), c_uint32]),
+    "cosy_synthesize": (_st, [_h, _h, c_char_p, POINTER(SynthParams), POINTER(POINTER(c_float)),
+                              POINTER(c_int64)]),
+    "cosy_request_submit": (_st, [_h, _h, c_char_p, POINTER(SynthParams), CHUNK_FN, c_void_p,
+                                  POINTER(_h)]),
+    "cosy_request_read": (_st, [_h, POINTER(c_float), c_int64, POINTER(c_int64), c_int32]),
+    "cosy_request_stats_init": (None, [POINTER(RequestStatsC), c_uint32]),
+    "cosy_request_get_stats": (_st, [_h, POINTER(RequestStatsC)]),
+    "cosy_request_cancel": (None, [_h]),
+    "cosy_request_wait": (_st, [_h, c_int32]),
+    "cosy_request_release": (None, [_h]),
+    "cosy_free": (None, [c_void_p]),
+}
+
+
+def _pkg_config_libdir():
+    exe = shutil.which("pkg-config")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--variable=libdir", "cosyvoice"], capture_output=True,
+                             text=True, check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None
+
+
+def find_library():
+    """Where libcosyvoice will be loaded from (a path, or a name for the dynamic loader); the
+    search order is in this module's docstring. Raises LibraryNotFound (an OSError)."""
+    env = os.environ.get("COSYVOICE_LIB")
+    if env:
+        if os.sep in env and not os.path.exists(env):
+            raise LibraryNotFound(f"COSYVOICE_LIB={env}: no such file")
+        return env
+    libdir = _pkg_config_libdir()
+    if libdir:
+        for cand in ("libcosyvoice.so.0", "libcosyvoice.so", "libcosyvoice.dylib"):
+            path = os.path.join(libdir, cand)
+            if os.path.exists(path):
+                return path
+    name = ctypes.util.find_library("cosyvoice")
+    if name:
+        return name
+    return "libcosyvoice.so.0"
+
+
+class LibraryNotFound(OSError):
+    """libcosyvoice could not be found or loaded."""
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def lib():
+    """The loaded library with every prototype declared (loaded once, on first use)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            where = find_library()
+            try:
+                handle = ctypes.CDLL(where)
+            except OSError as e:
+                raise LibraryNotFound(
+                    f"cannot load libcosyvoice ({where}): {e}. Set COSYVOICE_LIB to the path of "
+                    "libcosyvoice.so.0, install it where the dynamic loader looks, or make "
+                    "`pkg-config cosyvoice` find it (PKG_CONFIG_PATH)") from e
+            for name, (res, args) in PROTOS.items():
+                try:
+                    fn = getattr(handle, name)
+                except AttributeError as e:
+                    raise LibraryNotFound(f"{where} does not export {name}: not a libcosyvoice "
+                                          "this package can use") from e
+                fn.restype = res
+                fn.argtypes = args
+            _lib = handle
+    return _lib
+
+
+def last_error():
+    """cosy_last_error() of this OS thread."""
+    return lib().cosy_last_error().decode("utf-8", "replace")
+
+
+def status_str(status):
+    return lib().cosy_status_str(status).decode()

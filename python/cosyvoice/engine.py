@@ -1,0 +1,502 @@
+"""Engine, Voice and Request: the objects of include/cosyvoice.h with Python lifetimes.
+
+Audio is numpy float32, mono, in [-1, 1]. Every call into the library goes through ctypes, which
+releases the GIL for the duration of the call: a thread blocked in Request.read() (a pull-API
+wait) lets every other Python thread run, and Request.cancel() may be called from any thread.
+"""
+import asyncio
+import ctypes
+import os
+import threading
+import weakref
+from ctypes import POINTER, byref, c_float, c_int32, c_int64, c_void_p
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from . import _capi
+from ._capi import lib
+from .errors import check
+
+_MODES = {"zero_shot": _capi.MODE_ZERO_SHOT, "cross_lingual": _capi.MODE_CROSS_LINGUAL,
+          "instruct": _capi.MODE_INSTRUCT}
+
+# default most samples one read returns: more than the largest engine chunk (100 speech tokens =
+# 4 s of audio; 192000 samples at 48 kHz), so one read normally hands over one whole chunk
+DEFAULT_READ_SAMPLES = 1 << 18
+
+
+def version():
+    """(version number, version string) of the loaded library, e.g. (100, '0.1.0 (cpu only)')."""
+    return lib().cosy_version_number(), lib().cosy_version_string().decode()
+
+
+def _enc(s):
+    return s.encode("utf-8") if isinstance(s, str) else bytes(s)
+
+
+def _f32(a, what):
+    """a as a C-contiguous float32 1-D array (a copy only when needed)."""
+    arr = np.ascontiguousarray(np.asarray(a, dtype=np.float32))
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional (mono); got shape {arr.shape}")
+    return arr
+
+
+def _fptr(arr):
+    return arr.ctypes.data_as(POINTER(c_float))
+
+
+def _take_floats(ptr, n):
+    """Copy n floats out of library memory into a numpy array and cosy_free the memory."""
+    try:
+        if n > 0:
+            return np.ctypeslib.as_array(ptr, shape=(n,)).copy()
+        return np.zeros(0, dtype=np.float32)
+    finally:
+        lib().cosy_free(ptr)
+
+
+def make_params(mode=_capi.MODE_ZERO_SHOT, seed=0, sample_rate=0, instruct_text=None, speed=0.0,
+                temperature=0.0, top_p=0.0, top_k=0, first_chunk_tokens=0, max_tokens=0,
+                min_tokens=0, flags=0, text_normalization=True):
+    """A cosy_synth_params filled by cosy_synth_params_init, then these fields (0 = the library's
+    default; the library checks the ranges). mode: an int (MODE_*) or 'zero_shot',
+    'cross_lingual', 'instruct'."""
+    if isinstance(mode, str):
+        if mode not in _MODES:
+            raise ValueError(f"mode {mode!r}: expected one of {sorted(_MODES)}")
+        mode = _MODES[mode]
+    p = _capi.SynthParams()
+    lib().cosy_synth_params_init(byref(p), ctypes.sizeof(p))
+    p.mode = mode
+    p.seed = seed
+    p.sample_rate = sample_rate
+    p.flags = flags | (0 if text_normalization else _capi.SYNTH_NO_TEXT_NORMALIZATION)
+    p.instruct_text = _enc(instruct_text) if instruct_text is not None else None
+    p.speed, p.temperature, p.top_p, p.top_k = speed, temperature, top_p, top_k
+    p.first_chunk_tokens, p.max_tokens, p.min_tokens = first_chunk_tokens, max_tokens, min_tokens
+    return p
+
+
+def _params(params, kw):
+    if params is not None and kw:
+        raise TypeError("give either params or keyword arguments, not both")
+    return params if params is not None else make_params(**kw)
+
+
+def audio_to_mel(pcm, sample_rate):
+    """The 80-bin prompt mel of mono audio at any rate in [16000, 192000]: float32 [frames, 80]."""
+    a = _f32(pcm, "pcm")
+    mel = POINTER(c_float)()
+    frames = c_int32()
+    check(lib().cosy_audio_to_mel(_fptr(a), a.size, int(sample_rate), byref(mel), byref(frames)),
+          "cosy_audio_to_mel")
+    return _take_floats(mel, frames.value * _capi.MEL_BINS).reshape(frames.value, _capi.MEL_BINS)
+
+
+def _stats_record(cls, cstruct):
+    return cls(**{f.name: getattr(cstruct, f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """cosy_engine_stats (see the header for each field)."""
+    weights_bytes: int
+    kv_bytes: int
+    workspace_bytes: int
+    device_bytes_total: int
+    kv_pages_total: int
+    kv_pages_used: int
+    active: int
+    queued: int
+    requests_done: int
+    audio_samples_out: int
+    llm_steps: int
+    llm_step_rows: int
+    flow_calls: int
+    flow_jobs: int
+    vocoder_calls: int
+    vocoder_jobs: int
+    flow_pages_total: int
+    flow_pages_used: int
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    """cosy_request_stats (see the header for each field)."""
+    ttfb_s: float
+    total_s: float
+    llm_s: float
+    flow_s: float
+    vocoder_s: float
+    n_samples: int
+    n_text_tokens: int
+    n_speech_tokens: int
+    n_chunks: int
+    done: int
+
+
+class Engine:
+    """Weights, device and scheduler (cosy_engine); thread-safe. close() or `with` destroys it;
+    its voices are released first (the C API wants that order); requests may outlive it (they end
+    with Cancelled)."""
+
+    def __init__(self, model_path, device=_capi.DEVICE_CPU, gpu_memory_fraction=0.0,
+                 max_active=0, max_queued=0, cpu_threads=0, first_chunk_wait_max=0,
+                 log_level=0, log=None):
+        """log: None, or a callable(level, message) called from engine threads."""
+        self._h = None
+        self._voices = weakref.WeakSet()
+        cfg = _capi.EngineConfig()
+        lib().cosy_engine_config_init(byref(cfg), ctypes.sizeof(cfg))
+        cfg.model_path = os.fsencode(model_path)
+        cfg.device = int(device)
+        cfg.gpu_memory_fraction = gpu_memory_fraction
+        cfg.max_active, cfg.max_queued, cfg.cpu_threads = max_active, max_queued, cpu_threads
+        cfg.first_chunk_wait_max = first_chunk_wait_max
+        cfg.log_level = log_level
+        if log is not None:
+            def _log(_user, level, msg):
+                try:
+                    log(level, msg.decode("utf-8", "replace"))
+                except Exception:   # an exception cannot cross into C; the log line is lost
+                    pass
+            self._log_fn = _capi.LOG_FN(_log)   # kept alive as long as the engine
+            cfg.log_fn = self._log_fn
+        h = c_void_p()
+        check(lib().cosy_engine_create(byref(cfg), byref(h)), "cosy_engine_create")
+        self._h = h
+        self.model_path = os.fspath(model_path)
+        self.device = int(device)
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("engine is closed")
+        return self._h
+
+    @property
+    def closed(self):
+        return not self._h
+
+    def close(self):
+        h = getattr(self, "_h", None)
+        if h:
+            for v in list(self._voices):
+                v.close()
+            self._h = None
+            lib().cosy_engine_destroy(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:   # at interpreter exit module globals may be gone
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def sample_rate(self):
+        """The model's native output rate (24000)."""
+        return lib().cosy_engine_sample_rate(self.handle)
+
+    def stats(self):
+        s = _capi.EngineStatsC()
+        lib().cosy_engine_stats_init(byref(s), ctypes.sizeof(s))
+        check(lib().cosy_engine_get_stats(self.handle, byref(s)), "cosy_engine_get_stats")
+        return _stats_record(EngineStats, s)
+
+    # ---- voices --------------------------------------------------------------------------------
+    def load_voice(self, path):
+        return Voice.load(self, path)
+
+    def voice_from_features(self, speech_tokens, mel, speaker_embedding, prompt_text=""):
+        return Voice.from_features(self, speech_tokens, mel, speaker_embedding, prompt_text)
+
+    def voice_from_audio(self, pcm, sample_rate, transcript=""):
+        return Voice.from_audio(self, pcm, sample_rate, transcript)
+
+    def voice_from_wav(self, path, transcript=""):
+        from .audio import read_wav
+        pcm, rate = read_wav(path)
+        return Voice.from_audio(self, pcm, rate, transcript)
+
+    # ---- synthesis -----------------------------------------------------------------------------
+    def synthesize(self, voice, text, params=None, **kw):
+        """Blocking: the whole utterance as float32 numpy array. params: a SynthParams from
+        make_params(), or make_params' keywords (seed=..., speed=..., sample_rate=...)."""
+        p = _params(params, kw)
+        pcm = POINTER(c_float)()
+        n = c_int64()
+        check(lib().cosy_synthesize(self.handle, voice.handle, _enc(text), byref(p), byref(pcm),
+                                    byref(n)), "cosy_synthesize")
+        return _take_floats(pcm, n.value)
+
+    def submit(self, voice, text, params=None, **kw):
+        """Start a pull-streaming request (cosy_request_submit without a callback)."""
+        p = _params(params, kw)
+        h = c_void_p()
+        check(lib().cosy_request_submit(self.handle, voice.handle, _enc(text), byref(p),
+                                        _capi.CHUNK_FN(), None, byref(h)), "cosy_request_submit")
+        return Request(h, p.sample_rate or self.sample_rate)
+
+    def stream(self, voice, text, params=None, **kw):
+        """Iterator of float32 chunks, read on the calling thread (the GIL is released while it
+        waits). The request is released at the end, or when the iterator is closed early (which
+        cancels it)."""
+        with self.submit(voice, text, params, **kw) as r:
+            yield from r
+
+    async def astream(self, voice, text, params=None, **kw):
+        """Async iterator of float32 chunks: a reader thread pulls them (Request.achunks). If the
+        consumer stops early (break, task cancelled) the request is cancelled and released."""
+        r = self.submit(voice, text, params, **kw)
+        try:
+            async for c in r.achunks():
+                yield c
+        finally:
+            r.close_when_idle()
+
+
+class Voice:
+    """A speaker (cosy_voice): immutable, shareable between requests and threads. close()
+    releases it (running requests keep it alive); its engine's close() releases it too."""
+
+    def __init__(self, handle, engine):
+        self._h = handle
+        self._engine = engine   # a voice keeps its engine alive
+        engine._voices.add(self)
+
+    @classmethod
+    def load(cls, engine, path):
+        h = c_void_p()
+        check(lib().cosy_voice_load(engine.handle, os.fsencode(path), byref(h)), "cosy_voice_load")
+        return cls(h, engine)
+
+    @classmethod
+    def from_features(cls, engine, speech_tokens, mel, speaker_embedding, prompt_text=""):
+        """speech_tokens: ints in [0, 6561); mel: [frames, 80] (or flat frame-major) natural-log
+        mel at 50 Hz; speaker_embedding: 192 floats. The library copies everything."""
+        tok = np.ascontiguousarray(np.asarray(speech_tokens, dtype=np.int64))
+        if tok.ndim != 1:
+            raise ValueError(f"speech_tokens must be one-dimensional; got shape {tok.shape}")
+        if tok.size and (tok.min() < np.iinfo(np.int32).min or tok.max() > np.iinfo(np.int32).max):
+            raise ValueError("speech_tokens do not fit in int32")
+        tok = tok.astype(np.int32)
+        m = np.ascontiguousarray(np.asarray(mel, dtype=np.float32))
+        if m.ndim == 1:
+            if m.size % _capi.MEL_BINS:
+                raise ValueError(f"a flat mel must hold a multiple of 80 values; got {m.size}")
+        elif m.ndim != 2 or m.shape[1] != _capi.MEL_BINS:
+            raise ValueError(f"mel must be [frames, 80]; got shape {m.shape}")
+        m = m.reshape(-1)
+        spk = _f32(speaker_embedding, "speaker_embedding")
+        f = _capi.VoiceFeatures()
+        lib().cosy_voice_features_init(byref(f), ctypes.sizeof(f))
+        f.prompt_text = _enc(prompt_text or "")
+        if tok.size:
+            f.speech_tokens = tok.ctypes.data_as(POINTER(c_int32))
+        f.n_speech_tokens = tok.size
+        if m.size:
+            f.mel = _fptr(m)
+        f.n_mel_frames = m.size // _capi.MEL_BINS
+        if spk.size:
+            f.speaker_embedding = _fptr(spk)
+        f.speaker_dim = spk.size
+        h = c_void_p()
+        check(lib().cosy_voice_from_features(engine.handle, byref(f), byref(h)),
+              "cosy_voice_from_features")
+        return cls(h, engine)
+
+    @classmethod
+    def from_audio(cls, engine, pcm, sample_rate, transcript=""):
+        """Clone a voice from a recording (cosy_voice_from_audio): mono float audio in [-1, 1],
+        0.5..30 s at 16..192 kHz; the model file needs the front-end models (else Unsupported)."""
+        a = _f32(pcm, "pcm")
+        h = c_void_p()
+        check(lib().cosy_voice_from_audio(engine.handle, _fptr(a), a.size, int(sample_rate),
+                                          _enc(transcript or ""), byref(h)),
+              "cosy_voice_from_audio")
+        return cls(h, engine)
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("voice is closed")
+        return self._h
+
+    def save(self, path):
+        check(lib().cosy_voice_save(self.handle, os.fsencode(path)), "cosy_voice_save")
+
+    def close(self):
+        h = getattr(self, "_h", None)
+        if h:
+            self._h = None
+            lib().cosy_voice_release(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Request:
+    """One utterance in flight, pulled (cosy_request_read). Iterating yields float32 chunks until
+    the end; a failure raises from the iteration (Cancelled after cancel()). cancel() may be
+    called from any thread; everything else from one thread at a time. close() releases it
+    (cancelling it when still running)."""
+
+    def __init__(self, handle, sample_rate):
+        self._h = handle
+        self.sample_rate = sample_rate
+        self._mu = threading.Lock()
+        self._reader = None          # the achunks() thread while it runs
+        self._close_after_read = False
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("request is closed")
+        return self._h
+
+    def read(self, max_samples=DEFAULT_READ_SAMPLES, timeout=None):
+        """The samples available now, up to max_samples, waiting for some when there are none
+        (timeout in seconds; None = until the request ends). An empty array means the utterance
+        is finished; a failure raises its typed error (Timeout when nothing came in time)."""
+        if max_samples <= 0:
+            raise ValueError(f"max_samples must be positive; got {max_samples}")
+        if timeout is None:
+            ms = -1
+        else:
+            if timeout < 0:
+                raise ValueError(f"timeout must be >= 0 seconds or None; got {timeout}")
+            ms = min(int(timeout * 1000), 2**31 - 1)
+        buf = np.empty(max_samples, dtype=np.float32)
+        n = c_int64()
+        st = lib().cosy_request_read(self.handle, _fptr(buf), max_samples, byref(n), ms)
+        check(st, "cosy_request_read")
+        k = n.value
+        return buf if k == max_samples else buf[:k].copy()
+
+    def __iter__(self):
+        while True:
+            c = self.read()
+            if c.size == 0:
+                return
+            yield c
+
+    chunks = __iter__
+
+    async def achunks(self, max_samples=DEFAULT_READ_SAMPLES):
+        """Async iterator of float32 chunks. A reader thread blocks in cosy_request_read (no GIL
+        held while it waits) and hands each chunk to the event loop, so the loop never blocks.
+        If the consumer stops early the request is cancelled; the reader thread then ends at the
+        engine's next step."""
+        loop = asyncio.get_running_loop()
+        q = asyncio.Queue()
+        done = object()
+
+        def put(item):
+            try:
+                loop.call_soon_threadsafe(q.put_nowait, item)
+            except RuntimeError:   # the loop is closed: nobody is listening any more
+                pass
+
+        def reader():
+            try:
+                while True:
+                    c = self.read(max_samples)
+                    if c.size == 0:
+                        put(done)
+                        return
+                    put(c)
+            except BaseException as e:   # handed to the consumer
+                put(e)
+            finally:
+                with self._mu:
+                    self._reader = None
+                    close = self._close_after_read
+                if close:
+                    self.close()
+
+        with self._mu:
+            if self._reader is not None:
+                raise RuntimeError("this request is already being read by achunks()")
+            self._reader = threading.Thread(target=reader, name="cosyvoice-reader", daemon=True)
+            self._reader.start()
+        finished = False
+        try:
+            while True:
+                item = await q.get()
+                if item is done:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                yield item
+        finally:
+            if not finished:
+                self.cancel()
+
+    def close_when_idle(self):
+        """Release the request now, or, while an achunks() reader thread still runs, when that
+        thread ends (after cancelling the request). Never blocks."""
+        with self._mu:
+            if self._reader is not None:
+                self._close_after_read = True
+                busy = True
+            else:
+                busy = False
+        if busy:
+            self.cancel()
+        else:
+            self.close()
+
+    def cancel(self):
+        h = self._h
+        if h:
+            lib().cosy_request_cancel(h)
+
+    def wait(self, timeout=None):
+        """Wait for the end (seconds; None = forever); raises the request's error, or Timeout."""
+        ms = -1 if timeout is None else min(int(timeout * 1000), 2**31 - 1)
+        check(lib().cosy_request_wait(self.handle, ms), "cosy_request_wait")
+
+    def stats(self):
+        s = _capi.RequestStatsC()
+        lib().cosy_request_stats_init(byref(s), ctypes.sizeof(s))
+        check(lib().cosy_request_get_stats(self.handle, byref(s)), "cosy_request_get_stats")
+        return _stats_record(RequestStats, s)
+
+    def close(self):
+        with self._mu:
+            if self._reader is not None and self._reader is not threading.current_thread():
+                raise RuntimeError("close() while achunks() reads: use close_when_idle()")
+            h, self._h = getattr(self, "_h", None), None
+        if h:
+            lib().cosy_request_release(h)
+
+    def __del__(self):
+        try:
+            self.close_when_idle()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
