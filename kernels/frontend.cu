@@ -133,14 +133,18 @@ __global__ void fsq_kernel(const float *__restrict__ p, float scale, int N,
 
 __global__ void bn_relu_kernel(const float *__restrict__ x, int64_t ldx,
                                const float *__restrict__ sc, const float *__restrict__ sh,
-                               float *__restrict__ y, int64_t ldy, int T, int C) {
-  const int64_t n = (int64_t)T * C;
+                               float *__restrict__ y, int64_t ldy, int T, int C, int C_pad) {
+  const int64_t n = (int64_t)T * C_pad;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t t = i / C;
-    const int c = (int)(i - t * C);
-    const float v = x[t * ldx + c] * sc[c] + sh[c];
-    y[t * ldy + c] = v > 0.f ? v : 0.f;
+    const int64_t t = i / C_pad;
+    const int c = (int)(i - t * C_pad);
+    float v = 0.f;
+    if (c < C) {
+      v = x[t * ldx + c] * sc[c] + sh[c];
+      v = v > 0.f ? v : 0.f;
+    }
+    y[t * ldy + c] = v;
   }
 }
 
@@ -291,11 +295,12 @@ extern "C" cudaError_t cosy_k_fe_fsq(cudaStream_t s, const float *p, float scale
 
 extern "C" cudaError_t cosy_k_fe_bn_relu(cudaStream_t s, const float *x, int64_t ldx,
                                          const float *sc, const float *sh, float *y, int64_t ldy,
-                                         int T, int C) {
-  if (T < 0 || C < 0 || ldx < C || ldy < C) return cudaErrorInvalidValue;
-  if ((int64_t)T * C == 0) return cudaSuccess;
+                                         int T, int C, int C_pad) {
+  if (T < 0 || C < 0 || C_pad < C || ldx < C || ldy < C_pad) return cudaErrorInvalidValue;
+  if ((int64_t)T * C_pad == 0) return cudaSuccess;
   if (!x || !sc || !sh || !y) return cudaErrorInvalidValue;
-  bn_relu_kernel<<<blocks_for((int64_t)T * C), TPB, 0, s>>>(x, ldx, sc, sh, y, ldy, T, C);
+  bn_relu_kernel<<<blocks_for((int64_t)T * C_pad), TPB, 0, s>>>(x, ldx, sc, sh, y, ldy, T, C,
+                                                                 C_pad);
   return cudaGetLastError();
 }
 

@@ -63,9 +63,11 @@ cudaError_t cosy_k_fe_fsmn_add(cudaStream_t s, float *x, int64_t ldx, const floa
  * p [N][8], tokens [N] int32. */
 cudaError_t cosy_k_fe_fsq(cudaStream_t s, const float *p, float scale, int N, int32_t *tokens);
 
-/* y[t][c] = max(x[t][c] * sc[c] + sh[c], 0) for c < C; x [T][ldx], y [T][ldy], sc, sh [C]. */
+/* y[t][c] = max(x[t][c] * sc[c] + sh[c], 0) for c < C, and y[t][c] = 0 for C <= c < C_pad (so a
+ * GEMM can read C_pad columns against a weight whose columns past C are zero); x [T][ldx],
+ * y [T][ldy] with ldy >= C_pad >= C, sc, sh [C]. */
 cudaError_t cosy_k_fe_bn_relu(cudaStream_t s, const float *x, int64_t ldx, const float *sc,
-                              const float *sh, float *y, int64_t ldy, int T, int C);
+                              const float *sh, float *y, int64_t ldy, int T, int C, int C_pad);
 
 /* CAM context: ctx[g][c] = mean_{t<T} h[t][c] + mean_{t in segment g} h[t][c], segments
  * [g*seg, min((g+1)*seg, T)), g < ceil(T / seg) <= 64. h [T][C] contiguous, ctx [nseg][C]. */
