@@ -200,8 +200,10 @@ static void weights(gpu_fe *f, wload *L) {
   /* CAM++ */
   const int M = f->M;
   for (int i = 0; i < 12; i++) {
-    const int ci = i == 0 ? 1 : M, k = (i == 3 || i == 8) ? 1 : 3;
-    f->hw[i] = wl_tensor(L, (size_t)M * ci * k * k, "campplus.%s.weight", HEAD[i]);
+    const int ci = i == 0 ? 1 : M, k = (i == 3 || i == 8) ? 1 : 3, K = ci * k * k;
+    /* rows padded to a multiple of 4 floats (the first conv's 9 taps): 16-byte aligned GEMM rows */
+    f->hw[i] = wl_tensor_rows(L, (size_t)M, (size_t)K, (size_t)((K + 3) & ~3), "campplus.%s.weight",
+                              HEAD[i]);
     f->hb[i] = wl_tensor(L, (size_t)M, "campplus.%s.bias", HEAD[i]);
   }
   const int HC = M * (f->F / 8);
@@ -244,7 +246,7 @@ static void workspace(gpu_fe *f, wload *L) {
   if ((c = (size_t)T1 * NMEL * 3) > cols) cols = c;
   if ((c = (size_t)N * S * 3) > cols) cols = c;
   if ((c = (size_t)T2 * HC * 5) > cols) cols = c;
-  if ((c = (size_t)Tm * f->M * 9) > cols) cols = c;
+  if ((c = (size_t)Tm * ((f->M * 9 + 3) & ~3)) > cols) cols = c;
   for (int b = 0; b < 3; b++)
     if ((c = (size_t)T2 * f->Bn * f->k[b]) > cols) cols = c;
   f->cols_cap = cols;
@@ -455,12 +457,12 @@ static cosy_status s3_enqueue(gpu_fe *f, int T, float *proj, float *enc, float *
 static cosy_status conv2d(gpu_fe *f, float *y, const float *x, int64_t fs, int64_t ts, int64_t cs,
                           int Fi, int T, int Ci, int Co, int k, int sf, const float *W,
                           const float *b) {
-  const int Fo = (Fi + 2 * (k / 2) - k) / sf + 1, K = Ci * k * k;
+  const int Fo = (Fi + 2 * (k / 2) - k) / sf + 1, K = (Ci * k * k + 3) & ~3; /* W's padding */
   const int per = (int)(f->cols_cap / ((size_t)T * K));
   if (per < 1) return cosy_err(COSY_ERR_INTERNAL, "front end: im2col buffer too small");
   for (int fo0 = 0; fo0 < Fo; fo0 += per) {
     const int n = Fo - fo0 < per ? Fo - fo0 : per;
-    CK(cosy_k_fe_im2col2d(f->g->stream, x, fs, ts, cs, Fi, T, Ci, k, sf, fo0, n, f->cols));
+    CK(cosy_k_fe_im2col2d(f->g->stream, x, fs, ts, cs, Fi, T, Ci, k, sf, fo0, n, f->cols, K));
     CK(gm(f, n * T, Co, K, f->cols, K, W, b, y + (size_t)fo0 * T * Co, Co, 0));
   }
   return COSY_OK;
