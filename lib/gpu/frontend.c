@@ -200,9 +200,9 @@ static void weights(gpu_fe *f, wload *L) {
   /* CAM++ */
   const int M = f->M;
   for (int i = 0; i < 12; i++) {
-    const int ci = i == 0 ? 1 : M, k = (i == 3 || i == 8) ? 1 : 3, K = ci * k * k;
+    const int ci = i == 0 ? 1 : M, k = (i == 3 || i == 8) ? 1 : 3, taps = ci * k * k;
     /* rows padded to a multiple of 4 floats (the first conv's 9 taps): 16-byte aligned GEMM rows */
-    f->hw[i] = wl_tensor_rows(L, (size_t)M, (size_t)K, (size_t)((K + 3) & ~3), "campplus.%s.weight",
+    f->hw[i] = wl_tensor_rows(L, (size_t)M, (size_t)taps, (size_t)((taps + 3) & ~3), "campplus.%s.weight",
                               HEAD[i]);
     f->hb[i] = wl_tensor(L, (size_t)M, "campplus.%s.bias", HEAD[i]);
   }
