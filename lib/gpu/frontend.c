@@ -202,8 +202,8 @@ static void weights(gpu_fe *f, wload *L) {
   for (int i = 0; i < 12; i++) {
     const int ci = i == 0 ? 1 : M, k = (i == 3 || i == 8) ? 1 : 3, taps = ci * k * k;
     /* rows padded to a multiple of 4 floats (the first conv's 9 taps): 16-byte aligned GEMM rows */
-    f->hw[i] = wl_tensor_rows(L, (size_t)M, (size_t)taps, (size_t)((taps + 3) & ~3), "campplus.%s.weight",
-                              HEAD[i]);
+    f->hw[i] = wl_tensor_rows(L, (size_t)M, (size_t)taps, (size_t)((taps + 3) & ~3),
+                              "campplus.%s.weight", HEAD[i]);
     f->hb[i] = wl_tensor(L, (size_t)M, "campplus.%s.bias", HEAD[i]);
   }
   const int HC = M * (f->F / 8);
