@@ -71,15 +71,62 @@ ifeq ($(SAN),thread)
   LDFLAGS += -fsanitize=thread
 endif
 
-CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
-              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCCFLAGS_ALL := -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Ilib \
+# GPU targets. CUDA_ARCHS (override on the command line):
+#   unset          machine code for each of CUDA_ARCH_LIST (compute capabilities, ascending) that
+#                  this nvcc can build (`nvcc --list-gpu-code`; the others are left out with a
+#                  warning), plus PTX of the newest of them, which newer GPUs compile at load
+#   native         the GPUs of this machine (nvidia-smi's compute_cap) plus their PTX: quick local
+#                  builds; the library then serves only those GPUs
+#   "86 90"        this list of compute capabilities (machine code each, PTX of the last)
+#   "-gencode ..." nvcc flags as given (cosy_version_string then names the code= targets)
+# The targets go into cosy_version_string(); changing them rebuilds the kernels.
+CUDA_ARCH_LIST ?= 80 86 89 90 100 120
+CUDA_ARCHS ?=
+comma := ,
+ifeq ($(CUDA),1)
+  NVCC_CODES := $(shell $(NVCC) --list-gpu-code 2>/dev/null)
+  ifeq ($(strip $(CUDA_ARCHS)),)
+    ifeq ($(NVCC_CODES),)
+      CUDA_ARCH_NUMS := $(CUDA_ARCH_LIST)
+    else
+      CUDA_ARCH_NUMS := $(foreach a,$(CUDA_ARCH_LIST),$(if $(filter sm_$(a),$(NVCC_CODES)),$(a)))
+      CUDA_ARCH_MISSING := $(filter-out $(CUDA_ARCH_NUMS),$(CUDA_ARCH_LIST))
+      ifneq ($(CUDA_ARCH_MISSING),)
+        $(warning $(NVCC) cannot build $(CUDA_ARCH_MISSING:%=sm_%): left out; such a GPU runs the PTX of the newest target when that is older than the GPU, else not at all)
+      endif
+      ifeq ($(CUDA_ARCH_NUMS),)
+        $(error $(NVCC) builds none of $(CUDA_ARCH_LIST:%=sm_%) (it lists $(NVCC_CODES)); CUDA 12.8 or newer is needed, or set CUDA_ARCHS)
+      endif
+    endif
+  else ifeq ($(strip $(CUDA_ARCHS)),native)
+    CUDA_ARCH_NUMS := $(sort $(subst .,,$(shell nvidia-smi --query-gpu=compute_cap \
+                        --format=csv,noheader 2>/dev/null)))
+    ifeq ($(CUDA_ARCH_NUMS),)
+      $(error CUDA_ARCHS=native: nvidia-smi reports no GPU on this machine)
+    endif
+  else ifeq ($(filter -%,$(CUDA_ARCHS)),)
+    CUDA_ARCH_NUMS := $(CUDA_ARCHS)
+  endif
+  ifneq ($(CUDA_ARCH_NUMS),)
+    CUDA_GENCODE := $(foreach a,$(CUDA_ARCH_NUMS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                    -gencode arch=compute_$(lastword $(CUDA_ARCH_NUMS)),code=compute_$(lastword $(CUDA_ARCH_NUMS))
+    CUDA_ARCH_WORDS := $(CUDA_ARCH_NUMS:%=sm_%) compute_$(lastword $(CUDA_ARCH_NUMS))
+  else
+    CUDA_GENCODE := $(CUDA_ARCHS)
+    CUDA_ARCH_WORDS := $(or $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CUDA_ARCHS)))),\
+                         $(CUDA_ARCHS))
+  endif
+  # the targets as built: a stamp that changes with them (the kernels and api.c depend on it)
+  CUDA_STAMP := $(B)/obj/cuda-targets.txt
+  $(shell mkdir -p $(B)/obj && { echo '$(CUDA_GENCODE)' | cmp -s - $(CUDA_STAMP) || \
+    echo '$(CUDA_GENCODE)' > $(CUDA_STAMP); })
+endif
+NVCCFLAGS_ALL := -O3 -std=c++17 $(CUDA_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Ilib \
                  -Ikernels --expt-relaxed-constexpr $(NVCCFLAGS)
 ifeq ($(CUDA),1)
   CFLAGS_ALL += -DCOSY_WITH_CUDA=1 -I$(CUDA_HOME)/include
   CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
   LDLIBS_ALL += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart -lstdc++
-  CUDA_ARCH_WORDS := sm_80 sm_89 sm_90
 endif
 
 LIB_SRC := $(wildcard lib/*.c lib/ref/*.c lib/text/*.c)
@@ -110,11 +157,17 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
-$(B)/obj/%.o: %.cu
+$(B)/obj/%.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS_ALL) -MMD -MP -c $< -o $@
 
 -include $(LIB_OBJ:.o=.d)
+
+ifeq ($(CUDA),1)
+NVCC_RELEASE := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+$(B)/obj/lib/api.o: CFLAGS_ALL += -DCOSY_CUDA_BUILD='"cuda $(NVCC_RELEASE), $(CUDA_ARCH_WORDS)"'
+$(B)/obj/lib/api.o: $(CUDA_STAMP)
+endif
 
 $(SO): $(LIB_OBJ) lib/cosyvoice.map
 	@mkdir -p $(dir $@)

@@ -132,6 +132,7 @@ struct bench_op {
 };
 
 static cudaStream_t g_stream;
+static cosy_kdev g_dev; /* the device as described to the launchers (COSY_GPU_PROFILE applies) */
 static cosy_gemm *g_gemm;
 static size_t g_l2;
 static double g_copy_gbs, g_gemm_tfs;
@@ -384,7 +385,7 @@ static cudaError_t r_paged(bench_op *o, int s) {
   /* i: n_seq max_pages max_ctx page; p0 q, p1 kc, p2 vc (rotated), p3 bt, p4 lens, p5 out, p6 ws */
   return cosy_k_paged_decode(g_stream, BF16, P(o, 0, s), 1152, P(o, 1, s), P(o, 2, s), P(o, 3, s),
                              o->i[1], P(o, 4, s), o->i[0], 14, 2, 64, o->i[3], o->i[2], 0.125f,
-                             P(o, 5, s), 896, P(o, 6, s), (size_t)o->i[4] * 16, 0);
+                             P(o, 5, s), 896, P(o, 6, s), (size_t)o->i[4] * 16, 0, &g_dev);
 }
 static void add_paged(const char *group, int B, int ctx) {
   const int page = 16, max_pages = (ctx + page - 1) / page, n_pages = B * max_pages;
@@ -693,6 +694,21 @@ int main(void) {
   printf("device: %s, sm_%d%d, %d SMs, L2 %.0f MB, %.1f GB, clock %.0f MHz\n", prop.name,
          prop.major, prop.minor, prop.multiProcessorCount, g_l2 / 1e6, prop.totalGlobalMem / 1e9,
          clock_khz / 1e3);
+  /* the description of the launchers that take one (lib/gpu/gpu.c's cosy_gpu_describe builds the
+   * engine's; this program also builds without the library, bench/device_kernels.sh): the
+   * profiles without clusters and programmatic dependent launch (a100, ada) take them away */
+  {
+    int cl = 0;
+    cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, 0);
+    cudaGetLastError();
+    g_dev.cc_major = prop.major, g_dev.cc_minor = prop.minor, g_dev.n_sm = prop.multiProcessorCount;
+    g_dev.clusters = prop.major >= 9 && cl, g_dev.pdl = prop.major >= 9;
+    const char *pr = getenv("COSY_GPU_PROFILE");
+    if (pr && (!strcmp(pr, "a100") || !strcmp(pr, "ada"))) {
+      g_dev.clusters = g_dev.pdl = 0;
+      printf("COSY_GPU_PROFILE=%s: no clusters, no programmatic dependent launch\n", pr);
+    }
+  }
   CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   CK(cosy_gemm_create(&g_gemm, 0));
 

@@ -3,12 +3,22 @@
  *
  *   bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] [--tokens 112]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
- *            [--w2 | --offline N] [--max-active N] [--warmup 2]
+ *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot]
+ *            [--memory-fraction F | --memory-gb G]
  *
+ * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
+ * --memory-fraction F sets gpu_memory_fraction; --memory-gb G sets it to G GiB over the device's
+ * memory (cudaMemGetInfo), so the engine plans within the budget of a smaller card (a 24 or 32 GB
+ * one) on a larger GPU.
  * The voice: the real mel of the prompt wav, 87 random prompt speech tokens and a random speaker
  * embedding (the speech tokenizer and CAM++ are not part of the library yet). Each request says
  * the next line of the texts file with its length forced to --tokens speech tokens
  * (min_tokens = max_tokens). C client threads each keep one request in flight (closed loop).
+ * By default every client starts at once (a burst of C first requests); --ramp S starts client k
+ * at k * S / C seconds instead (users arriving over S seconds, the usual load-test ramp-up), and
+ * the level's wall time then includes the ramp. --one-shot sends COSY_SYNTH_ONE_SHOT requests
+ * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
+ * of streaming against non-streaming synthesis.
  *
  * Per request: TTFB = submit -> first chunk delivered; RTF = (last chunk - submit) / audio
  * seconds; an underrun is a chunk arriving after playback (started at the first chunk) would
@@ -47,6 +57,26 @@
 
 #include "audio.h"
 #include "cosyvoice.h"
+
+#ifdef COSY_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* requests that failed in any level (the exit status is 3 when there were any) */
+static int g_failed;
+
+/* the fraction of device `dev`'s memory that is `gb` GiB (0 when there is no such device) */
+static float fraction_of_gb(int dev, double gb) {
+#ifdef COSY_WITH_CUDA
+  size_t f = 0, t = 0;
+  if (cudaSetDevice(dev) != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess || t == 0)
+    return 0.0f;
+  return (float)(gb * 1073741824.0 / (double)t);
+#else
+  (void)dev, (void)gb;
+  return 0.0f;
+#endif
+}
 
 static double now(void) {
   struct timespec ts;
@@ -289,12 +319,24 @@ typedef struct shared {
   char **texts;
   int n_texts, tokens, total;
   int next;            /* next request index (under mu) */
+  int next_client;     /* client index (under mu) */
+  int conc;            /* clients */
+  double ramp;         /* --ramp: client k starts k * ramp / conc seconds after the level starts */
+  uint32_t flags;      /* --one-shot: COSY_SYNTH_ONE_SHOT */
   pthread_mutex_t mu;
   result *res;
 } shared;
 
 static void *client(void *arg) {
   shared *sh = (shared *)arg;
+  pthread_mutex_lock(&sh->mu);
+  const int me = sh->next_client++;
+  pthread_mutex_unlock(&sh->mu);
+  if (sh->ramp > 0 && me > 0) {
+    const double d = sh->ramp * me / sh->conc;
+    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
   for (;;) {
     pthread_mutex_lock(&sh->mu);
     int i = sh->next++;
@@ -304,6 +346,7 @@ static void *client(void *arg) {
     cosy_synth_params p;
     cosy_synth_params_init(&p, sizeof p);
     p.seed = 1000 + (uint64_t)i;
+    p.flags = sh->flags;
     p.min_tokens = p.max_tokens = sh->tokens;
     req_state s;
     memset(&s, 0, sizeof s);
@@ -402,7 +445,10 @@ static void run_w2(cosy_engine *e, cosy_voice *v, char **texts, int n_texts, int
          pct(end, ok, 0.5), pct(end, ok, 0.95));
   printf("      chars/s %.1f; engine holds %.0f MiB (KV %.0f MiB)\n", (double)chars / wall,
          (double)st.device_bytes_total / 1048576.0, (double)st.kv_bytes / 1048576.0);
-  if (ok != n) printf("      (%d of %d requests failed, %d not submitted)\n", n - ok, n, n - submitted);
+  if (ok != n) {
+    printf("      (%d of %d requests failed, %d not submitted)\n", n - ok, n, n - submitted);
+    g_failed += n - ok;
+  }
   print_batches(&st0, &st);
   sampler_finish(&smp);
   fflush(stdout);
@@ -434,6 +480,10 @@ int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
   const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL;
   int device = -1, requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0;
+  double mem_gb = 0;
+  float mem_fraction = 0;
+  double ramp = 0;
+  uint32_t flags = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
@@ -446,10 +496,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--w2")) w2_n = 256;
     else if (!strcmp(argv[i], "--offline") && i + 1 < argc) w2_n = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--max-active") && i + 1 < argc) max_active = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--memory-fraction") && i + 1 < argc) mem_fraction = (float)atof(argv[++i]);
+    else if (!strcmp(argv[i], "--memory-gb") && i + 1 < argc) mem_gb = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--ramp") && i + 1 < argc) ramp = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] "
                       "[--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
-                      "[--w2 | --offline N] [--max-active N]\n");
+                      "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
+                      "[--memory-fraction F | --memory-gb G]\n");
       return 2;
     }
   }
@@ -457,7 +512,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_w1: -m MODEL is required\n");
     return 2;
   }
-  if (w2_n < 0 || tokens < 0 || requests < 0 || max_active < 0) {
+  if (w2_n < 0 || tokens < 0 || requests < 0 || max_active < 0 || !(ramp >= 0)) {
     fprintf(stderr, "bench_w1: negative --offline, --tokens, --requests or --max-active\n");
     return 2;
   }
@@ -529,6 +584,19 @@ int main(int argc, char **argv) {
   cfg.model_path = model;
   cfg.device = device;
   cfg.max_active = max_active;
+  if (mem_gb > 0) {
+    mem_fraction = fraction_of_gb(device, mem_gb);
+    if (!(mem_fraction > 0 && mem_fraction <= 1)) {
+      fprintf(stderr, "bench_w1: --memory-gb %g: not possible on device %d (fraction %g)\n", mem_gb,
+              device, (double)mem_fraction);
+      return 2;
+    }
+  }
+  if (mem_fraction > 0) {
+    cfg.gpu_memory_fraction = mem_fraction;
+    printf("bench_w1: gpu_memory_fraction %.4f%s\n", (double)mem_fraction,
+           mem_gb > 0 ? " (the --memory-gb budget)" : "");
+  }
   /* W2 submits everything at once: room in the queue for what is not admitted yet */
   if (w2_n - max_active > 1024) cfg.max_queued = w2_n - max_active;
   cosy_engine *e;
@@ -554,6 +622,8 @@ int main(int argc, char **argv) {
   int warm_tokens = n_levels ? w1_tokens : w2_tokens;
   printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %d tokens/request\n",
          model, device, cosy_version_string(), t_load, vf.n_speech_tokens, warm_tokens);
+  const char *prof = getenv("COSY_GPU_PROFILE"); /* the test profile the engine serves with */
+  if (device >= 0 && prof && *prof) printf("bench_w1: COSY_GPU_PROFILE=%s\n", prof);
   gpu_mon mon;
   gpu_mon_open(&mon, device);
   printf("engine max_active %d; ", max_active);
@@ -587,6 +657,9 @@ int main(int argc, char **argv) {
     sh.n_texts = n_texts;
     sh.tokens = w1_tokens;
     sh.total = total;
+    sh.conc = C;
+    sh.ramp = ramp;
+    sh.flags = flags;
     sh.res = (result *)calloc((size_t)total, sizeof *sh.res);
     pthread_mutex_init(&sh.mu, NULL);
     pthread_t *th = (pthread_t *)calloc((size_t)C, sizeof *th);
@@ -635,7 +708,10 @@ int main(int argc, char **argv) {
              "engine holds %.0f MiB (KV %.0f MiB)\n",
              1e3 * llm / ok, 1e3 * flow / ok, 1e3 * voc / ok, audio / ok,
              (double)st.device_bytes_total / 1048576.0, (double)st.kv_bytes / 1048576.0);
-    if (ok != total) printf("      (%d of %d requests failed)\n", total - ok, total);
+    if (ok != total) {
+      printf("      (%d of %d requests failed)\n", total - ok, total);
+      g_failed += total - ok;
+    }
     print_batches(&st0, &st);
     sampler_finish(&smp);
     fflush(stdout);
@@ -652,5 +728,6 @@ int main(int argc, char **argv) {
   cosy_free(mel);
   for (int i = 0; i < n_texts; i++) free(texts[i]);
   free(texts);
-  return 0;
+  if (g_failed) fprintf(stderr, "bench_w1: %d requests failed\n", g_failed);
+  return g_failed ? 3 : 0;
 }

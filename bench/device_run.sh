@@ -2,8 +2,29 @@
 # One call on a lent GPU machine: build, parity against the CPU reference and the golden data,
 # benchmarks. Logs go to $OUT (or build/dev/out); a short table is printed last.
 #
-#   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench frontend
-#                                        profile cudnn official (default: all but profile and cudnn)
+#   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
+#                                        frontend profile cudnn official prof_tests prof_w1
+#                                        memory (default: build kernels stages engine bench
+#                                        frontend official)
+#
+# The GPUs people own (README "GPUs"), emulated on the big one through the test-only
+# COSY_GPU_PROFILE (lib/gpu/gpu.h: a100, ada, rtx5090, h100 = the device as it is):
+#   prof_tests  test_kernels, test_gpu_llm/flow/hift (full model too), test_gpu_engine (small
+#               model), test_api under each profile of PROFILES (default "h100 a100 ada rtx5090";
+#               about two minutes a profile). The launchers refuse a launch that asks for more
+#               shared memory than the profile allows, so ada and rtx5090 passing (99 KB per block)
+#               shows that no kernel asks for more. Logs: prof_<profile>_<test>.log
+#   prof_w1     W1 at C = 1 (16 requests) and C = 16 (32) on the full model under each profile of
+#               PROFILES. Logs: prof_<profile>_w1_c1.log, prof_<profile>_w1_c16.log; the summary
+#               prints each profile's rows next to h100's
+#   memory      budgets of BUDGETS_GB (default "24 32") GiB on this device (bench_w1 --memory-gb):
+#               W1 at C = 16 on the full model must show no failed request and no underrun;
+#               test_gpu_engine on the full model (the stated need is enough, 0.9 of it refused,
+#               the budgets create and speak, two engines at once = one alone); and the need the
+#               engine states at create for max_active 16, 64 and 256 (mem_need_ma*.log, the
+#               numbers of the README's table). Needs the full model (the build step makes it)
+# e.g. bash bench/device_run.sh build prof_tests    (PROFILES="ada" for one profile)
+#      bash bench/device_run.sh prof_w1 memory       (after a build in the same checkout)
 #
 # frontend: the voice front end on the GPU (test_gpu_frontend: kernels, golden parity, the GPU
 # engine's cloning, full-size parity + timing on $B/full-fe.gguf, made once by make_model.py
@@ -100,6 +121,60 @@ if [[ " $STEPS " == *" bench "* ]]; then
   fi
 fi
 
+W1_ARGS=(--texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav")
+PROFILES=${PROFILES:-h100 a100 ada rtx5090}
+if [[ " $STEPS " == *" prof_tests "* ]]; then
+  for p in $PROFILES; do
+    export COSY_GPU_PROFILE=$p
+    run prof_${p}_test_kernels ./$B/tests/test_kernels
+    for t in llm flow hift; do
+      COSY_FULL_MODEL=$PWD/$FULL run prof_${p}_test_gpu_$t ./$B/tests/test_gpu_$t
+    done
+    run prof_${p}_test_gpu_engine ./$B/tests/test_gpu_engine
+    run prof_${p}_test_api ./$B/tests/test_api
+    unset COSY_GPU_PROFILE
+  done
+fi
+if [[ " $STEPS " == *" prof_w1 "* ]]; then
+  for p in $PROFILES; do
+    COSY_GPU_PROFILE=$p run prof_${p}_w1_c1 ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+      --concurrency 1 --requests 16 "${W1_ARGS[@]}"
+    COSY_GPU_PROFILE=$p run prof_${p}_w1_c16 ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+      --concurrency 16 "${W1_ARGS[@]}"
+  done
+fi
+if [[ " $STEPS " == *" memory "* ]]; then
+  for gb in ${BUDGETS_GB:-24 32}; do
+    run mem_${gb}g_w1_c16 ./$B/bench/bench_w1 -m "$FULL" --device 0 --memory-gb "$gb" \
+      --concurrency 16 "${W1_ARGS[@]}"
+  done
+  COSY_GPU_TEST_MODEL=$PWD/$FULL COSY_GPU_BUDGETS_GB="${BUDGETS_GB:-24 32}" \
+    run mem_test_gpu_engine_full ./$B/tests/test_gpu_engine
+  # a budget far too small: create fails (rc=1 expected) with the engine's stated need
+  for ma in 16 64 256; do
+    run mem_need_ma$ma ./$B/bench/bench_w1 -m "$FULL" --device 0 --memory-fraction 0.0001 \
+      --max-active $ma --concurrency 1 "${W1_ARGS[@]}"
+  done
+fi
+if [[ " $STEPS " == *" sched "* ]]; then
+  # the scheduler under a burst and under a ramp, with a trace of every backend call
+  # (COSY_SCHED_TRACE) and, where nsys exists, the per-kernel GPU time of a C = 64 burst;
+  # streaming vs non-streaming GPU time per request at C = 1 (--one-shot)
+  W1A=(-m "$FULL" --device 0 --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav")
+  run sched_c1_stream ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 1 --requests 16
+  run sched_c1_oneshot ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 1 --requests 16 --one-shot
+  COSY_SCHED_TRACE=$OUT/trace_burst.txt run sched_burst ./$B/bench/bench_w1 "${W1A[@]}" \
+    --concurrency ${SCHED_LEVELS:-16,64}
+  COSY_SCHED_TRACE=$OUT/trace_ramp.txt run sched_ramp ./$B/bench/bench_w1 "${W1A[@]}" \
+    --concurrency ${SCHED_LEVELS:-16,64} --ramp 4.48 --requests ${RAMP_REQS:-256}
+  if command -v nsys > /dev/null && [ -z "${NO_NSYS:-}" ]; then
+    run nsys_c64 timeout 240 nsys profile -t cuda -s none --cpuctxsw=none -o "$OUT/nsys_c64" \
+      --force-overwrite true ./$B/bench/bench_w1 "${W1A[@]}" --concurrency 64
+    nsys stats -r cuda_gpu_kern_sum --format csv -o "$OUT/nsys_c64" "$OUT/nsys_c64.nsys-rep" \
+      > "$OUT/nsys_stats.log" 2>&1
+    rm -f "$OUT/nsys_c64.nsys-rep" "$OUT/nsys_c64.sqlite"
+  fi
+fi
 if [[ " $STEPS " == *" frontend "* ]]; then
   if [ ! -f "$FULL_FE" ]; then
     run make_full_fe python3 tools/make_model.py --preset full --frontend full -o "$FULL_FE" \
@@ -147,3 +222,26 @@ done
 [ -f "$OUT/ncu_summary.txt" ] && { echo "--- ncu_summary.txt"; head -30 "$OUT/ncu_summary.txt"; }
 [ -f "$OUT/hift_cudnn.log" ] && { echo "--- hift_cudnn.log"; grep -E "cuDNN|Error" "$OUT/hift_cudnn.log"; grep -h "TIMING gpu_hift_infer" "$OUT"/test_gpu_hift.log 2>/dev/null; }
 for f in "$OUT"/bench_*.log "$OUT"/official.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -14 "$f"; }; done
+for f in "$OUT"/prof_*_test_*.log "$OUT"/mem_test_*.log; do
+  [ -f "$f" ] || continue
+  echo "--- $(basename "$f"): $(grep -cE 'FAIL' "$f") FAIL lines, $(grep -cE 'cudaErrorInvalidValue|invalid argument' "$f") invalid-argument lines"
+  grep -E 'FAIL|profile|taps per slab|budget|engine [0-9] of 2|stated need|needs' "$f" | head -12
+done
+# W1 rows (the line after the table header) of each profile, h100 first
+for c in c1 c16; do
+  for f in "$OUT"/prof_*_w1_$c.log; do
+    [ -f "$f" ] || continue
+    echo "--- $(basename "$f" .log): $(grep -A1 -E '^ +C +' "$f" | tail -1) $(grep -E 'requests failed' "$f")"
+  done
+done
+for f in "$OUT"/mem_*g_w1_c16.log; do
+  [ -f "$f" ] && echo "--- $(basename "$f" .log): $(grep -E 'gpu_memory_fraction' "$f") / $(grep -A1 -E '^ +C +' "$f" | tail -1) / $(grep -E 'engine holds|requests failed' "$f" | head -2)"
+done
+for f in "$OUT"/mem_need_ma*.log; do
+  [ -f "$f" ] && echo "--- $(basename "$f" .log): $(grep -oE 'the engine needs [^;]*' "$f" | head -1)"
+done
+# the device tool returns at most 8 files: everything but the summary goes into one archive
+if [ -n "${PACK_LOGS-1}" ]; then
+  (cd "$OUT" && ls -A | grep -v -e '^summary.txt$' -e '^logs.tgz$' > /tmp/cosy_packlist.$$ &&
+   tar czf logs.tgz -T /tmp/cosy_packlist.$$ && xargs rm -rf < /tmp/cosy_packlist.$$; rm -f /tmp/cosy_packlist.$$)
+fi

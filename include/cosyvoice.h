@@ -110,7 +110,9 @@ extern "C" {
 
 /** Runtime version number of the loaded library (compare with COSY_VERSION_NUMBER). */
 COSY_API uint32_t cosy_version_number(void);
-/** "0.1.0 (cuda 13.0, sm_80 sm_89 sm_90)" or "0.1.0 (cpu only)". Static; never NULL. */
+/** "0.1.0 (cuda 13.0, sm_80 sm_86 sm_89 sm_90 sm_100 sm_120 compute_120)": the toolkit and the
+ * GPU targets the kernels were built for (README: Build and install), or "0.1.0 (cpu only)".
+ * Static; never NULL. */
 COSY_API const char *cosy_version_string(void);
 
 /* ============================== status codes =============================================== */
@@ -283,6 +285,12 @@ COSY_API void cosy_voice_release(cosy_voice *v);
  *  once); this flag recomputes the whole utterance once more at the end. docs/scheduler.md gives
  *  the measured difference between the two. */
 #define COSY_SYNTH_FULL_ATTENTION_FINAL 0x2u
+/** Non-streaming synthesis, as the official non-streaming call: every speech token first, then
+ *  one flow call over the whole utterance (full attention) and one vocoder call, so the audio
+ *  arrives at once at the end (one chunk). The mel differs from the streaming schedule's (which
+ *  sees each chunk with 3 tokens of look-ahead and block-causal attention). speed != 1 implies
+ *  this flag. */
+#define COSY_SYNTH_ONE_SHOT 0x4u
 
 /** Synthesis parameters. Append-only; 0 in any field means the default. */
 typedef struct cosy_synth_params {

@@ -21,11 +21,15 @@
  *     head takes max and sum of exp2; (3) thread t accumulates p * v over dims 8(t%8)..+7 of
  *     tokens t/8 + 32u (u < 8, all eight 16-byte loads issued first, L2 hits after the
  *     prefetch); partial sums are added with warp shuffles and across the 8 warps in shared
- *     memory. With one split the block writes the normalized output; otherwise it writes (m, l,
- *     unnormalized o), fences, and bumps the (sequence, kv head) counter in the workspace; the
- *     block that arrives last merges the splits of its G heads (three rounds of L2 loads, see
- *     decode_combine_if_last) and resets the counter to zero, so one launch does the whole
- *     attention and every graph replay finds the counters at zero. With pdl the kernel is a
+ *     memory. With one split the block writes the normalized output. With 2..8 splits on a device
+ *     with thread-block clusters (kdevice.h: the description the caller passes, never the
+ *     runtime's answer, so a test profile without clusters takes the other path) the splits of
+ *     one (sequence, kv head) form a cluster and merge through distributed shared memory.
+ *     Otherwise each block writes (m, l, unnormalized o), fences, and bumps the (sequence, kv
+ *     head) counter in the workspace; the block that arrives last merges the splits of its G
+ *     heads (three rounds of L2 loads, see decode_combine_if_last) and resets the counter to
+ *     zero, so one launch does the whole attention and every graph replay finds the counters at
+ *     zero. With pdl the kernel is a
  *     programmatic dependent: it lets its own dependents (the o projection's weight stream)
  *     launch at once and waits (griddepcontrol) before it reads anything.
  *   attn (prefill / DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
@@ -847,15 +851,6 @@ extern "C" cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const vo
   return cudaGetLastError();
 }
 
-/* the current device is sm_90 or newer (thread-block clusters) */
-static bool sm90_or_newer() {
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
-  return major >= 9;
-}
-
 extern "C" size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx) {
   if (n_seq <= 0 || n_qh <= 0 || n_kh <= 0 || max_ctx <= 0) return 0;
   const int n_splits = decode_n_splits(max_ctx);
@@ -870,7 +865,8 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
                                            int max_pages, const int32_t *seq_lens, int n_seq,
                                            int n_qh, int n_kh, int head_dim, int page_size,
                                            int max_ctx, float scale, void *out, int out_stride,
-                                           void *workspace, size_t workspace_bytes, int pdl) {
+                                           void *workspace, size_t workspace_bytes, int pdl,
+                                           const cosy_kdev *dev) {
   if (!cosyk_dt_ok(dt) || n_seq < 0 || n_qh <= 0 || n_kh <= 0 || n_qh % n_kh != 0 ||
       n_qh / n_kh > DEC_MAXG || head_dim != HD || page_size <= 0 || max_pages <= 0 ||
       max_ctx < 0 || (int64_t)max_ctx > (int64_t)max_pages * page_size ||
@@ -916,7 +912,7 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     cfg.stream = s;
     cudaLaunchAttribute attr[2];
     int na = 0;
-    if (pdl) {
+    if (pdl && dev && dev->pdl) {
       attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[na].val.programmaticStreamSerializationAllowed = 1;
       na++;
@@ -926,7 +922,7 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
       cfg.attrs = attr;
       cfg.numAttrs = na;
       e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T, 0>, a);
-    } else if (n_splits <= DEC_CLUSTER_MAX && sm90_or_newer()) {
+    } else if (n_splits <= DEC_CLUSTER_MAX && dev && dev->clusters) {
       attr[na].id = cudaLaunchAttributeClusterDimension;
       attr[na].val.clusterDim.x = (unsigned)n_splits;
       attr[na].val.clusterDim.y = 1;

@@ -29,6 +29,12 @@
  * When a launch has fewer than 3 blocks per SM (stage 0: 256 channels x 8 T steps) the block
  * doubles to two warp groups that take alternate chunks and add their partial sums through
  * shared memory at the end (split-K inside the block, deterministic).
+ * Shared memory fits the device (kdevice.h smem_block): when the slab of all k taps and the strip
+ * exceed it (the k 30, stride 15 source down needs ~156 KB; an 8.6 / 8.9 / 12.0 GPU allows 99 KB
+ * per block), the slab holds kt < k taps and each chunk runs ceil(k / kt) tap groups: the strip
+ * is staged once, then per group the slab is loaded (cp.async), one barrier, kt mma steps, one
+ * barrier. The products and their order per output are the same for every kt (the taps are
+ * still added in order j = 0 .. k-1), so the result does not depend on the device.
  *
  * Numerics: operands are rounded to TF32 (cvt.rna; the activations once, when staged; the weights
  * at fragment load); in 3xTF32 mode each operand is split into big = tf32(x) and
@@ -60,10 +66,11 @@ constexpr int NT = 128;
 constexpr int WP = CK + 4; /* weight row pitch (floats): conflict-free A fragments */
 constexpr int MAXG = 4;
 constexpr int MAXK = 32;
-constexpr int SMEM_CAP = 200 * 1024;
+constexpr int RED_FLOATS = 32 * NT; /* the KS = 2 reduction: 32 accumulators per thread */
 
 struct ConvGroup {
   cosy_hift_conv c[MAXG];
+  int kt[MAXG]; /* taps per weight slab (k: all at once) */
 };
 
 __host__ __device__ inline int strip_len(int k, int dil, int stride) {
@@ -71,9 +78,10 @@ __host__ __device__ inline int strip_len(int k, int dil, int stride) {
 }
 /* pitch = 8 mod 32: the B fragment loads of a warp hit 32 distinct banks */
 __host__ __device__ inline int strip_pitch(int sl) { return ((sl + 31) & ~31) + 8; }
-/* one weight slab [k][BM][WP] + the strip as TF32 (big, small) planes [2][CK][pitch] */
-inline size_t conv_smem(int k, int dil, int stride) {
-  return ((size_t)k * BM * WP + (size_t)2 * CK * strip_pitch(strip_len(k, dil, stride))) *
+/* one weight slab of kt taps [kt][BM][WP] + the strip as TF32 (big, small) planes
+ * [2][CK][pitch] */
+inline size_t conv_smem(int kt, int k, int dil, int stride) {
+  return ((size_t)kt * BM * WP + (size_t)2 * CK * strip_pitch(strip_len(k, dil, stride))) *
          sizeof(float);
 }
 
@@ -168,10 +176,10 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
   extern __shared__ float4 smem_raw[];
   const int kg = KS == 1 ? 0 : (int)threadIdx.x / NT;
   float *smem = reinterpret_cast<float *>(smem_raw) + kg * region_floats;
-  const int K = c.k, dil = c.dil, stride = c.stride, act = c.act;
+  const int K = c.k, dil = c.dil, stride = c.stride, act = c.act, KT = grp.kt[blockIdx.z];
   const int SL = strip_len(K, dil, stride), SLP = strip_pitch(SL);
-  float *sW = smem;                /* [K][BM][WP] */
-  float *sX = smem + K * BM * WP;  /* [CK][SLP]: tf32(x) */
+  float *sW = smem;                /* [KT][BM][WP]: taps j0 .. j0 + KT - 1 */
+  float *sX = smem + KT * BM * WP; /* [CK][SLP]: tf32(x) */
   float *sXs = sX + CK * SLP;      /* [CK][SLP]: tf32(x - tf32(x)) (3xTF32 only) */
 
   const int tid = (int)threadIdx.x - kg * NT, lane = tid & 31, warp = tid >> 5;
@@ -235,16 +243,19 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
     const int chunk = it * KS + kg;
     const bool active = chunk < n_chunks; /* both groups make every barrier */
     const int ci0 = chunk * CK;
-    /* weight slab: K*BM rows of 8 floats, two 16-byte copies each */
-    const int nW = active ? K * BM * 2 : 0;
-    for (int i = tid; i < nW; i += NT) {
-      const int half = i & 1, row = i >> 1; /* row = j * BM + m */
-      const int j = row / BM, m = row - j * BM;
-      const float *src =
-          c.wp + ((size_t)j * c.co_pad + (size_t)(co0 + m)) * c.ci_pad + ci0 + half * 4;
-      cp_async16(sW + row * WP + half * 4, src);
-    }
-    cp_async_commit();
+    /* weight slab of taps [j0, j1): (j1 - j0) * BM rows of 8 floats, two 16-byte copies each */
+    auto load_w = [&](int j0, int j1) {
+      const int nW = active ? (j1 - j0) * BM * 2 : 0;
+      for (int i = tid; i < nW; i += NT) {
+        const int half = i & 1, row = i >> 1; /* row = (j - j0) * BM + m */
+        const int j = j0 + row / BM, m = row % BM;
+        const float *src =
+            c.wp + ((size_t)j * c.co_pad + (size_t)(co0 + m)) * c.ci_pad + ci0 + half * 4;
+        cp_async16(sW + row * WP + half * 4, src);
+      }
+      cp_async_commit();
+    };
+    load_w(0, KT < K ? KT : K);
     /* input strip with the activation */
     if (fast) {
       if (active && tid < SL) {
@@ -274,54 +285,63 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
     cp_async_wait<0>();
     __syncthreads();
 
+    /* tap groups (one when the slab holds all K taps); both warp groups make every barrier */
+    for (int j0 = 0;;) {
+      const int j1 = j0 + KT < K ? j0 + KT : K;
 #pragma unroll 2
-    for (int j = 0; j < (active ? K : 0); j++) {
-      const float *w = sW + j * BM * WP;
-      const float *x = sX + j * dil, *xs = sXs + j * dil;
-      float af[2][4];
-      uint32_t bb[4][2], bs[4][2];
+      for (int j = j0; j < (active ? j1 : j0); j++) {
+        const float *w = sW + (j - j0) * BM * WP;
+        const float *x = sX + j * dil, *xs = sXs + j * dil;
+        float af[2][4];
+        uint32_t bb[4][2], bs[4][2];
 #pragma unroll
-      for (int mt = 0; mt < 2; mt++) {
-        af[mt][0] = w[aofs[mt]];
-        af[mt][1] = w[aofs[mt] + 8 * WP];
-        af[mt][2] = w[aofs[mt] + 4];
-        af[mt][3] = w[aofs[mt] + 8 * WP + 4];
-      }
-#pragma unroll
-      for (int nt = 0; nt < 4; nt++) {
-        bb[nt][0] = __float_as_uint(x[bofs[nt]]);
-        bb[nt][1] = __float_as_uint(x[bofs[nt] + 4 * SLP]);
-        if (PREC == COSY_HPREC_3XTF32) {
-          bs[nt][0] = __float_as_uint(xs[bofs[nt]]);
-          bs[nt][1] = __float_as_uint(xs[bofs[nt] + 4 * SLP]);
+        for (int mt = 0; mt < 2; mt++) {
+          af[mt][0] = w[aofs[mt]];
+          af[mt][1] = w[aofs[mt] + 8 * WP];
+          af[mt][2] = w[aofs[mt] + 4];
+          af[mt][3] = w[aofs[mt] + 8 * WP + 4];
         }
-      }
-      uint32_t ab[2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(af[mt][e]);
-      if (PREC == COSY_HPREC_3XTF32) {
-        uint32_t as[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++)
-            as[mt][e] = tf32_bits(__fsub_rn(af[mt][e], __uint_as_float(ab[mt][e])));
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) {
-            mma_tf32(acc[mt][nt], as[mt], bb[nt]);
-            mma_tf32(acc[mt][nt], ab[mt], bs[nt]);
+        for (int nt = 0; nt < 4; nt++) {
+          bb[nt][0] = __float_as_uint(x[bofs[nt]]);
+          bb[nt][1] = __float_as_uint(x[bofs[nt] + 4 * SLP]);
+          if (PREC == COSY_HPREC_3XTF32) {
+            bs[nt][0] = __float_as_uint(xs[bofs[nt]]);
+            bs[nt][1] = __float_as_uint(xs[bofs[nt] + 4 * SLP]);
           }
+        }
+        uint32_t ab[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(af[mt][e]);
+        if (PREC == COSY_HPREC_3XTF32) {
+          uint32_t as[2][4];
+#pragma unroll
+          for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+              as[mt][e] = tf32_bits(__fsub_rn(af[mt][e], __uint_as_float(ab[mt][e])));
+#pragma unroll
+          for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+              mma_tf32(acc[mt][nt], as[mt], bb[nt]);
+              mma_tf32(acc[mt][nt], ab[mt], bs[nt]);
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) mma_tf32(acc[mt][nt], ab[mt], bb[nt]);
       }
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) mma_tf32(acc[mt][nt], ab[mt], bb[nt]);
+      __syncthreads(); /* the slab (and, after the last group, the strip) may be overwritten */
+      j0 = j1;
+      if (j0 >= K) break;
+      load_w(j0, j0 + KT < K ? j0 + KT : K);
+      cp_async_wait<0>();
+      __syncthreads();
     }
-    __syncthreads();
   }
 
   if (KS == 2) { /* group 1 hands its partial sums to group 0 (its region is free now) */
@@ -517,13 +537,6 @@ int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always 
 
 template <int PREC, int KS, bool M3>
 cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, dim3 grid, int region_floats) {
-  static bool attr_set = false; /* benign race: every thread sets the same value */
-  if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(conv_tc_kernel<PREC, KS, M3>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_CAP);
-    if (e != cudaSuccess) return e;
-    attr_set = true;
-  }
   const size_t smem = (size_t)KS * region_floats * sizeof(float);
   conv_tc_kernel<PREC, KS, M3><<<grid, NT * KS, smem, s>>>(grp, region_floats);
   return cudaGetLastError();
@@ -539,17 +552,80 @@ cudaError_t launch_prec(cudaStream_t s, const ConvGroup &grp, dim3 grid, int reg
             : launch_conv<PREC, 1, false>(s, grp, grid, reg);
 }
 
-int sm_count() {
-  static int n = 0;
-  if (n == 0) {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
-      n = v;
-    else
-      n = 132;
+template <int PREC, int KS, bool M3> cudaError_t allow_smem(int bytes) {
+  return cudaFuncSetAttribute(conv_tc_kernel<PREC, KS, M3>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+/* the launch of n convs on `dev`: the taps per slab of each conv, the split, the floats of one
+ * warp group's region and the grid; cudaErrorInvalidValue for bad descriptors or a conv whose
+ * strip and one tap do not fit the device's shared memory */
+struct ConvPlan {
+  int kt[MAXG];
+  int split, region_floats;
+  bool m3;
+  dim3 grid;
+  size_t smem; /* dynamic shared memory of the launch */
+};
+
+cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int split_mode,
+                       ConvPlan *p) {
+  if (!dev || !convs || n < 1 || n > MAXG || split_mode < 0 || split_mode > 2)
+    return cudaErrorInvalidValue;
+  const size_t cap = dev->smem_block;
+  int max_tiles_t = 0, max_tiles_c = 0;
+  long long active_blocks = 0;
+  int min_chunks = 1 << 30;
+  size_t smem = 0;
+  p->m3 = false;
+  for (int i = 0; i < n; i++) {
+    const cosy_hift_conv &c = convs[i];
+    if (!c.in || !c.wp || c.ci < 1 || c.co < 1 || c.k < 1 || c.k > MAXK ||
+        c.dil < 1 || c.stride < 1 || c.up < 1 || c.pad_left < 0 || c.len_in < 0 ||
+        c.n_out < 0 || c.ld_in < 1 || (c.out && c.ld_out < 1) || c.ci_pad < c.ci || c.ci_pad % CK ||
+        c.co_pad < c.co || c.co_pad % BM || (c.reflect && c.stride != 1) ||
+        (c.act == COSY_HACT_SNAKE && !c.alpha) ||
+        (c.act == COSY_HACT_MEAN3_LEAKY && (!c.in2 || !c.in3)) || c.act < 0 || c.act > 3 ||
+        (c.res && c.ld_res < 1) || (c.res2 && c.ld_res2 < 1) || (!c.out && !c.out_act) ||
+        (c.out_act &&
+         (c.ld_out_act < 1 || (c.oact != COSY_HACT_NONE && c.oact != COSY_HACT_SNAKE) ||
+          (c.oact == COSY_HACT_SNAKE && !c.oalpha))) ||
+        (long long)c.len_in * c.up > 0x7fffffffLL)
+      return cudaErrorInvalidValue;
+    /* the most taps per slab that fit, then as even groups as that many groups allow */
+    int kt = c.k;
+    if (conv_smem(c.k, c.k, c.dil, c.stride) > cap) {
+      const size_t strip = conv_smem(0, c.k, c.dil, c.stride), tap = (size_t)BM * WP * sizeof(float);
+      if (strip + tap > cap) return cudaErrorInvalidValue;
+      const int fit = (int)((cap - strip) / tap);
+      const int groups = (c.k + fit - 1) / fit;
+      kt = (c.k + groups - 1) / groups;
+    }
+    p->kt[i] = kt;
+    const size_t bytes = conv_smem(kt, c.k, c.dil, c.stride);
+    smem = bytes > smem ? bytes : smem;
+    const int tt = (c.n_out + BN - 1) / BN, tc = (c.co + BM - 1) / BM;
+    max_tiles_t = tt > max_tiles_t ? tt : max_tiles_t;
+    max_tiles_c = tc > max_tiles_c ? tc : max_tiles_c;
+    active_blocks += (long long)tt * tc;
+    p->m3 = p->m3 || c.act == COSY_HACT_MEAN3_LEAKY;
+    min_chunks = c.ci_pad / CK < min_chunks ? c.ci_pad / CK : min_chunks;
   }
-  return n;
+  for (int i = n; i < MAXG; i++) p->kt[i] = p->kt[0];
+  if (max_tiles_c > 65535) return cudaErrorInvalidValue;
+  p->grid = dim3((unsigned)max_tiles_t, (unsigned)max_tiles_c, (unsigned)n);
+  /* split the reduction over two warp groups when the grid leaves the SMs short of warps (the
+   * stage-0 convs: 256 channels x 8 T steps), and every conv has >= 4 chunks of input channels,
+   * when two regions (each at least the reduction buffer) fit the device */
+  int split = split_mode == 2;
+  if (split_mode == 0) split = active_blocks < 3LL * dev->n_sm && min_chunks >= 4;
+  const size_t region = split && smem < RED_FLOATS * sizeof(float) ? RED_FLOATS * sizeof(float)
+                                                                   : smem;
+  if (split && 2 * region > cap) split = 0;
+  p->split = split;
+  p->region_floats = (int)((split ? region : smem) / sizeof(float));
+  p->smem = (size_t)(split ? 2 : 1) * (size_t)p->region_floats * sizeof(float);
+  return p->smem <= cap ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 } /* namespace */
@@ -567,61 +643,51 @@ extern "C" void cosy_hift_conv_pack(const float *w, int co, int ci, int k, float
             (o < co && i < ci) ? w[((size_t)o * ci + i) * k + j] : 0.0f;
 }
 
-extern "C" cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *convs, int n,
-                                        int prec) {
-  return cosy_k_hift_conv_split(s, convs, n, prec, g_conv_split);
+extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
+  if (!dev || dev->smem_block_hw < 48 * 1024 || dev->smem_block_hw > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  const int b = (int)dev->smem_block_hw;
+  cudaError_t e;
+  if ((e = allow_smem<COSY_HPREC_TF32, 1, false>(b)) || (e = allow_smem<COSY_HPREC_TF32, 1, true>(b)) ||
+      (e = allow_smem<COSY_HPREC_TF32, 2, false>(b)) || (e = allow_smem<COSY_HPREC_TF32, 2, true>(b)) ||
+      (e = allow_smem<COSY_HPREC_3XTF32, 1, false>(b)) ||
+      (e = allow_smem<COSY_HPREC_3XTF32, 1, true>(b)) ||
+      (e = allow_smem<COSY_HPREC_3XTF32, 2, false>(b)) ||
+      (e = allow_smem<COSY_HPREC_3XTF32, 2, true>(b)))
+    return e;
+  return cudaSuccess;
 }
 
-extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_hift_conv *convs, int n,
-                                              int prec, int split_mode) {
-  if (!convs || n < 1 || n > MAXG || split_mode < 0 || split_mode > 2)
-    return cudaErrorInvalidValue;
+extern "C" size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
+                                        int split_mode, int *kt, int *split) {
+  ConvPlan p;
+  if (plan_convs(dev, convs, n, split_mode, &p) != cudaSuccess) return 0;
+  for (int i = 0; kt && i < n; i++) kt[i] = p.kt[i];
+  if (split) *split = p.split;
+  return p.smem;
+}
+
+extern "C" cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_kdev *dev,
+                                        const cosy_hift_conv *convs, int n, int prec) {
+  return cosy_k_hift_conv_split(s, dev, convs, n, prec, g_conv_split);
+}
+
+extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *dev,
+                                              const cosy_hift_conv *convs, int n, int prec,
+                                              int split_mode) {
   if (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32) return cudaErrorInvalidValue;
+  ConvPlan p;
+  cudaError_t e = plan_convs(dev, convs, n, split_mode, &p);
+  if (e != cudaSuccess) return e; /* includes: more shared memory than dev allows */
+  if (p.grid.x == 0) return cudaSuccess;
   ConvGroup grp;
-  int max_tiles_t = 0, max_tiles_c = 0;
-  long long active_blocks = 0;
-  bool m3 = false;
-  int min_chunks = 1 << 30;
-  size_t smem = 0;
-  for (int i = 0; i < n; i++) {
-    const cosy_hift_conv &c = convs[i];
-    if (!c.in || !c.wp || c.ci < 1 || c.co < 1 || c.k < 1 || c.k > MAXK ||
-        c.dil < 1 || c.stride < 1 || c.up < 1 || c.pad_left < 0 || c.len_in < 0 ||
-        c.n_out < 0 || c.ld_in < 1 || (c.out && c.ld_out < 1) || c.ci_pad < c.ci || c.ci_pad % CK ||
-        c.co_pad < c.co || c.co_pad % BM || (c.reflect && c.stride != 1) ||
-        (c.act == COSY_HACT_SNAKE && !c.alpha) ||
-        (c.act == COSY_HACT_MEAN3_LEAKY && (!c.in2 || !c.in3)) || c.act < 0 || c.act > 3 ||
-        (c.res && c.ld_res < 1) || (c.res2 && c.ld_res2 < 1) || (!c.out && !c.out_act) ||
-        (c.out_act &&
-         (c.ld_out_act < 1 || (c.oact != COSY_HACT_NONE && c.oact != COSY_HACT_SNAKE) ||
-          (c.oact == COSY_HACT_SNAKE && !c.oalpha))) ||
-        (long long)c.len_in * c.up > 0x7fffffffLL)
-      return cudaErrorInvalidValue;
-    grp.c[i] = c;
-    const size_t bytes = conv_smem(c.k, c.dil, c.stride);
-    if (bytes > (size_t)SMEM_CAP) return cudaErrorInvalidValue;
-    smem = bytes > smem ? bytes : smem;
-    const int tt = (c.n_out + BN - 1) / BN, tc = (c.co + BM - 1) / BM;
-    max_tiles_t = tt > max_tiles_t ? tt : max_tiles_t;
-    max_tiles_c = tc > max_tiles_c ? tc : max_tiles_c;
-    active_blocks += (long long)tt * tc;
-    m3 = m3 || c.act == COSY_HACT_MEAN3_LEAKY;
-    min_chunks = c.ci_pad / CK < min_chunks ? c.ci_pad / CK : min_chunks;
+  for (int i = 0; i < MAXG; i++) {
+    grp.c[i] = convs[i < n ? i : 0];
+    grp.kt[i] = p.kt[i];
   }
-  for (int i = n; i < MAXG; i++) grp.c[i] = convs[0];
-  if (max_tiles_t == 0) return cudaSuccess;
-  if (max_tiles_c > 65535) return cudaErrorInvalidValue;
-  dim3 grid((unsigned)max_tiles_t, (unsigned)max_tiles_c, (unsigned)n);
-  /* split the reduction over two warp groups when the grid leaves the SMs short of warps (the
-   * stage-0 convs: 256 channels x 8 T steps), and every conv has >= 4 chunks of input channels */
-  int split = split_mode == 2;
-  if (split_mode == 0) split = active_blocks < 3 * sm_count() && min_chunks >= 4;
-  const int region = (int)((split ? (smem > (size_t)(32 * NT * 4) ? smem : (size_t)(32 * NT * 4))
-                                  : smem) / sizeof(float));
-  if ((size_t)(split ? 2 : 1) * region * sizeof(float) > (size_t)SMEM_CAP) split = 0;
-  const int reg = split ? region : (int)(smem / sizeof(float));
-  return prec == COSY_HPREC_3XTF32 ? launch_prec<COSY_HPREC_3XTF32>(s, grp, grid, reg, split, m3)
-                                   : launch_prec<COSY_HPREC_TF32>(s, grp, grid, reg, split, m3);
+  return prec == COSY_HPREC_3XTF32
+             ? launch_prec<COSY_HPREC_3XTF32>(s, grp, p.grid, p.region_floats, p.split, p.m3)
+             : launch_prec<COSY_HPREC_TF32>(s, grp, p.grid, p.region_floats, p.split, p.m3);
 }
 
 extern "C" void cosy_hift_conv_tuning(int split_mode) {

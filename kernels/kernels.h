@@ -29,6 +29,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kdevice.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -167,13 +169,16 @@ size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx)
  * return to 0), so one workspace serves any number of calls and graph replays, one at a time.
  * n_qh / n_kh <= 8. One kernel launch; the grid depends only on host arguments, so the call can
  * be graph-captured. pdl = 1: launched as a programmatic dependent of the previous kernel on the
- * stream (sm_90; see llm_extra.h), letting the next kernel launch early. */
+ * stream (see llm_extra.h), letting the next kernel launch early, where dev->pdl. dev (kdevice.h,
+ * NULL = a device with neither): with dev->clusters, 2..8 splits merge inside a thread-block
+ * cluster, else through the workspace (both exact to fp32 rounding; attention.cu). */
 cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q, int q_stride,
                                 const void *k_cache, const void *v_cache,
                                 const int32_t *block_table, int max_pages,
                                 const int32_t *seq_lens, int n_seq, int n_qh, int n_kh,
                                 int head_dim, int page_size, int max_ctx, float scale, void *out,
-                                int out_stride, void *workspace, size_t workspace_bytes, int pdl);
+                                int out_stride, void *workspace, size_t workspace_bytes, int pdl,
+                                const cosy_kdev *dev);
 
 /* Causal prefill attention for one sequence (contiguous K/V): query i (0..Lq-1) sits at
  * position i + (Lk - Lq) and attends keys j <= i + (Lk - Lq) (Lq <= Lk; Lq == Lk for a plain

@@ -16,6 +16,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kdevice.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -89,21 +91,35 @@ int cosy_hift_conv_pad(int n, int multiple);
 /* Run n (1..4) independent convs in one launch (they must not depend on each other). The tensor
  * cores do the products (mma.sync m16n8k8 TF32); prec picks TF32 or 3xTF32. Thread mapping: a
  * block of 128 threads computes 64 output channels x 64 time steps of one conv; grid
- * (time tiles, channel tiles, conv). Shared memory: k * 64 * 12 + 2 * 8 * strip floats (strip =
- * 63 stride + (k-1) dil + 3 input columns, padded): ~16 KB (k 3) .. ~156 KB (k 30, stride 15). */
-cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_hift_conv *convs, int n, int prec);
-/* When a launch has fewer than 3 blocks per SM (the 256-channel stage-0 convs) and every conv has
- * >= 4 chunks of 8 input channels, the block doubles to 256 threads: two warp groups reduce
- * alternate chunks and add their partial sums through shared memory (deterministic). Tuning
- * override for measurements: 0 automatic (default), 1 never, 2 always. Process-wide. */
+ * (time tiles, channel tiles, conv). Shared memory: kt * 64 * 12 + 2 * 8 * strip floats (strip =
+ * 63 stride + (k-1) dil + 3 input columns, padded): ~16 KB (k 3) .. ~156 KB (k 30, stride 15)
+ * with kt = k; where that exceeds dev->smem_block the weight slab holds kt < k taps at a time
+ * (same result; conv.cu). cudaErrorInvalidValue when not even one tap fits. dev: the device the
+ * stream belongs to (kdevice.h); cosy_k_hift_conv_prepare must have run for it. */
+cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_kdev *dev, const cosy_hift_conv *convs,
+                             int n, int prec);
+/* Allows the conv kernels the device's shared memory per block (dev->smem_block_hw, the same
+ * value for every engine on the device; the CUDA function attribute is per device): once per
+ * device before the first conv on it, with that device current. */
+cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev);
+/* When a launch has fewer than 3 blocks per SM (dev->n_sm; the 256-channel stage-0 convs) and
+ * every conv has >= 4 chunks of 8 input channels, the block doubles to 256 threads: two warp
+ * groups reduce alternate chunks and add their partial sums through shared memory
+ * (deterministic), when two regions fit dev->smem_block. Tuning override for measurements: 0
+ * automatic (default), 1 never, 2 always. Process-wide. */
 void cosy_hift_conv_tuning(int split_mode);
 /* cosy_k_hift_conv with the split chosen by the caller for this launch only: 0 automatic (as
  * above), 1 never, 2 always (when the shared memory allows). A conv's values depend only on its
- * own descriptor and the split, not on the other convs of the launch: callers that need results
- * independent of the grouping (the streaming vocoder's batches) pass 1. cosy_k_hift_conv is this
- * with the process-wide mode of cosy_hift_conv_tuning. */
-cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_hift_conv *convs, int n, int prec,
-                                   int split_mode);
+ * own descriptor and the split, not on the other convs of the launch nor on the device: callers
+ * that need results independent of the grouping (the streaming vocoder's batches) pass 1.
+ * cosy_k_hift_conv is this with the process-wide mode of cosy_hift_conv_tuning. */
+cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *dev,
+                                   const cosy_hift_conv *convs, int n, int prec, int split_mode);
+/* The plan of such a launch on dev, launching nothing (host only): the dynamic shared memory it
+ * asks for (0: the arguments are invalid or it cannot fit dev), the taps per weight slab of each
+ * conv (kt[n], optional) and whether the block splits (optional). */
+size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
+                             int split_mode, int *kt, int *split);
 
 /* fp64 conv of the F0 predictor with ELU (fp64 tensor cores: mma.sync m8n8k4 f64):
  *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out

@@ -252,7 +252,7 @@ __host__ __device__ constexpr int gv_cmax(int epi) { return gv_rows(epi) == 2 ? 
 constexpr int GV_TARGET_BLOCKS = 264;
 
 struct GemvP {
-  int M, N, K, P;
+  int M, N, K, P, groups;
   const float *x;
   int ldx;
   const float *norm_w;
@@ -305,7 +305,10 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
   pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int K = a.K, nch = K >> 3;
-  const int slot = blockIdx.x * SPB + warp / KS, kp = warp % KS;
+  /* blockIdx.x: the row group (fastest, so the groups of one weight slice run together and
+   * share it through L2), blockIdx.y: the slot block */
+  const int grp = blockIdx.x;
+  const int slot = blockIdx.y * SPB + warp / KS, kp = warp % KS;
   const bool valid = slot < a.P;
 
   int row[RW];
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
 
   /* 2. everything below may read what the previous kernel wrote */
   pdl_wait();
-  const float *x = a.x;
+  const float *x = a.x + (size_t)grp * M * a.ldx;
   float rn[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) rn[m] = 1.f;
@@ -407,8 +410,9 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
   __syncthreads();
   if (tid >= SPB * M) return;
   const int sl = tid / M, m = tid - sl * M;
-  const int s = blockIdx.x * SPB + sl;
+  const int s = blockIdx.y * SPB + sl;
   if (s >= a.P) return;
+  const int gm = grp * M + m; /* the row in the whole call */
   float v[RW];
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
@@ -420,7 +424,7 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
 
   /* 5. epilogue of (slot s, row m) */
   if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
-    float *y = a.y + (size_t)m * a.ldy + s;
+    float *y = a.y + (size_t)gm * a.ldy + s;
     const float o = v[0] + (a.bias ? a.bias[s] : 0.f);
     if (EPI == COSY_GEMV_ADD_F32)
       *y += o;
@@ -429,7 +433,7 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
   } else if (EPI == COSY_GEMV_SILU_MUL) {
     const float g = v[0] + (a.bias ? a.bias[s] : 0.f);
     const float u = v[RW - 1] + (a.bias ? a.bias[s + (a.N >> 1)] : 0.f);
-    a.y[(size_t)m * a.ldy + s] = g / (1.f + expf(-g)) * u;
+    a.y[(size_t)gm * a.ldy + s] = g / (1.f + expf(-g)) * u;
   } else { /* QKV_ROPE */
     const int head = s / HALF, i = s % HALF;
     const int r0 = head * HD + i;
@@ -440,17 +444,17 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
     }
     if (head < a.n_qh + a.n_kh) {
       float sn, cs;
-      sincosf((float)a.pos[m] * a.inv_freq[i], &sn, &cs);
+      sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
       const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
       x1 = t1;
       x2 = t2;
     }
     if (head < a.n_qh) {
-      float *q = a.y + (size_t)m * a.ldy + (size_t)head * HD;
+      float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
       q[i] = x1;
       q[i + HALF] = x2;
     } else {
-      const int sc = a.slots[m];
+      const int sc = a.slots[gm];
       if (sc >= 0) {
         const bool is_k = head < a.n_qh + a.n_kh;
         const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
@@ -466,13 +470,14 @@ template <int M, int KS, int PRO, int EPI>
 cudaError_t gemv_launch(cudaStream_t s, const GemvP &p, int pdl) {
   constexpr int SPB = GV_WARPS / KS;
   const unsigned blocks = (unsigned)((p.P + SPB - 1) / SPB);
+  const dim3 grid((unsigned)p.groups, blocks);
   if (!pdl) {
-    gemv_kernel<M, KS, PRO, EPI><<<blocks, GV_THREADS, 0, s>>>(p);
+    gemv_kernel<M, KS, PRO, EPI><<<grid, GV_THREADS, 0, s>>>(p);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3(blocks);
+  cfg.gridDim = grid;
   cfg.blockDim = dim3(GV_THREADS);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = s;
@@ -611,8 +616,10 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
     return cudaErrorInvalidValue;
   if (a->in_mode == COSY_GEMV_IN_RMSNORM && (!a->norm_w || !aligned16(a->norm_w)))
     return cudaErrorInvalidValue;
+  if (a->groups < 0 || a->groups > 65535) return cudaErrorInvalidValue;
   GemvP p;
   p.M = a->M;
+  p.groups = a->groups > 1 ? a->groups : 1;
   p.N = a->N;
   p.K = a->K;
   p.x = a->x;

@@ -116,6 +116,10 @@ typedef enum cosy_llm_gemv_out {
 
 typedef struct cosy_llm_gemv_args {
   int M, N, K;              /* M in {1, 2, 4, 8} rows; W [N][K] bf16 (K % 8 == 0, 16-B rows) */
+  int groups;               /* 0 or 1: M rows; G > 1: G groups of M rows (rows g*M .. g*M+M-1
+                               of x, y, pos and slots), one grid; a row's result does not depend
+                               on M or G (the same reduction order), so the decode step is batch-
+                               invariant when every bucket runs here */
   cosy_llm_gemv_in in_mode;
   const float *x;           /* 16-byte aligned, ldx % 4 == 0 */
   int ldx;

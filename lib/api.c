@@ -26,10 +26,14 @@ COSY_API uint32_t cosy_version_number(void) { return COSY_VERSION_NUMBER; }
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
+/* the Makefile passes the toolkit release and the GPU targets it compiled (CUDA_ARCHS) */
+#if defined(COSY_WITH_CUDA) && !defined(COSY_CUDA_BUILD)
+#define COSY_CUDA_BUILD "cuda"
+#endif
 COSY_API const char *cosy_version_string(void) {
 #ifdef COSY_WITH_CUDA
   return STR(COSY_VERSION_MAJOR) "." STR(COSY_VERSION_MINOR) "." STR(COSY_VERSION_PATCH)
-      " (cuda, sm_80 sm_89 sm_90)";
+      " (" COSY_CUDA_BUILD ")";
 #else
   return STR(COSY_VERSION_MAJOR) "." STR(COSY_VERSION_MINOR) "." STR(COSY_VERSION_PATCH)
       " (cpu only)";
@@ -113,7 +117,8 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
     cosy_status st = cosy_struct_in(out, sizeof *out, p, MIN_SYNTH_PARAMS, "cosy_synth_params");
     if (st) return st;
   }
-  if (out->flags & ~(COSY_SYNTH_NO_TEXT_NORMALIZATION | COSY_SYNTH_FULL_ATTENTION_FINAL))
+  if (out->flags & ~(COSY_SYNTH_NO_TEXT_NORMALIZATION | COSY_SYNTH_FULL_ATTENTION_FINAL |
+                     COSY_SYNTH_ONE_SHOT))
     return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synth_params.flags 0x%x has unknown bits",
                     out->flags);
   if (out->mode < COSY_MODE_ZERO_SHOT || out->mode > COSY_MODE_INSTRUCT)

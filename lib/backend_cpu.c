@@ -96,12 +96,16 @@ static cosy_status cpu_next(cosy_engine *e, cpu_seq *q, const cosy_next_req *nx,
   return COSY_OK;
 }
 
-static cosy_status cpu_llm_prefill(cosy_engine *e, void *seq, const float *emb, int L,
-                                   const cosy_next_req *nx, int32_t *next) {
-  cpu_seq *q = (cpu_seq *)seq;
-  cosy_status st = ref_llm_forward(ST(e)->llm, q->kv, emb, L, NULL, q->logp, NULL, NULL);
-  if (st || !nx) return st;
-  return cpu_next(e, q, nx, next);
+/* the sequences one after the other (the reference has no packed forward) */
+static cosy_status cpu_llm_prefill(cosy_engine *e, cosy_prefill_row *rows, int n) {
+  for (int i = 0; i < n; i++) {
+    cpu_seq *q = (cpu_seq *)rows[i].seq;
+    cosy_status st = ref_llm_forward(ST(e)->llm, q->kv, rows[i].emb, rows[i].L, NULL, q->logp,
+                                     NULL, NULL);
+    if (st) return st;
+    rows[i].status = rows[i].nx ? cpu_next(e, q, rows[i].nx, &rows[i].next) : COSY_OK;
+  }
+  return COSY_OK;
 }
 
 /* the rows one after the other (the reference has no batched forward) */

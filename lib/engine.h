@@ -57,6 +57,17 @@ typedef struct cosy_llm_row {
   cosy_status status;          /* out: this row's sampling (COSY_OK or why not) */
 } cosy_llm_row;
 
+/* One sequence of a batched prefill: L more positions of emb (host fp32 [L][H]); nx != NULL on
+ * the prompt's last piece (the next token is sampled into `next`). */
+typedef struct cosy_prefill_row {
+  void *seq;
+  const float *emb;
+  int L;
+  const cosy_next_req *nx;
+  int32_t next;                /* out */
+  cosy_status status;          /* out: this row's sampling (COSY_OK or why not) */
+} cosy_prefill_row;
+
 /* The prompt side of a request's flow calls (constant over the utterance). */
 typedef struct cosy_flow_prompt {
   const int32_t *tokens;       /* prompt speech tokens [n_tokens] */
@@ -108,10 +119,9 @@ typedef struct cosy_backend {
    * now (the scheduler keeps the request waiting) */
   cosy_status (*llm_open)(struct cosy_engine *e, int max_positions, void **seq);
   void (*llm_close)(struct cosy_engine *e, void *seq);
-  /* L more positions of emb into seq; with nx != NULL (the prompt's last piece) the next token
-   * is sampled into *next */
-  cosy_status (*llm_prefill)(struct cosy_engine *e, void *seq, const float *emb, int L,
-                             const cosy_next_req *nx, int32_t *next);
+  /* prefill pieces of n distinct sequences (the backend may pack them into one forward pass);
+   * a failing row sets its status, a failing call returns non-zero (every row failed) */
+  cosy_status (*llm_prefill)(struct cosy_engine *e, cosy_prefill_row *rows, int n);
   /* one decode step of n distinct sequences, each row sampled with its own parameters and
    * generator; a failing row sets its status, a failing step returns non-zero */
   cosy_status (*llm_step)(struct cosy_engine *e, cosy_llm_row *rows, int n);

@@ -42,9 +42,9 @@
  *   finalize (zero look-ahead) and yields the rest. Whether the last call attends block-causally
  *   (the default) or over everything (as the official code does) is COSY_SYNTH_FULL_ATTENTION_FINAL;
  *   docs/scheduler.md explains the choice. Blocking synthesis runs exactly this schedule, so
- *   streaming and blocking output are identical for the same seed. speed != 1 (blocking only):
- *   all tokens first, one full-attention flow call, the mel linearly resampled to T/speed frames,
- *   one final vocoder call.
+ *   streaming and blocking output are identical for the same seed. COSY_SYNTH_ONE_SHOT, or
+ *   speed != 1 (blocking only): all tokens first, one full-attention flow call, (speed != 1) the
+ *   mel linearly resampled to T/speed frames, one final vocoder call.
  *
  * Threads and locks: e->mu guards the queue, the active list and each job's shared fields (marked
  * below). Only the token-to-wave thread removes jobs from the active list, and only after the LLM
@@ -77,8 +77,9 @@
 #define LOOKAHEAD 3      /* tokens of right context a non-final flow call needs */
 #define BLOCK_TOKENS 25  /* the flow's attention block (50 frames) in tokens */
 #define MAX_HOP 100      /* the official hop stops doubling here */
-#define PREFILL_PIECE 256
-#define PREFILL_BUDGET 512
+#define PREFILL_PIECE 1024       /* positions of one sequence per iteration at most */
+#define PREFILL_BUDGET 1024      /* positions per iteration while sequences decode (~4 ms on an H100) */
+#define PREFILL_BUDGET_IDLE 2048 /* ... and while none does */
 #define FLOW_BATCH_JOBS 64
 #define FLOW_BATCH_FRAMES 3000 /* new mel frames per flow batch (per CFG row). A 1024 cap was
                                  measured worse at C = 64 (TTFB p95 1168 vs 1003 ms, 148x vs 160x
@@ -96,7 +97,7 @@ typedef struct sjob {
   int L, min_len, max_len;
   cosy_sampling samp;
   cosy_rng rng;
-  int collect_only;           /* speed != 1 */
+  int collect_only;           /* speed != 1 or COSY_SYNTH_ONE_SHOT: one flow call at the end */
   int full_final;             /* COSY_SYNTH_FULL_ATTENTION_FINAL */
   /* LLM side (LLM thread only) */
   void *seq;
@@ -131,10 +132,25 @@ struct cosy_sched {
   sjob *active;
   int n_llm;                     /* active jobs the LLM thread still owns */
   int first_in_flight;           /* a first chunk's flow call is running */
+  FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
+  pthread_mutex_t trace_mu;
+  double t0;
   struct t2w_call *calls;        /* sched_run_on_t2w: work for the token-to-wave thread (e->mu) */
   pthread_cond_t cv_call;        /* a call is done */
   int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
 };
+
+/* One line per backend call when the environment names a trace file (COSY_SCHED_TRACE=path):
+ * seconds since the engine started, the call, rows (sequences / jobs), a size (positions or new
+ * mel frames, 0 when not counted), first chunks among the rows, and the call's wall time in ms. */
+static void trace(struct cosy_sched *s, const char *what, int rows, int size, int firsts,
+                  double dt) {
+  if (!s->trace) return;
+  pthread_mutex_lock(&s->trace_mu);
+  fprintf(s->trace, "%.4f %s %d %d %d %.3f\n", cosy_now() - s->t0 - dt, what, rows, size, firsts,
+          dt * 1e3);
+  pthread_mutex_unlock(&s->trace_mu);
+}
 
 static int cancelled(const cosy_request *r) {
   return __atomic_load_n(&r->cancel, __ATOMIC_SEQ_CST) != 0;
@@ -211,7 +227,7 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   if (!j) return COSY_ERR_NO_MEMORY;
   j->r = r;
   j->v = v;
-  j->collect_only = p->speed != 1.0f;
+  j->collect_only = p->speed != 1.0f || (p->flags & COSY_SYNTH_ONE_SHOT);
   j->full_final = (p->flags & COSY_SYNTH_FULL_ATTENTION_FINAL) != 0;
   if ((st = normalize_text(e->tn, r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION),
                            &text)))
@@ -431,6 +447,9 @@ static void *llm_main(void *arg) {
   int cap = 0;
   sjob **jobs = NULL;
   cosy_llm_row *rows = NULL;
+  cosy_prefill_row *prows = NULL;
+  cosy_next_req *pnx = NULL;
+  sjob **pjobs = NULL;
   pthread_mutex_lock(&e->mu);
   for (;;) {
     admit(e);
@@ -457,7 +476,13 @@ static void *llm_main(void *arg) {
       if (nj) jobs = nj;
       cosy_llm_row *nr = (cosy_llm_row *)realloc(rows, (size_t)nc * sizeof *nr);
       if (nr) rows = nr;
-      if (!nj || !nr) { /* cannot even plan a step: fail everything this thread owns */
+      cosy_prefill_row *np_ = (cosy_prefill_row *)realloc(prows, (size_t)nc * sizeof *np_);
+      if (np_) prows = np_;
+      cosy_next_req *nn = (cosy_next_req *)realloc(pnx, (size_t)nc * sizeof *nn);
+      if (nn) pnx = nn;
+      sjob **pj = (sjob **)realloc(pjobs, (size_t)nc * sizeof *pj);
+      if (pj) pjobs = pj;
+      if (!nj || !nr || !np_ || !nn || !pj) { /* cannot even plan a step: fail everything this thread owns */
         for (sjob *j = s->active; j; j = j->next)
           if (!j->llm_released) job_fail_locked(j, COSY_ERR_NO_MEMORY, "out of memory planning a step");
         n = 0;
@@ -485,31 +510,56 @@ static void *llm_main(void *arg) {
         jobs[nd++] = j;
     }
     n = nd;
-    /* prefill pieces */
-    int budget = PREFILL_BUDGET;
-    for (int i = 0; i < n && budget > 0; i++) {
+    /* prefill pieces, packed into one backend call: at most PREFILL_BUDGET positions while
+     * other sequences decode (their next token waits for the call), PREFILL_BUDGET_IDLE when
+     * none does */
+    int budget = PREFILL_BUDGET_IDLE;
+    for (int i = 0; i < n; i++)
+      if (jobs[i]->decoding) budget = PREFILL_BUDGET;
+    int np = 0;
+    for (int i = 0; i < n && budget > 0 && np < cap; i++) {
       sjob *j = jobs[i];
       if (j->decoding) continue;
       int piece = j->L - j->fed;
       if (piece > PREFILL_PIECE) piece = PREFILL_PIECE;
-      if (piece > budget && j->fed + piece < j->L) piece = budget;
+      if (piece > budget) piece = budget;
       budget -= piece;
-      const int last = j->fed + piece == j->L;
-      cosy_next_req nx;
-      next_req(j, &nx);
-      int32_t tok = -1;
-      double t0 = cosy_now();
-      cosy_status st = e->be->llm_prefill(e, j->seq, j->lm_input + (size_t)j->fed * e->model->hp.llm_hidden,
-                                          piece, last ? &nx : NULL, &tok);
-      add_time(j->r, &j->r->llm_s, cosy_now() - t0);
-      if (st) {
-        llm_release(e, j, st, cosy_last_error());
-        continue;
+      cosy_prefill_row *pr = &prows[np];
+      memset(pr, 0, sizeof *pr);
+      pr->seq = j->seq;
+      pr->emb = j->lm_input + (size_t)j->fed * e->model->hp.llm_hidden;
+      pr->L = piece;
+      if (j->fed + piece == j->L) {
+        next_req(j, &pnx[np]);
+        pr->nx = &pnx[np];
       }
-      j->fed += piece;
-      if (last) {
-        j->decoding = 1;
-        if (take_token(e, j, tok)) llm_release(e, j, COSY_OK, NULL);
+      pjobs[np++] = j;
+    }
+    if (np > 0) {
+      double t0 = cosy_now();
+      cosy_status st = e->be->llm_prefill(e, prows, np);
+      double dt = cosy_now() - t0;
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
+      int tot = 0;
+      for (int i = 0; i < np; i++) tot += prows[i].L;
+      trace(s, "prefill", np, tot, 0, dt);
+      for (int i = 0; i < np; i++) {
+        sjob *j = pjobs[i];
+        add_time(j->r, &j->r->llm_s, dt);
+        if (st) {
+          llm_release(e, j, st, msg);
+          continue;
+        }
+        if (prows[i].status) {
+          llm_release(e, j, prows[i].status, "sampling the first token failed (NaN or no finite log-probability)");
+          continue;
+        }
+        j->fed += prows[i].L;
+        if (prows[i].nx) {
+          j->decoding = 1;
+          if (take_token(e, j, prows[i].next)) llm_release(e, j, COSY_OK, NULL);
+        }
       }
     }
     /* one decode step over every sequence with a token to feed */
@@ -532,6 +582,7 @@ static void *llm_main(void *arg) {
       char msg[512];
       snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
       /* counters read by sched_stats on a caller's thread: atomic (TSan) */
+      trace(s, "step", nr, 0, 0, dt);
       __atomic_add_fetch(&s->steps, 1, __ATOMIC_RELAXED);
       __atomic_add_fetch(&s->step_rows, nr, __ATOMIC_RELAXED);
       for (int i = 0; i < nr; i++) {
@@ -553,6 +604,9 @@ static void *llm_main(void *arg) {
   pthread_mutex_unlock(&e->mu);
   free(jobs);
   free(rows);
+  free(prows);
+  free(pnx);
+  free(pjobs);
   return NULL;
 }
 
@@ -806,6 +860,14 @@ static void *t2w_main(void *arg) {
     snprintf(bmsg, sizeof bmsg, "%s", st ? cosy_last_error() : "");
     pthread_mutex_lock(&e->mu);
     s->first_in_flight = 0;
+    {
+      int fr = 0, firsts = 0;
+      for (int i = 0; i < n; i++) {
+        fr += job_frames(pick[i], kind[i]);
+        firsts += pick[i]->chunks_done == 0;
+      }
+      trace(s, "flow", n, fr, firsts, dt);
+    }
     __atomic_add_fetch(&s->flow_calls, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->flow_jobs, n, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&s->cv_llm);
@@ -828,7 +890,7 @@ static void *t2w_main(void *arg) {
       memset(&vj[nv], 0, sizeof vj[nv]);
       vj[nv].vs = j->vs;
       vj[nv].finalize = kind[i] == 2;
-      if (j->collect_only) {
+      if (j->collect_only && j->r->params.speed != 1.0f) {
         int Tn = 0;
         tmp_mel[i] = speed_mel(mels[i], fj[i].n_frames, j->r->params.speed, &Tn);
         if (!tmp_mel[i]) {
@@ -851,6 +913,14 @@ static void *t2w_main(void *arg) {
     t0 = cosy_now();
     if (nv) vst = e->be->vocode(e, vj, nv, urgent, NULL);
     dt = cosy_now() - t0;
+    {
+      int fr = 0, firsts = 0;
+      for (int i = 0; i < nv; i++) {
+        fr += vj[i].n_new;
+        firsts += pick[i]->chunks_done == 0;
+      }
+      trace(s, "vocoder", nv, fr, firsts, dt);
+    }
     snprintf(bmsg, sizeof bmsg, "%s", vst ? cosy_last_error() : "");
     for (int i = 0; i < n; i++) {
       free(mels[i]);
@@ -892,6 +962,10 @@ cosy_status sched_start(cosy_engine *e) {
   struct cosy_sched *s = (struct cosy_sched *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
   s->e = e;
+  s->t0 = cosy_now();
+  pthread_mutex_init(&s->trace_mu, NULL);
+  const char *tp = getenv("COSY_SCHED_TRACE");
+  if (tp && tp[0]) s->trace = fopen(tp, "w");
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
   pthread_cond_init(&s->cv_call, NULL);
@@ -928,6 +1002,8 @@ void sched_stop(cosy_engine *e) {
   }
   pthread_cond_destroy(&s->cv_llm);
   pthread_cond_destroy(&s->cv_t2w);
+  if (s->trace) fclose(s->trace);
+  pthread_mutex_destroy(&s->trace_mu);
   pthread_cond_destroy(&s->cv_call);
   free(s);
   e->sched = NULL;

@@ -1,7 +1,17 @@
 /* test_gpu_engine.c - the GPU engine through the public API (needs a CUDA device; skips without):
  *   - the memory knob: the engine never holds more than gpu_memory_fraction of device memory
  *     (cudaMemGetInfo before create, after create, and during synthesis), and a fraction too
- *     small for the weights is a clear COSY_ERR_GPU_NO_MEMORY at create time;
+ *     small for the weights is a clear COSY_ERR_GPU_NO_MEMORY at create time whose message says
+ *     which gpu_memory_fraction is enough: an engine with that fraction is created and speaks,
+ *     one with 0.9 of it is refused;
+ *   - budgets of 24 and 32 GiB (the GPUs people own: gpu_memory_fraction set so on a larger
+ *     device; skipped where the device is smaller): create succeeds, the engine holds no more,
+ *     and it speaks; COSY_GPU_BUDGETS_GB="24 32" (default) picks the budgets;
+ *   - two engines in one process on device 0 serving one request each at the same time: each
+ *     gives the audio of one engine alone, sample for sample;
+ *   - a GPU below compute capability 8.0 (the test profile t4, COSY_GPU_PROFILE) is refused at
+ *     create with COSY_ERR_UNSUPPORTED naming the capability; an unknown profile name is
+ *     COSY_ERR_INVALID_ARG;
  *   - synthesis on the GPU: blocking == push streaming == pull streaming for one seed, finite
  *     audio within +-0.99, several chunks; cancel; stats; top_k beyond the GPU sampler (host
  *     sampling from the downloaded log-probs) repeatable; the first-chunk policies
@@ -128,14 +138,101 @@ static void test_memory_fraction(void **state) {
   cosy_voice_release(v);
   cosy_engine_destroy(e);
 
-  /* too small for the weights: clear error at create time */
+  /* too small for the weights: clear error at create time, saying which fraction is enough */
   c.gpu_memory_fraction = 1e-4f;
   e = NULL;
   st = cosy_engine_create(&c, &e);
   print_message("fraction 1e-4: status %d (%s): %s\n", st, cosy_status_str(st), cosy_last_error());
   assert_int_equal(st, COSY_ERR_GPU_NO_MEMORY);
   assert_null(e);
-  assert_true(strlen(cosy_last_error()) > 0);
+  const char *key = "set gpu_memory_fraction to at least ";
+  const char *at = strstr(cosy_last_error(), key);
+  assert_non_null(at);
+  assert_non_null(strstr(cosy_last_error(), "the engine needs "));
+  const float need = strtof(at + strlen(key), NULL);
+  assert_true(need > 1e-4f && need <= 1.0f);
+  /* that much is enough: the engine is created and speaks; 0.9 of it is refused, with the same
+   * need */
+  c.gpu_memory_fraction = need;
+  c.max_active = 0;
+  if (cosy_engine_create(&c, &e)) fail_msg("create at the stated need %.4f: %s", (double)need,
+                                           cosy_last_error());
+  v = make_voice(e);
+  p.max_tokens = 60;
+  if (cosy_synthesize(e, v, TEXT, &p, &pcm, &n)) fail_msg("synthesize at the stated need: %s",
+                                                          cosy_last_error());
+  assert_true(n > 0);
+  print_message("fraction %.4f (the stated need): created, %lld samples\n", (double)need,
+                (long long)n);
+  cosy_free(pcm);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+  e = NULL;
+  c.gpu_memory_fraction = 0.9f * need;
+  st = cosy_engine_create(&c, &e);
+  print_message("fraction %.4f (0.9 of it): status %d: %s\n", (double)c.gpu_memory_fraction, st,
+                st ? cosy_last_error() : "created");
+  assert_int_equal(st, COSY_ERR_GPU_NO_MEMORY);
+  at = strstr(cosy_last_error(), key);
+  assert_non_null(at);
+  assert_true(fabsf(strtof(at + strlen(key), NULL) - need) < 2e-4f);
+}
+
+/* budgets of the GPUs people own (24 and 32 GB cards), set on this device through the fraction */
+static void test_memory_budgets(void **state) {
+  (void)state;
+  TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model (make build/test/small-f32.gguf or set COSY_GPU_TEST_MODEL)");
+  size_t f0 = 0, total = 0;
+  cudaFree(0);
+  cudaMemGetInfo(&f0, &total);
+  const char *env = getenv("COSY_GPU_BUDGETS_GB");
+  char list[128];
+  snprintf(list, sizeof list, "%s", env && *env ? env : "24 32");
+  int ran = 0;
+  for (char *tok = strtok(list, " ,"); tok; tok = strtok(NULL, " ,")) {
+    const double gb = atof(tok), bytes = gb * 1073741824.0;
+    if (!(gb > 0) || bytes > 0.95 * (double)f0) {
+      print_message("budget %s GiB: SKIP (the device has %.1f GiB free)\n", tok,
+                    (double)f0 / 1073741824.0);
+      continue;
+    }
+    cosy_engine_config c;
+    cosy_engine_config_init(&c, sizeof c);
+    c.model_path = m;
+    c.device = 0;
+    c.gpu_memory_fraction = (float)(bytes / (double)total);
+    const size_t base = total - f0;
+    cosy_engine *e = NULL;
+    if (cosy_engine_create(&c, &e)) fail_msg("budget %.0f GiB: create: %s", gb, cosy_last_error());
+    cosy_engine_stats s;
+    cosy_engine_stats_init(&s, sizeof s);
+    assert_int_equal(cosy_engine_get_stats(e, &s), COSY_OK);
+    cosy_voice *v = make_voice(e);
+    cosy_synth_params p;
+    cosy_synth_params_init(&p, sizeof p);
+    p.seed = 5;
+    p.min_tokens = p.max_tokens = 112;
+    float *pcm = NULL;
+    int64_t n = 0;
+    if (cosy_synthesize(e, v, TEXT, &p, &pcm, &n)) fail_msg("budget %.0f GiB: synthesize: %s", gb,
+                                                            cosy_last_error());
+    const size_t held = used_now() - base;
+    print_message("budget %.0f GiB (gpu_memory_fraction %.4f): engine holds %.2f GiB (planned "
+                  "%.2f GiB: LLM KV %.2f GiB in %d pages, %d flow cache pages), %lld samples\n",
+                  gb, (double)c.gpu_memory_fraction, (double)held / 1073741824.0,
+                  (double)s.device_bytes_total / 1073741824.0, (double)s.kv_bytes / 1073741824.0,
+                  s.kv_pages_total, s.flow_pages_total, (long long)n);
+    assert_true((double)held <= bytes);
+    assert_true((double)s.device_bytes_total <= bytes);
+    assert_true(n > 0 && s.kv_pages_total > 0);
+    cosy_free(pcm);
+    cosy_voice_release(v);
+    cosy_engine_destroy(e);
+    ran++;
+  }
+  TU_REQUIRE(ran > 0, "no budget fits this device");
 }
 
 typedef struct pushbuf {
@@ -346,9 +443,107 @@ static void test_gpu_synthesis(void **state) {
   cosy_free(blk);
 }
 
+/* Two engines in one process on device 0, each serving one request at the same time, against
+ * one engine alone: the same audio, sample for sample (each engine fresh, as the reference: an
+ * engine's voice cache and batches are its own, and a request alone in its engine is batched
+ * alike). Each engine takes 0.4 of the device. */
+static void test_two_engines(void **state) {
+  (void)state;
+  TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model");
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = m;
+  c.device = 0;
+  c.gpu_memory_fraction = 0.4f;
+  c.max_active = 16;
+  cosy_synth_params p[2];
+  for (int i = 0; i < 2; i++) {
+    cosy_synth_params_init(&p[i], sizeof p[i]);
+    p[i].seed = 21 + (uint64_t)i;
+    p[i].min_tokens = p[i].max_tokens = 112 + 30 * i;
+  }
+  int64_t n_alone[2];
+  float *alone[2];
+  for (int i = 0; i < 2; i++) alone[i] = synth_fresh(&c, 0, &p[i], &n_alone[i]);
+  cosy_engine *e[2] = {NULL, NULL};
+  cosy_voice *v[2];
+  for (int i = 0; i < 2; i++) {
+    if (cosy_engine_create(&c, &e[i])) fail_msg("engine %d: %s", i, cosy_last_error());
+    v[i] = make_voice(e[i]);
+  }
+  pushbuf b[2];
+  cosy_request *r[2];
+  memset(b, 0, sizeof b);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(cosy_request_submit(e[i], v[i], TEXT, &p[i], on_chunk, &b[i], &r[i]), COSY_OK);
+  cosy_request_stats rs[2];
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(cosy_request_wait(r[i], -1), COSY_OK);
+    cosy_request_stats_init(&rs[i], sizeof rs[i]);
+    cosy_request_get_stats(r[i], &rs[i]);
+    cosy_request_release(r[i]);
+  }
+  int ok = 1;
+  for (int i = 0; i < 2; i++) {
+    const double d = b[i].n == n_alone[i] ? tu_max_abs_diff(b[i].pcm, alone[i], (size_t)b[i].n)
+                                         : INFINITY;
+    print_message("engine %d of 2 at once: %lld samples (alone %lld), ttfb %.1f ms, total %.1f ms, "
+                  "max abs diff to alone %.3g (must be 0)\n",
+                  i, (long long)b[i].n, (long long)n_alone[i], 1e3 * rs[i].ttfb_s,
+                  1e3 * rs[i].total_s, d);
+    ok &= d == 0.0;
+    free(b[i].pcm);
+  }
+  for (int i = 0; i < 2; i++) {
+    cosy_voice_release(v[i]);
+    cosy_engine_destroy(e[i]);
+    cosy_free(alone[i]);
+  }
+  assert_true(ok);
+}
+
+/* create under the test profile `prof` (the caller's COSY_GPU_PROFILE is put back) */
+static cosy_status create_as(const char *prof, const cosy_engine_config *c, cosy_engine **e) {
+  const char *was = getenv("COSY_GPU_PROFILE");
+  char saved[64] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  setenv("COSY_GPU_PROFILE", prof, 1);
+  cosy_status st = cosy_engine_create(c, e);
+  if (was) setenv("COSY_GPU_PROFILE", saved, 1);
+  else unsetenv("COSY_GPU_PROFILE");
+  return st;
+}
+
+static void test_unsupported_gpu(void **state) {
+  (void)state;
+  TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model");
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = m;
+  c.device = 0;
+  cosy_engine *e = NULL;
+  cosy_status st = create_as("t4", &c, &e);
+  print_message("as a T4: status %d (%s): %s\n", st, cosy_status_str(st), cosy_last_error());
+  assert_int_equal(st, COSY_ERR_UNSUPPORTED);
+  assert_null(e);
+  assert_non_null(strstr(cosy_last_error(), "compute capability 7.5"));
+  assert_non_null(strstr(cosy_last_error(), "8.0 or newer"));
+  st = create_as("no-such-gpu", &c, &e);
+  print_message("unknown profile: status %d: %s\n", st, cosy_last_error());
+  assert_int_equal(st, COSY_ERR_INVALID_ARG);
+  assert_null(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_unsupported_gpu),
       cmocka_unit_test(test_memory_fraction),
+      cmocka_unit_test(test_memory_budgets),
+      cmocka_unit_test(test_two_engines),
       cmocka_unit_test(test_gpu_synthesis),
   };
   return cmocka_run_group_tests_name("gpu engine", tests, NULL, NULL);

@@ -186,7 +186,8 @@ static int setup(void **state) {
     return 0; /* no device: everything skips */
   }
   fx->have_dev = 1;
-  if (cosy_gpu_create(0, 0.5f, &fx->g) != COSY_OK) {
+  if (cosy_gpu_create(0, 0.5f, &fx->g) != COSY_OK ||
+      cosy_k_hift_conv_prepare(&fx->g->dev) != cudaSuccess) {
     fprintf(stderr, "cosy_gpu_create failed: %s\n", cosy_last_error());
     return -1;
   }
@@ -403,6 +404,58 @@ static double conv_check(const conv_case *cc, conv_run *r, int *layout_ok) {
   return e;
 }
 
+/* both outputs of a conv run (out, out_act where present), host copies */
+static float *conv_download(const conv_run *r) {
+  const size_t nall = (size_t)r->co_rows * r->ld_out;
+  float *o = calloc(2 * nall, sizeof(float));
+  if (r->desc.out) cudaMemcpy(o, r->d_out, nall * sizeof(float), cudaMemcpyDeviceToHost);
+  if (r->d_oact) cudaMemcpy(o + nall, r->d_oact, nall * sizeof(float), cudaMemcpyDeviceToHost);
+  return o;
+}
+
+/* The weight slab split into tap groups (a device with less shared memory per block: the ~99 KB
+ * of the ada profile, and 72 KB, which splits the k30 s15 source down into 10 groups of 3 taps)
+ * gives the same bits as the engine's own device, in 3xTF32 with one warp group; a device that
+ * cannot hold the strip and one tap refuses the launch. */
+static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
+  const size_t nall = (size_t)r->co_rows * r->ld_out;
+  cosy_kdev small[2] = {fx->g->dev, fx->g->dev};
+  assert_int_equal(cosy_gpu_apply_profile(&small[0], "ada"), COSY_OK);
+  small[1].smem_block = 72 * 1024;
+  float *base = NULL;
+  int ok = 1;
+  for (int v = 0; v < 3; v++) {
+    const cosy_kdev *d = v == 0 ? &fx->g->dev : &small[v - 1];
+    int kt = 0, split = -1;
+    const size_t smem = cosy_k_hift_conv_plan(d, &r->desc, 1, 1, &kt, &split);
+    assert_true(smem > 0 && smem <= d->smem_block && split == 0);
+    CU(cudaMemset(r->d_out, 0xFF, nall * sizeof(float)));
+    if (r->d_oact) CU(cudaMemset(r->d_oact, 0xFF, nall * sizeof(float)));
+    CU(cosy_k_hift_conv_split(fx->g->stream, d, &r->desc, 1, COSY_HPREC_3XTF32, 1));
+    CU(cudaStreamSynchronize(fx->g->stream));
+    float *o = conv_download(r);
+    if (v == 0) {
+      base = o;
+      continue;
+    }
+    const int same = !memcmp(o, base, 2 * nall * sizeof(float));
+    printf("  conv %s on %zu KB per block: %d of %d taps per slab, %zu KB: %s\n", cc->name,
+           d->smem_block / 1024, kt, cc->k, smem / 1024, same ? "bit-identical" : "DIFFERS");
+    ok &= same;
+    free(o);
+  }
+  free(base);
+  /* the strip alone: one tap short of what the conv needs */
+  cosy_kdev tiny = fx->g->dev;
+  int kt0 = 0;
+  tiny.smem_block = cosy_k_hift_conv_plan(&fx->g->dev, &r->desc, 1, 1, &kt0, NULL) -
+                    (size_t)kt0 * COSY_HCONV_BM * (COSY_HCONV_CK + 4) * sizeof(float);
+  assert_int_equal(cosy_k_hift_conv_plan(&tiny, &r->desc, 1, 1, NULL, NULL), 0);
+  assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &tiny, &r->desc, 1, 0, 1),
+                   cudaErrorInvalidValue);
+  return ok;
+}
+
 static void test_kernel_conv(void **state) {
   fixture *fx = *state;
   NEED_DEV(fx);
@@ -447,7 +500,7 @@ static void test_kernel_conv(void **state) {
       CU(cudaMemset(r.d_out, 0xFF, (size_t)r.co_rows * r.ld_out * sizeof(float)));
       if (r.d_oact) CU(cudaMemset(r.d_oact, 0xFF, (size_t)r.co_rows * r.ld_out * sizeof(float)));
       CU(cudaDeviceSynchronize());
-      CU(cosy_k_hift_conv(fx->g->stream, &r.desc, 1, prec));
+      CU(cosy_k_hift_conv(fx->g->stream, &fx->g->dev, &r.desc, 1, prec));
       CU(cudaStreamSynchronize(fx->g->stream));
       int lay = 0;
       double e = conv_check(&cases[i], &r, &lay);
@@ -457,6 +510,7 @@ static void test_kernel_conv(void **state) {
       all_ok &= check_line(name, e, prec ? TOL_3X : TOL_TF32) && lay;
     }
     cosy_hift_conv_tuning(0);
+    all_ok &= conv_taps_invariant(fx, &cases[i], &r);
     conv_release(&r);
   }
   /* a grouped launch: three resblock convs (k 3, 7, 11, dilation 3) in one call */
@@ -473,7 +527,7 @@ static void test_kernel_conv(void **state) {
       for (int i = 0; i < 3; i++)
         CU(cudaMemset(r[i].d_out, 0xFF, (size_t)r[i].co_rows * r[i].ld_out * sizeof(float)));
       CU(cudaDeviceSynchronize());
-      CU(cosy_k_hift_conv(fx->g->stream, d, 3, prec));
+      CU(cosy_k_hift_conv(fx->g->stream, &fx->g->dev, d, 3, prec));
       CU(cudaStreamSynchronize(fx->g->stream));
       for (int i = 0; i < 3; i++) {
         int lay = 0;
@@ -490,11 +544,89 @@ static void test_kernel_conv(void **state) {
   {
     cosy_hift_conv bad;
     memset(&bad, 0, sizeof bad);
-    assert_int_equal(cosy_k_hift_conv(fx->g->stream, &bad, 1, 0), cudaErrorInvalidValue);
-    assert_int_equal(cosy_k_hift_conv(fx->g->stream, NULL, 1, 0), cudaErrorInvalidValue);
+    assert_int_equal(cosy_k_hift_conv(fx->g->stream, &fx->g->dev, &bad, 1, 0),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cosy_k_hift_conv(fx->g->stream, &fx->g->dev, NULL, 1, 0),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cosy_k_hift_conv(fx->g->stream, NULL, &bad, 1, 0), cudaErrorInvalidValue);
     cudaGetLastError();
   }
   assert_true(all_ok);
+}
+
+/* The launch plans of the full-size vocoder's convs (every conv of hift.c: conv_pre, ups, source
+ * downs, resblocks and source resblocks grouped as the decoder launches them, conv_post) on an
+ * H100 described by hand and under each test profile, in every split mode: each plan fits the
+ * profile's shared memory per block, the k30 s15 source down takes all 30 taps at once only where
+ * the slab fits (the H100), and a split is only planned where two regions fit. Host only: runs
+ * without a device. */
+static void test_conv_plan_profiles(void **state) {
+  (void)state;
+  cosy_kdev h100;
+  memset(&h100, 0, sizeof h100);
+  h100.cc_major = 9, h100.n_sm = 132, h100.smem_block = h100.smem_block_hw = 227 * 1024;
+  h100.smem_sm = 228 * 1024, h100.clusters = h100.pdl = 1;
+  const char *profiles[] = {"", "a100", "ada", "rtx5090", "h100"};
+  const float *p = (const float *)(uintptr_t)256; /* never dereferenced: planning only */
+  /* (k, dil, stride, up, ci, co, act, n_out) of each launch's convs; n = convs per launch */
+  typedef struct {
+    int n, k[3], dil[3], stride, up, ci, co, act, n_out;
+  } launch;
+  const int C = 512, rates[3] = {8, 5, 3}, upk[3] = {16, 11, 7}, rbk[3] = {3, 7, 11};
+  const int srbk[3] = {7, 7, 11}, dil[3] = {1, 3, 5}, downs[3] = {15, 3, 1};
+  launch L[64];
+  int nl = 0, T = 224;
+  L[nl++] = (launch){1, {5}, {1}, 1, 1, 80, C, COSY_HACT_NONE, T};
+  for (int i = 0, ch = C; i < 3; i++, ch /= 2) {
+    T *= rates[i];
+    const int co = ch / 2;
+    L[nl++] = (launch){1, {upk[i]}, {1}, 1, rates[i], ch, co, COSY_HACT_LEAKY, T};
+    const int sd = downs[i];
+    L[nl++] = (launch){1, {sd == 1 ? 1 : 2 * sd}, {1}, sd, 1, 18, co, COSY_HACT_NONE, T};
+    for (int d = 0; d < 3; d++) {
+      L[nl++] = (launch){3, {rbk[0], rbk[1], rbk[2]}, {dil[d], dil[d], dil[d]}, 1, 1, co, co,
+                         COSY_HACT_SNAKE, T};
+      L[nl++] = (launch){1, {srbk[i]}, {dil[d]}, 1, 1, co, co, COSY_HACT_SNAKE, T};
+    }
+  }
+  L[nl++] = (launch){1, {7}, {1}, 1, 1, 64, 18, COSY_HACT_MEAN3_LEAKY, T};
+  int bad = 0;
+  for (size_t pi = 0; pi < sizeof profiles / sizeof profiles[0]; pi++) {
+    cosy_kdev d = h100;
+    assert_int_equal(cosy_gpu_apply_profile(&d, profiles[pi]), COSY_OK);
+    size_t most = 0;
+    int down_kt = 0;
+    for (int li = 0; li < nl; li++)
+      for (int mode = 0; mode <= 2; mode++) {
+        cosy_hift_conv c[3];
+        memset(c, 0, sizeof c);
+        for (int j = 0; j < L[li].n; j++) {
+          c[j].in = c[j].in2 = c[j].in3 = p, c[j].wp = p, c[j].alpha = p, c[j].out = (float *)p;
+          c[j].len_in = L[li].n_out * L[li].stride / L[li].up, c[j].ld_in = c[j].len_in + 64;
+          c[j].ld_out = L[li].n_out;
+          c[j].ci = L[li].ci, c[j].co = L[li].co, c[j].up = L[li].up, c[j].act = L[li].act;
+          c[j].k = L[li].k[j], c[j].dil = L[li].dil[j], c[j].stride = L[li].stride;
+          c[j].ci_pad = cosy_hift_conv_pad(c[j].ci, COSY_HCONV_CK);
+          c[j].co_pad = cosy_hift_conv_pad(c[j].co, COSY_HCONV_BM);
+          c[j].n_out = L[li].n_out;
+        }
+        int kt[3] = {0}, split = -1;
+        const size_t b = cosy_k_hift_conv_plan(&d, c, L[li].n, mode, kt, &split);
+        if (b == 0 || b > d.smem_block) {
+          printf("  FAIL: profile '%s': launch %d (k %d) mode %d plans %zu bytes (allowed %zu)\n",
+                 profiles[pi], li, c[0].k, mode, b, d.smem_block);
+          bad++;
+        }
+        if (c[0].k == 30) down_kt = kt[0];
+        most = b > most ? b : most;
+      }
+    printf("  profile '%s': %zu KB per block; the largest conv launch asks %zu KB; the k30 s15 "
+           "source down takes %d taps per slab\n",
+           profiles[pi][0] ? profiles[pi] : "(h100 as described)", d.smem_block / 1024,
+           most / 1024, down_kt);
+    if (d.smem_block >= 160 * 1024 ? down_kt != 30 : down_kt >= 30) bad++;
+  }
+  assert_int_equal(bad, 0);
 }
 
 /* ---- fp64 conv ------------------------------------------------------------------------------- */
@@ -1407,7 +1539,8 @@ static void test_stream_args(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_kernel_conv64),
+      cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_conv_plan_profiles),
+      cmocka_unit_test(test_kernel_conv64),
       cmocka_unit_test(test_kernel_stft),   cmocka_unit_test(test_kernel_noise),
       cmocka_unit_test(test_source_random), cmocka_unit_test(test_f0_golden),
       cmocka_unit_test(test_source_golden), cmocka_unit_test(test_decode_golden),

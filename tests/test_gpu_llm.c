@@ -20,6 +20,8 @@
  *   batched: 5 sequences with prompts of 9, 23, 40, 64, 102 positions decoded together (batches
  *            of 3..5 sequences in varying order and membership, so buckets 4 and 8, both the
  *            skinny-GEMM and the cuBLASLt decode paths) vs each alone, and alone vs the reference.
+ *   prefill batch: the 5 prompts prefilled in packed calls (one prompt split over two calls),
+ *            then one decode step of all, vs each alone (same tolerances).
  *   kv:      page accounting, seq_open failing cleanly (COSY_ERR_GPU_NO_MEMORY, nothing taken)
  *            when pages or sequence slots run out, argument checks.
  *   full:    with COSY_FULL_MODEL=path (bf16 full-size random model): 120-token random prompt +
@@ -390,6 +392,97 @@ static void test_batched(void **state) {
   free(emb);
 }
 
+/* Packed prefill (gpu_llm_prefill_batch): the NB prompts prefilled together in rounds of packed
+ * calls (6 positions of every unfinished prompt per call, so calls mix sequences that start,
+ * continue and end, within the fixture's max_prefill of 32), then one decode step of all: every
+ * row's log-probs vs the sequence prefilled and decoded alone. */
+#define PIECE 6
+static void test_prefill_batch(void **state) {
+  (void)state;
+  NEED_GPU();
+  const int V = gpu_llm_speech_vocab(F.l), H = gpu_llm_hidden(F.l);
+  const int lens[NB] = {9, 23, 40, 64, 102};
+  int ok = 1;
+  float *emb = NULL;
+  int L = 0;
+  assert_int_equal(gpu_llm_build_input(F.l, F.pt, F.npt, F.tt, F.ntt, F.ps, F.nps, &emb, &L),
+                   COSY_OK);
+  const size_t per = (size_t)2 * V;
+  float *alone = malloc(sizeof(float) * NB * per), *tog = malloc(sizeof(float) * NB * per);
+  float *lp = malloc(sizeof(float) * NB * V);
+  assert_true(alone && tog && lp);
+  int32_t tok1[NB];
+  for (int i = 0; i < NB; i++) {
+    tok1[i] = F.forced[(3 * i) % F.nforced];
+    gpu_run(F.l, emb, lens[i], &tok1[i], 1, alone + i * per);
+  }
+  poison(tog, NB * per);
+  int seq[NB], fed[NB] = {0}, calls = 0;
+  for (int i = 0; i < NB; i++) assert_int_equal(gpu_llm_seq_open(F.l, lens[i] + 1, &seq[i]), COSY_OK);
+  for (;;) {
+    int ids[NB], idx[NB], Ls[NB], want[NB], n = 0, nw = -1;
+    const float *embs[NB];
+    for (int i = 0; i < NB; i++) {
+      if (fed[i] == lens[i]) continue;
+      const int piece = lens[i] - fed[i] < PIECE ? lens[i] - fed[i] : PIECE;
+      ids[n] = seq[i];
+      idx[n] = i;
+      embs[n] = emb + (size_t)fed[i] * H;
+      Ls[n] = piece;
+      want[n] = fed[i] + piece == lens[i];
+      n++;
+    }
+    if (n == 0) break;
+    cosy_status st = gpu_llm_prefill_batch(F.l, n, ids, embs, Ls, want, &nw);
+    if (st) print_message("prefill batch: %s\n", cosy_last_error());
+    assert_int_equal(st, COSY_OK);
+    calls++;
+    int k = 0;
+    for (int m = 0; m < n; m++) k += want[m];
+    assert_int_equal(nw, k);
+    if (nw) assert_int_equal(gpu_llm_logp(F.l, nw, lp), COSY_OK);
+    for (int m = 0, r = 0; m < n; m++) {
+      fed[idx[m]] += Ls[m];
+      if (want[m]) memcpy(tog + idx[m] * per, lp + (size_t)r++ * V, sizeof(float) * V);
+    }
+  }
+  for (int i = 0; i < NB; i++) assert_int_equal(gpu_llm_seq_len(F.l, seq[i]), lens[i]);
+  assert_int_equal(gpu_llm_decode(F.l, seq, tok1, NB, lp), COSY_OK);
+  for (int i = 0; i < NB; i++) memcpy(tog + i * per + V, lp + (size_t)i * V, sizeof(float) * V);
+  double worst = 0, worst_agree = 1, d, agree;
+  for (int i = 0; i < NB; i++) {
+    compare_rows(tog + i * per, alone + i * per, 2, V, &d, &agree);
+    worst = d > worst ? d : worst;
+    worst_agree = agree < worst_agree ? agree : worst_agree;
+    gpu_llm_seq_close(F.l, seq[i]);
+  }
+  char name[128];
+  snprintf(name, sizeof name, "prefill batch: %d packed calls + a step vs alone, max abs", calls);
+  ok &= check(name, worst, TOL_LOGP, 1);
+  ok &= check("prefill batch: packed vs alone, argmax agreement", worst_agree, MIN_ARGMAX, 0);
+  /* argument checks (nothing stored): a sequence twice, past its max_len, past max_prefill */
+  assert_int_equal(gpu_llm_seq_open(F.l, 20, &seq[0]), COSY_OK);
+  assert_int_equal(gpu_llm_seq_open(F.l, 40, &seq[1]), COSY_OK);
+  int two[2] = {seq[0], seq[0]}, l2[2] = {3, 3}, w2[2] = {1, 1}, nw = -1;
+  const float *e2[2] = {emb, emb};
+  assert_int_equal(gpu_llm_prefill_batch(F.l, 2, two, e2, l2, w2, &nw), COSY_ERR_INVALID_ARG);
+  l2[0] = 21;
+  assert_int_equal(gpu_llm_prefill_batch(F.l, 1, two, e2, l2, w2, &nw), COSY_ERR_INVALID_ARG);
+  two[1] = seq[1];
+  l2[0] = 20;
+  l2[1] = 13; /* 33 > max_prefill 32 */
+  assert_int_equal(gpu_llm_prefill_batch(F.l, 2, two, e2, l2, w2, &nw), COSY_ERR_INVALID_ARG);
+  assert_int_equal(gpu_llm_seq_len(F.l, seq[0]), 0);
+  assert_int_equal(gpu_llm_seq_len(F.l, seq[1]), 0);
+  gpu_llm_seq_close(F.l, seq[0]);
+  gpu_llm_seq_close(F.l, seq[1]);
+  assert_true(ok);
+  free(lp);
+  free(alone);
+  free(tog);
+  free(emb);
+}
+
 static void test_kv(void **state) {
   (void)state;
   NEED_GPU();
@@ -531,7 +624,7 @@ static void test_full(void **state) {
   cosy_gpu *g = NULL;
   assert_int_equal(cosy_gpu_create(0, 0.6f, &g), COSY_OK);
   gpu_llm *l = NULL;
-  st = gpu_llm_create(g, m, 64, 128, &l);
+  st = gpu_llm_create(g, m, 64, 1024, &l);
   if (st) print_message("gpu_llm_create: %s\n", cosy_last_error());
   assert_int_equal(st, COSY_OK);
   const size_t want = (size_t)1 << 30;
@@ -605,6 +698,62 @@ static void test_full(void **state) {
   const double pre_ms = median(tv, 5);
   print_message("TIMING llm prefill 120 tokens: %.3f ms (%.0f tokens/s)\n", pre_ms,
                 FULL_PROMPT / pre_ms * 1e3);
+
+  /* packed prefill of 8 prompts of 120 positions (960 in one forward pass), and where its time
+   * goes: the four GEMM shapes alone at the same row count (hi/lo pairs: 2 x 960 rows, bf16 in,
+   * fp32 out), through the same cuBLASLt handle */
+  {
+    int qs[8], Ls[8], wnt[8], nw = 0;
+    const float *embs[8];
+    for (int r = 0; r < 5; r++) {
+      for (int i = 0; i < 8; i++) {
+        assert_int_equal(gpu_llm_seq_open(l, L + 1, &qs[i]), COSY_OK);
+        embs[i] = emb;
+        Ls[i] = L;
+        wnt[i] = 1;
+      }
+      assert_int_equal(cudaEventRecord(e0, g->stream), cudaSuccess);
+      assert_int_equal(gpu_llm_prefill_batch(l, 8, qs, embs, Ls, wnt, &nw), COSY_OK);
+      assert_int_equal(cudaEventRecord(e1, g->stream), cudaSuccess);
+      assert_int_equal(cudaEventSynchronize(e1), cudaSuccess);
+      assert_int_equal(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+      tv[r] = ms;
+      for (int i = 0; i < 8; i++) gpu_llm_seq_close(l, qs[i]);
+    }
+    print_message("TIMING llm packed prefill 8 x %d positions: %.3f ms (%.0f positions/s)\n", L,
+                  median(tv + 2, 3), 8 * L / median(tv + 2, 3) * 1e3);
+    const int shapes[4][2] = {{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}};
+    const char *names[4] = {"q|k|v", "o", "gate|up", "down"};
+    const int R = 2 * 8 * L;
+    void *x = NULL, *w = NULL, *y = NULL;
+    assert_int_equal(cudaMalloc(&x, (size_t)R * 4864 * 2), cudaSuccess);
+    assert_int_equal(cudaMalloc(&w, (size_t)9728 * 4864 * 2), cudaSuccess);
+    assert_int_equal(cudaMalloc(&y, (size_t)R * 9728 * 4), cudaSuccess);
+    cudaMemset(x, 0x11, (size_t)R * 4864 * 2);
+    cudaMemset(w, 0x11, (size_t)9728 * 4864 * 2);
+    double sum = 0;
+    for (int k = 0; k < 4; k++) {
+      const int N = shapes[k][0], K = shapes[k][1];
+      for (int r = 0; r < 5; r++) {
+        assert_int_equal(cudaEventRecord(e0, g->stream), cudaSuccess);
+        assert_int_equal(cosy_k_gemm(g->gemm, g->stream, R, N, K, COSY_KDT_BF16, x, K, w, NULL,
+                                     COSY_KDT_F32, y, N, 0),
+                         cudaSuccess);
+        assert_int_equal(cudaEventRecord(e1, g->stream), cudaSuccess);
+        assert_int_equal(cudaEventSynchronize(e1), cudaSuccess);
+        assert_int_equal(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+        tv[r] = ms;
+      }
+      const double t = median(tv + 2, 3);
+      sum += t;
+      print_message("TIMING   GEMM %-8s %d x %d x %d (bf16 -> fp32): %.4f ms, %.0f TFLOP/s\n",
+                    names[k], R, N, K, t, 2.0 * R * N * K / t * 1e-9);
+    }
+    print_message("TIMING   the four GEMMs x %d layers: %.3f ms\n", m->hp.llm_layers, sum * m->hp.llm_layers);
+    cudaFree(x);
+    cudaFree(w);
+    cudaFree(y);
+  }
 
   /* decode steps at batch 1, 16, 64 (contexts 120..160: one context bucket); batch 1 and 8 also
    * with the other decode paths, for the record: (gemv_max, pdl) = default (-1, -1), the
@@ -725,6 +874,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden),
       cmocka_unit_test(test_batched),
+      cmocka_unit_test(test_prefill_batch),
       cmocka_unit_test(test_kv),
       cmocka_unit_test(test_full),
   };

@@ -117,6 +117,9 @@ static uint64_t rng_next(void) {
   g_rng ^= g_rng >> 27;
   return g_rng * 0x2545F4914F6CDD1Dull;
 }
+/* the device as the launchers that take a description see it (filled in main) */
+static cosy_kdev g_dev;
+
 /* uniform in [lo, hi) */
 static float rnd(float lo, float hi) {
   return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
@@ -773,20 +776,23 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
   const size_t wsb = cosy_k_paged_decode_workspace(n_seq, nqh, nkh, max_ctx);
   void *dws = wsb ? dmalloc(wsb) : NULL;
   if (dws) CK(cudaMemset(dws, 0, wsb)); /* the contract: zeroed once */
-  /* two calls on one workspace (the second as a programmatic dependent): the first must leave
-   * the split counters at zero for the second; the output is poisoned in between */
-  float *out = NULL;
-  for (int call = 0; call < 2; ++call) {
+  /* four calls on one workspace: the splits merged through clusters (where the device has them)
+   * and through the workspace, each plain and as a programmatic dependent; every call must leave
+   * the split counters at zero for the next; the output is poisoned in between */
+  float *outs[4] = {NULL};
+  for (int call = 0; call < 4; ++call) {
     if (call) {
-      free(out);
       dfree(dout);
       dout = dpoison((size_t)n_seq * out_stride, dt);
     }
+    cosy_kdev dev = g_dev;
+    dev.clusters = call < 2 ? g_dev.clusters : 0;
     CK(cosy_k_paged_decode(0, dt, dq, q_stride, dkc, dvc, dbt, max_pages, dlens, n_seq, nqh, nkh,
                            hd, page_size, max_ctx, (float)scale, dout, out_stride, dws, wsb,
-                           call));
-    out = download(dout, (size_t)n_seq * out_stride, dt);
+                           call & 1, &dev));
+    outs[call] = download(dout, (size_t)n_seq * out_stride, dt);
   }
+  float *out = outs[3];
   double *ref = dalloc_host((size_t)n_seq * out_stride);
   const float **kr = malloc((max_ctx ? max_ctx : 1) * sizeof *kr);
   const float **vr = malloc((max_ctx ? max_ctx : 1) * sizeof *vr);
@@ -807,7 +813,13 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
     snprintf(ls + strlen(ls), sizeof ls - strlen(ls), "%s%d", s ? "," : "", lens[s]);
   snprintf(sz, sizeof sz, "seqs=%d lens=%s%s page=%d maxctx=%d %s", n_seq, ls,
            n_seq > 4 ? ",.." : "", page_size, max_ctx, dtn(dt));
-  check("paged_decode", sz, out, ref, (size_t)n_seq * out_stride, dt == BF16 ? 1e-2 : 1e-5);
+  for (int call = 0; call < 4; ++call) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "paged_decode%s%s", call < 2 && g_dev.clusters ? " [clusters]" : "",
+             call & 1 ? " [pdl]" : "");
+    check(nm, sz, outs[call], ref, (size_t)n_seq * out_stride, dt == BF16 ? 1e-2 : 1e-5);
+    if (call != 3) free(outs[call]);
+  }
   free(kc), free(vc), free(q), free(perm), free(bt), free(out), free(ref), free(kr), free(vr);
   dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dout), dfree(dws);
 }
@@ -1176,6 +1188,59 @@ static void check_gemv(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_o
   dfree(dslots), dfree(dinv);
 }
 
+/* Row groups (groups > 1): R = 8 * G rows in one call give, row for row, the bits of the same row
+ * computed alone (M = 1): the decode step's batch invariance. Mismatching floats are the error
+ * (tolerance 0). */
+static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out) {
+  const int M = 8, R = M * G, nqh = 14, nkh = 2, n_slots = 2 * R;
+  float *x = fill((size_t)R * K, -1.f, 1.f);
+  for (int m = 0; m < R; ++m)
+    for (int k = 0; k < K; ++k) x[(size_t)m * K + k] *= 1.f + 0.1f * (float)m;
+  float *w = fill((size_t)N * K, -0.1f, 0.1f);
+  float *nw = fill((size_t)K, 0.5f, 1.5f);
+  const int P = out == COSY_GEMV_SILU_MUL || out == COSY_GEMV_QKV_ROPE ? N / 2 : N;
+  const int ny = out == COSY_GEMV_QKV_ROPE ? nqh * 64 : P;
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)R), *slots = malloc(sizeof(int32_t) * (size_t)R);
+  float invf[32];
+  for (int i = 0; i < 32; ++i) invf[i] = (float)pow(1e6, -2.0 * i / 64.0);
+  for (int m = 0; m < R; ++m) {
+    pos[m] = rnd_int(2000);
+    slots[m] = m;
+  }
+  void *dx = dup_dt(x, (size_t)R * K, F32), *dw = dup_dt(w, (size_t)N * K, BF16);
+  void *dnw = dup_dt(nw, (size_t)K, F32);
+  void *dy = dpoison((size_t)R * ny, F32), *dy1 = dpoison((size_t)R * ny, F32);
+  const size_t ncache = (size_t)n_slots * nkh * 64;
+  void *dkc = dpoison(ncache, F32), *dvc = dpoison(ncache, F32);
+  int32_t *dpos = dup_i32(pos, (size_t)R), *dslots = dup_i32(slots, (size_t)R);
+  void *dinv = dup_dt(invf, 32, F32);
+  cosy_llm_gemv_args ga;
+  memset(&ga, 0, sizeof ga);
+  ga.M = M, ga.groups = G, ga.N = N, ga.K = K, ga.in_mode = in, ga.x = dx, ga.ldx = K;
+  ga.norm_w = dnw, ga.eps = 1e-6f, ga.w = dw, ga.out_mode = out, ga.y = dy, ga.ldy = ny;
+  ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
+  ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
+  CK(cosy_k_llm_gemv(0, &ga));
+  for (int m = 0; m < R; ++m) { /* each row alone */
+    ga.M = 1, ga.groups = 1;
+    ga.x = (const float *)dx + (size_t)m * K;
+    ga.y = (float *)dy1 + (size_t)m * ny;
+    ga.pos = dpos + m, ga.slots = dslots + m;
+    CK(cosy_k_llm_gemv(0, &ga));
+  }
+  float *y = download(dy, (size_t)R * ny, F32), *y1 = download(dy1, (size_t)R * ny, F32);
+  size_t bad = 0;
+  for (size_t i = 0; i < (size_t)R * ny; ++i) bad += memcmp(&y[i], &y1[i], sizeof *y) != 0;
+  static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
+  char sz[96];
+  snprintf(sz, sizeof sz, "%d groups of 8 vs rows alone, N=%d K=%d %s (mismatches as err)", G, N, K,
+           outs[out]);
+  report("llm_gemv groups", sz, (double)bad, 0.0, count_nan(y, (size_t)R * ny));
+  free(x), free(w), free(nw), free(pos), free(slots), free(y), free(y1);
+  dfree(dx), dfree(dw), dfree(dnw), dfree(dy), dfree(dy1), dfree(dkc), dfree(dvc), dfree(dpos);
+  dfree(dslots), dfree(dinv);
+}
+
 static void test_llm_gemv(void **state) {
   (void)state;
   begin_test(9);
@@ -1190,6 +1255,9 @@ static void test_llm_gemv(void **state) {
   }
   check_gemv(1, 37, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 0);     /* tiny, odd N */
   check_gemv(2, 130, 8192, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 0); /* K limit */
+  check_gemv_groups(4, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE);
+  check_gemv_groups(3, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL);
+  check_gemv_groups(2, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32);
   end_test();
 }
 
@@ -1334,10 +1402,10 @@ static void test_args(void **state) {
   const size_t ws = cosy_k_paged_decode_workspace(4, 14, 2, 1000);
   bad += ws == 0; /* long contexts are split */
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 63, (const int32_t *)d, 4,
-                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, ws - 1, 0) !=
+                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, ws - 1, 0, &g_dev) !=
          cudaErrorInvalidValue; /* workspace too small */
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 10, (const int32_t *)d, 4,
-                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, 4096, 0) !=
+                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, 4096, 0, &g_dev) !=
          cudaErrorInvalidValue; /* max_ctx beyond max_pages * page_size */
   bad += cosy_k_embed(0, F32, d, 10, 8, (const int32_t *)d, 1, F32, d, 4, NULL) !=
          cudaErrorInvalidValue; /* out_stride < dim */
@@ -1376,6 +1444,16 @@ int main(void) {
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
     printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
            prop.multiProcessorCount);
+  /* the description the launchers that need one get (lib/gpu/gpu.c builds the engine's; this
+   * test also runs without the library, bench/device_kernels.sh) */
+  g_dev.device = 0;
+  cudaDeviceGetAttribute(&g_dev.cc_major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&g_dev.n_sm, cudaDevAttrMultiProcessorCount, 0);
+  int cl = 0;
+  cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, 0);
+  cudaGetLastError();
+  g_dev.clusters = g_dev.cc_major >= 9 && cl;
+  g_dev.pdl = g_dev.cc_major >= 9;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_args),  cmocka_unit_test(test_norm),      cmocka_unit_test(test_rope),
       cmocka_unit_test(test_act),   cmocka_unit_test(test_embed),     cmocka_unit_test(test_gemm),

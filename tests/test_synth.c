@@ -204,6 +204,37 @@ static void test_seeds(void **state) {
   cosy_free(c);
 }
 
+/* COSY_SYNTH_ONE_SHOT: the tokens of the streaming schedule (same seed), one flow call with full
+ * attention and one vocoder call: one chunk, as long as the streamed utterance, different audio
+ * (block-causal chunks with look-ahead vs full attention), and the same blocking or pushed */
+static void test_one_shot(void **state) {
+  fx *f = (fx *)*state;
+  TU_REQUIRE(f->e, "small model or ../shared absent");
+  cosy_synth_params p;
+  params(&p, COSY_MODE_ZERO_SHOT, 4321);
+  float *str = NULL, *one = NULL;
+  int64_t n_str = 0, n_one = 0;
+  assert_int_equal(cosy_synthesize(f->e, f->v, TEXT, &p, &str, &n_str), COSY_OK);
+  p.flags = COSY_SYNTH_ONE_SHOT;
+  assert_int_equal(cosy_synthesize(f->e, f->v, TEXT, &p, &one, &n_one), COSY_OK);
+  assert_int_equal(n_one, n_str);
+  assert_true(memcmp(one, str, (size_t)n_one * sizeof *one) != 0);
+  pushbuf b = {0};
+  cosy_request *r;
+  assert_int_equal(cosy_request_submit(f->e, f->v, TEXT, &p, on_chunk, &b, &r), COSY_OK);
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  cosy_request_release(r);
+  print_message("one shot: %lld samples in %d chunk(s); rel L2 to the streaming schedule %.3g\n",
+                (long long)b.n, b.chunks, tu_rel_l2(one, str, (size_t)n_one));
+  assert_int_equal(b.chunks, 1);
+  assert_true(b.last_seen);
+  assert_int_equal(b.n, n_one);
+  assert_memory_equal(b.pcm, one, (size_t)n_one * sizeof *one);
+  free(b.pcm);
+  cosy_free(str);
+  cosy_free(one);
+}
+
 static void test_output_rate(void **state) {
   fx *f = (fx *)*state;
   TU_REQUIRE(f->e, "small model or ../shared absent");
@@ -371,7 +402,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_zero_shot),     cmocka_unit_test(test_cross_lingual),
       cmocka_unit_test(test_instruct),      cmocka_unit_test(test_seeds),
-      cmocka_unit_test(test_output_rate),   cmocka_unit_test(test_cancel_from_callback),
+      cmocka_unit_test(test_one_shot),      cmocka_unit_test(test_output_rate),
+      cmocka_unit_test(test_cancel_from_callback),
       cmocka_unit_test(test_cancel_from_thread), cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_stats_while_running),
   };

@@ -3,8 +3,14 @@
  *
  * Memory plan at creation, all inside gpu_memory_fraction of the device: weights of the three
  * stages, the flow and vocoder workspaces for the longest utterance (MAX_FRAMES mel frames incl.
- * the prompt), the LLM activations, and then the paged KV cache takes what is left (minus a
- * reserve). A fraction too small for the weights fails here with COSY_ERR_GPU_NO_MEMORY.
+ * the prompt), the LLM activations, the flow's batch buffers; of what is left (less KV_RESERVE)
+ * the flow's cache pages take three quarters, or all but the LLM KV cache's full size (max_active
+ * sequences of LLM_KV_POSITIONS) when that is more, and the LLM KV cache the rest, never less
+ * than KV_MIN_POSITIONS positions. A budget too small for all that fails here with
+ * COSY_ERR_GPU_NO_MEMORY and a message saying how much the engine needs: measured by planning
+ * the same engine again within all the free memory of the device (then released), so the
+ * number is what this model, max_active and build take, not an estimate. README ("GPU memory")
+ * gives the settings per GPU size.
  *
  * Concurrency: the LLM runs on the context's high-priority stream; the flow and the vocoder on a
  * child context (its own low-priority stream and cuBLASLt workspace), so a request's chunk work
@@ -12,6 +18,7 @@
  * that side's mutex; requests on several workers interleave step by step (continuous batching of
  * many requests into one decode step is the scheduler's job, not done yet). */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +44,11 @@ void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRIN
 
 #define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
 #define KV_RESERVE ((size_t)64 << 20)
+#define GB_MAX_PREFILL 2048  /* positions of one packed prefill forward pass */
 #define LLM_KV_POSITIONS 1024 /* LLM KV positions planned per active sequence */
+/* the smallest LLM KV cache an engine starts with: one request of the longest context, so any
+ * request fits an idle engine (scheduler.c: admission) */
+#define KV_MIN_POSITIONS GPU_LLM_MAX_CTX
 #define FE_MAX_MEL (S3TOK_MAX_SECONDS * 100 + 8) /* log-mel / fbank frames of the longest prompt */
 
 typedef struct gpu_state {
@@ -56,6 +67,7 @@ typedef struct gpu_state {
 
 #define ST(e) ((gpu_state *)(e)->be_state)
 
+
 static void gb_destroy(cosy_engine *e) {
   gpu_state *s = ST(e);
   if (!s) return;
@@ -72,6 +84,100 @@ static void gb_destroy(cosy_engine *e) {
   e->be_state = NULL;
 }
 
+/* the three stages on s->g (made by the caller) and its child; the flow's batch buffers and cache
+ * pages, the LLM KV cache: the plan of the comment at the top. measure: the flow gets no cache
+ * pages and the LLM no KV cache (the rest of the minimum is added by the caller). */
+static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int measure) {
+  cosy_status st;
+  if ((st = cosy_gpu_create_child(s->g, &s->post)) ||
+      (st = gpu_llm_create(s->g, e->model, max_seqs, GB_MAX_PREFILL, &s->llm)) ||
+      (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
+      (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift)))
+    return st;
+  /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
+   * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */
+  if (e->model->hp.has_s3tok && e->model->hp.has_campplus) {
+    st = gpu_fe_create(s->post, e->model, FE_MAX_MEL, &s->fe);
+    if (st == COSY_ERR_GPU_NO_MEMORY) {
+      engine_log(e, COSY_LOG_WARN, "voice front end stays on the CPU: %s", cosy_last_error());
+      cosy_err_clear();
+      s->fe = NULL;
+    } else if (st) {
+      return st;
+    }
+  }
+  if (measure) return gpu_flow_pool(s->flow, 1); /* the batch buffers, no page */
+  const cosy_hparams *hp = &e->model->hp;
+  const size_t per_pos = (size_t)hp->llm_layers * 2 * hp->llm_kv_heads * hp->llm_head_dim * 4;
+  const size_t kv_min = (size_t)KV_MIN_POSITIONS * per_pos;
+  const size_t kv_full = (size_t)max_seqs * LLM_KV_POSITIONS * per_pos;
+  size_t left = cosy_gpu_left(s->g);
+  if (left < kv_min + KV_RESERVE)
+    return cosy_err(COSY_ERR_GPU_NO_MEMORY, "no room for the smallest LLM KV cache");
+  left -= KV_RESERVE;
+  size_t flow_want = left / 4 * 3;
+  if (kv_full < left && left - kv_full > flow_want) flow_want = left - kv_full;
+  /* the flow's buffers and pages may not take the smallest KV cache and the reserve */
+  cosy_gpu_set_aside(s->g, kv_min + KV_RESERVE);
+  st = gpu_flow_pool(s->flow, flow_want > 0 ? flow_want : 1);
+  cosy_gpu_set_aside(s->g, 0);
+  if (st) return st;
+  left = cosy_gpu_left(s->g);
+  size_t kv = left > KV_RESERVE ? left - KV_RESERVE : 0;
+  if (kv > kv_full) kv = kv_full;
+  if (kv < kv_min) kv = kv_min;
+  return gpu_llm_reserve_kv(s->llm, kv, 0);
+}
+
+static void free_stages(gpu_state *s) {
+  gpu_fe_free(s->fe);
+  s->fe = NULL;
+  gpu_hift_free(s->hift);
+  gpu_flow_free(s->flow);
+  gpu_llm_free(s->llm);
+  cosy_gpu_free(s->post);
+  cosy_gpu_free(s->g);
+  s->hift = NULL, s->flow = NULL, s->llm = NULL, s->post = NULL, s->g = NULL;
+}
+
+/* After COSY_ERR_GPU_NO_MEMORY: how much the engine needs, measured by planning the same stages
+ * within all the free memory of the device (then released), in the error message. */
+static cosy_status report_need(cosy_engine *e, gpu_state *s, int max_seqs, const char *why) {
+  char first[512];
+  snprintf(first, sizeof first, "%s", why);
+  const cosy_hparams *hp = &e->model->hp;
+  const size_t per_pos = (size_t)hp->llm_layers * 2 * hp->llm_kv_heads * hp->llm_head_dim * 4;
+  const size_t kv_min = (size_t)KV_MIN_POSITIONS * per_pos;
+  const double GiB = 1073741824.0, frac = e->cfg.gpu_memory_fraction;
+  cosy_status st = cosy_gpu_create(e->cfg.device, 1.0f, &s->g);
+  if (!st) st = plan_stages(e, s, max_seqs, 1);
+  if (!s->g) return cosy_err(COSY_ERR_GPU_NO_MEMORY, "%s", first);
+  const size_t total = s->g->total, free_now = s->g->budget + COSY_GPU_RUNTIME_RESERVE;
+  const size_t planned = s->g->used;
+  free_stages(s);
+  if (st) {
+    char inner[400];
+    snprintf(inner, sizeof inner, "%s", cosy_last_error());
+    return cosy_err(COSY_ERR_GPU_NO_MEMORY,
+                    "GPU %d: the engine needs more than the %.2f GiB free on the device (%.2f GiB "
+                    "total; planning within all of it failed: %s); first failure: %s",
+                    e->cfg.device, (double)free_now / GiB, (double)total / GiB, inner, first);
+  }
+  /* the budget is fraction x total less the runtime's reserve (gpu.c) */
+  const size_t need = planned + kv_min + KV_RESERVE + COSY_GPU_RUNTIME_RESERVE;
+  const double need_frac = (double)need / (double)total;
+  return cosy_err(COSY_ERR_GPU_NO_MEMORY,
+                  "GPU %d: the engine needs %.2f GiB of GPU memory (model weights and workspaces "
+                  "for max_active %d: %.2f GiB, the smallest LLM KV cache: %.0f MiB, reserves: "
+                  "%.0f MiB) but gpu_memory_fraction %.3f of the device's %.2f GiB gives %.2f GiB; "
+                  "set gpu_memory_fraction to at least %.4f, or lower max_active (README: GPU "
+                  "memory). First failure: %s",
+                  e->cfg.device, (double)need / GiB, max_seqs, (double)planned / GiB,
+                  (double)kv_min / 1048576.0,
+                  (double)(KV_RESERVE + COSY_GPU_RUNTIME_RESERVE) / 1048576.0, frac,
+                  (double)total / GiB, frac * (double)total / GiB, need_frac + 0.0001, first);
+}
+
 static cosy_status gb_create(cosy_engine *e) {
   gpu_state *s = (gpu_state *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
@@ -86,44 +192,34 @@ static cosy_status gb_create(cosy_engine *e) {
     gb_destroy(e);
     return COSY_ERR_NO_MEMORY;
   }
-  if ((st = cosy_gpu_create(e->cfg.device, e->cfg.gpu_memory_fraction, &s->g)) ||
-      (st = cosy_gpu_create_child(s->g, &s->post)) ||
-      (st = gpu_llm_create(s->g, e->model, max_seqs, 512, &s->llm)) ||
-      (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
-      (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift))) {
+  if ((st = cosy_gpu_create(e->cfg.device, e->cfg.gpu_memory_fraction, &s->g))) {
     gb_destroy(e);
     return st;
   }
-  /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
-   * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */
-  if (e->model->hp.has_s3tok && e->model->hp.has_campplus) {
-    st = gpu_fe_create(s->post, e->model, FE_MAX_MEL, &s->fe);
+  if ((st = plan_stages(e, s, max_seqs, 0))) {
     if (st == COSY_ERR_GPU_NO_MEMORY) {
-      engine_log(e, COSY_LOG_WARN, "voice front end stays on the CPU: %s", cosy_last_error());
-      cosy_err_clear();
-    } else if (st) {
-      gb_destroy(e);
-      return st;
+      char why[512];
+      snprintf(why, sizeof why, "%s", cosy_last_error());
+      free_stages(s);
+      st = report_need(e, s, max_seqs, why);
     }
-  }
-  /* what is left: LLM KV pages for max_active sequences of LLM_KV_POSITIONS positions (at most a
-   * quarter), the flow's cache pages the rest */
-  {
-    const cosy_hparams *hp = &e->model->hp;
-    const size_t per_pos = (size_t)hp->llm_layers * 2 * hp->llm_kv_heads * hp->llm_head_dim * 4;
-    size_t left = cosy_gpu_left(s->g);
-    size_t kv = (size_t)max_seqs * LLM_KV_POSITIONS * per_pos;
-    if (kv > left / 4) kv = left / 4;
-    if ((st = gpu_llm_reserve_kv(s->llm, kv, 0)) ||
-        (st = gpu_flow_pool(s->flow, cosy_gpu_left(s->g) > KV_RESERVE
-                                         ? cosy_gpu_left(s->g) - KV_RESERVE
-                                         : 0))) {
-      gb_destroy(e);
-      return st;
-    }
+    gb_destroy(e);
+    return st;
   }
   const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
   s->flow_recompute = fc && !strcmp(fc, "0");
+  /* COSY_LLM_INVARIANT=1: every decode bucket on the row-grouped skinny GEMM (a row's logits do
+   * not depend on the batch; slower from batch 8 on, see lib/gpu/llm.c GPU_LLM_GEMV_DEFAULT) */
+  const char *inv = getenv("COSY_LLM_INVARIANT");
+  if (inv && !strcmp(inv, "1")) gpu_llm_set_tuning(s->llm, 256, -1);
+  const cosy_kdev *d = &s->g->dev;
+  engine_log(e, COSY_LOG_INFO,
+             "GPU %d: %s, compute capability %d.%d, %d SMs, %zu KB shared memory per block, "
+             "clusters %s, programmatic dependent launch %s%s%s; budget %.2f GiB, planned %.2f GiB",
+             d->device, d->name, d->cc_major, d->cc_minor, d->n_sm, d->smem_block / 1024,
+             d->clusters ? "yes" : "no", d->pdl ? "yes" : "no",
+             d->profile[0] ? ", test profile " : "", d->profile,
+             (double)s->g->budget / 1073741824.0, (double)s->g->used / 1073741824.0);
   return COSY_OK;
 }
 
@@ -238,19 +334,58 @@ static cosy_status gb_sample(cosy_engine *e, gpu_state *s, cosy_llm_row *rows, i
   return st;
 }
 
-static cosy_status gb_llm_prefill(cosy_engine *e, void *seq, const float *emb, int L,
-                                  const cosy_next_req *nx, int32_t *next) {
+/* Prefill pieces packed into forward passes of at most GB_MAX_PREFILL positions (a piece longer
+ * than that runs alone, in chunks), then one sampling call for the pieces that end a prompt. */
+static cosy_status gb_llm_prefill(cosy_engine *e, cosy_prefill_row *rows, int n) {
   gpu_state *s = ST(e);
-  cosy_status st = gpu_llm_prefill(s->llm, ((gseq *)seq)->id, emb, L, NULL);
-  if (st || !nx) return st;
-  cosy_llm_row row;
-  memset(&row, 0, sizeof row);
-  row.nx = *nx;
-  if ((st = gb_sample(e, s, &row, 1))) return st;
-  if (row.status)
-    return cosy_err(row.status, "sampling the first token failed (NaN or no finite log-probability)");
-  *next = row.next;
-  return COSY_OK;
+  if (n > s->step_cap) return cosy_err(COSY_ERR_INTERNAL, "prefill of %d rows > %d", n, s->step_cap);
+  int *ids = s->step_ids;
+  const float **embs = (const float **)cosy_malloc(sizeof *embs * (size_t)n);
+  int *Ls = (int *)cosy_malloc(sizeof(int) * (size_t)n);
+  int *want = (int *)cosy_malloc(sizeof(int) * (size_t)n);
+  cosy_llm_row *sr = (cosy_llm_row *)cosy_calloc((size_t)n, sizeof *sr);
+  cosy_status st = !embs || !Ls || !want || !sr ? COSY_ERR_NO_MEMORY : COSY_OK;
+  for (int i = 0; i < n && !st;) {
+    int j = i, tot = 0;
+    while (j < n && tot + rows[j].L <= GB_MAX_PREFILL) tot += rows[j++].L;
+    int nw = 0;
+    if (j == i) { /* one long piece */
+      st = gpu_llm_prefill(s->llm, ((gseq *)rows[i].seq)->id, rows[i].emb, rows[i].L, NULL);
+      nw = rows[i].nx != NULL;
+      j = i + 1;
+    } else {
+      for (int k = i; k < j; k++) {
+        ids[k - i] = ((gseq *)rows[k].seq)->id;
+        embs[k - i] = rows[k].emb;
+        Ls[k - i] = rows[k].L;
+        want[k - i] = rows[k].nx != NULL;
+      }
+      st = gpu_llm_prefill_batch(s->llm, j - i, ids, embs, Ls, want, &nw);
+    }
+    if (st) break;
+    int k = 0;
+    for (int r = i; r < j; r++) {
+      rows[r].status = COSY_OK;
+      if (!rows[r].nx) continue;
+      memset(&sr[k], 0, sizeof sr[k]);
+      sr[k].seq = rows[r].seq;
+      sr[k].nx = *rows[r].nx;
+      k++;
+    }
+    if (k && !(st = gb_sample(e, s, sr, k)))
+      for (int r = i, q = 0; r < j; r++)
+        if (rows[r].nx) {
+          rows[r].status = sr[q].status;
+          rows[r].next = sr[q].next;
+          q++;
+        }
+    i = j;
+  }
+  free(embs);
+  free(Ls);
+  free(want);
+  free(sr);
+  return st;
 }
 
 static cosy_status gb_llm_step(cosy_engine *e, cosy_llm_row *rows, int n) {

@@ -46,7 +46,11 @@
  *    and no separate bias pass runs.
  *  - CUDA graphs: the 10 steps of a call read only buffers fixed at create plus per-call data
  *    written before the launch, so a graph captured for (N, streaming) is replayed for every
- *    later call with the same key (LRU cache of GRAPH_CACHE graphs). The first call of a key
+ *    later call with the same key (LRU cache of GRAPH_CACHE graphs). A packed batch
+ *    (gpu_flow_batch) keeps its whole plan (row maps, page tables, attention tiles) in device
+ *    buffers uploaded before the steps, so its graph key is only its sizes (new frames, ext rows,
+ *    tiles, virtual rows): a voice's first chunks, its middle chunks of equal hop, and recurring
+ *    batch shapes replay one graph (launch-bound small calls: ~2,700 launches per call). The first call of a key
  *    runs with direct launches (capture + instantiation cost more than that); its second call
  *    captures. Capture uses the gpu's stream in relaxed mode; if capture fails, the launches go
  *    straight to the stream from then on. No host synchronization inside the loop either way.
@@ -71,7 +75,7 @@
 #define TIME_FREQ_DIM 256 /* sinusoidal time embedding width (half 128) */
 #define HEAD_DIM 64
 #define LN_EPS 1e-6f
-#define GRAPH_CACHE 8
+#define GRAPH_CACHE 24
 #define ROWS 2 /* CFG batch */
 #define MAX_MEL 256
 #define SEEN_KEYS 32
@@ -81,8 +85,15 @@ typedef struct gblk {
   float *qkv_b, *o_b, *ff1_b, *ff2_b;
 } gblk;
 
+/* What a captured graph depends on: gpu_flow_infer's (N, streaming), or a packed batch's sizes
+ * (batch = 1: N new frames, Te ext rows, attention tiles, virtual rows); everything else a call
+ * varies lives in device buffers written before the launch. */
+typedef struct gkey {
+  int N, streaming, batch, Te, n_tiles, n_virt;
+} gkey;
+
 typedef struct ggraph {
-  int N, streaming;
+  gkey key;
   cudaGraphExec_t exec; /* NULL: free slot */
   uint64_t used;
 } ggraph;
@@ -132,7 +143,7 @@ struct gpu_flow {
   uint64_t clock;
   int use_graph;
   struct {
-    int N, streaming;
+    gkey key;
     uint64_t used;
   } seen[SEEN_KEYS]; /* keys run once without a graph: captured at their second call */
 };
@@ -339,19 +350,16 @@ void gpu_flow_set_graphs(gpu_flow *f, int enable) {
   f->use_graph = enable ? 1 : 0;
 }
 
-static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile int *cancel) {
-  if (!f->use_graph) {
-    for (int k = 0; k < f->S; k++) {
-      if (cancel && *cancel) return cosy_err(COSY_ERR_CANCELLED, "flow decoding cancelled");
-      cosy_status st = euler_steps(f, N, streaming, k, k + 1);
-      if (st) return st;
-    }
-    return COSY_OK;
-  }
-  if (cancel && *cancel) return cosy_err(COSY_ERR_CANCELLED, "flow decoding cancelled");
+/* Run fn(f, arg) (launches only) through the graph cache under key: replay a graph captured for
+ * the key, capture one at the key's second call, or launch directly (first call of a key, graphs
+ * off, or capture not possible). */
+typedef cosy_status (*enqueue_fn)(gpu_flow *f, const void *arg);
+
+static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const void *arg) {
+  if (!f->use_graph) return fn(f, arg);
   ggraph *slot = NULL;
   for (int i = 0; i < GRAPH_CACHE; i++)
-    if (f->graphs[i].exec && f->graphs[i].N == N && f->graphs[i].streaming == streaming) {
+    if (f->graphs[i].exec && memcmp(&f->graphs[i].key, key, sizeof *key) == 0) {
       slot = &f->graphs[i];
       break;
     }
@@ -360,19 +368,18 @@ static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile i
      * more than one call's launches); its second call captures the graph */
     int seen = -1, lru = 0;
     for (int i = 0; i < SEEN_KEYS; i++) {
-      if (f->seen[i].used && f->seen[i].N == N && f->seen[i].streaming == streaming) seen = i;
+      if (f->seen[i].used && memcmp(&f->seen[i].key, key, sizeof *key) == 0) seen = i;
       if (f->seen[i].used < f->seen[lru].used) lru = i;
     }
     if (seen < 0) {
-      f->seen[lru].N = N;
-      f->seen[lru].streaming = streaming;
+      f->seen[lru].key = *key;
       f->seen[lru].used = ++f->clock;
-      return euler_steps(f, N, streaming, 0, f->S);
+      return fn(f, arg);
     }
     f->seen[seen].used = 0; /* the graph cache takes over */
     cudaGraph_t graph = NULL;
     CK(cudaStreamBeginCapture(f->s, cudaStreamCaptureModeRelaxed), "flow: begin graph capture");
-    cosy_status st = euler_steps(f, N, streaming, 0, f->S);
+    cosy_status st = fn(f, arg);
     cudaError_t e = cudaStreamEndCapture(f->s, &graph);
     if (st) {
       if (graph) cudaGraphDestroy(graph);
@@ -389,7 +396,7 @@ static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile i
        * run the launches directly */
       (void)cudaGetLastError();
       f->use_graph = 0;
-      return run_steps(f, N, streaming, cancel);
+      return fn(f, arg);
     }
     slot = &f->graphs[0];
     for (int i = 0; i < GRAPH_CACHE; i++) {
@@ -401,12 +408,38 @@ static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile i
     }
     if (slot->exec) cudaGraphExecDestroy(slot->exec);
     slot->exec = exec;
-    slot->N = N;
-    slot->streaming = streaming;
+    slot->key = *key;
   }
   slot->used = ++f->clock;
   CK(cudaGraphLaunch(slot->exec, f->s), "flow: graph launch");
   return COSY_OK;
+}
+
+typedef struct infer_args {
+  int N, streaming;
+} infer_args;
+
+static cosy_status infer_enqueue(gpu_flow *f, const void *arg) {
+  const infer_args *a = (const infer_args *)arg;
+  return euler_steps(f, a->N, a->streaming, 0, f->S);
+}
+
+static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile int *cancel) {
+  if (!f->use_graph) {
+    for (int k = 0; k < f->S; k++) {
+      if (cancel && *cancel) return cosy_err(COSY_ERR_CANCELLED, "flow decoding cancelled");
+      cosy_status st = euler_steps(f, N, streaming, k, k + 1);
+      if (st) return st;
+    }
+    return COSY_OK;
+  }
+  if (cancel && *cancel) return cosy_err(COSY_ERR_CANCELLED, "flow decoding cancelled");
+  gkey key;
+  memset(&key, 0, sizeof key);
+  key.N = N;
+  key.streaming = streaming;
+  infer_args a = {N, streaming};
+  return graph_run(f, &key, infer_enqueue, &a);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1197,9 +1230,91 @@ void gpu_flow_req_close(gpu_flow *f, gpu_flow_req *q) {
 }
 
 /* one batch whose packed sizes fit the buffers (gpu_flow_batch splits) */
+/* The S Euler steps of a packed batch (launches only; the plan is in c's device buffers). */
+typedef struct batch_args {
+  int Tn, Te, n_virt, n_tiles;
+} batch_args;
+
+static cosy_status batch_enqueue(gpu_flow *f, const void *arg) {
+  const batch_args *a = (const batch_args *)arg;
+  gflow_cache *c = FC(f);
+  const int M = f->M, D = f->D, F = f->F;
+  const int Tn = a->Tn, Te = a->Te, n_virt = a->n_virt, n_tiles = a->n_tiles;
+  cudaStream_t s = f->s;
+  cosy_status st;
+  const int rows = 2 * Tn;
+  const int64_t D6 = 6 * (int64_t)D;
+  const float scale = 1.0f / sqrtf((float)f->hd);
+  const int64_t blk_stride = (int64_t)2 * 2 * PF * D; /* one (step, layer) slice of a page */
+  for (int k = 0; k < f->S; k++) {
+    const float *mod = f->mod_tab + k * f->TOT;
+    const int64_t xstep = (int64_t)k * PF * M;
+    CK(cosy_k_flow_x_store(s, (float *)c->pool, c->d_xdst, xstep, c->xnew, Tn, M), "flow: x store");
+    CK(cosy_k_flow_x_gather(s, c->X, c->d_src, (const float *)c->pool, xstep, c->xnew, Te, M),
+       "flow: x gather");
+    if ((st = gemm(f, Te, D, M, COSY_KDT_F32, c->X, M, f->inx_w, NULL, COSY_KDT_F32, c->xp, D, 0,
+                   "flow: input proj")))
+      return st;
+    CK(cosy_k_flow_add_rows(s, c->xp, 0, c->hcx, c->hext, c->hbx, 2, Te, D), "flow: input rows");
+    CK(cosy_k_rows_zero_bf16(s, c->hbx, c->d_virt, n_virt, D), "flow: zero rows");
+    CK(cosy_k_flow_conv_pos(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D, f->cpg, f->cpk),
+       "flow: conv_pos 1");
+    CK(cosy_k_rows_zero_bf16(s, c->nbx, c->d_virt, n_virt, D), "flow: zero rows");
+    CK(cosy_k_flow_conv_pos(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D, f->cpg,
+                            f->cpk),
+       "flow: conv_pos 2");
+    CK(cosy_k_rows_gather_f32(s, f->h, c->hext, c->d_map, rows, D), "flow: new rows");
+    for (int l = 0; l < f->depth; l++) {
+      const gblk *b = &f->blk[l];
+      const float *md = mod + l * D6;
+      if (l == 0)
+        CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS),
+           "flow: norm");
+      else
+        CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md, 0,
+                                f->nb, 1, rows, D, LN_EPS),
+           "flow: residual + norm");
+      if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D, "flow: qkv")))
+        return st;
+      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
+         "flow: qkv bias + rope");
+      const int64_t layer_off = ((int64_t)k * f->depth + l) * blk_stride;
+      if (c->pool)
+        CK(cosy_k_flow_kv_store(s, (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, (int64_t)PF * D,
+                                f->qkv, rows, D),
+           "flow: kv store");
+      CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
+                               (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2), layer_off,
+                               PF, c->d_ptab, f->att, f->chunk, scale),
+         "flow: attention");
+      if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
+        return st;
+      CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
+                              1, rows, D, LN_EPS),
+         "flow: residual + norm");
+      if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
+        return st;
+      CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+      if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
+        return st;
+    }
+    const float *mo = mod + f->depth * D6;
+    CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
+                            0, f->nb, 1, rows, D, LN_EPS),
+       "flow: final norm");
+    if ((st = gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M,
+                   0, "flow: proj_out")))
+      return st;
+    CK(cosy_k_flow_euler(s, c->xnew, f->v, f->v + (size_t)Tn * M, (int64_t)Tn * M, f->dt_step[k],
+                         f->c1, f->c2),
+       "flow: euler");
+  }
+  return COSY_OK;
+}
+
 static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   gflow_cache *c = FC(f);
-  const int M = f->M, D = f->D, F = f->F, la = f->la;
+  const int M = f->M, D = f->D, la = f->la;
   cudaStream_t s = f->s = f->g->stream;
   const int ctx = 2 * (f->cpk - 1); /* left context of the two causal position convolutions */
   cosy_status st;
@@ -1344,72 +1459,16 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     CK(cudaMemcpyAsync(c->xnew + (size_t)nb[j] * M, f->noise_fm + (size_t)s_j[j] * M,
                        (size_t)(N_j[j] - s_j[j]) * M * 4, cudaMemcpyDeviceToDevice, s),
        "flow: noise");
-  const int rows = 2 * Tn;
-  const int64_t D6 = 6 * (int64_t)D;
-  const float scale = 1.0f / sqrtf((float)f->hd);
-  const int64_t blk_stride = (int64_t)2 * 2 * PF * D; /* one (step, layer) slice of a page */
-  for (int k = 0; k < f->S; k++) {
-    const float *mod = f->mod_tab + k * f->TOT;
-    const int64_t xstep = (int64_t)k * PF * M;
-    CK(cosy_k_flow_x_store(s, (float *)c->pool, c->d_xdst, xstep, c->xnew, Tn, M), "flow: x store");
-    CK(cosy_k_flow_x_gather(s, c->X, c->d_src, (const float *)c->pool, xstep, c->xnew, Te, M),
-       "flow: x gather");
-    if ((st = gemm(f, Te, D, M, COSY_KDT_F32, c->X, M, f->inx_w, NULL, COSY_KDT_F32, c->xp, D, 0,
-                   "flow: input proj")))
-      return st;
-    CK(cosy_k_flow_add_rows(s, c->xp, 0, c->hcx, c->hext, c->hbx, 2, Te, D), "flow: input rows");
-    CK(cosy_k_rows_zero_bf16(s, c->hbx, c->d_virt, n_virt, D), "flow: zero rows");
-    CK(cosy_k_flow_conv_pos(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D, f->cpg, f->cpk),
-       "flow: conv_pos 1");
-    CK(cosy_k_rows_zero_bf16(s, c->nbx, c->d_virt, n_virt, D), "flow: zero rows");
-    CK(cosy_k_flow_conv_pos(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D, f->cpg,
-                            f->cpk),
-       "flow: conv_pos 2");
-    CK(cosy_k_rows_gather_f32(s, f->h, c->hext, c->d_map, rows, D), "flow: new rows");
-    for (int l = 0; l < f->depth; l++) {
-      const gblk *b = &f->blk[l];
-      const float *md = mod + l * D6;
-      if (l == 0)
-        CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS),
-           "flow: norm");
-      else
-        CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md, 0,
-                                f->nb, 1, rows, D, LN_EPS),
-           "flow: residual + norm");
-      if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D, "flow: qkv")))
-        return st;
-      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
-         "flow: qkv bias + rope");
-      const int64_t layer_off = ((int64_t)k * f->depth + l) * blk_stride;
-      if (c->pool)
-        CK(cosy_k_flow_kv_store(s, (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, (int64_t)PF * D,
-                                f->qkv, rows, D),
-           "flow: kv store");
-      CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
-                               (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2), layer_off,
-                               PF, c->d_ptab, f->att, f->chunk, scale),
-         "flow: attention");
-      if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
-        return st;
-      CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
-                              1, rows, D, LN_EPS),
-         "flow: residual + norm");
-      if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
-        return st;
-      CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
-      if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
-        return st;
-    }
-    const float *mo = mod + f->depth * D6;
-    CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
-                            0, f->nb, 1, rows, D, LN_EPS),
-       "flow: final norm");
-    if ((st = gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M,
-                   0, "flow: proj_out")))
-      return st;
-    CK(cosy_k_flow_euler(s, c->xnew, f->v, f->v + (size_t)Tn * M, (int64_t)Tn * M, f->dt_step[k],
-                         f->c1, f->c2),
-       "flow: euler");
+  {
+    gkey key;
+    memset(&key, 0, sizeof key);
+    key.batch = 1;
+    key.N = Tn;
+    key.Te = Te;
+    key.n_tiles = n_tiles;
+    key.n_virt = n_virt;
+    const batch_args ba = {Tn, Te, n_virt, n_tiles};
+    if ((st = graph_run(f, &key, batch_enqueue, &ba))) return st;
   }
   CK(cudaMemcpyAsync(c->h_xout, c->xnew, (size_t)Tn * M * 4, cudaMemcpyDeviceToHost, s),
      "flow: download");

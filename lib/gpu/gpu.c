@@ -7,9 +7,7 @@
 
 #include "util.h"
 
-/* Device memory kept out of the budget for what cuBLAS and the CUDA runtime allocate on their
- * own (handles, module loads, graph instantiation). */
-#define RUNTIME_RESERVE ((size_t)256 << 20)
+#define RUNTIME_RESERVE COSY_GPU_RUNTIME_RESERVE
 
 uint16_t cosy_f32_to_bf16(float f) {
   uint32_t u;
@@ -52,6 +50,106 @@ cosy_status cosy_gpu_sync(cosy_gpu *g, const char *what) {
   return cosy_gpu_check(cudaStreamSynchronize(g->stream), what);
 }
 
+/* ---- the device description (kdevice.h) ------------------------------------------------------ */
+
+typedef struct gpu_profile {
+  const char *name;
+  int cc_major, cc_minor, n_sm;
+  size_t smem_block, smem_sm, l2;
+  int clusters, pdl;
+  int as_is; /* h100: the device as it is */
+} gpu_profile;
+
+#define KB ((size_t)1024)
+#define MB ((size_t)1 << 20)
+static const gpu_profile profiles[] = {
+    {"a100", 8, 0, 108, 163 * KB, 164 * KB, 40 * MB, 0, 0, 0},
+    {"ada", 8, 9, 58, 99 * KB, 100 * KB, 48 * MB, 0, 0, 0},
+    {"rtx5090", 12, 0, 170, 99 * KB, 100 * KB, 96 * MB, 1, 1, 0},
+    {"h100", 0, 0, 0, 0, 0, 0, 1, 1, 1},
+    {"t4", 7, 5, 40, 64 * KB, 64 * KB, 4 * MB, 0, 0, 0}, /* below 8.0: create must refuse it */
+};
+
+cosy_status cosy_gpu_apply_profile(cosy_kdev *d, const char *name) {
+  if (!name || !*name) return COSY_OK;
+  const gpu_profile *p = NULL;
+  for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
+    if (!strcmp(name, profiles[i].name)) p = &profiles[i];
+  if (!p)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "COSY_GPU_PROFILE=%s: unknown test profile (a100, ada, rtx5090, h100 or t4)", name);
+  snprintf(d->profile, sizeof d->profile, "%s", p->name);
+  if (p->as_is) return COSY_OK;
+  d->cc_major = p->cc_major;
+  d->cc_minor = p->cc_minor;
+  if (p->n_sm < d->n_sm) d->n_sm = p->n_sm;
+  if (p->smem_block < d->smem_block) d->smem_block = p->smem_block;
+  if (p->smem_sm < d->smem_sm) d->smem_sm = p->smem_sm;
+  if (p->l2 < d->l2_bytes) d->l2_bytes = p->l2;
+  d->clusters = d->clusters && p->clusters;
+  d->pdl = d->pdl && p->pdl;
+  return COSY_OK;
+}
+
+cosy_status cosy_gpu_describe(int device, cosy_kdev *d) {
+  memset(d, 0, sizeof *d);
+  d->device = device;
+  struct {
+    enum cudaDeviceAttr a;
+    int *v;
+  } q[] = {{cudaDevAttrComputeCapabilityMajor, &d->cc_major},
+           {cudaDevAttrComputeCapabilityMinor, &d->cc_minor},
+           {cudaDevAttrMultiProcessorCount, &d->n_sm}};
+  for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+    cosy_status st = cosy_gpu_check(cudaDeviceGetAttribute(q[i].v, q[i].a, device),
+                                    "cudaDeviceGetAttribute");
+    if (st) return st;
+  }
+  int optin = 0, per_sm = 0, l2 = 0, clusters = 0;
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
+#if CUDART_VERSION >= 12000
+  if (cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) != cudaSuccess)
+    clusters = 0;
+#endif
+  (void)cudaGetLastError(); /* an attribute this driver does not know is not an error */
+  if (optin < 48 * 1024) optin = 48 * 1024; /* every device allows 48 KB without the opt-in */
+  d->smem_block = d->smem_block_hw = (size_t)optin;
+  d->smem_sm = (size_t)(per_sm > 0 ? per_sm : optin);
+  d->l2_bytes = (size_t)(l2 > 0 ? l2 : 0);
+  d->clusters = d->cc_major >= 9 && clusters != 0;
+  d->pdl = d->cc_major >= 9;
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+    snprintf(d->name, sizeof d->name, "%.95s", prop.name);
+    d->total_mem = prop.totalGlobalMem;
+  }
+  (void)cudaGetLastError();
+  return cosy_gpu_apply_profile(d, getenv("COSY_GPU_PROFILE"));
+}
+
+/* COSY_ERR_UNSUPPORTED for a device the library cannot serve, naming what is missing */
+static cosy_status check_supported(const cosy_kdev *d) {
+  if (d->cc_major < 8)
+    return cosy_err(COSY_ERR_UNSUPPORTED,
+                    "GPU %d (%s) has compute capability %d.%d; libcosyvoice needs 8.0 or newer "
+                    "(Ampere: bf16 and TF32 tensor-core mma.sync, cp.async, more than 64 KB of "
+                    "shared memory per block for the vocoder)",
+                    d->device, d->name, d->cc_major, d->cc_minor);
+  cudaError_t e = cosy_k_device_image_check();
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cosy_err(COSY_ERR_UNSUPPORTED,
+                    "GPU %d (%s, compute capability %d.%d): this build of libcosyvoice (%s) has no "
+                    "code it can run (%s); rebuild with CUDA_ARCHS=native or a list that includes "
+                    "%d%d (README: Build and install)",
+                    d->device, d->name, d->cc_major, d->cc_minor, cosy_version_string(),
+                    cudaGetErrorString(e), d->cc_major, d->cc_minor);
+  }
+  return COSY_OK;
+}
+
 cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
   *out = NULL;
   int n = 0;
@@ -66,11 +164,10 @@ cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
   g->device = device;
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
-  struct cudaDeviceProp prop;
-  if ((st = cosy_gpu_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties")))
-    goto fail;
-  snprintf(g->name, sizeof g->name, "%s", prop.name);
-  g->n_sm = prop.multiProcessorCount;
+  if ((st = cosy_gpu_describe(device, &g->dev))) goto fail;
+  if ((st = check_supported(&g->dev))) goto fail;
+  snprintf(g->name, sizeof g->name, "%s", g->dev.name);
+  g->n_sm = g->dev.n_sm;
   size_t free_b = 0, total_b = 0;
   if ((st = cosy_gpu_check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"))) goto fail;
   g->total = total_b;
@@ -112,6 +209,7 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   cosy_gpu *root = root_of(parent);
   g->parent = root;
   g->device = root->device;
+  g->dev = root->dev;
   g->total = root->total;
   g->budget = root->budget;
   g->n_sm = root->n_sm;
@@ -159,8 +257,11 @@ void cosy_gpu_free(cosy_gpu *g) {
 
 size_t cosy_gpu_left(const cosy_gpu *g) {
   while (g->parent) g = g->parent;
-  return g->budget > g->used ? g->budget - g->used : 0;
+  const size_t held = g->used + g->aside;
+  return g->budget > held ? g->budget - held : 0;
 }
+
+void cosy_gpu_set_aside(cosy_gpu *g, size_t bytes) { root_of(g)->aside = bytes; }
 
 cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **out) {
   *out = NULL;

@@ -18,18 +18,25 @@
 #include <cuda_runtime_api.h>
 
 #include "cosyvoice.h"
+#include "kdevice.h"
 #include "kernels.h"
 #include "model.h"
 
+/* Device memory kept out of the budget for what cuBLAS and the CUDA runtime allocate on their
+ * own (handles, module loads, graph instantiation): budget = fraction x total - this. */
+#define COSY_GPU_RUNTIME_RESERVE ((size_t)256 << 20)
+
 typedef struct cosy_gpu {
   int device;
+  cosy_kdev dev;             /* the device as the launchers see it (kdevice.h; a child: a copy) */
   cudaStream_t stream;       /* main stream of the engine */
   cosy_gemm *gemm;           /* cuBLASLt context bound to `stream`'s thread of use */
   size_t total;              /* device memory */
   size_t budget;             /* bytes the engine may hold */
   size_t used;               /* bytes held through cosy_gpu_alloc */
-  int n_sm;
-  char name[256];
+  size_t aside;              /* bytes of the budget kept from allocations (cosy_gpu_set_aside) */
+  int n_sm;                  /* dev.n_sm */
+  char name[256];            /* dev.name */
   void **allocs;             /* every allocation, freed by cosy_gpu_free */
   size_t n_allocs, cap_allocs;
   struct cosy_gpu *parent;   /* a child context shares its parent's budget and allocations */
@@ -37,8 +44,29 @@ typedef struct cosy_gpu {
                                  parent's); NULL in a parent */
 } cosy_gpu;
 
-/* Select the device, create the stream and the GEMM context, fix the budget. */
+/* Select the device, read its description (cosy_gpu_describe), create the stream and the GEMM
+ * context, fix the budget. COSY_ERR_UNSUPPORTED, with a message naming what is missing, for a
+ * device below compute capability 8.0 or one this build carries no code for. */
 cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out);
+
+/* Fill *d from the CUDA runtime's attributes of `device`, then apply the test profile named by
+ * the environment variable COSY_GPU_PROFILE, if set (COSY_ERR_INVALID_ARG for an unknown name):
+ *   a100     compute capability 8.0, 163 KB of shared memory per block (164 KB per SM), 108 SMs,
+ *            40 MB of L2, no thread-block clusters, no programmatic dependent launch
+ *   ada      8.9, 99 KB per block (100 KB per SM), 58 SMs (an L4; an RTX 4090 has 128), 48 MB of
+ *            L2, no clusters, no programmatic dependent launch
+ *   rtx5090  12.0, 99 KB per block (100 KB per SM), 170 SMs, 96 MB of L2, clusters and
+ *            programmatic dependent launch
+ *   h100     the device as it is (the name is recorded)
+ *   t4       7.5, 64 KB, 40 SMs, neither: a GPU below 8.0, which create refuses (its test)
+ * A profile only takes away: each size is the smaller of the profile's and the device's, a
+ * feature stays only when both have it; the compute capability becomes the profile's. Memory is
+ * not changed (gpu_memory_fraction sets the budget). For tests and measurements on a large GPU:
+ * the kernels then choose the variants a smaller GPU would get. */
+cosy_status cosy_gpu_describe(int device, cosy_kdev *d);
+/* The profile applied to a description (used by cosy_gpu_describe; tests apply one to a
+ * description of their own). NULL or "" leaves *d as it is. */
+cosy_status cosy_gpu_apply_profile(cosy_kdev *d, const char *profile);
 /* A second context on the same device with its own stream (lower priority than the parent's)
  * and its own GEMM context, drawing on the parent's budget: stages that run concurrently with
  * the parent's work (the flow and the vocoder beside the LLM) use one. It also holds a stream of
@@ -59,8 +87,12 @@ cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **o
 /* Pinned host memory (not counted in the budget); freed with cosy_gpu_host_free. */
 cosy_status cosy_gpu_host_alloc(size_t bytes, void **out);
 void cosy_gpu_host_free(void *p);
-/* Bytes left in the budget. */
+/* Bytes left in the budget (less what is set aside). */
 size_t cosy_gpu_left(const cosy_gpu *g);
+/* Keep `bytes` of what is left out of reach of the allocations (of the context's root) until
+ * the next call (0 ends it): a caller that hands "everything left" to one user first sets aside
+ * what a later user needs. */
+void cosy_gpu_set_aside(cosy_gpu *g, size_t bytes);
 
 /* Upload a model tensor, converted to `dt` (bf16 rounding is round-to-nearest-even), into a new
  * budgeted allocation. *n_elems (optional) gets the element count. */

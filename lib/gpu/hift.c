@@ -237,6 +237,8 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   cosy_status st = COSY_OK;
   char base[160];
   h->g = g;
+  if ((st = cosy_gpu_check(cosy_k_hift_conv_prepare(&g->dev), "hift: conv shared memory attribute")))
+    goto fail;
   h->prec = COSY_HPREC_3XTF32;
   h->stream_split = 1;
   h->max_frames = max_frames;
@@ -383,7 +385,7 @@ static cosy_hift_conv conv_desc(const gconv *w, const float *in, int ld_in, int 
 
 static cosy_status conv(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, int n,
                         const char *what) {
-  return ck(cosy_k_hift_conv(s, c, n, h->prec), what);
+  return ck(cosy_k_hift_conv(s, &h->g->dev, c, n, h->prec), what);
 }
 
 /* n independent convs in launches of up to 4; split_mode as cosy_k_hift_conv_split, or -1 for
@@ -393,7 +395,7 @@ static cosy_status conv_many(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *
   for (int i = 0; i < n; i += 4) {
     const int m = n - i < 4 ? n - i : 4;
     cosy_status st = split_mode < 0 ? conv(h, s, c + i, m, what)
-                                    : ck(cosy_k_hift_conv_split(s, c + i, m, h->prec, split_mode),
+                                    : ck(cosy_k_hift_conv_split(s, &h->g->dev, c + i, m, h->prec, split_mode),
                                          what);
     if (st) return st;
   }

@@ -18,7 +18,9 @@
  *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V],
  *            h_ras [B] (sampling rows; d_ras is their device copy).
  * Layer schedules
- *   gemv (decode buckets <= gemv_max; 5 kernels per layer, attention included):
+ *   gemv (decode buckets <= gemv_max; 5 kernels per layer, attention included; buckets above 8
+ *   rows run as groups of 8 rows in one grid, so every row is computed the same way whatever
+ *   the batch, at the cost measured at GPU_LLM_GEMV_DEFAULT):
  *     gemv[rmsnorm(h) -> qkv + bias, RoPE, q out, K/V to cache]; paged attention -> att (one
  *     launch, splits merged by the last block); gemv[att -> h += o];
  *     gemv[rmsnorm(h) -> silu(gate) * up -> act]; gemv[act -> h += down]
@@ -52,8 +54,13 @@
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */
-#define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path (H200:
-                                  batch 8 took 1.45 ms that way, 1.10 ms through cuBLASLt) */
+#define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path by
+                                  default (H100: batch 8 1.39 ms that way vs 1.21 ms through
+                                  cuBLASLt). Every bucket can run there in groups of 8 rows
+                                  (gpu_llm_set_tuning(l, 256, -1)), which makes the step batch-
+                                  invariant, but each group streams the weights again: batch 16
+                                  2.42 ms, batch 64 8.12 ms (vs 1.29 / 1.81 ms), W1 at C = 64
+                                  132x instead of 187x real time (bench/RESULTS.md) */
 
 typedef struct gl_layer {
   cosy_bf16 *wqkv, *wo, *wgu, *wd;
@@ -225,9 +232,14 @@ static cosy_status upload_layer(gpu_llm *l, int i) {
 
 /* ---- create / free ---------------------------------------------------------------------------- */
 
+/* rows of one gemv group: buckets above GEMV_GROUP run as groups of GEMV_GROUP rows */
+#define GEMV_GROUP 8
+static int gemv_rows(int b) { return b < GEMV_GROUP ? b : GEMV_GROUP; }
+
 static int bucket_ok_for_gemv(const gpu_llm *l, int b) {
-  return cosy_k_llm_gemv_supported(b, l->H) && cosy_k_llm_gemv_supported(b, l->qd) &&
-         cosy_k_llm_gemv_supported(b, l->inter);
+  const int m = gemv_rows(b);
+  return b % m == 0 && cosy_k_llm_gemv_supported(m, l->H) &&
+         cosy_k_llm_gemv_supported(m, l->qd) && cosy_k_llm_gemv_supported(m, l->inter);
 }
 
 static void drop_graphs(gpu_llm *l) {
@@ -249,13 +261,8 @@ void gpu_llm_set_tuning(gpu_llm *l, int gemv_max, int pdl) {
       if (bucket_ok_for_gemv(l, b)) gemv_max = b;
   }
   l->gemv_max = gemv_max;
-  if (pdl < 0) {
-    int major = 0;
-    pdl = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, l->g->device) ==
-              cudaSuccess &&
-          major >= 9;
-  }
-  l->pdl = pdl ? 1 : 0;
+  if (pdl < 0) pdl = l->g->dev.pdl; /* the engine's device description (kdevice.h) */
+  l->pdl = pdl && l->g->dev.pdl ? 1 : 0;
 }
 
 void gpu_llm_free(gpu_llm *l) {
@@ -595,9 +602,13 @@ cosy_status gpu_llm_build_input(const gpu_llm *l, const int32_t *prompt_text, in
  * seq, gathered from the cache) or a decode bucket (paged, ctx = the context bucket). */
 typedef struct attn_plan {
   int decode;
-  int seq, Lk; /* prefill */
+  int seq, Lk; /* prefill of one sequence */
   int ctx;     /* decode */
   int pdl;     /* decode: launch as a programmatic dependent (the skinny-GEMM path) */
+  /* prefill of several sequences packed in one batch (n_seg > 0): segment i is rows
+   * [row0[i], row0[i] + n[i]) of sequence seg_seq[i], whose keys are 0..Lk[i]-1 */
+  int n_seg;
+  const int *seg_seq, *seg_row0, *seg_n, *seg_Lk;
 } attn_plan;
 
 static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) {
@@ -607,16 +618,31 @@ static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) 
     CK(cosy_k_paged_decode(s, COSY_KDT_F32, l->q, l->qd, kc, vc, l->d_bt,
                            ap->ctx / GPU_LLM_PAGE_SIZE, l->d_lens, M, l->nh, l->nkv, HD,
                            GPU_LLM_PAGE_SIZE, ap->ctx, ATTN_SCALE, l->att, l->qd, l->dec_ws,
-                           l->dec_ws_bytes, l->pdl && ap->pdl),
+                           l->dec_ws_bytes, l->pdl && ap->pdl, &l->g->dev),
        "LLM decode attention");
     return COSY_OK;
   }
-  CK(cosy_k_llm_kv_gather(s, kc, vc, l->d_bt_all + (size_t)ap->seq * l->pages_per_seq,
-                          GPU_LLM_PAGE_SIZE, l->kvd, ap->Lk, l->kg, l->vg),
-     "LLM prefill kv gather");
-  CK(cosy_k_attn_prefill(s, COSY_KDT_F32, l->q, l->qd, l->kg, l->vg, l->kvd, l->att, l->qd, M,
-                         ap->Lk, l->nh, l->nkv, HD, ATTN_SCALE),
-     "LLM prefill attention");
+  if (ap->n_seg == 0) {
+    CK(cosy_k_llm_kv_gather(s, kc, vc, l->d_bt_all + (size_t)ap->seq * l->pages_per_seq,
+                            GPU_LLM_PAGE_SIZE, l->kvd, ap->Lk, l->kg, l->vg),
+       "LLM prefill kv gather");
+    CK(cosy_k_attn_prefill(s, COSY_KDT_F32, l->q, l->qd, l->kg, l->vg, l->kvd, l->att, l->qd, M,
+                           ap->Lk, l->nh, l->nkv, HD, ATTN_SCALE),
+       "LLM prefill attention");
+    return COSY_OK;
+  }
+  /* packed sequences: each segment's keys are gathered and attended in turn (stream order
+   * keeps the one gather buffer safe); a row's result does not depend on the other segments */
+  for (int i = 0; i < ap->n_seg; i++) {
+    const size_t r0 = (size_t)ap->seg_row0[i] * l->qd;
+    CK(cosy_k_llm_kv_gather(s, kc, vc, l->d_bt_all + (size_t)ap->seg_seq[i] * l->pages_per_seq,
+                            GPU_LLM_PAGE_SIZE, l->kvd, ap->seg_Lk[i], l->kg, l->vg),
+       "LLM prefill kv gather");
+    CK(cosy_k_attn_prefill(s, COSY_KDT_F32, l->q + r0, l->qd, l->kg, l->vg, l->kvd, l->att + r0,
+                           l->qd, ap->seg_n[i], ap->seg_Lk[i], l->nh, l->nkv, HD, ATTN_SCALE),
+       "LLM prefill attention");
+  }
+  (void)M;
   return COSY_OK;
 }
 
@@ -686,7 +712,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
   for (int i = 0; i < l->nl; i++) {
     const gl_layer *y = &l->layers[i];
     memset(&ga, 0, sizeof ga);
-    ga.M = b;
+    ga.M = gemv_rows(b);
+    ga.groups = b / gemv_rows(b);
     ga.N = l->qkvd;
     ga.K = H;
     ga.in_mode = COSY_GEMV_IN_RMSNORM;
@@ -710,7 +737,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     CK(cosy_k_llm_gemv(s, &ga), "LLM q|k|v (gemv)");
     if ((st = attention(l, i, b, ap))) return st;
     memset(&ga, 0, sizeof ga);
-    ga.M = b;
+    ga.M = gemv_rows(b);
+    ga.groups = b / gemv_rows(b);
     ga.N = H;
     ga.K = l->qd;
     ga.in_mode = COSY_GEMV_IN_F32;
@@ -723,7 +751,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.pdl = l->pdl;
     CK(cosy_k_llm_gemv(s, &ga), "LLM o_proj (gemv)");
     memset(&ga, 0, sizeof ga);
-    ga.M = b;
+    ga.M = gemv_rows(b);
+    ga.groups = b / gemv_rows(b);
     ga.N = 2 * I;
     ga.K = H;
     ga.in_mode = COSY_GEMV_IN_RMSNORM;
@@ -738,7 +767,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.pdl = l->pdl;
     CK(cosy_k_llm_gemv(s, &ga), "LLM gate|up (gemv)");
     memset(&ga, 0, sizeof ga);
-    ga.M = b;
+    ga.M = gemv_rows(b);
+    ga.groups = b / gemv_rows(b);
     ga.N = H;
     ga.K = I;
     ga.in_mode = COSY_GEMV_IN_F32;
@@ -752,7 +782,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     CK(cosy_k_llm_gemv(s, &ga), "LLM down_proj (gemv)");
   }
   memset(&ga, 0, sizeof ga);
-  ga.M = b;
+  ga.M = gemv_rows(b);
+  ga.groups = b / gemv_rows(b);
   ga.N = l->V;
   ga.K = H;
   ga.in_mode = COSY_GEMV_IN_RMSNORM;
@@ -798,7 +829,7 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
     CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * 2 * (size_t)l->max_prefill,
                        cudaMemcpyHostToDevice, s),
        "LLM prefill upload");
-    attn_plan ap = {0, seq, p0 + n, 0, 0};
+    attn_plan ap = {0, seq, p0 + n, 0, 0, 0, NULL, NULL, NULL, NULL};
     if ((st = layers_split(l, n, l->d_pf, l->d_pf + l->max_prefill, &ap))) return st;
     done += n;
     if (done == L) { /* the last position's log-probs stay in logp row 0 for gpu_llm_sample */
@@ -820,6 +851,83 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
   return COSY_OK;
 }
 
+cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const float *const *embs,
+                                  const int *Ls, const int *want, int *n_want) {
+  if (n_want) *n_want = 0;
+  if (!l || n < 1 || !seqs || !embs || !Ls || !want)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill_batch: bad arguments");
+  if (n > l->max_bucket)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill_batch: %d sequences > %d", n,
+                    l->max_bucket);
+  int total = 0;
+  for (int j = 0; j < n; j++) {
+    if (!seq_ok(l, seqs[j]) || !embs[j])
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill_batch: sequence %d is not open",
+                      seqs[j]);
+    for (int i = 0; i < j; i++)
+      if (seqs[i] == seqs[j])
+        return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill_batch: sequence %d given twice",
+                        seqs[j]);
+    const gl_seq *sq = &l->seqs[seqs[j]];
+    if (Ls[j] < 1 || Ls[j] > sq->max_len - sq->len)
+      return cosy_err(COSY_ERR_INVALID_ARG,
+                      "gpu_llm_prefill_batch: %d positions do not fit sequence %d (%d of %d used)",
+                      Ls[j], seqs[j], sq->len, sq->max_len);
+    total += Ls[j];
+  }
+  if (total > l->max_prefill)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill_batch: %d positions > %d per call",
+                    total, l->max_prefill);
+  cudaStream_t s = l->g->stream;
+  const int H = l->H;
+  int row0[1 << (MAX_BUCKETS - 1)], Lk[1 << (MAX_BUCKETS - 1)];
+  cosy_status st;
+  l->logp_rows = 0;
+  for (int j = 0, r = 0; j < n; r += Ls[j], j++) {
+    const int p0 = l->seqs[seqs[j]].len;
+    row0[j] = r;
+    Lk[j] = p0 + Ls[j];
+    memcpy(l->h_emb + (size_t)r * H, embs[j], sizeof(float) * (size_t)Ls[j] * H);
+    for (int t = 0; t < Ls[j]; t++) {
+      l->h_pf[r + t] = p0 + t;
+      l->h_pf[l->max_prefill + r + t] = slot_of(l, seqs[j], p0 + t);
+    }
+  }
+  CK(cudaMemcpyAsync(l->h, l->h_emb, sizeof(float) * (size_t)total * H, cudaMemcpyHostToDevice, s),
+     "LLM prefill upload");
+  CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * 2 * (size_t)l->max_prefill,
+                     cudaMemcpyHostToDevice, s),
+     "LLM prefill upload");
+  attn_plan ap = {0, 0, 0, 0, 0, n, seqs, row0, Ls, Lk};
+  if ((st = layers_split(l, total, l->d_pf, l->d_pf + l->max_prefill, &ap))) return st;
+  /* the wanted sequences' last rows (h, pending hi and lo deltas) move to rows 0..nw-1; row
+   * k's source is at or after row k, so earlier moves never overwrite a later source */
+  const size_t hb = sizeof(float) * (size_t)H, M = (size_t)total;
+  int nw = 0;
+  for (int j = 0; j < n; j++) {
+    if (!want[j]) continue;
+    const size_t src = (size_t)(row0[j] + Ls[j] - 1);
+    if (src != (size_t)nw) {
+      CK(cudaMemcpyAsync(l->h + nw * (size_t)H, l->h + src * H, hb, cudaMemcpyDeviceToDevice, s),
+         "LLM prefill rows");
+      CK(cudaMemcpyAsync(l->y2 + nw * (size_t)H, l->y2 + src * H, hb, cudaMemcpyDeviceToDevice, s),
+         "LLM prefill rows");
+      CK(cudaMemcpyAsync(l->y2 + (M + nw) * H, l->y2 + (M + src) * H, hb,
+                         cudaMemcpyDeviceToDevice, s),
+         "LLM prefill rows");
+    }
+    nw++;
+  }
+  if (nw && (st = head_split(l, l->h, l->y2, l->y2 + M * H, nw))) return st;
+  /* the pinned staging buffers are reused by the next call */
+  if ((st = cosy_gpu_sync(l->g, "LLM prefill"))) return st;
+  for (int j = 0; j < n; j++) l->seqs[seqs[j]].len += Ls[j];
+  l->logp_rows = nw;
+  l->logp_valid = 1;
+  if (n_want) *n_want = nw;
+  return COSY_OK;
+}
+
 /* ---- decode ----------------------------------------------------------------------------------- */
 
 /* Everything of one decode step for a bucket of b rows and context bucket ctx (d_in already
@@ -831,7 +939,7 @@ static cosy_status decode_enqueue(gpu_llm *l, int b, int ctx) {
                             l->d_slot, l->d_lens, l->d_bt, ctx / GPU_LLM_PAGE_SIZE),
      "LLM decode prep");
   const int gemv = b <= l->gemv_max && bucket_ok_for_gemv(l, b);
-  const attn_plan ap = {1, -1, 0, ctx, gemv};
+  const attn_plan ap = {1, -1, 0, ctx, gemv, 0, NULL, NULL, NULL, NULL};
   if (gemv) return layers_gemv(l, b, &ap);
   cosy_status st = layers_split(l, b, l->d_pos, l->d_slot, &ap);
   if (st) return st;

@@ -109,6 +109,15 @@ int gpu_llm_seq_len(const gpu_llm *l, int seq);
  * positions would pass the sequence's max_len. */
 cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float *logp_last);
 
+/* Prefill of n (1..max_seqs) distinct open sequences packed into one forward pass: Ls[j]
+ * positions of embs[j] (host fp32 [Ls[j]][H]) after the positions seqs[j] already holds; at
+ * most max_prefill positions in all. Each row's result does not depend on the other sequences
+ * of the call except through the GEMMs' row count (see gpu_llm.c on batch invariance). The
+ * last position's log-probs of every sequence with want[j] != 0 are left in rows 0..nw-1 (in
+ * order; *n_want = nw) for gpu_llm_sample / gpu_llm_logp. Waits for the device. */
+cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const float *const *embs,
+                                  const int *Ls, const int *want, int *n_want);
+
 /* One decode step for n (1..max_seqs) distinct open sequences at once: tokens[i] (speech token
  * id in [0, speech_vocab), embedded with speech_embedding on the GPU) is appended to seqs[i];
  * logp (host, [n][speech_vocab]) gets the next-token log-probs of each and the call waits for
