@@ -251,12 +251,15 @@ COSY_API cosy_status cosy_voice_from_features(cosy_engine *e, const cosy_voice_f
  *  instruct). The library resamples it to 16 kHz (speech tokens with the speech tokenizer v3,
  *  speaker embedding with CAM++) and to 24 kHz (the prompt mel), all in the process; save the
  *  result with cosy_voice_save to clone once and reuse it. Blocking; thread-safe; may run beside
- *  synthesis. On a GPU engine it runs on the CPU reference path in this version.
+ *  synthesis. On a GPU engine the two models run on the GPU as one job of the engine's scheduler
+ *  (between its audio batches, so other requests' audio keeps flowing) and the features on CPU
+ *  threads; when the engine's memory budget could not hold the GPU models (about 1.1 GB at full
+ *  size, fp32) they run on the CPU.
  *  Errors: COSY_ERR_UNSUPPORTED when the model file has no front-end models (convert it with
  *  speech_tokenizer_v3.onnx and campplus.onnx); COSY_ERR_INVALID_ARG for NULL or empty audio, an
  *  unsupported rate, NaN/Inf samples, audio shorter than 0.5 s or longer than 30 s, silent audio
- *  (peak below -80 dBFS), audio not scaled to [-1, 1] (peak above 4) or clipped (more than 1% of
- *  the samples at full scale); the message says which. */
+ *  (peak of the signal minus its mean below -80 dBFS), audio not scaled to [-1, 1] (peak above 4)
+ *  or clipped (more than 1% of the samples at full scale); the message says which. */
 COSY_API cosy_status cosy_voice_from_audio(cosy_engine *e, const float *pcm, int64_t n_samples,
                                            int32_t sample_rate, const char *transcript,
                                            cosy_voice **out);

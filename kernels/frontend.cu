@@ -49,13 +49,17 @@ __global__ void im2col1d_kernel(const float *__restrict__ x, int64_t ts, int64_t
 
 __global__ void im2col2d_kernel(const float *__restrict__ x, int64_t fs, int64_t ts, int64_t cs,
                                 int Fi, int T, int Ci, int k, int sf, int fo0, int n_fo,
-                                float *__restrict__ cols) {
-  const int kk = k * k, p = k / 2;
-  const int64_t row = (int64_t)Ci * kk, n = (int64_t)n_fo * T * row;
+                                float *__restrict__ cols, int ldc) {
+  const int kk = k * k, p = k / 2, K = Ci * kk;
+  const int64_t n = (int64_t)n_fo * T * ldc;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t rr = i / row;
-    const int r = (int)(i - rr * row);
+    const int64_t rr = i / ldc;
+    const int r = (int)(i - rr * ldc);
+    if (r >= K) {
+      cols[i] = 0.f;
+      continue;
+    }
     const int fo = fo0 + (int)(rr / T), t = (int)(rr % T);
     const int ci = r / kk, q = r - ci * kk, kf = q / k, kt = q - kf * k;
     const int f = fo * sf + kf - p, tt = t + kt - p;
@@ -133,14 +137,18 @@ __global__ void fsq_kernel(const float *__restrict__ p, float scale, int N,
 
 __global__ void bn_relu_kernel(const float *__restrict__ x, int64_t ldx,
                                const float *__restrict__ sc, const float *__restrict__ sh,
-                               float *__restrict__ y, int64_t ldy, int T, int C) {
-  const int64_t n = (int64_t)T * C;
+                               float *__restrict__ y, int64_t ldy, int T, int C, int C_pad) {
+  const int64_t n = (int64_t)T * C_pad;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t t = i / C;
-    const int c = (int)(i - t * C);
-    const float v = x[t * ldx + c] * sc[c] + sh[c];
-    y[t * ldy + c] = v > 0.f ? v : 0.f;
+    const int64_t t = i / C_pad;
+    const int c = (int)(i - t * C_pad);
+    float v = 0.f;
+    if (c < C) {
+      v = x[t * ldx + c] * sc[c] + sh[c];
+      v = v > 0.f ? v : 0.f;
+    }
+    y[t * ldy + c] = v;
   }
 }
 
@@ -239,13 +247,14 @@ extern "C" cudaError_t cosy_k_fe_im2col1d(cudaStream_t s, const float *x, int64_
 
 extern "C" cudaError_t cosy_k_fe_im2col2d(cudaStream_t s, const float *x, int64_t fs, int64_t ts,
                                           int64_t cs, int Fi, int T, int Ci, int k, int sf,
-                                          int fo0, int n_fo, float *cols) {
-  if (Fi < 0 || T < 0 || Ci < 0 || k <= 0 || sf <= 0 || fo0 < 0 || n_fo < 0)
+                                          int fo0, int n_fo, float *cols, int ldc) {
+  if (Fi < 0 || T < 0 || Ci < 0 || k <= 0 || sf <= 0 || fo0 < 0 || n_fo < 0 ||
+      (int64_t)ldc < (int64_t)Ci * k * k)
     return cudaErrorInvalidValue;
   if ((int64_t)n_fo * T * Ci == 0) return cudaSuccess;
   if (!x || !cols) return cudaErrorInvalidValue;
-  im2col2d_kernel<<<blocks_for((int64_t)n_fo * T * Ci * k * k), TPB, 0, s>>>(
-      x, fs, ts, cs, Fi, T, Ci, k, sf, fo0, n_fo, cols);
+  im2col2d_kernel<<<blocks_for((int64_t)n_fo * T * ldc), TPB, 0, s>>>(
+      x, fs, ts, cs, Fi, T, Ci, k, sf, fo0, n_fo, cols, ldc);
   return cudaGetLastError();
 }
 
@@ -291,11 +300,12 @@ extern "C" cudaError_t cosy_k_fe_fsq(cudaStream_t s, const float *p, float scale
 
 extern "C" cudaError_t cosy_k_fe_bn_relu(cudaStream_t s, const float *x, int64_t ldx,
                                          const float *sc, const float *sh, float *y, int64_t ldy,
-                                         int T, int C) {
-  if (T < 0 || C < 0 || ldx < C || ldy < C) return cudaErrorInvalidValue;
-  if ((int64_t)T * C == 0) return cudaSuccess;
+                                         int T, int C, int C_pad) {
+  if (T < 0 || C < 0 || C_pad < C || ldx < C || ldy < C_pad) return cudaErrorInvalidValue;
+  if ((int64_t)T * C_pad == 0) return cudaSuccess;
   if (!x || !sc || !sh || !y) return cudaErrorInvalidValue;
-  bn_relu_kernel<<<blocks_for((int64_t)T * C), TPB, 0, s>>>(x, ldx, sc, sh, y, ldy, T, C);
+  bn_relu_kernel<<<blocks_for((int64_t)T * C_pad), TPB, 0, s>>>(x, ldx, sc, sh, y, ldy, T, C,
+                                                                 C_pad);
   return cudaGetLastError();
 }
 

@@ -30,12 +30,13 @@ cudaError_t cosy_k_fe_im2col1d(cudaStream_t s, const float *x, int64_t ts, int64
 /* 2-D im2col of a k x k conv with stride (sf, 1) and padding k/2 on both axes, for output
  * frequency rows [fo0, fo0 + n_fo):
  *   cols[(fo - fo0)*T + t][(ci*k + kf)*k + kt] = x[f*fs + tt*ts + ci*cs]
- *   with f = fo*sf + kf - k/2, tt = t + kt - k/2 (0 outside [0, Fi) x [0, T)).
+ *   with f = fo*sf + kf - k/2, tt = t + kt - k/2 (0 outside [0, Fi) x [0, T)),
+ *   cols[r][j] = 0 for Ci*k*k <= j < ldc (rows padded for the GEMM's alignment).
  * x is any layout through its strides (the head's images [F][T][C]: fs = T*C, ts = C, cs = 1;
- * an fbank [T][F] as a one-channel image: fs = 1, ts = F). cols [n_fo*T][Ci*k*k]. */
+ * an fbank [T][F] as a one-channel image: fs = 1, ts = F). cols [n_fo*T][ldc], ldc >= Ci*k*k. */
 cudaError_t cosy_k_fe_im2col2d(cudaStream_t s, const float *x, int64_t fs, int64_t ts, int64_t cs,
                                int Fi, int T, int Ci, int k, int sf, int fo0, int n_fo,
-                               float *cols);
+                               float *cols, int ldc);
 
 /* LayerNorm with affine: y[r][d] = (x[r][d] - mean_r) / sqrt(var_r + eps) * w[d] + b[d], mean and
  * biased var over d < D. x, y [rows][D] (y may equal x); w, b [D]. */
@@ -63,9 +64,11 @@ cudaError_t cosy_k_fe_fsmn_add(cudaStream_t s, float *x, int64_t ldx, const floa
  * p [N][8], tokens [N] int32. */
 cudaError_t cosy_k_fe_fsq(cudaStream_t s, const float *p, float scale, int N, int32_t *tokens);
 
-/* y[t][c] = max(x[t][c] * sc[c] + sh[c], 0) for c < C; x [T][ldx], y [T][ldy], sc, sh [C]. */
+/* y[t][c] = max(x[t][c] * sc[c] + sh[c], 0) for c < C, and y[t][c] = 0 for C <= c < C_pad (so a
+ * GEMM can read C_pad columns against a weight whose columns past C are zero); x [T][ldx],
+ * y [T][ldy] with ldy >= C_pad >= C, sc, sh [C]. */
 cudaError_t cosy_k_fe_bn_relu(cudaStream_t s, const float *x, int64_t ldx, const float *sc,
-                              const float *sh, float *y, int64_t ldy, int T, int C);
+                              const float *sh, float *y, int64_t ldy, int T, int C, int C_pad);
 
 /* CAM context: ctx[g][c] = mean_{t<T} h[t][c] + mean_{t in segment g} h[t][c], segments
  * [g*seg, min((g+1)*seg, T)), g < ceil(T / seg) <= 64. h [T][C] contiguous, ctx [nseg][C]. */

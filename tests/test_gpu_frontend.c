@@ -228,7 +228,7 @@ static void test_k_im2col(void **state) {
     float *x = malloc(sizeof(float) * Fi * T * Ci);
     fill(x, (size_t)Fi * T * Ci, -1, 1);
     float *dx = dup_dev(x, (size_t)Fi * T * Ci), *dc = dev_zero((size_t)nfo * T * K);
-    CU(cosy_k_fe_im2col2d(NULL, dx, (int64_t)T * Ci, Ci, 1, Fi, T, Ci, k, sf, fo0, nfo, dc));
+    CU(cosy_k_fe_im2col2d(NULL, dx, (int64_t)T * Ci, Ci, 1, Fi, T, Ci, k, sf, fo0, nfo, dc, K));
     float *c = to_host(dc, (size_t)nfo * T * K);
     int bad = 0;
     for (int fo = fo0; fo < fo0 + nfo; fo++)
@@ -244,24 +244,30 @@ static void test_k_im2col(void **state) {
     assert_int_equal(bad, 0);
     free(x), free(c), cudaFree(dx), cudaFree(dc);
   }
-  /* 2-D, an fbank [T][F] as a one-channel image, all rows */
+  /* 2-D, an fbank [T][F] as a one-channel image, all rows, rows padded from 9 to 12 columns
+   * (the padding starts out as NaN and must become 0) */
   {
-    const int F = 12, T = 9, k = 3;
+    const int F = 12, T = 9, k = 3, ldc = 12;
     float *x = malloc(sizeof(float) * F * T);
     fill(x, (size_t)F * T, -1, 1);
-    float *dx = dup_dev(x, (size_t)F * T), *dc = dev_zero((size_t)F * T * 9);
-    CU(cosy_k_fe_im2col2d(NULL, dx, 1, F, 1, F, T, 1, k, 1, 0, F, dc));
-    float *c = to_host(dc, (size_t)F * T * 9);
+    float *dx = dup_dev(x, (size_t)F * T), *dc = dev_zero((size_t)F * T * ldc);
+    CU(cudaMemset(dc, 0xff, sizeof(float) * F * T * ldc));
+    CU(cosy_k_fe_im2col2d(NULL, dx, 1, F, 1, F, T, 1, k, 1, 0, F, dc, ldc));
+    float *c = to_host(dc, (size_t)F * T * ldc);
     int bad = 0;
     for (int fo = 0; fo < F; fo++)
-      for (int t = 0; t < T; t++)
+      for (int t = 0; t < T; t++) {
         for (int kf = 0; kf < 3; kf++)
           for (int kt = 0; kt < 3; kt++) {
             int f = fo + kf - 1, tt = t + kt - 1;
             float want = f < 0 || f >= F || tt < 0 || tt >= T ? 0.f : x[tt * F + f];
-            bad += c[(fo * T + t) * 9 + kf * 3 + kt] != want;
+            bad += c[(fo * T + t) * ldc + kf * 3 + kt] != want;
           }
-    print_message("im2col2d fbank layout: %d wrong\n", bad);
+        for (int j = 9; j < ldc; j++) bad += c[(fo * T + t) * ldc + j] != 0.f;
+      }
+    print_message("im2col2d fbank layout, padded rows: %d wrong\n", bad);
+    assert_int_equal(cosy_k_fe_im2col2d(NULL, dx, 1, F, 1, F, T, 1, k, 1, 0, F, dc, 8),
+                     cudaErrorInvalidValue);
     assert_int_equal(bad, 0);
     free(x), free(c), cudaFree(dx), cudaFree(dc);
   }
@@ -388,8 +394,27 @@ static void test_k_cam(void **state) {
   fill(sc, C, 0.5f, 1.5f);
   fill(sh, C, -0.3f, 0.3f);
   float *dx = dup_dev(x, (size_t)T * ldx), *dsc = dup_dev(sc, C), *dsh = dup_dev(sh, C);
+  /* zero-padded to Cp columns of rows ldp apart (the padding starts out as NaN) */
+  const int Cp = C + 5, ldp = C + 7;
+  float *dhp = NULL;
+  CU(cudaMalloc((void **)&dhp, sizeof(float) * T * ldp));
+  CU(cudaMemset(dhp, 0xff, sizeof(float) * T * ldp));
+  CU(cosy_k_fe_bn_relu(NULL, dx, ldx, dsc, dsh, dhp, ldp, T, C, Cp));
+  float *hp = to_host(dhp, (size_t)T * ldp), *wantp = malloc(sizeof(float) * T * ldp);
+  memcpy(wantp, hp, sizeof(float) * T * ldp);
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < Cp; c++) {
+      double v = c < C ? (double)x[t * ldx + c] * sc[c] + sh[c] : 0.0;
+      wantp[t * ldp + c] = (float)(v > 0 ? v : 0);
+    }
+  for (int t = 0; t < T; t++) /* the columns past Cp are untouched (NaN) */
+    for (int c = Cp; c < ldp; c++) assert_true(isnan(hp[t * ldp + c]));
+  for (int t = 0; t < T; t++)
+    for (int c = Cp; c < ldp; c++) hp[t * ldp + c] = wantp[t * ldp + c] = 0.f;
+  expect_close("bn_relu (zero-padded columns)", hp, wantp, (size_t)T * ldp, 1e-6);
+  free(hp), free(wantp), cudaFree(dhp);
   float *dh = dev_zero((size_t)T * C);
-  CU(cosy_k_fe_bn_relu(NULL, dx, ldx, dsc, dsh, dh, C, T, C));
+  CU(cosy_k_fe_bn_relu(NULL, dx, ldx, dsc, dsh, dh, C, T, C, C));
   float *h = to_host(dh, (size_t)T * C), *want = malloc(sizeof(float) * T * C);
   for (int t = 0; t < T; t++)
     for (int c = 0; c < C; c++) {
@@ -460,7 +485,11 @@ static void test_k_cam(void **state) {
   assert_int_equal(cosy_k_fe_stats(NULL, dx, ldx, 1, C, dst), cudaErrorInvalidValue);
   assert_int_equal(cosy_k_fe_act(NULL, COSY_FE_ADD_RELU, dx, NULL, ldx, dx, ldx, 2, 2),
                    cudaErrorInvalidValue);
-  assert_int_equal(cosy_k_fe_bn_relu(NULL, dx, 3, dsc, dsh, dh, C, T, C), cudaErrorInvalidValue);
+  assert_int_equal(cosy_k_fe_bn_relu(NULL, dx, 3, dsc, dsh, dh, C, T, C, C), cudaErrorInvalidValue);
+  assert_int_equal(cosy_k_fe_bn_relu(NULL, dx, ldx, dsc, dsh, dh, C, T, C, C - 1),
+                   cudaErrorInvalidValue);
+  assert_int_equal(cosy_k_fe_bn_relu(NULL, dx, ldx, dsc, dsh, dh, C, T, C, C + 1),
+                   cudaErrorInvalidValue); /* ldy < C_pad */
   assert_int_equal(cosy_k_fe_im2col1d(NULL, dx, 1, 1, 10, 1, 5, 0, 1, 1, 0, dh), cudaErrorInvalidValue);
   assert_int_equal(cosy_k_fe_fsq(NULL, NULL, 1.f, 4, NULL), cudaErrorInvalidValue);
   assert_int_equal(cosy_k_fe_flatten(NULL, dim, 0, Tf, M, dfl), cudaSuccess);

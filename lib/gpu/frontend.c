@@ -37,6 +37,7 @@ struct gpu_fe {
   s3_blk *blk;
   /* CAM++ */
   int F, M, C0, G, Bn, E, seg, nl[3], k[3], d[3], Cmax;
+  int Cpad[3]; /* a dense block's widest input: every layer's linear1 reads this many columns */
   float *hw[12], *hb[12], *td_w, *td_b, *tr_s[3], *tr_t[3], *tr_w[3], *tr_b[3], *de_w, *de_b;
   cam_lay *lay[3];
   /* workspace */
@@ -80,22 +81,55 @@ static float *wl_put(wload *L, const float *src, size_t n) {
   return d;
 }
 
+/* rows x cols floats from src into rows of ld floats, the columns past cols zero */
+static float *wl_put_rows(wload *L, const float *src, size_t rows, size_t cols, size_t ld) {
+  float *d = (float *)wl_take(L, rows * ld * sizeof(float));
+  if (d && !L->st) {
+    cudaError_t e = cudaMemset(d, 0, rows * ld * sizeof(float));
+    if (e == cudaSuccess)
+      e = cudaMemcpy2D(d, ld * sizeof(float), src, cols * sizeof(float), cols * sizeof(float), rows,
+                       cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) L->st = cosy_gpu_check(e, "uploading the front-end weights");
+  }
+  return d;
+}
+
 /* the model tensor `name` (F32, exactly n elements) */
 static float *wl_tensor(wload *L, size_t n, const char *fmt, ...) COSY_PRINTF(3, 4);
+static const float *wl_find(wload *L, size_t n, const char *name) {
+  const gguf_tensor *t = cosy_model_tensor(L->m, name);
+  if (!t || t->type != GGML_F32 || t->nbytes != n * sizeof(float)) {
+    if (!L->st)
+      L->st = cosy_err(COSY_ERR_MODEL_FORMAT, "front-end tensor %s: %s", name,
+                       !t ? "missing" : t->type != GGML_F32 ? "not f32" : "unexpected size");
+    return NULL;
+  }
+  return (const float *)t->data;
+}
+
 static float *wl_tensor(wload *L, size_t n, const char *fmt, ...) {
   char name[160];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
-  const gguf_tensor *t = cosy_model_tensor(L->m, name);
-  if (!t || t->type != GGML_F32 || t->nbytes != n * sizeof(float)) {
-    if (!L->st)
-      L->st = cosy_err(COSY_ERR_MODEL_FORMAT, "front-end tensor %s: %s", name,
-                       !t ? "missing" : t->type != GGML_F32 ? "not f32" : "unexpected size");
-    return (float *)wl_take(L, n * sizeof(float));
-  }
-  return wl_put(L, (const float *)t->data, n);
+  const float *src = wl_find(L, n, name);
+  if (!src) return (float *)wl_take(L, n * sizeof(float));
+  return wl_put(L, src, n);
+}
+
+/* a [rows][cols] model tensor into rows of ld floats (zero past cols) */
+static float *wl_tensor_rows(wload *L, size_t rows, size_t cols, size_t ld, const char *fmt, ...)
+    COSY_PRINTF(5, 6);
+static float *wl_tensor_rows(wload *L, size_t rows, size_t cols, size_t ld, const char *fmt, ...) {
+  char name[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  const float *src = wl_find(L, rows * cols, name);
+  if (!src) return (float *)wl_take(L, rows * ld * sizeof(float));
+  return wl_put_rows(L, src, rows, cols, ld);
 }
 
 static cosy_status geometry(gpu_fe *f, const cosy_model *m, int max_mel) {
@@ -113,6 +147,7 @@ static cosy_status geometry(gpu_fe *f, const cosy_model *m, int max_mel) {
   for (int b = 0; b < 3; b++) {
     f->nl[b] = h->cam_layers[b], f->k[b] = h->cam_kernels[b], f->d[b] = h->cam_dilations[b];
     int cb = C + f->nl[b] * f->G;
+    f->Cpad[b] = C + (f->nl[b] > 0 ? f->nl[b] - 1 : 0) * f->G;
     if (cb > f->Cmax) f->Cmax = cb;
     C = cb / 2;
   }
@@ -165,8 +200,10 @@ static void weights(gpu_fe *f, wload *L) {
   /* CAM++ */
   const int M = f->M;
   for (int i = 0; i < 12; i++) {
-    const int ci = i == 0 ? 1 : M, k = (i == 3 || i == 8) ? 1 : 3;
-    f->hw[i] = wl_tensor(L, (size_t)M * ci * k * k, "campplus.%s.weight", HEAD[i]);
+    const int ci = i == 0 ? 1 : M, k = (i == 3 || i == 8) ? 1 : 3, taps = ci * k * k;
+    /* rows padded to a multiple of 4 floats (the first conv's 9 taps): 16-byte aligned GEMM rows */
+    f->hw[i] = wl_tensor_rows(L, (size_t)M, (size_t)taps, (size_t)((taps + 3) & ~3),
+                              "campplus.%s.weight", HEAD[i]);
     f->hb[i] = wl_tensor(L, (size_t)M, "campplus.%s.bias", HEAD[i]);
   }
   const int HC = M * (f->F / 8);
@@ -179,7 +216,10 @@ static void weights(gpu_fe *f, wload *L) {
       const int Cin = C + j * f->G;
       y->bn_s = wl_tensor(L, Cin, "campplus.block%d.%d.bn1.scale", b + 1, j);
       y->bn_t = wl_tensor(L, Cin, "campplus.block%d.%d.bn1.shift", b + 1, j);
-      y->l1_w = wl_tensor(L, (size_t)f->Bn * Cin, "campplus.block%d.%d.linear1.weight", b + 1, j);
+      /* zero-padded to the block's widest input: one GEMM shape per block (cuBLASLt plans are
+       * cached per shape) instead of one per layer */
+      y->l1_w = wl_tensor_rows(L, (size_t)f->Bn, (size_t)Cin, (size_t)f->Cpad[b],
+                               "campplus.block%d.%d.linear1.weight", b + 1, j);
       y->l1_b = wl_tensor(L, f->Bn, "campplus.block%d.%d.linear1.bias", b + 1, j);
       y->loc_w = wl_tensor(L, (size_t)f->G * f->Bn * f->k[b], "campplus.block%d.%d.local.weight",
                            b + 1, j);
@@ -206,7 +246,7 @@ static void workspace(gpu_fe *f, wload *L) {
   if ((c = (size_t)T1 * NMEL * 3) > cols) cols = c;
   if ((c = (size_t)N * S * 3) > cols) cols = c;
   if ((c = (size_t)T2 * HC * 5) > cols) cols = c;
-  if ((c = (size_t)Tm * f->M * 9) > cols) cols = c;
+  if ((c = (size_t)Tm * ((f->M * 9 + 3) & ~3)) > cols) cols = c;
   for (int b = 0; b < 3; b++)
     if ((c = (size_t)T2 * f->Bn * f->k[b]) > cols) cols = c;
   f->cols_cap = cols;
@@ -417,12 +457,12 @@ static cosy_status s3_enqueue(gpu_fe *f, int T, float *proj, float *enc, float *
 static cosy_status conv2d(gpu_fe *f, float *y, const float *x, int64_t fs, int64_t ts, int64_t cs,
                           int Fi, int T, int Ci, int Co, int k, int sf, const float *W,
                           const float *b) {
-  const int Fo = (Fi + 2 * (k / 2) - k) / sf + 1, K = Ci * k * k;
+  const int Fo = (Fi + 2 * (k / 2) - k) / sf + 1, K = (Ci * k * k + 3) & ~3; /* W's padding */
   const int per = (int)(f->cols_cap / ((size_t)T * K));
   if (per < 1) return cosy_err(COSY_ERR_INTERNAL, "front end: im2col buffer too small");
   for (int fo0 = 0; fo0 < Fo; fo0 += per) {
     const int n = Fo - fo0 < per ? Fo - fo0 : per;
-    CK(cosy_k_fe_im2col2d(f->g->stream, x, fs, ts, cs, Fi, T, Ci, k, sf, fo0, n, f->cols));
+    CK(cosy_k_fe_im2col2d(f->g->stream, x, fs, ts, cs, Fi, T, Ci, k, sf, fo0, n, f->cols, K));
     CK(gm(f, n * T, Co, K, f->cols, K, W, b, y + (size_t)fo0 * T * Co, Co, 0));
   }
   return COSY_OK;
@@ -500,8 +540,9 @@ static cosy_status cam_enqueue(gpu_fe *f, int T, float *head_out, float *tdnn_ou
     for (int j = 0; j < f->nl[b]; j++) {
       const cam_lay *y = &f->lay[b][j];
       const int Cin = C + j * G;
-      CK(cosy_k_fe_bn_relu(s, f->X, Cmax, y->bn_s, y->bn_t, f->Hh, Cin, T2, Cin));
-      CK(gm(f, T2, Bn, Cin, f->Hh, Cin, y->l1_w, y->l1_b, f->H2, Bn, 0));
+      const int Cp = f->Cpad[b];
+      CK(cosy_k_fe_bn_relu(s, f->X, Cmax, y->bn_s, y->bn_t, f->Hh, Cp, T2, Cin, Cp));
+      CK(gm(f, T2, Bn, Cp, f->Hh, Cp, y->l1_w, y->l1_b, f->H2, Bn, 0));
       CK(cosy_k_fe_act(s, COSY_FE_RELU, f->H2, NULL, Bn, f->H2, Bn, T2, Bn));
       CK(cosy_k_fe_im2col1d(s, f->H2, Bn, 1, T2, Bn, T2, kb, 1, db, db * (kb - 1) / 2, f->cols));
       CK(gm(f, T2, G, Bn * kb, f->cols, Bn * kb, y->loc_w, NULL, f->Y, G, 0));
@@ -512,7 +553,7 @@ static cosy_status cam_enqueue(gpu_fe *f, int T, float *head_out, float *tdnn_ou
       CK(cosy_k_fe_cam_mask(s, f->Y, f->mk, f->seg, f->X + Cin, Cmax, T2, G));
     }
     C += f->nl[b] * G;
-    CK(cosy_k_fe_bn_relu(s, f->X, Cmax, f->tr_s[b], f->tr_t[b], f->Hh, C, T2, C));
+    CK(cosy_k_fe_bn_relu(s, f->X, Cmax, f->tr_s[b], f->tr_t[b], f->Hh, C, T2, C, C));
     CK(gm(f, T2, C / 2, C, f->Hh, C, f->tr_w[b], f->tr_b[b], f->X, Cmax, 0));
     C /= 2;
   }
