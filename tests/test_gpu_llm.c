@@ -451,6 +451,11 @@ static void test_prefill_batch(void **state) {
   for (int i = 0; i < NB; i++) memcpy(tog + i * per + V, lp + (size_t)i * V, sizeof(float) * V);
   double worst = 0, worst_agree = 1, d, agree;
   for (int i = 0; i < NB; i++) {
+    double dp, ap, ds, as;
+    compare_rows(tog + i * per, alone + i * per, 1, V, &dp, &ap);
+    compare_rows(tog + i * per + V, alone + i * per + V, 1, V, &ds, &as);
+    print_message("  prefill batch: sequence %d (%d positions): prefill row max abs %.3g, step row "
+                  "max abs %.3g\n", i, lens[i], dp, ds);
     compare_rows(tog + i * per, alone + i * per, 2, V, &d, &agree);
     worst = d > worst ? d : worst;
     worst_agree = agree < worst_agree ? agree : worst_agree;
