@@ -66,6 +66,12 @@ ifeq ($(SAN),1)
   CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
 endif
+# FAULT=1: host allocations can be made to fail at the n-th call (lib/util.h, tests/test_fault.c);
+# on in the AddressSanitizer build, off elsewhere
+FAULT ?= $(if $(filter 1,$(SAN)),1,0)
+ifeq ($(FAULT),1)
+  CFLAGS_ALL += -DCOSY_FAULT_INJECTION=1
+endif
 ifeq ($(SAN),thread)
   CFLAGS_ALL += -fsanitize=thread -fno-omit-frame-pointer
   LDFLAGS += -fsanitize=thread

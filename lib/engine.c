@@ -47,6 +47,10 @@ void request_finish(cosy_request *r, cosy_status st, const char *msg) {
   e->requests_done++;
   pthread_mutex_unlock(&e->mu);
   pthread_mutex_lock(&r->mu);
+  if (r->buf_oom && st == COSY_ERR_CANCELLED) { /* request_deliver could not buffer a chunk */
+    st = COSY_ERR_NO_MEMORY;
+    msg = "out of host memory buffering the audio for cosy_request_read";
+  }
   r->final_status = st;
   snprintf(r->error, sizeof r->error, "%s", st ? (msg ? msg : cosy_status_str(st)) : "");
   r->state = REQ_DONE;
@@ -185,8 +189,9 @@ int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
   if (r->buf_len + n > r->buf_cap) {
     int64_t nc = r->buf_cap ? r->buf_cap : 48000;
     while (nc < r->buf_len + n) nc *= 2;
-    float *nb = (float *)realloc(r->buf, (size_t)nc * sizeof *nb);
+    float *nb = (float *)cosy_realloc(r->buf, (size_t)nc * sizeof *nb);
     if (!nb) {
+      r->buf_oom = 1; /* the request ends with COSY_ERR_NO_MEMORY (request_finish) */
       pthread_mutex_unlock(&r->mu);
       __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
       return 1;

@@ -183,6 +183,8 @@ struct cosy_request {
   /* pull buffer (fn == NULL): samples produced and not yet read */
   float *buf;
   int64_t buf_len, buf_cap, buf_read;
+  int buf_oom;                   /* a chunk could not be buffered: the request fails with
+                                    COSY_ERR_NO_MEMORY (r->mu) */
   /* for cosy_synthesize */
   int64_t offset;                /* samples delivered so far (output rate) */
   double t_submit, t_first, t_end;  /* cosy_now() at submit, first chunk, end */

@@ -451,9 +451,9 @@ static void *llm_main(void *arg) {
       if (!j->llm_released) n++;
     if (n > cap) {
       int nc = n * 2;
-      sjob **nj = (sjob **)realloc(jobs, (size_t)nc * sizeof *nj);
+      sjob **nj = (sjob **)cosy_realloc(jobs, (size_t)nc * sizeof *nj);
       if (nj) jobs = nj;
-      cosy_llm_row *nr = (cosy_llm_row *)realloc(rows, (size_t)nc * sizeof *nr);
+      cosy_llm_row *nr = (cosy_llm_row *)cosy_realloc(rows, (size_t)nc * sizeof *nr);
       if (nr) rows = nr;
       if (!nj || !nr) { /* cannot even plan a step: fail everything this thread owns */
         for (sjob *j = s->active; j; j = j->next)
@@ -566,7 +566,7 @@ static cosy_status emit(cosy_engine *e, sjob *j, const float *pcm, int64_t n, in
     double t0 = cosy_now();
     int64_t need = cosy_resampler_max_out(j->rs, n);
     if (need > j->rs_cap) {
-      float *nb = (float *)realloc(j->rs_buf, (size_t)need * sizeof *nb);
+      float *nb = (float *)cosy_realloc(j->rs_buf, (size_t)need * sizeof *nb);
       if (!nb) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory resampling");
       j->rs_buf = nb;
       j->rs_cap = need;
