@@ -177,6 +177,9 @@ struct cosy_request {
   cosy_status final_status;
   char error[512];               /* message of a failed request */
   int released;                  /* the caller gave its handle back */
+  int cb_closed;                 /* request_release has begun: no more callbacks (r->mu) */
+  int in_callback;               /* a push callback is running (r->mu; request_deliver) */
+  pthread_t cb_thread;           /* the thread running it */
   struct cosy_request *next;     /* scheduler queue */
   struct sjob *job;              /* the scheduler's state of this utterance (scheduler.c) */
 

@@ -807,7 +807,10 @@ static void *t2w_main(void *arg) {
       add_time(j->r, &j->r->vocoder_s, dt);
       cosy_status js = vst ? vst : vj[i].status;
       const int last = kind[i] == 2;
-      if (!js && !cancelled(j->r) && (vj[i].n > 0 || last)) js = emit(e, j, vj[i].wav, vj[i].n, last);
+      /* a cancelled job delivers nothing more and must not end as done: its last chunk (were
+       * final_done set without it) would be lost from a request that reports COSY_OK */
+      if (!js && cancelled(j->r)) js = cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+      if (!js && (vj[i].n > 0 || last)) js = emit(e, j, vj[i].wav, vj[i].n, last);
       free(vj[i].wav);
       pthread_mutex_lock(&e->mu);
       if (js) job_fail_locked(j, js, vst ? bmsg : cosy_last_error());
