@@ -500,21 +500,27 @@ static void *llm_main(void *arg) {
       cosy_status st = e->be->llm_prefill(e, j->seq, j->lm_input + (size_t)j->fed * e->model->hp.llm_hidden,
                                           piece, last ? &nx : NULL, &tok);
       add_time(j->r, &j->r->llm_s, cosy_now() - t0);
+      /* a released job may be reaped and freed by the token-to-wave thread at once: it leaves
+       * the snapshot (the decode step below must not read it) */
       if (st) {
         llm_release(e, j, st, cosy_last_error());
+        jobs[i] = NULL;
         continue;
       }
       j->fed += piece;
       if (last) {
         j->decoding = 1;
-        if (take_token(e, j, tok)) llm_release(e, j, COSY_OK, NULL);
+        if (take_token(e, j, tok)) {
+          llm_release(e, j, COSY_OK, NULL);
+          jobs[i] = NULL;
+        }
       }
     }
     /* one decode step over every sequence with a token to feed */
     int nr = 0;
     for (int i = 0; i < n; i++) {
       sjob *j = jobs[i];
-      if (!j->decoding || j->llm_released) continue;
+      if (!j || !j->decoding || j->llm_released) continue;
       /* a job whose prefill just finished has its first token: it joins this step */
       rows[nr].seq = j->seq;
       rows[nr].token = j->tok;

@@ -968,6 +968,7 @@ static void test_cancel_during_last_chunk(void **state) {
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines reach a log as they happen */
 #ifdef __GLIBC__
   /* Fixed thresholds: glibc otherwise raises them after large frees, and then keeps freed memory
    * in its arenas (their top chunks, which malloc_trim does not give back), so that RSS would
