@@ -365,11 +365,12 @@ static void admit(cosy_engine *e) {
       s->q_head = r->next;
       if (!s->q_head) s->q_tail = NULL;
       e->n_queued--;
+      const int stopping = e->stopping; /* read under e->mu */
       pthread_mutex_unlock(&e->mu);
       if (r->job) job_free(r->job);
       r->job = NULL;
-      request_finish(r, COSY_ERR_CANCELLED, e->stopping ? "the engine was destroyed"
-                                                         : "request cancelled before it started");
+      request_finish(r, COSY_ERR_CANCELLED, stopping ? "the engine was destroyed"
+                                                     : "request cancelled before it started");
       pthread_mutex_lock(&e->mu);
       continue;
     }
@@ -475,9 +476,9 @@ static void *llm_main(void *arg) {
       sjob *j = jobs[i];
       int failed;
       pthread_mutex_lock(&e->mu);
-      failed = j->err != COSY_OK;
+      failed = j->err != COSY_OK || e->stopping; /* e->stopping under e->mu (make test-tsan) */
       pthread_mutex_unlock(&e->mu);
-      if (failed || cancelled(j->r) || e->stopping)
+      if (failed || cancelled(j->r))
         llm_release(e, j, COSY_ERR_CANCELLED, "request cancelled");
       else
         jobs[nd++] = j;
