@@ -2,7 +2,9 @@
 #
 #   make                 library (shared + static), CLI, tests, benchmarks
 #   make test            build and run the test suite (GPU tests skip without a GPU)
-#   make test-sanitize   the test suite built with AddressSanitizer + UBSan (CPU only, in build/asan)
+#   make test-sanitize   the test suite built with AddressSanitizer + UBSan (CPU only, in build/asan),
+#                        including the allocation fault injection of tests/test_fault.c
+#   make test-fault      only that fault injection (the ASan build)
 #   make test-tsan       the test suite built with ThreadSanitizer (CPU only, in build/tsan)
 #   make fuzz / fuzz-ci  libFuzzer targets (clang) / a bounded run of each (tests/fuzz/README.md)
 #   make bench           build the benchmarks
@@ -67,6 +69,12 @@ endif
 ifeq ($(SAN),1)
   CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
+endif
+# FAULT=1: host allocations can be made to fail at the n-th call (lib/util.h, tests/test_fault.c);
+# on in the AddressSanitizer build, off elsewhere
+FAULT ?= $(if $(filter 1,$(SAN)),1,0)
+ifeq ($(FAULT),1)
+  CFLAGS_ALL += -DCOSY_FAULT_INJECTION=1
 endif
 ifeq ($(SAN),thread)
   CFLAGS_ALL += -fsanitize=thread -fno-omit-frame-pointer
@@ -148,7 +156,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
-.PHONY: all lib test test-c test-py test-env test-sanitize test-tsan bench install uninstall \
+.PHONY: all lib test test-c test-py test-env test-sanitize test-tsan test-fault bench install uninstall \
         check-abi check-header demo clean
 .DELETE_ON_ERROR:
 
@@ -229,8 +237,10 @@ $(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py too
 # ---- tests --------------------------------------------------------------------------------------
 test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi test-env test-c test-py
 
-test-c: $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
-	@fail=0; for t in $(TEST_BIN); do \
+# TEST_ONLY=test_a test_b: run only these test binaries
+TEST_RUN := $(if $(TEST_ONLY),$(TEST_ONLY:%=$(B)/tests/%),$(TEST_BIN))
+test-c: $(TEST_RUN) $(TEST_MODEL) $(FE_TEST_MODEL)
+	@fail=0; for t in $(TEST_RUN); do \
 	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) COSY_WETEXT_FSTS=$(WETEXT_FSTS) \
 	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) ./$$t || fail=1; done; \
 	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
@@ -245,6 +255,11 @@ test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
 
 test-sanitize:
 	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c
+
+# host allocation failures injected at every allocation site (tests/test_fault.c) in the
+# AddressSanitizer build, where LeakSanitizer checks every failure path; test-sanitize runs it too
+test-fault:
+	$(MAKE) B=build/asan SAN=1 CUDA=0 TEST_ONLY=test_fault test-c
 
 # halt_on_error: the first data race fails the test binary (and so the run); suppressions: none
 test-tsan:

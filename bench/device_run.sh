@@ -4,7 +4,7 @@
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
-#                                        memory (default: build kernels stages engine bench
+#                                        memory stress (default: build kernels stages engine bench
 #                                        frontend official)
 #
 # The GPUs people own (README "GPUs"), emulated on the big one through the test-only
@@ -76,7 +76,7 @@ run() { # name, command...: run, log to $OUT/name.log, record pass/fail and seco
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 note "device: $(sed -n 2p "$OUT/gpu.txt")  commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
-TESTS="$B/tests/test_kernels $B/tests/test_gpu_llm $B/tests/test_gpu_flow $B/tests/test_gpu_hift $B/tests/test_gpu_engine $B/tests/test_api $B/tests/test_gpu_frontend $B/tests/test_voice_audio"
+TESTS="$B/tests/test_kernels $B/tests/test_gpu_llm $B/tests/test_gpu_flow $B/tests/test_gpu_hift $B/tests/test_gpu_engine $B/tests/test_api $B/tests/test_gpu_frontend $B/tests/test_voice_audio $B/tests/test_stress"
 BENCHES="$B/bench/bench_kernels $B/bench/bench_w1 $B/bench/bench_voice"
 SMALL=$B/test/small-f32.gguf
 SMALL_FE=$B/test/small-fe-f32.gguf
@@ -103,6 +103,10 @@ if [[ " $STEPS " == *" engine "* ]]; then
   run test_gpu_engine_small ./$B/tests/test_gpu_engine
   COSY_GPU_TEST_MODEL=$PWD/$FULL run test_gpu_engine_full ./$B/tests/test_gpu_engine
   run test_api ./$B/tests/test_api
+fi
+if [[ " $STEPS " == *" stress "* ]]; then # not in the default steps: bash bench/device_run.sh build stress
+  COSY_STRESS_ONLY=gpu COSY_STRESS_MODEL=$PWD/$FULL COSY_STRESS_EXACT=${COSY_STRESS_EXACT:-1} \
+    run test_stress_gpu_full ./$B/tests/test_stress
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   run bench_kernels ./$B/bench/bench_kernels

@@ -367,7 +367,9 @@ COSY_API cosy_status cosy_request_get_stats(const cosy_request *r, cosy_request_
 COSY_API void cosy_request_cancel(cosy_request *r);
 /** Wait for the end (-1 = forever). Returns the request's final status, or COSY_ERR_TIMEOUT. */
 COSY_API cosy_status cosy_request_wait(cosy_request *r, int32_t timeout_ms);
-/** Release (cancels if still running). NULL is a no-op. */
+/** Release (cancels if still running). NULL is a no-op. Once it has returned, the request's push
+ *  callback is not called again (a call in progress on an engine thread finishes first), so the
+ *  callback's user data may be freed right away. */
 COSY_API void cosy_request_release(cosy_request *r);
 
 /** Free memory returned by the library. NULL is a no-op. */

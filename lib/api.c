@@ -321,7 +321,7 @@ static int32_t collect_fn(void *user, const cosy_chunk *c) {
   if (k->n + c->n_samples > k->cap) {
     int64_t nc = k->cap ? k->cap : 24000;
     while (nc < k->n + c->n_samples) nc *= 2;
-    float *np = (float *)realloc(k->pcm, (size_t)nc * sizeof *np);
+    float *np = (float *)cosy_realloc(k->pcm, (size_t)nc * sizeof *np);
     if (!np) {
       k->oom = 1;
       return 1;
@@ -345,17 +345,16 @@ COSY_API cosy_status cosy_synthesize(cosy_engine *e, const cosy_voice *v, const 
   collect k = {0};
   cosy_request *r;
   if ((st = engine_submit(e, v, text, &sp, collect_fn, &k, &r))) return st;
-  st = request_wait(r, -1);
-  if (!st && k.oom) st = cosy_err(COSY_ERR_NO_MEMORY, "out of memory collecting the audio");
-  if (st && st != COSY_ERR_NO_MEMORY) {
-    /* request_wait set the request's message on this thread */
-  }
+  st = request_wait(r, -1); /* on failure it set the request's message on this thread */
+  /* collect_fn cancels the request when it cannot grow its buffer: that is a memory failure */
+  if (k.oom) st = cosy_err(COSY_ERR_NO_MEMORY, "out of host memory collecting the audio");
   request_release(r);
+  if (!st && !k.pcm && !(k.pcm = (float *)cosy_calloc(1, sizeof(float)))) st = COSY_ERR_NO_MEMORY;
   if (st) {
     free(k.pcm);
     return st;
   }
-  *pcm = k.pcm ? k.pcm : (float *)calloc(1, sizeof(float));
+  *pcm = k.pcm;
   *n_samples = k.n;
   return COSY_OK;
 }

@@ -47,6 +47,10 @@ void request_finish(cosy_request *r, cosy_status st, const char *msg) {
   e->requests_done++;
   pthread_mutex_unlock(&e->mu);
   pthread_mutex_lock(&r->mu);
+  if (r->buf_oom && st == COSY_ERR_CANCELLED) { /* request_deliver could not buffer a chunk */
+    st = COSY_ERR_NO_MEMORY;
+    msg = "out of host memory buffering the audio for cosy_request_read";
+  }
   r->final_status = st;
   snprintf(r->error, sizeof r->error, "%s", st ? (msg ? msg : cosy_status_str(st)) : "");
   r->state = REQ_DONE;
@@ -159,9 +163,17 @@ int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
   /* t_first and offset are read by cosy_request_get_stats on the caller's thread: written under
    * r->mu (make test-tsan, test_synth's test_stats_while_running, caught them unlocked) */
   pthread_mutex_lock(&r->mu);
+  if (r->fn && r->cb_closed) { /* nobody listens any more: no callback after release returned */
+    pthread_mutex_unlock(&r->mu);
+    return 1;
+  }
   if (r->t_first == 0 && (n > 0 || last)) r->t_first = cosy_now();
   int64_t offset = r->offset;
-  if (r->fn) r->offset += n;
+  if (r->fn) {
+    r->offset += n;
+    r->in_callback = 1; /* request_release waits for the end of this call */
+    r->cb_thread = pthread_self();
+  }
   pthread_mutex_unlock(&r->mu);
   if (r->fn) {
     cosy_chunk c;
@@ -173,6 +185,10 @@ int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
     c.offset = offset;
     c.sample_rate = r->params.sample_rate;
     int32_t stop = r->fn(r->user, &c);
+    pthread_mutex_lock(&r->mu);
+    r->in_callback = 0;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
     if (stop) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
     return stop != 0;
   }
@@ -185,8 +201,9 @@ int request_deliver(cosy_request *r, const float *pcm, int64_t n, int last) {
   if (r->buf_len + n > r->buf_cap) {
     int64_t nc = r->buf_cap ? r->buf_cap : 48000;
     while (nc < r->buf_len + n) nc *= 2;
-    float *nb = (float *)realloc(r->buf, (size_t)nc * sizeof *nb);
+    float *nb = (float *)cosy_realloc(r->buf, (size_t)nc * sizeof *nb);
     if (!nb) {
+      r->buf_oom = 1; /* the request ends with COSY_ERR_NO_MEMORY (request_finish) */
       pthread_mutex_unlock(&r->mu);
       __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
       return 1;
@@ -269,6 +286,14 @@ cosy_status request_wait(cosy_request *r, int32_t timeout_ms) {
 void request_release(cosy_request *r) {
   __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_lock(&r->mu);
+  /* no callback starts from now on (request_deliver), and one running now (on the engine's
+   * thread) ends before this returns, so the caller may free the callback's data at once; from
+   * inside the callback itself (not allowed, but no deadlock) it does not wait. `released` is
+   * set only after the wait, under the lock, with the test of the end: request_finish, which may
+   * run during the wait, must not see it before (both would free the request). */
+  r->cb_closed = 1;
+  while (r->in_callback && !pthread_equal(r->cb_thread, pthread_self()))
+    pthread_cond_wait(&r->cv, &r->mu);
   r->released = 1;
   int free_now = r->state == REQ_DONE;
   pthread_mutex_unlock(&r->mu);

@@ -195,12 +195,17 @@ struct cosy_request {
   cosy_status final_status;
   char error[512];               /* message of a failed request */
   int released;                  /* the caller gave its handle back */
+  int cb_closed;                 /* request_release has begun: no more callbacks (r->mu) */
+  int in_callback;               /* a push callback is running (r->mu; request_deliver) */
+  pthread_t cb_thread;           /* the thread running it */
   struct cosy_request *next;     /* scheduler queue */
   struct sjob *job;              /* the scheduler's state of this utterance (scheduler.c) */
 
   /* pull buffer (fn == NULL): samples produced and not yet read */
   float *buf;
   int64_t buf_len, buf_cap, buf_read;
+  int buf_oom;                   /* a chunk could not be buffered: the request fails with
+                                    COSY_ERR_NO_MEMORY (r->mu) */
   /* for cosy_synthesize */
   int64_t offset;                /* samples delivered so far (output rate) */
   double t_submit, t_first, t_end;  /* cosy_now() at submit, first chunk, end */

@@ -80,7 +80,7 @@ const char *gguf_type_name(uint32_t t) {
 }
 
 static char *dup_name(const gguf_str *s) {
-  char *p = (char *)malloc((size_t)s->n + 1);
+  char *p = (char *)cosy_malloc((size_t)s->n + 1);
   if (!p) return NULL;
   memcpy(p, s->p, (size_t)s->n);
   p[s->n] = '\0';
@@ -131,7 +131,7 @@ static int span_cmp(const void *a, const void *b) {
  * file would otherwise alias another tensor's data silently. */
 static cosy_status check_overlap(const gguf_file *f) {
   if (f->n_tensors < 2) return COSY_OK;
-  span *s = (span *)malloc((size_t)f->n_tensors * sizeof *s);
+  span *s = (span *)cosy_malloc((size_t)f->n_tensors * sizeof *s);
   if (!s) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory");
   for (uint64_t i = 0; i < f->n_tensors; i++) {
     s[i].begin = f->tensors[i].offset;
@@ -161,7 +161,7 @@ static int name_cmp(const void *a, const void *b) {
 static cosy_status check_unique(const gguf_file *f, const char *what) {
   uint64_t n = f->n_kv > f->n_tensors ? f->n_kv : f->n_tensors;
   if (n < 2) return COSY_OK;
-  const char **v = (const char **)malloc((size_t)n * sizeof *v);
+  const char **v = (const char **)cosy_malloc((size_t)n * sizeof *v);
   if (!v) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory");
   cosy_status st = COSY_OK;
   for (int pass = 0; pass < 2 && !st; pass++) {
@@ -189,7 +189,7 @@ cosy_status gguf_parse(const void *buf, size_t size, const char *what, gguf_file
                     "%s file: bad magic %02x %02x %02x %02x (expected \"GGUF\"): not a GGUF file",
                     what, (unsigned char)magic[0], (unsigned char)magic[1],
                     (unsigned char)magic[2], (unsigned char)magic[3]);
-  gguf_file *f = (gguf_file *)calloc(1, sizeof *f);
+  gguf_file *f = (gguf_file *)cosy_calloc(1, sizeof *f);
   if (!f) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory");
   f->buf = r.p;
   f->size = size;
@@ -208,8 +208,8 @@ cosy_status gguf_parse(const void *buf, size_t size, const char *what, gguf_file
                   (unsigned long long)nt, (unsigned long long)nkv);
     goto fail;
   }
-  f->kv = (gguf_kv *)calloc(nkv ? nkv : 1, sizeof *f->kv);
-  f->tensors = (gguf_tensor *)calloc(nt ? nt : 1, sizeof *f->tensors);
+  f->kv = (gguf_kv *)cosy_calloc(nkv ? nkv : 1, sizeof *f->kv);
+  f->tensors = (gguf_tensor *)cosy_calloc(nt ? nt : 1, sizeof *f->tensors);
   if (!f->kv || !f->tensors) { st = cosy_err(COSY_ERR_NO_MEMORY, "out of memory"); goto fail; }
 
   for (uint64_t i = 0; i < nkv; i++) {

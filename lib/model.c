@@ -69,7 +69,7 @@ static void add(wantlist *l, int weight, int nd, int64_t a, int64_t b, int64_t c
   if (l->oom) return;
   if (l->n == l->cap) {
     size_t nc = l->cap ? 2 * l->cap : 512;
-    want *nv = (want *)realloc(l->v, nc * sizeof *nv);
+    want *nv = (want *)cosy_realloc(l->v, nc * sizeof *nv);
     if (!nv) { l->oom = 1; return; }
     l->v = nv;
     l->cap = nc;
@@ -520,7 +520,7 @@ done:
 
 cosy_status cosy_model_from_gguf(gguf_file *f, cosy_model **out) {
   *out = NULL;
-  cosy_model *m = (cosy_model *)calloc(1, sizeof *m);
+  cosy_model *m = (cosy_model *)cosy_calloc(1, sizeof *m);
   if (!m) {
     gguf_close(f);
     return cosy_err(COSY_ERR_NO_MEMORY, "out of memory");

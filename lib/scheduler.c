@@ -383,11 +383,12 @@ static void admit(cosy_engine *e) {
       s->q_head = r->next;
       if (!s->q_head) s->q_tail = NULL;
       e->n_queued--;
+      const int stopping = e->stopping; /* read under e->mu */
       pthread_mutex_unlock(&e->mu);
       if (r->job) job_free(r->job);
       r->job = NULL;
-      request_finish(r, COSY_ERR_CANCELLED, e->stopping ? "the engine was destroyed"
-                                                         : "request cancelled before it started");
+      request_finish(r, COSY_ERR_CANCELLED, stopping ? "the engine was destroyed"
+                                                     : "request cancelled before it started");
       pthread_mutex_lock(&e->mu);
       continue;
     }
@@ -450,6 +451,7 @@ static void *llm_main(void *arg) {
   cosy_prefill_row *prows = NULL;
   cosy_next_req *pnx = NULL;
   sjob **pjobs = NULL;
+  int *pidx = NULL;
   pthread_mutex_lock(&e->mu);
   for (;;) {
     admit(e);
@@ -472,17 +474,19 @@ static void *llm_main(void *arg) {
       if (!j->llm_released) n++;
     if (n > cap) {
       int nc = n * 2;
-      sjob **nj = (sjob **)realloc(jobs, (size_t)nc * sizeof *nj);
+      sjob **nj = (sjob **)cosy_realloc(jobs, (size_t)nc * sizeof *nj);
       if (nj) jobs = nj;
-      cosy_llm_row *nr = (cosy_llm_row *)realloc(rows, (size_t)nc * sizeof *nr);
+      cosy_llm_row *nr = (cosy_llm_row *)cosy_realloc(rows, (size_t)nc * sizeof *nr);
       if (nr) rows = nr;
-      cosy_prefill_row *np_ = (cosy_prefill_row *)realloc(prows, (size_t)nc * sizeof *np_);
+      cosy_prefill_row *np_ = (cosy_prefill_row *)cosy_realloc(prows, (size_t)nc * sizeof *np_);
       if (np_) prows = np_;
-      cosy_next_req *nn = (cosy_next_req *)realloc(pnx, (size_t)nc * sizeof *nn);
+      cosy_next_req *nn = (cosy_next_req *)cosy_realloc(pnx, (size_t)nc * sizeof *nn);
       if (nn) pnx = nn;
-      sjob **pj = (sjob **)realloc(pjobs, (size_t)nc * sizeof *pj);
+      sjob **pj = (sjob **)cosy_realloc(pjobs, (size_t)nc * sizeof *pj);
       if (pj) pjobs = pj;
-      if (!nj || !nr || !np_ || !nn || !pj) { /* cannot even plan a step: fail everything this thread owns */
+      int *pi = (int *)cosy_realloc(pidx, (size_t)nc * sizeof *pi);
+      if (pi) pidx = pi;
+      if (!nj || !nr || !np_ || !nn || !pj || !pi) { /* cannot even plan a step: fail everything this thread owns */
         for (sjob *j = s->active; j; j = j->next)
           if (!j->llm_released) job_fail_locked(j, COSY_ERR_NO_MEMORY, "out of memory planning a step");
         n = 0;
@@ -502,9 +506,9 @@ static void *llm_main(void *arg) {
       sjob *j = jobs[i];
       int failed;
       pthread_mutex_lock(&e->mu);
-      failed = j->err != COSY_OK;
+      failed = j->err != COSY_OK || e->stopping; /* e->stopping under e->mu (make test-tsan) */
       pthread_mutex_unlock(&e->mu);
-      if (failed || cancelled(j->r) || e->stopping)
+      if (failed || cancelled(j->r))
         llm_release(e, j, COSY_ERR_CANCELLED, "request cancelled");
       else
         jobs[nd++] = j;
@@ -533,6 +537,7 @@ static void *llm_main(void *arg) {
         next_req(j, &pnx[np]);
         pr->nx = &pnx[np];
       }
+      pidx[np] = i;
       pjobs[np++] = j;
     }
     if (np > 0) {
@@ -547,18 +552,25 @@ static void *llm_main(void *arg) {
       for (int i = 0; i < np; i++) {
         sjob *j = pjobs[i];
         add_time(j->r, &j->r->llm_s, dt);
+        /* a released job may be reaped and freed by the token-to-wave thread at once: it leaves
+         * the snapshot (the decode step below must not read it) */
         if (st) {
           llm_release(e, j, st, msg);
+          jobs[pidx[i]] = NULL;
           continue;
         }
         if (prows[i].status) {
           llm_release(e, j, prows[i].status, "sampling the first token failed (NaN or no finite log-probability)");
+          jobs[pidx[i]] = NULL;
           continue;
         }
         j->fed += prows[i].L;
         if (prows[i].nx) {
           j->decoding = 1;
-          if (take_token(e, j, prows[i].next)) llm_release(e, j, COSY_OK, NULL);
+          if (take_token(e, j, prows[i].next)) {
+            llm_release(e, j, COSY_OK, NULL);
+            jobs[pidx[i]] = NULL;
+          }
         }
       }
     }
@@ -566,7 +578,7 @@ static void *llm_main(void *arg) {
     int nr = 0;
     for (int i = 0; i < n; i++) {
       sjob *j = jobs[i];
-      if (!j->decoding || j->llm_released) continue;
+      if (!j || !j->decoding || j->llm_released) continue;
       /* a job whose prefill just finished has its first token: it joins this step */
       rows[nr].seq = j->seq;
       rows[nr].token = j->tok;
@@ -607,6 +619,7 @@ static void *llm_main(void *arg) {
   free(prows);
   free(pnx);
   free(pjobs);
+  free(pidx);
   return NULL;
 }
 
@@ -622,7 +635,7 @@ static cosy_status emit(cosy_engine *e, sjob *j, const float *pcm, int64_t n, in
     double t0 = cosy_now();
     int64_t need = cosy_resampler_max_out(j->rs, n);
     if (need > j->rs_cap) {
-      float *nb = (float *)realloc(j->rs_buf, (size_t)need * sizeof *nb);
+      float *nb = (float *)cosy_realloc(j->rs_buf, (size_t)need * sizeof *nb);
       if (!nb) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory resampling");
       j->rs_buf = nb;
       j->rs_cap = need;
@@ -931,7 +944,10 @@ static void *t2w_main(void *arg) {
       add_time(j->r, &j->r->vocoder_s, dt);
       cosy_status js = vst ? vst : vj[i].status;
       const int last = kind[i] == 2;
-      if (!js && !cancelled(j->r) && (vj[i].n > 0 || last)) js = emit(e, j, vj[i].wav, vj[i].n, last);
+      /* a cancelled job delivers nothing more and must not end as done: its last chunk (were
+       * final_done set without it) would be lost from a request that reports COSY_OK */
+      if (!js && cancelled(j->r)) js = cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+      if (!js && (vj[i].n > 0 || last)) js = emit(e, j, vj[i].wav, vj[i].n, last);
       free(vj[i].wav);
       pthread_mutex_lock(&e->mu);
       if (js) job_fail_locked(j, js, vst ? bmsg : cosy_last_error());

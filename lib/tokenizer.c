@@ -199,7 +199,7 @@ static int vec_reserve(vec *v, size_t n, size_t elem) {
   if (n <= v->cap) return 0;
   size_t cap = v->cap ? v->cap : 64;
   while (cap < n) cap *= 2;
-  void *p = realloc(v->p, cap * elem);
+  void *p = cosy_realloc(v->p, cap * elem);
   if (!p) {
     cosy_err(COSY_ERR_NO_MEMORY, "tokenizer: out of memory (%zu bytes)", cap * elem);
     return -1;

@@ -49,21 +49,126 @@ cosy_status cosy_struct_in(void *dst, size_t own_size, const void *src, size_t m
   return COSY_OK;
 }
 
-void *cosy_malloc(size_t n) {
-  void *p = malloc(n ? n : 1);
+/* ---- fault injection (util.h) ---------------------------------------------------------------- */
+
+#ifdef COSY_FAULT_INJECTION
+#include <pthread.h>
+
+#define FAULT_MAX_SITES 4096
+static pthread_mutex_t g_fault_mu = PTHREAD_MUTEX_INITIALIZER;
+static long long g_fault_at, g_fault_count;
+static int g_fault_fired;
+static const void *g_fault_failed;
+static const void *g_site_addr[FAULT_MAX_SITES];
+static long long g_site_first[FAULT_MAX_SITES];
+static int g_n_sites;
+
+/* count one allocation from `site`; 1: make it fail */
+static int fault_now(const void *site) {
+  pthread_mutex_lock(&g_fault_mu);
+  const long long k = ++g_fault_count;
+  int i = 0;
+  while (i < g_n_sites && g_site_addr[i] != site) i++;
+  if (i == g_n_sites && g_n_sites < FAULT_MAX_SITES) {
+    g_site_addr[i] = site;
+    g_site_first[i] = k;
+    g_n_sites++;
+  }
+  const int fail = g_fault_at > 0 && k == g_fault_at;
+  if (fail) {
+    g_fault_fired = 1;
+    g_fault_failed = site;
+  }
+  pthread_mutex_unlock(&g_fault_mu);
+  return fail;
+}
+
+int cosy_fault_enabled(void) { return 1; }
+
+void cosy_fault_arm(long long n) {
+  pthread_mutex_lock(&g_fault_mu);
+  g_fault_at = n;
+  g_fault_count = 0;
+  g_fault_fired = 0;
+  g_fault_failed = NULL;
+  g_n_sites = 0;
+  pthread_mutex_unlock(&g_fault_mu);
+}
+
+long long cosy_fault_calls(void) {
+  pthread_mutex_lock(&g_fault_mu);
+  long long n = g_fault_count;
+  pthread_mutex_unlock(&g_fault_mu);
+  return n;
+}
+
+int cosy_fault_fired(void) {
+  pthread_mutex_lock(&g_fault_mu);
+  int f = g_fault_fired;
+  pthread_mutex_unlock(&g_fault_mu);
+  return f;
+}
+
+int cosy_fault_sites(const void **addr, long long *first, int cap) {
+  pthread_mutex_lock(&g_fault_mu);
+  int n = g_n_sites;
+  for (int i = 0; i < n && i < cap; i++) {
+    addr[i] = g_site_addr[i];
+    first[i] = g_site_first[i];
+  }
+  pthread_mutex_unlock(&g_fault_mu);
+  return n;
+}
+
+const void *cosy_fault_failed_site(void) {
+  pthread_mutex_lock(&g_fault_mu);
+  const void *s = g_fault_failed;
+  pthread_mutex_unlock(&g_fault_mu);
+  return s;
+}
+#define FAULT(site) fault_now(site)
+#else
+int cosy_fault_enabled(void) { return 0; }
+void cosy_fault_arm(long long n) { (void)n; }
+long long cosy_fault_calls(void) { return 0; }
+int cosy_fault_fired(void) { return 0; }
+int cosy_fault_sites(const void **addr, long long *first, int cap) {
+  (void)addr, (void)first, (void)cap;
+  return 0;
+}
+const void *cosy_fault_failed_site(void) { return NULL; }
+#define FAULT(site) 0
+#endif
+
+/* ---- allocation ------------------------------------------------------------------------------ */
+
+/* The call site (for fault injection) is the caller of the public wrapper: each wrapper passes its
+ * own return address down. */
+#define CALLER __builtin_return_address(0)
+
+static void *alloc_at(size_t n, const void *site) {
+  void *p = FAULT(site) ? NULL : malloc(n ? n : 1);
   if (!p) cosy_err(COSY_ERR_NO_MEMORY, "out of host memory allocating %zu bytes", n);
   return p;
 }
 
-void *cosy_calloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
+__attribute__((noinline)) void *cosy_malloc(size_t n) { return alloc_at(n, CALLER); }
+
+__attribute__((noinline)) void *cosy_calloc(size_t n, size_t size) {
+  void *p = FAULT(CALLER) ? NULL : calloc(n ? n : 1, size ? size : 1);
   if (!p) cosy_err(COSY_ERR_NO_MEMORY, "out of host memory allocating %zu x %zu bytes", n, size);
   return p;
 }
 
-char *cosy_strdup(const char *s) {
+__attribute__((noinline)) void *cosy_realloc(void *old, size_t n) {
+  void *p = FAULT(CALLER) ? NULL : realloc(old, n ? n : 1);
+  if (!p) cosy_err(COSY_ERR_NO_MEMORY, "out of host memory reallocating to %zu bytes", n);
+  return p;
+}
+
+__attribute__((noinline)) char *cosy_strdup(const char *s) {
   size_t n = strlen(s) + 1;
-  char *p = (char *)cosy_malloc(n);
+  char *p = (char *)alloc_at(n, CALLER);
   if (p) memcpy(p, s, n);
   return p;
 }

@@ -26,10 +26,33 @@ void cosy_err_clear(void);
 cosy_status cosy_struct_in(void *dst, size_t own_size, const void *src, size_t min_size,
                            const char *what);
 
-/* malloc/calloc that never return NULL silently: they set the error and return NULL. */
+/* malloc/calloc/realloc/strdup that never return NULL silently: they set the error
+ * (COSY_ERR_NO_MEMORY) and return NULL. Every host allocation of the library goes through these
+ * (free() releases them), so that a fault-injection build can make any one of them fail.
+ * cosy_realloc(p, n) keeps p on failure, as realloc does. */
 void *cosy_malloc(size_t n);
 void *cosy_calloc(size_t n, size_t size);
+void *cosy_realloc(void *p, size_t n);
 char *cosy_strdup(const char *s);
+
+/* Allocation fault injection (compiled with -DCOSY_FAULT_INJECTION, which the Makefile sets in
+ * its SAN=1 builds; tests/test_fault.c). Each call of the four functions above counts as one
+ * allocation, on any thread.
+ *   cosy_fault_arm(n)   reset the count; the n-th allocation from now fails (once, as if the
+ *                       system were out of memory); n = 0: none fails, only count
+ *   cosy_fault_calls()  allocations counted since the last cosy_fault_arm
+ *   cosy_fault_fired()  1 once the armed allocation has failed
+ *   cosy_fault_sites(addr, first, cap)  the distinct call sites seen since the last arm (the
+ *                       return address of each allocation's caller, and the index, from 1, of
+ *                       its first allocation); returns how many (at most cap are written)
+ *   cosy_fault_failed_site()  the call site of the allocation that failed (NULL if none)
+ * Without COSY_FAULT_INJECTION cosy_fault_enabled() is 0 and the others do nothing. */
+int cosy_fault_enabled(void);
+void cosy_fault_arm(long long n);
+long long cosy_fault_calls(void);
+int cosy_fault_fired(void);
+int cosy_fault_sites(const void **addr, long long *first, int cap);
+const void *cosy_fault_failed_site(void);
 
 /* Overflow-checked size arithmetic: returns 0 and sets *out on success, -1 on overflow. */
 int cosy_mul_size(size_t a, size_t b, size_t *out);

@@ -89,11 +89,11 @@ struct ref_hift {
 static cosy_status load_conv(const cosy_model *m, conv_f *c, int co, int ci, int k,
                              const char *base) {
   c->co = co, c->ci = ci, c->k = k;
-  c->w = cosy_model_f32(m, "%s.weight", base);
-  if (!c->w) return COSY_ERR_MODEL_FORMAT;
-  c->b = cosy_model_f32(m, "%s.bias", base);
-  if (!c->b) return COSY_ERR_MODEL_FORMAT;
-  return COSY_OK;
+  /* cosy_model_get_f32 tells a missing tensor (COSY_ERR_MODEL_FORMAT) from an allocation that
+   * failed (COSY_ERR_NO_MEMORY); cosy_model_f32's NULL does not */
+  cosy_status st = cosy_model_get_f32(m, &c->w, "%s.weight", base);
+  if (!st) st = cosy_model_get_f32(m, &c->b, "%s.bias", base);
+  return st;
 }
 
 static cosy_status load_conv_d(const cosy_model *m, conv_d *c, int co, int ci, int k,
@@ -126,10 +126,10 @@ static cosy_status load_resblock(const cosy_model *m, resblock *r, int ch, int k
     if ((st = load_conv(m, &r->c1[j], ch, ch, k, base))) return st;
     snprintf(base, sizeof base, "hift.%s.%d.convs2.%d", pfx, idx, j);
     if ((st = load_conv(m, &r->c2[j], ch, ch, k, base))) return st;
-    if (!(r->a1[j] = cosy_model_f32(m, "hift.%s.%d.activations1.%d.alpha", pfx, idx, j)))
-      return COSY_ERR_MODEL_FORMAT;
-    if (!(r->a2[j] = cosy_model_f32(m, "hift.%s.%d.activations2.%d.alpha", pfx, idx, j)))
-      return COSY_ERR_MODEL_FORMAT;
+    if ((st = cosy_model_get_f32(m, &r->a1[j], "hift.%s.%d.activations1.%d.alpha", pfx, idx, j)))
+      return st;
+    if ((st = cosy_model_get_f32(m, &r->a2[j], "hift.%s.%d.activations2.%d.alpha", pfx, idx, j)))
+      return st;
   }
   return COSY_OK;
 }
@@ -190,23 +190,24 @@ cosy_status ref_hift_create(const cosy_model *m, ref_hift **out) {
     if ((st = load_conv_d(m, &h->cond[j], h->Cc, h->Cc, 3, base))) goto fail;
   }
   {
-    float *w = cosy_model_f32(m, "hift.f0_predictor.classifier.weight");
-    float *b = cosy_model_f32(m, "hift.f0_predictor.classifier.bias");
-    h->cls_w = cosy_malloc((size_t)h->Cc * sizeof(double));
-    if (w && b && h->cls_w) {
+    float *w = NULL, *b = NULL;
+    st = cosy_model_get_f32(m, &w, "hift.f0_predictor.classifier.weight");
+    if (!st) st = cosy_model_get_f32(m, &b, "hift.f0_predictor.classifier.bias");
+    if (!st && !(h->cls_w = cosy_malloc((size_t)h->Cc * sizeof(double)))) st = COSY_ERR_NO_MEMORY;
+    if (!st) {
       for (int c = 0; c < h->Cc; c++) h->cls_w[c] = w[c];
       h->cls_b = b[0];
-    } else st = w && b ? COSY_ERR_NO_MEMORY : COSY_ERR_MODEL_FORMAT;
+    }
     free(w), free(b);
     if (st) goto fail;
   }
   /* source */
   {
-    float *b = cosy_model_f32(m, "hift.m_source.l_linear.bias");
-    h->lin_w = cosy_model_f32(m, "hift.m_source.l_linear.weight");
-    if (!b || !h->lin_w) {
+    float *b = NULL;
+    st = cosy_model_get_f32(m, &b, "hift.m_source.l_linear.bias");
+    if (!st) st = cosy_model_get_f32(m, &h->lin_w, "hift.m_source.l_linear.weight");
+    if (st) {
       free(b);
-      st = COSY_ERR_MODEL_FORMAT;
       goto fail;
     }
     h->lin_b = b[0];
@@ -938,7 +939,7 @@ static cosy_status grow(float **buf, int64_t *cap, int64_t frames, int per_frame
   if (frames <= *cap) return COSY_OK;
   int64_t nc = *cap * 2 > frames ? *cap * 2 : frames;
   if (nc < 64) nc = 64;
-  float *p = realloc(*buf, (size_t)nc * per_frame * sizeof(float));
+  float *p = cosy_realloc(*buf, (size_t)nc * per_frame * sizeof(float));
   if (!p) return COSY_ERR_NO_MEMORY;
   *buf = p, *cap = nc;
   return COSY_OK;
@@ -948,7 +949,7 @@ static cosy_status grow(float **buf, int64_t *cap, int64_t frames, int per_frame
 static void shrink(float **buf, int64_t *cap, int64_t frames, int per_frame) {
   const int64_t want = frames + 64;
   if (*cap <= 2 * want) return;
-  float *p = realloc(*buf, (size_t)want * per_frame * sizeof(float));
+  float *p = cosy_realloc(*buf, (size_t)want * per_frame * sizeof(float));
   if (p) *buf = p, *cap = want;
 }
 

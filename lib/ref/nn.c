@@ -183,6 +183,8 @@ void ref_nn_linear(float *out, size_t os, const float *in, size_t is, int rows, 
     OMP_FOR_BIG
     for (int tile = 0; tile < ntile; tile++) {
       int o0 = tile * 16, nout = imin(16, O - o0);
+      /* plain malloc, not cosy_malloc (lib/util.h): a scratch per tile of every large linear, with
+       * a fallback below when it fails, so fault injection does not count it */
       float *Wp = (float *)malloc((size_t)K * 16 * sizeof(float));
       if (!Wp) {
         __atomic_store_n(&bad, 1, __ATOMIC_RELAXED);

@@ -188,7 +188,7 @@ cosy_status cosy_fst_load(const void *buf, size_t n, const char *what, cosy_fst 
     cosy_fst_free(f);
     return cosy_err(COSY_ERR_MODEL_FORMAT, "%s: %zu trailing bytes after the FST", what, n - r.o);
   }
-  fst_arc *shrunk = (fst_arc *)realloc(f->arcs, (k ? k : 1) * sizeof(fst_arc));
+  fst_arc *shrunk = (fst_arc *)cosy_realloc(f->arcs, (k ? k : 1) * sizeof(fst_arc));
   if (shrunk) f->arcs = shrunk;
   /* byte lookup tables for the states with many arcs */
   size_t nt = 0;
@@ -263,7 +263,7 @@ struct cosy_fst_ws {
 
 #define WS_KEEP_STATES ((size_t)1 << 19) /* larger scratch is released after the call */
 
-cosy_fst_ws *cosy_fst_ws_new(void) { return (cosy_fst_ws *)calloc(1, sizeof(cosy_fst_ws)); }
+cosy_fst_ws *cosy_fst_ws_new(void) { return (cosy_fst_ws *)cosy_calloc(1, sizeof(cosy_fst_ws)); }
 
 static void ws_release_big(cosy_fst_ws *w) {
   free(w->st);
@@ -300,7 +300,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elt) {
   if (need <= *cap) return 1;
   size_t c = *cap ? *cap : 1024;
   while (c < need) c *= 2;
-  void *np = realloc(*p, c * elt);
+  void *np = cosy_realloc(*p, c * elt);
   if (!np) return 0;
   *p = np;
   *cap = c;
@@ -357,8 +357,8 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
   if (nq > w->cap_q) {
     free(w->stamp);
     free(w->slot);
-    w->stamp = (uint32_t *)calloc(nq, sizeof(uint32_t));
-    w->slot = (uint32_t *)malloc(nq * sizeof(uint32_t));
+    w->stamp = (uint32_t *)cosy_calloc(nq, sizeof(uint32_t));
+    w->slot = (uint32_t *)cosy_malloc(nq * sizeof(uint32_t));
     w->cap_q = w->stamp && w->slot ? nq : 0;
     w->epoch = 0;
     if (!w->cap_q) return cosy_err(COSY_ERR_NO_MEMORY, "text normalization: out of memory");
@@ -431,13 +431,13 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
     free(w->pidx);
     free(w->flag);
     free(w->dist);
-    w->stack = (int32_t *)malloc(c * sizeof(int32_t));
-    w->order = (int32_t *)malloc(c * sizeof(int32_t));
-    w->par = (int32_t *)malloc(c * sizeof(int32_t));
-    w->sidx = (uint32_t *)malloc(c * sizeof(uint32_t));
-    w->pidx = (uint32_t *)malloc(c * sizeof(uint32_t));
-    w->flag = (uint8_t *)malloc(c);
-    w->dist = (float *)malloc(c * sizeof(float));
+    w->stack = (int32_t *)cosy_malloc(c * sizeof(int32_t));
+    w->order = (int32_t *)cosy_malloc(c * sizeof(int32_t));
+    w->par = (int32_t *)cosy_malloc(c * sizeof(int32_t));
+    w->sidx = (uint32_t *)cosy_malloc(c * sizeof(uint32_t));
+    w->pidx = (uint32_t *)cosy_malloc(c * sizeof(uint32_t));
+    w->flag = (uint8_t *)cosy_malloc(c);
+    w->dist = (float *)cosy_malloc(c * sizeof(float));
     w->cap_d = c;
     if (!w->stack || !w->order || !w->par || !w->sidx || !w->pidx || !w->flag || !w->dist) {
       w->cap_d = 0;
@@ -471,7 +471,7 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
     }
   }
   size_t cap_r = 256;
-  char *res = (char *)malloc(cap_r);
+  char *res = (char *)cosy_malloc(cap_r);
   if (!res) goto oom;
   res[0] = '\0';
   *out = res;
@@ -571,7 +571,7 @@ static cosy_status rewrite_ws(const cosy_fst *f, cosy_fst_ws *w, const uint8_t *
     int32_t ol = A[pidx[v]].ol;
     if (ol == 0) continue;
     if (len + 2 > cap_r) {
-      char *nr = (char *)realloc(res, cap_r *= 2);
+      char *nr = (char *)cosy_realloc(res, cap_r *= 2);
       if (!nr) {
         free(res);
         *out = NULL;

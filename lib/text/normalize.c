@@ -128,7 +128,7 @@ static void sb_add(sb *b, const char *s, size_t k) {
   if (b->n + k + 1 > b->cap) {
     size_t c = b->cap ? b->cap : 64;
     while (c < b->n + k + 1) c *= 2;
-    char *np = (char *)realloc(b->p, c);
+    char *np = (char *)cosy_realloc(b->p, c);
     if (!np) {
       b->oom = 1;
       return;
@@ -170,7 +170,7 @@ static char *py_strip(const char *s, size_t n) {
     if (!cosy_tu_is_space(cp)) break;
     e = b;
   }
-  char *r = (char *)malloc(e - a + 1);
+  char *r = (char *)cosy_malloc(e - a + 1);
   if (!r) return NULL;
   memcpy(r, s + a, e - a);
   r[e - a] = '\0';
@@ -350,7 +350,7 @@ static char *reorder(const char *s, int zh) {
       tp_char(&t, '"');
       if (nk == capk) {
         capk = capk ? capk * 2 : 8;
-        tkey *nkp = (tkey *)realloc(keys, (size_t)capk * sizeof(tkey));
+        tkey *nkp = (tkey *)cosy_realloc(keys, (size_t)capk * sizeof(tkey));
         if (!nkp) {
           free(keys);
           free(b.p);
@@ -389,7 +389,7 @@ static void ws_give(cosy_text_norm *tn, cosy_fst_ws *w) {
   pthread_mutex_lock(&tn->mu);
   if (tn->n_pool < POOL_MAX && tn->n_pool == tn->cap_pool) {
     int c = tn->cap_pool ? tn->cap_pool * 2 : 4;
-    cosy_fst_ws **np = (cosy_fst_ws **)realloc(tn->pool, (size_t)c * sizeof *np);
+    cosy_fst_ws **np = (cosy_fst_ws **)cosy_realloc(tn->pool, (size_t)c * sizeof *np);
     if (np) {
       tn->pool = np;
       tn->cap_pool = c;
@@ -680,7 +680,7 @@ char *cosy_text_spell_out_numbers(const char *text) {
       if (v >= 0) { /* NON_DIGIT drops the isdigit() characters that are not decimal */
         if (nd == capd) {
           capd = capd ? capd * 2 : 32;
-          int *nd2 = (int *)realloc(d, capd * sizeof(int));
+          int *nd2 = (int *)cosy_realloc(d, capd * sizeof(int));
           if (!nd2) {
             free(d);
             free(out.p);
@@ -711,7 +711,7 @@ char *cosy_text_spell_out_numbers(const char *text) {
 
 static char *minimal(const char *in) {
   size_t n = strlen(in);
-  char *out = (char *)malloc(n + 1);
+  char *out = (char *)cosy_malloc(n + 1);
   if (!out) return NULL;
   if (strstr(in, "<|") && strstr(in, "|>")) {
     memcpy(out, in, n + 1);
@@ -739,8 +739,8 @@ static char *replace_blank(char *s) {
   if (!s) return NULL;
   size_t n = strlen(s);
   /* code point boundaries */
-  uint32_t *cps = (uint32_t *)malloc((n + 1) * sizeof(uint32_t));
-  size_t *st = (size_t *)malloc((n + 1) * sizeof(size_t));
+  uint32_t *cps = (uint32_t *)cosy_malloc((n + 1) * sizeof(uint32_t));
+  size_t *st = (size_t *)cosy_malloc((n + 1) * sizeof(size_t));
   if (!cps || !st) {
     free(cps);
     free(st);
@@ -781,7 +781,7 @@ static char *trailing_commas(char *s) {
     else break;
   }
   if (k == e) return s;
-  char *r = (char *)malloc(k + 4);
+  char *r = (char *)cosy_malloc(k + 4);
   if (!r) {
     free(s);
     return NULL;
@@ -872,7 +872,7 @@ cosy_status cosy_text_split(const cosy_text_norm *tn, const char *utf8, uint32_t
   if (raw || !utf8[0]) {
     /* one segment, as the official code returns [text] */
     t = cosy_text_norm_is_full(tn) ? cosy_strdup(utf8) : minimal(utf8);
-    seg = (char **)malloc(sizeof(char *));
+    seg = (char **)cosy_malloc(sizeof(char *));
     if (!t || !seg) {
       free(t);
       free(seg);

@@ -75,7 +75,7 @@ cosy_status cosy_text_split_paragraph(const char *text, int lang_zh,
   *n = 0;
   size_t tl = strlen(text);
   if (tl == 0) {
-    *segments = (char **)malloc(sizeof(char *));
+    *segments = (char **)cosy_malloc(sizeof(char *));
     return *segments ? COSY_OK : cosy_err(COSY_ERR_NO_MEMORY, "out of memory");
   }
   /* 1. the text with its final ender */
@@ -85,7 +85,7 @@ cosy_status cosy_text_split_paragraph(const char *text, int lang_zh,
   cosy_tu_decode(text + last, tl - last, &lc);
   const char *add = is_ender(lc, lang_zh) ? "" : (lang_zh ? "\xE3\x80\x82" : ".");
   size_t n_all = tl + strlen(add);
-  char *t = (char *)malloc(n_all + 1);
+  char *t = (char *)cosy_malloc(n_all + 1);
   if (!t) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory");
   memcpy(t, text, tl);
   memcpy(t + tl, add, strlen(add) + 1);
@@ -104,13 +104,13 @@ cosy_status cosy_text_split_paragraph(const char *text, int lang_zh,
     if (is_ender(cp, lang_zh)) {
       if (nu + 1 >= capu) {
         capu = capu ? capu * 2 : 16;
-        char **nuv = (char **)realloc(utt, capu * sizeof(char *));
+        char **nuv = (char **)cosy_realloc(utt, capu * sizeof(char *));
         if (!nuv) goto oom;
         utt = nuv;
       }
       if (i > stp) {
         size_t len = i + (size_t)k - stp;
-        char *s = (char *)malloc(len + 1);
+        char *s = (char *)cosy_malloc(len + 1);
         if (!s) goto oom;
         memcpy(s, t + stp, len);
         s[len] = '\0';
@@ -122,14 +122,14 @@ cosy_status cosy_text_split_paragraph(const char *text, int lang_zh,
       if (nx < n_all) qk = cosy_tu_decode(t + nx, n_all - nx, &q);
       if (nx < n_all && (q == '"' || q == 0x201D)) {
         if (nu == 0) { /* Python raises here: keep the quote as a sentence */
-          char *s = (char *)malloc((size_t)qk + 1);
+          char *s = (char *)cosy_malloc((size_t)qk + 1);
           if (!s) goto oom;
           memcpy(s, t + nx, (size_t)qk);
           s[qk] = '\0';
           utt[nu++] = s;
         } else {
           size_t ol = strlen(utt[nu - 1]);
-          char *s = (char *)realloc(utt[nu - 1], ol + (size_t)qk + 1);
+          char *s = (char *)cosy_realloc(utt[nu - 1], ol + (size_t)qk + 1);
           if (!s) goto oom;
           memcpy(s + ol, t + nx, (size_t)qk);
           s[ol + (size_t)qk] = '\0';
@@ -146,12 +146,12 @@ cosy_status cosy_text_split_paragraph(const char *text, int lang_zh,
 
   /* 3. merge */
   lenctx lc2 = {lang_zh, tok, COSY_OK};
-  fin = (char **)malloc((nu + 1) * sizeof(char *));
-  cur = (char *)calloc(1, 1);
+  fin = (char **)cosy_malloc((nu + 1) * sizeof(char *));
+  cur = (char *)cosy_calloc(1, 1);
   if (!fin || !cur) goto oom;
   for (size_t u = 0; u < nu; u++) {
     size_t cl = strlen(cur), ul = strlen(utt[u]);
-    char *both = (char *)malloc(cl + ul + 1);
+    char *both = (char *)cosy_malloc(cl + ul + 1);
     if (!both) goto oom;
     memcpy(both, cur, cl);
     memcpy(both + cl, utt[u], ul + 1);
@@ -166,7 +166,7 @@ cosy_status cosy_text_split_paragraph(const char *text, int lang_zh,
   if (cur[0]) {
     if (measure(&lc2, cur, strlen(cur)) < 20 && nf > 0) {
       size_t a = strlen(fin[nf - 1]), b = strlen(cur);
-      char *s = (char *)realloc(fin[nf - 1], a + b + 1);
+      char *s = (char *)cosy_realloc(fin[nf - 1], a + b + 1);
       if (!s) goto oom;
       memcpy(s + a, cur, b + 1);
       fin[nf - 1] = s;
