@@ -89,6 +89,16 @@ constexpr int DEC_MAXG = 8;
 constexpr int DEC_SPLIT = 64;        /* tokens per split (block) */
 constexpr int DEC_MAX_SPLITS = 128;  /* max_ctx <= 8192 */
 constexpr int DEC_CLUSTER_MAX = 8;   /* splits merged through distributed shared memory (sm_90) */
+constexpr int DEC_MAX_SEQ = 65535;   /* sequences per call (grid z) */
+
+/* The workspace of the global merge: the split counters first, one per (sequence, kv head) of
+ * the largest call (DEC_MAX_SEQ sequences), then the partial results of this call. The counters'
+ * place must not depend on the call's n_seq: calls of different batch sizes share one workspace,
+ * and a counter region sized by n_seq would overlap the partials another call wrote there (a
+ * larger call would then find non-zero counters and merge before all splits arrived). */
+__host__ __device__ constexpr size_t dec_counter_bytes(int n_kh) {
+  return ((size_t)DEC_MAX_SEQ * (size_t)n_kh * sizeof(unsigned) + 15) / 16 * 16;
+}
 
 template <typename T> struct DecodeArgs {
   const T *q;
@@ -855,8 +865,7 @@ extern "C" size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, i
   if (n_seq <= 0 || n_qh <= 0 || n_kh <= 0 || max_ctx <= 0) return 0;
   const int n_splits = decode_n_splits(max_ctx);
   if (n_splits <= 1) return 0;
-  const size_t counters = ((size_t)n_seq * n_kh * sizeof(unsigned) + 15) / 16 * 16;
-  return counters + (size_t)n_seq * n_qh * n_splits * (HD + 2) * sizeof(float);
+  return dec_counter_bytes(n_kh) + (size_t)n_seq * n_qh * n_splits * (HD + 2) * sizeof(float);
 }
 
 extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q,
@@ -881,7 +890,7 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
   const size_t need = cosy_k_paged_decode_workspace(n_seq, n_qh, n_kh, max_ctx);
   if (need > 0 && (!workspace || workspace_bytes < need || !aligned(workspace, 16)))
     return cudaErrorInvalidValue;
-  const size_t counters = ((size_t)n_seq * n_kh * sizeof(unsigned) + 15) / 16 * 16;
+  const size_t counters = dec_counter_bytes(n_kh);
   unsigned *count = need > 0 ? (unsigned *)workspace : nullptr;
   float *part_o = need > 0 ? (float *)((char *)workspace + counters) : nullptr;
   float *part_ml = need > 0 ? part_o + (size_t)n_seq * n_qh * n_splits * HD : nullptr;

@@ -155,7 +155,8 @@ cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const void *k, cons
                              void *k_cache, void *v_cache, int n_kh, int head_dim);
 
 /* Bytes of workspace cosy_k_paged_decode needs for these sizes (0: none needed): split
- * counters, then fp32 partial results. */
+ * counters (a fixed region for 65535 sequences x n_kh, about 0.5 MB at n_kh = 2, so calls of any
+ * n_seq can share one workspace), then fp32 partial results. */
 size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx);
 
 /* Paged decode attention, one query token per sequence (flash-decoding split over the context

@@ -824,6 +824,70 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
   dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dout), dfree(dws);
 }
 
+/* One workspace shared by calls of different batch sizes (the decode graphs of the LLM's
+ * buckets share one), merged through the workspace (no clusters): the calls use the first
+ * n_seq sequences of one set, larger, smaller, larger again; each must match the reference.
+ * (A split-counter region that moved with n_seq was overwritten by a smaller call's partials,
+ * and the next larger call merged before all its splits had arrived.) */
+static void check_paged_decode_shared_ws(cosy_kdtype dt) {
+  enum { NS = 16, NCALL = 5 };
+  const int calls[NCALL] = {16, 4, 16, 8, 2};
+  const int nqh = 14, nkh = 2, hd = 64, q_stride = nqh * hd, out_stride = nqh * hd;
+  const int page_size = 16, max_ctx = 200, max_pages = (max_ctx + page_size - 1) / page_size;
+  const double scale = 0.125;
+  int lens[NS];
+  for (int s = 0; s < NS; ++s) lens[s] = 65 + rnd_int(max_ctx - 65); /* 2..4 splits of 64 */
+  const int n_pages = NS * max_pages;
+  const size_t per = (size_t)nkh * hd, ncache = (size_t)n_pages * page_size * per;
+  float *kc = fill(ncache, -1.f, 1.f), *vc = fill(ncache, -1.f, 1.f);
+  float *q = fill((size_t)NS * q_stride, -1.5f, 1.5f);
+  int32_t *bt = malloc((size_t)NS * max_pages * sizeof *bt);
+  for (int s = 0; s < NS; ++s) /* sequence s owns pages s, s + NS, s + 2 NS, ... */
+    for (int p = 0; p < max_pages; ++p) bt[(size_t)s * max_pages + p] = s + p * NS;
+  void *dkc = dup_dt(kc, ncache, dt), *dvc = dup_dt(vc, ncache, dt);
+  void *dq = dup_dt(q, (size_t)NS * q_stride, dt);
+  int32_t *dbt = dup_i32(bt, (size_t)NS * max_pages), *dlens = dup_i32(lens, NS);
+  size_t wsb = 0;
+  for (int c = 0; c < NCALL; ++c) {
+    const size_t w = cosy_k_paged_decode_workspace(calls[c], nqh, nkh, max_ctx);
+    if (w > wsb) wsb = w;
+  }
+  void *dws = dmalloc(wsb);
+  CK(cudaMemset(dws, 0, wsb)); /* the contract: zeroed once */
+  double *ref = dalloc_host((size_t)NS * out_stride);
+  const float *kr[200], *vr[200];
+  for (int s = 0; s < NS; ++s)
+    for (int h = 0; h < nqh; ++h) {
+      const int kvh = h / (nqh / nkh);
+      for (int t = 0; t < lens[s]; ++t) {
+        const size_t row =
+            (size_t)bt[(size_t)s * max_pages + t / page_size] * page_size + t % page_size;
+        kr[t] = kc + row * per + (size_t)kvh * hd;
+        vr[t] = vc + row * per + (size_t)kvh * hd;
+      }
+      attn_row_ref(q + (size_t)s * q_stride + (size_t)h * hd, kr, vr, lens[s], scale,
+                   ref + (size_t)s * out_stride + (size_t)h * hd);
+    }
+  cosy_kdev dev = g_dev;
+  dev.clusters = 0;
+  for (int c = 0; c < NCALL; ++c) {
+    const int n = calls[c];
+    void *dout = dpoison((size_t)n * out_stride, dt);
+    CK(cosy_k_paged_decode(0, dt, dq, q_stride, dkc, dvc, dbt, max_pages, dlens, n, nqh, nkh, hd,
+                           page_size, max_ctx, (float)scale, dout, out_stride, dws, wsb, 0, &dev));
+    float *out = download(dout, (size_t)n * out_stride, dt);
+    char sz[96];
+    snprintf(sz, sizeof sz, "call %d of 16,4,16,8,2: seqs=%d maxctx=%d %s", c + 1, n, max_ctx,
+             dtn(dt));
+    check("paged_decode [shared workspace]", sz, out, ref, (size_t)n * out_stride,
+          dt == BF16 ? 1e-2 : 1e-5);
+    free(out);
+    dfree(dout);
+  }
+  free(kc), free(vc), free(q), free(bt), free(ref);
+  dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dws);
+}
+
 /* causal prefill; q/k/v inside one fused buffer [L][stride]; stride 1152 (aligned, tensor-core
  * path for bf16) or an odd one (scalar path) */
 static void check_prefill(int Lq, int Lk, int stride_extra, cosy_kdtype dt) {
@@ -916,6 +980,8 @@ static void test_attention(void **state) {
     check_paged_decode(1, one, 32, BF16, 1000);
     check_paged_decode(1, one, 16, F32, 1000);
   }
+  check_paged_decode_shared_ws(F32);
+  check_paged_decode_shared_ws(BF16);
 
   const int Ls[] = {1, 17, 300};
   for (int a = 0; a < 3; ++a) {
