@@ -4,7 +4,7 @@
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
-#                                        memory stress (default: build kernels stages engine bench
+#                                        memory stress gputime (default: build kernels stages engine bench
 #                                        frontend official)
 #
 # The GPUs people own (README "GPUs"), emulated on the big one through the test-only
@@ -178,6 +178,37 @@ if [[ " $STEPS " == *" sched "* ]]; then
       > "$OUT/nsys_stats.log" 2>&1
     rm -f "$OUT/nsys_c64.nsys-rep" "$OUT/nsys_c64.sqlite"
   fi
+fi
+if [[ " $STEPS " == *" gputime "* ]] && command -v nsys > /dev/null; then
+  # issue 9's streaming budget on GPU time, not wall time: the sum of every kernel's duration
+  # (nsys cuda_gpu_kern_sum) over GT_N requests + 2 warm-ups at C = 1, streaming (the default
+  # chunk schedule, cached flow, streaming vocoder) against --one-shot (one full-attention flow
+  # call and one vocoder call per request), divided by the number of utterances
+  W1G=(-m "$FULL" --device 0 --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav")
+  for mode in stream oneshot; do
+    extra=(); [ $mode = oneshot ] && extra=(--one-shot)
+    run gputime_$mode timeout 240 nsys profile -t cuda -s none --cpuctxsw=none -o "$OUT/gt_$mode" \
+      --force-overwrite true ./$B/bench/bench_w1 "${W1G[@]}" --concurrency 1 --requests ${GT_N:-8} \
+      --warmup 2 "${extra[@]}"
+    nsys stats -r cuda_gpu_kern_sum --format csv -o "$OUT/gt_$mode" "$OUT/gt_$mode.nsys-rep" \
+      > "$OUT/gt_${mode}_stats.log" 2>&1
+    rm -f "$OUT/gt_$mode.nsys-rep" "$OUT/gt_$mode.sqlite"
+  done
+  python3 - "$OUT" "${GT_N:-8}" <<'PYEOF' | tee -a "$SUMMARY"
+import csv, glob, sys
+out, n = sys.argv[1], int(sys.argv[2]) + 2
+tot = {}
+for mode in ("stream", "oneshot"):
+    f = glob.glob(f"{out}/gt_{mode}*cuda_gpu_kern_sum*.csv")
+    if not f:
+        print(f"gputime {mode}: no nsys csv"); continue
+    rows = list(csv.DictReader(open(f[0])))
+    key = next(k for k in rows[0] if k.startswith("Total Time"))
+    tot[mode] = sum(float(r[key]) for r in rows) / 1e6 / n
+    print(f"gputime {mode}: {tot[mode]:.2f} ms of kernel time per utterance ({n} utterances)")
+if len(tot) == 2:
+    print(f"gputime streaming / one-shot: {tot['stream'] / tot['oneshot']:.3f}")
+PYEOF
 fi
 if [[ " $STEPS " == *" frontend "* ]]; then
   if [ ! -f "$FULL_FE" ]; then
