@@ -179,35 +179,44 @@ if [[ " $STEPS " == *" sched "* ]]; then
     rm -f "$OUT/nsys_c64.nsys-rep" "$OUT/nsys_c64.sqlite"
   fi
 fi
-if [[ " $STEPS " == *" gputime "* ]] && command -v nsys > /dev/null; then
-  # issue 9's streaming budget on GPU time, not wall time: the sum of every kernel's duration
-  # (nsys cuda_gpu_kern_sum) over GT_N requests + 2 warm-ups at C = 1, streaming (the default
-  # chunk schedule, cached flow, streaming vocoder) against --one-shot (one full-attention flow
-  # call and one vocoder call per request), divided by the number of utterances
+if [[ " $STEPS " == *" gputime "* ]]; then
+  # issue 9's streaming budget on GPU time, not wall time: bench/kernel_time.c (CUPTI, preloaded)
+  # sums the kernels' durations and the time the GPU had any kernel running ("busy"); two runs of
+  # GT_A and GT_B requests at C = 1 (2 warm-ups each) are subtracted, so engine creation and
+  # warm-up cancel: (B - A) / (GT_B - GT_A) is the GPU time of one utterance, streaming (default
+  # chunk schedule, cached flow, streaming vocoder) and --one-shot (one full-attention flow call,
+  # one vocoder call)
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  CUPTI_INC=$CUDA_HOME/include; [ -f "$CUPTI_INC/cupti.h" ] || CUPTI_INC=$CUDA_HOME/extras/CUPTI/include
+  CUPTI_LIB=$CUDA_HOME/lib64; [ -e "$CUPTI_LIB/libcupti.so" ] || CUPTI_LIB=$CUDA_HOME/extras/CUPTI/lib64
+  run kernel_time_so cc -shared -fPIC -O2 -I"$CUPTI_INC" -o $B/kernel_time.so bench/kernel_time.c \
+    -L"$CUPTI_LIB" -Wl,-rpath,"$CUPTI_LIB" -lcupti
   W1G=(-m "$FULL" --device 0 --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav")
   for mode in stream oneshot; do
     extra=(); [ $mode = oneshot ] && extra=(--one-shot)
-    run gputime_$mode timeout 240 nsys profile -t cuda -s none --cpuctxsw=none -o "$OUT/gt_$mode" \
-      --force-overwrite true ./$B/bench/bench_w1 "${W1G[@]}" --concurrency 1 --requests ${GT_N:-8} \
-      --warmup 2 "${extra[@]}"
-    nsys stats -r cuda_gpu_kern_sum --format csv -o "$OUT/gt_$mode" "$OUT/gt_$mode.nsys-rep" \
-      > "$OUT/gt_${mode}_stats.log" 2>&1
-    rm -f "$OUT/gt_$mode.nsys-rep" "$OUT/gt_$mode.sqlite"
+    for n in ${GT_A:-4} ${GT_B:-12}; do
+      LD_PRELOAD=$PWD/$B/kernel_time.so run gputime_${mode}_$n ./$B/bench/bench_w1 "${W1G[@]}" \
+        --concurrency 1 --requests $n --warmup 2 "${extra[@]}"
+    done
   done
-  python3 - "$OUT" "${GT_N:-8}" <<'PYEOF' | tee -a "$SUMMARY"
-import csv, glob, sys
-out, n = sys.argv[1], int(sys.argv[2]) + 2
-tot = {}
+  python3 - "$OUT" "${GT_A:-4}" "${GT_B:-12}" <<'PYEOF' | tee -a "$SUMMARY"
+import re, sys
+out, a, b = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def read(mode, n):
+    m = re.search(r"kernel_time: (\d+) kernels, sum ([\d.]+) ms, busy ([\d.]+) ms",
+                  open(f"{out}/gputime_{mode}_{n}.log").read())
+    return None if not m else (int(m[1]), float(m[2]), float(m[3]))
+per = {}
 for mode in ("stream", "oneshot"):
-    f = glob.glob(f"{out}/gt_{mode}*cuda_gpu_kern_sum*.csv")
-    if not f:
-        print(f"gputime {mode}: no nsys csv"); continue
-    rows = list(csv.DictReader(open(f[0])))
-    key = next(k for k in rows[0] if k.startswith("Total Time"))
-    tot[mode] = sum(float(r[key]) for r in rows) / 1e6 / n
-    print(f"gputime {mode}: {tot[mode]:.2f} ms of kernel time per utterance ({n} utterances)")
-if len(tot) == 2:
-    print(f"gputime streaming / one-shot: {tot['stream'] / tot['oneshot']:.3f}")
+    x, y = read(mode, a), read(mode, b)
+    if not x or not y:
+        print(f"gputime {mode}: no kernel_time line"); continue
+    per[mode] = [(y[i] - x[i]) / (b - a) for i in range(3)]
+    k, s, u = per[mode]
+    print(f"gputime {mode}: per utterance {k:.0f} kernels, kernel sum {s:.2f} ms, GPU busy {u:.2f} ms")
+if len(per) == 2:
+    print("gputime streaming / one-shot: kernel sum %.3f, GPU busy %.3f" %
+          (per["stream"][1] / per["oneshot"][1], per["stream"][2] / per["oneshot"][2]))
 PYEOF
 fi
 if [[ " $STEPS " == *" frontend "* ]]; then
