@@ -34,7 +34,14 @@ LIB=$PWD/build/dev/lib/libcosyvoice.so.0
 [ -f "$LIB" ] || LIB=$PWD/build/lib/libcosyvoice.so.0
 export COSYVOICE_LIB=$LIB PYTHONPATH=$PWD/python
 VENV=$PWD/.dev/servenv
-if [ ! -x "$VENV/bin/python" ]; then python3 -m venv --system-site-packages "$VENV"; fi
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv --system-site-packages "$VENV"
+  # numpy may live outside the system site-packages (a user or PYTHONPATH directory, which a
+  # venv does not see): point the venv at wherever python3 finds it
+  NPDIR=$(python3 -c 'import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))' 2>/dev/null)
+  SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ -n "$NPDIR" ] && echo "$NPDIR" > "$SP/cosy_system_numpy.pth"
+fi
 if [ -d .dev/wheels ] && ls .dev/wheels/*.whl >/dev/null 2>&1; then
   "$VENV/bin/python" -m pip install -q --no-index --no-deps .dev/wheels/*.whl
 fi
