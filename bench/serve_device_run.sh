@@ -15,8 +15,11 @@
 #       fastapi starlette pydantic pydantic-core typing-extensions typing-inspection \
 #       annotated-types anyio sniffio idna uvicorn h11 click httpx httpcore certifi \
 #       tritonclient grpcio protobuf python-rapidjson packaging nvidia-pytriton
-#   (nvidia-pytriton alone is about 55 MB: with a 64 MiB carry, send it in a call of its own
-#   after the others are installed: the venv stays on the warm machine.)
+#   (nvidia-pytriton alone is about 55 MB: with a 64 MiB carry, put it in .dev/wheels_pt and
+#   send it in a call of its own after the others are installed: the venv stays on the warm
+#   machine. Recent fastapi needs opentelemetry-api: download with dependencies, e.g.
+#   pip download --only-binary=:all: --python-version X.Y --platform ... -d .dev/wheels \
+#     fastapi uvicorn httpx 'tritonclient[grpc]' python-rapidjson   (then drop numpy's wheel))
 # The voice is bench_w1's own (bench/serve_w1.py make-voice), so all three rows say the same.
 set -u
 cd "$(dirname "$0")/.."
@@ -42,9 +45,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   [ -n "$NPDIR" ] && echo "$NPDIR" > "$SP/cosy_system_numpy.pth"
 fi
-if [ -d .dev/wheels ] && ls .dev/wheels/*.whl >/dev/null 2>&1; then
-  "$VENV/bin/python" -m pip install -q --no-index --no-deps .dev/wheels/*.whl
-fi
+for d in .dev/wheels .dev/wheels_pt; do # wheels_pt: nvidia-pytriton alone (see above)
+  if [ -d $d ] && ls $d/*.whl >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip install -q --no-index --no-deps $d/*.whl
+  fi
+done
 PY=$VENV/bin/python
 VOICES=$OUT/voices
 SUMMARY=$OUT/summary.txt
@@ -67,9 +72,11 @@ sys.exit(1)
 EOF
 }
 
-echo "== in process: bench_w1 (same build)" | tee -a "$SUMMARY"
-"$BW" -m "$MODEL" --device 0 --concurrency 1,64 --prompt-wav "$WAV" $W1 > "$OUT/bench_w1.log" 2>&1
-grep -E "^ +(C|[0-9]+) " "$OUT/bench_w1.log" | tee -a "$SUMMARY"
+if [ -z "${NO_INPROC:-}" ]; then # NO_INPROC=1: a later call of the same build skips it
+  echo "== in process: bench_w1 (same build)" | tee -a "$SUMMARY"
+  "$BW" -m "$MODEL" --device 0 --concurrency 1,64 --prompt-wav "$WAV" $W1 > "$OUT/bench_w1.log" 2>&1
+  grep -E "^ +(C|[0-9]+) " "$OUT/bench_w1.log" | tee -a "$SUMMARY"
+fi
 
 if [[ " $STEPS " == *" http "* ]]; then
   echo "== HTTP server (examples/server), device 0" | tee -a "$SUMMARY"
