@@ -87,7 +87,8 @@ endif
 #                  warning), plus PTX of the newest of them, which newer GPUs compile at load
 #   native         the GPUs of this machine (nvidia-smi's compute_cap) plus their PTX: quick local
 #                  builds; the library then serves only those GPUs
-#   "86 90"        this list of compute capabilities (machine code each, PTX of the last)
+#   "86 90"        this list of compute capabilities (machine code each, PTX of the last;
+#                  "sm_86 sm_90" means the same)
 #   "-gencode ..." nvcc flags as given (cosy_version_string then names the code= targets)
 # The targets go into cosy_version_string(); changing them rebuilds the kernels.
 CUDA_ARCH_LIST ?= 80 86 89 90 100 120
@@ -115,7 +116,7 @@ ifeq ($(CUDA),1)
       $(error CUDA_ARCHS=native: nvidia-smi reports no GPU on this machine)
     endif
   else ifeq ($(filter -%,$(CUDA_ARCHS)),)
-    CUDA_ARCH_NUMS := $(CUDA_ARCHS)
+    CUDA_ARCH_NUMS := $(patsubst sm_%,%,$(CUDA_ARCHS))
   endif
   ifneq ($(CUDA_ARCH_NUMS),)
     CUDA_GENCODE := $(foreach a,$(CUDA_ARCH_NUMS),-gencode arch=compute_$(a),code=sm_$(a)) \

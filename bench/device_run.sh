@@ -4,8 +4,8 @@
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
-#                                        memory stress gputime (default: build kernels stages engine bench
-#                                        frontend official)
+#                                        memory stress gputime fault sanitize (default: build
+#                                        kernels stages engine bench frontend official)
 #
 # The GPUs people own (README "GPUs"), emulated on the big one through the test-only
 # COSY_GPU_PROFILE (lib/gpu/gpu.h: a100, ada, rtx5090, h100 = the device as it is):
@@ -23,6 +23,24 @@
 #               the budgets create and speak, two engines at once = one alone); and the need the
 #               engine states at create for max_active 16, 64 and 256 (mem_need_ma*.log, the
 #               numbers of the README's table). Needs the full model (the build step makes it)
+#   fault       tests/test_gpu_fault (injected CUDA failures, COSY_CUDA_FAULT; small model): a
+#               launch / out-of-memory failure at each sampled checked CUDA operation of a
+#               two-request synthesis (warm engine, fresh engines), a sticky "device lost" one, and
+#               failures at engine creation; statuses, no hang, later requests exact, destroy
+#               clean. A few minutes on an H100; COSY_GPU_FAULT_POINTS (120) scales it.
+#               Log: test_gpu_fault.log
+#   sanitize    compute-sanitizer (from $CUDA_HOME/bin, /usr/local/cuda/bin or PATH) over the GPU
+#               tests on the small models and W1 on the full model. memcheck: test_kernels,
+#               test_gpu_llm, test_gpu_flow, test_gpu_hift, test_gpu_engine (its synthesis test
+#               only: COSY_TEST_FILTER), test_gpu_frontend, bench_w1 at C = 16 (16 requests of 60
+#               tokens, no warm-up, a 16 GiB budget); racecheck, initcheck and synccheck:
+#               test_kernels and test_gpu_engine's synthesis test. Each run has a time limit
+#               (seconds below, times SAN_SCALE, default 1; the whole step stays within about
+#               8 minutes on an H100: a run cut by its limit says "timeout" and counts the errors
+#               it printed so far; the limits add up to 500 s, so `sanitize` fits one 10-minute
+#               device call after a build made by an earlier call). Logs: san_<tool>_<run>.log; a line per run in the summary:
+#               "san <tool> <run>: N errors (rc)". SAN_TOOLS (default "memcheck racecheck
+#               initcheck synccheck") picks tools.
 # e.g. bash bench/device_run.sh build prof_tests    (PROFILES="ada" for one profile)
 #      bash bench/device_run.sh prof_w1 memory       (after a build in the same checkout)
 #
@@ -76,7 +94,7 @@ run() { # name, command...: run, log to $OUT/name.log, record pass/fail and seco
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 note "device: $(sed -n 2p "$OUT/gpu.txt")  commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
-TESTS="$B/tests/test_kernels $B/tests/test_gpu_llm $B/tests/test_gpu_flow $B/tests/test_gpu_hift $B/tests/test_gpu_engine $B/tests/test_api $B/tests/test_gpu_frontend $B/tests/test_voice_audio $B/tests/test_stress"
+TESTS="$B/tests/test_kernels $B/tests/test_gpu_llm $B/tests/test_gpu_flow $B/tests/test_gpu_hift $B/tests/test_gpu_engine $B/tests/test_api $B/tests/test_gpu_frontend $B/tests/test_voice_audio $B/tests/test_stress $B/tests/test_gpu_fault"
 BENCHES="$B/bench/bench_kernels $B/bench/bench_w1 $B/bench/bench_voice"
 SMALL=$B/test/small-f32.gguf
 SMALL_FE=$B/test/small-fe-f32.gguf
@@ -107,6 +125,59 @@ fi
 if [[ " $STEPS " == *" stress "* ]]; then # not in the default steps: bash bench/device_run.sh build stress
   COSY_STRESS_ONLY=gpu COSY_STRESS_MODEL=$PWD/$FULL COSY_STRESS_EXACT=${COSY_STRESS_EXACT:-1} \
     run test_stress_gpu_full ./$B/tests/test_stress
+fi
+if [[ " $STEPS " == *" fault "* ]]; then # not in the default steps: bash bench/device_run.sh build fault
+  run test_gpu_fault timeout ${FAULT_TIMEOUT:-480} ./$B/tests/test_gpu_fault
+fi
+if [[ " $STEPS " == *" sanitize "* ]]; then # not in the default steps: bash bench/device_run.sh build sanitize
+  CS=""
+  for c in "${CUDA_HOME:-}/bin/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer "$(command -v compute-sanitizer 2>/dev/null)"; do
+    [ -n "$c" ] && [ -x "$c" ] && { CS=$c; break; }
+  done
+  if [ -z "$CS" ]; then
+    note "sanitize: SKIP (no compute-sanitizer in \$CUDA_HOME/bin, /usr/local/cuda/bin or PATH)"
+  else
+    note "sanitize: $($CS --version 2>/dev/null | tail -1)"
+    SCALE=${SAN_SCALE:-1}
+    # san TOOL NAME LIMIT_S command...: one sanitizer run; the error count from its
+    # "ERROR SUMMARY" line, else (cut by the limit) from the reports it printed
+    san() {
+      local tool=$1 name=$2 lim=$3; shift 3
+      lim=$(awk -v a="$lim" -v s="$SCALE" 'BEGIN{printf "%d", a * s}')
+      local log="$OUT/san_${tool}_${name}.log" t0=$(date +%s.%N) extra=()
+      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+      timeout -k 10 "$lim" "$CS" --tool "$tool" --target-processes all --launch-timeout 0 \
+        --error-exitcode 42 --print-limit 200 "${extra[@]}" "$@" > "$log" 2>&1
+      local rc=$? n
+      n=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$')
+      local how="rc=$rc"
+      if [ -z "$n" ]; then
+        n=$(grep -cE '^========= (Invalid|Race|Uninitialized|Barrier|Program hit|Error|Warning|Host API)' "$log")
+        how="rc=$rc, no summary$([ $rc = 124 ] || [ $rc = 137 ] && echo ': timeout after '"$lim"' s, partial')"
+      fi
+      local dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.0f", b - a}')
+      note "$(printf 'san %-10s %-22s %5s errors (%s, %s s)' "$tool" "$name" "$n" "$how" "$dt")"
+    }
+    TOOLS=${SAN_TOOLS:-memcheck racecheck initcheck synccheck}
+    if [[ " $TOOLS " == *" memcheck "* ]]; then
+      san memcheck test_kernels 70 ./$B/tests/test_kernels
+      san memcheck test_gpu_llm 35 ./$B/tests/test_gpu_llm
+      san memcheck test_gpu_flow 35 ./$B/tests/test_gpu_flow
+      san memcheck test_gpu_hift 35 ./$B/tests/test_gpu_hift
+      COSY_TEST_FILTER=test_gpu_synthesis san memcheck test_gpu_engine 55 ./$B/tests/test_gpu_engine
+      COSY_TEST_FE_MODEL=$PWD/$SMALL_FE san memcheck test_gpu_frontend 35 ./$B/tests/test_gpu_frontend
+      san memcheck bench_w1_c16_full 70 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 16 \
+        --requests 16 --tokens 60 --warmup 0 --max-active 16 --memory-gb 16 \
+        --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+    fi
+    # limits (s) of the kernel test and the engine test per tool: 335 + 165 s in all at most
+    for tl in racecheck:30:35 initcheck:25:30 synccheck:20:25; do
+      IFS=: read -r tool lk le <<< "$tl"
+      [[ " $TOOLS " == *" $tool "* ]] || continue
+      san $tool test_kernels "$lk" ./$B/tests/test_kernels
+      COSY_TEST_FILTER=test_gpu_synthesis san $tool test_gpu_engine "$le" ./$B/tests/test_gpu_engine
+    done
+  fi
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   run bench_kernels ./$B/bench/bench_kernels
@@ -262,6 +333,12 @@ for f in "$OUT"/test_*.log; do
   [ -f "$f" ] || continue
   echo "--- $(basename "$f"): $(grep -cE 'FAIL' "$f") FAIL lines"
   grep -E 'FAIL|rel|max abs|ms' "$f" | grep -vE '^\[ *(RUN|OK) ' | tail -8
+done
+for f in "$OUT"/san_*.log; do
+  [ -f "$f" ] || continue
+  grep -qE '^========= (Invalid|Race|Uninitialized|Barrier|Program hit|Error)' "$f" || continue
+  echo "--- $(basename "$f"): first reports"
+  grep -m 6 -A 3 -E '^========= (Invalid|Race|Uninitialized|Barrier|Program hit|Error)' "$f" | cut -c1-200
 done
 [ -f "$OUT/ncu_summary.txt" ] && { echo "--- ncu_summary.txt"; head -30 "$OUT/ncu_summary.txt"; }
 [ -f "$OUT/hift_cudnn.log" ] && { echo "--- hift_cudnn.log"; grep -E "cuDNN|Error" "$OUT/hift_cudnn.log"; grep -h "TIMING gpu_hift_infer" "$OUT"/test_gpu_hift.log 2>/dev/null; }

@@ -67,6 +67,14 @@
  *   Every call that can fail returns a cosy_status. The values are pinned forever. The library never
  *   aborts or exits the process: CUDA faults surface as COSY_ERR_CUDA or COSY_ERR_DEVICE_LOST with
  *   the CUDA message in cosy_last_error().
+ *   GPU failures: a failed CUDA or cuBLAS call that is not sticky (COSY_ERR_CUDA, or
+ *   COSY_ERR_GPU_NO_MEMORY for device memory) ends the requests of the batched engine step it
+ *   belonged to with that status and the CUDA message; the engine keeps serving the others and
+ *   later requests. A sticky error (COSY_ERR_DEVICE_LOST: illegal address, launch failure, ECC,
+ *   ...) makes the engine lost: every request not finished ends with COSY_ERR_DEVICE_LOST, and
+ *   every later call on the engine (submit, synthesize, voice load/creation, get_stats, which
+ *   still fills its struct) returns it; only cosy_engine_destroy (clean) remains useful. No
+ *   request is left waiting in either case.
  *
  * ABI RULES
  *   - Every public struct starts with `uint32_t struct_size`, set by *_init(ptr, sizeof *ptr).

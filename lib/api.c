@@ -229,7 +229,7 @@ COSY_API cosy_status cosy_engine_get_stats(const cosy_engine *e, cosy_engine_sta
   if (st) return st;
   s.struct_size = caller;
   memcpy(out, &s, caller < sizeof s ? caller : sizeof s);
-  return COSY_OK;
+  return engine_check_lost(e); /* a lost engine: the stats are filled, the status says so */
 }
 
 /* ---- voices ---------------------------------------------------------------------------------- */
@@ -238,6 +238,8 @@ COSY_API cosy_status cosy_voice_load(cosy_engine *e, const char *path, cosy_voic
   if (out) *out = NULL;
   if (!e || !path || !out)
     return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_load: NULL %s", !e ? "engine" : !path ? "path" : "out");
+  cosy_status st = engine_check_lost(e);
+  if (st) return st;
   return voice_load_file(e, path, out);
 }
 
@@ -255,6 +257,7 @@ COSY_API cosy_status cosy_voice_from_features(cosy_engine *e, const cosy_voice_f
   cosy_voice_features vf;
   cosy_status st = cosy_struct_in(&vf, sizeof vf, f, MIN_VOICE_FEATURES, "cosy_voice_features");
   if (st) return st;
+  if ((st = engine_check_lost(e))) return st;
   const char *pt = vf.prompt_text ? vf.prompt_text : "";
   if ((st = text_check(pt, "prompt_text"))) return st;
   if (vf.n_speech_tokens < 0 || vf.n_speech_tokens > 3000)
@@ -287,6 +290,7 @@ COSY_API cosy_status cosy_voice_from_audio(cosy_engine *e, const float *pcm, int
   const char *pt = transcript ? transcript : "";
   cosy_status st = text_check(pt, "transcript");
   if (st) return st;
+  if ((st = engine_check_lost(e))) return st;
   return voice_from_audio(e, pcm, n_samples, sample_rate, pt, out);
 }
 

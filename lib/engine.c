@@ -110,6 +110,13 @@ void engine_destroy(cosy_engine *e) {
   free(e);
 }
 
+cosy_status engine_check_lost(const cosy_engine *e) {
+  if (!__atomic_load_n(&e->lost, __ATOMIC_ACQUIRE)) return COSY_OK;
+  return cosy_err(COSY_ERR_DEVICE_LOST,
+                  "the engine's GPU failed with a sticky error and the engine must be destroyed "
+                  "(%s)", e->lost_msg);
+}
+
 cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s) {
   cosy_engine *m = (cosy_engine *)e;
   pthread_mutex_lock(&m->mu);

@@ -173,6 +173,10 @@ struct cosy_engine {
   struct cosy_sched *sched;      /* lib/scheduler.c */
   int n_queued, n_active, n_voices;
   int stopping;
+  int lost;                      /* a sticky CUDA error happened: nothing more runs on the device
+                                    and every call fails with COSY_ERR_DEVICE_LOST (written under
+                                    mu, read with __atomic loads; scheduler.c) */
+  char lost_msg[512];            /* what failed (set once, under mu, before lost) */
   int64_t requests_done, samples_out;
   struct voice_frontend *frontend; /* speech tokenizer + CAM++, made on first use (voice_audio.c) */
 };
@@ -224,6 +228,9 @@ void sched_stop(struct cosy_engine *e);
  * (COSY_ERR_INVALID_ARG) once the engine is being destroyed. */
 cosy_status sched_run_on_t2w(struct cosy_engine *e, cosy_status (*fn)(struct cosy_engine *, void *),
                              void *arg);
+/* COSY_OK, or COSY_ERR_DEVICE_LOST with a message when a sticky CUDA error has made the engine
+ * unusable (every public call on it then fails so, except destroy). */
+cosy_status engine_check_lost(const struct cosy_engine *e);
 /* Queue a request (COSY_ERR_QUEUE_FULL beyond max_queued). */
 cosy_status sched_submit(struct cosy_engine *e, struct cosy_request *r);
 /* Mark the request finished with status st (wakes waiters and readers; frees it when released). */

@@ -180,6 +180,36 @@ static void job_fail_locked(sjob *j, cosy_status st, const char *msg) {
   snprintf(j->msg, sizeof j->msg, "%s", msg && msg[0] ? msg : cosy_status_str(st));
 }
 
+/* ---- a lost device ---------------------------------------------------------------------------- */
+
+/* A backend call ended with a sticky CUDA error (COSY_ERR_DEVICE_LOST: illegal address, launch
+ * failure, ECC, ...): the CUDA context is unusable, so the engine is lost. Every request not yet
+ * finished fails with COSY_ERR_DEVICE_LOST (queued ones at the LLM thread's next admission),
+ * nothing more is sent to the device, and every later call on the engine (submit, synthesize,
+ * voices, stats) returns COSY_ERR_DEVICE_LOST; cosy_engine_destroy still works. A non-sticky
+ * failure (COSY_ERR_CUDA, COSY_ERR_GPU_NO_MEMORY) fails only the requests of the batched call
+ * that failed; the engine goes on serving. Other statuses are ignored here. */
+static void note_status(cosy_engine *e, cosy_status st, const char *msg) {
+  if (st != COSY_ERR_DEVICE_LOST) return;
+  struct cosy_sched *s = e->sched;
+  pthread_mutex_lock(&e->mu);
+  const int first = !e->lost;
+  if (first) {
+    snprintf(e->lost_msg, sizeof e->lost_msg, "%s", msg && msg[0] ? msg : cosy_status_str(st));
+    __atomic_store_n(&e->lost, 1, __ATOMIC_RELEASE);
+  }
+  char m[512];
+  snprintf(m, sizeof m, "the GPU failed; the engine must be destroyed: %.440s", e->lost_msg);
+  for (sjob *j = s->active; j; j = j->next)
+    if (!j->final_done) job_fail_locked(j, COSY_ERR_DEVICE_LOST, m);
+  pthread_cond_broadcast(&s->cv_llm);
+  pthread_cond_broadcast(&s->cv_t2w);
+  pthread_mutex_unlock(&e->mu);
+  if (first) engine_log(e, COSY_LOG_ERROR, "%s", m);
+}
+
+static int is_lost(const cosy_engine *e) { return __atomic_load_n(&e->lost, __ATOMIC_ACQUIRE); }
+
 /* ---- text ------------------------------------------------------------------------------------ */
 
 /* The official front end's text_normalize(text, split=False) (lib/text/normalize.h): wetext TN
@@ -377,18 +407,23 @@ static void next_req(sjob *j, cosy_next_req *nx) {
 /* Admit queued requests while room is left (e->mu held; dropped around backend calls). */
 static void admit(cosy_engine *e) {
   struct cosy_sched *s = e->sched;
-  while (s->q_head && (e->stopping || cancelled(s->q_head) || s->n_llm < e->cfg.max_active)) {
+  while (s->q_head && (e->stopping || e->lost || cancelled(s->q_head) || s->n_llm < e->cfg.max_active)) {
     cosy_request *r = s->q_head;
-    if (cancelled(r) || e->stopping) {
+    if (cancelled(r) || e->stopping || e->lost) {
       s->q_head = r->next;
       if (!s->q_head) s->q_tail = NULL;
       e->n_queued--;
       const int stopping = e->stopping; /* read under e->mu */
+      const int lost = e->lost && !cancelled(r) && !stopping;
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s%.400s",
+               lost ? "the GPU failed before the request started; the engine must be destroyed: "
+                    : stopping ? "the engine was destroyed" : "request cancelled before it started",
+               lost ? e->lost_msg : "");
       pthread_mutex_unlock(&e->mu);
       if (r->job) job_free(r->job);
       r->job = NULL;
-      request_finish(r, COSY_ERR_CANCELLED, stopping ? "the engine was destroyed"
-                                                     : "request cancelled before it started");
+      request_finish(r, lost ? COSY_ERR_DEVICE_LOST : COSY_ERR_CANCELLED, msg);
       pthread_mutex_lock(&e->mu);
       continue;
     }
@@ -403,6 +438,7 @@ static void admit(cosy_engine *e) {
     int idle = 0;
     if (!st) {
       st = job_reserve(e, j);
+      if (st == COSY_ERR_DEVICE_LOST) note_status(e, st, cosy_last_error());
       if (st == COSY_ERR_GPU_NO_MEMORY) {
         pthread_mutex_lock(&e->mu);
         idle = s->active == NULL;
@@ -506,7 +542,7 @@ static void *llm_main(void *arg) {
       sjob *j = jobs[i];
       int failed;
       pthread_mutex_lock(&e->mu);
-      failed = j->err != COSY_OK || e->stopping; /* e->stopping under e->mu (make test-tsan) */
+      failed = j->err != COSY_OK || e->stopping || e->lost; /* under e->mu (make test-tsan) */
       pthread_mutex_unlock(&e->mu);
       if (failed || cancelled(j->r))
         llm_release(e, j, COSY_ERR_CANCELLED, "request cancelled");
@@ -546,6 +582,7 @@ static void *llm_main(void *arg) {
       double dt = cosy_now() - t0;
       char msg[512];
       snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
+      note_status(e, st, msg);
       int tot = 0;
       for (int i = 0; i < np; i++) tot += prows[i].L;
       trace(s, "prefill", np, tot, 0, dt);
@@ -593,6 +630,7 @@ static void *llm_main(void *arg) {
       double dt = cosy_now() - t0;
       char msg[512];
       snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
+      note_status(e, st, msg);
       /* counters read by sched_stats on a caller's thread: atomic (TSan) */
       trace(s, "step", nr, 0, 0, dt);
       __atomic_add_fetch(&s->steps, 1, __ATOMIC_RELAXED);
@@ -751,9 +789,10 @@ static void run_calls(cosy_engine *e) {
     t2w_call *c = s->calls;
     s->calls = c->next;
     pthread_mutex_unlock(&e->mu);
-    cosy_status st = c->fn(e, c->arg);
+    cosy_status st = is_lost(e) ? engine_check_lost(e) : c->fn(e, c->arg);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
+    note_status(e, st, msg);
     pthread_mutex_lock(&e->mu);
     c->st = st;
     memcpy(c->msg, msg, sizeof msg);
@@ -773,6 +812,10 @@ cosy_status sched_run_on_t2w(cosy_engine *e, cosy_status (*fn)(cosy_engine *, vo
   if (e->stopping) {
     pthread_mutex_unlock(&e->mu);
     return cosy_err(COSY_ERR_INVALID_ARG, "the engine is being destroyed");
+  }
+  if (e->lost) {
+    pthread_mutex_unlock(&e->mu);
+    return engine_check_lost(e);
   }
   t2w_call **pp = &s->calls;
   while (*pp) pp = &(*pp)->next;
@@ -860,7 +903,7 @@ static void *t2w_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
 
     /* flow */
-    cosy_status st = COSY_OK;
+    cosy_status st = is_lost(e) ? engine_check_lost(e) : COSY_OK;
     for (int i = 0; i < n; i++) {
       mels[i] = (float *)cosy_malloc((size_t)(fj[i].n_frames > 0 ? fj[i].n_frames : 1) * MEL * sizeof(float));
       fj[i].mel = mels[i];
@@ -871,6 +914,9 @@ static void *t2w_main(void *arg) {
     double dt = cosy_now() - t0;
     char bmsg[512];
     snprintf(bmsg, sizeof bmsg, "%s", st ? cosy_last_error() : "");
+    note_status(e, st, bmsg);
+    for (int i = 0; i < n && !st; i++)
+      if (fj[i].status == COSY_ERR_DEVICE_LOST) note_status(e, fj[i].status, "flow call failed");
     pthread_mutex_lock(&e->mu);
     s->first_in_flight = 0;
     {
@@ -924,7 +970,8 @@ static void *t2w_main(void *arg) {
     }
     cosy_status vst = COSY_OK;
     t0 = cosy_now();
-    if (nv) vst = e->be->vocode(e, vj, nv, urgent, NULL);
+    if (nv && is_lost(e)) vst = engine_check_lost(e); /* nothing more on a lost device */
+    else if (nv) vst = e->be->vocode(e, vj, nv, urgent, NULL);
     dt = cosy_now() - t0;
     {
       int fr = 0, firsts = 0;
@@ -935,6 +982,9 @@ static void *t2w_main(void *arg) {
       trace(s, "vocoder", nv, fr, firsts, dt);
     }
     snprintf(bmsg, sizeof bmsg, "%s", vst ? cosy_last_error() : "");
+    note_status(e, vst, bmsg);
+    for (int i = 0; i < nv && !vst; i++)
+      if (vj[i].status == COSY_ERR_DEVICE_LOST) note_status(e, vj[i].status, "vocoder call failed");
     for (int i = 0; i < n; i++) {
       free(mels[i]);
       free(tmp_mel[i]);
@@ -947,6 +997,9 @@ static void *t2w_main(void *arg) {
       /* a cancelled job delivers nothing more and must not end as done: its last chunk (were
        * final_done set without it) would be lost from a request that reports COSY_OK */
       if (!js && cancelled(j->r)) js = cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+      /* the device was lost meanwhile (by the other thread): no more audio (note_status failed
+       * the job already; its message wins) */
+      if (!js && is_lost(e)) js = engine_check_lost(e);
       if (!js && (vj[i].n > 0 || last)) js = emit(e, j, vj[i].wav, vj[i].n, last);
       free(vj[i].wav);
       pthread_mutex_lock(&e->mu);
@@ -1031,6 +1084,10 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
   if (e->stopping) {
     pthread_mutex_unlock(&e->mu);
     return cosy_err(COSY_ERR_INVALID_ARG, "the engine is being destroyed");
+  }
+  if (e->lost) {
+    pthread_mutex_unlock(&e->mu);
+    return engine_check_lost(e);
   }
   if (e->n_queued >= e->cfg.max_queued) {
     int q = e->n_queued;

@@ -546,6 +546,10 @@ int main(void) {
       cmocka_unit_test(test_two_engines),
       cmocka_unit_test(test_gpu_synthesis),
   };
+  /* COSY_TEST_FILTER=test_gpu_synthesis (a cmocka glob): only those tests (the sanitize step of
+   * bench/device_run.sh) */
+  const char *only = getenv("COSY_TEST_FILTER");
+  if (only && *only) cmocka_set_test_filter(only);
   return cmocka_run_group_tests_name("gpu engine", tests, NULL, NULL);
 }
 #else

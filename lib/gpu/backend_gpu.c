@@ -179,6 +179,9 @@ static cosy_status report_need(cosy_engine *e, gpu_state *s, int max_seqs, const
 }
 
 static cosy_status gb_create(cosy_engine *e) {
+  /* test only: COSY_CUDA_FAULT arms injected CUDA failures from here on (gpu.h) */
+  cosy_status fst = cosy_gpu_fault_from_env();
+  if (fst) return fst;
   gpu_state *s = (gpu_state *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
   pthread_mutex_init(&s->mu, NULL);
@@ -385,6 +388,7 @@ static cosy_status gb_llm_prefill(cosy_engine *e, cosy_prefill_row *rows, int n)
   free(Ls);
   free(want);
   free(sr);
+  if (st) cosy_gpu_drain(s->g);
   return st;
 }
 
@@ -398,8 +402,9 @@ static cosy_status gb_llm_step(cosy_engine *e, cosy_llm_row *rows, int n) {
     toks[i] = rows[i].token;
   }
   cosy_status st = gpu_llm_decode(s->llm, ids, toks, n, NULL);
-  if (st) return st;
-  return gb_sample(e, s, rows, n);
+  if (!st) st = gb_sample(e, s, rows, n);
+  if (st) cosy_gpu_drain(s->g);
+  return st;
 }
 
 /* urgent calls (a batch holding an utterance's first chunk) run on the post context's
@@ -480,6 +485,9 @@ static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int u
     for (int i = 0; i < n; i++) jobs[i].status = st;
     free(c);
   }
+  int bad = st != COSY_OK;
+  for (int i = 0; i < n; i++) bad |= jobs[i].status != COSY_OK;
+  if (bad) cosy_gpu_drain(s->post);
   post_end(s, saved);
   return st;
 }
@@ -508,6 +516,7 @@ static cosy_status gb_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urge
   cudaStream_t saved;
   post_begin(s, urgent, &saved);
   cosy_status st = gpu_hift_stream_run(s->hift, hj, n, cancel);
+  if (st) cosy_gpu_drain(s->post);
   post_end(s, saved);
   for (int i = 0; i < n; i++) {
     jobs[i].wav = hj[i].wav;

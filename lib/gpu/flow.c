@@ -162,9 +162,9 @@ static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const 
                         int accumulate, const char *what) {
   cudaError_t e =
       cosy_k_gemm(f->g->gemm, f->s, M, N, K, ab, x, ldx, w, bias, ydt, y, ldy, accumulate);
-  if (e == cudaSuccess) return COSY_OK;
-  cosy_status st = cosy_gpu_check(e, what);
-  int cb = cosy_gemm_last_cublas_status(f->g->gemm);
+  cosy_status st = cosy_gpu_check(e, what); /* also on success: injected failures count it */
+  if (st == COSY_OK) return COSY_OK;
+  int cb = e == cudaSuccess ? 0 : cosy_gemm_last_cublas_status(f->g->gemm);
   if (cb)
     return cosy_err(st, "%s: GEMM %dx%dx%d failed: CUDA %s, cuBLAS status %d", what, M, N, K,
                     cudaGetErrorName(e), cb);

@@ -389,10 +389,15 @@ fail:
 
 /* ---- forward --------------------------------------------------------------------------------- */
 
+/* a failure, or an injected one (cosy_gpu_check counts every result while COSY_CUDA_FAULT is
+ * armed) */
 #define CK(call)                                                          \
   do {                                                                    \
     cudaError_t e_ = (call);                                              \
-    if (e_ != cudaSuccess) return fe_fail(f, e_, #call);                  \
+    if (e_ != cudaSuccess || cosy_gpu_fault_armed()) {                    \
+      cosy_status ck_ = fe_fail(f, e_, #call);                            \
+      if (ck_ != COSY_OK) return ck_;                                     \
+    }                                                                     \
   } while (0)
 
 static cosy_status fe_fail(gpu_fe *f, cudaError_t e, const char *what) {

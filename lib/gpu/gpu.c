@@ -1,6 +1,7 @@
 /* gpu.c - device context, memory budget, uploads, CUDA error mapping; see gpu.h. */
 #include "gpu.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,130 @@ uint16_t cosy_f32_to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
+/* ---- injected CUDA failures (test only; gpu.h) ------------------------------------------------ */
+
+#define FAULT_MAX_SITES 1024
+#define FAULT_SITE_LEN 64
+static int g_cf_on;                 /* atomic: counting (0 = off, the fast path) */
+static pthread_mutex_t g_cf_mu = PTHREAD_MUTEX_INITIALIZER;
+static long long g_cf_at, g_cf_count, g_cf_fired_at;
+static int g_cf_kind, g_cf_fired;
+static char g_cf_failed[FAULT_SITE_LEN];
+static char g_cf_site[FAULT_MAX_SITES][FAULT_SITE_LEN];
+static long long g_cf_first[FAULT_MAX_SITES];
+static int g_cf_n_sites;
+
+static cudaError_t fault_error(int kind) {
+  switch (kind) {
+    case COSY_GPU_FAULT_OOM: return cudaErrorMemoryAllocation;
+    case COSY_GPU_FAULT_LOST: return cudaErrorIllegalAddress;
+    default: return cudaErrorLaunchOutOfResources;
+  }
+}
+
+void cosy_gpu_fault_arm(long long n, int kind) {
+  pthread_mutex_lock(&g_cf_mu);
+  g_cf_at = n > 0 ? n : 0;
+  g_cf_kind = kind;
+  g_cf_count = g_cf_fired_at = 0;
+  g_cf_fired = 0;
+  g_cf_failed[0] = 0;
+  g_cf_n_sites = 0;
+  __atomic_store_n(&g_cf_on, n >= 0, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&g_cf_mu);
+}
+
+int cosy_gpu_fault_armed(void) { return __atomic_load_n(&g_cf_on, __ATOMIC_RELAXED); }
+
+long long cosy_gpu_fault_calls(void) {
+  pthread_mutex_lock(&g_cf_mu);
+  long long n = g_cf_count;
+  pthread_mutex_unlock(&g_cf_mu);
+  return n;
+}
+
+int cosy_gpu_fault_fired(char *site, size_t cap) {
+  pthread_mutex_lock(&g_cf_mu);
+  int f = g_cf_fired;
+  if (site && cap) snprintf(site, cap, "%s", g_cf_failed);
+  pthread_mutex_unlock(&g_cf_mu);
+  return f;
+}
+
+int cosy_gpu_fault_sites(long long *first, char (*names)[64], int cap) {
+  pthread_mutex_lock(&g_cf_mu);
+  int n = g_cf_n_sites;
+  for (int i = 0; i < n && i < cap; i++) {
+    if (first) first[i] = g_cf_first[i];
+    if (names) snprintf(names[i], 64, "%s", g_cf_site[i]);
+  }
+  pthread_mutex_unlock(&g_cf_mu);
+  return n;
+}
+
+cosy_status cosy_gpu_fault_from_env(void) {
+  const char *v = getenv("COSY_CUDA_FAULT");
+  if (!v || !*v) return COSY_OK;
+  char *end = NULL;
+  long long n = strtoll(v, &end, 10);
+  int kind = COSY_GPU_FAULT_LAUNCH;
+  if (end == v || n < 0) goto bad;
+  if (*end == ':') {
+    const char *k = end + 1;
+    if (!strcmp(k, "launch")) kind = COSY_GPU_FAULT_LAUNCH;
+    else if (!strcmp(k, "oom")) kind = COSY_GPU_FAULT_OOM;
+    else if (!strcmp(k, "lost")) kind = COSY_GPU_FAULT_LOST;
+    else goto bad;
+  } else if (*end) {
+    goto bad;
+  }
+  cosy_gpu_fault_arm(n, kind);
+  return COSY_OK;
+bad:
+  return cosy_err(COSY_ERR_INVALID_ARG,
+                  "COSY_CUDA_FAULT=%s: expected <n>[:launch|oom|lost] (n >= 0; 0 = count only)", v);
+}
+
+/* the checked call `what` with result e: counted; the armed one (and, after a sticky failure,
+ * every later one) reports the injected error */
+static cudaError_t fault_filter(cudaError_t e, const char *what) {
+  pthread_mutex_lock(&g_cf_mu);
+  if (!g_cf_on) { /* disarmed meanwhile */
+    pthread_mutex_unlock(&g_cf_mu);
+    return e;
+  }
+  const long long k = ++g_cf_count;
+  const char *w = what ? what : "?";
+  int i = 0;
+  while (i < g_cf_n_sites && strncmp(g_cf_site[i], w, FAULT_SITE_LEN - 1)) i++;
+  if (i == g_cf_n_sites && i < FAULT_MAX_SITES) {
+    snprintf(g_cf_site[i], FAULT_SITE_LEN, "%s", w);
+    g_cf_first[i] = k;
+    g_cf_n_sites++;
+  }
+  if (e == cudaSuccess && g_cf_at > 0 &&
+      (k == g_cf_at || (g_cf_fired && g_cf_kind == COSY_GPU_FAULT_LOST))) {
+    if (!g_cf_fired) {
+      g_cf_fired = 1;
+      g_cf_fired_at = k;
+      snprintf(g_cf_failed, sizeof g_cf_failed, "%s", w);
+    }
+    e = fault_error(g_cf_kind);
+  }
+  pthread_mutex_unlock(&g_cf_mu);
+  return e;
+}
+
+static int fault_injected(cudaError_t e) {
+  if (!cosy_gpu_fault_armed()) return 0;
+  pthread_mutex_lock(&g_cf_mu);
+  int f = g_cf_fired && e == fault_error(g_cf_kind);
+  pthread_mutex_unlock(&g_cf_mu);
+  return f;
+}
+
 cosy_status cosy_gpu_check(cudaError_t e, const char *what) {
+  if (__builtin_expect(cosy_gpu_fault_armed(), 0)) e = fault_filter(e, what);
   if (e == cudaSuccess) return COSY_OK;
   cosy_status st = COSY_ERR_CUDA;
   switch (e) {
@@ -40,14 +164,22 @@ cosy_status cosy_gpu_check(cudaError_t e, const char *what) {
     default:
       break;
   }
-  return cosy_err(st, "%s: CUDA error %d (%s): %s", what, (int)e, cudaGetErrorName(e),
-                  cudaGetErrorString(e));
+  return cosy_err(st, "%s: CUDA error %d (%s): %s%s", what, (int)e, cudaGetErrorName(e),
+                  cudaGetErrorString(e), fault_injected(e) ? " (injected: COSY_CUDA_FAULT)" : "");
 }
 
 cosy_status cosy_gpu_sync(cosy_gpu *g, const char *what) {
   cosy_status st = cosy_gpu_check(cudaGetLastError(), what);
   if (st) return st;
   return cosy_gpu_check(cudaStreamSynchronize(g->stream), what);
+}
+
+void cosy_gpu_drain(cosy_gpu *g) {
+  if (!g) return;
+  if (g->stream) (void)cudaStreamSynchronize(g->stream);
+  if (g->stream_urgent && g->stream_urgent != g->stream)
+    (void)cudaStreamSynchronize(g->stream_urgent);
+  (void)cudaGetLastError();
 }
 
 /* ---- the device description (kdevice.h) ------------------------------------------------------ */
@@ -283,7 +415,10 @@ cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **o
   }
   void *p = NULL;
   cosy_status st = cosy_gpu_check(cudaMalloc(&p, b), what);
-  if (st) return st;
+  if (st) {
+    if (p) cudaFree(p); /* an injected failure (COSY_CUDA_FAULT) of a call that succeeded */
+    return st;
+  }
   g->allocs[g->n_allocs++] = p;
   g->used += b;
   *out = p;
@@ -291,7 +426,13 @@ cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **o
 }
 
 cosy_status cosy_gpu_host_alloc(size_t bytes, void **out) {
-  return cosy_gpu_check(cudaMallocHost(out, bytes ? bytes : 1), "cudaMallocHost");
+  *out = NULL;
+  cosy_status st = cosy_gpu_check(cudaMallocHost(out, bytes ? bytes : 1), "cudaMallocHost");
+  if (st && *out) { /* an injected failure of a call that succeeded */
+    cudaFreeHost(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 void cosy_gpu_host_free(void *p) {

@@ -76,10 +76,45 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out);
 /* Free every allocation made through the context, then the context. NULL is a no-op. */
 void cosy_gpu_free(cosy_gpu *g);
 
-/* Map a CUDA status to a cosy_status with a message naming `what`. cudaSuccess -> COSY_OK. */
+/* Map a CUDA status to a cosy_status with a message naming `what`. cudaSuccess -> COSY_OK (unless
+ * an injected failure is due, below). Call it on every result, successful or not. */
 cosy_status cosy_gpu_check(cudaError_t e, const char *what);
+/* Injected CUDA failures (test only: tests/test_gpu_fault.c, README "Testing"). Every call of
+ * cosy_gpu_check counts as one checked CUDA operation (every GPU call of the engine goes through
+ * it: allocations, copies, kernel launches, graph launches, stream synchronizations); when armed,
+ * the n-th one reports a failure although the operation succeeded:
+ *   COSY_GPU_FAULT_LAUNCH  cudaErrorLaunchOutOfResources -> COSY_ERR_CUDA (a failed launch)
+ *   COSY_GPU_FAULT_OOM     cudaErrorMemoryAllocation     -> COSY_ERR_GPU_NO_MEMORY
+ *   COSY_GPU_FAULT_LOST    cudaErrorIllegalAddress       -> COSY_ERR_DEVICE_LOST, and sticky:
+ *                          every later checked operation fails the same way (as after a real
+ *                          sticky error) until the next arm
+ * The message of an injected failure ends with "(injected: COSY_CUDA_FAULT)". The count is
+ * process-wide (all engines, all threads). The environment variable COSY_CUDA_FAULT=<n>[:kind]
+ * (kind launch (default), oom or lost; n = 0 counts only) arms it at each engine creation on the
+ * GPU (cosy_gpu_fault_from_env, called first thing there), so n counts from the start of
+ * cosy_engine_create. Disarmed (the default) cosy_gpu_check costs one relaxed atomic load. */
+enum { COSY_GPU_FAULT_LAUNCH = 1, COSY_GPU_FAULT_OOM = 2, COSY_GPU_FAULT_LOST = 3 };
+/* n > 0: the n-th checked operation from now fails with `kind`; n = 0: count only; n < 0: off.
+ * Resets the count, the sites and the fired flag. */
+void cosy_gpu_fault_arm(long long n, int kind);
+int cosy_gpu_fault_armed(void);
+/* checked operations counted since the last arm */
+long long cosy_gpu_fault_calls(void);
+/* 1 once the armed failure was injected; site (optional) gets the `what` of that operation */
+int cosy_gpu_fault_fired(char *site, size_t cap);
+/* the distinct `what` strings seen since the last arm (in order of first use) and the index of
+ * each one's first operation; returns how many (at most 1024 are kept) */
+int cosy_gpu_fault_sites(long long *first, char (*names)[64], int cap);
+/* arm from COSY_CUDA_FAULT when set; COSY_ERR_INVALID_ARG for a malformed value */
+cosy_status cosy_gpu_fault_from_env(void);
+
 /* cosy_gpu_check(cudaGetLastError()) plus a synchronizing check of the stream when `sync`. */
 cosy_status cosy_gpu_sync(cosy_gpu *g, const char *what);
+
+/* After a failed call: wait for what the context's streams still run (so nothing of the failed
+ * call touches buffers that the next call reuses) and clear this thread's last CUDA error (a
+ * non-sticky one would otherwise fail the next cosy_gpu_sync). Results ignored. */
+void cosy_gpu_drain(cosy_gpu *g);
 
 /* Allocate `bytes` of device memory within the budget (256-byte aligned). `what` names the
  * buffer in the COSY_ERR_GPU_NO_MEMORY message. The memory lives until cosy_gpu_free. */

@@ -110,10 +110,11 @@ struct gpu_llm {
   cudaGraphExec_t graphs[MAX_BUCKETS][MAX_CTX_BUCKETS];
 };
 
-#define CK(expr, what)                                   \
-  do {                                                   \
-    cudaError_t e_ = (expr);                             \
-    if (e_ != cudaSuccess) return cosy_gpu_check(e_, what); \
+/* every result goes through cosy_gpu_check (its injected failures count every checked call) */
+#define CK(expr, what)                                      \
+  do {                                                      \
+    cosy_status ck_ = cosy_gpu_check((expr), (what));       \
+    if (ck_ != COSY_OK) return ck_;                         \
   } while (0)
 
 /* ---- weights ---------------------------------------------------------------------------------- */
@@ -952,7 +953,7 @@ static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "LLM decode graph capture");
   cosy_status st = decode_enqueue(l, b, ctx);
   cudaError_t e = cudaStreamEndCapture(s, &graph);
-  if (st == COSY_OK && e != cudaSuccess) st = cosy_gpu_check(e, "LLM decode graph capture");
+  if (st == COSY_OK) st = cosy_gpu_check(e, "LLM decode graph capture");
   if (st == COSY_OK && !graph)
     st = cosy_err(COSY_ERR_CUDA, "LLM decode graph capture produced no graph");
   if (st == COSY_OK)
