@@ -47,6 +47,13 @@ static jmp_buf tk_jmp;
       fail();                                                \
     }                                                        \
   } while (0)
+#define assert_true(c)                                       \
+  do {                                                       \
+    if (!(c)) {                                              \
+      printf("assertion failed: %s\n", #c);                  \
+      fail();                                                \
+    }                                                        \
+  } while (0)
 #define assert_int_equal(a, b)                                                  \
   do {                                                                          \
     if ((long long)(a) != (long long)(b)) {                                     \
