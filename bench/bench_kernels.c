@@ -1,5 +1,6 @@
 /* bench_kernels.c - times the CUDA kernels (kernels/kernels.h, llm_extra.h, flow_extra.h) at the
- * model's real sizes (the HiFT and front-end kernels are timed only inside whole runs: bench_w1.c, bench_voice.c).
+ * model's real sizes (the HiFT and front-end kernels are timed only inside whole runs:
+ * bench_w1.c, bench_voice.c).
  *
  * Method: measure the two ceilings, then each kernel against them:
  *   1. Ceilings, measured here: device-to-device copy bandwidth (cudaMemcpyAsync of 512 MiB,
