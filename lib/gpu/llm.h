@@ -6,7 +6,7 @@
  * biases, h += Wd (silu(Wg n2(h)) * Wu n2(h)); RMSNorm eps from the model; NeoX RoPE with theta
  * from the model (1e6); GQA; final norm; logp = log_softmax(llm_decoder h). head_dim must be 64.
  *
- * Precision (the choice the brief leaves open): weights bf16 (q|k|v fused into one
+ * Precision (a choice of this project; the reference is fp32): weights bf16 (q|k|v fused into one
  * [q + 2 kv][H] matrix with one fp32 bias, gate|up into one [2 I][H]), every activation fp32:
  * the residual stream, RMSNorm (statistics and output), q/k/v, the KV cache, attention, the
  * SiLU product, logits and log_softmax. Where a cuBLASLt bf16 GEMM consumes an fp32 activation,
