@@ -26,7 +26,7 @@ export LC_ALL=C
 PATTERN='\bspec(ification)? (sections? |§ ?)?[0-9]|\bthe spec(ification)?\b|\bspec'"'"'s\b|\bvs spec\b'
 PATTERN+='|spec/cosyvoice|cosyvoice3\.md|\bDESIGN\.md|\bAPI\.md|\bKINDS\.md|\bMETHOD\b|(^|[^a-z_])notes/'
 PATTERN+='|\.\./shared/(spec|notes|hooks|DESIGN|API)|golden/README|golden README|[Tt]he README (measures|measured)|\.library\b'
-PATTERN+='|\bthe brief\b|\bbrief'"'"'s\b|\b[Ii]ssues? #?[0-9]+'
+PATTERN+='|\bthe brief\b|\bbrief'"'"'s\b|\b[Ii]ssues? #?[0-9]+|\bthe issue('"'"'s| allows)\b'
 
 ALLOW=tools/citations.allow
 SELF=tools/check_citations.sh
