@@ -10,6 +10,7 @@
 #   make bench           build the benchmarks
 #   make install         PREFIX=/usr/local DESTDIR= : header, libraries, cosyvoice.pc, CLI
 #   make check-abi       exported symbols == abi/cosyvoice.symbols
+#   make check-citations comments and docs cite only the repository (tools/check_citations.sh)
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, the speech server and the Triton model
@@ -158,7 +159,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
 .PHONY: all lib test test-c test-py test-env test-sanitize test-tsan test-fault bench install uninstall \
-        check-abi check-header demo clean
+        check-abi check-header check-citations demo clean
 .DELETE_ON_ERROR:
 
 all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
@@ -236,7 +237,7 @@ $(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py too
 	else echo "note: $(SHARED_DIR)/golden/small not found: front-end model tests will skip"; fi
 
 # ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi test-env test-c test-py
+test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations test-env test-c test-py
 
 # TEST_ONLY=test_a test_b: run only these test binaries
 TEST_RUN := $(if $(TEST_ONLY),$(TEST_ONLY:%=$(B)/tests/%),$(TEST_BIN))
@@ -266,6 +267,10 @@ test-fault:
 test-tsan:
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
 	  $(MAKE) B=build/tsan SAN=thread CUDA=0 test-c
+
+# comments and documents cite only the repository (docs/*.md), never outside documents
+check-citations:
+	@bash tools/check_citations.sh
 
 check-header:
 	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -fsyntax-only tests/header/c99.c

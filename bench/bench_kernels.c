@@ -1,6 +1,8 @@
-/* bench_kernels.c - times the CUDA kernels of kernels/kernels.h at the model's real sizes.
+/* bench_kernels.c - times the CUDA kernels (kernels/kernels.h, llm_extra.h, flow_extra.h) at the
+ * model's real sizes (the HiFT and front-end kernels are timed only inside whole runs:
+ * bench_w1.c, bench_voice.c).
  *
- * Method (../.library METHOD: measure the two ceilings, then each kernel against them):
+ * Method: measure the two ceilings, then each kernel against them:
  *   1. Ceilings, measured here: device-to-device copy bandwidth (cudaMemcpyAsync of 512 MiB,
  *      counting bytes read + written) and a large bf16 GEMM (8192^3 through cosy_k_gemm, i.e.
  *      cuBLASLt, random data).
@@ -16,7 +18,13 @@
  *   zeros). Where one call's inputs would fit in L2, the call cycles through enough copies of the
  *   large inputs (weights, KV caches) to exceed 3x the L2 size, so the numbers are DRAM numbers.
  *   Bytes counted = each input read once + each output written once; FLOPs = 2 x MACs.
- *   Reported: us per call, GB/s and % of the copy ceiling, TFLOP/s and % of the GEMM ceiling.
+ *   Reported: us per call, GB/s and % of the copy ceiling (%copy) and of the data sheet's HBM
+ *   bandwidth (%hbm: 3.35 TB/s for an H100 SXM), TFLOP/s and % of the GEMM ceiling (%gemm) and
+ *   of the data sheet's dense bf16 tensor rate (%bf16: 989 TFLOP/s); BENCH_PEAK_GBS and
+ *   BENCH_PEAK_TFLOPS set the data-sheet numbers of another GPU.
+ *   Groups: the LLM decode step at batch 1 and 64 (incl. llm_extra.h's step kernels), a prefill
+ *   of 300 tokens, the DiT at 400 and 1000 frames (incl. flow_extra.h, flow_pack.cu and the
+ *   paged DiT attention of a streaming call), and the element-wise activations ("act").
  * Output: progress lines while running, then the table last. Exit status 0 unless a CUDA call
  * fails. Without a device (or built without CUDA) it prints SKIP and exits 0.
  */
@@ -36,6 +44,7 @@ int main(void) {
 
 #include <cuda_runtime_api.h>
 
+#include "flow_extra.h"
 #include "kernels.h"
 #include "llm_extra.h"
 
@@ -136,6 +145,9 @@ static cosy_kdev g_dev; /* the device as described to the launchers (COSY_GPU_PR
 static cosy_gemm *g_gemm;
 static size_t g_l2;
 static double g_copy_gbs, g_gemm_tfs;
+/* the data-sheet ceilings (H100 SXM: 3.35 TB/s HBM3, 989 TFLOP/s dense bf16 tensor); other GPUs:
+ * BENCH_PEAK_GBS / BENCH_PEAK_TFLOPS */
+static double g_peak_gbs = 3350.0, g_peak_tfs = 989.0;
 
 static void *P(const bench_op *op, int k, int set) {
   return (char *)op->p[k] + (size_t)(set % op->nrot) * op->rot[k];
@@ -248,7 +260,7 @@ static void time_op(bench_op *op) {
   op->us = op->us_graph > 0 && op->us_graph < op->us_stream ? op->us_graph : op->us_stream;
 }
 
-#define MAXOPS 96
+#define MAXOPS 192
 static bench_op g_ops[MAXOPS];
 static int g_nops;
 
@@ -270,16 +282,16 @@ static void print_row(const bench_op *op) {
     snprintf(g, sizeof g, "%.2f", op->us_graph);
   else
     snprintf(g, sizeof g, "n/a");
-  printf("%-8s %-17s %-31s %8s %8.2f %7.0f %5.0f%%", op->group, op->name, op->size, g,
-         op->us_stream, gbs, 100.0 * gbs / g_copy_gbs);
+  printf("%-8s %-17s %-31s %8s %8.2f %7.0f %5.0f%% %5.0f%%", op->group, op->name, op->size, g,
+         op->us_stream, gbs, 100.0 * gbs / g_copy_gbs, 100.0 * gbs / g_peak_gbs);
   if (op->flops > 0)
-    printf(" %7.1f %5.1f%%\n", tfs, 100.0 * tfs / g_gemm_tfs);
+    printf(" %7.1f %5.1f%% %5.1f%%\n", tfs, 100.0 * tfs / g_gemm_tfs, 100.0 * tfs / g_peak_tfs);
   else
-    printf(" %7s %6s\n", "-", "-");
+    printf(" %7s %6s %6s\n", "-", "-", "-");
 }
 static void print_header(void) {
-  printf("%-8s %-17s %-31s %8s %8s %7s %6s %7s %6s\n", "group", "op", "size", "us graph",
-         "us strm", "GB/s", "%copy", "TFLOP/s", "%gemm");
+  printf("%-8s %-17s %-31s %8s %8s %7s %6s %6s %7s %6s %6s\n", "group", "op", "size", "us graph",
+         "us strm", "GB/s", "%copy", "%hbm", "TFLOP/s", "%gemm", "%bf16");
 }
 
 /* BENCH_FILTER=substring: time only the ops whose "group op size" contains it (e.g. for a
@@ -663,6 +675,428 @@ static void add_dit(const char *group, int N) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * the element-wise activations (kernels.h act.cu) at a DiT-sized tensor */
+
+static cudaError_t r_unary(bench_op *o, int s) {
+  const int64_t n = (int64_t)o->i[1];
+  switch (o->i[0]) {
+  case 0: return cosy_k_silu(g_stream, BF16, P(o, 0, s), BF16, P(o, 1, s), n);
+  case 1: return cosy_k_mish(g_stream, BF16, P(o, 0, s), BF16, P(o, 1, s), n);
+  default: return cosy_k_leaky_relu(g_stream, BF16, P(o, 0, s), BF16, P(o, 1, s), n, 0.1f);
+  }
+}
+static cudaError_t r_snake(bench_op *o, int s) {
+  return cosy_k_snake(g_stream, F32, P(o, 0, s), F32, P(o, 1, s), P(o, 2, s), 1, o->i[0],
+                      o->i[1], 0);
+}
+static cudaError_t r_add_bias(bench_op *o, int s) {
+  return cosy_k_add_bias(g_stream, BF16, P(o, 0, s), o->i[1], P(o, 1, s), o->i[0], o->i[1]);
+}
+static void add_act(const char *group) {
+  static const char *names[3] = {"silu", "mish", "leaky_relu"};
+  const int n = 2 * 1000 * 1024;
+  for (int k = 0; k < 3; ++k) {
+    bench_op *o = new_op(group, names[k]);
+    snprintf(o->size, sizeof o->size, "2x1000x1024 bf16");
+    o->i[0] = k, o->i[1] = n;
+    o->p[0] = drand((size_t)n, BF16, -3.f, 3.f);
+    o->p[1] = dalloc((size_t)n * 2);
+    o->bytes = n * 4.0;
+    o->run = r_unary;
+    run_op(o);
+  }
+  bench_op *o = new_op(group, "snake");
+  snprintf(o->size, sizeof o->size, "[512][4800] f32 (HiFT stage 0)");
+  o->i[0] = 512, o->i[1] = 4800;
+  o->p[0] = drand((size_t)512 * 4800, F32, -2.f, 2.f);
+  o->p[1] = dalloc((size_t)512 * 4800 * 4);
+  o->p[2] = drand(512, F32, 0.2f, 2.f);
+  o->bytes = 512 * 4800.0 * 8 + 512 * 4;
+  o->run = r_snake;
+  run_op(o);
+  o = new_op(group, "add_bias");
+  snprintf(o->size, sizeof o->size, "2000x1024 bf16");
+  o->i[0] = 2000, o->i[1] = 1024;
+  o->p[0] = drand((size_t)2000 * 1024, BF16, -1.f, 1.f);
+  o->p[1] = drand(1024, F32, -0.1f, 0.1f);
+  o->bytes = 2000 * 1024.0 * 4 + 1024 * 4;
+  o->run = r_add_bias;
+  run_op(o);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the LLM's step kernels (llm_extra.h) */
+
+static cudaError_t r_decode_prep(bench_op *o, int s) {
+  const int n = o->i[0];
+  return cosy_k_llm_decode_prep(g_stream, P(o, 0, s), n, P(o, 1, s), 6761, 896, P(o, 2, s), 63,
+                                n, 16, P(o, 3, s), P(o, 4, s), (int32_t *)P(o, 4, s) + n,
+                                (int32_t *)P(o, 4, s) + 2 * n, P(o, 5, s), 63);
+}
+static cudaError_t r_rope_append(bench_op *o, int s) {
+  const float *qkv = P(o, 0, s);
+  return cosy_k_llm_rope_append(g_stream, qkv, qkv + (size_t)o->i[0] * 1152, 1152, P(o, 1, s),
+                                o->i[0], 14, 2, P(o, 2, s), P(o, 3, s), P(o, 4, s), P(o, 5, s),
+                                896, P(o, 6, s), P(o, 7, s));
+}
+static cudaError_t r_norm_split(bench_op *o, int s) {
+  const int M = o->i[0];
+  const float *d = P(o, 1, s);
+  cosy_bf16 *hl = P(o, 3, s);
+  return cosy_k_llm_norm_split(g_stream, P(o, 0, s), d, d + (size_t)M * 896, P(o, 2, s), 1e-6f,
+                               hl, hl + (size_t)M * 896, M, 896);
+}
+static cudaError_t r_split(bench_op *o, int s) {
+  const int M = o->i[0], K = o->i[1];
+  cosy_bf16 *hl = P(o, 1, s);
+  return cosy_k_llm_split(g_stream, P(o, 0, s), K, hl, hl + (size_t)M * K, M, K);
+}
+static cudaError_t r_silu_split(bench_op *o, int s) {
+  const int M = o->i[0], I = o->i[1];
+  const float *gu = P(o, 0, s);
+  cosy_bf16 *hl = P(o, 1, s);
+  return cosy_k_llm_silu_split(g_stream, gu, gu + (size_t)M * 2 * I, I, hl, hl + (size_t)M * I,
+                               M);
+}
+static cudaError_t r_llm_add(bench_op *o, int s) {
+  const float *a = P(o, 0, s);
+  return cosy_k_llm_add(g_stream, a, a + o->i[0], P(o, 1, s), o->i[0]);
+}
+static cudaError_t r_kv_gather(bench_op *o, int s) {
+  float *kv = P(o, 3, s);
+  return cosy_k_llm_kv_gather(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 16, 128, o->i[0], kv,
+                              kv + (size_t)o->i[0] * 128);
+}
+/* B rows: decode_prep, rope_append, norm_split, split, silu_split, add at the LLM's widths */
+static void add_llm_extra(const char *group, int B) {
+  bench_op *o = new_op(group, "llm_decode_prep");
+  snprintf(o->size, sizeof o->size, "%d rows, H 896, bt 63", B);
+  o->i[0] = B;
+  int32_t *in = malloc((size_t)3 * B * 4), *bt = malloc((size_t)B * 63 * 4);
+  if (!in || !bt) exit(1);
+  for (int b = 0; b < B; ++b) in[b] = (int32_t)(rng32() % 6561u), in[B + b] = b, in[2 * B + b] = 150 + b;
+  for (int j = 0; j < B * 63; ++j) bt[j] = j;
+  o->p[0] = dints(in, (size_t)3 * B);
+  o->p[2] = dints(bt, (size_t)B * 63);
+  free(in), free(bt);
+  o->p[1] = drand((size_t)6761 * 896, BF16, -1.f, 1.f);
+  o->p[3] = dalloc((size_t)B * 896 * 4);
+  o->p[4] = dalloc((size_t)B * 3 * 4);
+  o->p[5] = dalloc((size_t)B * 63 * 4);
+  o->bytes = B * (3 * 4.0 + 896 * 2 + 63 * 4 + 896 * 4 + 3 * 4 + 63 * 4);
+  o->run = r_decode_prep;
+  run_op(o);
+
+  o = new_op(group, "llm_rope_append");
+  snprintf(o->size, sizeof o->size, "%d tok hi+lo+bias 14/2 f32", B);
+  o->i[0] = B;
+  o->p[0] = drand((size_t)B * 1152 * 2, F32, -1.f, 1.f);
+  o->p[1] = drand(1152, F32, -0.1f, 0.1f);
+  int32_t *pos = malloc((size_t)B * 4);
+  if (!pos) exit(1);
+  for (int b = 0; b < B; ++b) pos[b] = 150 + b;
+  o->p[2] = dints(pos, (size_t)B);
+  for (int b = 0; b < B; ++b) pos[b] = b * 37 + 5;
+  o->p[3] = dints(pos, (size_t)B);
+  free(pos);
+  o->p[4] = drand(32, F32, 0.f, 1.f);
+  o->p[5] = dalloc((size_t)B * 896 * 4);
+  o->p[6] = dalloc((size_t)(B * 37 + 8) * 128 * 4);
+  o->p[7] = dalloc((size_t)(B * 37 + 8) * 128 * 4);
+  o->bytes = B * (1152.0 * 4 * 2 + 1152 * 4 + 8) + 1152 * 4 + 128;
+  o->run = r_rope_append;
+  run_op(o);
+
+  o = new_op(group, "llm_norm_split");
+  snprintf(o->size, sizeof o->size, "%dx896 h+=d+lo, hi/lo bf16", B);
+  o->i[0] = B;
+  o->p[0] = drand((size_t)B * 896, F32, -1.f, 1.f);
+  o->p[1] = drand((size_t)B * 896 * 2, F32, -0.01f, 0.01f);
+  o->p[2] = drand(896, F32, 0.5f, 1.5f);
+  o->p[3] = dalloc((size_t)B * 896 * 4);
+  o->bytes = B * 896.0 * (4 + 4 + 4 + 4 + 2 + 2) + 896 * 4;
+  o->run = r_norm_split;
+  run_op(o);
+
+  o = new_op(group, "llm_split");
+  snprintf(o->size, sizeof o->size, "%dx896 f32 -> hi/lo bf16", B);
+  o->i[0] = B, o->i[1] = 896;
+  o->p[0] = drand((size_t)B * 896, F32, -1.f, 1.f);
+  o->p[1] = dalloc((size_t)B * 896 * 4);
+  o->bytes = B * 896.0 * 8;
+  o->run = r_split;
+  run_op(o);
+
+  o = new_op(group, "llm_silu_split");
+  snprintf(o->size, sizeof o->size, "%dx4864 (gu hi+lo f32)", B);
+  o->i[0] = B, o->i[1] = 4864;
+  o->p[0] = drand((size_t)B * 2 * 4864 * 2, F32, -3.f, 3.f);
+  o->p[1] = dalloc((size_t)B * 4864 * 4);
+  o->bytes = B * 4864.0 * (16 + 4);
+  o->run = r_silu_split;
+  run_op(o);
+
+  o = new_op(group, "llm_add");
+  snprintf(o->size, sizeof o->size, "%dx896 f32", B);
+  o->i[0] = B * 896;
+  o->p[0] = drand((size_t)B * 896 * 2, F32, -1.f, 1.f);
+  o->p[1] = dalloc((size_t)B * 896 * 4);
+  o->bytes = B * 896.0 * 12;
+  o->run = r_llm_add;
+  run_op(o);
+}
+static void add_kv_gather(const char *group, int n_tok) {
+  bench_op *o = new_op(group, "llm_kv_gather");
+  snprintf(o->size, sizeof o->size, "%d tok, kv_dim 128, page 16 f32", n_tok);
+  o->i[0] = n_tok;
+  const int n_pages = (n_tok + 15) / 16;
+  int32_t *bt = malloc((size_t)n_pages * 4);
+  if (!bt) exit(1);
+  for (int j = 0; j < n_pages; ++j) bt[j] = (j * 7) % n_pages;
+  o->p[2] = dints(bt, (size_t)n_pages);
+  free(bt);
+  o->p[0] = drand((size_t)n_pages * 16 * 128, F32, -1.f, 1.f);
+  o->p[1] = drand((size_t)n_pages * 16 * 128, F32, -1.f, 1.f);
+  o->p[3] = dalloc((size_t)n_tok * 128 * 4 * 2);
+  o->bytes = n_tok * 128.0 * 4 * 4 + n_pages * 4.0;
+  o->run = r_kv_gather;
+  run_op(o);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the flow's own kernels (flow_extra.h, flow_pack.cu, attn_dit_paged) at the DiT's sizes: CFG
+ * batch of 2, dim 1024, 16 heads, ff 2048, mel 80, conv position embedding K 31 in 16 groups */
+
+static cudaError_t r_resid_ln(bench_op *o, int s) {
+  const float *m = P(o, 2, s);
+  return cosy_k_flow_resid_ln(g_stream, P(o, 0, s), P(o, 1, s), m + 3 * 1024, m + 2 * 1024,
+                              m + 1024, m, 6 * 1024, P(o, 3, s), 2, o->i[0], 1024, 1e-6f);
+}
+static cudaError_t r_qkv_post(bench_op *o, int s) {
+  return cosy_k_flow_qkv_post(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 2, o->i[0], 1024, 64);
+}
+static cudaError_t r_bias_gelu(bench_op *o, int s) {
+  return cosy_k_flow_bias_gelu(g_stream, P(o, 0, s), P(o, 1, s), 2 * o->i[0], 2048);
+}
+static cudaError_t r_add_rows(bench_op *o, int s) {
+  return cosy_k_flow_add_rows(g_stream, P(o, 0, s), 0, P(o, 1, s), P(o, 2, s), P(o, 3, s), 2,
+                              o->i[0], 1024);
+}
+static cudaError_t r_conv_pos(bench_op *o, int s) {
+  return cosy_k_flow_conv_pos(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), P(o, 3, s), NULL, 2,
+                              o->i[0], 1024, 16, 31);
+}
+static cudaError_t r_euler(bench_op *o, int s) {
+  const float *v = P(o, 1, s);
+  return cosy_k_flow_euler(g_stream, P(o, 0, s), v, v + o->i[0], o->i[0], 0.1f, 1.7f, 0.7f);
+}
+static cudaError_t r_pack_cond(bench_op *o, int s) {
+  const float *in = P(o, 1, s);
+  return cosy_k_flow_pack_cond(g_stream, P(o, 0, s), in, in + (size_t)o->i[0] * 80,
+                               in + (size_t)o->i[0] * 160, o->i[0], 80);
+}
+static cudaError_t r_mu(bench_op *o, int s) {
+  const float *in = P(o, 1, s);
+  return cosy_k_flow_mu(g_stream, P(o, 0, s), in, in + (size_t)o->i[0] * 40, 2, o->i[0], 80);
+}
+static cudaError_t r_x_gather(bench_op *o, int s) {
+  return cosy_k_flow_x_gather(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 0, P(o, 3, s),
+                              o->i[0], 80);
+}
+static cudaError_t r_x_store(bench_op *o, int s) {
+  return cosy_k_flow_x_store(g_stream, P(o, 2, s), P(o, 1, s), 0, P(o, 3, s), o->i[0], 80);
+}
+static cudaError_t r_flow_kv_store(bench_op *o, int s) {
+  return cosy_k_flow_kv_store(g_stream, P(o, 2, s), P(o, 1, s), 0, 1024, P(o, 0, s), o->i[0],
+                              1024);
+}
+static cudaError_t r_rows_gather(bench_op *o, int s) {
+  return cosy_k_rows_gather_f32(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), o->i[0], 1024);
+}
+static cudaError_t r_rows_zero(bench_op *o, int s) {
+  return cosy_k_rows_zero_bf16(g_stream, P(o, 0, s), P(o, 1, s), o->i[0], 1024);
+}
+static cudaError_t r_dit_paged(bench_op *o, int s) {
+  return cosy_k_attn_dit_paged(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s), o->i[0],
+                               P(o, 3, s), (int64_t)4 * 50 * 1024, 0, 50, P(o, 4, s), P(o, 5, s),
+                               50, 0.125f);
+}
+static void add_flow_extra(const char *group, int N) {
+  const size_t act = (size_t)2 * N * 1024;
+  bench_op *o = new_op(group, "flow_resid_ln");
+  snprintf(o->size, sizeof o->size, "2x%dx1024 h,a f32 -> y bf16", N);
+  o->i[0] = N;
+  o->p[0] = drand(act, F32, -2.f, 2.f);
+  o->p[1] = drand(act, F32, -1.f, 1.f);
+  o->p[2] = drand(2 * 6 * 1024, F32, -0.5f, 0.5f); /* a modulation row per CFG row */
+  o->p[3] = dalloc(act * 2);
+  o->bytes = act * (4.0 + 4 + 4 + 2) + 2 * 4 * 1024 * 4.0;
+  o->run = r_resid_ln;
+  run_op(o);
+
+  o = new_op(group, "flow_qkv_post");
+  snprintf(o->size, sizeof o->size, "2x%dx3072 bf16 +bias, rope 64", N);
+  o->i[0] = N;
+  o->p[0] = drand(act * 3, BF16, -1.f, 1.f);
+  o->p[1] = drand(3072, F32, -0.1f, 0.1f);
+  o->p[2] = drand((size_t)N * 32 * 2, F32, -1.f, 1.f);
+  o->bytes = act * 3 * 4.0 + 3072 * 4.0 + N * 64 * 4.0;
+  o->run = r_qkv_post;
+  run_op(o);
+
+  o = new_op(group, "flow_bias_gelu");
+  snprintf(o->size, sizeof o->size, "2x%dx2048 bf16", N);
+  o->i[0] = N;
+  o->p[0] = drand(act * 2, BF16, -3.f, 3.f);
+  o->p[1] = drand(2048, F32, -0.1f, 0.1f);
+  o->bytes = act * 2 * 4.0 + 2048 * 4.0;
+  o->run = r_bias_gelu;
+  run_op(o);
+
+  o = new_op(group, "flow_add_rows");
+  snprintf(o->size, sizeof o->size, "2x%dx1024 (xp shared)", N);
+  o->i[0] = N;
+  o->p[0] = drand((size_t)N * 1024, F32, -1.f, 1.f);
+  o->p[1] = drand(act, F32, -1.f, 1.f);
+  o->p[2] = dalloc(act * 4);
+  o->p[3] = dalloc(act * 2);
+  o->bytes = N * 1024 * 4.0 + act * (4.0 + 4 + 2);
+  o->run = r_add_rows;
+  run_op(o);
+
+  o = new_op(group, "flow_conv_pos");
+  snprintf(o->size, sizeof o->size, "2x%dx1024 G16 K31 +mish bf16", N);
+  o->i[0] = N;
+  o->p[0] = drand(act, BF16, -1.f, 1.f);
+  o->p[1] = drand((size_t)1024 * 31 * 64, BF16, -0.02f, 0.02f);
+  o->p[2] = drand(1024, F32, -0.1f, 0.1f);
+  o->p[3] = dalloc(act * 2);
+  o->bytes = act * 4.0 + 1024 * 31 * 64 * 2.0 + 1024 * 4;
+  o->flops = 2.0 * act * 31 * 64;
+  o->run = r_conv_pos;
+  run_op(o);
+
+  o = new_op(group, "flow_euler");
+  snprintf(o->size, sizeof o->size, "%dx80 f32, CFG", N);
+  o->i[0] = N * 80;
+  o->p[0] = drand((size_t)N * 80, F32, -1.f, 1.f);
+  o->p[1] = drand((size_t)N * 80 * 2, F32, -1.f, 1.f);
+  o->bytes = N * 80 * 4.0 * 4;
+  o->run = r_euler;
+  run_op(o);
+
+  o = new_op(group, "flow_pack_cond");
+  snprintf(o->size, sizeof o->size, "%dx3x80 f32", N);
+  o->i[0] = N;
+  o->p[0] = dalloc((size_t)N * 240 * 4);
+  o->p[1] = drand((size_t)N * 160 + 80, F32, -1.f, 1.f);
+  o->bytes = N * 80 * 4.0 * 5;
+  o->run = r_pack_cond;
+  run_op(o);
+
+  o = new_op(group, "flow_mu");
+  snprintf(o->size, sizeof o->size, "%dx80 f32, ratio 2", N);
+  o->i[0] = N;
+  o->p[0] = dalloc((size_t)N * 80 * 4);
+  o->p[1] = drand((size_t)N * 80 + 80, F32, -1.f, 1.f);
+  o->bytes = N * 80 * 4.0 * 2;
+  o->run = r_mu;
+  run_op(o);
+
+  /* packed-batch rows against cache pages: N rows, x in pages of 50 frames x 80 */
+  {
+    int64_t *src = malloc((size_t)2 * N * 8);
+    int32_t *map = malloc((size_t)2 * N * 4);
+    if (!src || !map) exit(1);
+    for (int r = 0; r < 2 * N; ++r) src[r] = (int64_t)((r * 7) % (2 * N)) * 80, map[r] = (r * 7) % (2 * N);
+    o = new_op(group, "flow_x_gather");
+    snprintf(o->size, sizeof o->size, "%d rows of 80 f32", N);
+    o->i[0] = N;
+    o->p[0] = dalloc((size_t)N * 80 * 4);
+    o->p[1] = dalloc((size_t)N * 8);
+    CK(cudaMemcpy(o->p[1], src, (size_t)N * 8, cudaMemcpyHostToDevice));
+    o->p[2] = drand((size_t)2 * N * 80, F32, -1.f, 1.f);
+    o->p[3] = o->p[2];
+    o->bytes = N * (80 * 8.0 + 8);
+    o->run = r_x_gather;
+    run_op(o);
+
+    o = new_op(group, "flow_x_store");
+    snprintf(o->size, sizeof o->size, "%d rows of 80 f32", N);
+    o->i[0] = N;
+    o->p[1] = dalloc((size_t)N * 8);
+    CK(cudaMemcpy(o->p[1], src, (size_t)N * 8, cudaMemcpyHostToDevice));
+    o->p[2] = drand((size_t)2 * N * 80, F32, -1.f, 1.f);
+    o->p[3] = drand((size_t)N * 80, F32, -1.f, 1.f);
+    o->bytes = N * (80 * 8.0 + 8);
+    o->run = r_x_store;
+    run_op(o);
+
+    for (int r = 0; r < 2 * N; ++r) src[r] = (int64_t)((r * 7) % (2 * N)) * 2048;
+    o = new_op(group, "flow_kv_store");
+    snprintf(o->size, sizeof o->size, "2x%d rows, K+V of 1024 bf16", N);
+    o->i[0] = 2 * N;
+    o->p[0] = drand(act * 3, BF16, -1.f, 1.f);
+    o->p[1] = dalloc((size_t)2 * N * 8);
+    CK(cudaMemcpy(o->p[1], src, (size_t)2 * N * 8, cudaMemcpyHostToDevice));
+    o->p[2] = dalloc(act * 2 * 2);
+    o->bytes = act * 2 * 2 * 2.0 + 2 * N * 8.0;
+    o->run = r_flow_kv_store;
+    run_op(o);
+
+    o = new_op(group, "rows_gather_f32");
+    snprintf(o->size, sizeof o->size, "2x%d rows of 1024", N);
+    o->i[0] = 2 * N;
+    o->p[0] = dalloc(act * 4);
+    o->p[1] = drand(act, F32, -1.f, 1.f);
+    o->p[2] = dints(map, (size_t)2 * N);
+    o->bytes = act * 8.0 + 2 * N * 4.0;
+    o->run = r_rows_gather;
+    run_op(o);
+
+    o = new_op(group, "rows_zero_bf16");
+    snprintf(o->size, sizeof o->size, "%d of 2x%d rows of 1024", N, N);
+    o->i[0] = N;
+    o->p[0] = dalloc(act * 2);
+    o->p[1] = dints(map, (size_t)N);
+    o->bytes = N * 1024 * 2.0 + N * 4.0;
+    o->run = r_rows_zero;
+    run_op(o);
+    free(src), free(map);
+  }
+
+  /* the streaming call's attention: the last 50-frame block of each CFG row (50 queries) over
+   * N - 50 cached frames in pages + its own 50 */
+  {
+    const int cached = N - 50, np = (cached + 49) / 50;
+    o = new_op(group, "attn_dit_paged");
+    snprintf(o->size, sizeof o->size, "2x50 q, %d cached, 16x64 bf16", cached);
+    cosy_k_dit_seg segs[2];
+    memset(segs, 0, sizeof segs);
+    int32_t tiles[4] = {0, 0, 1, 0}, *ptab = malloc((size_t)(np ? np : 1) * 4);
+    if (!ptab) exit(1);
+    for (int j = 0; j < np; ++j) ptab[j] = j;
+    for (int g = 0; g < 2; ++g) {
+      segs[g].q_row0 = 50 * g, segs[g].n_q = 50, segs[g].cached = cached, segs[g].Lk = N;
+      segs[g].ptab0 = 0, segs[g].row = g;
+    }
+    o->i[0] = 2;
+    o->p[0] = drand((size_t)100 * 3072, BF16, -1.f, 1.f);
+    o->p[1] = dalloc(sizeof segs);
+    CK(cudaMemcpy(o->p[1], segs, sizeof segs, cudaMemcpyHostToDevice));
+    o->p[2] = dints(tiles, 4);
+    o->p[3] = drand((size_t)(np ? np : 1) * 4 * 50 * 1024, BF16, -1.f, 1.f);
+    o->p[4] = dints(ptab, (size_t)(np ? np : 1));
+    o->p[5] = dalloc((size_t)100 * 1024 * 2);
+    free(ptab);
+    o->bytes = 2.0 * N * 1024 * 2 * 2 + 100 * 1024 * 2.0 * 2;
+    o->flops = 2.0 * 16 * 50 * N * 64 * 2;
+    o->run = r_dit_paged;
+    run_op(o);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
  * ceilings */
 
 static cudaError_t r_copy(bench_op *o, int s) {
@@ -711,6 +1145,10 @@ int main(void) {
   }
   CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   CK(cosy_gemm_create(&g_gemm, 0));
+  if (getenv("BENCH_PEAK_GBS")) g_peak_gbs = atof(getenv("BENCH_PEAK_GBS"));
+  if (getenv("BENCH_PEAK_TFLOPS")) g_peak_tfs = atof(getenv("BENCH_PEAK_TFLOPS"));
+  printf("data-sheet ceilings (%%hbm, %%bf16 columns): %.0f GB/s, %.0f TFLOP/s\n", g_peak_gbs,
+         g_peak_tfs);
 
   /* ceilings */
   bench_op *cp = new_op("ceiling", "d2d copy");
@@ -764,6 +1202,7 @@ int main(void) {
     add_silu_mul(grp, B, 4864);
     add_sampling(grp, B);
     add_ras(grp, B);
+    add_llm_extra(grp, B);
     if (B <= 8) { /* the fused skinny GEMMs of the decode path (batches <= 4 by default) */
       add_llm_gemv(grp, "gemv rmsnorm+qkv+rope", B, 1152, 896, COSY_GEMV_IN_RMSNORM,
                    COSY_GEMV_QKV_ROPE);
@@ -778,8 +1217,13 @@ int main(void) {
   add_prefill("prefill", 300);
   add_gemm("prefill", "gemm qkv", 300, 1152, 896, BF16, 1);
   add_gemm("prefill", "gemm down", 300, 896, 4864, BF16, 0);
+  add_kv_gather("prefill", 300);
+  add_llm_extra("prefill", 300);
   add_dit("dit 400", 400);
+  add_flow_extra("dit 400", 400);
   add_dit("dit 1000", 1000);
+  add_flow_extra("dit 1000", 1000);
+  add_act("act");
   CK(cudaStreamSynchronize(g_stream));
 
   printf("\n==== kernel table (%s; copy ceiling %.0f GB/s, gemm ceiling %.0f TFLOP/s; "

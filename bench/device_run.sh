@@ -251,7 +251,7 @@ if [[ " $STEPS " == *" sched "* ]]; then
   fi
 fi
 if [[ " $STEPS " == *" gputime "* ]]; then
-  # issue 9's streaming budget on GPU time, not wall time: bench/kernel_time.c (CUPTI, preloaded)
+  # the streaming budget (1.3x one-shot) on GPU time, not wall time: bench/kernel_time.c (CUPTI, preloaded)
   # sums the kernels' durations and the time the GPU had any kernel running ("busy"); two runs of
   # GT_A and GT_B requests at C = 1 (2 warm-ups each) are subtracted, so engine creation and
   # warm-up cancel: (B - A) / (GT_B - GT_A) is the GPU time of one utterance, streaming (default

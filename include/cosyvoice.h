@@ -174,8 +174,9 @@ typedef struct cosy_engine_config {
   float gpu_memory_fraction;   /**< share of the device's memory the engine may take, (0, 1]; 0 = 0.9 */
   int32_t max_active;          /**< requests in flight at once (admitted; their LLM steps are
                                     batched together); 0 = auto (GPU 256, CPU 8); at most 4096,
-                                    and at most 256 on the GPU (more is rejected at create) */
-  int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL; 0 = 1024 */
+                                    and at most 256 on the GPU */
+  int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL; 0 = 1024; at
+                                    most 1048576 */
   int32_t cpu_threads;         /**< CPU path threads per request when the library is built with
                                     OpenMP (make OPENMP=1); 0 = all cores; at most 1024 */
   int32_t log_level;           /**< highest level passed to log_fn; see below */
@@ -188,7 +189,14 @@ typedef struct cosy_engine_config {
   int32_t reserved3;           /**< must be 0 */
 } cosy_engine_config;
 /* log_level: 0 means the default (COSY_LOG_WARN); pass COSY_LOG_INFO or COSY_LOG_DEBUG for more,
- * and a negative value for errors only. */
+ * and a negative value for errors only.
+ * Limits: cosy_engine_create checks every field before it reads the model or touches a device and
+ * returns COSY_ERR_INVALID_ARG, with a message naming the field, for a value outside its stated
+ * range (device -1..1023, gpu_memory_fraction (0, 1], max_active 0..4096 and at most 256 with
+ * device >= 0, max_queued 0..1048576, cpu_threads 0..1024, log_level at most COSY_LOG_DEBUG,
+ * flags and reserved fields 0); nothing is clamped. A GPU engine that cannot fit the weights,
+ * the workspaces for max_active requests and the smallest LLM KV cache into gpu_memory_fraction
+ * of the device fails with COSY_ERR_GPU_NO_MEMORY (the message says which fraction would do). */
 
 /** Fill *c with defaults and set c->struct_size = struct_size. Safe with struct_size <
  *  sizeof(cosy_engine_config) (older callers); does nothing when c is NULL. */

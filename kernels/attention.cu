@@ -10,18 +10,17 @@
  *
  * Thread mapping
  *   kv_append: one thread per copied element.
- *   paged_decode (flash-decoding): grid (split, kv head, sequence), 256 threads; a split is 256
- *     tokens, so a context of <= 256 positions (the usual speech utterance) needs no merging. A
- *     block serves all n_qh/n_kh (<= 8) query heads of its kv head, so each K/V row is read once
- *     per block: (0) one round of independent loads (the length, thread t's block-table entry,
- *     q into shared memory), then the split's cache rows into shared memory and an L2 prefetch
- *     of each V row; (1) four threads per token, each with a 16-dim quarter of the K row
- *     (tokens t/4 + 64p, p < 4; all K loads issued before any use), G partial dots against q
- *     (float4 reads of shared memory) completed by two xor shuffles; (2) one warp per query
- *     head takes max and sum of exp2; (3) thread t accumulates p * v over dims 8(t%8)..+7 of
- *     tokens t/8 + 32u (u < 8, all eight 16-byte loads issued first, L2 hits after the
- *     prefetch); partial sums are added with warp shuffles and across the 8 warps in shared
- *     memory. With one split the block writes the normalized output. With 2..8 splits on a device
+ *   paged_decode (flash-decoding): grid (split, kv head, sequence), 256 threads; a split is
+ *     DEC_SPLIT = 64 tokens (at most DEC_MAX_SPLITS = 128 splits: max_ctx <= 8192), so contexts
+ *     longer than 64 positions are merged across splits (below). A block serves all n_qh/n_kh
+ *     (<= 8) query heads of its kv head, so each K/V row is read once per block: (0) one round
+ *     of independent loads (the length, the block-table entry of token t % 64, q into shared
+ *     memory), the cache row index of each of the split's tokens into shared memory and an L2
+ *     prefetch of each V row; (1) four threads per token (token t/4), each with a 16-dim quarter
+ *     of the K row, G partial dots against q (float4 reads of shared memory) completed by two
+ *     xor shuffles; (2) one warp per query head takes max and sum of exp2; (3) warp w
+ *     accumulates p * v over tokens w, w + 8, ... (all its V loads issued first; lane l owns
+ *     dims 2l, 2l + 1); the 8 warps' partial sums are added in shared memory. With one split the block writes the normalized output. With 2..8 splits on a device
  *     with thread-block clusters (kdevice.h: the description the caller passes, never the
  *     runtime's answer, so a test profile without clusters takes the other path) the splits of
  *     one (sequence, kv head) form a cluster and merge through distributed shared memory.

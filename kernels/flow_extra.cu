@@ -2,7 +2,7 @@
  * input-row combine, the causal grouped conv position embedding (+ Mish), the constant input
  * rows, the PreLookahead residual/repeat, and the CFG Euler step. Launchers in flow_extra.h.
  *
- * Math: see flow_extra.h (and ../shared/spec/cosyvoice3.md section 3.4).
+ * Math: see flow_extra.h (and docs/model.md section 6.3, the DiT).
  *
  * Thread mapping
  *   resid_ln: one block per (b, n) row with D/4 threads (rounded up to a warp; 256 for D 1024):

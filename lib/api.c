@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 /* api.c - the public entry points: argument validation, struct_size handling, version and status
  * strings, configuration defaults. The engine's threads and request lifecycle are in engine.c,
- * the synthesis pipeline in pipeline.c, voices in voice.c. */
+ * the scheduler that runs requests in scheduler.c, voices in voice.c and voice_audio.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <stddef.h>

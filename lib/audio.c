@@ -1,4 +1,4 @@
-/* audio.c - WAV I/O, sample-rate conversion and the flow's prompt mel (spec section 1.4).
+/* audio.c - WAV I/O, sample-rate conversion and the flow's prompt mel (docs/model.md section 5).
  *
  * WAV reading. The whole file (at most COSY_WAV_MAX_BYTES) is read into memory and parsed with
  * every offset checked against the buffer: "RIFF" <size> "WAVE", then chunks <id><u32 size><body>
@@ -38,7 +38,7 @@
  * cut to ceil(n v / o) samples. Only the taps where |t| < lpw are stored (the rest are 0 up to
  * ~1e-33), so co-prime rates (o, v in the thousands) stay cheap.
  *
- * Prompt mel (matcha mel_spectrogram as CosyVoice3's feat_extractor, spec 1.4), x at 24 kHz,
+ * Prompt mel (matcha mel_spectrogram as CosyVoice3's feat_extractor, docs/model.md section 5), x at 24 kHz,
  * N samples (N >= 721: torch's reflect pad needs N > 720):
  *   xp    = reflect_pad(x, 720, 720)          xp[-j] = x[j], xp[N-1+j] = x[N-1-j]
  *   T     = 1 + (N + 1440 - 1920) / 480 = floor(N / 480)

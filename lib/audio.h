@@ -1,4 +1,4 @@
-/* audio.h - WAV I/O, sample-rate conversion and the flow's prompt mel (spec 1.4) - internal API.
+/* audio.h - WAV I/O, sample-rate conversion and the flow's prompt mel (docs/model.md section 5) - internal API.
  *
  * Every function returns a cosy_status and sets cosy_last_error() on failure. Memory handed back
  * through float ** out-pointers is malloc'd: free it with free() (cosy_free).

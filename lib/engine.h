@@ -1,5 +1,5 @@
 /* engine.h - internal structures behind the public handles (cosy_engine, cosy_voice,
- * cosy_request) and the CPU synthesis pipeline.
+ * cosy_request) and the backend interface the scheduler drives (CPU or GPU).
  *
  * Threads: the scheduler (lib/scheduler.c) owns the compute: its LLM thread admits requests and
  * runs one batched decode step over every active sequence per iteration, its token-to-wave

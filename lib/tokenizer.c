@@ -1,4 +1,4 @@
-/* tokenizer.c - Qwen2 byte-level BPE with CosyVoice3's added special tokens (spec section 1.3).
+/* tokenizer.c - Qwen2 byte-level BPE with CosyVoice3's added special tokens (docs/model.md section 2).
  *
  * What it computes (= HF tokenizers: AddedVocabulary split, NFC normalizer, Split pre-tokenizer with
  * the Qwen2 regex, ByteLevel mapping, BPE model):

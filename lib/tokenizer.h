@@ -1,5 +1,5 @@
 /* tokenizer.h - the text tokenizer: Qwen2 byte-level BPE plus CosyVoice3's added special tokens
- * (spec section 1.3), reading its vocabulary and merges from the model file.
+ * (docs/model.md section 2), reading its vocabulary and merges from the model file.
  *
  * cosy_tokenize(text) = for each stretch of text between added special tokens (matched atomically
  * on the raw text, leftmost-longest; each gives its own id): NFC, the Qwen2 pre-tokenizer split,

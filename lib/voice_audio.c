@@ -1,5 +1,5 @@
 /* voice_audio.c - a voice from raw audio: what the official front end does for a zero-shot
- * prompt (frontend_zero_shot), on the CPU reference path:
+ * prompt (frontend_zero_shot), as the CPU reference computes it (GPU engines: below):
  *
  *   x24 = resample(pcm, rate -> 24000)    prompt mel, cosy_audio_to_mel      [T][80] (50 Hz)
  *   x16 = resample(pcm, rate -> 16000)    cosy_resample_sinc_hann

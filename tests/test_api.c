@@ -102,6 +102,7 @@ static void test_engine_create_args(void **state) {
     {"fraction 1.5", NULL}, {"fraction -0.1", NULL}, {"fraction NaN", NULL}, {"device -2", NULL},
     {"device 5000", NULL}, {"max_active -1", NULL}, {"max_active 5000", NULL},
     {"max_queued -1", NULL}, {"cpu_threads -3", NULL}, {"flags 1", NULL}, {"log_level 9", NULL},
+    {"max_active 4097", NULL}, {"max_queued 2^20 + 1", NULL}, {"cpu_threads 1025", NULL},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cosy_engine_config x = c;
@@ -117,8 +118,30 @@ static void test_engine_create_args(void **state) {
       case 8: x.cpu_threads = -3; break;
       case 9: x.flags = 1; break;
       case 10: x.log_level = 9; break;
+      case 11: x.max_active = 4097; break;
+      case 12: x.max_queued = (1 << 20) + 1; break;
+      case 13: x.cpu_threads = 1025; break;
     }
     expect_status(cosy_engine_create(&x, &e), COSY_ERR_INVALID_ARG, bad[i].what);
+    assert_null(e);
+  }
+  /* the limits themselves pass the checks (then the missing model file fails the create) */
+  {
+    cosy_engine_config x = c;
+    x.max_active = 4096, x.max_queued = 1 << 20, x.cpu_threads = 1024;
+    expect_status(cosy_engine_create(&x, &e), COSY_ERR_IO, "max_active 4096, max_queued 2^20");
+    assert_null(e);
+  }
+  /* the GPU path decodes at most 256 requests together: more is rejected at create, before the
+   * device is touched (a build without CUDA refuses any device first) */
+  {
+    cosy_engine_config x = c;
+    x.device = 0, x.max_active = 257;
+#ifdef COSY_WITH_CUDA
+    expect_status(cosy_engine_create(&x, &e), COSY_ERR_INVALID_ARG, "GPU max_active 257");
+#else
+    expect_status(cosy_engine_create(&x, &e), COSY_ERR_UNSUPPORTED, "GPU max_active 257");
+#endif
     assert_null(e);
   }
 }

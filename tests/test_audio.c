@@ -273,7 +273,7 @@ static void test_mel_cross_lingual(void **state) {
   assert_int_equal(T, ((n * 24000 + 22049) / 22050) / 480);
   assert_true(T >= 100);
   double rel = tu_rel_l2(mel, ref, 100 * 80), mad = tu_max_abs_diff(mel, ref, 100 * 80);
-  /* tolerance: rel L2 <= 1e-4 (the brief allowed 3e-2 for libsamplerate; cosy_audio_to_mel uses
+  /* tolerance: rel L2 <= 1e-4 (3e-2 would do for a libsamplerate resampler; cosy_audio_to_mel uses
    * the torchaudio-compatible resampler, so only fp32 rounding remains) */
   print_message("cross-lingual prompt mel (22.05 kHz -> 24 kHz, torchaudio-style resampler, %d "
                 "frames, %.1f ms): rel L2 %.3g, max abs %.3g (limit rel 1e-4)\n",

@@ -1,5 +1,5 @@
-/* test_fault.c - host allocation failures injected across a whole session on the CPU (issue 13
- * item 2). Needs a fault-injection build (COSY_FAULT_INJECTION, lib/util.h: the Makefile sets it
+/* test_fault.c - host allocation failures injected across a whole session on the CPU.
+ * Needs a fault-injection build (COSY_FAULT_INJECTION, lib/util.h: the Makefile sets it
  * with SAN=1, so `make test-sanitize` and `make test-fault` run this under AddressSanitizer, whose
  * leak check covers every path); elsewhere it says SKIP.
  *

@@ -1,4 +1,4 @@
-/* test_gpu_fault.c - injected CUDA failures on the GPU engine (issue 13; needs a CUDA device and
+/* test_gpu_fault.c - injected CUDA failures on the GPU engine (needs a CUDA device and
  * the small test model, SKIP without). lib/gpu/gpu.h: every checked CUDA operation of the engine
  * (allocation, copy, kernel or graph launch, synchronization) goes through cosy_gpu_check, which
  * can make the n-th one report a failure (cosy_gpu_fault_arm; the environment variable

@@ -8,7 +8,7 @@
  *              double-precision host computation.
  *   estimator: gpu_flow_estimator(a/est0_*_in) vs a/est0_out and vs ref_flow_estimator; the same
  *              inputs with the streaming mask vs the reference.
- *   FLOW(a), FLOW(b), FLOW(c) (golden README "Calls"): gpu_flow_infer vs ref_flow_infer and vs
+ *   FLOW(a), FLOW(b), FLOW(c) (the golden data's three flow calls): gpu_flow_infer vs ref_flow_infer and vs
  *              the golden mel.npy.
  *   graphs:    first call of an N (direct launches) == second (graph captured) == replays ==
  *              graphs off; two N values alternating (graph cache).
@@ -19,7 +19,7 @@
  *   N = 90) vs the CPU reference (run in a second thread while the GPU computes its side);
  *   timing of W1-like first chunks (87 prompt tokens with a smooth random prompt mel, streaming,
  *   non-final) at N = 250, 350, 500: median of 5 calls after a warm-up, with the achieved
- *   TFLOP/s by spec section 7: 20 * (N * 378.0M + 90112 * N^2 + 0.284G) FLOP per call.
+ *   TFLOP/s by docs/model.md section 9's count: 20 * (N * 378.0M + 90112 * N^2 + 0.284G) FLOP per call.
  * Tolerances: relative L2 <= 2e-2 for every mel / estimator comparison (bf16 weights and
  *   activations, fp32 accumulation, fp32 Euler state); kernels: 1e-2 (bf16 output) or 1e-4
  *   (fp32 output from bf16 inputs); graph replay vs first call: 1e-6 (expected bit-identical).

@@ -4,7 +4,7 @@
  * library was built without CUDA, when no CUDA device is present, or when the small model /
  * ../shared golden data is absent; fails on a device when a result is wrong.
  *
- * Tolerances (the brief's): log-probs max |gpu - ref| <= 5e-2 over every row compared (6761
+ * Tolerances: log-probs max |gpu - ref| <= 5e-2 over every row compared (6761
  *   entries per row); argmax agreement >= 99% of the rows (with 41 rows: all of them);
  *   gpu_llm_build_input == ref_llm_build_input exactly, and the golden lm_input to 1e-6;
  *   batched decode == each sequence decoded alone (batch 1): <= 5e-2.

@@ -1,4 +1,7 @@
-/* test_kernels.c - every CUDA launcher of kernels/kernels.h against a plain CPU reference.
+/* test_kernels.c - every CUDA launcher of kernels/kernels.h, flow_extra.h and llm_extra.h against a
+ * plain CPU reference (the HiFT and front-end launchers, kernels_hift.h and kernels_frontend.h,
+ * and flow_extra.h's resid_ln and conv_pos: tests/test_gpu_hift.c, test_gpu_frontend.c,
+ * test_gpu_flow.c; docs/kernels.md lists which test covers which launcher).
  *
  * Each check draws fresh random inputs (fixed seed, never zeros), uploads them in the storage
  * type under test (the host copy is rounded to the stored values, so the reference sees exactly
@@ -7,10 +10,11 @@
  *   err = ||out - ref||_2 / ||ref||_2, and every output element must have been written (no NaN).
  * Tolerances (relative L2), per op and output type:
  *   fp32 outputs of fp32 math ............................................. 1e-5
+ *   (one or two fp32 additions: 1e-6; hi + lo bf16 pairs of llm_extra.h, exact to ~2^-17: 1e-5)
  *   bf16 outputs (one rounding at the store, ~2e-3 expected) .............. 1e-2
  *   gemm bf16 inputs -> fp32 output (fp32 accumulation; ~1e-6 expected) ... 1e-4
  *   attention with bf16 data (P rounded to bf16 on the tensor-core path) .. 1e-2
- *   copies (embedding, kv append) and top-k selection ..................... exact (0)
+ *   copies (embedding, kv append, flow_pack.cu, kv gather, decode prep), top-k exact (0)
  * One line per check: op, size, rel-L2, tolerance, PASS/FAIL. Without a CUDA device the program
  * prints "SKIP: ..." and exits 0 (the CI situation); on a device any wrong result fails. Built
  * without CUDA (no COSY_WITH_CUDA) it prints "SKIP: built without CUDA" and exits 0.
@@ -40,6 +44,13 @@ static jmp_buf tk_jmp;
   do {                                                       \
     if (!(p)) {                                              \
       printf("assertion failed: %s is NULL\n", #p);          \
+      fail();                                                \
+    }                                                        \
+  } while (0)
+#define assert_true(c)                                       \
+  do {                                                       \
+    if (!(c)) {                                              \
+      printf("assertion failed: %s\n", #c);                  \
       fail();                                                \
     }                                                        \
   } while (0)
@@ -87,6 +98,7 @@ int main(void) {
 
 #include <cuda_runtime_api.h>
 
+#include "flow_extra.h"
 #include "kernels.h"
 #include "llm_extra.h"
 #include "ref/sampling.h"
@@ -1446,6 +1458,749 @@ static void test_sample(void **state) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * small helpers of the tests below (int and raw buffers) */
+
+static void *dup_bytes(const void *h, size_t bytes) {
+  void *d = dmalloc(bytes);
+  CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+/* device int32 buffer filled with 0x7F7F7F7F (no launcher writes that value in these tests) */
+static int32_t *dpoison_i32(size_t n) {
+  int32_t *p = dmalloc(n * 4);
+  CK(cudaMemset(p, 0x7F, n * 4));
+  return p;
+}
+static int32_t *download_i32(const int32_t *d, size_t n) {
+  int32_t *h = malloc((n ? n : 1) * 4);
+  assert_non_null(h);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
+  return h;
+}
+/* exact comparison of int32 outputs: reports the number of mismatches against tolerance 0 */
+static void check_i32(const char *op, const char *size, const int32_t *got, const int32_t *ref,
+                      size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += got[i] != ref[i];
+  report(op, size, (double)bad, 0.0, 0);
+}
+static double *to_double(const float *a, size_t n) {
+  double *d = dalloc_host(n);
+  for (size_t i = 0; i < n; ++i) d[i] = a[i];
+  return d;
+}
+/* random permutation of 0..n-1 */
+static int32_t *rnd_perm(int n) {
+  int32_t *p = malloc((n ? n : 1) * sizeof *p);
+  assert_non_null(p);
+  for (int i = 0; i < n; ++i) p[i] = i;
+  for (int i = n - 1; i > 0; --i) {
+    const int j = rnd_int(i + 1);
+    const int32_t t = p[i];
+    p[i] = p[j];
+    p[j] = t;
+  }
+  return p;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * flow_extra.cu: the DiT's element-wise kernels (cosy_k_flow_resid_ln and cosy_k_flow_conv_pos
+ * are checked in tests/test_gpu_flow.c) */
+
+/* cos/sin table [P][rot/2][2] of the interleaved RoPE, a = p / 10000^(2i/rot) */
+static float *cos_sin_table(int P, int rot) {
+  const int half = rot / 2;
+  float *t = malloc((size_t)(P ? P : 1) * (half ? half : 1) * 2 * sizeof *t);
+  assert_non_null(t);
+  for (int p = 0; p < P; ++p)
+    for (int i = 0; i < half; ++i) {
+      const double a = p / pow(10000.0, 2.0 * i / rot);
+      t[((size_t)p * half + i) * 2] = (float)cos(a);
+      t[((size_t)p * half + i) * 2 + 1] = (float)sin(a);
+    }
+  return t;
+}
+
+/* qkv_post (B x N rows, position = n) or qkv_post_pos (rows = B * N, position = pos[row]) */
+static void check_flow_qkv_post(int B, int N, int D, int rot, int with_pos) {
+  const int rows = B * N, P = N + 13, half = rot / 2;
+  const size_t n = (size_t)rows * 3 * D;
+  float *x = fill(n, -2.f, 2.f), *bias = fill((size_t)3 * D, -0.5f, 0.5f);
+  float *cs = cos_sin_table(P, rot);
+  int32_t *pos = malloc((size_t)(rows ? rows : 1) * 4);
+  assert_non_null(pos);
+  for (int r = 0; r < rows; ++r) pos[r] = with_pos ? rnd_int(P) : r % N;
+  void *dx = dup_dt(x, n, BF16), *db = dup_dt(bias, (size_t)3 * D, F32);
+  void *dcs = dup_dt(cs, (size_t)P * half * 2, F32);
+  int32_t *dpos = dup_i32(pos, (size_t)rows);
+  if (with_pos)
+    CK(cosy_k_flow_qkv_post_pos(0, dx, db, dcs, dpos, rows, D, rot));
+  else
+    CK(cosy_k_flow_qkv_post(0, dx, db, dcs, B, N, D, rot));
+  float *out = download(dx, n, BF16);
+  double *ref = dalloc_host(n);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < 3 * D; ++c) {
+      const size_t e = (size_t)r * 3 * D + c;
+      const int cc = c % D;
+      if (c < 2 * D && cc < rot) {
+        const int p0 = cc & ~1, i = cc / 2;
+        const double a0 = (double)x[e - cc + p0] + bias[c - cc + p0];
+        const double a1 = (double)x[e - cc + p0 + 1] + bias[c - cc + p0 + 1];
+        const double co = cs[((size_t)pos[r] * half + i) * 2], si = cs[((size_t)pos[r] * half + i) * 2 + 1];
+        ref[e] = cc & 1 ? a1 * co + a0 * si : a0 * co - a1 * si;
+      } else {
+        ref[e] = (double)x[e] + bias[c];
+      }
+    }
+  char sz[96];
+  snprintf(sz, sizeof sz, "%dx%dx3x%d rot=%d bf16%s", B, N, D, rot, with_pos ? " pos[]" : "");
+  check(with_pos ? "flow_qkv_post_pos" : "flow_qkv_post", sz, out, ref, n, 1e-2);
+  free(x), free(bias), free(cs), free(pos), free(out), free(ref);
+  dfree(dx), dfree(db), dfree(dcs), dfree(dpos);
+}
+
+static void check_flow_bias_gelu(int rows, int F) {
+  const size_t n = (size_t)rows * F;
+  float *x = fill(n, -3.f, 3.f), *bias = fill((size_t)F, -0.5f, 0.5f);
+  void *dx = dup_dt(x, n, BF16), *db = dup_dt(bias, (size_t)F, F32);
+  CK(cosy_k_flow_bias_gelu(0, dx, db, rows, F));
+  float *out = download(dx, n, BF16);
+  double *ref = dalloc_host(n);
+  for (size_t e = 0; e < n; ++e) ref[e] = gelu_d((double)x[e] + bias[e % F]);
+  char sz[64];
+  snprintf(sz, sizeof sz, "%dx%d bf16", rows, F);
+  check("flow_bias_gelu", sz, out, ref, n, 1e-2);
+  free(x), free(bias), free(out), free(ref);
+  dfree(dx), dfree(db);
+}
+
+static void check_flow_add_rows(int B, int N, int D, int shared) {
+  const size_t n = (size_t)B * N * D, nxp = shared ? (size_t)N * D : n;
+  float *xp = fill(nxp, -2.f, 2.f), *hc = fill(n, -1.f, 1.f);
+  void *dxp = dup_dt(xp, nxp, F32), *dhc = dup_dt(hc, n, F32);
+  void *dh = dpoison(n, F32), *dhb = dpoison(n, BF16);
+  CK(cosy_k_flow_add_rows(0, dxp, shared ? 0 : (int64_t)N * D, dhc, dh, dhb, B, N, D));
+  float *h = download(dh, n, F32), *hb = download(dhb, n, BF16);
+  double *ref = dalloc_host(n);
+  for (size_t e = 0; e < n; ++e) ref[e] = (double)xp[shared ? e % ((size_t)N * D) : e] + hc[e];
+  char sz[64];
+  snprintf(sz, sizeof sz, "%dx%dx%d%s", B, N, D, shared ? " xp shared" : "");
+  check("flow_add_rows: h f32", sz, h, ref, n, 1e-6);
+  check("flow_add_rows: hb bf16", sz, hb, ref, n, 1e-2);
+  free(xp), free(hc), free(h), free(hb), free(ref);
+  dfree(dxp), dfree(dhc), dfree(dh), dfree(dhb);
+}
+
+/* mask: bit 0 cond, bit 1 mu, bit 2 spk given (else NULL = zeros) */
+static void check_flow_pack_cond(int N, int M, int mask) {
+  float *cond = fill((size_t)N * M, -2.f, 2.f), *mu = fill((size_t)N * M, -2.f, 2.f);
+  float *spk = fill((size_t)M, -1.f, 1.f);
+  void *dc = dup_dt(cond, (size_t)N * M, F32), *dm = dup_dt(mu, (size_t)N * M, F32);
+  void *ds = dup_dt(spk, (size_t)M, F32), *dout = dpoison((size_t)N * 3 * M, F32);
+  CK(cosy_k_flow_pack_cond(0, dout, mask & 1 ? dc : NULL, mask & 2 ? dm : NULL,
+                           mask & 4 ? ds : NULL, N, M));
+  float *out = download(dout, (size_t)N * 3 * M, F32);
+  double *ref = dalloc_host((size_t)N * 3 * M);
+  for (int f = 0; f < N; ++f)
+    for (int c = 0; c < M; ++c) {
+      double *r = ref + (size_t)f * 3 * M;
+      r[c] = mask & 1 ? cond[(size_t)f * M + c] : 0.0;
+      r[M + c] = mask & 2 ? mu[(size_t)f * M + c] : 0.0;
+      r[2 * M + c] = mask & 4 ? spk[c] : 0.0;
+    }
+  char sz[64];
+  snprintf(sz, sizeof sz, "N=%d M=%d cond%s mu%s spk%s", N, M, mask & 1 ? "" : "=0",
+           mask & 2 ? "" : "=0", mask & 4 ? "" : "=0");
+  check("flow_pack_cond", sz, out, ref, (size_t)N * 3 * M, 0.0);
+  free(cond), free(mu), free(spk), free(out), free(ref);
+  dfree(dc), dfree(dm), dfree(ds), dfree(dout);
+}
+
+static void check_flow_mu(int ratio, int N, int M) {
+  const int rows = (N + ratio - 1) / ratio;
+  float *pre = fill((size_t)rows * M, -2.f, 2.f), *xe = fill((size_t)rows * M, -2.f, 2.f);
+  void *dp = dup_dt(pre, (size_t)rows * M, F32), *dx = dup_dt(xe, (size_t)rows * M, F32);
+  void *dmu = dpoison((size_t)N * M, F32);
+  CK(cosy_k_flow_mu(0, dmu, dp, dx, ratio, N, M));
+  float *out = download(dmu, (size_t)N * M, F32);
+  double *ref = dalloc_host((size_t)N * M);
+  for (int f = 0; f < N; ++f)
+    for (int c = 0; c < M; ++c)
+      ref[(size_t)f * M + c] = (double)pre[(size_t)(f / ratio) * M + c] + xe[(size_t)(f / ratio) * M + c];
+  char sz[64];
+  snprintf(sz, sizeof sz, "ratio=%d N=%d M=%d", ratio, N, M);
+  check("flow_mu", sz, out, ref, (size_t)N * M, 1e-6);
+  free(pre), free(xe), free(out), free(ref);
+  dfree(dp), dfree(dx), dfree(dmu);
+}
+
+static void check_flow_euler(int64_t n, float dt, float c1, float c2) {
+  float *x = fill((size_t)n, -2.f, 2.f), *vc = fill((size_t)n, -3.f, 3.f);
+  float *vu = fill((size_t)n, -3.f, 3.f);
+  void *dx = dup_dt(x, (size_t)n, F32), *dvc = dup_dt(vc, (size_t)n, F32);
+  void *dvu = dup_dt(vu, (size_t)n, F32);
+  CK(cosy_k_flow_euler(0, dx, dvc, dvu, n, dt, c1, c2));
+  float *out = download(dx, (size_t)n, F32);
+  double *ref = dalloc_host((size_t)n);
+  for (int64_t i = 0; i < n; ++i)
+    ref[i] = (double)x[i] + (double)dt * ((double)c1 * vc[i] - (double)c2 * vu[i]);
+  char sz[64];
+  snprintf(sz, sizeof sz, "n=%lld dt=%.4g cfg %.2g/%.2g", (long long)n, dt, c1, c2);
+  check("flow_euler", sz, out, ref, (size_t)n, 1e-5);
+  free(x), free(vc), free(vu), free(out), free(ref);
+  dfree(dx), dfree(dvc), dfree(dvu);
+}
+
+static void test_flow_extra(void **state) {
+  (void)state;
+  begin_test(11);
+  check_flow_qkv_post(2, 37, 1024, 64, 0); /* the DiT: rot = head 0 */
+  check_flow_qkv_post(1, 5, 64, 64, 0);
+  check_flow_qkv_post(2, 50, 128, 24, 0);
+  check_flow_qkv_post(1, 73, 1024, 64, 1); /* packed rows, positions from pos[] */
+  check_flow_qkv_post(1, 9, 256, 0, 1);    /* bias only */
+  check_flow_bias_gelu(2 * 37, 2048);
+  check_flow_bias_gelu(3, 8);
+  check_flow_add_rows(2, 37, 1024, 1);
+  check_flow_add_rows(2, 37, 1024, 0);
+  check_flow_add_rows(1, 3, 4, 0);
+  for (int mask = 0; mask < 8; ++mask) check_flow_pack_cond(17, 80, mask);
+  check_flow_pack_cond(250, 80, 7);
+  check_flow_mu(2, 200, 80);
+  check_flow_mu(2, 7, 80); /* odd N: the last source row is used once */
+  check_flow_mu(3, 31, 5);
+  check_flow_euler(2 * 80 * 250, 0.1f, 1.7f, 0.7f);
+  check_flow_euler(5, -0.03125f, 1.f, 0.f);
+  end_test();
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * flow_pack.cu: rows between a packed batch and the flow's cache pages (exact copies) */
+
+static void check_flow_x_gather(int rows, int M, int n_pool_rows, int n_new, int64_t step_off) {
+  const size_t npool = (size_t)n_pool_rows * M + (size_t)step_off;
+  float *pool = fill(npool, -2.f, 2.f), *xnew = fill((size_t)n_new * M, -2.f, 2.f);
+  int64_t *src = malloc((size_t)rows * sizeof *src);
+  assert_non_null(src);
+  for (int r = 0; r < rows; ++r) {
+    const int kind = rnd_int(3);
+    src[r] = kind == 0 ? (int64_t)rnd_int(n_pool_rows) * M : kind == 1 ? -1 : -2 - rnd_int(n_new);
+  }
+  void *dpool = dup_dt(pool, npool, F32), *dnew = dup_dt(xnew, (size_t)n_new * M, F32);
+  void *dsrc = dup_bytes(src, (size_t)rows * sizeof *src);
+  void *ddst = dpoison((size_t)rows * M, F32);
+  CK(cosy_k_flow_x_gather(0, ddst, dsrc, dpool, step_off, dnew, rows, M));
+  float *out = download(ddst, (size_t)rows * M, F32);
+  double *ref = dalloc_host((size_t)rows * M);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < M; ++c)
+      ref[(size_t)r * M + c] = src[r] >= 0    ? pool[src[r] + step_off + c]
+                               : src[r] == -1 ? 0.0
+                                              : xnew[(size_t)(-2 - src[r]) * M + c];
+  char sz[64];
+  snprintf(sz, sizeof sz, "%d rows of %d, pool %d rows", rows, M, n_pool_rows);
+  check("flow_x_gather", sz, out, ref, (size_t)rows * M, 0.0);
+  free(pool), free(xnew), free(src), free(out), free(ref);
+  dfree(dpool), dfree(dnew), dfree(dsrc), dfree(ddst);
+}
+
+static void check_flow_x_store(int rows, int M, int n_pool_rows, int64_t step_off) {
+  const size_t npool = (size_t)n_pool_rows * M + (size_t)step_off;
+  float *pool = fill(npool, -2.f, 2.f), *xnew = fill((size_t)rows * M, -2.f, 2.f);
+  int32_t *perm = rnd_perm(n_pool_rows);
+  int64_t *dst = malloc((size_t)rows * sizeof *dst);
+  assert_non_null(dst);
+  for (int r = 0; r < rows; ++r) dst[r] = rnd_int(4) == 0 ? -1 : (int64_t)perm[r] * M;
+  void *dpool = dup_dt(pool, npool, F32), *dnew = dup_dt(xnew, (size_t)rows * M, F32);
+  void *ddst = dup_bytes(dst, (size_t)rows * sizeof *dst);
+  CK(cosy_k_flow_x_store(0, dpool, ddst, step_off, dnew, rows, M));
+  float *out = download(dpool, npool, F32);
+  double *ref = to_double(pool, npool);
+  for (int r = 0; r < rows; ++r)
+    if (dst[r] >= 0)
+      for (int c = 0; c < M; ++c) ref[dst[r] + step_off + c] = xnew[(size_t)r * M + c];
+  char sz[64];
+  snprintf(sz, sizeof sz, "%d rows of %d into %d", rows, M, n_pool_rows);
+  check("flow_x_store", sz, out, ref, npool, 0.0);
+  free(pool), free(xnew), free(perm), free(dst), free(out), free(ref);
+  dfree(dpool), dfree(dnew), dfree(ddst);
+}
+
+static void check_flow_kv_store(int rows, int D, int n_slots, int64_t layer_off) {
+  /* a slot holds K (D) then V (D) elements: v_off = D */
+  const size_t npool = (size_t)n_slots * 2 * D + (size_t)layer_off;
+  float *pool = fill(npool, -2.f, 2.f), *qkv = fill((size_t)rows * 3 * D, -2.f, 2.f);
+  int32_t *perm = rnd_perm(n_slots);
+  int64_t *dst = malloc((size_t)rows * sizeof *dst);
+  assert_non_null(dst);
+  for (int r = 0; r < rows; ++r) dst[r] = rnd_int(5) == 0 ? -1 : (int64_t)perm[r] * 2 * D;
+  void *dpool = dup_dt(pool, npool, BF16), *dq = dup_dt(qkv, (size_t)rows * 3 * D, BF16);
+  void *ddst = dup_bytes(dst, (size_t)rows * sizeof *dst);
+  CK(cosy_k_flow_kv_store(0, dpool, ddst, layer_off, D, dq, rows, D));
+  float *out = download(dpool, npool, BF16);
+  double *ref = to_double(pool, npool);
+  for (int r = 0; r < rows; ++r)
+    if (dst[r] >= 0)
+      for (int c = 0; c < D; ++c) {
+        ref[dst[r] + layer_off + c] = qkv[(size_t)r * 3 * D + D + c];
+        ref[dst[r] + layer_off + D + c] = qkv[(size_t)r * 3 * D + 2 * D + c];
+      }
+  char sz[64];
+  snprintf(sz, sizeof sz, "%d rows, D=%d, %d slots bf16", rows, D, n_slots);
+  check("flow_kv_store", sz, out, ref, npool, 0.0);
+  free(pool), free(qkv), free(perm), free(dst), free(out), free(ref);
+  dfree(dpool), dfree(dq), dfree(ddst);
+}
+
+static void check_rows_gather_f32(int rows, int D, int n_src) {
+  float *src = fill((size_t)n_src * D, -2.f, 2.f);
+  int32_t *map = malloc((size_t)rows * 4);
+  assert_non_null(map);
+  for (int r = 0; r < rows; ++r) map[r] = rnd_int(n_src);
+  void *ds = dup_dt(src, (size_t)n_src * D, F32), *dd = dpoison((size_t)rows * D, F32);
+  int32_t *dmap = dup_i32(map, (size_t)rows);
+  CK(cosy_k_rows_gather_f32(0, dd, ds, dmap, rows, D));
+  float *out = download(dd, (size_t)rows * D, F32);
+  double *ref = dalloc_host((size_t)rows * D);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < D; ++c) ref[(size_t)r * D + c] = src[(size_t)map[r] * D + c];
+  char sz[64];
+  snprintf(sz, sizeof sz, "%d rows of %d from %d", rows, D, n_src);
+  check("rows_gather_f32", sz, out, ref, (size_t)rows * D, 0.0);
+  free(src), free(map), free(out), free(ref);
+  dfree(ds), dfree(dd), dfree(dmap);
+}
+
+static void check_rows_zero_bf16(int n_rows, int D, int total) {
+  float *x = fill((size_t)total * D, 0.5f, 2.f); /* nonzero everywhere */
+  int32_t *perm = rnd_perm(total);
+  void *dx = dup_dt(x, (size_t)total * D, BF16);
+  int32_t *dr = dup_i32(perm, (size_t)n_rows);
+  CK(cosy_k_rows_zero_bf16(0, dx, dr, n_rows, D));
+  float *out = download(dx, (size_t)total * D, BF16);
+  double *ref = to_double(x, (size_t)total * D);
+  for (int i = 0; i < n_rows; ++i)
+    for (int c = 0; c < D; ++c) ref[(size_t)perm[i] * D + c] = 0.0;
+  char sz[64];
+  snprintf(sz, sizeof sz, "%d of %d rows of %d", n_rows, total, D);
+  check("rows_zero_bf16", sz, out, ref, (size_t)total * D, 0.0);
+  free(x), free(perm), free(out), free(ref);
+  dfree(dx), dfree(dr);
+}
+
+static void test_flow_pack(void **state) {
+  (void)state;
+  begin_test(12);
+  check_flow_x_gather(150, 80, 200, 60, 3 * 50 * 80);
+  check_flow_x_gather(1, 80, 3, 1, 0);
+  check_flow_x_gather(77, 5, 40, 10, 7);
+  check_flow_x_store(150, 80, 200, 2 * 50 * 80);
+  check_flow_x_store(3, 7, 5, 0);
+  check_flow_kv_store(100, 1024, 150, 8 * 1024);
+  check_flow_kv_store(9, 64, 12, 0);
+  check_rows_gather_f32(100, 1024, 300);
+  check_rows_gather_f32(3, 4, 2);
+  check_rows_zero_bf16(10, 1024, 100);
+  check_rows_zero_bf16(1, 8, 1);
+  end_test();
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * cosy_k_attn_dit_paged: block-causal DiT attention over a packed batch with cached keys */
+
+typedef struct dit_seg_case {
+  int n_q, cached, Lk_less, row, full;
+} dit_seg_case;
+
+static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads, int page_frames,
+                                 int chunk) {
+  const int D = n_heads * 64, ld3 = 3 * D;
+  const double scale = 0.125;
+  /* page layout: [2 layers][2 CFG rows][K, V][page_frames][D]; the test reads layer 1 */
+  const int64_t layer_elems = (int64_t)4 * page_frames * D;
+  const int64_t page_elems = 2 * layer_elems, layer_off = layer_elems;
+  int total_q = 0, n_pages = 0;
+  for (int g = 0; g < n_seg; ++g) {
+    total_q += cs[g].n_q;
+    n_pages += (cs[g].cached + page_frames - 1) / page_frames;
+  }
+  const int n_pool_pages = n_pages + 3; /* some pages nobody reads */
+  const size_t npool = (size_t)n_pool_pages * page_elems, nqkv = (size_t)total_q * ld3;
+  float *pool = fill(npool, -1.5f, 1.5f), *qkv = fill(nqkv, -1.5f, 1.5f);
+  int32_t *perm = rnd_perm(n_pool_pages);
+  int32_t *ptab = calloc((size_t)(n_pages ? n_pages : 1), 4);
+  cosy_k_dit_seg *segs = calloc((size_t)n_seg, sizeof *segs);
+  int32_t *tiles = malloc((size_t)(total_q / COSY_K_DIT_TILE + n_seg + 1) * 2 * 4);
+  assert_non_null(ptab);
+  assert_non_null(segs);
+  assert_non_null(tiles);
+  int row0 = 0, p0 = 0, n_tiles = 0;
+  for (int g = 0; g < n_seg; ++g) {
+    segs[g].q_row0 = row0, segs[g].n_q = cs[g].n_q, segs[g].cached = cs[g].cached;
+    segs[g].Lk = cs[g].cached + cs[g].n_q - cs[g].Lk_less;
+    segs[g].ptab0 = p0, segs[g].row = cs[g].row, segs[g].full = cs[g].full;
+    const int np = (cs[g].cached + page_frames - 1) / page_frames;
+    for (int j = 0; j < np; ++j) ptab[p0 + j] = perm[p0 + j];
+    for (int t0 = 0; t0 < cs[g].n_q; t0 += COSY_K_DIT_TILE) {
+      tiles[2 * n_tiles] = g;
+      tiles[2 * n_tiles + 1] = t0;
+      ++n_tiles;
+    }
+    row0 += cs[g].n_q, p0 += np;
+  }
+  void *dpool = dup_dt(pool, npool, BF16), *dqkv = dup_dt(qkv, nqkv, BF16);
+  void *dsegs = dup_bytes(segs, (size_t)n_seg * sizeof *segs);
+  int32_t *dtiles = dup_i32(tiles, (size_t)n_tiles * 2), *dptab = dup_i32(ptab, (size_t)(n_pages ? n_pages : 1));
+  void *dout = dpoison((size_t)total_q * D, BF16);
+  CK(cosy_k_attn_dit_paged(0, dqkv, D, n_heads, dsegs, dtiles, n_tiles, dpool, page_elems,
+                           layer_off, page_frames, dptab, dout, chunk, (float)scale));
+  float *out = download(dout, (size_t)total_q * D, BF16);
+  double *ref = dalloc_host((size_t)total_q * D);
+  int max_lk = 1;
+  for (int g = 0; g < n_seg; ++g) max_lk = segs[g].Lk > max_lk ? segs[g].Lk : max_lk;
+  const float **kr = malloc((size_t)max_lk * sizeof *kr), **vr = malloc((size_t)max_lk * sizeof *vr);
+  assert_non_null(kr);
+  assert_non_null(vr);
+  for (int g = 0; g < n_seg; ++g) {
+    const cosy_k_dit_seg *sg = &segs[g];
+    for (int h = 0; h < n_heads; ++h) {
+      for (int f = 0; f < sg->Lk; ++f) {
+        if (f < sg->cached) {
+          const float *k = pool + (size_t)ptab[sg->ptab0 + f / page_frames] * page_elems +
+                           layer_off + (size_t)(2 * sg->row) * page_frames * D +
+                           (size_t)(f % page_frames) * D + (size_t)h * 64;
+          kr[f] = k;
+          vr[f] = k + (size_t)page_frames * D;
+        } else {
+          const float *r = qkv + (size_t)(sg->q_row0 + f - sg->cached) * ld3 + (size_t)h * 64;
+          kr[f] = r + D;
+          vr[f] = r + 2 * D;
+        }
+      }
+      for (int i = 0; i < sg->n_q; ++i) {
+        const int fi = sg->cached + i;
+        int nk = sg->full ? sg->Lk : (fi / chunk + 1) * chunk;
+        if (nk > sg->Lk) nk = sg->Lk;
+        attn_row_ref(qkv + (size_t)(sg->q_row0 + i) * ld3 + (size_t)h * 64, kr, vr, nk, scale,
+                     ref + (size_t)(sg->q_row0 + i) * D + (size_t)h * 64);
+      }
+    }
+  }
+  char sz[96];
+  snprintf(sz, sizeof sz, "%d segs, %d rows, %d heads, pages of %d", n_seg, total_q, n_heads,
+           page_frames);
+  check("attn_dit_paged", sz, out, ref, (size_t)total_q * D, 1e-2);
+  free(pool), free(qkv), free(perm), free(ptab), free(segs), free(tiles), free(out), free(ref);
+  free(kr), free(vr);
+  dfree(dpool), dfree(dqkv), dfree(dsegs), dfree(dtiles), dfree(dptab), dfree(dout);
+}
+
+static void test_attn_dit_paged(void **state) {
+  (void)state;
+  begin_test(13);
+  /* {n_q, cached, Lk below cached + n_q, CFG row, full} */
+  const dit_seg_case a[] = {
+      {75, 0, 0, 0, 0},    /* a first call: no cache, block-causal */
+      {75, 0, 0, 1, 0},    /* its unconditional row */
+      {50, 100, 0, 0, 0},  /* the next block after two cached ones */
+      {50, 100, 0, 1, 0},
+      {30, 50, 0, 0, 1},   /* full attention (the last call of an utterance) */
+      {130, 120, 20, 1, 0} /* keys end before the last queries' block */
+  };
+  check_attn_dit_paged(a, 6, 16, 50, 50);
+  const dit_seg_case b[] = {{1, 0, 0, 0, 0}, {64, 64, 0, 1, 0}, {65, 37, 0, 0, 1}};
+  check_attn_dit_paged(b, 3, 2, 16, 50);
+  const dit_seg_case c[] = {{200, 250, 0, 0, 0}};
+  check_attn_dit_paged(c, 1, 4, 50, 50);
+  end_test();
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * llm_extra.cu: the GPU LLM's step kernels (cosy_k_llm_gemv: test_llm_gemv above) */
+
+static void check_llm_decode_prep(int n, int n_emb, int H, int n_slots, int bt_all_stride,
+                                  int bt_stride, int page_size) {
+  float *emb = fill((size_t)n_emb * H, -1.f, 1.f);
+  int32_t *in = malloc((size_t)3 * n * 4), *bt_all = malloc((size_t)n_slots * bt_all_stride * 4);
+  assert_non_null(in);
+  assert_non_null(bt_all);
+  for (int i = 0; i < n_slots * bt_all_stride; ++i) bt_all[i] = rnd_int(1000);
+  for (int i = 0; i < n; ++i) {
+    const int kind = rnd_int(8);
+    in[i] = kind == 0 ? n_emb + rnd_int(5) : kind == 1 ? -1 - rnd_int(3) : rnd_int(n_emb);
+    in[n + i] = kind == 2 ? -1 : kind == 3 ? n_slots + rnd_int(3) : rnd_int(n_slots);
+    in[2 * n + i] = kind == 4 ? bt_all_stride * page_size + rnd_int(4) : rnd_int(bt_all_stride * page_size);
+  }
+  void *demb = dup_dt(emb, (size_t)n_emb * H, BF16);
+  int32_t *din = dup_i32(in, (size_t)3 * n), *dbt_all = dup_i32(bt_all, (size_t)n_slots * bt_all_stride);
+  void *dh = dpoison((size_t)n * H, F32);
+  int32_t *dpos = dpoison_i32(n), *dslots = dpoison_i32(n), *dlens = dpoison_i32(n);
+  int32_t *dbt = dpoison_i32((size_t)n * bt_stride);
+  CK(cosy_k_llm_decode_prep(0, din, n, demb, n_emb, H, dbt_all, bt_all_stride, n_slots, page_size,
+                            dh, dpos, dslots, dlens, dbt, bt_stride));
+  float *h = download(dh, (size_t)n * H, F32);
+  int32_t *pos = download_i32(dpos, n), *slots = download_i32(dslots, n);
+  int32_t *lens = download_i32(dlens, n), *bt = download_i32(dbt, (size_t)n * bt_stride);
+  double *rh = dalloc_host((size_t)n * H);
+  int32_t *ri = malloc((size_t)n * (3 + bt_stride) * 4);
+  assert_non_null(ri);
+  int32_t *rpos = ri, *rslots = ri + n, *rlens = ri + 2 * n, *rbt = ri + 3 * n;
+  for (int i = 0; i < n; ++i) {
+    const int tok = in[i], seq = in[n + i], p = in[2 * n + i];
+    const int real = seq >= 0 && seq < n_slots && p >= 0 && p < bt_all_stride * page_size;
+    for (int d = 0; d < H; ++d)
+      rh[(size_t)i * H + d] = real && tok >= 0 && tok < n_emb ? emb[(size_t)tok * H + d] : 0.0;
+    for (int j = 0; j < bt_stride; ++j)
+      rbt[(size_t)i * bt_stride + j] = real ? bt_all[(size_t)seq * bt_all_stride + j] : 0;
+    rpos[i] = real ? p : 0;
+    rslots[i] = real ? bt_all[(size_t)seq * bt_all_stride + p / page_size] * page_size + p % page_size : -1;
+    rlens[i] = real ? p + 1 : 0;
+  }
+  char sz[96];
+  snprintf(sz, sizeof sz, "n=%d H=%d slots=%d bt %d/%d page %d", n, H, n_slots, bt_stride,
+           bt_all_stride, page_size);
+  check("llm_decode_prep: h", sz, h, rh, (size_t)n * H, 0.0);
+  check_i32("llm_decode_prep: pos", sz, pos, rpos, (size_t)n);
+  check_i32("llm_decode_prep: slots", sz, slots, rslots, (size_t)n);
+  check_i32("llm_decode_prep: lens", sz, lens, rlens, (size_t)n);
+  check_i32("llm_decode_prep: bt", sz, bt, rbt, (size_t)n * bt_stride);
+  free(emb), free(in), free(bt_all), free(h), free(pos), free(slots), free(lens), free(bt);
+  free(rh), free(ri);
+  dfree(demb), dfree(din), dfree(dbt_all), dfree(dh), dfree(dpos), dfree(dslots), dfree(dlens);
+  dfree(dbt);
+}
+
+static void check_llm_rope_append(int n_tok, int n_qh, int n_kh, int stride_extra, int with_lo,
+                                  int with_bias) {
+  const int nh = n_qh + 2 * n_kh, stride = nh * 64 + stride_extra, q_stride = n_qh * 64 + 4;
+  const int n_slots = n_tok + 9;
+  const size_t nx = (size_t)n_tok * stride, ncache = (size_t)n_slots * n_kh * 64;
+  float *qkv = fill(nx, -2.f, 2.f), *lo = fill(nx, -0.01f, 0.01f);
+  float *bias = fill((size_t)nh * 64, -0.5f, 0.5f);
+  float *kc = fill(ncache, -1.f, 1.f), *vc = fill(ncache, -1.f, 1.f);
+  float inv[32];
+  for (int i = 0; i < 32; ++i) inv[i] = (float)(1.0 / pow(1e6, 2.0 * i / 64));
+  int32_t *pos = malloc((size_t)n_tok * 4), *perm = rnd_perm(n_slots);
+  int32_t *slots = malloc((size_t)n_tok * 4);
+  assert_non_null(pos);
+  assert_non_null(slots);
+  for (int t = 0; t < n_tok; ++t) {
+    pos[t] = rnd_int(3000);
+    slots[t] = rnd_int(6) == 0 ? -1 : perm[t];
+  }
+  void *dqkv = dup_dt(qkv, nx, F32), *dlo = dup_dt(lo, nx, F32);
+  void *db = dup_dt(bias, (size_t)nh * 64, F32), *dinv = dup_dt(inv, 32, F32);
+  void *dkc = dup_dt(kc, ncache, F32), *dvc = dup_dt(vc, ncache, F32);
+  int32_t *dpos = dup_i32(pos, n_tok), *dslots = dup_i32(slots, n_tok);
+  void *dq = dpoison((size_t)n_tok * q_stride, F32);
+  CK(cosy_k_llm_rope_append(0, dqkv, with_lo ? dlo : NULL, stride, with_bias ? db : NULL, n_tok,
+                            n_qh, n_kh, dpos, dslots, dinv, dq, q_stride, dkc, dvc));
+  float *q = download(dq, (size_t)n_tok * q_stride, F32);
+  float *okc = download(dkc, ncache, F32), *ovc = download(dvc, ncache, F32);
+  double *rq = dalloc_host((size_t)n_tok * q_stride), *rk = to_double(kc, ncache);
+  double *rv = to_double(vc, ncache);
+  for (int t = 0; t < n_tok; ++t) {
+    for (int c = n_qh * 64; c < q_stride; ++c) rq[(size_t)t * q_stride + c] = NAN; /* untouched */
+    for (int hd = 0; hd < nh; ++hd) {
+      double x[64];
+      for (int d = 0; d < 64; ++d) {
+        const size_t o = (size_t)t * stride + (size_t)hd * 64 + d;
+        x[d] = (double)qkv[o] + (with_lo ? (double)lo[o] : 0.0) +
+               (with_bias ? (double)bias[hd * 64 + d] : 0.0);
+      }
+      if (hd < n_qh + n_kh)
+        for (int i = 0; i < 32; ++i) {
+          const double a = (double)((float)pos[t] * inv[i]); /* the fp32 angle of the header */
+          const double x1 = x[i], x2 = x[i + 32];
+          x[i] = x1 * cos(a) - x2 * sin(a);
+          x[i + 32] = x2 * cos(a) + x1 * sin(a);
+        }
+      double *dst = NULL;
+      if (hd < n_qh)
+        dst = rq + (size_t)t * q_stride + (size_t)hd * 64;
+      else if (slots[t] >= 0)
+        dst = (hd < n_qh + n_kh ? rk : rv) +
+              ((size_t)slots[t] * n_kh + (hd < n_qh + n_kh ? hd - n_qh : hd - n_qh - n_kh)) * 64;
+      if (dst)
+        for (int d = 0; d < 64; ++d) dst[d] = x[d];
+    }
+  }
+  /* q's padding columns were never written (NaN in both): compare only the head columns */
+  double num = 0, den = 0;
+  size_t unwritten = 0;
+  for (int t = 0; t < n_tok; ++t)
+    for (int c = 0; c < n_qh * 64; ++c) {
+      const size_t e = (size_t)t * q_stride + c;
+      if (isnan(q[e])) {
+        ++unwritten;
+        continue;
+      }
+      num += (q[e] - rq[e]) * (q[e] - rq[e]);
+      den += rq[e] * rq[e];
+    }
+  char sz[96];
+  snprintf(sz, sizeof sz, "%d tok %d/%d heads%s%s", n_tok, n_qh, n_kh, with_lo ? " +lo" : "",
+           with_bias ? " +bias" : "");
+  report("llm_rope_append: q", sz, sqrt(num / den), 1e-5, unwritten);
+  check("llm_rope_append: k cache", sz, okc, rk, ncache, 1e-5);
+  check("llm_rope_append: v cache", sz, ovc, rv, ncache, 1e-5);
+  free(qkv), free(lo), free(bias), free(kc), free(vc), free(pos), free(perm), free(slots);
+  free(q), free(okc), free(ovc), free(rq), free(rk), free(rv);
+  dfree(dqkv), dfree(dlo), dfree(db), dfree(dinv), dfree(dkc), dfree(dvc), dfree(dpos);
+  dfree(dslots), dfree(dq);
+}
+
+static void check_llm_kv_gather(int n_tok, int page_size, int kv_dim) {
+  const int n_pages = (n_tok + page_size - 1) / page_size + 5;
+  const size_t ncache = (size_t)n_pages * page_size * kv_dim;
+  float *kc = fill(ncache, -2.f, 2.f), *vc = fill(ncache, -2.f, 2.f);
+  int32_t *bt = rnd_perm(n_pages);
+  void *dkc = dup_dt(kc, ncache, F32), *dvc = dup_dt(vc, ncache, F32);
+  int32_t *dbt = dup_i32(bt, n_pages);
+  void *dk = dpoison((size_t)n_tok * kv_dim, F32), *dv = dpoison((size_t)n_tok * kv_dim, F32);
+  CK(cosy_k_llm_kv_gather(0, dkc, dvc, dbt, page_size, kv_dim, n_tok, dk, dv));
+  float *k = download(dk, (size_t)n_tok * kv_dim, F32), *v = download(dv, (size_t)n_tok * kv_dim, F32);
+  double *rk = dalloc_host((size_t)n_tok * kv_dim), *rv = dalloc_host((size_t)n_tok * kv_dim);
+  for (int t = 0; t < n_tok; ++t)
+    for (int c = 0; c < kv_dim; ++c) {
+      const size_t src = ((size_t)bt[t / page_size] * page_size + t % page_size) * kv_dim + c;
+      rk[(size_t)t * kv_dim + c] = kc[src];
+      rv[(size_t)t * kv_dim + c] = vc[src];
+    }
+  char sz[64];
+  snprintf(sz, sizeof sz, "%d tok page %d kv_dim %d", n_tok, page_size, kv_dim);
+  check("llm_kv_gather: k", sz, k, rk, (size_t)n_tok * kv_dim, 0.0);
+  check("llm_kv_gather: v", sz, v, rv, (size_t)n_tok * kv_dim, 0.0);
+  free(kc), free(vc), free(bt), free(k), free(v), free(rk), free(rv);
+  dfree(dkc), dfree(dvc), dfree(dbt), dfree(dk), dfree(dv);
+}
+
+/* hi + lo (two bf16 buffers of n) as floats, and hi alone */
+static void download_hilo(const void *dhi, const void *dlo, size_t n, float **sum, float **hi) {
+  float *l = download(dlo, n, BF16);
+  *hi = download(dhi, n, BF16);
+  *sum = malloc((n ? n : 1) * sizeof **sum);
+  assert_non_null(*sum);
+  for (size_t i = 0; i < n; ++i) (*sum)[i] = (*hi)[i] + l[i];
+  free(l);
+}
+
+static void check_llm_norm_split(int M, int H, int with_delta) {
+  const size_t n = (size_t)M * H;
+  float *h = fill(n, -2.f, 2.f), *d = fill(n, -0.5f, 0.5f), *dl = fill(n, -1e-3f, 1e-3f);
+  float *w = fill((size_t)H, 0.5f, 1.5f);
+  void *dh = dup_dt(h, n, F32), *dd = dup_dt(d, n, F32), *ddl = dup_dt(dl, n, F32);
+  void *dw = dup_dt(w, (size_t)H, F32), *dhi = dpoison(n, BF16), *dlo = dpoison(n, BF16);
+  CK(cosy_k_llm_norm_split(0, dh, with_delta ? dd : NULL, with_delta ? ddl : NULL, dw,
+                           1e-6f, dhi, dlo, M, H));
+  float *oh = download(dh, n, F32), *sum, *hi;
+  download_hilo(dhi, dlo, n, &sum, &hi);
+  double *rh = dalloc_host(n), *ry = dalloc_host(n);
+  for (int m = 0; m < M; ++m) {
+    double ss = 0;
+    for (int i = 0; i < H; ++i) {
+      const size_t e = (size_t)m * H + i;
+      rh[e] = (double)h[e] + (with_delta ? (double)d[e] + dl[e] : 0.0);
+      ss += rh[e] * rh[e];
+    }
+    const double r = 1.0 / sqrt(ss / H + 1e-6);
+    for (int i = 0; i < H; ++i) ry[(size_t)m * H + i] = w[i] * rh[(size_t)m * H + i] * r;
+  }
+  char sz[64];
+  snprintf(sz, sizeof sz, "%dx%d%s", M, H, with_delta ? " +delta" : "");
+  check("llm_norm_split: h", sz, oh, rh, n, 1e-6);
+  check("llm_norm_split: hi+lo", sz, sum, ry, n, 1e-5);
+  check("llm_norm_split: hi", sz, hi, ry, n, 1e-2);
+  free(h), free(d), free(dl), free(w), free(oh), free(sum), free(hi), free(rh), free(ry);
+  dfree(dh), dfree(dd), dfree(ddl), dfree(dw), dfree(dhi), dfree(dlo);
+}
+
+static void check_llm_split(int M, int K, int ldx) {
+  float *x = fill((size_t)M * ldx, -3.f, 3.f);
+  void *dx = dup_dt(x, (size_t)M * ldx, F32);
+  void *dhi = dpoison((size_t)M * K, BF16), *dlo = dpoison((size_t)M * K, BF16);
+  CK(cosy_k_llm_split(0, dx, ldx, dhi, dlo, M, K));
+  float *sum, *hi;
+  download_hilo(dhi, dlo, (size_t)M * K, &sum, &hi);
+  double *ref = dalloc_host((size_t)M * K);
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) ref[(size_t)m * K + k] = x[(size_t)m * ldx + k];
+  char sz[64];
+  snprintf(sz, sizeof sz, "%dx%d ldx %d", M, K, ldx);
+  check("llm_split: hi+lo", sz, sum, ref, (size_t)M * K, 1e-5);
+  check("llm_split: hi", sz, hi, ref, (size_t)M * K, 1e-2);
+  free(x), free(sum), free(hi), free(ref);
+  dfree(dx), dfree(dhi), dfree(dlo);
+}
+
+static void check_llm_silu_split(int M, int I) {
+  const size_t n = (size_t)M * 2 * I;
+  float *gu = fill(n, -4.f, 4.f), *gl = fill(n, -1e-3f, 1e-3f);
+  void *dgu = dup_dt(gu, n, F32), *dgl = dup_dt(gl, n, F32);
+  void *dhi = dpoison((size_t)M * I, BF16), *dlo = dpoison((size_t)M * I, BF16);
+  CK(cosy_k_llm_silu_split(0, dgu, dgl, I, dhi, dlo, M));
+  float *sum, *hi;
+  download_hilo(dhi, dlo, (size_t)M * I, &sum, &hi);
+  double *ref = dalloc_host((size_t)M * I);
+  for (int m = 0; m < M; ++m)
+    for (int j = 0; j < I; ++j) {
+      const size_t o = (size_t)m * 2 * I + j;
+      const double g = (double)gu[o] + gl[o], u = (double)gu[o + I] + gl[o + I];
+      ref[(size_t)m * I + j] = silu_d(g) * u;
+    }
+  char sz[64];
+  snprintf(sz, sizeof sz, "%dx%d", M, I);
+  check("llm_silu_split: hi+lo", sz, sum, ref, (size_t)M * I, 1e-5);
+  check("llm_silu_split: hi", sz, hi, ref, (size_t)M * I, 1e-2);
+  free(gu), free(gl), free(sum), free(hi), free(ref);
+  dfree(dgu), dfree(dgl), dfree(dhi), dfree(dlo);
+}
+
+static void check_llm_add(int64_t n) {
+  float *a = fill((size_t)n, -2.f, 2.f), *b = fill((size_t)n, -2.f, 2.f);
+  void *da = dup_dt(a, (size_t)n, F32), *db = dup_dt(b, (size_t)n, F32);
+  void *dout = dpoison((size_t)n, F32);
+  CK(cosy_k_llm_add(0, da, db, dout, n));
+  float *out = download(dout, (size_t)n, F32);
+  double *ref = dalloc_host((size_t)n);
+  for (int64_t i = 0; i < n; ++i) ref[i] = (double)a[i] + b[i];
+  char sz[32];
+  snprintf(sz, sizeof sz, "n=%lld", (long long)n);
+  check("llm_add", sz, out, ref, (size_t)n, 1e-6);
+  free(a), free(b), free(out), free(ref);
+  dfree(da), dfree(db), dfree(dout);
+}
+
+static void test_llm_extra(void **state) {
+  (void)state;
+  begin_test(14);
+  check_llm_decode_prep(64, 6761, 896, 70, 63, 63, 16);
+  check_llm_decode_prep(5, 100, 64, 3, 8, 4, 32); /* bt_stride < bt_all_stride */
+  check_llm_rope_append(1, 14, 2, 0, 1, 1);
+  check_llm_rope_append(64, 14, 2, 0, 1, 1);
+  check_llm_rope_append(300, 14, 2, 8, 0, 1);
+  check_llm_rope_append(17, 14, 2, 0, 0, 0);
+  check_llm_rope_append(9, 4, 4, 0, 1, 0);
+  check_llm_kv_gather(300, 16, 128);
+  check_llm_kv_gather(1, 32, 4);
+  check_llm_kv_gather(65, 16, 128);
+  check_llm_norm_split(1, 896, 1);
+  check_llm_norm_split(64, 896, 1);
+  check_llm_norm_split(300, 896, 0);
+  check_llm_norm_split(3, 100, 1);
+  check_llm_split(300, 896, 896);
+  check_llm_split(5, 4864, 4864 + 16);
+  check_llm_silu_split(1, 4864);
+  check_llm_silu_split(300, 4864);
+  check_llm_silu_split(2, 3);
+  check_llm_add(300 * 896);
+  check_llm_add(1);
+  end_test();
+}
+
+/* ---------------------------------------------------------------------------------------------
  * argument checks: launchers refuse what a caller could get wrong */
 
 static void test_args(void **state) {
@@ -1492,7 +2247,32 @@ static void test_args(void **state) {
     ga.norm_w = d;
     bad += cosy_k_llm_gemv(0, &ga) != cudaErrorNotSupported; /* a combination not built */
   }
-  report("argument checks", "21 calls with bad arguments", (double)bad, 0.0, 0);
+  bad += cosy_k_flow_qkv_post(0, (cosy_bf16 *)d, d, d, 1, 4, 100, 64) !=
+         cudaErrorInvalidValue; /* D % 8 */
+  bad += cosy_k_flow_kv_store(0, (cosy_bf16 *)d + 1, (const int64_t *)d, 0, 64,
+                              (const cosy_bf16 *)d, 1, 64) != cudaErrorInvalidValue; /* unaligned */
+  bad += cosy_k_flow_euler(0, d, d, d, -1, 0.1f, 1.f, 0.f) != cudaErrorInvalidValue;
+  bad += cosy_k_rows_gather_f32(0, d, d, (const int32_t *)d, 1, 6) != cudaErrorInvalidValue;
+  bad += cosy_k_attn_dit_paged(0, (const cosy_bf16 *)d, 1024, 8, (const cosy_k_dit_seg *)d,
+                               (const int32_t *)d, 1, (const cosy_bf16 *)d, 0, 0, 50,
+                               (const int32_t *)d, (cosy_bf16 *)d, 50, 0.125f) !=
+         cudaErrorInvalidValue; /* 8 heads of 64 != D */
+  bad += cosy_k_llm_kv_gather(0, d, d, (const int32_t *)d, 16, 130, 1, d, d) !=
+         cudaErrorInvalidValue; /* kv_dim % 4 */
+  bad += cosy_k_llm_rope_append(0, d, NULL, 100, NULL, 1, 14, 2, (const int32_t *)d,
+                                (const int32_t *)d, d, d, 896, d, d) !=
+         cudaErrorInvalidValue; /* qkv_stride < 18 heads */
+  bad += cosy_k_llm_norm_split(0, d, d, NULL, d, 1e-6f, (cosy_bf16 *)d, (cosy_bf16 *)d, 1, 896) !=
+         cudaErrorInvalidValue; /* delta without delta_lo */
+  bad += cosy_k_llm_decode_prep(0, (const int32_t *)d, 1, (const cosy_bf16 *)d, 10, 8,
+                                (const int32_t *)d, 4, 1, 16, d, (int32_t *)d, (int32_t *)d,
+                                (int32_t *)d, (int32_t *)d, 5) !=
+         cudaErrorInvalidValue; /* bt_stride > bt_all_stride */
+  bad += cosy_k_llm_gemv_supported(1, 896) != 1;
+  bad += cosy_k_llm_gemv_supported(3, 896) != 0;
+  bad += cosy_k_llm_gemv_supported(8, 8200) != 0;
+  bad += cosy_k_device_image_check() != cudaSuccess; /* this build runs on this device */
+  report("argument checks", "34 calls (bad args, limits, image)", (double)bad, 0.0, 0);
   dfree(d);
   end_test();
 }
@@ -1524,7 +2304,9 @@ int main(void) {
       cmocka_unit_test(test_args),  cmocka_unit_test(test_norm),      cmocka_unit_test(test_rope),
       cmocka_unit_test(test_act),   cmocka_unit_test(test_embed),     cmocka_unit_test(test_gemm),
       cmocka_unit_test(test_sample), cmocka_unit_test(test_attention),
-      cmocka_unit_test(test_llm_gemv),
+      cmocka_unit_test(test_llm_gemv), cmocka_unit_test(test_flow_extra),
+      cmocka_unit_test(test_flow_pack), cmocka_unit_test(test_attn_dit_paged),
+      cmocka_unit_test(test_llm_extra),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

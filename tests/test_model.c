@@ -2,7 +2,7 @@
  * damaged copies of it.
  *
  * The small golden checkpoint converted with f32 weights (tu_small_model()) must load with the
- * golden geometry (../shared/golden/README.md "Model (small)"). Then copies of the file held in
+ * golden geometry (tools/make_model.py's "small" preset). Then copies of the file held in
  * memory are damaged and parsed with gguf_parse + cosy_model_from_gguf (never the mmap):
  *   - truncation at >= 200 offsets covering every region (magic, version, counts, the key/value
  *     area incl. the tokenizer arrays, the tensor table, the padding, the data): always
@@ -264,12 +264,12 @@ static void test_load_small(void **state) {
   assert_int_equal(m->token_types[151646], 4);
   assert_int_equal(m->token_types[151643], 3);
   assert_true(m->tokens[151646].n == 15 && !memcmp(m->tokens[151646].p, "<|endofprompt|>", 15));
-  /* the flow noise's first values as torch prints them (spec 3.3), tolerance 1e-6 */
+  /* the flow noise's first values as torch prints them (docs/model-format.md section 6), tolerance 1e-6 */
   float *z = cosy_model_f32(m, "flow.noise");
   assert_non_null(z);
   static const float r0[5] = {-1.1258398f, -1.1523602f, -0.2505786f, -0.4338788f, 0.8487104f};
   double d = tu_max_abs_diff(z, r0, 5);
-  print_message("flow.noise[0][:5] vs spec: max abs %.2e (tolerance 1e-6)\n", d);
+  print_message("flow.noise[0][:5] vs torch's values: max abs %.2e (tolerance 1e-6)\n", d);
   assert_true(d <= 1e-6);
   free(z);
   assert_null(cosy_model_f32(m, "llm.no_such.weight"));

@@ -237,7 +237,7 @@ static void test_decode_nonfinal(void **state) {
   free(wav), free(s), free(rwav), free(rpre), free(dbg.conv_pre);
 }
 
-/* End to end with the golden noise. The README measures how much the random-weight decoder
+/* End to end with the golden noise. As measured when the golden data were made, the random-weight decoder
  * amplifies the fp32 phase noise of the source (1e-6 on s moves wav by 3e-4; GPU torch vs CPU
  * torch: wav 1.4e-2 max abs), so only a loose bound applies here: relative L2 <= 2e-2. */
 static void test_infer_final(void **state) {
@@ -316,8 +316,8 @@ static void test_default_noise(void **state) {
 }
 
 /* With the default noise (the same at the same absolute sample), the non-final output of the
- * first 32 frames equals the prefix of the final output of all 48 frames: the README measured
- * 2.9e-5 for the official model; allowed here: max abs 1e-3. Also checks that the source of the
+ * first 32 frames equals the prefix of the final output of all 48 frames: the official model
+ * gives 2.9e-5 (measured with the golden data); allowed here: max abs 1e-3. Also checks that the source of the
  * non-final call is the prefix of the final one bit for bit. */
 static void test_default_noise_streaming(void **state) {
   fixture *fx = *state;

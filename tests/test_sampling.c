@@ -1,4 +1,4 @@
-/* test_sampling.c - the seeded RNG and RAS sampling (lib/ref/sampling.c, spec 2.3).
+/* test_sampling.c - the seeded RNG and RAS sampling (lib/ref/sampling.c, docs/model.md section 4).
  *
  * Hand-built distributions with known answers:
  *   - RNG: pinned first outputs of xoshiro256** seeded through splitmix64 (values computed by an

@@ -1,4 +1,4 @@
-/* test_stress.c - stress and soak of the engine (issue 9 item 5): hundreds of requests from many
+/* test_stress.c - stress and soak of the engine: hundreds of requests from many
  * threads, random cancels, random push (callback) and pull readers, engines destroyed with
  * requests in flight, over several rounds.
  *

@@ -314,13 +314,13 @@ def check_noise(g):
     d = float(np.abs(z[:, :rows.shape[1]] - rows).max())
     say(f"flow.noise vs golden/flow/noise_rows.npy {rows.shape}: max abs {d:.2e} (tolerance 2e-6)")
     assert d <= 2e-6
-    # spec 3.3's printed torch values (7 decimals): tolerance 1e-6 per value, 2e-3 on the fp64 sum
+    # torch's printed values (7 decimals, docs/model-format.md section 6): tolerance 1e-6 per value, 2e-3 on the fp64 sum
     # of all 1.2M values (one or two float32 ulps per value, random signs)
     r0 = [-1.1258398, -1.1523602, -0.2505786, -0.4338788, 0.8487104]
     r1 = [0.8691794, 0.5761968, -0.4119531]
     d0 = max(float(np.abs(z[0, :5] - r0).max()), float(np.abs(z[1, :3] - r1).max()))
     ds = abs(float(z.astype(np.float64).sum()) - (-1291.2013939))
-    say(f"flow.noise vs the spec's printed values: max abs {d0:.1e} (tolerance 1e-6), "
+    say(f"flow.noise vs torch's printed values: max abs {d0:.1e} (tolerance 1e-6), "
         f"sum off by {ds:.1e} (tolerance 2e-3)")
     assert d0 <= 1e-6 and ds <= 2e-3
 
@@ -694,7 +694,7 @@ def test_numpy_hift():
     wav_ref = np.load(os.path.join(H, "final", "wav.npy"))
     e_dec = float(np.abs(mm.decode(W, mel, np.load(os.path.join(H, "final", "s.npy"))) - wav_ref).max())
     e_wav = float(np.abs(mm.hift_forward(W, mel, ri, sw)[0] - wav_ref).max())
-    # tolerances: the golden README's GPU-vs-CPU spreads (f0 1.9e-5, s 8.9e-5, wav given s 1.2e-4,
+    # tolerances: the GPU-vs-CPU torch spreads measured with the golden data (f0 1.9e-5, s 8.9e-5, wav given s 1.2e-4,
     # wav 1.4e-2) with headroom: our float64 differs from torch's float32 in rounding only
     say(f"numpy HiFT vs golden: f0 {e_f0:.1e} Hz (tol 1e-4), s {e_s:.1e} (tol 5e-4), "
         f"wav given golden s {e_dec:.1e} (tol 5e-4), wav {e_wav:.1e} (tol 3e-2) max abs")

@@ -11,7 +11,7 @@ Presets (geometry; docs/model-format.md lists every tensor each implies):
          1024 x 22 layers (16 heads, ff 2048, conv_pos kernel 31 in 16 groups); HiFT 512/512.
          The real tokenizer from --tokenizer (default $COSY_SHARED/tokenizer, else
          ../shared/tokenizer) and --added-tokens (default DIR/added_tokens.json). ~1.7 GB in bf16.
-  small  the golden small geometry (../shared/golden/README.md "Model (small)": LLM 128 x 2
+  small  the golden small geometry (the small model of the golden data: LLM 128 x 2
          layers, 2 heads, 1 kv head, MLP 384, text vocabulary 151936; flow 128, DiT 128 x 2, ff 256;
          HiFT 64/64) with the real tokenizer when it is found (else the demo tokenizer, same
          151936-row text embedding).
@@ -300,7 +300,7 @@ def hift_checkpoint(g, f):
 
 
 # ----------------------------------------------------------------------------------------------
-# HiFT forward pass in numpy (spec section 4.3, finalize=True), float64 except where the
+# HiFT forward pass in numpy (docs/model.md section 8, finalize=True), float64 except where the
 # reference rounds to float32 (the source phase). Used to calibrate the random HiFT weights; its
 # agreement with the golden data is checked by tests/test_tools.py.
 
@@ -371,7 +371,7 @@ def f0_predict(W, mel):
 def source(W, f0, rand_ini, sine_noise, threshold=10.0):
     """f0 [T] (Hz) -> excitation s [480 T]. The phase is formed in float32 as the reference does
     (torch's CPU cumsum accumulates in double and rounds each sum). rand_ini has no effect
-    (spec 4.3: the downsampled phase skips sample 0)."""
+    (docs/model.md section 8: the frame-rate phase never sees sample 0's offset)."""
     f0 = np.asarray(f0, dtype=np.float32)
     T = f0.shape[0]
     h = np.arange(1, HIFT_NB_HARMONICS + 2, dtype=np.float32)

@@ -48,7 +48,7 @@ def randn(seed, shape):
     return out.reshape(shape)
 
 
-# Values printed by torch (spec/cosyvoice3.md section 3.3) for torch.manual_seed(0); randn(1,80,15000)
+# Values printed by torch (docs/model-format.md section 6) for torch.manual_seed(0); randn(1,80,15000)
 FLOW_NOISE_CHECK = {
     "row0": [-1.1258398, -1.1523602, -0.2505786, -0.4338788, 0.8487104],
     "row1": [0.8691794, 0.5761968, -0.4119531],

@@ -10,7 +10,7 @@ OUT_DIR/geometry.json (every cosyvoice.* hyperparameter of the file, for run_off
 OUT_DIR/flow_noise.pt (the file's fixed flow noise [1, 80, 15000], to check that the official
 CausalConditionalCFM drew the same buffer).
 
-This is the inverse of tools/convert.py (docs/model-format.md; spec sections 2.2, 3.5, 4.4):
+This is the inverse of tools/convert.py (docs/model-format.md sections 4 and 5):
   LLM   llm.X -> llm.model.model.X (embed_tokens, layers.*, norm); llm.speech_embedding.weight ->
         speech_embedding.weight; llm.llm_decoder.weight -> llm_decoder.weight; the tied HF text
         head llm.model.lm_head.weight = embed_tokens (the same tensor, so one storage on disk).

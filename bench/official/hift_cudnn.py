@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The HiFT vocoder's convolutions through cuDNN (PyTorch) on the same GPU, for the choice
-"cuDNN or our own convolutions, whichever measures faster" (issue 4).
+"cuDNN or our own convolutions, whichever measures faster" (the GPU vocoder's design choice).
 
 Builds the official CausalHiFTGenerator with the model file's weights (run_official.py's
 builder; the official code stays in the ignored .dev/official), then times hift.decode() -- the

@@ -10,22 +10,22 @@ hift.pt, CosyVoice-BlankEN/config.json, geometry.json), so the official code run
 the weights our benchmark model has; --model may also name the .gguf itself, which is then
 exported in memory by the same code (no .pt files written). The official source is imported from --official (default
 .dev/official, holding upstream's cosyvoice/ package; never committed). The models are built
-directly, without the yaml, as spec section 8 describes: Qwen2Encoder (its Qwen2ForCausalLM
+directly, without the yaml: Qwen2Encoder (its Qwen2ForCausalLM
 built from the config instead of from_pretrained) -> CosyVoice3LM -> PreLookaheadLayer -> DiT ->
 CausalConditionalCFM -> CausalMaskedDiffWithDiT -> CausalConvRNNF0Predictor ->
 CausalHiFTGenerator, then load_state_dict(strict=True), eval(), .to(device); fp32 as the official
 default (--fp16: the official fp16 flag, i.e. torch.cuda.amp.autocast around LLM, flow, HiFT).
 
 Dependencies the official modules import but that are not needed to run them are replaced by
-small stand-ins written here (spec section 8): omegaconf.DictConfig (a dict with attribute
+small stand-ins written here for imports the three models do not use: omegaconf.DictConfig (a dict with attribute
 access), matcha...flow_matching.BASECFM (an nn.Module storing n_feats, n_spks, spk_emb_dim,
 solver, sigma_min), x_transformers.x_transformers.{RotaryEmbedding, apply_rotary_pos_emb}
 (interleaved rotary embedding applied to the first rot_dim channels, autocast off; the real
 x-transformers is used when installed), and, only when they are not installed, torchaudio /
 onnxruntime (imported at module level but unused on this path) and einops.repeat (one pattern).
 
-W1 (DESIGN.md section 7), as bench/bench_w1.c does it: the voice is the real matcha mel of
-SHARED/audio/zero_shot_prompt.wav (spec 1.4), 87 prompt speech tokens and a 192-d speaker
+W1 (docs/scheduler.md section 6), as bench/bench_w1.c does it: the voice is the real matcha mel of
+SHARED/audio/zero_shot_prompt.wav (docs/model.md section 5), 87 prompt speech tokens and a 192-d speaker
 embedding drawn from the same LCG as bench_w1.c, the prompt text
 "You are a helpful assistant.<|endofprompt|>希望你以后能够做的比我还好呦。"; request i says line
 i of SHARED/bench/w1_texts.txt (tokenized with the real tokenizer: transformers AutoTokenizer of
@@ -41,7 +41,7 @@ whole mel; the final chunk with finalize=True and full attention), both through 
 CosyVoice3Model.token2wav:
   shipped  CosyVoice3Model.tts(stream=True) as shipped: llm_job in a thread on its own CUDA
            stream, the main thread polling every 100 ms (time.sleep(0.1)). The instance's
-           token_hop_len, which tts() doubles and never resets (spec 5, "Bug"), is reset to 25
+           token_hop_len, which tts() doubles and never resets (an upstream bug), is reset to 25
            before every request so that every request has the W1 schedule (--keep-hop-bug: not).
   nopoll   the same modules, sequentially in one thread: the official Qwen2LM.inference generator
            is stepped, and a chunk is made as soon as its tokens are there (no thread, no sleep).
@@ -83,7 +83,7 @@ SR = 24000
 
 
 # ----------------------------------------------------------------------------------------------
-# stand-ins for the imports the three models do not need (spec section 8)
+# stand-ins for the imports the three models do not need
 
 def _importable(name):
     try:
@@ -340,7 +340,7 @@ def slaney_mel_fb(sr=24000, n_fft=1920, n_mels=80, fmin=0.0, fmax=None):
 
 
 def matcha_mel(wav):
-    """The flow's prompt mel (spec 1.4): reflect-pad 720, |STFT| (n_fft 1920, hop 480, periodic
+    """The flow's prompt mel (docs/model.md section 5): reflect-pad 720, |STFT| (n_fft 1920, hop 480, periodic
     hann, center False) with +1e-9 under the root, slaney mel, natural log clamped at 1e-5.
     wav: float32 [N] at 24 kHz -> [1, T, 80]."""
     y = torch.from_numpy(wav)[None, None]

@@ -14,9 +14,9 @@
  *
  * Concurrency: the LLM runs on the context's high-priority stream; the flow and the vocoder on a
  * child context (its own low-priority stream and cuBLASLt workspace), so a request's chunk work
- * (pipeline.c's chunk thread) overlaps its next LLM tokens. Calls into one side are serialized by
- * that side's mutex; requests on several workers interleave step by step (continuous batching of
- * many requests into one decode step is the scheduler's job, not done yet). */
+ * (the scheduler's token-to-wave thread) overlaps its next LLM tokens. Calls into one side are
+ * serialized by that side's mutex; the scheduler (lib/scheduler.c) batches every active
+ * request's decode step, flow chunk and vocoder call into these calls (docs/scheduler.md). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

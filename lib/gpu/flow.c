@@ -1,4 +1,4 @@
-/* flow.c - the flow decoder on the GPU (see flow.h; the math is lib/ref/flow.c's, spec 3.2-3.4).
+/* flow.c - the flow decoder on the GPU (see flow.h; the math is lib/ref/flow.c's, docs/model.md section 6).
  *
  * Per call (gpu_flow_infer), with T = n_prompt + n_gen tokens, T' the tokens used, N = 2 T':
  *   host:   e = W_spk . (spk / max(||spk||, 1e-12)) + b_spk (fp32, double accumulation);

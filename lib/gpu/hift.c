@@ -32,7 +32,7 @@
  *   3xTF32 (default): T = 224 final 6.4 ms, T = 100 non-final 3.9 ms; waveform vs the CPU
  *                     reference 2e-4 (golden small model) / 1.4e-3 (full model, T = 20) rel L2.
  *   TF32:             4.4 ms / 2.7 ms; 1.5e-2 / 1.8e-2 rel L2 (what PyTorch's default
- *                     cudnn.allow_tf32 gives on a GPU, spec section 9; the random-weight decoders
+ *                     cudnn.allow_tf32 gives on a GPU by default; the random-weight decoders
  *                     amplify the 3e-4 per-conv error, so it sits close to the 2e-2 test bound).
  *   Of the 6.4 ms: F0 (fp64) 0.3 ms, source + STFT + iSTFT + copies ~0.2 ms, convs the rest.
  * Streaming (gpu_hift_stream_*, the window math in lib/ref/hift.h): the stream state stays on the

@@ -1,4 +1,4 @@
-/* hift.h - the HiFT vocoder (CausalHiFTGenerator.inference, spec section 4) on the GPU.
+/* hift.h - the HiFT vocoder (CausalHiFTGenerator.inference, docs/model.md section 8) on the GPU.
  *
  * Same semantics, layouts, lengths and argument checks as the CPU reference (lib/ref/hift.h):
  * mel CHANNELS-FIRST [80][T]; f0 [T] (final) or [T-3] (non-final); s [480 T_f0]; the waveform

@@ -6,7 +6,7 @@
  * biases, h += Wd (silu(Wg n2(h)) * Wu n2(h)); RMSNorm eps from the model; NeoX RoPE with theta
  * from the model (1e6); GQA; final norm; logp = log_softmax(llm_decoder h). head_dim must be 64.
  *
- * Precision (the choice the brief leaves open): weights bf16 (q|k|v fused into one
+ * Precision (a choice of this project; the reference is fp32): weights bf16 (q|k|v fused into one
  * [q + 2 kv][H] matrix with one fp32 bias, gate|up into one [2 I][H]), every activation fp32:
  * the residual stream, RMSNorm (statistics and output), q/k/v, the KV cache, attention, the
  * SiLU product, logits and log_softmax. Where a cuBLASLt bf16 GEMM consumes an fp32 activation,
@@ -35,15 +35,16 @@
  * on the device. The graph ends with the logits; either the log-probs come back with one async
  * copy and one stream sync (logp given), or gpu_llm_sample draws the next tokens on the device
  * (RAS, log_softmax fused) and only the sampled ids and generator states come back. Buckets of
- * up to 4 rows use fused skinny GEMMs (kernels/llm_extra.h: RMSNorm + projection + RoPE + KV
- * append in one kernel, SiLU gate in the gate|up epilogue, residual adds in the o/down
+ * up to GPU_LLM_GEMV_DEFAULT = 4 rows (llm.c; gpu_llm_set_tuning changes it) use fused skinny
+ * GEMMs (kernels/llm_extra.h: RMSNorm + projection + RoPE + KV append in one kernel, SiLU gate in the gate|up epilogue, residual adds in the o/down
  * epilogues): 4 kernels plus one attention kernel per layer, all launched as programmatic
  * dependents (sm_90) so each kernel's weight stream starts while its predecessor finishes.
  * Larger buckets use cuBLASLt GEMMs on hi/lo pairs with fused norm / RoPE+append / SiLU kernels.
  *
- * Prefill (gpu_llm_prefill): chunks of up to max_prefill positions, eager launches (cuBLASLt
- * GEMMs on hi/lo pairs, causal attention over the sequence's gathered K/V so a chunk sees the
- * earlier ones).
+ * Prefill: gpu_llm_prefill (one sequence) and gpu_llm_prefill_batch (several sequences packed
+ * into one forward pass, what the scheduler uses), at most max_prefill positions per call, eager
+ * launches (cuBLASLt GEMMs on hi/lo pairs over every piece's rows together; causal attention per
+ * sequence over its gathered K/V, so a piece sees the sequence's earlier positions).
  *
  * Measured (H100, full-size random model, contexts 120-160; tests/test_gpu_llm.c, commit
  * 6d802bf): decode step (graph replay incl. upload/download) batch 1 0.648 ms (0.73 without
@@ -52,7 +53,7 @@
  * batch-1 step is bound by the chain of 122 dependent kernels (~26.5 us per layer), not by the
  * 0.73 GB weight stream (0.25 ms at the measured 2.96 TB/s).
  *
- * Threading: a gpu_llm is used by one thread at a time (the engine's scheduler thread); all work
+ * Threading: a gpu_llm is used by one thread at a time (the scheduler's LLM thread); all work
  * goes to the cosy_gpu's stream. The cosy_model must outlive the gpu_llm (text embedding rows
  * are read from it by gpu_llm_build_input). Device memory is taken through cosy_gpu_alloc and is
  * returned only by cosy_gpu_free (gpu_llm_free releases host memory and graphs).
@@ -112,7 +113,7 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
 /* Prefill of n (1..max_seqs) distinct open sequences packed into one forward pass: Ls[j]
  * positions of embs[j] (host fp32 [Ls[j]][H]) after the positions seqs[j] already holds; at
  * most max_prefill positions in all. Each row's result does not depend on the other sequences
- * of the call except through the GEMMs' row count (see gpu_llm.c on batch invariance). The
+ * of the call except through the GEMMs' row count (see llm.c on batch invariance). The
  * last position's log-probs of every sequence with want[j] != 0 are left in rows 0..nw-1 (in
  * order; *n_want = nw) for gpu_llm_sample / gpu_llm_logp. Waits for the device. */
 cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const float *const *embs,

@@ -1,4 +1,4 @@
-/* flow.c - CPU fp32 reference of the CosyVoice3 flow decoder (spec sections 3.2-3.4).
+/* flow.c - CPU fp32 reference of the CosyVoice3 flow decoder (docs/model.md section 6).
  *
  * ref_flow_infer (CausalMaskedDiffWithDiT.inference), with T = n_prompt + n_gen tokens:
  *   e    = W_spk . (spk / max(||spk||_2, 1e-12)) + b_spk                       [80]

@@ -1,5 +1,5 @@
 /* flow.h - CPU reference (fp32) of the CosyVoice3 flow decoder CausalMaskedDiffWithDiT
- * (spec section 3): speaker projection, token embedding, PreLookaheadLayer, the 10-step cosine
+ * (docs/model.md section 6): speaker projection, token embedding, PreLookaheadLayer, the 10-step cosine
  * Euler CFM solver with classifier-free guidance, and the DiT velocity estimator.
  *
  * Layouts: mel tensors handed to the caller are CHANNELS-FIRST [80][N] (as PyTorch's [B,80,N]);

@@ -1,4 +1,4 @@
-/* hift.c - CPU reference of CausalHiFTGenerator.inference (spec section 4). See hift.h for the
+/* hift.c - CPU reference of CausalHiFTGenerator.inference (docs/model.md section 8). See hift.h for the
  * interface, lengths and the default noise generator.
  *
  * Math (channels-first [C][T] rows everywhere; "conv" = PyTorch Conv1d, no padding of its own):

@@ -1,4 +1,4 @@
-/* hift.h - CPU reference of the CosyVoice3 vocoder CausalHiFTGenerator.inference (spec section 4):
+/* hift.h - CPU reference of the CosyVoice3 vocoder CausalHiFTGenerator.inference (docs/model.md section 8):
  * the fp64 F0 predictor, the causal NSF source (SineGen2 + SourceModuleHnNSF), the STFT of the
  * source, the conv_pre / 3 upsample stages / resblocks / conv_post decoder and the iSTFT.
  *

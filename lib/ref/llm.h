@@ -1,4 +1,4 @@
-/* llm.h - CPU fp32 reference of the CosyVoice3 speech-token LLM (spec 1.5, 2.1-2.3).
+/* llm.h - CPU fp32 reference of the CosyVoice3 speech-token LLM (docs/model.md sections 3 and 4).
  *
  * Model (Qwen2 decoder, H = hidden, nh/nkv q/kv heads of hd = 64, I = intermediate):
  *   lm_input = [sos, E_text(prompt text ids ++ tts text ids), task_id, E_speech(prompt tokens)]
@@ -10,7 +10,7 @@
  *   causal attention with scale 1/sqrt(hd); final norm; logp = log_softmax(llm_decoder · h).
  *   The Qwen text lm_head is never computed (unused upstream).
  *
- * Decode loop (ref_llm_generate) = spec 1.5: the whole lm_input is one prefill, then one token
+ * Decode loop (ref_llm_generate), docs/model.md section 3: the whole lm_input is one prefill, then one token
  * per step with the KV cache; the next input is speech_embedding[token]; sampling by RAS with
  * all stop ids masked while i < min_len (see sampling.h); stop at the first id >= 6561 (not
  * emitted) or after max_len tokens. Silent-token filter of CosyVoice3's llm_job: a run of

@@ -1,4 +1,4 @@
-/* sampling.h - seeded RNG and the RAS speech-token sampler (spec 2.3), shared by the CPU
+/* sampling.h - seeded RNG and the RAS speech-token sampler (docs/model.md section 4), shared by the CPU
  * reference and the GPU path's host fallback (sampling runs on the host over a [n_vocab] log-prob
  * row). The GPU samples with kernels/sample.cu's cosy_k_ras_sample, the same algorithm step by
  * step with the same generator, tested to give the same tokens and generator states.
@@ -12,8 +12,8 @@
  * RAS (repetition aware sampling), given logp[n_vocab] (the log_softmax of the speech head):
  *   1. x_i = logp_i / temperature (temperature 1 = official). If ignore_eos, x_i = -inf for every
  *      id >= COSY_SPEECH_TOKENS (6561), i.e. all stop ids 6561..n_vocab-1 are masked. CHOICE:
- *      HEAD upstream masks only 6561 (sos, a bug); the spec recommends masking all stop ids
- *      while i < min_len, which was upstream's evident intent before 0e62489. We do that.
+ *      HEAD upstream masks only 6561 (sos, a bug); masking all stop ids while i < min_len was
+ *      upstream's evident intent (its code before 0e62489). We do that (docs/model.md 4).
  *   2. p = softmax(x) (fp32 values, sum in double).
  *   3. nucleus: order ids by p descending, ties by ascending id (= torch's stable sort); take
  *      them in that order while (cum < top_p && taken < top_k), cum += p (fp32 running sum as in
