@@ -1249,7 +1249,9 @@ static cosy_status batch_enqueue(gpu_flow *f, const void *arg) {
   for (int k = 0; k < f->S; k++) {
     const float *mod = f->mod_tab + k * f->TOT;
     const int64_t xstep = (int64_t)k * PF * M;
-    CK(cosy_k_flow_x_store(s, (float *)c->pool, c->d_xdst, xstep, c->xnew, Tn, M), "flow: x store");
+    if (c->pool) /* a budget with no cache pages: every block is recomputed, nothing stored */
+      CK(cosy_k_flow_x_store(s, (float *)c->pool, c->d_xdst, xstep, c->xnew, Tn, M),
+         "flow: x store");
     CK(cosy_k_flow_x_gather(s, c->X, c->d_src, (const float *)c->pool, xstep, c->xnew, Te, M),
        "flow: x gather");
     if ((st = gemm(f, Te, D, M, COSY_KDT_F32, c->X, M, f->inx_w, NULL, COSY_KDT_F32, c->xp, D, 0,
