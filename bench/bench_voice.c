@@ -2,6 +2,7 @@
  * engine, and each of its stages.
  *
  *   bench_voice -m MODEL [--wav FILE] [--seconds 10] [--repeat 3] [--device N] [--beside]
+ *               [--fe-threads T16,TMEL]
  *
  * The WAV (default ../shared/audio/zero_shot_prompt.wav) is tiled or cut to --seconds at its own
  * rate. Prints the best and median wall time of the whole call over --repeat runs (after one
@@ -10,7 +11,10 @@
  * three on three threads, the prompt mel overlapping the models), and the models: on the CPU the
  * speech tokenizer and CAM++ (the CPU reference), on a GPU engine the models' job as the
  * scheduler runs it (sched_run_on_t2w: the wait of the calling thread, GPU work and the hop to
- * the token-to-wave thread included).
+ * the token-to-wave thread included). Then the features as cosy_voice_from_audio computes them on
+ * a GPU engine (voice_feats: the 16 kHz features split over most CPUs, the prompt mel beside on the
+ * rest): when the 16 kHz features are ready (the models' job starts then) and when the prompt mel
+ * is; --fe-threads T16,TMEL sets the two thread counts instead of the engine's choice.
  * --beside (GPU): a streaming synthesis alone, then the same synthesis while another thread
  * clones voices back to back; prints the largest gap between two audio chunks of each run, so
  * one sees whether cloning stalls other requests' audio.
@@ -31,6 +35,7 @@
 #include "model.h"
 #include "ref/campplus.h"
 #include "ref/s3tok.h"
+#include "util.h"
 
 static double now(void) {
   struct timespec ts;
@@ -118,7 +123,7 @@ static int die(const char *what) {
 int main(int argc, char **argv) {
   const char *model = NULL, *wav = "../shared/audio/zero_shot_prompt.wav";
   double seconds = 10;
-  int repeat = 3, device = COSY_DEVICE_CPU, beside = 0;
+  int repeat = 3, device = COSY_DEVICE_CPU, beside = 0, fe_t16 = 0, fe_tmel = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
     else if (!strcmp(argv[i], "--wav") && i + 1 < argc) wav = argv[++i];
@@ -126,15 +131,17 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--beside")) beside = 1;
+    else if (!strcmp(argv[i], "--fe-threads") && i + 1 < argc)
+      sscanf(argv[++i], "%d,%d", &fe_t16, &fe_tmel);
     else {
       fprintf(stderr, "usage: bench_voice -m MODEL [--wav FILE] [--seconds S] [--repeat N] "
-                      "[--device N] [--beside]\n");
+                      "[--device N] [--beside] [--fe-threads T16,TMEL]\n");
       return 2;
     }
   }
   if (!model || repeat < 1 || repeat > 100) {
     fprintf(stderr, "usage: bench_voice -m MODEL [--wav FILE] [--seconds S] [--repeat N] "
-                    "[--device N] [--beside]\n");
+                    "[--device N] [--beside] [--fe-threads T16,TMEL]\n");
     return 2;
   }
   float *src;
@@ -188,6 +195,27 @@ int main(int argc, char **argv) {
   printf("CPU features (1 thread each): resample->16k %.2f ms | log-mel %.2f ms | fbank %.2f ms | "
          "resample->24k + prompt mel %.2f ms\n", 1e3 * (b - a), 1e3 * (c - b), 1e3 * (d - c),
          1e3 * (f - d));
+  { /* the features as cosy_voice_from_audio computes them on a GPU engine (voice_feats) */
+    int k16 = fe_t16, kmel = fe_tmel;
+    if (k16 <= 0) voice_feats_threads(&k16, &kmel);
+    double b16 = 1e30, ball = 1e30, s16 = 0, sall = 0;
+    for (int r = 0; r < repeat; r++) {
+      voice_feats vf;
+      double t0 = now();
+      if (voice_feats_begin(&vf, pcm, n, sr, k16, kmel)) return die("voice_feats_begin");
+      double t1 = now();
+      if (voice_feats_end(&vf)) return die("voice_feats_end");
+      double t2 = now();
+      voice_feats_free(&vf);
+      if (t1 - t0 < b16) b16 = t1 - t0;
+      if (t2 - t0 < ball) ball = t2 - t0;
+      s16 += t1 - t0, sall += t2 - t0;
+    }
+    printf("CPU features as a GPU engine computes them (%d threads for 16 kHz + %d for the prompt "
+           "mel, %d CPUs): 16 kHz features ready after %.2f ms (mean %.2f), prompt mel after %.2f ms "
+           "(mean %.2f), best of %d\n", k16, kmel, cosy_cpu_count(), 1e3 * b16, 1e3 * s16 / repeat,
+           1e3 * ball, 1e3 * sall / repeat, repeat);
+  }
   if (e->be->voice_features) {
     double best = 1e30;
     for (int r = 0; r < repeat; r++) {

@@ -593,8 +593,70 @@ static int64_t gcd64(int64_t a, int64_t b) {
   return a;
 }
 
-cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
-                                    float **out, int64_t *n_out) {
+/* the kernel of one rate pair and the output range of one worker */
+typedef struct sinc_job {
+  const float *in;
+  int64_t n, len, orig, nw, width, span;
+  double lpw, base;
+  int64_t *k0, *kn;
+  float *w, *o;
+} sinc_job;
+
+/* phases [i0, i1) of the kernel (see the header comment) */
+static void sinc_kernel(sinc_job *j, int64_t i0, int64_t i1) {
+  const double PI = 3.14159265358979323846, lpw = j->lpw, base = j->base;
+  const int64_t orig = j->orig, nw = j->nw, width = j->width, span = j->span;
+  const int64_t K = 2 * width + orig; /* full kernel length */
+  for (int64_t i = i0; i < i1; i++) {
+    const double c = (double)i / (double)nw; /* kernel centre, in input samples / orig */
+    int64_t lo = width + (int64_t)floor((double)orig * (c - lpw / base)) - 1;
+    if (lo < 0) lo = 0;
+    int64_t hi = lo + span;
+    if (hi > K) hi = K;
+    j->k0[i] = lo;
+    j->kn[i] = hi - lo;
+    for (int64_t k = lo; k < hi; k++) {
+      double t = (-(double)i / (double)nw + (double)(k - width) / (double)orig) * base;
+      if (t < -lpw) t = -lpw;
+      if (t > lpw) t = lpw;
+      const double cw = cos(t * PI / lpw / 2.0);
+      const double win = cw * cw;
+      t *= PI;
+      const double sinc = t == 0.0 ? 1.0 : sin(t) / t;
+      j->w[i * span + (k - lo)] = (float)(sinc * win * (base / (double)orig));
+    }
+  }
+}
+
+/* outputs [j0, j1): y[b nw + i] = sum_k xpad[b orig + k] w_i[k], xpad[m] = x[m - width] */
+static void sinc_apply(const sinc_job *s, int64_t j0, int64_t j1) {
+  const int64_t nw = s->nw, n = s->n;
+  for (int64_t j = j0; j < j1; j++) {
+    const int64_t b = j / nw, i = j % nw;
+    const int64_t m0 = b * s->orig + s->k0[i] - s->width; /* x index of tap k0[i] */
+    const float *wi = s->w + i * s->span;
+    double acc = 0.0;
+    int64_t a = 0, e = s->kn[i];
+    if (m0 < 0) a = -m0;
+    if (m0 + e > n) e = n - m0;
+    for (int64_t k = a; k < e; k++) acc += (double)wi[k] * (double)s->in[m0 + k];
+    s->o[j] = (float)acc;
+  }
+}
+
+static void sinc_kernel_worker(void *arg, int i, int n) {
+  sinc_job *j = (sinc_job *)arg;
+  sinc_kernel(j, j->nw * i / n, j->nw * (i + 1) / n);
+}
+
+static void sinc_apply_worker(void *arg, int i, int n) {
+  const sinc_job *j = (const sinc_job *)arg;
+  sinc_apply(j, j->len * i / n, j->len * (i + 1) / n);
+}
+
+cosy_status cosy_resample_sinc_hann_mt(const float *in, int64_t n, int32_t rate_in,
+                                       int32_t rate_out, int threads, float **out,
+                                       int64_t *n_out) {
   if (out) *out = NULL;
   if (n_out) *n_out = 0;
   if (!out || !n_out || (n > 0 && !in))
@@ -617,61 +679,45 @@ cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in,
     *n_out = n;
     return COSY_OK;
   }
+  sinc_job j;
+  memset(&j, 0, sizeof j);
   const int64_t g = gcd64(rate_in, rate_out);
-  const int64_t orig = rate_in / g, nw = rate_out / g;
-  const double lpw = 6.0, rolloff = 0.99, PI = 3.14159265358979323846;
-  const double base = (double)(orig < nw ? orig : nw) * rolloff;
-  const int64_t width = (int64_t)ceil(lpw * (double)orig / base);
-  const int64_t K = 2 * width + orig; /* full kernel length */
+  j.in = in, j.n = n, j.len = len, j.o = o;
+  j.orig = rate_in / g, j.nw = rate_out / g;
+  j.lpw = 6.0;
+  j.base = (double)(j.orig < j.nw ? j.orig : j.nw) * 0.99; /* rolloff 0.99 */
+  j.width = (int64_t)ceil(j.lpw * (double)j.orig / j.base);
   /* non-zero span of phase i: |(-i/nw + (k - width)/orig) * base| < lpw, plus one tap of margin */
-  const int64_t span = (int64_t)ceil(2.0 * lpw * (double)orig / base) + 3;
-  int64_t *k0 = (int64_t *)cosy_malloc((size_t)nw * sizeof(int64_t));
-  int64_t *kn = (int64_t *)cosy_malloc((size_t)nw * sizeof(int64_t));
-  float *w = (float *)cosy_malloc((size_t)nw * (size_t)span * sizeof(float));
-  if (!k0 || !kn || !w) {
-    free(k0);
-    free(kn);
-    free(w);
+  j.span = (int64_t)ceil(2.0 * j.lpw * (double)j.orig / j.base) + 3;
+  j.k0 = (int64_t *)cosy_malloc((size_t)j.nw * sizeof(int64_t));
+  j.kn = (int64_t *)cosy_malloc((size_t)j.nw * sizeof(int64_t));
+  j.w = (float *)cosy_malloc((size_t)j.nw * (size_t)j.span * sizeof(float));
+  if (!j.k0 || !j.kn || !j.w) {
+    free(j.k0);
+    free(j.kn);
+    free(j.w);
     free(o);
     return COSY_ERR_NO_MEMORY;
   }
-  for (int64_t i = 0; i < nw; i++) {
-    const double c = (double)i / (double)nw; /* kernel centre, in input samples / orig */
-    int64_t lo = width + (int64_t)floor((double)orig * (c - lpw / base)) - 1;
-    if (lo < 0) lo = 0;
-    int64_t hi = lo + span;
-    if (hi > K) hi = K;
-    k0[i] = lo;
-    kn[i] = hi - lo;
-    for (int64_t k = lo; k < hi; k++) {
-      double t = (-(double)i / (double)nw + (double)(k - width) / (double)orig) * base;
-      if (t < -lpw) t = -lpw;
-      if (t > lpw) t = lpw;
-      const double cw = cos(t * PI / lpw / 2.0);
-      const double win = cw * cw;
-      t *= PI;
-      const double sinc = t == 0.0 ? 1.0 : sin(t) / t;
-      w[i * span + (k - lo)] = (float)(sinc * win * (base / (double)orig));
-    }
-  }
-  /* y[b nw + i] = sum_k xpad[b orig + k] w_i[k], xpad[m] = x[m - width] (zeros outside) */
-  for (int64_t j = 0; j < len; j++) {
-    const int64_t b = j / nw, i = j % nw;
-    const int64_t m0 = b * orig + k0[i] - width; /* x index of tap k0[i] */
-    const float *wi = w + i * span;
-    double acc = 0.0;
-    int64_t a = 0, e = kn[i];
-    if (m0 < 0) a = -m0;
-    if (m0 + e > n) e = n - m0;
-    for (int64_t k = a; k < e; k++) acc += (double)wi[k] * (double)in[m0 + k];
-    o[j] = (float)acc;
-  }
-  free(k0);
-  free(kn);
-  free(w);
+  /* threads: only where each has a fair share (phases of the kernel, thousands of outputs) */
+  int tk = threads, ta = threads;
+  if (tk > j.nw / 64) tk = (int)(j.nw / 64);
+  if (ta > len / 4096) ta = (int)(len / 4096);
+  if (tk > 1) cosy_parallel(tk, sinc_kernel_worker, &j);
+  else sinc_kernel(&j, 0, j.nw);
+  if (ta > 1) cosy_parallel(ta, sinc_apply_worker, &j);
+  else sinc_apply(&j, 0, len);
+  free(j.k0);
+  free(j.kn);
+  free(j.w);
   *out = o;
   *n_out = len;
   return COSY_OK;
+}
+
+cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
+                                    float **out, int64_t *n_out) {
+  return cosy_resample_sinc_hann_mt(in, n, rate_in, rate_out, 1, out, n_out);
 }
 
 /* ============================================================================ mel filterbank */

@@ -51,6 +51,11 @@ cosy_status cosy_resample(const float *in, int64_t n, int32_t rate_in, int32_t r
  * 10.9-12 kHz content torchaudio's filter keeps, moving the top two mel bands by up to ~5 in log). */
 cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
                                     float **out, int64_t *n_out);
+/* The same on up to `threads` threads (kernel phases and output ranges split; the same samples
+ * whatever the count). */
+cosy_status cosy_resample_sinc_hann_mt(const float *in, int64_t n, int32_t rate_in,
+                                       int32_t rate_out, int threads, float **out,
+                                       int64_t *n_out);
 
 /* Streaming conversion: feed any chunking of the input, get exactly what cosy_resample gives for
  * the whole input (same samples, same total length). Output lags the input by the filter's half
