@@ -630,17 +630,20 @@ static void sinc_kernel(sinc_job *j, int64_t i0, int64_t i1) {
 
 /* outputs [j0, j1): y[b nw + i] = sum_k xpad[b orig + k] w_i[k], xpad[m] = x[m - width] */
 static void sinc_apply(const sinc_job *s, int64_t j0, int64_t j1) {
-  const int64_t nw = s->nw, n = s->n;
+  const int64_t nw = s->nw, n = s->n, orig = s->orig, width = s->width, span = s->span;
+  const float *restrict in = s->in, *restrict w = s->w;
+  const int64_t *restrict k0 = s->k0, *restrict kn = s->kn;
+  float *restrict o = s->o;
   for (int64_t j = j0; j < j1; j++) {
     const int64_t b = j / nw, i = j % nw;
-    const int64_t m0 = b * s->orig + s->k0[i] - s->width; /* x index of tap k0[i] */
-    const float *wi = s->w + i * s->span;
+    const int64_t m0 = b * orig + k0[i] - width; /* x index of tap k0[i] */
+    const float *wi = w + i * span;
     double acc = 0.0;
-    int64_t a = 0, e = s->kn[i];
+    int64_t a = 0, e = kn[i];
     if (m0 < 0) a = -m0;
     if (m0 + e > n) e = n - m0;
-    for (int64_t k = a; k < e; k++) acc += (double)wi[k] * (double)s->in[m0 + k];
-    s->o[j] = (float)acc;
+    for (int64_t k = a; k < e; k++) acc += (double)wi[k] * (double)in[m0 + k];
+    o[j] = (float)acc;
   }
 }
 
