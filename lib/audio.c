@@ -44,7 +44,7 @@
  *   T     = 1 + (N + 1440 - 1920) / 480 = floor(N / 480)
  *   w[i]  = 0.5 - 0.5 cos(2 pi i / 1920)       periodic Hann, i < 1920
  *   S[t][k] = | sum_i w[i] xp[480 t + i] e^{-2 pi i k i / 1920} |  with |z| = sqrt(re^2 + im^2 + 1e-9),
- *             k = 0 .. 960 (one complex FFT per frame, fp32, ref/fft.c)
+ *             k = 0 .. 960 (one real FFT per frame, fp32, cosy_rfft_exec in ref/fft.c)
  *   M[t][m] = ln(max(1e-5, sum_k fb[m][k] S[t][k]))    fb = librosa slaney mel, 80 x 961,
  *             sr 24000, n_fft 1920, fmin 0, fmax 12000 (sum accumulated in double)
  * Output frame-major [T][80] (the official [1, T, 80]).
@@ -62,6 +62,7 @@
 #include "audio.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <samplerate.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -592,8 +593,73 @@ static int64_t gcd64(int64_t a, int64_t b) {
   return a;
 }
 
-cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
-                                    float **out, int64_t *n_out) {
+/* the kernel of one rate pair and the output range of one worker */
+typedef struct sinc_job {
+  const float *in;
+  int64_t n, len, orig, nw, width, span;
+  double lpw, base;
+  int64_t *k0, *kn;
+  float *w, *o;
+} sinc_job;
+
+/* phases [i0, i1) of the kernel (see the header comment) */
+static void sinc_kernel(sinc_job *j, int64_t i0, int64_t i1) {
+  const double PI = 3.14159265358979323846, lpw = j->lpw, base = j->base;
+  const int64_t orig = j->orig, nw = j->nw, width = j->width, span = j->span;
+  const int64_t K = 2 * width + orig; /* full kernel length */
+  for (int64_t i = i0; i < i1; i++) {
+    const double c = (double)i / (double)nw; /* kernel centre, in input samples / orig */
+    int64_t lo = width + (int64_t)floor((double)orig * (c - lpw / base)) - 1;
+    if (lo < 0) lo = 0;
+    int64_t hi = lo + span;
+    if (hi > K) hi = K;
+    j->k0[i] = lo;
+    j->kn[i] = hi - lo;
+    for (int64_t k = lo; k < hi; k++) {
+      double t = (-(double)i / (double)nw + (double)(k - width) / (double)orig) * base;
+      if (t < -lpw) t = -lpw;
+      if (t > lpw) t = lpw;
+      const double cw = cos(t * PI / lpw / 2.0);
+      const double win = cw * cw;
+      t *= PI;
+      const double sinc = t == 0.0 ? 1.0 : sin(t) / t;
+      j->w[i * span + (k - lo)] = (float)(sinc * win * (base / (double)orig));
+    }
+  }
+}
+
+/* outputs [j0, j1): y[b nw + i] = sum_k xpad[b orig + k] w_i[k], xpad[m] = x[m - width] */
+static void sinc_apply(const sinc_job *s, int64_t j0, int64_t j1) {
+  const int64_t nw = s->nw, n = s->n, orig = s->orig, width = s->width, span = s->span;
+  const float *restrict in = s->in, *restrict w = s->w;
+  const int64_t *restrict k0 = s->k0, *restrict kn = s->kn;
+  float *restrict o = s->o;
+  for (int64_t j = j0; j < j1; j++) {
+    const int64_t b = j / nw, i = j % nw;
+    const int64_t m0 = b * orig + k0[i] - width; /* x index of tap k0[i] */
+    const float *wi = w + i * span;
+    double acc = 0.0;
+    int64_t a = 0, e = kn[i];
+    if (m0 < 0) a = -m0;
+    if (m0 + e > n) e = n - m0;
+    for (int64_t k = a; k < e; k++) acc += (double)wi[k] * (double)in[m0 + k];
+    o[j] = (float)acc;
+  }
+}
+
+static void sinc_kernel_worker(void *arg, int i, int n) {
+  sinc_job *j = (sinc_job *)arg;
+  sinc_kernel(j, j->nw * i / n, j->nw * (i + 1) / n);
+}
+
+static void sinc_apply_worker(void *arg, int i, int n) {
+  const sinc_job *j = (const sinc_job *)arg;
+  sinc_apply(j, j->len * i / n, j->len * (i + 1) / n);
+}
+
+cosy_status cosy_resample_sinc_hann_mt(const float *in, int64_t n, int32_t rate_in,
+                                       int32_t rate_out, int threads, float **out,
+                                       int64_t *n_out) {
   if (out) *out = NULL;
   if (n_out) *n_out = 0;
   if (!out || !n_out || (n > 0 && !in))
@@ -616,61 +682,45 @@ cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in,
     *n_out = n;
     return COSY_OK;
   }
+  sinc_job j;
+  memset(&j, 0, sizeof j);
   const int64_t g = gcd64(rate_in, rate_out);
-  const int64_t orig = rate_in / g, nw = rate_out / g;
-  const double lpw = 6.0, rolloff = 0.99, PI = 3.14159265358979323846;
-  const double base = (double)(orig < nw ? orig : nw) * rolloff;
-  const int64_t width = (int64_t)ceil(lpw * (double)orig / base);
-  const int64_t K = 2 * width + orig; /* full kernel length */
+  j.in = in, j.n = n, j.len = len, j.o = o;
+  j.orig = rate_in / g, j.nw = rate_out / g;
+  j.lpw = 6.0;
+  j.base = (double)(j.orig < j.nw ? j.orig : j.nw) * 0.99; /* rolloff 0.99 */
+  j.width = (int64_t)ceil(j.lpw * (double)j.orig / j.base);
   /* non-zero span of phase i: |(-i/nw + (k - width)/orig) * base| < lpw, plus one tap of margin */
-  const int64_t span = (int64_t)ceil(2.0 * lpw * (double)orig / base) + 3;
-  int64_t *k0 = (int64_t *)cosy_malloc((size_t)nw * sizeof(int64_t));
-  int64_t *kn = (int64_t *)cosy_malloc((size_t)nw * sizeof(int64_t));
-  float *w = (float *)cosy_malloc((size_t)nw * (size_t)span * sizeof(float));
-  if (!k0 || !kn || !w) {
-    free(k0);
-    free(kn);
-    free(w);
+  j.span = (int64_t)ceil(2.0 * j.lpw * (double)j.orig / j.base) + 3;
+  j.k0 = (int64_t *)cosy_malloc((size_t)j.nw * sizeof(int64_t));
+  j.kn = (int64_t *)cosy_malloc((size_t)j.nw * sizeof(int64_t));
+  j.w = (float *)cosy_malloc((size_t)j.nw * (size_t)j.span * sizeof(float));
+  if (!j.k0 || !j.kn || !j.w) {
+    free(j.k0);
+    free(j.kn);
+    free(j.w);
     free(o);
     return COSY_ERR_NO_MEMORY;
   }
-  for (int64_t i = 0; i < nw; i++) {
-    const double c = (double)i / (double)nw; /* kernel centre, in input samples / orig */
-    int64_t lo = width + (int64_t)floor((double)orig * (c - lpw / base)) - 1;
-    if (lo < 0) lo = 0;
-    int64_t hi = lo + span;
-    if (hi > K) hi = K;
-    k0[i] = lo;
-    kn[i] = hi - lo;
-    for (int64_t k = lo; k < hi; k++) {
-      double t = (-(double)i / (double)nw + (double)(k - width) / (double)orig) * base;
-      if (t < -lpw) t = -lpw;
-      if (t > lpw) t = lpw;
-      const double cw = cos(t * PI / lpw / 2.0);
-      const double win = cw * cw;
-      t *= PI;
-      const double sinc = t == 0.0 ? 1.0 : sin(t) / t;
-      w[i * span + (k - lo)] = (float)(sinc * win * (base / (double)orig));
-    }
-  }
-  /* y[b nw + i] = sum_k xpad[b orig + k] w_i[k], xpad[m] = x[m - width] (zeros outside) */
-  for (int64_t j = 0; j < len; j++) {
-    const int64_t b = j / nw, i = j % nw;
-    const int64_t m0 = b * orig + k0[i] - width; /* x index of tap k0[i] */
-    const float *wi = w + i * span;
-    double acc = 0.0;
-    int64_t a = 0, e = kn[i];
-    if (m0 < 0) a = -m0;
-    if (m0 + e > n) e = n - m0;
-    for (int64_t k = a; k < e; k++) acc += (double)wi[k] * (double)in[m0 + k];
-    o[j] = (float)acc;
-  }
-  free(k0);
-  free(kn);
-  free(w);
+  /* threads: only where each has a fair share (phases of the kernel, thousands of outputs) */
+  int tk = threads, ta = threads;
+  if (tk > j.nw / 64) tk = (int)(j.nw / 64);
+  if (ta > len / 4096) ta = (int)(len / 4096);
+  if (tk > 1) cosy_parallel(tk, sinc_kernel_worker, &j);
+  else sinc_kernel(&j, 0, j.nw);
+  if (ta > 1) cosy_parallel(ta, sinc_apply_worker, &j);
+  else sinc_apply(&j, 0, len);
+  free(j.k0);
+  free(j.kn);
+  free(j.w);
   *out = o;
   *n_out = len;
   return COSY_OK;
+}
+
+cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
+                                    float **out, int64_t *n_out) {
+  return cosy_resample_sinc_hann_mt(in, n, rate_in, rate_out, 1, out, n_out);
 }
 
 /* ============================================================================ mel filterbank */
@@ -727,10 +777,51 @@ cosy_status cosy_mel_filterbank(int32_t sr, int32_t n_fft, int32_t n_mels, doubl
 
 /* ============================================================================== prompt mel */
 
-cosy_status cosy_mel_24k(const float *x, int64_t n, float **mel, int32_t *n_frames) {
-  if (mel) *mel = NULL;
-  if (n_frames) *n_frames = 0;
-  if (!x || !mel || !n_frames) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_mel_24k: NULL argument");
+/* the frame-independent part (filterbank, window, FFT plan), made once per process and then
+ * read-only; a failed setup (no memory) is tried again by the next call */
+typedef struct mel_setup {
+  cosy_rfft_plan *plan;
+  float win[COSY_MEL_N_FFT];
+  float fb[COSY_MEL_BINS * (COSY_MEL_N_FFT / 2 + 1)];
+  int32_t lo[COSY_MEL_BINS], hi[COSY_MEL_BINS]; /* non-zero span of each filter */
+} mel_setup;
+
+static pthread_mutex_t g_mel_mu = PTHREAD_MUTEX_INITIALIZER;
+static mel_setup *g_mel;
+
+static cosy_status mel_get(const mel_setup **out) {
+  const int32_t NF = COSY_MEL_N_FFT, NB = NF / 2 + 1, NM = COSY_MEL_BINS;
+  cosy_status st = COSY_OK;
+  pthread_mutex_lock(&g_mel_mu);
+  if (!g_mel) {
+    mel_setup *u = (mel_setup *)cosy_calloc(1, sizeof *u);
+    if (!u) st = COSY_ERR_NO_MEMORY;
+    if (!st) st = cosy_mel_filterbank(COSY_MEL_SR, NF, NM, 0.0, 0.0, u->fb);
+    if (!st) st = cosy_rfft_plan_create(NF, &u->plan);
+    if (!st) {
+      for (int32_t m = 0; m < NM; m++) {
+        const float *row = u->fb + (size_t)m * NB;
+        int32_t a = 0, b = NB;
+        while (a < NB && row[a] == 0.0f) a++;
+        while (b > a && row[b - 1] == 0.0f) b--;
+        u->lo[m] = a;
+        u->hi[m] = b;
+      }
+      for (int32_t i = 0; i < NF; i++)
+        u->win[i] = (float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * (double)i / (double)NF));
+      g_mel = u;
+    } else if (u) {
+      cosy_rfft_plan_free(u->plan);
+      free(u);
+    }
+  }
+  *out = g_mel;
+  pthread_mutex_unlock(&g_mel_mu);
+  return st;
+}
+
+cosy_status cosy_mel_24k_check(int64_t n, int32_t *n_frames) {
+  *n_frames = 0;
   const int64_t pad = (COSY_MEL_N_FFT - COSY_MEL_HOP) / 2; /* 720 */
   if (n <= pad)
     return cosy_err(COSY_ERR_INVALID_ARG,
@@ -739,70 +830,58 @@ cosy_status cosy_mel_24k(const float *x, int64_t n, float **mel, int32_t *n_fram
   const int64_t T64 = n / COSY_MEL_HOP;
   if (T64 > INT32_MAX / COSY_MEL_BINS)
     return cosy_err(COSY_ERR_INVALID_ARG, "prompt audio too long: %lld samples", (long long)n);
-  const int32_t T = (int32_t)T64;
+  *n_frames = (int32_t)T64;
+  return COSY_OK;
+}
+
+cosy_status cosy_mel_24k_frames(const float *x, int64_t n, int32_t t0, int32_t t1, float *mel) {
   const int32_t NF = COSY_MEL_N_FFT, NB = NF / 2 + 1, NM = COSY_MEL_BINS;
-
-  cosy_status st = COSY_OK;
-  float *out = (float *)cosy_malloc((size_t)T * NM * sizeof(float));
-  float *fb = (float *)cosy_malloc((size_t)NM * NB * sizeof(float));
-  float *win = (float *)cosy_malloc((size_t)NF * sizeof(float));
-  float *buf = (float *)cosy_malloc((size_t)NF * 2 * sizeof(float));
-  float *spec = (float *)cosy_malloc((size_t)NF * 2 * sizeof(float));
-  float *mag = (float *)cosy_malloc((size_t)NB * sizeof(float));
-  cosy_fft_plan *plan = NULL;
-  int32_t lo[COSY_MEL_BINS], hi[COSY_MEL_BINS];
-  if (!out || !fb || !win || !buf || !spec || !mag) {
-    st = COSY_ERR_NO_MEMORY;
-    goto done;
-  }
-  st = cosy_mel_filterbank(COSY_MEL_SR, NF, NM, 0.0, 0.0, fb);
-  if (st != COSY_OK) goto done;
-  st = cosy_fft_plan_create(NF, &plan);
-  if (st != COSY_OK) goto done;
-  for (int32_t m = 0; m < NM; m++) { /* non-zero span of each filter */
-    const float *row = fb + (size_t)m * NB;
-    int32_t a = 0, b = NB;
-    while (a < NB && row[a] == 0.0f) a++;
-    while (b > a && row[b - 1] == 0.0f) b--;
-    lo[m] = a;
-    hi[m] = b;
-  }
-  for (int32_t i = 0; i < NF; i++)
-    win[i] = (float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * (double)i / (double)NF));
-
-  for (int32_t t = 0; t < T; t++) {
+  const int64_t pad = (COSY_MEL_N_FFT - COSY_MEL_HOP) / 2;
+  const mel_setup *u;
+  cosy_status st = mel_get(&u);
+  if (st) return st;
+  float buf[COSY_MEL_N_FFT], spec[COSY_MEL_N_FFT + 2], scratch[2 * COSY_MEL_N_FFT];
+  float mag[COSY_MEL_N_FFT / 2 + 1];
+  for (int32_t t = t0; t < t1; t++) {
     const int64_t start = (int64_t)t * COSY_MEL_HOP - pad; /* index into x of window sample 0 */
-    for (int32_t i = 0; i < NF; i++) {
-      int64_t j = start + i;
-      if (j < 0) j = -j;                   /* reflect (edge sample not repeated) */
-      else if (j >= n) j = 2 * (n - 1) - j;
-      buf[2 * i] = win[i] * x[j];
-      buf[2 * i + 1] = 0.0f;
+    if (start >= 0 && start + NF <= n) {
+      const float *xs = x + start;
+      for (int32_t i = 0; i < NF; i++) buf[i] = u->win[i] * xs[i];
+    } else {
+      for (int32_t i = 0; i < NF; i++) {
+        int64_t j = start + i;
+        if (j < 0) j = -j;                   /* reflect (edge sample not repeated) */
+        else if (j >= n) j = 2 * (n - 1) - j;
+        buf[i] = u->win[i] * x[j];
+      }
     }
-    st = cosy_fft_exec(plan, buf, spec, 0);
-    if (st != COSY_OK) goto done;
+    cosy_rfft_exec(u->plan, buf, spec, scratch);
     for (int32_t k = 0; k < NB; k++) {
       const float re = spec[2 * k], im = spec[2 * k + 1];
       mag[k] = sqrtf(re * re + im * im + 1e-9f);
     }
-    float *o = out + (size_t)t * NM;
+    float *o = mel + (size_t)t * NM;
     for (int32_t m = 0; m < NM; m++) {
-      const float *row = fb + (size_t)m * NB;
+      const float *row = u->fb + (size_t)m * NB;
       double acc = 0.0;
-      for (int32_t k = lo[m]; k < hi[m]; k++) acc += (double)row[k] * (double)mag[k];
+      for (int32_t k = u->lo[m]; k < u->hi[m]; k++) acc += (double)row[k] * (double)mag[k];
       float v = (float)acc;
       o[m] = logf(v < 1e-5f ? 1e-5f : v);
     }
   }
+  return COSY_OK;
+}
 
-done:
-  cosy_fft_plan_free(plan);
-  free(fb);
-  free(win);
-  free(buf);
-  free(spec);
-  free(mag);
-  if (st != COSY_OK) {
+cosy_status cosy_mel_24k(const float *x, int64_t n, float **mel, int32_t *n_frames) {
+  if (mel) *mel = NULL;
+  if (n_frames) *n_frames = 0;
+  if (!x || !mel || !n_frames) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_mel_24k: NULL argument");
+  int32_t T;
+  cosy_status st = cosy_mel_24k_check(n, &T);
+  if (st) return st;
+  float *out = (float *)cosy_malloc((size_t)T * COSY_MEL_BINS * sizeof(float));
+  if (!out) return COSY_ERR_NO_MEMORY;
+  if ((st = cosy_mel_24k_frames(x, n, 0, T, out))) {
     free(out);
     return st;
   }

@@ -51,6 +51,11 @@ cosy_status cosy_resample(const float *in, int64_t n, int32_t rate_in, int32_t r
  * 10.9-12 kHz content torchaudio's filter keeps, moving the top two mel bands by up to ~5 in log). */
 cosy_status cosy_resample_sinc_hann(const float *in, int64_t n, int32_t rate_in, int32_t rate_out,
                                     float **out, int64_t *n_out);
+/* The same on up to `threads` threads (kernel phases and output ranges split; the same samples
+ * whatever the count). */
+cosy_status cosy_resample_sinc_hann_mt(const float *in, int64_t n, int32_t rate_in,
+                                       int32_t rate_out, int threads, float **out,
+                                       int64_t *n_out);
 
 /* Streaming conversion: feed any chunking of the input, get exactly what cosy_resample gives for
  * the whole input (same samples, same total length). Output lags the input by the filter's half
@@ -91,5 +96,11 @@ cosy_status cosy_mel_filterbank(int32_t sr, int32_t n_fft, int32_t n_mels, doubl
  * cosy_audio_to_mel (cosyvoice.h) checks its arguments, resamples to 24 kHz with
  * cosy_resample_sinc_hann (as the official load_wav does) and calls this. */
 cosy_status cosy_mel_24k(const float *pcm, int64_t n, float **mel, int32_t *n_frames);
+/* The same in pieces: the length check (*n_frames, or COSY_ERR_INVALID_ARG), then frames
+ * [t0, t1) into mel[t * 80 ..] (the others untouched; frames are independent, so threads may
+ * split them and the result does not depend on the split). The filterbank, window and FFT plan
+ * are made once per process. */
+cosy_status cosy_mel_24k_check(int64_t n, int32_t *n_frames);
+cosy_status cosy_mel_24k_frames(const float *pcm, int64_t n, int32_t t0, int32_t t1, float *mel);
 
 #endif

@@ -269,4 +269,42 @@ cosy_status voice_from_audio(struct cosy_engine *e, const float *pcm, int64_t n,
                              int32_t sample_rate, const char *prompt_text, struct cosy_voice **out);
 void voice_frontend_free(struct voice_frontend *f);
 
+/* voice_audio.c: the features of a voice from checked audio (pcm, n, sr as voice_from_audio takes
+ * them), on threads. voice_feats_begin starts the prompt mel (x24 = resample to 24 kHz, then
+ * cosy_mel_24k's frames) on a thread of its own that splits the work over mel_threads workers
+ * (mel_threads 0: no thread; voice_feats_end computes it on the caller), then computes the 16 kHz
+ * features on t16 threads (the caller one of them): x16 = resample to 16 kHz (output ranges
+ * split), then the whisper log-mel and the kaldi fbank (frames split), the fbank's mean over time
+ * removed; it returns when those are ready. voice_feats_end waits for the prompt mel.
+ * voice_feats_free (always, after begin) joins a running thread and frees everything. The
+ * features equal the single-threaded ones (ref_whisper_logmel, ref_kaldi_fbank, cosy_audio_to_mel)
+ * bit for bit, whatever the thread counts (tests/test_voice_audio.c). */
+typedef struct voice_feats {
+  const float *pcm;
+  int64_t n;
+  int32_t sr;
+  int t16, tmel;
+  float *x16; /* malloc'd unless it is pcm (16 kHz input) */
+  int64_t n16;
+  float *lm;  /* [128][T_lm] */
+  int32_t T_lm;
+  float *fb;  /* [T_fb][80], mean over time removed */
+  int32_t T_fb;
+  float *x24; /* malloc'd when resampled */
+  int64_t n24;
+  float *mel; /* [T_mel][80] */
+  int32_t T_mel;
+  cosy_status mel_st;
+  char mel_msg[512];
+  pthread_t mel_th;
+  int mel_started;
+} voice_feats;
+/* the thread counts a GPU engine uses: t16 and tmel for voice_feats_begin, from the CPUs this
+ * process may run on */
+void voice_feats_threads(int *t16, int *tmel);
+cosy_status voice_feats_begin(voice_feats *f, const float *pcm, int64_t n, int32_t sr, int t16,
+                              int tmel);
+cosy_status voice_feats_end(voice_feats *f);
+void voice_feats_free(voice_feats *f);
+
 #endif

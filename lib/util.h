@@ -57,6 +57,13 @@ const void *cosy_fault_failed_site(void);
 /* Overflow-checked size arithmetic: returns 0 and sets *out on success, -1 on overflow. */
 int cosy_mul_size(size_t a, size_t b, size_t *out);
 
+/* Number of CPUs this process may run on (its affinity mask; at least 1). lib/parallel.c */
+int cosy_cpu_count(void);
+/* Run fn(arg, i, n) for i = 0 .. n-1 (n at most 256): i = 0 on the calling thread, the others on
+ * threads started for this call; an index whose thread cannot be started runs on the calling
+ * thread. Returns when every index is done. */
+void cosy_parallel(int n, void (*fn)(void *arg, int i, int n), void *arg);
+
 /* Monotonic clock in seconds. */
 double cosy_now(void);
 

@@ -109,25 +109,24 @@ static cosy_status check_audio(const float *pcm, int64_t n, int32_t sr) {
                     "cosy_voice_from_audio: the prompt is %.1f s long; the speech tokenizer takes at "
                     "most %d s (as the official front end): cut it", (double)n / sr,
                     S3TOK_MAX_SECONDS);
-  float peak = 0.0f;
+  float peak = 0.0f, lo = pcm[0], hi = pcm[0];
   int64_t clipped = 0;
   double sum = 0.0;
   for (int64_t i = 0; i < n; i++) {
-    float a = fabsf(pcm[i]);
-    if (!isfinite(pcm[i]))
+    const float x = pcm[i], a = fabsf(x);
+    if (!isfinite(x))
       return cosy_err(COSY_ERR_INVALID_ARG, "cosy_voice_from_audio: sample %lld is %s", (long long)i,
-                      isnan(pcm[i]) ? "NaN" : "infinite");
+                      isnan(x) ? "NaN" : "infinite");
     if (a > peak) peak = a;
+    if (x < lo) lo = x;
+    if (x > hi) hi = x;
     clipped += a >= CLIP_LEVEL;
-    sum += pcm[i];
+    sum += x;
   }
-  /* silence is judged without the DC offset (a constant signal carries no voice) */
+  /* silence is judged without the DC offset (a constant signal carries no voice): the peak of
+   * |x - mean| is at the smallest or the largest sample */
   const double mean = sum / (double)n;
-  double ac_peak = 0.0;
-  for (int64_t i = 0; i < n; i++) {
-    double a = fabs((double)pcm[i] - mean);
-    if (a > ac_peak) ac_peak = a;
-  }
+  const double ac_peak = fmax((double)hi - mean, mean - (double)lo);
   if (ac_peak < SILENT_PEAK)
     return cosy_err(COSY_ERR_INVALID_ARG,
                     "cosy_voice_from_audio: the audio is silent (peak %.2g around its mean %.2g, "
@@ -159,48 +158,160 @@ static cosy_status run_fe_job(cosy_engine *e, void *arg) {
   return e->be->voice_features(e, j->lm, j->T_lm, j->fb, j->T_fb, &j->tok, &j->n_tok, j->spk);
 }
 
-/* Feature work that can run on a helper thread: the prompt mel (24 kHz) of the input, or the
- * mean-removed fbank of the 16 kHz audio. The status and message come back with the result. */
-typedef struct feat_task {
+/* ---- features on threads (engine.h: voice_feats) ---------------------------------------------- */
+
+void voice_feats_threads(int *t16, int *tmel) {
+  const int c = cosy_cpu_count();
+  /* the prompt mel has the models' GPU job to hide behind: a quarter of the CPUs (at most 4), the
+   * 16 kHz features, which the job waits for, the rest (at most 12) */
+  int m = c / 4;
+  if (m < 1) m = 1;
+  if (m > 4) m = 4;
+  int k = c - m;
+  if (k < 1) k = 1;
+  if (k > 12) k = 12;
+  *t16 = k;
+  *tmel = m;
+}
+
+typedef struct lm_fb_job {
+  voice_feats *f;
+  float lmax[256];
+  cosy_status st[256];
+} lm_fb_job;
+
+static void lm_fb_worker(void *arg, int i, int n) {
+  lm_fb_job *j = (lm_fb_job *)arg;
+  voice_feats *f = j->f;
+  j->st[i] = ref_whisper_logmel_frames(f->x16, f->n16, (int32_t)((int64_t)f->T_lm * i / n),
+                                       (int32_t)((int64_t)f->T_lm * (i + 1) / n), f->lm,
+                                       &j->lmax[i]);
+  if (!j->st[i])
+    j->st[i] = ref_kaldi_fbank_frames(f->x16, f->n16, (int32_t)((int64_t)f->T_fb * i / n),
+                                      (int32_t)((int64_t)f->T_fb * (i + 1) / n), f->fb);
+}
+
+typedef struct mel_job {
+  voice_feats *f;
   const float *x;
   int64_t n;
-  int32_t sr;
-  int fbank;      /* 0: prompt mel of x at sr; 1: fbank of x (16 kHz) minus its mean */
-  float *out;     /* malloc'd */
-  int32_t T;
-  cosy_status st;
-  char msg[512];
-  pthread_t th;
-  int started;
-} feat_task;
+  cosy_status st[256];
+} mel_job;
 
-static void *feat_main(void *arg) {
-  feat_task *t = (feat_task *)arg;
-  if (!t->fbank) {
-    t->st = cosy_audio_to_mel(t->x, t->n, t->sr, &t->out, &t->T);
-  } else if (!(t->st = ref_kaldi_fbank(t->x, t->n, &t->out, &t->T))) {
-    float *fb = t->out;
-    for (int m = 0; m < 80; m++) {
-      double s = 0;
-      for (int32_t i = 0; i < t->T; i++) s += fb[(size_t)i * 80 + m];
-      float mean = (float)(s / t->T);
-      for (int32_t i = 0; i < t->T; i++) fb[(size_t)i * 80 + m] -= mean;
-    }
+static void mel_worker(void *arg, int i, int n) {
+  mel_job *j = (mel_job *)arg;
+  const int32_t T = j->f->T_mel;
+  j->st[i] = cosy_mel_24k_frames(j->x, j->n, (int32_t)((int64_t)T * i / n),
+                                 (int32_t)((int64_t)T * (i + 1) / n), j->f->mel);
+}
+
+/* the status of a split run: the frame functions fail only in their one-time setup, which the
+ * caller made (an empty range) before starting the workers, so this is a safeguard */
+static cosy_status first_status(const cosy_status *st, int n, const char *what) {
+  for (int i = 0; i < n; i++)
+    if (st[i]) return cosy_err(st[i], "cosy_voice_from_audio: %s failed (status %d)", what, st[i]);
+  return COSY_OK;
+}
+
+static cosy_status mel_compute(voice_feats *f) {
+  const int t = f->tmel > 0 ? f->tmel : 1;
+  const float *x = f->pcm;
+  int64_t n = f->n;
+  cosy_status st;
+  if (f->sr != COSY_MEL_SR) {
+    if ((st = cosy_resample_sinc_hann_mt(f->pcm, f->n, f->sr, COSY_MEL_SR, t, &f->x24, &f->n24)))
+      return st;
+    x = f->x24, n = f->n24;
   }
-  if (t->st) snprintf(t->msg, sizeof t->msg, "%s", cosy_last_error());
+  if ((st = cosy_mel_24k_check(n, &f->T_mel))) return st;
+  if ((st = cosy_mel_24k_frames(x, n, 0, 0, NULL))) return st; /* the one-time setup */
+  f->mel = (float *)cosy_malloc((size_t)f->T_mel * COSY_MEL_BINS * sizeof(float));
+  if (!f->mel) return COSY_ERR_NO_MEMORY;
+  mel_job j;
+  memset(&j, 0, sizeof j);
+  j.f = f, j.x = x, j.n = n;
+  int w = t;
+  if (w > f->T_mel / 16) w = f->T_mel / 16; /* at least 16 frames a worker */
+  if (w < 1) w = 1;
+  cosy_parallel(w, mel_worker, &j);
+  return first_status(j.st, w, "the prompt mel");
+}
+
+static void *mel_main(void *arg) {
+  voice_feats *f = (voice_feats *)arg;
+  f->mel_st = mel_compute(f);
+  if (f->mel_st) snprintf(f->mel_msg, sizeof f->mel_msg, "%s", cosy_last_error());
   return NULL;
 }
 
-/* start the task on a thread when threaded (else, or when no thread can be made, run it here) */
-static void feat_start(feat_task *t, int threaded) {
-  t->started = threaded && pthread_create(&t->th, NULL, feat_main, t) == 0;
-  if (!t->started) feat_main(t);
+cosy_status voice_feats_begin(voice_feats *f, const float *pcm, int64_t n, int32_t sr, int t16,
+                              int tmel) {
+  memset(f, 0, sizeof *f);
+  f->pcm = pcm, f->n = n, f->sr = sr;
+  f->t16 = t16 < 1 ? 1 : t16 > 256 ? 256 : t16;
+  f->tmel = tmel < 0 ? 0 : tmel > 256 ? 256 : tmel;
+  if (f->tmel > 0) f->mel_started = pthread_create(&f->mel_th, NULL, mel_main, f) == 0;
+  if (f->tmel > 0 && !f->mel_started) f->tmel = 1; /* no thread: voice_feats_end computes it */
+  cosy_status st;
+  if (sr == S3TOK_SR) {
+    f->x16 = (float *)pcm;
+    f->n16 = n;
+  } else if ((st = cosy_resample_sinc_hann_mt(pcm, n, sr, S3TOK_SR, f->t16, &f->x16, &f->n16))) {
+    return st;
+  }
+  if ((st = ref_whisper_logmel_check(f->n16, &f->T_lm))) return st;
+  if ((st = ref_kaldi_fbank_check(f->n16, &f->T_fb))) return st;
+  float lmax0;
+  if ((st = ref_whisper_logmel_frames(f->x16, f->n16, 0, 0, NULL, &lmax0))) return st;
+  if ((st = ref_kaldi_fbank_frames(f->x16, f->n16, 0, 0, NULL))) return st;
+  f->lm = (float *)cosy_malloc((size_t)128 * f->T_lm * sizeof(float));
+  f->fb = (float *)cosy_malloc((size_t)80 * f->T_fb * sizeof(float));
+  if (!f->lm || !f->fb) return COSY_ERR_NO_MEMORY;
+  lm_fb_job *j = (lm_fb_job *)cosy_malloc(sizeof *j);
+  if (!j) return COSY_ERR_NO_MEMORY;
+  j->f = f;
+  int w = f->t16;
+  if (w > f->T_fb / 16) w = f->T_fb / 16; /* at least 16 frames a worker */
+  if (w < 1) w = 1;
+  cosy_parallel(w, lm_fb_worker, j);
+  st = first_status(j->st, w, "the log-mel or the fbank");
+  float lmax = -INFINITY;
+  for (int i = 0; i < w; i++)
+    if (j->lmax[i] > lmax) lmax = j->lmax[i];
+  free(j);
+  if (st) return st;
+  ref_whisper_logmel_finish(f->lm, f->T_lm, lmax);
+  /* the fbank minus its mean over time, per bin (sums in double, frame by frame) */
+  double sum[80] = {0};
+  for (int32_t t = 0; t < f->T_fb; t++) {
+    const float *r = f->fb + (size_t)t * 80;
+    for (int m = 0; m < 80; m++) sum[m] += r[m];
+  }
+  float mean[80];
+  for (int m = 0; m < 80; m++) mean[m] = (float)(sum[m] / f->T_fb);
+  for (int32_t t = 0; t < f->T_fb; t++) {
+    float *r = f->fb + (size_t)t * 80;
+    for (int m = 0; m < 80; m++) r[m] -= mean[m];
+  }
+  return COSY_OK;
 }
 
-static cosy_status feat_join(feat_task *t) {
-  if (t->started) pthread_join(t->th, NULL);
-  t->started = 0;
-  return t->st ? cosy_err(t->st, "%s", t->msg) : COSY_OK;
+cosy_status voice_feats_end(voice_feats *f) {
+  if (f->mel_started) {
+    pthread_join(f->mel_th, NULL);
+    f->mel_started = 0;
+    return f->mel_st ? cosy_err(f->mel_st, "%s", f->mel_msg) : COSY_OK;
+  }
+  if (!f->mel && !f->mel_st) f->mel_st = mel_compute(f);
+  return f->mel_st;
+}
+
+void voice_feats_free(voice_feats *f) {
+  if (f->mel_started) pthread_join(f->mel_th, NULL); /* an early failure: the prompt mel still runs */
+  f->mel_started = 0;
+  if (f->x16 != f->pcm) free(f->x16);
+  free(f->lm), free(f->fb), free(f->x24), free(f->mel);
+  f->x16 = f->lm = f->fb = f->x24 = f->mel = NULL;
 }
 
 cosy_status voice_from_audio(cosy_engine *e, const float *pcm, int64_t n, int32_t sr,
@@ -210,40 +321,19 @@ cosy_status voice_from_audio(cosy_engine *e, const float *pcm, int64_t n, int32_
   cosy_status st = get_frontend(e, &f); /* first: a model without it says so whatever the audio */
   if (st) return st;
   if ((st = check_audio(pcm, n, sr))) return st;
-  /* a backend that runs the models (the GPU) waits for features only: compute them on three
-   * threads (prompt mel | log-mel | fbank), the prompt mel overlapping the models' job too */
-  const int threaded = e->be->voice_features != NULL;
-  feat_task tm, tf;
-  memset(&tm, 0, sizeof tm);
-  memset(&tf, 0, sizeof tf);
-  tm.x = pcm, tm.n = n, tm.sr = sr;
-  feat_start(&tm, threaded);
-  if (!tm.started && tm.st) return feat_join(&tm);
-  float *x16 = NULL, *lm = NULL;
-  int32_t *tok = NULL, n_tok = 0, T_lm = 0;
-  int64_t n16 = 0;
+  /* a backend that runs the models (the GPU) waits for the 16 kHz features only: they are split
+   * over most of the CPUs, the prompt mel runs beside on the rest and overlaps the models' job.
+   * The CPU engine computes them on the calling thread, as it runs the models. */
+  int t16 = 1, tmel = 0;
+  if (e->be->voice_features) voice_feats_threads(&t16, &tmel);
+  voice_feats vf;
+  int32_t *tok = NULL, n_tok = 0;
   float spk[192];
   memset(spk, 0, sizeof spk);
-  if (sr == S3TOK_SR) {
-    x16 = (float *)cosy_malloc((size_t)n * sizeof(float));
-    if (!x16) st = COSY_ERR_NO_MEMORY;
-    else memcpy(x16, pcm, (size_t)n * sizeof(float));
-    n16 = n;
-  } else {
-    st = cosy_resample_sinc_hann(pcm, n, sr, S3TOK_SR, &x16, &n16);
-  }
-  if (st) goto done;
-  tf.x = x16, tf.n = n16, tf.fbank = 1;
-  feat_start(&tf, threaded);
-  st = ref_whisper_logmel(x16, n16, &lm, &T_lm);
-  {
-    cosy_status sf = feat_join(&tf);
-    if (!st) st = sf;
-  }
-  if (st) goto done;
+  if ((st = voice_feats_begin(&vf, pcm, n, sr, t16, tmel))) goto done;
   st = COSY_ERR_UNSUPPORTED;
   if (e->be->voice_features) {
-    fe_job job = {lm, T_lm, tf.out, tf.T, NULL, 0, spk};
+    fe_job job = {vf.lm, vf.T_lm, vf.fb, vf.T_fb, NULL, 0, spk};
     st = sched_run_on_t2w(e, run_fe_job, &job);
     tok = job.tok, n_tok = job.n_tok;
     if (st && st != COSY_ERR_UNSUPPORTED) goto done;
@@ -251,14 +341,15 @@ cosy_status voice_from_audio(cosy_engine *e, const float *pcm, int64_t n, int32_
   if (st == COSY_ERR_UNSUPPORTED) { /* the CPU reference */
     free(tok);
     tok = NULL;
-    if ((st = ref_s3tok_encode(f->s3, lm, T_lm, &tok, &n_tok, NULL, NULL, NULL, NULL))) goto done;
-    if ((st = ref_campplus_embed(f->cam, tf.out, tf.T, spk, NULL, NULL, NULL))) goto done;
+    if ((st = ref_s3tok_encode(f->s3, vf.lm, vf.T_lm, &tok, &n_tok, NULL, NULL, NULL, NULL)))
+      goto done;
+    if ((st = ref_campplus_embed(f->cam, vf.fb, vf.T_fb, spk, NULL, NULL, NULL))) goto done;
   }
-  if ((st = feat_join(&tm))) goto done;
-  st = voice_create(e, prompt_text, tok, n_tok, tm.out, tm.T, spk, out);
+  if ((st = voice_feats_end(&vf))) goto done;
+  st = voice_create(e, prompt_text, tok, n_tok, vf.mel, vf.T_mel, spk, out);
 done:
-  if (tm.started) pthread_join(tm.th, NULL); /* an early failure: the prompt mel still runs */
-  free(x16), free(lm), free(tf.out), free(tm.out), free(tok);
+  voice_feats_free(&vf);
+  free(tok);
   if (st == COSY_OK) cosy_err_clear();
   return st;
 }

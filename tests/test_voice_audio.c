@@ -9,9 +9,16 @@
  * library computes its own 16 kHz audio and features (the golden features are not used), so this
  * also covers resampling. The 16 kHz golden prompt (wav16k.npy) as input gives the same tokens
  * and embedding. A voice file round trip keeps all of it.
- * Bad input: NULL, empty, unknown rates, NaN / Inf, < 0.5 s, > 30 s, silent (also a DC offset
- * alone), unscaled, clipped
- * -> COSY_ERR_INVALID_ARG with a message; a model without the front end -> COSY_ERR_UNSUPPORTED.
+ * Bad input: NULL, empty (0 or negative length), unsupported rates (0, negative, 8 kHz, just
+ * outside [16000, 192000]), NaN / Inf, < 0.5 s, > 30 s, silent (also a DC offset alone),
+ * unscaled, clipped -> COSY_ERR_INVALID_ARG with a message; a model without the front end ->
+ * COSY_ERR_UNSUPPORTED. Odd rates (16001, 22051, 44101 Hz) and 192 kHz give a voice of 1 s.
+ * Non-mono WAV, read with cosy_wav_read (channels mixed by their mean, as the official load_wav):
+ * a stereo float WAV of the prompt (channels x + d and x - d) gives the official voice; a
+ * 4-channel int16 one (x in each) the voice of the mono int16 file, bit for bit.
+ * Threaded features (voice_feats, what a GPU engine runs): for several thread counts, the 16 kHz
+ * audio, log-mel, mean-removed fbank and prompt mel equal the single-threaded functions bit for
+ * bit (24 and 44.1 kHz input).
  * Two clones made beside a synthesis on the same engine equal the ones made alone, and so does
  * the audio (the front end is set up once, then shared read-only).
  * sched_run_on_t2w (the hook a GPU engine's cloning goes through): runs the function on the
@@ -33,6 +40,8 @@
 #include "audio.h"
 #include "cosyvoice.h"
 #include "engine.h"
+#include "ref/campplus.h"
+#include "ref/s3tok.h"
 #include "testutil.h"
 #include "util.h"
 
@@ -162,6 +171,10 @@ static void test_bad_input(void **state) {
   expect_bad(e, x, n, 8000, COSY_ERR_INVALID_ARG, "sample rate");
   expect_bad(e, x, n, 0, COSY_ERR_INVALID_ARG, "sample rate");
   expect_bad(e, x, n, 200000, COSY_ERR_INVALID_ARG, "sample rate");
+  expect_bad(e, x, n, 15999, COSY_ERR_INVALID_ARG, "sample rate");
+  expect_bad(e, x, n, 192001, COSY_ERR_INVALID_ARG, "sample rate");
+  expect_bad(e, x, n, -16000, COSY_ERR_INVALID_ARG, "sample rate");
+  expect_bad(e, x, -5, sr, COSY_ERR_INVALID_ARG, "empty");
   expect_bad(e, x, sr * 4 / 10, sr, COSY_ERR_INVALID_ARG, "at least 0.5 s");
   expect_bad(e, x, nl, sr, COSY_ERR_INVALID_ARG, "at most 30 s");
   float keep = x[100];
@@ -185,6 +198,13 @@ static void test_bad_input(void **state) {
   assert_true(v->n_tokens > 0);
   for (int i = 0; i < v->n_tokens; i++) assert_true(v->speech_tokens[i] >= 0 && v->speech_tokens[i] < 6561);
   cosy_voice_release(v);
+  /* rates that share no factor with 16 or 24 kHz (long kernels) and the ends of the range */
+  static const int32_t odd[] = {16001, 22051, 44101, 192000};
+  for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+    assert_int_equal(cosy_voice_from_audio(e, x, odd[i], odd[i], "", &v), COSY_OK);
+    assert_true(v->n_tokens >= 24 && v->n_tokens <= 25);
+    cosy_voice_release(v);
+  }
   assert_int_equal(cosy_voice_from_audio(e, x, sr / 2, sr, "", &v), COSY_OK);
   assert_int_equal(v->n_tokens, 12); /* 50 mel frames at 24 kHz -> 25 tokens, 13 at 16 kHz */
   cosy_voice_release(v);
@@ -193,6 +213,161 @@ static void test_bad_input(void **state) {
   cosy_voice_release(v);
   free(z), free(x);
   cosy_engine_destroy(e);
+}
+
+/* a WAV of ch channels built by hand: float32 (bits 32) or int16 (bits 16) samples */
+static void write_wav(const char *path, const float *data, int64_t frames, int ch, int bits,
+                      int32_t sr) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  const uint32_t bps = (uint32_t)bits / 8, data_size = (uint32_t)(frames * ch * bps);
+  unsigned char h[44];
+  memcpy(h, "RIFF", 4);
+  uint32_t v = 36 + data_size;
+  for (int i = 0; i < 4; i++) h[4 + i] = (unsigned char)(v >> (8 * i));
+  memcpy(h + 8, "WAVEfmt ", 8);
+  const uint32_t fmt[] = {16, (bits == 32 ? 3u : 1u) | ((uint32_t)ch << 16), (uint32_t)sr,
+                          (uint32_t)sr * ch * bps, (ch * bps) | ((uint32_t)bits << 16)};
+  for (int k = 0; k < 5; k++)
+    for (int i = 0; i < 4; i++) h[16 + 4 * k + i] = (unsigned char)(fmt[k] >> (8 * i));
+  memcpy(h + 36, "data", 4);
+  for (int i = 0; i < 4; i++) h[40 + i] = (unsigned char)(data_size >> (8 * i));
+  assert_int_equal(fwrite(h, 1, 44, f), 44);
+  for (int64_t i = 0; i < frames * ch; i++) {
+    if (bits == 32) {
+      assert_int_equal(fwrite(&data[i], 4, 1, f), 1); /* little-endian host */
+    } else {
+      float x = data[i] * 32768.0f;
+      int16_t q = (int16_t)(x > 32767.0f ? 32767 : x < -32768.0f ? -32768 : lrintf(x));
+      assert_int_equal(fwrite(&q, 2, 1, f), 1);
+    }
+  }
+  fclose(f);
+}
+
+static void test_non_mono_wav(void **state) {
+  (void)state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  const char *model = fe_model();
+  TU_REQUIRE(model, "front-end test model not found (make test builds build/test/small-fe-f32.gguf)");
+  cosy_engine *e = engine_for(model);
+  assert_non_null(e);
+  float *pcm;
+  int64_t n;
+  int32_t sr;
+  assert_int_equal(cosy_wav_read(tu_shared("audio/zero_shot_prompt.wav"), &pcm, &n, &sr), COSY_OK);
+  char path[] = "/tmp/cosy-test-stereo-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  /* stereo float: x + d, x - d (d: a quiet tone), whose mean is x up to rounding */
+  float *st = malloc((size_t)n * 4 * sizeof(float));
+  assert_non_null(st);
+  for (int64_t i = 0; i < n; i++) {
+    float d = 0.05f * (float)sin(0.01 * (double)i);
+    st[2 * i] = pcm[i] + d;
+    st[2 * i + 1] = pcm[i] - d;
+  }
+  write_wav(path, st, n, 2, 32, sr);
+  float *mix;
+  int64_t nm;
+  int32_t srm;
+  assert_int_equal(cosy_wav_read(path, &mix, &nm, &srm), COSY_OK);
+  assert_int_equal(nm, n);
+  assert_int_equal(srm, sr);
+  cosy_voice *v;
+  assert_int_equal(cosy_voice_from_audio(e, mix, nm, srm, PROMPT_TEXT, &v), COSY_OK);
+  print_message("stereo float WAV:\n");
+  check_voice(v, 1);
+  cosy_voice_release(v);
+  free(mix);
+  /* 4 channels of int16, the same prompt in each: the voice of the mono int16 file, bit for bit
+   * (int16 rounding moves the embedding by ~1e-2 from the official float prompt's) */
+  write_wav(path, pcm, n, 1, 16, sr);
+  assert_int_equal(cosy_wav_read(path, &mix, &nm, &srm), COSY_OK);
+  cosy_voice *mono;
+  assert_int_equal(cosy_voice_from_audio(e, mix, nm, srm, PROMPT_TEXT, &mono), COSY_OK);
+  free(mix);
+  for (int64_t i = 0; i < n; i++)
+    for (int c = 0; c < 4; c++) st[4 * i + c] = pcm[i];
+  write_wav(path, st, n, 4, 16, sr);
+  assert_int_equal(cosy_wav_read(path, &mix, &nm, &srm), COSY_OK);
+  assert_int_equal(nm, n);
+  assert_int_equal(cosy_voice_from_audio(e, mix, nm, srm, PROMPT_TEXT, &v), COSY_OK);
+  assert_int_equal(v->n_tokens, mono->n_tokens);
+  assert_memory_equal(v->speech_tokens, mono->speech_tokens, (size_t)v->n_tokens * 4);
+  assert_memory_equal(v->mel, mono->mel, (size_t)v->n_tokens * 2 * 80 * 4);
+  assert_memory_equal(v->spk, mono->spk, sizeof v->spk);
+  print_message("4-channel int16 WAV: the voice of the mono int16 file, bit for bit\n");
+  cosy_voice_release(v);
+  cosy_voice_release(mono);
+  free(mix);
+  remove(path);
+  free(st), free(pcm);
+  cosy_engine_destroy(e);
+}
+
+/* the threaded features (voice_feats) equal the single-threaded functions bit for bit */
+static void feats_vs_single(const float *pcm, int64_t n, int32_t sr) {
+  float *x16, *lm, *fb, *mel;
+  int64_t n16;
+  int32_t T_lm, T_fb, T_mel;
+  assert_int_equal(cosy_resample_sinc_hann(pcm, n, sr, 16000, &x16, &n16), COSY_OK);
+  assert_int_equal(ref_whisper_logmel(x16, n16, &lm, &T_lm), COSY_OK);
+  assert_int_equal(ref_kaldi_fbank(x16, n16, &fb, &T_fb), COSY_OK);
+  for (int m = 0; m < 80; m++) { /* as the official _extract_spk_embedding */
+    double s = 0;
+    for (int32_t t = 0; t < T_fb; t++) s += fb[(size_t)t * 80 + m];
+    float mean = (float)(s / T_fb);
+    for (int32_t t = 0; t < T_fb; t++) fb[(size_t)t * 80 + m] -= mean;
+  }
+  assert_int_equal(cosy_audio_to_mel(pcm, n, sr, &mel, &T_mel), COSY_OK);
+  static const int t16s[] = {1, 2, 3, 7, 16}, tmels[] = {0, 1, 2, 5};
+  for (size_t a = 0; a < sizeof t16s / sizeof t16s[0]; a++)
+    for (size_t b = 0; b < sizeof tmels / sizeof tmels[0]; b++) {
+      voice_feats f;
+      assert_int_equal(voice_feats_begin(&f, pcm, n, sr, t16s[a], tmels[b]), COSY_OK);
+      assert_int_equal(f.n16, n16);
+      assert_memory_equal(f.x16, x16, (size_t)n16 * sizeof(float));
+      assert_int_equal(f.T_lm, T_lm);
+      assert_memory_equal(f.lm, lm, (size_t)128 * T_lm * sizeof(float));
+      assert_int_equal(f.T_fb, T_fb);
+      assert_memory_equal(f.fb, fb, (size_t)80 * T_fb * sizeof(float));
+      assert_int_equal(voice_feats_end(&f), COSY_OK);
+      assert_int_equal(f.T_mel, T_mel);
+      assert_memory_equal(f.mel, mel, (size_t)80 * T_mel * sizeof(float));
+      voice_feats_free(&f);
+    }
+  print_message("threaded features at %d Hz (%lld samples): x16, log-mel [128][%d], fbank [%d][80], "
+                "prompt mel [%d][80] bit-identical for 1..16 threads\n", (int)sr, (long long)n,
+                (int)T_lm, (int)T_fb, (int)T_mel);
+  free(x16), free(lm), free(fb), free(mel);
+}
+
+static void test_threaded_features(void **state) {
+  (void)state;
+  TU_REQUIRE(tu_shared_dir(), "shared reference data not found (set COSY_SHARED)");
+  float *pcm;
+  int64_t n;
+  int32_t sr;
+  assert_int_equal(cosy_wav_read(tu_shared("audio/zero_shot_prompt.wav"), &pcm, &n, &sr), COSY_OK);
+  feats_vs_single(pcm, n, sr);
+  /* 44.1 kHz (both features resampled): 2.5 s of a chirp plus noise */
+  const int64_t n44 = 110250;
+  float *x = malloc((size_t)n44 * sizeof(float));
+  assert_non_null(x);
+  uint32_t s = 7;
+  for (int64_t i = 0; i < n44; i++) {
+    s = s * 1664525u + 1013904223u;
+    x[i] = 0.3f * (float)sin(1e-6 * (double)i * (double)i) +
+           0.02f * ((float)(s >> 8) / 16777216.0f - 0.5f);
+  }
+  feats_vs_single(x, n44, 44100);
+  int t16, tmel;
+  voice_feats_threads(&t16, &tmel);
+  print_message("a GPU engine here uses %d + %d threads (%d CPUs)\n", t16, tmel, cosy_cpu_count());
+  assert_true(t16 >= 1 && tmel >= 1);
+  free(x), free(pcm);
 }
 
 /* cloning beside synthesis and beside another clone: same results as alone */
@@ -375,6 +550,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_end_to_end),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_non_mono_wav),
+      cmocka_unit_test(test_threaded_features),
       cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_run_on_t2w),
       cmocka_unit_test(test_no_frontend),

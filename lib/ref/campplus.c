@@ -5,6 +5,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,84 +39,122 @@ static const char *const HEAD[12] = {
 
 /* ------------------------------------------------------------------------------- fbank */
 
-cosy_status ref_kaldi_fbank(const float *x, int64_t n, float **fb_out, int32_t *Tout) {
-  *fb_out = NULL;
-  *Tout = 0;
+/* the frame-independent part (mel banks, window, FFT plan), made once per process and then
+ * read-only; a failed setup (no memory) is tried again by the next call */
+typedef struct fb_setup {
+  cosy_rfft_plan *plan;
+  float win[FB_WIN];
+  float mb[FB_BINS * (FB_NFFT / 2 + 1)];
+  int lo[FB_BINS], hi[FB_BINS]; /* non-zero span of each bank: the sums skip exact zeros only */
+} fb_setup;
+
+static pthread_mutex_t g_fb_mu = PTHREAD_MUTEX_INITIALIZER;
+static fb_setup *g_fb;
+
+static cosy_status fb_get(const fb_setup **out) {
+  cosy_status st = COSY_OK;
+  pthread_mutex_lock(&g_fb_mu);
+  if (!g_fb) {
+    const int NB = FB_NFFT / 2 + 1;
+    fb_setup *u = (fb_setup *)cosy_calloc(1, sizeof *u);
+    if (!u) st = COSY_ERR_NO_MEMORY;
+    if (!st) st = cosy_rfft_plan_create(FB_NFFT, &u->plan);
+    if (!st) {
+      const double lo = 1127.0 * log(1.0 + 20.0 / 700.0), hi = 1127.0 * log(1.0 + 8000.0 / 700.0);
+      const float flo = (float)lo, delta = (float)((hi - lo) / (FB_BINS + 1));
+      for (int m = 0; m < FB_BINS; m++) {
+        float left = flo + (float)m * delta, centre = flo + (float)(m + 1) * delta,
+              right = flo + (float)(m + 2) * delta;
+        for (int k = 0; k < FB_NFFT / 2; k++) {
+          float f = 31.25f * (float)k;
+          float mel = 1127.0f * logf(1.0f + f / 700.0f);
+          float up = (mel - left) / (centre - left), down = (right - mel) / (right - centre);
+          float v = up < down ? up : down;
+          u->mb[(size_t)m * NB + k] = v > 0.0f ? v : 0.0f;
+        }
+      }
+      for (int m = 0; m < FB_BINS; m++) {
+        const float *row = u->mb + (size_t)m * NB;
+        u->lo[m] = 0, u->hi[m] = 0;
+        for (int k = 0; k < NB; k++)
+          if (row[k] != 0.0f) {
+            if (u->hi[m] == 0) u->lo[m] = k;
+            u->hi[m] = k + 1;
+          }
+      }
+      for (int i = 0; i < FB_WIN; i++)
+        u->win[i] =
+            powf((float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * i / (FB_WIN - 1))), 0.85f);
+      g_fb = u;
+    } else if (u) {
+      cosy_rfft_plan_free(u->plan);
+      free(u);
+    }
+  }
+  *out = g_fb;
+  pthread_mutex_unlock(&g_fb_mu);
+  return st;
+}
+
+cosy_status ref_kaldi_fbank_check(int64_t n, int32_t *T) {
+  *T = 0;
   if (n < FB_WIN)
     return cosy_err(COSY_ERR_INVALID_ARG, "fbank: %lld samples at 16 kHz (need >= %d)",
                     (long long)n, FB_WIN);
   if ((n - FB_WIN) / FB_HOP + 1 > (1 << 24))
     return cosy_err(COSY_ERR_INVALID_ARG, "fbank: audio too long");
-  const int32_t T = (int32_t)(1 + (n - FB_WIN) / FB_HOP);
+  *T = (int32_t)(1 + (n - FB_WIN) / FB_HOP);
+  return COSY_OK;
+}
+
+cosy_status ref_kaldi_fbank_frames(const float *x, int64_t n, int32_t t0, int32_t t1, float *fb) {
+  (void)n;
+  const fb_setup *u;
+  cosy_status st = fb_get(&u);
+  if (st) return st;
   const int NB = FB_NFFT / 2 + 1;
-  float *out = (float *)cosy_malloc((size_t)T * FB_BINS * sizeof(float));
-  float *mb = (float *)cosy_calloc((size_t)FB_BINS * NB, sizeof(float));
-  cosy_fft_plan *plan = NULL;
-  cosy_status st = COSY_OK;
-  float win[FB_WIN], fr[FB_WIN], buf[2 * FB_NFFT], spec[2 * FB_NFFT];
+  float fr[FB_WIN], buf[FB_NFFT], spec[FB_NFFT + 2], scratch[2 * FB_NFFT];
   double pw[FB_NFFT / 2 + 1];
-  int span_lo[FB_BINS], span_hi[FB_BINS]; /* non-zero span of each bank: the sums skip exact zeros only */
-  if (!out || !mb) { st = COSY_ERR_NO_MEMORY; goto done; }
-  if ((st = cosy_fft_plan_create(FB_NFFT, &plan))) goto done;
-  {
-    const double lo = 1127.0 * log(1.0 + 20.0 / 700.0), hi = 1127.0 * log(1.0 + 8000.0 / 700.0);
-    const float flo = (float)lo, delta = (float)((hi - lo) / (FB_BINS + 1));
-    for (int m = 0; m < FB_BINS; m++) {
-      float left = flo + (float)m * delta, centre = flo + (float)(m + 1) * delta,
-            right = flo + (float)(m + 2) * delta;
-      for (int k = 0; k < FB_NFFT / 2; k++) {
-        float f = 31.25f * (float)k;
-        float mel = 1127.0f * logf(1.0f + f / 700.0f);
-        float up = (mel - left) / (centre - left), down = (right - mel) / (right - centre);
-        float v = up < down ? up : down;
-        mb[(size_t)m * NB + k] = v > 0.0f ? v : 0.0f;
-      }
-    }
-  }
-  for (int m = 0; m < FB_BINS; m++) {
-    const float *row = mb + (size_t)m * NB;
-    span_lo[m] = 0, span_hi[m] = 0;
-    for (int k = 0; k < NB; k++)
-      if (row[k] != 0.0f) {
-        if (span_hi[m] == 0) span_lo[m] = k;
-        span_hi[m] = k + 1;
-      }
-  }
-  for (int i = 0; i < FB_WIN; i++)
-    win[i] = powf((float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * i / (FB_WIN - 1))), 0.85f);
-  for (int32_t t = 0; t < T; t++) {
+  for (int i = FB_WIN; i < FB_NFFT; i++) buf[i] = 0.0f;
+  for (int32_t t = t0; t < t1; t++) {
     const float *s = x + (int64_t)t * FB_HOP;
     double mean = 0;
     for (int i = 0; i < FB_WIN; i++) mean += s[i];
     float fm = (float)(mean / FB_WIN);
     for (int i = 0; i < FB_WIN; i++) fr[i] = s[i] - fm;
-    for (int i = 0; i < FB_NFFT; i++) {
-      float v = 0.0f;
-      if (i < FB_WIN) v = (fr[i] - 0.97f * fr[i > 0 ? i - 1 : 0]) * win[i];
-      buf[2 * i] = v;
-      buf[2 * i + 1] = 0.0f;
-    }
-    if ((st = cosy_fft_exec(plan, buf, spec, 0))) goto done;
-    for (int k = 0; k < NB; k++) {
-      float a = hypotf(spec[2 * k], spec[2 * k + 1]);
-      pw[k] = (double)(a * a);
-    }
+    buf[0] = (fr[0] - 0.97f * fr[0]) * u->win[0];
+    for (int i = 1; i < FB_WIN; i++) buf[i] = (fr[i] - 0.97f * fr[i - 1]) * u->win[i];
+    cosy_rfft_exec(u->plan, buf, spec, scratch);
+    /* |X|^2 in double (torch: |X| then squared in fp32; the two differ by an ulp) */
+    for (int k = 0; k < NB; k++)
+      pw[k] = (double)spec[2 * k] * spec[2 * k] + (double)spec[2 * k + 1] * spec[2 * k + 1];
+    float *o = fb + (size_t)t * FB_BINS;
     for (int m = 0; m < FB_BINS; m++) {
-      const float *row = mb + (size_t)m * NB;
+      const float *row = u->mb + (size_t)m * NB;
       double acc = 0;
-      for (int k = span_lo[m]; k < span_hi[m]; k++) acc += (double)row[k] * pw[k];
+      for (int k = u->lo[m]; k < u->hi[m]; k++) acc += (double)row[k] * pw[k];
       float e = (float)acc;
-      out[(size_t)t * FB_BINS + m] = logf(e > FLT_EPSILON ? e : FLT_EPSILON);
+      o[m] = logf(e > FLT_EPSILON ? e : FLT_EPSILON);
     }
+  }
+  return COSY_OK;
+}
+
+cosy_status ref_kaldi_fbank(const float *x, int64_t n, float **fb_out, int32_t *Tout) {
+  *fb_out = NULL;
+  *Tout = 0;
+  int32_t T;
+  cosy_status st = ref_kaldi_fbank_check(n, &T);
+  if (st) return st;
+  float *out = (float *)cosy_malloc((size_t)T * FB_BINS * sizeof(float));
+  if (!out) return COSY_ERR_NO_MEMORY;
+  if ((st = ref_kaldi_fbank_frames(x, n, 0, T, out))) {
+    free(out);
+    return st;
   }
   *fb_out = out;
   *Tout = T;
-  out = NULL;
-done:
-  free(out);
-  free(mb);
-  cosy_fft_plan_free(plan);
-  return st;
+  return COSY_OK;
 }
 
 /* ------------------------------------------------------------------------------- weights */

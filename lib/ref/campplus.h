@@ -7,7 +7,8 @@
  *   f  = frame - mean(frame)                                  (remove_dc_offset)
  *   f[i] -= 0.97 f[i-1] for i = 399 .. 1, f[0] -= 0.97 f[0]   (preemphasis, replicate edge)
  *   f[i] *= (0.5 - 0.5 cos(2 pi i / 399))^0.85                (povey window)
- *   P[k] = |FFT_512(f zero-padded to 512)[k]|^2, k = 0 .. 256
+ *   P[k] = |FFT_512(f zero-padded to 512)[k]|^2, k = 0 .. 256   (fp32 real FFT, cosy_rfft_exec;
+ *          the square sum re^2 + im^2 in double)
  *   E[m] = ln(max(sum_k mb[m][k] P[k], FLT_EPSILON))          m = 0 .. 79
  *   Kaldi mel banks (fp32 like torchaudio): mel(f) = 1127 ln(1 + f / 700), low 20 Hz, high
  *   8000 Hz, delta = (mel(8000) - mel(20)) / 81; bank m spans left = mel(20) + m delta, centre
@@ -55,6 +56,11 @@ void ref_campplus_free(ref_campplus *c);
 
 /* Kaldi fbank of 16 kHz audio: *fb malloc'd [*T][80]. n >= 400. */
 cosy_status ref_kaldi_fbank(const float *x, int64_t n, float **fb, int32_t *T);
+/* The same in pieces: the length check (*T frames, or COSY_ERR_INVALID_ARG), then frames
+ * [t0, t1) into fb[t * 80 ..] (the others untouched; frames are independent, so threads may split
+ * them and the result does not depend on the split). */
+cosy_status ref_kaldi_fbank_check(int64_t n, int32_t *T);
+cosy_status ref_kaldi_fbank_frames(const float *x, int64_t n, int32_t t0, int32_t t1, float *fb);
 
 /* Embedding [192] of a mean-removed fbank [T][80], T >= 4 (at least 2 frames after the tdnn).
  * Optional outputs (NULL to skip): head [320][T] (channel index c*10+f), tdnn [C0][T2],

@@ -176,3 +176,226 @@ cosy_status cosy_fft_exec(const cosy_fft_plan *p, const float *in, float *out, i
   }
   return COSY_OK;
 }
+
+/* ============================================================================ real transform */
+
+#define RFFT_MAX_STAGES 40
+
+typedef struct rstage {
+  int p;         /* radix */
+  int32_t mm, s; /* sub-length L / p, stride (product of the earlier radices) */
+  float *tw;     /* [mm][p - 1][2]: W_L^{j t}, j < mm, t = 1 .. p-1, L = p mm */
+} rstage;
+
+struct cosy_rfft_plan {
+  int32_t n, m; /* n reals, m = n / 2 complex */
+  int nst;
+  rstage st[RFFT_MAX_STAGES];
+  float *post;                /* [m][2]: W_n^k, k < m */
+  cosy_fft_plan *cplx;        /* fallback when m is not 2-, 3-, 5-smooth */
+};
+
+void cosy_rfft_plan_free(cosy_rfft_plan *p) {
+  if (!p) return;
+  for (int i = 0; i < p->nst; i++) free(p->st[i].tw);
+  free(p->post);
+  cosy_fft_plan_free(p->cplx);
+  free(p);
+}
+
+int64_t cosy_rfft_scratch_floats(const cosy_rfft_plan *p) {
+  return p ? (p->cplx ? 4 : 2) * (int64_t)p->n : 0;
+}
+
+cosy_status cosy_rfft_plan_create(int32_t n, cosy_rfft_plan **out) {
+  if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_rfft_plan_create: out is NULL");
+  *out = NULL;
+  if (n < 2 || n > COSY_FFT_MAX_N || (n & 1))
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "cosy_rfft_plan_create: length %d is not even or outside [2, %d]", (int)n,
+                    COSY_FFT_MAX_N);
+  cosy_rfft_plan *p = (cosy_rfft_plan *)cosy_calloc(1, sizeof *p);
+  if (!p) return COSY_ERR_NO_MEMORY;
+  p->n = n;
+  p->m = n / 2;
+  int32_t fac[RFFT_MAX_STAGES], nf = 0, rest = p->m;
+  while (rest % 4 == 0) { fac[nf++] = 4; rest /= 4; }
+  while (rest % 2 == 0) { fac[nf++] = 2; rest /= 2; }
+  while (rest % 3 == 0) { fac[nf++] = 3; rest /= 3; }
+  while (rest % 5 == 0) { fac[nf++] = 5; rest /= 5; }
+  cosy_status st = COSY_OK;
+  if (rest != 1) { /* another prime: the complex plan on all n points */
+    if ((st = cosy_fft_plan_create(n, &p->cplx))) goto fail;
+    *out = p;
+    return COSY_OK;
+  }
+  p->post = (float *)cosy_malloc((size_t)p->m * 2 * sizeof(float));
+  if (!p->post) { st = COSY_ERR_NO_MEMORY; goto fail; }
+  for (int32_t k = 0; k < p->m; k++) {
+    double a = -2.0 * FFT_PI * (double)k / (double)n;
+    p->post[2 * k] = (float)cos(a);
+    p->post[2 * k + 1] = (float)sin(a);
+  }
+  int32_t L = p->m, s = 1;
+  for (int i = 0; i < nf; i++) {
+    rstage *g = &p->st[p->nst];
+    g->p = fac[i];
+    g->mm = L / fac[i];
+    g->s = s;
+    g->tw = (float *)cosy_malloc((size_t)g->mm * (size_t)(g->p - 1) * 2 * sizeof(float));
+    if (!g->tw) { st = COSY_ERR_NO_MEMORY; goto fail; }
+    p->nst++;
+    for (int32_t j = 0; j < g->mm; j++)
+      for (int t = 1; t < g->p; t++) {
+        /* W_L^{j t}, the exponent reduced mod L first so that the angle stays exact */
+        double a = -2.0 * FFT_PI * (double)(((int64_t)j * t) % L) / (double)L;
+        float *w = g->tw + ((size_t)j * (g->p - 1) + (t - 1)) * 2;
+        w[0] = (float)cos(a);
+        w[1] = (float)sin(a);
+      }
+    L = g->mm;
+    s *= fac[i];
+  }
+  *out = p;
+  return COSY_OK;
+fail:
+  cosy_rfft_plan_free(p);
+  return st;
+}
+
+/* One Stockham DIF stage (see fft.h): for j < mm, q < s,
+ *   a_r = src[q + s (j + r mm)],  b_t = sum_r a_r W_p^{r t},  dst[q + s (p j + t)] = b_t W_L^{j t}
+ * complex elements interleaved (re, im). */
+#define CMUL_STORE(o, br, bi, w)                     \
+  do {                                               \
+    (o)[0] = (br) * (w)[0] - (bi) * (w)[1];          \
+    (o)[1] = (br) * (w)[1] + (bi) * (w)[0];          \
+  } while (0)
+
+static void rstage_run(const rstage *g, const float *restrict src, float *restrict dst) {
+  const int32_t mm = g->mm, s = g->s;
+  const size_t rs = 2 * (size_t)s * (size_t)mm; /* float step between the a_r */
+  switch (g->p) {
+    case 4:
+      for (int32_t j = 0; j < mm; j++) {
+        const float *w = g->tw + (size_t)j * 6;
+        for (int32_t q = 0; q < s; q++) {
+          const float *a = src + 2 * ((size_t)q + (size_t)s * j);
+          float *o = dst + 2 * ((size_t)q + (size_t)s * 4 * j);
+          const float a0r = a[0], a0i = a[1], a1r = a[rs], a1i = a[rs + 1];
+          const float a2r = a[2 * rs], a2i = a[2 * rs + 1], a3r = a[3 * rs], a3i = a[3 * rs + 1];
+          const float s02r = a0r + a2r, s02i = a0i + a2i, d02r = a0r - a2r, d02i = a0i - a2i;
+          const float s13r = a1r + a3r, s13i = a1i + a3i, d13r = a1r - a3r, d13i = a1i - a3i;
+          /* b1 = d02 - i d13, b3 = d02 + i d13 */
+          o[0] = s02r + s13r;
+          o[1] = s02i + s13i;
+          CMUL_STORE(o + 2 * (size_t)s, d02r + d13i, d02i - d13r, w);
+          CMUL_STORE(o + 4 * (size_t)s, s02r - s13r, s02i - s13i, w + 2);
+          CMUL_STORE(o + 6 * (size_t)s, d02r - d13i, d02i + d13r, w + 4);
+        }
+      }
+      break;
+    case 2:
+      for (int32_t j = 0; j < mm; j++) {
+        const float *w = g->tw + (size_t)j * 2;
+        for (int32_t q = 0; q < s; q++) {
+          const float *a = src + 2 * ((size_t)q + (size_t)s * j);
+          float *o = dst + 2 * ((size_t)q + (size_t)s * 2 * j);
+          const float a0r = a[0], a0i = a[1], a1r = a[rs], a1i = a[rs + 1];
+          o[0] = a0r + a1r;
+          o[1] = a0i + a1i;
+          CMUL_STORE(o + 2 * (size_t)s, a0r - a1r, a0i - a1i, w);
+        }
+      }
+      break;
+    case 3: {
+      const float c = 0.86602540378443864676f; /* sin(2 pi / 3) */
+      for (int32_t j = 0; j < mm; j++) {
+        const float *w = g->tw + (size_t)j * 4;
+        for (int32_t q = 0; q < s; q++) {
+          const float *a = src + 2 * ((size_t)q + (size_t)s * j);
+          float *o = dst + 2 * ((size_t)q + (size_t)s * 3 * j);
+          const float a0r = a[0], a0i = a[1], a1r = a[rs], a1i = a[rs + 1];
+          const float a2r = a[2 * rs], a2i = a[2 * rs + 1];
+          const float sr = a1r + a2r, si = a1i + a2i, dr = a1r - a2r, di = a1i - a2i;
+          const float mr = a0r - 0.5f * sr, mi = a0i - 0.5f * si;
+          /* b1 = m - i c d, b2 = m + i c d */
+          o[0] = a0r + sr;
+          o[1] = a0i + si;
+          CMUL_STORE(o + 2 * (size_t)s, mr + c * di, mi - c * dr, w);
+          CMUL_STORE(o + 4 * (size_t)s, mr - c * di, mi + c * dr, w + 2);
+        }
+      }
+      break;
+    }
+    default: { /* 5 */
+      const float c1 = 0.30901699437494742410f, c2 = -0.80901699437494742410f; /* cos 2pi/5, 4pi/5 */
+      const float s1 = 0.95105651629515357212f, s2 = 0.58778525229247312917f; /* sin 2pi/5, 4pi/5 */
+      for (int32_t j = 0; j < mm; j++) {
+        const float *w = g->tw + (size_t)j * 8;
+        for (int32_t q = 0; q < s; q++) {
+          const float *a = src + 2 * ((size_t)q + (size_t)s * j);
+          float *o = dst + 2 * ((size_t)q + (size_t)s * 5 * j);
+          const float a0r = a[0], a0i = a[1], a1r = a[rs], a1i = a[rs + 1];
+          const float a2r = a[2 * rs], a2i = a[2 * rs + 1], a3r = a[3 * rs], a3i = a[3 * rs + 1];
+          const float a4r = a[4 * rs], a4i = a[4 * rs + 1];
+          const float s14r = a1r + a4r, s14i = a1i + a4i, d14r = a1r - a4r, d14i = a1i - a4i;
+          const float s23r = a2r + a3r, s23i = a2i + a3i, d23r = a2r - a3r, d23i = a2i - a3i;
+          const float m1r = a0r + c1 * s14r + c2 * s23r, m1i = a0i + c1 * s14i + c2 * s23i;
+          const float m2r = a0r + c2 * s14r + c1 * s23r, m2i = a0i + c2 * s14i + c1 * s23i;
+          const float e1r = s1 * d14r + s2 * d23r, e1i = s1 * d14i + s2 * d23i;
+          const float e2r = s2 * d14r - s1 * d23r, e2i = s2 * d14i - s1 * d23i;
+          /* b1 = m1 - i e1, b4 = m1 + i e1, b2 = m2 - i e2, b3 = m2 + i e2 */
+          o[0] = a0r + s14r + s23r;
+          o[1] = a0i + s14i + s23i;
+          CMUL_STORE(o + 2 * (size_t)s, m1r + e1i, m1i - e1r, w);
+          CMUL_STORE(o + 4 * (size_t)s, m2r + e2i, m2i - e2r, w + 2);
+          CMUL_STORE(o + 6 * (size_t)s, m2r - e2i, m2i + e2r, w + 4);
+          CMUL_STORE(o + 8 * (size_t)s, m1r - e1i, m1i + e1r, w + 6);
+        }
+      }
+      break;
+    }
+  }
+}
+
+void cosy_rfft_exec(const cosy_rfft_plan *p, const float *x, float *out, float *scratch) {
+  const int32_t m = p->m;
+  if (p->cplx) { /* fallback: complex transform of (x, 0), all n bins into scratch */
+    float *in = scratch, *full = scratch + 2 * (size_t)p->n;
+    for (int32_t j = 0; j < p->n; j++) in[2 * j] = x[j], in[2 * j + 1] = 0.0f;
+    cosy_fft_exec(p->cplx, in, full, 0);
+    memcpy(out, full, (size_t)(m + 1) * 2 * sizeof(float));
+    out[1] = out[2 * (size_t)m + 1] = 0.0f; /* DC and Nyquist of real input are real */
+    return;
+  }
+  float *b0 = scratch, *b1 = scratch + 2 * (size_t)m;
+  const float *src = x; /* x[2j], x[2j+1] = z[j] */
+  float *dst = b0;
+  if (p->nst == 0) {
+    memcpy(b0, x, 2 * (size_t)m * sizeof(float));
+    src = b0;
+  }
+  for (int i = 0; i < p->nst; i++) {
+    rstage_run(&p->st[i], src, dst);
+    src = dst;
+    dst = dst == b0 ? b1 : b0;
+  }
+  const float *Z = src;
+  /* X[0] and X[m] from Z[0]: E = Re Z0, O = Im Z0 */
+  const float z0r = Z[0], z0i = Z[1];
+  out[0] = z0r + z0i;
+  out[1] = 0.0f;
+  out[2 * (size_t)m] = z0r - z0i;
+  out[2 * (size_t)m + 1] = 0.0f;
+  for (int32_t k = 1; k < m; k++) {
+    const float zr = Z[2 * k], zi = Z[2 * k + 1];
+    const float cr = Z[2 * (m - k)], ci = -Z[2 * (m - k) + 1]; /* conj Z[m - k] */
+    const float er = 0.5f * (zr + cr), ei = 0.5f * (zi + ci);
+    const float dr = 0.5f * (zr - cr), di = 0.5f * (zi - ci);
+    const float or_ = di, oi = -dr; /* O = -i d */
+    const float wr = p->post[2 * k], wi = p->post[2 * k + 1];
+    out[2 * k] = er + or_ * wr - oi * wi;
+    out[2 * k + 1] = ei + or_ * wi + oi * wr;
+  }
+}

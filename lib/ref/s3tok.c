@@ -3,6 +3,7 @@
 #include "ref/s3tok.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,75 +34,127 @@ struct ref_s3tok {
 
 /* ------------------------------------------------------------------------------- log-mel */
 
-cosy_status ref_whisper_logmel(const float *x, int64_t n, float **mel, int32_t *Tout) {
-  *mel = NULL;
-  *Tout = 0;
+/* the frame-independent part (filterbank, window, FFT plan), made once per process and then
+ * read-only; a failed setup (no memory) is tried again by the next call */
+typedef struct lm_setup {
+  cosy_rfft_plan *plan;
+  float win[NFFT];
+  float fb[NMEL * NBIN];
+  int lo[NMEL], hi[NMEL]; /* non-zero span of each filter: the sums skip exact zeros only */
+} lm_setup;
+
+static pthread_mutex_t g_lm_mu = PTHREAD_MUTEX_INITIALIZER;
+static lm_setup *g_lm;
+
+static cosy_status lm_get(const lm_setup **out) {
+  cosy_status st = COSY_OK;
+  pthread_mutex_lock(&g_lm_mu);
+  if (!g_lm) {
+    lm_setup *u = (lm_setup *)cosy_calloc(1, sizeof *u);
+    if (!u) st = COSY_ERR_NO_MEMORY;
+    if (!st) st = cosy_mel_filterbank(S3TOK_SR, NFFT, NMEL, 0.0, 0.0, u->fb);
+    if (!st) st = cosy_rfft_plan_create(NFFT, &u->plan);
+    if (!st) {
+      for (int m = 0; m < NMEL; m++) {
+        const float *row = u->fb + (size_t)m * NBIN;
+        u->lo[m] = 0, u->hi[m] = 0;
+        for (int k = 0; k < NBIN; k++)
+          if (row[k] != 0.0f) {
+            if (u->hi[m] == 0) u->lo[m] = k;
+            u->hi[m] = k + 1;
+          }
+      }
+      for (int i = 0; i < NFFT; i++)
+        u->win[i] = (float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * i / NFFT));
+      g_lm = u;
+    } else if (u) {
+      cosy_rfft_plan_free(u->plan);
+      free(u);
+    }
+  }
+  *out = g_lm;
+  pthread_mutex_unlock(&g_lm_mu);
+  return st;
+}
+
+cosy_status ref_whisper_logmel_check(int64_t n, int32_t *T) {
+  *T = 0;
   if (n < 2 * S3TOK_HOP + 81)
     return cosy_err(COSY_ERR_INVALID_ARG, "speech tokenizer: %lld samples at 16 kHz is too short",
                     (long long)n);
   if (n > (int64_t)S3TOK_HOP * (1 << 24))
     return cosy_err(COSY_ERR_INVALID_ARG, "speech tokenizer: audio too long");
+  *T = (int32_t)(n / S3TOK_HOP);
+  return COSY_OK;
+}
+
+cosy_status ref_whisper_logmel_frames(const float *x, int64_t n, int32_t t0, int32_t t1,
+                                      float *mel, float *max_out) {
+  const lm_setup *u;
+  cosy_status st = lm_get(&u);
+  if (st) return st;
   const int32_t T = (int32_t)(n / S3TOK_HOP);
   const int pad = NFFT / 2;
-  float *out = (float *)cosy_malloc((size_t)NMEL * T * sizeof(float));
-  float *fb = (float *)cosy_malloc((size_t)NMEL * NBIN * sizeof(float));
-  float win[NFFT], buf[2 * NFFT], spec[2 * NFFT];
+  float buf[NFFT], spec[NFFT + 2], scratch[2 * NFFT];
   double pw[NBIN];
-  int lo[NMEL], hi[NMEL]; /* non-zero span of each filter: the sums skip exact zeros only */
-  cosy_fft_plan *plan = NULL;
-  cosy_status st = COSY_OK;
-  if (!out || !fb) { st = COSY_ERR_NO_MEMORY; goto done; }
-  if ((st = cosy_mel_filterbank(S3TOK_SR, NFFT, NMEL, 0.0, 0.0, fb))) goto done;
-  if ((st = cosy_fft_plan_create(NFFT, &plan))) goto done;
-  for (int m = 0; m < NMEL; m++) {
-    const float *row = fb + (size_t)m * NBIN;
-    lo[m] = 0, hi[m] = 0;
-    for (int k = 0; k < NBIN; k++)
-      if (row[k] != 0.0f) {
-        if (hi[m] == 0) lo[m] = k;
-        hi[m] = k + 1;
-      }
-  }
-  for (int i = 0; i < NFFT; i++)
-    win[i] = (float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * i / NFFT));
   float lmax = -INFINITY;
-  for (int32_t t = 0; t < T; t++) {
+  for (int32_t t = t0; t < t1; t++) {
     const int64_t start = (int64_t)t * S3TOK_HOP - pad;
-    for (int i = 0; i < NFFT; i++) {
-      int64_t j = start + i;
-      if (j < 0) j = -j;
-      else if (j >= n) j = 2 * (n - 1) - j;
-      buf[2 * i] = win[i] * x[j];
-      buf[2 * i + 1] = 0.0f;
+    if (start >= 0 && start + NFFT <= n) {
+      const float *xs = x + start;
+      for (int i = 0; i < NFFT; i++) buf[i] = u->win[i] * xs[i];
+    } else {
+      for (int i = 0; i < NFFT; i++) {
+        int64_t j = start + i;
+        if (j < 0) j = -j;
+        else if (j >= n) j = 2 * (n - 1) - j;
+        buf[i] = u->win[i] * x[j];
+      }
     }
-    if ((st = cosy_fft_exec(plan, buf, spec, 0))) goto done;
+    cosy_rfft_exec(u->plan, buf, spec, scratch);
     for (int k = 0; k < NBIN; k++) {
       float re = spec[2 * k], im = spec[2 * k + 1];
       pw[k] = (double)(re * re + im * im);
     }
     for (int m = 0; m < NMEL; m++) {
-      const float *row = fb + (size_t)m * NBIN;
+      const float *row = u->fb + (size_t)m * NBIN;
       double acc = 0;
-      for (int k = lo[m]; k < hi[m]; k++) acc += (double)row[k] * pw[k];
+      for (int k = u->lo[m]; k < u->hi[m]; k++) acc += (double)row[k] * pw[k];
       float v = (float)acc;
       v = log10f(v > 1e-10f ? v : 1e-10f);
-      out[(size_t)m * T + t] = v;
+      mel[(size_t)m * T + t] = v;
       if (v > lmax) lmax = v;
     }
   }
+  *max_out = lmax;
+  return COSY_OK;
+}
+
+void ref_whisper_logmel_finish(float *mel, int32_t T, float lmax) {
   const float floor_v = lmax - 8.0f;
   for (size_t i = 0; i < (size_t)NMEL * T; i++) {
-    float v = out[i] > floor_v ? out[i] : floor_v;
-    out[i] = (v + 4.0f) / 4.0f;
+    float v = mel[i] > floor_v ? mel[i] : floor_v;
+    mel[i] = (v + 4.0f) / 4.0f;
   }
+}
+
+cosy_status ref_whisper_logmel(const float *x, int64_t n, float **mel, int32_t *Tout) {
+  *mel = NULL;
+  *Tout = 0;
+  int32_t T;
+  cosy_status st = ref_whisper_logmel_check(n, &T);
+  if (st) return st;
+  float *out = (float *)cosy_malloc((size_t)NMEL * T * sizeof(float));
+  if (!out) return COSY_ERR_NO_MEMORY;
+  float lmax;
+  if ((st = ref_whisper_logmel_frames(x, n, 0, T, out, &lmax))) {
+    free(out);
+    return st;
+  }
+  ref_whisper_logmel_finish(out, T, lmax);
   *mel = out;
   *Tout = T;
-  out = NULL;
-done:
-  free(out);
-  free(fb);
-  cosy_fft_plan_free(plan);
-  return st;
+  return COSY_OK;
 }
 
 /* ------------------------------------------------------------------------------- weights */

@@ -11,6 +11,10 @@
  *               (cosy_mel_filterbank; whisper's mel_filters.npz "mel_128"), summed in double
  *   L         = log10(max(M, 1e-10));  L = max(L, max over all (m, t) of L - 8);  out = (L + 4) / 4
  *   -> [128][T] channels-first, T = n / 160 (100 frames per second).
+ *   (fp32 real FFT, cosy_rfft_exec; the filterbank, window and plan are made once per process.)
+ *   Frames are independent: ref_whisper_logmel_frames computes any range of them (threads may
+ *   split the frames; the result does not depend on the split), ref_whisper_logmel_finish the
+ *   floor and scaling from the max over all frames.
  *
  * Tokenizer (ref_s3tok_encode), mel [128][T] -> T4 tokens (25 Hz), S = width, H = S / 64 heads:
  *   conv1  Conv1d(128 -> S, k 3, stride 2, pad 1) + GELU        T1 = (T - 1) / 2 + 1
@@ -60,6 +64,14 @@ void ref_s3tok_free(ref_s3tok *s);
 
 /* Whisper log-mel of 16 kHz audio: *mel = malloc'd [128][*T], *T = n / 160. n >= 401. */
 cosy_status ref_whisper_logmel(const float *x, int64_t n, float **mel, int32_t *T);
+/* The same in pieces: the length check (*T = n / 160 frames, or COSY_ERR_INVALID_ARG); frames
+ * [t0, t1) of the log10 mel before the floor into mel[m * T + t] (the other frames untouched),
+ * *max_out = their largest value (-inf for none); then, once every frame is done, the floor at
+ * (max over all frames - 8) and (L + 4) / 4. */
+cosy_status ref_whisper_logmel_check(int64_t n, int32_t *T);
+cosy_status ref_whisper_logmel_frames(const float *x, int64_t n, int32_t t0, int32_t t1,
+                                      float *mel, float *max_out);
+void ref_whisper_logmel_finish(float *mel, int32_t T, float lmax);
 
 /* Tokens of a log-mel [128][T] (T >= 1): *tokens malloc'd [*n_tokens]. Optional outputs (NULL to
  * skip), caller-allocated for T4 rows: proj [T4][8] (FSQ projection before tanh), enc [T4][S]
