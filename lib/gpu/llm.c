@@ -950,8 +950,18 @@ static cosy_status decode_enqueue(gpu_llm *l, int b, int ctx) {
 static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {
   cudaStream_t s = l->g->stream;
   cudaGraph_t graph = NULL;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "LLM decode graph capture");
-  cosy_status st = decode_enqueue(l, b, ctx);
+  const cudaError_t eb = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  cosy_status st = cosy_gpu_check(eb, "LLM decode graph capture");
+  if (st) {
+    /* a failure reported for a capture that did begin (an injected one): end it, or the stream
+     * stays capturing and every later call on it fails */
+    if (eb == cudaSuccess && cudaStreamEndCapture(s, &graph) == cudaSuccess && graph)
+      cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    *out = NULL;
+    return st;
+  }
+  st = decode_enqueue(l, b, ctx);
   cudaError_t e = cudaStreamEndCapture(s, &graph);
   if (st == COSY_OK) st = cosy_gpu_check(e, "LLM decode graph capture");
   if (st == COSY_OK && !graph)
@@ -960,6 +970,7 @@ static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {
     st = cosy_gpu_check(cudaGraphInstantiate(out, graph, 0), "LLM decode graph instantiate");
   if (graph) cudaGraphDestroy(graph);
   if (st) {
+    if (*out) cudaGraphExecDestroy(*out); /* instantiated, but a failure was reported */
     *out = NULL;
     cudaGetLastError(); /* clear a non-sticky capture error */
   }
