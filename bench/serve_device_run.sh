@@ -45,6 +45,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   [ -n "$NPDIR" ] && echo "$NPDIR" > "$SP/cosy_system_numpy.pth"
 fi
+# the cosyvoice package from this checkout, also for Triton's Python backend stub (which does not
+# inherit PYTHONPATH)
+SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD/python" > "$SP/cosy_package.pth"
 for d in .dev/wheels .dev/wheels_pt; do # wheels_pt: nvidia-pytriton alone (see above)
   if [ -d $d ] && ls $d/*.whl >/dev/null 2>&1; then
     "$VENV/bin/python" -m pip install -q --no-index --no-deps $d/*.whl
@@ -59,11 +63,17 @@ BW=build/dev/bench/bench_w1
 W1="--texts $TEXTS --warmup 2"
 "$PY" bench/serve_w1.py make-voice -m "$MODEL" --prompt-wav "$WAV" -o "$VOICES/w1.gguf" || exit 1
 
-wait_port() { # host:port, seconds
-  "$PY" - "$1" "$2" <<'EOF'
-import socket, sys, time
-host, port = sys.argv[1].split(":"); t0 = time.time()
-while time.time() - t0 < float(sys.argv[2]):
+wait_port() { # host:port, seconds[, pid: give up as soon as that process has exited]
+  "$PY" - "$1" "$2" "${3:-0}" <<'EOF'
+import os, socket, sys, time
+host, port = sys.argv[1].split(":"); t0 = time.time(); pid = int(sys.argv[3])
+def alive():
+    if not pid: return True
+    try:
+        os.kill(pid, 0); return True
+    except OSError:
+        return False
+while time.time() - t0 < float(sys.argv[2]) and alive():
     try:
         socket.create_connection((host, int(port)), 1).close(); sys.exit(0)
     except OSError:
@@ -83,7 +93,7 @@ if [[ " $STEPS " == *" http "* ]]; then
   "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" --device 0 --max-active 256 \
     --host 127.0.0.1 --port 18000 --log-level warning > "$OUT/http_server.log" 2>&1 &
   SRV=$!
-  if wait_port 127.0.0.1:18000 300; then
+  if wait_port 127.0.0.1:18000 300 $SRV; then
     "$PY" bench/serve_w1.py http --url http://127.0.0.1:18000 --concurrency 1,64 $W1 \
       > "$OUT/http.log" 2>&1
     grep -E "^ +(C|[0-9]+) |failed" "$OUT/http.log" | tee -a "$SUMMARY"
@@ -98,7 +108,7 @@ triton_run() { # name, CUDA_VISIBLE_DEVICES, concurrency
     "$PY" serving/triton/launch.py --kind gpu --address 127.0.0.1 --http-port 18100 \
     --grpc-port 18101 --metrics-port 18102 --workdir "$work" > "$OUT/triton_$name.server.log" 2>&1 &
   local SRV=$!
-  if wait_port 127.0.0.1:18101 300 && sleep 20; then
+  if wait_port 127.0.0.1:18101 300 $SRV && sleep 20; then
     "$PY" bench/serve_w1.py triton --url 127.0.0.1:18101 --concurrency "$conc" $W1 \
       > "$OUT/triton_$name.log" 2>&1
     grep -E "^ +(C|[0-9]+) |failed" "$OUT/triton_$name.log" | tee -a "$SUMMARY"
