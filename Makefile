@@ -202,6 +202,7 @@ $(B)/obj/tests/testutil.o: tests/testutil.c tests/testutil.h
 	$(CC) $(CFLAGS_ALL) -Itests -DTU_SHARED_DEFAULT='"$(abspath $(SHARED_DIR))"' \
 	  -DTU_TEST_MODEL_DEFAULT='"$(abspath $(TEST_MODEL))"' \
 	  -DTU_FE_MODEL_DEFAULT='"$(abspath $(FE_TEST_MODEL))"' -DTU_FE_DATA_DEFAULT='"$(abspath $(FE_DATA))"' \
+	  -DTU_TESTS_DIR='"$(abspath tests)"' \
 	  -c $< -o $@
 
 $(B)/tests/%: tests/%.c $(B)/obj/tests/testutil.o $(A)

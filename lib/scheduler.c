@@ -54,6 +54,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,20 @@ typedef struct sjob {
   cosy_sampling samp;
   cosy_rng rng;
   int collect_only;           /* speed != 1 or COSY_SYNTH_ONE_SHOT: one flow call at the end */
+  int max_pos;                /* LLM positions reserved */
+  /* text streaming (COSY_SYNTH_TEXT_STREAM; LLM thread only): the official bidirectional schedule */
+  int bistream, bs_phase;     /* BS_* */
+  int trace_id;               /* COSY_TEXT_TRACE */
+  int32_t *pend;              /* input items not fed yet (>= 0 text id, < 0 speech row -1 - id) */
+  int n_pend, cap_pend;
+  int32_t *tcache;            /* the text cache: ids not fed yet */
+  int n_tc, cap_tc;
+  int ps_at;                  /* prompt speech tokens interleaved so far */
+  int next_fill;              /* out-token index of the next forced fill token */
+  int32_t stale;              /* the last fed input when a fill ended a decode (re-fed at the end,
+                                 as upstream does), -1 none */
+  int tx_used;                /* text ids taken from the request */
+  int fill_step;              /* the next decode step feeds tok and yields the fill token */
   int full_final;             /* COSY_SYNTH_FULL_ATTENTION_FINAL */
   /* LLM side (LLM thread only) */
   void *seq;
@@ -135,10 +150,17 @@ struct cosy_sched {
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
+  FILE *ttrace;                  /* COSY_TEXT_TRACE: the text-streaming input schedule (tests) */
+  int n_ttrace;
+  int64_t wake_seq;              /* bumped (e->mu) when the LLM thread has new work */
   struct t2w_call *calls;        /* sched_run_on_t2w: work for the token-to-wave thread (e->mu) */
   pthread_cond_t cv_call;        /* a call is done */
   int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
 };
+
+enum { BS_ADVANCE = 0, BS_DECODE = 1, BS_FINAL = 2 };
+#define MIX_TEXT 5    /* text tokens per group (upstream mix_ratio) */
+#define MIX_SPEECH 15 /* speech tokens per group */
 
 /* One line per backend call when the environment names a trace file (COSY_SCHED_TRACE=path):
  * seconds since the engine started, the call, rows (sequences / jobs), a size (positions or new
@@ -149,6 +171,22 @@ static void trace(struct cosy_sched *s, const char *what, int rows, int size, in
   pthread_mutex_lock(&s->trace_mu);
   fprintf(s->trace, "%.4f %s %d %d %d %.3f\n", cosy_now() - s->t0 - dt, what, rows, size, firsts,
           dt * 1e3);
+  pthread_mutex_unlock(&s->trace_mu);
+}
+
+/* COSY_TEXT_TRACE=path: one line per event of a text-streamed request's LLM input (tests compare
+ * it with an independent implementation of the official schedule, tests/bistream_ref.py). */
+static void ttrace(struct cosy_sched *s, int id, const char *fmt, ...) COSY_PRINTF(3, 4);
+static void ttrace(struct cosy_sched *s, int id, const char *fmt, ...) {
+  if (!s->ttrace) return;
+  pthread_mutex_lock(&s->trace_mu);
+  fprintf(s->ttrace, "%d ", id);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(s->ttrace, fmt, ap);
+  va_end(ap);
+  fputc('\n', s->ttrace);
+  fflush(s->ttrace);
   pthread_mutex_unlock(&s->trace_mu);
 }
 
@@ -204,11 +242,91 @@ static char *concat3(const char *a, const char *b, const char *c) {
 static void job_free(sjob *j) {
   if (!j) return;
   free(j->lm_input);
+  free(j->pend);
+  free(j->tcache);
   free(j->hist);
   free(j->tokens);
   free(j->rs_buf);
   if (j->rs) cosy_resampler_free(j->rs);
   free(j);
+}
+
+static cosy_status items_push(int32_t **a, int *n, int *cap, const int32_t *add, int na) {
+  if (*n + na > *cap) {
+    int nc = *cap ? *cap : 64;
+    while (nc < *n + na) nc *= 2;
+    int32_t *p = (int32_t *)cosy_realloc(*a, (size_t)nc * sizeof *p);
+    if (!p) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory building the LLM input");
+    *a = p;
+    *cap = nc;
+  }
+  if (na) memcpy(*a + *n, add, (size_t)na * sizeof *add);
+  *n += na;
+  return COSY_OK;
+}
+
+/* A text-streamed request (zero-shot): the LLM input starts as [sos, prompt text up to and with
+ * <|endofprompt|>]; the rest of the prompt text starts the text cache (upstream
+ * inference_bistream); the prompt speech is interleaved as text arrives. */
+static cosy_status prepare_stream(cosy_engine *e, sjob *j) {
+  const cosy_voice *v = j->v;
+  const cosy_synth_params *p = &j->r->params;
+  const int S = e->model->hp.speech_tokens, P = v->n_tokens;
+  char *prompt = strstr(v->prompt_text, EOP) ? cosy_strdup(v->prompt_text)
+                                             : concat3(SYSTEM_PREFIX, EOP, v->prompt_text);
+  if (!prompt) return COSY_ERR_NO_MEMORY;
+  int32_t *ids = NULL, n = 0;
+  cosy_status st = cosy_tokenize(e->tok, prompt, strlen(prompt), &ids, &n);
+  free(prompt);
+  if (st) return st;
+  int eop = -1;
+  for (int i = 0; i < n && eop < 0; i++)
+    if (ids[i] == e->model->hp.endofprompt_id) eop = i;
+  if (eop < 0) {
+    free(ids);
+    return cosy_err(COSY_ERR_TEXT, "the prompt text holds no <|endofprompt|> token");
+  }
+  const int32_t sos = -1 - S;
+  if (!(st = items_push(&j->pend, &j->n_pend, &j->cap_pend, &sos, 1)) &&
+      !(st = items_push(&j->pend, &j->n_pend, &j->cap_pend, ids, eop + 1)))
+    st = items_push(&j->tcache, &j->n_tc, &j->cap_tc, ids + eop + 1, n - eop - 1);
+  free(ids);
+  if (st) return st;
+  j->bistream = 1;
+  j->bs_phase = BS_ADVANCE;
+  j->stale = -1;
+  j->next_fill = (P / MIX_SPEECH + 1) * MIX_SPEECH - P;
+  j->max_len = p->max_tokens > 0 ? p->max_tokens : COSY_TEXT_STREAM_MAX_TOKENS;
+  j->min_len = 0;
+  /* [sos, prompt text, prompt speech, text, every generated token, the re-fed one, task_id] */
+  j->max_pos = 1 + n + P + j->r->tx_max + j->max_len + 2;
+  j->L = j->fed = 0;
+  pthread_mutex_lock(&j->r->mu);
+  j->r->n_text_tokens = n;
+  pthread_mutex_unlock(&j->r->mu);
+  struct cosy_sched *s = e->sched;
+  if (s->ttrace) {
+    pthread_mutex_lock(&s->trace_mu);
+    j->trace_id = s->n_ttrace++;
+    pthread_mutex_unlock(&s->trace_mu);
+    char buf[64];
+    size_t cap = 64 + 12 * (size_t)(j->n_pend + j->n_tc + P), at = 0;
+    char *line = (char *)cosy_malloc(cap);
+    if (line) {
+      at += (size_t)snprintf(line + at, cap - at, "H S=%d P=%d prefix", S, P);
+      for (int i = 1; i < j->n_pend; i++) {
+        snprintf(buf, sizeof buf, " %d", (int)j->pend[i]);
+        at += (size_t)snprintf(line + at, cap - at, "%s", buf);
+      }
+      at += (size_t)snprintf(line + at, cap - at, " cache");
+      for (int i = 0; i < j->n_tc; i++) at += (size_t)snprintf(line + at, cap - at, " %d", (int)j->tcache[i]);
+      at += (size_t)snprintf(line + at, cap - at, " ps");
+      for (int i = 0; i < P; i++) at += (size_t)snprintf(line + at, cap - at, " %d", (int)v->speech_tokens[i]);
+      ttrace(s, j->trace_id, "%s", line);
+      free(line);
+    }
+  }
+  return COSY_OK;
 }
 
 /* Everything before the LLM (host work): text and prompt per mode (zero-shot uses the voice's
@@ -229,6 +347,10 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   j->v = v;
   j->collect_only = p->speed != 1.0f || (p->flags & COSY_SYNTH_ONE_SHOT);
   j->full_final = (p->flags & COSY_SYNTH_FULL_ATTENTION_FINAL) != 0;
+  if (r->text_stream) {
+    if ((st = prepare_stream(e, j))) goto done;
+    goto lengths_done;
+  }
   if ((st = normalize_text(e->tn, r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION),
                            &text)))
     goto done;
@@ -264,6 +386,7 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   if (p->max_tokens > 0) j->max_len = p->max_tokens;
   if (p->min_tokens > 0) j->min_len = p->min_tokens;
   if (j->min_len > j->max_len) j->min_len = j->max_len;
+  {
   const int P = v->n_tokens;
   if ((st = e->be->llm_input(e, prompt_ids, n_prompt, tts_ids, n_tts,
                              use_prompt_tokens ? v->speech_tokens : NULL,
@@ -272,6 +395,10 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   pthread_mutex_lock(&r->mu);
   r->n_text_tokens = n_prompt + n_tts;
   pthread_mutex_unlock(&r->mu);
+  j->max_pos = j->L + j->max_len;
+  }
+lengths_done:;
+  const int P = v->n_tokens;
   j->cap_tok = P + j->max_len + 1;
   j->tokens = (int32_t *)cosy_malloc((size_t)j->cap_tok * sizeof *j->tokens);
   j->hist = (int32_t *)cosy_malloc((size_t)(j->max_len + 1) * sizeof *j->hist);
@@ -314,7 +441,7 @@ static cosy_status job_reserve(cosy_engine *e, sjob *j) {
   const cosy_voice *v = j->v;
   cosy_flow_prompt fp = {v->speech_tokens, v->n_tokens, v->mel, v->spk};
   cosy_status st;
-  if ((st = e->be->llm_open(e, j->L + j->max_len, &j->seq))) return st;
+  if ((st = e->be->llm_open(e, j->max_pos, &j->seq))) return st;
   if ((st = e->be->flow_open(e, &fp, j->max_len, &j->fs))) goto fail;
   if ((st = e->be->voc_open(e, 2 * (j->max_len + LOOKAHEAD), &j->vs))) goto fail;
   return COSY_OK;
@@ -347,7 +474,16 @@ static void llm_release(cosy_engine *e, sjob *j, cosy_status st, const char *msg
 /* A sampled token (token index n_hist). Returns 1 when the job's LLM part is over. */
 static int take_token(cosy_engine *e, sjob *j, int32_t tok) {
   struct cosy_sched *s = e->sched;
-  if (tok >= e->model->hp.speech_tokens) return 1; /* a stop id: not emitted */
+  if (tok >= e->model->hp.speech_tokens) { /* a stop id: not emitted */
+    if (j->bistream) ttrace(s, j->trace_id, "S");
+    return 1;
+  }
+  if (j->bistream) {
+    ttrace(s, j->trace_id, "O %d", (int)tok);
+    /* upstream forces the fill token when the out tokens (fills included) reach next_fill: the
+     * next forward feeds this token and its output is the fill token, not a sample */
+    if (j->bs_phase == BS_DECODE && j->n_hist + 1 == j->next_fill) j->fill_step = 1;
+  }
   j->hist[j->n_hist++] = tok;
   if (ref_silent_pass(&j->silent_run, tok)) {
     const int P = j->v->n_tokens;
@@ -368,10 +504,131 @@ static int take_token(cosy_engine *e, sjob *j, int32_t tok) {
 
 static void next_req(sjob *j, cosy_next_req *nx) {
   nx->samp = &j->samp;
-  nx->ignore_eos = j->n_hist < j->min_len;
+  /* text streaming: no stop id while text is interleaved (upstream decodes with ignore_eos until
+   * its fill token), none masked in the final decode (upstream has no minimum there) */
+  nx->ignore_eos = j->bistream ? j->bs_phase != BS_FINAL : j->n_hist < j->min_len;
   nx->hist = j->hist;
   nx->n_hist = j->n_hist;
   nx->rng = &j->rng;
+}
+
+/* Text streaming: the pending items become the job's next prefill (the last piece samples). */
+static cosy_status bs_feed(cosy_engine *e, sjob *j) {
+  struct cosy_sched *s = e->sched;
+  float *emb = NULL;
+  cosy_status st = e->be->llm_embed(e, j->pend, j->n_pend, &emb);
+  if (st) return st;
+  if (s->ttrace) {
+    size_t cap = 16 + 12 * (size_t)j->n_pend, at = 0;
+    char *line = (char *)cosy_malloc(cap);
+    if (line) {
+      at += (size_t)snprintf(line, cap, "F");
+      for (int i = 0; i < j->n_pend; i++)
+        at += (size_t)(j->pend[i] >= 0 ? snprintf(line + at, cap - at, " t%d", (int)j->pend[i])
+                                       : snprintf(line + at, cap - at, " s%d", (int)(-1 - j->pend[i])));
+      ttrace(s, j->trace_id, "%s", line);
+      free(line);
+    }
+  }
+  free(j->lm_input);
+  j->lm_input = emb;
+  j->L = j->n_pend;
+  j->fed = 0;
+  j->decoding = 0;
+  j->n_pend = 0;
+  return COSY_OK;
+}
+
+/* Text streaming, upstream's inference_bistream one text token at a time: take the request's
+ * next text id into the text cache; while prompt speech is left, every 5 cached text tokens go to
+ * the input with the next 15 prompt speech tokens; once it is all in, a decode starts (the first
+ * one at once, each later one, after a fill token, with the next 5 text tokens as its input); a
+ * decode runs until the fill token (bs_take). Without text the job pauses; after the end of the
+ * text the input is [the last fed token again (upstream re-feeds it), the text cache, task_id]
+ * and the LLM decodes until its end token. Sets j->L > j->fed when there is something to feed. */
+static cosy_status bs_advance(cosy_engine *e, sjob *j) {
+  struct cosy_sched *s = e->sched;
+  cosy_request *r = j->r;
+  const int S = e->model->hp.speech_tokens, P = j->v->n_tokens;
+  cosy_status st;
+  for (;;) {
+    int32_t id = 0;
+    int have = 0, ended = 0;
+    pthread_mutex_lock(&r->mu);
+    if (j->tx_used < r->tx_n) {
+      id = r->tx_ids[j->tx_used++];
+      have = 1;
+      r->n_text_tokens++;
+    } else {
+      ended = r->tx_ended;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!have) {
+      if (!ended) return COSY_OK; /* wait for text */
+      if (j->tx_used == 0)
+        return cosy_err(COSY_ERR_TEXT, "nothing to say: the streamed text gave no tokens");
+      ttrace(s, j->trace_id, "E");
+      int32_t head[1] = {-1 - j->stale}, task = -1 - (S + 2);
+      int32_t *items = NULL;
+      int n = 0, cap = 0;
+      if ((j->stale >= 0 && (st = items_push(&items, &n, &cap, head, 1))) ||
+          (st = items_push(&items, &n, &cap, j->pend, j->n_pend)) ||
+          (st = items_push(&items, &n, &cap, j->tcache, j->n_tc)) ||
+          (st = items_push(&items, &n, &cap, &task, 1))) {
+        free(items);
+        return st;
+      }
+      free(j->pend);
+      j->pend = items;
+      j->n_pend = n;
+      j->cap_pend = cap;
+      j->n_tc = 0;
+      j->stale = -1;
+      j->bs_phase = BS_FINAL;
+      return bs_feed(e, j);
+    }
+    ttrace(s, j->trace_id, "T %d", (int)id);
+    if ((st = items_push(&j->tcache, &j->n_tc, &j->cap_tc, &id, 1))) return st;
+    while (j->ps_at < P && j->n_tc >= MIX_TEXT) {
+      int ns = P - j->ps_at < MIX_SPEECH ? P - j->ps_at : MIX_SPEECH;
+      if ((st = items_push(&j->pend, &j->n_pend, &j->cap_pend, j->tcache, MIX_TEXT))) return st;
+      for (int i = 0; i < ns; i++) {
+        int32_t it = -1 - j->v->speech_tokens[j->ps_at + i];
+        if ((st = items_push(&j->pend, &j->n_pend, &j->cap_pend, &it, 1))) return st;
+      }
+      j->ps_at += ns;
+      memmove(j->tcache, j->tcache + MIX_TEXT, (size_t)(j->n_tc - MIX_TEXT) * sizeof *j->tcache);
+      j->n_tc -= MIX_TEXT;
+    }
+    if (j->ps_at < P) continue;
+    const int after_fill = j->n_hist > 0 && j->hist[j->n_hist - 1] == S + 3;
+    if (after_fill || (j->n_hist == 0 && j->n_pend == 1)) {
+      if (j->n_tc < MIX_TEXT) continue;
+      if (after_fill) { /* the text is the whole input (the fill token is not fed) */
+        j->n_pend = 0;
+        j->stale = -1;
+      }
+      if ((st = items_push(&j->pend, &j->n_pend, &j->cap_pend, j->tcache, MIX_TEXT))) return st;
+      memmove(j->tcache, j->tcache + MIX_TEXT, (size_t)(j->n_tc - MIX_TEXT) * sizeof *j->tcache);
+      j->n_tc -= MIX_TEXT;
+    }
+    j->bs_phase = BS_DECODE;
+    return bs_feed(e, j);
+  }
+}
+
+/* Text streaming: the decode step that fed j->tok yielded the forced fill token (its sample is
+ * not used): the decode pauses until the next 5 text tokens. Returns 1 when the LLM part is over. */
+static int bs_fill(cosy_engine *e, sjob *j) {
+  const int S = e->model->hp.speech_tokens;
+  ttrace(e->sched, j->trace_id, "X");
+  j->fill_step = 0;
+  j->hist[j->n_hist++] = S + 3;
+  j->next_fill = j->n_hist + MIX_SPEECH;
+  j->stale = j->tok;
+  j->decoding = 0;
+  j->bs_phase = BS_ADVANCE;
+  return j->n_hist >= j->max_len;
 }
 
 /* Admit queued requests while room is left (e->mu held; dropped around backend calls). */
@@ -498,6 +755,7 @@ static void *llm_main(void *arg) {
     for (sjob *j = s->active; j && k < cap; j = j->next)
       if (!j->llm_released) jobs[k++] = j;
     n = k;
+    const int64_t seen = s->wake_seq;
     pthread_mutex_unlock(&e->mu);
 
     /* failures and cancellations release their sequences */
@@ -514,6 +772,21 @@ static void *llm_main(void *arg) {
         jobs[nd++] = j;
     }
     n = nd;
+    /* text streaming: jobs with nothing in flight take the text that arrived (bs_advance) */
+    nd = 0;
+    for (int i = 0; i < n; i++) {
+      sjob *j = jobs[i];
+      if (j->bistream && !j->decoding && j->fed == j->L && j->bs_phase != BS_FINAL) {
+        cosy_err_clear();
+        cosy_status st = bs_advance(e, j);
+        if (st) {
+          llm_release(e, j, st, cosy_last_error());
+          continue;
+        }
+      }
+      jobs[nd++] = j;
+    }
+    n = nd;
     /* prefill pieces, packed into one backend call: at most PREFILL_BUDGET positions while
      * other sequences decode (their next token waits for the call), PREFILL_BUDGET_IDLE when
      * none does */
@@ -523,7 +796,7 @@ static void *llm_main(void *arg) {
     int np = 0;
     for (int i = 0; i < n && budget > 0 && np < cap; i++) {
       sjob *j = jobs[i];
-      if (j->decoding) continue;
+      if (j->decoding || j->fed == j->L) continue; /* (a text-streamed job waiting for text) */
       int piece = j->L - j->fed;
       if (piece > PREFILL_PIECE) piece = PREFILL_PIECE;
       if (piece > budget) piece = budget;
@@ -582,6 +855,7 @@ static void *llm_main(void *arg) {
       /* a job whose prefill just finished has its first token: it joins this step */
       rows[nr].seq = j->seq;
       rows[nr].token = j->tok;
+      if (j->bistream) ttrace(s, j->trace_id, "F s%d", (int)j->tok);
       next_req(j, &rows[nr].nx);
       rows[nr].next = -1;
       rows[nr].status = COSY_OK;
@@ -604,12 +878,17 @@ static void *llm_main(void *arg) {
           llm_release(e, j, st, msg);
         } else if (rows[i].status) {
           llm_release(e, j, rows[i].status, "sampling failed (NaN or no finite log-probability)");
+        } else if (j->fill_step) {
+          if (bs_fill(e, j)) llm_release(e, j, COSY_OK, NULL);
         } else if (take_token(e, j, rows[i].next)) {
           llm_release(e, j, COSY_OK, NULL);
         }
       }
     }
     pthread_mutex_lock(&e->mu);
+    /* nothing ran (every job waits for text): sleep until text or a request arrives */
+    if (np == 0 && nr == 0 && s->wake_seq == seen && !e->stopping)
+      timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
   }
   s->llm_exited = 1;
   pthread_cond_broadcast(&s->cv_t2w);
@@ -982,6 +1261,8 @@ cosy_status sched_start(cosy_engine *e) {
   pthread_mutex_init(&s->trace_mu, NULL);
   const char *tp = getenv("COSY_SCHED_TRACE");
   if (tp && tp[0]) s->trace = fopen(tp, "w");
+  const char *tt = getenv("COSY_TEXT_TRACE");
+  if (tt && tt[0]) s->ttrace = fopen(tt, "w");
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
   pthread_cond_init(&s->cv_call, NULL);
@@ -1019,6 +1300,7 @@ void sched_stop(cosy_engine *e) {
   pthread_cond_destroy(&s->cv_llm);
   pthread_cond_destroy(&s->cv_t2w);
   if (s->trace) fclose(s->trace);
+  if (s->ttrace) fclose(s->ttrace);
   pthread_mutex_destroy(&s->trace_mu);
   pthread_cond_destroy(&s->cv_call);
   free(s);
@@ -1042,9 +1324,19 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
   else s->q_head = r;
   s->q_tail = r;
   e->n_queued++;
+  s->wake_seq++;
   pthread_cond_broadcast(&s->cv_llm);
   pthread_mutex_unlock(&e->mu);
   return COSY_OK;
+}
+
+void sched_wake_llm(cosy_engine *e) {
+  struct cosy_sched *s = e->sched;
+  if (!s) return;
+  pthread_mutex_lock(&e->mu);
+  s->wake_seq++;
+  pthread_cond_broadcast(&s->cv_llm);
+  pthread_mutex_unlock(&e->mu);
 }
 
 void sched_stats(const cosy_engine *e, cosy_engine_stats *st) {
