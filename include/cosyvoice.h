@@ -51,7 +51,8 @@
  * THREADS
  *   - A cosy_engine is thread-safe: any number of threads may submit, synthesize and query at once.
  *   - A cosy_request is used by one thread at a time, except cosy_request_cancel(), which any thread
- *     may call at any time.
+ *     may call at any time, and text streaming: one thread may push text (cosy_request_push_text,
+ *     cosy_request_end_text) while another reads or waits.
  *   - Push callbacks (cosy_chunk_fn) run on an engine thread, never on the caller's thread, between
  *     engine steps: copy the samples and return quickly; do not call back into the engine from the
  *     callback (except cosy_request_cancel). The chunk's memory is valid only during the call.
