@@ -215,6 +215,16 @@ struct cosy_request {
   int tx_n, tx_cap_ids, tx_max;  /* (r->mu) tx_max: most text tokens */
   int tx_ended;                  /* cosy_request_end_text was called (r->mu) */
 
+  /* long text (scheduler.c): the normalized segments, synthesized in turn (set when the first
+   * segment's job is prepared, on the LLM thread) */
+  char **segs;
+  int n_segs;
+  int seg_alive;                 /* segment jobs made and not yet reaped (e->mu) */
+  int seg_delivered;             /* segments whose audio is complete (e->mu) */
+  cosy_status seg_err;           /* the first failure of a segment (e->mu) */
+  char seg_msg[512];
+  int64_t native_out;            /* native-rate samples delivered (token-to-wave thread) */
+
   /* pull buffer (fn == NULL): samples produced and not yet read */
   float *buf;
   int64_t buf_len, buf_cap, buf_read;

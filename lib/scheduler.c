@@ -113,6 +113,9 @@ typedef struct sjob {
                                  as upstream does), -1 none */
   int tx_used;                /* text ids taken from the request */
   int fill_step;              /* the next decode step feeds tok and yields the fill token */
+  /* long text: one job per segment (r->segs), one after the other in one request */
+  int seg_i;                  /* this job's segment */
+  int tok_base;               /* speech tokens of the earlier segments */
   int full_final;             /* COSY_SYNTH_FULL_ATTENTION_FINAL */
   /* LLM side (LLM thread only) */
   void *seq;
@@ -145,6 +148,7 @@ struct cosy_sched {
   pthread_cond_t cv_llm, cv_t2w;
   cosy_request *q_head, *q_tail; /* submitted, not admitted */
   sjob *active;
+  sjob *seg_q;                   /* next segments of running requests, waiting for admission */
   int n_llm;                     /* active jobs the LLM thread still owns */
   int first_in_flight;           /* a first chunk's flow call is running */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
@@ -334,7 +338,7 @@ static cosy_status prepare_stream(cosy_engine *e, sjob *j) {
  * tokens; cross-lingual gives the LLM no prompt and prefixes the text itself; instruct uses the
  * instruct text as the prompt), tokenization, lengths (min 2, max 20 speech tokens per text
  * token unless the request says otherwise), the LLM input, the generator, the resampler. */
-static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
+static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **out) {
   const cosy_voice *v = r->voice;
   const cosy_synth_params *p = &r->params;
   cosy_status st = COSY_OK;
@@ -347,13 +351,27 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   j->v = v;
   j->collect_only = p->speed != 1.0f || (p->flags & COSY_SYNTH_ONE_SHOT);
   j->full_final = (p->flags & COSY_SYNTH_FULL_ATTENTION_FINAL) != 0;
+  j->seg_i = seg;
+  pthread_mutex_lock(&r->mu);
+  j->tok_base = r->n_speech_tokens;
+  pthread_mutex_unlock(&r->mu);
   if (r->text_stream) {
     if ((st = prepare_stream(e, j))) goto done;
     goto lengths_done;
   }
-  if ((st = normalize_text(e->tn, r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION),
-                           &text)))
-    goto done;
+  if (seg > 0) { /* a later segment of a long text (normalized and cut with the first) */
+    if (!(text = cosy_strdup(r->segs[seg]))) st = COSY_ERR_NO_MEMORY;
+  } else if (!(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION)) {
+    /* the official front end's text_normalize(split=True): normalized segments of at most ~80
+     * tokens, each synthesized in turn as its own utterance (same prompt, fresh LLM context) */
+    if (!(st = cosy_text_split(e->tn, r->text, 0, &r->segs, &r->n_segs)) &&
+        r->n_segs > 0 && !(text = cosy_strdup(r->segs[0])))
+      st = COSY_ERR_NO_MEMORY;
+    if (!st && r->n_segs == 0 && !(text = cosy_strdup(""))) st = COSY_ERR_NO_MEMORY;
+  } else {
+    st = normalize_text(e->tn, r->text, 0, &text);
+  }
+  if (st) goto done;
   if (!text[0]) {
     st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text is empty after normalization");
     goto done;
@@ -393,7 +411,7 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
                              use_prompt_tokens ? P : 0, &j->lm_input, &j->L)))
     goto done;
   pthread_mutex_lock(&r->mu);
-  r->n_text_tokens = n_prompt + n_tts;
+  r->n_text_tokens = seg == 0 ? n_prompt + n_tts : r->n_text_tokens + n_tts;
   pthread_mutex_unlock(&r->mu);
   j->max_pos = j->L + j->max_len;
   }
@@ -419,7 +437,9 @@ lengths_done:;
                             .win_size = COSY_RAS_WIN_SIZE,
                             .tau_r = COSY_RAS_TAU_R};
   if ((st = cosy_sampling_check(&j->samp))) goto done;
-  uint64_t seed = p->seed ? p->seed : (uint64_t)(cosy_now() * 1e9) ^ (uint64_t)(uintptr_t)r;
+  /* segment k of a long text draws from seed + k */
+  uint64_t seed = p->seed ? p->seed + (uint64_t)seg
+                          : (uint64_t)(cosy_now() * 1e9) ^ (uint64_t)(uintptr_t)r ^ (uint64_t)seg;
   cosy_rng_seed(&j->rng, seed);
 done:
   free(text);
@@ -462,7 +482,25 @@ static void llm_release(cosy_engine *e, sjob *j, cosy_status st, const char *msg
   j->seq = NULL;
   free(j->lm_input);
   j->lm_input = NULL;
+  /* a long text: the next segment's LLM starts now, while this one's audio is still being made
+   * (it is made before this job is marked released, so the request never looks finished) */
+  sjob *jn = NULL;
+  cosy_status nst = COSY_OK;
+  char nmsg[512] = "";
+  if (!st && j->seg_i + 1 < j->r->n_segs && !cancelled(j->r)) {
+    cosy_err_clear();
+    nst = job_prepare(e, j->r, j->seg_i + 1, &jn);
+    if (nst) snprintf(nmsg, sizeof nmsg, "%s", cosy_last_error());
+  }
   pthread_mutex_lock(&e->mu);
+  if (nst) job_fail_locked(j, nst, nmsg);
+  if (jn) {
+    j->r->seg_alive++;
+    sjob **pp = &s->seg_q;
+    while (*pp) pp = &(*pp)->next;
+    jn->next = NULL;
+    *pp = jn;
+  }
   if (st) job_fail_locked(j, st, msg);
   j->llm_done = 1;
   j->llm_released = 1;
@@ -495,7 +533,7 @@ static int take_token(cosy_engine *e, sjob *j, int32_t tok) {
     pthread_cond_broadcast(&s->cv_t2w);
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_lock(&j->r->mu);
-    j->r->n_speech_tokens = j->n_hist;
+    j->r->n_speech_tokens = j->tok_base + j->n_hist;
     pthread_mutex_unlock(&j->r->mu);
   }
   j->tok = tok;
@@ -634,6 +672,31 @@ static int bs_fill(cosy_engine *e, sjob *j) {
 /* Admit queued requests while room is left (e->mu held; dropped around backend calls). */
 static void admit(cosy_engine *e) {
   struct cosy_sched *s = e->sched;
+  /* the next segments of running requests go first (their audio continues an utterance) */
+  while (s->seg_q && (e->stopping || cancelled(s->seg_q->r) || s->n_llm < e->cfg.max_active)) {
+    sjob *j = s->seg_q;
+    cosy_status st = COSY_OK;
+    if (!e->stopping && !cancelled(j->r)) {
+      pthread_mutex_unlock(&e->mu);
+      cosy_err_clear();
+      st = job_reserve(e, j);
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
+      pthread_mutex_lock(&e->mu);
+      if (st == COSY_ERR_GPU_NO_MEMORY && s->active) return; /* wait for memory */
+      if (st) job_fail_locked(j, st, msg);
+    }
+    s->seg_q = j->next;
+    j->next = s->active;
+    s->active = j;
+    e->n_active++;
+    if (st || e->stopping || cancelled(j->r)) { /* the token-to-wave thread reaps it */
+      j->llm_done = j->llm_released = 1;
+      pthread_cond_broadcast(&s->cv_t2w);
+    } else {
+      s->n_llm++;
+    }
+  }
   while (s->q_head && (e->stopping || cancelled(s->q_head) || s->n_llm < e->cfg.max_active)) {
     cosy_request *r = s->q_head;
     if (cancelled(r) || e->stopping) {
@@ -654,7 +717,7 @@ static void admit(cosy_engine *e) {
     sjob *j = r->job;
     if (!j) {
       cosy_err_clear();
-      st = job_prepare(e, r, &j);
+      st = job_prepare(e, r, 0, &j);
       if (!st) r->job = j;
     }
     int idle = 0;
@@ -690,6 +753,7 @@ static void admit(cosy_engine *e) {
     s->active = j;
     s->n_llm++;
     e->n_active++;
+    r->seg_alive = 1;
     pthread_mutex_lock(&r->mu);
     r->state = REQ_RUNNING;
     pthread_mutex_unlock(&r->mu);
@@ -712,8 +776,12 @@ static void *llm_main(void *arg) {
   pthread_mutex_lock(&e->mu);
   for (;;) {
     admit(e);
-    if (e->stopping && !s->q_head && s->n_llm == 0) break;
+    if (e->stopping && !s->q_head && !s->seg_q && s->n_llm == 0) break;
     if (s->n_llm == 0) {
+      if (s->seg_q) { /* a segment waits for memory held by the other thread's jobs */
+        timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
+        continue;
+      }
       if (e->stopping) continue; /* admit() drains the queue as cancelled */
       pthread_cond_wait(&s->cv_llm, &e->mu);
       continue;
@@ -925,10 +993,12 @@ static cosy_status emit(cosy_engine *e, sjob *j, const float *pcm, int64_t n, in
     add_time(r, &r->vocoder_s, cosy_now() - t0);
   }
   j->delivered += n;
+  r->native_out += n;
   pthread_mutex_lock(&r->mu);
   r->n_chunks++;
   pthread_mutex_unlock(&r->mu);
-  if (request_deliver(r, out, n_out, last))
+  /* the chunk that ends a segment ends the request only when it is the last segment */
+  if (request_deliver(r, out, n_out, last && j->seg_i + 1 >= r->n_segs))
     return cosy_err(COSY_ERR_CANCELLED, "cancelled by the chunk callback");
   return COSY_OK;
 }
@@ -936,6 +1006,7 @@ static cosy_status emit(cosy_engine *e, sjob *j, const float *pcm, int64_t n, in
 /* What the job's next flow call is (e->mu held): 0 none yet, 1 a streaming chunk, 2 the last. */
 static int chunk_ready(const sjob *j) {
   if (j->final_done || j->busy || j->err) return 0;
+  if (j->seg_i != j->r->seg_delivered) return 0; /* the audio of the segments before it first */
   if (!j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD) return 1;
   if (j->llm_done) return 2;
   return 0;
@@ -951,8 +1022,8 @@ static int job_frames(const sjob *j, int kind) {
 
 /* playback deadline: when the audio delivered so far runs out (first chunks: -inf) */
 static double deadline(const sjob *j, int sample_rate) {
-  if (j->chunks_done == 0) return -1e300 + j->r->t_submit;
-  return j->r->t_first + (double)j->delivered / sample_rate;
+  if (j->chunks_done == 0 && j->seg_i == 0) return -1e300 + j->r->t_submit;
+  return j->r->t_first + (double)j->r->native_out / sample_rate;
 }
 
 /* speed != 1: linear interpolation of the mel to T/speed frames (align_corners = False) */
@@ -998,15 +1069,27 @@ static void reap(cosy_engine *e) {
       st = COSY_ERR_CANCELLED;
       snprintf(msg, sizeof msg, "request cancelled");
     }
+    /* a long text's segments: the request ends with its last segment job; the first failure
+     * is its status and stops the other segments */
+    cosy_request *r = j->r;
+    if (st && !r->seg_err) {
+      r->seg_err = st;
+      snprintf(r->seg_msg, sizeof r->seg_msg, "%s", msg);
+      if (r->seg_alive > 1) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
+    }
+    const int finish = --r->seg_alive <= 0;
+    if (r->seg_err) {
+      st = r->seg_err;
+      snprintf(msg, sizeof msg, "%s", r->seg_msg);
+    }
     pthread_cond_broadcast(&s->cv_llm); /* memory and a slot came back */
     pthread_mutex_unlock(&e->mu);
     if (j->fs) e->be->flow_close(e, j->fs);
     if (j->vs) e->be->voc_close(e, j->vs);
     j->fs = j->vs = NULL;
-    cosy_request *r = j->r;
-    r->job = NULL;
+    r->job = NULL; /* (only meaningful while queued) */
     job_free(j);
-    request_finish(r, st, msg);
+    if (finish) request_finish(r, st, msg);
     pthread_mutex_lock(&e->mu);
     pthread_cond_broadcast(&s->cv_llm);
   }
@@ -1237,6 +1320,7 @@ static void *t2w_main(void *arg) {
       } else {
         j->offset = j->n_tok;
         j->final_done = 1;
+        if (!js) j->r->seg_delivered++; /* the next segment's audio may follow */
       }
       j->chunks_done++;
       pthread_mutex_unlock(&e->mu);
