@@ -333,7 +333,20 @@ typedef struct cosy_synth_params {
 COSY_API void cosy_synth_params_init(cosy_synth_params *p, uint32_t struct_size);
 
 /** Blocking synthesis of a whole utterance. *pcm (float, mono, [-1, 1]) is freed with cosy_free.
- *  p may be NULL (defaults). */
+ *  p may be NULL (defaults).
+ *
+ *  LONG TEXT (this call and cosy_request_submit): with text normalization (the default) the text
+ *  is normalized and cut into segments as the official front end does (split_paragraph: about
+ *  60-80 tokens each, at sentence ends; punctuation-only pieces dropped), and the segments are
+ *  synthesized one after the other within the one request, each as the official code does with
+ *  a separate call: the same prompt, a fresh LLM context, its own speech-token limits
+ *  (min_tokens / max_tokens apply per segment), fresh flow and vocoder states, and the random
+ *  generator seeded with seed + k for segment k (0-based). The audio is one continuous stream
+ *  (chunk offsets run on; COSY_CHUNK_LAST only on the request's last chunk) and equals, sample
+ *  for sample, the segments' audio one after the other; a segment's LLM starts as soon as the
+ *  previous segment's LLM ends, while that one's audio is still being made. With
+ *  COSY_SYNTH_NO_TEXT_NORMALIZATION the text is one utterance (as the official code without its
+ *  text front end). */
 COSY_API cosy_status cosy_synthesize(cosy_engine *e, const cosy_voice *v, const char *text,
                                      const cosy_synth_params *p, float **pcm, int64_t *n_samples);
 
