@@ -116,6 +116,7 @@ typedef struct sjob {
   /* long text: one job per segment (r->segs), one after the other in one request */
   int seg_i;                  /* this job's segment */
   int tok_base;               /* speech tokens of the earlier segments */
+  int n_fills;                /* fill tokens in hist (text streaming) */
   int full_final;             /* COSY_SYNTH_FULL_ATTENTION_FINAL */
   /* LLM side (LLM thread only) */
   void *seq;
@@ -533,7 +534,7 @@ static int take_token(cosy_engine *e, sjob *j, int32_t tok) {
     pthread_cond_broadcast(&s->cv_t2w);
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_lock(&j->r->mu);
-    j->r->n_speech_tokens = j->tok_base + j->n_hist;
+    j->r->n_speech_tokens = j->tok_base + j->n_hist - j->n_fills;
     pthread_mutex_unlock(&j->r->mu);
   }
   j->tok = tok;
@@ -662,6 +663,7 @@ static int bs_fill(cosy_engine *e, sjob *j) {
   ttrace(e->sched, j->trace_id, "X");
   j->fill_step = 0;
   j->hist[j->n_hist++] = S + 3;
+  j->n_fills++;
   j->next_fill = j->n_hist + MIX_SPEECH;
   j->stale = j->tok;
   j->decoding = 0;
