@@ -239,8 +239,10 @@ static cosy_status commit(cosy_request *r, int final) {
   free(ids);
   if (st) return st;
   r->tx_any = any;
-  memmove(r->tx_raw, r->tx_raw + used, r->tx_len - used);
-  r->tx_len -= used;
+  if (used) {
+    memmove(r->tx_raw, r->tx_raw + used, r->tx_len - used);
+    r->tx_len -= used;
+  }
   return COSY_OK;
 }
 
