@@ -4,7 +4,8 @@ text-streaming inference (CosyVoice's Qwen2LM.inference_bistream, CosyVoice3LM v
 text token at a time as the official front end's _extract_text_token_generator does), used to
 check the library's schedule.
 
-This is NOT the official code and runs no model: it replays the official loop's decisions about
+This is NOT the official code (tests/data/bistream/official.trace, the official code's own
+schedule, checks it) and runs no model: it replays the official loop's decisions about
 WHAT goes into the LLM and WHEN (which positions get text, prompt speech, generated speech, the
 re-fed token, task_id; where the fill token is forced), taking the sampled tokens and the text ids
 from the library's trace (COSY_TEXT_TRACE, written by lib/scheduler.c). The sampled values
@@ -96,7 +97,7 @@ def parse(path):
     reqs = {}
     for line in open(path):
         w = line.split()
-        if not w:
+        if not w or w[0].startswith("#"):
             continue
         r = reqs.setdefault(int(w[0]), {"head": None, "texts": [], "events": []})
         k = w[1]

@@ -4,7 +4,8 @@
  *     byte by byte gives identical speech tokens and identical audio (same seed), with and
  *     without text normalization;
  *   - the library's LLM input schedule (COSY_TEXT_TRACE) equals an independent reimplementation
- *     of the official inference_bistream schedule (tests/bistream_ref.py);
+ *     of the official inference_bistream schedule (tests/bistream_ref.py), which in turn
+ *     reproduces the schedule of the official code itself (tests/data/bistream/official.trace);
  *   - the word cut: tokenizing the committed pieces gives the ids of the whole text (contractions,
  *     CJK, special tokens, runs of spaces, a UTF-8 character cut between pushes);
  *   - errors: NULL arguments, invalid UTF-8 in a push (COSY_ERR_TEXT, the request unharmed: its
@@ -207,6 +208,13 @@ static void test_schedule_reference(void **state) {
   snprintf(cmd, sizeof cmd, "%s '%s' '%s'", py && *py ? py : "python3",
            tu_tests_file("bistream_ref.py"), f->trace);
   int rc = system(cmd);
+  assert_int_equal(rc, 0);
+  /* and the reference reproduces the official code's own schedule (tests/data/bistream) */
+  char official[4096]; /* (tu_tests_file's buffer is reused by each call) */
+  snprintf(official, sizeof official, "%s", tu_tests_file("data/bistream/official.trace"));
+  snprintf(cmd, sizeof cmd, "%s '%s' '%s'", py && *py ? py : "python3",
+           tu_tests_file("bistream_ref.py"), official);
+  rc = system(cmd);
   assert_int_equal(rc, 0);
 }
 
