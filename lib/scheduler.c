@@ -46,6 +46,14 @@
  *   speed != 1 (blocking only): all tokens first, one full-attention flow call, (speed != 1) the
  *   mel linearly resampled to T/speed frames, one final vocoder call.
  *
+ * Text streamed in (COSY_SYNTH_TEXT_STREAM; docs/scheduler.md section 7): the LLM input is built
+ * piece by piece as upstream's inference_bistream does (bs_advance / bs_fill); a job waiting for
+ * text has nothing to prefill or decode and simply sits out the iteration.
+ * Long text (docs/scheduler.md section 8): one job per segment; the next segment's job is made
+ * when the previous one's LLM part ends (llm_release) and admitted ahead of the queue (s->seg_q);
+ * its chunks wait for the previous segment's last chunk (r->seg_delivered); the request ends
+ * with its last segment job (r->seg_alive).
+ *
  * Threads and locks: e->mu guards the queue, the active list and each job's shared fields (marked
  * below). Only the token-to-wave thread removes jobs from the active list, and only after the LLM
  * thread has released them (llm_released), so each thread can work on its own snapshot of jobs
