@@ -204,6 +204,7 @@ $(B)/obj/tests/testutil.o: tests/testutil.c tests/testutil.h
 	$(CC) $(CFLAGS_ALL) -Itests -DTU_SHARED_DEFAULT='"$(abspath $(SHARED_DIR))"' \
 	  -DTU_TEST_MODEL_DEFAULT='"$(abspath $(TEST_MODEL))"' \
 	  -DTU_FE_MODEL_DEFAULT='"$(abspath $(FE_TEST_MODEL))"' -DTU_FE_DATA_DEFAULT='"$(abspath $(FE_DATA))"' \
+	  -DTU_TESTS_DIR='"$(abspath tests)"' \
 	  -c $< -o $@
 
 $(B)/tests/%: tests/%.c $(B)/obj/tests/testutil.o $(A)
@@ -350,6 +351,10 @@ test-examples: $(DEMO_MODEL)
 	$(PYTHON) -c "import sys, wave; w = wave.open(sys.argv[1]); n = w.getnframes(); \
 	  assert n > 0 and w.getsampwidth() == 2, n; print('stream.wav: %d frames, header patched' % n)" \
 	  $(EX_OUT)/c/stream.wav
+	$(EX_ENV) $(EX_OUT)/c/stream_text $(EX_MODEL) $(EX_VOICE) $(EX_OUT)/c/stream_text.wav $(EX_TEXT) 20 7
+	$(PYTHON) -c "import sys, wave; w = wave.open(sys.argv[1]); n = w.getnframes(); \
+	  assert n > 0 and w.getsampwidth() == 2, n; print('stream_text.wav: %d frames' % n)" \
+	  $(EX_OUT)/c/stream_text.wav
 	$(EX_ENV) $(EX_OUT)/c/clone_voice $(EX_MODEL) $(EX_WAV) "What the prompt says." \
 	  $(EX_OUT)/c/clone.voice.gguf $(EX_OUT)/c/clone.wav $(EX_CLONE_TEXT)
 	@echo "== examples/cpp"
@@ -362,6 +367,8 @@ test-examples: $(DEMO_MODEL)
 	  $(EX_OUT)/python.wav $(EX_TEXT) --stream
 	$(PYTHON) -c "import sys, wave; w = wave.open(sys.argv[1]); n = w.getnframes(); \
 	  assert n > 0 and w.getsampwidth() == 2, n; print('python.wav: %d frames' % n)" $(EX_OUT)/python.wav
+	$(EX_ENV) PYTHONPATH=$(abspath python) $(PYTHON) examples/python/say.py $(EX_MODEL) $(EX_VOICE) \
+	  $(EX_OUT)/python-text.wav $(EX_TEXT) --text-stream --delay-ms 20
 	$(EX_ENV) PYTHONPATH=$(abspath python) $(PYTHON) examples/python/clone.py $(EX_MODEL) $(EX_WAV) \
 	  "What the prompt says." $(EX_OUT)/python-clone.voice.gguf $(EX_OUT)/python-clone.wav $(EX_CLONE_TEXT)
 	@echo "== examples/go"

@@ -51,7 +51,8 @@
  * THREADS
  *   - A cosy_engine is thread-safe: any number of threads may submit, synthesize and query at once.
  *   - A cosy_request is used by one thread at a time, except cosy_request_cancel(), which any thread
- *     may call at any time.
+ *     may call at any time, and text streaming: one thread may push text (cosy_request_push_text,
+ *     cosy_request_end_text) while another reads or waits.
  *   - Push callbacks (cosy_chunk_fn) run on an engine thread, never on the caller's thread, between
  *     engine steps: copy the samples and return quickly; do not call back into the engine from the
  *     callback (except cosy_request_cancel). The chunk's memory is valid only during the call.
@@ -307,6 +308,24 @@ COSY_API void cosy_voice_release(cosy_voice *v);
  *  sees each chunk with 3 tokens of look-ahead and block-causal attention). speed != 1 implies
  *  this flag. */
 #define COSY_SYNTH_ONE_SHOT 0x4u
+/** Text streamed in (cosy_request_submit only; zero-shot mode only, else COSY_ERR_UNSUPPORTED):
+ *  the request's text arrives in pieces through cosy_request_push_text and ends with
+ *  cosy_request_end_text; the text given to cosy_request_submit may be NULL or "" (else it is the
+ *  first piece). The LLM interleaves text and speech as the official bidirectional-streaming
+ *  inference does (docs/scheduler.md section 7): the prompt text starts the text cache, 5 text
+ *  tokens are fed per 15 speech tokens (the prompt's first, then the generated ones, each group
+ *  closed by the fill token 6564, which is not spoken), and after cosy_request_end_text the rest
+ *  of the text and the task id are fed and the LLM decodes until its end token. While the text
+ *  it needs has not arrived, the request's LLM pauses (other requests go on). The speech tokens,
+ *  and so the audio, depend only on the text, never on how it was cut into pushes or when they
+ *  came. Text is committed to tokens, on the pushing thread, only when more text cannot change
+ *  them: with text normalization (the default) sentence by sentence (a sentence ends after
+ *  . ! ? ; followed by white space, after 。！？；… or at a line break, and is normalized alone),
+ *  with COSY_SYNTH_NO_TEXT_NORMALIZATION word by word (cut before a space that follows a
+ *  non-space, or before punctuation that follows a letter); what follows the last cut waits for
+ *  more text or the end. max_tokens 0 means 1000 (40 s) for such a request, and it takes at most
+ *  max_tokens / 2 text tokens; min_tokens does not apply (the official schedule has no minimum). */
+#define COSY_SYNTH_TEXT_STREAM 0x8u
 
 /** Synthesis parameters. Append-only; 0 in any field means the default. */
 typedef struct cosy_synth_params {
@@ -330,7 +349,20 @@ typedef struct cosy_synth_params {
 COSY_API void cosy_synth_params_init(cosy_synth_params *p, uint32_t struct_size);
 
 /** Blocking synthesis of a whole utterance. *pcm (float, mono, [-1, 1]) is freed with cosy_free.
- *  p may be NULL (defaults). */
+ *  p may be NULL (defaults).
+ *
+ *  LONG TEXT (this call and cosy_request_submit): with text normalization (the default) the text
+ *  is normalized and cut into segments as the official front end does (split_paragraph: about
+ *  60-80 tokens each, at sentence ends; punctuation-only pieces dropped), and the segments are
+ *  synthesized one after the other within the one request, each as the official code does with
+ *  a separate call: the same prompt, a fresh LLM context, its own speech-token limits
+ *  (min_tokens / max_tokens apply per segment), fresh flow and vocoder states, and the random
+ *  generator seeded with seed + k for segment k (0-based). The audio is one continuous stream
+ *  (chunk offsets run on; COSY_CHUNK_LAST only on the request's last chunk) and equals, sample
+ *  for sample, the segments' audio one after the other; a segment's LLM starts as soon as the
+ *  previous segment's LLM ends, while that one's audio is still being made. With
+ *  COSY_SYNTH_NO_TEXT_NORMALIZATION the text is one utterance (as the official code without its
+ *  text front end). */
 COSY_API cosy_status cosy_synthesize(cosy_engine *e, const cosy_voice *v, const char *text,
                                      const cosy_synth_params *p, float **pcm, int64_t *n_samples);
 
@@ -354,6 +386,20 @@ typedef int32_t (*cosy_chunk_fn)(void *user, const cosy_chunk *chunk);
 COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, const char *text,
                                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
                                          cosy_request **out);
+/** Text streaming (COSY_SYNTH_TEXT_STREAM): append a piece of the request's text (UTF-8, any
+ *  length up to 1 MiB per call, "" is a no-op). A UTF-8 character may be cut between two pushes
+ *  (the trailing incomplete bytes wait for the next push). Returns at once.
+ *  Errors: COSY_ERR_INVALID_ARG for NULL arguments, a request submitted without the flag, a push
+ *  after cosy_request_end_text or after the request finished; COSY_ERR_CANCELLED once it was
+ *  cancelled; COSY_ERR_TEXT when the piece is not valid UTF-8 or the text grows beyond
+ *  max_tokens / 2 text tokens (the piece is not taken: the request goes on as before). */
+COSY_API cosy_status cosy_request_push_text(cosy_request *r, const char *utf8);
+/** Text streaming: no more text. The LLM then feeds what is left and speaks to the end. A
+ *  request whose whole text gave no tokens ends with COSY_ERR_TEXT. Errors as
+ *  cosy_request_push_text (a second call is COSY_ERR_INVALID_ARG); COSY_ERR_TEXT when the text
+ *  ends inside a UTF-8 character (the text is not ended: push the rest, or cancel). A request
+ *  released or cancelled without it just ends (cancelled). */
+COSY_API cosy_status cosy_request_end_text(cosy_request *r);
 /** Pull up to cap samples. Blocks up to timeout_ms (-1 = forever, 0 = poll). COSY_OK with
  *  *n_read == 0 means the utterance is finished; COSY_ERR_TIMEOUT means nothing arrived in time;
  *  other codes are the request's failure (COSY_ERR_CANCELLED after a cancel).

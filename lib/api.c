@@ -118,7 +118,7 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
     if (st) return st;
   }
   if (out->flags & ~(COSY_SYNTH_NO_TEXT_NORMALIZATION | COSY_SYNTH_FULL_ATTENTION_FINAL |
-                     COSY_SYNTH_ONE_SHOT))
+                     COSY_SYNTH_ONE_SHOT | COSY_SYNTH_TEXT_STREAM))
     return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synth_params.flags 0x%x has unknown bits",
                     out->flags);
   if (out->mode < COSY_MODE_ZERO_SHOT || out->mode > COSY_MODE_INSTRUCT)
@@ -302,13 +302,20 @@ COSY_API void cosy_voice_release(cosy_voice *v) {
 
 static cosy_status check_submit(cosy_engine *e, const cosy_voice *v, const char *text,
                                 const cosy_synth_params *p, cosy_synth_params *out) {
-  if (!e || !v || !text)
-    return cosy_err(COSY_ERR_INVALID_ARG, "NULL %s", !e ? "engine" : !v ? "voice" : "text");
+  if (!e || !v)
+    return cosy_err(COSY_ERR_INVALID_ARG, "NULL %s", !e ? "engine" : "voice");
   if (v->engine != e)
     return cosy_err(COSY_ERR_INVALID_ARG, "the voice belongs to another engine");
-  cosy_status st = text_check(text, "text");
+  cosy_status st = params_resolve(p, out);
   if (st) return st;
-  if ((st = params_resolve(p, out))) return st;
+  if (out->flags & COSY_SYNTH_TEXT_STREAM) {
+    if (out->mode != COSY_MODE_ZERO_SHOT)
+      return cosy_err(COSY_ERR_UNSUPPORTED,
+                      "COSY_SYNTH_TEXT_STREAM is implemented for COSY_MODE_ZERO_SHOT only");
+    if (text && (st = text_check(text, "text"))) return st;
+  } else if ((st = text_check(text, "text"))) {
+    return st;
+  }
   if (out->instruct_text && (st = text_check(out->instruct_text, "instruct_text"))) return st;
   return COSY_OK;
 }
@@ -346,6 +353,9 @@ COSY_API cosy_status cosy_synthesize(cosy_engine *e, const cosy_voice *v, const 
   cosy_synth_params sp;
   cosy_status st = check_submit(e, v, text, p, &sp);
   if (st) return st;
+  if (sp.flags & COSY_SYNTH_TEXT_STREAM)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "COSY_SYNTH_TEXT_STREAM needs cosy_request_submit (the text is pushed)");
   collect k = {0};
   cosy_request *r;
   if ((st = engine_submit(e, v, text, &sp, collect_fn, &k, &r))) return st;
@@ -374,6 +384,17 @@ COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, co
   if (sp.speed != 1.0f)
     return cosy_err(COSY_ERR_INVALID_ARG, "speed != 1 is only available with cosy_synthesize");
   return engine_submit(e, v, text, &sp, fn, user, out);
+}
+
+COSY_API cosy_status cosy_request_push_text(cosy_request *r, const char *utf8) {
+  if (!r || !utf8)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_push_text: NULL %s", !r ? "request" : "text");
+  return textstream_push(r, utf8);
+}
+
+COSY_API cosy_status cosy_request_end_text(cosy_request *r) {
+  if (!r) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_end_text: NULL request");
+  return textstream_end(r);
 }
 
 COSY_API cosy_status cosy_request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,

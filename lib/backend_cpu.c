@@ -51,6 +51,10 @@ static cosy_status cpu_llm_input(cosy_engine *e, const int32_t *pt, int n_pt, co
   return ref_llm_build_input(ST(e)->llm, pt, n_pt, tt, n_tt, ps, n_ps, emb, L);
 }
 
+static cosy_status cpu_llm_embed(cosy_engine *e, const int32_t *items, int n, float **emb) {
+  return ref_llm_embed_items(ST(e)->llm, items, n, emb);
+}
+
 /* a sequence: its KV cache and the buffers of its steps */
 typedef struct cpu_seq {
   ref_kv *kv;
@@ -199,6 +203,7 @@ const cosy_backend cosy_backend_cpu = {
     .destroy = cpu_destroy,
     .stats = cpu_stats,
     .llm_input = cpu_llm_input,
+    .llm_embed = cpu_llm_embed,
     .llm_open = cpu_llm_open,
     .llm_close = cpu_llm_close,
     .llm_prefill = cpu_llm_prefill,

@@ -36,6 +36,9 @@ void request_free(cosy_request *r) {
   free(r->text);
   free(r->instruct_text);
   free(r->buf);
+  free(r->tx_raw);
+  cosy_text_segments_free(r->segs, r->n_segs);
+  free(r->tx_ids);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
   free(r);
@@ -143,7 +146,8 @@ cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
   r->params = *p;
   r->fn = fn;
   r->user = user;
-  r->text = cosy_strdup(text);
+  r->text = cosy_strdup(text ? text : "");
+  r->text_stream = (p->flags & COSY_SYNTH_TEXT_STREAM) != 0;
   if (p->instruct_text) r->instruct_text = cosy_strdup(p->instruct_text);
   if (!r->text || (p->instruct_text && !r->instruct_text)) {
     request_free(r);
@@ -153,7 +157,15 @@ cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
   r->voice = (cosy_voice *)v;
   voice_ref(r->voice);
   r->t_submit = cosy_now();
-  cosy_status st = sched_submit(e, r);
+  cosy_status st = COSY_OK;
+  if (r->text_stream) { /* the first piece of a streamed text, if any, is its first push */
+    r->tx_max = (p->max_tokens > 0 ? p->max_tokens : COSY_TEXT_STREAM_MAX_TOKENS) / 2;
+    if (r->text[0] && (st = textstream_push(r, r->text))) {
+      request_free(r);
+      return st;
+    }
+  }
+  st = sched_submit(e, r);
   if (st) {
     request_free(r);
     return st;

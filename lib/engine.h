@@ -115,6 +115,9 @@ typedef struct cosy_backend {
   cosy_status (*llm_input)(struct cosy_engine *e, const int32_t *prompt_text, int n_pt,
                            const int32_t *tts_text, int n_tt, const int32_t *prompt_speech,
                            int n_ps, float **emb, int *L);
+  /* embeddings of input items, host fp32 [n][H] (malloc'd): item >= 0 a text id, item < 0 the
+   * speech-embedding row -1 - item (text streaming builds its LLM input piece by piece) */
+  cosy_status (*llm_embed)(struct cosy_engine *e, const int32_t *items, int n, float **emb);
   /* a sequence of at most max_positions; COSY_ERR_GPU_NO_MEMORY when the KV pool cannot hold it
    * now (the scheduler keeps the request waiting) */
   cosy_status (*llm_open)(struct cosy_engine *e, int max_positions, void **seq);
@@ -158,6 +161,7 @@ extern const cosy_backend cosy_backend_gpu;
 struct cosy_sched;
 
 #define COSY_GPU_MAX_ACTIVE 256  /* sequences one GPU decode step can batch */
+#define COSY_TEXT_STREAM_MAX_TOKENS 1000 /* a streamed text's default max_tokens (40 s) */
 
 struct cosy_engine {
   cosy_engine_config cfg;        /* copy; model_path points into model_path_buf */
@@ -205,6 +209,26 @@ struct cosy_request {
   struct cosy_request *next;     /* scheduler queue */
   struct sjob *job;              /* the scheduler's state of this utterance (scheduler.c) */
 
+  /* text streaming (COSY_SYNTH_TEXT_STREAM, lib/textstream.c): pushed text is committed to ids on
+   * the caller's thread; the LLM thread takes them one at a time */
+  int text_stream;
+  char *tx_raw;                  /* pushed bytes not committed yet (caller's thread only) */
+  size_t tx_len, tx_cap;
+  int tx_any;                    /* a piece gave tokens (caller's thread only) */
+  int32_t *tx_ids;               /* committed text ids (r->mu) */
+  int tx_n, tx_cap_ids, tx_max;  /* (r->mu) tx_max: most text tokens */
+  int tx_ended;                  /* cosy_request_end_text was called (r->mu) */
+
+  /* long text (scheduler.c): the normalized segments, synthesized in turn (set when the first
+   * segment's job is prepared, on the LLM thread) */
+  char **segs;
+  int n_segs;
+  int seg_alive;                 /* segment jobs made and not yet reaped (e->mu) */
+  int seg_delivered;             /* segments whose audio is complete (e->mu) */
+  cosy_status seg_err;           /* the first failure of a segment (e->mu) */
+  char seg_msg[512];
+  int64_t native_out;            /* native-rate samples delivered (token-to-wave thread) */
+
   /* pull buffer (fn == NULL): samples produced and not yet read */
   float *buf;
   int64_t buf_len, buf_cap, buf_read;
@@ -240,6 +264,14 @@ void request_free(struct cosy_request *r);
 void sched_stats(const struct cosy_engine *e, cosy_engine_stats *s);
 /* Deliver a chunk to the request (callback or pull buffer). Returns non-zero to cancel. */
 int request_deliver(struct cosy_request *r, const float *pcm, int64_t n, int last);
+
+/* text streaming (lib/textstream.c): push / end on the caller's thread (arguments checked) */
+cosy_status textstream_push(struct cosy_request *r, const char *utf8);
+cosy_status textstream_end(struct cosy_request *r);
+size_t textstream_word_cut(const char *s, size_t n);
+size_t textstream_sentence_end(const char *s, size_t n);
+/* wake the LLM thread (text arrived) */
+void sched_wake_llm(struct cosy_engine *e);
 
 /* Copy a caller's cosy_synth_params (NULL = defaults), check every knob, fill defaults (api.c). */
 cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out);

@@ -46,6 +46,14 @@
  *   speed != 1 (blocking only): all tokens first, one full-attention flow call, (speed != 1) the
  *   mel linearly resampled to T/speed frames, one final vocoder call.
  *
+ * Text streamed in (COSY_SYNTH_TEXT_STREAM; docs/scheduler.md section 7): the LLM input is built
+ * piece by piece as upstream's inference_bistream does (bs_advance / bs_fill); a job waiting for
+ * text has nothing to prefill or decode and simply sits out the iteration.
+ * Long text (docs/scheduler.md section 8): one job per segment; the next segment's job is made
+ * when the previous one's LLM part ends (llm_release) and admitted ahead of the queue (s->seg_q);
+ * its chunks wait for the previous segment's last chunk (r->seg_delivered); the request ends
+ * with its last segment job (r->seg_alive).
+ *
  * Threads and locks: e->mu guards the queue, the active list and each job's shared fields (marked
  * below). Only the token-to-wave thread removes jobs from the active list, and only after the LLM
  * thread has released them (llm_released), so each thread can work on its own snapshot of jobs
@@ -54,6 +62,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +107,24 @@ typedef struct sjob {
   cosy_sampling samp;
   cosy_rng rng;
   int collect_only;           /* speed != 1 or COSY_SYNTH_ONE_SHOT: one flow call at the end */
+  int max_pos;                /* LLM positions reserved */
+  /* text streaming (COSY_SYNTH_TEXT_STREAM; LLM thread only): the official bidirectional schedule */
+  int bistream, bs_phase;     /* BS_* */
+  int trace_id;               /* COSY_TEXT_TRACE */
+  int32_t *pend;              /* input items not fed yet (>= 0 text id, < 0 speech row -1 - id) */
+  int n_pend, cap_pend;
+  int32_t *tcache;            /* the text cache: ids not fed yet */
+  int n_tc, cap_tc;
+  int ps_at;                  /* prompt speech tokens interleaved so far */
+  int next_fill;              /* out-token index of the next forced fill token */
+  int32_t stale;              /* the last fed input when a fill ended a decode (re-fed at the end,
+                                 as upstream does), -1 none */
+  int tx_used;                /* text ids taken from the request */
+  int fill_step;              /* the next decode step feeds tok and yields the fill token */
+  /* long text: one job per segment (r->segs), one after the other in one request */
+  int seg_i;                  /* this job's segment */
+  int tok_base;               /* speech tokens of the earlier segments */
+  int n_fills;                /* fill tokens in hist (text streaming) */
   int full_final;             /* COSY_SYNTH_FULL_ATTENTION_FINAL */
   /* LLM side (LLM thread only) */
   void *seq;
@@ -130,15 +157,23 @@ struct cosy_sched {
   pthread_cond_t cv_llm, cv_t2w;
   cosy_request *q_head, *q_tail; /* submitted, not admitted */
   sjob *active;
+  sjob *seg_q;                   /* next segments of running requests, waiting for admission */
   int n_llm;                     /* active jobs the LLM thread still owns */
   int first_in_flight;           /* a first chunk's flow call is running */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
+  FILE *ttrace;                  /* COSY_TEXT_TRACE: the text-streaming input schedule (tests) */
+  int n_ttrace;
+  int64_t wake_seq;              /* bumped (e->mu) when the LLM thread has new work */
   struct t2w_call *calls;        /* sched_run_on_t2w: work for the token-to-wave thread (e->mu) */
   pthread_cond_t cv_call;        /* a call is done */
   int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
 };
+
+enum { BS_ADVANCE = 0, BS_DECODE = 1, BS_FINAL = 2 };
+#define MIX_TEXT 5    /* text tokens per group (upstream mix_ratio) */
+#define MIX_SPEECH 15 /* speech tokens per group */
 
 /* One line per backend call when the environment names a trace file (COSY_SCHED_TRACE=path):
  * seconds since the engine started, the call, rows (sequences / jobs), a size (positions or new
@@ -149,6 +184,22 @@ static void trace(struct cosy_sched *s, const char *what, int rows, int size, in
   pthread_mutex_lock(&s->trace_mu);
   fprintf(s->trace, "%.4f %s %d %d %d %.3f\n", cosy_now() - s->t0 - dt, what, rows, size, firsts,
           dt * 1e3);
+  pthread_mutex_unlock(&s->trace_mu);
+}
+
+/* COSY_TEXT_TRACE=path: one line per event of a text-streamed request's LLM input (tests compare
+ * it with an independent implementation of the official schedule, tests/bistream_ref.py). */
+static void ttrace(struct cosy_sched *s, int id, const char *fmt, ...) COSY_PRINTF(3, 4);
+static void ttrace(struct cosy_sched *s, int id, const char *fmt, ...) {
+  if (!s->ttrace) return;
+  pthread_mutex_lock(&s->trace_mu);
+  fprintf(s->ttrace, "%d ", id);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(s->ttrace, fmt, ap);
+  va_end(ap);
+  fputc('\n', s->ttrace);
+  fflush(s->ttrace);
   pthread_mutex_unlock(&s->trace_mu);
 }
 
@@ -234,6 +285,8 @@ static char *concat3(const char *a, const char *b, const char *c) {
 static void job_free(sjob *j) {
   if (!j) return;
   free(j->lm_input);
+  free(j->pend);
+  free(j->tcache);
   free(j->hist);
   free(j->tokens);
   free(j->rs_buf);
@@ -241,12 +294,90 @@ static void job_free(sjob *j) {
   free(j);
 }
 
+static cosy_status items_push(int32_t **a, int *n, int *cap, const int32_t *add, int na) {
+  if (*n + na > *cap) {
+    int nc = *cap ? *cap : 64;
+    while (nc < *n + na) nc *= 2;
+    int32_t *p = (int32_t *)cosy_realloc(*a, (size_t)nc * sizeof *p);
+    if (!p) return cosy_err(COSY_ERR_NO_MEMORY, "out of memory building the LLM input");
+    *a = p;
+    *cap = nc;
+  }
+  if (na) memcpy(*a + *n, add, (size_t)na * sizeof *add);
+  *n += na;
+  return COSY_OK;
+}
+
+/* A text-streamed request (zero-shot): the LLM input starts as [sos, prompt text up to and with
+ * <|endofprompt|>]; the rest of the prompt text starts the text cache (upstream
+ * inference_bistream); the prompt speech is interleaved as text arrives. */
+static cosy_status prepare_stream(cosy_engine *e, sjob *j) {
+  const cosy_voice *v = j->v;
+  const cosy_synth_params *p = &j->r->params;
+  const int S = e->model->hp.speech_tokens, P = v->n_tokens;
+  char *prompt = strstr(v->prompt_text, EOP) ? cosy_strdup(v->prompt_text)
+                                             : concat3(SYSTEM_PREFIX, EOP, v->prompt_text);
+  if (!prompt) return COSY_ERR_NO_MEMORY;
+  int32_t *ids = NULL, n = 0;
+  cosy_status st = cosy_tokenize(e->tok, prompt, strlen(prompt), &ids, &n);
+  free(prompt);
+  if (st) return st;
+  int eop = -1;
+  for (int i = 0; i < n && eop < 0; i++)
+    if (ids[i] == e->model->hp.endofprompt_id) eop = i;
+  if (eop < 0) {
+    free(ids);
+    return cosy_err(COSY_ERR_TEXT, "the prompt text holds no <|endofprompt|> token");
+  }
+  const int32_t sos = -1 - S;
+  if (!(st = items_push(&j->pend, &j->n_pend, &j->cap_pend, &sos, 1)) &&
+      !(st = items_push(&j->pend, &j->n_pend, &j->cap_pend, ids, eop + 1)))
+    st = items_push(&j->tcache, &j->n_tc, &j->cap_tc, ids + eop + 1, n - eop - 1);
+  free(ids);
+  if (st) return st;
+  j->bistream = 1;
+  j->bs_phase = BS_ADVANCE;
+  j->stale = -1;
+  j->next_fill = (P / MIX_SPEECH + 1) * MIX_SPEECH - P;
+  j->max_len = p->max_tokens > 0 ? p->max_tokens : COSY_TEXT_STREAM_MAX_TOKENS;
+  j->min_len = 0;
+  /* [sos, prompt text, prompt speech, text, every generated token, the re-fed one, task_id] */
+  j->max_pos = 1 + n + P + j->r->tx_max + j->max_len + 2;
+  j->L = j->fed = 0;
+  pthread_mutex_lock(&j->r->mu);
+  j->r->n_text_tokens = n;
+  pthread_mutex_unlock(&j->r->mu);
+  struct cosy_sched *s = e->sched;
+  if (s->ttrace) {
+    pthread_mutex_lock(&s->trace_mu);
+    j->trace_id = s->n_ttrace++;
+    pthread_mutex_unlock(&s->trace_mu);
+    char buf[64];
+    size_t cap = 64 + 12 * (size_t)(j->n_pend + j->n_tc + P), at = 0;
+    char *line = (char *)cosy_malloc(cap);
+    if (line) {
+      at += (size_t)snprintf(line + at, cap - at, "H S=%d P=%d prefix", S, P);
+      for (int i = 1; i < j->n_pend; i++) {
+        snprintf(buf, sizeof buf, " %d", (int)j->pend[i]);
+        at += (size_t)snprintf(line + at, cap - at, "%s", buf);
+      }
+      at += (size_t)snprintf(line + at, cap - at, " cache");
+      for (int i = 0; i < j->n_tc; i++) at += (size_t)snprintf(line + at, cap - at, " %d", (int)j->tcache[i]);
+      at += (size_t)snprintf(line + at, cap - at, " ps");
+      for (int i = 0; i < P; i++) at += (size_t)snprintf(line + at, cap - at, " %d", (int)v->speech_tokens[i]);
+      ttrace(s, j->trace_id, "%s", line);
+      free(line);
+    }
+  }
+  return COSY_OK;
+}
+
 /* Everything before the LLM (host work): text and prompt per mode (zero-shot uses the voice's
  * prompt text, prefixed with the system prompt when it lacks <|endofprompt|>, and its speech
  * tokens; cross-lingual gives the LLM no prompt and prefixes the text itself; instruct uses the
  * instruct text as the prompt), tokenization, lengths (min 2, max 20 speech tokens per text
  * token unless the request says otherwise), the LLM input, the generator, the resampler. */
-static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
+static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **out) {
   const cosy_voice *v = r->voice;
   const cosy_synth_params *p = &r->params;
   cosy_status st = COSY_OK;
@@ -259,9 +390,27 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   j->v = v;
   j->collect_only = p->speed != 1.0f || (p->flags & COSY_SYNTH_ONE_SHOT);
   j->full_final = (p->flags & COSY_SYNTH_FULL_ATTENTION_FINAL) != 0;
-  if ((st = normalize_text(e->tn, r->text, !(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION),
-                           &text)))
-    goto done;
+  j->seg_i = seg;
+  pthread_mutex_lock(&r->mu);
+  j->tok_base = r->n_speech_tokens;
+  pthread_mutex_unlock(&r->mu);
+  if (r->text_stream) {
+    if ((st = prepare_stream(e, j))) goto done;
+    goto lengths_done;
+  }
+  if (seg > 0) { /* a later segment of a long text (normalized and cut with the first) */
+    if (!(text = cosy_strdup(r->segs[seg]))) st = COSY_ERR_NO_MEMORY;
+  } else if (!(p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION)) {
+    /* the official front end's text_normalize(split=True): normalized segments of at most ~80
+     * tokens, each synthesized in turn as its own utterance (same prompt, fresh LLM context) */
+    if (!(st = cosy_text_split(e->tn, r->text, 0, &r->segs, &r->n_segs)) &&
+        r->n_segs > 0 && !(text = cosy_strdup(r->segs[0])))
+      st = COSY_ERR_NO_MEMORY;
+    if (!st && r->n_segs == 0 && !(text = cosy_strdup(""))) st = COSY_ERR_NO_MEMORY;
+  } else {
+    st = normalize_text(e->tn, r->text, 0, &text);
+  }
+  if (st) goto done;
   if (!text[0]) {
     st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text is empty after normalization");
     goto done;
@@ -294,14 +443,19 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
   if (p->max_tokens > 0) j->max_len = p->max_tokens;
   if (p->min_tokens > 0) j->min_len = p->min_tokens;
   if (j->min_len > j->max_len) j->min_len = j->max_len;
+  {
   const int P = v->n_tokens;
   if ((st = e->be->llm_input(e, prompt_ids, n_prompt, tts_ids, n_tts,
                              use_prompt_tokens ? v->speech_tokens : NULL,
                              use_prompt_tokens ? P : 0, &j->lm_input, &j->L)))
     goto done;
   pthread_mutex_lock(&r->mu);
-  r->n_text_tokens = n_prompt + n_tts;
+  r->n_text_tokens = seg == 0 ? n_prompt + n_tts : r->n_text_tokens + n_tts;
   pthread_mutex_unlock(&r->mu);
+  j->max_pos = j->L + j->max_len;
+  }
+lengths_done:;
+  const int P = v->n_tokens;
   j->cap_tok = P + j->max_len + 1;
   j->tokens = (int32_t *)cosy_malloc((size_t)j->cap_tok * sizeof *j->tokens);
   j->hist = (int32_t *)cosy_malloc((size_t)(j->max_len + 1) * sizeof *j->hist);
@@ -322,7 +476,9 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, sjob **out) {
                             .win_size = COSY_RAS_WIN_SIZE,
                             .tau_r = COSY_RAS_TAU_R};
   if ((st = cosy_sampling_check(&j->samp))) goto done;
-  uint64_t seed = p->seed ? p->seed : (uint64_t)(cosy_now() * 1e9) ^ (uint64_t)(uintptr_t)r;
+  /* segment k of a long text draws from seed + k */
+  uint64_t seed = p->seed ? p->seed + (uint64_t)seg
+                          : (uint64_t)(cosy_now() * 1e9) ^ (uint64_t)(uintptr_t)r ^ (uint64_t)seg;
   cosy_rng_seed(&j->rng, seed);
 done:
   free(text);
@@ -344,7 +500,7 @@ static cosy_status job_reserve(cosy_engine *e, sjob *j) {
   const cosy_voice *v = j->v;
   cosy_flow_prompt fp = {v->speech_tokens, v->n_tokens, v->mel, v->spk};
   cosy_status st;
-  if ((st = e->be->llm_open(e, j->L + j->max_len, &j->seq))) return st;
+  if ((st = e->be->llm_open(e, j->max_pos, &j->seq))) return st;
   if ((st = e->be->flow_open(e, &fp, j->max_len, &j->fs))) goto fail;
   if ((st = e->be->voc_open(e, 2 * (j->max_len + LOOKAHEAD), &j->vs))) goto fail;
   return COSY_OK;
@@ -365,7 +521,25 @@ static void llm_release(cosy_engine *e, sjob *j, cosy_status st, const char *msg
   j->seq = NULL;
   free(j->lm_input);
   j->lm_input = NULL;
+  /* a long text: the next segment's LLM starts now, while this one's audio is still being made
+   * (it is made before this job is marked released, so the request never looks finished) */
+  sjob *jn = NULL;
+  cosy_status nst = COSY_OK;
+  char nmsg[512] = "";
+  if (!st && j->seg_i + 1 < j->r->n_segs && !cancelled(j->r)) {
+    cosy_err_clear();
+    nst = job_prepare(e, j->r, j->seg_i + 1, &jn);
+    if (nst) snprintf(nmsg, sizeof nmsg, "%s", cosy_last_error());
+  }
   pthread_mutex_lock(&e->mu);
+  if (nst) job_fail_locked(j, nst, nmsg);
+  if (jn) {
+    j->r->seg_alive++;
+    sjob **pp = &s->seg_q;
+    while (*pp) pp = &(*pp)->next;
+    jn->next = NULL;
+    *pp = jn;
+  }
   if (st) job_fail_locked(j, st, msg);
   j->llm_done = 1;
   j->llm_released = 1;
@@ -377,7 +551,16 @@ static void llm_release(cosy_engine *e, sjob *j, cosy_status st, const char *msg
 /* A sampled token (token index n_hist). Returns 1 when the job's LLM part is over. */
 static int take_token(cosy_engine *e, sjob *j, int32_t tok) {
   struct cosy_sched *s = e->sched;
-  if (tok >= e->model->hp.speech_tokens) return 1; /* a stop id: not emitted */
+  if (tok >= e->model->hp.speech_tokens) { /* a stop id: not emitted */
+    if (j->bistream) ttrace(s, j->trace_id, "S");
+    return 1;
+  }
+  if (j->bistream) {
+    ttrace(s, j->trace_id, "O %d", (int)tok);
+    /* upstream forces the fill token when the out tokens (fills included) reach next_fill: the
+     * next forward feeds this token and its output is the fill token, not a sample */
+    if (j->bs_phase == BS_DECODE && j->n_hist + 1 == j->next_fill) j->fill_step = 1;
+  }
   j->hist[j->n_hist++] = tok;
   if (ref_silent_pass(&j->silent_run, tok)) {
     const int P = j->v->n_tokens;
@@ -389,7 +572,7 @@ static int take_token(cosy_engine *e, sjob *j, int32_t tok) {
     pthread_cond_broadcast(&s->cv_t2w);
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_lock(&j->r->mu);
-    j->r->n_speech_tokens = j->n_hist;
+    j->r->n_speech_tokens = j->tok_base + j->n_hist - j->n_fills;
     pthread_mutex_unlock(&j->r->mu);
   }
   j->tok = tok;
@@ -398,15 +581,169 @@ static int take_token(cosy_engine *e, sjob *j, int32_t tok) {
 
 static void next_req(sjob *j, cosy_next_req *nx) {
   nx->samp = &j->samp;
-  nx->ignore_eos = j->n_hist < j->min_len;
+  /* text streaming: no stop id while text is interleaved (upstream decodes with ignore_eos until
+   * its fill token), none masked in the final decode (upstream has no minimum there) */
+  nx->ignore_eos = j->bistream ? j->bs_phase != BS_FINAL : j->n_hist < j->min_len;
   nx->hist = j->hist;
   nx->n_hist = j->n_hist;
   nx->rng = &j->rng;
 }
 
+/* Text streaming: the pending items become the job's next prefill (the last piece samples). */
+static cosy_status bs_feed(cosy_engine *e, sjob *j) {
+  struct cosy_sched *s = e->sched;
+  float *emb = NULL;
+  cosy_status st = e->be->llm_embed(e, j->pend, j->n_pend, &emb);
+  if (st) return st;
+  if (s->ttrace) {
+    size_t cap = 16 + 12 * (size_t)j->n_pend, at = 0;
+    char *line = (char *)cosy_malloc(cap);
+    if (line) {
+      at += (size_t)snprintf(line, cap, "F");
+      for (int i = 0; i < j->n_pend; i++)
+        at += (size_t)(j->pend[i] >= 0 ? snprintf(line + at, cap - at, " t%d", (int)j->pend[i])
+                                       : snprintf(line + at, cap - at, " s%d", (int)(-1 - j->pend[i])));
+      ttrace(s, j->trace_id, "%s", line);
+      free(line);
+    }
+  }
+  free(j->lm_input);
+  j->lm_input = emb;
+  j->L = j->n_pend;
+  j->fed = 0;
+  j->decoding = 0;
+  j->n_pend = 0;
+  return COSY_OK;
+}
+
+/* Text streaming, upstream's inference_bistream one text token at a time: take the request's
+ * next text id into the text cache; while prompt speech is left, every 5 cached text tokens go to
+ * the input with the next 15 prompt speech tokens; once it is all in, a decode starts (the first
+ * one at once, each later one, after a fill token, with the next 5 text tokens as its input); a
+ * decode runs until the fill token (bs_take). Without text the job pauses; after the end of the
+ * text the input is [the last fed token again (upstream re-feeds it), the text cache, task_id]
+ * and the LLM decodes until its end token. Sets j->L > j->fed when there is something to feed. */
+static cosy_status bs_advance(cosy_engine *e, sjob *j) {
+  struct cosy_sched *s = e->sched;
+  cosy_request *r = j->r;
+  const int S = e->model->hp.speech_tokens, P = j->v->n_tokens;
+  cosy_status st;
+  for (;;) {
+    int32_t id = 0;
+    int have = 0, ended = 0;
+    pthread_mutex_lock(&r->mu);
+    if (j->tx_used < r->tx_n) {
+      id = r->tx_ids[j->tx_used++];
+      have = 1;
+      r->n_text_tokens++;
+    } else {
+      ended = r->tx_ended;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!have) {
+      if (!ended) return COSY_OK; /* wait for text */
+      if (j->tx_used == 0)
+        return cosy_err(COSY_ERR_TEXT, "nothing to say: the streamed text gave no tokens");
+      ttrace(s, j->trace_id, "E");
+      int32_t head[1] = {-1 - j->stale}, task = -1 - (S + 2);
+      int32_t *items = NULL;
+      int n = 0, cap = 0;
+      if ((j->stale >= 0 && (st = items_push(&items, &n, &cap, head, 1))) ||
+          (st = items_push(&items, &n, &cap, j->pend, j->n_pend)) ||
+          (st = items_push(&items, &n, &cap, j->tcache, j->n_tc)) ||
+          (st = items_push(&items, &n, &cap, &task, 1))) {
+        free(items);
+        return st;
+      }
+      free(j->pend);
+      j->pend = items;
+      j->n_pend = n;
+      j->cap_pend = cap;
+      j->n_tc = 0;
+      j->stale = -1;
+      j->bs_phase = BS_FINAL;
+      return bs_feed(e, j);
+    }
+    ttrace(s, j->trace_id, "T %d", (int)id);
+    if ((st = items_push(&j->tcache, &j->n_tc, &j->cap_tc, &id, 1))) return st;
+    while (j->ps_at < P && j->n_tc >= MIX_TEXT) {
+      int ns = P - j->ps_at < MIX_SPEECH ? P - j->ps_at : MIX_SPEECH;
+      if ((st = items_push(&j->pend, &j->n_pend, &j->cap_pend, j->tcache, MIX_TEXT))) return st;
+      for (int i = 0; i < ns; i++) {
+        int32_t it = -1 - j->v->speech_tokens[j->ps_at + i];
+        if ((st = items_push(&j->pend, &j->n_pend, &j->cap_pend, &it, 1))) return st;
+      }
+      j->ps_at += ns;
+      memmove(j->tcache, j->tcache + MIX_TEXT, (size_t)(j->n_tc - MIX_TEXT) * sizeof *j->tcache);
+      j->n_tc -= MIX_TEXT;
+    }
+    if (j->ps_at < P) continue;
+    const int after_fill = j->n_hist > 0 && j->hist[j->n_hist - 1] == S + 3;
+    if (after_fill || (j->n_hist == 0 && j->n_pend == 1)) {
+      if (j->n_tc < MIX_TEXT) continue;
+      if (after_fill) { /* the text is the whole input (the fill token is not fed) */
+        j->n_pend = 0;
+        j->stale = -1;
+      }
+      if ((st = items_push(&j->pend, &j->n_pend, &j->cap_pend, j->tcache, MIX_TEXT))) return st;
+      memmove(j->tcache, j->tcache + MIX_TEXT, (size_t)(j->n_tc - MIX_TEXT) * sizeof *j->tcache);
+      j->n_tc -= MIX_TEXT;
+    }
+    j->bs_phase = BS_DECODE;
+    return bs_feed(e, j);
+  }
+}
+
+/* Text streaming: the decode step that fed j->tok yielded the forced fill token (its sample is
+ * not used): the decode pauses until the next 5 text tokens. Returns 1 when the LLM part is over. */
+static int bs_fill(cosy_engine *e, sjob *j) {
+  const int S = e->model->hp.speech_tokens;
+  ttrace(e->sched, j->trace_id, "X");
+  j->fill_step = 0;
+  j->hist[j->n_hist++] = S + 3;
+  j->n_fills++;
+  j->next_fill = j->n_hist + MIX_SPEECH;
+  j->stale = j->tok;
+  j->decoding = 0;
+  j->bs_phase = BS_ADVANCE;
+  return j->n_hist >= j->max_len;
+}
+
 /* Admit queued requests while room is left (e->mu held; dropped around backend calls). */
 static void admit(cosy_engine *e) {
   struct cosy_sched *s = e->sched;
+  /* the next segments of running requests go first (their audio continues an utterance) */
+  while (s->seg_q &&
+         (e->stopping || e->lost || cancelled(s->seg_q->r) || s->n_llm < e->cfg.max_active)) {
+    sjob *j = s->seg_q;
+    cosy_status st = COSY_OK;
+    if (e->lost && !e->stopping && !cancelled(j->r)) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "the GPU failed; the engine must be destroyed: %.440s", e->lost_msg);
+      job_fail_locked(j, COSY_ERR_DEVICE_LOST, msg);
+      st = COSY_ERR_DEVICE_LOST;
+    } else if (!e->stopping && !cancelled(j->r)) {
+      pthread_mutex_unlock(&e->mu);
+      cosy_err_clear();
+      st = job_reserve(e, j);
+      if (st == COSY_ERR_DEVICE_LOST) note_status(e, st, cosy_last_error());
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", st ? cosy_last_error() : "");
+      pthread_mutex_lock(&e->mu);
+      if (st == COSY_ERR_GPU_NO_MEMORY && s->active) return; /* wait for memory */
+      if (st) job_fail_locked(j, st, msg);
+    }
+    s->seg_q = j->next;
+    j->next = s->active;
+    s->active = j;
+    e->n_active++;
+    if (st || e->stopping || cancelled(j->r)) { /* the token-to-wave thread reaps it */
+      j->llm_done = j->llm_released = 1;
+      pthread_cond_broadcast(&s->cv_t2w);
+    } else {
+      s->n_llm++;
+    }
+  }
   while (s->q_head && (e->stopping || e->lost || cancelled(s->q_head) || s->n_llm < e->cfg.max_active)) {
     cosy_request *r = s->q_head;
     if (cancelled(r) || e->stopping || e->lost) {
@@ -432,7 +769,7 @@ static void admit(cosy_engine *e) {
     sjob *j = r->job;
     if (!j) {
       cosy_err_clear();
-      st = job_prepare(e, r, &j);
+      st = job_prepare(e, r, 0, &j);
       if (!st) r->job = j;
     }
     int idle = 0;
@@ -469,6 +806,7 @@ static void admit(cosy_engine *e) {
     s->active = j;
     s->n_llm++;
     e->n_active++;
+    r->seg_alive = 1;
     pthread_mutex_lock(&r->mu);
     r->state = REQ_RUNNING;
     pthread_mutex_unlock(&r->mu);
@@ -491,8 +829,12 @@ static void *llm_main(void *arg) {
   pthread_mutex_lock(&e->mu);
   for (;;) {
     admit(e);
-    if (e->stopping && !s->q_head && s->n_llm == 0) break;
+    if (e->stopping && !s->q_head && !s->seg_q && s->n_llm == 0) break;
     if (s->n_llm == 0) {
+      if (s->seg_q) { /* a segment waits for memory held by the other thread's jobs */
+        timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
+        continue;
+      }
       if (e->stopping) continue; /* admit() drains the queue as cancelled */
       pthread_cond_wait(&s->cv_llm, &e->mu);
       continue;
@@ -534,6 +876,7 @@ static void *llm_main(void *arg) {
     for (sjob *j = s->active; j && k < cap; j = j->next)
       if (!j->llm_released) jobs[k++] = j;
     n = k;
+    const int64_t seen = s->wake_seq;
     pthread_mutex_unlock(&e->mu);
 
     /* failures and cancellations release their sequences */
@@ -550,6 +893,21 @@ static void *llm_main(void *arg) {
         jobs[nd++] = j;
     }
     n = nd;
+    /* text streaming: jobs with nothing in flight take the text that arrived (bs_advance) */
+    nd = 0;
+    for (int i = 0; i < n; i++) {
+      sjob *j = jobs[i];
+      if (j->bistream && !j->decoding && j->fed == j->L && j->bs_phase != BS_FINAL) {
+        cosy_err_clear();
+        cosy_status st = bs_advance(e, j);
+        if (st) {
+          llm_release(e, j, st, cosy_last_error());
+          continue;
+        }
+      }
+      jobs[nd++] = j;
+    }
+    n = nd;
     /* prefill pieces, packed into one backend call: at most PREFILL_BUDGET positions while
      * other sequences decode (their next token waits for the call), PREFILL_BUDGET_IDLE when
      * none does */
@@ -559,7 +917,7 @@ static void *llm_main(void *arg) {
     int np = 0;
     for (int i = 0; i < n && budget > 0 && np < cap; i++) {
       sjob *j = jobs[i];
-      if (j->decoding) continue;
+      if (j->decoding || j->fed == j->L) continue; /* (a text-streamed job waiting for text) */
       int piece = j->L - j->fed;
       if (piece > PREFILL_PIECE) piece = PREFILL_PIECE;
       if (piece > budget) piece = budget;
@@ -619,6 +977,7 @@ static void *llm_main(void *arg) {
       /* a job whose prefill just finished has its first token: it joins this step */
       rows[nr].seq = j->seq;
       rows[nr].token = j->tok;
+      if (j->bistream) ttrace(s, j->trace_id, "F s%d", (int)j->tok);
       next_req(j, &rows[nr].nx);
       rows[nr].next = -1;
       rows[nr].status = COSY_OK;
@@ -642,12 +1001,17 @@ static void *llm_main(void *arg) {
           llm_release(e, j, st, msg);
         } else if (rows[i].status) {
           llm_release(e, j, rows[i].status, "sampling failed (NaN or no finite log-probability)");
+        } else if (j->fill_step) {
+          if (bs_fill(e, j)) llm_release(e, j, COSY_OK, NULL);
         } else if (take_token(e, j, rows[i].next)) {
           llm_release(e, j, COSY_OK, NULL);
         }
       }
     }
     pthread_mutex_lock(&e->mu);
+    /* nothing ran (every job waits for text): sleep until text or a request arrives */
+    if (np == 0 && nr == 0 && s->wake_seq == seen && !e->stopping)
+      timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
   }
   s->llm_exited = 1;
   pthread_cond_broadcast(&s->cv_t2w);
@@ -684,10 +1048,12 @@ static cosy_status emit(cosy_engine *e, sjob *j, const float *pcm, int64_t n, in
     add_time(r, &r->vocoder_s, cosy_now() - t0);
   }
   j->delivered += n;
+  r->native_out += n;
   pthread_mutex_lock(&r->mu);
   r->n_chunks++;
   pthread_mutex_unlock(&r->mu);
-  if (request_deliver(r, out, n_out, last))
+  /* the chunk that ends a segment ends the request only when it is the last segment */
+  if (request_deliver(r, out, n_out, last && j->seg_i + 1 >= r->n_segs))
     return cosy_err(COSY_ERR_CANCELLED, "cancelled by the chunk callback");
   return COSY_OK;
 }
@@ -695,6 +1061,7 @@ static cosy_status emit(cosy_engine *e, sjob *j, const float *pcm, int64_t n, in
 /* What the job's next flow call is (e->mu held): 0 none yet, 1 a streaming chunk, 2 the last. */
 static int chunk_ready(const sjob *j) {
   if (j->final_done || j->busy || j->err) return 0;
+  if (j->seg_i != j->r->seg_delivered) return 0; /* the audio of the segments before it first */
   if (!j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD) return 1;
   if (j->llm_done) return 2;
   return 0;
@@ -710,8 +1077,8 @@ static int job_frames(const sjob *j, int kind) {
 
 /* playback deadline: when the audio delivered so far runs out (first chunks: -inf) */
 static double deadline(const sjob *j, int sample_rate) {
-  if (j->chunks_done == 0) return -1e300 + j->r->t_submit;
-  return j->r->t_first + (double)j->delivered / sample_rate;
+  if (j->chunks_done == 0 && j->seg_i == 0) return -1e300 + j->r->t_submit;
+  return j->r->t_first + (double)j->r->native_out / sample_rate;
 }
 
 /* speed != 1: linear interpolation of the mel to T/speed frames (align_corners = False) */
@@ -757,15 +1124,27 @@ static void reap(cosy_engine *e) {
       st = COSY_ERR_CANCELLED;
       snprintf(msg, sizeof msg, "request cancelled");
     }
+    /* a long text's segments: the request ends with its last segment job; the first failure
+     * is its status and stops the other segments */
+    cosy_request *r = j->r;
+    if (st && !r->seg_err) {
+      r->seg_err = st;
+      snprintf(r->seg_msg, sizeof r->seg_msg, "%s", msg);
+      if (r->seg_alive > 1) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
+    }
+    const int finish = --r->seg_alive <= 0;
+    if (r->seg_err) {
+      st = r->seg_err;
+      snprintf(msg, sizeof msg, "%s", r->seg_msg);
+    }
     pthread_cond_broadcast(&s->cv_llm); /* memory and a slot came back */
     pthread_mutex_unlock(&e->mu);
     if (j->fs) e->be->flow_close(e, j->fs);
     if (j->vs) e->be->voc_close(e, j->vs);
     j->fs = j->vs = NULL;
-    cosy_request *r = j->r;
-    r->job = NULL;
+    r->job = NULL; /* (only meaningful while queued) */
     job_free(j);
-    request_finish(r, st, msg);
+    if (finish) request_finish(r, st, msg);
     pthread_mutex_lock(&e->mu);
     pthread_cond_broadcast(&s->cv_llm);
   }
@@ -1011,6 +1390,7 @@ static void *t2w_main(void *arg) {
       } else {
         j->offset = j->n_tok;
         j->final_done = 1;
+        if (!js) j->r->seg_delivered++; /* the next segment's audio may follow */
       }
       j->chunks_done++;
       pthread_mutex_unlock(&e->mu);
@@ -1035,6 +1415,8 @@ cosy_status sched_start(cosy_engine *e) {
   pthread_mutex_init(&s->trace_mu, NULL);
   const char *tp = getenv("COSY_SCHED_TRACE");
   if (tp && tp[0]) s->trace = fopen(tp, "w");
+  const char *tt = getenv("COSY_TEXT_TRACE");
+  if (tt && tt[0]) s->ttrace = fopen(tt, "w");
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
   pthread_cond_init(&s->cv_call, NULL);
@@ -1072,6 +1454,7 @@ void sched_stop(cosy_engine *e) {
   pthread_cond_destroy(&s->cv_llm);
   pthread_cond_destroy(&s->cv_t2w);
   if (s->trace) fclose(s->trace);
+  if (s->ttrace) fclose(s->ttrace);
   pthread_mutex_destroy(&s->trace_mu);
   pthread_cond_destroy(&s->cv_call);
   free(s);
@@ -1099,9 +1482,19 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
   else s->q_head = r;
   s->q_tail = r;
   e->n_queued++;
+  s->wake_seq++;
   pthread_cond_broadcast(&s->cv_llm);
   pthread_mutex_unlock(&e->mu);
   return COSY_OK;
+}
+
+void sched_wake_llm(cosy_engine *e) {
+  struct cosy_sched *s = e->sched;
+  if (!s) return;
+  pthread_mutex_lock(&e->mu);
+  s->wake_seq++;
+  pthread_cond_broadcast(&s->cv_llm);
+  pthread_mutex_unlock(&e->mu);
 }
 
 void sched_stats(const cosy_engine *e, cosy_engine_stats *st) {

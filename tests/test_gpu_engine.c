@@ -16,7 +16,12 @@
  *     audio within +-0.99, several chunks; cancel; stats; top_k beyond the GPU sampler (host
  *     sampling from the downloaded log-probs) repeatable; the first-chunk policies
  *     (first_chunk_wait_max -1 vs the default) give the same audio sample for sample; cached flow
- *     vs recomputed, full-attention final vs block-causal, one request alone vs among 31.
+ *     vs recomputed, full-attention final vs block-causal, one request alone vs among 31;
+ *   - text streamed in (COSY_SYNTH_TEXT_STREAM): the text pushed in one piece, word by word with
+ *     pauses (the sequence waits outside the decode batch, new text goes in through the prefill
+ *     path) and byte by byte gives the same audio, sample for sample; the audio is finite and
+ *     not silent; the same request among 7 other streamed ones completes (its difference from
+ *     the lone run is printed: the packed prefill is not batch-invariant).
  * Model: $COSY_GPU_TEST_MODEL, else the small golden model (tu_small_model()). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -27,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -505,6 +512,103 @@ static void test_two_engines(void **state) {
 }
 
 /* create under the test profile `prof` (the caller's COSY_GPU_PROFILE is put back) */
+/* one text-streamed request; how: 0 one piece, 1 word by word with pauses, 2 byte by byte */
+static float *stream_text(cosy_engine *e, cosy_voice *v, int how, int64_t *n_out) {
+  cosy_synth_params p;
+  cosy_synth_params_init(&p, sizeof p);
+  p.flags = COSY_SYNTH_TEXT_STREAM;
+  p.seed = 5;
+  p.max_tokens = 300;
+  pushbuf b = {0};
+  cosy_request *r;
+  assert_int_equal(cosy_request_submit(e, v, how == 0 ? TEXT : NULL, &p, on_chunk, &b, &r), COSY_OK);
+  if (how == 1) {
+    for (const char *s = TEXT; *s;) {
+      const char *t = strchr(s + 1, ' ');
+      size_t n = t ? (size_t)(t - s) : strlen(s);
+      char w[128];
+      memcpy(w, s, n);
+      w[n] = 0;
+      assert_int_equal(cosy_request_push_text(r, w), COSY_OK);
+      s += n;
+      struct timespec ts = {0, 5000000L};
+      nanosleep(&ts, NULL);
+    }
+  } else if (how == 2) {
+    for (const char *s = TEXT; *s; s++) {
+      char c[2] = {*s, 0};
+      assert_int_equal(cosy_request_push_text(r, c), COSY_OK);
+    }
+  }
+  assert_int_equal(cosy_request_end_text(r), COSY_OK);
+  if (cosy_request_wait(r, -1)) fail_msg("text stream: %s", cosy_last_error());
+  cosy_request_release(r);
+  assert_true(b.last);
+  *n_out = b.n;
+  return b.pcm;
+}
+
+typedef struct bg_arg {
+  cosy_engine *e;
+  cosy_voice *v;
+} bg_arg;
+
+static void *bg_stream(void *arg) {
+  bg_arg *a = (bg_arg *)arg;
+  int64_t n;
+  free(stream_text(a->e, a->v, 1, &n));
+  return NULL;
+}
+
+static void test_gpu_text_stream(void **state) {
+  (void)state;
+  TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model");
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = m;
+  c.device = 0;
+  setenv("COSY_LLM_INVARIANT", "1", 1); /* a row's logits do not depend on the batch */
+  cosy_engine *e = NULL;
+  cosy_status st = cosy_engine_create(&c, &e);
+  unsetenv("COSY_LLM_INVARIANT");
+  if (st) fail_msg("create: %s", cosy_last_error());
+  cosy_voice *v = make_voice(e);
+  int64_t n0, n1, n2, n3;
+  float *one = stream_text(e, v, 0, &n0);
+  float *words = stream_text(e, v, 1, &n1);
+  float *bytes = stream_text(e, v, 2, &n2);
+  int ok = n0 > 0;
+  double energy = 0;
+  for (int64_t i = 0; i < n0; i++) {
+    ok &= isfinite(one[i]) && fabsf(one[i]) <= 0.99f;
+    energy += (double)one[i] * one[i];
+  }
+  assert_true(ok && energy > 0);
+  assert_int_equal(n0, n1);
+  assert_int_equal(n0, n2);
+  assert_memory_equal(one, words, (size_t)n0 * sizeof *one);
+  assert_memory_equal(one, bytes, (size_t)n0 * sizeof *one);
+  /* among 7 other streamed requests (LLM batches of other sizes, pauses at other times) */
+  pthread_t th[7];
+  bg_arg a = {e, v};
+  for (int i = 0; i < 7; i++) pthread_create(&th[i], NULL, bg_stream, &a);
+  float *busy = stream_text(e, v, 1, &n3);
+  for (int i = 0; i < 7; i++) pthread_join(th[i], NULL);
+  double d = n3 == n0 ? tu_max_abs_diff(busy, one, (size_t)n0) : -1;
+  print_message("GPU text stream: %lld samples; one piece == word by word == byte by byte; among 7 "
+                "others: %lld samples, max abs diff %.3g (the flow batches differ: small "
+                "differences are rounding)\n", (long long)n0, (long long)n3, d);
+  assert_true(n3 > 0); /* (the packed prefill is not batch-invariant: not compared exactly) */
+  free(one);
+  free(words);
+  free(bytes);
+  free(busy);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
 static cosy_status create_as(const char *prof, const cosy_engine_config *c, cosy_engine **e) {
   const char *was = getenv("COSY_GPU_PROFILE");
   char saved[64] = "";
@@ -545,6 +649,7 @@ int main(void) {
       cmocka_unit_test(test_memory_budgets),
       cmocka_unit_test(test_two_engines),
       cmocka_unit_test(test_gpu_synthesis),
+      cmocka_unit_test(test_gpu_text_stream),
   };
   /* COSY_TEST_FILTER=test_gpu_synthesis (a cmocka glob): only those tests (the sanitize step of
    * bench/device_run.sh) */

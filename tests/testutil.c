@@ -71,6 +71,15 @@ const char *tu_tmp_path(const char *tag) {
   return buf;
 }
 
+#ifndef TU_TESTS_DIR
+#define TU_TESTS_DIR "tests"
+#endif
+const char *tu_tests_file(const char *name) {
+  static _Thread_local char buf[4096];
+  snprintf(buf, sizeof buf, "%s/%s", TU_TESTS_DIR, name);
+  return buf;
+}
+
 int64_t tu_numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];

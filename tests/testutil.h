@@ -26,6 +26,10 @@ const char *tu_fe_file(const char *name);
  * per thread). Tests remove what they write there. */
 const char *tu_tmp_path(const char *tag);
 
+/* A file of the repository's tests/ directory (absolute, compiled in: TU_TESTS_DIR; static
+ * buffer, one per thread). */
+const char *tu_tests_file(const char *name);
+
 /* Load a .npy (little-endian <f4, <f8, <i4 or <i8; C order). Returns a malloc'd float array
  * (or int32 for tu_npy_i32), and the shape. NULL on failure (message printed). */
 float *tu_npy_f32(const char *path, int *ndim, int64_t shape[8]);

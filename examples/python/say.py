@@ -2,9 +2,12 @@
 """say.py - text to a 16-bit WAV with the `cosyvoice` package (python/ of this repository).
 
     python3 say.py MODEL.gguf VOICE.gguf OUT.wav "Text to say." [--seed N] [--rate HZ] [--stream]
+                   [--text-stream [--delay-ms MS]]
 
 --stream pulls the audio chunk by chunk (numpy float32 arrays) and appends each chunk to the file
-as it arrives.
+as it arrives. --text-stream also streams the text in: the words are pushed one at a time,
+--delay-ms apart (as a chat model would produce them), while the audio is read
+(Engine.stream_text).
 """
 import argparse
 import sys
@@ -23,6 +26,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rate", type=int, default=0, help="output rate (default: native 24000)")
     ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--text-stream", action="store_true", help="push the words one at a time")
+    ap.add_argument("--delay-ms", type=int, default=50, help="between two words (--text-stream)")
     a = ap.parse_args()
 
     print("libcosyvoice", cosyvoice.version()[1], "from", cosyvoice.find_library())
@@ -35,7 +40,18 @@ def main():
             w.setnchannels(1)
             w.setsampwidth(2)
             w.setframerate(rate)
-            if a.stream:
+            if a.text_stream:
+                def words():
+                    for i, w in enumerate(a.text.split(" ")):
+                        time.sleep(a.delay_ms / 1000)
+                        yield w if i == 0 else " " + w
+
+                for chunk in eng.stream_text(voice, words(), seed=a.seed, sample_rate=a.rate):
+                    if ttfb is None:
+                        ttfb = time.monotonic() - t0
+                    w.writeframes(cosyvoice.to_pcm16(chunk))
+                    n += chunk.size
+            elif a.stream:
                 for chunk in eng.stream(voice, a.text, seed=a.seed, sample_rate=a.rate):
                     if ttfb is None:
                         ttfb = time.monotonic() - t0

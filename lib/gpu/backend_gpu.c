@@ -245,6 +245,10 @@ static cosy_status gb_llm_input(cosy_engine *e, const int32_t *pt, int n_pt, con
   return gpu_llm_build_input(ST(e)->llm, pt, n_pt, tt, n_tt, ps, n_ps, emb, L);
 }
 
+static cosy_status gb_llm_embed(cosy_engine *e, const int32_t *items, int n, float **emb) {
+  return gpu_llm_embed_items(ST(e)->llm, items, n, emb);
+}
+
 typedef struct gseq {
   int id;
 } gseq;
@@ -545,6 +549,7 @@ const cosy_backend cosy_backend_gpu = {
     .destroy = gb_destroy,
     .stats = gb_stats,
     .llm_input = gb_llm_input,
+    .llm_embed = gb_llm_embed,
     .llm_open = gb_llm_open,
     .llm_close = gb_llm_close,
     .llm_prefill = gb_llm_prefill,

@@ -597,6 +597,25 @@ cosy_status gpu_llm_build_input(const gpu_llm *l, const int32_t *prompt_text, in
   return COSY_OK;
 }
 
+cosy_status gpu_llm_embed_items(const gpu_llm *l, const int32_t *items, int n, float **emb) {
+  *emb = NULL;
+  if (!l || n < 1 || n > (1 << 24) || !items)
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_embed_items: bad arguments (n %d)", n);
+  for (int i = 0; i < n; i++)
+    if (items[i] >= l->text_vocab || (items[i] < 0 && -1 - items[i] >= l->V))
+      return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_embed_items: item %d = %d out of range", i,
+                      (int)items[i]);
+  const size_t H = (size_t)l->H;
+  float *e = cosy_malloc(sizeof(float) * (size_t)n * H);
+  if (!e) return COSY_ERR_NO_MEMORY;
+  for (int i = 0; i < n; i++) {
+    if (items[i] >= 0) tensor_row(l->embed_tokens, items[i], l->H, e + i * H);
+    else tensor_row(l->speech_emb_t, -1 - items[i], l->H, e + i * H);
+  }
+  *emb = e;
+  return COSY_OK;
+}
+
 /* ---- layer schedules -------------------------------------------------------------------------- */
 
 /* Where the M rows' attention reads its keys: a prefill chunk of one sequence (keys 0..Lk-1 of

@@ -96,6 +96,10 @@ cosy_status gpu_llm_build_input(const gpu_llm *l, const int32_t *prompt_text, in
                                 const int32_t *tts_text, int n_tt, const int32_t *prompt_speech,
                                 int n_ps, float **emb, int *L);
 
+/* host: embeddings of a list of items as ref_llm_embed_items (item >= 0: text id; item < 0: speech
+ * row -1 - item), fp32 [n][H], *emb malloc'd (free() it). Text streaming builds its input with it. */
+cosy_status gpu_llm_embed_items(const gpu_llm *l, const int32_t *items, int n, float **emb);
+
 /* Reserves pages for max_len (1..GPU_LLM_MAX_CTX) positions, *seq gets the sequence id, or fails
  * with COSY_ERR_GPU_NO_MEMORY ("KV cache full" or too many open sequences: the caller queues). */
 cosy_status gpu_llm_seq_open(gpu_llm *l, int max_len, int *seq);

@@ -248,6 +248,25 @@ cosy_status ref_llm_build_input(const ref_llm *l, const int32_t *prompt_text, in
   return COSY_OK;
 }
 
+cosy_status ref_llm_embed_items(const ref_llm *l, const int32_t *items, int n, float **emb) {
+  *emb = NULL;
+  if (!l || n < 1 || n > (1 << 24) || !items)
+    return cosy_err(COSY_ERR_INVALID_ARG, "ref_llm_embed_items: bad arguments (n %d)", n);
+  for (int i = 0; i < n; i++)
+    if (items[i] >= l->text_vocab || (items[i] < 0 && -1 - items[i] >= l->speech_vocab))
+      return cosy_err(COSY_ERR_INVALID_ARG, "ref_llm_embed_items: item %d = %d out of range", i,
+                      (int)items[i]);
+  const size_t H = (size_t)l->H;
+  float *e = cosy_malloc(sizeof(float) * (size_t)n * H);
+  if (!e) return COSY_ERR_NO_MEMORY;
+  for (int i = 0; i < n; i++) {
+    if (items[i] >= 0) embed_text(l, items[i], e + i * H);
+    else ref_llm_embed_speech(l, -1 - items[i], e + i * H);
+  }
+  *emb = e;
+  return COSY_OK;
+}
+
 /* ---- numeric helpers -------------------------------------------------------------------------- */
 
 static inline float dot(const float *a, const float *b, int n) {

@@ -56,6 +56,12 @@ cosy_status ref_llm_build_input(const ref_llm *l, const int32_t *prompt_text, in
                                 const int32_t *prompt_speech, int n_prompt_speech, float **emb,
                                 int *L);
 
+/* Embeddings of a list of items (text streaming builds its input piece by piece): item >= 0 is a
+ * text id (text embedding row), item < 0 is the speech-embedding row -1 - item (so sos is
+ * -1 - 6561, task_id -1 - 6563). *emb is malloc'd [n][H]. COSY_ERR_INVALID_ARG for an id out of
+ * range. */
+cosy_status ref_llm_embed_items(const ref_llm *l, const int32_t *items, int n, float **emb);
+
 /* out[H] = speech_embedding[token]; a token outside [0, speech_vocab) gives zeros. */
 void ref_llm_embed_speech(const ref_llm *l, int32_t token, float *out);
 

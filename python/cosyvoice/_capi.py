@@ -47,6 +47,8 @@ MODE_CROSS_LINGUAL = 1
 MODE_INSTRUCT = 2
 SYNTH_NO_TEXT_NORMALIZATION = 0x1
 SYNTH_FULL_ATTENTION_FINAL = 0x2
+SYNTH_ONE_SHOT = 0x4
+SYNTH_TEXT_STREAM = 0x8  # text pushed with cosy_request_push_text / cosy_request_end_text
 CHUNK_LAST = 0x1
 LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
 SPEAKER_DIM = 192
@@ -139,6 +141,8 @@ PROTOS = {
                               POINTER(c_int64)]),
     "cosy_request_submit": (_st, [_h, _h, c_char_p, POINTER(SynthParams), CHUNK_FN, c_void_p,
                                   POINTER(_h)]),
+    "cosy_request_push_text": (_st, [_h, c_char_p]),
+    "cosy_request_end_text": (_st, [_h]),
     "cosy_request_read": (_st, [_h, POINTER(c_float), c_int64, POINTER(c_int64), c_int32]),
     "cosy_request_stats_init": (None, [POINTER(RequestStatsC), c_uint32]),
     "cosy_request_get_stats": (_st, [_h, POINTER(RequestStatsC)]),

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _capi
 from ._capi import lib
-from .errors import check
+from .errors import CosyError, check
 
 _MODES = {"zero_shot": _capi.MODE_ZERO_SHOT, "cross_lingual": _capi.MODE_CROSS_LINGUAL,
           "instruct": _capi.MODE_INSTRUCT}
@@ -59,10 +59,11 @@ def _take_floats(ptr, n):
 
 def make_params(mode=_capi.MODE_ZERO_SHOT, seed=0, sample_rate=0, instruct_text=None, speed=0.0,
                 temperature=0.0, top_p=0.0, top_k=0, first_chunk_tokens=0, max_tokens=0,
-                min_tokens=0, flags=0, text_normalization=True):
+                min_tokens=0, flags=0, text_normalization=True, text_stream=False):
     """A cosy_synth_params filled by cosy_synth_params_init, then these fields (0 = the library's
     default; the library checks the ranges). mode: an int (MODE_*) or 'zero_shot',
-    'cross_lingual', 'instruct'."""
+    'cross_lingual', 'instruct'. text_stream: the text is pushed (Request.push_text), see
+    Engine.stream_text."""
     if isinstance(mode, str):
         if mode not in _MODES:
             raise ValueError(f"mode {mode!r}: expected one of {sorted(_MODES)}")
@@ -73,6 +74,8 @@ def make_params(mode=_capi.MODE_ZERO_SHOT, seed=0, sample_rate=0, instruct_text=
     p.seed = seed
     p.sample_rate = sample_rate
     p.flags = flags | (0 if text_normalization else _capi.SYNTH_NO_TEXT_NORMALIZATION)
+    if text_stream:
+        p.flags |= _capi.SYNTH_TEXT_STREAM
     p.instruct_text = _enc(instruct_text) if instruct_text is not None else None
     p.speed, p.temperature, p.top_p, p.top_k = speed, temperature, top_p, top_k
     p.first_chunk_tokens, p.max_tokens, p.min_tokens = first_chunk_tokens, max_tokens, min_tokens
@@ -241,9 +244,48 @@ class Engine:
         """Start a pull-streaming request (cosy_request_submit without a callback)."""
         p = _params(params, kw)
         h = c_void_p()
-        check(lib().cosy_request_submit(self.handle, voice.handle, _enc(text), byref(p),
+        check(lib().cosy_request_submit(self.handle, voice.handle,
+                                        _enc(text) if text is not None else None, byref(p),
                                         _capi.CHUNK_FN(), None, byref(h)), "cosy_request_submit")
         return Request(h, p.sample_rate or self.sample_rate)
+
+    def submit_text_stream(self, voice, params=None, **kw):
+        """Start a request whose text is pushed later (COSY_SYNTH_TEXT_STREAM): call
+        Request.push_text(piece) any number of times, then Request.end_text(), and read the
+        audio meanwhile (the same Request may be read on one thread and pushed on another)."""
+        p = _params(params, kw)
+        p.flags |= _capi.SYNTH_TEXT_STREAM
+        return self.submit(voice, None, p)
+
+    def stream_text(self, voice, pieces, params=None, **kw):
+        """Text in, audio out: pieces is any iterable of str (e.g. the words a chat model
+        produces, possibly slowly); a thread pushes them while this iterator yields float32
+        chunks. The audio depends only on the joined text, not on how it is cut."""
+        import threading
+        with self.submit_text_stream(voice, params, **kw) as r:
+            err = []
+
+            def pusher():
+                try:
+                    for piece in pieces:
+                        r.push_text(piece)
+                    r.end_text()
+                except BaseException as e:  # noqa: BLE001 (re-raised on the reading thread)
+                    err.append(e)
+                    r.cancel()
+
+            t = threading.Thread(target=pusher, daemon=True)
+            t.start()
+            try:
+                yield from r
+            except CosyError:
+                t.join()
+                if err:
+                    raise err[0]
+                raise
+            t.join()
+            if err:
+                raise err[0]
 
     def stream(self, voice, text, params=None, **kw):
         """Iterator of float32 chunks, read on the calling thread (the GIL is released while it
@@ -464,6 +506,14 @@ class Request:
             self.cancel()
         else:
             self.close()
+
+    def push_text(self, text):
+        """Text streaming: append a piece of the text (cosy_request_push_text)."""
+        check(lib().cosy_request_push_text(self.handle, _enc(text)), "cosy_request_push_text")
+
+    def end_text(self):
+        """Text streaming: no more text (cosy_request_end_text)."""
+        check(lib().cosy_request_end_text(self.handle), "cosy_request_end_text")
 
     def cancel(self):
         h = self._h

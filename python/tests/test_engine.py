@@ -43,6 +43,31 @@ def test_blocking_equals_streaming(engine, voice):
     assert np.array_equal(np.concatenate(small), blk)
 
 
+def test_text_stream_pieces_give_the_same_audio(engine, voice):
+    text = "The quick brown fox jumps over the lazy dog. It was late again!"
+    p = cosyvoice.make_params(seed=21, max_tokens=200, text_normalization=False)
+
+    def slow_words():
+        for i, w in enumerate(text.split(" ")):
+            time.sleep(0.005)
+            yield w if i == 0 else " " + w
+
+    one = np.concatenate(list(engine.stream_text(voice, [text], p)))
+    words = np.concatenate(list(engine.stream_text(voice, slow_words(), p)))
+    chars = np.concatenate(list(engine.stream_text(voice, iter(text), p)))
+    assert one.size > 0 and np.array_equal(one, words) and np.array_equal(one, chars)
+    with engine.submit_text_stream(voice, p) as r:
+        r.push_text("Hello")
+        with pytest.raises(cosyvoice.CosyError):
+            r.push_text(b" caf\xff")   # not UTF-8: refused, the request goes on
+        r.push_text(b" caf\xc3")       # a character cut between two pushes is fine
+        r.push_text(b"\xa9.")
+        r.end_text()
+        with pytest.raises(cosyvoice.CosyError):
+            r.push_text("late")
+        assert np.concatenate(list(r)).size > 0
+
+
 def test_read_respects_max_samples(engine, voice):
     with engine.submit(voice, "Hello there.", seed=3) as r:
         got = []

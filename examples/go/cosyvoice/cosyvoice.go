@@ -365,9 +365,27 @@ const ChunkSamples = 4800
 
 // Stream starts an utterance and returns at once; read its audio from s.C.
 func (e *Engine) Stream(v *Voice, text string, p *Params) (*Stream, error) {
+	return e.stream(v, &text, p, false)
+}
+
+// StreamText starts an utterance whose text is pushed later (COSY_SYNTH_TEXT_STREAM): call
+// s.PushText any number of times (e.g. word by word as a chat model produces them), then
+// s.EndText, while the audio arrives on s.C. The audio depends only on the text, not on how it
+// was cut into pushes.
+func (e *Engine) StreamText(v *Voice, p *Params) (*Stream, error) {
+	return e.stream(v, nil, p, true)
+}
+
+func (e *Engine) stream(v *Voice, text *string, p *Params, textStream bool) (*Stream, error) {
 	var cp C.cosy_synth_params
 	instr := cparams(p, &cp)
-	ctext := C.CString(text)
+	var ctext *C.char
+	if text != nil {
+		ctext = C.CString(*text)
+	}
+	if textStream {
+		cp.flags |= C.COSY_SYNTH_TEXT_STREAM
+	}
 	defer func() {
 		C.free(unsafe.Pointer(ctext))
 		C.free(unsafe.Pointer(instr))
@@ -408,6 +426,32 @@ func (s *Stream) pull(r *C.cosy_request, ch chan<- []float32) {
 			return
 		}
 	}
+}
+
+// PushText appends a piece of the text of a StreamText utterance (cosy_request_push_text).
+func (s *Stream) PushText(text string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.req == nil {
+		return fmt.Errorf("cosyvoice: PushText after Close")
+	}
+	ct := C.CString(text)
+	defer C.free(unsafe.Pointer(ct))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return check(C.cosy_request_push_text(s.req, ct), "cosy_request_push_text")
+}
+
+// EndText says the text of a StreamText utterance is complete (cosy_request_end_text).
+func (s *Stream) EndText() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.req == nil {
+		return fmt.Errorf("cosyvoice: EndText after Close")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return check(C.cosy_request_end_text(s.req), "cosy_request_end_text")
 }
 
 // Err tells how the stream ended; call it after C is closed.

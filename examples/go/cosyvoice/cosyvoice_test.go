@@ -102,6 +102,53 @@ func TestBlockingEqualsStream(t *testing.T) {
 	}
 }
 
+// Text streamed in: the words pushed one at a time (with a small delay) give the audio of the
+// text pushed at once.
+func TestTextStream(t *testing.T) {
+	e, v := open(t)
+	p := &Params{Seed: 5, MaxTokens: 200}
+	run := func(words bool) []float32 {
+		s, err := e.StreamText(v, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		go func() {
+			if words {
+				for i, w := range strings.Split(text, " ") {
+					if i > 0 {
+						w = " " + w
+					}
+					if err := s.PushText(w); err != nil {
+						t.Error(err)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			} else if err := s.PushText(text); err != nil {
+				t.Error(err)
+			}
+			if err := s.EndText(); err != nil {
+				t.Error(err)
+			}
+		}()
+		got, _ := collect(t, s)
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	one, words := run(false), run(true)
+	if len(one) == 0 || len(one) != len(words) {
+		t.Fatalf("one piece %d samples, word by word %d", len(one), len(words))
+	}
+	for i := range one {
+		if one[i] != words[i] {
+			t.Fatalf("sample %d: one piece %g, word by word %g", i, one[i], words[i])
+		}
+	}
+	t.Logf("text streamed word by word: %d samples, identical to one piece", len(one))
+}
+
 func TestCancel(t *testing.T) {
 	e, v := open(t)
 	s, err := e.Stream(v, text, &Params{Seed: 9, MaxTokens: 600, MinTokens: 600})

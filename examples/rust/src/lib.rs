@@ -203,6 +203,7 @@ pub mod sys {
 
     pub const COSY_DEVICE_CPU: i32 = -1;
     pub const COSY_SYNTH_NO_TEXT_NORMALIZATION: u32 = 0x1;
+    pub const COSY_SYNTH_TEXT_STREAM: u32 = 0x8;
     pub const COSY_CHUNK_LAST: u32 = 0x1;
 
     extern "C" {
@@ -237,6 +238,8 @@ pub mod sys {
         pub fn cosy_request_submit(e: *mut cosy_engine, v: *const cosy_voice, text: *const c_char,
                                    p: *const cosy_synth_params, f: cosy_chunk_fn,
                                    user: *mut c_void, out: *mut *mut cosy_request) -> cosy_status;
+        pub fn cosy_request_push_text(r: *mut cosy_request, utf8: *const c_char) -> cosy_status;
+        pub fn cosy_request_end_text(r: *mut cosy_request) -> cosy_status;
         pub fn cosy_request_read(r: *mut cosy_request, buf: *mut f32, cap: i64, n_read: *mut i64,
                                  timeout_ms: i32) -> cosy_status;
         pub fn cosy_request_stats_init(s: *mut cosy_request_stats, struct_size: u32);
@@ -460,6 +463,40 @@ impl Engine {
         let ptr = NonNull::new(r).expect("cosy_request_submit returned NULL with COSY_OK");
         Ok(Request { inner: Arc::new(RequestHandle { ptr }), chunk: 4800, done: false })
     }
+
+    /// Text streamed in (COSY_SYNTH_TEXT_STREAM): the request starts without text; push it with
+    /// the returned [`TextSink`] (it may move to another thread) while the [`Request`] is read.
+    /// The audio depends only on the text, not on how it was cut into pushes.
+    pub fn stream_text(&self, voice: &Voice<'_>, p: &Params) -> Result<(Request, TextSink)> {
+        let (mut cp, _keep) = p.to_c()?;
+        cp.flags |= sys::COSY_SYNTH_TEXT_STREAM;
+        let mut r = ptr::null_mut();
+        check(unsafe { sys::cosy_request_submit(self.ptr.as_ptr(), voice.ptr.as_ptr(), ptr::null(), &cp,
+                                                None, ptr::null_mut(), &mut r) }, "cosy_request_submit")?;
+        let ptr = NonNull::new(r).expect("cosy_request_submit returned NULL with COSY_OK");
+        let inner = Arc::new(RequestHandle { ptr });
+        Ok((Request { inner: inner.clone(), chunk: 4800, done: false }, TextSink { inner }))
+    }
+}
+
+/// The text side of a [`Engine::stream_text`] request: push pieces, then end the text. One
+/// thread at a time (it is Send, not Sync); the library allows it beside the reading thread.
+pub struct TextSink {
+    inner: Arc<RequestHandle>,
+}
+
+impl TextSink {
+    /// Append a piece of the text (cosy_request_push_text).
+    pub fn push(&mut self, text: &str) -> Result<()> {
+        let t = cstring(text, "text")?;
+        check(unsafe { sys::cosy_request_push_text(self.inner.ptr.as_ptr(), t.as_ptr()) },
+              "cosy_request_push_text")
+    }
+
+    /// No more text (cosy_request_end_text).
+    pub fn end(&mut self) -> Result<()> {
+        check(unsafe { sys::cosy_request_end_text(self.inner.ptr.as_ptr()) }, "cosy_request_end_text")
+    }
 }
 
 impl Drop for Engine {
@@ -545,8 +582,9 @@ struct RequestHandle {
     ptr: NonNull<sys::cosy_request>,
 }
 
-// SAFETY: through a shared RequestHandle only cosy_request_cancel (any thread) is called; reads,
-// waits and stats go through the unique Request.
+// SAFETY: through a shared RequestHandle only cosy_request_cancel (any thread) and, from the one
+// TextSink, cosy_request_push_text / cosy_request_end_text are called (the library allows them
+// beside a reader); reads, waits and stats go through the unique Request.
 unsafe impl Send for RequestHandle {}
 unsafe impl Sync for RequestHandle {}
 

@@ -117,6 +117,36 @@ fn blocking_equals_streamed() {
 }
 
 #[test]
+fn text_streamed_word_by_word() {
+    let (eng, vpath) = match engine() { Some(x) => x, None => return };
+    let voice = eng.load_voice(&vpath).expect("voice");
+    let p = Params { seed: 5, max_tokens: 200, ..Params::default() };
+    let run = |words: bool| -> Vec<f32> {
+        let (req, mut sink) = eng.stream_text(&voice, &p).expect("stream_text");
+        let pusher = std::thread::spawn(move || {
+            if words {
+                for (i, w) in TEXT.split(' ').enumerate() {
+                    sink.push(&if i == 0 { w.to_string() } else { format!(" {}", w) }).expect("push");
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            } else {
+                sink.push(TEXT).expect("push");
+            }
+            sink.end().expect("end_text");
+            assert!(sink.push("late").is_err()); // after end_text
+        });
+        let pcm: Vec<f32> = req.flat_map(|c| c.expect("chunk")).collect();
+        pusher.join().unwrap();
+        pcm
+    };
+    let one = run(false);
+    let words = run(true);
+    assert!(!one.is_empty());
+    assert!(one == words, "word by word differs from one piece");
+    eprintln!("text streamed word by word: {} samples, identical to one piece", one.len());
+}
+
+#[test]
 fn cancel_from_another_thread() {
     let (eng, vpath) = match engine() { Some(x) => x, None => return };
     let voice = eng.load_voice(&vpath).expect("voice");
