@@ -4,7 +4,7 @@
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
-#                                        memory stress gputime fault sanitize (default: build
+#                                        memory stress gputime fault sanitize longtext (default: build
 #                                        kernels stages engine bench frontend official)
 #
 # The GPUs people own (README "GPUs"), emulated on the big one through the test-only
@@ -249,6 +249,13 @@ if [[ " $STEPS " == *" sched "* ]]; then
       > "$OUT/nsys_stats.log" 2>&1
     rm -f "$OUT/nsys_c64.nsys-rep" "$OUT/nsys_c64.sqlite"
   fi
+fi
+if [[ " $STEPS " == *" longtext "* ]]; then
+  # long text: bench/text/en.txt (one ~1000-character paragraph) is split into segments that one
+  # request speaks in turn (112 tokens forced per segment); bench_w1's underrun count shows
+  # whether playback started at the first chunk would stall at a segment boundary
+  run longtext_w1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1,16 --requests 4 \
+    --texts bench/text/en.txt --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
 fi
 if [[ " $STEPS " == *" gputime "* ]]; then
   # the streaming budget (1.3x one-shot) on GPU time, not wall time: bench/kernel_time.c (CUPTI, preloaded)
