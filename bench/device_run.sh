@@ -254,7 +254,7 @@ if [[ " $STEPS " == *" longtext "* ]]; then
   # long text: bench/text/en.txt (one ~1000-character paragraph) is split into segments that one
   # request speaks in turn (112 tokens forced per segment); bench_w1's underrun count shows
   # whether playback started at the first chunk would stall at a segment boundary
-  run longtext_w1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1,16 --requests 4 \
+  run longtext_w1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1,16 \
     --texts bench/text/en.txt --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
 fi
 if [[ " $STEPS " == *" gputime "* ]]; then
