@@ -49,9 +49,11 @@
 #               `bench_w1 --device 0,1` (one engine per GPU, 64 clients each), then
 #               bench/serve_device_run.sh's multi step (HTTP: one server process per GPU, clients
 #               spread over them; Triton: one instance per GPU; both at C = 128 against one GPU;
-#               MULTI_SERVE=0 skips it; it needs the wheels that script names). Summary line:
+#               MULTI_SERVE=0 skips it, MULTI_SERVE_S (270) limits it; it needs the wheels that
+#               script names). Summary line:
 #               "multi: xRT 2 GPUs C=128 / 1 GPU C=64 = R (target >= 1.9) ...; TTFB p95 ...".
-#               About 4 minutes without the serving part, 8 to 9 with it, after a build.
+#               Estimated (not yet timed): about 4 minutes without the serving part, at most 9 with
+#               it, after a build in an earlier call.
 #               Logs: multi_*.log, serve/
 # e.g. bash bench/device_run.sh build prof_tests    (PROFILES="ada" for one profile)
 #      bash bench/device_run.sh prof_w1 memory       (after a build in the same checkout)
@@ -275,7 +277,9 @@ if [[ " $STEPS " == *" multi "* ]]; then # not in the default steps: bash bench/
       printf "multi: xRT 2 GPUs C=128 %.2f / 1 GPU C=64 %.2f = %.2fx (target >= 1.9: %s); TTFB p95 %.1f ms vs %.1f ms (target no worse, 5%% margin: %s)",
         y[1], x[1], r, (r >= 1.9) ? "PASS" : "FAIL", y[2], x[2], (y[2] <= 1.05 * x[2]) ? "PASS" : "FAIL" }')"
     if [ "${MULTI_SERVE:-1}" != 0 ]; then
-      OUT=$OUT NO_INPROC=1 run multi_serve bash bench/serve_device_run.sh "$FULL" multi
+      # cut at MULTI_SERVE_S (default 270) seconds so that the step fits one 10-minute call
+      OUT=$OUT NO_INPROC=1 run multi_serve timeout -k 10 "${MULTI_SERVE_S:-270}" \
+        bash bench/serve_device_run.sh "$FULL" multi
       [ -f "$OUT/serve/summary.txt" ] && sed 's/^/  serve: /' "$OUT/serve/summary.txt" | tee -a "$SUMMARY"
     fi
   fi
