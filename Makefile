@@ -154,11 +154,12 @@ A := $(B)/lib/libcosyvoice.a
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
-BENCH_SRC := $(wildcard bench/*.c)
+# bench/kernel_time.c is a preload library with no main (bench/device_run.sh builds it, step gputime)
+BENCH_SRC := $(filter-out bench/kernel_time.c,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
-.PHONY: all lib test test-c test-py test-env test-sanitize test-tsan test-fault bench install uninstall \
+.PHONY: all lib test test-c test-py test-bench test-env test-sanitize test-tsan test-fault bench install uninstall \
         check-abi check-header check-citations demo clean
 .DELETE_ON_ERROR:
 
@@ -238,7 +239,8 @@ $(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py too
 	else echo "note: $(SHARED_DIR)/golden/small not found: front-end model tests will skip"; fi
 
 # ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations test-env test-c test-py
+test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations test-env test-c test-py \
+      test-bench
 
 # TEST_ONLY=test_a test_b: run only these test binaries
 TEST_RUN := $(if $(TEST_ONLY),$(TEST_ONLY:%=$(B)/tests/%),$(TEST_BIN))
@@ -250,6 +252,10 @@ test-c: $(TEST_RUN) $(TEST_MODEL) $(FE_TEST_MODEL)
 
 test-py: $(TEST_MODEL)
 	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
+
+# bench_w1 with a list of devices: two CPU engines on the small model (a few seconds)
+test-bench: $(B)/bench/bench_w1 $(TEST_MODEL)
+	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) bash tests/check_bench_multi.sh
 
 # check-abi under another locale, test binaries run from another directory (tests/check_env.sh)
 test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)

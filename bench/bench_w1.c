@@ -1,7 +1,7 @@
 /* bench_w1.c - workload W1 (docs/scheduler.md section 6): interactive streaming, closed loop; and W2
  * (--w2): offline, every request submitted at once.
  *
- *   bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] [--tokens 112]
+ *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N] [--tokens 112]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
  *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot]
  *            [--memory-fraction F | --memory-gb G]
@@ -35,6 +35,20 @@
  * The engine is created with max_active = the largest concurrency level or W2 request count
  * (--max-active overrides); the GPU path accepts at most 256 (include/cosyvoice.h), so larger
  * values are cut to 256 there and the rest wait in the engine's queue.
+ *
+ * Several devices (--device 0,1; a list of up to 16, -1 = the CPU): one engine per entry in this
+ * process, each with the same voice, each created with max_active = its share of the largest level
+ * (ceil(C / engines); --max-active overrides) and, where a GPU is listed more than once, an equal
+ * part of 0.9 of its memory (unless --memory-fraction / --memory-gb say otherwise). Client k of a
+ * level sends all its requests to engine k % engines (at C = 128 on two engines, 64 clients each:
+ * what one engine serves at C = 64), and W2 sends request i to engine i % engines; request i is
+ * the same text and seed as with one engine. Each W1 level prints its row over all requests
+ * (the same columns; xRT = all audio per wall second, mem = all engines), then one row per engine
+ * with e0, e1, ... in the C column (its requests' TTFB, RTF and underruns; its audio per wall
+ * second), then the batch and GPU lines per engine ("batches e0:", "gpu util e0:") and the mean
+ * GPU utilization over the engines ("gpu util all:"). W2 prints a line per engine before its row.
+ * One device prints exactly what it printed before lists existed. `--device -1,-1` (two CPU
+ * engines) is what `make test-bench` runs (tests/check_bench_multi.sh).
  *
  * GPU utilization comes from NVML, opened at run time with dlopen("libnvidia-ml.so.1") (no link
  * dependency): a thread reads nvmlDeviceGetUtilizationRates (percent of time a kernel ran, over
@@ -247,49 +261,53 @@ static void sampler_start(sampler *s, gpu_mon *m) {
 
 static double pct(double *v, int n, double q);
 
-/* stops the thread and prints the level's line: "gpu util: ..." */
-static void sampler_finish(sampler *s) {
+/* stops the thread and prints the level's line: "gpu util<label>: ..."; the mean utilization
+ * (percent), or -1 when there is none */
+static double sampler_finish(sampler *s, const char *label) {
+  double mean = -1;
   if (s->running) {
     atomic_store(&s->stop, 1);
     pthread_join(s->th, NULL);
   }
   if (!s->m->ok)
-    printf("      gpu util: n/a (%s)\n", s->m->why);
+    printf("      gpu util%s: n/a (%s)\n", label, s->m->why);
   else if (!s->running)
-    printf("      gpu util: n/a (sampler thread not started)\n");
+    printf("      gpu util%s: n/a (sampler thread not started)\n", label);
   else if (s->n == 0)
-    printf("      gpu util: n/a (nvmlDeviceGetUtilizationRates returned %d)\n", s->last_err);
+    printf("      gpu util%s: n/a (nvmlDeviceGetUtilizationRates returned %d)\n", label, s->last_err);
   else {
     double sum = 0;
     for (int i = 0; i < s->n; i++) sum += s->util[i];
-    double mean = sum / s->n;
+    mean = sum / s->n;
     double p50 = pct(s->util, s->n, 0.5), p95 = pct(s->util, s->n, 0.95);
-    printf("      gpu util: mean %.1f%%, p50 %.0f%%, p95 %.0f%% (%d samples every %d ms); "
+    printf("      gpu util%s: mean %.1f%%, p50 %.0f%%, p95 %.0f%% (%d samples every %d ms); "
            "peak memory used %.0f of %.0f MiB\n",
-           mean, p50, p95, s->n, SAMPLE_MS, (double)s->mem_peak / 1048576.0,
+           label, mean, p50, p95, s->n, SAMPLE_MS, (double)s->mem_peak / 1048576.0,
            (double)s->m->mem_total / 1048576.0);
   }
   free(s->util);
   s->util = NULL;
+  return mean;
 }
 
 /* the scheduler's mean batch sizes between two cosy_engine_get_stats snapshots */
-static void print_batches(const cosy_engine_stats *a, const cosy_engine_stats *b) {
+static void print_batches(const cosy_engine_stats *a, const cosy_engine_stats *b, const char *label) {
   long long steps = (long long)(b->llm_steps - a->llm_steps);
   long long rows = (long long)(b->llm_step_rows - a->llm_step_rows);
   long long fc = (long long)(b->flow_calls - a->flow_calls);
   long long fj = (long long)(b->flow_jobs - a->flow_jobs);
   long long vc = (long long)(b->vocoder_calls - a->vocoder_calls);
   long long vj = (long long)(b->vocoder_jobs - a->vocoder_jobs);
-  printf("      batches: llm %.2f rows/step (%lld steps), flow %.2f jobs/call (%lld calls), "
+  printf("      batches%s: llm %.2f rows/step (%lld steps), flow %.2f jobs/call (%lld calls), "
          "vocoder %.2f jobs/call (%lld calls)\n",
-         steps ? (double)rows / steps : 0.0, steps, fc ? (double)fj / fc : 0.0, fc,
+         label, steps ? (double)rows / steps : 0.0, steps, fc ? (double)fj / fc : 0.0, fc,
          vc ? (double)vj / vc : 0.0, vc);
 }
 
 typedef struct result {
   double ttfb, rtf, audio_s, llm_s, flow_s, voc_s;
   int underruns, chars;
+  int eng;  /* the engine (index into --device's list) that served it */
   cosy_status st;
 } result;
 
@@ -313,9 +331,12 @@ static int32_t on_chunk(void *user, const cosy_chunk *c) {
   return 0;
 }
 
+#define MAX_ENGINES 16
+
 typedef struct shared {
-  cosy_engine *e;
-  cosy_voice *v;
+  cosy_engine **e;     /* one engine per entry of --device; client k uses engine k % n_eng */
+  cosy_voice **v;
+  int n_eng;
   char **texts;
   int n_texts, tokens, total;
   int next;            /* next request index (under mu) */
@@ -332,6 +353,7 @@ static void *client(void *arg) {
   pthread_mutex_lock(&sh->mu);
   const int me = sh->next_client++;
   pthread_mutex_unlock(&sh->mu);
+  const int ek = me % sh->n_eng;
   if (sh->ramp > 0 && me > 0) {
     const double d = sh->ramp * me / sh->conc;
     struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
@@ -354,7 +376,8 @@ static void *client(void *arg) {
     cosy_request *r;
     result *res = &sh->res[i];
     res->chars = (int)strlen(text);
-    res->st = cosy_request_submit(sh->e, sh->v, text, &p, on_chunk, &s, &r);
+    res->eng = ek;
+    res->st = cosy_request_submit(sh->e[ek], sh->v[ek], text, &p, on_chunk, &s, &r);
     if (res->st) {
       fprintf(stderr, "submit: %s\n", cosy_last_error());
       continue;
@@ -390,18 +413,22 @@ static double pct(double *v, int n, double q) {
   return v[k];
 }
 
-/* W2: n requests submitted at once from this thread, then waited for */
-static void run_w2(cosy_engine *e, cosy_voice *v, char **texts, int n_texts, int n, int tokens,
-                   gpu_mon *mon) {
+/* W2: n requests submitted at once from this thread, then waited for; request i goes to engine
+ * i % n_eng */
+static void run_w2(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int n_texts, int n,
+                   int tokens, gpu_mon *mon) {
   cosy_request **rq = (cosy_request **)calloc((size_t)n, sizeof *rq);
   req_state *rs = (req_state *)calloc((size_t)n, sizeof *rs);
   double *ttfb = (double *)calloc((size_t)n, sizeof *ttfb), *end = (double *)calloc((size_t)n, sizeof *end);
-  cosy_engine_stats st0, st;
-  cosy_engine_stats_init(&st0, sizeof st0);
-  cosy_engine_stats_init(&st, sizeof st);
-  cosy_engine_get_stats(e, &st0);
-  sampler smp;
-  sampler_start(&smp, mon);
+  int *eng_of = (int *)calloc((size_t)n, sizeof *eng_of);
+  cosy_engine_stats st0[MAX_ENGINES], st[MAX_ENGINES];
+  sampler smp[MAX_ENGINES];
+  for (int k = 0; k < n_eng; k++) {
+    cosy_engine_stats_init(&st0[k], sizeof st0[k]);
+    cosy_engine_stats_init(&st[k], sizeof st[k]);
+    cosy_engine_get_stats(e[k], &st0[k]);
+    sampler_start(&smp[k], &mon[k]);
+  }
   double w0 = now();
   int submitted = 0;
   long chars = 0;
@@ -411,8 +438,9 @@ static void run_w2(cosy_engine *e, cosy_voice *v, char **texts, int n_texts, int
     p.seed = 1000 + (uint64_t)i;
     p.min_tokens = p.max_tokens = tokens;
     const char *text = texts[i % n_texts];
+    const int k = i % n_eng;
     rs[i].t_submit = now();
-    if (cosy_request_submit(e, v, text, &p, on_chunk, &rs[i], &rq[i])) {
+    if (cosy_request_submit(e[k], v[k], text, &p, on_chunk, &rs[i], &rq[i])) {
       fprintf(stderr, "submit %d: %s\n", i, cosy_last_error());
       rq[i] = NULL;
       continue;
@@ -422,40 +450,75 @@ static void run_w2(cosy_engine *e, cosy_voice *v, char **texts, int n_texts, int
   }
   double t_submitted = now() - w0;
   int ok = 0;
-  double audio = 0;
+  double audio = 0, audio_k[MAX_ENGINES] = {0};
   for (int i = 0; i < n; i++) {
     if (!rq[i]) continue;
     cosy_status s = cosy_request_wait(rq[i], -1);
     if (s) fprintf(stderr, "request %d: %s\n", i, cosy_last_error());
     cosy_request_release(rq[i]);
     if (s) continue;
-    if (rs[i].rate) audio += (double)rs[i].samples / rs[i].rate;
+    if (rs[i].rate) {
+      audio += (double)rs[i].samples / rs[i].rate;
+      audio_k[i % n_eng] += (double)rs[i].samples / rs[i].rate;
+    }
     ttfb[ok] = rs[i].t_first - rs[i].t_submit;
     end[ok] = rs[i].t_last - w0;
+    eng_of[ok] = i % n_eng;
     ok++;
   }
   double wall = now() - w0;
-  cosy_engine_get_stats(e, &st);
-  printf("W2 offline: %d requests x %d tokens submitted at once (in %.1f ms)\n", n, tokens,
-         1e3 * t_submitted);
+  double dev_bytes = 0, kv_bytes = 0;
+  for (int k = 0; k < n_eng; k++) {
+    cosy_engine_get_stats(e[k], &st[k]);
+    dev_bytes += (double)st[k].device_bytes_total;
+    kv_bytes += (double)st[k].kv_bytes;
+  }
+  printf("W2 offline: %d requests x %d tokens submitted at once (in %.1f ms)%s\n", n, tokens,
+         1e3 * t_submitted, n_eng > 1 ? "; request i to engine i % engines" : "");
   printf("%5s %9s %9s %9s %8s %9s %9s %9s %9s\n", "reqs", "wall_s", "audio_s", "RTF", "xRT",
          "ttfb_p50", "ttfb_p95", "end_p50", "end_p95");
+  if (n_eng > 1) { /* per engine first (pct sorts: copies of the engine's values) */
+    double *tk = (double *)calloc((size_t)n + 1, sizeof *tk), *ek = (double *)calloc((size_t)n + 1, sizeof *ek);
+    for (int k = 0; k < n_eng; k++) {
+      int m = 0;
+      for (int i = 0; i < ok; i++)
+        if (eng_of[i] == k) tk[m] = ttfb[i], ek[m++] = end[i];
+      printf("      e%d: %d requests, audio %.2f s, xRT %.2f, ttfb p50 %.2fs p95 %.2fs, end p50 "
+             "%.2fs p95 %.2fs\n", k, m, audio_k[k], audio_k[k] / wall, pct(tk, m, 0.5),
+             pct(tk, m, 0.95), pct(ek, m, 0.5), pct(ek, m, 0.95));
+    }
+    free(tk);
+    free(ek);
+  }
   printf("%5d %9.2f %9.2f %9.5f %8.2f %8.2fs %8.2fs %8.2fs %8.2fs\n", ok, wall, audio,
          audio > 0 ? wall / audio : 0.0, audio / wall, pct(ttfb, ok, 0.5), pct(ttfb, ok, 0.95),
          pct(end, ok, 0.5), pct(end, ok, 0.95));
-  printf("      chars/s %.1f; engine holds %.0f MiB (KV %.0f MiB)\n", (double)chars / wall,
-         (double)st.device_bytes_total / 1048576.0, (double)st.kv_bytes / 1048576.0);
+  printf("      chars/s %.1f; engine%s %.0f MiB (KV %.0f MiB)\n", (double)chars / wall,
+         n_eng > 1 ? "s hold" : " holds", dev_bytes / 1048576.0, kv_bytes / 1048576.0);
   if (ok != n) {
     printf("      (%d of %d requests failed, %d not submitted)\n", n - ok, n, n - submitted);
     g_failed += n - ok;
   }
-  print_batches(&st0, &st);
-  sampler_finish(&smp);
+  for (int k = 0; k < n_eng; k++) {
+    char label[16] = "";
+    if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+    print_batches(&st0[k], &st[k], label);
+  }
+  double util_sum = 0;
+  int util_n = 0;
+  for (int k = 0; k < n_eng; k++) {
+    char label[16] = "";
+    if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+    double u = sampler_finish(&smp[k], label);
+    if (u >= 0) util_sum += u, util_n++;
+  }
+  if (n_eng > 1 && util_n) printf("      gpu util all: mean %.1f%% over %d engines\n", util_sum / util_n, util_n);
   fflush(stdout);
   free(rq);
   free(rs);
   free(ttfb);
   free(end);
+  free(eng_of);
 }
 
 static char **read_lines(const char *path, int *n) {
@@ -476,17 +539,51 @@ static char **read_lines(const char *path, int *n) {
   return v;
 }
 
+/* one engine's row of a W1 level ("e0" etc. in the C column when label is set), over the
+ * requests of engine k (k < 0: all); its xRT over the level's wall time */
+static void w1_row(const result *res, int total, int k, int C, const char *label, double wall,
+                   double mem_mib, int *ok_out, double *sums) {
+  double *tt = (double *)calloc((size_t)total + 1, sizeof *tt), *rt = (double *)calloc((size_t)total + 1, sizeof *rt);
+  int ok = 0, under = 0;
+  long chars = 0;
+  double audio = 0, llm = 0, flow = 0, voc = 0;
+  for (int i = 0; i < total; i++) {
+    if (res[i].st || (k >= 0 && res[i].eng != k)) continue;
+    tt[ok] = res[i].ttfb;
+    rt[ok] = res[i].rtf;
+    ok++;
+    under += res[i].underruns > 0;
+    chars += res[i].chars;
+    audio += res[i].audio_s;
+    llm += res[i].llm_s;
+    flow += res[i].flow_s;
+    voc += res[i].voc_s;
+  }
+  if (label)
+    printf("%5s %5d %8.1fms %8.1fms %8.4f %8.4f %7.2f %9d %9.1f %10.0f\n", label, ok,
+           1e3 * pct(tt, ok, 0.5), 1e3 * pct(tt, ok, 0.95), pct(rt, ok, 0.5), pct(rt, ok, 0.95),
+           audio / wall, under, (double)chars / wall, mem_mib);
+  else
+    printf("%5d %5d %8.1fms %8.1fms %8.4f %8.4f %7.2f %9d %9.1f %10.0f\n", C, ok,
+           1e3 * pct(tt, ok, 0.5), 1e3 * pct(tt, ok, 0.95), pct(rt, ok, 0.5), pct(rt, ok, 0.95),
+           audio / wall, under, (double)chars / wall, mem_mib);
+  *ok_out = ok;
+  sums[0] = audio, sums[1] = llm, sums[2] = flow, sums[3] = voc;
+  free(tt);
+  free(rt);
+}
+
 int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
-  const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL;
-  int device = -1, requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0;
+  const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL, *dev_arg = "-1";
+  int requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0;
   double mem_gb = 0;
   float mem_fraction = 0;
   double ramp = 0;
   uint32_t flags = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
-    else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc) dev_arg = argv[++i];
     else if (!strcmp(argv[i], "--concurrency") && i + 1 < argc) conc = argv[++i];
     else if (!strcmp(argv[i], "--requests") && i + 1 < argc) requests = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoi(argv[++i]);
@@ -501,8 +598,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ramp") && i + 1 < argc) ramp = atof(argv[++i]);
     else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
     else {
-      fprintf(stderr, "usage: bench_w1 -m MODEL [--device N] [--concurrency 1,4,16] [--requests N] "
-                      "[--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
+      fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
+                      "[--requests N] [--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
                       "[--memory-fraction F | --memory-gb G]\n");
       return 2;
@@ -516,6 +613,26 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_w1: negative --offline, --tokens, --requests or --max-active\n");
     return 2;
   }
+  /* --device: one device, or a list (one engine per entry; -1 = the CPU) */
+  int devs[MAX_ENGINES], n_eng = 0;
+  for (const char *p = dev_arg; *p;) {
+    char *end;
+    long d = strtol(p, &end, 10);
+    if (end == p || (*end && *end != ',') || d < -1 || d > 1023 || n_eng == MAX_ENGINES) {
+      fprintf(stderr, "bench_w1: bad --device \"%s\" (a device, -1 for the CPU, or a list of at "
+                      "most %d: 0,1)\n", dev_arg, MAX_ENGINES);
+      return 2;
+    }
+    devs[n_eng++] = (int)d;
+    p = *end ? end + 1 : end;
+  }
+  if (!n_eng) {
+    fprintf(stderr, "bench_w1: empty --device\n");
+    return 2;
+  }
+  const int device = devs[0];
+  int any_gpu = 0;
+  for (int k = 0; k < n_eng; k++) any_gpu |= devs[k] >= 0;
   /* --w2 alone runs only W2; W1 runs when asked for or when W2 is not */
   if (!conc && !w2_n) conc = "1";
   int w1_tokens = tokens ? tokens : 112, w2_tokens = tokens ? tokens : 250;
@@ -571,39 +688,58 @@ int main(int argc, char **argv) {
   }
   if (w2_n > max_c) max_c = w2_n;
   /* every level's requests decode together: max_active >= the largest level (and the W2 count),
-   * cut to what the path accepts (include/cosyvoice.h: at most 256 on the GPU, 4096 in all) */
-  int max_active_cap = device >= 0 ? 256 : 4096;
-  if (!max_active) max_active = max_c;
+   * cut to what the path accepts (include/cosyvoice.h: at most 256 on the GPU, 4096 in all).
+   * With several engines each serves its share: the clients (and W2 requests) are spread evenly */
+  const int per_eng = (max_c + n_eng - 1) / n_eng;
+  int max_active_cap = any_gpu ? 256 : 4096;
+  if (!max_active) max_active = per_eng;
   if (max_active > max_active_cap) {
     fprintf(stderr, "bench_w1: max_active %d cut to %d (the %s path's limit); the rest queue\n",
-            max_active, max_active_cap, device >= 0 ? "GPU" : "CPU");
+            max_active, max_active_cap, any_gpu ? "GPU" : "CPU");
     max_active = max_active_cap;
   }
-  cosy_engine_config cfg;
-  cosy_engine_config_init(&cfg, sizeof cfg);
-  cfg.model_path = model;
-  cfg.device = device;
-  cfg.max_active = max_active;
-  if (mem_gb > 0) {
-    mem_fraction = fraction_of_gb(device, mem_gb);
-    if (!(mem_fraction > 0 && mem_fraction <= 1)) {
-      fprintf(stderr, "bench_w1: --memory-gb %g: not possible on device %d (fraction %g)\n", mem_gb,
-              device, (double)mem_fraction);
-      return 2;
-    }
-  }
-  if (mem_fraction > 0) {
-    cfg.gpu_memory_fraction = mem_fraction;
-    printf("bench_w1: gpu_memory_fraction %.4f%s\n", (double)mem_fraction,
-           mem_gb > 0 ? " (the --memory-gb budget)" : "");
-  }
-  /* W2 submits everything at once: room in the queue for what is not admitted yet */
-  if (w2_n - max_active > 1024) cfg.max_queued = w2_n - max_active;
-  cosy_engine *e;
+  cosy_engine *e[MAX_ENGINES];
+  cosy_voice *v[MAX_ENGINES];
+  gpu_mon mon[MAX_ENGINES];
   double t0 = now();
-  if (cosy_engine_create(&cfg, &e)) {
-    fprintf(stderr, "bench_w1: engine: %s\n", cosy_last_error());
-    return 1;
+  for (int k = 0; k < n_eng; k++) {
+    cosy_engine_config cfg;
+    cosy_engine_config_init(&cfg, sizeof cfg);
+    cfg.model_path = model;
+    cfg.device = devs[k];
+    cfg.max_active = max_active;
+    float frac = mem_fraction;
+    if (mem_gb > 0) {
+      frac = fraction_of_gb(devs[k], mem_gb);
+      if (!(frac > 0 && frac <= 1)) {
+        fprintf(stderr, "bench_w1: --memory-gb %g: not possible on device %d (fraction %g)\n", mem_gb,
+                devs[k], (double)frac);
+        return 2;
+      }
+    }
+    int same = 0; /* engines of this list on this GPU: they share its memory */
+    for (int j = 0; j < n_eng; j++) same += devs[j] == devs[k];
+    if (frac <= 0 && devs[k] >= 0 && same > 1) {
+      frac = 0.9f / (float)same;
+      printf("bench_w1: %d engines on device %d: gpu_memory_fraction %.4f each\n", same, devs[k],
+             (double)frac);
+    } else if (frac > 0 && (k == 0 || mem_gb > 0)) {
+      if (n_eng > 1)
+        printf("bench_w1: e%d gpu_memory_fraction %.4f%s\n", k, (double)frac,
+               mem_gb > 0 ? " (the --memory-gb budget)" : "");
+      else
+        printf("bench_w1: gpu_memory_fraction %.4f%s\n", (double)frac,
+               mem_gb > 0 ? " (the --memory-gb budget)" : "");
+    }
+    if (frac > 0) cfg.gpu_memory_fraction = frac;
+    /* W2 submits everything at once: room in the queue for what is not admitted yet */
+    const int w2_k = (w2_n + n_eng - 1) / n_eng;
+    if (w2_k - max_active > 1024) cfg.max_queued = w2_k - max_active;
+    if (cosy_engine_create(&cfg, &e[k])) {
+      if (n_eng == 1) fprintf(stderr, "bench_w1: engine: %s\n", cosy_last_error());
+      else fprintf(stderr, "bench_w1: engine e%d on device %d: %s\n", k, devs[k], cosy_last_error());
+      return 1;
+    }
   }
   double t_load = now() - t0;
   cosy_voice_features vf;
@@ -614,35 +750,45 @@ int main(int argc, char **argv) {
   vf.mel = mel;
   vf.n_mel_frames = frames;
   vf.speaker_embedding = spk;
-  cosy_voice *v;
-  if (cosy_voice_from_features(e, &vf, &v)) {
-    fprintf(stderr, "bench_w1: voice: %s\n", cosy_last_error());
-    return 1;
-  }
+  for (int k = 0; k < n_eng; k++) /* the same voice on every engine */
+    if (cosy_voice_from_features(e[k], &vf, &v[k])) {
+      fprintf(stderr, "bench_w1: voice: %s\n", cosy_last_error());
+      return 1;
+    }
   int warm_tokens = n_levels ? w1_tokens : w2_tokens;
-  printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %d tokens/request\n",
-         model, device, cosy_version_string(), t_load, vf.n_speech_tokens, warm_tokens);
-  const char *prof = getenv("COSY_GPU_PROFILE"); /* the test profile the engine serves with */
-  if (device >= 0 && prof && *prof) printf("bench_w1: COSY_GPU_PROFILE=%s\n", prof);
-  gpu_mon mon;
-  gpu_mon_open(&mon, device);
-  printf("engine max_active %d; ", max_active);
-  if (mon.ok)
-    printf("gpu util: NVML device %s, %.0f MiB, sampled every %d ms\n", mon.name,
-           (double)mon.mem_total / 1048576.0, SAMPLE_MS);
+  if (n_eng == 1)
+    printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %d tokens/request\n",
+           model, device, cosy_version_string(), t_load, vf.n_speech_tokens, warm_tokens);
   else
-    printf("gpu util: n/a (%s)\n", mon.why);
-  /* warm-up: first calls build CUDA graphs and plans; not measured */
-  for (int w = 0; w < warmup; w++) {
-    cosy_synth_params p;
-    cosy_synth_params_init(&p, sizeof p);
-    p.seed = 1;
-    p.min_tokens = p.max_tokens = warm_tokens;
-    float *wpcm;
-    int64_t np;
-    if (cosy_synthesize(e, v, texts[w % n_texts], &p, &wpcm, &np) == COSY_OK) cosy_free(wpcm);
+    printf("bench_w1: model %s, devices %s (%d engines), %s, load %.2f s (all engines), prompt %d "
+           "tokens, %d tokens/request\n",
+           model, dev_arg, n_eng, cosy_version_string(), t_load, vf.n_speech_tokens, warm_tokens);
+  const char *prof = getenv("COSY_GPU_PROFILE"); /* the test profile the engine serves with */
+  if (any_gpu && prof && *prof) printf("bench_w1: COSY_GPU_PROFILE=%s\n", prof);
+  for (int k = 0; k < n_eng; k++) {
+    gpu_mon_open(&mon[k], devs[k]);
+    if (n_eng == 1) printf("engine max_active %d; ", max_active);
+    else printf("engine e%d: device %d, max_active %d, clients (W2: requests) k %% %d == %d; ", k,
+                devs[k], max_active, n_eng, k);
+    if (mon[k].ok)
+      printf("gpu util: NVML device %s, %.0f MiB, sampled every %d ms\n", mon[k].name,
+             (double)mon[k].mem_total / 1048576.0, SAMPLE_MS);
+    else
+      printf("gpu util: n/a (%s)\n", mon[k].why);
   }
-  printf("%d warm-up requests done\n", warmup);
+  /* warm-up: first calls build CUDA graphs and plans; not measured */
+  for (int k = 0; k < n_eng; k++)
+    for (int w = 0; w < warmup; w++) {
+      cosy_synth_params p;
+      cosy_synth_params_init(&p, sizeof p);
+      p.seed = 1;
+      p.min_tokens = p.max_tokens = warm_tokens;
+      float *wpcm;
+      int64_t np;
+      if (cosy_synthesize(e[k], v[k], texts[w % n_texts], &p, &wpcm, &np) == COSY_OK) cosy_free(wpcm);
+    }
+  if (n_eng == 1) printf("%d warm-up requests done\n", warmup);
+  else printf("%d warm-up requests done on each engine\n", warmup);
   if (n_levels)
     printf("%5s %5s %9s %9s %8s %8s %7s %9s %9s %10s\n", "C", "reqs", "ttfb_p50", "ttfb_p95",
          "rtf_p50", "rtf_p95", "xRT", "underrun", "chars/s", "mem_MiB");
@@ -653,6 +799,7 @@ int main(int argc, char **argv) {
     memset(&sh, 0, sizeof sh);
     sh.e = e;
     sh.v = v;
+    sh.n_eng = n_eng;
     sh.texts = texts;
     sh.n_texts = n_texts;
     sh.tokens = w1_tokens;
@@ -663,11 +810,13 @@ int main(int argc, char **argv) {
     sh.res = (result *)calloc((size_t)total, sizeof *sh.res);
     pthread_mutex_init(&sh.mu, NULL);
     pthread_t *th = (pthread_t *)calloc((size_t)C, sizeof *th);
-    cosy_engine_stats st0;
-    cosy_engine_stats_init(&st0, sizeof st0);
-    cosy_engine_get_stats(e, &st0);
-    sampler smp;
-    sampler_start(&smp, &mon);
+    cosy_engine_stats st0[MAX_ENGINES], st[MAX_ENGINES];
+    sampler smp[MAX_ENGINES];
+    for (int k = 0; k < n_eng; k++) {
+      cosy_engine_stats_init(&st0[k], sizeof st0[k]);
+      cosy_engine_get_stats(e[k], &st0[k]);
+      sampler_start(&smp[k], &mon[k]);
+    }
     double w0 = now();
     int started = 0;
     for (int i = 0; i < C; i++) {
@@ -679,52 +828,60 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     double wall = now() - w0;
-    double *tt = (double *)calloc((size_t)total, sizeof *tt), *rt = (double *)calloc((size_t)total, sizeof *rt);
-    int ok = 0, under = 0;
-    long chars = 0;
-    double audio = 0, llm = 0, flow = 0, voc = 0;
-    for (int i = 0; i < total; i++) {
-      if (sh.res[i].st) continue;
-      tt[ok] = sh.res[i].ttfb;
-      rt[ok] = sh.res[i].rtf;
-      ok++;
-      under += sh.res[i].underruns > 0;
-      chars += sh.res[i].chars;
-      audio += sh.res[i].audio_s;
-      llm += sh.res[i].llm_s;
-      flow += sh.res[i].flow_s;
-      voc += sh.res[i].voc_s;
+    double mem_k[MAX_ENGINES], mem = 0, dev_bytes = 0, kv_bytes = 0;
+    for (int k = 0; k < n_eng; k++) {
+      cosy_engine_stats_init(&st[k], sizeof st[k]);
+      cosy_engine_get_stats(e[k], &st[k]);
+      mem_k[k] = (double)(st[k].device_bytes_total ? st[k].device_bytes_total : st[k].weights_bytes) / 1048576.0;
+      mem += mem_k[k];
+      dev_bytes += (double)st[k].device_bytes_total;
+      kv_bytes += (double)st[k].kv_bytes;
     }
-    cosy_engine_stats st;
-    cosy_engine_stats_init(&st, sizeof st);
-    cosy_engine_get_stats(e, &st);
-    double mem = (double)(st.device_bytes_total ? st.device_bytes_total : st.weights_bytes) / 1048576.0;
-    printf("%5d %5d %8.1fms %8.1fms %8.4f %8.4f %7.2f %9d %9.1f %10.0f\n", C, ok,
-           1e3 * pct(tt, ok, 0.5), 1e3 * pct(tt, ok, 0.95), pct(rt, ok, 0.5), pct(rt, ok, 0.95),
-           audio / wall, under, (double)chars / wall, mem);
+    /* the level's row (all engines), then one row per engine when there are several */
+    int ok, ok_k;
+    double sums[4], sums_k[4];
+    w1_row(sh.res, total, -1, C, NULL, wall, mem, &ok, sums);
+    for (int k = 0; n_eng > 1 && k < n_eng; k++) {
+      char label[16];
+      snprintf(label, sizeof label, "e%d", k);
+      w1_row(sh.res, total, k, C, label, wall, mem_k[k], &ok_k, sums_k);
+    }
     fflush(stdout);
     if (ok)
       printf("      per request (mean): llm %.1f ms, flow %.1f ms, vocoder %.1f ms, audio %.2f s; "
-             "engine holds %.0f MiB (KV %.0f MiB)\n",
-             1e3 * llm / ok, 1e3 * flow / ok, 1e3 * voc / ok, audio / ok,
-             (double)st.device_bytes_total / 1048576.0, (double)st.kv_bytes / 1048576.0);
+             "engine%s %.0f MiB (KV %.0f MiB)\n",
+             1e3 * sums[1] / ok, 1e3 * sums[2] / ok, 1e3 * sums[3] / ok, sums[0] / ok,
+             n_eng > 1 ? "s hold" : " holds", dev_bytes / 1048576.0, kv_bytes / 1048576.0);
     if (ok != total) {
       printf("      (%d of %d requests failed)\n", total - ok, total);
       g_failed += total - ok;
     }
-    print_batches(&st0, &st);
-    sampler_finish(&smp);
+    for (int k = 0; k < n_eng; k++) {
+      char label[16] = "";
+      if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+      print_batches(&st0[k], &st[k], label);
+    }
+    double util_sum = 0;
+    int util_n = 0;
+    for (int k = 0; k < n_eng; k++) {
+      char label[16] = "";
+      if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+      double u = sampler_finish(&smp[k], label);
+      if (u >= 0) util_sum += u, util_n++;
+    }
+    if (n_eng > 1 && util_n)
+      printf("      gpu util all: mean %.1f%% over %d engines\n", util_sum / util_n, util_n);
     fflush(stdout);
-    free(tt);
-    free(rt);
     free(th);
     free(sh.res);
     pthread_mutex_destroy(&sh.mu);
   }
-  if (w2_n) run_w2(e, v, texts, n_texts, w2_n, w2_tokens, &mon);
-  gpu_mon_close(&mon);
-  cosy_voice_release(v);
-  cosy_engine_destroy(e);
+  if (w2_n) run_w2(e, v, n_eng, texts, n_texts, w2_n, w2_tokens, mon);
+  for (int k = 0; k < n_eng; k++) {
+    gpu_mon_close(&mon[k]);
+    cosy_voice_release(v[k]);
+    cosy_engine_destroy(e[k]);
+  }
   cosy_free(mel);
   for (int i = 0; i < n_texts; i++) free(texts[i]);
   free(texts);

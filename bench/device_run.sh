@@ -4,8 +4,9 @@
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
-#                                        memory stress gputime fault sanitize longtext (default: build
-#                                        kernels stages engine bench frontend official)
+#                                        memory stress gputime fault sanitize longtext multi
+#                                        (default: build kernels stages engine bench frontend
+#                                        official)
 #
 # The GPUs people own (README "GPUs"), emulated on the big one through the test-only
 # COSY_GPU_PROFILE (lib/gpu/gpu.h: a100, ada, rtx5090, h100 = the device as it is):
@@ -41,6 +42,20 @@
 #               device call after a build made by an earlier call). Logs: san_<tool>_<run>.log; a line per run in the summary:
 #               "san <tool> <run>: N errors (rc)". SAN_TOOLS (default "memcheck racecheck
 #               initcheck synccheck") picks tools.
+#   multi       two GPUs (SKIP with fewer): the GPU parity tests on device 1 alone
+#               (CUDA_VISIBLE_DEVICES=1: test_kernels, test_gpu_llm/flow/hift with the full model,
+#               test_gpu_engine on the small model), test_gpu_engine's two-device test on both
+#               (device 1 == device 0 sample for sample; one engine per device serving at once ==
+#               each alone), W1 on the full model at C = 64 on device 0 and at C = 128 on
+#               `bench_w1 --device 0,1` (one engine per GPU, 64 clients each), then
+#               bench/serve_device_run.sh's multi step (HTTP: one server process per GPU, clients
+#               spread over them; Triton: one instance per GPU; both at C = 128 against one GPU;
+#               MULTI_SERVE=0 skips it, MULTI_SERVE_S (270) limits it; it needs the wheels that
+#               script names). Summary line:
+#               "multi: xRT 2 GPUs C=128 / 1 GPU C=64 = R (target >= 1.9) ...; TTFB p95 ...".
+#               Estimated (not yet timed): about 4 minutes without the serving part, at most 9 with
+#               it, after a build in an earlier call.
+#               Logs: multi_*.log, serve/
 # e.g. bash bench/device_run.sh build prof_tests    (PROFILES="ada" for one profile)
 #      bash bench/device_run.sh prof_w1 memory       (after a build in the same checkout)
 #
@@ -231,6 +246,45 @@ if [[ " $STEPS " == *" memory "* ]]; then
       --max-active $ma --concurrency 1 "${W1_ARGS[@]}"
   done
 fi
+if [[ " $STEPS " == *" multi "* ]]; then # not in the default steps: bash bench/device_run.sh build multi
+  n_gpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [ "$n_gpu" -lt 2 ]; then
+    note "multi: SKIP ($n_gpu GPU(s) visible; two are needed)"
+  else
+    nvidia-smi -L > "$OUT/multi_gpus.txt" 2>&1
+    # device 1 on its own: the parity tests against the CPU reference and the golden data
+    CUDA_VISIBLE_DEVICES=1 run multi_dev1_test_kernels ./$B/tests/test_kernels
+    for t in llm flow hift; do
+      CUDA_VISIBLE_DEVICES=1 COSY_FULL_MODEL=$PWD/$FULL run multi_dev1_test_gpu_$t ./$B/tests/test_gpu_$t
+    done
+    CUDA_VISIBLE_DEVICES=1 run multi_dev1_test_gpu_engine ./$B/tests/test_gpu_engine
+    # both: device 1 == device 0, and one engine per device serving at once == each alone
+    COSY_TEST_FILTER=test_two_devices run multi_test_two_devices ./$B/tests/test_gpu_engine
+    L=$OUT/multi_test_two_devices.log
+    note "multi two devices: $(grep -cE 'diff( to alone)? 0 \(must be 0\)' "$L") of $(grep -c 'must be 0' "$L") comparisons exact (6 expected)$(grep -m1 -oE 'SKIP.*|different GPUs.*' "$L" | sed 's/^/; /')"
+    # W1: one GPU at C = 64 against two at C = 128 (one engine per GPU, 64 clients each)
+    run multi_w1_c64_1gpu ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 64 "${W1_ARGS[@]}"
+    run multi_w1_c128_2gpu ./$B/bench/bench_w1 -m "$FULL" --device 0,1 --concurrency 128 "${W1_ARGS[@]}"
+    # the level's row (C xRT ttfb_p95) of each; then the verdict
+    r1=$(awk '$1 == 64 && $4 ~ /ms$/ { print $7, $4; exit }' "$OUT/multi_w1_c64_1gpu.log")
+    r2=$(awk '$1 == 128 && $4 ~ /ms$/ { print $7, $4; exit }' "$OUT/multi_w1_c128_2gpu.log")
+    note "multi W1 1 GPU  C=64 : $(grep -A1 -E '^ +C +' "$OUT/multi_w1_c64_1gpu.log" | tail -1)"
+    note "multi W1 2 GPUs C=128: $(grep -A3 -E '^ +C +' "$OUT/multi_w1_c128_2gpu.log" | tail -3 | tr -s ' ' | paste -sd'|')"
+    note "multi $(grep -E 'gpu util (e[01]|all):' "$OUT/multi_w1_c128_2gpu.log" | sed -E 's/ +/ /g; s/ \(.*//' | paste -sd';')"
+    note "$(awk -v a="$r1" -v b="$r2" 'BEGIN {
+      split(a, x, " "); split(b, y, " "); sub(/ms$/, "", x[2]); sub(/ms$/, "", y[2]);
+      if (x[1] == "" || y[1] == "" || x[1] <= 0) { print "multi: no W1 rows to compare (see multi_w1_*.log)"; exit }
+      r = y[1] / x[1];
+      printf "multi: xRT 2 GPUs C=128 %.2f / 1 GPU C=64 %.2f = %.2fx (target >= 1.9: %s); TTFB p95 %.1f ms vs %.1f ms (target no worse, 5%% margin: %s)",
+        y[1], x[1], r, (r >= 1.9) ? "PASS" : "FAIL", y[2], x[2], (y[2] <= 1.05 * x[2]) ? "PASS" : "FAIL" }')"
+    if [ "${MULTI_SERVE:-1}" != 0 ]; then
+      # cut at MULTI_SERVE_S (default 270) seconds so that the step fits one 10-minute call
+      OUT=$OUT NO_INPROC=1 run multi_serve timeout -k 10 "${MULTI_SERVE_S:-270}" \
+        bash bench/serve_device_run.sh "$FULL" multi
+      [ -f "$OUT/serve/summary.txt" ] && sed 's/^/  serve: /' "$OUT/serve/summary.txt" | tee -a "$SUMMARY"
+    fi
+  fi
+fi
 if [[ " $STEPS " == *" sched "* ]]; then
   # the scheduler under a burst and under a ramp, with a trace of every backend call
   # (COSY_SCHED_TRACE) and, where nsys exists, the per-kernel GPU time of a C = 64 burst;
@@ -350,6 +404,9 @@ done
 [ -f "$OUT/ncu_summary.txt" ] && { echo "--- ncu_summary.txt"; head -30 "$OUT/ncu_summary.txt"; }
 [ -f "$OUT/hift_cudnn.log" ] && { echo "--- hift_cudnn.log"; grep -E "cuDNN|Error" "$OUT/hift_cudnn.log"; grep -h "TIMING gpu_hift_infer" "$OUT"/test_gpu_hift.log 2>/dev/null; }
 for f in "$OUT"/bench_*.log "$OUT"/official.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -14 "$f"; }; done
+for f in "$OUT"/multi_*test*.log; do
+  [ -f "$f" ] && echo "--- $(basename "$f"): $(grep -cE 'FAIL' "$f") FAIL lines"
+done
 for f in "$OUT"/prof_*_test_*.log "$OUT"/mem_test_*.log; do
   [ -f "$f" ] || continue
   echo "--- $(basename "$f"): $(grep -cE 'FAIL' "$f") FAIL lines, $(grep -cE 'cudaErrorInvalidValue|invalid argument' "$f") invalid-argument lines"

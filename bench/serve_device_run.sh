@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # W1 through the serving layers on a GPU machine without network, beside bench_w1 of the same
 # build: in process (bench_w1), through the HTTP server (examples/server) and through Triton's
-# gRPC streaming (serving/triton), at C = 1 and C = 64; then Triton on two GPUs against one at
-# C = 128 when two are visible. Logs go to $OUT (or build/dev/out/serve); a table is printed last.
+# gRPC streaming (serving/triton), at C = 1 and C = 64; then, when two GPUs are visible (multi),
+# the HTTP server as one process per GPU (GPU 0 alone at C = 64, GPUs 0 and 1 at C = 128, the
+# clients spread over the two: bench/serve_multi_w1.py) and Triton on two GPUs against one at
+# C = 128. Logs go to $OUT (or build/dev/out/serve); a table is printed last.
 #
 #   bash bench/serve_device_run.sh MODEL.gguf [http] [triton] [multi]    (default: all three)
 #
@@ -121,8 +123,30 @@ if [[ " $STEPS " == *" triton "* ]]; then
   triton_run one 0 1,64
 fi
 if [[ " $STEPS " == *" multi "* ]]; then
-  n=$(nvidia-smi -L 2>/dev/null | wc -l)
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
   if [ "$n" -ge 2 ]; then
+    # HTTP: one server process per GPU (examples/server/README.md), started together
+    echo "== HTTP, one server process per GPU: GPU 0 at C = 64, then GPUs 0 and 1 at C = 128" \
+      "(client k on server k % 2)" | tee -a "$SUMMARY"
+    SRVS=()
+    for g in 0 1; do
+      CUDA_VISIBLE_DEVICES=$g "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" \
+        --device 0 --max-active 256 --host 127.0.0.1 --port $((18010 + g)) --log-level warning \
+        > "$OUT/http_gpu$g.server.log" 2>&1 &
+      SRVS+=($!)
+    done
+    if wait_port 127.0.0.1:18010 300 "${SRVS[0]}" && wait_port 127.0.0.1:18011 300 "${SRVS[1]}"; then
+      "$PY" bench/serve_multi_w1.py http --url http://127.0.0.1:18010 --concurrency 64 $W1 \
+        > "$OUT/http_c64_1gpu.log" 2>&1
+      grep -E "^ +[0-9]+ |failed" "$OUT/http_c64_1gpu.log" | sed 's/^/1 GPU  /' | tee -a "$SUMMARY"
+      "$PY" bench/serve_multi_w1.py http --url http://127.0.0.1:18010,http://127.0.0.1:18011 \
+        --concurrency 128 $W1 > "$OUT/http_c128_2gpu.log" 2>&1
+      grep -E "^ +[0-9]+ |failed" "$OUT/http_c128_2gpu.log" | sed 's/^/2 GPUs /' | tee -a "$SUMMARY"
+      awk 'FNR == 1 { f++ } $1 ~ /^[0-9]+$/ && $4 ~ /ms$/ { x[f] = $7; t[f] = $4 }
+        END { if (x[1] > 0 && x[2] != "") printf "http multi: xRT 2 GPUs C=128 / 1 GPU C=64 = %.2fx; TTFB p95 %s vs %s\n", x[2] / x[1], t[2], t[1] }' \
+        "$OUT/http_c64_1gpu.log" "$OUT/http_c128_2gpu.log" | tee -a "$SUMMARY"
+    else echo "http servers did not start (see http_gpu*.server.log)" | tee -a "$SUMMARY"; fi
+    kill "${SRVS[@]}"; wait "${SRVS[@]}" 2>/dev/null
     echo "== Triton, C = 128: one GPU, then two (one instance, one engine, per GPU)" | tee -a "$SUMMARY"
     triton_run c128-1gpu 0 128
     triton_run c128-2gpu 0,1 128

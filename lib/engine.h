@@ -147,6 +147,12 @@ typedef struct cosy_backend {
   cosy_status (*voice_features)(struct cosy_engine *e, const float *logmel, int T_lm,
                                 const float *fbank, int T_fb, int32_t **tokens,
                                 int32_t *n_tokens, float *spk);
+  /* Optional (NULL: nothing to do): called first on each of the scheduler's threads (the LLM
+   * thread and the token-to-wave thread), which make every later backend call of the engine
+   * except create, destroy and stats. The GPU backend makes the engine's device the thread's
+   * current CUDA device there: a thread starts on device 0, and an engine on device 1 would
+   * otherwise launch its kernels from a thread whose current device is not its streams'. */
+  void (*thread_enter)(struct cosy_engine *e);
 } cosy_backend;
 
 /* flow_job_take (lib/backend_cpu.c, shared by the backends): copy the job's frames out of a

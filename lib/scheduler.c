@@ -816,6 +816,7 @@ static void admit(cosy_engine *e) {
 static void *llm_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
+  if (e->be->thread_enter) e->be->thread_enter(e);
 #ifdef _OPENMP
   if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
 #endif
@@ -1209,6 +1210,7 @@ cosy_status sched_run_on_t2w(cosy_engine *e, cosy_status (*fn)(cosy_engine *, vo
 static void *t2w_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
+  if (e->be->thread_enter) e->be->thread_enter(e);
 #ifdef _OPENMP
   if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
 #endif

@@ -9,6 +9,12 @@
  *     and it speaks; COSY_GPU_BUDGETS_GB="24 32" (default) picks the budgets;
  *   - two engines in one process on device 0 serving one request each at the same time: each
  *     gives the audio of one engine alone, sample for sample;
+ *   - two GPUs (SKIP unless two CUDA devices are visible): a request on device 1 gives the audio
+ *     of the same request (same seed) on device 0, sample for sample, when the two are the same
+ *     GPU model (name and compute capability; otherwise the difference is printed); and two
+ *     engines, one per device, serving one request each at the same time give each the audio of
+ *     its engine alone (the scheduler's threads run on their engine's device; the engine on
+ *     device 0 is destroyed while the calling thread's current device is 1);
  *   - a GPU below compute capability 8.0 (the test profile t4, COSY_GPU_PROFILE) is refused at
  *     create with COSY_ERR_UNSUPPORTED naming the capability; an unknown profile name is
  *     COSY_ERR_INVALID_ARG;
@@ -511,6 +517,92 @@ static void test_two_engines(void **state) {
   assert_true(ok);
 }
 
+/* Two GPUs: parity of device 1 with device 0, and one engine per device serving at once (the
+ * header's list). Each engine takes 0.4 of its device. */
+static void test_two_devices(void **state) {
+  (void)state;
+  int n_dev = 0;
+  TU_REQUIRE(cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev >= 2,
+             "fewer than two CUDA devices visible (%d): two-device test skipped", n_dev);
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model");
+  struct cudaDeviceProp pr[2];
+  for (int d = 0; d < 2; d++)
+    if (cudaGetDeviceProperties(&pr[d], d) != cudaSuccess) fail_msg("cudaGetDeviceProperties(%d)", d);
+  const int same = !strcmp(pr[0].name, pr[1].name) && pr[0].major == pr[1].major &&
+                   pr[0].minor == pr[1].minor;
+  print_message("device 0: %s (%d.%d), device 1: %s (%d.%d)%s\n", pr[0].name, pr[0].major,
+                pr[0].minor, pr[1].name, pr[1].major, pr[1].minor,
+                same ? "" : ": different GPUs, device parity printed, not required");
+  cosy_engine_config c[2];
+  for (int d = 0; d < 2; d++) {
+    cosy_engine_config_init(&c[d], sizeof c[d]);
+    c[d].model_path = m;
+    c[d].device = d;
+    c[d].gpu_memory_fraction = 0.4f;
+    c[d].max_active = 16;
+  }
+  cosy_synth_params p[2];
+  for (int i = 0; i < 2; i++) {
+    cosy_synth_params_init(&p[i], sizeof p[i]);
+    p[i].seed = 31 + (uint64_t)i;
+    p[i].min_tokens = p[i].max_tokens = 112 + 30 * i;
+  }
+  /* alone[d][i]: request i alone on a fresh engine of device d */
+  int64_t n_alone[2][2];
+  float *alone[2][2];
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < 2; i++) alone[d][i] = synth_fresh(&c[d], 0, &p[i], &n_alone[d][i]);
+  int ok = 1;
+  for (int i = 0; i < 2; i++) {
+    const double d = n_alone[1][i] == n_alone[0][i]
+                         ? tu_max_abs_diff(alone[1][i], alone[0][i], (size_t)n_alone[0][i])
+                         : INFINITY;
+    print_message("request %d: device 1 %lld samples, device 0 %lld, max abs diff %.3g%s\n", i,
+                  (long long)n_alone[1][i], (long long)n_alone[0][i], d,
+                  same ? " (must be 0)" : "");
+    if (same) ok &= d == 0.0;
+  }
+  /* one engine per device, created in order (the calling thread ends on device 1) */
+  cosy_engine *e[2] = {NULL, NULL};
+  cosy_voice *v[2];
+  for (int d = 0; d < 2; d++) {
+    if (cosy_engine_create(&c[d], &e[d])) fail_msg("engine on device %d: %s", d, cosy_last_error());
+    v[d] = make_voice(e[d]);
+  }
+  /* two rounds: request d on device d, then swapped (request 1 - d on device d) */
+  for (int round = 0; round < 2; round++) {
+    pushbuf b[2];
+    cosy_request *r[2];
+    memset(b, 0, sizeof b);
+    for (int d = 0; d < 2; d++)
+      assert_int_equal(cosy_request_submit(e[d], v[d], TEXT, &p[round ? 1 - d : d], on_chunk, &b[d],
+                                           &r[d]), COSY_OK);
+    for (int d = 0; d < 2; d++) {
+      assert_int_equal(cosy_request_wait(r[d], -1), COSY_OK);
+      cosy_request_release(r[d]);
+    }
+    for (int d = 0; d < 2; d++) {
+      const int i = round ? 1 - d : d;
+      const double diff = b[d].n == n_alone[d][i]
+                              ? tu_max_abs_diff(b[d].pcm, alone[d][i], (size_t)b[d].n)
+                              : INFINITY;
+      print_message("round %d: request %d on device %d while device %d serves the other: %lld "
+                    "samples (alone %lld), max abs diff to alone %.3g (must be 0)\n",
+                    round, i, d, 1 - d, (long long)b[d].n, (long long)n_alone[d][i], diff);
+      ok &= diff == 0.0;
+      free(b[d].pcm);
+    }
+  }
+  for (int d = 0; d < 2; d++) { /* device 0's engine first: the caller is on device 1 */
+    cosy_voice_release(v[d]);
+    cosy_engine_destroy(e[d]);
+  }
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < 2; i++) cosy_free(alone[d][i]);
+  assert_true(ok);
+}
+
 /* create under the test profile `prof` (the caller's COSY_GPU_PROFILE is put back) */
 /* one text-streamed request; how: 0 one piece, 1 word by word with pauses, 2 byte by byte */
 static float *stream_text(cosy_engine *e, cosy_voice *v, int how, int64_t *n_out) {
@@ -648,6 +740,7 @@ int main(void) {
       cmocka_unit_test(test_memory_fraction),
       cmocka_unit_test(test_memory_budgets),
       cmocka_unit_test(test_two_engines),
+      cmocka_unit_test(test_two_devices),
       cmocka_unit_test(test_gpu_synthesis),
       cmocka_unit_test(test_gpu_text_stream),
   };

@@ -71,6 +71,8 @@ typedef struct gpu_state {
 static void gb_destroy(cosy_engine *e) {
   gpu_state *s = ST(e);
   if (!s) return;
+  /* the caller's thread may be on another device (another engine's): free on this one's */
+  if (s->g) cudaSetDevice(s->g->device);
   gpu_fe_free(s->fe);
   gpu_hift_free(s->hift);
   gpu_flow_free(s->flow);
@@ -543,6 +545,17 @@ static cosy_status gb_voice_features(cosy_engine *e, const float *logmel, int T_
   return gpu_fe_run(s->fe, logmel, T_lm, fbank, T_fb, tokens, n_tokens, spk);
 }
 
+/* the scheduler's threads (lib/engine.h): the engine's device current on them. Not a checked
+ * operation (cosy_gpu_check): the injected-failure count (COSY_CUDA_FAULT) stays that of the
+ * stages; a failure here makes the first launch on this thread fail, with its own status. */
+static void gb_thread_enter(cosy_engine *e) {
+  gpu_state *s = ST(e);
+  cudaError_t err = cudaSetDevice(s->g->device);
+  if (err != cudaSuccess)
+    engine_log(e, COSY_LOG_ERROR, "GPU %d: cudaSetDevice on a scheduler thread: %s", s->g->device,
+               cudaGetErrorString(err));
+}
+
 const cosy_backend cosy_backend_gpu = {
     .name = "gpu",
     .create = gb_create,
@@ -561,6 +574,7 @@ const cosy_backend cosy_backend_gpu = {
     .voc_close = gb_voc_close,
     .vocode = gb_vocode,
     .voice_features = gb_voice_features,
+    .thread_enter = gb_thread_enter,
 };
 
 #else /* the GPU stages are not in this build */

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# check_bench_multi.sh - bench_w1 with a list of devices (one engine per entry, clients spread
+# over them), on the CPU: `--device -1,-1` runs two CPU engines with the small model. Run by `make
+# test-bench` (part of `make test`), which passes B and TEST_MODEL; a few seconds.
+#   - two engines: exit 0, the level's row over all requests (4), one row per engine (e0, e1:
+#     2 requests each, clients k % 2), batch and util lines per engine, W2 spread alike;
+#   - one device (`--device -1`) prints no engine rows: the output of one device is unchanged.
+# SKIP without the test model (../shared/golden/small).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${B:-build}
+TEST_MODEL=${TEST_MODEL:-$B/test/small-f32.gguf}
+BW=$B/bench/bench_w1
+if [ ! -f "$TEST_MODEL" ]; then
+  echo "SKIP: check_bench_multi: no test model $TEST_MODEL"
+  exit 0
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cosy-bench-multi-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+printf 'Hello there, this is a test.\nThe quick brown fox jumps over the lazy dog.\n' > "$tmp/texts.txt"
+"${PYTHON:-python3}" - "$tmp/prompt.wav" <<'PYEOF'
+import math, struct, sys, wave
+w = wave.open(sys.argv[1], "wb")
+w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000)
+w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 220 * i / 16000) *
+                                             math.sin(math.pi * i / 32000))) for i in range(32000)))
+w.close()
+PYEOF
+ARGS=(-m "$TEST_MODEL" --tokens 20 --warmup 1 --texts "$tmp/texts.txt" --prompt-wav "$tmp/prompt.wav")
+fail=0
+bad() { echo "FAIL: check_bench_multi: $*"; fail=1; }
+
+if ! "$BW" "${ARGS[@]}" --device -1,-1 --concurrency 2 --requests 4 --offline 4 > "$tmp/two.log" 2>&1; then
+  cat "$tmp/two.log"; bad "bench_w1 --device -1,-1 failed"
+fi
+row() { awk -v k="$1" '$1 == k { print $2; exit }' "$tmp/$2"; }
+[ "$(row 2 two.log)" = 4 ] || bad "two engines: the level's row does not count 4 requests"
+[ "$(row e0 two.log)" = 2 ] || bad "two engines: e0 did not serve 2 requests"
+[ "$(row e1 two.log)" = 2 ] || bad "two engines: e1 did not serve 2 requests"
+grep -q "devices -1,-1 (2 engines)" "$tmp/two.log" || bad "two engines: no devices line"
+[ "$(grep -c -E '^ +batches e[01]:' "$tmp/two.log")" = 4 ] || bad "two engines: batch lines per engine (W1 and W2)"
+[ "$(grep -c -E '^ +gpu util e[01]:' "$tmp/two.log")" = 4 ] || bad "two engines: util lines per engine"
+[ "$(grep -c -E '^ +e[01]: 2 requests' "$tmp/two.log")" = 2 ] || bad "two engines: W2 not spread 2 + 2"
+grep -q "requests failed" "$tmp/two.log" && bad "two engines: requests failed"
+
+if ! "$BW" "${ARGS[@]}" --device -1 --concurrency 2 --requests 4 > "$tmp/one.log" 2>&1; then
+  cat "$tmp/one.log"; bad "bench_w1 --device -1 failed"
+fi
+[ "$(row 2 one.log)" = 4 ] || bad "one engine: the level's row does not count 4 requests"
+grep -q -E '^ +e[0-9]|engines|batches e|gpu util e' "$tmp/one.log" && bad "one engine: engine rows printed"
+grep -q "device -1, " "$tmp/one.log" || bad "one engine: the model line changed"
+
+if [ $fail = 0 ]; then
+  echo "check_bench_multi: two CPU engines (--device -1,-1): rows per engine and in all; one device unchanged"
+else
+  echo "--- two engines"; cat "$tmp/two.log"; echo "--- one engine"; cat "$tmp/one.log"
+fi
+exit $fail
