@@ -6,7 +6,9 @@
 # clients spread over the two: bench/serve_multi_w1.py) and Triton on two GPUs against one at
 # C = 128. Logs go to $OUT (or build/dev/out/serve); a table is printed last.
 #
-#   bash bench/serve_device_run.sh MODEL.gguf [http] [triton] [multi]    (default: all three)
+#   bash bench/serve_device_run.sh MODEL.gguf [http] [triton] [multi] [standin]
+#   (default: http triton multi; standin: bench/serve_overhead.py, the serving path alone on a
+#   stand-in engine, no GPU)
 #
 # What it expects besides what bench/device_run.sh expects (its build step has run: build/dev):
 #   .dev/wheels/   wheels of the device's Python for the servers and clients, installed with
@@ -15,18 +17,21 @@
 #     pip download --only-binary=:all: --no-deps --python-version X.Y --platform manylinux2014_x86_64 \
 #       --platform manylinux_2_17_x86_64 --platform manylinux_2_35_x86_64 -d .dev/wheels \
 #       fastapi starlette pydantic pydantic-core typing-extensions typing-inspection \
-#       annotated-types anyio sniffio idna uvicorn h11 click httpx httpcore certifi \
-#       tritonclient grpcio protobuf python-rapidjson packaging nvidia-pytriton
+#       annotated-types anyio sniffio idna uvicorn h11 httptools uvloop click httpx httpcore \
+#       certifi tritonclient grpcio protobuf python-rapidjson packaging nvidia-pytriton
+#   (httptools and uvloop: uvicorn takes them when installed; on the stand-in engine they cut
+#   the server's TTFB overhead at C = 64 by about 10 ms, bench/RESULTS.md)
 #   (nvidia-pytriton alone is about 55 MB: with a 64 MiB carry, put it in .dev/wheels_pt and
 #   send it in a call of its own after the others are installed: the venv stays on the warm
 #   machine. Recent fastapi needs opentelemetry-api: download with dependencies, e.g.
 #   pip download --only-binary=:all: --python-version X.Y --platform ... -d .dev/wheels \
-#     fastapi uvicorn httpx 'tritonclient[grpc]' python-rapidjson   (then drop numpy's wheel))
+#     fastapi uvicorn httptools uvloop httpx 'tritonclient[grpc]' python-rapidjson   (then drop
+#   numpy's wheel))
 # The voice is bench_w1's own (bench/serve_w1.py make-voice), so all three rows say the same.
 set -u
 cd "$(dirname "$0")/.."
 export LC_ALL=C PYTHONUNBUFFERED=1
-MODEL=${1:?usage: serve_device_run.sh MODEL.gguf [http] [triton] [multi]}
+MODEL=${1:?usage: serve_device_run.sh MODEL.gguf [http] [triton] [multi] [standin]}
 shift
 STEPS=${*:-http triton multi}
 OUT=${OUT:-build/dev/out}/serve
@@ -91,16 +96,31 @@ if [ -z "${NO_INPROC:-}" ]; then # NO_INPROC=1: a later call of the same build s
 fi
 
 if [[ " $STEPS " == *" http "* ]]; then
-  echo "== HTTP server (examples/server), device 0" | tee -a "$SUMMARY"
-  "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" --device 0 --max-active 256 \
+  # the engine as bench_w1 makes it (max_active = the largest level, 64), so the rows differ by
+  # the serving path only; the client: serve_w1.py's default (one asyncio loop, raw HTTP/1.1)
+  "$PY" -c 'import httptools, uvloop' 2>/dev/null && HTTP_STACK="httptools + uvloop" \
+    || HTTP_STACK="h11 + asyncio (no httptools/uvloop wheels)"
+  echo "== HTTP server (examples/server, $HTTP_STACK), device 0" | tee -a "$SUMMARY"
+  "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" --device 0 --max-active 64 \
     --host 127.0.0.1 --port 18000 --log-level warning > "$OUT/http_server.log" 2>&1 &
   SRV=$!
   if wait_port 127.0.0.1:18000 300 $SRV; then
     "$PY" bench/serve_w1.py http --url http://127.0.0.1:18000 --concurrency 1,64 $W1 \
       > "$OUT/http.log" 2>&1
     grep -E "^ +(C|[0-9]+) |failed" "$OUT/http.log" | tee -a "$SUMMARY"
+    echo "-- the same server, serve_w1.py --client threads (C threads with httpx each)" | tee -a "$SUMMARY"
+    "$PY" bench/serve_w1.py http --client threads --url http://127.0.0.1:18000 --concurrency 1,64 \
+      $W1 > "$OUT/http_threads.log" 2>&1
+    grep -E "^ +[0-9]+ |failed" "$OUT/http_threads.log" | tee -a "$SUMMARY"
   else echo "http server did not start (see http_server.log)" | tee -a "$SUMMARY"; fi
   kill "$SRV"; wait "$SRV" 2>/dev/null
+fi
+
+if [[ " $STEPS " == *" standin "* ]]; then # not in the default steps: no GPU, seconds
+  echo "== the serving path on a stand-in engine (bench/serve_overhead.py, this machine's CPUs)" \
+    | tee -a "$SUMMARY"
+  "$PY" bench/serve_overhead.py --concurrency 1,64 > "$OUT/standin.log" 2>&1
+  sed -n '/== overhead/,$p' "$OUT/standin.log" | tee -a "$SUMMARY"
 fi
 
 triton_run() { # name, CUDA_VISIBLE_DEVICES, concurrency

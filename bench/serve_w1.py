@@ -34,8 +34,13 @@ bench_w1 takes them (the ceil(q n)-th smallest).
 
 The HTTP client asks for response_format pcm (16-bit mono at 24 kHz) with stream_format audio, so
 each piece the socket delivers counts as arrived audio; Triton's responses are float32 chunks.
-Only httpx (http) or tritonclient[grpc] (triton) and numpy are needed, and no network but the
-loopback to the server.
+HTTP clients (--client): async (default) runs the C request loops as tasks of one asyncio event
+loop over raw keep-alive HTTP/1.1 connections; threads runs C threads with an httpx client each.
+At C = 64 the threads client itself adds tens of ms of TTFB (64 Python threads taking turns on
+the GIL; bench/serve_overhead.py measures both on a stand-in engine, bench/RESULTS.md). Every
+client (connection) is made before a level's clock starts, as bench_w1 makes its engine and voice
+first. Only httpx (http) or tritonclient[grpc] (triton) and numpy are needed, and no network but
+the loopback to the server.
 """
 import argparse
 import math
@@ -80,12 +85,21 @@ class Track:
 
 
 # ---- clients -----------------------------------------------------------------------------------
+_SSL = []
+
+
 class HttpClient:
     rate = 24000
 
     def __init__(self, url, voice, model):
+        import ssl
+
         import httpx
-        self.c = httpx.Client(base_url=url, timeout=600)
+        # one TLS context for every client: httpx.Client() otherwise builds its own (loading the
+        # CA bundle, ~10-20 ms holding the GIL), unused over plain http
+        if not _SSL:
+            _SSL.append(ssl.create_default_context())
+        self.c = httpx.Client(base_url=url, timeout=600, verify=_SSL[0])
         self.voice, self.model = voice, model
 
     def run(self, text, seed, tokens):
@@ -105,6 +119,86 @@ class HttpClient:
 
     def close(self):
         self.c.close()
+
+
+def level_async(url, voice, model, texts, C, total, tokens, first_index):
+    """level() with one asyncio event loop on this thread instead of C threads: C tasks, each
+    with its own keep-alive HTTP/1.1 connection (opened before the clock starts), writing the
+    request and reading the chunked pcm response straight off the socket (no HTTP library), so
+    the client's own cost per piece is a few microseconds."""
+    import asyncio
+    import json
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    host, port = u.hostname, u.port or 80
+
+    async def request(rd, wr, text, seed):
+        body = json.dumps({"model": model, "voice": voice, "input": text,
+                           "response_format": "pcm", "seed": seed, "min_tokens": tokens,
+                           "max_tokens": tokens}).encode()
+        tr = Track(HttpClient.rate)
+        wr.write(f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                 .encode() + body)
+        status = (await rd.readline()).split(b" ", 2)
+        headers = {}
+        while True:
+            line = await rd.readline()
+            if line in (b"\r\n", b""):
+                break
+            k, _, v = line.decode("latin-1").partition(":")
+            headers[k.strip().lower()] = v.strip()
+        if len(status) < 2 or status[1] != b"200":
+            raise RuntimeError(f"HTTP {status[1:2]}")
+        if headers.get("transfer-encoding", "").lower() != "chunked":
+            raise RuntimeError("expected a chunked response")
+        odd = 0
+        while True:
+            size = int((await rd.readline()).split(b";")[0], 16)
+            if size == 0:
+                await rd.readline()
+                return tr
+            left = size
+            while left:   # each piece as the socket delivers it
+                piece = await rd.read(min(left, 1 << 16))
+                if not piece:
+                    raise RuntimeError("connection closed mid-response")
+                left -= len(piece)
+                n = (len(piece) + odd) // 2
+                odd = (len(piece) + odd) % 2
+                tr.arrived(n)
+            await rd.readexactly(2)
+
+    async def main():
+        results, errors = [None] * total, []
+        nxt = [0]
+        conns = [await asyncio.open_connection(host, port) for _ in range(C)]
+
+        async def worker(rd, wr):
+            while True:
+                i = nxt[0]
+                nxt[0] += 1
+                if i >= total:
+                    return
+                text = texts[(first_index + i) % len(texts)]
+                try:
+                    results[i] = (await request(rd, wr, text, 1000 + first_index + i),
+                                  len(text.encode()))
+                except Exception as e:   # noqa: BLE001 - counted; the connection is dropped
+                    errors.append(str(e))
+                    wr.close()
+                    rd, wr = await asyncio.open_connection(host, port)
+
+        w0 = time.monotonic()
+        await asyncio.gather(*(worker(rd, wr) for rd, wr in conns))
+        wall = time.monotonic() - w0
+        for _, wr in conns:
+            wr.close()
+        return results, errors, wall
+
+    results, errors, wall = asyncio.run(main())
+    return summarize(C, total, results, errors, wall)
 
 
 class TritonClient:
@@ -154,10 +248,13 @@ class TritonClient:
 
 # ---- the workload ------------------------------------------------------------------------------
 def level(make_client, texts, C, total, tokens, first_index):
+    """One level: C threads, each with its own client made before the clock starts (as bench_w1
+    makes its engine and voice first), then a closed loop over the total requests."""
     results = [None] * total
     errors = []
     nxt = [0]
     lock = threading.Lock()
+    ready = threading.Barrier(C + 1)
 
     def worker():
         try:
@@ -165,8 +262,13 @@ def level(make_client, texts, C, total, tokens, first_index):
         except Exception as e:   # noqa: BLE001 - reported below
             with lock:
                 errors.append(f"client: {e}")
+            ready.abort()
             return
         try:
+            try:
+                ready.wait()
+            except threading.BrokenBarrierError:   # another client failed: reported below
+                return
             while True:
                 with lock:
                     i = nxt[0]
@@ -183,13 +285,22 @@ def level(make_client, texts, C, total, tokens, first_index):
         finally:
             cl.close()
 
-    w0 = time.monotonic()
     ths = [threading.Thread(target=worker) for _ in range(C)]
     for t in ths:
         t.start()
+    try:
+        ready.wait()
+    except threading.BrokenBarrierError:
+        pass
+    w0 = time.monotonic()
     for t in ths:
         t.join()
     wall = time.monotonic() - w0
+    return summarize(C, total, results, errors, wall)
+
+
+def summarize(C, total, results, errors, wall):
+    """Print a level's row; (no request failed, the row's numbers)."""
     ok = [r for r in results if r is not None and r[0].samples > 0]
     tt = [r[0].t_first - r[0].t_send for r in ok]
     audio = [r[0].samples / r[0].rate for r in ok]
@@ -202,7 +313,10 @@ def level(make_client, texts, C, total, tokens, first_index):
     if errors:
         print(f"      ({len(errors)} of {total} requests failed; first: {errors[0][:300]})",
               flush=True)
-    return len(errors) == 0
+    return len(errors) == 0, {"C": C, "reqs": len(ok), "ttfb_p50": pct(tt, 0.5),
+                              "ttfb_p95": pct(tt, 0.95), "rtf_p50": pct(rt, 0.5),
+                              "rtf_p95": pct(rt, 0.95), "xrt": sum(audio) / wall,
+                              "underruns": under, "wall": wall}
 
 
 def run_bench(a):
@@ -220,7 +334,7 @@ def run_bench(a):
         return cls(a.url, a.voice, model)
 
     print(f"serve_w1: {a.mode} {a.url}, voice {a.voice}, {a.tokens} tokens/request, "
-          f"texts {a.texts}", flush=True)
+          f"texts {a.texts}" + (f", client {a.client}" if a.mode == "http" else ""), flush=True)
     cl = make()
     for w in range(a.warmup):   # not measured (the first calls build CUDA graphs and plans)
         cl.run(texts[w % len(texts)], 1, a.tokens)
@@ -231,7 +345,10 @@ def run_bench(a):
     ok = True
     for C in levels:   # each level starts again at text 0 and seed 1000, as in bench_w1
         total = a.requests or (8 if C < 4 else 2 * C)
-        ok &= level(make, texts, C, total, a.tokens, 0)
+        if a.mode == "http" and a.client == "async":
+            ok &= level_async(a.url, a.voice, model, texts, C, total, a.tokens, 0)[0]
+        else:
+            ok &= level(make, texts, C, total, a.tokens, 0)[0]
     return 0 if ok else 1
 
 
@@ -277,6 +394,10 @@ def main():
         p.add_argument("--tokens", type=int, default=112)
         p.add_argument("--warmup", type=int, default=2)
         p.add_argument("--texts", default="../shared/bench/w1_texts.txt")
+        if mode == "http":
+            p.add_argument("--client", choices=("async", "threads"), default="async",
+                           help="async: one asyncio loop, raw HTTP/1.1 (default; the cheapest "
+                                "load generator); threads: C threads with an httpx client each")
     p = sub.add_parser("make-voice")
     p.add_argument("-m", "--model-file", required=True)
     p.add_argument("--prompt-wav", default="../shared/audio/zero_shot_prompt.wav")

@@ -477,7 +477,9 @@ def create_app(settings, engine_factory=None):
     return app
 
 
-def main(argv=None):
+def main(argv=None, engine_factory=None):
+    """The command line; engine_factory as create_app's (bench/serve_overhead.py serves a stand-in
+    engine through exactly this uvicorn setup)."""
     env = os.environ.get
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=env("COSYVOICE_MODEL"), help="model file (COSYVOICE_MODEL)")
@@ -499,6 +501,10 @@ def main(argv=None):
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--log-level", default="info")
+    ap.add_argument("--http", default="auto", choices=("auto", "h11", "httptools"),
+                    help="uvicorn's HTTP parser (auto: httptools when installed)")
+    ap.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"),
+                    help="uvicorn's event loop (auto: uvloop when installed)")
     a = ap.parse_args(argv)
     if not a.model or not a.voices:
         ap.error("--model and --voices are required (or COSYVOICE_MODEL and COSYVOICE_VOICES)")
@@ -510,8 +516,8 @@ def main(argv=None):
                         DEFAULT_ALIASES if a.model_alias is None else tuple(a.model_alias),
                         a.max_input_chars, a.default_response_format)
     import uvicorn
-    uvicorn.run(create_app(settings), host=a.host, port=a.port, log_level=a.log_level,
-                timeout_graceful_shutdown=5)
+    uvicorn.run(create_app(settings, engine_factory), host=a.host, port=a.port, log_level=a.log_level,
+                http=a.http, loop=a.loop, timeout_graceful_shutdown=5)
 
 
 if __name__ == "__main__":
