@@ -61,7 +61,7 @@
  *    shows up in the tests.
  */
 #include "gpu/flow.h"
-#include "ref/flow.h" /* flow_check_call */
+#include "ref/flow.h" /* flow_check_call, flow_cosine_schedule, flow_time_sinusoid */
 
 #include <math.h>
 #include <stdarg.h>
@@ -72,7 +72,6 @@
 #include "flow_extra.h"
 #include "util.h"
 
-#define TIME_FREQ_DIM 256 /* sinusoidal time embedding width (half 128) */
 #define HEAD_DIM 64
 #define LN_EPS 1e-6f
 #define GRAPH_CACHE 24
@@ -220,37 +219,19 @@ static cosy_status up_taps(gpu_flow *f, const cosy_model *m, const char *name, i
   return st;
 }
 
-/* the fp32 cosine schedule 1 - cos(linspace(0,1,n+1) * 0.5 * pi), as torch computes it */
-static void cosine_schedule(int n, float *ts) {
-  float step = 1.0f / (float)n;
-  int halfway = (n + 1) / 2;
-  for (int i = 0; i <= n; i++) {
-    float s = i < halfway ? step * (float)i : 1.0f - step * (float)(n - i);
-    ts[i] = 1.0f - cosf(s * 0.5f * 3.14159265358979323846f);
-  }
-}
-
 /* ---------------------------------------------------------------------------------------------
  * time embedding -> AdaLN modulation rows: dst[r][0..TOT) for t[r], r < R (R <= te_rows) */
 static cosy_status time_mod(gpu_flow *f, int R, const float *t, float *dst) {
-  int half = TIME_FREQ_DIM / 2, D = f->D;
-  float *sin_h = (float *)cosy_malloc((size_t)R * TIME_FREQ_DIM * sizeof(float));
+  const int D = f->D, TF = FLOW_TIME_FREQ_DIM;
+  float *sin_h = (float *)cosy_malloc((size_t)R * TF * sizeof(float));
   if (!sin_h) return COSY_ERR_NO_MEMORY;
-  float lnf = (float)(-log(10000.0) / (half - 1));
-  for (int r = 0; r < R; r++) {
-    float ts = 1000.0f * t[r];
-    for (int i = 0; i < half; i++) {
-      float a = ts * expf((float)i * lnf);
-      sin_h[r * TIME_FREQ_DIM + i] = sinf(a);
-      sin_h[r * TIME_FREQ_DIM + half + i] = cosf(a);
-    }
-  }
-  cosy_status st = cosy_gpu_check(cudaMemcpyAsync(f->sinus, sin_h, (size_t)R * TIME_FREQ_DIM * 4,
+  for (int r = 0; r < R; r++) flow_time_sinusoid(t[r], sin_h + (size_t)r * TF);
+  cosy_status st = cosy_gpu_check(cudaMemcpyAsync(f->sinus, sin_h, (size_t)R * TF * 4,
                                                   cudaMemcpyHostToDevice, f->s),
                                   "flow: time embedding upload");
   free(sin_h);
   if (st) return st;
-  if ((st = gemm(f, R, D, TIME_FREQ_DIM, COSY_KDT_F32, f->sinus, TIME_FREQ_DIM, f->t1_w, f->t1_b,
+  if ((st = gemm(f, R, D, TF, COSY_KDT_F32, f->sinus, TF, f->t1_w, f->t1_b,
                  COSY_KDT_F32, f->te1, D, 0, "flow: time_mlp.0")))
     return st;
   CK(cosy_k_silu(f->s, COSY_KDT_F32, f->te1, COSY_KDT_F32, f->te1, (int64_t)R * D), "flow: silu");
@@ -537,7 +518,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     st = COSY_ERR_NO_MEMORY;
     goto fail;
   }
-  cosine_schedule(S, tmp);
+  flow_cosine_schedule(S, tmp);
   {
     float t = tmp[0], dt = tmp[1] - tmp[0];
     for (int step = 1; step <= S; step++) {
@@ -731,7 +712,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     } plan[] = {
         {(void **)&f->mod_tab, (size_t)S * f->TOT * 4, "flow modulation table"},
         {(void **)&f->mod_est, (size_t)ROWS * f->TOT * 4, "flow modulation rows"},
-        {(void **)&f->sinus, (size_t)f->te_rows * TIME_FREQ_DIM * 4, "flow time embedding"},
+        {(void **)&f->sinus, (size_t)f->te_rows * FLOW_TIME_FREQ_DIM * 4, "flow time embedding"},
         {(void **)&f->te1, (size_t)f->te_rows * D * 4, "flow time embedding"},
         {(void **)&f->te2, (size_t)f->te_rows * D * 4, "flow time embedding"},
         {(void **)&f->teb, (size_t)f->te_rows * D * 2, "flow time embedding"},
