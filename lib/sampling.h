@@ -2,7 +2,7 @@
  * and named constants, used by the API defaults (lib/api.c), the scheduler (lib/scheduler.c,
  * one cosy_sampling per request), the CPU sampler (lib/ref/sampling.c: cosy_sample_ras, the
  * algorithm, RAS, docs/model.md section 4) and the GPU sampler's host side
- * (lib/gpu/backend_gpu.c: the rows of kernels/sample.cu's cosy_k_ras_sample). The generator
+ * (lib/backend_gpu.c: the rows of kernels/sample.cu's cosy_k_ras_sample). The generator
  * they draw from is lib/rng.h.
  *
  * The official settings: temperature 1, top_p 0.8, top_k 25, and the repetition check over a
