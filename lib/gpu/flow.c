@@ -13,7 +13,7 @@
  *             for row 1 (one fp32 GEMM over both rows)                               [2][N][D]
  *   the 10 Euler steps (a CUDA graph per (N, streaming), cached; or direct launches):
  *     xp = x W_in[:, 0:80]^T (fp32 GEMM, shared by both rows); h = xp + hc[r]; hb = bf16(h)
- *     h += Mish(conv2(Mish(conv1(hb))))   (grouped causal conv k31, kernels/flow_extra.cu)
+ *     h += Mish(conv2(Mish(conv1(hb))))   (grouped causal conv k31, kernels/conv_pos.cu)
  *     22 blocks, B = 2 rows of N frames as one batch of 2N rows:
  *       n = bf16(LN(h) (1 + sc_a) + sh_a)   (fused with the previous block's h += g_m (f + b_2))
  *       qkv = n W_qkv^T (one bf16 GEMM, [2N][3D]); + b_qkv and interleaved RoPE on channels
@@ -69,7 +69,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flow_extra.h"
+#include "conv_pos.h"
+#include "dit_elementwise.h"
+#include "euler.h"
+#include "flow_pack.h"
 #include "util.h"
 
 #define HEAD_DIM 64

@@ -29,7 +29,7 @@
  * Sampling: gpu_llm_sample runs RAS (kernels.h cosy_k_ras_sample) on the logp rows the last
  *   prefill / decode left, so a generation step moves ~100 bytes each way instead of the logp
  *   row (27 KB) and the host does no per-token vocabulary work.
- *   split (prefill, larger decode buckets; cuBLASLt on hi/lo bf16 pairs, see llm_extra.h):
+ *   split (prefill, larger decode buckets; cuBLASLt on hi/lo bf16 pairs, see bf16_split.h):
  *     norm_split(h += pending delta) -> GEMM qkv (2M rows) -> rope_append(hi + lo + bias) ->
  *     attention -> split(att) -> GEMM o -> norm_split(h += o) -> GEMM gate|up -> silu_split ->
  *     GEMM down -> (pending delta, added by the next norm_split).
@@ -46,9 +46,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bf16_split.h"
+#include "gemv.h"
 #include "gpu/kv_pool.h"
 #include "kernels.h"
-#include "llm_extra.h"
+#include "paged_kv.h"
 #include "util.h"
 
 #define HD 64
