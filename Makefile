@@ -156,7 +156,8 @@ A := $(B)/lib/libcosyvoice.a
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
-BENCH_SRC := $(wildcard bench/*.c)
+# bench/kernel_time.c is a CUPTI preload library, built by bench/device_run.sh (step gputime)
+BENCH_SRC := $(filter-out bench/kernel_time.c,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
