@@ -141,6 +141,8 @@ ifeq ($(CUDA),1)
   LDLIBS_ALL += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart -lstdc++
 endif
 
+# lib/backend_cpu.c and lib/backend_gpu.c are built in every configuration (backend_gpu.c is a
+# stub that refuses device >= 0 without CUDA); the GPU stages of lib/gpu/ only with CUDA=1
 LIB_SRC := $(wildcard lib/*.c lib/ref/*.c lib/text/*.c)
 ifeq ($(CUDA),1)
   LIB_SRC += $(wildcard lib/gpu/*.c)

@@ -1,4 +1,4 @@
-/* bench_kernels.c - times the CUDA kernels (kernels/kernels.h, llm_extra.h, flow_extra.h) at the
+/* bench_kernels.c - times the CUDA kernels (kernels/kernels.h and the ops' own headers) at the
  * model's real sizes (the HiFT and front-end kernels are timed only inside whole runs:
  * bench_w1.c, bench_voice.c).
  *
@@ -22,9 +22,10 @@
  *   bandwidth (%hbm: 3.35 TB/s for an H100 SXM), TFLOP/s and % of the GEMM ceiling (%gemm) and
  *   of the data sheet's dense bf16 tensor rate (%bf16: 989 TFLOP/s); BENCH_PEAK_GBS and
  *   BENCH_PEAK_TFLOPS set the data-sheet numbers of another GPU.
- *   Groups: the LLM decode step at batch 1 and 64 (incl. llm_extra.h's step kernels), a prefill
- *   of 300 tokens, the DiT at 400 and 1000 frames (incl. flow_extra.h, flow_pack.cu and the
- *   paged DiT attention of a streaming call), and the element-wise activations ("act").
+ *   Groups: the LLM decode step at batch 1 and 64 (incl. the step kernels of paged_kv.h and
+ *   bf16_split.h), a prefill of 300 tokens, the DiT at 400 and 1000 frames (incl.
+ *   dit_elementwise.h, conv_pos.h, euler.h, flow_pack.h and the paged DiT attention of a
+ *   streaming call), and the element-wise activations ("act").
  * Output: progress lines while running, then the table last. Exit status 0 unless a CUDA call
  * fails. Without a device (or built without CUDA) it prints SKIP and exits 0.
  */
@@ -44,9 +45,14 @@ int main(void) {
 
 #include <cuda_runtime_api.h>
 
-#include "flow_extra.h"
+#include "bf16_split.h"
+#include "conv_pos.h"
+#include "dit_elementwise.h"
+#include "euler.h"
+#include "flow_pack.h"
+#include "gemv.h"
 #include "kernels.h"
-#include "llm_extra.h"
+#include "paged_kv.h"
 
 #define F32 COSY_KDT_F32
 #define BF16 COSY_KDT_BF16
@@ -491,7 +497,7 @@ static void add_sampling(const char *group, int B) {
   run_op(t);
 }
 
-/* the decode path's own kernels: the fused skinny GEMM (llm_extra.h) and RAS sampling */
+/* the decode path's own kernels: the fused skinny GEMM (gemv.h) and RAS sampling */
 static cudaError_t r_llm_gemv(bench_op *o, int s) {
   cosy_llm_gemv_args ga;
   memset(&ga, 0, sizeof ga);
@@ -725,7 +731,7 @@ static void add_act(const char *group) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * the LLM's step kernels (llm_extra.h) */
+ * the LLM's step kernels (paged_kv.h, bf16_split.h) */
 
 static cudaError_t r_decode_prep(bench_op *o, int s) {
   const int n = o->i[0];
@@ -768,7 +774,7 @@ static cudaError_t r_kv_gather(bench_op *o, int s) {
                               kv + (size_t)o->i[0] * 128);
 }
 /* B rows: decode_prep, rope_append, norm_split, split, silu_split, add at the LLM's widths */
-static void add_llm_extra(const char *group, int B) {
+static void add_llm_step_ops(const char *group, int B) {
   bench_op *o = new_op(group, "llm_decode_prep");
   snprintf(o->size, sizeof o->size, "%d rows, H 896, bt 63", B);
   o->i[0] = B;
@@ -864,7 +870,7 @@ static void add_kv_gather(const char *group, int n_tok) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * the flow's own kernels (flow_extra.h, flow_pack.cu, attn_dit_paged) at the DiT's sizes: CFG
+ * the flow's own kernels (dit_elementwise.h, conv_pos.h, euler.h, flow_pack.h, attn_dit_paged) at the DiT's sizes: CFG
  * batch of 2, dim 1024, 16 heads, ff 2048, mel 80, conv position embedding K 31 in 16 groups */
 
 static cudaError_t r_resid_ln(bench_op *o, int s) {
@@ -921,7 +927,7 @@ static cudaError_t r_dit_paged(bench_op *o, int s) {
                                P(o, 3, s), (int64_t)4 * 50 * 1024, 0, 50, P(o, 4, s), P(o, 5, s),
                                50, 0.125f);
 }
-static void add_flow_extra(const char *group, int N) {
+static void add_flow_ops(const char *group, int N) {
   const size_t act = (size_t)2 * N * 1024;
   bench_op *o = new_op(group, "flow_resid_ln");
   snprintf(o->size, sizeof o->size, "2x%dx1024 h,a f32 -> y bf16", N);
@@ -1202,7 +1208,7 @@ int main(void) {
     add_silu_mul(grp, B, 4864);
     add_sampling(grp, B);
     add_ras(grp, B);
-    add_llm_extra(grp, B);
+    add_llm_step_ops(grp, B);
     if (B <= 8) { /* the fused skinny GEMMs of the decode path (batches <= 4 by default) */
       add_llm_gemv(grp, "gemv rmsnorm+qkv+rope", B, 1152, 896, COSY_GEMV_IN_RMSNORM,
                    COSY_GEMV_QKV_ROPE);
@@ -1218,11 +1224,11 @@ int main(void) {
   add_gemm("prefill", "gemm qkv", 300, 1152, 896, BF16, 1);
   add_gemm("prefill", "gemm down", 300, 896, 4864, BF16, 0);
   add_kv_gather("prefill", 300);
-  add_llm_extra("prefill", 300);
+  add_llm_step_ops("prefill", 300);
   add_dit("dit 400", 400);
-  add_flow_extra("dit 400", 400);
+  add_flow_ops("dit 400", 400);
   add_dit("dit 1000", 1000);
-  add_flow_extra("dit 1000", 1000);
+  add_flow_ops("dit 1000", 1000);
   add_act("act");
   CK(cudaStreamSynchronize(g_stream));
 

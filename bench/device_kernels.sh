@@ -56,7 +56,7 @@ else
   CUDA_LIB=$CUDA_HOME/lib64
   [ -d "$CUDA_LIB" ] || CUDA_LIB=$CUDA_HOME/targets/x86_64-linux/lib
   ok=1
-  KFILES="act attention embed gemm norm rope sample llm_extra flow_extra flow_pack device" # what test_kernels and bench_kernels link
+  KFILES="act attention embed gemm norm rope sample gemv paged_kv bf16_split dit_elementwise conv_pos euler flow_pack device" # what test_kernels and bench_kernels link
   for k in $KFILES; do
     f=kernels/$k.cu
     o=$B/$k.o

@@ -47,7 +47,6 @@
  *   A sequence with no keys (decode seq_len 0) yields a zero output row.
  */
 #include "kcommon.cuh"
-#include "flow_extra.h"
 
 #include <cooperative_groups.h>
 

@@ -18,7 +18,7 @@
  * Shapes: M (mel) and D (model width) columns; offsets in elements of the pool's type.
  * Thread mapping: one thread per 4 fp32 / 8 bf16 elements (16-byte accesses), grid-stride; the
  *   row of a thread is its element index divided by the row's vector count. */
-#include "flow_extra.h"
+#include "flow_pack.h"
 
 #include "kcommon.cuh"
 

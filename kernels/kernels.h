@@ -1,8 +1,9 @@
 /* kernels.h - launchers of the CUDA kernels (internal; plain C, callable from C and C++).
  *
  * One .cu file per op family (kernels/norm.cu, rope.cu, act.cu, embed.cu, attention.cu, gemm.cu,
- * sample.cu); each starts with a comment giving the math, the shapes, the thread mapping and the
- * numerics. Conventions shared by every launcher:
+ * sample.cu here; gemv, paged_kv, bf16_split, dit_elementwise, conv_pos, euler, flow_pack with a
+ * header of the same name); each starts with a comment giving the math, the shapes, the thread
+ * mapping and the numerics. Conventions shared by every launcher:
  *
  *  - The first argument is the stream; the launch is asynchronous on it. The return value is the
  *    launch status: cudaErrorInvalidValue for arguments a caller could get wrong (NULL pointers,
@@ -170,7 +171,7 @@ size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx)
  * return to 0), so one workspace serves any number of calls and graph replays, one at a time.
  * n_qh / n_kh <= 8. One kernel launch; the grid depends only on host arguments, so the call can
  * be graph-captured. pdl = 1: launched as a programmatic dependent of the previous kernel on the
- * stream (see llm_extra.h), letting the next kernel launch early, where dev->pdl. dev (kdevice.h,
+ * stream (see gemv.h), letting the next kernel launch early, where dev->pdl. dev (kdevice.h,
  * NULL = a device with neither): with dev->clusters, 2..8 splits merge inside a thread-block
  * cluster, else through the workspace (both exact to fp32 rounding; attention.cu). */
 cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q, int q_stride,
@@ -197,6 +198,30 @@ cudaError_t cosy_k_attn_prefill(cudaStream_t s, cosy_kdtype dt, const void *q, i
 cudaError_t cosy_k_attn_dit(cudaStream_t s, cosy_kdtype dt, const void *q, const void *k,
                             const void *v, int in_stride, void *out, int out_stride, int B, int N,
                             int n_heads, int head_dim, int chunk, float scale);
+
+/* Block-causal (or full) DiT attention over a packed batch whose earlier keys sit in cache pages
+ * (kernels/attention.cu). Segment g (a request's CFG row) has queries at packed rows
+ * [q_row0, q_row0 + n_q) of qkv [.][3D] bf16 (q | k | v column blocks, already biased and
+ * rotated) for absolute frames [cached, cached + n_q); its keys are frames [0, Lk): frames below
+ * `cached` are rows of cache pages (page ptab[f / page_frames], row f % page_frames, at element
+ * offset pool + page * page_elems + layer_off + (2 row + kv) * page_frames * D + (f % page_frames)
+ * * D, kv = 0 for K, 1 for V), later frames are the packed rows q_row0 + (f - cached). Query
+ * frame i sees keys f < min(Lk, (i / chunk + 1) chunk) (full: f < Lk). out [.][D] bf16 at the
+ * query rows. 16 heads of 64 in the model; head_dim must be 64. */
+typedef struct cosy_k_dit_seg {
+  int32_t q_row0, n_q, cached, Lk;
+  int32_t ptab0;     /* index of the segment's first page id in ptab */
+  int32_t row;       /* CFG row (0 conditional, 1 unconditional) */
+  int32_t full;      /* 1: full attention */
+  int32_t pad_;
+} cosy_k_dit_seg;
+cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads,
+                                  const cosy_k_dit_seg *segs, const int32_t *tiles, int n_tiles,
+                                  const cosy_bf16 *pool, int64_t page_elems, int64_t layer_off,
+                                  int page_frames, const int32_t *ptab, cosy_bf16 *out, int chunk,
+                                  float scale);
+/* tiles: int32 pairs (segment, first query of the tile within the segment), 64 queries a tile */
+#define COSY_K_DIT_TILE 64
 
 /* ============================== gemm.cu ====================================================== */
 

@@ -40,6 +40,7 @@
 #include <limits.h>
 
 #include "kcommon.cuh"
+#include "rng.h" /* lib/rng.h: xoshiro256**, the host sampler's generator */
 
 using namespace cosyk;
 
@@ -177,23 +178,6 @@ topk_kernel(const float *__restrict__ x, int stride, int n, int k, float *__rest
 constexpr int RAS_THREADS = 1024;
 constexpr int RAS_E = COSY_K_RAS_MAX_N / RAS_THREADS; /* ids per thread */
 constexpr int RAS_WARPS = RAS_THREADS / 32;
-
-struct Xoshiro {
-  uint64_t s[4];
-  __device__ uint64_t next() {
-    const uint64_t result = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-  }
-  __device__ double uniform() { return (double)(next() >> 11) * 0x1.0p-53; }
-  __device__ static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-};
 
 __device__ __forceinline__ double warp_sum_d(double v) {
 #pragma unroll
@@ -409,7 +393,7 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
   __syncthreads();
 
   /* 3. top-p prefix and the draw (thread 0 owns the generator); 4. repetition check */
-  Xoshiro rng;
+  cosy_rng rng;
   if (tid == 0) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) rng.s[j] = srow.rng[j];
@@ -422,7 +406,7 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
       total += w;
       taken++;
     }
-    const double u = rng.uniform() * total;
+    const double u = cosy_rng_uniform(&rng) * total;
     double acc = 0.0;
     int pick = -1, last = -1;
     for (int i = 0; i < taken; ++i) {
@@ -475,7 +459,7 @@ ras_kernel(const float *__restrict__ logits, int stride, int n, float *__restric
       int la = -1;
       for (int w = 0; w < RAS_WARPS; ++w) la = max(la, ired[w]);
       s_last = la;
-      if (rest > 0.0) s_u = rng.uniform() * rest;
+      if (rest > 0.0) s_u = cosy_rng_uniform(&rng) * rest;
     }
     __syncthreads();
     if (rest > 0.0) {

@@ -23,6 +23,7 @@
 
 #include "kcommon.cuh"
 #include "kernels_hift.h"
+#include "rng.h" /* lib/rng.h: cosy_splitmix64, shared with lib/ref/hift.c */
 
 namespace {
 
@@ -30,15 +31,8 @@ constexpr uint64_t KEY_ROWS = 0x5EED51AE00000000ull;
 constexpr uint64_t KEY_INI = 0x5EED1A1700000000ull;
 constexpr int MAX_NH = 64;
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 __device__ __forceinline__ float u24(uint64_t x) {
-  return __fmul_rn((float)(mix64(x) >> 40), 1.0f / 16777216.0f);
+  return __fmul_rn((float)(cosy_splitmix64(x) >> 40), 1.0f / 16777216.0f);
 }
 
 __global__ void noise_kernel(int nh, int64_t first_row, int64_t n_rows, float *rand_ini,

@@ -9,6 +9,7 @@
 
 #include "cosyvoice.h"
 #include "engine.h"
+#include "sampling.h"
 #include "util.h"
 
 /* First published sizes of the versioned structs (ABI 0.1): callers must pass at least these. */
@@ -133,16 +134,17 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
   if (out->speed == 0) out->speed = 1.0f;
   if (!(out->speed >= 0.5f && out->speed <= 2.0f))
     return cosy_err(COSY_ERR_INVALID_ARG, "speed %g is outside 0.5..2.0", (double)out->speed);
-  if (out->temperature == 0) out->temperature = 1.0f;
-  if (!(out->temperature > 0.0f && out->temperature <= 2.0f))
-    return cosy_err(COSY_ERR_INVALID_ARG, "temperature %g is outside (0, 2]",
-                    (double)out->temperature);
-  if (out->top_p == 0) out->top_p = 0.8f;
+  if (out->temperature == 0) out->temperature = COSY_SAMPLING_TEMPERATURE;
+  if (!(out->temperature > 0.0f && out->temperature <= COSY_SAMPLING_TEMPERATURE_MAX))
+    return cosy_err(COSY_ERR_INVALID_ARG, "temperature %g is outside (0, %g]",
+                    (double)out->temperature, (double)COSY_SAMPLING_TEMPERATURE_MAX);
+  if (out->top_p == 0) out->top_p = COSY_SAMPLING_TOP_P;
   if (!(out->top_p > 0.0f && out->top_p <= 1.0f))
     return cosy_err(COSY_ERR_INVALID_ARG, "top_p %g is outside (0, 1]", (double)out->top_p);
-  if (out->top_k == 0) out->top_k = 25;
-  if (out->top_k < 1 || out->top_k > 6561)
-    return cosy_err(COSY_ERR_INVALID_ARG, "top_k %d is outside 1..6561", out->top_k);
+  if (out->top_k == 0) out->top_k = COSY_SAMPLING_TOP_K;
+  if (out->top_k < 1 || out->top_k > COSY_SAMPLING_TOP_K_MAX)
+    return cosy_err(COSY_ERR_INVALID_ARG, "top_k %d is outside 1..%d", out->top_k,
+                    COSY_SAMPLING_TOP_K_MAX);
   if (out->first_chunk_tokens == 0) out->first_chunk_tokens = 25;
   if (out->first_chunk_tokens < 25 || out->first_chunk_tokens > 100 ||
       out->first_chunk_tokens % 25)

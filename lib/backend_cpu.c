@@ -1,6 +1,6 @@
-/* backend_cpu.c - the CPU backend: the plain-C reference stages of lib/ref/ behind the
- * cosy_backend interface. The reference objects are read-only after creation, so concurrent
- * requests need no lock; each sequence owns its KV cache. */
+/* backend_cpu.c - the CPU backend (beside backend_gpu.c): the plain-C reference stages of
+ * lib/ref/ behind the cosy_backend interface. The reference objects are read-only after
+ * creation, so concurrent requests need no lock; each sequence owns its KV cache. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -29,7 +29,7 @@ struct cosy_voice {
   float spk[192];
 };
 
-/* A compute backend: the CPU reference (lib/backend_cpu.c) or the GPU (lib/gpu/backend_gpu.c).
+/* A compute backend: the CPU reference (lib/backend_cpu.c) or the GPU (lib/backend_gpu.c).
  * The scheduler (scheduler.c) drives either through these batch-shaped calls; sampling, the
  * silent-token filter and the chunk schedule live in the scheduler, so both backends follow one
  * set of semantics. The LLM calls come from the scheduler's LLM thread only, the flow and

@@ -75,7 +75,7 @@
 #include "audio.h"
 #include "engine.h"
 #include "ref/llm.h" /* ref_silent_pass */
-#include "ref/sampling.h"
+#include "sampling.h"
 #include "text/normalize.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -470,11 +470,7 @@ lengths_done:;
   if (p->sample_rate != e->model->hp.sample_rate &&
       (st = cosy_resampler_create(e->model->hp.sample_rate, p->sample_rate, &j->rs)))
     goto done;
-  j->samp = (cosy_sampling){.temperature = p->temperature,
-                            .top_p = p->top_p,
-                            .top_k = p->top_k,
-                            .win_size = COSY_RAS_WIN_SIZE,
-                            .tau_r = COSY_RAS_TAU_R};
+  j->samp = cosy_sampling_from_params(p);
   if ((st = cosy_sampling_check(&j->samp))) goto done;
   /* segment k of a long text draws from seed + k */
   uint64_t seed = p->seed ? p->seed + (uint64_t)seg

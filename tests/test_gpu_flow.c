@@ -1,5 +1,6 @@
-/* test_gpu_flow.c - the GPU flow decoder (lib/gpu/flow.c, kernels/flow_extra.cu) against the CPU
- * reference (lib/ref/flow.c) and the golden data of the official model.
+/* test_gpu_flow.c - the GPU flow decoder (lib/gpu/flow.c; resid_ln of kernels/dit_elementwise.cu
+ * and kernels/conv_pos.cu directly) against the CPU reference (lib/ref/flow.c) and the golden
+ * data of the official model.
  *
  * Small golden model (tu_small_model(), ../shared/golden/flow):
  *   kernels:   conv position embedding (tensor-core path at the full-size geometry C 1024,
@@ -57,7 +58,8 @@ int main(void) {
 
 #include <pthread.h>
 
-#include "flow_extra.h"
+#include "conv_pos.h"
+#include "dit_elementwise.h"
 #include "gpu/flow.h"
 #include "gpu/gpu.h"
 

@@ -1,7 +1,8 @@
-/* test_kernels.c - every CUDA launcher of kernels/kernels.h, flow_extra.h and llm_extra.h against a
- * plain CPU reference (the HiFT and front-end launchers, kernels_hift.h and kernels_frontend.h,
- * and flow_extra.h's resid_ln and conv_pos: tests/test_gpu_hift.c, test_gpu_frontend.c,
- * test_gpu_flow.c; docs/kernels.md lists which test covers which launcher).
+/* test_kernels.c - every CUDA launcher of kernels/kernels.h, gemv.h, paged_kv.h, bf16_split.h,
+ * dit_elementwise.h, euler.h and flow_pack.h against a plain CPU reference (the HiFT and
+ * front-end launchers, kernels_hift.h and kernels_frontend.h, and dit_elementwise.h's resid_ln
+ * and conv_pos.h: tests/test_gpu_hift.c, test_gpu_frontend.c, test_gpu_flow.c; docs/kernels.md
+ * lists which test covers which launcher).
  *
  * Each check draws fresh random inputs (fixed seed, never zeros), uploads them in the storage
  * type under test (the host copy is rounded to the stored values, so the reference sees exactly
@@ -10,7 +11,7 @@
  *   err = ||out - ref||_2 / ||ref||_2, and every output element must have been written (no NaN).
  * Tolerances (relative L2), per op and output type:
  *   fp32 outputs of fp32 math ............................................. 1e-5
- *   (one or two fp32 additions: 1e-6; hi + lo bf16 pairs of llm_extra.h, exact to ~2^-17: 1e-5)
+ *   (one or two fp32 additions: 1e-6; hi + lo bf16 pairs of bf16_split.h, exact to ~2^-17: 1e-5)
  *   bf16 outputs (one rounding at the store, ~2e-3 expected) .............. 1e-2
  *   gemm bf16 inputs -> fp32 output (fp32 accumulation; ~1e-6 expected) ... 1e-4
  *   attention with bf16 data (P rounded to bf16 on the tensor-core path) .. 1e-2
@@ -98,9 +99,13 @@ int main(void) {
 
 #include <cuda_runtime_api.h>
 
-#include "flow_extra.h"
+#include "bf16_split.h"
+#include "dit_elementwise.h"
+#include "euler.h"
+#include "flow_pack.h"
+#include "gemv.h"
 #include "kernels.h"
-#include "llm_extra.h"
+#include "paged_kv.h"
 #include "ref/sampling.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -1152,7 +1157,7 @@ static void check_topk(int rows, int n, int k, int ties) {
   dfree(dx), dfree(dv), dfree(di);
 }
 
-/* cosy_k_llm_gemv (llm_extra.h) against a double-precision loop: M rows, W [N][K] bf16, every
+/* cosy_k_llm_gemv (gemv.h) against a double-precision loop: M rows, W [N][K] bf16, every
  * prologue / epilogue. QKV_ROPE uses 14 q + 2 k + 2 v heads (N = 1152) and checks q, and the
  * K/V cache rows of the tokens with a slot (one token has none when M > 1). */
 static void check_gemv(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out,
@@ -1505,8 +1510,9 @@ static int32_t *rnd_perm(int n) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * flow_extra.cu: the DiT's element-wise kernels (cosy_k_flow_resid_ln and cosy_k_flow_conv_pos
- * are checked in tests/test_gpu_flow.c) */
+ * dit_elementwise.cu and euler.cu: the DiT's element-wise kernels and the Euler step
+ * (cosy_k_flow_resid_ln and conv_pos.cu's cosy_k_flow_conv_pos are checked in
+ * tests/test_gpu_flow.c) */
 
 /* cos/sin table [P][rot/2][2] of the interleaved RoPE, a = p / 10000^(2i/rot) */
 static float *cos_sin_table(int P, int rot) {
@@ -1653,7 +1659,7 @@ static void check_flow_euler(int64_t n, float dt, float c1, float c2) {
   dfree(dx), dfree(dvc), dfree(dvu);
 }
 
-static void test_flow_extra(void **state) {
+static void test_dit_elementwise(void **state) {
   (void)state;
   begin_test(11);
   check_flow_qkv_post(2, 37, 1024, 64, 0); /* the DiT: rot = head 0 */
@@ -1918,7 +1924,8 @@ static void test_attn_dit_paged(void **state) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * llm_extra.cu: the GPU LLM's step kernels (cosy_k_llm_gemv: test_llm_gemv above) */
+ * paged_kv.cu and bf16_split.cu: the GPU LLM's step kernels (gemv.cu's cosy_k_llm_gemv:
+ * test_llm_gemv above) */
 
 static void check_llm_decode_prep(int n, int n_emb, int H, int n_slots, int bt_all_stride,
                                   int bt_stride, int page_size) {
@@ -2173,7 +2180,7 @@ static void check_llm_add(int64_t n) {
   dfree(da), dfree(db), dfree(dout);
 }
 
-static void test_llm_extra(void **state) {
+static void test_llm_step_ops(void **state) {
   (void)state;
   begin_test(14);
   check_llm_decode_prep(64, 6761, 896, 70, 63, 63, 16);
@@ -2304,9 +2311,9 @@ int main(void) {
       cmocka_unit_test(test_args),  cmocka_unit_test(test_norm),      cmocka_unit_test(test_rope),
       cmocka_unit_test(test_act),   cmocka_unit_test(test_embed),     cmocka_unit_test(test_gemm),
       cmocka_unit_test(test_sample), cmocka_unit_test(test_attention),
-      cmocka_unit_test(test_llm_gemv), cmocka_unit_test(test_flow_extra),
+      cmocka_unit_test(test_llm_gemv), cmocka_unit_test(test_dit_elementwise),
       cmocka_unit_test(test_flow_pack), cmocka_unit_test(test_attn_dit_paged),
-      cmocka_unit_test(test_llm_extra),
+      cmocka_unit_test(test_llm_step_ops),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

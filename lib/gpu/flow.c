@@ -13,7 +13,7 @@
  *             for row 1 (one fp32 GEMM over both rows)                               [2][N][D]
  *   the 10 Euler steps (a CUDA graph per (N, streaming), cached; or direct launches):
  *     xp = x W_in[:, 0:80]^T (fp32 GEMM, shared by both rows); h = xp + hc[r]; hb = bf16(h)
- *     h += Mish(conv2(Mish(conv1(hb))))   (grouped causal conv k31, kernels/flow_extra.cu)
+ *     h += Mish(conv2(Mish(conv1(hb))))   (grouped causal conv k31, kernels/conv_pos.cu)
  *     22 blocks, B = 2 rows of N frames as one batch of 2N rows:
  *       n = bf16(LN(h) (1 + sc_a) + sh_a)   (fused with the previous block's h += g_m (f + b_2))
  *       qkv = n W_qkv^T (one bf16 GEMM, [2N][3D]); + b_qkv and interleaved RoPE on channels
@@ -61,7 +61,7 @@
  *    shows up in the tests.
  */
 #include "gpu/flow.h"
-#include "ref/flow.h" /* flow_check_call */
+#include "ref/flow.h" /* flow_check_call, flow_cosine_schedule, flow_time_sinusoid */
 
 #include <math.h>
 #include <stdarg.h>
@@ -69,10 +69,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flow_extra.h"
+#include "conv_pos.h"
+#include "dit_elementwise.h"
+#include "euler.h"
+#include "flow_pack.h"
 #include "util.h"
 
-#define TIME_FREQ_DIM 256 /* sinusoidal time embedding width (half 128) */
 #define HEAD_DIM 64
 #define LN_EPS 1e-6f
 #define GRAPH_CACHE 24
@@ -220,37 +222,19 @@ static cosy_status up_taps(gpu_flow *f, const cosy_model *m, const char *name, i
   return st;
 }
 
-/* the fp32 cosine schedule 1 - cos(linspace(0,1,n+1) * 0.5 * pi), as torch computes it */
-static void cosine_schedule(int n, float *ts) {
-  float step = 1.0f / (float)n;
-  int halfway = (n + 1) / 2;
-  for (int i = 0; i <= n; i++) {
-    float s = i < halfway ? step * (float)i : 1.0f - step * (float)(n - i);
-    ts[i] = 1.0f - cosf(s * 0.5f * 3.14159265358979323846f);
-  }
-}
-
 /* ---------------------------------------------------------------------------------------------
  * time embedding -> AdaLN modulation rows: dst[r][0..TOT) for t[r], r < R (R <= te_rows) */
 static cosy_status time_mod(gpu_flow *f, int R, const float *t, float *dst) {
-  int half = TIME_FREQ_DIM / 2, D = f->D;
-  float *sin_h = (float *)cosy_malloc((size_t)R * TIME_FREQ_DIM * sizeof(float));
+  const int D = f->D, TF = FLOW_TIME_FREQ_DIM;
+  float *sin_h = (float *)cosy_malloc((size_t)R * TF * sizeof(float));
   if (!sin_h) return COSY_ERR_NO_MEMORY;
-  float lnf = (float)(-log(10000.0) / (half - 1));
-  for (int r = 0; r < R; r++) {
-    float ts = 1000.0f * t[r];
-    for (int i = 0; i < half; i++) {
-      float a = ts * expf((float)i * lnf);
-      sin_h[r * TIME_FREQ_DIM + i] = sinf(a);
-      sin_h[r * TIME_FREQ_DIM + half + i] = cosf(a);
-    }
-  }
-  cosy_status st = cosy_gpu_check(cudaMemcpyAsync(f->sinus, sin_h, (size_t)R * TIME_FREQ_DIM * 4,
+  for (int r = 0; r < R; r++) flow_time_sinusoid(t[r], sin_h + (size_t)r * TF);
+  cosy_status st = cosy_gpu_check(cudaMemcpyAsync(f->sinus, sin_h, (size_t)R * TF * 4,
                                                   cudaMemcpyHostToDevice, f->s),
                                   "flow: time embedding upload");
   free(sin_h);
   if (st) return st;
-  if ((st = gemm(f, R, D, TIME_FREQ_DIM, COSY_KDT_F32, f->sinus, TIME_FREQ_DIM, f->t1_w, f->t1_b,
+  if ((st = gemm(f, R, D, TF, COSY_KDT_F32, f->sinus, TF, f->t1_w, f->t1_b,
                  COSY_KDT_F32, f->te1, D, 0, "flow: time_mlp.0")))
     return st;
   CK(cosy_k_silu(f->s, COSY_KDT_F32, f->te1, COSY_KDT_F32, f->te1, (int64_t)R * D), "flow: silu");
@@ -537,7 +521,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     st = COSY_ERR_NO_MEMORY;
     goto fail;
   }
-  cosine_schedule(S, tmp);
+  flow_cosine_schedule(S, tmp);
   {
     float t = tmp[0], dt = tmp[1] - tmp[0];
     for (int step = 1; step <= S; step++) {
@@ -731,7 +715,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     } plan[] = {
         {(void **)&f->mod_tab, (size_t)S * f->TOT * 4, "flow modulation table"},
         {(void **)&f->mod_est, (size_t)ROWS * f->TOT * 4, "flow modulation rows"},
-        {(void **)&f->sinus, (size_t)f->te_rows * TIME_FREQ_DIM * 4, "flow time embedding"},
+        {(void **)&f->sinus, (size_t)f->te_rows * FLOW_TIME_FREQ_DIM * 4, "flow time embedding"},
         {(void **)&f->te1, (size_t)f->te_rows * D * 4, "flow time embedding"},
         {(void **)&f->te2, (size_t)f->te_rows * D * 4, "flow time embedding"},
         {(void **)&f->teb, (size_t)f->te_rows * D * 2, "flow time embedding"},

@@ -15,6 +15,7 @@
  *            seq_open (its pages never change while it is open)
  *   KV       one fp32 allocation: layer i's K pool at kv + 2i * pool, V pool at kv + (2i+1) *
  *            pool, pool = pages * page_size * kv elements; a page id indexes every pool.
+ *            Which pages are free and which sequence holds which: kv_pool.h (host only).
  *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V],
  *            h_ras [B] (sampling rows; d_ras is their device copy).
  * Layer schedules
@@ -28,7 +29,7 @@
  * Sampling: gpu_llm_sample runs RAS (kernels.h cosy_k_ras_sample) on the logp rows the last
  *   prefill / decode left, so a generation step moves ~100 bytes each way instead of the logp
  *   row (27 KB) and the host does no per-token vocabulary work.
- *   split (prefill, larger decode buckets; cuBLASLt on hi/lo bf16 pairs, see llm_extra.h):
+ *   split (prefill, larger decode buckets; cuBLASLt on hi/lo bf16 pairs, see bf16_split.h):
  *     norm_split(h += pending delta) -> GEMM qkv (2M rows) -> rope_append(hi + lo + bias) ->
  *     attention -> split(att) -> GEMM o -> norm_split(h += o) -> GEMM gate|up -> silu_split ->
  *     GEMM down -> (pending delta, added by the next norm_split).
@@ -45,8 +46,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bf16_split.h"
+#include "gemv.h"
+#include "gpu/kv_pool.h"
 #include "kernels.h"
-#include "llm_extra.h"
+#include "paged_kv.h"
 #include "util.h"
 
 #define HD 64
@@ -66,10 +70,6 @@ typedef struct gl_layer {
   cosy_bf16 *wqkv, *wo, *wgu, *wd;
   float *bqkv, *ln1, *ln2;
 } gl_layer;
-
-typedef struct gl_seq {
-  int open, max_len, len, n_pages;
-} gl_seq;
 
 struct gpu_llm {
   cosy_gpu *g;
@@ -99,12 +99,9 @@ struct gpu_llm {
   /* KV cache */
   float *kv;
   size_t kv_bytes, page_bytes, pool_elems;
-  int pages_total, n_free;
-  int *free_pages;
-  /* sequences */
+  /* pages and sequences (host bookkeeping; d_bt_all is the device copy of pool.bt) */
+  kv_pool pool;
   int max_open;
-  gl_seq *seqs;
-  int32_t *bt_host; /* [max_open][pages_per_seq] */
   unsigned *stamp, stamp_gen;
   /* decode graphs */
   cudaGraphExec_t graphs[MAX_BUCKETS][MAX_CTX_BUCKETS];
@@ -276,9 +273,7 @@ void gpu_llm_free(gpu_llm *l) {
   cosy_gpu_host_free(l->h_logp);
   cosy_gpu_host_free(l->h_ras);
   free(l->layers);
-  free(l->free_pages);
-  free(l->seqs);
-  free(l->bt_host);
+  kv_pool_free(&l->pool);
   free(l->stamp);
   free(l);
 }
@@ -352,10 +347,10 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
 
   st = COSY_ERR_NO_MEMORY;
   l->layers = cosy_calloc((size_t)l->nl, sizeof *l->layers);
-  l->seqs = cosy_calloc((size_t)l->max_open, sizeof *l->seqs);
-  l->bt_host = cosy_calloc((size_t)l->max_open * (size_t)l->pages_per_seq, sizeof(int32_t));
   l->stamp = cosy_calloc((size_t)l->max_open, sizeof *l->stamp);
-  if (!l->layers || !l->seqs || !l->bt_host || !l->stamp) goto fail;
+  if (!l->layers || !l->stamp ||
+      kv_pool_init(&l->pool, l->max_open, l->pages_per_seq, GPU_LLM_PAGE_SIZE))
+    goto fail;
 
   /* weights */
   for (int i = 0; i < l->nl; i++)
@@ -457,26 +452,21 @@ cosy_status gpu_llm_reserve_kv(gpu_llm *l, size_t bytes, size_t reserve) {
     return cosy_err(COSY_ERR_GPU_NO_MEMORY,
                     "gpu_llm_reserve_kv: %zu bytes hold no KV page (%zu bytes each)", bytes,
                     l->page_bytes);
-  int *fp = cosy_malloc(sizeof(int) * pages);
-  if (!fp) return COSY_ERR_NO_MEMORY;
+  cosy_status st = kv_pool_set_pages(&l->pool, (int)pages);
+  if (st) return st;
   void *d = NULL;
-  cosy_status st = cosy_gpu_alloc(l->g, pages * l->page_bytes, "LLM KV cache", &d);
-  if (st) {
-    free(fp);
+  if ((st = cosy_gpu_alloc(l->g, pages * l->page_bytes, "LLM KV cache", &d))) {
+    kv_pool_set_pages(&l->pool, 0); /* back to no pages: a later reserve may try again */
     return st;
   }
   l->kv = d;
   l->kv_bytes = pages * l->page_bytes;
-  l->pages_total = (int)pages;
   l->pool_elems = pages * GPU_LLM_PAGE_SIZE * (size_t)l->kvd;
-  l->free_pages = fp;
-  l->n_free = (int)pages;
-  for (int i = 0; i < l->n_free; i++) fp[i] = l->n_free - 1 - i; /* pops give 0, 1, 2, ... */
   return COSY_OK;
 }
 
-int gpu_llm_pages_total(const gpu_llm *l) { return l ? l->pages_total : 0; }
-int gpu_llm_pages_free(const gpu_llm *l) { return l ? l->n_free : 0; }
+int gpu_llm_pages_total(const gpu_llm *l) { return l ? l->pool.pages_total : 0; }
+int gpu_llm_pages_free(const gpu_llm *l) { return l ? l->pool.n_free : 0; }
 size_t gpu_llm_kv_bytes(const gpu_llm *l) { return l ? l->kv_bytes : 0; }
 int gpu_llm_speech_vocab(const gpu_llm *l) { return l ? l->V : 0; }
 int gpu_llm_hidden(const gpu_llm *l) { return l ? l->H : 0; }
@@ -488,9 +478,7 @@ static float *vpool(const gpu_llm *l, int layer) {
   return l->kv + (size_t)(2 * layer + 1) * l->pool_elems;
 }
 
-static int seq_ok(const gpu_llm *l, int seq) {
-  return l && seq >= 0 && seq < l->max_open && l->seqs[seq].open;
-}
+static int seq_ok(const gpu_llm *l, int seq) { return l && kv_pool_seq_ok(&l->pool, seq); }
 
 cosy_status gpu_llm_seq_open(gpu_llm *l, int max_len, int *seq) {
   if (!l || !seq) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_seq_open: NULL argument");
@@ -499,47 +487,32 @@ cosy_status gpu_llm_seq_open(gpu_llm *l, int max_len, int *seq) {
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_seq_open: max_len %d not in [1, %d]", max_len,
                     GPU_LLM_MAX_CTX);
   if (!l->kv) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_seq_open: no KV cache reserved");
-  const int need = (max_len + GPU_LLM_PAGE_SIZE - 1) / GPU_LLM_PAGE_SIZE;
-  if (need > l->n_free)
-    return cosy_err(COSY_ERR_GPU_NO_MEMORY,
-                    "KV cache full: %d positions need %d pages, %d of %d are free", max_len, need,
-                    l->n_free, l->pages_total);
-  int s = 0;
-  while (s < l->max_open && l->seqs[s].open) s++;
-  if (s == l->max_open)
-    return cosy_err(COSY_ERR_GPU_NO_MEMORY, "KV cache full: %d sequences are open already",
-                    l->max_open);
-  int32_t *row = l->bt_host + (size_t)s * l->pages_per_seq;
-  for (int i = 0; i < need; i++) row[i] = l->free_pages[--l->n_free];
-  cosy_status st = cosy_gpu_check(
-      cudaMemcpyAsync(l->d_bt_all + (size_t)s * l->pages_per_seq, row, sizeof(int32_t) * need,
-                      cudaMemcpyHostToDevice, l->g->stream),
-      "gpu_llm_seq_open");
+  int s;
+  cosy_status st = kv_pool_open(&l->pool, max_len, &s);
+  if (st) return st;
+  st = cosy_gpu_check(cudaMemcpyAsync(l->d_bt_all + (size_t)s * l->pages_per_seq,
+                                      kv_pool_block_table(&l->pool, s),
+                                      sizeof(int32_t) * l->pool.seqs[s].n_pages,
+                                      cudaMemcpyHostToDevice, l->g->stream),
+                      "gpu_llm_seq_open");
   if (st) {
-    for (int i = need - 1; i >= 0; i--) l->free_pages[l->n_free++] = row[i];
+    kv_pool_close(&l->pool, s);
     return st;
   }
-  l->seqs[s].open = 1;
-  l->seqs[s].max_len = max_len;
-  l->seqs[s].len = 0;
-  l->seqs[s].n_pages = need;
   *seq = s;
   return COSY_OK;
 }
 
 void gpu_llm_seq_close(gpu_llm *l, int seq) {
-  if (!seq_ok(l, seq)) return;
-  gl_seq *s = &l->seqs[seq];
-  const int32_t *row = l->bt_host + (size_t)seq * l->pages_per_seq;
-  for (int i = s->n_pages - 1; i >= 0; i--) l->free_pages[l->n_free++] = row[i];
-  memset(s, 0, sizeof *s);
+  if (l) kv_pool_close(&l->pool, seq);
 }
 
-int gpu_llm_seq_len(const gpu_llm *l, int seq) { return seq_ok(l, seq) ? l->seqs[seq].len : -1; }
+int gpu_llm_seq_len(const gpu_llm *l, int seq) {
+  return seq_ok(l, seq) ? l->pool.seqs[seq].len : -1;
+}
 
 static int32_t slot_of(const gpu_llm *l, int seq, int pos) {
-  const int32_t *row = l->bt_host + (size_t)seq * l->pages_per_seq;
-  return row[pos / GPU_LLM_PAGE_SIZE] * GPU_LLM_PAGE_SIZE + pos % GPU_LLM_PAGE_SIZE;
+  return kv_pool_slot(&l->pool, seq, pos);
 }
 
 /* ---- input embedding -------------------------------------------------------------------------- */
@@ -827,7 +800,7 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
   if (!l || !emb) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill: NULL llm or input");
   if (!seq_ok(l, seq))
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill: sequence %d is not open", seq);
-  gl_seq *sq = &l->seqs[seq];
+  kv_seq *sq = kv_pool_seq(&l->pool, seq);
   if (L < 1 || L > sq->max_len - sq->len)
     return cosy_err(COSY_ERR_INVALID_ARG,
                     "gpu_llm_prefill: %d positions do not fit the sequence (%d of %d used)", L,
@@ -888,7 +861,7 @@ cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const floa
       if (seqs[i] == seqs[j])
         return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_prefill_batch: sequence %d given twice",
                         seqs[j]);
-    const gl_seq *sq = &l->seqs[seqs[j]];
+    const kv_seq *sq = kv_pool_seq(&l->pool, seqs[j]);
     if (Ls[j] < 1 || Ls[j] > sq->max_len - sq->len)
       return cosy_err(COSY_ERR_INVALID_ARG,
                       "gpu_llm_prefill_batch: %d positions do not fit sequence %d (%d of %d used)",
@@ -904,7 +877,7 @@ cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const floa
   cosy_status st;
   l->logp_rows = 0;
   for (int j = 0, r = 0; j < n; r += Ls[j], j++) {
-    const int p0 = l->seqs[seqs[j]].len;
+    const int p0 = kv_pool_seq(&l->pool, seqs[j])->len;
     row0[j] = r;
     Lk[j] = p0 + Ls[j];
     memcpy(l->h_emb + (size_t)r * H, embs[j], sizeof(float) * (size_t)Ls[j] * H);
@@ -941,7 +914,7 @@ cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const floa
   if (nw && (st = head_split(l, l->h, l->y2, l->y2 + M * H, nw))) return st;
   /* the pinned staging buffers are reused by the next call */
   if ((st = cosy_gpu_sync(l->g, "LLM prefill"))) return st;
-  for (int j = 0; j < n; j++) l->seqs[seqs[j]].len += Ls[j];
+  for (int j = 0; j < n; j++) kv_pool_seq(&l->pool, seqs[j])->len += Ls[j];
   l->logp_rows = nw;
   l->logp_valid = 1;
   if (n_want) *n_want = nw;
@@ -1013,7 +986,7 @@ cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, i
     if (l->stamp[q] == l->stamp_gen)
       return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: sequence %d appears twice", q);
     l->stamp[q] = l->stamp_gen;
-    const gl_seq *sq = &l->seqs[q];
+    const kv_seq *sq = kv_pool_seq(&l->pool, q);
     if (sq->len >= sq->max_len)
       return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_decode: sequence %d is full (%d positions)",
                       q, sq->max_len);
@@ -1035,7 +1008,7 @@ cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, i
     const int real = i < n;
     l->h_in[i] = real ? tokens[i] : 0;
     l->h_in[b + i] = real ? seqs[i] : -1;
-    l->h_in[2 * b + i] = real ? l->seqs[seqs[i]].len : 0;
+    l->h_in[2 * b + i] = real ? kv_pool_seq(&l->pool, seqs[i])->len : 0;
   }
   cudaStream_t s = l->g->stream;
   CK(cudaMemcpyAsync(l->d_in, l->h_in, sizeof(int32_t) * 3 * (size_t)b, cudaMemcpyHostToDevice, s),
@@ -1057,7 +1030,7 @@ cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, i
     if ((st = cosy_gpu_sync(l->g, "LLM decode step"))) return st;
     memcpy(logp, l->h_logp, sizeof(float) * (size_t)n * l->V);
   }
-  for (int i = 0; i < n; i++) l->seqs[seqs[i]].len++;
+  for (int i = 0; i < n; i++) kv_pool_seq(&l->pool, seqs[i])->len++;
   l->logp_rows = n;
   if (!have_graph) return capture(l, b, ctx, &l->graphs[bi][ci]);
   return COSY_OK;

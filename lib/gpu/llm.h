@@ -36,7 +36,7 @@
  * copy and one stream sync (logp given), or gpu_llm_sample draws the next tokens on the device
  * (RAS, log_softmax fused) and only the sampled ids and generator states come back. Buckets of
  * up to GPU_LLM_GEMV_DEFAULT = 4 rows (llm.c; gpu_llm_set_tuning changes it) use fused skinny
- * GEMMs (kernels/llm_extra.h: RMSNorm + projection + RoPE + KV append in one kernel, SiLU gate in the gate|up epilogue, residual adds in the o/down
+ * GEMMs (kernels/gemv.h: RMSNorm + projection + RoPE + KV append in one kernel, SiLU gate in the gate|up epilogue, residual adds in the o/down
  * epilogues): 4 kernels plus one attention kernel per layer, all launched as programmatic
  * dependents (sm_90) so each kernel's weight stream starts while its predecessor finishes.
  * Larger buckets use cuBLASLt GEMMs on hi/lo pairs with fused norm / RoPE+append / SiLU kernels.

@@ -65,7 +65,6 @@ static int n_threads(void) { return 1; }
 static int thread_id(void) { return 0; }
 #endif
 
-#define TIME_FREQ_DIM 256 /* sinusoidal time embedding width (half 128) */
 #define HEAD_DIM 64       /* DiT head size (checked at create) */
 enum { QB = 16 };         /* attention query rows per block */
 
@@ -367,7 +366,7 @@ static cosy_status ws_alloc(const ref_flow *f, int N, dit_ws *w) {
   w->N = N;
   w->threads = n_threads();
   size_t nD = (size_t)N * f->D, cin = (size_t)(f->D / f->cpg);
-  int tdim = f->D > TIME_FREQ_DIM ? f->D : TIME_FREQ_DIM;
+  int tdim = f->D > FLOW_TIME_FREQ_DIM ? f->D : FLOW_TIME_FREQ_DIM;
   if (!(w->inp = cosy_malloc((size_t)N * 4 * f->mel * sizeof(float))) ||
       !(w->h = cosy_malloc(nD * sizeof(float))) || !(w->n = cosy_malloc(nD * sizeof(float))) ||
       !(w->q = cosy_malloc(nD * sizeof(float))) || !(w->k = cosy_malloc(nD * sizeof(float))) ||
@@ -483,16 +482,9 @@ static void dit_row(const ref_flow *f, dit_ws *w, const float *x, const float *m
   size_t nD = (size_t)N * D;
   /* time embedding: sinusoidal (scale 1000) -> Linear -> SiLU -> Linear; then SiLU for AdaLN */
   float *sinus = w->tmp;
-  int half = TIME_FREQ_DIM / 2;
-  float lnf = (float)(-log(10000.0) / (half - 1));
-  float ts = 1000.0f * t;
-  for (int i = 0; i < half; i++) {
-    float a = ts * expf((float)i * lnf);
-    sinus[i] = sinf(a);
-    sinus[half + i] = cosf(a);
-  }
+  flow_time_sinusoid(t, sinus);
   float *h1 = w->mod; /* scratch, D floats */
-  linear(h1, 0, sinus, 0, 1, TIME_FREQ_DIM, f->t1_w, f->t1_b, D);
+  linear(h1, 0, sinus, 0, 1, FLOW_TIME_FREQ_DIM, f->t1_w, f->t1_b, D);
   for (int i = 0; i < D; i++) h1[i] = silu(h1[i]);
   linear(w->te, 0, h1, 0, 1, D, f->t2_w, f->t2_b, D);
   for (int i = 0; i < D; i++) w->te[i] = silu(w->te[i]);
@@ -571,13 +563,24 @@ cosy_status ref_flow_estimator(const ref_flow *f, int B, int N, const float *x, 
 /* ---------------------------------------------------------------------------------------------
  * inference */
 
-/* the fp32 cosine schedule 1 - cos(linspace(0,1,n+1) * 0.5 * pi), as torch computes it */
-static void cosine_schedule(int n, float *ts) {
+void flow_cosine_schedule(int n, float *ts) {
+  const float pi = 3.14159265358979323846f;
   float step = 1.0f / (float)n;
   int halfway = (n + 1) / 2;
   for (int i = 0; i <= n; i++) {
     float s = i < halfway ? step * (float)i : 1.0f - step * (float)(n - i);
-    ts[i] = 1.0f - cosf(s * 0.5f * 3.14159265358979323846f);
+    ts[i] = 1.0f - cosf(s * 0.5f * pi);
+  }
+}
+
+void flow_time_sinusoid(float t, float *out) {
+  const int half = FLOW_TIME_FREQ_DIM / 2;
+  const float lnf = (float)(-log(FLOW_TIME_MAX_PERIOD) / (half - 1));
+  const float ts = FLOW_TIME_SCALE * t;
+  for (int i = 0; i < half; i++) {
+    float a = ts * expf((float)i * lnf);
+    out[i] = sinf(a);
+    out[half + i] = cosf(a);
   }
 }
 
@@ -694,7 +697,7 @@ cosy_status ref_flow_infer(const ref_flow *f, const int32_t *tokens, int n_promp
       }
       ts = ts_heap;
     }
-    cosine_schedule(S, ts);
+    flow_cosine_schedule(S, ts);
     float t = ts[0], dt = ts[1] - ts[0];
     float c1 = (float)(1.0 + (double)f->cfg), c2 = f->cfg;
     for (int step = 1; step <= S; step++) {

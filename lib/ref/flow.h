@@ -45,6 +45,18 @@ cosy_status ref_flow_infer(const ref_flow *f, const int32_t *tokens, int n_promp
                            int streaming, int finalize, const volatile int *cancel, float **mel,
                            int *n_frames, ref_flow_debug *dbg);
 
+/* The flow's ODE time schedule and its time embedding: one implementation, used by ref_flow_infer
+ * and the GPU flow (which computes both on the host and uploads them).
+ *   flow_cosine_schedule: ts[0..n] = 1 - cos(s_i * 0.5 * pi), s = linspace(0, 1, n + 1) in fp32
+ *     as torch computes it (from both ends: s_i = i / n below the middle, 1 - (n - i) / n above).
+ *   flow_time_sinusoid: out[0..FLOW_TIME_FREQ_DIM) = [sin(a_0..a_127), cos(a_0..a_127)],
+ *     a_i = (FLOW_TIME_SCALE t) * exp(-i ln(10000) / 127) in fp32. */
+#define FLOW_TIME_FREQ_DIM 256 /* sinusoidal time embedding width (half 128) */
+#define FLOW_TIME_SCALE 1000.0f
+#define FLOW_TIME_MAX_PERIOD 10000.0
+void flow_cosine_schedule(int n, float *ts);
+void flow_time_sinusoid(float t, float *out);
+
 /* The DiT estimator alone (for tests and the GPU parity harness): batch B, layouts as in the
  * golden files: x, mu, cond: [B][80][N]; t: [B]; spks: [B][80]; out: [B][80][N].
  * The padding mask is taken as all ones. */

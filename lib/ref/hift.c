@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h" /* cosy_splitmix64, shared with kernels/source.cu */
 #include "util.h"
 
 #define HIFT_PI 3.14159265358979323846
@@ -418,14 +419,9 @@ done:
 #define NOISE_KEY_ROWS 0x5EED51AE00000000ull
 #define NOISE_KEY_INI 0x5EED1A1700000000ull
 
-static uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+static float u24(uint64_t x) {
+  return (float)(cosy_splitmix64(x) >> 40) * (1.0f / 16777216.0f);
 }
-
-static float u24(uint64_t x) { return (float)(mix64(x) >> 40) * (1.0f / 16777216.0f); }
 
 void ref_hift_default_noise(int nb, int64_t first_row, int64_t n_rows, float *rand_ini,
                             float *rows) {

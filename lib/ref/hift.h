@@ -44,7 +44,7 @@ typedef struct ref_hift_noise {
 
 /* The default noise generator ("hift noise v1"), counter-based so that any chunk gives the same
  * values at the same absolute sample index:
- *   mix(z)    = splitmix64 output for state z:  z += 0x9E3779B97F4A7C15;
+ *   mix(z)    = splitmix64 output for state z (lib/rng.h cosy_splitmix64): z += 0x9E3779B97F4A7C15;
  *               z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
  *               return z ^ (z >> 31)                                  (all uint64, wrapping)
  *   u24(x)    = (mix(x) >> 40) * 2^-24                                (in [0,1), exact in fp32)

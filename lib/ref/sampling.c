@@ -1,4 +1,4 @@
-/* sampling.c - xoshiro256** RNG and RAS sampling; the math and the choices are documented in
+/* sampling.c - RAS sampling on the host; the math and the choices are documented in
  * sampling.h.
  *
  * Scratch layout for cosy_sample_ras (n = n_vocab):
@@ -14,67 +14,6 @@
 #include <stddef.h>
 
 #include "util.h"
-
-/* ---- RNG ------------------------------------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-void cosy_rng_seed(cosy_rng *r, uint64_t seed) {
-  if (!r) return;
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t cosy_rng_next(cosy_rng *r) {
-  uint64_t *s = r->s;
-  const uint64_t result = rotl(s[1] * 5, 7) * 9;
-  const uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
-double cosy_rng_uniform(cosy_rng *r) {
-  return (double)(cosy_rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-/* ---- parameters ----------------------------------------------------------------------------- */
-
-cosy_sampling cosy_sampling_default(void) {
-  cosy_sampling s;
-  s.temperature = 1.0f;
-  s.top_p = 0.8f;
-  s.top_k = 25;
-  s.win_size = 10;
-  s.tau_r = 0.1f;
-  return s;
-}
-
-cosy_status cosy_sampling_check(const cosy_sampling *s) {
-  if (!s) return cosy_err(COSY_ERR_INVALID_ARG, "sampling: NULL parameters");
-  if (!(s->temperature > 0.0f) || !isfinite(s->temperature))
-    return cosy_err(COSY_ERR_INVALID_ARG, "sampling: temperature %g must be > 0",
-                    (double)s->temperature);
-  if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
-    return cosy_err(COSY_ERR_INVALID_ARG, "sampling: top_p %g not in (0, 1]", (double)s->top_p);
-  if (s->top_k < 1) return cosy_err(COSY_ERR_INVALID_ARG, "sampling: top_k %d < 1", s->top_k);
-  if (s->win_size < 0)
-    return cosy_err(COSY_ERR_INVALID_ARG, "sampling: win_size %d < 0", s->win_size);
-  if (!(s->tau_r >= 0.0f) || !isfinite(s->tau_r))
-    return cosy_err(COSY_ERR_INVALID_ARG, "sampling: tau_r %g must be >= 0", (double)s->tau_r);
-  return COSY_OK;
-}
 
 /* ---- RAS ------------------------------------------------------------------------------------ */
 

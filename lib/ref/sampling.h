@@ -1,11 +1,10 @@
-/* sampling.h - seeded RNG and the RAS speech-token sampler (docs/model.md section 4), shared by the CPU
+/* sampling.h - the RAS speech-token sampler (docs/model.md section 4) on the host, used by the CPU
  * reference and the GPU path's host fallback (sampling runs on the host over a [n_vocab] log-prob
  * row). The GPU samples with kernels/sample.cu's cosy_k_ras_sample, the same algorithm step by
- * step with the same generator, tested to give the same tokens and generator states.
+ * step with the same generator, tested to give the same tokens and generator states. The
+ * parameters (cosy_sampling), their defaults and named constants are lib/sampling.h; the
+ * generator (xoshiro256**, cosy_rng) is lib/rng.h.
  *
- * RNG: xoshiro256** (Blackman & Vigna 2018) with its 256-bit state filled by four successive
- * outputs of splitmix64 started at the seed. cosy_rng_uniform() = (next() >> 11) * 2^-53, a double
- * in [0, 1) with 53 random bits. The sequence for a given seed is fixed forever (tests pin it).
  * Token streams can never match the official implementation bit for bit (it uses CUDA
  * torch.multinomial); only the distribution is reproduced.
  *
@@ -31,40 +30,10 @@
 #ifndef COSY_REF_SAMPLING_H
 #define COSY_REF_SAMPLING_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "cosyvoice.h"
-
-/* Speech token ids are 0..6560; every id >= 6561 is a stop id (sos, eos, task_id, fill, unused). */
-#define COSY_SPEECH_TOKENS 6561
-
-typedef struct cosy_rng {
-  uint64_t s[4];
-} cosy_rng;
-
-/* Seed the generator (any seed, 0 included, is valid). */
-void cosy_rng_seed(cosy_rng *r, uint64_t seed);
-/* Next raw 64-bit output of xoshiro256**. */
-uint64_t cosy_rng_next(cosy_rng *r);
-/* Uniform double in [0, 1). */
-double cosy_rng_uniform(cosy_rng *r);
-
-typedef struct cosy_sampling {
-  float temperature; /* > 0, 1.0 = official */
-  float top_p;       /* (0, 1], official 0.8 */
-  int top_k;         /* >= 1 (clamped to n_vocab), official 25 */
-  int win_size;      /* >= 0 history window of the repetition check, official 10 (0 = off) */
-  float tau_r;       /* >= 0, official 0.1 */
-} cosy_sampling;
-
-/* The repetition-aware part of the official settings (not caller knobs). */
-#define COSY_RAS_WIN_SIZE 10
-#define COSY_RAS_TAU_R 0.1f
-
-/* The official settings: 1.0, 0.8, 25, 10, 0.1. */
-cosy_sampling cosy_sampling_default(void);
-/* COSY_OK when every field is in range, else COSY_ERR_INVALID_ARG with a message. */
-cosy_status cosy_sampling_check(const cosy_sampling *s);
+#include "../sampling.h" /* lib/sampling.h: the parameters (this folder has a sampling.h too) */
 
 /* Scratch floats cosy_sample_ras needs for a vocabulary of n_vocab: 2 * n_vocab. */
 #define COSY_SAMPLE_SCRATCH(n_vocab) (2 * (size_t)(n_vocab))

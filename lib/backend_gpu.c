@@ -1,5 +1,5 @@
-/* backend_gpu.c - the GPU backend: the stages of lib/gpu/ (LLM with a paged KV cache and CUDA
- * graphs, the DiT flow, HiFT) behind the cosy_backend interface.
+/* backend_gpu.c - the GPU backend (beside backend_cpu.c): the stages of lib/gpu/ (LLM with a
+ * paged KV cache and CUDA graphs, the DiT flow, HiFT) behind the cosy_backend interface.
  *
  * Memory plan at creation, all inside gpu_memory_fraction of the device: weights of the three
  * stages, the flow and vocoder workspaces for the longest utterance (MAX_FRAMES mel frames incl.
@@ -25,13 +25,9 @@
 #include "engine.h"
 #include "util.h"
 
-#if defined(__has_include)
-#if __has_include("gpu/llm.h") && __has_include("gpu/flow.h") && __has_include("gpu/hift.h")
-#define HAVE_GPU_STAGES 1
-#endif
-#endif
-
-#ifdef HAVE_GPU_STAGES
+/* built in every configuration; without CUDA (CUDA=0: no lib/gpu/, no kernels) only the stub at
+ * the end, which refuses a GPU engine */
+#ifdef COSY_WITH_CUDA
 #include "gpu/flow.h"
 #include "gpu/frontend.h"
 #include "gpu/gpu.h"
@@ -577,7 +573,7 @@ const cosy_backend cosy_backend_gpu = {
     .thread_enter = gb_thread_enter,
 };
 
-#else /* the GPU stages are not in this build */
+#else /* COSY_WITH_CUDA: the GPU stages are not in this build */
 
 static cosy_status gb_unsupported(cosy_engine *e) {
   (void)e;

@@ -1,27 +1,14 @@
-/* llm_extra.cu - kernels of the GPU speech-token LLM: decode-step preparation, RoPE + paged KV
- * append, KV gather for chunked prefill, hi/lo bf16 splitting of fp32 activations for cuBLASLt,
- * and the fused skinny GEMM ("gemv") used by small decode batches. Interfaces in llm_extra.h.
+/* gemv.cu - the fused skinny GEMM ("gemv") of the GPU LLM's small decode batches (lib/gpu/llm.c):
+ * y = epilogue(x W^T) for 1..8 rows with the RMSNorm of its input and the layer's epilogue
+ * (residual add, SiLU gate, RoPE + paged KV append) fused. Interface in gemv.h.
  *
  * Math
- *   decode_prep: h[i] = speech_embedding[token_i] (fp32), slot_i = block_table[pos_i / P] * P +
- *     pos_i % P (P = page size), len_i = pos_i + 1, and the batch's block-table rows.
- *   rope_append: x = qkv (+ qkv_lo) (+ bias); NeoX RoPE (Qwen2 rotate_half) on head_dim 64, angle
- *     a = fp32(pos) * inv_freq[i] (the fp32 table of lib/ref/llm.c), accurate sincosf; q out,
- *     k/v to cache rows (all fp32).
- *   kv_gather: copy of cache rows of one sequence to contiguous [t][kv_dim].
- *   norm_split: h += d + d_lo; y = w * (h * rsqrt(mean h^2 + eps)); hi = bf16(y), lo = bf16(y-hi).
- *   split / silu_split / add: see llm_extra.h.
- *   gemv: out(m, n) = sum_k xn[m][k] W[n][k] (+ bias[n]) with the epilogues of llm_extra.h;
+ *   gemv: out(m, n) = sum_k xn[m][k] W[n][k] (+ bias[n]) with the epilogues of gemv.h;
  *     xn = x, or for IN_RMSNORM xn[m][k] = w[k] * (x[m][k] * r_m), r_m = rsqrt(mean_k x^2 + eps),
  *     all fp32 (the same expression as lib/ref/llm.c).
- * Shapes: see llm_extra.h. Decode: M <= 8 rows, H = 896, qkv N = 1152, gate|up N = 9728,
+ * Shapes: see gemv.h. Decode: M <= 8 rows, H = 896, qkv N = 1152, gate|up N = 9728,
  *   down K = 4864, head N = 6761 (full model).
  * Thread mapping
- *   decode_prep: one block of 128 threads per row (threads stride over H and the block table).
- *   rope_append: one thread per (token, head of q|k|v, i < 32) pair; grid-stride.
- *   kv_gather: one thread per (token, 4-float vector of K and V).
- *   norm_split: one block of 256 threads per row, two strided passes over the row.
- *   split / silu_split / add: one thread per element; grid-stride.
  *   gemv: 256 threads = 8 warps per block. A "slot" is one output row (STORE / ADD), or the row
  *     pair (j, j + I) for SILU_MUL, or (head*64 + i, head*64 + i + 32) for QKV_ROPE, so that a
  *     pair's epilogue (SiLU gate, rotation) needs no exchange between blocks. KS warps (1, 2, 4 or
@@ -42,11 +29,11 @@
  *     thread's registers.
  *     PDL (sm_90): every gemv block triggers its dependents at once and waits (griddepcontrol)
  *     for its own producers after issuing its weight loads.
- * Numerics: fp32 everywhere except the bf16 weights (and the bf16 hi/lo pairs, exact to ~2^-17
- *   relative); fp32 accumulation. The gemv reads each weight exactly once per call.
+ * Numerics: fp32 everywhere except the bf16 weights; fp32 accumulation. The gemv reads each
+ *   weight exactly once per call.
  */
+#include "gemv.h"
 #include "kcommon.cuh"
-#include "llm_extra.h"
 
 #include <string.h>
 
@@ -54,189 +41,9 @@ using namespace cosyk;
 
 namespace {
 
-constexpr int HD = 64;
-constexpr int HALF = 32;
-
-/* ------------------------------------------------------------------------------------------ */
-/* decode_prep                                                                                 */
-
-__global__ void __launch_bounds__(128)
-decode_prep_kernel(const int32_t *__restrict__ in, int n, const bf16 *__restrict__ emb, int n_emb,
-                   int H, const int32_t *__restrict__ bt_all, int bt_all_stride, int n_slots,
-                   int page_size, float *__restrict__ h, int32_t *__restrict__ pos,
-                   int32_t *__restrict__ slots, int32_t *__restrict__ lens,
-                   int32_t *__restrict__ bt, int bt_stride) {
-  /* the first layer's q|k|v skinny GEMM (a programmatic dependent) may start streaming its
-   * weights now; it reads h and the tables only after this grid has completed */
-  pdl_trigger();
-  const int i = blockIdx.x, tid = threadIdx.x;
-  const int tok = in[i], seq = in[n + i], p = in[2 * n + i];
-  const bool real = seq >= 0 && seq < n_slots && p >= 0 && p < bt_all_stride * page_size;
-  float *hr = h + (size_t)i * H;
-  int32_t *btr = bt + (size_t)i * bt_stride;
-  if (!real) {
-    for (int d = tid; d < H; d += blockDim.x) hr[d] = 0.f;
-    for (int j = tid; j < bt_stride; j += blockDim.x) btr[j] = 0;
-    if (tid == 0) {
-      pos[i] = 0;
-      slots[i] = -1;
-      lens[i] = 0;
-    }
-    return;
-  }
-  const int32_t *src = bt_all + (size_t)seq * bt_all_stride;
-  if (tok >= 0 && tok < n_emb) {
-    const bf16 *er = emb + (size_t)tok * H;
-    for (int d = tid; d < H; d += blockDim.x) hr[d] = __bfloat162float(er[d]);
-  } else {
-    for (int d = tid; d < H; d += blockDim.x) hr[d] = 0.f;
-  }
-  for (int j = tid; j < bt_stride; j += blockDim.x) btr[j] = src[j];
-  if (tid == 0) {
-    pos[i] = p;
-    slots[i] = src[p / page_size] * page_size + p % page_size;
-    lens[i] = p + 1;
-  }
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* rope_append                                                                                 */
-
-__global__ void __launch_bounds__(256)
-rope_append_kernel(const float *__restrict__ qkv, const float *__restrict__ qkv_lo,
-                   int qkv_stride, const float *__restrict__ bias, int n_tok, int n_qh, int n_kh,
-                   const int32_t *__restrict__ pos, const int32_t *__restrict__ slots,
-                   const float *__restrict__ inv_freq, float *__restrict__ q, int q_stride,
-                   float *__restrict__ kc, float *__restrict__ vc) {
-  const int heads = n_qh + 2 * n_kh;
-  const int64_t total = (int64_t)n_tok * heads * HALF;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int i = (int)(e % HALF);
-    const int head = (int)((e / HALF) % heads);
-    const int t = (int)(e / ((int64_t)HALF * heads));
-    const size_t o = (size_t)t * qkv_stride + (size_t)head * HD + i;
-    float x1 = qkv[o], x2 = qkv[o + HALF];
-    if (qkv_lo) {
-      x1 += qkv_lo[o];
-      x2 += qkv_lo[o + HALF];
-    }
-    if (bias) {
-      x1 += bias[head * HD + i];
-      x2 += bias[head * HD + i + HALF];
-    }
-    if (head < n_qh + n_kh) {
-      float sn, cs;
-      sincosf((float)pos[t] * inv_freq[i], &sn, &cs);
-      const float r1 = x1 * cs - x2 * sn, r2 = x2 * cs + x1 * sn;
-      x1 = r1;
-      x2 = r2;
-    }
-    if (head < n_qh) {
-      float *qr = q + (size_t)t * q_stride + (size_t)head * HD;
-      qr[i] = x1;
-      qr[i + HALF] = x2;
-    } else {
-      const int slot = slots[t];
-      if (slot < 0) continue;
-      const bool is_k = head < n_qh + n_kh;
-      const int kvh = is_k ? head - n_qh : head - n_qh - n_kh;
-      float *c = (is_k ? kc : vc) + ((size_t)slot * n_kh + kvh) * HD;
-      c[i] = x1;
-      c[i + HALF] = x2;
-    }
-  }
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* kv_gather                                                                                   */
-
-__global__ void __launch_bounds__(256)
-kv_gather_kernel(const float *__restrict__ kc, const float *__restrict__ vc,
-                 const int32_t *__restrict__ bt, int page_size, int kv_dim, int n_tok,
-                 float *__restrict__ k, float *__restrict__ v) {
-  const int nv = kv_dim / 4;
-  const int64_t total = (int64_t)n_tok * nv;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int t = (int)(e / nv), c = (int)(e % nv) * 4;
-    const size_t src = ((size_t)bt[t / page_size] * page_size + t % page_size) * kv_dim + c;
-    const size_t dst = (size_t)t * kv_dim + c;
-    *reinterpret_cast<float4 *>(k + dst) = *reinterpret_cast<const float4 *>(kc + src);
-    *reinterpret_cast<float4 *>(v + dst) = *reinterpret_cast<const float4 *>(vc + src);
-  }
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* hi/lo helpers                                                                               */
-
-__device__ __forceinline__ void split1(float y, bf16 *hi, bf16 *lo) {
-  const bf16 h = __float2bfloat16_rn(y);
-  *hi = h;
-  *lo = __float2bfloat16_rn(y - __bfloat162float(h));
-}
-
-constexpr int NS_THREADS = 256;
-
-__global__ void __launch_bounds__(NS_THREADS)
-norm_split_kernel(float *h, const float *__restrict__ d, const float *__restrict__ dl,
-                  const float *__restrict__ w, float eps, bf16 *__restrict__ hi,
-                  bf16 *__restrict__ lo, int H) {
-  __shared__ float red[32];
-  const size_t row = blockIdx.x;
-  float *hr = h + row * H;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < H; i += NS_THREADS) {
-    float v = hr[i];
-    if (d) {
-      v += d[row * H + i] + dl[row * H + i];
-      hr[i] = v;
-    }
-    ss += v * v;
-  }
-  ss = block_sum(ss, red);
-  const float r = rsqrtf(ss / (float)H + eps);
-  /* each thread re-reads only the h elements it wrote itself */
-  for (int i = threadIdx.x; i < H; i += NS_THREADS)
-    split1(w[i] * (hr[i] * r), hi + row * H + i, lo + row * H + i);
-}
-
-__global__ void __launch_bounds__(256)
-split_kernel(const float *__restrict__ x, int ldx, bf16 *__restrict__ hi, bf16 *__restrict__ lo,
-             int M, int K) {
-  const int64_t total = (int64_t)M * K;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t m = e / K, k = e % K;
-    split1(x[m * ldx + k], hi + e, lo + e);
-  }
-}
-
-__global__ void __launch_bounds__(256)
-silu_split_kernel(const float *__restrict__ gu, const float *__restrict__ gl, int I,
-                  bf16 *__restrict__ hi, bf16 *__restrict__ lo, int M) {
-  const int64_t total = (int64_t)M * I;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t m = e / I, j = e % I;
-    const size_t o = (size_t)m * 2 * I + j;
-    const float g = gu[o] + gl[o], u = gu[o + I] + gl[o + I];
-    split1(g / (1.f + expf(-g)) * u, hi + e, lo + e);
-  }
-}
-
-__global__ void __launch_bounds__(256)
-add_kernel(const float *a, const float *b, float *out, int64_t n) {
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-       e += (int64_t)gridDim.x * blockDim.x)
-    out[e] = a[e] + b[e];
-}
-
-inline unsigned grid_for(int64_t total) {
-  int64_t blocks = (total + 255) / 256;
-  if (blocks > 4096) blocks = 4096;
-  return (unsigned)(blocks < 1 ? 1 : blocks);
-}
+constexpr int HD = 64;   /* head_dim */
+constexpr int HALF = 32; /* RoPE pairs (i, i + 32) of a head */
+constexpr int GV_MAX_GROUPS = 65535; /* row groups of one launch at most */
 
 /* ------------------------------------------------------------------------------------------ */
 /* gemv                                                                                        */
@@ -517,94 +324,6 @@ inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 } /* namespace */
 
-extern "C" cudaError_t cosy_k_llm_decode_prep(cudaStream_t s, const int32_t *in, int n,
-                                              const cosy_bf16 *emb, int n_emb, int H,
-                                              const int32_t *bt_all, int bt_all_stride,
-                                              int n_slots, int page_size, float *h, int32_t *pos,
-                                              int32_t *slots, int32_t *lens, int32_t *bt,
-                                              int bt_stride) {
-  if (n < 0 || H <= 0 || n_emb < 0 || bt_all_stride <= 0 || n_slots < 0 || page_size <= 0 ||
-      bt_stride <= 0 || bt_stride > bt_all_stride)
-    return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  if (!in || !emb || !bt_all || !h || !pos || !slots || !lens || !bt) return cudaErrorInvalidValue;
-  decode_prep_kernel<<<n, 128, 0, s>>>(in, n, (const bf16 *)emb, n_emb, H, bt_all, bt_all_stride,
-                                       n_slots, page_size, h, pos, slots, lens, bt, bt_stride);
-  return cudaGetLastError();
-}
-
-extern "C" cudaError_t cosy_k_llm_rope_append(cudaStream_t s, const float *qkv,
-                                              const float *qkv_lo, int qkv_stride,
-                                              const float *bias, int n_tok, int n_qh, int n_kh,
-                                              const int32_t *pos, const int32_t *slots,
-                                              const float *inv_freq, float *q, int q_stride,
-                                              float *k_cache, float *v_cache) {
-  if (n_tok < 0 || n_qh <= 0 || n_kh <= 0 || qkv_stride < (n_qh + 2 * n_kh) * HD ||
-      q_stride < n_qh * HD)
-    return cudaErrorInvalidValue;
-  if (n_tok == 0) return cudaSuccess;
-  if (!qkv || !pos || !slots || !inv_freq || !q || !k_cache || !v_cache)
-    return cudaErrorInvalidValue;
-  const int64_t total = (int64_t)n_tok * (n_qh + 2 * n_kh) * HALF;
-  rope_append_kernel<<<grid_for(total), 256, 0, s>>>(qkv, qkv_lo, qkv_stride, bias, n_tok, n_qh,
-                                                     n_kh, pos, slots, inv_freq, q, q_stride,
-                                                     k_cache, v_cache);
-  return cudaGetLastError();
-}
-
-extern "C" cudaError_t cosy_k_llm_kv_gather(cudaStream_t s, const float *k_cache,
-                                            const float *v_cache, const int32_t *bt,
-                                            int page_size, int kv_dim, int n_tok, float *k,
-                                            float *v) {
-  if (n_tok < 0 || page_size <= 0 || kv_dim <= 0 || kv_dim % 4 != 0) return cudaErrorInvalidValue;
-  if (n_tok == 0) return cudaSuccess;
-  if (!k_cache || !v_cache || !bt || !k || !v || !aligned16(k_cache) || !aligned16(v_cache) ||
-      !aligned16(k) || !aligned16(v))
-    return cudaErrorInvalidValue;
-  kv_gather_kernel<<<grid_for((int64_t)n_tok * (kv_dim / 4)), 256, 0, s>>>(
-      k_cache, v_cache, bt, page_size, kv_dim, n_tok, k, v);
-  return cudaGetLastError();
-}
-
-extern "C" cudaError_t cosy_k_llm_norm_split(cudaStream_t s, float *h, const float *delta,
-                                             const float *delta_lo, const float *w, float eps,
-                                             cosy_bf16 *hi, cosy_bf16 *lo, int M, int H) {
-  if (M < 0 || H <= 0 || (delta && !delta_lo)) return cudaErrorInvalidValue;
-  if (M == 0) return cudaSuccess;
-  if (!h || !w || !hi || !lo) return cudaErrorInvalidValue;
-  norm_split_kernel<<<M, NS_THREADS, 0, s>>>(h, delta, delta_lo, w, eps, (bf16 *)hi, (bf16 *)lo,
-                                             H);
-  return cudaGetLastError();
-}
-
-extern "C" cudaError_t cosy_k_llm_split(cudaStream_t s, const float *x, int ldx, cosy_bf16 *hi,
-                                        cosy_bf16 *lo, int M, int K) {
-  if (M < 0 || K <= 0 || ldx < K) return cudaErrorInvalidValue;
-  if (M == 0) return cudaSuccess;
-  if (!x || !hi || !lo) return cudaErrorInvalidValue;
-  split_kernel<<<grid_for((int64_t)M * K), 256, 0, s>>>(x, ldx, (bf16 *)hi, (bf16 *)lo, M, K);
-  return cudaGetLastError();
-}
-
-extern "C" cudaError_t cosy_k_llm_silu_split(cudaStream_t s, const float *gu, const float *gu_lo,
-                                             int I, cosy_bf16 *hi, cosy_bf16 *lo, int M) {
-  if (M < 0 || I <= 0) return cudaErrorInvalidValue;
-  if (M == 0) return cudaSuccess;
-  if (!gu || !gu_lo || !hi || !lo) return cudaErrorInvalidValue;
-  silu_split_kernel<<<grid_for((int64_t)M * I), 256, 0, s>>>(gu, gu_lo, I, (bf16 *)hi,
-                                                             (bf16 *)lo, M);
-  return cudaGetLastError();
-}
-
-extern "C" cudaError_t cosy_k_llm_add(cudaStream_t s, const float *a, const float *b, float *out,
-                                      int64_t n) {
-  if (n < 0) return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  if (!a || !b || !out) return cudaErrorInvalidValue;
-  add_kernel<<<grid_for(n), 256, 0, s>>>(a, b, out, n);
-  return cudaGetLastError();
-}
-
 extern "C" int cosy_k_llm_gemv_supported(int M, int K) {
   return (M == 1 || M == 2 || M == 4 || M == 8) && K >= 8 && K % 8 == 0 &&
          K <= 4 * 8 * 32 * 8;
@@ -616,7 +335,7 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
     return cudaErrorInvalidValue;
   if (a->in_mode == COSY_GEMV_IN_RMSNORM && (!a->norm_w || !aligned16(a->norm_w)))
     return cudaErrorInvalidValue;
-  if (a->groups < 0 || a->groups > 65535) return cudaErrorInvalidValue;
+  if (a->groups < 0 || a->groups > GV_MAX_GROUPS) return cudaErrorInvalidValue;
   GemvP p;
   p.M = a->M;
   p.groups = a->groups > 1 ? a->groups : 1;

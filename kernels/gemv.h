@@ -1,0 +1,85 @@
+/* gemv.h - the fused skinny GEMM of the GPU LLM's decode steps (kernels/gemv.cu; plain C
+ * launcher): M in {1, 2, 4, 8} rows of fp32 activations times bf16 weights, optionally fused with
+ * the RMSNorm of its input and with the layer's epilogue (residual add, SiLU gate, RoPE + KV
+ * append to the pages of paged_kv.h); optional programmatic dependent launch. Used by
+ * lib/gpu/llm.c.
+ *
+ * Conventions: those of kernels.h (stream first, asynchronous, cudaErrorInvalidValue for bad
+ * arguments, else cudaGetLastError() after the launch; nothing allocates, synchronizes, prints or
+ * exits; zero rows is a no-op). head_dim is fixed at 64 (Qwen2-0.5B geometry).
+ *
+ * Paged KV cache layout (as kernels.h): per layer one K and one V array
+ *   cache[page][page_size][n_kh][64] fp32; token t of a sequence sits at cache row
+ *   slot = block_table[t / page_size] * page_size + t % page_size.
+ */
+#ifndef COSY_GEMV_H
+#define COSY_GEMV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cosy_llm_gemv_in {
+  COSY_GEMV_IN_F32 = 0,     /* x [M][ldx] fp32 */
+  COSY_GEMV_IN_RMSNORM = 1  /* x [M][ldx] fp32; uses norm_w[k] * (x[m][k] * rsqrt(mean_k x^2 + eps)) */
+} cosy_llm_gemv_in;
+
+typedef enum cosy_llm_gemv_out {
+  COSY_GEMV_STORE_F32 = 0,  /* y[m][n] = dot + bias[n]                      (y fp32 [M][ldy]) */
+  COSY_GEMV_ADD_F32 = 1,    /* y[m][n] += dot + bias[n]                     (y fp32, residual) */
+  COSY_GEMV_SILU_MUL = 2,   /* W = [gate; up] (N = 2I rows): y[m][j] = silu(g_j) * u_j, j < I,
+                               g_j = dot_j + bias[j], u_j = dot_{I+j} + bias[I+j] (y fp32
+                               [M][ldy]) */
+  COSY_GEMV_QKV_ROPE = 3    /* W = [q; k; v] (N = (n_qh + 2 n_kh) * 64): + bias, RoPE on q/k,
+                               q -> y fp32 [M][ldy], k/v -> fp32 paged cache rows slots[m] (as
+                               cosy_k_llm_rope_append of paged_kv.h, with pos/slots/inv_freq) */
+} cosy_llm_gemv_out;
+
+typedef struct cosy_llm_gemv_args {
+  int M, N, K;              /* M in {1, 2, 4, 8} rows; W [N][K] bf16 (K % 8 == 0, 16-B rows) */
+  int groups;               /* 0 or 1: M rows; G > 1: G groups of M rows (rows g*M .. g*M+M-1
+                               of x, y, pos and slots), one grid; a row's result does not depend
+                               on M or G (the same reduction order), so the decode step is batch-
+                               invariant when every bucket runs here */
+  cosy_llm_gemv_in in_mode;
+  const float *x;           /* 16-byte aligned, ldx % 4 == 0 */
+  int ldx;
+  const float *norm_w;      /* [K], IN_RMSNORM only (16-byte aligned) */
+  float eps;
+  const cosy_bf16 *w;
+  const float *bias;        /* [N] or NULL */
+  cosy_llm_gemv_out out_mode;
+  float *y;
+  int ldy;
+  /* QKV_ROPE only */
+  int n_qh, n_kh;
+  const int32_t *pos, *slots;
+  const float *inv_freq;    /* [32] */
+  float *k_cache, *v_cache;
+  /* 1: launch as a programmatic dependent of the previous kernel on the stream (the weight
+   * stream starts before that kernel has finished; everything it produced is read only after
+   * griddepcontrol.wait). Needs sm_90; ignored (plain launch) elsewhere. */
+  int pdl;
+} cosy_llm_gemv_args;
+
+/* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,
+ * 8 <= K <= 8192). */
+int cosy_k_llm_gemv_supported(int M, int K);
+
+/* y = epilogue(x W^T (+ bias)) for M in {1, 2, 4, 8} rows, see the modes above. W is read once
+ * (streamed into registers first), x through the L1 cache; fp32 accumulation. Graph-capturable
+ * (the grid depends only on M, N, K). Dummy rows are harmless (slots < 0 skip cache writes). */
+cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
