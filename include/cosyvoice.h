@@ -177,7 +177,10 @@ typedef struct cosy_engine_config {
                                     batched together); 0 = auto (GPU 256, CPU 8); at most 4096,
                                     and at most 256 on the GPU */
   int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL; 0 = 1024; at
-                                    most 1048576 */
+                                    most 1048576. Requests that a free active slot will take
+                                    at once are not waiting: a submit is refused only when the
+                                    not yet admitted requests exceed the free slots by
+                                    max_queued */
   int32_t cpu_threads;         /**< CPU path threads per request when the library is built with
                                     OpenMP (make OPENMP=1); 0 = all cores; at most 1024 */
   int32_t log_level;           /**< highest level passed to log_fn; see below */

@@ -1470,10 +1470,19 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
     pthread_mutex_unlock(&e->mu);
     return engine_check_lost(e);
   }
-  if (e->n_queued >= e->cfg.max_queued) {
+  /* the queue holds requests the LLM thread has not admitted yet; those that will take a free
+   * active slot at its next admission are not waiting, so they do not count against max_queued
+   * (otherwise a request submitted right after another into an idle engine could be refused,
+   * depending on whether the LLM thread had admitted the first yet) */
+  int free_slots = e->cfg.max_active - s->n_llm;
+  for (const sjob *j = s->seg_q; j && free_slots > 0; j = j->next) free_slots--;
+  if (free_slots < 0) free_slots = 0;
+  if (e->n_queued - free_slots >= e->cfg.max_queued) {
     int q = e->n_queued;
     pthread_mutex_unlock(&e->mu);
-    return cosy_err(COSY_ERR_QUEUE_FULL, "%d requests are already queued (max_queued)", q);
+    return cosy_err(COSY_ERR_QUEUE_FULL,
+                    "%d requests are already queued (max_queued %d beyond %d free active slots)",
+                    q, e->cfg.max_queued, free_slots);
   }
   r->next = NULL;
   if (s->q_tail) s->q_tail->next = r;

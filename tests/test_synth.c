@@ -306,6 +306,44 @@ static void test_cancel_from_thread(void **state) {
   cosy_request_release(r);
 }
 
+/* max_queued counts only requests that wait: with max_active 2 and max_queued 1, three requests
+ * submitted back to back into an idle engine are all taken (two take the free active slots, one
+ * waits), whether or not the LLM thread has admitted the earlier ones yet, and a fourth is
+ * refused with COSY_ERR_QUEUE_FULL while the three still run. */
+static void test_queue_room(void **state) {
+  fx *f = (fx *)*state;
+  TU_REQUIRE(f->e, "small model or ../shared absent");
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = tu_small_model();
+  c.device = COSY_DEVICE_CPU;
+  c.max_active = 2;
+  c.max_queued = 1;
+  cosy_engine *e = NULL;
+  assert_int_equal(cosy_engine_create(&c, &e), COSY_OK);
+  cosy_voice *v = golden_voice(e);
+  assert_non_null(v);
+  cosy_synth_params p;
+  params(&p, COSY_MODE_ZERO_SHOT, 7);
+  p.min_tokens = 300; /* long enough to be running still when the fourth is submitted */
+  p.max_tokens = 400;
+  cosy_request *r[4] = {NULL};
+  for (int i = 0; i < 3; i++) {
+    cosy_status st = cosy_request_submit(e, v, TEXT, &p, NULL, NULL, &r[i]);
+    if (st) print_message("submit %d: %s\n", i, cosy_last_error());
+    assert_int_equal(st, COSY_OK);
+  }
+  cosy_status st = cosy_request_submit(e, v, TEXT, &p, NULL, NULL, &r[3]);
+  print_message("fourth submit: %s (%s)\n", cosy_status_str(st), st ? cosy_last_error() : "");
+  assert_int_equal(st, COSY_ERR_QUEUE_FULL);
+  for (int i = 0; i < 3; i++) {
+    cosy_request_cancel(r[i]);
+    cosy_request_release(r[i]);
+  }
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
 /* Progress is read while the request runs (cosy_request_get_stats and cosy_engine_get_stats
  * from the caller's thread, the push callback on the engine's): the snapshots only grow, and the
  * last one equals the request's end. Under `make test-tsan` this is the data-race check of the
@@ -405,7 +443,7 @@ int main(void) {
       cmocka_unit_test(test_one_shot),      cmocka_unit_test(test_output_rate),
       cmocka_unit_test(test_cancel_from_callback),
       cmocka_unit_test(test_cancel_from_thread), cmocka_unit_test(test_concurrent),
-      cmocka_unit_test(test_stats_while_running),
+      cmocka_unit_test(test_stats_while_running), cmocka_unit_test(test_queue_room),
   };
   return cmocka_run_group_tests_name("synth", tests, setup, teardown);
 }
