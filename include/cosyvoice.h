@@ -240,6 +240,36 @@ typedef struct cosy_engine_stats {
 COSY_API void cosy_engine_stats_init(cosy_engine_stats *s, uint32_t struct_size);
 COSY_API cosy_status cosy_engine_get_stats(const cosy_engine *e, cosy_engine_stats *out);
 
+/** What an engine runs with: its settings after defaults and its memory plan, fixed at create
+ *  (cosy_engine_get_info). Append-only; fields a backend does not have are 0 or "". */
+typedef struct cosy_engine_info {
+  uint32_t struct_size;
+  uint32_t reserved;
+  int32_t device;              /**< COSY_DEVICE_CPU or the CUDA device */
+  int32_t max_active;          /**< requests in flight at once (0 = auto resolved) */
+  int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL */
+  int32_t cpu_threads;         /**< threads of the CPU path's loops (1 without OpenMP) */
+  int32_t sample_rate;         /**< the model's native output rate */
+  int32_t first_chunk_wait_max; /**< the config field after its default */
+  int32_t kv_page_positions;   /**< positions per LLM KV page (GPU) */
+  int32_t kv_pages_total;      /**< LLM KV pages (GPU) */
+  int32_t flow_pages_total;    /**< the flow's cache pages, 50 mel frames each (GPU) */
+  int32_t cc_major, cc_minor;  /**< compute capability the kernels were chosen for (GPU) */
+  int32_t n_sm;                /**< multiprocessors (GPU) */
+  int32_t smem_per_block;      /**< bytes of shared memory a kernel block may use (GPU) */
+  int32_t clusters;            /**< 1: thread-block clusters are used (GPU) */
+  int32_t pdl;                 /**< 1: programmatic dependent launch is used (GPU) */
+  float gpu_memory_fraction;   /**< the fraction after its default (GPU) */
+  int64_t gpu_memory_budget;   /**< bytes that fraction of the device gives the engine (GPU) */
+  int64_t gpu_memory_planned;  /**< bytes the engine holds after create (GPU) */
+  char backend[8];             /**< "cpu" or "cuda" */
+  char device_name[96];        /**< e.g. "NVIDIA H100 80GB HBM3"; "CPU" on the CPU */
+  char gpu_profile[24];        /**< a test profile in use (COSY_GPU_PROFILE), else "" */
+} cosy_engine_info;
+/** Fill *out (whose struct_size the caller sets, e.g. through cosy_engine_info_init). */
+COSY_API void cosy_engine_info_init(cosy_engine_info *s, uint32_t struct_size);
+COSY_API cosy_status cosy_engine_get_info(const cosy_engine *e, cosy_engine_info *out);
+
 /* ============================== voices ===================================================== */
 
 /** Load a voice file (written by cosy_voice_save). */

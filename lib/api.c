@@ -18,6 +18,7 @@
 #define MIN_SYNTH_PARAMS sizeof(cosy_synth_params)
 #define MIN_VOICE_FEATURES sizeof(cosy_voice_features)
 #define MIN_ENGINE_STATS offsetof(cosy_engine_stats, llm_steps)
+#define MIN_ENGINE_INFO sizeof(cosy_engine_info) /* the first version: the whole struct */
 
 #define MAX_TEXT_BYTES (1 << 20)
 
@@ -95,6 +96,11 @@ COSY_API void cosy_engine_config_init(cosy_engine_config *c, uint32_t struct_siz
 COSY_API void cosy_engine_stats_init(cosy_engine_stats *s, uint32_t struct_size) {
   INIT_STRUCT(cosy_engine_stats, s, struct_size)
   INIT_END(cosy_engine_stats, s, struct_size);
+}
+
+COSY_API void cosy_engine_info_init(cosy_engine_info *s, uint32_t struct_size) {
+  INIT_STRUCT(cosy_engine_info, s, struct_size)
+  INIT_END(cosy_engine_info, s, struct_size);
 }
 
 COSY_API void cosy_voice_features_init(cosy_voice_features *f, uint32_t struct_size) {
@@ -232,6 +238,18 @@ COSY_API cosy_status cosy_engine_get_stats(const cosy_engine *e, cosy_engine_sta
   s.struct_size = caller;
   memcpy(out, &s, caller < sizeof s ? caller : sizeof s);
   return engine_check_lost(e); /* a lost engine: the stats are filled, the status says so */
+}
+
+COSY_API cosy_status cosy_engine_get_info(const cosy_engine *e, cosy_engine_info *out) {
+  if (!e || !out) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_get_info: NULL argument");
+  cosy_engine_info s;
+  cosy_status st = cosy_struct_in(&s, sizeof s, out, MIN_ENGINE_INFO, "cosy_engine_info");
+  if (st) return st;
+  uint32_t caller = s.struct_size;
+  engine_info(e, &s);
+  s.struct_size = caller;
+  memcpy(out, &s, caller < sizeof s ? caller : sizeof s);
+  return COSY_OK;
 }
 
 /* ---- voices ---------------------------------------------------------------------------------- */

@@ -238,6 +238,27 @@ static void gb_stats(const cosy_engine *e, cosy_engine_stats *out) {
   pthread_mutex_unlock(&s->mu);
 }
 
+static void gb_info(const cosy_engine *e, cosy_engine_info *out) {
+  gpu_state *s = ST(e);
+  const cosy_kdev *d = &s->g->dev;
+  pthread_mutex_lock(&s->mu);
+  out->kv_pages_total = gpu_llm_pages_total(s->llm);
+  pthread_mutex_unlock(&s->mu);
+  out->kv_page_positions = GPU_LLM_PAGE_SIZE;
+  out->flow_pages_total = gpu_flow_pages_total(s->flow);
+  out->cc_major = d->cc_major;
+  out->cc_minor = d->cc_minor;
+  out->n_sm = d->n_sm;
+  out->smem_per_block = (int32_t)d->smem_block;
+  out->clusters = d->clusters;
+  out->pdl = d->pdl;
+  out->gpu_memory_fraction = e->cfg.gpu_memory_fraction;
+  out->gpu_memory_budget = (int64_t)s->g->budget;
+  out->gpu_memory_planned = (int64_t)s->g->used;
+  snprintf(out->device_name, sizeof out->device_name, "%s", d->name);
+  snprintf(out->gpu_profile, sizeof out->gpu_profile, "%s", d->profile);
+}
+
 static cosy_status gb_llm_input(cosy_engine *e, const int32_t *pt, int n_pt, const int32_t *tt,
                                 int n_tt, const int32_t *ps, int n_ps, float **emb, int *L) {
   return gpu_llm_build_input(ST(e)->llm, pt, n_pt, tt, n_tt, ps, n_ps, emb, L);
@@ -557,6 +578,7 @@ const cosy_backend cosy_backend_gpu = {
     .create = gb_create,
     .destroy = gb_destroy,
     .stats = gb_stats,
+    .info = gb_info,
     .llm_input = gb_llm_input,
     .llm_embed = gb_llm_embed,
     .llm_open = gb_llm_open,

@@ -14,6 +14,10 @@
 
 
 #include "engine.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "text/normalize.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -133,6 +137,24 @@ cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s) {
   s->audio_samples_out = e->samples_out;
   pthread_mutex_unlock(&m->mu);
   return COSY_OK;
+}
+
+/* The settings the engine runs with (the config after the defaults cosy_engine_create applied)
+ * and the backend's part (device description, memory plan). */
+void engine_info(const cosy_engine *e, cosy_engine_info *s) {
+  s->device = e->cfg.device;
+  s->max_active = e->cfg.max_active;
+  s->max_queued = e->cfg.max_queued;
+#ifdef _OPENMP
+  s->cpu_threads = e->cfg.cpu_threads > 0 ? e->cfg.cpu_threads : omp_get_max_threads();
+#else
+  s->cpu_threads = 1;
+#endif
+  s->sample_rate = e->model->hp.sample_rate;
+  s->first_chunk_wait_max = e->cfg.first_chunk_wait_max;
+  snprintf(s->backend, sizeof s->backend, "%s", e->cfg.device >= 0 ? "cuda" : "cpu");
+  snprintf(s->device_name, sizeof s->device_name, "%s", e->cfg.device >= 0 ? "" : "CPU");
+  if (e->be->info) e->be->info(e, s);
 }
 
 cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,

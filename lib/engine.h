@@ -111,6 +111,8 @@ typedef struct cosy_backend {
   cosy_status (*create)(struct cosy_engine *e);           /* sets e->be_state */
   void (*destroy)(struct cosy_engine *e);
   void (*stats)(const struct cosy_engine *e, cosy_engine_stats *s);
+  /* optional: the backend's part of cosy_engine_get_info (device, memory plan, pages) */
+  void (*info)(const struct cosy_engine *e, cosy_engine_info *s);
   /* LLM input [sos, text, task_id, prompt speech] as host fp32 [L][H] (malloc'd) */
   cosy_status (*llm_input)(struct cosy_engine *e, const int32_t *prompt_text, int n_pt,
                            const int32_t *tts_text, int n_tt, const int32_t *prompt_speech,
@@ -286,6 +288,7 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out);
 cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out);
 void engine_destroy(cosy_engine *e);
 cosy_status engine_stats(const cosy_engine *e, cosy_engine_stats *s);
+void engine_info(const cosy_engine *e, cosy_engine_info *s);
 cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
                           const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
                           cosy_request **out);

@@ -246,6 +246,31 @@ static void test_engine_basics(void **state) {
   expect_status(cosy_engine_get_stats(fx->e, NULL), COSY_ERR_INVALID_ARG, "stats NULL out");
   s.struct_size = 3;
   expect_status(cosy_engine_get_stats(fx->e, &s), COSY_ERR_STRUCT_SIZE, "stats size 3");
+
+  /* the effective settings: the defaults cosy_engine_create resolved (the fixture's config
+   * leaves max_active, max_queued and first_chunk_wait_max at 0) */
+  cosy_engine_info in;
+  cosy_engine_info_init(&in, sizeof in);
+  assert_int_equal(in.struct_size, sizeof in);
+  expect_status(cosy_engine_get_info(fx->e, &in), COSY_OK, "info");
+  print_message("info: backend %s, device %d (%s), max_active %d, max_queued %d, cpu_threads %d, "
+                "%d Hz, first_chunk_wait_max %d\n", in.backend, in.device, in.device_name,
+                in.max_active, in.max_queued, in.cpu_threads, in.sample_rate,
+                in.first_chunk_wait_max);
+  assert_string_equal(in.backend, "cpu");
+  assert_string_equal(in.device_name, "CPU");
+  assert_int_equal(in.device, COSY_DEVICE_CPU);
+  assert_int_equal(in.max_active, 8);
+  assert_int_equal(in.max_queued, 1024);
+  assert_int_equal(in.first_chunk_wait_max, -1);
+  assert_int_equal(in.sample_rate, 24000);
+  assert_true(in.cpu_threads >= 1);
+  assert_int_equal(in.kv_pages_total, 0);
+  assert_true(in.gpu_memory_budget == 0 && in.cc_major == 0 && in.gpu_profile[0] == 0);
+  expect_status(cosy_engine_get_info(NULL, &in), COSY_ERR_INVALID_ARG, "info NULL engine");
+  expect_status(cosy_engine_get_info(fx->e, NULL), COSY_ERR_INVALID_ARG, "info NULL out");
+  in.struct_size = 8;
+  expect_status(cosy_engine_get_info(fx->e, &in), COSY_ERR_STRUCT_SIZE, "info size 8");
 }
 
 static void test_voice_args(void **state) {

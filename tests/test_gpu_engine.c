@@ -147,6 +147,27 @@ static void test_memory_fraction(void **state) {
   assert_true((double)after_create <= limit);
   assert_true((double)after_synth <= limit);
   assert_true(s.kv_pages_total > 0);
+  /* the effective settings agree with the stats and the config */
+  cosy_engine_info in;
+  cosy_engine_info_init(&in, sizeof in);
+  assert_int_equal(cosy_engine_get_info(e, &in), COSY_OK);
+  print_message("info: %s device %d \"%s\" %d.%d, %d SMs, %d B shared memory per block, clusters "
+                "%d, pdl %d, profile \"%s\"; max_active %d, max_queued %d; fraction %.3f: budget "
+                "%.0f MiB, planned %.0f MiB; KV %d pages of %d positions, %d flow pages\n",
+                in.backend, in.device, in.device_name, in.cc_major, in.cc_minor, in.n_sm,
+                in.smem_per_block, in.clusters, in.pdl, in.gpu_profile, in.max_active,
+                in.max_queued, (double)in.gpu_memory_fraction,
+                (double)in.gpu_memory_budget / 1048576.0,
+                (double)in.gpu_memory_planned / 1048576.0, in.kv_pages_total,
+                in.kv_page_positions, in.flow_pages_total);
+  assert_string_equal(in.backend, "cuda");
+  assert_int_equal(in.device, 0);
+  assert_true(in.cc_major >= 8 && in.n_sm > 0 && in.smem_per_block > 0 && in.device_name[0]);
+  assert_int_equal(in.max_active, 256);
+  assert_int_equal(in.kv_pages_total, s.kv_pages_total);
+  assert_int_equal(in.flow_pages_total, s.flow_pages_total);
+  assert_true(in.gpu_memory_planned <= in.gpu_memory_budget && in.gpu_memory_budget <= limit);
+  assert_true(fabsf(in.gpu_memory_fraction - fraction) < 1e-6f);
   cosy_free(pcm);
   cosy_voice_release(v);
   cosy_engine_destroy(e);
