@@ -156,13 +156,14 @@ A := $(B)/lib/libcosyvoice.a
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
-# bench/kernel_time.c is a preload library with no main (bench/device_run.sh builds it, step gputime)
-BENCH_SRC := $(filter-out bench/kernel_time.c,$(wildcard bench/*.c))
+# bench/kernel_time.c is a preload library with no main (bench/device_run.sh builds it, step gputime);
+# bench/bench_kernels.c is the --bench half of build/tests/test_kernels (the kernel harness)
+BENCH_SRC := $(filter-out bench/kernel_time.c bench/bench_kernels.c,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
 .PHONY: all lib test test-c test-py test-bench test-env test-sanitize test-tsan test-fault bench install uninstall \
-        check-abi check-header check-citations demo clean
+        check-abi check-header check-citations check-kernels demo clean
 .DELETE_ON_ERROR:
 
 all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
@@ -213,6 +214,16 @@ $(B)/obj/tests/testutil.o: tests/testutil.c tests/testutil.h
 $(B)/tests/%: tests/%.c $(B)/obj/tests/testutil.o $(A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(B)/obj/tests/testutil.o $(A) $(LDFLAGS) -lcmocka $(LDLIBS_ALL)
+
+# the kernel harness (tests/kharness.h): the tests, the benchmark (--bench) and the registry in one
+# program; the kernels' objects come from the static library
+KH_OBJ := $(B)/obj/tests/kharness.o $(B)/obj/tests/kregistry.o $(B)/obj/bench/bench_kernels.o
+$(KH_OBJ): CFLAGS_ALL += -Itests
+-include $(KH_OBJ:.o=.d)
+$(B)/tests/test_kernels: tests/test_kernels.c $(KH_OBJ) $(B)/obj/tests/testutil.o $(A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(KH_OBJ) $(B)/obj/tests/testutil.o $(A) $(LDFLAGS) -lcmocka \
+	  $(LDLIBS_ALL)
 
 $(B)/bench/%: bench/%.c $(A)
 	@mkdir -p $(dir $@)

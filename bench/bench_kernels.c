@@ -36,10 +36,7 @@
 
 #ifndef COSY_WITH_CUDA
 
-int main(void) {
-  printf("SKIP: built without CUDA\n");
-  return 0;
-}
+typedef int cosy_bench_kernels_without_cuda; /* tests/test_kernels.c says SKIP */
 
 #else
 
@@ -52,44 +49,25 @@ int main(void) {
 #include "flow_pack.h"
 #include "gemv.h"
 #include "kernels.h"
+#include "kharness.h"
 #include "paged_kv.h"
 
 #define F32 COSY_KDT_F32
 #define BF16 COSY_KDT_BF16
 
-#define CK(call)                                                                             \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "CUDA error '%s' at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__,   \
-              __LINE__, #call);                                                              \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
+/* the shared helpers of tests/kharness.c under the names used here; a CUDA error exits 1 */
+#define CK(call) KH_CK(call)
+#define rnd kh_rnd
+#define f2bf kh_f2bf
+#define dts kh_dts
+#define dalloc kh_dmalloc
+#define dints kh_dup_i32
+#define g_dev_bytes kh_dev_bytes
+static uint32_t rng32(void) { return (uint32_t)(kh_rng_next() >> 32); }
 
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static uint32_t rng32(void) {
-  g_rng ^= g_rng >> 12;
-  g_rng ^= g_rng << 25;
-  g_rng ^= g_rng >> 27;
-  return (uint32_t)((g_rng * 0x2545F4914F6CDD1Dull) >> 32);
-}
-static float rnd(float lo, float hi) { return lo + (hi - lo) * (float)(rng32() >> 8) / 16777216.f; }
-static uint16_t f2bf(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-static size_t dts(cosy_kdtype dt) { return dt == BF16 ? 2 : 4; }
+/* the rows of one family: the scenario adders below (add_dit, add_flow_ops) take the family */
+#define FAM(f) (!strcmp(fam, f))
 
-static size_t g_dev_bytes; /* allocated so far */
-static void *dalloc(size_t bytes) {
-  void *p = NULL;
-  CK(cudaMalloc(&p, bytes ? bytes : 16));
-  g_dev_bytes += bytes;
-  return p;
-}
 /* n random elements of dt in [lo, hi). Values come from a pool of 2^22 uniform draws read from
  * a random start (fast for the hundreds of MB of rotated weights; data need not be independent
  * across copies, only at different addresses). */
@@ -118,11 +96,6 @@ static void *drand(size_t n, cosy_kdtype dt, float lo, float hi) {
     CK(cudaMemcpy((char *)d + off * dts(dt), h, m * dts(dt), cudaMemcpyHostToDevice));
   }
   free(h);
-  return d;
-}
-static int32_t *dints(const int32_t *h, size_t n) {
-  int32_t *d = dalloc(n * 4);
-  CK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -616,68 +589,79 @@ static cudaError_t r_gated(bench_op *o, int s) {
   return cosy_k_gated_residual(g_stream, BF16, P(o, 0, s), BF16, P(o, 1, s), g + 2048, 6144, 2,
                                o->i[0], 1024);
 }
-static void add_dit(const char *group, int N) {
+static void add_dit(const char *group, int N, const char *fam) {
   const size_t act = (size_t)2 * N * 1024;
-  bench_op *o = new_op(group, "layernorm_mod");
-  snprintf(o->size, sizeof o->size, "2x%dx1024 bf16", N);
-  o->i[0] = N;
-  o->p[0] = drand(act, BF16, -2.f, 2.f);
-  o->p[1] = drand(2 * 6144, F32, -0.5f, 0.5f);
-  o->p[2] = dalloc(act * 2);
-  o->bytes = act * 4.0 + 2 * 2048 * 4.0;
-  o->run = r_lnmod;
-  run_op(o);
+  bench_op *o;
+  if (FAM("norm")) {
+    o = new_op(group, "layernorm_mod");
+    snprintf(o->size, sizeof o->size, "2x%dx1024 bf16", N);
+    o->i[0] = N;
+    o->p[0] = drand(act, BF16, -2.f, 2.f);
+    o->p[1] = drand(2 * 6144, F32, -0.5f, 0.5f);
+    o->p[2] = dalloc(act * 2);
+    o->bytes = act * 4.0 + 2 * 2048 * 4.0;
+    o->run = r_lnmod;
+    run_op(o);
 
-  o = new_op(group, "rope_interleaved");
-  snprintf(o->size, sizeof o->size, "q,k 2x%dx1024 (ch 0..63) bf16", N);
-  o->i[0] = N;
-  o->p[0] = drand(act, BF16, -1.f, 1.f);
-  o->p[1] = drand(act, BF16, -1.f, 1.f);
-  o->bytes = 2.0 * 2 * N * 64 * 2 * 2;
-  o->run = r_rope_il;
-  run_op(o);
-
-  for (int m = 0; m < 2; ++m) {
-    o = new_op(group, m ? "attn_dit full" : "attn_dit chunk50");
-    snprintf(o->size, sizeof o->size, "2x%dx16x64 bf16", N);
-    o->i[0] = N, o->i[1] = m ? 0 : 50;
+  }
+  if (FAM("rope")) {
+    o = new_op(group, "rope_interleaved");
+    snprintf(o->size, sizeof o->size, "q,k 2x%dx1024 (ch 0..63) bf16", N);
+    o->i[0] = N;
     o->p[0] = drand(act, BF16, -1.f, 1.f);
     o->p[1] = drand(act, BF16, -1.f, 1.f);
-    o->p[2] = drand(act, BF16, -1.f, 1.f);
-    o->p[3] = dalloc(act * 2);
-    double pairs = 0; /* allowed (query, key) pairs */
-    for (int i = 0; i < N; ++i) {
-      int nk = m ? N : (i / 50 + 1) * 50;
-      pairs += nk > N ? N : nk;
-    }
-    o->bytes = act * 2.0 * 4;
-    o->flops = 2.0 * 16 * pairs * 64 * 2 * 2;
-    o->run = r_dit_attn;
+    o->bytes = 2.0 * 2 * N * 64 * 2 * 2;
+    o->run = r_rope_il;
     run_op(o);
+
+  }
+  if (FAM("attention")) {
+    for (int m = 0; m < 2; ++m) {
+      o = new_op(group, m ? "attn_dit full" : "attn_dit chunk50");
+      snprintf(o->size, sizeof o->size, "2x%dx16x64 bf16", N);
+      o->i[0] = N, o->i[1] = m ? 0 : 50;
+      o->p[0] = drand(act, BF16, -1.f, 1.f);
+      o->p[1] = drand(act, BF16, -1.f, 1.f);
+      o->p[2] = drand(act, BF16, -1.f, 1.f);
+      o->p[3] = dalloc(act * 2);
+      double pairs = 0; /* allowed (query, key) pairs */
+      for (int i = 0; i < N; ++i) {
+        int nk = m ? N : (i / 50 + 1) * 50;
+        pairs += nk > N ? N : nk;
+      }
+      o->bytes = act * 2.0 * 4;
+      o->flops = 2.0 * 16 * pairs * 64 * 2 * 2;
+      o->run = r_dit_attn;
+      run_op(o);
   }
 
-  o = new_op(group, "gelu_tanh");
-  snprintf(o->size, sizeof o->size, "2x%dx2048 bf16", N);
-  o->i[0] = 2 * N * 2048;
-  o->p[0] = drand((size_t)o->i[0], BF16, -3.f, 3.f);
-  o->p[1] = dalloc((size_t)o->i[0] * 2);
-  o->bytes = o->i[0] * 4.0;
-  o->run = r_gelu;
-  run_op(o);
+  }
+  if (FAM("act")) {
+    o = new_op(group, "gelu_tanh");
+    snprintf(o->size, sizeof o->size, "2x%dx2048 bf16", N);
+    o->i[0] = 2 * N * 2048;
+    o->p[0] = drand((size_t)o->i[0], BF16, -3.f, 3.f);
+    o->p[1] = dalloc((size_t)o->i[0] * 2);
+    o->bytes = o->i[0] * 4.0;
+    o->run = r_gelu;
+    run_op(o);
 
-  o = new_op(group, "gated_residual");
-  snprintf(o->size, sizeof o->size, "2x%dx1024 bf16", N);
-  o->i[0] = N;
-  o->p[0] = drand(act, BF16, -1.f, 1.f);
-  o->p[1] = drand(act, BF16, -0.01f, 0.01f);
-  o->p[2] = drand(2 * 6144, F32, -0.5f, 0.5f);
-  o->bytes = act * 6.0;
-  o->run = r_gated;
-  run_op(o);
+    o = new_op(group, "gated_residual");
+    snprintf(o->size, sizeof o->size, "2x%dx1024 bf16", N);
+    o->i[0] = N;
+    o->p[0] = drand(act, BF16, -1.f, 1.f);
+    o->p[1] = drand(act, BF16, -0.01f, 0.01f);
+    o->p[2] = drand(2 * 6144, F32, -0.5f, 0.5f);
+    o->bytes = act * 6.0;
+    o->run = r_gated;
+    run_op(o);
 
-  add_gemm(group, "gemm qkvo", 2 * N, 1024, 1024, BF16, 1);
-  add_gemm(group, "gemm ff1", 2 * N, 2048, 1024, BF16, 1);
-  add_gemm(group, "gemm ff2", 2 * N, 1024, 2048, BF16, 1);
+  }
+  if (FAM("gemm")) {
+    add_gemm(group, "gemm qkvo", 2 * N, 1024, 1024, BF16, 1);
+    add_gemm(group, "gemm ff1", 2 * N, 2048, 1024, BF16, 1);
+    add_gemm(group, "gemm ff2", 2 * N, 1024, 2048, BF16, 1);
+  }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -927,178 +911,188 @@ static cudaError_t r_dit_paged(bench_op *o, int s) {
                                P(o, 3, s), (int64_t)4 * 50 * 1024, 0, 50, P(o, 4, s), P(o, 5, s),
                                50, 0.125f);
 }
-static void add_flow_ops(const char *group, int N) {
+static void add_flow_ops(const char *group, int N, const char *fam) {
   const size_t act = (size_t)2 * N * 1024;
-  bench_op *o = new_op(group, "flow_resid_ln");
-  snprintf(o->size, sizeof o->size, "2x%dx1024 h,a f32 -> y bf16", N);
-  o->i[0] = N;
-  o->p[0] = drand(act, F32, -2.f, 2.f);
-  o->p[1] = drand(act, F32, -1.f, 1.f);
-  o->p[2] = drand(2 * 6 * 1024, F32, -0.5f, 0.5f); /* a modulation row per CFG row */
-  o->p[3] = dalloc(act * 2);
-  o->bytes = act * (4.0 + 4 + 4 + 2) + 2 * 4 * 1024 * 4.0;
-  o->run = r_resid_ln;
-  run_op(o);
+  bench_op *o;
+  if (FAM("resid_ln")) {
+    o = new_op(group, "flow_resid_ln");
+    snprintf(o->size, sizeof o->size, "2x%dx1024 h,a f32 -> y bf16", N);
+    o->i[0] = N;
+    o->p[0] = drand(act, F32, -2.f, 2.f);
+    o->p[1] = drand(act, F32, -1.f, 1.f);
+    o->p[2] = drand(2 * 6 * 1024, F32, -0.5f, 0.5f); /* a modulation row per CFG row */
+    o->p[3] = dalloc(act * 2);
+    o->bytes = act * (4.0 + 4 + 4 + 2) + 2 * 4 * 1024 * 4.0;
+    o->run = r_resid_ln;
+    run_op(o);
 
-  o = new_op(group, "flow_qkv_post");
-  snprintf(o->size, sizeof o->size, "2x%dx3072 bf16 +bias, rope 64", N);
-  o->i[0] = N;
-  o->p[0] = drand(act * 3, BF16, -1.f, 1.f);
-  o->p[1] = drand(3072, F32, -0.1f, 0.1f);
-  o->p[2] = drand((size_t)N * 32 * 2, F32, -1.f, 1.f);
-  o->bytes = act * 3 * 4.0 + 3072 * 4.0 + N * 64 * 4.0;
-  o->run = r_qkv_post;
-  run_op(o);
+  }
+  if (FAM("dit_elementwise")) {
+    o = new_op(group, "flow_qkv_post");
+    snprintf(o->size, sizeof o->size, "2x%dx3072 bf16 +bias, rope 64", N);
+    o->i[0] = N;
+    o->p[0] = drand(act * 3, BF16, -1.f, 1.f);
+    o->p[1] = drand(3072, F32, -0.1f, 0.1f);
+    o->p[2] = drand((size_t)N * 32 * 2, F32, -1.f, 1.f);
+    o->bytes = act * 3 * 4.0 + 3072 * 4.0 + N * 64 * 4.0;
+    o->run = r_qkv_post;
+    run_op(o);
 
-  o = new_op(group, "flow_bias_gelu");
-  snprintf(o->size, sizeof o->size, "2x%dx2048 bf16", N);
-  o->i[0] = N;
-  o->p[0] = drand(act * 2, BF16, -3.f, 3.f);
-  o->p[1] = drand(2048, F32, -0.1f, 0.1f);
-  o->bytes = act * 2 * 4.0 + 2048 * 4.0;
-  o->run = r_bias_gelu;
-  run_op(o);
+    o = new_op(group, "flow_bias_gelu");
+    snprintf(o->size, sizeof o->size, "2x%dx2048 bf16", N);
+    o->i[0] = N;
+    o->p[0] = drand(act * 2, BF16, -3.f, 3.f);
+    o->p[1] = drand(2048, F32, -0.1f, 0.1f);
+    o->bytes = act * 2 * 4.0 + 2048 * 4.0;
+    o->run = r_bias_gelu;
+    run_op(o);
 
-  o = new_op(group, "flow_add_rows");
-  snprintf(o->size, sizeof o->size, "2x%dx1024 (xp shared)", N);
-  o->i[0] = N;
-  o->p[0] = drand((size_t)N * 1024, F32, -1.f, 1.f);
-  o->p[1] = drand(act, F32, -1.f, 1.f);
-  o->p[2] = dalloc(act * 4);
-  o->p[3] = dalloc(act * 2);
-  o->bytes = N * 1024 * 4.0 + act * (4.0 + 4 + 2);
-  o->run = r_add_rows;
-  run_op(o);
+    o = new_op(group, "flow_add_rows");
+    snprintf(o->size, sizeof o->size, "2x%dx1024 (xp shared)", N);
+    o->i[0] = N;
+    o->p[0] = drand((size_t)N * 1024, F32, -1.f, 1.f);
+    o->p[1] = drand(act, F32, -1.f, 1.f);
+    o->p[2] = dalloc(act * 4);
+    o->p[3] = dalloc(act * 2);
+    o->bytes = N * 1024 * 4.0 + act * (4.0 + 4 + 2);
+    o->run = r_add_rows;
+    run_op(o);
 
-  o = new_op(group, "flow_conv_pos");
-  snprintf(o->size, sizeof o->size, "2x%dx1024 G16 K31 +mish bf16", N);
-  o->i[0] = N;
-  o->p[0] = drand(act, BF16, -1.f, 1.f);
-  o->p[1] = drand((size_t)1024 * 31 * 64, BF16, -0.02f, 0.02f);
-  o->p[2] = drand(1024, F32, -0.1f, 0.1f);
-  o->p[3] = dalloc(act * 2);
-  o->bytes = act * 4.0 + 1024 * 31 * 64 * 2.0 + 1024 * 4;
-  o->flops = 2.0 * act * 31 * 64;
-  o->run = r_conv_pos;
-  run_op(o);
+  }
+  if (FAM("conv_pos")) {
+    o = new_op(group, "flow_conv_pos");
+    snprintf(o->size, sizeof o->size, "2x%dx1024 G16 K31 +mish bf16", N);
+    o->i[0] = N;
+    o->p[0] = drand(act, BF16, -1.f, 1.f);
+    o->p[1] = drand((size_t)1024 * 31 * 64, BF16, -0.02f, 0.02f);
+    o->p[2] = drand(1024, F32, -0.1f, 0.1f);
+    o->p[3] = dalloc(act * 2);
+    o->bytes = act * 4.0 + 1024 * 31 * 64 * 2.0 + 1024 * 4;
+    o->flops = 2.0 * act * 31 * 64;
+    o->run = r_conv_pos;
+    run_op(o);
 
-  o = new_op(group, "flow_euler");
-  snprintf(o->size, sizeof o->size, "%dx80 f32, CFG", N);
-  o->i[0] = N * 80;
-  o->p[0] = drand((size_t)N * 80, F32, -1.f, 1.f);
-  o->p[1] = drand((size_t)N * 80 * 2, F32, -1.f, 1.f);
-  o->bytes = N * 80 * 4.0 * 4;
-  o->run = r_euler;
-  run_op(o);
+  }
+  if (FAM("dit_elementwise")) {
+    o = new_op(group, "flow_euler");
+    snprintf(o->size, sizeof o->size, "%dx80 f32, CFG", N);
+    o->i[0] = N * 80;
+    o->p[0] = drand((size_t)N * 80, F32, -1.f, 1.f);
+    o->p[1] = drand((size_t)N * 80 * 2, F32, -1.f, 1.f);
+    o->bytes = N * 80 * 4.0 * 4;
+    o->run = r_euler;
+    run_op(o);
 
-  o = new_op(group, "flow_pack_cond");
-  snprintf(o->size, sizeof o->size, "%dx3x80 f32", N);
-  o->i[0] = N;
-  o->p[0] = dalloc((size_t)N * 240 * 4);
-  o->p[1] = drand((size_t)N * 160 + 80, F32, -1.f, 1.f);
-  o->bytes = N * 80 * 4.0 * 5;
-  o->run = r_pack_cond;
-  run_op(o);
+    o = new_op(group, "flow_pack_cond");
+    snprintf(o->size, sizeof o->size, "%dx3x80 f32", N);
+    o->i[0] = N;
+    o->p[0] = dalloc((size_t)N * 240 * 4);
+    o->p[1] = drand((size_t)N * 160 + 80, F32, -1.f, 1.f);
+    o->bytes = N * 80 * 4.0 * 5;
+    o->run = r_pack_cond;
+    run_op(o);
 
-  o = new_op(group, "flow_mu");
-  snprintf(o->size, sizeof o->size, "%dx80 f32, ratio 2", N);
-  o->i[0] = N;
-  o->p[0] = dalloc((size_t)N * 80 * 4);
-  o->p[1] = drand((size_t)N * 80 + 80, F32, -1.f, 1.f);
-  o->bytes = N * 80 * 4.0 * 2;
-  o->run = r_mu;
-  run_op(o);
-
-  /* packed-batch rows against cache pages: N rows, x in pages of 50 frames x 80 */
-  {
-    int64_t *src = malloc((size_t)2 * N * 8);
-    int32_t *map = malloc((size_t)2 * N * 4);
-    if (!src || !map) exit(1);
-    for (int r = 0; r < 2 * N; ++r) src[r] = (int64_t)((r * 7) % (2 * N)) * 80, map[r] = (r * 7) % (2 * N);
-    o = new_op(group, "flow_x_gather");
-    snprintf(o->size, sizeof o->size, "%d rows of 80 f32", N);
+    o = new_op(group, "flow_mu");
+    snprintf(o->size, sizeof o->size, "%dx80 f32, ratio 2", N);
     o->i[0] = N;
     o->p[0] = dalloc((size_t)N * 80 * 4);
-    o->p[1] = dalloc((size_t)N * 8);
-    CK(cudaMemcpy(o->p[1], src, (size_t)N * 8, cudaMemcpyHostToDevice));
-    o->p[2] = drand((size_t)2 * N * 80, F32, -1.f, 1.f);
-    o->p[3] = o->p[2];
-    o->bytes = N * (80 * 8.0 + 8);
-    o->run = r_x_gather;
+    o->p[1] = drand((size_t)N * 80 + 80, F32, -1.f, 1.f);
+    o->bytes = N * 80 * 4.0 * 2;
+    o->run = r_mu;
     run_op(o);
 
-    o = new_op(group, "flow_x_store");
-    snprintf(o->size, sizeof o->size, "%d rows of 80 f32", N);
-    o->i[0] = N;
-    o->p[1] = dalloc((size_t)N * 8);
-    CK(cudaMemcpy(o->p[1], src, (size_t)N * 8, cudaMemcpyHostToDevice));
-    o->p[2] = drand((size_t)2 * N * 80, F32, -1.f, 1.f);
-    o->p[3] = drand((size_t)N * 80, F32, -1.f, 1.f);
-    o->bytes = N * (80 * 8.0 + 8);
-    o->run = r_x_store;
-    run_op(o);
+  }
 
-    for (int r = 0; r < 2 * N; ++r) src[r] = (int64_t)((r * 7) % (2 * N)) * 2048;
-    o = new_op(group, "flow_kv_store");
-    snprintf(o->size, sizeof o->size, "2x%d rows, K+V of 1024 bf16", N);
-    o->i[0] = 2 * N;
-    o->p[0] = drand(act * 3, BF16, -1.f, 1.f);
-    o->p[1] = dalloc((size_t)2 * N * 8);
-    CK(cudaMemcpy(o->p[1], src, (size_t)2 * N * 8, cudaMemcpyHostToDevice));
-    o->p[2] = dalloc(act * 2 * 2);
-    o->bytes = act * 2 * 2 * 2.0 + 2 * N * 8.0;
-    o->run = r_flow_kv_store;
-    run_op(o);
+  /* packed-batch rows against cache pages: N rows, x in pages of 50 frames x 80 */
+  if (FAM("flow_pack")) {
+      int64_t *src = malloc((size_t)2 * N * 8);
+      int32_t *map = malloc((size_t)2 * N * 4);
+      if (!src || !map) exit(1);
+      for (int r = 0; r < 2 * N; ++r) src[r] = (int64_t)((r * 7) % (2 * N)) * 80, map[r] = (r * 7) % (2 * N);
+      o = new_op(group, "flow_x_gather");
+      snprintf(o->size, sizeof o->size, "%d rows of 80 f32", N);
+      o->i[0] = N;
+      o->p[0] = dalloc((size_t)N * 80 * 4);
+      o->p[1] = dalloc((size_t)N * 8);
+      CK(cudaMemcpy(o->p[1], src, (size_t)N * 8, cudaMemcpyHostToDevice));
+      o->p[2] = drand((size_t)2 * N * 80, F32, -1.f, 1.f);
+      o->p[3] = o->p[2];
+      o->bytes = N * (80 * 8.0 + 8);
+      o->run = r_x_gather;
+      run_op(o);
 
-    o = new_op(group, "rows_gather_f32");
-    snprintf(o->size, sizeof o->size, "2x%d rows of 1024", N);
-    o->i[0] = 2 * N;
-    o->p[0] = dalloc(act * 4);
-    o->p[1] = drand(act, F32, -1.f, 1.f);
-    o->p[2] = dints(map, (size_t)2 * N);
-    o->bytes = act * 8.0 + 2 * N * 4.0;
-    o->run = r_rows_gather;
-    run_op(o);
+      o = new_op(group, "flow_x_store");
+      snprintf(o->size, sizeof o->size, "%d rows of 80 f32", N);
+      o->i[0] = N;
+      o->p[1] = dalloc((size_t)N * 8);
+      CK(cudaMemcpy(o->p[1], src, (size_t)N * 8, cudaMemcpyHostToDevice));
+      o->p[2] = drand((size_t)2 * N * 80, F32, -1.f, 1.f);
+      o->p[3] = drand((size_t)N * 80, F32, -1.f, 1.f);
+      o->bytes = N * (80 * 8.0 + 8);
+      o->run = r_x_store;
+      run_op(o);
 
-    o = new_op(group, "rows_zero_bf16");
-    snprintf(o->size, sizeof o->size, "%d of 2x%d rows of 1024", N, N);
-    o->i[0] = N;
-    o->p[0] = dalloc(act * 2);
-    o->p[1] = dints(map, (size_t)N);
-    o->bytes = N * 1024 * 2.0 + N * 4.0;
-    o->run = r_rows_zero;
-    run_op(o);
-    free(src), free(map);
+      for (int r = 0; r < 2 * N; ++r) src[r] = (int64_t)((r * 7) % (2 * N)) * 2048;
+      o = new_op(group, "flow_kv_store");
+      snprintf(o->size, sizeof o->size, "2x%d rows, K+V of 1024 bf16", N);
+      o->i[0] = 2 * N;
+      o->p[0] = drand(act * 3, BF16, -1.f, 1.f);
+      o->p[1] = dalloc((size_t)2 * N * 8);
+      CK(cudaMemcpy(o->p[1], src, (size_t)2 * N * 8, cudaMemcpyHostToDevice));
+      o->p[2] = dalloc(act * 2 * 2);
+      o->bytes = act * 2 * 2 * 2.0 + 2 * N * 8.0;
+      o->run = r_flow_kv_store;
+      run_op(o);
+
+      o = new_op(group, "rows_gather_f32");
+      snprintf(o->size, sizeof o->size, "2x%d rows of 1024", N);
+      o->i[0] = 2 * N;
+      o->p[0] = dalloc(act * 4);
+      o->p[1] = drand(act, F32, -1.f, 1.f);
+      o->p[2] = dints(map, (size_t)2 * N);
+      o->bytes = act * 8.0 + 2 * N * 4.0;
+      o->run = r_rows_gather;
+      run_op(o);
+
+      o = new_op(group, "rows_zero_bf16");
+      snprintf(o->size, sizeof o->size, "%d of 2x%d rows of 1024", N, N);
+      o->i[0] = N;
+      o->p[0] = dalloc(act * 2);
+      o->p[1] = dints(map, (size_t)N);
+      o->bytes = N * 1024 * 2.0 + N * 4.0;
+      o->run = r_rows_zero;
+      run_op(o);
+      free(src), free(map);
   }
 
   /* the streaming call's attention: the last 50-frame block of each CFG row (50 queries) over
    * N - 50 cached frames in pages + its own 50 */
-  {
-    const int cached = N - 50, np = (cached + 49) / 50;
-    o = new_op(group, "attn_dit_paged");
-    snprintf(o->size, sizeof o->size, "2x50 q, %d cached, 16x64 bf16", cached);
-    cosy_k_dit_seg segs[2];
-    memset(segs, 0, sizeof segs);
-    int32_t tiles[4] = {0, 0, 1, 0}, *ptab = malloc((size_t)(np ? np : 1) * 4);
-    if (!ptab) exit(1);
-    for (int j = 0; j < np; ++j) ptab[j] = j;
-    for (int g = 0; g < 2; ++g) {
-      segs[g].q_row0 = 50 * g, segs[g].n_q = 50, segs[g].cached = cached, segs[g].Lk = N;
-      segs[g].ptab0 = 0, segs[g].row = g;
-    }
-    o->i[0] = 2;
-    o->p[0] = drand((size_t)100 * 3072, BF16, -1.f, 1.f);
-    o->p[1] = dalloc(sizeof segs);
-    CK(cudaMemcpy(o->p[1], segs, sizeof segs, cudaMemcpyHostToDevice));
-    o->p[2] = dints(tiles, 4);
-    o->p[3] = drand((size_t)(np ? np : 1) * 4 * 50 * 1024, BF16, -1.f, 1.f);
-    o->p[4] = dints(ptab, (size_t)(np ? np : 1));
-    o->p[5] = dalloc((size_t)100 * 1024 * 2);
-    free(ptab);
-    o->bytes = 2.0 * N * 1024 * 2 * 2 + 100 * 1024 * 2.0 * 2;
-    o->flops = 2.0 * 16 * 50 * N * 64 * 2;
-    o->run = r_dit_paged;
-    run_op(o);
+  if (FAM("attn_dit_paged")) {
+      const int cached = N - 50, np = (cached + 49) / 50;
+      o = new_op(group, "attn_dit_paged");
+      snprintf(o->size, sizeof o->size, "2x50 q, %d cached, 16x64 bf16", cached);
+      cosy_k_dit_seg segs[2];
+      memset(segs, 0, sizeof segs);
+      int32_t tiles[4] = {0, 0, 1, 0}, *ptab = malloc((size_t)(np ? np : 1) * 4);
+      if (!ptab) exit(1);
+      for (int j = 0; j < np; ++j) ptab[j] = j;
+      for (int g = 0; g < 2; ++g) {
+        segs[g].q_row0 = 50 * g, segs[g].n_q = 50, segs[g].cached = cached, segs[g].Lk = N;
+        segs[g].ptab0 = 0, segs[g].row = g;
+      }
+      o->i[0] = 2;
+      o->p[0] = drand((size_t)100 * 3072, BF16, -1.f, 1.f);
+      o->p[1] = dalloc(sizeof segs);
+      CK(cudaMemcpy(o->p[1], segs, sizeof segs, cudaMemcpyHostToDevice));
+      o->p[2] = dints(tiles, 4);
+      o->p[3] = drand((size_t)(np ? np : 1) * 4 * 50 * 1024, BF16, -1.f, 1.f);
+      o->p[4] = dints(ptab, (size_t)(np ? np : 1));
+      o->p[5] = dalloc((size_t)100 * 1024 * 2);
+      free(ptab);
+      o->bytes = 2.0 * N * 1024 * 2 * 2 + 100 * 1024 * 2.0 * 2;
+      o->flops = 2.0 * 16 * 50 * N * 64 * 2;
+      o->run = r_dit_paged;
+      run_op(o);
   }
 }
 
@@ -1116,15 +1110,103 @@ static cudaError_t r_gemm_ceiling(bench_op *o, int s) {
                      0);
 }
 
-int main(void) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  int ndev = 0;
-  const cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess || ndev == 0) {
-    printf("SKIP: no CUDA device (%s)\n",
-           e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
-    return 0;
+/* ---------------------------------------------------------------------------------------------
+ * the families' benchmarks (tests/kregistry.c names them): each adds its rows of one scenario */
+
+void bench_norm(const kh_scn *s) {
+  if (s->kind == KH_SCN_LLM_DECODE) add_norms_llm(s->group, s->n);
+  if (s->kind == KH_SCN_DIT) add_dit(s->group, s->n, "norm");
+}
+void bench_rope(const kh_scn *s) {
+  if (s->kind == KH_SCN_LLM_DECODE) add_rope_neox(s->group, s->n);
+  if (s->kind == KH_SCN_DIT) add_dit(s->group, s->n, "rope");
+}
+void bench_act(const kh_scn *s) {
+  if (s->kind == KH_SCN_LLM_DECODE) add_silu_mul(s->group, s->n, 4864);
+  if (s->kind == KH_SCN_DIT) add_dit(s->group, s->n, "act");
+  if (s->kind == KH_SCN_ACT) add_act(s->group);
+}
+void bench_embed(const kh_scn *s) {
+  if (s->kind == KH_SCN_LLM_DECODE) add_embed(s->group, s->n);
+}
+void bench_gemm(const kh_scn *s) {
+  const char *grp = s->group;
+  const int B = s->n;
+  if (s->kind == KH_SCN_LLM_DECODE) {
+    add_gemm(grp, "gemm qkv", B, 1152, 896, BF16, 1);
+    add_gemm(grp, "gemm o 896x896", B, 896, 896, BF16, 0);
+    add_gemm(grp, "gemm up 4864x896", B, 4864, 896, BF16, 0);
+    add_gemm(grp, "gemm gate|up", B, 9728, 896, BF16, 0);
+    add_gemm(grp, "gemm down", B, 896, 4864, BF16, 0);
+    add_gemm(grp, "gemm head 6761", B, 6761, 896, F32, 0);
   }
+  if (s->kind == KH_SCN_PREFILL) {
+    add_gemm(grp, "gemm qkv", s->n, 1152, 896, BF16, 1);
+    add_gemm(grp, "gemm down", s->n, 896, 4864, BF16, 0);
+  }
+  if (s->kind == KH_SCN_DIT) add_dit(grp, s->n, "gemm");
+}
+void bench_sample(const kh_scn *s) {
+  if (s->kind != KH_SCN_LLM_DECODE) return;
+  add_sampling(s->group, s->n);
+  add_ras(s->group, s->n);
+}
+void bench_attention(const kh_scn *s) {
+  if (s->kind == KH_SCN_LLM_DECODE) {
+    add_kv_append(s->group, s->n);
+    add_paged(s->group, s->n, 200);
+    add_paged(s->group, s->n, 1000);
+  }
+  if (s->kind == KH_SCN_PREFILL) add_prefill(s->group, s->n);
+  if (s->kind == KH_SCN_DIT) add_dit(s->group, s->n, "attention");
+}
+void bench_llm_gemv(const kh_scn *s) {
+  const char *grp = s->group;
+  const int B = s->n;
+  /* the fused skinny GEMMs of the decode path (batches <= 4 by default) */
+  if (s->kind != KH_SCN_LLM_DECODE || B > 8) return;
+  add_llm_gemv(grp, "gemv rmsnorm+qkv+rope", B, 1152, 896, COSY_GEMV_IN_RMSNORM,
+               COSY_GEMV_QKV_ROPE);
+  add_llm_gemv(grp, "gemv o (+= h)", B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32);
+  add_llm_gemv(grp, "gemv rmsnorm+gate|up+silu", B, 9728, 896, COSY_GEMV_IN_RMSNORM,
+               COSY_GEMV_SILU_MUL);
+  add_llm_gemv(grp, "gemv down (+= h)", B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32);
+  add_llm_gemv(grp, "gemv rmsnorm+head", B, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32);
+}
+void bench_llm_step_ops(const kh_scn *s) {
+  if (s->kind == KH_SCN_LLM_DECODE) add_llm_step_ops(s->group, s->n);
+  if (s->kind == KH_SCN_PREFILL) {
+    add_kv_gather(s->group, s->n);
+    add_llm_step_ops(s->group, s->n);
+  }
+}
+void bench_dit_elementwise(const kh_scn *s) {
+  if (s->kind == KH_SCN_DIT) add_flow_ops(s->group, s->n, "dit_elementwise");
+}
+void bench_resid_ln(const kh_scn *s) {
+  if (s->kind == KH_SCN_DIT) add_flow_ops(s->group, s->n, "resid_ln");
+}
+void bench_conv_pos(const kh_scn *s) {
+  if (s->kind == KH_SCN_DIT) add_flow_ops(s->group, s->n, "conv_pos");
+}
+void bench_flow_pack(const kh_scn *s) {
+  if (s->kind == KH_SCN_DIT) add_flow_ops(s->group, s->n, "flow_pack");
+}
+void bench_attn_dit_paged(const kh_scn *s) {
+  if (s->kind == KH_SCN_DIT) add_flow_ops(s->group, s->n, "attn_dit_paged");
+}
+
+/* the scenarios, in the table's order */
+static const kh_scn g_scns[] = {
+    {"llm b1", KH_SCN_LLM_DECODE, 1}, {"llm b64", KH_SCN_LLM_DECODE, 64},
+    {"prefill", KH_SCN_PREFILL, 300}, {"dit 400", KH_SCN_DIT, 400},
+    {"dit 1000", KH_SCN_DIT, 1000},   {"act", KH_SCN_ACT, 0},
+};
+
+int kh_run_bench(const char *filter) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (!kh_device_probe()) return 0;
+  kh_rng_set(0x243F6A8885A308D3ull);
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   int clock_khz = 0, mem_khz = 0;
@@ -1138,11 +1220,7 @@ int main(void) {
    * engine's; this program also builds without the library, bench/device_kernels.sh): the
    * profiles without clusters and programmatic dependent launch (a100, ada) take them away */
   {
-    int cl = 0;
-    cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, 0);
-    cudaGetLastError();
-    g_dev.cc_major = prop.major, g_dev.cc_minor = prop.minor, g_dev.n_sm = prop.multiProcessorCount;
-    g_dev.clusters = prop.major >= 9 && cl, g_dev.pdl = prop.major >= 9;
+    kh_describe_device(&g_dev, 0);
     const char *pr = getenv("COSY_GPU_PROFILE");
     if (pr && (!strcmp(pr, "a100") || !strcmp(pr, "ada"))) {
       g_dev.clusters = g_dev.pdl = 0;
@@ -1190,46 +1268,11 @@ int main(void) {
   cp->p[0] = cp->p[1] = gm->p[0] = gm->p[1] = gm->p[2] = NULL;
 
   print_header();
-  for (int bi = 0; bi < 2; ++bi) {
-    const int B = bi ? 64 : 1;
-    const char *grp = bi ? "llm b64" : "llm b1";
-    add_embed(grp, B);
-    add_norms_llm(grp, B);
-    add_gemm(grp, "gemm qkv", B, 1152, 896, BF16, 1);
-    add_gemm(grp, "gemm o 896x896", B, 896, 896, BF16, 0);
-    add_gemm(grp, "gemm up 4864x896", B, 4864, 896, BF16, 0);
-    add_gemm(grp, "gemm gate|up", B, 9728, 896, BF16, 0);
-    add_gemm(grp, "gemm down", B, 896, 4864, BF16, 0);
-    add_gemm(grp, "gemm head 6761", B, 6761, 896, F32, 0);
-    add_rope_neox(grp, B);
-    add_kv_append(grp, B);
-    add_paged(grp, B, 200);
-    add_paged(grp, B, 1000);
-    add_silu_mul(grp, B, 4864);
-    add_sampling(grp, B);
-    add_ras(grp, B);
-    add_llm_step_ops(grp, B);
-    if (B <= 8) { /* the fused skinny GEMMs of the decode path (batches <= 4 by default) */
-      add_llm_gemv(grp, "gemv rmsnorm+qkv+rope", B, 1152, 896, COSY_GEMV_IN_RMSNORM,
-                   COSY_GEMV_QKV_ROPE);
-      add_llm_gemv(grp, "gemv o (+= h)", B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32);
-      add_llm_gemv(grp, "gemv rmsnorm+gate|up+silu", B, 9728, 896, COSY_GEMV_IN_RMSNORM,
-                   COSY_GEMV_SILU_MUL);
-      add_llm_gemv(grp, "gemv down (+= h)", B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32);
-      add_llm_gemv(grp, "gemv rmsnorm+head", B, 6761, 896, COSY_GEMV_IN_RMSNORM,
-                   COSY_GEMV_STORE_F32);
+  for (size_t k = 0; k < sizeof g_scns / sizeof g_scns[0]; ++k)
+    for (int i = 0; i < kh_n_registry; ++i) {
+      const kh_entry *e = &kh_registry[i];
+      if (e->bench && kh_entry_selected(e, filter)) e->bench(&g_scns[k]);
     }
-  }
-  add_prefill("prefill", 300);
-  add_gemm("prefill", "gemm qkv", 300, 1152, 896, BF16, 1);
-  add_gemm("prefill", "gemm down", 300, 896, 4864, BF16, 0);
-  add_kv_gather("prefill", 300);
-  add_llm_step_ops("prefill", 300);
-  add_dit("dit 400", 400);
-  add_flow_ops("dit 400", 400);
-  add_dit("dit 1000", 1000);
-  add_flow_ops("dit 1000", 1000);
-  add_act("act");
   CK(cudaStreamSynchronize(g_stream));
 
   printf("\n==== kernel table (%s; copy ceiling %.0f GB/s, gemm ceiling %.0f TFLOP/s; "

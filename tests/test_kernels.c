@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kharness.h"
+
 #if defined(__has_include)
 #if !__has_include(<cmocka.h>)
 #define COSY_TEST_NO_CMOCKA 1
@@ -86,9 +88,64 @@ static int tk_run(const struct CMUnitTest *t, size_t n) {
 #define cmocka_run_group_tests(t, setup, teardown) tk_run(t, sizeof(t) / sizeof((t)[0]))
 #endif
 
+/* the registry as a table (--list; also without CUDA) */
+static void list_registry(void) {
+  printf("%-18s %-30s %-28s %s\n", "family", "test", "bench", "ceiling");
+  for (int i = 0; i < kh_n_registry; ++i) {
+    const kh_entry *e = &kh_registry[i];
+    char t[64];
+    snprintf(t, sizeof t, "%s%s", e->test_elsewhere ? "" : "test_",
+             e->test_elsewhere ? e->test_elsewhere : e->name);
+    printf("%-18s %-30s %-28s %s\n", e->name, t, e->no_bench ? e->no_bench : "yes",
+           kh_ceiling_name(e->ceiling));
+    printf("    ");
+    for (const char *const *l = e->launchers; *l; ++l) printf(" %s", *l);
+    printf("\n");
+  }
+}
+
+static const char usage[] =
+    "usage: test_kernels [NAME]            run the tests (of the family or launcher NAME)\n"
+    "       test_kernels --bench [NAME]    time the kernels (of the family or launcher NAME)\n"
+    "       test_kernels --list            the registry: families, launchers, tests, benchmarks\n";
+
+/* the command line: 0 run, 1 exit 0 (listed), 2 bad usage */
+static int parse_args(int argc, char **argv, int *bench, const char **filter) {
+  *bench = 0, *filter = NULL;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--bench")) {
+      *bench = 1;
+    } else if (!strcmp(argv[i], "--list")) {
+      list_registry();
+      return 1;
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("%s", usage);
+      return 1;
+    } else if (argv[i][0] != '-' && !*filter) {
+      *filter = argv[i];
+    } else {
+      fprintf(stderr, "%s", usage);
+      return 2;
+    }
+  }
+  if (*filter) {
+    int any = 0;
+    for (int i = 0; i < kh_n_registry; ++i) any |= kh_entry_selected(&kh_registry[i], *filter);
+    if (!any) {
+      fprintf(stderr, "no family or launcher '%s' in the registry (--list)\n", *filter);
+      return 2;
+    }
+  }
+  return 0;
+}
+
 #ifndef COSY_WITH_CUDA
 
-int main(void) {
+int main(int argc, char **argv) {
+  int bench;
+  const char *filter;
+  const int a = parse_args(argc, argv, &bench, &filter);
+  if (a) return a == 1 ? 0 : 2;
   printf("SKIP: built without CUDA\n");
   return 0;
 }
@@ -109,39 +166,30 @@ int main(void) {
 #include "ref/sampling.h"
 
 /* ---------------------------------------------------------------------------------------------
- * helpers */
+ * helpers: the shared ones of tests/kharness.c under the names the checks use, and the ones only
+ * the checks need */
 
-#define CK(call)                                                                            \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      printf("CUDA error '%s' at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, \
-             #call);                                                                        \
-      fail();                                                                               \
-    }                                                                                       \
-  } while (0)
-
+#define CK(call) KH_CK(call)
 #define F32 COSY_KDT_F32
 #define BF16 COSY_KDT_BF16
+#define rng_seed kh_rng_seed
+#define rng_next kh_rng_next
+#define rnd kh_rnd
+#define rnd_int kh_rnd_int
+#define f2bf kh_f2bf
+#define bf2f kh_bf2f
+#define round_dt kh_round_dt
+#define dtn kh_dtn
+#define dts kh_dts
+#define dmalloc kh_dmalloc
+#define dfree kh_dfree
+#define to_dev kh_to_dev
+#define from_dev kh_from_dev
+#define dup_i32 kh_dup_i32
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static int g_failures; /* failed checks in the current cmocka test */
-
-static void rng_seed(uint64_t s) { g_rng = s * 0x9E3779B97F4A7C15ull + 12345u; }
-static uint64_t rng_next(void) {
-  g_rng ^= g_rng >> 12;
-  g_rng ^= g_rng << 25;
-  g_rng ^= g_rng >> 27;
-  return g_rng * 0x2545F4914F6CDD1Dull;
-}
 /* the device as the launchers that take a description see it (filled in main) */
 static cosy_kdev g_dev;
-
-/* uniform in [lo, hi) */
-static float rnd(float lo, float hi) {
-  return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
-}
-static int rnd_int(int n) { return (int)(rng_next() % (uint64_t)n); }
 
 static float *fill(size_t n, float lo, float hi) {
   float *a = malloc((n ? n : 1) * sizeof *a);
@@ -154,80 +202,22 @@ static double *dalloc_host(size_t n) {
   assert_non_null(a);
   return a;
 }
-
-static uint16_t f2bf(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static float round_dt(float v, cosy_kdtype dt) { return dt == BF16 ? bf2f(f2bf(v)) : v; }
-static const char *dtn(cosy_kdtype dt) { return dt == BF16 ? "bf16" : "f32"; }
-static size_t dts(cosy_kdtype dt) { return dt == BF16 ? 2 : 4; }
-
-static void *dmalloc(size_t bytes) {
-  void *p = NULL;
-  CK(cudaMalloc(&p, bytes ? bytes : 16));
-  return p;
-}
 /* device buffer of n elements of dt filled with NaN */
 static void *dpoison(size_t n, cosy_kdtype dt) {
   void *p = dmalloc(n * dts(dt));
   CK(cudaMemset(p, 0xFF, n * dts(dt)));
   return p;
 }
-/* copy h (n floats) to device memory d as dt; h is rounded in place to the stored values */
-static void to_dev(void *d, float *h, size_t n, cosy_kdtype dt) {
-  if (dt == BF16) {
-    uint16_t *t = malloc((n ? n : 1) * 2);
-    assert_non_null(t);
-    for (size_t i = 0; i < n; ++i) {
-      t[i] = f2bf(h[i]);
-      h[i] = bf2f(t[i]);
-    }
-    CK(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice));
-    free(t);
-  } else {
-    CK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
-  }
-}
 static void *dup_dt(float *h, size_t n, cosy_kdtype dt) {
   void *d = dmalloc(n * dts(dt));
   to_dev(d, h, n, dt);
   return d;
-}
-static void from_dev(float *h, const void *d, size_t n, cosy_kdtype dt) {
-  CK(cudaDeviceSynchronize());
-  if (dt == BF16) {
-    uint16_t *t = malloc((n ? n : 1) * 2);
-    assert_non_null(t);
-    CK(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; ++i) h[i] = bf2f(t[i]);
-    free(t);
-  } else {
-    CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-  }
 }
 static float *download(const void *d, size_t n, cosy_kdtype dt) {
   float *h = malloc((n ? n : 1) * sizeof *h);
   assert_non_null(h);
   from_dev(h, d, n, dt);
   return h;
-}
-static int32_t *dup_i32(const int32_t *h, size_t n) {
-  int32_t *d = dmalloc(n * 4);
-  CK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
-  return d;
-}
-static void dfree(void *p) {
-  if (p) CK(cudaFree(p));
 }
 
 static size_t count_nan(const float *a, size_t n) {
@@ -358,7 +348,7 @@ static void check_layernorm_mod(int B, int N, int D, int with_mod, cosy_kdtype x
   dfree(dx), dfree(demb), dfree(dy);
 }
 
-static void test_norm(void **state) {
+void test_norm(void **state) {
   (void)state;
   begin_test(1);
   const int rows[] = {1, 3, 37};
@@ -465,7 +455,7 @@ static void check_rope_interleaved(int B, int N, cosy_kdtype dt, int two) {
   dfree(dx), dfree(dx2);
 }
 
-static void test_rope(void **state) {
+void test_rope(void **state) {
   (void)state;
   begin_test(2);
   const int toks[] = {1, 17, 300};
@@ -601,7 +591,7 @@ static void check_add_bias(int rows, int cols, int stride, cosy_kdtype dt) {
   dfree(dy), dfree(db);
 }
 
-static void test_act(void **state) {
+void test_act(void **state) {
   (void)state;
   begin_test(3);
   const char *ops[] = {"silu", "gelu_tanh", "mish"};
@@ -684,7 +674,7 @@ static void check_embed(int n_rows, int dim, int n_ids, int bad, cosy_kdtype tdt
   dfree(dt), dfree(dids), dfree(dout), dfree(dflag);
 }
 
-static void test_embed(void **state) {
+void test_embed(void **state) {
   (void)state;
   begin_test(4);
   check_embed(6761, 896, 1, 0, F32, F32);
@@ -971,7 +961,7 @@ static void check_dit_attn(int B, int N, int chunk, int stride_extra, cosy_kdtyp
   dfree(dq), dfree(dk), dfree(dv), dfree(dout);
 }
 
-static void test_attention(void **state) {
+void test_attention(void **state) {
   (void)state;
   begin_test(5);
   check_kv_append(1, 16, 4, BF16);
@@ -1065,7 +1055,7 @@ static void check_gemm(int M, int N, int K, cosy_kdtype abdt, cosy_kdtype ydt, i
   dfree(dx), dfree(dw), dfree(db), dfree(dy);
 }
 
-static void test_gemm(void **state) {
+void test_gemm(void **state) {
   (void)state;
   begin_test(6);
   CK(cosy_gemm_create(&g_gemm, 0));
@@ -1324,7 +1314,7 @@ static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm
   dfree(dslots), dfree(dinv);
 }
 
-static void test_llm_gemv(void **state) {
+void test_llm_gemv(void **state) {
   (void)state;
   begin_test(9);
   const int Ms[] = {1, 2, 4, 8};
@@ -1438,7 +1428,7 @@ static void check_ras(int rows, int n, int trials, int top_k_max, int flat) {
   dfree(dlp), dfree(dr), dfree(dlo);
 }
 
-static void test_sample(void **state) {
+void test_sample(void **state) {
   (void)state;
   begin_test(7);
   const int rows[] = {1, 3, 64};
@@ -1659,7 +1649,7 @@ static void check_flow_euler(int64_t n, float dt, float c1, float c2) {
   dfree(dx), dfree(dvc), dfree(dvu);
 }
 
-static void test_dit_elementwise(void **state) {
+void test_dit_elementwise(void **state) {
   (void)state;
   begin_test(11);
   check_flow_qkv_post(2, 37, 1024, 64, 0); /* the DiT: rot = head 0 */
@@ -1796,7 +1786,7 @@ static void check_rows_zero_bf16(int n_rows, int D, int total) {
   dfree(dx), dfree(dr);
 }
 
-static void test_flow_pack(void **state) {
+void test_flow_pack(void **state) {
   (void)state;
   begin_test(12);
   check_flow_x_gather(150, 80, 200, 60, 3 * 50 * 80);
@@ -1903,7 +1893,7 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
   dfree(dpool), dfree(dqkv), dfree(dsegs), dfree(dtiles), dfree(dptab), dfree(dout);
 }
 
-static void test_attn_dit_paged(void **state) {
+void test_attn_dit_paged(void **state) {
   (void)state;
   begin_test(13);
   /* {n_q, cached, Lk below cached + n_q, CFG row, full} */
@@ -2180,7 +2170,7 @@ static void check_llm_add(int64_t n) {
   dfree(da), dfree(db), dfree(dout);
 }
 
-static void test_llm_step_ops(void **state) {
+void test_llm_step_ops(void **state) {
   (void)state;
   begin_test(14);
   check_llm_decode_prep(64, 6761, 896, 70, 63, 63, 16);
@@ -2210,7 +2200,7 @@ static void test_llm_step_ops(void **state) {
 /* ---------------------------------------------------------------------------------------------
  * argument checks: launchers refuse what a caller could get wrong */
 
-static void test_args(void **state) {
+void test_args(void **state) {
   (void)state;
   begin_test(8);
   int bad = 0;
@@ -2284,38 +2274,42 @@ static void test_args(void **state) {
   end_test();
 }
 
-int main(void) {
+static void tk_fail(void) { fail(); }
+
+int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    printf("SKIP: no CUDA device (%s)\n",
-           e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
-    return 0;
-  }
+  int bench;
+  const char *filter;
+  const int a = parse_args(argc, argv, &bench, &filter);
+  if (a) return a == 1 ? 0 : 2;
+  if (bench) return kh_run_bench(filter); /* bench/bench_kernels.c */
+  if (!kh_device_probe()) return 0;
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
     printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
            prop.multiProcessorCount);
-  /* the description the launchers that need one get (lib/gpu/gpu.c builds the engine's; this
-   * test also runs without the library, bench/device_kernels.sh) */
-  g_dev.device = 0;
-  cudaDeviceGetAttribute(&g_dev.cc_major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&g_dev.n_sm, cudaDevAttrMultiProcessorCount, 0);
-  int cl = 0;
-  cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, 0);
-  cudaGetLastError();
-  g_dev.clusters = g_dev.cc_major >= 9 && cl;
-  g_dev.pdl = g_dev.cc_major >= 9;
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_args),  cmocka_unit_test(test_norm),      cmocka_unit_test(test_rope),
-      cmocka_unit_test(test_act),   cmocka_unit_test(test_embed),     cmocka_unit_test(test_gemm),
-      cmocka_unit_test(test_sample), cmocka_unit_test(test_attention),
-      cmocka_unit_test(test_llm_gemv), cmocka_unit_test(test_dit_elementwise),
-      cmocka_unit_test(test_flow_pack), cmocka_unit_test(test_attn_dit_paged),
-      cmocka_unit_test(test_llm_step_ops),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  kh_describe_device(&g_dev, 0);
+  kh_on_error = tk_fail; /* a CUDA error in a helper fails the current test */
+  /* one cmocka test per registry entry with a test here, in the registry's order */
+  struct CMUnitTest tests[64];
+  size_t n = 0;
+  for (int i = 0; i < kh_n_registry && n < sizeof tests / sizeof tests[0]; ++i) {
+    const kh_entry *e = &kh_registry[i];
+    if (!e->test || !kh_entry_selected(e, filter)) continue;
+    memset(&tests[n], 0, sizeof tests[n]);
+    tests[n].name = e->test_name;
+#ifdef COSY_TEST_NO_CMOCKA
+    tests[n].fn = e->test;
+#else
+    tests[n].test_func = e->test;
+#endif
+    n++;
+  }
+#ifdef COSY_TEST_NO_CMOCKA
+  return tk_run(tests, n);
+#else
+  return _cmocka_run_group_tests("test_kernels", tests, n, NULL, NULL);
+#endif
 }
 
 #endif /* COSY_WITH_CUDA */
