@@ -252,8 +252,8 @@ $(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py too
 	else echo "note: $(SHARED_DIR)/golden/small not found: front-end model tests will skip"; fi
 
 # ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations test-env test-c test-py \
-      test-bench
+test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations check-kernels test-env \
+      test-c test-py test-bench
 
 # TEST_ONLY=test_a test_b: run only these test binaries
 TEST_RUN := $(if $(TEST_ONLY),$(TEST_ONLY:%=$(B)/tests/%),$(TEST_BIN))
@@ -291,6 +291,10 @@ test-tsan:
 # comments and documents cite only the repository (docs/*.md), never outside documents
 check-citations:
 	@bash tools/check_citations.sh
+
+# every cosy_k_* launcher declared in kernels/*.h is in the kernel registry (tests/kregistry.c)
+check-kernels:
+	@bash tools/check_kernel_registry.sh
 
 check-header:
 	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -fsyntax-only tests/header/c99.c
