@@ -1,6 +1,8 @@
 /* bench_kernels.c - times the CUDA kernels (kernels/kernels.h and the ops' own headers) at the
  * model's real sizes (the HiFT and front-end kernels are timed only inside whole runs:
- * bench_w1.c, bench_voice.c).
+ * bench_w1.c, bench_voice.c). Part of the kernel harness (tests/kharness.h): no main of its own,
+ * it runs as `build/tests/test_kernels --bench [NAME]` (NAME: a family or launcher of the registry,
+ * tests/kregistry.c); each family's bench_<name> adds its rows of one scenario (a group below).
  *
  * Method: measure the two ceilings, then each kernel against them:
  *   1. Ceilings, measured here: device-to-device copy bandwidth (cudaMemcpyAsync of 512 MiB,
@@ -27,7 +29,8 @@
  *   dit_elementwise.h, conv_pos.h, euler.h, flow_pack.h and the paged DiT attention of a
  *   streaming call), and the element-wise activations ("act").
  * Output: progress lines while running, then the table last. Exit status 0 unless a CUDA call
- * fails. Without a device (or built without CUDA) it prints SKIP and exits 0.
+ * fails. Without a device (or built without CUDA) it prints SKIP and exits 0. Row order: the
+ * scenarios in turn and, in each, the families in the registry's order.
  */
 #include <stdint.h>
 #include <stdio.h>

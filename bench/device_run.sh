@@ -110,7 +110,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 note "device: $(sed -n 2p "$OUT/gpu.txt")  commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
 TESTS="$B/tests/test_kernels $B/tests/test_gpu_llm $B/tests/test_gpu_flow $B/tests/test_gpu_hift $B/tests/test_gpu_engine $B/tests/test_api $B/tests/test_gpu_frontend $B/tests/test_voice_audio $B/tests/test_stress $B/tests/test_gpu_fault"
-BENCHES="$B/bench/bench_kernels $B/bench/bench_w1 $B/bench/bench_voice"
+BENCHES="$B/bench/bench_w1 $B/bench/bench_voice" # the kernel benchmark is test_kernels --bench
 SMALL=$B/test/small-f32.gguf
 SMALL_FE=$B/test/small-fe-f32.gguf
 FULL_FE=$B/full-fe.gguf
@@ -195,7 +195,7 @@ if [[ " $STEPS " == *" sanitize "* ]]; then # not in the default steps: bash ben
   fi
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
-  run bench_kernels ./$B/bench/bench_kernels
+  run bench_kernels ./$B/tests/test_kernels --bench
   run bench_w1_c1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 --requests 16 \
     --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
   # the scheduler under load: W1 at higher concurrency (2*C requests per level) and W2 (offline,

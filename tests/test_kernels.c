@@ -16,7 +16,12 @@
  *   gemm bf16 inputs -> fp32 output (fp32 accumulation; ~1e-6 expected) ... 1e-4
  *   attention with bf16 data (P rounded to bf16 on the tensor-core path) .. 1e-2
  *   copies (embedding, kv append, flow_pack.cu, kv gather, decode prep), top-k exact (0)
- * One line per check: op, size, rel-L2, tolerance, PASS/FAIL. Without a CUDA device the program
+ * One line per check: op, size, rel-L2, tolerance, PASS/FAIL.
+ *
+ * This is the kernel harness's program (tests/kharness.h, docs/kernels.md): the tests are the
+ * registry's (tests/kregistry.c) in its order; `test_kernels NAME` runs one family's (or the
+ * family of launcher NAME), `--bench [NAME]` runs the benchmark of bench/bench_kernels.c instead,
+ * `--list` prints the registry. Without a CUDA device the program
  * prints "SKIP: ..." and exits 0 (the CI situation); on a device any wrong result fails. Built
  * without CUDA (no COSY_WITH_CUDA) it prints "SKIP: built without CUDA" and exits 0.
  */
