@@ -213,7 +213,7 @@ static cosy_status commit(cosy_request *r, int final) {
   int n = 0, cap = 0, any = r->tx_any;
   size_t used = 0;
   cosy_status st = COSY_OK;
-  const char *s = r->tx_raw;
+  const char *s = r->tx_raw ? r->tx_raw : ""; /* NULL until a non-empty push */
   if (r->params.flags & COSY_SYNTH_NO_TEXT_NORMALIZATION) {
     used = final ? (size_t)complete : textstream_word_cut(s, (size_t)complete);
     if (used) st = piece_ids(r, s, used, &any, &ids, &n, &cap);

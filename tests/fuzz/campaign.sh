@@ -14,8 +14,8 @@ TARGETS=${*:-gguf model voice wav tokenizer}
 B=build/fuzz
 C=$B/campaign
 mkdir -p "$C/artifacts"
-declare -A DICT=([gguf]=gguf [model]=gguf [voice]=gguf [wav]=wav [mel]=wav [tokenizer]=tokenizer [text]=tokenizer [api]=tokenizer)
-declare -A MAXLEN=([gguf]=65536 [model]=65536 [voice]=65536 [wav]=16384 [mel]=16384 [tokenizer]=4096 [text]=1024 [api]=512)
+declare -A DICT=([gguf]=gguf [model]=gguf [voice]=gguf [wav]=wav [mel]=wav [tokenizer]=tokenizer [text]=tokenizer [api]=tokenizer [textstream]=textstream)
+declare -A MAXLEN=([gguf]=65536 [model]=65536 [voice]=65536 [wav]=16384 [mel]=16384 [tokenizer]=4096 [text]=1024 [api]=512 [textstream]=1024)
 for t in $TARGETS; do
   mkdir -p "$C/$t" "tests/fuzz/regressions/$t"
   env=()

@@ -14,7 +14,7 @@ FUZZ_CC ?= clang
 FUZZ_B := build/fuzz
 FUZZ_TIME ?= 60
 FUZZ_ARGS ?=
-FUZZ_TARGETS := gguf model voice wav mel tokenizer text api
+FUZZ_TARGETS := gguf model voice wav mel tokenizer text api textstream
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c11 -O2 -g -pthread $(WARN) -Iinclude -Ilib -Itests/fuzz \
                -DCOSY_VERSION_STRING_BUILD='"$(VERSION)"' $(FUZZ_SAN) \
@@ -36,6 +36,7 @@ FUZZ_DICT_mel := wav
 FUZZ_DICT_tokenizer := tokenizer
 FUZZ_DICT_text := tokenizer
 FUZZ_DICT_api := tokenizer
+FUZZ_DICT_textstream := textstream
 FUZZ_MAXLEN_gguf := 65536
 FUZZ_MAXLEN_model := 65536
 FUZZ_MAXLEN_voice := 65536
@@ -44,6 +45,7 @@ FUZZ_MAXLEN_mel := 16384
 FUZZ_MAXLEN_tokenizer := 4096
 FUZZ_MAXLEN_text := 1024
 FUZZ_MAXLEN_api := 512
+FUZZ_MAXLEN_textstream := 1024
 FUZZ_ENV_tokenizer = COSY_FUZZ_MODEL=$(FUZZ_TOK_MODEL)
 FUZZ_STAMP := $(FUZZ_B)/seeds.stamp
 

@@ -261,6 +261,46 @@ def main():
         knobs = bytes([k0, 7, 2, 24, 3, i])
         write(ad, f"req-{i:03d}.bin", knobs + text.encode("utf-8") + b"\0" + second.encode("utf-8"))
 
+    # -- streamed texts (fuzz_textstream): 5 knob bytes, then the text with a NUL at every push
+    # boundary. Real texts (bench/text/*.txt cut into sentences, the inputs of the text golden
+    # cases tests/data/text/*.tsv, a few hand-made ones), cut at random places: inside UTF-8
+    # characters and words as often as between them. Fixed random generator: same seeds each time.
+    import random
+    rng = random.Random(20240305)
+    root = os.path.join(HERE, "..", "..")
+    stream_texts = []
+    for name in ("en.txt", "zh.txt"):
+        with open(os.path.join(root, "bench", "text", name), encoding="utf-8") as fh:
+            body = fh.read().strip()
+        sent, cur = [], ""
+        for ch in body:
+            cur += ch
+            if ch in ".!?;\u3002\uff01\uff1f\uff1b" and len(cur.encode("utf-8")) > 40:
+                sent.append(cur)
+                cur = ""
+        sent.append(cur)
+        for i in range(0, len(sent), 2):
+            stream_texts.append("".join(sent[i:i + 2]))
+    for name in ("en.tsv", "zh.tsv", "raw.tsv", "long.tsv"):
+        with open(os.path.join(root, "tests", "data", "text", name), encoding="utf-8") as fh:
+            rows = [ln.rstrip("\n").split("\t") for ln in fh if ln[:2] == "N\t"]
+        step = max(1, len(rows) // 12)
+        stream_texts += [r[1][:600] for r in rows[::step] if len(r) > 1]
+    stream_texts += ["Hi. Go now.", "Hi there", "\u4f60\u597d\u3002\u518d\u89c1\uff01",
+                     "[breath]Hello<|endofprompt|> there.", "a\u0301 \u212b.\n\u00a0x;  y",
+                     "It's 3.5 kg; ok? Yes! \u2026done\u3002", "   "]
+    sd = os.path.join(seeds, "textstream")
+    for i, t in enumerate(stream_texts):
+        b = t.encode("utf-8")
+        for variant in range(2):
+            cuts = sorted(rng.sample(range(1, len(b)), min(len(b) - 1, rng.randint(0, 12)))) \
+                if len(b) > 1 else []
+            pieces = [b[x:y] for x, y in zip([0] + cuts, cuts + [len(b)])]
+            k0 = rng.randrange(256) & ~0x18 if variant == 0 else rng.randrange(256)
+            k1 = rng.randrange(128) | (0x80 if len(b) > 12 else 0)
+            knobs = bytes([k0, k1, rng.randrange(256), rng.randrange(len(pieces) + 2), rng.randrange(len(pieces) + 2)])
+            write(sd, f"stream-{i:03d}-{variant}.bin", knobs + b"\0".join(pieces))
+
     # -- dictionaries --
     dd = os.path.join(a.out, "dict")
     os.makedirs(dd, exist_ok=True)
@@ -291,6 +331,7 @@ def main():
         if os.path.exists(m):
             spec += specials(read_header(m)[1])
     write_dict("tokenizer", spec)
+    write_dict("textstream", spec)
     write_dict("wav", [])
     print(f"fuzz seeds: {sum(len(f) for _, _, f in os.walk(seeds))} files in {seeds}; "
           f"dictionaries in {dd} ({len(keys) + len(names) + len(vnames)} GGUF names, "
