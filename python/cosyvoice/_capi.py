@@ -20,8 +20,8 @@ import os
 import shutil
 import subprocess
 import threading
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_int64,
-                    c_uint32, c_uint64, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int32,
+                    c_int64, c_uint32, c_uint64, c_void_p)
 
 # ---- status codes (pinned by the header) ------------------------------------------------------
 OK = 0
@@ -77,6 +77,21 @@ class EngineStatsC(Structure):
                 ("flow_pages_total", c_int32), ("flow_pages_used", c_int32)]
 
 
+class EngineInfoC(Structure):
+    """cosy_engine_info. Not in STRUCTS (the layout list every language's mirror checks): its
+    layout is checked through the values cosy_engine_get_info writes (python/tests)."""
+    _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("device", c_int32),
+                ("max_active", c_int32), ("max_queued", c_int32), ("cpu_threads", c_int32),
+                ("sample_rate", c_int32), ("first_chunk_wait_max", c_int32),
+                ("kv_page_positions", c_int32), ("kv_pages_total", c_int32),
+                ("flow_pages_total", c_int32), ("cc_major", c_int32), ("cc_minor", c_int32),
+                ("n_sm", c_int32), ("smem_per_block", c_int32), ("clusters", c_int32),
+                ("pdl", c_int32), ("gpu_memory_fraction", c_float),
+                ("gpu_memory_budget", c_int64), ("gpu_memory_planned", c_int64),
+                ("backend", c_char * 8), ("device_name", c_char * 96),
+                ("gpu_profile", c_char * 24)]
+
+
 class VoiceFeatures(Structure):
     _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("prompt_text", c_char_p),
                 ("speech_tokens", POINTER(c_int32)), ("n_speech_tokens", c_int32),
@@ -127,6 +142,8 @@ PROTOS = {
     "cosy_engine_sample_rate": (c_int32, [_h]),
     "cosy_engine_stats_init": (None, [POINTER(EngineStatsC), c_uint32]),
     "cosy_engine_get_stats": (_st, [_h, POINTER(EngineStatsC)]),
+    "cosy_engine_info_init": (None, [POINTER(EngineInfoC), c_uint32]),
+    "cosy_engine_get_info": (_st, [_h, POINTER(EngineInfoC)]),
     "cosy_voice_load": (_st, [_h, c_char_p, POINTER(_h)]),
     "cosy_voice_save": (_st, [_h, c_char_p]),
     "cosy_voice_features_init": (None, [POINTER(VoiceFeatures), c_uint32]),

@@ -214,6 +214,21 @@ class Engine:
         check(lib().cosy_engine_get_stats(self.handle, byref(s)), "cosy_engine_get_stats")
         return _stats_record(EngineStats, s)
 
+    def info(self):
+        """The engine's effective settings (cosy_engine_get_info) as a dict: backend, device,
+        device_name, max_active, max_queued, memory budget and plan, pages, ... (see the header
+        for each field)."""
+        s = _capi.EngineInfoC()
+        lib().cosy_engine_info_init(byref(s), ctypes.sizeof(s))
+        check(lib().cosy_engine_get_info(self.handle, byref(s)), "cosy_engine_get_info")
+        out = {}
+        for name, _ in _capi.EngineInfoC._fields_:
+            if name in ("struct_size", "reserved"):
+                continue
+            v = getattr(s, name)
+            out[name] = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+        return out
+
     # ---- voices --------------------------------------------------------------------------------
     def load_voice(self, path):
         return Voice.load(self, path)

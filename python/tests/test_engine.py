@@ -227,6 +227,15 @@ def test_engine_stats(engine, voice):
     assert engine.sample_rate == 24000
 
 
+def test_engine_info(engine):
+    i = engine.info()
+    assert i["backend"] == "cpu" and i["device"] == -1 and i["device_name"] == "CPU"
+    assert i["max_active"] == 4 and i["max_queued"] == 1024    # the fixture's and the default
+    assert i["sample_rate"] == 24000 and i["cpu_threads"] >= 1
+    assert i["first_chunk_wait_max"] == -1 and i["gpu_profile"] == ""
+    assert i["kv_pages_total"] == 0 and i["gpu_memory_budget"] == 0
+
+
 def test_voice_save_load_roundtrip(engine, tmp_path):
     p = cosyvoice.make_params(seed=77, max_tokens=60)
     with make_voice(engine, seed=11) as made:
