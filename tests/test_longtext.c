@@ -39,21 +39,9 @@ static const char *LONG =
     "bridge, the sun had finally broken through the clouds. She stopped for a moment to watch "
     "the boats drifting slowly downstream, then hurried on towards the office.";
 
+/* the golden voice (testutil) */
 static cosy_voice *golden_voice(cosy_engine *e) {
-  tu_flow_inputs in;
-  if (tu_golden_flow_inputs(&in)) return NULL;
-  cosy_voice_features f;
-  cosy_voice_features_init(&f, sizeof f);
-  f.prompt_text = "You are a helpful assistant.<|endofprompt|>希望你以后能够做的比我还好呦。";
-  f.speech_tokens = in.tokens;
-  f.n_speech_tokens = in.n_prompt;
-  f.mel = in.prompt_feat;
-  f.n_mel_frames = 2 * in.n_prompt;
-  f.speaker_embedding = in.spk;
-  cosy_voice *v = NULL;
-  if (cosy_voice_from_features(e, &f, &v) != COSY_OK) fprintf(stderr, "voice: %s\n", cosy_last_error());
-  tu_flow_inputs_free(&in);
-  return v;
+  return tu_golden_voice(e, "You are a helpful assistant.<|endofprompt|>希望你以后能够做的比我还好呦。");
 }
 
 static int setup(void **state) {

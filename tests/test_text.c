@@ -377,19 +377,8 @@ static void test_engine(void **state) {
     TU_REQUIRE(0, "the test model has no text normalization grammars (convert it with wetext "
                   "installed: tools/setup.sh)");
   }
-  tu_flow_inputs in;
-  assert_int_equal(tu_golden_flow_inputs(&in), 0);
-  cosy_voice_features f;
-  cosy_voice_features_init(&f, sizeof f);
-  f.prompt_text = "You are a helpful assistant.<|endofprompt|>Hello.";
-  f.speech_tokens = in.tokens;
-  f.n_speech_tokens = in.n_prompt;
-  f.mel = in.prompt_feat;
-  f.n_mel_frames = 2 * in.n_prompt;
-  f.speaker_embedding = in.spk;
-  cosy_voice *v;
-  assert_int_equal(cosy_voice_from_features(e, &f, &v), COSY_OK);
-  tu_flow_inputs_free(&in);
+  cosy_voice *v = tu_golden_voice(e, "You are a helpful assistant.<|endofprompt|>Hello.");
+  assert_non_null(v);
   int32_t raw = text_tokens_of(e, v, "I have 23 apples.", COSY_SYNTH_NO_TEXT_NORMALIZATION);
   int32_t norm = text_tokens_of(e, v, "I have 23 apples.", 0);
   int32_t *ids, a, b;

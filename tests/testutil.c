@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
 
+#include <cosyvoice.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,4 +279,21 @@ void tu_flow_inputs_free(tu_flow_inputs *in) {
   free(in->prompt_feat);
   free(in->spk);
   memset(in, 0, sizeof *in);
+}
+
+cosy_voice *tu_golden_voice(cosy_engine *e, const char *prompt_text) {
+  tu_flow_inputs in;
+  if (tu_golden_flow_inputs(&in)) return NULL;
+  cosy_voice_features f;
+  cosy_voice_features_init(&f, sizeof f);
+  f.prompt_text = prompt_text;
+  f.speech_tokens = in.tokens;
+  f.n_speech_tokens = in.n_prompt;
+  f.mel = in.prompt_feat;
+  f.n_mel_frames = 2 * in.n_prompt;
+  f.speaker_embedding = in.spk;
+  cosy_voice *v = NULL;
+  if (cosy_voice_from_features(e, &f, &v) != COSY_OK) fprintf(stderr, "voice: %s\n", cosy_last_error());
+  tu_flow_inputs_free(&in);
+  return v;
 }

@@ -53,6 +53,12 @@ typedef struct tu_flow_inputs {
 int tu_golden_flow_inputs(tu_flow_inputs *in);
 void tu_flow_inputs_free(tu_flow_inputs *in);
 
+/* A voice of engine e from the golden flow inputs (prompt tokens, prompt mel, speaker) with the
+ * given prompt text; NULL (the reason printed) when the data are absent or the engine refuses. */
+struct cosy_engine;
+struct cosy_voice;
+struct cosy_voice *tu_golden_voice(struct cosy_engine *e, const char *prompt_text);
+
 /* The golden HiFT inputs (golden/hift): mel [80][T] channels-first; mel_nf [80][32], its first
  * TU_HIFT_T_NONFINAL frames (the non-final call's input); the injected source noise rand_ini [nh]
  * and sine_waves [n_rows][nh], nh = the model's harmonics + 1. 0 on success (all or nothing). */
