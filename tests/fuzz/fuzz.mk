@@ -66,7 +66,7 @@ $(FUZZ_LIB): $(FUZZ_LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $(FUZZ_LIB_OBJ)
 
-$(FUZZ_B)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_LIB)
+$(FUZZ_B)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fuzz_engine.h $(FUZZ_LIB)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) -lsamplerate -lm -lpthread
 
 $(FUZZ_STAMP): tests/fuzz/make_seeds.py $(wildcard tests/fuzz/*.dict) $(DEMO_MODEL)

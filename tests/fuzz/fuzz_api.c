@@ -19,42 +19,20 @@
 #include <math.h>
 
 #include "cosyvoice.h"
-#include "engine.h" /* struct cosy_voice: the demo voice's features */
+#include "fuzz_engine.h"
 
 #define FUZZ_API_MAX_INPUT 512
 
 static cosy_engine *g_eng;
-static cosy_voice *g_voice; /* made from features: 2 prompt tokens keep the flow's input short */
 static float g_spk[192];
 static float g_mel[8 * 80];
 static int32_t g_tok[4];
+static cosy_voice *g_voice; /* made from features: 2 prompt tokens keep the flow's input short */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  cosy_engine_config cfg;
-  cosy_engine_config_init(&cfg, sizeof cfg);
-  cfg.model_path = fuzz_model_path();
-  cfg.device = COSY_DEVICE_CPU;
-  FUZZ_CHECK(cosy_engine_create(&cfg, &g_eng) == COSY_OK, "%s", cosy_last_error());
-  /* the demo voice file must load (its 50 prompt tokens would make every run slow, so the
-   * runs use a 2-token voice with its speaker embedding and the start of its mel) */
-  cosy_voice *demo;
-  FUZZ_CHECK(cosy_voice_load(g_eng, fuzz_voice_path(), &demo) == COSY_OK, "%s",
-             cosy_last_error());
-  memcpy(g_spk, demo->spk, sizeof g_spk);
-  memcpy(g_mel, demo->mel, sizeof g_mel);
-  memcpy(g_tok, demo->speech_tokens, sizeof g_tok);
-  cosy_voice_release(demo);
-  cosy_voice_features vf;
-  cosy_voice_features_init(&vf, sizeof vf);
-  vf.prompt_text = "Hi.";
-  vf.speech_tokens = g_tok;
-  vf.n_speech_tokens = 2;
-  vf.mel = g_mel;
-  vf.n_mel_frames = 4;
-  vf.speaker_embedding = g_spk;
-  FUZZ_CHECK(cosy_voice_from_features(g_eng, &vf, &g_voice) == COSY_OK, "%s", cosy_last_error());
+  fuzz_engine_and_short_voice("Hi.", &g_eng, &g_voice, g_spk, g_mel, g_tok);
   return 0;
 }
 
