@@ -362,16 +362,9 @@ static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const 
     }
     f->seen[seen].used = 0; /* the graph cache takes over */
     cudaGraph_t graph = NULL;
-    const cudaError_t eb = cudaStreamBeginCapture(f->s, cudaStreamCaptureModeRelaxed);
-    cosy_status st = cosy_gpu_check(eb, "flow: begin graph capture");
-    if (st) {
-      /* a failure reported for a capture that did begin (an injected one): end it, or the
-       * stream stays capturing and every later call on it fails */
-      if (eb == cudaSuccess && cudaStreamEndCapture(f->s, &graph) == cudaSuccess && graph)
-        cudaGraphDestroy(graph);
-      (void)cudaGetLastError();
-      return st;
-    }
+    cosy_status st =
+        cosy_gpu_capture_begin(f->s, cudaStreamCaptureModeRelaxed, "flow: begin graph capture");
+    if (st) return st;
     st = fn(f, arg);
     cudaError_t e = cudaStreamEndCapture(f->s, &graph);
     if (st) {

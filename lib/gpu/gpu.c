@@ -435,6 +435,18 @@ cosy_status cosy_gpu_host_alloc(size_t bytes, void **out) {
   return st;
 }
 
+cosy_status cosy_gpu_capture_begin(cudaStream_t s, enum cudaStreamCaptureMode mode,
+                                   const char *what) {
+  const cudaError_t e = cudaStreamBeginCapture(s, mode);
+  cosy_status st = cosy_gpu_check(e, what);
+  if (st && e == cudaSuccess) { /* an injected failure of a call that succeeded */
+    cudaGraph_t graph = NULL;
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+  }
+  return st;
+}
+
 void cosy_gpu_host_free(void *p) {
   if (p) cudaFreeHost(p);
 }

@@ -111,6 +111,12 @@ cosy_status cosy_gpu_fault_from_env(void);
 /* cosy_gpu_check(cudaGetLastError()) plus a synchronizing check of the stream when `sync`. */
 cosy_status cosy_gpu_sync(cosy_gpu *g, const char *what);
 
+/* cudaStreamBeginCapture through cosy_gpu_check. A failure reported for a capture that did
+ * begin (an injected one, COSY_CUDA_FAULT) ends it again, or the stream would stay capturing
+ * and every later call on it fail. */
+cosy_status cosy_gpu_capture_begin(cudaStream_t s, enum cudaStreamCaptureMode mode,
+                                   const char *what);
+
 /* After a failed call: wait for what the context's streams still run (so nothing of the failed
  * call touches buffers that the next call reuses) and clear this thread's last CUDA error (a
  * non-sticky one would otherwise fail the next cosy_gpu_sync). Results ignored. */

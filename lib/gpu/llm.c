@@ -942,14 +942,9 @@ static cosy_status decode_enqueue(gpu_llm *l, int b, int ctx) {
 static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {
   cudaStream_t s = l->g->stream;
   cudaGraph_t graph = NULL;
-  const cudaError_t eb = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  cosy_status st = cosy_gpu_check(eb, "LLM decode graph capture");
+  cosy_status st =
+      cosy_gpu_capture_begin(s, cudaStreamCaptureModeThreadLocal, "LLM decode graph capture");
   if (st) {
-    /* a failure reported for a capture that did begin (an injected one): end it, or the stream
-     * stays capturing and every later call on it fails */
-    if (eb == cudaSuccess && cudaStreamEndCapture(s, &graph) == cudaSuccess && graph)
-      cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
     *out = NULL;
     return st;
   }
