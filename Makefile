@@ -284,9 +284,15 @@ test-fault:
 	$(MAKE) B=build/asan SAN=1 CUDA=0 TEST_ONLY=test_fault test-c
 
 # halt_on_error: the first data race fails the test binary (and so the run); suppressions: none
+# the whole suite, then the synthesis tests again with the scheduler's vocoder thread (the GPU
+# backend's mode, COSY_SCHED_VOCODER_THREAD=1) so its hand-off is checked on the CPU too
+TSAN_RUN = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)"
 test-tsan:
-	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
-	  $(MAKE) B=build/tsan SAN=thread CUDA=0 test-c
+	$(TSAN_RUN) $(MAKE) B=build/tsan SAN=thread CUDA=0 test-c
+	for t in test_synth test_longtext test_textstream; do \
+	  echo "== $$t (vocoder thread)"; \
+	  COSY_SCHED_VOCODER_THREAD=1 COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=build/tsan/test/small-f32.gguf \
+	  COSY_WETEXT_FSTS=$(WETEXT_FSTS) $(TSAN_RUN) build/tsan/tests/$$t || exit 1; done
 
 # comments and documents cite only the repository (docs/*.md), never outside documents
 check-citations:

@@ -12,10 +12,11 @@
  * number is what this model, max_active and build take, not an estimate. README ("GPU memory")
  * gives the settings per GPU size.
  *
- * Concurrency: the LLM runs on the context's high-priority stream; the flow and the vocoder on a
- * child context (its own low-priority stream and cuBLASLt workspace), so a request's chunk work
- * (the scheduler's token-to-wave thread) overlaps its next LLM tokens. Calls into one side are
- * serialized by that side's mutex; the scheduler (lib/scheduler.c) batches every active
+ * Concurrency: the LLM runs on the context's high-priority stream; the flow and the vocoder each
+ * on a child context of their own (its own low-priority stream, urgent stream and cuBLASLt
+ * workspace), so a request's chunk work (the scheduler's token-to-wave and vocoder threads)
+ * overlaps the LLM's next tokens and one batch's vocoder overlaps the next batch's flow. Each
+ * stage is called from one scheduler thread only; the scheduler (lib/scheduler.c) batches every active
  * request's decode step, flow chunk and vocoder call into these calls (docs/scheduler.md). */
 #include <pthread.h>
 #include <stdio.h>
@@ -49,7 +50,8 @@ void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRIN
 
 typedef struct gpu_state {
   cosy_gpu *g;      /* LLM */
-  cosy_gpu *post;   /* flow + vocoder (child of g) */
+  cosy_gpu *post;   /* flow and the voice front end (child of g) */
+  cosy_gpu *voc;    /* vocoder (child of g) */
   gpu_llm *llm;
   gpu_flow *flow;
   gpu_hift *hift;
@@ -73,6 +75,7 @@ static void gb_destroy(cosy_engine *e) {
   gpu_hift_free(s->hift);
   gpu_flow_free(s->flow);
   gpu_llm_free(s->llm);
+  cosy_gpu_free(s->voc);
   cosy_gpu_free(s->post);
   cosy_gpu_free(s->g);
   pthread_mutex_destroy(&s->mu);
@@ -88,9 +91,10 @@ static void gb_destroy(cosy_engine *e) {
 static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int measure) {
   cosy_status st;
   if ((st = cosy_gpu_create_child(s->g, &s->post)) ||
+      (st = cosy_gpu_create_child(s->g, &s->voc)) ||
       (st = gpu_llm_create(s->g, e->model, max_seqs, GB_MAX_PREFILL, &s->llm)) ||
       (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
-      (st = gpu_hift_create(s->post, e->model, MAX_FRAMES, &s->hift)))
+      (st = gpu_hift_create(s->voc, e->model, MAX_FRAMES, &s->hift)))
     return st;
   /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
    * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */
@@ -133,9 +137,10 @@ static void free_stages(gpu_state *s) {
   gpu_hift_free(s->hift);
   gpu_flow_free(s->flow);
   gpu_llm_free(s->llm);
+  cosy_gpu_free(s->voc);
   cosy_gpu_free(s->post);
   cosy_gpu_free(s->g);
-  s->hift = NULL, s->flow = NULL, s->llm = NULL, s->post = NULL, s->g = NULL;
+  s->hift = NULL, s->flow = NULL, s->llm = NULL, s->voc = NULL, s->post = NULL, s->g = NULL;
 }
 
 /* After COSY_ERR_GPU_NO_MEMORY: how much the engine needs, measured by planning the same stages
@@ -430,14 +435,14 @@ static cosy_status gb_llm_step(cosy_engine *e, cosy_llm_row *rows, int n) {
   return st;
 }
 
-/* urgent calls (a batch holding an utterance's first chunk) run on the post context's
+/* urgent calls (a batch holding an utterance's first chunk) run on the stage context's
  * highest-priority stream, so their blocks are scheduled ahead of the LLM's; each call waits for
  * its own stream, so the swap never leaves work of one call on the other stream */
-static void post_begin(gpu_state *s, int urgent, cudaStream_t *saved) {
-  *saved = s->post->stream;
-  if (urgent && s->post->stream_urgent) s->post->stream = s->post->stream_urgent;
+static void post_begin(cosy_gpu *c, int urgent, cudaStream_t *saved) {
+  *saved = c->stream;
+  if (urgent && c->stream_urgent) c->stream = c->stream_urgent;
 }
-static void post_end(gpu_state *s, cudaStream_t saved) { s->post->stream = saved; }
+static void post_end(cosy_gpu *c, cudaStream_t saved) { c->stream = saved; }
 
 typedef struct gflow_state {
   cosy_flow_prompt p;
@@ -472,7 +477,7 @@ static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int u
                                const volatile int *cancel) {
   gpu_state *s = ST(e);
   cudaStream_t saved;
-  post_begin(s, urgent, &saved);
+  post_begin(s->post, urgent, &saved);
   cosy_status st = COSY_OK;
   if (s->flow_recompute) {
     for (int i = 0; i < n; i++) {
@@ -489,7 +494,7 @@ static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int u
   } else {
     gpu_flow_call *c = (gpu_flow_call *)cosy_calloc((size_t)(n > 0 ? n : 1), sizeof *c);
     if (!c) {
-      post_end(s, saved);
+      post_end(s->post, saved);
       return COSY_ERR_NO_MEMORY;
     }
     for (int i = 0; i < n; i++) {
@@ -511,7 +516,7 @@ static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int u
   int bad = st != COSY_OK;
   for (int i = 0; i < n; i++) bad |= jobs[i].status != COSY_OK;
   if (bad) cosy_gpu_drain(s->post);
-  post_end(s, saved);
+  post_end(s->post, saved);
   return st;
 }
 
@@ -537,10 +542,10 @@ static cosy_status gb_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urge
     hj[i].finalize = jobs[i].finalize;
   }
   cudaStream_t saved;
-  post_begin(s, urgent, &saved);
+  post_begin(s->voc, urgent, &saved);
   cosy_status st = gpu_hift_stream_run(s->hift, hj, n, cancel);
-  if (st) cosy_gpu_drain(s->post);
-  post_end(s, saved);
+  if (st) cosy_gpu_drain(s->voc);
+  post_end(s->voc, saved);
   for (int i = 0; i < n; i++) {
     jobs[i].wav = hj[i].wav;
     jobs[i].n = hj[i].n;
@@ -593,6 +598,7 @@ const cosy_backend cosy_backend_gpu = {
     .vocode = gb_vocode,
     .voice_features = gb_voice_features,
     .thread_enter = gb_thread_enter,
+    .vocoder_thread = 1,
 };
 
 #else /* COSY_WITH_CUDA: the GPU stages are not in this build */

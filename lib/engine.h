@@ -32,8 +32,9 @@ struct cosy_voice {
 /* A compute backend: the CPU reference (lib/backend_cpu.c) or the GPU (lib/backend_gpu.c).
  * The scheduler (scheduler.c) drives either through these batch-shaped calls; sampling, the
  * silent-token filter and the chunk schedule live in the scheduler, so both backends follow one
- * set of semantics. The LLM calls come from the scheduler's LLM thread only, the flow and
- * vocoder calls from its token-to-wave thread only; the two sides may run at the same time. */
+ * set of semantics. The LLM calls come from the scheduler's LLM thread only, the flow calls
+ * from its token-to-wave thread only, the vocoder calls from its vocoder thread (vocoder_thread
+ * below) or else the token-to-wave thread; the sides may run at the same time. */
 struct cosy_rng;
 struct cosy_sampling;
 
@@ -150,11 +151,16 @@ typedef struct cosy_backend {
                                 const float *fbank, int T_fb, int32_t **tokens,
                                 int32_t *n_tokens, float *spk);
   /* Optional (NULL: nothing to do): called first on each of the scheduler's threads (the LLM
-   * thread and the token-to-wave thread), which make every later backend call of the engine
+   * thread, the token-to-wave thread and the vocoder thread), which make every later backend call of the engine
    * except create, destroy and stats. The GPU backend makes the engine's device the thread's
    * current CUDA device there: a thread starts on device 0, and an engine on device 1 would
    * otherwise launch its kernels from a thread whose current device is not its streams'. */
   void (*thread_enter)(struct cosy_engine *e);
+  /* 1: the vocoder calls may run beside the flow calls (their own stream and buffers), so the
+   * scheduler gives them a thread of their own and the flow's next batch overlaps this one's
+   * vocoder; 0: the token-to-wave thread makes both calls in turn. COSY_SCHED_VOCODER_THREAD=0/1
+   * overrides it (measurements, tests). */
+  int vocoder_thread;
 } cosy_backend;
 
 /* flow_job_take (lib/backend_cpu.c, shared by the backends): copy the job's frames out of a
@@ -253,10 +259,11 @@ struct cosy_request {
  * engine_destroy (every request cancelled and finished, its threads joined). */
 cosy_status sched_start(struct cosy_engine *e);
 void sched_stop(struct cosy_engine *e);
-/* Run fn(e, arg) on the token-to-wave thread (the one that owns the flow and vocoder GPU work)
- * between two of its batches and wait for it; fn's status comes back and, on failure, its message
- * (cosy_last_error() of this thread). Runs fn on the calling thread when that is the
- * token-to-wave thread itself (a push callback) or the scheduler is not running; refuses
+/* Run fn(e, arg) on the token-to-wave thread (the one that owns the flow's GPU work and the
+ * voice front end's) between two of its batches and wait for it; fn's status comes back and, on
+ * failure, its message (cosy_last_error() of this thread). Runs fn on the calling thread when
+ * that is the token-to-wave thread itself (a push callback of an engine without a vocoder
+ * thread) or the scheduler is not running; refuses
  * (COSY_ERR_INVALID_ARG) once the engine is being destroyed. */
 cosy_status sched_run_on_t2w(struct cosy_engine *e, cosy_status (*fn)(struct cosy_engine *, void *),
                              void *arg);

@@ -30,8 +30,14 @@
  *      only) is a candidate; first chunks go first (time to first audio), then the request whose
  *      delivered audio runs out soonest (playback deadline); at most one chunk per request and
  *      FLOW_BATCH_JOBS requests per batch;
- *   3. one flow call for the batch (backend flow_run), one vocoder call (backend vocode), then the
- *      new samples go through the request's resampler to its callback or pull buffer.
+ *   3. one flow call for the batch (backend flow_run); each job's new frames go to the vocoder.
+ * Vocoder (voc_batch): one vocoder call (backend vocode) over queued flow results, first chunks
+ * first; the new samples go through the request's resampler to its callback or pull buffer, and
+ * the job's chunk state advances. When the backend asks for it (vocoder_thread: the GPU's
+ * vocoder has its own stream) this runs on a vocoder thread (voc_main) fed by a queue, so one
+ * batch's vocoder overlaps the next batch's flow; otherwise the token-to-wave thread runs it
+ * right after its flow call. A job is busy from its flow call until its vocoder call is over,
+ * so a request's chunks stay in order.
  *
  * The chunk schedule (the official streaming schedule): chunk k is ready when
  *   n_tokens - offset >= hop_k + 3 (3 look-ahead tokens), hop_0 = first_chunk_tokens + pad,
@@ -57,7 +63,7 @@
  * Threads and locks: e->mu guards the queue, the active list and each job's shared fields (marked
  * below). Only the token-to-wave thread removes jobs from the active list, and only after the LLM
  * thread has released them (llm_released), so each thread can work on its own snapshot of jobs
- * without holding the lock during compute. Push callbacks run on the token-to-wave thread. */
+ * without holding the lock during compute. Push callbacks run on the thread that vocodes. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -140,7 +146,8 @@ typedef struct sjob {
   int llm_released;           /* the LLM thread is done with this job */
   cosy_status err;            /* first failure */
   char msg[512];
-  int busy;                   /* the token-to-wave thread has a call in flight for it */
+  int busy;                   /* a flow or vocoder call is in flight for it (from its flow call
+                                 until its vocoder call has advanced its chunk state) */
   /* token-to-wave side (token-to-wave thread only) */
   void *fs, *vs;
   int offset, hop, next_hop_base, chunks_done, final_done;
@@ -152,9 +159,11 @@ typedef struct sjob {
 
 struct cosy_sched {
   cosy_engine *e;
-  pthread_t llm_th, t2w_th;
+  pthread_t llm_th, t2w_th, voc_th;
   int llm_started, t2w_started, llm_exited;
-  pthread_cond_t cv_llm, cv_t2w;
+  int voc_started, t2w_exited;   /* the vocoder thread (when the backend runs one beside the flow) */
+  pthread_cond_t cv_llm, cv_t2w, cv_voc;
+  struct vitem *vq;              /* flow results waiting for the vocoder thread (e->mu) */
   cosy_request *q_head, *q_tail; /* submitted, not admitted */
   sjob *active;
   sjob *seg_q;                   /* next segments of running requests, waiting for admission */
@@ -1203,6 +1212,136 @@ cosy_status sched_run_on_t2w(cosy_engine *e, cosy_status (*fn)(cosy_engine *, vo
   return COSY_OK;
 }
 
+/* ---- the vocoder stage ------------------------------------------------------------------------ */
+
+/* One job's flow result waiting for the vocoder (the vocoder queue s->vq, e->mu). The job stays
+ * busy from its flow call until its vocoder call is over and its state advanced. */
+typedef struct vitem {
+  sjob *j;
+  int kind;           /* 1 a streaming chunk, 2 the last */
+  float *mel;         /* [n_frames][MEL] (malloc'd; the speed-resampled copy when speed != 1) */
+  int n_frames;
+  double flow_s;      /* the flow call's wall time (request timing) */
+  struct vitem *next;
+} vitem;
+
+/* The vocoder call over n items (no lock held): samples to the callers, each job's chunk state
+ * advanced, the jobs no longer busy, the items freed. Runs on the vocoder thread when the
+ * engine has one, else on the token-to-wave thread right after the flow call. */
+static void voc_batch(cosy_engine *e, vitem **it, int n) {
+  struct cosy_sched *s = e->sched;
+  cosy_voc_job vj[FLOW_BATCH_JOBS];
+  int urgent = 0;
+  for (int i = 0; i < n; i++) {
+    sjob *j = it[i]->j;
+    memset(&vj[i], 0, sizeof vj[i]);
+    vj[i].vs = j->vs;
+    vj[i].finalize = it[i]->kind == 2;
+    vj[i].mel = it[i]->mel;
+    vj[i].n_new = it[i]->n_frames;
+    if (j->chunks_done == 0) urgent = 1;
+  }
+  cosy_status vst = COSY_OK;
+  double t0 = cosy_now();
+  if (n && is_lost(e)) vst = engine_check_lost(e); /* nothing more on a lost device */
+  else if (n) vst = e->be->vocode(e, vj, n, urgent, NULL);
+  double dt = cosy_now() - t0;
+  {
+    int fr = 0, firsts = 0;
+    for (int i = 0; i < n; i++) {
+      fr += vj[i].n_new;
+      firsts += it[i]->j->chunks_done == 0;
+    }
+    trace(s, "vocoder", n, fr, firsts, dt);
+  }
+  char bmsg[512];
+  snprintf(bmsg, sizeof bmsg, "%s", vst ? cosy_last_error() : "");
+  note_status(e, vst, bmsg);
+  for (int i = 0; i < n && !vst; i++)
+    if (vj[i].status == COSY_ERR_DEVICE_LOST) note_status(e, vj[i].status, "vocoder call failed");
+  for (int i = 0; i < n; i++) {
+    sjob *j = it[i]->j;
+    const int kind = it[i]->kind;
+    add_time(j->r, &j->r->flow_s, it[i]->flow_s);
+    add_time(j->r, &j->r->vocoder_s, dt);
+    cosy_status js = vst ? vst : vj[i].status;
+    const int last = kind == 2;
+    /* a cancelled job delivers nothing more and must not end as done: its last chunk (were
+     * final_done set without it) would be lost from a request that reports COSY_OK */
+    if (!js && cancelled(j->r)) js = cosy_err(COSY_ERR_CANCELLED, "request cancelled");
+    /* the device was lost meanwhile (by the other thread): no more audio (note_status failed
+     * the job already; its message wins) */
+    if (!js && is_lost(e)) js = engine_check_lost(e);
+    if (!js && (vj[i].n > 0 || last)) js = emit(e, j, vj[i].wav, vj[i].n, last);
+    free(vj[i].wav);
+    free(it[i]->mel);
+    free(it[i]);
+    pthread_mutex_lock(&e->mu);
+    if (js) job_fail_locked(j, js, vst ? bmsg : cosy_last_error());
+    if (kind == 1) {
+      j->offset += j->hop;
+      j->next_hop_base = j->next_hop_base * 2 < MAX_HOP ? j->next_hop_base * 2 : MAX_HOP;
+      j->hop = j->next_hop_base;
+    } else {
+      j->offset = j->n_tok;
+      j->final_done = 1;
+      if (!js) j->r->seg_delivered++; /* the next segment's audio may follow */
+    }
+    j->chunks_done++;
+    j->busy = 0;
+    pthread_mutex_unlock(&e->mu);
+  }
+  __atomic_add_fetch(&s->voc_calls, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&s->voc_jobs, n, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&e->mu);
+  pthread_cond_broadcast(&s->cv_t2w); /* chunks may be ready again, jobs may be over */
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* The vocoder thread (engines whose backend runs the vocoder beside the flow): takes the queued
+ * flow results, most urgent first (first chunks, then playback deadline), at most
+ * FLOW_BATCH_JOBS per call, so the flow's next batch runs while this one is vocoded. */
+static void *voc_main(void *arg) {
+  cosy_engine *e = (cosy_engine *)arg;
+  struct cosy_sched *s = e->sched;
+  if (e->be->thread_enter) e->be->thread_enter(e);
+#ifdef _OPENMP
+  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
+#endif
+  const int sr = e->model->hp.sample_rate;
+  vitem *pick[FLOW_BATCH_JOBS];
+  pthread_mutex_lock(&e->mu);
+  for (;;) {
+    if (!s->vq) {
+      if (s->t2w_exited) break;
+      pthread_cond_wait(&s->cv_voc, &e->mu);
+      continue;
+    }
+    int n = 0;
+    for (vitem *v = s->vq; v; v = v->next) {
+      double d = deadline(v->j, sr);
+      if (n == FLOW_BATCH_JOBS && d >= deadline(pick[n - 1]->j, sr)) continue;
+      int at = n < FLOW_BATCH_JOBS ? n++ : n - 1;
+      while (at > 0 && deadline(pick[at - 1]->j, sr) > d) {
+        pick[at] = pick[at - 1];
+        at--;
+      }
+      pick[at] = v;
+    }
+    for (int i = 0; i < n; i++) { /* unlink the picked items */
+      vitem **pp = &s->vq;
+      while (*pp != pick[i]) pp = &(*pp)->next;
+      *pp = pick[i]->next;
+      pick[i]->next = NULL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    voc_batch(e, pick, n);
+    pthread_mutex_lock(&e->mu);
+  }
+  pthread_mutex_unlock(&e->mu);
+  return NULL;
+}
+
 static void *t2w_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
@@ -1214,8 +1353,8 @@ static void *t2w_main(void *arg) {
   sjob *pick[FLOW_BATCH_JOBS];
   int kind[FLOW_BATCH_JOBS];
   cosy_flow_job fj[FLOW_BATCH_JOBS];
-  cosy_voc_job vj[FLOW_BATCH_JOBS];
   float *mels[FLOW_BATCH_JOBS];
+  vitem *items[FLOW_BATCH_JOBS];
   pthread_mutex_lock(&e->mu);
   for (;;) {
     reap(e);
@@ -1309,96 +1448,60 @@ static void *t2w_main(void *arg) {
     pthread_cond_broadcast(&s->cv_llm);
     pthread_mutex_unlock(&e->mu);
 
-    /* vocoder: the new frames of each job */
+    /* the vocoder's share: the new frames of each job that got them */
     int nv = 0;
-    float *tmp_mel[FLOW_BATCH_JOBS];
     for (int i = 0; i < n; i++) {
       sjob *j = pick[i];
-      tmp_mel[i] = NULL;
-      add_time(j->r, &j->r->flow_s, dt);
       cosy_status js = st ? st : fj[i].status;
+      vitem *v = NULL;
+      if (!js) {
+        v = (vitem *)cosy_calloc(1, sizeof *v);
+        if (!v) js = COSY_ERR_NO_MEMORY;
+      }
+      if (!js && j->collect_only && j->r->params.speed != 1.0f) {
+        int Tn = 0;
+        float *m = speed_mel(mels[i], fj[i].n_frames, j->r->params.speed, &Tn);
+        if (!m) {
+          js = cosy_err(COSY_ERR_NO_MEMORY, "out of memory resampling the mel");
+        } else {
+          free(mels[i]);
+          mels[i] = m;
+          fj[i].n_frames = Tn;
+        }
+      }
       if (js) {
+        free(v);
+        free(mels[i]);
+        add_time(j->r, &j->r->flow_s, dt);
         pthread_mutex_lock(&e->mu);
-        job_fail_locked(j, js, st ? bmsg : "flow call failed");
+        job_fail_locked(j, js, st ? bmsg : cosy_last_error());
+        j->busy = 0;
         pthread_mutex_unlock(&e->mu);
         continue;
       }
-      memset(&vj[nv], 0, sizeof vj[nv]);
-      vj[nv].vs = j->vs;
-      vj[nv].finalize = kind[i] == 2;
-      if (j->collect_only && j->r->params.speed != 1.0f) {
-        int Tn = 0;
-        tmp_mel[i] = speed_mel(mels[i], fj[i].n_frames, j->r->params.speed, &Tn);
-        if (!tmp_mel[i]) {
-          pthread_mutex_lock(&e->mu);
-          job_fail_locked(j, COSY_ERR_NO_MEMORY, "out of memory resampling the mel");
-          pthread_mutex_unlock(&e->mu);
-          continue;
-        }
-        vj[nv].mel = tmp_mel[i];
-        vj[nv].n_new = Tn;
-      } else {
-        vj[nv].mel = mels[i];
-        vj[nv].n_new = fj[i].n_frames;
-      }
-      pick[nv] = pick[i]; /* compact: pick[0..nv) are the jobs with a vocoder call */
-      kind[nv] = kind[i];
-      nv++;
+      v->j = j;
+      v->kind = kind[i];
+      v->mel = mels[i];
+      v->n_frames = fj[i].n_frames;
+      v->flow_s = dt;
+      items[nv++] = v;
     }
-    cosy_status vst = COSY_OK;
-    t0 = cosy_now();
-    if (nv && is_lost(e)) vst = engine_check_lost(e); /* nothing more on a lost device */
-    else if (nv) vst = e->be->vocode(e, vj, nv, urgent, NULL);
-    dt = cosy_now() - t0;
-    {
-      int fr = 0, firsts = 0;
-      for (int i = 0; i < nv; i++) {
-        fr += vj[i].n_new;
-        firsts += pick[i]->chunks_done == 0;
-      }
-      trace(s, "vocoder", nv, fr, firsts, dt);
-    }
-    snprintf(bmsg, sizeof bmsg, "%s", vst ? cosy_last_error() : "");
-    note_status(e, vst, bmsg);
-    for (int i = 0; i < nv && !vst; i++)
-      if (vj[i].status == COSY_ERR_DEVICE_LOST) note_status(e, vj[i].status, "vocoder call failed");
-    for (int i = 0; i < n; i++) {
-      free(mels[i]);
-      free(tmp_mel[i]);
-    }
-    for (int i = 0; i < nv; i++) {
-      sjob *j = pick[i];
-      add_time(j->r, &j->r->vocoder_s, dt);
-      cosy_status js = vst ? vst : vj[i].status;
-      const int last = kind[i] == 2;
-      /* a cancelled job delivers nothing more and must not end as done: its last chunk (were
-       * final_done set without it) would be lost from a request that reports COSY_OK */
-      if (!js && cancelled(j->r)) js = cosy_err(COSY_ERR_CANCELLED, "request cancelled");
-      /* the device was lost meanwhile (by the other thread): no more audio (note_status failed
-       * the job already; its message wins) */
-      if (!js && is_lost(e)) js = engine_check_lost(e);
-      if (!js && (vj[i].n > 0 || last)) js = emit(e, j, vj[i].wav, vj[i].n, last);
-      free(vj[i].wav);
+    if (s->voc_started) {
       pthread_mutex_lock(&e->mu);
-      if (js) job_fail_locked(j, js, vst ? bmsg : cosy_last_error());
-      if (kind[i] == 1) {
-        j->offset += j->hop;
-        j->next_hop_base = j->next_hop_base * 2 < MAX_HOP ? j->next_hop_base * 2 : MAX_HOP;
-        j->hop = j->next_hop_base;
-      } else {
-        j->offset = j->n_tok;
-        j->final_done = 1;
-        if (!js) j->r->seg_delivered++; /* the next segment's audio may follow */
+      vitem **tail = &s->vq;
+      while (*tail) tail = &(*tail)->next;
+      for (int i = 0; i < nv; i++) {
+        *tail = items[i];
+        tail = &items[i]->next;
       }
-      j->chunks_done++;
-      pthread_mutex_unlock(&e->mu);
+      pthread_cond_broadcast(&s->cv_voc);
+    } else {
+      voc_batch(e, items, nv);
+      pthread_mutex_lock(&e->mu);
     }
-    pthread_mutex_lock(&e->mu);
-    __atomic_add_fetch(&s->voc_calls, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&s->voc_jobs, nv, __ATOMIC_RELAXED);
-    /* every call of this iteration is over (only this thread sets busy) */
-    for (sjob *j = s->active; j; j = j->next) j->busy = 0;
   }
+  s->t2w_exited = 1;
+  pthread_cond_broadcast(&s->cv_voc);
   pthread_mutex_unlock(&e->mu);
   return NULL;
 }
@@ -1417,11 +1520,21 @@ cosy_status sched_start(cosy_engine *e) {
   if (tt && tt[0]) s->ttrace = fopen(tt, "w");
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
+  pthread_cond_init(&s->cv_voc, NULL);
   pthread_cond_init(&s->cv_call, NULL);
   e->sched = s;
   int rc = pthread_create(&s->llm_th, NULL, llm_main, e);
   if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the LLM thread: %s", strerror(rc));
   s->llm_started = 1;
+  /* the vocoder thread before the token-to-wave thread, which reads voc_started */
+  int voc = e->be->vocoder_thread;
+  const char *vt = getenv("COSY_SCHED_VOCODER_THREAD");
+  if (vt && (vt[0] == '0' || vt[0] == '1') && !vt[1]) voc = vt[0] == '1';
+  if (voc) {
+    rc = pthread_create(&s->voc_th, NULL, voc_main, e);
+    if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the vocoder thread: %s", strerror(rc));
+    s->voc_started = 1;
+  }
   rc = pthread_create(&s->t2w_th, NULL, t2w_main, e);
   if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the token-to-wave thread: %s", strerror(rc));
   s->t2w_started = 1;
@@ -1436,11 +1549,14 @@ void sched_stop(cosy_engine *e) {
   for (cosy_request *r = s->q_head; r; r = r->next) __atomic_store_n(&r->cancel, 1, __ATOMIC_SEQ_CST);
   for (sjob *j = s->active; j; j = j->next) __atomic_store_n(&j->r->cancel, 1, __ATOMIC_SEQ_CST);
   if (!s->llm_started) s->llm_exited = 1;
+  if (!s->t2w_started) s->t2w_exited = 1;
   pthread_cond_broadcast(&s->cv_llm);
   pthread_cond_broadcast(&s->cv_t2w);
+  pthread_cond_broadcast(&s->cv_voc);
   pthread_mutex_unlock(&e->mu);
   if (s->llm_started) pthread_join(s->llm_th, NULL);
   if (s->t2w_started) pthread_join(s->t2w_th, NULL);
+  if (s->voc_started) pthread_join(s->voc_th, NULL);
   /* what never started (thread creation failed) */
   while (s->q_head) {
     cosy_request *r = s->q_head;
@@ -1451,6 +1567,7 @@ void sched_stop(cosy_engine *e) {
   }
   pthread_cond_destroy(&s->cv_llm);
   pthread_cond_destroy(&s->cv_t2w);
+  pthread_cond_destroy(&s->cv_voc);
   if (s->trace) fclose(s->trace);
   if (s->ttrace) fclose(s->ttrace);
   pthread_mutex_destroy(&s->trace_mu);
