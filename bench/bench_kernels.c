@@ -10,7 +10,8 @@
  *      cuBLASLt, random data).
  *   2. Every kernel at the sizes the model runs: LLM decode at batch 1 and 64 (hidden 896,
  *      14/2 heads of 64, MLP 4864, speech vocab 6761, paged KV with 16-token pages at context 200
- *      and 1000), an LLM prefill of 300 tokens, and the DiT at N = 400 and 1000 frames with the
+ *      and 1000), an LLM prefill of 300 tokens (and the fp32 paged prefill attention of packed
+ *      prompts: 1 x 300, 8 x 120, 64 x 126), and the DiT at N = 400 and 1000 frames with the
  *      CFG batch of 2 (dim 1024, 16 heads, ff 2048, block-causal chunks of 50).
  *   Timing: after warm-up, a batch of calls sized to ~1 ms is timed with CUDA events two ways:
  *   launched back-to-back on a stream ("us strm", includes launch gaps) and captured once into a
@@ -568,6 +569,50 @@ static void add_prefill(const char *group, int L) {
   o->bytes = L * (1152.0 + 896) * 2;
   o->flops = 14.0 * 64 * 2 * 2 * ((double)L * (L + 1) / 2);
   o->run = r_prefill;
+  run_op(o);
+}
+
+static cudaError_t r_paged_prefill(bench_op *o, int s) {
+  /* i: n_seg n_tiles pages_per_seq; p0 q, p1 k pool, p2 v pool (rotated), p3 bt, p4 segs,
+   * p5 tiles, p6 out */
+  return cosy_k_paged_prefill(g_stream, P(o, 0, s), 896, P(o, 1, s), P(o, 2, s), P(o, 3, s),
+                              o->i[2], P(o, 4, s), o->i[0], P(o, 5, s), o->i[1], 14, 2, 64, 16,
+                              0.125f, P(o, 6, s), 896, &g_dev);
+}
+/* n_seg whole prompts of L positions each in one call (the packed prefill of a burst) */
+static void add_paged_prefill(const char *group, int n_seg, int L) {
+  const int page = 16, pps = (L + page - 1) / page, n_pages = n_seg * pps, rows = n_seg * L;
+  bench_op *o = new_op(group, "paged_prefill");
+  snprintf(o->size, sizeof o->size, "%d x %d causal 14/2 f32 page 16", n_seg, L);
+  const size_t pool = (size_t)n_pages * page * 128;
+  o->nrot = rot_sets((size_t)rows * 896 * 4 + 2 * pool * 4);
+  o->p[0] = drand_rot(o->nrot, (size_t)rows * 896, F32, -1.f, 1.f, &o->rot[0]);
+  o->p[1] = drand_rot(o->nrot, pool, F32, -1.f, 1.f, &o->rot[1]);
+  o->p[2] = drand_rot(o->nrot, pool, F32, -1.f, 1.f, &o->rot[2]);
+  int32_t *bt = malloc((size_t)n_pages * 4), *segs = malloc((size_t)n_seg * 16);
+  int32_t *tiles = malloc((size_t)n_seg * (L / COSY_K_PREFILL_TILE + 1) * 8);
+  if (!bt || !segs || !tiles) exit(1);
+  for (int i = 0; i < n_pages; ++i) bt[i] = i;
+  for (int i = n_pages - 1; i > 0; --i) { /* scattered pages */
+    const int j = (int)(rng32() % (uint32_t)(i + 1));
+    const int32_t t = bt[i];
+    bt[i] = bt[j];
+    bt[j] = t;
+  }
+  int nt = 0;
+  for (int g = 0; g < n_seg; ++g) {
+    segs[4 * g] = g * L, segs[4 * g + 1] = L, segs[4 * g + 2] = L, segs[4 * g + 3] = g;
+    for (int t0 = 0; t0 < L; t0 += COSY_K_PREFILL_TILE) tiles[2 * nt] = g, tiles[2 * nt + 1] = t0, ++nt;
+  }
+  o->i[0] = n_seg, o->i[1] = nt, o->i[2] = pps;
+  o->p[3] = dints(bt, (size_t)n_pages);
+  o->p[4] = dints(segs, (size_t)n_seg * 4);
+  o->p[5] = dints(tiles, (size_t)nt * 2);
+  free(bt), free(segs), free(tiles);
+  o->p[6] = dalloc((size_t)rows * 896 * 4);
+  o->bytes = rows * 896.0 * 4 * 2 + (double)n_seg * L * 128 * 4 * 2;
+  o->flops = (double)n_seg * 14 * 64 * 2 * 2 * ((double)L * (L + 1) / 2);
+  o->run = r_paged_prefill;
   run_op(o);
 }
 
@@ -1162,6 +1207,12 @@ void bench_attention(const kh_scn *s) {
   }
   if (s->kind == KH_SCN_PREFILL) add_prefill(s->group, s->n);
   if (s->kind == KH_SCN_DIT) add_dit(s->group, s->n, "attention");
+}
+void bench_paged_prefill(const kh_scn *s) {
+  if (s->kind != KH_SCN_PREFILL) return;
+  add_paged_prefill(s->group, 1, s->n);  /* one prompt of the scenario's length */
+  add_paged_prefill(s->group, 8, 120);   /* test_gpu_llm's packed prefill */
+  add_paged_prefill(s->group, 64, 126);  /* a burst of 64 requests */
 }
 void bench_llm_gemv(const kh_scn *s) {
   const char *grp = s->group;

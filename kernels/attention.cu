@@ -1,9 +1,10 @@
-/* attention.cu - scaled dot-product attention for the LLM (paged decode, causal prefill) and the
- * DiT (block-causal or full), plus the paged-KV append.
+/* attention.cu - scaled dot-product attention for the LLM (paged decode, causal prefill from
+ * contiguous or paged K/V) and the DiT (block-causal or full), plus the paged-KV append.
  *
  * Math (every kernel): o[i] = sum_j softmax_j(scale * q[i].k[j]) v[j] over the allowed keys j,
  *   head_dim 64, GQA: q head h reads kv head h / (n_qh / n_kh).
- *   Allowed keys: decode j < seq_len; prefill (causal) j <= i + (Lk - Lq); DiT block-causal
+ *   Allowed keys: decode j < seq_len; prefill (causal) j <= i + (Lk - Lq); paged prefill j <= p
+ *   (p = the row's position, Lk - n + its index in its segment); DiT block-causal
  *   j < (i / chunk + 1) * chunk (chunk 50), DiT full j < N.
  * Layouts: see kernels.h. Paged cache: cache[page][page_size][n_kh][64]; token t of sequence s
  *   is row t % page_size of page block_table[s][t / page_size]. append writes cache row `slot`.
@@ -31,6 +32,23 @@
  *     zero. With pdl the kernel is a
  *     programmatic dependent: it lets its own dependents (the o projection's weight stream)
  *     launch at once and waits (griddepcontrol) before it reads anything.
+ *   paged_prefill (fp32, the LLM's packed prefill): one block of G = n_qh / n_kh warps per (tile
+ *     of 16 query positions of one segment, kv head); warp w serves query head kvh * G + w for the
+ *     16 positions, so each K/V row is staged once for all G heads. Tiles come from the caller's
+ *     list (segment, first query), so one launch covers every segment. Shared memory: K and V
+ *     tiles of 32 keys (rows padded to 68 floats), each warp's 16 pre-scaled Q rows and its P
+ *     tile [32 keys][16 rows]; 62 KB at G = 7, 69 KB at G = 8 (dynamic, refused above
+ *     dev->smem_block). Per key tile: the block stages K and V straight from the cache pages
+ *     (block-table lookup per key, float4 loads; keys past the tile's last position are zeros),
+ *     then lane (rg = lane / 8, kg = lane % 8) of a warp computes the scores of rows rg + 4i
+ *     (i < 4) x keys kg + 8jj (jj < 4) (float4 reads of Q and K, dims in order 0..63), the row
+ *     max over the 8 lanes kg by xor shuffles, the online-softmax rescale, P to shared memory,
+ *     and O += P V for dims 4kg..4kg+3 and 32+4kg..32+4kg+3 of its 4 rows (keys in order). The
+ *     row sums are added over the 8 lanes by a butterfly at the end. Every row is computed by
+ *     the same sequence of operations whatever its tile or lane: key tiles start at key 0, the
+ *     last one a row reaches depends only on its position, and the fully masked key tiles a
+ *     longer row of the same query tile adds are exact no-ops for it (rescale by exp2(0) = 1,
+ *     p = 0 against finite V), so a row's bits do not depend on the rest of the batch.
  *   attn (prefill / DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
@@ -43,7 +61,8 @@
  * Numerics: scores are scaled by scale * log2(e) and exponentiated with exp2f (max-subtracted,
  *   fp32); fp32 accumulation everywhere. The tensor-core path rounds P to bf16 before P V (as
  *   FlashAttention does) and normalizes by the sum of the rounded P; expected relative L2 error
- *   vs fp64 ~3e-3 for bf16 data. The fp32 paths are plain fp32 arithmetic (~1e-6).
+ *   vs fp64 ~3e-3 for bf16 data. The fp32 paths (paged prefill included) are plain fp32
+ *   arithmetic (~1e-6).
  *   A sequence with no keys (decode seq_len 0) yields a zero output row.
  */
 #include "kcommon.cuh"
@@ -402,6 +421,194 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
 
 /* splits of DEC_SPLIT tokens over max_ctx (the grid depends only on max_ctx) */
 int decode_n_splits(int max_ctx) { return max_ctx <= 0 ? 1 : (max_ctx + DEC_SPLIT - 1) / DEC_SPLIT; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Paged prefill (fp32, packed segments)                                                       */
+
+constexpr int PF_BQ = COSY_K_PREFILL_TILE; /* query positions of a tile: 16 rows per warp */
+constexpr int PF_BK = 32;                  /* keys of one K/V tile */
+constexpr int PF_LD = HD + 4;              /* padded fp32 row of Q, K, V in shared memory */
+constexpr int PF_MAXG = 8;                 /* query heads per kv head: warps per block */
+
+struct PrefillArgs {
+  const float *q;
+  int q_stride;
+  const float *kc, *vc;
+  const int32_t *bt;
+  int pages_per_seq;
+  const cosy_k_prefill_seg *segs;
+  const int32_t *tiles;
+  int n_kh, page_size;
+  float scale_log2;
+  float *out;
+  int out_stride;
+};
+
+/* floats of shared memory for G query heads per kv head: K and V tiles, each warp's Q rows and
+ * its P tile */
+size_t prefill_smem_floats(int G) {
+  return (size_t)2 * PF_BK * PF_LD + (size_t)G * PF_BQ * PF_LD + (size_t)G * PF_BK * PF_BQ;
+}
+
+__global__ void __launch_bounds__(PF_MAXG * 32) paged_prefill_kernel(PrefillArgs a) {
+  extern __shared__ __align__(16) float pf_smem[];
+  const int G = (int)(blockDim.x >> 5);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int rg = lane >> 3, kg = lane & 7; /* rows rg + 4i (i < 4); keys kg + 8jj, dims 4kg.. */
+  const int kvh = blockIdx.y, h = kvh * G + warp;
+  const cosy_k_prefill_seg sg = a.segs[a.tiles[2 * blockIdx.x]];
+  const int t0 = a.tiles[2 * blockIdx.x + 1];
+  const int nq = min(PF_BQ, sg.n - t0);
+  const int p0 = sg.Lk - sg.n + t0; /* position of the tile's first query */
+  const int kend_blk = p0 + nq;     /* keys any row of the tile attends */
+  float *Ks = pf_smem, *Vs = Ks + PF_BK * PF_LD;
+  float *Qs = Vs + PF_BK * PF_LD + (size_t)warp * PF_BQ * PF_LD;
+  float *Ps = pf_smem + 2 * PF_BK * PF_LD + (size_t)G * PF_BQ * PF_LD + (size_t)warp * PF_BK * PF_BQ;
+  const int32_t *bt = a.bt + (size_t)sg.seq * a.pages_per_seq;
+  const size_t tok_stride = (size_t)a.n_kh * HD;
+
+  /* this warp's query head, 16 rows, pre-scaled by scale * log2(e) (rows past n: zeros) */
+  for (int c = lane; c < PF_BQ * (HD / 4); c += 32) {
+    const int r = c >> 4, d = (c & 15) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < nq)
+      v = *reinterpret_cast<const float4 *>(a.q + (size_t)(sg.row0 + t0 + r) * a.q_stride +
+                                            (size_t)h * HD + d);
+    v.x *= a.scale_log2;
+    v.y *= a.scale_log2;
+    v.z *= a.scale_log2;
+    v.w *= a.scale_log2;
+    *reinterpret_cast<float4 *>(Qs + r * PF_LD + d) = v;
+  }
+  int kend[4]; /* row rg + 4i attends keys j < kend[i] (0: a row past n) */
+#pragma unroll
+  for (int i = 0; i < 4; ++i) kend[i] = rg + 4 * i < nq ? p0 + rg + 4 * i + 1 : 0;
+  float o[4][8], m[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[i][e] = 0.f;
+  }
+
+  for (int kt = 0; kt < kend_blk; kt += PF_BK) {
+    __syncthreads(); /* the previous tile (K, V, P) is no longer read; Q is written */
+    /* stage keys kt .. kt + 31 of K and V (keys from kend_blk on: zeros) */
+    for (int c = tid; c < 2 * PF_BK * (HD / 4); c += blockDim.x) {
+      const int isv = c >= PF_BK * (HD / 4);
+      const int e = isv ? c - PF_BK * (HD / 4) : c;
+      const int r = e >> 4, d = (e & 15) * 4, j = kt + r;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (j < kend_blk) {
+        const size_t slot = (size_t)bt[j / a.page_size] * a.page_size + j % a.page_size;
+        v = *reinterpret_cast<const float4 *>((isv ? a.vc : a.kc) + slot * tok_stride +
+                                              (size_t)kvh * HD + d);
+      }
+      *reinterpret_cast<float4 *>((isv ? Vs : Ks) + r * PF_LD + d) = v;
+    }
+    __syncthreads();
+
+    /* S = Q K^T: rows rg + 4i, keys kg + 8jj; dims in order 0..63 */
+    float sc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) sc[i][jj] = 0.f;
+#pragma unroll 4
+    for (int d = 0; d < HD; d += 4) {
+      float4 qv[4], kv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        qv[i] = *reinterpret_cast<const float4 *>(Qs + (rg + 4 * i) * PF_LD + d);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj)
+        kv[jj] = *reinterpret_cast<const float4 *>(Ks + (kg + 8 * jj) * PF_LD + d);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          float t = sc[i][jj];
+          t = fmaf(qv[i].x, kv[jj].x, t);
+          t = fmaf(qv[i].y, kv[jj].y, t);
+          t = fmaf(qv[i].z, kv[jj].z, t);
+          t = fmaf(qv[i].w, kv[jj].w, t);
+          sc[i][jj] = t;
+        }
+    }
+
+    /* online softmax per row (the row's 32 keys are on the 8 lanes kg of its row group) */
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = kt + kg + 8 * jj;
+        sc[i][jj] = j < kend[i] ? sc[i][jj] : -INFINITY;
+        mx = fmaxf(mx, sc[i][jj]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+      const float mn = fmaxf(m[i], mx);
+      const float mu = mn == -INFINITY ? 0.f : mn;
+      const float al = exp2f(m[i] - mu);
+      m[i] = mn;
+      l[i] *= al;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[i][e] *= al;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const float p = exp2f(sc[i][jj] - mu);
+        l[i] += p;
+        sc[i][jj] = p;
+      }
+    }
+    /* P to this warp's tile: Ps[key][4 rg + i] holds row rg + 4i */
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+      *reinterpret_cast<float4 *>(Ps + (kg + 8 * jj) * PF_BQ + 4 * rg) =
+          make_float4(sc[0][jj], sc[1][jj], sc[2][jj], sc[3][jj]);
+    __syncwarp();
+
+    /* O += P V: rows rg + 4i, dims 4kg..4kg+3 and 32+4kg..; keys in order 0..31 */
+#pragma unroll 4
+    for (int k = 0; k < PF_BK; ++k) {
+      const float4 p = *reinterpret_cast<const float4 *>(Ps + k * PF_BQ + 4 * rg);
+      const float4 va = *reinterpret_cast<const float4 *>(Vs + k * PF_LD + 4 * kg);
+      const float4 vb = *reinterpret_cast<const float4 *>(Vs + k * PF_LD + 32 + 4 * kg);
+      const float pr[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        o[i][0] = fmaf(pr[i], va.x, o[i][0]);
+        o[i][1] = fmaf(pr[i], va.y, o[i][1]);
+        o[i][2] = fmaf(pr[i], va.z, o[i][2]);
+        o[i][3] = fmaf(pr[i], va.w, o[i][3]);
+        o[i][4] = fmaf(pr[i], vb.x, o[i][4]);
+        o[i][5] = fmaf(pr[i], vb.y, o[i][5]);
+        o[i][6] = fmaf(pr[i], vb.z, o[i][6]);
+        o[i][7] = fmaf(pr[i], vb.w, o[i][7]);
+      }
+    }
+  }
+
+  /* the row sums (a butterfly: the same bits on all 8 lanes), then the normalized rows */
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 4);
+    const int r = rg + 4 * i;
+    if (r < nq) {
+      const float inv = 1.f / l[i];
+      float *op = a.out + (size_t)(sg.row0 + t0 + r) * a.out_stride + (size_t)h * HD;
+      *reinterpret_cast<float4 *>(op + 4 * kg) =
+          make_float4(o[i][0] * inv, o[i][1] * inv, o[i][2] * inv, o[i][3] * inv);
+      *reinterpret_cast<float4 *>(op + 32 + 4 * kg) =
+          make_float4(o[i][4] * inv, o[i][5] * inv, o[i][6] * inv, o[i][7] * inv);
+    }
+  }
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Prefill / DiT attention                                                                     */
@@ -945,6 +1152,49 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     }
     if (e != cudaSuccess) return e;
   })
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_paged_prefill(cudaStream_t s, const float *q, int q_stride,
+                                            const float *k_cache, const float *v_cache,
+                                            const int32_t *block_tables, int pages_per_seq,
+                                            const cosy_k_prefill_seg *segs, int n_seg,
+                                            const int32_t *tiles, int n_tiles, int n_qh, int n_kh,
+                                            int head_dim, int page_size, float scale, float *out,
+                                            int out_stride, const cosy_kdev *dev) {
+  if (n_seg < 0 || n_tiles < 0 || n_qh <= 0 || n_kh <= 0 || n_kh > 65535 || n_qh % n_kh != 0 ||
+      n_qh / n_kh > PF_MAXG || head_dim != HD || page_size <= 0 || pages_per_seq <= 0 ||
+      q_stride < n_qh * HD || q_stride % 4 != 0 || out_stride < n_qh * HD ||
+      out_stride % 4 != 0 || !(scale > 0.f) || scale == INFINITY || (n_tiles > 0 && n_seg == 0))
+    return cudaErrorInvalidValue;
+  if (n_tiles == 0) return cudaSuccess;
+  if (!q || !k_cache || !v_cache || !block_tables || !segs || !tiles || !out ||
+      !aligned(q, 16) || !aligned(out, 16) || !aligned(k_cache, 16) || !aligned(v_cache, 16))
+    return cudaErrorInvalidValue;
+  const int G = n_qh / n_kh;
+  const size_t smem = prefill_smem_floats(G) * sizeof(float);
+  const size_t cap = dev ? dev->smem_block : (size_t)48 * 1024;
+  if (smem > cap) return cudaErrorInvalidValue;
+  if (smem > (size_t)48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        paged_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+  }
+  PrefillArgs a;
+  a.q = q;
+  a.q_stride = q_stride;
+  a.kc = k_cache;
+  a.vc = v_cache;
+  a.bt = block_tables;
+  a.pages_per_seq = pages_per_seq;
+  a.segs = segs;
+  a.tiles = tiles;
+  a.n_kh = n_kh;
+  a.page_size = page_size;
+  a.scale_log2 = scale * LOG2E_F;
+  a.out = out;
+  a.out_stride = out_stride;
+  paged_prefill_kernel<<<dim3((unsigned)n_tiles, (unsigned)n_kh), G * 32, smem, s>>>(a);
   return cudaGetLastError();
 }
 

@@ -182,6 +182,37 @@ cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q, i
                                 int out_stride, void *workspace, size_t workspace_bytes, int pdl,
                                 const cosy_kdev *dev);
 
+/* Paged causal prefill attention of several sequences packed in one batch, fp32, one launch,
+ * keys and values read straight from the paged cache (the layout above, fp32). Segment g is
+ * query rows [row0, row0 + n) of q / out; they are positions Lk - n .. Lk - 1 of the sequence
+ * whose block-table row is block_tables[seq * pages_per_seq ..] (its first Lk tokens' K/V are in
+ * the cache, including these rows'; 1 <= n <= Lk <= pages_per_seq * page_size), and the row at
+ * position p attends keys 0..p:
+ *   out[row][h*64 + d] = sum_{j <= p} softmax_j(scale q[row,h].k[j,kvh]) v[j,kvh][d],
+ *   kvh = h / (n_qh / n_kh).
+ * tiles: int32 pairs (segment, first query of the tile within the segment), COSY_K_PREFILL_TILE
+ * queries a tile (the segment's queries t0 .. min(t0 + 16, n) - 1); every query row of a segment
+ * must be in exactly one tile. segs [n_seg] and tiles [2 n_tiles] are device memory (their
+ * contents are trusted); the grid depends only on n_tiles and n_kh, so the call can be
+ * graph-captured. q [.][q_stride], out [.][out_stride] fp32, both 16-byte aligned with strides a
+ * multiple of 4; head_dim 64, n_qh / n_kh <= 8. A row's result depends only on its own query,
+ * position and keys, never on the other segments or tiles of the call (same bits alone or
+ * packed). Shared memory ~62 KB a block at 14/2 heads: cudaErrorInvalidValue when that exceeds
+ * dev->smem_block (dev NULL: 48 KB). No thread-block clusters. */
+typedef struct cosy_k_prefill_seg {
+  int32_t row0; /* first query row in q and out */
+  int32_t n;    /* query rows */
+  int32_t Lk;   /* keys: the rows are positions Lk - n .. Lk - 1 */
+  int32_t seq;  /* block-table row */
+} cosy_k_prefill_seg;
+#define COSY_K_PREFILL_TILE 16
+cudaError_t cosy_k_paged_prefill(cudaStream_t s, const float *q, int q_stride,
+                                 const float *k_cache, const float *v_cache,
+                                 const int32_t *block_tables, int pages_per_seq,
+                                 const cosy_k_prefill_seg *segs, int n_seg, const int32_t *tiles,
+                                 int n_tiles, int n_qh, int n_kh, int head_dim, int page_size,
+                                 float scale, float *out, int out_stride, const cosy_kdev *dev);
+
 /* Causal prefill attention for one sequence (contiguous K/V): query i (0..Lq-1) sits at
  * position i + (Lk - Lq) and attends keys j <= i + (Lk - Lq) (Lq <= Lk; Lq == Lk for a plain
  * prefill, Lq < Lk when earlier tokens' K/V precede the chunk).

@@ -1,6 +1,7 @@
 /* paged_kv.cu - the GPU LLM's paged KV cache ops (lib/gpu/llm.c): decode-step preparation
  * (embeddings, positions, cache slots, block tables of the batch), RoPE + append of K/V to the
- * pages, and the gather of one sequence's pages for chunked prefill. Interfaces in paged_kv.h.
+ * pages, and the gather of one sequence's pages into contiguous rows (the prefill attention,
+ * kernels.h cosy_k_paged_prefill, now reads the pages itself). Interfaces in paged_kv.h.
  *
  * Math
  *   decode_prep: h[i] = speech_embedding[token_i] (fp32), slot_i = block_table[pos_i / P] * P +

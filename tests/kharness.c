@@ -134,6 +134,13 @@ void kh_describe_device(cosy_kdev *d, int device) {
   cudaGetLastError();
   d->clusters = d->cc_major >= 9 && cl;
   d->pdl = d->cc_major >= 9;
+  int optin = 0, per_sm = 0;
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  cudaGetLastError();
+  if (optin < 48 * 1024) optin = 48 * 1024; /* as lib/gpu/gpu.c: 48 KB without the opt-in */
+  d->smem_block = d->smem_block_hw = (size_t)optin;
+  d->smem_sm = (size_t)(per_sm > 0 ? per_sm : optin);
 }
 
 #endif /* COSY_WITH_CUDA */

@@ -39,6 +39,8 @@ const kh_entry kh_registry[] = {
      L("cosy_k_kv_append", "cosy_k_paged_decode", "cosy_k_paged_decode_workspace",
        "cosy_k_attn_prefill", "cosy_k_attn_dit"),
      T(attention), BENCH(attention), KH_CEIL_BOTH},
+    {"paged_prefill", L("cosy_k_paged_prefill"), T(paged_prefill), BENCH(paged_prefill),
+     KH_CEIL_BF16},
     {"llm_gemv", L("cosy_k_llm_gemv", "cosy_k_llm_gemv_supported"), T(llm_gemv), BENCH(llm_gemv),
      KH_CEIL_HBM},
     {"dit_elementwise",

@@ -26,7 +26,8 @@
  *            when pages or sequence slots run out, argument checks.
  *   full:    with COSY_FULL_MODEL=path (bf16 full-size random model): 120-token random prompt +
  *            30 forced steps vs the reference (same tolerances), then timings (CUDA events on the
- *            engine stream, median after warm-up): prefill of 120 tokens, decode step (graph
+ *            engine stream, median after warm-up): prefill of 120 tokens, packed prefill of
+ *            8 x 120 (its rows also checked against the prompt prefilled alone), decode step (graph
  *            replay incl. the input upload and log-prob download) at batch 1, 16, 64 with the
  *            effective weight bandwidth 0.73 GB / step time.
  */
@@ -727,6 +728,20 @@ static void test_full(void **state) {
     }
     print_message("TIMING llm packed prefill 8 x %d positions: %.3f ms (%.0f positions/s)\n", L,
                   median(tv + 2, 3), 8 * L / median(tv + 2, 3) * 1e3);
+    /* the last call's 8 rows (the same prompt 8 times, packed) vs that prompt prefilled alone
+     * (gl row 0, left by the timing loop above) */
+    float *pk = malloc(sizeof(float) * 8 * (size_t)V);
+    assert_non_null(pk);
+    assert_int_equal(gpu_llm_logp(l, 8, pk), COSY_OK);
+    double dpk = 0, apk = 1;
+    for (int i = 0; i < 8; i++) {
+      compare_rows(pk + (size_t)i * V, gl, 1, V, &d, &agree);
+      dpk = d > dpk ? d : dpk;
+      apk = agree < apk ? agree : apk;
+    }
+    ok &= check("full: packed prefill 8 x 120 vs alone, max abs", dpk, TOL_LOGP, 1);
+    ok &= check("full: packed prefill 8 x 120 vs alone, argmax agreement", apk, MIN_ARGMAX, 0);
+    free(pk);
     const int shapes[4][2] = {{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}};
     const char *names[4] = {"q|k|v", "o", "gate|up", "down"};
     const int R = 2 * 8 * L;

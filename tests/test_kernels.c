@@ -1919,6 +1919,152 @@ void test_attn_dit_paged(void **state) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * cosy_k_paged_prefill: the LLM's causal prefill attention over packed segments, K/V read from
+ * scattered fp32 cache pages */
+
+typedef struct pf_case {
+  int n, Lk; /* query rows; keys (the rows are positions Lk - n .. Lk - 1) */
+} pf_case;
+
+static void check_paged_prefill(const pf_case *cs, int n_seg, int n_qh, int n_kh, int page_size,
+                                int stride_pad) {
+  const int qd = n_qh * 64, q_stride = qd + stride_pad, out_stride = qd + 2 * stride_pad;
+  const size_t tok = (size_t)n_kh * 64; /* floats of one token's K (or V) row */
+  const double scale = 0.125;
+  int total = 0, pps = 1, used = 0;
+  for (int g = 0; g < n_seg; ++g) {
+    const int np = (cs[g].Lk + page_size - 1) / page_size;
+    total += cs[g].n;
+    used += np;
+    pps = np + 1 > pps ? np + 1 : pps;
+  }
+  const int n_pages = used + 5, n_bt = n_seg + 2; /* pages and block-table rows nobody reads */
+  const size_t pool = (size_t)n_pages * page_size * tok;
+  /* two layers' K and V pools, as lib/gpu/llm.c lays them out; the test reads layer 1 */
+  float *cache = fill(4 * pool, -1.5f, 1.5f), *q = fill((size_t)total * q_stride, -2.f, 2.f);
+  const float *kc = cache + 2 * pool, *vc = cache + 3 * pool;
+  int32_t *perm = rnd_perm(n_pages), *seq_of = rnd_perm(n_bt);
+  int32_t *bt = malloc((size_t)n_bt * pps * 4);
+  cosy_k_prefill_seg *segs = calloc((size_t)n_seg, sizeof *segs);
+  int32_t *tiles = malloc((size_t)(total / COSY_K_PREFILL_TILE + n_seg + 1) * 2 * 4);
+  assert_non_null(bt);
+  assert_non_null(segs);
+  assert_non_null(tiles);
+  for (int i = 0; i < n_bt * pps; ++i) bt[i] = rnd_int(n_pages);
+  int row0 = 0, p = 0, n_tiles = 0;
+  for (int g = 0; g < n_seg; ++g) {
+    segs[g].row0 = row0, segs[g].n = cs[g].n, segs[g].Lk = cs[g].Lk, segs[g].seq = seq_of[g];
+    const int np = (cs[g].Lk + page_size - 1) / page_size;
+    for (int j = 0; j < np; ++j) bt[(size_t)seq_of[g] * pps + j] = perm[p++];
+    for (int t0 = 0; t0 < cs[g].n; t0 += COSY_K_PREFILL_TILE) {
+      tiles[2 * n_tiles] = g;
+      tiles[2 * n_tiles + 1] = t0;
+      ++n_tiles;
+    }
+    row0 += cs[g].n;
+  }
+  for (int i = n_tiles - 1; i > 0; --i) { /* the tiles in a random order */
+    const int j = rnd_int(i + 1);
+    for (int c = 0; c < 2; ++c) {
+      const int32_t t = tiles[2 * i + c];
+      tiles[2 * i + c] = tiles[2 * j + c];
+      tiles[2 * j + c] = t;
+    }
+  }
+  float *dcache = dup_dt(cache, 4 * pool, F32), *dq = dup_dt(q, (size_t)total * q_stride, F32);
+  int32_t *dbt = dup_i32(bt, (size_t)n_bt * pps), *dtiles = dup_i32(tiles, (size_t)n_tiles * 2);
+  void *dsegs = dup_bytes(segs, (size_t)n_seg * sizeof *segs);
+  const size_t nout = (size_t)total * out_stride;
+  float *dout = dpoison(nout, F32);
+  CK(cosy_k_paged_prefill(0, dq, q_stride, dcache + 2 * pool, dcache + 3 * pool, dbt, pps, dsegs,
+                          n_seg, dtiles, n_tiles, n_qh, n_kh, 64, page_size, (float)scale, dout,
+                          out_stride, &g_dev));
+  float *out = download(dout, nout, F32);
+
+  /* reference in double; the columns past n_qh * 64 must stay untouched (NaN) */
+  float *got = malloc((size_t)total * qd * sizeof *got);
+  double *ref = dalloc_host((size_t)total * qd);
+  const float **kr = malloc((size_t)(pps * page_size) * sizeof *kr);
+  const float **vr = malloc((size_t)(pps * page_size) * sizeof *vr);
+  assert_non_null(got);
+  assert_non_null(kr);
+  assert_non_null(vr);
+  size_t touched = 0;
+  for (int r = 0; r < total; ++r) {
+    memcpy(got + (size_t)r * qd, out + (size_t)r * out_stride, (size_t)qd * sizeof *got);
+    for (int c = qd; c < out_stride; ++c) touched += !isnan(out[(size_t)r * out_stride + c]);
+  }
+  for (int g = 0; g < n_seg; ++g) {
+    const cosy_k_prefill_seg *sg = &segs[g];
+    for (int h = 0; h < n_qh; ++h) {
+      const int kvh = h / (n_qh / n_kh);
+      for (int j = 0; j < sg->Lk; ++j) {
+        const size_t slot =
+            (size_t)bt[(size_t)sg->seq * pps + j / page_size] * page_size + j % page_size;
+        kr[j] = kc + slot * tok + (size_t)kvh * 64;
+        vr[j] = vc + slot * tok + (size_t)kvh * 64;
+      }
+      for (int i = 0; i < sg->n; ++i) {
+        const int r = sg->row0 + i, pos = sg->Lk - sg->n + i;
+        attn_row_ref(q + (size_t)r * q_stride + (size_t)h * 64, kr, vr, pos + 1, scale,
+                     ref + (size_t)r * qd + (size_t)h * 64);
+      }
+    }
+  }
+  char sz[96];
+  snprintf(sz, sizeof sz, "%d segs, %d rows, %d/%d heads, page %d", n_seg, total, n_qh, n_kh,
+           page_size);
+  check("paged_prefill", sz, got, ref, (size_t)total * qd, 1e-5);
+  report("paged_prefill: pad cols", sz, (double)touched, 0.0, 0);
+
+  /* batch invariance: each segment alone (row 0 of fresh buffers, its own tiles only) gives the
+   * packed call's bits */
+  size_t differ = 0;
+  for (int g = 0; g < n_seg; ++g) {
+    cosy_k_prefill_seg one = segs[g];
+    one.row0 = 0;
+    int32_t t1[2 * (8192 / COSY_K_PREFILL_TILE)];
+    int nt = 0;
+    for (int t0 = 0; t0 < one.n; t0 += COSY_K_PREFILL_TILE) t1[2 * nt] = 0, t1[2 * nt + 1] = t0, ++nt;
+    void *dseg1 = dup_bytes(&one, sizeof one);
+    int32_t *dt1 = dup_i32(t1, (size_t)nt * 2);
+    float *dq1 = dup_dt(q + (size_t)segs[g].row0 * q_stride, (size_t)one.n * q_stride, F32);
+    float *dout1 = dpoison((size_t)one.n * out_stride, F32);
+    CK(cosy_k_paged_prefill(0, dq1, q_stride, dcache + 2 * pool, dcache + 3 * pool, dbt, pps,
+                            dseg1, 1, dt1, nt, n_qh, n_kh, 64, page_size, (float)scale, dout1,
+                            out_stride, &g_dev));
+    float *o1 = download(dout1, (size_t)one.n * out_stride, F32);
+    for (int i = 0; i < one.n; ++i)
+      for (int c = 0; c < qd; ++c) {
+        const float a = o1[(size_t)i * out_stride + c];
+        const float b = out[(size_t)(segs[g].row0 + i) * out_stride + c];
+        differ += memcmp(&a, &b, sizeof a) != 0;
+      }
+    free(o1);
+    dfree(dseg1), dfree(dt1), dfree(dq1), dfree(dout1);
+  }
+  report("paged_prefill: alone", "== packed, bitwise (differing values)", (double)differ, 0.0, 0);
+  free(cache), free(q), free(perm), free(seq_of), free(bt), free(segs), free(tiles), free(out);
+  free(got), free(ref), free(kr), free(vr);
+  dfree(dcache), dfree(dq), dfree(dbt), dfree(dtiles), dfree(dsegs), dfree(dout);
+}
+
+void test_paged_prefill(void **state) {
+  (void)state;
+  begin_test(14);
+  /* the LLM's geometry: 14 query heads on 2 kv heads, pages of 16 positions; whole prompts,
+   * chunks after earlier context (n < Lk), single rows, tiles cut at 16 and not */
+  const pf_case a[] = {{126, 126}, {1, 1},   {17, 50},   {16, 16}, {33, 200},
+                       {64, 64},   {1, 300}, {100, 130}, {5, 37},  {16, 48}};
+  check_paged_prefill(a, 10, 14, 2, 16, 0);
+  const pf_case b[] = {{40, 40}, {7, 90}, {1, 33}}; /* 8 query heads on one kv head */
+  check_paged_prefill(b, 3, 8, 1, 32, 4);
+  const pf_case c[] = {{20, 20}, {19, 300}}; /* no GQA, padded strides */
+  check_paged_prefill(c, 2, 2, 2, 16, 8);
+  end_test();
+}
+
+/* ---------------------------------------------------------------------------------------------
  * paged_kv.cu and bf16_split.cu: the GPU LLM's step kernels (gemv.cu's cosy_k_llm_gemv:
  * test_llm_gemv above) */
 
@@ -2259,6 +2405,18 @@ void test_args(void **state) {
                                (const int32_t *)d, 1, (const cosy_bf16 *)d, 0, 0, 50,
                                (const int32_t *)d, (cosy_bf16 *)d, 50, 0.125f) !=
          cudaErrorInvalidValue; /* 8 heads of 64 != D */
+  {
+    const cosy_k_prefill_seg *sg = (const cosy_k_prefill_seg *)d;
+    const int32_t *ti = (const int32_t *)d;
+    cosy_kdev small = g_dev;
+    small.smem_block = 48 * 1024;
+    bad += cosy_k_paged_prefill(0, d, 896, d, d, ti, 63, sg, 1, ti, 1, 14, 2, 64, 16, 0.125f, d,
+                                896, &small) != cudaErrorInvalidValue; /* 62 KB > 48 KB */
+    bad += cosy_k_paged_prefill(0, d, 1152, d, d, ti, 63, sg, 1, ti, 1, 18, 2, 64, 16, 0.125f, d,
+                                1152, &g_dev) != cudaErrorInvalidValue; /* 9 q heads a kv head */
+    bad += cosy_k_paged_prefill(0, d, 898, d, d, ti, 63, sg, 1, ti, 1, 14, 2, 64, 16, 0.125f, d,
+                                896, &g_dev) != cudaErrorInvalidValue; /* q_stride % 4 */
+  }
   bad += cosy_k_llm_kv_gather(0, d, d, (const int32_t *)d, 16, 130, 1, d, d) !=
          cudaErrorInvalidValue; /* kv_dim % 4 */
   bad += cosy_k_llm_rope_append(0, d, NULL, 100, NULL, 1, 14, 2, (const int32_t *)d,
@@ -2274,7 +2432,7 @@ void test_args(void **state) {
   bad += cosy_k_llm_gemv_supported(3, 896) != 0;
   bad += cosy_k_llm_gemv_supported(8, 8200) != 0;
   bad += cosy_k_device_image_check() != cudaSuccess; /* this build runs on this device */
-  report("argument checks", "34 calls (bad args, limits, image)", (double)bad, 0.0, 0);
+  report("argument checks", "37 calls (bad args, limits, image)", (double)bad, 0.0, 0);
   dfree(d);
   end_test();
 }

@@ -6,17 +6,18 @@
  *            fp32; final norm fp32; speech_embedding and llm_decoder [V][H] bf16; inv_freq [32]
  *   acts     h [R][H] fp32 (residual), xs [2R][Kx] bf16 (hi rows then lo rows of a GEMM input),
  *            y2 fp32 (a GEMM's 2M output rows: max(2R x max(q+2kv, 2I, H), 2B x V)),
- *            q/att [R][q] fp32, act [B][I] fp32, logits/logp [B][V] fp32,
- *            kg/vg [GPU_LLM_MAX_CTX][kv] fp32 (one sequence's K/V gathered for prefill attention)
+ *            q/att [R][q] fp32, act [B][I] fp32, logits/logp [B][V] fp32
  *   step     d_in [3][B] (tokens, slots, positions; the only per-step upload), d_pos/d_slot/
  *            d_lens [B], d_bt [B][pages_per_seq], paged-decode workspace (max over buckets)
- *   prefill  d_pf [2][max_prefill] (positions, cache slots)
+ *   prefill  d_pf: positions [max_prefill], cache slots [max_prefill], then the attention's
+ *            segment table [B] (kernels.h cosy_k_prefill_seg) and tile list [2][P/16 + B] (one
+ *            upload with the positions per forward pass)
  *   tables   d_bt_all [max_open][pages_per_seq]: block table of every open sequence, written at
  *            seq_open (its pages never change while it is open)
  *   KV       one fp32 allocation: layer i's K pool at kv + 2i * pool, V pool at kv + (2i+1) *
  *            pool, pool = pages * page_size * kv elements; a page id indexes every pool.
  *            Which pages are free and which sequence holds which: kv_pool.h (host only).
- *   pinned   h_in [3][B], h_pf [2][max_prefill], h_emb [max_prefill][H], h_logp [B][V],
+ *   pinned   h_in [3][B], h_pf (as d_pf), h_emb [max_prefill][H], h_logp [B][V],
  *            h_ras [B] (sampling rows; d_ras is their device copy).
  * Layer schedules
  *   gemv (decode buckets <= gemv_max; 5 kernels per layer, attention included; buckets above 8
@@ -33,6 +34,8 @@
  *     norm_split(h += pending delta) -> GEMM qkv (2M rows) -> rope_append(hi + lo + bias) ->
  *     attention -> split(att) -> GEMM o -> norm_split(h += o) -> GEMM gate|up -> silu_split ->
  *     GEMM down -> (pending delta, added by the next norm_split).
+ *     Prefill attention (one sequence or several packed) is one cosy_k_paged_prefill launch per
+ *     layer over all segments, reading K/V from the cache pages through d_bt_all.
  * Decode graphs: graphs[bucket][ctx bucket], captured lazily with cudaStreamCaptureModeThreadLocal
  * right after the step that first needed them ran eagerly (which also warms up cuBLASLt's plans
  * and module loading outside the capture).
@@ -85,9 +88,11 @@ struct gpu_llm {
   float *norm, *inv_freq;
   cosy_bf16 *speech_emb, *head;
   /* activations */
-  float *h, *y2, *q, *att, *act, *logits, *logp, *kg, *vg;
+  float *h, *y2, *q, *att, *act, *logits, *logp;
   cosy_bf16 *xs;
   int32_t *d_in, *d_pos, *d_slot, *d_lens, *d_bt, *d_pf, *d_bt_all;
+  int pf_ints;             /* int32s of d_pf / h_pf */
+  int seg_cap, tile_cap;   /* prefill attention: segments and tiles a forward pass may have */
   void *dec_ws;
   size_t dec_ws_bytes;
   /* pinned host */
@@ -391,6 +396,9 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
         if (w > ws) ws = w;
       }
     l->dec_ws_bytes = ws;
+    l->seg_cap = l->max_bucket;
+    l->tile_cap = max_prefill / COSY_K_PREFILL_TILE + l->seg_cap; /* sum of ceil(n / 16) */
+    l->pf_ints = 2 * max_prefill + 4 * l->seg_cap + 2 * l->tile_cap;
     if ((st = dalloc(l, R * H * 4, "LLM h", &l->h)) ||
         (st = dalloc(l, 2 * R * kx * 2, "LLM hi/lo activations", &l->xs)) ||
         (st = dalloc(l, y2n * 4, "LLM GEMM outputs", &l->y2)) ||
@@ -399,14 +407,12 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
         (st = dalloc(l, B * I * 4, "LLM act", &l->act)) ||
         (st = dalloc(l, B * l->V * 4, "LLM logits", &l->logits)) ||
         (st = dalloc(l, B * l->V * 4, "LLM logp", &l->logp)) ||
-        (st = dalloc(l, (size_t)GPU_LLM_MAX_CTX * l->kvd * 4, "LLM K gather", &l->kg)) ||
-        (st = dalloc(l, (size_t)GPU_LLM_MAX_CTX * l->kvd * 4, "LLM V gather", &l->vg)) ||
         (st = dalloc(l, 3 * B * 4, "LLM step input", &l->d_in)) ||
         (st = dalloc(l, B * 4, "LLM positions", &l->d_pos)) ||
         (st = dalloc(l, B * 4, "LLM slots", &l->d_slot)) ||
         (st = dalloc(l, B * 4, "LLM lengths", &l->d_lens)) ||
         (st = dalloc(l, B * l->pages_per_seq * 4, "LLM step block tables", &l->d_bt)) ||
-        (st = dalloc(l, 2 * P * 4, "LLM prefill positions", &l->d_pf)) ||
+        (st = dalloc(l, (size_t)l->pf_ints * 4, "LLM prefill positions", &l->d_pf)) ||
         (st = dalloc(l, (size_t)l->max_open * l->pages_per_seq * 4, "LLM block tables",
                      &l->d_bt_all)) ||
         (st = dalloc(l, ws ? ws : 256, "LLM attention workspace", &l->dec_ws)))
@@ -418,7 +424,7 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     void *p;
     if ((st = cosy_gpu_host_alloc(3 * B * 4, &p))) goto fail;
     l->h_in = p;
-    if ((st = cosy_gpu_host_alloc(2 * P * 4, &p))) goto fail;
+    if ((st = cosy_gpu_host_alloc((size_t)l->pf_ints * 4, &p))) goto fail;
     l->h_pf = p;
     if ((st = cosy_gpu_host_alloc(P * H * 4, &p))) goto fail;
     l->h_emb = p;
@@ -591,18 +597,49 @@ cosy_status gpu_llm_embed_items(const gpu_llm *l, const int32_t *items, int n, f
 
 /* ---- layer schedules -------------------------------------------------------------------------- */
 
-/* Where the M rows' attention reads its keys: a prefill chunk of one sequence (keys 0..Lk-1 of
- * seq, gathered from the cache) or a decode bucket (paged, ctx = the context bucket). */
+/* Where the M rows' attention reads its keys: a prefill of one or several sequences (segments
+ * and tiles of cosy_k_paged_prefill, already uploaded in d_pf by prefill_plan) or a decode bucket
+ * (paged, ctx = the context bucket). */
 typedef struct attn_plan {
   int decode;
-  int seq, Lk; /* prefill of one sequence */
-  int ctx;     /* decode */
-  int pdl;     /* decode: launch as a programmatic dependent (the skinny-GEMM path) */
-  /* prefill of several sequences packed in one batch (n_seg > 0): segment i is rows
-   * [row0[i], row0[i] + n[i]) of sequence seg_seq[i], whose keys are 0..Lk[i]-1 */
-  int n_seg;
-  const int *seg_seq, *seg_row0, *seg_n, *seg_Lk;
+  int n_seg, n_tiles; /* prefill */
+  int ctx;            /* decode */
+  int pdl;            /* decode: launch as a programmatic dependent (the skinny-GEMM path) */
 } attn_plan;
+
+/* the prefill attention's segment table and tile list inside h_pf / d_pf (after the positions
+ * and slots) */
+static cosy_k_prefill_seg *pf_segs(const gpu_llm *l, int32_t *base) {
+  return (cosy_k_prefill_seg *)(base + 2 * (size_t)l->max_prefill);
+}
+static int32_t *pf_tiles(const gpu_llm *l, int32_t *base) {
+  return base + 2 * (size_t)l->max_prefill + 4 * (size_t)l->seg_cap;
+}
+
+/* Fills h_pf's segment table and tile list for n sequences packed in one forward pass (segment i:
+ * rows [row0[i], row0[i] + rows[i]) of sequence seqs[i], keys 0..Lk[i]-1) and returns the int32s
+ * of h_pf to upload. n <= seg_cap, sum of rows <= max_prefill (the callers check). */
+static int prefill_plan(gpu_llm *l, int n, const int *seqs, const int *row0, const int *rows,
+                        const int *Lk, attn_plan *ap) {
+  cosy_k_prefill_seg *sg = pf_segs(l, l->h_pf);
+  int32_t *tiles = pf_tiles(l, l->h_pf);
+  int nt = 0;
+  for (int i = 0; i < n; i++) {
+    sg[i].row0 = row0[i];
+    sg[i].n = rows[i];
+    sg[i].Lk = Lk[i];
+    sg[i].seq = seqs[i];
+    for (int t0 = 0; t0 < rows[i]; t0 += COSY_K_PREFILL_TILE) {
+      tiles[2 * nt] = i;
+      tiles[2 * nt + 1] = t0;
+      nt++;
+    }
+  }
+  memset(ap, 0, sizeof *ap);
+  ap->n_seg = n;
+  ap->n_tiles = nt;
+  return 2 * l->max_prefill + 4 * l->seg_cap + 2 * nt;
+}
 
 static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) {
   cudaStream_t s = l->g->stream;
@@ -615,27 +652,12 @@ static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) 
        "LLM decode attention");
     return COSY_OK;
   }
-  if (ap->n_seg == 0) {
-    CK(cosy_k_llm_kv_gather(s, kc, vc, l->d_bt_all + (size_t)ap->seq * l->pages_per_seq,
-                            GPU_LLM_PAGE_SIZE, l->kvd, ap->Lk, l->kg, l->vg),
-       "LLM prefill kv gather");
-    CK(cosy_k_attn_prefill(s, COSY_KDT_F32, l->q, l->qd, l->kg, l->vg, l->kvd, l->att, l->qd, M,
-                           ap->Lk, l->nh, l->nkv, HD, ATTN_SCALE),
-       "LLM prefill attention");
-    return COSY_OK;
-  }
-  /* packed sequences: each segment's keys are gathered and attended in turn (stream order
-   * keeps the one gather buffer safe); a row's result does not depend on the other segments */
-  for (int i = 0; i < ap->n_seg; i++) {
-    const size_t r0 = (size_t)ap->seg_row0[i] * l->qd;
-    CK(cosy_k_llm_kv_gather(s, kc, vc, l->d_bt_all + (size_t)ap->seg_seq[i] * l->pages_per_seq,
-                            GPU_LLM_PAGE_SIZE, l->kvd, ap->seg_Lk[i], l->kg, l->vg),
-       "LLM prefill kv gather");
-    CK(cosy_k_attn_prefill(s, COSY_KDT_F32, l->q + r0, l->qd, l->kg, l->vg, l->kvd, l->att + r0,
-                           l->qd, ap->seg_n[i], ap->seg_Lk[i], l->nh, l->nkv, HD, ATTN_SCALE),
-       "LLM prefill attention");
-  }
-  (void)M;
+  /* every segment in one launch; a row's result does not depend on the other segments */
+  CK(cosy_k_paged_prefill(s, l->q, l->qd, kc, vc, l->d_bt_all, l->pages_per_seq,
+                          pf_segs(l, l->d_pf), ap->n_seg, pf_tiles(l, l->d_pf), ap->n_tiles,
+                          l->nh, l->nkv, HD, GPU_LLM_PAGE_SIZE, ATTN_SCALE, l->att, l->qd,
+                          &l->g->dev),
+     "LLM prefill attention");
   return COSY_OK;
 }
 
@@ -817,12 +839,14 @@ cosy_status gpu_llm_prefill(gpu_llm *l, int seq, const float *emb, int L, float 
       l->h_pf[t] = p0 + t;
       l->h_pf[l->max_prefill + t] = slot_of(l, seq, p0 + t);
     }
+    attn_plan ap;
+    const int row0 = 0, Lk = p0 + n;
+    const int up = prefill_plan(l, 1, &seq, &row0, &n, &Lk, &ap);
     CK(cudaMemcpyAsync(l->h, l->h_emb, sizeof(float) * (size_t)n * H, cudaMemcpyHostToDevice, s),
        "LLM prefill upload");
-    CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * 2 * (size_t)l->max_prefill,
-                       cudaMemcpyHostToDevice, s),
+    CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * (size_t)up, cudaMemcpyHostToDevice,
+                       s),
        "LLM prefill upload");
-    attn_plan ap = {0, seq, p0 + n, 0, 0, 0, NULL, NULL, NULL, NULL};
     if ((st = layers_split(l, n, l->d_pf, l->d_pf + l->max_prefill, &ap))) return st;
     done += n;
     if (done == L) { /* the last position's log-probs stay in logp row 0 for gpu_llm_sample */
@@ -886,12 +910,12 @@ cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const floa
       l->h_pf[l->max_prefill + r + t] = slot_of(l, seqs[j], p0 + t);
     }
   }
+  attn_plan ap;
+  const int up = prefill_plan(l, n, seqs, row0, Ls, Lk, &ap);
   CK(cudaMemcpyAsync(l->h, l->h_emb, sizeof(float) * (size_t)total * H, cudaMemcpyHostToDevice, s),
      "LLM prefill upload");
-  CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * 2 * (size_t)l->max_prefill,
-                     cudaMemcpyHostToDevice, s),
+  CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * (size_t)up, cudaMemcpyHostToDevice, s),
      "LLM prefill upload");
-  attn_plan ap = {0, 0, 0, 0, 0, n, seqs, row0, Ls, Lk};
   if ((st = layers_split(l, total, l->d_pf, l->d_pf + l->max_prefill, &ap))) return st;
   /* the wanted sequences' last rows (h, pending hi and lo deltas) move to rows 0..nw-1; row
    * k's source is at or after row k, so earlier moves never overwrite a later source */
@@ -932,7 +956,7 @@ static cosy_status decode_enqueue(gpu_llm *l, int b, int ctx) {
                             l->d_slot, l->d_lens, l->d_bt, ctx / GPU_LLM_PAGE_SIZE),
      "LLM decode prep");
   const int gemv = b <= l->gemv_max && bucket_ok_for_gemv(l, b);
-  const attn_plan ap = {1, -1, 0, ctx, gemv, 0, NULL, NULL, NULL, NULL};
+  const attn_plan ap = {1, 0, 0, ctx, gemv};
   if (gemv) return layers_gemv(l, b, &ap);
   cosy_status st = layers_split(l, b, l->d_pos, l->d_slot, &ap);
   if (st) return st;

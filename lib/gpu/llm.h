@@ -43,8 +43,9 @@
  *
  * Prefill: gpu_llm_prefill (one sequence) and gpu_llm_prefill_batch (several sequences packed
  * into one forward pass, what the scheduler uses), at most max_prefill positions per call, eager
- * launches (cuBLASLt GEMMs on hi/lo pairs over every piece's rows together; causal attention per
- * sequence over its gathered K/V, so a piece sees the sequence's earlier positions).
+ * launches (cuBLASLt GEMMs on hi/lo pairs over every piece's rows together; causal attention of
+ * all pieces in one launch per layer, kernels.h cosy_k_paged_prefill, reading each sequence's
+ * K/V from its cache pages, so a piece sees the sequence's earlier positions).
  *
  * Measured (H100, full-size random model, contexts 120-160; tests/test_gpu_llm.c, commit
  * 6d802bf): decode step (graph replay incl. upload/download) batch 1 0.648 ms (0.73 without
