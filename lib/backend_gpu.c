@@ -598,7 +598,9 @@ const cosy_backend cosy_backend_gpu = {
     .vocode = gb_vocode,
     .voice_features = gb_voice_features,
     .thread_enter = gb_thread_enter,
-    .vocoder_thread = 1,
+    /* the vocoder thread measured no better at C = 64 and worse at C = 16 (smaller flow
+     * batches: bench/RESULTS.md), so off by default; COSY_SCHED_VOCODER_THREAD=1 turns it on */
+    .vocoder_thread = 0,
 };
 
 #else /* COSY_WITH_CUDA: the GPU stages are not in this build */

@@ -158,7 +158,8 @@ typedef struct cosy_backend {
   void (*thread_enter)(struct cosy_engine *e);
   /* 1: the vocoder calls may run beside the flow calls (their own stream and buffers), so the
    * scheduler gives them a thread of their own and the flow's next batch overlaps this one's
-   * vocoder; 0: the token-to-wave thread makes both calls in turn. COSY_SCHED_VOCODER_THREAD=0/1
+   * vocoder; 0: the token-to-wave thread makes both calls in turn (both backends today: on the
+   * GPU the thread measured no better, docs/scheduler.md). COSY_SCHED_VOCODER_THREAD=0/1
    * overrides it (measurements, tests). */
   int vocoder_thread;
 } cosy_backend;

@@ -33,10 +33,10 @@
  *   3. one flow call for the batch (backend flow_run); each job's new frames go to the vocoder.
  * Vocoder (voc_batch): one vocoder call (backend vocode) over queued flow results, first chunks
  * first; the new samples go through the request's resampler to its callback or pull buffer, and
- * the job's chunk state advances. When the backend asks for it (vocoder_thread: the GPU's
- * vocoder has its own stream) this runs on a vocoder thread (voc_main) fed by a queue, so one
- * batch's vocoder overlaps the next batch's flow; otherwise the token-to-wave thread runs it
- * right after its flow call. A job is busy from its flow call until its vocoder call is over,
+ * the job's chunk state advances. When the backend asks for it (vocoder_thread) or
+ * COSY_SCHED_VOCODER_THREAD=1, this runs on a vocoder thread (voc_main) fed by a queue, so one
+ * batch's vocoder overlaps the next batch's flow; otherwise (the default) the token-to-wave
+ * thread runs it right after its flow call. A job is busy from its flow call until its vocoder call is over,
  * so a request's chunks stay in order.
  *
  * The chunk schedule (the official streaming schedule): chunk k is ready when
