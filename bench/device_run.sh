@@ -93,8 +93,13 @@ export PYTHONUNBUFFERED=1
 if [ ! -d .dev/shared/golden ] && [ -f .dev/shared.tar.xz ]; then
   mkdir -p .dev/shared && tar -C .dev/shared -xJf .dev/shared.tar.xz
 fi
+# .dev/shared_small.tar.xz (tokenizer/ audio/ bench/, no golden/: the benchmarks and the serving
+# runs need no more, and it leaves room in the carry for the serving wheels)
+if [ ! -d .dev/shared/tokenizer ] && [ -f .dev/shared_small.tar.xz ]; then
+  mkdir -p .dev/shared && tar -C .dev/shared -xJf .dev/shared_small.tar.xz
+fi
 SHARED=$PWD/.dev/shared
-[ -d "$SHARED/golden" ] || SHARED=$(cd .. && pwd)/shared
+[ -d "$SHARED/tokenizer" ] || SHARED=$(cd .. && pwd)/shared
 export COSY_SHARED=$SHARED
 ARCH=${ARCH:-"-gencode arch=compute_90,code=sm_90"}
 SUMMARY=$OUT/summary.txt
