@@ -43,6 +43,9 @@ WAV=$SHARED/audio/zero_shot_prompt.wav
 LIB=$PWD/build/dev/lib/libcosyvoice.so.0
 [ -f "$LIB" ] || LIB=$PWD/build/lib/libcosyvoice.so.0
 export COSYVOICE_LIB=$LIB PYTHONPATH=$PWD/python
+# libsamplerate from the unpacked Debian packages (bench/device_run.sh: .dev/root)
+[ -d "$PWD/.dev/root/usr/lib/x86_64-linux-gnu" ] && \
+  export LD_LIBRARY_PATH=$PWD/.dev/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 VENV=$PWD/.dev/servenv
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv --system-site-packages "$VENV"
