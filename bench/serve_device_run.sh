@@ -59,7 +59,7 @@ fi
 # inherit PYTHONPATH)
 SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$PWD/python" > "$SP/cosy_package.pth"
-for d in .dev/wheels .dev/wheels_pt; do # wheels_pt: nvidia-pytriton alone (see above)
+for d in .dev/wheels .dev/wheels_tc .dev/wheels_pt; do # wheels_tc: tritonclient + grpc; wheels_pt: nvidia-pytriton alone (see above)
   if [ -d $d ] && ls $d/*.whl >/dev/null 2>&1; then
     "$VENV/bin/python" -m pip install -q --no-index --no-deps $d/*.whl
   fi
