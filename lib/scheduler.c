@@ -169,6 +169,8 @@ struct cosy_sched {
   sjob *seg_q;                   /* next segments of running requests, waiting for admission */
   int n_llm;                     /* active jobs the LLM thread still owns */
   int first_in_flight;           /* a first chunk's flow call is running */
+  int first_hold;                /* COSY_SCHED_FIRST_HOLD=1: decode only where tokens gate audio
+                                    while first chunks wait (first_pending, decode step) */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
@@ -178,6 +180,7 @@ struct cosy_sched {
   struct t2w_call *calls;        /* sched_run_on_t2w: work for the token-to-wave thread (e->mu) */
   pthread_cond_t cv_call;        /* a call is done */
   int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
+  int64_t held_rows;             /* decode rows held back by first_hold (trace, tests) */
 };
 
 enum { BS_ADVANCE = 0, BS_DECODE = 1, BS_FINAL = 2 };
@@ -818,6 +821,27 @@ static void admit(cosy_engine *e) {
   }
 }
 
+/* First audio before more tokens (COSY_SCHED_FIRST_HOLD=1; e->mu held). While some request's
+ * first chunk has its tokens but has not been delivered yet, a decode step serves only the
+ * requests whose next chunk still lacks tokens: a request whose next chunk could already be
+ * made gains nothing from more tokens until the token-to-wave stage takes that chunk, and its
+ * decode rows would compete with the first chunks' flow and vocoder calls for the device. Held
+ * requests rejoin as soon as their chunk is taken (its delivery gives seconds of audio against
+ * the few hundred ms their next hop of tokens takes), so nobody starves: the token-to-wave stage
+ * can always make progress on a held request without the LLM. */
+static int first_pending(const struct cosy_sched *s) {
+  for (const sjob *j = s->active; j; j = j->next)
+    if (j->chunks_done == 0 && j->seg_i == 0 && !j->collect_only && !j->err && !j->final_done &&
+        !cancelled(j->r) && (j->busy || j->n_tok - j->offset >= j->hop + LOOKAHEAD))
+      return 1;
+  return 0;
+}
+
+/* the job's next chunk already has its tokens (e->mu held) */
+static int chunk_tokens_ready(const sjob *j) {
+  return !j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD;
+}
+
 static void *llm_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
@@ -883,6 +907,7 @@ static void *llm_main(void *arg) {
       if (!j->llm_released) jobs[k++] = j;
     n = k;
     const int64_t seen = s->wake_seq;
+    const int hold = s->first_hold && first_pending(s);
     pthread_mutex_unlock(&e->mu);
 
     /* failures and cancellations release their sequences */
@@ -976,10 +1001,19 @@ static void *llm_main(void *arg) {
       }
     }
     /* one decode step over every sequence with a token to feed */
-    int nr = 0;
+    int nr = 0, held = 0;
     for (int i = 0; i < n; i++) {
       sjob *j = jobs[i];
       if (!j || !j->decoding || j->llm_released) continue;
+      if (hold) {
+        pthread_mutex_lock(&e->mu);
+        const int ahead = chunk_tokens_ready(j);
+        pthread_mutex_unlock(&e->mu);
+        if (ahead) { /* first audio before more tokens (first_pending) */
+          held++;
+          continue;
+        }
+      }
       /* a job whose prefill just finished has its first token: it joins this step */
       rows[nr].seq = j->seq;
       rows[nr].token = j->tok;
@@ -1015,7 +1049,12 @@ static void *llm_main(void *arg) {
       }
     }
     pthread_mutex_lock(&e->mu);
-    /* nothing ran (every job waits for text): sleep until text or a request arrives */
+    if (held) {
+      __atomic_add_fetch(&s->held_rows, held, __ATOMIC_RELAXED);
+      trace(s, "held", held, 0, 0, 0.0); /* decode rows held back this iteration */
+    }
+    /* nothing ran (every job waits for text, or is held): sleep until text, a request or a
+     * delivered chunk arrives */
     if (np == 0 && nr == 0 && s->wake_seq == seen && !e->stopping)
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
   }
@@ -1295,6 +1334,7 @@ static void voc_batch(cosy_engine *e, vitem **it, int n) {
   __atomic_add_fetch(&s->voc_jobs, n, __ATOMIC_RELAXED);
   pthread_mutex_lock(&e->mu);
   pthread_cond_broadcast(&s->cv_t2w); /* chunks may be ready again, jobs may be over */
+  pthread_cond_broadcast(&s->cv_llm); /* held decode rows may go on (first_pending) */
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -1518,6 +1558,8 @@ cosy_status sched_start(cosy_engine *e) {
   if (tp && tp[0]) s->trace = fopen(tp, "w");
   const char *tt = getenv("COSY_TEXT_TRACE");
   if (tt && tt[0]) s->ttrace = fopen(tt, "w");
+  const char *fh = getenv("COSY_SCHED_FIRST_HOLD"); /* before the threads start */
+  s->first_hold = fh && fh[0] == '1' && !fh[1];
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
   pthread_cond_init(&s->cv_voc, NULL);
