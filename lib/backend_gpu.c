@@ -33,6 +33,7 @@
 #include "gpu/frontend.h"
 #include "gpu/gpu.h"
 #include "gpu/hift.h"
+#include "kernels_hift.h" /* COSY_HPREC_* */
 #include "gpu/llm.h"
 #include "ref/s3tok.h" /* S3TOK_MAX_SECONDS */
 #include "ref/sampling.h"
