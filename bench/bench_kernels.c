@@ -800,11 +800,6 @@ static cudaError_t r_llm_add(bench_op *o, int s) {
   const float *a = P(o, 0, s);
   return cosy_k_llm_add(g_stream, a, a + o->i[0], P(o, 1, s), o->i[0]);
 }
-static cudaError_t r_kv_gather(bench_op *o, int s) {
-  float *kv = P(o, 3, s);
-  return cosy_k_llm_kv_gather(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 16, 128, o->i[0], kv,
-                              kv + (size_t)o->i[0] * 128);
-}
 /* B rows: decode_prep, rope_append, norm_split, split, silu_split, add at the LLM's widths */
 static void add_llm_step_ops(const char *group, int B) {
   bench_op *o = new_op(group, "llm_decode_prep");
@@ -883,24 +878,6 @@ static void add_llm_step_ops(const char *group, int B) {
   o->run = r_llm_add;
   run_op(o);
 }
-static void add_kv_gather(const char *group, int n_tok) {
-  bench_op *o = new_op(group, "llm_kv_gather");
-  snprintf(o->size, sizeof o->size, "%d tok, kv_dim 128, page 16 f32", n_tok);
-  o->i[0] = n_tok;
-  const int n_pages = (n_tok + 15) / 16;
-  int32_t *bt = malloc((size_t)n_pages * 4);
-  if (!bt) exit(1);
-  for (int j = 0; j < n_pages; ++j) bt[j] = (j * 7) % n_pages;
-  o->p[2] = dints(bt, (size_t)n_pages);
-  free(bt);
-  o->p[0] = drand((size_t)n_pages * 16 * 128, F32, -1.f, 1.f);
-  o->p[1] = drand((size_t)n_pages * 16 * 128, F32, -1.f, 1.f);
-  o->p[3] = dalloc((size_t)n_tok * 128 * 4 * 2);
-  o->bytes = n_tok * 128.0 * 4 * 4 + n_pages * 4.0;
-  o->run = r_kv_gather;
-  run_op(o);
-}
-
 /* ---------------------------------------------------------------------------------------------
  * the flow's own kernels (dit_elementwise.h, conv_pos.h, euler.h, flow_pack.h, attn_dit_paged) at the DiT's sizes: CFG
  * batch of 2, dim 1024, 16 heads, ff 2048, mel 80, conv position embedding K 31 in 16 groups */
@@ -1229,10 +1206,7 @@ void bench_llm_gemv(const kh_scn *s) {
 }
 void bench_llm_step_ops(const kh_scn *s) {
   if (s->kind == KH_SCN_LLM_DECODE) add_llm_step_ops(s->group, s->n);
-  if (s->kind == KH_SCN_PREFILL) {
-    add_kv_gather(s->group, s->n);
-    add_llm_step_ops(s->group, s->n);
-  }
+  if (s->kind == KH_SCN_PREFILL) add_llm_step_ops(s->group, s->n);
 }
 void bench_dit_elementwise(const kh_scn *s) {
   if (s->kind == KH_SCN_DIT) add_flow_ops(s->group, s->n, "dit_elementwise");

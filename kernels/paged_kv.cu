@@ -1,7 +1,7 @@
 /* paged_kv.cu - the GPU LLM's paged KV cache ops (lib/gpu/llm.c): decode-step preparation
- * (embeddings, positions, cache slots, block tables of the batch), RoPE + append of K/V to the
- * pages, and the gather of one sequence's pages into contiguous rows (the prefill attention,
- * kernels.h cosy_k_paged_prefill, now reads the pages itself). Interfaces in paged_kv.h.
+ * (embeddings, positions, cache slots, block tables of the batch) and RoPE + append of K/V to
+ * the pages (the attention that reads them: kernels.h cosy_k_paged_decode /
+ * cosy_k_paged_prefill). Interfaces in paged_kv.h.
  *
  * Math
  *   decode_prep: h[i] = speech_embedding[token_i] (fp32), slot_i = block_table[pos_i / P] * P +
@@ -9,11 +9,9 @@
  *   rope_append: x = qkv (+ qkv_lo) (+ bias); NeoX RoPE (Qwen2 rotate_half) on head_dim 64, angle
  *     a = fp32(pos) * inv_freq[i] (the fp32 table of lib/ref/llm.c), accurate sincosf; q out,
  *     k/v to cache rows (all fp32).
- *   kv_gather: copy of cache rows of one sequence to contiguous [t][kv_dim].
  * Thread mapping
  *   decode_prep: one block of 128 threads per row (threads stride over H and the block table).
  *   rope_append: one thread per (token, head of q|k|v, i < 32) pair; grid-stride.
- *   kv_gather: one thread per (token, 4-float vector of K and V).
  * Numerics: fp32; copies are exact.
  */
 #include "kcommon.cuh"
@@ -124,24 +122,6 @@ rope_append_kernel(const float *__restrict__ qkv, const float *__restrict__ qkv_
   }
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* kv_gather                                                                                   */
-
-__global__ void __launch_bounds__(EW_THREADS)
-kv_gather_kernel(const float *__restrict__ kc, const float *__restrict__ vc,
-                 const int32_t *__restrict__ bt, int page_size, int kv_dim, int n_tok,
-                 float *__restrict__ k, float *__restrict__ v) {
-  const int nv = kv_dim / 4;
-  const int64_t total = (int64_t)n_tok * nv;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int t = (int)(e / nv), c = (int)(e % nv) * 4;
-    const size_t src = ((size_t)bt[t / page_size] * page_size + t % page_size) * kv_dim + c;
-    const size_t dst = (size_t)t * kv_dim + c;
-    *reinterpret_cast<float4 *>(k + dst) = *reinterpret_cast<const float4 *>(kc + src);
-    *reinterpret_cast<float4 *>(v + dst) = *reinterpret_cast<const float4 *>(vc + src);
-  }
-}
 
 } /* namespace */
 
@@ -181,16 +161,3 @@ extern "C" cudaError_t cosy_k_llm_rope_append(cudaStream_t s, const float *qkv,
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t cosy_k_llm_kv_gather(cudaStream_t s, const float *k_cache,
-                                            const float *v_cache, const int32_t *bt,
-                                            int page_size, int kv_dim, int n_tok, float *k,
-                                            float *v) {
-  if (n_tok < 0 || page_size <= 0 || kv_dim <= 0 || kv_dim % 4 != 0) return cudaErrorInvalidValue;
-  if (n_tok == 0) return cudaSuccess;
-  if (!k_cache || !v_cache || !bt || !k || !v || !aligned16(k_cache) || !aligned16(v_cache) ||
-      !aligned16(k) || !aligned16(v))
-    return cudaErrorInvalidValue;
-  kv_gather_kernel<<<grid_for((int64_t)n_tok * (kv_dim / 4)), EW_THREADS, 0, s>>>(
-      k_cache, v_cache, bt, page_size, kv_dim, n_tok, k, v);
-  return cudaGetLastError();
-}

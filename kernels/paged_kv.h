@@ -1,5 +1,5 @@
 /* paged_kv.h - the GPU LLM's paged KV cache kernels (kernels/paged_kv.cu; plain C launchers):
- * decode-step preparation, RoPE + K/V append to the pages, one sequence's pages gathered.
+ * decode-step preparation and RoPE + K/V append to the pages.
  * Used by lib/gpu/llm.c (the host side of the pages: lib/gpu/kv_pool.h).
  *
  * Conventions: those of kernels.h (stream first, asynchronous, cudaErrorInvalidValue for bad
@@ -53,13 +53,6 @@ cudaError_t cosy_k_llm_rope_append(cudaStream_t s, const float *qkv, const float
                                    const float *inv_freq, float *q, int q_stride, float *k_cache,
                                    float *v_cache);
 
-/* Gather one sequence's cache rows 0..n_tok-1 into contiguous buffers (lib/gpu/llm.c no longer
- * uses it: its prefill attention, kernels.h cosy_k_paged_prefill, reads the pages directly):
- *   k[t][c] = k_cache[bt[t / page_size] * page_size + t % page_size][c], c < kv_dim (v alike).
- * bt: that sequence's block-table row (device); k, v [n_tok][kv_dim] fp32, kv_dim % 4 == 0. */
-cudaError_t cosy_k_llm_kv_gather(cudaStream_t s, const float *k_cache, const float *v_cache,
-                                 const int32_t *bt, int page_size, int kv_dim, int n_tok, float *k,
-                                 float *v);
 
 #ifdef __cplusplus
 }

@@ -54,8 +54,7 @@ const kh_entry kh_registry[] = {
     {"attn_dit_paged", L("cosy_k_attn_dit_paged"), T(attn_dit_paged), BENCH(attn_dit_paged),
      KH_CEIL_BOTH},
     {"llm_step_ops",
-     L("cosy_k_llm_decode_prep", "cosy_k_llm_rope_append", "cosy_k_llm_kv_gather",
-       "cosy_k_llm_norm_split", "cosy_k_llm_split", "cosy_k_llm_silu_split", "cosy_k_llm_add"),
+     L("cosy_k_llm_decode_prep", "cosy_k_llm_rope_append", "cosy_k_llm_norm_split", "cosy_k_llm_split", "cosy_k_llm_silu_split", "cosy_k_llm_add"),
      T(llm_step_ops), BENCH(llm_step_ops), KH_CEIL_HBM},
     /* tested with the DiT stage's data layouts in tests/test_gpu_flow.c; timed here */
     {"resid_ln", L("cosy_k_flow_resid_ln"), ELSEWHERE("test_gpu_flow.c (resid_ln_case)"),

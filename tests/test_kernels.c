@@ -2200,31 +2200,6 @@ static void check_llm_rope_append(int n_tok, int n_qh, int n_kh, int stride_extr
   dfree(dslots), dfree(dq);
 }
 
-static void check_llm_kv_gather(int n_tok, int page_size, int kv_dim) {
-  const int n_pages = (n_tok + page_size - 1) / page_size + 5;
-  const size_t ncache = (size_t)n_pages * page_size * kv_dim;
-  float *kc = fill(ncache, -2.f, 2.f), *vc = fill(ncache, -2.f, 2.f);
-  int32_t *bt = rnd_perm(n_pages);
-  void *dkc = dup_dt(kc, ncache, F32), *dvc = dup_dt(vc, ncache, F32);
-  int32_t *dbt = dup_i32(bt, n_pages);
-  void *dk = dpoison((size_t)n_tok * kv_dim, F32), *dv = dpoison((size_t)n_tok * kv_dim, F32);
-  CK(cosy_k_llm_kv_gather(0, dkc, dvc, dbt, page_size, kv_dim, n_tok, dk, dv));
-  float *k = download(dk, (size_t)n_tok * kv_dim, F32), *v = download(dv, (size_t)n_tok * kv_dim, F32);
-  double *rk = dalloc_host((size_t)n_tok * kv_dim), *rv = dalloc_host((size_t)n_tok * kv_dim);
-  for (int t = 0; t < n_tok; ++t)
-    for (int c = 0; c < kv_dim; ++c) {
-      const size_t src = ((size_t)bt[t / page_size] * page_size + t % page_size) * kv_dim + c;
-      rk[(size_t)t * kv_dim + c] = kc[src];
-      rv[(size_t)t * kv_dim + c] = vc[src];
-    }
-  char sz[64];
-  snprintf(sz, sizeof sz, "%d tok page %d kv_dim %d", n_tok, page_size, kv_dim);
-  check("llm_kv_gather: k", sz, k, rk, (size_t)n_tok * kv_dim, 0.0);
-  check("llm_kv_gather: v", sz, v, rv, (size_t)n_tok * kv_dim, 0.0);
-  free(kc), free(vc), free(bt), free(k), free(v), free(rk), free(rv);
-  dfree(dkc), dfree(dvc), dfree(dbt), dfree(dk), dfree(dv);
-}
-
 /* hi + lo (two bf16 buffers of n) as floats, and hi alone */
 static void download_hilo(const void *dhi, const void *dlo, size_t n, float **sum, float **hi) {
   float *l = download(dlo, n, BF16);
@@ -2331,9 +2306,6 @@ void test_llm_step_ops(void **state) {
   check_llm_rope_append(300, 14, 2, 8, 0, 1);
   check_llm_rope_append(17, 14, 2, 0, 0, 0);
   check_llm_rope_append(9, 4, 4, 0, 1, 0);
-  check_llm_kv_gather(300, 16, 128);
-  check_llm_kv_gather(1, 32, 4);
-  check_llm_kv_gather(65, 16, 128);
   check_llm_norm_split(1, 896, 1);
   check_llm_norm_split(64, 896, 1);
   check_llm_norm_split(300, 896, 0);
@@ -2417,8 +2389,6 @@ void test_args(void **state) {
     bad += cosy_k_paged_prefill(0, d, 898, d, d, ti, 63, sg, 1, ti, 1, 14, 2, 64, 16, 0.125f, d,
                                 896, &g_dev) != cudaErrorInvalidValue; /* q_stride % 4 */
   }
-  bad += cosy_k_llm_kv_gather(0, d, d, (const int32_t *)d, 16, 130, 1, d, d) !=
-         cudaErrorInvalidValue; /* kv_dim % 4 */
   bad += cosy_k_llm_rope_append(0, d, NULL, 100, NULL, 1, 14, 2, (const int32_t *)d,
                                 (const int32_t *)d, d, d, 896, d, d) !=
          cudaErrorInvalidValue; /* qkv_stride < 18 heads */
