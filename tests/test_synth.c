@@ -441,6 +441,7 @@ static void *run_hjob(void *arg) {
   hjob *j = (hjob *)arg;
   cosy_synth_params p;
   params(&p, COSY_MODE_ZERO_SHOT, j->seed);
+  p.max_tokens = 80; /* a first chunk and a later one: holds of both kinds, and quick */
   j->st = cosy_synthesize(j->e, j->v, TEXT, &p, &j->pcm, &j->n);
   return NULL;
 }
