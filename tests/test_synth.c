@@ -383,9 +383,12 @@ static void test_stats_while_running(void **state) {
   cosy_request_release(r);
 }
 
+/* one zero-shot request of TEXT on engine e with voice v, on its own thread */
 typedef struct job {
-  fx *f;
+  cosy_engine *e;
+  cosy_voice *v;
   uint64_t seed;
+  int max_tokens;
   float *pcm;
   int64_t n;
   cosy_status st;
@@ -395,57 +398,46 @@ static void *run_job(void *arg) {
   job *j = (job *)arg;
   cosy_synth_params p;
   params(&p, COSY_MODE_ZERO_SHOT, j->seed);
-  p.max_tokens = 45;
-  j->st = cosy_synthesize(j->f->e, j->f->v, TEXT, &p, &j->pcm, &j->n);
+  p.max_tokens = j->max_tokens;
+  j->st = cosy_synthesize(j->e, j->v, TEXT, &p, &j->pcm, &j->n);
   return NULL;
+}
+
+/* nj requests (seeds seed0, seed0 + 1, ...) at once on engine e with voice v; each one's audio
+ * must equal the same request made alone on the fixture's engine */
+enum { MAX_JOBS = 8 };
+static void concurrent_equal_alone(fx *f, cosy_engine *e, cosy_voice *v, int nj, uint64_t seed0,
+                                   int max_tokens) {
+  job jobs[MAX_JOBS];
+  pthread_t th[MAX_JOBS];
+  assert_true(nj <= MAX_JOBS);
+  for (int i = 0; i < nj; i++) {
+    jobs[i] = (job){e, v, seed0 + (uint64_t)i, max_tokens, NULL, 0, COSY_OK};
+    pthread_create(&th[i], NULL, run_job, &jobs[i]);
+  }
+  for (int i = 0; i < nj; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < nj; i++) {
+    assert_int_equal(jobs[i].st, COSY_OK);
+    job alone = {f->e, f->v, jobs[i].seed, max_tokens, NULL, 0, COSY_OK};
+    run_job(&alone);
+    assert_int_equal(alone.st, COSY_OK);
+    assert_int_equal(alone.n, jobs[i].n);
+    assert_memory_equal(alone.pcm, jobs[i].pcm, (size_t)alone.n * sizeof(float));
+    cosy_free(alone.pcm);
+    cosy_free(jobs[i].pcm);
+  }
 }
 
 static void test_concurrent(void **state) {
   fx *f = (fx *)*state;
   TU_REQUIRE(f->e, "small model or ../shared absent");
-  enum { NJ = 5 };
-  job jobs[NJ];
-  pthread_t th[NJ];
-  for (int i = 0; i < NJ; i++) {
-    memset(&jobs[i], 0, sizeof jobs[i]);
-    jobs[i].f = f;
-    jobs[i].seed = 100 + (uint64_t)i;
-    pthread_create(&th[i], NULL, run_job, &jobs[i]);
-  }
-  for (int i = 0; i < NJ; i++) pthread_join(th[i], NULL);
-  for (int i = 0; i < NJ; i++) {
-    assert_int_equal(jobs[i].st, COSY_OK);
-    job serial = {f, jobs[i].seed, NULL, 0, 0};
-    run_job(&serial);
-    assert_int_equal(serial.n, jobs[i].n);
-    assert_memory_equal(serial.pcm, jobs[i].pcm, (size_t)serial.n * sizeof(float));
-    cosy_free(serial.pcm);
-    cosy_free(jobs[i].pcm);
-  }
+  concurrent_equal_alone(f, f->e, f->v, 5, 100, 45);
 }
 
 /* COSY_SCHED_FIRST_HOLD=1 (lib/scheduler.c, first_pending): while first chunks wait, requests
  * whose next chunk already has its tokens sit out decode steps. Several requests at once on an
- * engine with the hold: the trace shows held rows, and each request's audio equals the same
- * request alone on the fixture's engine (no hold): the hold changes timing, never tokens. */
-typedef struct hjob {
-  cosy_engine *e;
-  cosy_voice *v;
-  uint64_t seed;
-  float *pcm;
-  int64_t n;
-  cosy_status st;
-} hjob;
-
-static void *run_hjob(void *arg) {
-  hjob *j = (hjob *)arg;
-  cosy_synth_params p;
-  params(&p, COSY_MODE_ZERO_SHOT, j->seed);
-  p.max_tokens = 80; /* a first chunk and a later one: holds of both kinds, and quick */
-  j->st = cosy_synthesize(j->e, j->v, TEXT, &p, &j->pcm, &j->n);
-  return NULL;
-}
-
+ * engine with the hold: each request's audio equals the same request alone on the fixture's
+ * engine (no hold: the hold changes timing, never tokens), and the trace shows held rows. */
 static void test_first_hold(void **state) {
   fx *f = (fx *)*state;
   TU_REQUIRE(f->e, "small model or ../shared absent");
@@ -464,17 +456,8 @@ static void test_first_hold(void **state) {
   assert_int_equal(st, COSY_OK);
   cosy_voice *v = golden_voice(e);
   assert_non_null(v);
-  enum { NJ = 4 };
-  hjob jobs[NJ];
-  pthread_t th[NJ];
-  for (int i = 0; i < NJ; i++) {
-    memset(&jobs[i], 0, sizeof jobs[i]);
-    jobs[i].e = e;
-    jobs[i].v = v;
-    jobs[i].seed = 300 + (uint64_t)i;
-    pthread_create(&th[i], NULL, run_hjob, &jobs[i]);
-  }
-  for (int i = 0; i < NJ; i++) pthread_join(th[i], NULL);
+  /* 80 tokens: a first chunk and a later one (holds of both kinds), and quick */
+  concurrent_equal_alone(f, e, v, 4, 300, 80);
   cosy_voice_release(v);
   cosy_engine_destroy(e); /* closes the trace */
   /* the trace: held rows appeared */
@@ -491,16 +474,6 @@ static void test_first_hold(void **state) {
   printf("first hold: %d decode steps, %d iterations with held rows\n", steps, held_lines);
   assert_true(steps > 0);
   assert_true(held_lines > 0);
-  for (int i = 0; i < NJ; i++) {
-    assert_int_equal(jobs[i].st, COSY_OK);
-    hjob alone = {f->e, f->v, jobs[i].seed, NULL, 0, COSY_OK};
-    run_hjob(&alone);
-    assert_int_equal(alone.st, COSY_OK);
-    assert_int_equal(alone.n, jobs[i].n);
-    assert_memory_equal(alone.pcm, jobs[i].pcm, (size_t)alone.n * sizeof(float));
-    cosy_free(alone.pcm);
-    cosy_free(jobs[i].pcm);
-  }
 }
 
 int main(void) {
