@@ -137,6 +137,7 @@ typedef struct sjob {
   int fed;                    /* prompt positions prefilled */
   int decoding;               /* prefill done; tok is the next input */
   int32_t tok;
+  int held;                   /* this iteration's decode step leaves it out (first_pending) */
   int32_t *hist;
   int n_hist, silent_run;
   /* shared (e->mu) */
@@ -821,6 +822,14 @@ static void admit(cosy_engine *e) {
   }
 }
 
+/* first thing on each scheduler thread: the backend's per-thread setup, the CPU threads */
+static void thread_enter(cosy_engine *e) {
+  if (e->be->thread_enter) e->be->thread_enter(e);
+#ifdef _OPENMP
+  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
+#endif
+}
+
 /* First audio before more tokens (COSY_SCHED_FIRST_HOLD=1; e->mu held). While some request's
  * first chunk has its tokens but has not been delivered yet, a decode step serves only the
  * requests whose next chunk still lacks tokens: a request whose next chunk could already be
@@ -845,10 +854,7 @@ static int chunk_tokens_ready(const sjob *j) {
 static void *llm_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
-  if (e->be->thread_enter) e->be->thread_enter(e);
-#ifdef _OPENMP
-  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
-#endif
+  thread_enter(e);
   int cap = 0;
   sjob **jobs = NULL;
   cosy_llm_row *rows = NULL;
@@ -903,11 +909,14 @@ static void *llm_main(void *arg) {
       }
     }
     int k = 0;
+    const int hold = s->first_hold && first_pending(s);
     for (sjob *j = s->active; j && k < cap; j = j->next)
-      if (!j->llm_released) jobs[k++] = j;
+      if (!j->llm_released) {
+        j->held = hold && chunk_tokens_ready(j); /* sits out this iteration's decode step */
+        jobs[k++] = j;
+      }
     n = k;
     const int64_t seen = s->wake_seq;
-    const int hold = s->first_hold && first_pending(s);
     pthread_mutex_unlock(&e->mu);
 
     /* failures and cancellations release their sequences */
@@ -1005,14 +1014,9 @@ static void *llm_main(void *arg) {
     for (int i = 0; i < n; i++) {
       sjob *j = jobs[i];
       if (!j || !j->decoding || j->llm_released) continue;
-      if (hold) {
-        pthread_mutex_lock(&e->mu);
-        const int ahead = chunk_tokens_ready(j);
-        pthread_mutex_unlock(&e->mu);
-        if (ahead) { /* first audio before more tokens (first_pending) */
-          held++;
-          continue;
-        }
+      if (j->held) { /* first audio before more tokens (first_pending) */
+        held++;
+        continue;
       }
       /* a job whose prefill just finished has its first token: it joins this step */
       rows[nr].seq = j->seq;
@@ -1124,6 +1128,21 @@ static int job_frames(const sjob *j, int kind) {
 static double deadline(const sjob *j, int sample_rate) {
   if (j->chunks_done == 0 && j->seg_i == 0) return -1e300 + j->r->t_submit;
   return j->r->t_first + (double)j->r->native_out / sample_rate;
+}
+
+/* The most urgent FLOW_BATCH_JOBS candidates, earliest deadline first: rank_insert keeps r[0..n)
+ * sorted (ties in arrival order) and drops a candidate later than all of a full list. */
+typedef struct ranked {
+  double deadline;
+  void *p;  /* the candidate (a job, a vocoder item) */
+  int kind; /* the caller's tag (chunk_ready's kind) */
+} ranked;
+
+static void rank_insert(ranked *r, int *n, ranked x) {
+  if (*n == FLOW_BATCH_JOBS && x.deadline >= r[*n - 1].deadline) return;
+  int at = *n < FLOW_BATCH_JOBS ? (*n)++ : *n - 1;
+  for (; at > 0 && r[at - 1].deadline > x.deadline; at--) r[at] = r[at - 1];
+  r[at] = x;
 }
 
 /* speed != 1: linear interpolation of the mel to T/speed frames (align_corners = False) */
@@ -1344,11 +1363,9 @@ static void voc_batch(cosy_engine *e, vitem **it, int n) {
 static void *voc_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
-  if (e->be->thread_enter) e->be->thread_enter(e);
-#ifdef _OPENMP
-  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
-#endif
+  thread_enter(e);
   const int sr = e->model->hp.sample_rate;
+  ranked rk[FLOW_BATCH_JOBS];
   vitem *pick[FLOW_BATCH_JOBS];
   pthread_mutex_lock(&e->mu);
   for (;;) {
@@ -1358,16 +1375,9 @@ static void *voc_main(void *arg) {
       continue;
     }
     int n = 0;
-    for (vitem *v = s->vq; v; v = v->next) {
-      double d = deadline(v->j, sr);
-      if (n == FLOW_BATCH_JOBS && d >= deadline(pick[n - 1]->j, sr)) continue;
-      int at = n < FLOW_BATCH_JOBS ? n++ : n - 1;
-      while (at > 0 && deadline(pick[at - 1]->j, sr) > d) {
-        pick[at] = pick[at - 1];
-        at--;
-      }
-      pick[at] = v;
-    }
+    for (vitem *v = s->vq; v; v = v->next)
+      rank_insert(rk, &n, (ranked){deadline(v->j, sr), v, 0});
+    for (int i = 0; i < n; i++) pick[i] = (vitem *)rk[i].p;
     for (int i = 0; i < n; i++) { /* unlink the picked items */
       vitem **pp = &s->vq;
       while (*pp != pick[i]) pp = &(*pp)->next;
@@ -1385,11 +1395,9 @@ static void *voc_main(void *arg) {
 static void *t2w_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
-  if (e->be->thread_enter) e->be->thread_enter(e);
-#ifdef _OPENMP
-  if (e->cfg.cpu_threads > 0) omp_set_num_threads(e->cfg.cpu_threads);
-#endif
+  thread_enter(e);
   const int sr = e->model->hp.sample_rate;
+  ranked rk[FLOW_BATCH_JOBS];
   sjob *pick[FLOW_BATCH_JOBS];
   int kind[FLOW_BATCH_JOBS];
   cosy_flow_job fj[FLOW_BATCH_JOBS];
@@ -1405,17 +1413,11 @@ static void *t2w_main(void *arg) {
     for (sjob *j = s->active; j; j = j->next) {
       if (cancelled(j->r)) continue;
       int k = chunk_ready(j);
-      if (!k) continue;
-      double d = deadline(j, sr);
-      if (n == FLOW_BATCH_JOBS && d >= deadline(pick[n - 1], sr)) continue;
-      int at = n < FLOW_BATCH_JOBS ? n++ : n - 1;
-      while (at > 0 && deadline(pick[at - 1], sr) > d) {
-        pick[at] = pick[at - 1];
-        kind[at] = kind[at - 1];
-        at--;
-      }
-      pick[at] = j;
-      kind[at] = k;
+      if (k) rank_insert(rk, &n, (ranked){deadline(j, sr), j, k});
+    }
+    for (int i = 0; i < n; i++) {
+      pick[i] = (sjob *)rk[i].p;
+      kind[i] = rk[i].kind;
     }
     if (n == 0) {
       if (s->active)
