@@ -69,6 +69,17 @@ typedef int cosy_bench_kernels_without_cuda; /* tests/test_kernels.c says SKIP *
 #define g_dev_bytes kh_dev_bytes
 static uint32_t rng32(void) { return (uint32_t)(kh_rng_next() >> 32); }
 
+/* bt[0..n) = a random permutation of the page ids 0..n-1 (scattered pages) */
+static void scatter_pages(int32_t *bt, int n) {
+  for (int i = 0; i < n; ++i) bt[i] = i;
+  for (int i = n - 1; i > 0; --i) {
+    const int j = (int)(rng32() % (uint32_t)(i + 1));
+    const int32_t t = bt[i];
+    bt[i] = bt[j];
+    bt[j] = t;
+  }
+}
+
 /* the rows of one family: the scenario adders below (add_dit, add_flow_ops) take the family */
 #define FAM(f) (!strcmp(fam, f))
 
@@ -394,13 +405,7 @@ static void add_paged(const char *group, int B, int ctx) {
   o->p[1] = drand_rot(o->nrot, cache_elems, BF16, -1.f, 1.f, &o->rot[1]);
   o->p[2] = drand_rot(o->nrot, cache_elems, BF16, -1.f, 1.f, &o->rot[2]);
   int32_t *bt = malloc((size_t)n_pages * 4), *lens = malloc((size_t)B * 4);
-  for (int i = 0; i < n_pages; ++i) bt[i] = i;
-  for (int i = n_pages - 1; i > 0; --i) { /* scattered pages */
-    const int j = (int)(rng32() % (uint32_t)(i + 1));
-    const int32_t t = bt[i];
-    bt[i] = bt[j];
-    bt[j] = t;
-  }
+  scatter_pages(bt, n_pages);
   for (int b = 0; b < B; ++b) lens[b] = ctx;
   o->p[3] = dints(bt, (size_t)n_pages);
   o->p[4] = dints(lens, (size_t)B);
@@ -592,13 +597,7 @@ static void add_paged_prefill(const char *group, int n_seg, int L) {
   int32_t *bt = malloc((size_t)n_pages * 4), *segs = malloc((size_t)n_seg * 16);
   int32_t *tiles = malloc((size_t)n_seg * (L / COSY_K_PREFILL_TILE + 1) * 8);
   if (!bt || !segs || !tiles) exit(1);
-  for (int i = 0; i < n_pages; ++i) bt[i] = i;
-  for (int i = n_pages - 1; i > 0; --i) { /* scattered pages */
-    const int j = (int)(rng32() % (uint32_t)(i + 1));
-    const int32_t t = bt[i];
-    bt[i] = bt[j];
-    bt[j] = t;
-  }
+  scatter_pages(bt, n_pages);
   int nt = 0;
   for (int g = 0; g < n_seg; ++g) {
     segs[4 * g] = g * L, segs[4 * g + 1] = L, segs[4 * g + 2] = L, segs[4 * g + 3] = g;
