@@ -852,6 +852,23 @@ int main(int argc, char **argv) {
              "engine%s %.0f MiB (KV %.0f MiB)\n",
              1e3 * sums[1] / ok, 1e3 * sums[2] / ok, 1e3 * sums[3] / ok, sums[0] / ok,
              n_eng > 1 ? "s hold" : " holds", dev_bytes / 1048576.0, kv_bytes / 1048576.0);
+    /* the first C requests start together (a burst unless --ramp); the rest arrive as earlier
+     * ones finish: their TTFB apart shows the burst against the steady closed loop */
+    if (total > C) {
+      double *w1 = (double *)calloc((size_t)total, sizeof *w1), *w2 = (double *)calloc((size_t)total, sizeof *w2);
+      int n1 = 0, n2 = 0;
+      for (int i = 0; w1 && w2 && i < total; i++) {
+        if (sh.res[i].st) continue;
+        if (i < C) w1[n1++] = sh.res[i].ttfb;
+        else w2[n2++] = sh.res[i].ttfb;
+      }
+      if (n1 && n2)
+        printf("      ttfb by wave: first %d requests p50 %.1f ms p95 %.1f ms; later %d p50 %.1f ms "
+               "p95 %.1f ms\n", n1, 1e3 * pct(w1, n1, 0.5), 1e3 * pct(w1, n1, 0.95), n2,
+               1e3 * pct(w2, n2, 0.5), 1e3 * pct(w2, n2, 0.95));
+      free(w1);
+      free(w2);
+    }
     if (ok != total) {
       printf("      (%d of %d requests failed)\n", total - ok, total);
       g_failed += total - ok;

@@ -47,8 +47,8 @@
 #               initcheck synccheck") picks tools. Logs: san_<tool>_<run>.log; a line per run in
 #               the summary: "san <tool> <run>: N errors (rc)"
 #   ab          W1 at C = 16 and 64 with each scheduler / vocoder option against the defaults,
-#               in alternation, twice: COSY_SCHED_FIRST_HOLD=1, COSY_HIFT_TF32=1, both (about
-#               3 minutes after a build). Logs: ab_*.log; "ab <variant> <round>:" rows
+#               in alternation, twice (AB_VARIANTS, AB_ROUNDS, AB_LEVELS: see the step; about
+#               12 s a run after a build). Logs: ab_*.log; "ab <variant> <round>:" rows
 #   multi       two GPUs (SKIP with fewer): the GPU parity tests on device 1 alone
 #               (CUDA_VISIBLE_DEVICES=1: test_kernels, test_gpu_llm/flow/hift with the full model,
 #               test_gpu_engine on the small model), test_gpu_engine's two-device test on both
@@ -291,24 +291,21 @@ if [[ " $STEPS " == *" memory "* ]]; then
   done
 fi
 if [[ " $STEPS " == *" ab "* ]]; then
-  # scheduler and vocoder options against the defaults, W1 at C = AB_LEVELS (16,64), each row
-  # twice in alternation (base, hold, tf32, both, then again) so that drift shows:
-  #   hold  COSY_SCHED_FIRST_HOLD=1 (decode rows whose next chunk has its tokens wait while
-  #         first chunks are pending: docs/scheduler.md)
-  #   tf32  COSY_HIFT_TF32=1 (the vocoder's convolutions in TF32 instead of 3xTF32)
-  # Logs: ab_<variant>_<round>.log; the summary gets each run's rows
-  for round in 1 2; do
-    for v in base hold tf32 both; do
+  # scheduler and vocoder options against the defaults, W1 at C = AB_LEVELS (16,64), each
+  # variant AB_ROUNDS (2) times in alternation so that drift shows. AB_VARIANTS: space-separated
+  # name[:VAR=value,VAR=value] (docs/scheduler.md "Measurement aids" for the variables), default
+  #   base  hold:COSY_SCHED_FIRST_HOLD=1  tf32:COSY_HIFT_TF32=1  both:(the two)
+  # Logs: ab_<variant>_<round>.log; the summary gets each run's rows and its "ttfb by wave" line
+  AB_VARIANTS=${AB_VARIANTS:-base hold:COSY_SCHED_FIRST_HOLD=1 tf32:COSY_HIFT_TF32=1 both:COSY_SCHED_FIRST_HOLD=1,COSY_HIFT_TF32=1}
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for spec in $AB_VARIANTS; do
+      v=${spec%%:*}
       envs=()
-      case $v in
-        hold) envs=(COSY_SCHED_FIRST_HOLD=1) ;;
-        tf32) envs=(COSY_HIFT_TF32=1) ;;
-        both) envs=(COSY_SCHED_FIRST_HOLD=1 COSY_HIFT_TF32=1) ;;
-      esac
+      if [[ "$spec" == *:* ]]; then IFS=, read -r -a envs <<< "${spec#*:}"; fi
       run ab_${v}_$round env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --concurrency "${AB_LEVELS:-16,64}" "${W1_ARGS[@]}"
-      grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms' "$OUT/ab_${v}_$round.log" | sed "s/^/ab $v $round: /" \
-        | tee -a "$SUMMARY"
+      grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave' "$OUT/ab_${v}_$round.log" \
+        | sed "s/^ */ab $v $round: /" | tee -a "$SUMMARY"
     done
   done
 fi

@@ -182,6 +182,11 @@ struct cosy_sched {
   pthread_cond_t cv_call;        /* a call is done */
   int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
   int64_t held_rows;             /* decode rows held back by first_hold (trace, tests) */
+  /* measurement knobs (environment, read at start; docs/scheduler.md "Measurement aids") */
+  int no_urgent;                 /* COSY_SCHED_URGENT=0: first-chunk calls never go above the LLM */
+  int first_only;                /* COSY_SCHED_FIRST_ONLY=1: a batch with first chunks holds only
+                                    first chunks */
+  int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: new frames per flow batch */
 };
 
 enum { BS_ADVANCE = 0, BS_DECODE = 1, BS_FINAL = 2 };
@@ -1297,7 +1302,7 @@ static void voc_batch(cosy_engine *e, vitem **it, int n) {
     vj[i].finalize = it[i]->kind == 2;
     vj[i].mel = it[i]->mel;
     vj[i].n_new = it[i]->n_frames;
-    if (j->chunks_done == 0) urgent = 1;
+    if (j->chunks_done == 0) urgent = !s->no_urgent;
   }
   cosy_status vst = COSY_OK;
   double t0 = cosy_now();
@@ -1426,13 +1431,16 @@ static void *t2w_main(void *arg) {
         pthread_cond_wait(&s->cv_t2w, &e->mu);
       continue;
     }
-    /* a batch of at most FLOW_BATCH_FRAMES new frames (the first job always goes), so a first
-     * chunk that arrives while a batch runs waits for a short one */
+    /* a batch of at most flow_frames (FLOW_BATCH_FRAMES) new frames (the first job always goes),
+     * so a first chunk that arrives while a batch runs waits for a short one; with first_only a
+     * batch that starts with first chunks holds nothing else */
     {
       int frames = 0, keep = 0;
       for (; keep < n; keep++) {
         const int f = job_frames(pick[keep], kind[keep]);
-        if (keep > 0 && frames + f > FLOW_BATCH_FRAMES) break;
+        if (keep > 0 && frames + f > s->flow_frames) break;
+        if (keep > 0 && s->first_only && pick[0]->chunks_done == 0 && pick[keep]->chunks_done != 0)
+          break;
         frames += f;
       }
       n = keep;
@@ -1441,7 +1449,7 @@ static void *t2w_main(void *arg) {
     for (int i = 0; i < n; i++) {
       sjob *j = pick[i];
       j->busy = 1;
-      if (j->chunks_done == 0) urgent = 1;
+      if (j->chunks_done == 0) urgent = !s->no_urgent;
       memset(&fj[i], 0, sizeof fj[i]);
       fj[i].fs = j->fs;
       fj[i].tokens = j->tokens;
@@ -1457,7 +1465,8 @@ static void *t2w_main(void *arg) {
         fj[i].n_frames = 2 * j->n_tok - fj[i].frame_from;
       }
     }
-    s->first_in_flight = urgent;
+    s->first_in_flight = 0;
+    for (int i = 0; i < n; i++) s->first_in_flight |= pick[i]->chunks_done == 0;
     pthread_mutex_unlock(&e->mu);
 
     /* flow */
@@ -1562,6 +1571,17 @@ cosy_status sched_start(cosy_engine *e) {
   if (tt && tt[0]) s->ttrace = fopen(tt, "w");
   const char *fh = getenv("COSY_SCHED_FIRST_HOLD"); /* before the threads start */
   s->first_hold = fh && fh[0] == '1' && !fh[1];
+  const char *ur = getenv("COSY_SCHED_URGENT");
+  s->no_urgent = ur && ur[0] == '0' && !ur[1];
+  const char *fo = getenv("COSY_SCHED_FIRST_ONLY");
+  s->first_only = fo && fo[0] == '1' && !fo[1];
+  const char *ff = getenv("COSY_SCHED_FLOW_FRAMES");
+  s->flow_frames = FLOW_BATCH_FRAMES;
+  if (ff && ff[0]) {
+    char *end = NULL;
+    long v = strtol(ff, &end, 10);
+    if (end && !*end && v >= 1 && v <= 1000000) s->flow_frames = (int)v;
+  }
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
   pthread_cond_init(&s->cv_voc, NULL);
