@@ -4,7 +4,7 @@
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
-#                                        memory stress gputime fault sanitize longtext multi ab
+#                                        memory stress gputime fault sanitize longtext multi ab trace
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
 #
@@ -49,6 +49,8 @@
 #   ab          W1 at C = 16 and 64 with each scheduler / vocoder option against the defaults,
 #               in alternation, twice (AB_VARIANTS, AB_ROUNDS, AB_LEVELS: see the step; about
 #               12 s a run after a build). Logs: ab_*.log; "ab <variant> <round>:" rows
+#   trace       W1 at C = 64 with the scheduler's trace under TRACE_VARIANTS (ab syntax), each
+#               summarized by bench/trace_summary.py (calls, busy shares, LLM step interval)
 #   multi       two GPUs (SKIP with fewer): the GPU parity tests on device 1 alone
 #               (CUDA_VISIBLE_DEVICES=1: test_kernels, test_gpu_llm/flow/hift with the full model,
 #               test_gpu_engine on the small model), test_gpu_engine's two-device test on both
@@ -307,6 +309,21 @@ if [[ " $STEPS " == *" ab "* ]]; then
       grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave' "$OUT/ab_${v}_$round.log" \
         | sed "s/^ */ab $v $round: /" | tee -a "$SUMMARY"
     done
+  done
+fi
+if [[ " $STEPS " == *" trace "* ]]; then
+  # W1 at C = TRACE_LEVEL (64) with the scheduler trace (COSY_SCHED_TRACE) under each variant of
+  # TRACE_VARIANTS (the ab step's syntax, default "base"); bench/trace_summary.py's table of each
+  # goes to the summary. Logs: trace_<variant>.log, trace_<variant>.txt
+  for spec in ${TRACE_VARIANTS:-base}; do
+    v=${spec%%:*}
+    envs=()
+    if [[ "$spec" == *:* ]]; then IFS=, read -r -a envs <<< "${spec#*:}"; fi
+    run trace_$v env "${envs[@]}" COSY_SCHED_TRACE="$OUT/trace_$v.txt" ./$B/bench/bench_w1 \
+      -m "$FULL" --device 0 --concurrency "${TRACE_LEVEL:-64}" "${W1_ARGS[@]}"
+    grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave' "$OUT/trace_$v.log" | sed "s/^ */trace $v: /" \
+      | tee -a "$SUMMARY"
+    python3 bench/trace_summary.py "$OUT/trace_$v.txt" | sed "s/^/trace $v: /" | tee -a "$SUMMARY"
   done
 fi
 if [[ " $STEPS " == *" multi "* ]]; then # not in the default steps: bash bench/device_run.sh build multi

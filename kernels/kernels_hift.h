@@ -108,6 +108,13 @@ cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev);
  * (deterministic), when two regions fit dev->smem_block. Tuning override for measurements: 0
  * automatic (default), 1 never, 2 always. Process-wide. */
 void cosy_hift_conv_tuning(int split_mode);
+/* Double buffering of the weight slab: when every conv of a launch holds all its taps in one
+ * slab, the block can keep two slabs and request the next chunk's weights (cp.async) before it
+ * multiplies the current one, so their latency hides behind the mma. The products and their order
+ * are unchanged (bit-identical results either way); it costs shared memory (occupancy). 0
+ * automatic (default: when a region stays within 64 KB), 1 never, 2 whenever it fits.
+ * Process-wide tuning for measurements (gpu_hift reads COSY_HIFT_CONV_DB). */
+void cosy_hift_conv_double_buffer(int mode);
 /* cosy_k_hift_conv with the split chosen by the caller for this launch only: 0 automatic (as
  * above), 1 never, 2 always (when the shared memory allows). A conv's values depend only on its
  * own descriptor and the split, not on the other convs of the launch nor on the device: callers

@@ -424,8 +424,11 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
   small[1].smem_block = 72 * 1024;
   float *base = NULL;
   int ok = 1;
-  for (int v = 0; v < 3; v++) {
-    const cosy_kdev *d = v == 0 ? &fx->g->dev : &small[v - 1];
+  /* v: 0 this device, 1 ada, 2 72 KB (double buffering automatic), 3 and 4 this device with the
+   * weight slab's double buffering off and forced on */
+  for (int v = 0; v < 5; v++) {
+    const cosy_kdev *d = v == 0 || v > 2 ? &fx->g->dev : &small[v - 1];
+    cosy_hift_conv_double_buffer(v == 3 ? 1 : v == 4 ? 2 : 0);
     int kt = 0, split = -1;
     const size_t smem = cosy_k_hift_conv_plan(d, &r->desc, 1, 1, &kt, &split);
     assert_true(smem > 0 && smem <= d->smem_block && split == 0);
@@ -439,13 +442,15 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
       continue;
     }
     const int same = !memcmp(o, base, 2 * nall * sizeof(float));
-    printf("  conv %s on %zu KB per block: %d of %d taps per slab, %zu KB: %s\n", cc->name,
-           d->smem_block / 1024, kt, cc->k, smem / 1024, same ? "bit-identical" : "DIFFERS");
+    printf("  conv %s on %zu KB per block%s: %d of %d taps per slab, %zu KB: %s\n", cc->name,
+           d->smem_block / 1024, v == 3 ? " (one slab)" : v == 4 ? " (two slabs if they fit)" : "",
+           kt, cc->k, smem / 1024, same ? "bit-identical" : "DIFFERS");
     ok &= same;
     free(o);
   }
   free(base);
-  /* the strip alone: one tap short of what the conv needs */
+  /* the strip alone: one tap short of what the conv needs (one slab) */
+  cosy_hift_conv_double_buffer(1);
   cosy_kdev tiny = fx->g->dev;
   int kt0 = 0;
   tiny.smem_block = cosy_k_hift_conv_plan(&fx->g->dev, &r->desc, 1, 1, &kt0, NULL) -
@@ -453,6 +458,7 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
   assert_int_equal(cosy_k_hift_conv_plan(&tiny, &r->desc, 1, 1, NULL, NULL), 0);
   assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &tiny, &r->desc, 1, 0, 1),
                    cudaErrorInvalidValue);
+  cosy_hift_conv_double_buffer(0);
   return ok;
 }
 
