@@ -19,8 +19,8 @@
  *
  * Thread mapping: 128 threads = 4 warps in a 2 (co) x 2 (time) grid; each warp owns 32 co x 32
  * time steps = 2 x 4 mma tiles (32 fp32 accumulators per thread). A block computes 64 co x 64 time
- * of one conv; grid = (time tiles, co tiles, conv index) so that up to 4 independent convs
- * (the three resblocks of a stage) share one launch. Per chunk of 8 input channels: the weight
+ * of one conv; grid = (time tiles, co tiles, conv index) so that up to 16 independent convs
+ * (the three resblocks of a stage; in streaming, those of every job of a batch) share one launch. Per chunk of 8 input channels: the weight
  * slab k x 64 x 8 goes to shared memory by cp.async (16 B); the strip values (one column per
  * thread, all 8 rows; a plain loop for the long strided strips of the source downs) were loaded
  * into registers during the previous chunk's mma and are now activated, split into TF32
@@ -64,25 +64,26 @@ constexpr int BN = 64;            /* time steps */
 constexpr int CK = COSY_HCONV_CK; /* 8 input channels per reduction step */
 constexpr int NT = 128;
 constexpr int WP = CK + 4; /* weight row pitch (floats): conflict-free A fragments */
-constexpr int MAXG = 4;
+constexpr int MAXG = COSY_HCONV_MAXG;
 constexpr int MAXK = 32;
 constexpr int RED_FLOATS = 32 * NT; /* the KS = 2 reduction: 32 accumulators per thread */
 
 struct ConvGroup {
   cosy_hift_conv c[MAXG];
   int kt[MAXG]; /* taps per weight slab (k: all at once) */
-  int db;       /* two weight slabs: the next chunk's weights load during this chunk's mma */
 };
+/* passed by value as a __grid_constant__ kernel parameter: stay within the classic 4 KB */
+static_assert(sizeof(ConvGroup) <= 4000, "ConvGroup exceeds the kernel parameter space");
 
 __host__ __device__ inline int strip_len(int k, int dil, int stride) {
   return (BN - 1) * stride + (k - 1) * dil + 1 + 2; /* +2: the reflect column */
 }
 /* pitch = 8 mod 32: the B fragment loads of a warp hit 32 distinct banks */
 __host__ __device__ inline int strip_pitch(int sl) { return ((sl + 31) & ~31) + 8; }
-/* nslab (1 or 2) weight slabs of kt taps [kt][BM][WP] + the strip as TF32 (big, small) planes
+/* one weight slab of kt taps [kt][BM][WP] + the strip as TF32 (big, small) planes
  * [2][CK][pitch] */
-inline size_t conv_smem(int kt, int k, int dil, int stride, int nslab = 1) {
-  return ((size_t)nslab * kt * BM * WP + (size_t)2 * CK * strip_pitch(strip_len(k, dil, stride))) *
+inline size_t conv_smem(int kt, int k, int dil, int stride) {
+  return ((size_t)kt * BM * WP + (size_t)2 * CK * strip_pitch(strip_len(k, dil, stride))) *
          sizeof(float);
 }
 
@@ -179,10 +180,8 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
   float *smem = reinterpret_cast<float *>(smem_raw) + kg * region_floats;
   const int K = c.k, dil = c.dil, stride = c.stride, act = c.act, KT = grp.kt[blockIdx.z];
   const int SL = strip_len(K, dil, stride), SLP = strip_pitch(SL);
-  const bool db = grp.db;          /* then KT == K for every conv of the launch */
-  const int slab = KT * BM * WP;
-  float *sW = smem;                /* [KT][BM][WP]: taps j0 .. j0 + KT - 1 (db: two of them) */
-  float *sX = smem + (db ? 2 : 1) * slab; /* [CK][SLP]: tf32(x) */
+  float *sW = smem;                /* [KT][BM][WP]: taps j0 .. j0 + KT - 1 */
+  float *sX = smem + KT * BM * WP; /* [CK][SLP]: tf32(x) */
   float *sXs = sX + CK * SLP;      /* [CK][SLP]: tf32(x - tf32(x)) (3xTF32 only) */
 
   const int tid = (int)threadIdx.x - kg * NT, lane = tid & 31, warp = tid >> 5;
@@ -242,36 +241,23 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
     if (PREC == COSY_HPREC_3XTF32) sXs[idx] = __uint_as_float(tf32_bits(__fsub_rn(v, big)));
   };
   if (fast && kg < n_chunks) prefetch(kg);
-  if (grp.db) { /* the first chunk's slab (all K taps) */
-    const int nW = kg < n_chunks ? K * BM * 2 : 0;
-    for (int i = tid; i < nW; i += NT) {
-      const int half = i & 1, row = i >> 1, j = row / BM, m = row % BM;
-      cp_async16(sW + row * WP + half * 4,
-                 c.wp + ((size_t)j * c.co_pad + (size_t)(co0 + m)) * c.ci_pad + kg * CK + half * 4);
-    }
-    cp_async_commit();
-  }
   for (int it = 0; it * KS < n_chunks; it++) {
     const int chunk = it * KS + kg;
     const bool active = chunk < n_chunks; /* both groups make every barrier */
     const int ci0 = chunk * CK;
-    /* weight slab of taps [j0, j1) of chunk ch into dst: (j1 - j0) * BM rows of 8 floats, two
-     * 16-byte copies each (nothing for a chunk past the end; the group is committed anyway) */
-    auto load_w_to = [&](float *dst, int ch, int j0, int j1) {
-      const int nW = ch < n_chunks ? (j1 - j0) * BM * 2 : 0;
+    /* weight slab of taps [j0, j1): (j1 - j0) * BM rows of 8 floats, two 16-byte copies each */
+    auto load_w = [&](int j0, int j1) {
+      const int nW = active ? (j1 - j0) * BM * 2 : 0;
       for (int i = tid; i < nW; i += NT) {
         const int half = i & 1, row = i >> 1; /* row = (j - j0) * BM + m */
         const int j = j0 + row / BM, m = row % BM;
         const float *src =
-            c.wp + ((size_t)j * c.co_pad + (size_t)(co0 + m)) * c.ci_pad + ch * CK + half * 4;
-        cp_async16(dst + row * WP + half * 4, src);
+            c.wp + ((size_t)j * c.co_pad + (size_t)(co0 + m)) * c.ci_pad + ci0 + half * 4;
+        cp_async16(sW + row * WP + half * 4, src);
       }
       cp_async_commit();
     };
-    auto load_w = [&](int j0, int j1) { load_w_to(sW, chunk, j0, j1); };
-    /* db: this chunk's slab was requested during the previous chunk (or before the loop) */
-    float *const wcur = db ? sW + (it & 1) * slab : sW;
-    if (!db) load_w(0, KT < K ? KT : K);
+    load_w(0, KT < K ? KT : K);
     /* input strip with the activation */
     if (fast) {
       if (active && tid < SL) {
@@ -298,14 +284,7 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
         }
       }
     }
-    if (db && (it + 1) * KS + kg < n_chunks) {
-      /* the next chunk's slab into the other buffer (last read by the previous chunk's mma,
-       * which every thread finished before that chunk's closing barrier) */
-      load_w_to(sW + ((it + 1) & 1) * slab, chunk + KS, 0, K);
-      cp_async_wait<1>(); /* all but that newest group: this chunk's slab is in */
-    } else {
-      cp_async_wait<0>();
-    }
+    cp_async_wait<0>();
     __syncthreads();
 
     /* tap groups (one when the slab holds all K taps); both warp groups make every barrier */
@@ -313,7 +292,7 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
       const int j1 = j0 + KT < K ? j0 + KT : K;
 #pragma unroll 2
       for (int j = j0; j < (active ? j1 : j0); j++) {
-        const float *w = wcur + (j - j0) * BM * WP;
+        const float *w = sW + (j - j0) * BM * WP;
         const float *x = sX + j * dil, *xs = sXs + j * dil;
         float af[2][4];
         uint32_t bb[4][2], bs[4][2];
@@ -557,7 +536,6 @@ f0_classify_kernel(const double *__restrict__ h, int ld_h, int c_n, const float 
 }
 
 int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always split */
-int g_conv_db = 0;    /* cosy_hift_conv_double_buffer: 0 auto, 1 never, 2 whenever it fits */
 
 template <int PREC, int KS, bool M3>
 cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, dim3 grid, int region_floats) {
@@ -586,16 +564,14 @@ template <int PREC, int KS, bool M3> cudaError_t allow_smem(int bytes) {
  * strip and one tap do not fit the device's shared memory */
 struct ConvPlan {
   int kt[MAXG];
-  int split, region_floats, db;
+  int split, region_floats;
   bool m3;
   dim3 grid;
   size_t smem; /* dynamic shared memory of the launch */
 };
 
-constexpr size_t DB_AUTO_BYTES = 64 * 1024;
-
 cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int split_mode,
-                       ConvPlan *p, int db_mode = g_conv_db) {
+                       ConvPlan *p) {
   if (!dev || !convs || n < 1 || n > MAXG || split_mode < 0 || split_mode > 2)
     return cudaErrorInvalidValue;
   const size_t cap = dev->smem_block;
@@ -650,26 +626,6 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
   if (split && 2 * region > cap) split = 0;
   p->split = split;
   p->region_floats = (int)((split ? region : smem) / sizeof(float));
-  /* two weight slabs when every conv holds all its taps at once and the doubled region fits:
-   * automatic up to DB_AUTO_BYTES a region (occupancy), any size that fits when forced */
-  p->db = 0;
-  if (db_mode != 1) {
-    bool all_taps = true;
-    size_t smem2 = 0;
-    for (int i = 0; i < n; i++) {
-      const cosy_hift_conv &c = convs[i];
-      all_taps = all_taps && p->kt[i] == c.k;
-      const size_t b = conv_smem(c.k, c.k, c.dil, c.stride, 2);
-      smem2 = b > smem2 ? b : smem2;
-    }
-    const size_t region2 = split && smem2 < RED_FLOATS * sizeof(float) ? RED_FLOATS * sizeof(float)
-                                                                       : smem2;
-    if (all_taps && (size_t)(split ? 2 : 1) * region2 <= cap &&
-        (db_mode == 2 || region2 <= DB_AUTO_BYTES)) {
-      p->db = 1;
-      p->region_floats = (int)(region2 / sizeof(float));
-    }
-  }
   p->smem = (size_t)(split ? 2 : 1) * (size_t)p->region_floats * sizeof(float);
   return p->smem <= cap ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -731,7 +687,6 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
     grp.c[i] = convs[i < n ? i : 0];
     grp.kt[i] = p.kt[i];
   }
-  grp.db = p.db;
   return prec == COSY_HPREC_3XTF32
              ? launch_prec<COSY_HPREC_3XTF32>(s, grp, p.grid, p.region_floats, p.split, p.m3)
              : launch_prec<COSY_HPREC_TF32>(s, grp, p.grid, p.region_floats, p.split, p.m3);
@@ -739,10 +694,6 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
 
 extern "C" void cosy_hift_conv_tuning(int split_mode) {
   g_conv_split = split_mode >= 0 && split_mode <= 2 ? split_mode : 0;
-}
-
-extern "C" void cosy_hift_conv_double_buffer(int mode) {
-  g_conv_db = mode >= 0 && mode <= 2 ? mode : 0;
 }
 
 extern "C" cudaError_t cosy_k_hift_conv64(cudaStream_t s, const float *in_f32,

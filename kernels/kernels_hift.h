@@ -44,6 +44,7 @@ typedef enum cosy_hift_prec {
 } cosy_hift_prec;
 
 /* Tile of the conv kernel: weights are packed in blocks of these. */
+#define COSY_HCONV_MAXG 16 /* independent convs in one launch (cosy_k_hift_conv's n) */
 #define COSY_HCONV_BM 64 /* output channels per block (co_pad is a multiple) */
 #define COSY_HCONV_CK 8  /* input channels per reduction step (ci_pad is a multiple) */
 
@@ -88,7 +89,7 @@ typedef struct cosy_hift_conv {
 void cosy_hift_conv_pack(const float *w, int co, int ci, int k, float *wp);
 int cosy_hift_conv_pad(int n, int multiple);
 
-/* Run n (1..4) independent convs in one launch (they must not depend on each other). The tensor
+/* Run n (1..COSY_HCONV_MAXG) independent convs in one launch (they must not depend on each other). The tensor
  * cores do the products (mma.sync m16n8k8 TF32); prec picks TF32 or 3xTF32. Thread mapping: a
  * block of 128 threads computes 64 output channels x 64 time steps of one conv; grid
  * (time tiles, channel tiles, conv). Shared memory: kt * 64 * 12 + 2 * 8 * strip floats (strip =
@@ -108,13 +109,6 @@ cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev);
  * (deterministic), when two regions fit dev->smem_block. Tuning override for measurements: 0
  * automatic (default), 1 never, 2 always. Process-wide. */
 void cosy_hift_conv_tuning(int split_mode);
-/* Double buffering of the weight slab: when every conv of a launch holds all its taps in one
- * slab, the block can keep two slabs and request the next chunk's weights (cp.async) before it
- * multiplies the current one, so their latency hides behind the mma. The products and their order
- * are unchanged (bit-identical results either way); it costs shared memory (occupancy). 0
- * automatic (default: when a region stays within 64 KB), 1 never, 2 whenever it fits.
- * Process-wide tuning for measurements (gpu_hift reads COSY_HIFT_CONV_DB). */
-void cosy_hift_conv_double_buffer(int mode);
 /* cosy_k_hift_conv with the split chosen by the caller for this launch only: 0 automatic (as
  * above), 1 never, 2 always (when the shared memory allows). A conv's values depend only on its
  * own descriptor and the split, not on the other convs of the launch nor on the device: callers

@@ -102,10 +102,6 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
   const char *tf = getenv("COSY_HIFT_TF32");
   if (tf && tf[0] == '1' && !tf[1] && (st = gpu_hift_set_precision(s->hift, COSY_HPREC_TF32)))
     return st;
-  /* measurement aid: COSY_HIFT_CONV_DB=0/1/2 (automatic, one weight slab, two whenever they
-   * fit) for the vocoder convolutions' double buffering (kernels_hift.h; same bits either way) */
-  const char *cdb = getenv("COSY_HIFT_CONV_DB");
-  if (cdb && cdb[0] >= '0' && cdb[0] <= '2' && !cdb[1]) cosy_hift_conv_double_buffer(cdb[0] - '0');
   /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
    * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */
   if (e->model->hp.has_s3tok && e->model->hp.has_campplus) {

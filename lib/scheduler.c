@@ -187,6 +187,10 @@ struct cosy_sched {
   int first_only;                /* COSY_SCHED_FIRST_ONLY=1: a batch with first chunks holds only
                                     first chunks */
   int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: new frames per flow batch */
+  /* voices whose prompt-only flow blocks a first chunk has computed (t2w thread): the GPU flow
+   * keeps them for the voice's later first chunks (job_frames) */
+  const cosy_voice *warm[16];
+  int n_warm;
 };
 
 enum { BS_ADVANCE = 0, BS_DECODE = 1, BS_FINAL = 2 };
@@ -1121,11 +1125,25 @@ static int chunk_ready(const sjob *j) {
   return 0;
 }
 
-/* mel frames a flow call of the job computes (about: the backend may reuse earlier blocks) */
-static int job_frames(const sjob *j, int kind) {
+static int voice_warm(const struct cosy_sched *s, const cosy_voice *v) {
+  for (int i = 0; i < s->n_warm; i++)
+    if (s->warm[i] == v) return 1;
+  return 0;
+}
+
+/* mel frames a flow call of the job computes (about: the backend may reuse earlier blocks).
+ * A first chunk of a voice seen before skips the prompt-only blocks (docs/scheduler.md
+ * section 3: blocks of 50 frames whose last frame is at most 2P - 7), which the GPU flow keeps
+ * per voice; counting them would cap a batch of first chunks at a third of what it computes. */
+static int job_frames(const struct cosy_sched *s, const sjob *j, int kind) {
   const int P = j->v->n_tokens;
   if (kind == 2 && (j->collect_only || j->full_final)) return 2 * (P + j->n_tok);
-  if (j->chunks_done == 0) return 2 * (P + (kind == 1 ? j->hop + LOOKAHEAD : j->n_tok));
+  if (j->chunks_done == 0) {
+    const int f = 2 * (P + (kind == 1 ? j->hop + LOOKAHEAD : j->n_tok));
+    const int pre = 2 * P - 7 - (2 * BLOCK_TOKENS - 1);
+    const int shared = pre >= 0 && voice_warm(s, j->v) ? (pre / (2 * BLOCK_TOKENS) + 1) * 2 * BLOCK_TOKENS : 0;
+    return f - shared;
+  }
   return 2 * ((kind == 1 ? j->hop + LOOKAHEAD : j->n_tok - j->offset)) + 50;
 }
 
@@ -1434,10 +1452,11 @@ static void *t2w_main(void *arg) {
     /* a batch of at most flow_frames (FLOW_BATCH_FRAMES) new frames (the first job always goes),
      * so a first chunk that arrives while a batch runs waits for a short one; with first_only a
      * batch that starts with first chunks holds nothing else */
+    int frames = 0;
     {
-      int frames = 0, keep = 0;
+      int keep = 0;
       for (; keep < n; keep++) {
-        const int f = job_frames(pick[keep], kind[keep]);
+        const int f = job_frames(s, pick[keep], kind[keep]);
         if (keep > 0 && frames + f > s->flow_frames) break;
         if (keep > 0 && s->first_only && pick[0]->chunks_done == 0 && pick[keep]->chunks_done != 0)
           break;
@@ -1487,12 +1506,20 @@ static void *t2w_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     s->first_in_flight = 0;
     {
-      int fr = 0, firsts = 0;
+      int firsts = 0;
       for (int i = 0; i < n; i++) {
-        fr += job_frames(pick[i], kind[i]);
-        firsts += pick[i]->chunks_done == 0;
+        sjob *j = pick[i];
+        firsts += j->chunks_done == 0;
+        if (!st && !fj[i].status && j->chunks_done == 0 && !fj[i].full_attention &&
+            !voice_warm(s, j->v)) {
+          if (s->n_warm == (int)(sizeof s->warm / sizeof s->warm[0])) {
+            memmove(s->warm, s->warm + 1, (size_t)(s->n_warm - 1) * sizeof s->warm[0]);
+            s->n_warm--;
+          }
+          s->warm[s->n_warm++] = j->v;
+        }
       }
-      trace(s, "flow", n, fr, firsts, dt);
+      trace(s, "flow", n, frames, firsts, dt);
     }
     __atomic_add_fetch(&s->flow_calls, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->flow_jobs, n, __ATOMIC_RELAXED);

@@ -424,11 +424,8 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
   small[1].smem_block = 72 * 1024;
   float *base = NULL;
   int ok = 1;
-  /* v: 0 this device, 1 ada, 2 72 KB (double buffering automatic), 3 and 4 this device with the
-   * weight slab's double buffering off and forced on */
-  for (int v = 0; v < 5; v++) {
-    const cosy_kdev *d = v == 0 || v > 2 ? &fx->g->dev : &small[v - 1];
-    cosy_hift_conv_double_buffer(v == 3 ? 1 : v == 4 ? 2 : 0);
+  for (int v = 0; v < 3; v++) {
+    const cosy_kdev *d = v == 0 ? &fx->g->dev : &small[v - 1];
     int kt = 0, split = -1;
     const size_t smem = cosy_k_hift_conv_plan(d, &r->desc, 1, 1, &kt, &split);
     assert_true(smem > 0 && smem <= d->smem_block && split == 0);
@@ -442,15 +439,13 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
       continue;
     }
     const int same = !memcmp(o, base, 2 * nall * sizeof(float));
-    printf("  conv %s on %zu KB per block%s: %d of %d taps per slab, %zu KB: %s\n", cc->name,
-           d->smem_block / 1024, v == 3 ? " (one slab)" : v == 4 ? " (two slabs if they fit)" : "",
-           kt, cc->k, smem / 1024, same ? "bit-identical" : "DIFFERS");
+    printf("  conv %s on %zu KB per block: %d of %d taps per slab, %zu KB: %s\n", cc->name,
+           d->smem_block / 1024, kt, cc->k, smem / 1024, same ? "bit-identical" : "DIFFERS");
     ok &= same;
     free(o);
   }
   free(base);
-  /* the strip alone: one tap short of what the conv needs (one slab) */
-  cosy_hift_conv_double_buffer(1);
+  /* the strip alone: one tap short of what the conv needs */
   cosy_kdev tiny = fx->g->dev;
   int kt0 = 0;
   tiny.smem_block = cosy_k_hift_conv_plan(&fx->g->dev, &r->desc, 1, 1, &kt0, NULL) -
@@ -458,7 +453,6 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
   assert_int_equal(cosy_k_hift_conv_plan(&tiny, &r->desc, 1, 1, NULL, NULL), 0);
   assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &tiny, &r->desc, 1, 0, 1),
                    cudaErrorInvalidValue);
-  cosy_hift_conv_double_buffer(0);
   return ok;
 }
 
@@ -545,6 +539,54 @@ static void test_kernel_conv(void **state) {
       }
     }
     for (int i = 0; i < 3; i++) conv_release(&r[i]);
+  }
+  /* a full launch (COSY_HCONV_MAXG convs of mixed kernel sizes, dilations, lengths and epilogues,
+   * as the streaming vocoder groups its jobs' convs) gives each conv the bits it gets alone when
+   * the reduction is never split; one conv more is refused */
+  {
+    enum { NG = COSY_HCONV_MAXG };
+    conv_case gc[NG];
+    conv_run r[NG];
+    cosy_hift_conv d[NG + 1];
+    const int ks[3] = {3, 7, 11}, ds[3] = {1, 3, 5};
+    for (int i = 0; i < NG; i++) {
+      const int k = ks[i % 3], dl = ds[(i / 3) % 3], len = 200 + 97 * i;
+      const conv_case c = {"grp", 64, 64, k, dl, 1, (k - 1) * dl, 1,
+                           i % 2 ? COSY_HACT_SNAKE : COSY_HACT_NONE, 0, len, 0, len, i % 2, 0,
+                           i % 4 == 0};
+      gc[i] = c;
+      conv_prepare(&gc[i], &r[i]);
+      assert_non_null(r[i].d_out);
+      d[i] = r[i].desc;
+    }
+    d[NG] = d[0];
+    for (int prec = 0; prec < 2; prec++) {
+      float *alone[NG];
+      for (int i = 0; i < NG; i++) {
+        CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &d[i], 1, prec, 1));
+        CU(cudaStreamSynchronize(fx->g->stream));
+        alone[i] = conv_download(&r[i]);
+        const size_t nall = (size_t)r[i].co_rows * r[i].ld_out;
+        CU(cudaMemset(r[i].d_out, 0xFF, nall * sizeof(float)));
+        if (r[i].d_oact) CU(cudaMemset(r[i].d_oact, 0xFF, nall * sizeof(float)));
+      }
+      CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG, prec, 1));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      int same = 1;
+      for (int i = 0; i < NG; i++) {
+        float *o = conv_download(&r[i]);
+        same &= !memcmp(o, alone[i], 2 * (size_t)r[i].co_rows * r[i].ld_out * sizeof(float));
+        free(o);
+        free(alone[i]);
+      }
+      printf("  conv: %d convs in one launch vs each alone [%s]: %s\n", NG,
+             prec ? "3xTF32" : "TF32", same ? "bit-identical" : "DIFFERS");
+      all_ok &= same;
+    }
+    assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG + 1, 0, 1),
+                     cudaErrorInvalidValue);
+    cudaGetLastError();
+    for (int i = 0; i < NG; i++) conv_release(&r[i]);
   }
   /* invalid arguments are refused */
   {

@@ -40,7 +40,7 @@
  * buffers above (jobs_place; the sum of the windows must fit max_frames), uploads the mel windows
  * in one copy and the kept source, runs F0 + source per job (the source continuing the phase
  * sums held in a per-job fp64 slot), then run_decode_batch: run_decode's stages with the jobs'
- * convs side by side in launches of up to 4 (never split, so batch invariant), and downloads the
+ * convs side by side in launches of up to 16 (never split, so batch invariant), and downloads the
  * new samples, source and phase sums before committing the streams. */
 #include "gpu/hift.h"
 
@@ -388,12 +388,12 @@ static cosy_status conv(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, in
   return ck(cosy_k_hift_conv(s, &h->g->dev, c, n, h->prec), what);
 }
 
-/* n independent convs in launches of up to 4; split_mode as cosy_k_hift_conv_split, or -1 for
- * cosy_k_hift_conv (the process-wide mode) */
+/* n independent convs in launches of up to COSY_HCONV_MAXG; split_mode as
+ * cosy_k_hift_conv_split, or -1 for cosy_k_hift_conv (the process-wide mode) */
 static cosy_status conv_many(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, int n,
                              int split_mode, const char *what) {
-  for (int i = 0; i < n; i += 4) {
-    const int m = n - i < 4 ? n - i : 4;
+  for (int i = 0; i < n; i += COSY_HCONV_MAXG) {
+    const int m = n - i < COSY_HCONV_MAXG ? n - i : COSY_HCONV_MAXG;
     cosy_status st = split_mode < 0 ? conv(h, s, c + i, m, what)
                                     : ck(cosy_k_hift_conv_split(s, &h->g->dev, c + i, m, h->prec, split_mode),
                                          what);
@@ -900,7 +900,7 @@ static void jobs_place(gpu_hift *h, sjob *p, int n) {
 }
 
 /* The decode of the jobs with need_dec, batched: every stage of run_decode with the jobs' convs
- * side by side (launches of up to 4 convs, the reduction never split so that a job's values do
+ * side by side (launches of up to 16 convs, the reduction never split so that a job's values do
  * not depend on the batch), per-job STFT / iSTFT launches. */
 static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile int *cancel) {
   cudaStream_t s = h->g->stream;
@@ -983,9 +983,11 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
       c[j].res = q->act[B_SRC0 + i], c[j].ld_res = lout;
     }
     if ((st = conv_many(h, s, c, nd, SPLIT, "hift stream ups"))) goto done;
+    /* grouped by resblock, so that a launch holds convs of one kernel size (its shared memory
+     * is its largest conv's) */
     for (int j = 0; j < nd; j++)
       for (int qq = 0; qq < 3; qq++) {
-        rb_job *rb = &rj[3 * j + qq];
+        rb_job *rb = &rj[qq * nd + j];
         rb->r = &h->rb[3 * i + qq], rb->x = D[j]->act[B_R0 + qq], rb->tmp = D[j]->act[B_T0 + qq];
         rb->xa = D[j]->act[B_X0 + qq], rb->first_in = D[j]->act[B_Y], rb->n = D[j]->lens[i];
       }
