@@ -3,7 +3,7 @@
  *
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N] [--tokens 112]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
- *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot]
+ *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32]
  *            [--memory-fraction F | --memory-gb G]
  *
  * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
@@ -18,7 +18,8 @@
  * at k * S / C seconds instead (users arriving over S seconds, the usual load-test ramp-up), and
  * the level's wall time then includes the ramp. --one-shot sends COSY_SYNTH_ONE_SHOT requests
  * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
- * of streaming against non-streaming synthesis.
+ * of streaming against non-streaming synthesis. --vocoder-tf32 sets vocoder_precision to
+ * COSY_VOCODER_TF32 (cosyvoice.h).
  *
  * Per request: TTFB = submit -> first chunk delivered; RTF = (last chunk - submit) / audio
  * seconds; an underrun is a chunk arriving after playback (started at the first chunk) would
@@ -576,7 +577,7 @@ static void w1_row(const result *res, int total, int k, int C, const char *label
 int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
   const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL, *dev_arg = "-1";
-  int requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0;
+  int requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0, voc_prec = 0;
   double mem_gb = 0;
   float mem_fraction = 0;
   double ramp = 0;
@@ -597,11 +598,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--memory-gb") && i + 1 < argc) mem_gb = atof(argv[++i]);
     else if (!strcmp(argv[i], "--ramp") && i + 1 < argc) ramp = atof(argv[++i]);
     else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
+    else if (!strcmp(argv[i], "--vocoder-tf32")) voc_prec = COSY_VOCODER_TF32;
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
                       "[--requests N] [--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
-                      "[--memory-fraction F | --memory-gb G]\n");
+                      "[--vocoder-tf32] [--memory-fraction F | --memory-gb G]\n");
       return 2;
     }
   }
@@ -708,6 +710,7 @@ int main(int argc, char **argv) {
     cfg.model_path = model;
     cfg.device = devs[k];
     cfg.max_active = max_active;
+    cfg.vocoder_precision = voc_prec;
     float frac = mem_fraction;
     if (mem_gb > 0) {
       frac = fraction_of_gb(devs[k], mem_gb);

@@ -4,7 +4,7 @@
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
-#                                        memory stress gputime fault sanitize longtext multi ab trace
+#                                        memory stress gputime fault sanitize longtext multi ab trace ktop ncu_k
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
 #
@@ -49,6 +49,10 @@
 #   ab          W1 at C = 16 and 64 with each scheduler / vocoder option against the defaults,
 #               in alternation, twice (AB_VARIANTS, AB_ROUNDS, AB_LEVELS: see the step; about
 #               12 s a run after a build). Logs: ab_*.log; "ab <variant> <round>:" rows
+#   ncu_k       ncu sections (occupancy, warp stalls) of a few vocoder-conv and flow-attention
+#               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT)
+#   ktop        the 30 kernels of the largest GPU time in a 64-request first-chunk burst and W1
+#               at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
 #   trace       W1 at C = 64 with the scheduler's trace under TRACE_VARIANTS (ab syntax), each
 #               summarized by bench/trace_summary.py (calls, busy shares, LLM step interval)
 #   multi       two GPUs (SKIP with fewer): the GPU parity tests on device 1 alone
@@ -242,17 +246,18 @@ if [[ " $STEPS " == *" sanitize "* ]]; then # not in the default steps: bash ben
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   run bench_kernels ./$B/tests/test_kernels --bench
-  run bench_w1_c1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 --requests 16 \
+  # BENCH_ARGS: more bench_w1 arguments for the three runs below (e.g. --vocoder-tf32)
+  run bench_w1_c1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 --requests 16 ${BENCH_ARGS:-} \
     --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
   # the scheduler under load: W1 at higher concurrency (2*C requests per level) and W2 (offline,
   # W2_N requests of 250 tokens at once); each level also prints batch sizes and GPU util.
   # W1_LEVELS= or W2_N=0 skips one.
   if [ -n "${W1_LEVELS-16,64,128,256}" ]; then
-    run bench_w1_scale ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency "${W1_LEVELS-16,64,128,256}" \
+    run bench_w1_scale ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency "${W1_LEVELS-16,64,128,256}" ${BENCH_ARGS:-} \
       --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
   fi
   if [ "${W2_N:-256}" -gt 0 ]; then
-    run bench_w2 ./$B/bench/bench_w1 -m "$FULL" --device 0 --offline "${W2_N:-256}" \
+    run bench_w2 ./$B/bench/bench_w1 -m "$FULL" --device 0 --offline "${W2_N:-256}" ${BENCH_ARGS:-} \
       --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
   fi
 fi
@@ -431,6 +436,25 @@ if len(per) == 2:
           (per["stream"][1] / per["oneshot"][1], per["stream"][2] / per["oneshot"][2]))
 PYEOF
 fi
+if [[ " $STEPS " == *" ktop "* ]]; then
+  # where the GPU time goes under load: bench_w1 under kernel_time.so with KERNEL_TIME_TOP=30,
+  # one run per ;-separated argument list of KTOP_RUNS (default: a burst of 64 first chunks
+  # (--tokens 41: the first chunk, then a 3-token last one) and W1 at C = 64), with KTOP_ENV
+  # (e.g. COSY_HIFT_TF32=1) in the environment. Logs: ktop_<i>.log (the table is on stderr)
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  CUPTI_INC=$CUDA_HOME/include; [ -f "$CUPTI_INC/cupti.h" ] || CUPTI_INC=$CUDA_HOME/extras/CUPTI/include
+  CUPTI_LIB=$CUDA_HOME/lib64; [ -e "$CUPTI_LIB/libcupti.so" ] || CUPTI_LIB=$CUDA_HOME/extras/CUPTI/lib64
+  [ -f $B/kernel_time.so ] || run kernel_time_so cc -shared -fPIC -O2 -I"$CUPTI_INC" -o $B/kernel_time.so \
+    bench/kernel_time.c -L"$CUPTI_LIB" -Wl,-rpath,"$CUPTI_LIB" -lcupti
+  IFS=';' read -r -a kruns <<< "${KTOP_RUNS:---concurrency 64 --requests 64 --tokens 41;--concurrency 64}"
+  for i in "${!kruns[@]}"; do
+    read -r -a kargs <<< "${kruns[$i]}"
+    run ktop_$i env ${KTOP_ENV:-} LD_PRELOAD=$PWD/$B/kernel_time.so KERNEL_TIME_TOP=30 ./$B/bench/bench_w1 \
+      -m "$FULL" --device 0 "${W1_ARGS[@]}" "${kargs[@]}"
+    note "ktop $i: ${kruns[$i]}"
+    grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|kernel_time' "$OUT/ktop_$i.log" | sed "s/^/ktop $i: /" | tee -a "$SUMMARY"
+  done
+fi
 if [[ " $STEPS " == *" frontend "* ]]; then
   if [ ! -f "$FULL_FE" ]; then
     run make_full_fe python3 tools/make_model.py --preset full --frontend full -o "$FULL_FE" \
@@ -455,6 +479,18 @@ if [[ " $STEPS " == *" profile "* ]]; then
     ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 --requests 1 --warmup 1 \
     --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
   python3 bench/ncu_summary.py "$OUT/ncu_w1.log" > "$OUT/ncu_summary.txt" 2>&1
+fi
+
+if [[ " $STEPS " == *" ncu_k "* ]]; then
+  # why a kernel is slow under load: ncu's speed-of-light, occupancy, warp-state and scheduler
+  # sections for NCUK_COUNT (4) launches of the kernels matching NCUK_REGEX (the vocoder conv and
+  # the flow's paged attention) inside W1 at C = 16, after NCUK_SKIP (300) matching launches.
+  # Log: ncu_k.log
+  run ncu_k timeout 300 ncu --kernel-name "regex:${NCUK_REGEX:-conv_tc_kernel|attn_dit_paged}" \
+    --launch-skip ${NCUK_SKIP:-300} --launch-count ${NCUK_COUNT:-4} --section SpeedOfLight \
+    --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
+    --section ComputeWorkloadAnalysis ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 16 \
+    --warmup 1 "${W1_ARGS[@]}"
 fi
 
 if [[ " $STEPS " == *" cudnn "* ]] && [ -d .dev/official ]; then

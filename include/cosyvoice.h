@@ -190,8 +190,19 @@ typedef struct cosy_engine_config {
                                     requests are active, the LLM pauses while a first chunk's
                                     flow runs, so the two do not share the device; 0 = default
                                     (GPU 2, CPU none), negative = never pause */
-  int32_t reserved3;           /**< must be 0 */
+  int32_t vocoder_precision;   /**< arithmetic of the GPU vocoder's convolutions: 0 = default
+                                    (COSY_VOCODER_ACCURATE), COSY_VOCODER_ACCURATE or
+                                    COSY_VOCODER_TF32; the CPU path is fp32 either way */
 } cosy_engine_config;
+/* vocoder_precision (GPU):
+ *   COSY_VOCODER_ACCURATE  fp32-level products (3xTF32 on the tensor cores; the default): the
+ *                          waveform stays within ~1e-3 (relative L2) of the fp32 reference.
+ *   COSY_VOCODER_TF32      one TF32 product per multiply (10-bit mantissa operands, fp32 sums):
+ *                          what PyTorch runs for a Conv1d on a GPU by default (cuDNN TF32), ~1.35x
+ *                          faster convolutions (+8% aggregate throughput with 64 users on an H100,
+ *                          bench/RESULTS.md), waveform ~1.5e-2 from the fp32 reference. */
+#define COSY_VOCODER_ACCURATE 1
+#define COSY_VOCODER_TF32 2
 /* log_level: 0 means the default (COSY_LOG_WARN); pass COSY_LOG_INFO or COSY_LOG_DEBUG for more,
  * and a negative value for errors only.
  * Limits: cosy_engine_create checks every field before it reads the model or touches a device and

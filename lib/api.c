@@ -209,7 +209,11 @@ COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine
                     "this libcosyvoice was built without CUDA (make CUDA=1); use device = "
                     "COSY_DEVICE_CPU (-1)");
 #endif
-  if (cfg.reserved3) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_config.reserved3 must be 0");
+  if (cfg.vocoder_precision < 0 || cfg.vocoder_precision > COSY_VOCODER_TF32)
+    return cosy_err(COSY_ERR_INVALID_ARG,
+                    "vocoder_precision %d is not 0, COSY_VOCODER_ACCURATE or COSY_VOCODER_TF32",
+                    cfg.vocoder_precision);
+  if (cfg.vocoder_precision == 0) cfg.vocoder_precision = COSY_VOCODER_ACCURATE;
   if (cfg.device >= 0 && cfg.max_active > COSY_GPU_MAX_ACTIVE)
     return cosy_err(COSY_ERR_INVALID_ARG,
                     "max_active %d: the GPU path decodes at most %d requests together",

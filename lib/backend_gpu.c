@@ -97,10 +97,11 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
       (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
       (st = gpu_hift_create(s->voc, e->model, MAX_FRAMES, &s->hift)))
     return st;
-  /* measurement aid: COSY_HIFT_TF32=1 runs the vocoder's convolutions in TF32 instead of 3xTF32
-   * (~1.45x faster convolutions, waveform ~1.5e-2 rel L2 from fp32: lib/gpu/hift.h) */
+  /* the vocoder's convolutions in TF32 instead of 3xTF32 (cosy_engine_config.vocoder_precision;
+   * the measurement aid COSY_HIFT_TF32=1 does the same for a program that does not set it) */
   const char *tf = getenv("COSY_HIFT_TF32");
-  if (tf && tf[0] == '1' && !tf[1] && (st = gpu_hift_set_precision(s->hift, COSY_HPREC_TF32)))
+  if ((e->cfg.vocoder_precision == COSY_VOCODER_TF32 || (tf && tf[0] == '1' && !tf[1])) &&
+      (st = gpu_hift_set_precision(s->hift, COSY_HPREC_TF32)))
     return st;
   /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
    * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */

@@ -79,7 +79,7 @@ static void test_layout_pinned(void **state) {
       OFF(cosy_engine_config, log_level, 36), OFF(cosy_engine_config, log_fn, 40),
       OFF(cosy_engine_config, log_user, 48),
       /* appended after 0.1 (older callers pass struct_size 56) */
-      OFF(cosy_engine_config, first_chunk_wait_max, 56), OFF(cosy_engine_config, reserved3, 60),
+      OFF(cosy_engine_config, first_chunk_wait_max, 56), OFF(cosy_engine_config, vocoder_precision, 60),
 
       SZ(cosy_synth_params, 64), OFF(cosy_synth_params, flags, 4), OFF(cosy_synth_params, mode, 8),
       OFF(cosy_synth_params, sample_rate, 12), OFF(cosy_synth_params, instruct_text, 16),

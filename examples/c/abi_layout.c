@@ -23,7 +23,7 @@ int main(void) {
   F(cosy_engine_config, gpu_memory_fraction) F(cosy_engine_config, max_active)
   F(cosy_engine_config, max_queued) F(cosy_engine_config, cpu_threads)
   F(cosy_engine_config, log_level) F(cosy_engine_config, log_fn) F(cosy_engine_config, log_user)
-  F(cosy_engine_config, first_chunk_wait_max) F(cosy_engine_config, reserved3)
+  F(cosy_engine_config, first_chunk_wait_max) F(cosy_engine_config, vocoder_precision)
 
   S(cosy_engine_stats)
   F(cosy_engine_stats, struct_size) F(cosy_engine_stats, reserved)

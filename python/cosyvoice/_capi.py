@@ -51,6 +51,7 @@ SYNTH_ONE_SHOT = 0x4
 SYNTH_TEXT_STREAM = 0x8  # text pushed with cosy_request_push_text / cosy_request_end_text
 CHUNK_LAST = 0x1
 LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
+VOCODER_ACCURATE, VOCODER_TF32 = 1, 2
 SPEAKER_DIM = 192
 MEL_BINS = 80
 SPEECH_VOCAB = 6561
@@ -63,7 +64,7 @@ class EngineConfig(Structure):
                 ("device", c_int32), ("gpu_memory_fraction", c_float), ("max_active", c_int32),
                 ("max_queued", c_int32), ("cpu_threads", c_int32), ("log_level", c_int32),
                 ("log_fn", LOG_FN), ("log_user", c_void_p),
-                ("first_chunk_wait_max", c_int32), ("reserved3", c_int32)]
+                ("first_chunk_wait_max", c_int32), ("vocoder_precision", c_int32)]
 
 
 class EngineStatsC(Structure):

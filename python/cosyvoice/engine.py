@@ -147,8 +147,10 @@ class Engine:
 
     def __init__(self, model_path, device=_capi.DEVICE_CPU, gpu_memory_fraction=0.0,
                  max_active=0, max_queued=0, cpu_threads=0, first_chunk_wait_max=0,
-                 log_level=0, log=None):
-        """log: None, or a callable(level, message) called from engine threads."""
+                 log_level=0, log=None, vocoder_precision=0):
+        """log: None, or a callable(level, message) called from engine threads.
+        vocoder_precision: 0 (default: accurate), VOCODER_ACCURATE or VOCODER_TF32 (faster GPU
+        vocoder; cosyvoice.h says what it changes)."""
         self._h = None
         self._voices = weakref.WeakSet()
         cfg = _capi.EngineConfig()
@@ -158,6 +160,7 @@ class Engine:
         cfg.gpu_memory_fraction = gpu_memory_fraction
         cfg.max_active, cfg.max_queued, cfg.cpu_threads = max_active, max_queued, cpu_threads
         cfg.first_chunk_wait_max = first_chunk_wait_max
+        cfg.vocoder_precision = vocoder_precision
         cfg.log_level = log_level
         if log is not None:
             def _log(_user, level, msg):

@@ -120,7 +120,7 @@ pub mod sys {
         pub log_fn: cosy_log_fn,
         pub log_user: *mut c_void,
         pub first_chunk_wait_max: i32,
-        pub reserved3: i32,
+        pub vocoder_precision: i32,
     }
     #[repr(C)]
     pub struct cosy_engine_stats {

@@ -74,7 +74,7 @@ fn struct_layout_matches_header() {
     let mut rust = Vec::new();
     layout!(rust, cosy_engine_config, struct_size, flags, model_path, device, gpu_memory_fraction,
             max_active, max_queued, cpu_threads, log_level, log_fn, log_user,
-            first_chunk_wait_max, reserved3);
+            first_chunk_wait_max, vocoder_precision);
     layout!(rust, cosy_engine_stats, struct_size, reserved, weights_bytes, kv_bytes, workspace_bytes,
             device_bytes_total, kv_pages_total, kv_pages_used, active, queued, requests_done,
             audio_samples_out, llm_steps, llm_step_rows, flow_calls, flow_jobs, vocoder_calls,
