@@ -50,7 +50,7 @@
 #               in alternation, twice (AB_VARIANTS, AB_ROUNDS, AB_LEVELS: see the step; about
 #               12 s a run after a build). Logs: ab_*.log; "ab <variant> <round>:" rows
 #   ncu_k       ncu sections (occupancy, warp stalls) of a few vocoder-conv and flow-attention
-#               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT)
+#               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT, NCUK_W1)
 #   ktop        the 30 kernels of the largest GPU time in a 64-request first-chunk burst and W1
 #               at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
 #   trace       W1 at C = 64 with the scheduler's trace under TRACE_VARIANTS (ab syntax), each
@@ -489,8 +489,8 @@ if [[ " $STEPS " == *" ncu_k "* ]]; then
   run ncu_k timeout 300 ncu --kernel-name "regex:${NCUK_REGEX:-conv_tc_kernel|attn_dit_paged}" \
     --launch-skip ${NCUK_SKIP:-300} --launch-count ${NCUK_COUNT:-4} --section SpeedOfLight \
     --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
-    --section ComputeWorkloadAnalysis ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 16 \
-    --warmup 1 "${W1_ARGS[@]}"
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis ./$B/bench/bench_w1 \
+    -m "$FULL" --device 0 ${NCUK_W1:---concurrency 16 --warmup 1} "${W1_ARGS[@]}"
 fi
 
 if [[ " $STEPS " == *" cudnn "* ]] && [ -d .dev/official ]; then
