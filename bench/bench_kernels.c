@@ -382,11 +382,6 @@ static void add_rope_neox(const char *group, int n_tok) {
   run_op(o);
 }
 
-static cudaError_t r_kv_append(bench_op *o, int s) {
-  char *kv = P(o, 0, s);
-  return cosy_k_kv_append(g_stream, BF16, kv + 896 * 2, kv + 1024 * 2, 1152, P(o, 1, s), o->i[0],
-                          P(o, 2, s), P(o, 3, s), 2, 64);
-}
 static cudaError_t r_paged(bench_op *o, int s) {
   /* i: n_seq max_pages max_ctx page; p0 q, p1 kc, p2 vc (rotated), p3 bt, p4 lens, p5 out, p6 ws */
   return cosy_k_paged_decode(g_stream, BF16, P(o, 0, s), 1152, P(o, 1, s), P(o, 2, s), P(o, 3, s),
@@ -418,21 +413,6 @@ static void add_paged(const char *group, int B, int ctx) {
   o->bytes = (double)B * ctx * per_tok * 2 * 2 + B * 896.0 * 2 * 2 + (double)n_pages * 4;
   o->flops = (double)B * 14 * ctx * 64 * 2 * 2;
   o->run = r_paged;
-  run_op(o);
-}
-static void add_kv_append(const char *group, int B) {
-  bench_op *o = new_op(group, "kv_append");
-  snprintf(o->size, sizeof o->size, "%d tok, 2 kv heads bf16", B);
-  o->i[0] = B;
-  o->p[0] = drand((size_t)B * 1152, BF16, -1.f, 1.f);
-  int32_t *slots = malloc((size_t)B * 4);
-  for (int b = 0; b < B; ++b) slots[b] = b * 37 + 5;
-  o->p[1] = dints(slots, (size_t)B);
-  free(slots);
-  o->p[2] = dalloc((size_t)B * 37 * 128 * 2 + 4096);
-  o->p[3] = dalloc((size_t)B * 37 * 128 * 2 + 4096);
-  o->bytes = B * (4.0 * 128 * 2 + 4);
-  o->run = r_kv_append;
   run_op(o);
 }
 
@@ -557,23 +537,6 @@ static void add_embed(const char *group, int B) {
   o->p[2] = dalloc((size_t)B * 896 * 2);
   o->bytes = B * 896.0 * 2 * 2;
   o->run = r_embed;
-  run_op(o);
-}
-
-static cudaError_t r_prefill(bench_op *o, int s) {
-  char *qkv = P(o, 0, s);
-  return cosy_k_attn_prefill(g_stream, BF16, qkv, 1152, qkv + 896 * 2, qkv + 1024 * 2, 1152,
-                             P(o, 1, s), 896, o->i[0], o->i[0], 14, 2, 64, 0.125f);
-}
-static void add_prefill(const char *group, int L) {
-  bench_op *o = new_op(group, "attn_prefill");
-  snprintf(o->size, sizeof o->size, "L=%d causal 14/2 heads bf16", L);
-  o->i[0] = L;
-  o->p[0] = drand((size_t)L * 1152, BF16, -1.f, 1.f);
-  o->p[1] = dalloc((size_t)L * 896 * 2);
-  o->bytes = L * (1152.0 + 896) * 2;
-  o->flops = 14.0 * 64 * 2 * 2 * ((double)L * (L + 1) / 2);
-  o->run = r_prefill;
   run_op(o);
 }
 
@@ -1177,11 +1140,9 @@ void bench_sample(const kh_scn *s) {
 }
 void bench_attention(const kh_scn *s) {
   if (s->kind == KH_SCN_LLM_DECODE) {
-    add_kv_append(s->group, s->n);
     add_paged(s->group, s->n, 200);
     add_paged(s->group, s->n, 1000);
   }
-  if (s->kind == KH_SCN_PREFILL) add_prefill(s->group, s->n);
   if (s->kind == KH_SCN_DIT) add_dit(s->group, s->n, "attention");
 }
 void bench_paged_prefill(const kh_scn *s) {

@@ -1,16 +1,15 @@
-/* attention.cu - scaled dot-product attention for the LLM (paged decode, causal prefill from
- * contiguous or paged K/V) and the DiT (block-causal or full), plus the paged-KV append.
+/* attention.cu - scaled dot-product attention for the LLM (paged decode, packed causal prefill
+ * from the paged K/V) and the DiT (block-causal or full, contiguous or over cached pages).
  *
  * Math (every kernel): o[i] = sum_j softmax_j(scale * q[i].k[j]) v[j] over the allowed keys j,
  *   head_dim 64, GQA: q head h reads kv head h / (n_qh / n_kh).
- *   Allowed keys: decode j < seq_len; prefill (causal) j <= i + (Lk - Lq); paged prefill j <= p
+ *   Allowed keys: decode j < seq_len; paged prefill j <= p
  *   (p = the row's position, Lk - n + its index in its segment); DiT block-causal
  *   j < (i / chunk + 1) * chunk (chunk 50), DiT full j < N.
  * Layouts: see kernels.h. Paged cache: cache[page][page_size][n_kh][64]; token t of sequence s
- *   is row t % page_size of page block_table[s][t / page_size]. append writes cache row `slot`.
+ *   is row t % page_size of page block_table[s][t / page_size].
  *
  * Thread mapping
- *   kv_append: one thread per copied element.
  *   paged_decode (flash-decoding): grid (split, kv head, sequence), 256 threads; a split is
  *     DEC_SPLIT = 64 tokens (at most DEC_MAX_SPLITS = 128 splits: max_ctx <= 8192), so contexts
  *     longer than 64 positions are merged across splits (below). A block serves all n_qh/n_kh
@@ -49,7 +48,7 @@
  *     last one a row reaches depends only on its position, and the fully masked key tiles a
  *     longer row of the same query tile adds are exact no-ops for it (rescale by exp2(0) = 1,
  *     p = 0 against finite V), so a row's bits do not depend on the rest of the batch.
- *   attn (prefill / DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
+ *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
  *     loads); S = Q K^T and O += P V use mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with the
@@ -77,25 +76,6 @@ namespace {
 
 constexpr int HD = 64;
 constexpr float LOG2E_F = 1.4426950408889634f;
-
-/* ------------------------------------------------------------------------------------------ */
-/* KV append                                                                                   */
-
-template <typename T>
-__global__ void __launch_bounds__(256)
-kv_append_kernel(const T *__restrict__ k, const T *__restrict__ v, int kv_stride,
-                 const int32_t *__restrict__ slots, int n_tok, T *kc, T *vc, int n_kh, int hd) {
-  const int64_t per = (int64_t)n_kh * hd;
-  const int64_t total = (int64_t)n_tok * per;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t t = e / per, c = e % per;
-    const int32_t slot = slots[t];
-    if (slot < 0) continue;
-    kc[(size_t)slot * per + c] = k[(size_t)t * kv_stride + c];
-    vc[(size_t)slot * per + c] = v[(size_t)t * kv_stride + c];
-  }
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Paged decode                                                                                */
@@ -611,23 +591,20 @@ __global__ void __launch_bounds__(PF_MAXG * 32) paged_prefill_kernel(PrefillArgs
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Prefill / DiT attention                                                                     */
+/* DiT attention (contiguous K/V)                                                              */
 
 struct AttnGeo {
   int Lq, Lk, n_qh, n_kh;
   int q_stride, kv_stride, o_stride;
   int64_t q_bstride, kv_bstride, o_bstride;
-  int mode; /* 0 full, 1 causal (j <= i + causal_off), 2 block-causal (chunk) */
-  int causal_off, chunk;
+  int mode; /* 0 full, 2 block-causal (chunk) */
+  int chunk;
   float scale_log2;
 };
 
 __device__ __forceinline__ int kv_end(const AttnGeo &g, int i) {
   int e = g.Lk;
-  if (g.mode == 1)
-    e = min(e, i + g.causal_off + 1);
-  else if (g.mode == 2)
-    e = min(e, (i / g.chunk + 1) * g.chunk);
+  if (g.mode == 2) e = min(e, (i / g.chunk + 1) * g.chunk);
   return e;
 }
 
@@ -1047,25 +1024,6 @@ cudaError_t launch_attn(cudaStream_t s, cosy_kdtype dt, const void *q, const voi
 
 /* ------------------------------------------------------------------------------------------ */
 
-extern "C" cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const void *k,
-                                        const void *v, int kv_stride,
-                                        const int32_t *slot_mapping, int n_tok, void *k_cache,
-                                        void *v_cache, int n_kh, int head_dim) {
-  if (!cosyk_dt_ok(dt) || n_tok < 0 || n_kh <= 0 || head_dim <= 0 ||
-      kv_stride < n_kh * head_dim)
-    return cudaErrorInvalidValue;
-  if (n_tok == 0) return cudaSuccess;
-  if (!k || !v || !slot_mapping || !k_cache || !v_cache) return cudaErrorInvalidValue;
-  const int64_t total = (int64_t)n_tok * n_kh * head_dim;
-  const unsigned blocks = cosyk_blocks(total, 256, 65535u * 8u);
-  COSYK_DT_CASE(dt, T, {
-    kv_append_kernel<T><<<blocks, 256, 0, s>>>((const T *)k, (const T *)v, kv_stride,
-                                               slot_mapping, n_tok, (T *)k_cache, (T *)v_cache,
-                                               n_kh, head_dim);
-  })
-  return cudaGetLastError();
-}
-
 extern "C" size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx) {
   if (n_seq <= 0 || n_qh <= 0 || n_kh <= 0 || max_ctx <= 0) return 0;
   const int n_splits = decode_n_splits(max_ctx);
@@ -1198,33 +1156,6 @@ extern "C" cudaError_t cosy_k_paged_prefill(cudaStream_t s, const float *q, int 
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t cosy_k_attn_prefill(cudaStream_t s, cosy_kdtype dt, const void *q,
-                                           int q_stride, const void *k, const void *v,
-                                           int kv_stride, void *out, int out_stride, int Lq,
-                                           int Lk, int n_qh, int n_kh, int head_dim,
-                                           float scale) {
-  if (!cosyk_dt_ok(dt) || Lq < 0 || Lk < Lq || n_qh <= 0 || n_kh <= 0 || n_qh % n_kh != 0 ||
-      head_dim != HD || q_stride < n_qh * HD || kv_stride < n_kh * HD ||
-      out_stride < n_qh * HD || !(scale > 0.f))
-    return cudaErrorInvalidValue;
-  if (Lq == 0) return cudaSuccess;
-  if (!q || !k || !v || !out) return cudaErrorInvalidValue;
-  AttnGeo g;
-  g.Lq = Lq;
-  g.Lk = Lk;
-  g.n_qh = n_qh;
-  g.n_kh = n_kh;
-  g.q_stride = q_stride;
-  g.kv_stride = kv_stride;
-  g.o_stride = out_stride;
-  g.q_bstride = g.kv_bstride = g.o_bstride = 0;
-  g.mode = 1;
-  g.causal_off = Lk - Lq;
-  g.chunk = 1;
-  g.scale_log2 = scale * LOG2E_F;
-  return launch_attn(s, dt, q, k, v, out, g, 1);
-}
-
 extern "C" cudaError_t cosy_k_attn_dit(cudaStream_t s, cosy_kdtype dt, const void *q,
                                        const void *k, const void *v, int in_stride, void *out,
                                        int out_stride, int B, int N, int n_heads, int head_dim,
@@ -1245,7 +1176,6 @@ extern "C" cudaError_t cosy_k_attn_dit(cudaStream_t s, cosy_kdtype dt, const voi
   g.q_bstride = g.kv_bstride = (int64_t)N * in_stride;
   g.o_bstride = (int64_t)N * out_stride;
   g.mode = chunk > 0 ? 2 : 0;
-  g.causal_off = 0;
   g.chunk = chunk > 0 ? chunk : 1;
   g.scale_log2 = scale * LOG2E_F;
   return launch_attn(s, dt, q, k, v, out, g, B);

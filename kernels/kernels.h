@@ -147,14 +147,6 @@ cudaError_t cosy_k_embed(cudaStream_t s, cosy_kdtype table_dt, const void *table
  *   cache[page][page_size][n_kh][64]   (cache_dt = the attention's dt)
  * Token t of sequence s lives in page block_table[s*max_pages + t/page_size], row t%page_size. */
 
-/* Append K/V rows into the paged cache: token i goes to the cache row
- * slot = slot_mapping[i] = page * page_size + offset (slot < 0: token skipped):
- *   k_cache[slot][kvh][d] = k[i*kv_stride + kvh*head_dim + d] for every kv head (v likewise).
- * k, v [n_tok][kv_stride] (dt), slot_mapping [n_tok] int32 (device). */
-cudaError_t cosy_k_kv_append(cudaStream_t s, cosy_kdtype dt, const void *k, const void *v,
-                             int kv_stride, const int32_t *slot_mapping, int n_tok,
-                             void *k_cache, void *v_cache, int n_kh, int head_dim);
-
 /* Bytes of workspace cosy_k_paged_decode needs for these sizes (0: none needed): split
  * counters (a fixed region for 65535 sequences x n_kh, about 0.5 MB at n_kh = 2, so calls of any
  * n_seq can share one workspace), then fp32 partial results. */
@@ -212,15 +204,6 @@ cudaError_t cosy_k_paged_prefill(cudaStream_t s, const float *q, int q_stride,
                                  const cosy_k_prefill_seg *segs, int n_seg, const int32_t *tiles,
                                  int n_tiles, int n_qh, int n_kh, int head_dim, int page_size,
                                  float scale, float *out, int out_stride, const cosy_kdev *dev);
-
-/* Causal prefill attention for one sequence (contiguous K/V): query i (0..Lq-1) sits at
- * position i + (Lk - Lq) and attends keys j <= i + (Lk - Lq) (Lq <= Lk; Lq == Lk for a plain
- * prefill, Lq < Lk when earlier tokens' K/V precede the chunk).
- * q [Lq][q_stride], k, v [Lk][kv_stride], out [Lq][out_stride]; head h at column h*64. */
-cudaError_t cosy_k_attn_prefill(cudaStream_t s, cosy_kdtype dt, const void *q, int q_stride,
-                                const void *k, const void *v, int kv_stride, void *out,
-                                int out_stride, int Lq, int Lk, int n_qh, int n_kh, int head_dim,
-                                float scale);
 
 /* DiT attention over B sequences of N frames, n_heads x 64, multi-head (no GQA):
  * chunk = 0: full attention; chunk > 0: block-causal, query i attends keys

@@ -715,46 +715,6 @@ static void attn_row_ref(const float *q, const float *const *krow, const float *
   free(s);
 }
 
-static void check_kv_append(int n_tok, int page_size, int n_pages, cosy_kdtype dt) {
-  const int nkh = 2, hd = 64, kv_stride = 1152; /* k, v inside fused qkv-like rows */
-  const size_t per = (size_t)nkh * hd, ncache = (size_t)n_pages * page_size * per;
-  float *kc = fill(ncache, -1.f, 1.f), *vc = fill(ncache, -1.f, 1.f);
-  float *kin = fill((size_t)n_tok * kv_stride, -2.f, 2.f), *vin = fill((size_t)n_tok * kv_stride, -2.f, 2.f);
-  int32_t *slots = malloc(n_tok * sizeof *slots);
-  /* distinct slots: a random permutation prefix; every 5th token skipped (-1) */
-  const int nslots = n_pages * page_size;
-  int32_t *perm = malloc(nslots * sizeof *perm);
-  for (int i = 0; i < nslots; ++i) perm[i] = i;
-  for (int i = nslots - 1; i > 0; --i) {
-    const int j = rnd_int(i + 1);
-    const int32_t t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
-  for (int t = 0; t < n_tok; ++t) slots[t] = t % 5 == 4 ? -1 : perm[t];
-  void *dkc = dup_dt(kc, ncache, dt), *dvc = dup_dt(vc, ncache, dt);
-  void *dk = dup_dt(kin, (size_t)n_tok * kv_stride, dt), *dv = dup_dt(vin, (size_t)n_tok * kv_stride, dt);
-  int32_t *dslots = dup_i32(slots, n_tok);
-  CK(cosy_k_kv_append(0, dt, dk, dv, kv_stride, dslots, n_tok, dkc, dvc, nkh, hd));
-  float *kg = download(dkc, ncache, dt), *vg = download(dvc, ncache, dt);
-  double *kr = dalloc_host(ncache), *vr = dalloc_host(ncache);
-  for (size_t e = 0; e < ncache; ++e) kr[e] = kc[e], vr[e] = vc[e];
-  for (int t = 0; t < n_tok; ++t) {
-    if (slots[t] < 0) continue;
-    for (size_t c = 0; c < per; ++c) {
-      kr[(size_t)slots[t] * per + c] = kin[(size_t)t * kv_stride + c];
-      vr[(size_t)slots[t] * per + c] = vin[(size_t)t * kv_stride + c];
-    }
-  }
-  char sz[96];
-  snprintf(sz, sizeof sz, "tok=%d page=%d pages=%d %s", n_tok, page_size, n_pages, dtn(dt));
-  check("kv_append (k)", sz, kg, kr, ncache, 0.0);
-  check("kv_append (v)", sz, vg, vr, ncache, 0.0);
-  free(kc), free(vc), free(kin), free(vin), free(slots), free(perm), free(kg), free(vg), free(kr),
-      free(vr);
-  dfree(dkc), dfree(dvc), dfree(dk), dfree(dv), dfree(dslots);
-}
-
 /* n_seq sequences with the given lengths; pages shuffled over a pool bigger than needed */
 static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_kdtype dt,
                                int max_ctx) {
@@ -900,39 +860,6 @@ static void check_paged_decode_shared_ws(cosy_kdtype dt) {
   dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dws);
 }
 
-/* causal prefill; q/k/v inside one fused buffer [L][stride]; stride 1152 (aligned, tensor-core
- * path for bf16) or an odd one (scalar path) */
-static void check_prefill(int Lq, int Lk, int stride_extra, cosy_kdtype dt) {
-  const int nqh = 14, nkh = 2, hd = 64;
-  const int stride = (nqh + 2 * nkh) * hd + stride_extra, out_stride = nqh * hd;
-  const double scale = 0.125;
-  /* queries: a separate buffer of Lq rows, same stride; k/v of Lk rows */
-  float *qb = fill((size_t)Lq * stride, -1.5f, 1.5f), *kvb = fill((size_t)Lk * stride, -1.5f, 1.5f);
-  char *dq = dup_dt(qb, (size_t)Lq * stride, dt), *dkv = dup_dt(kvb, (size_t)Lk * stride, dt);
-  void *dout = dpoison((size_t)Lq * out_stride, dt);
-  const size_t koff = (size_t)nqh * hd, voff = (size_t)(nqh + nkh) * hd;
-  CK(cosy_k_attn_prefill(0, dt, dq, stride, dkv + koff * dts(dt), dkv + voff * dts(dt), stride,
-                         dout, out_stride, Lq, Lk, nqh, nkh, hd, (float)scale));
-  float *out = download(dout, (size_t)Lq * out_stride, dt);
-  double *ref = dalloc_host((size_t)Lq * out_stride);
-  const float **kr = malloc(Lk * sizeof *kr), **vr = malloc(Lk * sizeof *vr);
-  for (int h = 0; h < nqh; ++h) {
-    const int kvh = h / (nqh / nkh);
-    for (int j = 0; j < Lk; ++j) {
-      kr[j] = kvb + (size_t)j * stride + koff + (size_t)kvh * hd;
-      vr[j] = kvb + (size_t)j * stride + voff + (size_t)kvh * hd;
-    }
-    for (int i = 0; i < Lq; ++i)
-      attn_row_ref(qb + (size_t)i * stride + (size_t)h * hd, kr, vr, i + (Lk - Lq) + 1, scale,
-                   ref + (size_t)i * out_stride + (size_t)h * hd);
-  }
-  char sz[96];
-  snprintf(sz, sizeof sz, "Lq=%d Lk=%d 14/2 heads stride=%d %s", Lq, Lk, stride, dtn(dt));
-  check("attn_prefill", sz, out, ref, (size_t)Lq * out_stride, dt == BF16 ? 1e-2 : 1e-5);
-  free(qb), free(kvb), free(out), free(ref), free(kr), free(vr);
-  dfree(dq), dfree(dkv), dfree(dout);
-}
-
 static void check_dit_attn(int B, int N, int chunk, int stride_extra, cosy_kdtype dt) {
   const int nh = 16, hd = 64, in_stride = nh * hd + stride_extra, out_stride = nh * hd;
   const double scale = 0.125;
@@ -969,10 +896,6 @@ static void check_dit_attn(int B, int N, int chunk, int stride_extra, cosy_kdtyp
 void test_attention(void **state) {
   (void)state;
   begin_test(5);
-  check_kv_append(1, 16, 4, BF16);
-  check_kv_append(37, 16, 8, F32);
-  check_kv_append(300, 32, 12, BF16);
-
   const int lens_a[] = {1, 17, 300};
   const int lens_b[] = {300, 1, 17, 0, 33};
   for (int ps = 16; ps <= 32; ps += 16)
@@ -994,16 +917,6 @@ void test_attention(void **state) {
   }
   check_paged_decode_shared_ws(F32);
   check_paged_decode_shared_ws(BF16);
-
-  const int Ls[] = {1, 17, 300};
-  for (int a = 0; a < 3; ++a) {
-    check_prefill(Ls[a], Ls[a], 0, BF16);
-    check_prefill(Ls[a], Ls[a], 0, F32);
-  }
-  check_prefill(37, 100, 0, BF16); /* chunk after cached tokens */
-  check_prefill(37, 100, 0, F32);
-  check_prefill(65, 65, 1, BF16); /* unaligned stride: scalar path */
-  check_prefill(129, 200, 0, BF16);
 
   const int Ns[] = {1, 37, 175, 400};
   for (int a = 0; a < 4; ++a) {
@@ -2338,8 +2251,6 @@ void test_args(void **state) {
   bad += cosy_k_topk(0, d, 100, 1, 10, 11, d, (int32_t *)d) != cudaErrorInvalidValue;
   bad += cosy_k_attn_dit(0, BF16, d, d, d, 1024, d, 1024, 1, 4, 16, 128, 0, 0.125f) !=
          cudaErrorInvalidValue; /* head_dim 128 */
-  bad += cosy_k_attn_prefill(0, BF16, d, 1152, d, d, 1152, d, 896, 5, 4, 14, 2, 64, 0.125f) !=
-         cudaErrorInvalidValue; /* Lq > Lk */
   const size_t ws = cosy_k_paged_decode_workspace(4, 14, 2, 1000);
   bad += ws == 0; /* long contexts are split */
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 63, (const int32_t *)d, 4,
