@@ -67,7 +67,6 @@ constexpr int WP = CK + 4; /* weight row pitch (floats): conflict-free A fragmen
 constexpr int MAXG = COSY_HCONV_MAXG;
 constexpr int MAXK = 32;
 constexpr int RED_FLOATS = 32 * NT; /* the KS = 2 reduction: 32 accumulators per thread */
-constexpr int OCC_MINB = 5;         /* cosy_hift_conv_occupancy's blocks per SM */
 
 struct ConvGroup {
   cosy_hift_conv c[MAXG];
@@ -168,12 +167,9 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
   }
 }
 
-/* MINB: the launch bound's minimum of resident blocks per SM (1: the compiler's choice, 127
- * registers; 5: at most 102 registers, so that 5 blocks of one warp group fit an SM where the
- * shared memory allows: cosy_hift_conv_occupancy) */
-template <int PREC, int KS, bool M3, int MINB = 1>
-__global__ void __launch_bounds__(NT * KS, MINB) conv_tc_kernel(const __grid_constant__ ConvGroup grp,
-                                                                int region_floats) {
+template <int PREC, int KS, bool M3>
+__global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant__ ConvGroup grp,
+                                                          int region_floats) {
   const cosy_hift_conv &c = grp.c[blockIdx.z];
   const int t0 = blockIdx.x * BN;
   const int co0 = blockIdx.y * BM;
@@ -540,17 +536,10 @@ f0_classify_kernel(const double *__restrict__ h, int ld_h, int c_n, const float 
 }
 
 int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always split */
-int g_conv_occ = 0;   /* cosy_hift_conv_occupancy: 1 = the 5-blocks-per-SM build of KS = 1 */
 
 template <int PREC, int KS, bool M3>
 cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, dim3 grid, int region_floats) {
   const size_t smem = (size_t)KS * region_floats * sizeof(float);
-  if constexpr (KS == 1) {
-    if (g_conv_occ) {
-      conv_tc_kernel<PREC, KS, M3, OCC_MINB><<<grid, NT * KS, smem, s>>>(grp, region_floats);
-      return cudaGetLastError();
-    }
-  }
   conv_tc_kernel<PREC, KS, M3><<<grid, NT * KS, smem, s>>>(grp, region_floats);
   return cudaGetLastError();
 }
@@ -566,19 +555,8 @@ cudaError_t launch_prec(cudaStream_t s, const ConvGroup &grp, dim3 grid, int reg
 }
 
 template <int PREC, int KS, bool M3> cudaError_t allow_smem(int bytes) {
-  cudaError_t e = cudaFuncSetAttribute(conv_tc_kernel<PREC, KS, M3>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if constexpr (KS == 1) {
-    if (e != cudaSuccess) return e;
-    e = cudaFuncSetAttribute(conv_tc_kernel<PREC, KS, M3, OCC_MINB>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    /* the largest shared-memory carveout, so that the smem limit does not undo the registers' */
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(conv_tc_kernel<PREC, KS, M3, OCC_MINB>,
-                               cudaFuncAttributePreferredSharedMemoryCarveout,
-                               cudaSharedmemCarveoutMaxShared);
-  }
-  return e;
+  return cudaFuncSetAttribute(conv_tc_kernel<PREC, KS, M3>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 /* the launch of n convs on `dev`: the taps per slab of each conv, the split, the floats of one
@@ -717,8 +695,6 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
 extern "C" void cosy_hift_conv_tuning(int split_mode) {
   g_conv_split = split_mode >= 0 && split_mode <= 2 ? split_mode : 0;
 }
-
-extern "C" void cosy_hift_conv_occupancy(int on) { g_conv_occ = on == 1; }
 
 extern "C" cudaError_t cosy_k_hift_conv64(cudaStream_t s, const float *in_f32,
                                           const double *in_f64, int ld_in, int len_in, int ci,

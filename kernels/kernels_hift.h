@@ -109,12 +109,6 @@ cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev);
  * (deterministic), when two regions fit dev->smem_block. Tuning override for measurements: 0
  * automatic (default), 1 never, 2 always. Process-wide. */
 void cosy_hift_conv_tuning(int split_mode);
-/* Occupancy experiment (measurements): 1 runs the one-warp-group launches on a build of the
- * kernel bounded to 5 resident blocks per SM (at most 102 registers a thread, the largest
- * shared-memory carveout) instead of the compiler's 127 registers (4 blocks); the same
- * arithmetic in the same order. 0 (default) the compiler's build. Process-wide; gpu_hift reads
- * COSY_HIFT_CONV_OCC. */
-void cosy_hift_conv_occupancy(int on);
 /* cosy_k_hift_conv with the split chosen by the caller for this launch only: 0 automatic (as
  * above), 1 never, 2 always (when the shared memory allows). A conv's values depend only on its
  * own descriptor and the split, not on the other convs of the launch nor on the device: callers

@@ -103,10 +103,6 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
   if ((e->cfg.vocoder_precision == COSY_VOCODER_TF32 || (tf && tf[0] == '1' && !tf[1])) &&
       (st = gpu_hift_set_precision(s->hift, COSY_HPREC_TF32)))
     return st;
-  /* measurement aid: COSY_HIFT_CONV_OCC=1 runs the vocoder convs' 5-blocks-per-SM build
-   * (kernels_hift.h cosy_hift_conv_occupancy) */
-  const char *occ = getenv("COSY_HIFT_CONV_OCC");
-  if (occ && occ[0] == '1' && !occ[1]) cosy_hift_conv_occupancy(1);
   /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
    * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */
   if (e->model->hp.has_s3tok && e->model->hp.has_campplus) {

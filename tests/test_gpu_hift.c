@@ -570,29 +570,18 @@ static void test_kernel_conv(void **state) {
         CU(cudaMemset(r[i].d_out, 0xFF, nall * sizeof(float)));
         if (r[i].d_oact) CU(cudaMemset(r[i].d_oact, 0xFF, nall * sizeof(float)));
       }
-      /* occ 0: the default build; occ 1: the 5-blocks-per-SM build (cosy_hift_conv_occupancy) */
-      for (int occ = 0; occ < 2; occ++) {
-        cosy_hift_conv_occupancy(occ);
-        for (int i = 0; i < NG; i++) {
-          const size_t nall = (size_t)r[i].co_rows * r[i].ld_out;
-          CU(cudaMemset(r[i].d_out, 0xFF, nall * sizeof(float)));
-          if (r[i].d_oact) CU(cudaMemset(r[i].d_oact, 0xFF, nall * sizeof(float)));
-        }
-        CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG, prec, 1));
-        CU(cudaStreamSynchronize(fx->g->stream));
-        int same = 1;
-        for (int i = 0; i < NG; i++) {
-          float *o = conv_download(&r[i]);
-          same &= !memcmp(o, alone[i], 2 * (size_t)r[i].co_rows * r[i].ld_out * sizeof(float));
-          free(o);
-        }
-        printf("  conv: %d convs in one launch%s vs each alone [%s]: %s\n", NG,
-               occ ? " (5-blocks-per-SM build)" : "", prec ? "3xTF32" : "TF32",
-               same ? "bit-identical" : "DIFFERS");
-        all_ok &= same;
+      CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG, prec, 1));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      int same = 1;
+      for (int i = 0; i < NG; i++) {
+        float *o = conv_download(&r[i]);
+        same &= !memcmp(o, alone[i], 2 * (size_t)r[i].co_rows * r[i].ld_out * sizeof(float));
+        free(o);
+        free(alone[i]);
       }
-      cosy_hift_conv_occupancy(0);
-      for (int i = 0; i < NG; i++) free(alone[i]);
+      printf("  conv: %d convs in one launch vs each alone [%s]: %s\n", NG,
+             prec ? "3xTF32" : "TF32", same ? "bit-identical" : "DIFFERS");
+      all_ok &= same;
     }
     assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG + 1, 0, 1),
                      cudaErrorInvalidValue);
