@@ -199,7 +199,7 @@ typedef struct cosy_engine_config {
  *                          waveform stays within ~1e-3 (relative L2) of the fp32 reference.
  *   COSY_VOCODER_TF32      one TF32 product per multiply (10-bit mantissa operands, fp32 sums):
  *                          what PyTorch runs for a Conv1d on a GPU by default (cuDNN TF32), ~1.35x
- *                          faster convolutions (+8% aggregate throughput with 64 users on an H100,
+ *                          faster convolutions (+6-8% aggregate throughput with 64 users on an H100,
  *                          bench/RESULTS.md), waveform ~1.5e-2 from the fp32 reference. */
 #define COSY_VOCODER_ACCURATE 1
 #define COSY_VOCODER_TF32 2
@@ -209,7 +209,7 @@ typedef struct cosy_engine_config {
  * returns COSY_ERR_INVALID_ARG, with a message naming the field, for a value outside its stated
  * range (device -1..1023, gpu_memory_fraction (0, 1], max_active 0..4096 and at most 256 with
  * device >= 0, max_queued 0..1048576, cpu_threads 0..1024, log_level at most COSY_LOG_DEBUG,
- * flags and reserved fields 0); nothing is clamped. A GPU engine that cannot fit the weights,
+ * vocoder_precision 0..COSY_VOCODER_TF32, flags and reserved fields 0); nothing is clamped. A GPU engine that cannot fit the weights,
  * the workspaces for max_active requests and the smallest LLM KV cache into gpu_memory_fraction
  * of the device fails with COSY_ERR_GPU_NO_MEMORY (the message says which fraction would do). */
 
