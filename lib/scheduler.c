@@ -80,6 +80,7 @@
 
 #include "audio.h"
 #include "engine.h"
+#include "ref/flow.h" /* flow_prompt_only_blocks */
 #include "ref/llm.h" /* ref_silent_pass */
 #include "sampling.h"
 #include "text/normalize.h"
@@ -1132,17 +1133,15 @@ static int voice_warm(const struct cosy_sched *s, const cosy_voice *v) {
 }
 
 /* mel frames a flow call of the job computes (about: the backend may reuse earlier blocks).
- * A first chunk of a voice seen before skips the prompt-only blocks (docs/scheduler.md
- * section 3: blocks of 50 frames whose last frame is at most 2P - 7), which the GPU flow keeps
- * per voice; counting them would cap a batch of first chunks at a third of what it computes. */
+ * A first chunk of a voice seen before skips the prompt-only blocks (flow_prompt_only_blocks),
+ * which the GPU flow keeps per voice; counting them would cap a batch of first chunks at a third
+ * of what it computes. */
 static int job_frames(const struct cosy_sched *s, const sjob *j, int kind) {
   const int P = j->v->n_tokens;
   if (kind == 2 && (j->collect_only || j->full_final)) return 2 * (P + j->n_tok);
   if (j->chunks_done == 0) {
-    const int f = 2 * (P + (kind == 1 ? j->hop + LOOKAHEAD : j->n_tok));
-    const int pre = 2 * P - 7 - (2 * BLOCK_TOKENS - 1);
-    const int shared = pre >= 0 && voice_warm(s, j->v) ? (pre / (2 * BLOCK_TOKENS) + 1) * 2 * BLOCK_TOKENS : 0;
-    return f - shared;
+    const int f = 2 * (P + (kind == 1 ? j->hop + LOOKAHEAD : j->n_tok)), block = 2 * BLOCK_TOKENS;
+    return voice_warm(s, j->v) ? f - block * flow_prompt_only_blocks(P, 2, LOOKAHEAD, block) : f;
   }
   return 2 * ((kind == 1 ? j->hop + LOOKAHEAD : j->n_tok - j->offset)) + 50;
 }
@@ -1586,6 +1585,12 @@ static void *t2w_main(void *arg) {
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
+/* the environment variable `name` is set to exactly `value` */
+static int env_is(const char *name, const char *value) {
+  const char *v = getenv(name);
+  return v && !strcmp(v, value);
+}
+
 cosy_status sched_start(cosy_engine *e) {
   struct cosy_sched *s = (struct cosy_sched *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
@@ -1596,12 +1601,10 @@ cosy_status sched_start(cosy_engine *e) {
   if (tp && tp[0]) s->trace = fopen(tp, "w");
   const char *tt = getenv("COSY_TEXT_TRACE");
   if (tt && tt[0]) s->ttrace = fopen(tt, "w");
-  const char *fh = getenv("COSY_SCHED_FIRST_HOLD"); /* before the threads start */
-  s->first_hold = fh && fh[0] == '1' && !fh[1];
-  const char *ur = getenv("COSY_SCHED_URGENT");
-  s->no_urgent = ur && ur[0] == '0' && !ur[1];
-  const char *fo = getenv("COSY_SCHED_FIRST_ONLY");
-  s->first_only = fo && fo[0] == '1' && !fo[1];
+  /* the measurement knobs, before the threads start */
+  s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
+  s->no_urgent = env_is("COSY_SCHED_URGENT", "0");
+  s->first_only = env_is("COSY_SCHED_FIRST_ONLY", "1");
   const char *ff = getenv("COSY_SCHED_FLOW_FRAMES");
   s->flow_frames = FLOW_BATCH_FRAMES;
   if (ff && ff[0]) {

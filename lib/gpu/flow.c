@@ -61,7 +61,7 @@
  *    shows up in the tests.
  */
 #include "gpu/flow.h"
-#include "ref/flow.h" /* flow_check_call, flow_cosine_schedule, flow_time_sinusoid */
+#include "ref/flow.h" /* flow_check_call, flow_cosine_schedule, flow_time_sinusoid, flow_prompt_only_blocks */
 
 #include <math.h>
 #include <stdarg.h>
@@ -1468,7 +1468,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     memcpy(k->mel, c->h_xout + (size_t)(nb[j] + from) * M, (size_t)k->n_frames * M * 4);
     if (!k->full && !k->finalize) q->cached = store_to[j];
     /* a first call that stored the prompt-only blocks gives them to the voice table */
-    const int nb_voice = (2 * q->P - 7 - (PF - 1)) >= 0 ? (2 * q->P - 7 - (PF - 1)) / PF + 1 : 0;
+    const int nb_voice = flow_prompt_only_blocks(q->P, f->ratio, f->la, PF);
     const int have = q->cached / PF < nb_voice ? q->cached / PF : nb_voice;
     if (have > 0 && q->shared == 0 && have <= 64 && c->n_voices < VOICE_SLOTS) {
       int known = 0;

@@ -563,6 +563,11 @@ cosy_status ref_flow_estimator(const ref_flow *f, int B, int N, const float *x, 
 /* ---------------------------------------------------------------------------------------------
  * inference */
 
+int flow_prompt_only_blocks(int P, int ratio, int lookahead, int block) {
+  const int last = ratio * (P - lookahead) - 1; /* the last prompt-only frame */
+  return last - (block - 1) >= 0 ? (last - (block - 1)) / block + 1 : 0;
+}
+
 void flow_cosine_schedule(int n, float *ts) {
   const float pi = 3.14159265358979323846f;
   float step = 1.0f / (float)n;

@@ -68,6 +68,14 @@ cosy_status flow_check_call(const char *who, int vocab, int ratio, int lookahead
                             const float *prompt_mel, int n_prompt_frames, const float *spk,
                             int finalize, int *n_used);
 
+/* The blocks of `block` frames at the start of an utterance that depend on the prompt alone
+ * (docs/scheduler.md section 3): frame i reads tokens up to i / ratio + lookahead, so the frames
+ * i <= ratio (P - lookahead) - 1 see prompt tokens only, and a block is prompt-only when its last
+ * frame is one of them (for the model's ratio 2 and look-ahead 3: 50 b + 49 <= 2 P - 7). Every
+ * request of a voice computes the same values there; the GPU flow shares them per voice and the
+ * scheduler leaves them out of a first chunk's frame count. 0 when none is. */
+int flow_prompt_only_blocks(int P, int ratio, int lookahead, int block);
+
 cosy_status ref_flow_estimator(const ref_flow *f, int B, int N, const float *x, const float *mu,
                                const float *t, const float *spks, const float *cond, int streaming,
                                float *out);
