@@ -158,23 +158,23 @@ static void check_modes(fx *f, int mode) {
 
 static void test_zero_shot(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   check_modes(f, COSY_MODE_ZERO_SHOT);
 }
 static void test_cross_lingual(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   check_modes(f, COSY_MODE_CROSS_LINGUAL);
 }
 static void test_instruct(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   check_modes(f, COSY_MODE_INSTRUCT);
 }
 
 static void test_seeds(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_synth_params p;
   params(&p, COSY_MODE_ZERO_SHOT, 5);
   p.max_tokens = 40;
@@ -197,7 +197,7 @@ static void test_seeds(void **state) {
  * (block-causal chunks with look-ahead vs full attention), and the same blocking or pushed */
 static void test_one_shot(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_synth_params p;
   params(&p, COSY_MODE_ZERO_SHOT, 4321);
   float *str = NULL, *one = NULL;
@@ -225,7 +225,7 @@ static void test_one_shot(void **state) {
 
 static void test_output_rate(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_synth_params p;
   params(&p, COSY_MODE_ZERO_SHOT, 77);
   float *nat, *low;
@@ -247,7 +247,7 @@ static void test_output_rate(void **state) {
 
 static void test_cancel_from_callback(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_synth_params p;
   params(&p, COSY_MODE_ZERO_SHOT, 9);
   pushbuf b = {0};
@@ -263,7 +263,7 @@ static void test_cancel_from_callback(void **state) {
 
 static void test_cancel_from_thread(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_synth_params p;
   params(&p, COSY_MODE_ZERO_SHOT, 10);
   p.max_tokens = 400;
@@ -300,7 +300,7 @@ static void test_cancel_from_thread(void **state) {
  * refused with COSY_ERR_QUEUE_FULL while the three still run. */
 static void test_queue_room(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_engine_config c;
   cosy_engine_config_init(&c, sizeof c);
   c.model_path = tu_small_model();
@@ -350,7 +350,7 @@ static int32_t count_chunk(void *user, const cosy_chunk *c) {
 
 static void test_stats_while_running(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_synth_params p;
   params(&p, COSY_MODE_ZERO_SHOT, 77);
   p.max_tokens = 45;
@@ -430,7 +430,7 @@ static void concurrent_equal_alone(fx *f, cosy_engine *e, cosy_voice *v, int nj,
 
 static void test_concurrent(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   concurrent_equal_alone(f, f->e, f->v, 5, 100, 45);
 }
 
@@ -440,7 +440,7 @@ static void test_concurrent(void **state) {
  * engine (no hold: the hold changes timing, never tokens), and the trace shows held rows. */
 static void test_first_hold(void **state) {
   fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or ../shared absent");
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   const char *trace = tu_tmp_path("first_hold_trace");
   setenv("COSY_SCHED_FIRST_HOLD", "1", 1);
   setenv("COSY_SCHED_TRACE", trace, 1);
