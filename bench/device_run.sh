@@ -124,6 +124,22 @@ run() { # name, command...: run, log to $OUT/name.log, record pass/fail and seco
   return $rc
 }
 
+# a variant spec "name[:VAR=value,VAR=value]" (the ab and trace steps): sets $v and envs=(...)
+variant() {
+  v=${1%%:*}
+  envs=()
+  if [[ "$1" == *:* ]]; then IFS=, read -r -a envs <<< "${1#*:}"; fi
+}
+# $B/kernel_time.so (bench/kernel_time.c, CUPTI) for the gputime and ktop steps
+kernel_time_so() {
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  local inc=$CUDA_HOME/include lib=$CUDA_HOME/lib64
+  [ -f "$inc/cupti.h" ] || inc=$CUDA_HOME/extras/CUPTI/include
+  [ -e "$lib/libcupti.so" ] || lib=$CUDA_HOME/extras/CUPTI/lib64
+  run kernel_time_so cc -shared -fPIC -O2 -I"$inc" -o $B/kernel_time.so bench/kernel_time.c \
+    -L"$lib" -Wl,-rpath,"$lib" -lcupti
+}
+
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 note "device: $(sed -n 2p "$OUT/gpu.txt")  commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
@@ -306,9 +322,7 @@ if [[ " $STEPS " == *" ab "* ]]; then
   AB_VARIANTS=${AB_VARIANTS:-base hold:COSY_SCHED_FIRST_HOLD=1 tf32:COSY_HIFT_TF32=1 both:COSY_SCHED_FIRST_HOLD=1,COSY_HIFT_TF32=1}
   for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     for spec in $AB_VARIANTS; do
-      v=${spec%%:*}
-      envs=()
-      if [[ "$spec" == *:* ]]; then IFS=, read -r -a envs <<< "${spec#*:}"; fi
+      variant "$spec"
       run ab_${v}_$round env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --concurrency "${AB_LEVELS:-16,64}" "${W1_ARGS[@]}"
       grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave' "$OUT/ab_${v}_$round.log" \
@@ -321,9 +335,7 @@ if [[ " $STEPS " == *" trace "* ]]; then
   # TRACE_VARIANTS (the ab step's syntax, default "base"); bench/trace_summary.py's table of each
   # goes to the summary. Logs: trace_<variant>.log, trace_<variant>.txt
   for spec in ${TRACE_VARIANTS:-base}; do
-    v=${spec%%:*}
-    envs=()
-    if [[ "$spec" == *:* ]]; then IFS=, read -r -a envs <<< "${spec#*:}"; fi
+    variant "$spec"
     run trace_$v env "${envs[@]}" COSY_SCHED_TRACE="$OUT/trace_$v.txt" ./$B/bench/bench_w1 \
       -m "$FULL" --device 0 --concurrency "${TRACE_LEVEL:-64}" "${W1_ARGS[@]}"
     grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave' "$OUT/trace_$v.log" | sed "s/^ */trace $v: /" \
@@ -403,11 +415,7 @@ if [[ " $STEPS " == *" gputime "* ]]; then
   # warm-up cancel: (B - A) / (GT_B - GT_A) is the GPU time of one utterance, streaming (default
   # chunk schedule, cached flow, streaming vocoder) and --one-shot (one full-attention flow call,
   # one vocoder call)
-  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-  CUPTI_INC=$CUDA_HOME/include; [ -f "$CUPTI_INC/cupti.h" ] || CUPTI_INC=$CUDA_HOME/extras/CUPTI/include
-  CUPTI_LIB=$CUDA_HOME/lib64; [ -e "$CUPTI_LIB/libcupti.so" ] || CUPTI_LIB=$CUDA_HOME/extras/CUPTI/lib64
-  run kernel_time_so cc -shared -fPIC -O2 -I"$CUPTI_INC" -o $B/kernel_time.so bench/kernel_time.c \
-    -L"$CUPTI_LIB" -Wl,-rpath,"$CUPTI_LIB" -lcupti
+  kernel_time_so
   W1G=(-m "$FULL" --device 0 --texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav")
   for mode in stream oneshot; do
     extra=(); [ $mode = oneshot ] && extra=(--one-shot)
@@ -441,11 +449,7 @@ if [[ " $STEPS " == *" ktop "* ]]; then
   # one run per ;-separated argument list of KTOP_RUNS (default: a burst of 64 first chunks
   # (--tokens 41: the first chunk, then a 3-token last one) and W1 at C = 64), with KTOP_ENV
   # (e.g. COSY_HIFT_TF32=1) in the environment. Logs: ktop_<i>.log (the table is on stderr)
-  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-  CUPTI_INC=$CUDA_HOME/include; [ -f "$CUPTI_INC/cupti.h" ] || CUPTI_INC=$CUDA_HOME/extras/CUPTI/include
-  CUPTI_LIB=$CUDA_HOME/lib64; [ -e "$CUPTI_LIB/libcupti.so" ] || CUPTI_LIB=$CUDA_HOME/extras/CUPTI/lib64
-  [ -f $B/kernel_time.so ] || run kernel_time_so cc -shared -fPIC -O2 -I"$CUPTI_INC" -o $B/kernel_time.so \
-    bench/kernel_time.c -L"$CUPTI_LIB" -Wl,-rpath,"$CUPTI_LIB" -lcupti
+  kernel_time_so
   IFS=';' read -r -a kruns <<< "${KTOP_RUNS:---concurrency 64 --requests 64 --tokens 41;--concurrency 64}"
   for i in "${!kruns[@]}"; do
     read -r -a kargs <<< "${kruns[$i]}"
