@@ -4,7 +4,7 @@
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N] [--tokens 112]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
  *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32]
- *            [--memory-fraction F | --memory-gb G]
+ *            [--first-chunk N] [--memory-fraction F | --memory-gb G]
  *
  * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
  * --memory-fraction F sets gpu_memory_fraction; --memory-gb G sets it to G GiB over the device's
@@ -19,7 +19,9 @@
  * the level's wall time then includes the ramp. --one-shot sends COSY_SYNTH_ONE_SHOT requests
  * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
  * of streaming against non-streaming synthesis. --vocoder-tf32 sets vocoder_precision to
- * COSY_VOCODER_TF32 (cosyvoice.h).
+ * COSY_VOCODER_TF32 (cosyvoice.h). --first-chunk N sets first_chunk_tokens (W1 requests and the
+ * warm-up; the voice's 87 prompt tokens leave 13 to their last block, so N <= 13 makes the first
+ * chunk 13 tokens: 0.36 s of audio).
  *
  * Per request: TTFB = submit -> first chunk delivered; RTF = (last chunk - submit) / audio
  * seconds; an underrun is a chunk arriving after playback (started at the first chunk) would
@@ -345,6 +347,7 @@ typedef struct shared {
   int conc;            /* clients */
   double ramp;         /* --ramp: client k starts k * ramp / conc seconds after the level starts */
   uint32_t flags;      /* --one-shot: COSY_SYNTH_ONE_SHOT */
+  int first_chunk;     /* --first-chunk: first_chunk_tokens (0 = default) */
   pthread_mutex_t mu;
   result *res;
 } shared;
@@ -370,6 +373,7 @@ static void *client(void *arg) {
     cosy_synth_params_init(&p, sizeof p);
     p.seed = 1000 + (uint64_t)i;
     p.flags = sh->flags;
+    p.first_chunk_tokens = sh->first_chunk;
     p.min_tokens = p.max_tokens = sh->tokens;
     req_state s;
     memset(&s, 0, sizeof s);
@@ -577,7 +581,7 @@ static void w1_row(const result *res, int total, int k, int C, const char *label
 int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
   const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL, *dev_arg = "-1";
-  int requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0, voc_prec = 0;
+  int requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0, voc_prec = 0, first_chunk = 0;
   double mem_gb = 0;
   float mem_fraction = 0;
   double ramp = 0;
@@ -599,11 +603,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ramp") && i + 1 < argc) ramp = atof(argv[++i]);
     else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
     else if (!strcmp(argv[i], "--vocoder-tf32")) voc_prec = COSY_VOCODER_TF32;
+    else if (!strcmp(argv[i], "--first-chunk") && i + 1 < argc) first_chunk = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
                       "[--requests N] [--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
-                      "[--vocoder-tf32] [--memory-fraction F | --memory-gb G]\n");
+                      "[--vocoder-tf32] [--first-chunk N] [--memory-fraction F | --memory-gb G]\n");
       return 2;
     }
   }
@@ -786,6 +791,7 @@ int main(int argc, char **argv) {
       cosy_synth_params_init(&p, sizeof p);
       p.seed = 1;
       p.min_tokens = p.max_tokens = warm_tokens;
+      p.first_chunk_tokens = first_chunk;
       float *wpcm;
       int64_t np;
       if (cosy_synthesize(e[k], v[k], texts[w % n_texts], &p, &wpcm, &np) == COSY_OK) cosy_free(wpcm);
@@ -810,6 +816,7 @@ int main(int argc, char **argv) {
     sh.conc = C;
     sh.ramp = ramp;
     sh.flags = flags;
+    sh.first_chunk = first_chunk;
     sh.res = (result *)calloc((size_t)total, sizeof *sh.res);
     pthread_mutex_init(&sh.mu, NULL);
     pthread_t *th = (pthread_t *)calloc((size_t)C, sizeof *th);

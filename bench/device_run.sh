@@ -332,12 +332,13 @@ if [[ " $STEPS " == *" ab "* ]]; then
 fi
 if [[ " $STEPS " == *" trace "* ]]; then
   # W1 at C = TRACE_LEVEL (64) with the scheduler trace (COSY_SCHED_TRACE) under each variant of
-  # TRACE_VARIANTS (the ab step's syntax, default "base"); bench/trace_summary.py's table of each
-  # goes to the summary. Logs: trace_<variant>.log, trace_<variant>.txt
+  # TRACE_VARIANTS (the ab step's syntax, default "base"), TRACE_ARGS more bench_w1 arguments;
+  # bench/trace_summary.py's table of each goes to the summary. Logs: trace_<variant>.log,
+  # trace_<variant>.txt
   for spec in ${TRACE_VARIANTS:-base}; do
     variant "$spec"
     run trace_$v env "${envs[@]}" COSY_SCHED_TRACE="$OUT/trace_$v.txt" ./$B/bench/bench_w1 \
-      -m "$FULL" --device 0 --concurrency "${TRACE_LEVEL:-64}" "${W1_ARGS[@]}"
+      -m "$FULL" --device 0 --concurrency "${TRACE_LEVEL:-64}" ${TRACE_ARGS:-} "${W1_ARGS[@]}"
     grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave' "$OUT/trace_$v.log" | sed "s/^ */trace $v: /" \
       | tee -a "$SUMMARY"
     python3 bench/trace_summary.py "$OUT/trace_$v.txt" | sed "s/^/trace $v: /" | tee -a "$SUMMARY"

@@ -152,10 +152,10 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
     return cosy_err(COSY_ERR_INVALID_ARG, "top_k %d is outside 1..%d", out->top_k,
                     COSY_SAMPLING_TOP_K_MAX);
   if (out->first_chunk_tokens == 0) out->first_chunk_tokens = 25;
-  if (out->first_chunk_tokens < 25 || out->first_chunk_tokens > 100 ||
-      out->first_chunk_tokens % 25)
-    return cosy_err(COSY_ERR_INVALID_ARG,
-                    "first_chunk_tokens %d must be 25, 50, 75 or 100 (whole 50-frame blocks)",
+  /* at least 5: the first chunk then has 2 * 5 - 8 >= 2 frames of audio after the vocoder's
+   * 8-frame look-ahead */
+  if (out->first_chunk_tokens < 5 || out->first_chunk_tokens > 100)
+    return cosy_err(COSY_ERR_INVALID_ARG, "first_chunk_tokens %d is outside 5..100",
                     out->first_chunk_tokens);
   if (out->max_tokens < 0 || out->max_tokens > 15000)
     return cosy_err(COSY_ERR_INVALID_ARG, "max_tokens %d is outside 0..15000", out->max_tokens);

@@ -93,6 +93,15 @@
 #define LOOKAHEAD 3      /* tokens of right context a non-final flow call needs */
 #define BLOCK_TOKENS 25  /* the flow's attention block (50 frames) in tokens */
 #define MAX_HOP 100      /* the official hop stops doubling here */
+
+/* The first chunk's tokens (docs/scheduler.md section 2): the fewest, at least n, that end the
+ * prompt + first chunk on a block boundary. pad = the tokens that complete the prompt's last
+ * block; n <= pad: the first chunk is those pad tokens (shorter than a block), else pad plus
+ * whole blocks (n = 25, 50, 75, 100: n + pad, the official schedule). */
+int sched_first_hop(int P, int n) {
+  const int pad = (BLOCK_TOKENS - P % BLOCK_TOKENS) % BLOCK_TOKENS;
+  return n <= pad ? pad : pad + (n - pad + BLOCK_TOKENS - 1) / BLOCK_TOKENS * BLOCK_TOKENS;
+}
 #define PREFILL_PIECE 1024       /* positions of one sequence per iteration at most */
 #define PREFILL_BUDGET 1024      /* positions per iteration while sequences decode (~4 ms on an H100) */
 #define PREFILL_BUDGET_IDLE 2048 /* ... and while none does */
@@ -487,9 +496,10 @@ lengths_done:;
     goto done;
   }
   if (P) memcpy(j->tokens, v->speech_tokens, (size_t)P * sizeof *j->tokens);
-  const int pad = (BLOCK_TOKENS - P % BLOCK_TOKENS) % BLOCK_TOKENS;
-  j->next_hop_base = p->first_chunk_tokens;
-  j->hop = p->first_chunk_tokens + pad;
+  j->hop = sched_first_hop(P, p->first_chunk_tokens);
+  /* the hops after the first: whole blocks, doubling from first_chunk_tokens rounded up to a block
+   * (a first chunk shorter than a block is one extra chunk ahead of that schedule) */
+  j->next_hop_base = (p->first_chunk_tokens + BLOCK_TOKENS - 1) / BLOCK_TOKENS * BLOCK_TOKENS;
   if (p->sample_rate != e->model->hp.sample_rate &&
       (st = cosy_resampler_create(e->model->hp.sample_rate, p->sample_rate, &j->rs)))
     goto done;
@@ -1359,8 +1369,11 @@ static void voc_batch(cosy_engine *e, vitem **it, int n) {
     pthread_mutex_lock(&e->mu);
     if (js) job_fail_locked(j, js, vst ? bmsg : cosy_last_error());
     if (kind == 1) {
+      /* after a first chunk shorter than a block the schedule starts at next_hop_base */
+      const int short_first = j->chunks_done == 0 && j->hop < BLOCK_TOKENS;
       j->offset += j->hop;
-      j->next_hop_base = j->next_hop_base * 2 < MAX_HOP ? j->next_hop_base * 2 : MAX_HOP;
+      if (!short_first)
+        j->next_hop_base = j->next_hop_base * 2 < MAX_HOP ? j->next_hop_base * 2 : MAX_HOP;
       j->hop = j->next_hop_base;
     } else {
       j->offset = j->n_tok;

@@ -21,7 +21,8 @@
  *   - synthesis on the GPU: blocking == push streaming == pull streaming for one seed, finite
  *     audio within +-0.99, several chunks; cancel; stats; top_k beyond the GPU sampler (host
  *     sampling from the downloaded log-probs) repeatable; the first-chunk policies
- *     (first_chunk_wait_max -1 vs the default) give the same audio sample for sample; cached flow
+ *     (first_chunk_wait_max -1 vs the default) and a first chunk shorter than a block
+ *     (first_chunk_tokens 5) give the same audio sample for sample; cached flow
  *     vs recomputed, full-attention final vs block-causal, one request alone vs among 31;
  *   - text streamed in (COSY_SYNTH_TEXT_STREAM): the text pushed in one piece, word by word with
  *     pauses (the sequence waits outside the decode batch, new text goes in through the prefill
@@ -387,6 +388,20 @@ static void test_gpu_synthesis(void **state) {
     float *o = synth_fresh(&c2, 0, &p, &no);
     const double dd = no == nb ? tu_max_abs_diff(o, blk, (size_t)nb) : INFINITY;
     print_message("LLM never pauses for first chunks vs default: max abs diff %.3g (must be 0)\n", dd);
+    assert_true(dd == 0.0);
+    cosy_free(o);
+  }
+  /* a first chunk shorter than a block (first_chunk_tokens 5: the prompt's last block only)
+   * moves the chunk boundaries, not the audio: the flow's cached blocks and the vocoder's state
+   * are the same whatever block boundary a call starts at */
+  {
+    cosy_synth_params q = p;
+    q.first_chunk_tokens = 5;
+    int64_t no = 0;
+    float *o = synth_fresh(&c, 0, &q, &no);
+    const double dd = no == nb ? tu_max_abs_diff(o, blk, (size_t)nb) : INFINITY;
+    print_message("first_chunk_tokens 5 vs default: %lld vs %lld samples, max abs diff %.3g "
+                  "(must be 0)\n", (long long)no, (long long)nb, dd);
     assert_true(dd == 0.0);
     cosy_free(o);
   }

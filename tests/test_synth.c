@@ -3,6 +3,8 @@
  *   - blocking == push streaming == pull streaming, sample for sample, for one seed (all three
  *     modes), and the streaming run really delivers several chunks;
  *   - a different seed gives different audio; the same seed gives the same audio;
+ *   - first_chunk_tokens moves the chunk boundaries (a first chunk shorter than a block) and
+ *     leaves the audio identical;
  *   - output resampling (16 kHz) matches the native output resampled in one go;
  *   - cancel from the callback and from another thread ends the request with
  *     COSY_ERR_CANCELLED within one step, and everything is freed (run under ASan in CI);
@@ -74,6 +76,7 @@ typedef struct pushbuf {
   int64_t n, cap;
   int chunks, last_seen, cancel_after, bad_offset;
   int32_t rate;
+  int64_t sizes[32]; /* the first chunks' sample counts */
 } pushbuf;
 
 static int32_t on_chunk(void *user, const cosy_chunk *c) {
@@ -85,6 +88,7 @@ static int32_t on_chunk(void *user, const cosy_chunk *c) {
   }
   memcpy(b->pcm + b->n, c->pcm, (size_t)c->n_samples * sizeof *c->pcm);
   b->n += c->n_samples;
+  if (b->chunks < 32) b->sizes[b->chunks] = c->n_samples;
   b->chunks++;
   b->rate = c->sample_rate;
   if (c->flags & COSY_CHUNK_LAST) b->last_seen = 1;
@@ -221,6 +225,48 @@ static void test_one_shot(void **state) {
   free(b.pcm);
   cosy_free(str);
   cosy_free(one);
+}
+
+/* first_chunk_tokens changes where chunks end, never the audio (docs/scheduler.md section 2):
+ * the flow's blocks and the vocoder's state make every block-aligned schedule give the same
+ * samples. The golden voice has 60 prompt tokens, so the prompt's last block lacks 15 tokens:
+ * first_chunk_tokens 25 (the default) -> chunks of 40, 50, ... tokens; 5 -> 15, 25, 50, ...
+ * (one chunk more, the first one 25 tokens = 24000 samples shorter); 30 -> 40, 100, ... (the
+ * later hops double from first_chunk_tokens rounded up to whole blocks). Each
+ * non-final chunk of h tokens gives 2 h mel frames, less the vocoder's 8-frame look-ahead on the
+ * first: (2 h - 8) * 480 samples, then 2 h * 480. */
+static void test_chunk_schedule(void **state) {
+  fx *f = (fx *)*state;
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
+  cosy_synth_params p;
+  params(&p, COSY_MODE_ZERO_SHOT, 99);
+  const int firsts[3] = {25, 5, 30};
+  pushbuf b[3];
+  memset(b, 0, sizeof b);
+  for (int k = 0; k < 3; k++) {
+    p.first_chunk_tokens = firsts[k];
+    cosy_request *r;
+    assert_int_equal(cosy_request_submit(f->e, f->v, TEXT, &p, on_chunk, &b[k], &r), COSY_OK);
+    assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+    cosy_request_release(r);
+    print_message("first_chunk_tokens %d: %d chunks, %lld samples, first %lld, second %lld\n",
+                  firsts[k], b[k].chunks, (long long)b[k].n, (long long)b[k].sizes[0],
+                  (long long)b[k].sizes[1]);
+    assert_true(b[k].last_seen);
+    assert_false(b[k].bad_offset);
+  }
+  assert_true(b[0].chunks >= 3); /* the default schedule had a non-final chunk */
+  assert_int_equal(b[0].sizes[0], (2 * 40 - 8) * 480);
+  assert_int_equal(b[1].chunks, b[0].chunks + 1);
+  assert_int_equal(b[1].sizes[0], (2 * 15 - 8) * 480);
+  assert_int_equal(b[1].sizes[1], 2 * 25 * 480);
+  assert_int_equal(b[1].sizes[2], b[0].sizes[1]);
+  assert_int_equal(b[2].sizes[0], b[0].sizes[0]);
+  for (int k = 1; k < 3; k++) {
+    assert_int_equal(b[k].n, b[0].n);
+    assert_memory_equal(b[k].pcm, b[0].pcm, (size_t)b[0].n * sizeof *b[0].pcm);
+  }
+  for (int k = 0; k < 3; k++) free(b[k].pcm);
 }
 
 static void test_output_rate(void **state) {
@@ -481,6 +527,7 @@ int main(void) {
       cmocka_unit_test(test_zero_shot),     cmocka_unit_test(test_cross_lingual),
       cmocka_unit_test(test_instruct),      cmocka_unit_test(test_seeds),
       cmocka_unit_test(test_one_shot),      cmocka_unit_test(test_output_rate),
+      cmocka_unit_test(test_chunk_schedule),
       cmocka_unit_test(test_cancel_from_callback),
       cmocka_unit_test(test_cancel_from_thread), cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_stats_while_running), cmocka_unit_test(test_queue_room),
