@@ -4,7 +4,7 @@
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N] [--tokens 112]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
  *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32]
- *            [--first-chunk N] [--memory-fraction F | --memory-gb G]
+ *            [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]
  *
  * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
  * --memory-fraction F sets gpu_memory_fraction; --memory-gb G sets it to G GiB over the device's
@@ -21,7 +21,7 @@
  * of streaming against non-streaming synthesis. --vocoder-tf32 sets vocoder_precision to
  * COSY_VOCODER_TF32 (cosyvoice.h). --first-chunk N sets first_chunk_tokens (W1 requests and the
  * warm-up; the voice's 87 prompt tokens leave 13 to their last block, so N <= 13 makes the first
- * chunk 13 tokens: 0.36 s of audio).
+ * chunk 13 tokens: 0.36 s of audio). --first-wait N sets first_chunk_wait_max (0: the default).
  *
  * Per request: TTFB = submit -> first chunk delivered; RTF = (last chunk - submit) / audio
  * seconds; an underrun is a chunk arriving after playback (started at the first chunk) would
@@ -581,7 +581,8 @@ static void w1_row(const result *res, int total, int k, int C, const char *label
 int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
   const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL, *dev_arg = "-1";
-  int requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0, voc_prec = 0, first_chunk = 0;
+  int requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0, voc_prec = 0, first_chunk = 0,
+      first_wait = 0;
   double mem_gb = 0;
   float mem_fraction = 0;
   double ramp = 0;
@@ -604,11 +605,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
     else if (!strcmp(argv[i], "--vocoder-tf32")) voc_prec = COSY_VOCODER_TF32;
     else if (!strcmp(argv[i], "--first-chunk") && i + 1 < argc) first_chunk = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--first-wait") && i + 1 < argc) first_wait = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
                       "[--requests N] [--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
-                      "[--vocoder-tf32] [--first-chunk N] [--memory-fraction F | --memory-gb G]\n");
+                      "[--vocoder-tf32] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]\n");
       return 2;
     }
   }
@@ -715,6 +717,7 @@ int main(int argc, char **argv) {
     cfg.model_path = model;
     cfg.device = devs[k];
     cfg.max_active = max_active;
+    cfg.first_chunk_wait_max = first_wait;
     cfg.vocoder_precision = voc_prec;
     float frac = mem_fraction;
     if (mem_gb > 0) {
