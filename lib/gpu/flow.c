@@ -49,10 +49,8 @@
  *    later call with the same key (LRU cache of GRAPH_CACHE graphs). A packed batch
  *    (gpu_flow_batch) keeps its whole plan (row maps, page tables, attention tiles) in device
  *    buffers uploaded before the steps, so its graph key is only its sizes (new frames, ext rows,
- *    tiles, virtual rows), and those are padded to buckets (pad_frames, pad_jobs; dummy rows
- *    that no real row reads), so batches of similar size replay one graph (launch-bound small
- *    calls: ~2,700 launches per call; an unpadded burst of first chunks made a new key per
- *    call and ran 2-3x slower). The first call of a key
+ *    tiles, virtual rows): a voice's first chunks, its middle chunks of equal hop, and recurring
+ *    batch shapes replay one graph (launch-bound small calls: ~2,700 launches per call). The first call of a key
  *    runs with direct launches (capture + instantiation cost more than that); its second call
  *    captures. Capture uses the gpu's stream in relaxed mode; if capture fails, the launches go
  *    straight to the stream from then on. No host synchronization inside the loop either way.
@@ -79,7 +77,7 @@
 
 #define HEAD_DIM 64
 #define LN_EPS 1e-6f
-#define GRAPH_CACHE 48
+#define GRAPH_CACHE 24
 #define ROWS 2 /* CFG batch */
 #define MAX_MEL 256
 #define SEEN_KEYS 32
@@ -1117,14 +1115,14 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
       {(void **)&c->d_virt, 2 * CTX * BATCH_JOBS * 4, "flow plan"},
       {(void **)&c->d_tiles, (size_t)tiles_cap * 2 * 4, "flow plan"},
       {(void **)&c->d_ptab, (size_t)ptab_cap * 4, "flow plan"},
-      {(void **)&c->d_segs, (2 * BATCH_JOBS + 2) * sizeof(cosy_k_dit_seg), "flow plan"},
+      {(void **)&c->d_segs, 2 * BATCH_JOBS * sizeof(cosy_k_dit_seg), "flow plan"},
   };
   cosy_status st;
   for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
     if ((st = fc_alloc(f, plan[i].bytes, plan[i].what, plan[i].p))) return st;
   /* pinned host mirrors: one block */
   size_t hb = TE * 8 + TN * 8 + 2 * TN * 8 + 2 * TN * 4 * 2 + 2 * CTX * BATCH_JOBS * 4 +
-              (size_t)tiles_cap * 8 + (size_t)ptab_cap * 4 + (2 * BATCH_JOBS + 2) * sizeof(cosy_k_dit_seg) +
+              (size_t)tiles_cap * 8 + (size_t)ptab_cap * 4 + 2 * BATCH_JOBS * sizeof(cosy_k_dit_seg) +
               TN * M * 4 + TE * M * 4 + 64 * 16;
   unsigned char *h;
   if ((st = cosy_gpu_host_alloc(hb, (void **)&h))) return st;
@@ -1137,7 +1135,7 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   c->h_tiles = c->h_virt + 2 * CTX * BATCH_JOBS;
   c->h_ptab = c->h_tiles + (size_t)tiles_cap * 2;
   c->h_segs = (cosy_k_dit_seg *)(((uintptr_t)(c->h_ptab + ptab_cap) + 15) & ~(uintptr_t)15);
-  c->h_xout = (float *)(((uintptr_t)(c->h_segs + 2 * BATCH_JOBS + 2) + 15) & ~(uintptr_t)15);
+  c->h_xout = (float *)(((uintptr_t)(c->h_segs + 2 * BATCH_JOBS) + 15) & ~(uintptr_t)15);
   c->h_condb = c->h_xout + TN * M;
   /* the pages: what is left of `bytes` after the buffers */
   const size_t left = cosy_gpu_left(f->g);
@@ -1302,14 +1300,6 @@ static cosy_status batch_enqueue(gpu_flow *f, const void *arg) {
   return COSY_OK;
 }
 
-/* a batch's new frames rounded up to a graph bucket: multiples of 128 up to 1024, then of 256 */
-static int pad_frames(int t) { return t <= 1024 ? (t + 127) / 128 * 128 : (t + 255) / 256 * 256; }
-/* ... and its jobs (the ext rows' context): 1, 2, then multiples of 4 up to 16, then of 8 */
-static int pad_jobs(int n) {
-  const int b = n <= 2 ? n : n <= 16 ? (n + 3) / 4 * 4 : (n + 7) / 8 * 8;
-  return b < BATCH_JOBS ? b : BATCH_JOBS;
-}
-
 static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   gflow_cache *c = FC(f);
   const int M = f->M, D = f->D, la = f->la;
@@ -1356,23 +1346,6 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     Tn += N_j[j] - s0;
     Te += ctx + N_j[j] - s0;
   }
-  /* padded sizes: the graph key (and so the captured graph) recurs across batches of similar
-   * size. Tn_b > Tn new rows (at least one dummy row, which the dummy segment's tiles use),
-   * Te_b = Tn_b + ctx * pad_jobs(jobs) ext rows, tiles_b = the tile bound of that many
-   * frames and jobs. Dummy rows: zero x, no page stores, their own one-frame attention segment;
-   * the real rows never read them (each job's new rows read only its own ext rows; tiles
-   * attend within their segment), so padding changes no real row's arithmetic. */
-  int Tn_b = Tn, Te_b = Te, pad = 0;
-  {
-    int tb = pad_frames(Tn + 1);
-    if (tb > c->tn_max) tb = c->tn_max;
-    const int n_b = pad_jobs(n);
-    if (tb > Tn && tb + ctx * n_b <= c->te_max) {
-      Tn_b = tb;
-      Te_b = tb + ctx * n_b;
-      pad = 1;
-    }
-  }
   const int64_t page_f = (int64_t)(c->page_bytes / 4); /* page size in floats */
   const int64_t traj_f = c->kv_elems / 2;              /* floats before a page's x rows */
   for (int j = 0; j < n; j++) {
@@ -1384,7 +1357,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       if (fr < 0) {
         src = -1;
         c->h_virt[n_virt++] = eb[j] + e;
-        c->h_virt[n_virt++] = Te_b + eb[j] + e;
+        c->h_virt[n_virt++] = Te + eb[j] + e;
       } else if (e < ctx) {
         src = (int64_t)q->pages[fr / PF] * page_f + traj_f + (int64_t)(fr % PF) * M;
       } else {
@@ -1404,9 +1377,9 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       c->h_xdst[nb[j] + i] =
           stored ? (int64_t)q->pages[fr / PF] * page_f + traj_f + (int64_t)(fr % PF) * M : -1;
       for (int r = 0; r < 2; r++) {
-        const int row = r * Tn_b + nb[j] + i;
+        const int row = r * Tn + nb[j] + i;
         c->h_pos[row] = fr;
-        c->h_map[row] = r * Te_b + eb[j] + ctx + i;
+        c->h_map[row] = r * Te + eb[j] + ctx + i;
         c->h_kvdst[row] = stored ? (int64_t)q->pages[fr / PF] * (int64_t)(c->page_bytes / 2) +
                                        (int64_t)(2 * r) * PF * D + (int64_t)(fr % PF) * D
                                  : -1;
@@ -1416,7 +1389,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     for (int i = 0; i < q->n_pages; i++) c->h_ptab[n_ptab++] = q->pages[i];
     for (int r = 0; r < 2; r++) {
       cosy_k_dit_seg *g = &c->h_segs[2 * j + r];
-      g->q_row0 = r * Tn_b + nb[j];
+      g->q_row0 = r * Tn + nb[j];
       g->n_q = nj;
       g->cached = s_j[j];
       g->Lk = N_j[j];
@@ -1431,58 +1404,23 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       }
     }
   }
-  if (pad) {
-    for (int e = Te; e < Te_b; e++) {
-      c->h_src[e] = -1;
-      memset(c->h_condb + (size_t)e * M, 0, (size_t)M * 4);
-    }
-    for (int i = Tn; i < Tn_b; i++) {
-      c->h_xdst[i] = -1;
-      for (int r = 0; r < 2; r++) {
-        c->h_pos[r * Tn_b + i] = 0;
-        c->h_map[r * Tn_b + i] = r * Te_b + Te; /* a dummy ext row */
-        c->h_kvdst[r * Tn_b + i] = -1;
-      }
-    }
-    cosy_k_dit_seg *g = &c->h_segs[2 * n]; /* the dummy segment: row Tn, one frame */
-    memset(g, 0, sizeof *g);
-    g->q_row0 = Tn;
-    g->n_q = 1;
-    g->Lk = 1;
-    g->full = 1;
-    const int n_b = (Te_b - Tn_b) / ctx;
-    const int tiles_b = 2 * (Tn_b / COSY_K_DIT_TILE + n_b) + 2;
-    while (n_tiles < tiles_b && n_tiles < c->tiles_cap) {
-      c->h_tiles[2 * n_tiles] = 2 * n;
-      c->h_tiles[2 * n_tiles + 1] = 0;
-      n_tiles++;
-    }
-    if (n_virt > 0) { /* repeated entries: zeroing a row twice is harmless */
-      int vb = (n_virt + 63) / 64 * 64;
-      if (vb > 2 * CTX * BATCH_JOBS) vb = 2 * CTX * BATCH_JOBS;
-      while (n_virt < vb) {
-        c->h_virt[n_virt] = c->h_virt[n_virt - 1];
-        n_virt++;
-      }
-    }
-  }
   /* uploads (pinned, async) */
 #define UP(d, h, cnt) \
   CK(cudaMemcpyAsync((d), (h), (size_t)(cnt) * sizeof *(h), cudaMemcpyHostToDevice, s), "flow: plan upload")
-  UP(c->d_src, c->h_src, Te_b);
-  UP(c->d_xdst, c->h_xdst, Tn_b);
-  UP(c->d_kvdst, c->h_kvdst, 2 * Tn_b);
-  UP(c->d_pos, c->h_pos, 2 * Tn_b);
-  UP(c->d_map, c->h_map, 2 * Tn_b);
+  UP(c->d_src, c->h_src, Te);
+  UP(c->d_xdst, c->h_xdst, Tn);
+  UP(c->d_kvdst, c->h_kvdst, 2 * Tn);
+  UP(c->d_pos, c->h_pos, 2 * Tn);
+  UP(c->d_map, c->h_map, 2 * Tn);
   if (n_virt) UP(c->d_virt, c->h_virt, n_virt);
   UP(c->d_tiles, c->h_tiles, 2 * n_tiles);
   if (n_ptab) UP(c->d_ptab, c->h_ptab, n_ptab);
-  UP(c->d_segs, c->h_segs, 2 * n + pad);
-  UP(c->condb, c->h_condb, (size_t)Te_b * M);
+  UP(c->d_segs, c->h_segs, 2 * n);
+  UP(c->condb, c->h_condb, (size_t)Te * M);
 #undef UP
   /* constant rows: row 0 = [cond, mu, spk] of the ext frames (mu from each job's tokens), row 1
    * zeros; hc = W_r . inp + b */
-  CK(cudaMemsetAsync(c->inp, 0, (size_t)2 * Te_b * 3 * M * 4, s), "flow: memset");
+  CK(cudaMemsetAsync(c->inp, 0, (size_t)2 * Te * 3 * M * 4, s), "flow: memset");
   for (int j = 0; j < n; j++) {
     gpu_flow_call *k = &calls[j];
     gpu_flow_req *q = k->q;
@@ -1501,7 +1439,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
                              N_j[j] - fr0, M),
        "flow: input rows");
   }
-  if ((st = gemm(f, 2 * Te_b, D, 3 * M, COSY_KDT_F32, c->inp, 3 * M, f->inr_w, f->in_b,
+  if ((st = gemm(f, 2 * Te, D, 3 * M, COSY_KDT_F32, c->inp, 3 * M, f->inr_w, f->in_b,
                  COSY_KDT_F32, c->hcx, D, 0, "flow: input proj (constant part)")))
     return st;
   /* x_0 of the new rows: the noise at their absolute frames */
@@ -1509,21 +1447,15 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     CK(cudaMemcpyAsync(c->xnew + (size_t)nb[j] * M, f->noise_fm + (size_t)s_j[j] * M,
                        (size_t)(N_j[j] - s_j[j]) * M * 4, cudaMemcpyDeviceToDevice, s),
        "flow: noise");
-  if (Tn_b > Tn) { /* dummy rows: zero state; attention output zero where no tile writes it */
-    CK(cudaMemsetAsync(c->xnew + (size_t)Tn * M, 0, (size_t)(Tn_b - Tn) * M * 4, s), "flow: memset");
-    for (int r = 0; r < 2; r++)
-      CK(cudaMemsetAsync(f->att + ((size_t)r * Tn_b + Tn) * D, 0, (size_t)(Tn_b - Tn) * D * 2, s),
-         "flow: memset");
-  }
   {
     gkey key;
     memset(&key, 0, sizeof key);
     key.batch = 1;
-    key.N = Tn_b;
-    key.Te = Te_b;
+    key.N = Tn;
+    key.Te = Te;
     key.n_tiles = n_tiles;
     key.n_virt = n_virt;
-    const batch_args ba = {Tn_b, Te_b, n_virt, n_tiles};
+    const batch_args ba = {Tn, Te, n_virt, n_tiles};
     if ((st = graph_run(f, &key, batch_enqueue, &ba))) return st;
   }
   CK(cudaMemcpyAsync(c->h_xout, c->xnew, (size_t)Tn * M * 4, cudaMemcpyDeviceToHost, s),
