@@ -383,7 +383,15 @@ typedef struct cosy_synth_params {
   float top_p;                 /**< 0 = 0.8; (0, 1] */
   int32_t top_k;               /**< 0 = 25; 1 .. 6561 */
   uint64_t seed;               /**< 0 = from the clock */
-  int32_t first_chunk_tokens;  /**< streaming: tokens in the first chunk; 0 = 25 (model's block) */
+  int32_t first_chunk_tokens;  /**< streaming: the first chunk holds at least this many speech
+                                    tokens (5..100; 0 = 25, the official schedule) and ends where
+                                    the flow's 50-frame attention block ends: with P prompt
+                                    tokens, pad = the tokens that complete the prompt's last
+                                    block; n <= pad gives a first chunk of pad tokens (shorter
+                                    than a block: earlier first audio, less of it), else pad +
+                                    whole blocks. Later chunks double from n rounded up to 25,
+                                    up to 100. Moves chunk boundaries only: the samples are the
+                                    same for every value */
   int32_t max_tokens;          /**< most speech tokens; 0 = 20 per text token (model's rule) */
   int32_t min_tokens;          /**< speech tokens before a stop token may end the utterance;
                                     0 = 2 per text token (model's rule); capped by max_tokens.
