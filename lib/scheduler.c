@@ -180,6 +180,7 @@ struct cosy_sched {
   sjob *seg_q;                   /* next segments of running requests, waiting for admission */
   int n_llm;                     /* active jobs the LLM thread still owns */
   int first_in_flight;           /* a first chunk's flow call is running */
+  double round_s;                /* moving average of a token-to-wave round (flow + vocoder), s */
   int first_hold;                /* COSY_SCHED_FIRST_HOLD=1: decode only where tokens gate audio
                                     while first chunks wait (first_pending, decode step) */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
@@ -1156,10 +1157,14 @@ static int job_frames(const struct cosy_sched *s, const sjob *j, int kind) {
   return 2 * ((kind == 1 ? j->hop + LOOKAHEAD : j->n_tok - j->offset)) + 50;
 }
 
-/* playback deadline: when the audio delivered so far runs out (first chunks: -inf) */
-static double deadline(const sjob *j, int sample_rate) {
-  if (j->chunks_done == 0 && j->seg_i == 0) return -1e300 + j->r->t_submit;
-  return j->r->t_first + (double)j->r->native_out / sample_rate;
+/* The rank of a ready chunk (smaller goes first): a chunk whose request's audio runs out within
+ * two token-to-wave rounds (s->round_s: it could not come in time from the round after next)
+ * ranks before every first chunk, by its playback deadline; then first chunks, by arrival; then
+ * the rest by playback deadline (when the audio delivered so far runs out). e->mu held. */
+static double deadline(const struct cosy_sched *s, const sjob *j, int sample_rate, double now) {
+  if (j->chunks_done == 0 && j->seg_i == 0) return -1e12 + j->r->t_submit;
+  const double d = j->r->t_first + (double)j->r->native_out / sample_rate;
+  return d - now < 2.0 * s->round_s ? -2e12 + d : d;
 }
 
 /* The most urgent FLOW_BATCH_JOBS candidates, earliest deadline first: rank_insert keeps r[0..n)
@@ -1410,8 +1415,9 @@ static void *voc_main(void *arg) {
       continue;
     }
     int n = 0;
+    const double now = cosy_now();
     for (vitem *v = s->vq; v; v = v->next)
-      rank_insert(rk, &n, (ranked){deadline(v->j, sr), v, 0});
+      rank_insert(rk, &n, (ranked){deadline(s, v->j, sr, now), v, 0});
     for (int i = 0; i < n; i++) pick[i] = (vitem *)rk[i].p;
     for (int i = 0; i < n; i++) { /* unlink the picked items */
       vitem **pp = &s->vq;
@@ -1445,10 +1451,11 @@ static void *t2w_main(void *arg) {
     if (e->stopping && s->llm_exited && !s->active) break;
     /* the ready chunks, most urgent first (selection by deadline, at most FLOW_BATCH_JOBS) */
     int n = 0;
+    const double now = cosy_now();
     for (sjob *j = s->active; j; j = j->next) {
       if (cancelled(j->r)) continue;
       int k = chunk_ready(j);
-      if (k) rank_insert(rk, &n, (ranked){deadline(j, sr), j, k});
+      if (k) rank_insert(rk, &n, (ranked){deadline(s, j, sr, now), j, k});
     }
     for (int i = 0; i < n; i++) {
       pick[i] = (sjob *)rk[i].p;
@@ -1589,6 +1596,7 @@ static void *t2w_main(void *arg) {
       voc_batch(e, items, nv);
       pthread_mutex_lock(&e->mu);
     }
+    s->round_s = 0.7 * s->round_s + 0.3 * (cosy_now() - t0);
   }
   s->t2w_exited = 1;
   pthread_cond_broadcast(&s->cv_voc);
@@ -1617,6 +1625,7 @@ cosy_status sched_start(cosy_engine *e) {
   /* the measurement knobs, before the threads start */
   s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
   s->no_urgent = env_is("COSY_SCHED_URGENT", "0");
+  s->round_s = 0.1;
   s->first_only = env_is("COSY_SCHED_FIRST_ONLY", "1");
   const char *ff = getenv("COSY_SCHED_FLOW_FRAMES");
   s->flow_frames = FLOW_BATCH_FRAMES;

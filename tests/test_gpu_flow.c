@@ -713,6 +713,63 @@ static void test_full_model(void **state) {
   }
 
 
+  /* timing of packed batches (gpu_flow_batch) of W1-like requests of one voice (87 prompt
+   * tokens): first chunks of 13 tokens (frames [0, 26), n_gen 16) and of 38 tokens (the default
+   * schedule: [0, 76), n_gen 41) for NB requests at once, each three times on freshly opened
+   * requests (1st: direct launches, 2nd: graph capture, 3rd: graph replay), and the second chunk
+   * of the short schedule ([26, 76), n_gen 41); printed, not checked (a benchmark) */
+  {
+    gpu_flow *gb = NULL; /* the engine's geometry: 3000 frames a batch */
+    st = gpu_flow_create(fx->g, m, 3000, &gb);
+    if (!st) st = gpu_flow_pool(gb, (size_t)110 * gpu_flow_page_bytes(gb));
+    if (st) print_message("gpu_flow_create / pool: %s\n", cosy_last_error());
+    assert_int_equal(st, COSY_OK);
+    const int pages = gpu_flow_pages_total(gb);
+    int NB = (pages - 6) / 2;
+    if (NB > 48) NB = 48;
+    if (NB < 1) NB = 1;
+    gpu_flow_req *q[49];
+    gpu_flow_call c[48];
+    float *out = nan_buf((size_t)48 * 76 * 80);
+    /* the voice's prompt-only blocks first (a request of the voice seen before starts after them) */
+    assert_int_equal(gpu_flow_req_open(gb, tok, PW, pmel, spk, 100, &q[48]), COSY_OK);
+    memset(c, 0, sizeof c);
+    c[0] = (gpu_flow_call){q[48], tok, 16, 0, 0, 0, 26, out};
+    assert_int_equal(gpu_flow_batch(gb, c, 1, NULL), COSY_OK);
+    const struct { const char *what; int n_gen, from, nf; } kinds[2] = {
+        {"first chunk of 13 tokens (56 frames computed)", 16, 0, 26},
+        {"first chunk of 38 tokens (106 frames computed)", 41, 0, 76}};
+    for (int k = 0; k < 2; k++) {
+      double tr[3];
+      for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < NB; i++) assert_int_equal(gpu_flow_req_open(gb, tok, PW, pmel, spk, 100, &q[i]), COSY_OK);
+        for (int i = 0; i < NB; i++)
+          c[i] = (gpu_flow_call){q[i], tok, kinds[k].n_gen, 0, 0, kinds[k].from, kinds[k].nf,
+                                 out + (size_t)i * 76 * 80};
+        double c0 = cosy_now();
+        st = gpu_flow_batch(gb, c, NB, NULL);
+        tr[r] = cosy_now() - c0;
+        if (st) print_message("gpu_flow_batch: %s\n", cosy_last_error());
+        assert_int_equal(st, COSY_OK);
+        if (k == 0 && r == 2) { /* their second chunk: frames [26, 76) */
+          for (int i = 0; i < NB; i++)
+            c[i] = (gpu_flow_call){q[i], tok, 41, 0, 0, 26, 50, out + (size_t)i * 76 * 80};
+          double s0 = cosy_now();
+          assert_int_equal(gpu_flow_batch(gb, c, NB, NULL), COSY_OK);
+          print_message("  TIMING flow batch of %d second chunks of 25 tokens (after a short first): %.1f ms (direct launches)\n",
+                        NB, (cosy_now() - s0) * 1e3);
+        }
+        for (int i = 0; i < NB; i++) gpu_flow_req_close(gb, q[i]);
+      }
+      print_message("  TIMING flow batch of %d %s: %.1f ms (direct launches), %.1f (graph capture), "
+                    "%.1f (graph replay) = %.2f ms a request\n",
+                    NB, kinds[k].what, tr[0] * 1e3, tr[1] * 1e3, tr[2] * 1e3, tr[2] * 1e3 / NB);
+    }
+    gpu_flow_req_close(gb, q[48]);
+    gpu_flow_free(gb);
+    free(out);
+  }
+
   {
     /* the same without the mel offset: error relative to the deviation from the mean */
     size_t n = (size_t)80 * gn;
