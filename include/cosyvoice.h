@@ -188,8 +188,11 @@ typedef struct cosy_engine_config {
   void *log_user;              /**< passed to log_fn */
   int32_t first_chunk_wait_max; /**< time to first audio at light load: while at most this many
                                     requests are active, the LLM pauses while a first chunk's
-                                    flow runs, so the two do not share the device; 0 = default
-                                    (GPU 2, CPU none), negative = never pause */
+                                    flow runs, so the two do not share the device; and a request
+                                    admitted while at most this many are active or queued (it
+                                    included) with first_chunk_tokens 0 gets a first chunk
+                                    shorter than a block (cosy_synth_params); 0 = default (GPU 32,
+                                    CPU none), negative = neither */
   int32_t vocoder_precision;   /**< arithmetic of the GPU vocoder's convolutions: 0 = default
                                     (COSY_VOCODER_ACCURATE), COSY_VOCODER_ACCURATE or
                                     COSY_VOCODER_TF32; the CPU path is fp32 either way */
@@ -384,9 +387,10 @@ typedef struct cosy_synth_params {
   int32_t top_k;               /**< 0 = 25; 1 .. 6561 */
   uint64_t seed;               /**< 0 = from the clock */
   int32_t first_chunk_tokens;  /**< streaming: the first chunk holds at least this many speech
-                                    tokens (5..100; 0 = 25, the official schedule) and ends where
-                                    the flow's 50-frame attention block ends: with P prompt
-                                    tokens, pad = the tokens that complete the prompt's last
+                                    tokens (5..100) and ends where the flow's 50-frame attention
+                                    block ends; 0 (default) = auto: 5 at light load (see
+                                    first_chunk_wait_max), else 25 (the official schedule). With
+                                    P prompt tokens, pad = the tokens that complete the prompt's last
                                     block; n <= pad gives a first chunk of pad tokens (shorter
                                     than a block: earlier first audio, less of it), else pad +
                                     whole blocks. Later chunks double from n rounded up to 25,

@@ -151,11 +151,11 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
   if (out->top_k < 1 || out->top_k > COSY_SAMPLING_TOP_K_MAX)
     return cosy_err(COSY_ERR_INVALID_ARG, "top_k %d is outside 1..%d", out->top_k,
                     COSY_SAMPLING_TOP_K_MAX);
-  if (out->first_chunk_tokens == 0) out->first_chunk_tokens = 25;
   /* at least 5: the first chunk then has 2 * 5 - 8 >= 2 frames of audio after the vocoder's
    * 8-frame look-ahead */
-  if (out->first_chunk_tokens < 5 || out->first_chunk_tokens > 100)
-    return cosy_err(COSY_ERR_INVALID_ARG, "first_chunk_tokens %d is outside 5..100",
+  if (out->first_chunk_tokens != 0 &&
+      (out->first_chunk_tokens < 5 || out->first_chunk_tokens > 100))
+    return cosy_err(COSY_ERR_INVALID_ARG, "first_chunk_tokens %d is neither 0 (auto) nor in 5..100",
                     out->first_chunk_tokens);
   if (out->max_tokens < 0 || out->max_tokens > 15000)
     return cosy_err(COSY_ERR_INVALID_ARG, "max_tokens %d is outside 0..15000", out->max_tokens);
@@ -219,7 +219,7 @@ COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine
                     "max_active %d: the GPU path decodes at most %d requests together",
                     cfg.max_active, COSY_GPU_MAX_ACTIVE);
   if (cfg.max_active == 0) cfg.max_active = cfg.device >= 0 ? COSY_GPU_MAX_ACTIVE : 8;
-  if (cfg.first_chunk_wait_max == 0) cfg.first_chunk_wait_max = cfg.device >= 0 ? 2 : -1;
+  if (cfg.first_chunk_wait_max == 0) cfg.first_chunk_wait_max = cfg.device >= 0 ? 32 : -1;
   return engine_create(&cfg, out);
 }
 

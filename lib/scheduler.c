@@ -93,6 +93,7 @@
 #define LOOKAHEAD 3      /* tokens of right context a non-final flow call needs */
 #define BLOCK_TOKENS 25  /* the flow's attention block (50 frames) in tokens */
 #define MAX_HOP 100      /* the official hop stops doubling here */
+#define AUTO_SHORT_FIRST 5 /* first_chunk_tokens 0 at light load: the prompt's last block only */
 
 /* The first chunk's tokens (docs/scheduler.md section 2): the fewest, at least n, that end the
  * prompt + first chunk on a block boundary. pad = the tokens that complete the prompt's last
@@ -162,6 +163,7 @@ typedef struct sjob {
   /* token-to-wave side (token-to-wave thread only) */
   void *fs, *vs;
   int offset, hop, next_hop_base, chunks_done, final_done;
+  int auto_first;             /* first_chunk_tokens 0: the first hop is chosen at admission */
   int64_t delivered;          /* native-rate samples delivered */
   cosy_resampler *rs;
   float *rs_buf;
@@ -497,10 +499,14 @@ lengths_done:;
     goto done;
   }
   if (P) memcpy(j->tokens, v->speech_tokens, (size_t)P * sizeof *j->tokens);
-  j->hop = sched_first_hop(P, p->first_chunk_tokens);
+  /* first_chunk_tokens 0 (auto): 25 (the official schedule) unless admission finds a light load
+   * (admit: at most first_chunk_wait_max requests active and queued), then AUTO_SHORT_FIRST */
+  const int n_first = p->first_chunk_tokens ? p->first_chunk_tokens : BLOCK_TOKENS;
+  j->auto_first = p->first_chunk_tokens == 0 && seg == 0;
+  j->hop = sched_first_hop(P, n_first);
   /* the hops after the first: whole blocks, doubling from first_chunk_tokens rounded up to a block
    * (a first chunk shorter than a block is one extra chunk ahead of that schedule) */
-  j->next_hop_base = (p->first_chunk_tokens + BLOCK_TOKENS - 1) / BLOCK_TOKENS * BLOCK_TOKENS;
+  j->next_hop_base = (n_first + BLOCK_TOKENS - 1) / BLOCK_TOKENS * BLOCK_TOKENS;
   if (p->sample_rate != e->model->hp.sample_rate &&
       (st = cosy_resampler_create(e->model->hp.sample_rate, p->sample_rate, &j->rs)))
     goto done;
@@ -832,6 +838,11 @@ static void admit(cosy_engine *e) {
       pthread_mutex_lock(&e->mu);
       continue;
     }
+    /* auto first chunk: shorter than a block at light load (this request, the active ones and
+     * the queued ones: a burst beyond the limit gets the official schedule for all of it) */
+    if (j->auto_first && e->cfg.first_chunk_wait_max > 0 &&
+        s->n_llm + 1 + e->n_queued <= e->cfg.first_chunk_wait_max)
+      j->hop = sched_first_hop(j->v->n_tokens, AUTO_SHORT_FIRST);
     j->next = s->active;
     s->active = j;
     s->n_llm++;

@@ -21,8 +21,9 @@
  *   - synthesis on the GPU: blocking == push streaming == pull streaming for one seed, finite
  *     audio within +-0.99, several chunks; cancel; stats; top_k beyond the GPU sampler (host
  *     sampling from the downloaded log-probs) repeatable; the first-chunk policies
- *     (first_chunk_wait_max -1 vs the default) and a first chunk shorter than a block
- *     (first_chunk_tokens 5) give the same audio sample for sample; cached flow
+ *     (first_chunk_wait_max -1 vs the default) and the official first chunk (first_chunk_tokens
+ *     25) against the default one shorter than a block give the same audio sample for sample;
+ *     the default push stream's first chunk is the short one; cached flow
  *     vs recomputed, full-attention final vs block-causal, one request alone vs among 31;
  *   - text streamed in (COSY_SYNTH_TEXT_STREAM): the text pushed in one piece, word by word with
  *     pauses (the sequence waits outside the decode batch, new text goes in through the prefill
@@ -272,7 +273,7 @@ static void test_memory_budgets(void **state) {
 
 typedef struct pushbuf {
   float *pcm;
-  int64_t n, cap;
+  int64_t n, cap, first; /* first: the first chunk's samples */
   int chunks, last;
 } pushbuf;
 
@@ -283,6 +284,7 @@ static int32_t on_chunk(void *user, const cosy_chunk *c) {
     b->pcm = (float *)realloc(b->pcm, (size_t)b->cap * sizeof *b->pcm);
   }
   memcpy(b->pcm + b->n, c->pcm, (size_t)c->n_samples * sizeof *c->pcm);
+  if (b->chunks == 0) b->first = c->n_samples;
   b->n += c->n_samples;
   b->chunks++;
   b->last |= (c->flags & COSY_CHUNK_LAST) != 0;
@@ -331,6 +333,10 @@ static void test_gpu_synthesis(void **state) {
   assert_true(b.last);
   assert_true(b.chunks >= 3);
   assert_int_equal(b.n, nb);
+  /* a lone request, default first_chunk_tokens (auto): the first chunk is the 15 tokens that
+   * complete the 60-token prompt's last block, 2 * 15 - 8 frames of 480 samples */
+  print_message("first chunk: %lld samples\n", (long long)b.first);
+  assert_int_equal(b.first, (2 * 15 - 8) * 480);
   double d = tu_max_abs_diff(b.pcm, blk, (size_t)nb);
   print_message("push streaming vs blocking: max abs diff %.3g (must be 0)\n", d);
   assert_true(d == 0.0);
@@ -391,16 +397,17 @@ static void test_gpu_synthesis(void **state) {
     assert_true(dd == 0.0);
     cosy_free(o);
   }
-  /* a first chunk shorter than a block (first_chunk_tokens 5: the prompt's last block only)
-   * moves the chunk boundaries, not the audio: the flow's cached blocks and the vocoder's state
-   * are the same whatever block boundary a call starts at */
+  /* the chunk boundaries move, not the audio: the default (first_chunk_tokens 0, auto: a lone
+   * request gets a first chunk shorter than a block, the prompt's last block only) against the
+   * official schedule (25); the flow's cached blocks and the vocoder's state are the same
+   * whatever block boundary a call starts at */
   {
     cosy_synth_params q = p;
-    q.first_chunk_tokens = 5;
+    q.first_chunk_tokens = 25;
     int64_t no = 0;
     float *o = synth_fresh(&c, 0, &q, &no);
     const double dd = no == nb ? tu_max_abs_diff(o, blk, (size_t)nb) : INFINITY;
-    print_message("first_chunk_tokens 5 vs default: %lld vs %lld samples, max abs diff %.3g "
+    print_message("first_chunk_tokens 25 vs default (auto): %lld vs %lld samples, max abs diff %.3g "
                   "(must be 0)\n", (long long)no, (long long)nb, dd);
     assert_true(dd == 0.0);
     cosy_free(o);
