@@ -94,6 +94,7 @@
 #define BLOCK_TOKENS 25  /* the flow's attention block (50 frames) in tokens */
 #define MAX_HOP 100      /* the official hop stops doubling here */
 #define AUTO_SHORT_FIRST 5 /* first_chunk_tokens 0 at light load: the prompt's last block only */
+#define LOAD_WINDOW_S 3.0  /* light load: no admission saw more than the limit for this long */
 
 /* The first chunk's tokens (docs/scheduler.md section 2): the fewest, at least n, that end the
  * prompt + first chunk on a block boundary. pad = the tokens that complete the prompt's last
@@ -183,6 +184,8 @@ struct cosy_sched {
   int n_llm;                     /* active jobs the LLM thread still owns */
   int first_in_flight;           /* a first chunk's flow call is running */
   double round_s;                /* moving average of a token-to-wave round (flow + vocoder), s */
+  int load_peak;                 /* most requests active + queued at an admission ... */
+  double load_peak_t;            /* ... within the last LOAD_WINDOW_S seconds (when it was set) */
   int first_hold;                /* COSY_SCHED_FIRST_HOLD=1: decode only where tokens gate audio
                                     while first chunks wait (first_pending, decode step) */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
@@ -838,11 +841,21 @@ static void admit(cosy_engine *e) {
       pthread_mutex_lock(&e->mu);
       continue;
     }
-    /* auto first chunk: shorter than a block at light load (this request, the active ones and
-     * the queued ones: a burst beyond the limit gets the official schedule for all of it) */
-    if (j->auto_first && e->cfg.first_chunk_wait_max > 0 &&
-        s->n_llm + 1 + e->n_queued <= e->cfg.first_chunk_wait_max)
-      j->hop = sched_first_hop(j->v->n_tokens, AUTO_SHORT_FIRST);
+    /* auto first chunk: shorter than a block at light load: at most first_chunk_wait_max
+     * requests active and queued (this one included) at every admission of the last
+     * LOAD_WINDOW_S seconds, so neither a burst beyond the limit nor the dip between two waves of
+     * a busy engine gets it (its second chunk must follow within the short chunk's audio) */
+    {
+      const int load = e->n_active + 1 + e->n_queued;
+      const double now = cosy_now();
+      if (load >= s->load_peak || now - s->load_peak_t > LOAD_WINDOW_S) {
+        s->load_peak = load;
+        s->load_peak_t = now;
+      }
+      if (j->auto_first && e->cfg.first_chunk_wait_max > 0 &&
+          s->load_peak <= e->cfg.first_chunk_wait_max)
+        j->hop = sched_first_hop(j->v->n_tokens, AUTO_SHORT_FIRST);
+    }
     j->next = s->active;
     s->active = j;
     s->n_llm++;
