@@ -39,16 +39,20 @@
  * thread runs it right after its flow call. A job is busy from its flow call until its vocoder call is over,
  * so a request's chunks stay in order.
  *
- * The chunk schedule (the official streaming schedule): chunk k is ready when
- *   n_tokens - offset >= hop_k + 3 (3 look-ahead tokens), hop_0 = first_chunk_tokens + pad,
- *   pad = ceil(P/25)*25 - P (prompt + first chunk end on a 50-frame attention block),
- *   hop_{k+1} = min(100, 2 hop'_k) with hop'_0 = first_chunk_tokens; each chunk's flow call uses
+ * The chunk schedule (docs/scheduler.md section 2): chunk k is ready when
+ *   n_tokens - offset >= hop_k + 3 (3 look-ahead tokens); hop_0 = sched_first_hop (the fewest
+ *   tokens, at least first_chunk_tokens, that end prompt + first chunk on a 50-frame attention
+ *   block: pad = ceil(P/25)*25 - P when that is enough, else pad + whole blocks; with
+ *   first_chunk_tokens 0 chosen at admission: AUTO_SHORT_FIRST at light load, else 25, the
+ *   official schedule), then hops doubling up to 100 from first_chunk_tokens rounded up to a
+ *   block; each chunk's flow call uses
  *   prompt + tokens[: offset + hop + 3] with the block-causal mask and yields frames
  *   [2 offset, 2 (offset + hop)); the last call (after the LLM's last token) uses every token with
  *   finalize (zero look-ahead) and yields the rest. Whether the last call attends block-causally
  *   (the default) or over everything (as the official code does) is COSY_SYNTH_FULL_ATTENTION_FINAL;
  *   docs/scheduler.md explains the choice. Blocking synthesis runs exactly this schedule, so
- *   streaming and blocking output are identical for the same seed. COSY_SYNTH_ONE_SHOT, or
+ *   streaming and blocking output are identical for the same seed (and since chunks end on block
+ *   boundaries, where they end does not change the samples). COSY_SYNTH_ONE_SHOT, or
  *   speed != 1 (blocking only): all tokens first, one full-attention flow call, (speed != 1) the
  *   mel linearly resampled to T/speed frames, one final vocoder call.
  *
