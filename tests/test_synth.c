@@ -4,7 +4,8 @@
  *     modes), and the streaming run really delivers several chunks;
  *   - a different seed gives different audio; the same seed gives the same audio;
  *   - first_chunk_tokens moves the chunk boundaries (a first chunk shorter than a block) and
- *     leaves the audio identical;
+ *     leaves the audio identical; the default (auto) gives the short first chunk at light load
+ *     and the official one within 3 s of a burst beyond first_chunk_wait_max;
  *   - output resampling (16 kHz) matches the native output resampled in one go;
  *   - cancel from the callback and from another thread ends the request with
  *     COSY_ERR_CANCELLED within one step, and everything is freed (run under ASan in CI);
@@ -269,6 +270,82 @@ static void test_chunk_schedule(void **state) {
   for (int k = 0; k < 3; k++) free(b[k].pcm);
 }
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* first_chunk_tokens 0 (auto) on an engine with first_chunk_wait_max 4: a lone request gets the
+ * short first chunk (15 tokens: (2 * 15 - 8) * 480 samples); the same request submitted with a
+ * burst of 6, and alone within 3 s of that burst (an admission saw more than 4 requests), gets
+ * the official one (40 tokens); all three give the same samples (same seed) */
+static void test_auto_first_chunk(void **state) {
+  fx *f = (fx *)*state;
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = tu_small_model();
+  c.device = COSY_DEVICE_CPU;
+  c.max_active = 8;
+  c.first_chunk_wait_max = 4;
+  cosy_engine *e = NULL;
+  if (cosy_engine_create(&c, &e)) fail_msg("engine: %s", cosy_last_error());
+  cosy_voice *v = golden_voice(e);
+  assert_non_null(v);
+  cosy_synth_params p;
+  params(&p, COSY_MODE_ZERO_SHOT, 31);
+  p.max_tokens = p.min_tokens = 60;
+  pushbuf lone = {0}, after = {0};
+  cosy_request *r;
+  assert_int_equal(cosy_request_submit(e, v, TEXT, &p, on_chunk, &lone, &r), COSY_OK);
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  cosy_request_release(r);
+  /* a burst of 6 short requests and, submitted with them, the same request as the lone one: at
+   * its admission more than 4 are active or queued, so it gets the official first chunk */
+  cosy_synth_params q = p;
+  q.max_tokens = q.min_tokens = 20;
+  cosy_request *burst[6];
+  pushbuf with = {0};
+  const double t0 = now_s();
+  for (int i = 0; i < 6; i++) {
+    q.seed = 100 + (uint64_t)i;
+    assert_int_equal(cosy_request_submit(e, v, TEXT, &q, NULL, NULL, &burst[i]), COSY_OK);
+  }
+  assert_int_equal(cosy_request_submit(e, v, TEXT, &p, on_chunk, &with, &r), COSY_OK);
+  for (int i = 0; i < 6; i++) {
+    assert_int_equal(cosy_request_wait(burst[i], -1), COSY_OK);
+    cosy_request_release(burst[i]);
+  }
+  const double burst_s = now_s() - t0;
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  cosy_request_release(r);
+  /* a lone request after the burst: still within 3 s of its admissions (unless this run is too
+   * slow to tell, e.g. under a sanitizer), so the official first chunk too */
+  assert_int_equal(cosy_request_submit(e, v, TEXT, &p, on_chunk, &after, &r), COSY_OK);
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  cosy_request_release(r);
+  print_message("auto first chunk: alone %lld samples first (%d chunks), with a burst %lld (%d), "
+                "after it %lld (%d; burst %.2f s)\n", (long long)lone.sizes[0], lone.chunks,
+                (long long)with.sizes[0], with.chunks, (long long)after.sizes[0], after.chunks,
+                burst_s);
+  assert_int_equal(lone.sizes[0], (2 * 15 - 8) * 480);
+  assert_int_equal(with.sizes[0], (2 * 40 - 8) * 480);
+  if (burst_s < 2.0)
+    assert_int_equal(after.sizes[0], (2 * 40 - 8) * 480);
+  else
+    print_message("(the burst took %.2f s: the 3 s window is not checked)\n", burst_s);
+  assert_int_equal(lone.n, with.n);
+  assert_memory_equal(lone.pcm, with.pcm, (size_t)lone.n * sizeof *lone.pcm);
+  assert_int_equal(lone.n, after.n);
+  assert_memory_equal(lone.pcm, after.pcm, (size_t)lone.n * sizeof *lone.pcm);
+  free(lone.pcm);
+  free(with.pcm);
+  free(after.pcm);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
 static void test_output_rate(void **state) {
   fx *f = (fx *)*state;
   TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
@@ -527,7 +604,7 @@ int main(void) {
       cmocka_unit_test(test_zero_shot),     cmocka_unit_test(test_cross_lingual),
       cmocka_unit_test(test_instruct),      cmocka_unit_test(test_seeds),
       cmocka_unit_test(test_one_shot),      cmocka_unit_test(test_output_rate),
-      cmocka_unit_test(test_chunk_schedule),
+      cmocka_unit_test(test_chunk_schedule), cmocka_unit_test(test_auto_first_chunk),
       cmocka_unit_test(test_cancel_from_callback),
       cmocka_unit_test(test_cancel_from_thread), cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_stats_while_running), cmocka_unit_test(test_queue_room),
