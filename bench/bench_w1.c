@@ -26,8 +26,9 @@
  * Per request: TTFB = submit -> first chunk delivered; RTF = (last chunk - submit) / audio
  * seconds; an underrun is a chunk arriving after playback (started at the first chunk) would
  * have run dry. Reported per concurrency level: TTFB p50/p95, RTF p50/p95, xRT (audio seconds
- * per wall second, all requests), underruns, chars/s, and the engine's memory; then, on lines of
- * their own, the scheduler's mean batch sizes during the level (differences of the cumulative
+ * per wall second, all requests), underruns (requests with at least one), chars/s, and the
+ * engine's memory; then, on lines of their own, the first four requests that ran dry (TTFB, the
+ * first chunk's audio, the latest chunk and by how much), the scheduler's mean batch sizes during the level (differences of the cumulative
  * batch counters in cosy_engine_stats) and the GPU's utilization sampled during the level.
  *
  * W2 (--w2 = --offline 256): N requests of --tokens speech tokens (250 unless --tokens is given)
@@ -310,24 +311,38 @@ static void print_batches(const cosy_engine_stats *a, const cosy_engine_stats *b
 typedef struct result {
   double ttfb, rtf, audio_s, llm_s, flow_s, voc_s;
   int underruns, chars;
+  double first_s, late_s; /* the first chunk's audio; the latest chunk's lateness */
+  int late_chunk;         /* that chunk's index (0-based) */
   int eng;  /* the engine (index into --device's list) that served it */
   cosy_status st;
 } result;
 
 typedef struct req_state {
   double t_submit, t_first, t_last;
-  int64_t samples;
-  int rate, underruns;
+  int64_t samples, first_n;
+  int rate, underruns, chunks, late_chunk;
+  double late_s;
 } req_state;
 
 static int32_t on_chunk(void *user, const cosy_chunk *c) {
   req_state *s = (req_state *)user;
   double t = now();
-  if (s->t_first == 0 && c->n_samples > 0) s->t_first = t;
+  if (s->t_first == 0 && c->n_samples > 0) {
+    s->t_first = t;
+    s->first_n = c->n_samples;
+  }
   /* playback started at t_first has played (t - t_first) s; audio before this chunk: samples */
-  if (s->t_first > 0 && c->n_samples > 0 && s->samples > 0 &&
-      t - s->t_first > (double)s->samples / c->sample_rate)
-    s->underruns++;
+  if (s->t_first > 0 && c->n_samples > 0 && s->samples > 0) {
+    const double late = t - s->t_first - (double)s->samples / c->sample_rate;
+    if (late > 0) {
+      s->underruns++;
+      if (late > s->late_s) {
+        s->late_s = late;
+        s->late_chunk = s->chunks;
+      }
+    }
+  }
+  if (c->n_samples > 0) s->chunks++;
   s->samples += c->n_samples;
   s->rate = c->sample_rate;
   s->t_last = t;
@@ -401,6 +416,9 @@ static void *client(void *arg) {
     res->ttfb = s.t_first - s.t_submit;
     res->rtf = res->audio_s > 0 ? (s.t_last - s.t_submit) / res->audio_s : 0;
     res->underruns = s.underruns;
+    res->first_s = s.rate ? (double)s.first_n / s.rate : 0;
+    res->late_s = s.late_s;
+    res->late_chunk = s.late_chunk;
   }
   return NULL;
 }
@@ -860,6 +878,18 @@ int main(int argc, char **argv) {
       w1_row(sh.res, total, k, C, label, wall, mem_k[k], &ok_k, sums_k);
     }
     fflush(stdout);
+    { /* which requests ran dry: the first few, with their first chunk and the latest chunk */
+      int shown = 0;
+      for (int i = 0; i < total && shown < 4; i++) {
+        const result *q = &sh.res[i];
+        if (q->st || !q->underruns) continue;
+        printf("%s request %d (ttfb %.1f ms, first chunk %.2f s of audio): chunk %d late by %.1f "
+               "ms%s", shown ? ";" : "      underruns:", i, 1e3 * q->ttfb, q->first_s,
+               q->late_chunk, 1e3 * q->late_s, q->underruns > 1 ? " (and more)" : "");
+        shown++;
+      }
+      if (shown) printf("\n");
+    }
     if (ok)
       printf("      per request (mean): llm %.1f ms, flow %.1f ms, vocoder %.1f ms, audio %.2f s; "
              "engine%s %.0f MiB (KV %.0f MiB)\n",
