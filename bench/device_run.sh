@@ -325,7 +325,7 @@ if [[ " $STEPS " == *" ab "* ]]; then
       variant "$spec"
       run ab_${v}_$round env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --concurrency "${AB_LEVELS:-16,64}" "${W1_ARGS[@]}"
-      grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave' "$OUT/ab_${v}_$round.log" \
+      grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/ab_${v}_$round.log" \
         | sed "s/^ */ab $v $round: /" | tee -a "$SUMMARY"
     done
   done
@@ -339,7 +339,7 @@ if [[ " $STEPS " == *" trace "* ]]; then
     variant "$spec"
     run trace_$v env "${envs[@]}" COSY_SCHED_TRACE="$OUT/trace_$v.txt" ./$B/bench/bench_w1 \
       -m "$FULL" --device 0 --concurrency "${TRACE_LEVEL:-64}" ${TRACE_ARGS:-} "${W1_ARGS[@]}"
-    grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave' "$OUT/trace_$v.log" | sed "s/^ */trace $v: /" \
+    grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/trace_$v.log" | sed "s/^ */trace $v: /" \
       | tee -a "$SUMMARY"
     python3 bench/trace_summary.py "$OUT/trace_$v.txt" | sed "s/^/trace $v: /" | tee -a "$SUMMARY"
   done
