@@ -46,17 +46,27 @@ static cosy_voice *golden_voice(cosy_engine *e) {
   return tu_golden_voice(e, "You are a helpful assistant.<|endofprompt|>希望你以后能够做的比我还好呦。");
 }
 
+/* an engine config for the small model on the CPU with max_active requests at once */
+static void cpu_config(cosy_engine_config *c, int max_active) {
+  cosy_engine_config_init(c, sizeof *c);
+  c->model_path = tu_small_model();
+  c->device = COSY_DEVICE_CPU;
+  c->max_active = max_active;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static int setup(void **state) {
   static fx f;
   memset(&f, 0, sizeof f);
   *state = &f;
-  const char *model = tu_small_model();
-  if (!model || !tu_shared_dir()) return 0;
+  if (!tu_small_model() || !tu_shared_dir()) return 0;
   cosy_engine_config c;
-  cosy_engine_config_init(&c, sizeof c);
-  c.model_path = model;
-  c.device = COSY_DEVICE_CPU;
-  c.max_active = 3;
+  cpu_config(&c, 3);
   if (cosy_engine_create(&c, &f.e)) {
     fprintf(stderr, "engine: %s\n", cosy_last_error());
     return -1;
@@ -270,12 +280,6 @@ static void test_chunk_schedule(void **state) {
   for (int k = 0; k < 3; k++) free(b[k].pcm);
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* first_chunk_tokens 0 (auto) on an engine with first_chunk_wait_max 4: a lone request gets the
  * short first chunk (15 tokens: (2 * 15 - 8) * 480 samples); the same request submitted with a
  * burst of 6, and alone within 3 s of that burst (an admission saw more than 4 requests), gets
@@ -284,10 +288,7 @@ static void test_auto_first_chunk(void **state) {
   fx *f = (fx *)*state;
   TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_engine_config c;
-  cosy_engine_config_init(&c, sizeof c);
-  c.model_path = tu_small_model();
-  c.device = COSY_DEVICE_CPU;
-  c.max_active = 8;
+  cpu_config(&c, 8);
   c.first_chunk_wait_max = 4;
   cosy_engine *e = NULL;
   if (cosy_engine_create(&c, &e)) fail_msg("engine: %s", cosy_last_error());
@@ -400,11 +401,9 @@ static void test_cancel_from_thread(void **state) {
   cosy_request_stats rs;
   cosy_request_stats_init(&rs, sizeof rs);
   cosy_request_cancel(r);
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const double t0 = now_s();
   cosy_status st = cosy_request_wait(r, 60000);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  const double dt = now_s() - t0;
   assert_int_equal(cosy_request_get_stats(r, &rs), COSY_OK);
   print_message("cancel honoured after %.3f s, at %d speech tokens of at most 400\n", dt,
                 rs.n_speech_tokens);
@@ -425,10 +424,7 @@ static void test_queue_room(void **state) {
   fx *f = (fx *)*state;
   TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
   cosy_engine_config c;
-  cosy_engine_config_init(&c, sizeof c);
-  c.model_path = tu_small_model();
-  c.device = COSY_DEVICE_CPU;
-  c.max_active = 2;
+  cpu_config(&c, 2);
   c.max_queued = 1;
   cosy_engine *e = NULL;
   assert_int_equal(cosy_engine_create(&c, &e), COSY_OK);
@@ -568,10 +564,7 @@ static void test_first_hold(void **state) {
   setenv("COSY_SCHED_FIRST_HOLD", "1", 1);
   setenv("COSY_SCHED_TRACE", trace, 1);
   cosy_engine_config c;
-  cosy_engine_config_init(&c, sizeof c);
-  c.model_path = tu_small_model();
-  c.device = COSY_DEVICE_CPU;
-  c.max_active = 4;
+  cpu_config(&c, 4);
   cosy_engine *e = NULL;
   cosy_status st = cosy_engine_create(&c, &e);
   unsetenv("COSY_SCHED_FIRST_HOLD");
