@@ -271,9 +271,6 @@ cosy_status sched_run_on_t2w(struct cosy_engine *e, cosy_status (*fn)(struct cos
 /* COSY_OK, or COSY_ERR_DEVICE_LOST with a message when a sticky CUDA error has made the engine
  * unusable (every public call on it then fails so, except destroy). */
 cosy_status engine_check_lost(const struct cosy_engine *e);
-/* The first streaming chunk's speech tokens for P prompt tokens and first_chunk_tokens n: the
- * fewest, at least n, that end prompt + chunk on the flow's 50-frame attention block. */
-int sched_first_hop(int P, int n);
 /* Queue a request (COSY_ERR_QUEUE_FULL beyond max_queued). */
 cosy_status sched_submit(struct cosy_engine *e, struct cosy_request *r);
 /* Mark the request finished with status st (wakes waiters and readers; frees it when released). */

@@ -104,7 +104,7 @@
  * prompt + first chunk on a block boundary. pad = the tokens that complete the prompt's last
  * block; n <= pad: the first chunk is those pad tokens (shorter than a block), else pad plus
  * whole blocks (n = 25, 50, 75, 100: n + pad, the official schedule). */
-int sched_first_hop(int P, int n) {
+static int sched_first_hop(int P, int n) {
   const int pad = (BLOCK_TOKENS - P % BLOCK_TOKENS) % BLOCK_TOKENS;
   return n <= pad ? pad : pad + (n - pad + BLOCK_TOKENS - 1) / BLOCK_TOKENS * BLOCK_TOKENS;
 }
