@@ -20,16 +20,18 @@
  * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
  * of streaming against non-streaming synthesis. --vocoder-tf32 sets vocoder_precision to
  * COSY_VOCODER_TF32 (cosyvoice.h). --first-chunk N sets first_chunk_tokens (W1 requests and the
- * warm-up; the voice's 87 prompt tokens leave 13 to their last block, so N <= 13 makes the first
- * chunk 13 tokens: 0.36 s of audio). --first-wait N sets first_chunk_wait_max (0: the default).
+ * warm-up; 0: the default, auto; the voice's 87 prompt tokens leave 13 to their last block, so
+ * 5 <= N <= 13 makes every first chunk 13 tokens: 0.36 s of audio). --first-wait N sets
+ * first_chunk_wait_max (0: the default).
  *
  * Per request: TTFB = submit -> first chunk delivered; RTF = (last chunk - submit) / audio
  * seconds; an underrun is a chunk arriving after playback (started at the first chunk) would
  * have run dry. Reported per concurrency level: TTFB p50/p95, RTF p50/p95, xRT (audio seconds
  * per wall second, all requests), underruns (requests with at least one), chars/s, and the
  * engine's memory; then, on lines of their own, the first four requests that ran dry (TTFB, the
- * first chunk's audio, the latest chunk and by how much), the scheduler's mean batch sizes during the level (differences of the cumulative
- * batch counters in cosy_engine_stats) and the GPU's utilization sampled during the level.
+ * first chunk's audio, the latest chunk and by how much), the scheduler's mean batch sizes during
+ * the level (differences of the cumulative batch counters in cosy_engine_stats) and the GPU's
+ * utilization sampled during the level.
  *
  * W2 (--w2 = --offline 256): N requests of --tokens speech tokens (250 unless --tokens is given)
  * are all submitted at once from one thread (no closed loop); reported: wall time (first submit
