@@ -865,7 +865,7 @@ static cudaError_t r_conv_pos(bench_op *o, int s) {
 }
 static cudaError_t r_euler(bench_op *o, int s) {
   const float *v = P(o, 1, s);
-  return cosy_k_flow_euler(g_stream, P(o, 0, s), v, v + o->i[0], o->i[0], 0.1f, 1.7f, 0.7f);
+  return cosy_k_flow_euler(g_stream, P(o, 0, s), v, v + o->i[0], o->i[0], 0.1f, NULL, 1.7f, 0.7f);
 }
 static cudaError_t r_pack_cond(bench_op *o, int s) {
   const float *in = P(o, 1, s);
@@ -877,14 +877,14 @@ static cudaError_t r_mu(bench_op *o, int s) {
   return cosy_k_flow_mu(g_stream, P(o, 0, s), in, in + (size_t)o->i[0] * 40, 2, o->i[0], 80);
 }
 static cudaError_t r_x_gather(bench_op *o, int s) {
-  return cosy_k_flow_x_gather(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 0, P(o, 3, s),
+  return cosy_k_flow_x_gather(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 0, NULL, P(o, 3, s),
                               o->i[0], 80);
 }
 static cudaError_t r_x_store(bench_op *o, int s) {
-  return cosy_k_flow_x_store(g_stream, P(o, 2, s), P(o, 1, s), 0, P(o, 3, s), o->i[0], 80);
+  return cosy_k_flow_x_store(g_stream, P(o, 2, s), P(o, 1, s), 0, NULL, P(o, 3, s), o->i[0], 80);
 }
 static cudaError_t r_flow_kv_store(bench_op *o, int s) {
-  return cosy_k_flow_kv_store(g_stream, P(o, 2, s), P(o, 1, s), 0, 1024, P(o, 0, s), o->i[0],
+  return cosy_k_flow_kv_store(g_stream, P(o, 2, s), P(o, 1, s), 0, NULL, 1024, P(o, 0, s), o->i[0],
                               1024);
 }
 static cudaError_t r_rows_gather(bench_op *o, int s) {
@@ -895,7 +895,7 @@ static cudaError_t r_rows_zero(bench_op *o, int s) {
 }
 static cudaError_t r_dit_paged(bench_op *o, int s) {
   return cosy_k_attn_dit_paged(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s), o->i[0],
-                               P(o, 3, s), (int64_t)4 * 50 * 1024, 0, 50, P(o, 4, s), P(o, 5, s),
+                               P(o, 3, s), (int64_t)4 * 50 * 1024, 0, NULL, 50, P(o, 4, s), P(o, 5, s),
                                50, 0.125f);
 }
 static void add_flow_ops(const char *group, int N, const char *fam) {

@@ -842,6 +842,7 @@ struct PagedGeo {
   const bf16 *pool;
   const int32_t *ptab;
   bf16 *out;
+  const int64_t *dev_off; /* NULL, or a device int64 added to layer_off (read at run time) */
   int64_t page_elems, layer_off;
   int D, page_frames, chunk;
   float scale_log2;
@@ -882,6 +883,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_dit_paged_kernel(PagedGeo g) 
   const int kend_blk = kend_of(nq - 1);
   const int kend0 = kend_of(lr0), kend1 = kend_of(lr1);
   const int64_t rowpart = (int64_t)(2 * sg.row) * g.page_frames * g.D;
+  const int64_t layer_off = g.layer_off + (g.dev_off ? *g.dev_off : 0);
 
   for (int kt = 0; kt < kend_blk; kt += FA_BK) {
     __syncthreads(); /* the previous tile is no longer read */
@@ -893,7 +895,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_dit_paged_kernel(PagedGeo g) 
         const bf16 *kp, *vp;
         if (f < sg.cached) {
           const int64_t page = g.ptab[sg.ptab0 + f / g.page_frames];
-          kp = g.pool + page * g.page_elems + g.layer_off + rowpart +
+          kp = g.pool + page * g.page_elems + layer_off + rowpart +
                (int64_t)(f % g.page_frames) * g.D + (int64_t)h * HD + cc;
           vp = kp + (int64_t)g.page_frames * g.D;
         } else {
@@ -1185,9 +1187,9 @@ extern "C" cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qk
                                              int n_heads, const cosy_k_dit_seg *segs,
                                              const int32_t *tiles, int n_tiles,
                                              const cosy_bf16 *pool, int64_t page_elems,
-                                             int64_t layer_off, int page_frames,
-                                             const int32_t *ptab, cosy_bf16 *out, int chunk,
-                                             float scale) {
+                                             int64_t layer_off, const int64_t *dev_off,
+                                             int page_frames, const int32_t *ptab,
+                                             cosy_bf16 *out, int chunk, float scale) {
   if (D <= 0 || D % 8 || n_heads <= 0 || n_heads > 65535 || n_heads * HD != D || n_tiles < 0 ||
       page_elems < 0 || layer_off < 0 || layer_off % 8 || page_frames <= 0 || chunk <= 0 ||
       !(scale > 0.f))
@@ -1205,6 +1207,7 @@ extern "C" cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qk
   g.out = (bf16 *)out;
   g.page_elems = page_elems;
   g.layer_off = layer_off;
+  g.dev_off = dev_off;
   g.D = D;
   g.page_frames = page_frames;
   g.chunk = chunk;

@@ -21,9 +21,11 @@ extern "C" {
 #endif
 
 /* Euler step with classifier-free guidance (upstream's fp32 order):
- *   x[i] = x[i] + dt * (c1 * vc[i] - c2 * vu[i])   for i < n (all fp32). */
+ *   x[i] = x[i] + dt * (c1 * vc[i] - c2 * vu[i])   for i < n (all fp32).
+ * dev_dt: NULL, or a device float read when the kernel runs that replaces dt (so that one
+ * captured launch serves every Euler step). */
 cudaError_t cosy_k_flow_euler(cudaStream_t s, float *x, const float *vc, const float *vu,
-                              int64_t n, float dt, float c1, float c2);
+                              int64_t n, float dt, const float *dev_dt, float c1, float c2);
 
 #ifdef __cplusplus
 }

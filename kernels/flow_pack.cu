@@ -15,6 +15,10 @@
  *               pool[dst[i] + layer_off + v_off + c] = qkv[i][2D + c]  (V), c < D, dst[i] >= 0
  *   rows_gather: dst[i][:] = src[map[i]][:]  (fp32 rows)
  *   rows_zero:  x[rows[i]][:] = 0            (bf16 rows)
+ * Step offsets read on the device: x_gather, x_store and kv_store add *dev_off (when dev_off is
+ *   not NULL) to step_off / layer_off, read once per thread at run time. A CUDA graph captured
+ *   for one Euler step thus serves every step: the host writes the step's offset into dev_off
+ *   before each replay (lib/gpu/flow.c).
  * Shapes: M (mel) and D (model width) columns; offsets in elements of the pool's type.
  * Thread mapping: one thread per 4 fp32 / 8 bf16 elements (16-byte accesses), grid-stride; the
  *   row of a thread is its element index divided by the row's vector count. */
@@ -30,8 +34,9 @@ constexpr int PK_THREADS = 256;
 
 __global__ void __launch_bounds__(PK_THREADS)
 x_gather_kernel(float *__restrict__ dst, const int64_t *__restrict__ src,
-                const float *__restrict__ pool, int64_t step_off, const float *__restrict__ xnew,
-                int M, int64_t total) {
+                const float *__restrict__ pool, int64_t step_off, const int64_t *__restrict__ dev_off,
+                const float *__restrict__ xnew, int M, int64_t total) {
+  if (dev_off) step_off += *dev_off;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = e / M;
@@ -48,7 +53,9 @@ x_gather_kernel(float *__restrict__ dst, const int64_t *__restrict__ src,
 
 __global__ void __launch_bounds__(PK_THREADS)
 x_store_kernel(float *__restrict__ pool, const int64_t *__restrict__ dst, int64_t step_off,
-               const float *__restrict__ xnew, int M, int64_t total) {
+               const int64_t *__restrict__ dev_off, const float *__restrict__ xnew, int M,
+               int64_t total) {
+  if (dev_off) step_off += *dev_off;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = e / M;
@@ -59,7 +66,9 @@ x_store_kernel(float *__restrict__ pool, const int64_t *__restrict__ dst, int64_
 
 __global__ void __launch_bounds__(PK_THREADS)
 kv_store_kernel(bf16 *__restrict__ pool, const int64_t *__restrict__ dst, int64_t layer_off,
-                int64_t v_off, const bf16 *__restrict__ qkv, int D, int64_t total8) {
+                const int64_t *__restrict__ dev_off, int64_t v_off, const bf16 *__restrict__ qkv,
+                int D, int64_t total8) {
+  if (dev_off) layer_off += *dev_off;
   const int per8 = D / 8;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total8;
        e += (int64_t)gridDim.x * blockDim.x) {
@@ -105,37 +114,39 @@ inline bool a16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 extern "C" cudaError_t cosy_k_flow_x_gather(cudaStream_t s, float *dst, const int64_t *src,
                                             const float *pool, int64_t step_off,
-                                            const float *xnew, int rows, int M) {
+                                            const int64_t *dev_off, const float *xnew, int rows,
+                                            int M) {
   if (rows < 0 || M <= 0 || step_off < 0) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (!dst || !src) return cudaErrorInvalidValue;
   const int64_t total = (int64_t)rows * M;
   x_gather_kernel<<<cosyk_blocks(total, PK_THREADS, 4096u), PK_THREADS, 0, s>>>(
-      dst, src, pool, step_off, xnew, M, total);
+      dst, src, pool, step_off, dev_off, xnew, M, total);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t cosy_k_flow_x_store(cudaStream_t s, float *pool, const int64_t *dst,
-                                           int64_t step_off, const float *xnew, int rows, int M) {
+                                           int64_t step_off, const int64_t *dev_off,
+                                           const float *xnew, int rows, int M) {
   if (rows < 0 || M <= 0 || step_off < 0) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (!pool || !dst || !xnew) return cudaErrorInvalidValue;
   const int64_t total = (int64_t)rows * M;
   x_store_kernel<<<cosyk_blocks(total, PK_THREADS, 4096u), PK_THREADS, 0, s>>>(
-      pool, dst, step_off, xnew, M, total);
+      pool, dst, step_off, dev_off, xnew, M, total);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t cosy_k_flow_kv_store(cudaStream_t s, cosy_bf16 *pool, const int64_t *dst,
-                                            int64_t layer_off, int64_t v_off,
-                                            const cosy_bf16 *qkv, int rows, int D) {
+                                            int64_t layer_off, const int64_t *dev_off,
+                                            int64_t v_off, const cosy_bf16 *qkv, int rows, int D) {
   if (rows < 0 || D <= 0 || D % 8 || layer_off < 0 || layer_off % 8 || v_off % 8)
     return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (!pool || !dst || !qkv || !a16(pool) || !a16(qkv)) return cudaErrorInvalidValue;
   const int64_t total8 = (int64_t)rows * (D / 8);
   kv_store_kernel<<<cosyk_blocks(total8, PK_THREADS, 4096u), PK_THREADS, 0, s>>>(
-      (bf16 *)pool, dst, layer_off, v_off, (const bf16 *)qkv, D, total8);
+      (bf16 *)pool, dst, layer_off, dev_off, v_off, (const bf16 *)qkv, D, total8);
   return cudaGetLastError();
 }
 

@@ -221,7 +221,9 @@ cudaError_t cosy_k_attn_dit(cudaStream_t s, cosy_kdtype dt, const void *q, const
  * offset pool + page * page_elems + layer_off + (2 row + kv) * page_frames * D + (f % page_frames)
  * * D, kv = 0 for K, 1 for V), later frames are the packed rows q_row0 + (f - cached). Query
  * frame i sees keys f < min(Lk, (i / chunk + 1) chunk) (full: f < Lk). out [.][D] bf16 at the
- * query rows. 16 heads of 64 in the model; head_dim must be 64. */
+ * query rows. 16 heads of 64 in the model; head_dim must be 64. dev_off: NULL, or a device
+ * int64 added to layer_off when the kernel runs (keep the sum a multiple of 8), so that one
+ * captured launch serves every Euler step. */
 typedef struct cosy_k_dit_seg {
   int32_t q_row0, n_q, cached, Lk;
   int32_t ptab0;     /* index of the segment's first page id in ptab */
@@ -232,7 +234,8 @@ typedef struct cosy_k_dit_seg {
 cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads,
                                   const cosy_k_dit_seg *segs, const int32_t *tiles, int n_tiles,
                                   const cosy_bf16 *pool, int64_t page_elems, int64_t layer_off,
-                                  int page_frames, const int32_t *ptab, cosy_bf16 *out, int chunk,
+                                  const int64_t *dev_off, int page_frames, const int32_t *ptab,
+                                  cosy_bf16 *out, int chunk,
                                   float scale);
 /* tiles: int32 pairs (segment, first query of the tile within the segment), 64 queries a tile */
 #define COSY_K_DIT_TILE 64

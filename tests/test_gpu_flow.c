@@ -715,8 +715,9 @@ static void test_full_model(void **state) {
 
   /* timing of packed batches (gpu_flow_batch) of W1-like requests of one voice (87 prompt
    * tokens): first chunks of 13 tokens (frames [0, 26), n_gen 16) and of 38 tokens (the default
-   * schedule: [0, 76), n_gen 41) for NB requests at once, each three times on freshly opened
-   * requests (1st: direct launches, 2nd: graph capture, 3rd: graph replay), and the second chunk
+   * schedule: [0, 76), n_gen 41) for NB requests at once, each four times on freshly opened
+   * requests (1st: new sizes, the step graph captured; 2nd and 3rd: replayed; 4th: graphs off,
+   * direct launches), and the second chunk
    * of the short schedule ([26, 76), n_gen 41); printed, not checked (a benchmark) */
   {
     gpu_flow *gb = NULL; /* the engine's geometry: 3000 frames a batch */
@@ -744,8 +745,10 @@ static void test_full_model(void **state) {
         {"first chunk of 13 tokens (56 frames computed)", 16, 0, 26},
         {"first chunk of 38 tokens (106 frames computed)", 41, 0, 76}};
     for (int k = 0; k < 2; k++) {
-      double tr[3];
-      for (int r = 0; r < 3; r++) {
+      double tr[4];
+      float *first = nan_buf((size_t)NB * 76 * 80);
+      for (int r = 0; r < 4; r++) {
+        if (r == 3) gpu_flow_set_graphs(gb, 0);
         for (int i = 0; i < NB; i++) assert_int_equal(gpu_flow_req_open(gb, tok, PW, pmel, spk, 100, &q[i]), COSY_OK);
         for (int i = 0; i < NB; i++)
           c[i] = (gpu_flow_call){q[i], tok, kinds[k].n_gen, 0, 0, kinds[k].from, kinds[k].nf,
@@ -755,19 +758,34 @@ static void test_full_model(void **state) {
         tr[r] = cosy_now() - c0;
         if (st) print_message("gpu_flow_batch: %s\n", cosy_last_error());
         assert_int_equal(st, COSY_OK);
+        /* captured, replayed and direct launches: the same bits */
+        if (r == 0) memcpy(first, out, (size_t)NB * 76 * 80 * sizeof(float));
+        else {
+          double d = 0;
+          for (int i = 0; i < NB; i++) {
+            const double di = tu_max_abs_diff(out + (size_t)i * 76 * 80, first + (size_t)i * 76 * 80,
+                                              (size_t)kinds[k].nf * 80);
+            if (!(di <= d)) d = di;
+          }
+          if (d != 0.0) print_message("  flow batch run %d vs run 0: max abs %.3g\n", r, d);
+          assert_true(d == 0.0);
+        }
         if (k == 0 && r == 2) { /* their second chunk: frames [26, 76) */
           for (int i = 0; i < NB; i++)
             c[i] = (gpu_flow_call){q[i], tok, 41, 0, 0, 26, 50, out + (size_t)i * 76 * 80};
           double s0 = cosy_now();
           assert_int_equal(gpu_flow_batch(gb, c, NB, NULL), COSY_OK);
-          print_message("  TIMING flow batch of %d second chunks of 25 tokens (after a short first): %.1f ms (direct launches)\n",
+          print_message("  TIMING flow batch of %d second chunks of 25 tokens (after a short first): %.1f ms (new sizes)\n",
                         NB, (cosy_now() - s0) * 1e3);
         }
         for (int i = 0; i < NB; i++) gpu_flow_req_close(gb, q[i]);
       }
-      print_message("  TIMING flow batch of %d %s: %.1f ms (direct launches), %.1f (graph capture), "
-                    "%.1f (graph replay) = %.2f ms a request\n",
-                    NB, kinds[k].what, tr[0] * 1e3, tr[1] * 1e3, tr[2] * 1e3, tr[2] * 1e3 / NB);
+      gpu_flow_set_graphs(gb, 1);
+      free(first);
+      print_message("  TIMING flow batch of %d %s: %.1f ms (new sizes: step graph captured), %.1f / "
+                    "%.1f (replayed) = %.2f ms a request; %.1f ms without graphs\n",
+                    NB, kinds[k].what, tr[0] * 1e3, tr[1] * 1e3, tr[2] * 1e3, tr[2] * 1e3 / NB,
+                    tr[3] * 1e3);
     }
     gpu_flow_req_close(gb, q[48]);
     gpu_flow_free(gb);
@@ -867,6 +885,30 @@ static void test_batch_cache(void **state) {
                 inv, inv2);
   free(gm);
   free(rm);
+  {
+    /* the same batch of two (from the voice blocks) with graphs off: the captured step graph
+     * (replayed for the 10 steps, with the step's offsets and row copied in before each) and
+     * direct launches give the same bits */
+    gpu_flow_req *qq[2];
+    float *mo = nan_buf((size_t)2 * n1 * 80);
+    gpu_flow_call cc[2];
+    memset(cc, 0, sizeof cc);
+    for (int i = 0; i < 2; i++) {
+      assert_int_equal(gpu_flow_req_open(gf, fx->tokens, P, fx->prompt_feat, fx->spk, G, &qq[i]),
+                       COSY_OK);
+      cc[i] = c[1 + i];
+      cc[i].q = qq[i];
+      cc[i].mel = mo + (size_t)i * n1 * 80;
+    }
+    gpu_flow_set_graphs(gf, 0);
+    assert_int_equal(gpu_flow_batch(gf, cc, 2, NULL), COSY_OK);
+    gpu_flow_set_graphs(gf, 1);
+    const double d = tu_max_abs_diff(mo, m1 + (size_t)n1 * 80, (size_t)2 * n1 * 80);
+    print_message("  BATCH chunk 1, batch of 2: graphs off vs the step graph: max abs %.3g\n", d);
+    ok &= d == 0.0;
+    for (int i = 0; i < 2; i++) gpu_flow_req_close(gf, qq[i]);
+    free(mo);
+  }
   /* the last call: every token, finalize, block-causal, from the cached blocks */
   const int n2 = 2 * (G - hop);
   float *m2 = nan_buf((size_t)3 * n2 * 80);

@@ -1550,12 +1550,25 @@ static void check_flow_mu(int ratio, int N, int M) {
   dfree(dp), dfree(dx), dfree(dmu);
 }
 
-static void check_flow_euler(int64_t n, float dt, float c1, float c2) {
+/* The step-offset arguments of the flow's cache kernels (dev_off): split an offset `off` into a
+ * host part and a device part (a multiple of 8, about half of it; NULL when that is 0), so the
+ * tests check that the kernels add the two. */
+static const int64_t *dev_part(int64_t off, int64_t *host_part) {
+  const int64_t d = (off / 16) * 8;
+  *host_part = off - d;
+  if (d == 0) return NULL;
+  return (const int64_t *)dup_bytes(&d, sizeof d);
+}
+
+static void check_flow_euler(int64_t n, float dt, float c1, float c2, int use_dev) {
   float *x = fill((size_t)n, -2.f, 2.f), *vc = fill((size_t)n, -3.f, 3.f);
   float *vu = fill((size_t)n, -3.f, 3.f);
   void *dx = dup_dt(x, (size_t)n, F32), *dvc = dup_dt(vc, (size_t)n, F32);
   void *dvu = dup_dt(vu, (size_t)n, F32);
-  CK(cosy_k_flow_euler(0, dx, dvc, dvu, n, dt, c1, c2));
+  /* use_dev: dt comes from device memory (the argument is then a wrong value, to be ignored) */
+  void *ddt = use_dev ? dup_bytes(&dt, sizeof dt) : NULL;
+  CK(cosy_k_flow_euler(0, dx, dvc, dvu, n, use_dev ? dt + 1.f : dt, (const float *)ddt, c1, c2));
+  if (ddt) dfree(ddt);
   float *out = download(dx, (size_t)n, F32);
   double *ref = dalloc_host((size_t)n);
   for (int64_t i = 0; i < n; ++i)
@@ -1585,8 +1598,9 @@ void test_dit_elementwise(void **state) {
   check_flow_mu(2, 200, 80);
   check_flow_mu(2, 7, 80); /* odd N: the last source row is used once */
   check_flow_mu(3, 31, 5);
-  check_flow_euler(2 * 80 * 250, 0.1f, 1.7f, 0.7f);
-  check_flow_euler(5, -0.03125f, 1.f, 0.f);
+  check_flow_euler(2 * 80 * 250, 0.1f, 1.7f, 0.7f, 0);
+  check_flow_euler(5, -0.03125f, 1.f, 0.f, 0);
+  check_flow_euler(2 * 80 * 106, 0.0421f, 1.7f, 0.7f, 1);
   end_test();
 }
 
@@ -1605,7 +1619,10 @@ static void check_flow_x_gather(int rows, int M, int n_pool_rows, int n_new, int
   void *dpool = dup_dt(pool, npool, F32), *dnew = dup_dt(xnew, (size_t)n_new * M, F32);
   void *dsrc = dup_bytes(src, (size_t)rows * sizeof *src);
   void *ddst = dpoison((size_t)rows * M, F32);
-  CK(cosy_k_flow_x_gather(0, ddst, dsrc, dpool, step_off, dnew, rows, M));
+  int64_t host_off;
+  const int64_t *doff = dev_part(step_off, &host_off);
+  CK(cosy_k_flow_x_gather(0, ddst, dsrc, dpool, host_off, doff, dnew, rows, M));
+  if (doff) dfree((void *)doff);
   float *out = download(ddst, (size_t)rows * M, F32);
   double *ref = dalloc_host((size_t)rows * M);
   for (int r = 0; r < rows; ++r)
@@ -1629,7 +1646,10 @@ static void check_flow_x_store(int rows, int M, int n_pool_rows, int64_t step_of
   for (int r = 0; r < rows; ++r) dst[r] = rnd_int(4) == 0 ? -1 : (int64_t)perm[r] * M;
   void *dpool = dup_dt(pool, npool, F32), *dnew = dup_dt(xnew, (size_t)rows * M, F32);
   void *ddst = dup_bytes(dst, (size_t)rows * sizeof *dst);
-  CK(cosy_k_flow_x_store(0, dpool, ddst, step_off, dnew, rows, M));
+  int64_t host_off;
+  const int64_t *doff = dev_part(step_off, &host_off);
+  CK(cosy_k_flow_x_store(0, dpool, ddst, host_off, doff, dnew, rows, M));
+  if (doff) dfree((void *)doff);
   float *out = download(dpool, npool, F32);
   double *ref = to_double(pool, npool);
   for (int r = 0; r < rows; ++r)
@@ -1652,7 +1672,10 @@ static void check_flow_kv_store(int rows, int D, int n_slots, int64_t layer_off)
   for (int r = 0; r < rows; ++r) dst[r] = rnd_int(5) == 0 ? -1 : (int64_t)perm[r] * 2 * D;
   void *dpool = dup_dt(pool, npool, BF16), *dq = dup_dt(qkv, (size_t)rows * 3 * D, BF16);
   void *ddst = dup_bytes(dst, (size_t)rows * sizeof *dst);
-  CK(cosy_k_flow_kv_store(0, dpool, ddst, layer_off, D, dq, rows, D));
+  int64_t host_off;
+  const int64_t *doff = dev_part(layer_off, &host_off);
+  CK(cosy_k_flow_kv_store(0, dpool, ddst, host_off, doff, D, dq, rows, D));
+  if (doff) dfree((void *)doff);
   float *out = download(dpool, npool, BF16);
   double *ref = to_double(pool, npool);
   for (int r = 0; r < rows; ++r)
@@ -1768,8 +1791,11 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
   void *dsegs = dup_bytes(segs, (size_t)n_seg * sizeof *segs);
   int32_t *dtiles = dup_i32(tiles, (size_t)n_tiles * 2), *dptab = dup_i32(ptab, (size_t)(n_pages ? n_pages : 1));
   void *dout = dpoison((size_t)total_q * D, BF16);
+  int64_t host_off;
+  const int64_t *doff = dev_part(layer_off, &host_off);
   CK(cosy_k_attn_dit_paged(0, dqkv, D, n_heads, dsegs, dtiles, n_tiles, dpool, page_elems,
-                           layer_off, page_frames, dptab, dout, chunk, (float)scale));
+                           host_off, doff, page_frames, dptab, dout, chunk, (float)scale));
+  if (doff) dfree((void *)doff);
   float *out = download(dout, (size_t)total_q * D, BF16);
   double *ref = dalloc_host((size_t)total_q * D);
   int max_lk = 1;
@@ -2280,12 +2306,12 @@ void test_args(void **state) {
   }
   bad += cosy_k_flow_qkv_post(0, (cosy_bf16 *)d, d, d, 1, 4, 100, 64) !=
          cudaErrorInvalidValue; /* D % 8 */
-  bad += cosy_k_flow_kv_store(0, (cosy_bf16 *)d + 1, (const int64_t *)d, 0, 64,
+  bad += cosy_k_flow_kv_store(0, (cosy_bf16 *)d + 1, (const int64_t *)d, 0, NULL, 64,
                               (const cosy_bf16 *)d, 1, 64) != cudaErrorInvalidValue; /* unaligned */
-  bad += cosy_k_flow_euler(0, d, d, d, -1, 0.1f, 1.f, 0.f) != cudaErrorInvalidValue;
+  bad += cosy_k_flow_euler(0, d, d, d, -1, 0.1f, NULL, 1.f, 0.f) != cudaErrorInvalidValue;
   bad += cosy_k_rows_gather_f32(0, d, d, (const int32_t *)d, 1, 6) != cudaErrorInvalidValue;
   bad += cosy_k_attn_dit_paged(0, (const cosy_bf16 *)d, 1024, 8, (const cosy_k_dit_seg *)d,
-                               (const int32_t *)d, 1, (const cosy_bf16 *)d, 0, 0, 50,
+                               (const int32_t *)d, 1, (const cosy_bf16 *)d, 0, 0, NULL, 50,
                                (const int32_t *)d, (cosy_bf16 *)d, 50, 0.125f) !=
          cudaErrorInvalidValue; /* 8 heads of 64 != D */
   {

@@ -44,16 +44,20 @@
  *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; ff1:
  *    with GELU; o and ff2: in the residual + LayerNorm kernel), so no GEMM needs a bias epilogue
  *    and no separate bias pass runs.
- *  - CUDA graphs: the 10 steps of a call read only buffers fixed at create plus per-call data
- *    written before the launch, so a graph captured for (N, streaming) is replayed for every
- *    later call with the same key (LRU cache of GRAPH_CACHE graphs). A packed batch
- *    (gpu_flow_batch) keeps its whole plan (row maps, page tables, attention tiles) in device
- *    buffers uploaded before the steps, so its graph key is only its sizes (new frames, ext rows,
- *    tiles, virtual rows): a voice's first chunks, its middle chunks of equal hop, and recurring
- *    batch shapes replay one graph (launch-bound small calls: ~2,700 launches per call). The first call of a key
- *    runs with direct launches (capture + instantiation cost more than that); its second call
- *    captures. Capture uses the gpu's stream in relaxed mode; if capture fails, the launches go
- *    straight to the stream from then on. No host synchronization inside the loop either way.
+ *  - CUDA graphs: the 10 steps of a gpu_flow_infer call read only buffers fixed at create plus
+ *    per-call data written before the launch, so a graph captured for (N, streaming) is replayed
+ *    for every later call with the same key (LRU cache of GRAPH_CACHE graphs); the first call of
+ *    a key runs with direct launches, its second call captures. A packed batch (gpu_flow_batch)
+ *    keeps its whole plan (row maps, page tables, attention tiles) in device buffers uploaded
+ *    before the steps, and what depends on the step (modulation row, pool offsets of the step's
+ *    cached rows, dt) is copied into fixed device slots before each step, so ONE graph of one
+ *    Euler step (~270 launches) serves all 10 steps of the call and every later call of the same
+ *    sizes (new frames, ext rows, tiles, virtual rows). It is captured at the sizes' first call:
+ *    under load nearly every batch has new sizes, and one step captures and instantiates in a
+ *    few ms while direct launches of 10 steps leave the GPU waiting on the launch path (48 W1
+ *    first chunks on an H100: 135 ms direct, 96 ms replayed). Capture uses the gpu's stream in
+ *    relaxed mode; if capture fails, the launches go straight to the stream from then on. No
+ *    host synchronization inside the loop either way.
  *    The graphs reference the cosy_gpu's GEMM workspace: do not run other work that uses it on
  *    another stream concurrently.
  *  - gpu_flow_estimator runs the batch two rows at a time with direct launches.
@@ -77,7 +81,8 @@
 
 #define HEAD_DIM 64
 #define LN_EPS 1e-6f
-#define GRAPH_CACHE 24
+#define GRAPH_CACHE 48
+#define PF 50 /* frames per cache page of a packed batch (= the attention block) */
 #define ROWS 2 /* CFG batch */
 #define MAX_MEL 256
 #define SEEN_KEYS 32
@@ -93,6 +98,15 @@ typedef struct gblk {
 typedef struct gkey {
   int N, streaming, batch, Te, n_tiles, n_virt;
 } gkey;
+
+/* What one Euler step of a packed batch reads that depends on the step k (lib/gpu/flow.c
+ * batch_run copies step k's entry and modulation row into the "current" slots before the step,
+ * so that one captured graph of a step serves all of them): the pool offsets of step k's x rows
+ * (k PF M) and K/V rows (k depth 4 PF D), and its dt. */
+typedef struct flow_step {
+  int64_t xoff, kvoff;
+  float dt, pad_;
+} flow_step;
 
 typedef struct ggraph {
   gkey key;
@@ -127,6 +141,8 @@ struct gpu_flow {
   float *rope_cs;  /* [max_frames][hd/2][2]: cos, sin of n * inv_freq[i] */
   float *mod_tab;  /* [S][TOT] */
   float *mod_est;  /* [ROWS][TOT] */
+  float *mod_cur;  /* [TOT]: the modulation row of the batch's current step */
+  flow_step *step_tab, *step_cur; /* [S], [1] (device) */
   /* time embedding scratch */
   int te_rows;
   float *sinus, *te1, *te2; /* [te_rows][256], [te_rows][D] x 2 */
@@ -313,7 +329,7 @@ static cosy_status euler_steps(gpu_flow *f, int N, int streaming, int first, int
   for (int k = first; k < last; k++) {
     cosy_status st = dit(f, ROWS, N, streaming, 1, f->mod_tab + k * f->TOT, 0);
     if (st) return st;
-    CK(cosy_k_flow_euler(f->s, f->xin, f->v, f->v + MN, MN, f->dt_step[k], f->c1, f->c2),
+    CK(cosy_k_flow_euler(f->s, f->xin, f->v, f->v + MN, MN, f->dt_step[k], NULL, f->c1, f->c2),
        "flow: euler");
   }
   return COSY_OK;
@@ -335,11 +351,12 @@ void gpu_flow_set_graphs(gpu_flow *f, int enable) {
 }
 
 /* Run fn(f, arg) (launches only) through the graph cache under key: replay a graph captured for
- * the key, capture one at the key's second call, or launch directly (first call of a key, graphs
- * off, or capture not possible). */
+ * the key, capture one (at the key's first call when capture_now, else at its second), or launch
+ * directly (first call of a key without capture_now, graphs off, or capture not possible). */
 typedef cosy_status (*enqueue_fn)(gpu_flow *f, const void *arg);
 
-static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const void *arg) {
+static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const void *arg,
+                             int capture_now) {
   if (!f->use_graph) return fn(f, arg);
   ggraph *slot = NULL;
   for (int i = 0; i < GRAPH_CACHE; i++)
@@ -355,12 +372,12 @@ static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const 
       if (f->seen[i].used && memcmp(&f->seen[i].key, key, sizeof *key) == 0) seen = i;
       if (f->seen[i].used < f->seen[lru].used) lru = i;
     }
-    if (seen < 0) {
+    if (seen < 0 && !capture_now) {
       f->seen[lru].key = *key;
       f->seen[lru].used = ++f->clock;
       return fn(f, arg);
     }
-    f->seen[seen].used = 0; /* the graph cache takes over */
+    if (seen >= 0) f->seen[seen].used = 0; /* the graph cache takes over */
     cudaGraph_t graph = NULL;
     cosy_status st =
         cosy_gpu_capture_begin(f->s, cudaStreamCaptureModeRelaxed, "flow: begin graph capture");
@@ -425,7 +442,7 @@ static cosy_status run_steps(gpu_flow *f, int N, int streaming, const volatile i
   key.N = N;
   key.streaming = streaming;
   infer_args a = {N, streaming};
-  return graph_run(f, &key, infer_enqueue, &a);
+  return graph_run(f, &key, infer_enqueue, &a, 0);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -708,6 +725,8 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     } plan[] = {
         {(void **)&f->mod_tab, (size_t)S * f->TOT * 4, "flow modulation table"},
         {(void **)&f->mod_est, (size_t)ROWS * f->TOT * 4, "flow modulation rows"},
+        {(void **)&f->mod_cur, (size_t)f->TOT * 4, "flow modulation row"},
+        {(void **)&f->step_tab, (size_t)(S + 1) * sizeof(flow_step), "flow step table"},
         {(void **)&f->sinus, (size_t)f->te_rows * FLOW_TIME_FREQ_DIM * 4, "flow time embedding"},
         {(void **)&f->te1, (size_t)f->te_rows * D * 4, "flow time embedding"},
         {(void **)&f->te2, (size_t)f->te_rows * D * 4, "flow time embedding"},
@@ -739,8 +758,26 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     TRY(cosy_gpu_host_alloc(NR * M * sizeof(float), (void **)&f->host_out));
   }
 
-  /* the modulation table of the fixed schedule */
+  /* the modulation table of the fixed schedule; the per-step offsets of a packed batch */
   TRY(time_mod(f, S, f->t_step, f->mod_tab));
+  f->step_cur = f->step_tab + S;
+  {
+    flow_step *st_h = (flow_step *)cosy_calloc((size_t)S, sizeof *st_h);
+    if (!st_h) {
+      st = COSY_ERR_NO_MEMORY;
+      goto fail;
+    }
+    for (int k = 0; k < S; k++) {
+      st_h[k].xoff = (int64_t)k * PF * M;
+      st_h[k].kvoff = (int64_t)k * f->depth * 4 * PF * D;
+      st_h[k].dt = f->dt_step[k];
+    }
+    cudaError_t e = cudaMemcpyAsync(f->step_tab, st_h, (size_t)S * sizeof *st_h,
+                                    cudaMemcpyHostToDevice, f->s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(f->s);
+    free(st_h);
+    TRY(cosy_gpu_check(e, "flow step table"));
+  }
   TRY(cosy_gpu_sync(g, "gpu_flow_create"));
   *out = f;
   return COSY_OK;
@@ -980,7 +1017,6 @@ cosy_status gpu_flow_estimator(gpu_flow *f, int B, int N, const float *x, const 
  * frames stored to the pages; paged attention) -> velocity -> Euler update of the new rows. */
 
 #define CTX 60          /* left context of the position embedding: 2 (K - 1) */
-#define PF 50           /* frames per page (= the attention block) */
 #define BATCH_JOBS 64
 #define MAX_SEG_TILES(tn, nj) ((tn) / 64 * 2 + 4 * (nj) + 2)
 
@@ -1221,7 +1257,11 @@ typedef struct batch_args {
   int Tn, Te, n_virt, n_tiles;
 } batch_args;
 
-static cosy_status batch_enqueue(gpu_flow *f, const void *arg) {
+/* One Euler step of a packed batch (launches only). Whatever depends on the step k is read on
+ * the device from f->mod_cur (its modulation row) and f->step_cur (its pool offsets and dt),
+ * which batch_run fills before each step: the launches are the same for every step, so one
+ * captured graph serves all S of them. */
+static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
   const batch_args *a = (const batch_args *)arg;
   gflow_cache *c = FC(f);
   const int M = f->M, D = f->D, F = f->F;
@@ -1232,71 +1272,69 @@ static cosy_status batch_enqueue(gpu_flow *f, const void *arg) {
   const int64_t D6 = 6 * (int64_t)D;
   const float scale = 1.0f / sqrtf((float)f->hd);
   const int64_t blk_stride = (int64_t)2 * 2 * PF * D; /* one (step, layer) slice of a page */
-  for (int k = 0; k < f->S; k++) {
-    const float *mod = f->mod_tab + k * f->TOT;
-    const int64_t xstep = (int64_t)k * PF * M;
-    if (c->pool) /* a budget with no cache pages: every block is recomputed, nothing stored */
-      CK(cosy_k_flow_x_store(s, (float *)c->pool, c->d_xdst, xstep, c->xnew, Tn, M),
-         "flow: x store");
-    CK(cosy_k_flow_x_gather(s, c->X, c->d_src, (const float *)c->pool, xstep, c->xnew, Te, M),
-       "flow: x gather");
-    if ((st = gemm(f, Te, D, M, COSY_KDT_F32, c->X, M, f->inx_w, NULL, COSY_KDT_F32, c->xp, D, 0,
-                   "flow: input proj")))
-      return st;
-    CK(cosy_k_flow_add_rows(s, c->xp, 0, c->hcx, c->hext, c->hbx, 2, Te, D), "flow: input rows");
-    CK(cosy_k_rows_zero_bf16(s, c->hbx, c->d_virt, n_virt, D), "flow: zero rows");
-    CK(cosy_k_flow_conv_pos(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D, f->cpg, f->cpk),
-       "flow: conv_pos 1");
-    CK(cosy_k_rows_zero_bf16(s, c->nbx, c->d_virt, n_virt, D), "flow: zero rows");
-    CK(cosy_k_flow_conv_pos(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D, f->cpg,
-                            f->cpk),
-       "flow: conv_pos 2");
-    CK(cosy_k_rows_gather_f32(s, f->h, c->hext, c->d_map, rows, D), "flow: new rows");
-    for (int l = 0; l < f->depth; l++) {
-      const gblk *b = &f->blk[l];
-      const float *md = mod + l * D6;
-      if (l == 0)
-        CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS),
-           "flow: norm");
-      else
-        CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md, 0,
-                                f->nb, 1, rows, D, LN_EPS),
-           "flow: residual + norm");
-      if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D, "flow: qkv")))
-        return st;
-      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
-         "flow: qkv bias + rope");
-      const int64_t layer_off = ((int64_t)k * f->depth + l) * blk_stride;
-      if (c->pool)
-        CK(cosy_k_flow_kv_store(s, (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, (int64_t)PF * D,
-                                f->qkv, rows, D),
-           "flow: kv store");
-      CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
-                               (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2), layer_off,
-                               PF, c->d_ptab, f->att, f->chunk, scale),
-         "flow: attention");
-      if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
-        return st;
-      CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
-                              1, rows, D, LN_EPS),
+  const float *mod = f->mod_cur;
+  const int64_t *xoff = &f->step_cur->xoff, *kvoff = &f->step_cur->kvoff;
+  if (c->pool) /* a budget with no cache pages: every block is recomputed, nothing stored */
+    CK(cosy_k_flow_x_store(s, (float *)c->pool, c->d_xdst, 0, xoff, c->xnew, Tn, M),
+       "flow: x store");
+  CK(cosy_k_flow_x_gather(s, c->X, c->d_src, (const float *)c->pool, 0, xoff, c->xnew, Te, M),
+     "flow: x gather");
+  if ((st = gemm(f, Te, D, M, COSY_KDT_F32, c->X, M, f->inx_w, NULL, COSY_KDT_F32, c->xp, D, 0,
+                 "flow: input proj")))
+    return st;
+  CK(cosy_k_flow_add_rows(s, c->xp, 0, c->hcx, c->hext, c->hbx, 2, Te, D), "flow: input rows");
+  CK(cosy_k_rows_zero_bf16(s, c->hbx, c->d_virt, n_virt, D), "flow: zero rows");
+  CK(cosy_k_flow_conv_pos(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D, f->cpg, f->cpk),
+     "flow: conv_pos 1");
+  CK(cosy_k_rows_zero_bf16(s, c->nbx, c->d_virt, n_virt, D), "flow: zero rows");
+  CK(cosy_k_flow_conv_pos(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D, f->cpg,
+                          f->cpk),
+     "flow: conv_pos 2");
+  CK(cosy_k_rows_gather_f32(s, f->h, c->hext, c->d_map, rows, D), "flow: new rows");
+  for (int l = 0; l < f->depth; l++) {
+    const gblk *b = &f->blk[l];
+    const float *md = mod + l * D6;
+    if (l == 0)
+      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS),
+         "flow: norm");
+    else
+      CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md, 0,
+                              f->nb, 1, rows, D, LN_EPS),
          "flow: residual + norm");
-      if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
-        return st;
-      CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
-      if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
-        return st;
-    }
-    const float *mo = mod + f->depth * D6;
-    CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
-                            0, f->nb, 1, rows, D, LN_EPS),
-       "flow: final norm");
-    if ((st = gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M,
-                   0, "flow: proj_out")))
+    if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D, "flow: qkv")))
       return st;
-    CK(cosy_k_flow_euler(s, c->xnew, f->v, f->v + (size_t)Tn * M, (int64_t)Tn * M, f->dt_step[k],
-                         f->c1, f->c2),
-       "flow: euler");
+    CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
+       "flow: qkv bias + rope");
+    const int64_t layer_off = (int64_t)l * blk_stride; /* + the step's kvoff, on the device */
+    if (c->pool)
+      CK(cosy_k_flow_kv_store(s, (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, kvoff,
+                              (int64_t)PF * D, f->qkv, rows, D),
+         "flow: kv store");
+    CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
+                             (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2), layer_off,
+                             kvoff, PF, c->d_ptab, f->att, f->chunk, scale),
+       "flow: attention");
+    if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
+      return st;
+    CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
+                            1, rows, D, LN_EPS),
+       "flow: residual + norm");
+    if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
+      return st;
+    CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+    if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
+      return st;
   }
+  const float *mo = mod + f->depth * D6;
+  CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
+                          0, f->nb, 1, rows, D, LN_EPS),
+     "flow: final norm");
+  if ((st = gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M,
+                 0, "flow: proj_out")))
+    return st;
+  CK(cosy_k_flow_euler(s, c->xnew, f->v, f->v + (size_t)Tn * M, (int64_t)Tn * M, 0.f,
+                       &f->step_cur->dt, f->c1, f->c2),
+     "flow: euler");
   return COSY_OK;
 }
 
@@ -1456,7 +1494,18 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     key.n_tiles = n_tiles;
     key.n_virt = n_virt;
     const batch_args ba = {Tn, Te, n_virt, n_tiles};
-    if ((st = graph_run(f, &key, batch_enqueue, &ba))) return st;
+    /* S steps: step k's modulation row and offsets into the current slots, then the step (a
+     * graph captured at the key's first call: one step's ~270 launches capture and instantiate
+     * in a few ms, which the other S - 1 replays repay) */
+    for (int k = 0; k < f->S; k++) {
+      CK(cudaMemcpyAsync(f->mod_cur, f->mod_tab + k * f->TOT, (size_t)f->TOT * 4,
+                         cudaMemcpyDeviceToDevice, s),
+         "flow: step row");
+      CK(cudaMemcpyAsync(f->step_cur, f->step_tab + k, sizeof(flow_step), cudaMemcpyDeviceToDevice,
+                         s),
+         "flow: step offsets");
+      if ((st = graph_run(f, &key, batch_step_enqueue, &ba, 1))) return st;
+    }
   }
   CK(cudaMemcpyAsync(c->h_xout, c->xnew, (size_t)Tn * M * 4, cudaMemcpyDeviceToHost, s),
      "flow: download");
