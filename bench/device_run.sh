@@ -126,9 +126,21 @@ run() { # name, command...: run, log to $OUT/name.log, record pass/fail and seco
 
 # a variant spec "name[:VAR=value,VAR=value]" (the ab and trace steps): sets $v and envs=(...)
 variant() {
+  # name[:VAR=value,...,--flag=value,...]: environment for the run, and bench_w1 arguments
+  # (--flag=value becomes "--flag value"); sets v, envs (the VAR=value entries) and vargs
   v=${1%%:*}
+  local items=() it
   envs=()
-  if [[ "$1" == *:* ]]; then IFS=, read -r -a envs <<< "${1#*:}"; fi
+  vargs=()
+  if [[ "$1" == *:* ]]; then IFS=, read -r -a items <<< "${1#*:}"; fi
+  for it in "${items[@]}"; do
+    if [[ "$it" == --* ]]; then
+      vargs+=("${it%%=*}")
+      [[ "$it" == *=* ]] && vargs+=("${it#*=}")
+    else
+      envs+=("$it")
+    fi
+  done
 }
 # $B/kernel_time.so (bench/kernel_time.c, CUPTI) for the gputime and ktop steps
 kernel_time_so() {
@@ -316,7 +328,8 @@ fi
 if [[ " $STEPS " == *" ab "* ]]; then
   # scheduler and vocoder options against the defaults, W1 at C = AB_LEVELS (16,64), each
   # variant AB_ROUNDS (2) times in alternation so that drift shows. AB_VARIANTS: space-separated
-  # name[:VAR=value,VAR=value] (docs/scheduler.md "Measurement aids" for the variables), default
+  # name[:VAR=value,VAR=value,--flag=value] (docs/scheduler.md "Measurement aids" for the
+  # variables; --flag=value entries are bench_w1 arguments, e.g. short:--first-wait=64), default
   #   base  hold:COSY_SCHED_FIRST_HOLD=1  tf32:COSY_HIFT_TF32=1  both:(the two)
   # Logs: ab_<variant>_<round>.log; the summary gets each run's rows and its "ttfb by wave" line
   AB_VARIANTS=${AB_VARIANTS:-base hold:COSY_SCHED_FIRST_HOLD=1 tf32:COSY_HIFT_TF32=1 both:COSY_SCHED_FIRST_HOLD=1,COSY_HIFT_TF32=1}
@@ -324,7 +337,7 @@ if [[ " $STEPS " == *" ab "* ]]; then
     for spec in $AB_VARIANTS; do
       variant "$spec"
       run ab_${v}_$round env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
-        --concurrency "${AB_LEVELS:-16,64}" "${W1_ARGS[@]}"
+        --concurrency "${AB_LEVELS:-16,64}" "${W1_ARGS[@]}" "${vargs[@]}"
       grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/ab_${v}_$round.log" \
         | sed "s/^ */ab $v $round: /" | tee -a "$SUMMARY"
     done
@@ -338,7 +351,7 @@ if [[ " $STEPS " == *" trace "* ]]; then
   for spec in ${TRACE_VARIANTS:-base}; do
     variant "$spec"
     run trace_$v env "${envs[@]}" COSY_SCHED_TRACE="$OUT/trace_$v.txt" ./$B/bench/bench_w1 \
-      -m "$FULL" --device 0 --concurrency "${TRACE_LEVEL:-64}" ${TRACE_ARGS:-} "${W1_ARGS[@]}"
+      -m "$FULL" --device 0 --concurrency "${TRACE_LEVEL:-64}" ${TRACE_ARGS:-} "${W1_ARGS[@]}" "${vargs[@]}"
     grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/trace_$v.log" | sed "s/^ */trace $v: /" \
       | tee -a "$SUMMARY"
     python3 bench/trace_summary.py "$OUT/trace_$v.txt" | sed "s/^/trace $v: /" | tee -a "$SUMMARY"
