@@ -138,6 +138,41 @@ cudaError_t cosy_k_hift_conv64(cudaStream_t s, const float *in_f32, const double
 cudaError_t cosy_k_hift_f0_classify(cudaStream_t s, const double *h, int ld_h, int c,
                                     const float *w, float b, float *f0, int n);
 
+/* Grouped F0 predictor (the streaming vocoder: every job of a batch in one launch per layer).
+ * One job's input and output of a cosy_k_hift_conv64 layer; the layer's weights, sizes, k and
+ * pad_left are the group's. */
+#define COSY_HCONV64_MAXG 64 /* jobs per launch of the grouped F0 launchers (more: several) */
+typedef struct cosy_hift_conv64 {
+  const float *in_f32;  /* [ci][ld_in] fp32 input (the mel) ...                              */
+  const double *in_f64; /* ... or fp64: exactly one non-NULL, the same one for every job      */
+  int ld_in, len_in;
+  double *out;          /* [co][ld_out] fp64, t < n_out */
+  int ld_out, n_out;
+} cosy_hift_conv64;
+
+/* cosy_k_hift_conv64 for n >= 1 jobs that share ci, w, bias, co, k and pad_left, in launches of
+ * up to COSY_HCONV64_MAXG jobs (grid: time tiles of the longest job, channel tiles, job). Each
+ * output value is computed exactly as cosy_k_hift_conv64 computes it for that job alone (the
+ * same products in the same order): bit-identical, whatever the other jobs and the split into
+ * launches. The jobs must not write each other's inputs or outputs. Every job is checked before
+ * anything is launched (cudaErrorInvalidValue: as cosy_k_hift_conv64's checks, or jobs mixing
+ * fp32 and fp64 inputs). */
+cudaError_t cosy_k_hift_conv64_group(cudaStream_t s, const cosy_hift_conv64 *jobs, int n, int ci,
+                                     const float *w, const float *bias, int co, int k,
+                                     int pad_left);
+
+/* One job of the grouped classifier: h [c][ld_h] fp64 -> f0 [n] fp32. */
+typedef struct cosy_hift_f0cls {
+  const double *h;
+  int ld_h, n;
+  float *f0;
+} cosy_hift_f0cls;
+
+/* cosy_k_hift_f0_classify for n_jobs >= 1 jobs sharing c, w and b, in launches of up to
+ * COSY_HCONV64_MAXG jobs; bit-identical to the job alone. Checked before any launch. */
+cudaError_t cosy_k_hift_f0_classify_group(cudaStream_t s, const cosy_hift_f0cls *jobs, int n_jobs,
+                                          int c, const float *w, float b);
+
 /* ============================== source.cu ==================================================== */
 
 /* The default noise generator of ref_hift_default_noise (bit-identical): rows[r][h] =

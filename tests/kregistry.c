@@ -64,7 +64,8 @@ const kh_entry kh_registry[] = {
      * timed only inside whole runs */
     {"hift",
      L("cosy_k_hift_conv", "cosy_k_hift_conv_split", "cosy_k_hift_conv_plan",
-       "cosy_k_hift_conv_prepare", "cosy_k_hift_conv64", "cosy_k_hift_f0_classify",
+       "cosy_k_hift_conv_prepare", "cosy_k_hift_conv64", "cosy_k_hift_conv64_group",
+       "cosy_k_hift_f0_classify", "cosy_k_hift_f0_classify_group",
        "cosy_k_hift_noise", "cosy_k_hift_sine", "cosy_k_hift_sine_at", "cosy_k_hift_source",
        "cosy_k_hift_source_at", "cosy_k_hift_stft", "cosy_k_hift_istft"),
      ELSEWHERE("test_gpu_hift.c"), NO_BENCH("no: timed inside the vocoder (bench_w1)"),

@@ -13,6 +13,10 @@
  *     Tolerances (relative L2): TF32 2e-3 (operands rounded to 10 mantissa bits: ~3e-4 measured),
  *     3xTF32 3e-5 (fp32 level: 2e-7 .. 1e-5 measured, the largest for k16 x 96 channels).
  *   conv64 (F0 predictor, fp64) vs a CPU double loop: 1e-12.
+ *   grouped conv64 / classifier (cosy_k_hift_conv64_group, _f0_classify_group) vs one launch per
+ *     job: bit-identical (memcmp), over COSY_HCONV64_MAXG + 5 jobs of different lengths (two
+ *     launches a layer) and the full-size predictor on 64 jobs (both ways timed, printed);
+ *     nothing written outside the jobs' outputs; refused arguments launch nothing.
  *   STFT vs ref_hift_stft: 1e-6 (the same fp64 operations: bit-identical expected, the count of
  *     differing values is printed); STFT -> raw iSTFT round trip: 1e-6; iSTFT head + clamp vs a
  *     CPU double loop written like the reference: 1e-5.
@@ -35,14 +39,15 @@
  * conv precisions.
  * Streaming kernels: cosy_k_hift_sine_at / cosy_k_hift_source_at over 3 calls (phase sums carried
  *   on the device, absolute frame base) vs one call: bit-identical.
- * Streaming (gpu_hift_stream_run), small model, a gpu_hift of 256 frames: four streams with
+ * Streaming (gpu_hift_stream_run), small model, a gpu_hift of 256 frames: six streams with
  *   different chunkings (1-frame chunks then 10s with a final T_new = 0 call, random 1..12, 50 then
- *   70 final, one final chunk of 64) batched per round: every non-final prefix vs
- *   gpu_hift_infer(so far, 0) (2e-3 rel L2), each concatenation vs the CPU whole-mel
- *   ref_hift_infer (2e-2, the decode bound) and vs the GPU whole-mel gpu_hift_infer (2e-3: the
- *   same kernels on other lengths; only reduction splits may differ), and batch invariance (each
- *   job run alone, and the batch on a gpu_hift of 120 frames that must split it in two:
- *   bit-identical, differing samples counted). Each comparison prints rel L2, max
+ *   70 final, one final chunk of 64, 33 then 17 final, 5/7/9/11/13 then a final T_new = 0 call)
+ *   batched per round (the F0 predictors of a batch's jobs share their launches): every
+ *   non-final prefix vs gpu_hift_infer(so far, 0) (2e-3 rel L2), each concatenation vs the CPU
+ *   whole-mel ref_hift_infer (2e-2, the decode bound) and vs the GPU whole-mel gpu_hift_infer
+ *   (2e-3: the same kernels on other lengths; only reduction splits may differ), and batch
+ *   invariance (each job run alone, and the batch on a gpu_hift of 120 frames that must split it
+ *   in two: bit-identical, differing samples counted). Each comparison prints rel L2, max
  *   abs and where the largest difference is (sample, mel frame, which call returned it), so one
  *   run locates a window or state error (an error confined to the samples just after a call
  *   boundary points at the left context; one growing along the utterance at the phase sums).
@@ -51,7 +56,7 @@
  *   With COSY_FULL_MODEL: chunks 50/100/60 vs the whole-mel GPU runs (2e-2) and the time of each
  *   stream call against the whole-mel re-run.
  * Without a CUDA device (or built without CUDA) everything skips; on a device a wrong result
- * fails. */
+ * fails. COSY_TEST_FILTER=<test function name> (a cmocka glob) runs only the matching tests. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -750,6 +755,296 @@ static void test_kernel_conv64(void **state) {
   assert_true(ok);
 }
 
+/* ---- grouped fp64 F0 launches ---------------------------------------------------------------- */
+
+/* A chain of the F0 predictor's shape over nj jobs: conv64 k4 pad 0 (fp32 input [mel][ld_in],
+ * T valid columns, the columns up to ld_in random too) -> nl x conv64 k3 pad 2 (fp64, ping-pong
+ * between two buffers of one layout) -> classifier. Job j's activations are [Cc][ld_o] at o_act
+ * (n = T, or T - 3 when not final, valid columns), its f0 n values at o_f0; random gaps between
+ * the jobs and past each row stay poisoned. */
+typedef struct f0chain {
+  int nj, mel, Cc, nl;
+  int *T, *n, *ld_in, *ld_o;
+  size_t *o_in, *o_act, *o_f0, n_in, n_act, n_f0;
+  float *d_in, *d_w[5], *d_b[5], *d_cw;
+} f0chain;
+
+/* lengths T uniform in [tmin, tmax], 40% final; the first nfix jobs take fix[j] = {T, final} */
+static void f0chain_init(f0chain *c, int nj, int mel, int Cc, int nl, int tmin, int tmax,
+                         const int (*fix)[2], int nfix) {
+  memset(c, 0, sizeof *c);
+  c->nj = nj, c->mel = mel, c->Cc = Cc, c->nl = nl;
+  c->T = malloc(sizeof(int) * nj), c->n = malloc(sizeof(int) * nj);
+  c->ld_in = malloc(sizeof(int) * nj), c->ld_o = malloc(sizeof(int) * nj);
+  c->o_in = malloc(sizeof(size_t) * nj), c->o_act = malloc(sizeof(size_t) * nj);
+  c->o_f0 = malloc(sizeof(size_t) * nj);
+  for (int j = 0; j < nj; j++) {
+    int T = tmin + (int)(urand() * (tmax - tmin + 1)), fin = urand() < 0.4;
+    if (j < nfix) T = fix[j][0], fin = fix[j][1];
+    c->T[j] = T, c->n[j] = fin ? T : (T > 3 ? T - 3 : 0);
+    c->ld_in[j] = T + (int)(urand() * 6);
+    c->ld_o[j] = c->n[j] + 1 + (int)(urand() * 4);
+    c->o_in[j] = c->n_in + (size_t)(urand() * 40);
+    c->n_in = c->o_in[j] + (size_t)mel * c->ld_in[j];
+    c->o_act[j] = c->n_act + (size_t)(urand() * 40);
+    c->n_act = c->o_act[j] + (size_t)Cc * c->ld_o[j];
+    c->o_f0[j] = c->n_f0 + (size_t)(urand() * 8);
+    c->n_f0 = c->o_f0[j] + (size_t)c->n[j];
+  }
+  c->n_act += 7, c->n_f0 += 7; /* a poisoned tail */
+  float *in = calloc(c->n_in + 1, sizeof(float));
+  fill(in, c->n_in, -3, 3);
+  c->d_in = dev_upload(in, sizeof(float) * c->n_in);
+  free(in);
+  for (int l = 0; l <= nl; l++) {
+    const int ci = l ? Cc : mel, k = l ? 3 : 4;
+    const size_t nw = (size_t)Cc * ci * k;
+    const float sc = 1.5f / sqrtf((float)(ci * k));
+    float *w = malloc(sizeof(float) * nw), *b = malloc(sizeof(float) * Cc);
+    fill(w, nw, -sc, sc), fill(b, Cc, -0.5f, 0.5f);
+    c->d_w[l] = dev_upload(w, sizeof(float) * nw), c->d_b[l] = dev_upload(b, sizeof(float) * Cc);
+    free(w), free(b);
+  }
+  float *cw = malloc(sizeof(float) * Cc);
+  fill(cw, Cc, -0.3f, 0.3f);
+  c->d_cw = dev_upload(cw, sizeof(float) * Cc);
+  free(cw);
+}
+
+static void f0chain_free(f0chain *c) {
+  free(c->T), free(c->n), free(c->ld_in), free(c->ld_o), free(c->o_in), free(c->o_act);
+  free(c->o_f0);
+  cudaFree(c->d_in), cudaFree(c->d_cw);
+  for (int l = 0; l <= c->nl; l++) cudaFree(c->d_w[l]), cudaFree(c->d_b[l]);
+}
+
+/* the chain into a, b (activations, poisoned by the caller) and f0; grouped: the _group
+ * launchers (every job in each launch), else one cosy_k_hift_conv64 / f0_classify per job and
+ * layer, in the order hift.c ran them before the grouping. The last conv's output is in a when
+ * nl is even, else in b. */
+static cudaError_t f0chain_run(const f0chain *c, cudaStream_t s, int grouped, double *a, double *b,
+                               float *f0) {
+  const int nj = c->nj, Cc = c->Cc;
+  cudaError_t e = cudaSuccess;
+  if (grouped) {
+    cosy_hift_conv64 *g = calloc((size_t)nj, sizeof *g);
+    cosy_hift_f0cls *f = calloc((size_t)nj, sizeof *f);
+    for (int j = 0; j < nj; j++) {
+      g[j].in_f32 = c->d_in + c->o_in[j], g[j].ld_in = c->ld_in[j], g[j].len_in = c->T[j];
+      g[j].out = a + c->o_act[j], g[j].ld_out = c->ld_o[j], g[j].n_out = c->n[j];
+    }
+    e = cosy_k_hift_conv64_group(s, g, nj, c->mel, c->d_w[0], c->d_b[0], Cc, 4, 0);
+    double *x = a, *y = b;
+    for (int l = 1; l <= c->nl && !e; l++) {
+      for (int j = 0; j < nj; j++) {
+        g[j].in_f32 = NULL, g[j].in_f64 = x + c->o_act[j];
+        g[j].ld_in = c->ld_o[j], g[j].len_in = c->n[j], g[j].out = y + c->o_act[j];
+      }
+      e = cosy_k_hift_conv64_group(s, g, nj, Cc, c->d_w[l], c->d_b[l], Cc, 3, 2);
+      double *t = x;
+      x = y, y = t;
+    }
+    for (int j = 0; j < nj; j++) {
+      f[j].h = x + c->o_act[j], f[j].ld_h = c->ld_o[j], f[j].n = c->n[j];
+      f[j].f0 = f0 + c->o_f0[j];
+    }
+    if (!e) e = cosy_k_hift_f0_classify_group(s, f, nj, Cc, c->d_cw, 0.25f);
+    free(g), free(f);
+    return e;
+  }
+  for (int j = 0; j < nj && !e; j++) {
+    const size_t o = c->o_act[j];
+    const int n = c->n[j], ld = c->ld_o[j];
+    e = cosy_k_hift_conv64(s, c->d_in + c->o_in[j], NULL, c->ld_in[j], c->T[j], c->mel,
+                           c->d_w[0], c->d_b[0], Cc, 4, 0, a + o, ld, n);
+    double *x = a, *y = b;
+    for (int l = 1; l <= c->nl && !e; l++) {
+      e = cosy_k_hift_conv64(s, NULL, x + o, ld, n, Cc, c->d_w[l], c->d_b[l], Cc, 3, 2, y + o, ld,
+                             n);
+      double *t = x;
+      x = y, y = t;
+    }
+    if (!e) e = cosy_k_hift_f0_classify(s, x + o, ld, Cc, c->d_cw, 0.25f, f0 + c->o_f0[j], n);
+  }
+  return e;
+}
+
+/* device buffers of a chain's outputs, poisoned with 0xFF bytes */
+typedef struct f0out {
+  double *a, *b;
+  float *f0;
+} f0out;
+
+static void f0out_alloc(const f0chain *c, f0out *o) {
+  o->a = (double *)dev_nan(2 * c->n_act), o->b = (double *)dev_nan(2 * c->n_act);
+  o->f0 = dev_nan(c->n_f0);
+  assert_true(o->a && o->b && o->f0);
+}
+
+static void f0out_free(f0out *o) { cudaFree(o->a), cudaFree(o->b), cudaFree(o->f0); }
+
+/* compare the two runs' buffers byte for byte (values and untouched gaps) and check that every
+ * byte outside the jobs' outputs is still the poison (in the grouped run); prints one line */
+static int f0chain_compare(const f0chain *c, const char *what, const f0out *g, const f0out *p) {
+  const size_t na = c->n_act, nf = c->n_f0;
+  unsigned char *in_job = calloc(na + nf, 1);
+  for (int j = 0; j < c->nj; j++) {
+    for (int r = 0; r < c->Cc; r++)
+      memset(in_job + c->o_act[j] + (size_t)r * c->ld_o[j], 1, (size_t)c->n[j]);
+    memset(in_job + na + c->o_f0[j], 1, (size_t)c->n[j]);
+  }
+  size_t diff = 0, stray = 0, unwritten = 0, nonfinite = 0, vals = 0;
+  for (int buf = 0; buf < 3; buf++) {
+    const int is_f0 = buf == 2;
+    const size_t n = is_f0 ? nf : na, sz = is_f0 ? sizeof(float) : sizeof(double);
+    unsigned char *hg = malloc(n * sz), *hp = malloc(n * sz);
+    const void *dg = buf == 0 ? (const void *)g->a : buf == 1 ? (const void *)g->b : g->f0;
+    const void *dp = buf == 0 ? (const void *)p->a : buf == 1 ? (const void *)p->b : p->f0;
+    CU(cudaMemcpy(hg, dg, n * sz, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(hp, dp, n * sz, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) {
+      const unsigned char *vg = hg + i * sz;
+      int poison = 1;
+      for (size_t k = 0; k < sz; k++) poison &= vg[k] == 0xFF;
+      diff += memcmp(vg, hp + i * sz, sz) != 0;
+      if (!in_job[(is_f0 ? na : 0) + i]) {
+        stray += !poison;
+        continue;
+      }
+      /* a, b: every job output was written by some layer (b only with nl >= 1) */
+      const int written = is_f0 || buf == 0 || c->nl >= 1;
+      if (!written) continue;
+      vals++;
+      unwritten += poison;
+      const double v = is_f0 ? (double)*(const float *)vg : *(const double *)vg;
+      nonfinite += !poison && !isfinite(v);
+    }
+    free(hg), free(hp);
+  }
+  free(in_job);
+  print_message("%-44s %zu values: %zu differ from one launch per job, %zu unwritten, %zu not "
+                "finite, %zu stray writes (all must be 0)\n",
+                what, vals, diff, unwritten, nonfinite, stray);
+  return diff == 0 && unwritten == 0 && nonfinite == 0 && stray == 0;
+}
+
+/* cosy_k_hift_conv64_group / cosy_k_hift_f0_classify_group vs one cosy_k_hift_conv64 /
+ * cosy_k_hift_f0_classify launch per job, bit for bit, on random data:
+ *   COSY_HCONV64_MAXG + 5 jobs (two launches per layer) of lengths 1 .. 90 (final and not; some
+ *   with no output), 70 channels (a partial tile), two k3 layers; argument checks (nothing is
+ *   launched when a job of the second launch is bad);
+ *   the full-size predictor (80 -> 512 k4, 4 x 512 k3, classifier) on 64 jobs of 40 .. 110
+ *   frames, both ways timed (printed only: CUDA events, the second of two runs). */
+static void test_kernel_conv64_group(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  cudaStream_t s = fx->g->stream;
+  int ok = 1;
+  rng_seed(303);
+  {
+    f0chain c;
+    /* non-final without output; final, shorter than the k4 window; the longest; non-final, two
+     * tiles (33 outputs); another without output */
+    const int fix[5][2] = {{1, 0}, {3, 1}, {90, 1}, {36, 0}, {3, 0}};
+    f0chain_init(&c, COSY_HCONV64_MAXG + 5, 80, 70, 2, 1, 90, fix, 5);
+    f0out g, p;
+    f0out_alloc(&c, &g), f0out_alloc(&c, &p);
+    /* argument checks first: nothing may be launched (the buffers stay poisoned) */
+    {
+      const int nj = c.nj;
+      cosy_hift_conv64 *j = calloc((size_t)nj, sizeof *j);
+      for (int q = 0; q < nj; q++) {
+        j[q].in_f32 = c.d_in + c.o_in[q], j[q].ld_in = c.ld_in[q], j[q].len_in = c.T[q];
+        j[q].out = g.a + c.o_act[q], j[q].ld_out = c.ld_o[q], j[q].n_out = c.n[q];
+      }
+      const float *w = c.d_w[0], *b = c.d_b[0];
+      const cudaError_t BAD = cudaErrorInvalidValue;
+      j[nj - 1].out = NULL; /* in the second launch */
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 80, w, b, 70, 4, 0), BAD);
+      j[nj - 1].out = g.a + c.o_act[nj - 1];
+      j[nj - 1].in_f64 = (const double *)g.b; /* both inputs */
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 80, w, b, 70, 4, 0), BAD);
+      j[nj - 1].in_f32 = NULL; /* fp64 after fp32 jobs */
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 80, w, b, 70, 4, 0), BAD);
+      j[nj - 1].in_f32 = c.d_in + c.o_in[nj - 1], j[nj - 1].in_f64 = NULL;
+      j[nj - 1].ld_in = 0;
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 80, w, b, 70, 4, 0), BAD);
+      j[nj - 1].ld_in = c.ld_in[nj - 1], j[nj - 1].n_out = -1;
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 80, w, b, 70, 4, 0), BAD);
+      j[nj - 1].n_out = c.n[nj - 1];
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, 0, 80, w, b, 70, 4, 0), BAD);
+      assert_int_equal(cosy_k_hift_conv64_group(s, NULL, nj, 80, w, b, 70, 4, 0), BAD);
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 80, w, b, 70, 5, 0), BAD);
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 80, w, NULL, 70, 4, 0), BAD);
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 80, w, b, 70, 4, -1), BAD);
+      assert_int_equal(cosy_k_hift_conv64_group(s, j, nj, 0, w, b, 70, 4, 0), BAD);
+      cosy_hift_f0cls *f = calloc((size_t)nj, sizeof *f);
+      for (int q = 0; q < nj; q++) {
+        f[q].h = g.a + c.o_act[q], f[q].ld_h = c.ld_o[q], f[q].n = c.n[q];
+        f[q].f0 = g.f0 + c.o_f0[q];
+      }
+      f[nj - 1].f0 = NULL;
+      assert_int_equal(cosy_k_hift_f0_classify_group(s, f, nj, 70, c.d_cw, 0.25f), BAD);
+      f[nj - 1].f0 = g.f0 + c.o_f0[nj - 1], f[nj - 1].ld_h = 0;
+      assert_int_equal(cosy_k_hift_f0_classify_group(s, f, nj, 70, c.d_cw, 0.25f), BAD);
+      f[nj - 1].ld_h = c.ld_o[nj - 1];
+      assert_int_equal(cosy_k_hift_f0_classify_group(s, f, 0, 70, c.d_cw, 0.25f), BAD);
+      assert_int_equal(cosy_k_hift_f0_classify_group(s, f, nj, 0, c.d_cw, 0.25f), BAD);
+      assert_int_equal(cosy_k_hift_f0_classify_group(s, f, nj, 70, NULL, 0.25f), BAD);
+      CU(cudaStreamSynchronize(s));
+      double *ha = malloc(sizeof(double) * c.n_act);
+      CU(cudaMemcpy(ha, g.a, sizeof(double) * c.n_act, cudaMemcpyDeviceToHost));
+      size_t touched = 0;
+      for (size_t i = 0; i < c.n_act; i++) {
+        uint64_t u;
+        memcpy(&u, &ha[i], 8);
+        touched += u != ~(uint64_t)0;
+      }
+      print_message("refused group launches: %zu values written (must be 0)\n", touched);
+      ok &= touched == 0;
+      free(ha), free(j), free(f);
+    }
+    CU(f0chain_run(&c, s, 1, g.a, g.b, g.f0));
+    CU(f0chain_run(&c, s, 0, p.a, p.b, p.f0));
+    CU(cudaStreamSynchronize(s));
+    char what[96];
+    snprintf(what, sizeof what, "conv64 group: %d jobs, 80 -> 70 -> 2 x 70, f0", c.nj);
+    ok &= f0chain_compare(&c, what, &g, &p);
+    f0out_free(&g), f0out_free(&p);
+    f0chain_free(&c);
+  }
+  {
+    f0chain c;
+    f0chain_init(&c, 64, 80, 512, 4, 40, 110, NULL, 0);
+    f0out g, p;
+    f0out_alloc(&c, &g), f0out_alloc(&c, &p);
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    float ms[2] = {0, 0};
+    for (int way = 0; way < 2; way++) {
+      const f0out *o = way ? &p : &g;
+      for (int rep = 0; rep < 2; rep++) {
+        CU(cudaEventRecord(e0, s));
+        CU(f0chain_run(&c, s, !way, o->a, o->b, o->f0));
+        CU(cudaEventRecord(e1, s));
+        CU(cudaEventSynchronize(e1));
+        CU(cudaEventElapsedTime(&ms[way], e0, e1));
+      }
+    }
+    int frames = 0;
+    for (int j = 0; j < c.nj; j++) frames += c.T[j];
+    print_message("F0 predictor, full size, 64 jobs (%d frames): grouped %.3f ms, one launch per "
+                  "job %.3f ms (printed only)\n",
+                  frames, ms[0], ms[1]);
+    ok &= f0chain_compare(&c, "conv64 group: 64 jobs, 80 -> 512 -> 4 x 512, f0", &g, &p);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    f0out_free(&g), f0out_free(&p);
+    f0chain_free(&c);
+  }
+  assert_true(ok);
+}
+
 /* ---- STFT / iSTFT ---------------------------------------------------------------------------- */
 
 /* the reference's iSTFT with the output head (lib/ref/hift.c), in double, on post [18][F] */
@@ -1330,7 +1625,7 @@ static void stream_diag(const char *what, const float *got, const float *ref, in
                 (long long)from, (long long)call_end[call], (long long)(wi / 480));
 }
 
-#define S_STREAMS 4
+#define S_STREAMS 6
 #define S_MAXCALLS 80
 
 typedef struct s_plan {
@@ -1423,11 +1718,14 @@ static void run_plans(gpu_hift *h, s_plan *p, int np, int batched, double *worst
 }
 
 /* Several streams with different chunkings (1-frame chunks, random 1..12, 50/70 of the official
- * schedule, one final chunk; final calls with and without frames), batched per round:
+ * schedule, one final chunk, 33/17, growing 5..13; final calls with and without frames), batched
+ * per round, so that each batch's grouped F0 launches carry jobs of different window lengths and
+ * offsets, final and not, next to jobs that need no F0:
  *   concatenation vs the CPU whole-mel ref_hift_infer(final): 2e-2 rel L2 (the GPU decode's bound)
  *   concatenation vs the GPU whole-mel gpu_hift_infer(final): 2e-3 (same kernels, other lengths)
  *   each non-final prefix vs gpu_hift_infer(so far, 0): 2e-3 (worst printed with its location)
- *   batch invariance: every job run alone gives the same samples bit for bit.
+ *   batch invariance: every job run alone gives the same samples bit for bit (alone, its F0
+ *   predictor is the only job of its grouped launches).
  * Each failing comparison names the stream, the call and the sample / mel frame of the largest
  * difference. */
 static void test_stream(void **state) {
@@ -1455,6 +1753,13 @@ static void test_stream(void **state) {
   /* 3: one final chunk */
   plan_init(&p[3], 64, 104);
   p[3].chunks[0] = 64, p[3].n_calls = 1;
+  /* 4: 33, then 17 final */
+  plan_init(&p[4], 50, 105);
+  p[4].chunks[0] = 33, p[4].chunks[1] = 17, p[4].n_calls = 2;
+  /* 5: 5, 7, 9, 11, 13, then a final T_new = 0 call */
+  plan_init(&p[5], 45, 106);
+  for (int i = 0; i < 5; i++) p[5].chunks[p[5].n_calls++] = 5 + 2 * i;
+  p[5].chunks[p[5].n_calls++] = 0;
 
   double worst_prefix = 0;
   run_plans(h, p, S_STREAMS, 1, &worst_prefix);
@@ -1588,7 +1893,7 @@ static void test_stream_args(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_conv_plan_profiles),
-      cmocka_unit_test(test_kernel_conv64),
+      cmocka_unit_test(test_kernel_conv64),  cmocka_unit_test(test_kernel_conv64_group),
       cmocka_unit_test(test_kernel_stft),   cmocka_unit_test(test_kernel_noise),
       cmocka_unit_test(test_source_random), cmocka_unit_test(test_f0_golden),
       cmocka_unit_test(test_source_golden), cmocka_unit_test(test_decode_golden),
@@ -1597,6 +1902,9 @@ int main(void) {
       cmocka_unit_test(test_stream),
       cmocka_unit_test(test_stream_args),
   };
+  /* COSY_TEST_FILTER=test_stream (a cmocka glob): only those tests */
+  const char *only = getenv("COSY_TEST_FILTER");
+  if (only && *only) cmocka_set_test_filter(only);
   return cmocka_run_group_tests(tests, setup, teardown);
 }
 

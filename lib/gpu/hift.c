@@ -38,10 +38,14 @@
  * Streaming (gpu_hift_stream_*, the window math in lib/ref/hift.h): the stream state stays on the
  * host; a call plans each job's window [min(a, b), T), gives each job consecutive slices of the
  * buffers above (jobs_place; the sum of the windows must fit max_frames), uploads the mel windows
- * in one copy and the kept source, runs F0 + source per job (the source continuing the phase
- * sums held in a per-job fp64 slot), then run_decode_batch: run_decode's stages with the jobs'
- * convs side by side in launches of up to 16 (never split, so batch invariant), and downloads the
- * new samples, source and phase sums before committing the streams. */
+ * in one copy and the kept source, runs the F0 predictors of all the jobs together (run_f0: each
+ * of the 6 F0 launches covers every job, cosy_k_hift_conv64_group; a job's fp64 activations and
+ * f0 are its own frame slice [f0off, f0off + T_f0) of the F0 buffers, T_f0 <= its window, so the
+ * slices fit max_frames; its values are bit-identical to a run alone), then the sine and source
+ * kernels per job (each reading its f0 slice, continuing the phase sums held in a per-job fp64
+ * slot), then run_decode_batch: run_decode's stages with the jobs' convs side by side in launches
+ * of up to 16 (never split, so batch invariant), and downloads the new samples, source and phase
+ * sums before committing the streams. */
 #include "gpu/hift.h"
 
 #include <math.h>
@@ -402,24 +406,70 @@ static cosy_status conv_many(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *
   return COSY_OK;
 }
 
-/* mel (device) holds [80][ld] with T valid columns; f0_d gets T_f0 values */
-static cosy_status run_f0(gpu_hift *h, const float *mel, int ld, int T, int finalize) {
+/* One job of the F0 predictor: mel (device) [80][ld] with T valid columns (final: zeros after
+ * them; else the last 3 are look-ahead context) -> T_f0 = T (final) or T - 3 values at
+ * f0_d + off. The job's fp64 activations are [Cc][T_f0] at Cc off in fa_d and fb_d (allocated
+ * for Cc max_frames), so jobs whose frame ranges [off, off + T_f0) do not overlap and end within
+ * max_frames run together. */
+typedef struct f0_job {
+  const float *mel;
+  int ld, T, finalize;
+  size_t off;
+} f0_job;
+
+/* The F0 predictors of n jobs together: each of the 5 convs and the classifier is one grouped
+ * launch for all the jobs (cosy_k_hift_conv64_group: up to COSY_HCONV64_MAXG jobs a launch), each
+ * job's values bit-identical to running it alone. */
+static cosy_status run_f0(gpu_hift *h, const f0_job *jobs, int n) {
   cudaStream_t s = h->g->stream;
-  const int Tf = finalize ? T : T - 3, Cc = h->Cc;
-  cosy_status st = ck(cosy_k_hift_conv64(s, mel, NULL, ld, T, h->mel, h->cw[0], h->cb[0], Cc,
-                                         4, 0, h->fa_d, Tf, Tf),
-                      "hift f0 condnet.0");
+  const int Cc = h->Cc;
+  if (n < 1) return COSY_OK;
+  cosy_hift_conv64 *c = cosy_malloc((size_t)n * sizeof *c);
+  cosy_hift_f0cls *f = cosy_malloc((size_t)n * sizeof *f);
+  cosy_status st = COSY_OK;
+  if (!c || !f) {
+    free(c), free(f);
+    return COSY_ERR_NO_MEMORY;
+  }
+  for (int q = 0; q < n && !st; q++) {
+    const f0_job *jb = &jobs[q];
+    const int Tf = jb->finalize ? jb->T : jb->T - 3;
+    if (Tf < 0 || jb->off + (size_t)Tf > (size_t)h->max_frames)
+      st = cosy_err(COSY_ERR_INTERNAL, "hift f0: job %d (frames [%zu, %zu)) exceeds max_frames %d",
+                    q, jb->off, jb->off + (size_t)(Tf < 0 ? 0 : Tf), h->max_frames);
+    memset(&c[q], 0, sizeof c[q]);
+    c[q].in_f32 = jb->mel, c[q].ld_in = jb->ld, c[q].len_in = jb->T;
+    c[q].out = h->fa_d + (size_t)Cc * jb->off, c[q].ld_out = Tf, c[q].n_out = Tf;
+  }
+  if (!st)
+    st = ck(cosy_k_hift_conv64_group(s, c, n, h->mel, h->cw[0], h->cb[0], Cc, 4, 0),
+            "hift f0 condnet.0");
   double *a = h->fa_d, *b = h->fb_d;
   for (int j = 1; j < 5 && !st; j++) {
-    st = ck(cosy_k_hift_conv64(s, NULL, a, Tf, Tf, Cc, h->cw[j], h->cb[j], Cc, 3, 2, b, Tf, Tf),
-            "hift f0 condnet");
+    for (int q = 0; q < n; q++) {
+      const size_t o = (size_t)Cc * jobs[q].off;
+      const int Tf = c[q].n_out;
+      c[q].in_f32 = NULL, c[q].in_f64 = a + o, c[q].ld_in = Tf, c[q].len_in = Tf;
+      c[q].out = b + o;
+    }
+    st = ck(cosy_k_hift_conv64_group(s, c, n, Cc, h->cw[j], h->cb[j], Cc, 3, 2), "hift f0 condnet");
     double *t = a;
     a = b, b = t;
   }
+  for (int q = 0; q < n && !st; q++) {
+    f[q].h = a + (size_t)Cc * jobs[q].off, f[q].ld_h = c[q].n_out, f[q].n = c[q].n_out;
+    f[q].f0 = h->f0_d + jobs[q].off;
+  }
   if (!st)
-    st = ck(cosy_k_hift_f0_classify(s, a, Tf, Cc, h->cls_w, h->cls_b, h->f0_d, Tf),
-            "hift f0 classifier");
+    st = ck(cosy_k_hift_f0_classify_group(s, f, n, Cc, h->cls_w, h->cls_b), "hift f0 classifier");
+  free(c), free(f);
   return st;
+}
+
+/* the one job of the whole-utterance entry points: mel_d [80][T] -> f0_d [T_f0] */
+static cosy_status run_f0_one(gpu_hift *h, int T, int finalize) {
+  const f0_job jb = {h->mel_d, T, T, finalize, 0};
+  return run_f0(h, &jb, 1);
 }
 
 /* f0_d [Tf] -> s_d [Tf R] */
@@ -654,7 +704,7 @@ cosy_status gpu_hift_f0(gpu_hift *h, const float *mel, int T, int finalize, floa
   if (st) return st;
   const int Tf = finalize ? T : T - 3;
   if (!st) st = upload_mel(h, mel, T);
-  if (!st) st = run_f0(h, h->mel_d, T, T, finalize);
+  if (!st) st = run_f0_one(h, T, finalize);
   if (!st)
     st = ck(cudaMemcpyAsync(h->stage_h, h->f0_d, (size_t)Tf * sizeof(float),
                             cudaMemcpyDeviceToHost, h->g->stream),
@@ -727,7 +777,7 @@ cosy_status gpu_hift_infer(gpu_hift *h, const float *mel, int T, int finalize,
   const int Tf = finalize ? T : T - 3;
   int64_t nout = 0;
   st = upload_mel(h, mel, T);
-  if (!st) st = run_f0(h, h->mel_d, T, T, finalize);
+  if (!st) st = run_f0_one(h, T, finalize);
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
   if (!st) st = run_source(h, Tf, NULL);
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
@@ -797,6 +847,7 @@ typedef struct sjob {
   int Td, Tm, Tx, F, lens[N_STAGES]; /* decode over frames [a, T): ref_hift_decode's lengths */
   float *mel, *s, *S, *post, *wav, *act[N_ACT];
   double *cum;
+  size_t f0off;     /* the job's frames in f0_d and the fp64 F0 buffers (run_f0's off) */
   size_t stage_off; /* the job's new samples in the pinned stage */
   float *sn;        /* host: the new source samples */
   double cum_h[64];
@@ -831,9 +882,11 @@ static void job_plan(const gpu_hift *h, gpu_hift_job *jb, sjob *p) {
   }
 }
 
-/* the floats each buffer needs for a job */
+/* the floats each buffer needs for a job; f0: the frames of its F0 predictor output (T - b, or
+ * T - b - 3 when not final; the fp64 F0 buffers hold Cc floats per frame, f0_d one), packed
+ * without rounding */
 typedef struct sneed {
-  size_t mel, s, S, wav, act, src[N_STAGES];
+  size_t mel, s, S, wav, act, src[N_STAGES], f0;
 } sneed;
 
 static sneed job_need(const gpu_hift *h, const sjob *p) {
@@ -842,6 +895,7 @@ static sneed job_need(const gpu_hift *h, const sjob *p) {
   if (!p->W) return n;
   n.mel = (size_t)h->mel * p->W;
   n.s = (size_t)(p->Tf - p->a) * h->R;
+  n.f0 = p->need_f0 ? (size_t)(p->Tf - p->b) : 0; /* <= W: implied by the mel's fit */
   if (p->need_dec) {
     n.S = (size_t)2 * h->n_bins * p->F;
     n.wav = (size_t)h->R * p->Tx;
@@ -876,19 +930,21 @@ static int jobs_fit(const gpu_hift *h, const sjob *p, int n) {
     slice(&t.mel, q.mel), slice(&t.s, q.s), slice(&t.S, q.S), slice(&t.wav, q.wav);
     slice(&t.act, q.act);
     for (int i = 0; i < N_STAGES; i++) slice(&t.src[i], q.src[i]);
+    t.f0 += q.f0;
   }
   int ok = t.mel <= (size_t)h->mel * MF && t.s <= MF * h->R && t.S <= (size_t)2 * h->n_bins * F &&
-           t.wav <= MF * h->R && t.act <= h->cap_act && n <= STREAM_MAXJ;
+           t.wav <= MF * h->R && t.act <= h->cap_act && t.f0 <= MF && n <= STREAM_MAXJ;
   for (int i = 0; i < N_STAGES; i++) ok = ok && t.src[i] <= h->cap_src[i];
   return ok;
 }
 
 /* hand each job of the batch its slices */
 static void jobs_place(gpu_hift *h, sjob *p, int n) {
-  size_t e_mel = 0, e_s = 0, e_S = 0, e_wav = 0, e_act = 0, e_src[N_STAGES] = {0, 0, 0};
+  size_t e_mel = 0, e_s = 0, e_S = 0, e_wav = 0, e_act = 0, e_src[N_STAGES] = {0, 0, 0}, e_f0 = 0;
   for (int j = 0; j < n; j++) {
     sneed q = job_need(h, &p[j]);
     p[j].mel = h->mel_d + slice(&e_mel, q.mel), p[j].s = h->s_d + slice(&e_s, q.s);
+    p[j].f0off = e_f0, e_f0 += q.f0;
     const size_t oS = slice(&e_S, q.S), ow = slice(&e_wav, q.wav), oa = slice(&e_act, q.act);
     p[j].S = h->S_d + oS, p[j].post = h->post_d + oS;
     p[j].wav = h->wav_d + ow, p[j].stage_off = ow;
@@ -1071,18 +1127,31 @@ static cosy_status run_batch(gpu_hift *h, sjob *P, int n, const volatile int *ca
                               cudaMemcpyHostToDevice, cs),
               "hift stream phase upload");
   }
-  /* 3. per job: f0 over mel [b, T) (exact from frame b + 8, or 0, on), the source of the frames
-   * [f0_done, Tf) continuing the phase sums -> the job's source slice at frame f0_done - a */
+  /* 3. the F0 predictors of the jobs with need_f0 together (one launch per layer): job j over
+   * mel [b, T) (exact from frame b + 8, or 0, on) -> f0 frames [b, Tf) at f0_d + f0off; then per
+   * job the source of the frames [f0_done, Tf) from its f0 slice, continuing the phase sums ->
+   * the job's source slice at frame f0_done - a */
+  if (!st) {
+    f0_job *fj = cosy_malloc((size_t)n * sizeof *fj);
+    int nf = 0;
+    if (!fj) st = COSY_ERR_NO_MEMORY;
+    for (int j = 0; j < n && !st; j++) {
+      const sjob *q = &P[j];
+      if (!q->need_f0) continue;
+      const f0_job jb = {q->mel + (q->b - q->lo), q->W, (int)(q->T - q->b), q->fin, q->f0off};
+      fj[nf++] = jb;
+    }
+    if (!st) st = run_f0(h, fj, nf);
+    free(fj);
+  }
   for (int j = 0; j < n && !st; j++) {
     sjob *q = &P[j];
     if (!q->need_f0) continue;
     const int64_t k0 = q->jb->st->f0_done;
-    st = run_f0(h, q->mel + (q->b - q->lo), q->W, (int)(q->T - q->b), q->fin);
-    const float *f0 = h->f0_d + (k0 - q->b);
-    if (!st)
-      st = ck(cosy_k_hift_sine_at(cs, f0, q->nnew, h->nb, R, h->sr, h->sine_amp, NULL, k0, q->cum,
-                                  q->cum, h->sine_d),
-              "hift stream sine");
+    const float *f0 = h->f0_d + q->f0off + (k0 - q->b);
+    st = ck(cosy_k_hift_sine_at(cs, f0, q->nnew, h->nb, R, h->sr, h->sine_amp, NULL, k0, q->cum,
+                                q->cum, h->sine_d),
+            "hift stream sine");
     if (!st)
       st = ck(cosy_k_hift_source_at(cs, f0, h->sine_d, h->nb, R, k0 * R, (int64_t)q->nnew * R, k0,
                                     NULL, h->lin_w, h->lin_b, h->voiced_thr, h->noise_std,

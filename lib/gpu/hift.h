@@ -85,18 +85,18 @@ typedef struct gpu_hift_job {
 
 /* Run n jobs (distinct streams) on the context's stream and wait; fills each job's wav / n.
  * Batched: the jobs whose windows fit the gpu_hift's buffers together (sum of the windows about
- * <= max_frames; at most 64 jobs) share every decoder launch: each conv launch carries up to 4
- * convs of any jobs (kernels_hift.h: cosy_k_hift_conv_split), so a batch of J jobs issues about
- * J/4 of the launches J single calls would (the F0 predictor, the source, the STFT and the iSTFT
- * stay per job: small); larger calls run as several batches in job order. The convolutions never
- * split their reduction here, and a conv's values depend only on its own descriptor, so a job's
- * samples do not depend on the other jobs (bit-identical to running it alone; test_gpu_hift
- * checks it). cancel (may be NULL) is polled between stages. Arguments of every job are checked
- * first (COSY_ERR_INVALID_ARG, nothing done). On a later error (or a cancel) the batches before
- * the failing one are complete (wav / n filled: free them); the jobs of the failing batch and
- * those after return wav = NULL, n = 0 and their streams stay consistent (the failing batch's mel
- * is kept and the samples not returned come with the stream's next call, as
- * ref_hift_stream_run). */
+ * <= max_frames; at most 64 jobs) share every decoder launch: each conv launch carries up to 16
+ * convs of any jobs (kernels_hift.h: cosy_k_hift_conv_split), and the F0 predictor runs once for
+ * all the jobs (6 launches: cosy_k_hift_conv64_group, cosy_k_hift_f0_classify_group); the source,
+ * the STFT and the iSTFT stay per job (small); larger calls run as several batches in job order.
+ * The convolutions never split their reduction here, and a conv's values depend only on its own
+ * descriptor, so a job's samples do not depend on the other jobs (bit-identical to running it
+ * alone; test_gpu_hift checks it). cancel (may be NULL) is polled between stages. Arguments of
+ * every job are checked first (COSY_ERR_INVALID_ARG, nothing done). On a later error (or a
+ * cancel) the batches before the failing one are complete (wav / n filled: free them); the jobs
+ * of the failing batch and those after return wav = NULL, n = 0 and their streams stay consistent
+ * (the failing batch's mel is kept and the samples not returned come with the stream's next call,
+ * as ref_hift_stream_run). */
 cosy_status gpu_hift_stream_run(gpu_hift *h, gpu_hift_job *jobs, int n, const volatile int *cancel);
 
 /* Measurements: the split mode of the streaming decoder's convs (cosy_k_hift_conv_split): 1 never
