@@ -15,6 +15,14 @@
  * Plans: matmul/layout descriptors and the heuristic's algorithm are cached per shape, types,
  *   strides, accumulate flag and pointer alignments (a small ring of PLAN_CACHE entries), so a
  *   steady-state call does no heuristic query and nothing that breaks CUDA graph capture.
+ * Algorithms by row bucket: under load nearly every flow batch and LLM prefill piece has a row
+ *   count M not seen before, and a heuristic query costs host time on the caller's critical path
+ *   (up to ~1 ms a shape). So for M > 64 the algorithm is the heuristic's choice for the bucket
+ *   of M, the next power of two (queried once per bucket, kept in a ring of ALGO_CACHE entries),
+ *   checked for the actual M with cublasLtMatmulAlgoCheck (else the heuristic is asked for M
+ *   itself). The algorithm is thus a fixed function of the shape, as before: the same M always
+ *   runs the same kernel (deterministic); rows of different M may still round differently.
+ *   COSY_GEMM_BUCKET=0 (read at create; measurement only) queries every M itself.
  * The handle owns a device workspace (default 32 MiB) allocated once by cosy_gemm_create.
  */
 #include <cublasLt.h>
@@ -26,12 +34,28 @@
 namespace {
 
 constexpr int PLAN_CACHE = 64;
+constexpr int ALGO_CACHE = 64;
+constexpr int BUCKET_MIN = 64; /* M up to this is queried as it is */
 
 struct PlanKey {
   int M, N, K, ldx, ldy;
   int ab_dt, y_dt, has_bias, accumulate;
   int align_x, align_w, align_y, align_b;
 };
+
+/* the heuristic's algorithm for a bucket key (M = the bucket) and fused-bias choice */
+struct AlgoEntry {
+  PlanKey bkey;
+  int fused, valid;
+  cublasLtMatmulAlgo_t algo;
+};
+
+int m_bucket(int M) {
+  if (M <= BUCKET_MIN) return M;
+  int b = BUCKET_MIN;
+  while (b < M && b < (1 << 30)) b *= 2;
+  return b;
+}
 
 struct Plan {
   PlanKey key;
@@ -71,7 +95,10 @@ struct cosy_gemm {
   int last_cublas;
   int next; /* ring position for replacement */
   int san_init; /* COSY_GEMM_SAN_INIT=1: clear outputs before plain GEMMs (test only) */
+  int bucket;   /* algorithms by row bucket (COSY_GEMM_BUCKET=0: off) */
   Plan plans[PLAN_CACHE];
+  AlgoEntry algos[ALGO_CACHE];
+  int algo_next;
 };
 
 namespace {
@@ -151,13 +178,60 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
   cublasLtMatmulHeuristicResult_t res;
   int n_res = 0;
   memset(&res, 0, sizeof res);
-  cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(g->lt, p.desc, p.a, p.b, p.c, p.c, p.pref, 1, &res, &n_res);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && n_res < 1)) {
-    plan_destroy_partial(&p);
-    return cudaSuccess; /* *found stays 0 */
+  /* the bucket's algorithm, from the ring or from one query at M = the bucket, if it also
+   * serves this M (checked); else the heuristic for M itself */
+  const int mb = g->bucket ? m_bucket(k.M) : k.M;
+  int have = 0;
+  if (mb != k.M) {
+    PlanKey bk = k;
+    bk.M = mb;
+    AlgoEntry *hit = nullptr;
+    for (int i = 0; i < ALGO_CACHE; ++i)
+      if (g->algos[i].valid && g->algos[i].fused == fuse_bias &&
+          memcmp(&g->algos[i].bkey, &bk, sizeof bk) == 0) {
+        hit = &g->algos[i];
+        break;
+      }
+    if (!hit) {
+      cublasLtMatrixLayout_t lb = nullptr, lc = nullptr;
+      cublasStatus_t s1 = cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k.K, (uint64_t)mb, (int64_t)k.ldx);
+      if (s1 == CUBLAS_STATUS_SUCCESS)
+        s1 = cublasLtMatrixLayoutCreate(&lc, yt, (uint64_t)k.N, (uint64_t)mb, (int64_t)k.ldy);
+      if (s1 == CUBLAS_STATUS_SUCCESS)
+        s1 = cublasLtMatmulAlgoGetHeuristic(g->lt, p.desc, p.a, lb, lc, lc, p.pref, 1, &res, &n_res);
+      if (lb) cublasLtMatrixLayoutDestroy(lb);
+      if (lc) cublasLtMatrixLayoutDestroy(lc);
+      if (s1 == CUBLAS_STATUS_SUCCESS && n_res >= 1) {
+        hit = &g->algos[g->algo_next];
+        g->algo_next = (g->algo_next + 1) % ALGO_CACHE;
+        hit->bkey = bk;
+        hit->fused = fuse_bias;
+        hit->algo = res.algo;
+        hit->valid = 1;
+      }
+    }
+    if (hit) {
+      cublasLtMatmulHeuristicResult_t chk;
+      memset(&chk, 0, sizeof chk);
+      if (cublasLtMatmulAlgoCheck(g->lt, p.desc, p.a, p.b, p.c, p.c, &hit->algo, &chk) ==
+              CUBLAS_STATUS_SUCCESS &&
+          chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= g->ws_bytes) {
+        res.algo = hit->algo;
+        have = 1;
+      }
+    }
   }
-  LT_TRY(st);
+  if (!have) {
+    n_res = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(g->lt, p.desc, p.a, p.b, p.c, p.c, p.pref, 1, &res, &n_res);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && n_res < 1)) {
+      plan_destroy_partial(&p);
+      return cudaSuccess; /* *found stays 0 */
+    }
+    LT_TRY(st);
+  }
   cublasLtMatmulPreferenceDestroy(p.pref);
   out->key = k;
   out->valid = 1;
@@ -200,6 +274,8 @@ extern "C" cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes)
    * checked by initcheck for what they read beyond it, not reported for the bulk stores */
   const char *si = getenv("COSY_GEMM_SAN_INIT");
   g->san_init = si && si[0] == '1';
+  const char *bu = getenv("COSY_GEMM_BUCKET");
+  g->bucket = !(bu && bu[0] == '0');
   *out = g;
   return cudaSuccess;
 }
