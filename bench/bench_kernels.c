@@ -7,7 +7,8 @@
  * Method: measure the two ceilings, then each kernel against them:
  *   1. Ceilings, measured here: device-to-device copy bandwidth (cudaMemcpyAsync of 512 MiB,
  *      counting bytes read + written) and a large bf16 GEMM (8192^3 through cosy_k_gemm, i.e.
- *      cuBLASLt, random data).
+ *      cuBLASLt, random data); then the host time a GEMM call pays when its row count is new
+ *      (plan building: a heuristic query per M, or per power-of-two bucket, the default).
  *   2. Every kernel at the sizes the model runs: LLM decode at batch 1 and 64 (hidden 896,
  *      14/2 heads of 64, MLP 4864, speech vocab 6761, paged KV with 16-token pages at context 200
  *      and 1000), an LLM prefill of 300 tokens (and the fp32 paged prefill attention of packed
@@ -33,10 +34,12 @@
  * fails. Without a device (or built without CUDA) it prints SKIP and exits 0. Row order: the
  * scenarios in turn and, in each, the families in the registry's order.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef COSY_WITH_CUDA
 
@@ -1097,6 +1100,54 @@ static cudaError_t r_gemm_ceiling(bench_op *o, int s) {
                      0);
 }
 
+/* Host time of a cosy_k_gemm call whose row count M is new to the handle (a plan is built: with
+ * COSY_GEMM_BUCKET=0 a heuristic query per M, by default one per power-of-two bucket) against a
+ * call with a cached plan: the cost a flow batch or LLM prefill piece of new size pays per GEMM
+ * shape before its launches. 24 new M in [1000, 4000), N = 3072, K = 1024, bf16. */
+static double host_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static void bench_gemm_plans(void) {
+  const int N = 3072, K = 1024, MMAX = 4000, n_new = 24;
+  void *x = drand((size_t)MMAX * K, BF16, -1.f, 1.f), *w = drand((size_t)N * K, BF16, -1.f, 1.f);
+  void *y = dalloc((size_t)MMAX * N * 2);
+  double t_new[2] = {0, 0}, t_cached = 0;
+  for (int mode = 0; mode < 2; mode++) { /* 0: per-M heuristic, 1: bucketed (the default) */
+    const char *old = getenv("COSY_GEMM_BUCKET");
+    char *keep = old ? strdup(old) : NULL;
+    setenv("COSY_GEMM_BUCKET", mode ? "1" : "0", 1);
+    cosy_gemm *g = NULL;
+    CK(cosy_gemm_create(&g, 0));
+    if (keep) setenv("COSY_GEMM_BUCKET", keep, 1);
+    else unsetenv("COSY_GEMM_BUCKET");
+    free(keep);
+    CK(cosy_k_gemm(g, g_stream, 777, N, K, BF16, x, K, w, NULL, BF16, y, N, 0)); /* warm-up */
+    CK(cudaStreamSynchronize(g_stream));
+    for (int i = 0; i < n_new; i++) {
+      const int M = 1000 + i * 125 + 3;
+      double t0 = host_s();
+      CK(cosy_k_gemm(g, g_stream, M, N, K, BF16, x, K, w, NULL, BF16, y, N, 0));
+      t_new[mode] += host_s() - t0;
+      CK(cudaStreamSynchronize(g_stream));
+      if (mode == 1) {
+        t0 = host_s();
+        CK(cosy_k_gemm(g, g_stream, M, N, K, BF16, x, K, w, NULL, BF16, y, N, 0));
+        t_cached += host_s() - t0;
+        CK(cudaStreamSynchronize(g_stream));
+      }
+    }
+    cosy_gemm_destroy(g);
+  }
+  printf("gemm plan host time for a new row count (24 M in [1000, 4000), %dx%d bf16): %.3f ms with "
+         "a heuristic query per M, %.3f ms bucketed (default); %.3f ms with the plan cached\n\n",
+         N, K, t_new[0] / n_new * 1e3, t_new[1] / n_new * 1e3, t_cached / n_new * 1e3);
+  CK(cudaFree(x));
+  CK(cudaFree(w));
+  CK(cudaFree(y));
+}
+
 /* ---------------------------------------------------------------------------------------------
  * the families' benchmarks (tests/kregistry.c names them): each adds its rows of one scenario */
 
@@ -1248,6 +1299,7 @@ int kh_run_bench(const char *filter) {
   g_gemm_tfs = gm->flops / (gm->us * 1e-6) / 1e12;
   printf("ceilings: copy %.0f GB/s (read+write), bf16 gemm %.0f TFLOP/s\n\n", g_copy_gbs,
          g_gemm_tfs);
+  bench_gemm_plans();
   CK(cudaFree(cp->p[0]));
   CK(cudaFree(cp->p[1]));
   CK(cudaFree(gm->p[0]));
