@@ -15,14 +15,16 @@
  * Plans: matmul/layout descriptors and the heuristic's algorithm are cached per shape, types,
  *   strides, accumulate flag and pointer alignments (a small ring of PLAN_CACHE entries), so a
  *   steady-state call does no heuristic query and nothing that breaks CUDA graph capture.
- * Algorithms by row bucket: under load nearly every flow batch and LLM prefill piece has a row
- *   count M not seen before, and a heuristic query costs host time on the caller's critical path
- *   (up to ~1 ms a shape). So for M > 64 the algorithm is the heuristic's choice for the bucket
- *   of M, the next power of two (queried once per bucket, kept in a ring of ALGO_CACHE entries),
- *   checked for the actual M with cublasLtMatmulAlgoCheck (else the heuristic is asked for M
- *   itself). The algorithm is thus a fixed function of the shape, as before: the same M always
- *   runs the same kernel (deterministic); rows of different M may still round differently.
- *   COSY_GEMM_BUCKET=0 (read at create; measurement only) queries every M itself.
+ * One algorithm for every row count: for M > 64 the algorithm is the heuristic's choice at
+ *   M = M_REF (4096) for that shape (N, K, types, strides, alignments; queried once, kept in a
+ *   ring of ALGO_CACHE entries), checked for the actual M with cublasLtMatmulAlgoCheck (if it
+ *   does not fit, the heuristic is asked for M itself). Two reasons: under load nearly every flow
+ *   batch and LLM prefill piece has a row count not seen before, and a heuristic query costs host
+ *   time on the caller's critical path; and with one kernel and one tiling for all M, a row's
+ *   K-reduction order does not depend on how many other rows share the call, so a request's
+ *   values do not depend on its batch (tests/test_kernels.c checks rows of M = 100 against the
+ *   same rows inside M = 3000). COSY_GEMM_BUCKET=0 (read at create; measurement only) asks the
+ *   heuristic for every M instead.
  * The handle owns a device workspace (default 32 MiB) allocated once by cosy_gemm_create.
  */
 #include <cublasLt.h>
@@ -36,6 +38,7 @@ namespace {
 constexpr int PLAN_CACHE = 64;
 constexpr int ALGO_CACHE = 64;
 constexpr int BUCKET_MIN = 64; /* M up to this is queried as it is */
+constexpr int M_REF = 4096;    /* the row count the shared algorithm is chosen for */
 
 struct PlanKey {
   int M, N, K, ldx, ldy;
@@ -43,19 +46,14 @@ struct PlanKey {
   int align_x, align_w, align_y, align_b;
 };
 
-/* the heuristic's algorithm for a bucket key (M = the bucket) and fused-bias choice */
+/* the heuristic's algorithm for a shape (key with M = M_REF) and fused-bias choice */
 struct AlgoEntry {
   PlanKey bkey;
   int fused, valid;
   cublasLtMatmulAlgo_t algo;
 };
 
-int m_bucket(int M) {
-  if (M <= BUCKET_MIN) return M;
-  int b = BUCKET_MIN;
-  while (b < M && b < (1 << 30)) b *= 2;
-  return b;
-}
+int m_bucket(int M) { return M <= BUCKET_MIN ? M : M_REF; }
 
 struct Plan {
   PlanKey key;
@@ -95,7 +93,7 @@ struct cosy_gemm {
   int last_cublas;
   int next; /* ring position for replacement */
   int san_init; /* COSY_GEMM_SAN_INIT=1: clear outputs before plain GEMMs (test only) */
-  int bucket;   /* algorithms by row bucket (COSY_GEMM_BUCKET=0: off) */
+  int bucket;   /* one algorithm for all M > 64 of a shape (COSY_GEMM_BUCKET=0: off) */
   Plan plans[PLAN_CACHE];
   AlgoEntry algos[ALGO_CACHE];
   int algo_next;
@@ -178,8 +176,8 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
   cublasLtMatmulHeuristicResult_t res;
   int n_res = 0;
   memset(&res, 0, sizeof res);
-  /* the bucket's algorithm, from the ring or from one query at M = the bucket, if it also
-   * serves this M (checked); else the heuristic for M itself */
+  /* the shape's algorithm, from the ring or from one query at M = M_REF, if it also serves
+   * this M (checked); else the heuristic for M itself */
   const int mb = g->bucket ? m_bucket(k.M) : k.M;
   int have = 0;
   if (mb != k.M) {

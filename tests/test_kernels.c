@@ -973,6 +973,41 @@ static void check_gemm(int M, int N, int K, cosy_kdtype abdt, cosy_kdtype ydt, i
   dfree(dx), dfree(dw), dfree(db), dfree(dy);
 }
 
+static double *to_double(const float *a, size_t n) {
+  double *d = dalloc_host(n);
+  for (size_t i = 0; i < n; ++i) d[i] = a[i];
+  return d;
+}
+
+/* Batch invariance of the GEMM: the first rows of calls with M = 65, 100 and 777 equal the same
+ * rows inside one call of M = 3000, bit for bit (kernels/gemm.cu: one algorithm for every
+ * M > 64 of a shape), for the flow's and the LLM's shapes. */
+static void check_gemm_rows(int N, int K, cosy_kdtype abdt, cosy_kdtype ydt, int with_bias) {
+  const int MB = 3000, ms[3] = {65, 100, 777};
+  const size_t nx = (size_t)MB * K, nw = (size_t)N * K, ny = (size_t)MB * N;
+  float *x = fill(nx, -1.f, 1.f), *w = fill(nw, -1.f, 1.f), *bias = fill(N, -1.f, 1.f);
+  void *dx = dup_dt(x, nx, abdt), *dw = dup_dt(w, nw, abdt);
+  float *db = dup_dt(bias, N, F32);
+  void *dyb = dpoison(ny, ydt);
+  CK(cosy_k_gemm(g_gemm, 0, MB, N, K, abdt, dx, K, dw, with_bias ? db : NULL, ydt, dyb, N, 0));
+  float *yb = download(dyb, ny, ydt);
+  for (int i = 0; i < 3; ++i) {
+    const int M = ms[i];
+    void *dy = dpoison((size_t)M * N, ydt);
+    CK(cosy_k_gemm(g_gemm, 0, M, N, K, abdt, dx, K, dw, with_bias ? db : NULL, ydt, dy, N, 0));
+    float *y = download(dy, (size_t)M * N, ydt);
+    double *ref = to_double(yb, (size_t)M * N);
+    char sz[96];
+    snprintf(sz, sizeof sz, "M=%d in M=%d: N=%d K=%d %s->%s%s", M, MB, N, K, dtn(abdt), dtn(ydt),
+             with_bias ? " +bias" : "");
+    check("gemm rows", sz, y, ref, (size_t)M * N, 0.0);
+    free(y), free(ref);
+    dfree(dy);
+  }
+  free(x), free(w), free(bias), free(yb);
+  dfree(dx), dfree(dw), dfree(db), dfree(dyb);
+}
+
 void test_gemm(void **state) {
   (void)state;
   begin_test(6);
@@ -992,6 +1027,17 @@ void test_gemm(void **state) {
   check_gemm(7, 128, 896, BF16, BF16, 1, 0, 896 + 64, 1024); /* x, y inside wider rows */
   check_gemm(7, 128, 896, F32, F32, 0, 0, 8, 8);
   check_gemm(7, 128, 896, BF16, BF16, 1, 0, 0, 0); /* same shape again: cached plan */
+  /* the flow's block GEMMs, input projection and output projection; the LLM's */
+  check_gemm_rows(3072, 1024, BF16, BF16, 0);
+  check_gemm_rows(1024, 1024, BF16, F32, 0);
+  check_gemm_rows(2048, 1024, BF16, BF16, 0);
+  check_gemm_rows(1024, 2048, BF16, F32, 0);
+  check_gemm_rows(1024, 80, F32, F32, 0);
+  check_gemm_rows(80, 1024, BF16, F32, 1);
+  check_gemm_rows(1152, 896, BF16, BF16, 1);
+  check_gemm_rows(896, 896, BF16, F32, 0);
+  check_gemm_rows(9728, 896, BF16, BF16, 0);
+  check_gemm_rows(896, 4864, BF16, F32, 0);
   cosy_gemm_destroy(g_gemm);
   g_gemm = NULL;
   end_test();
@@ -1397,11 +1443,6 @@ static void check_i32(const char *op, const char *size, const int32_t *got, cons
   size_t bad = 0;
   for (size_t i = 0; i < n; ++i) bad += got[i] != ref[i];
   report(op, size, (double)bad, 0.0, 0);
-}
-static double *to_double(const float *a, size_t n) {
-  double *d = dalloc_host(n);
-  for (size_t i = 0; i < n; ++i) d[i] = a[i];
-  return d;
 }
 /* random permutation of 0..n-1 */
 static int32_t *rnd_perm(int n) {
