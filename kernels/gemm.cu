@@ -53,7 +53,15 @@ struct AlgoEntry {
   cublasLtMatmulAlgo_t algo;
 };
 
-int m_bucket(int M) { return M <= BUCKET_MIN ? M : M_REF; }
+/* the row count whose algorithm serves M: mode 1 (default) m_ref for every M > 64; mode 2
+ * (measurement) the next power of two; mode 0 M itself */
+int m_bucket(int mode, int m_ref, int M) {
+  if (M <= BUCKET_MIN || mode == 0) return M;
+  if (mode == 1) return m_ref;
+  int b = BUCKET_MIN;
+  while (b < M && b < (1 << 30)) b *= 2;
+  return b;
+}
 
 struct Plan {
   PlanKey key;
@@ -93,7 +101,9 @@ struct cosy_gemm {
   int last_cublas;
   int next; /* ring position for replacement */
   int san_init; /* COSY_GEMM_SAN_INIT=1: clear outputs before plain GEMMs (test only) */
-  int bucket;   /* one algorithm for all M > 64 of a shape (COSY_GEMM_BUCKET=0: off) */
+  int bucket;   /* 1: one algorithm for all M > 64 of a shape (COSY_GEMM_BUCKET: 0 per M, 2 per
+                 * power of two; measurement only) */
+  int m_ref;    /* the row count that algorithm is chosen for (M_REF; COSY_GEMM_MREF) */
   Plan plans[PLAN_CACHE];
   AlgoEntry algos[ALGO_CACHE];
   int algo_next;
@@ -178,7 +188,7 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
   memset(&res, 0, sizeof res);
   /* the shape's algorithm, from the ring or from one query at M = M_REF, if it also serves
    * this M (checked); else the heuristic for M itself */
-  const int mb = g->bucket ? m_bucket(k.M) : k.M;
+  const int mb = m_bucket(g->bucket, g->m_ref, k.M);
   int have = 0;
   if (mb != k.M) {
     PlanKey bk = k;
@@ -272,8 +282,9 @@ extern "C" cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes)
    * checked by initcheck for what they read beyond it, not reported for the bulk stores */
   const char *si = getenv("COSY_GEMM_SAN_INIT");
   g->san_init = si && si[0] == '1';
-  const char *bu = getenv("COSY_GEMM_BUCKET");
-  g->bucket = !(bu && bu[0] == '0');
+  const char *bu = getenv("COSY_GEMM_BUCKET"), *mr = getenv("COSY_GEMM_MREF");
+  g->bucket = bu && (bu[0] == '0' || bu[0] == '2') ? bu[0] - '0' : 1;
+  g->m_ref = mr && atoi(mr) > BUCKET_MIN ? atoi(mr) : M_REF;
   *out = g;
   return cudaSuccess;
 }
