@@ -1117,7 +1117,7 @@ static void bench_gemm_plans(void) {
   for (int mode = 0; mode < 2; mode++) { /* 0: per-M heuristic, 1: bucketed (the default) */
     const char *old = getenv("COSY_GEMM_BUCKET");
     char *keep = old ? strdup(old) : NULL;
-    setenv("COSY_GEMM_BUCKET", mode ? "1" : "0", 1);
+    setenv("COSY_GEMM_BUCKET", mode ? "2" : "0", 1);
     cosy_gemm *g = NULL;
     CK(cosy_gemm_create(&g, 0));
     if (keep) setenv("COSY_GEMM_BUCKET", keep, 1);

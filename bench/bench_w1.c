@@ -3,7 +3,7 @@
  *
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N] [--tokens 112]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
- *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32]
+ *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32 | --vocoder-accurate]
  *            [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]
  *
  * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
@@ -18,8 +18,8 @@
  * at k * S / C seconds instead (users arriving over S seconds, the usual load-test ramp-up), and
  * the level's wall time then includes the ramp. --one-shot sends COSY_SYNTH_ONE_SHOT requests
  * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
- * of streaming against non-streaming synthesis. --vocoder-tf32 sets vocoder_precision to
- * COSY_VOCODER_TF32 (cosyvoice.h). --first-chunk N sets first_chunk_tokens (W1 requests and the
+ * of streaming against non-streaming synthesis. --vocoder-tf32 / --vocoder-accurate set
+ * vocoder_precision to COSY_VOCODER_TF32 (the GPU default) / COSY_VOCODER_ACCURATE (cosyvoice.h). --first-chunk N sets first_chunk_tokens (W1 requests and the
  * warm-up; 0: the default, auto; the voice's 87 prompt tokens leave 13 to their last block, so
  * 5 <= N <= 13 makes every first chunk 13 tokens: 0.36 s of audio). --first-wait N sets
  * first_chunk_wait_max (0: the default).
@@ -624,13 +624,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ramp") && i + 1 < argc) ramp = atof(argv[++i]);
     else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
     else if (!strcmp(argv[i], "--vocoder-tf32")) voc_prec = COSY_VOCODER_TF32;
+    else if (!strcmp(argv[i], "--vocoder-accurate")) voc_prec = COSY_VOCODER_ACCURATE;
     else if (!strcmp(argv[i], "--first-chunk") && i + 1 < argc) first_chunk = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--first-wait") && i + 1 < argc) first_wait = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
                       "[--requests N] [--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
-                      "[--vocoder-tf32] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]\n");
+                      "[--vocoder-tf32 | --vocoder-accurate] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]\n");
       return 2;
     }
   }

@@ -191,19 +191,23 @@ typedef struct cosy_engine_config {
                                     flow runs, so the two do not share the device; and a request
                                     admitted while at most this many are active or queued (it
                                     included) with first_chunk_tokens 0 gets a first chunk
-                                    shorter than a block (cosy_synth_params); 0 = default (GPU 32,
+                                    shorter than a block (cosy_synth_params); 0 = default (GPU 64,
                                     CPU none), negative = neither */
   int32_t vocoder_precision;   /**< arithmetic of the GPU vocoder's convolutions: 0 = default
-                                    (COSY_VOCODER_ACCURATE), COSY_VOCODER_ACCURATE or
+                                    (COSY_VOCODER_TF32), COSY_VOCODER_ACCURATE or
                                     COSY_VOCODER_TF32; the CPU path is fp32 either way */
 } cosy_engine_config;
 /* vocoder_precision (GPU):
- *   COSY_VOCODER_ACCURATE  fp32-level products (3xTF32 on the tensor cores; the default): the
- *                          waveform stays within ~1e-3 (relative L2) of the fp32 reference.
- *   COSY_VOCODER_TF32      one TF32 product per multiply (10-bit mantissa operands, fp32 sums):
- *                          what PyTorch runs for a Conv1d on a GPU by default (cuDNN TF32), ~1.35x
- *                          faster convolutions (+6-8% aggregate throughput with 64 users on an H100,
- *                          bench/RESULTS.md), waveform ~1.5e-2 from the fp32 reference. */
+ *   COSY_VOCODER_TF32      one TF32 product per multiply (10-bit mantissa operands, fp32 sums; the
+ *                          default): what the official PyTorch code computes for the vocoder's
+ *                          Conv1d layers on a GPU (cuDNN convolutions run in TF32 by default);
+ *                          ~1.35x faster convolutions than COSY_VOCODER_ACCURATE (+6-8% aggregate
+ *                          throughput with 64 users on an H100, and the margin that keeps the
+ *                          second chunks in time under short first chunks: bench/RESULTS.md);
+ *                          waveform ~1.5e-2 (relative L2) from the fp32 reference with the random
+ *                          test weights, within the golden tolerance.
+ *   COSY_VOCODER_ACCURATE  fp32-level products (3xTF32 on the tensor cores): the waveform stays
+ *                          within ~1e-3 of the fp32 reference (the CPU path's arithmetic). */
 #define COSY_VOCODER_ACCURATE 1
 #define COSY_VOCODER_TF32 2
 /* log_level: 0 means the default (COSY_LOG_WARN); pass COSY_LOG_INFO or COSY_LOG_DEBUG for more,

@@ -15,16 +15,20 @@
  * Plans: matmul/layout descriptors and the heuristic's algorithm are cached per shape, types,
  *   strides, accumulate flag and pointer alignments (a small ring of PLAN_CACHE entries), so a
  *   steady-state call does no heuristic query and nothing that breaks CUDA graph capture.
- * One algorithm for every row count: for M > 64 the algorithm is the heuristic's choice at
- *   M = M_REF (4096) for that shape (N, K, types, strides, alignments; queried once, kept in a
- *   ring of ALGO_CACHE entries), checked for the actual M with cublasLtMatmulAlgoCheck (if it
- *   does not fit, the heuristic is asked for M itself). Two reasons: under load nearly every flow
- *   batch and LLM prefill piece has a row count not seen before, and a heuristic query costs host
- *   time on the caller's critical path; and with one kernel and one tiling for all M, a row's
- *   K-reduction order does not depend on how many other rows share the call, so a request's
- *   values do not depend on its batch (tests/test_kernels.c checks rows of M = 100 against the
- *   same rows inside M = 3000). COSY_GEMM_BUCKET=0 (read at create; measurement only) asks the
- *   heuristic for every M instead.
+ * Algorithms by row bucket: under load nearly every flow batch and LLM prefill piece has a row
+ *   count M not seen before, and a heuristic query costs ~1.7 ms of host time (H100, measured by
+ *   `test_kernels --bench gemm`) on the caller's critical path, for each of a call's shapes. So
+ *   for M > 64 the algorithm is the heuristic's choice for the bucket of M, the next power of two
+ *   (one query per bucket and shape, kept in a ring of ALGO_CACHE entries), checked for the
+ *   actual M with cublasLtMatmulAlgoCheck (if it does not fit, the heuristic is asked for M
+ *   itself); a new M then costs ~0.01 ms. The algorithm stays a fixed function of the shape: the
+ *   same M always runs the same kernel. Rows of one bucket share one kernel and tiling, so a
+ *   row's value is the same whichever M of the bucket computes it (tests/test_kernels.c); rows
+ *   computed in calls of different buckets may round differently.
+ *   Measurement knobs (read at create): COSY_GEMM_BUCKET=0 asks the heuristic for every M;
+ *   COSY_GEMM_BUCKET=1 uses one algorithm for every M > 64 of a shape, the heuristic's choice at
+ *   M = COSY_GEMM_MREF (default 4096): a row's value then never depends on M (batch invariant by
+ *   construction), at a measured cost in W1 at C = 64 (bench/RESULTS.md).
  * The handle owns a device workspace (default 32 MiB) allocated once by cosy_gemm_create.
  */
 #include <cublasLt.h>
@@ -46,15 +50,16 @@ struct PlanKey {
   int align_x, align_w, align_y, align_b;
 };
 
-/* the heuristic's algorithm for a shape (key with M = M_REF) and fused-bias choice */
+/* the heuristic's algorithm for a shape at a bucket's row count (key with M = the bucket) and
+ * fused-bias choice */
 struct AlgoEntry {
   PlanKey bkey;
   int fused, valid;
   cublasLtMatmulAlgo_t algo;
 };
 
-/* the row count whose algorithm serves M: mode 1 (default) m_ref for every M > 64; mode 2
- * (measurement) the next power of two; mode 0 M itself */
+/* the row count whose algorithm serves M: mode 2 (default) the next power of two; mode 1 m_ref
+ * for every M > 64; mode 0 M itself */
 int m_bucket(int mode, int m_ref, int M) {
   if (M <= BUCKET_MIN || mode == 0) return M;
   if (mode == 1) return m_ref;
@@ -101,9 +106,10 @@ struct cosy_gemm {
   int last_cublas;
   int next; /* ring position for replacement */
   int san_init; /* COSY_GEMM_SAN_INIT=1: clear outputs before plain GEMMs (test only) */
-  int bucket;   /* 1: one algorithm for all M > 64 of a shape (COSY_GEMM_BUCKET: 0 per M, 2 per
-                 * power of two; measurement only) */
-  int m_ref;    /* the row count that algorithm is chosen for (M_REF; COSY_GEMM_MREF) */
+  int bucket;   /* 2: algorithms per power-of-two bucket of M (COSY_GEMM_BUCKET: 0 per M, 1 one
+                 * for all M > 64; measurement only) */
+  int m_ref;    /* mode 1's row count (M_REF; COSY_GEMM_MREF) */
+  long queries; /* heuristic queries so far (cosy_gemm_heuristic_queries) */
   Plan plans[PLAN_CACHE];
   AlgoEntry algos[ALGO_CACHE];
   int algo_next;
@@ -186,11 +192,11 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
   cublasLtMatmulHeuristicResult_t res;
   int n_res = 0;
   memset(&res, 0, sizeof res);
-  /* the shape's algorithm, from the ring or from one query at M = M_REF, if it also serves
-   * this M (checked); else the heuristic for M itself */
+  /* the bucket's algorithm, from the ring or from one query at M = the bucket, if it also
+   * serves this M (checked); else the heuristic for M itself */
   const int mb = m_bucket(g->bucket, g->m_ref, k.M);
   int have = 0;
-  if (mb != k.M) {
+  if (g->bucket != 0 && k.M > BUCKET_MIN) {
     PlanKey bk = k;
     bk.M = mb;
     AlgoEntry *hit = nullptr;
@@ -205,8 +211,10 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
       cublasStatus_t s1 = cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k.K, (uint64_t)mb, (int64_t)k.ldx);
       if (s1 == CUBLAS_STATUS_SUCCESS)
         s1 = cublasLtMatrixLayoutCreate(&lc, yt, (uint64_t)k.N, (uint64_t)mb, (int64_t)k.ldy);
-      if (s1 == CUBLAS_STATUS_SUCCESS)
+      if (s1 == CUBLAS_STATUS_SUCCESS) {
+        g->queries++;
         s1 = cublasLtMatmulAlgoGetHeuristic(g->lt, p.desc, p.a, lb, lc, lc, p.pref, 1, &res, &n_res);
+      }
       if (lb) cublasLtMatrixLayoutDestroy(lb);
       if (lc) cublasLtMatrixLayoutDestroy(lc);
       if (s1 == CUBLAS_STATUS_SUCCESS && n_res >= 1) {
@@ -232,6 +240,7 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
   if (!have) {
     n_res = 0;
     memset(&res, 0, sizeof res);
+    g->queries++;
     cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(g->lt, p.desc, p.a, p.b, p.c, p.c, p.pref, 1, &res, &n_res);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && n_res < 1)) {
@@ -283,7 +292,7 @@ extern "C" cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes)
   const char *si = getenv("COSY_GEMM_SAN_INIT");
   g->san_init = si && si[0] == '1';
   const char *bu = getenv("COSY_GEMM_BUCKET"), *mr = getenv("COSY_GEMM_MREF");
-  g->bucket = bu && (bu[0] == '0' || bu[0] == '2') ? bu[0] - '0' : 1;
+  g->bucket = bu && (bu[0] == '0' || bu[0] == '1') ? bu[0] - '0' : 2;
   g->m_ref = mr && atoi(mr) > BUCKET_MIN ? atoi(mr) : M_REF;
   *out = g;
   return cudaSuccess;
@@ -298,6 +307,8 @@ extern "C" void cosy_gemm_destroy(cosy_gemm *g) {
 }
 
 extern "C" int cosy_gemm_last_cublas_status(const cosy_gemm *g) { return g ? g->last_cublas : 0; }
+
+extern "C" long cosy_gemm_heuristic_queries(const cosy_gemm *g) { return g ? g->queries : 0; }
 
 extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
                                    cosy_kdtype ab_dt, const void *x, int ldx, const void *w,

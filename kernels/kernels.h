@@ -252,6 +252,8 @@ cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes);
 void cosy_gemm_destroy(cosy_gemm *g);
 /* The cublasStatus_t of the last cuBLAS call that failed in g (0 when none). */
 int cosy_gemm_last_cublas_status(const cosy_gemm *g);
+/* cuBLASLt heuristic queries the handle has made (plans are built per row bucket: gemm.cu) */
+long cosy_gemm_heuristic_queries(const cosy_gemm *g);
 
 /* y = x W^T (+ bias) (+ y when accumulate): y[m][n] = sum_k x[m][k] W[n][k] + bias[n] (+ y[m][n]).
  * x [M][ldx] (first K columns used), W [N][K] contiguous (a Linear weight [out][in]), both

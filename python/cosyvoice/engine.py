@@ -149,7 +149,7 @@ class Engine:
                  max_active=0, max_queued=0, cpu_threads=0, first_chunk_wait_max=0,
                  log_level=0, log=None, vocoder_precision=0):
         """log: None, or a callable(level, message) called from engine threads.
-        vocoder_precision: 0 (default: accurate), VOCODER_ACCURATE or VOCODER_TF32 (faster GPU
+        vocoder_precision: 0 (default: TF32), VOCODER_TF32 or VOCODER_ACCURATE (fp32-level GPU
         vocoder; cosyvoice.h says what it changes)."""
         self._h = None
         self._voices = weakref.WeakSet()
