@@ -20,9 +20,11 @@
  *     COSY_ERR_INVALID_ARG;
  *   - synthesis on the GPU: blocking == push streaming == pull streaming for one seed, finite
  *     audio within +-0.99, several chunks; cancel; stats; top_k beyond the GPU sampler (host
- *     sampling from the downloaded log-probs) repeatable; the first-chunk policies
- *     (first_chunk_wait_max -1 vs the default) and the official first chunk (first_chunk_tokens
- *     25) against the default one shorter than a block give the same audio sample for sample;
+ *     sampling from the downloaded log-probs) repeatable; the LLM pausing for first chunks or
+ *     not (first_chunk_wait_max -1 vs the default, same chunks) gives the same audio sample for
+ *     sample; the official first chunk (first_chunk_tokens 25) against the default one shorter
+ *     than a block: the same audio on the full-size model (COSY_GPU_TEST_MODEL), reported on the
+ *     small one (its flow calls have other row counts: kernels/gemm.cu's buckets);
  *     the default push stream's first chunk is the short one; cached flow
  *     vs recomputed, full-attention final vs block-causal, one request alone vs among 31;
  *   - text streamed in (COSY_SYNTH_TEXT_STREAM): the text pushed in one piece, word by word with
