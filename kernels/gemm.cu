@@ -40,7 +40,7 @@
 namespace {
 
 constexpr int PLAN_CACHE = 64;
-constexpr int ALGO_CACHE = 64;
+constexpr int ALGO_CACHE = 256;
 constexpr int BUCKET_MIN = 64; /* M up to this is queried as it is */
 constexpr int M_REF = 4096;    /* the row count the shared algorithm is chosen for */
 
@@ -310,16 +310,10 @@ extern "C" int cosy_gemm_last_cublas_status(const cosy_gemm *g) { return g ? g->
 
 extern "C" long cosy_gemm_heuristic_queries(const cosy_gemm *g) { return g ? g->queries : 0; }
 
-extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
-                                   cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
-                                   const float *bias, cosy_kdtype y_dt, void *y, int ldy,
-                                   int accumulate) {
-  if (!g || M < 0 || N < 0 || K < 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt))
-    return cudaErrorInvalidValue;
-  if (ab_dt == COSY_KDT_F32 && y_dt != COSY_KDT_F32) return cudaErrorNotSupported;
-  if ((int64_t)M * N == 0) return cudaSuccess;
-  if (K == 0 || ldx < K || ldy < N || !x || !w || !y) return cudaErrorInvalidValue;
+namespace {
 
+PlanKey make_key(int M, int N, int K, cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                 const float *bias, cosy_kdtype y_dt, const void *y, int ldy, int accumulate) {
   PlanKey key;
   memset(&key, 0, sizeof key);
   key.M = M;
@@ -335,33 +329,75 @@ extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, i
   key.align_w = ptr_align(w);
   key.align_y = ptr_align(y);
   key.align_b = bias ? ptr_align(bias) : 0;
+  return key;
+}
 
-  Plan *plan = nullptr;
+/* the cached plan of key, else a new one in the ring's next slot */
+cudaError_t get_plan(cosy_gemm *g, const PlanKey &key, const float *bias, Plan **out) {
+  *out = nullptr;
   for (int i = 0; i < PLAN_CACHE; ++i) {
     if (g->plans[i].valid && memcmp(&g->plans[i].key, &key, sizeof key) == 0) {
-      plan = &g->plans[i];
-      break;
+      *out = &g->plans[i];
+      return cudaSuccess;
     }
   }
-  if (!plan) {
-    Plan *slot = &g->plans[g->next];
-    g->next = (g->next + 1) % PLAN_CACHE;
-    plan_free(slot);
-    int found = 0;
-    cudaError_t e = cudaSuccess;
-    /* cuBLASLt wants the bias in the output type: fuse only for fp32 outputs, and treat any
-     * refusal of the fused form as "not offered" */
-    if (bias && y_dt == COSY_KDT_F32) {
-      if (plan_build(g, key, 1, bias, slot, &found) != cudaSuccess) found = 0;
-    }
-    if (!found) e = plan_build(g, key, 0, nullptr, slot, &found);
+  Plan *slot = &g->plans[g->next];
+  g->next = (g->next + 1) % PLAN_CACHE;
+  plan_free(slot);
+  int found = 0;
+  cudaError_t e = cudaSuccess;
+  /* cuBLASLt wants the bias in the output type: fuse only for fp32 outputs, and treat any
+   * refusal of the fused form as "not offered" */
+  if (bias && key.y_dt == COSY_KDT_F32) {
+    if (plan_build(g, key, 1, bias, slot, &found) != cudaSuccess) found = 0;
+  }
+  if (!found) e = plan_build(g, key, 0, nullptr, slot, &found);
+  if (e != cudaSuccess) return e;
+  if (!found) {
+    g->last_cublas = (int)CUBLAS_STATUS_NOT_SUPPORTED;
+    return cudaErrorNotSupported;
+  }
+  *out = slot;
+  return cudaSuccess;
+}
+
+} /* namespace */
+
+extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, cosy_kdtype ab_dt,
+                                         const void *x, int ldx, const void *w, const float *bias,
+                                         cosy_kdtype y_dt, const void *y, int ldy,
+                                         int accumulate) {
+  if (!g || M_max < 0 || N <= 0 || K <= 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt) ||
+      ldx < K || ldy < N || !x || !w || !y)
+    return cudaErrorInvalidValue;
+  if (ab_dt == COSY_KDT_F32 && y_dt != COSY_KDT_F32) return cudaErrorNotSupported;
+  if (g->bucket == 0 || M_max <= BUCKET_MIN) return cudaSuccess;
+  const int last = m_bucket(g->bucket, g->m_ref, M_max);
+  for (int b = g->bucket == 1 ? g->m_ref : 2 * BUCKET_MIN; b <= last; b *= 2) {
+    Plan *p = nullptr;
+    cudaError_t e = get_plan(g, make_key(b, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy,
+                                         accumulate),
+                             bias, &p);
     if (e != cudaSuccess) return e;
-    if (!found) {
-      g->last_cublas = (int)CUBLAS_STATUS_NOT_SUPPORTED;
-      return cudaErrorNotSupported;
-    }
-    plan = slot;
+    if (g->bucket == 1) break;
   }
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
+                                   cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                                   const float *bias, cosy_kdtype y_dt, void *y, int ldy,
+                                   int accumulate) {
+  if (!g || M < 0 || N < 0 || K < 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt))
+    return cudaErrorInvalidValue;
+  if (ab_dt == COSY_KDT_F32 && y_dt != COSY_KDT_F32) return cudaErrorNotSupported;
+  if ((int64_t)M * N == 0) return cudaSuccess;
+  if (K == 0 || ldx < K || ldy < N || !x || !w || !y) return cudaErrorInvalidValue;
+
+  const PlanKey key = make_key(M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate);
+  Plan *plan = nullptr;
+  cudaError_t pe = get_plan(g, key, bias, &plan);
+  if (pe != cudaSuccess) return pe;
   if (plan->bias_fused) {
     cublasStatus_t st = cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);

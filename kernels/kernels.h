@@ -254,6 +254,13 @@ void cosy_gemm_destroy(cosy_gemm *g);
 int cosy_gemm_last_cublas_status(const cosy_gemm *g);
 /* cuBLASLt heuristic queries the handle has made (plans are built per row bucket: gemm.cu) */
 long cosy_gemm_heuristic_queries(const cosy_gemm *g);
+/* Build, without launching anything, the plans that cosy_k_gemm would build for this shape,
+ * these pointers' alignments and every row bucket up to M_max (gemm.cu), so that the first calls
+ * of each size pay no heuristic query (an engine does this at creation). Same argument rules as
+ * cosy_k_gemm; M_max <= 64 does nothing. */
+cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, cosy_kdtype ab_dt,
+                              const void *x, int ldx, const void *w, const float *bias,
+                              cosy_kdtype y_dt, const void *y, int ldy, int accumulate);
 
 /* y = x W^T (+ bias) (+ y when accumulate): y[m][n] = sum_k x[m][k] W[n][k] + bias[n] (+ y[m][n]).
  * x [M][ldx] (first K columns used), W [N][K] contiguous (a Linear weight [out][in]), both

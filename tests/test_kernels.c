@@ -1044,6 +1044,35 @@ void test_gemm(void **state) {
   check_gemm_rows(896, 896, BF16, F32, 0);
   check_gemm_rows(9728, 896, BF16, BF16, 0);
   check_gemm_rows(896, 4864, BF16, F32, 0);
+  { /* cosy_gemm_prewarm: after it, calls of any row count up to M_max query nothing */
+    const int N = 640, K = 512, MM = 3000;
+    float *x = fill((size_t)MM * K, -1.f, 1.f), *w = fill((size_t)N * K, -1.f, 1.f);
+    float *bias = fill(N, -1.f, 1.f);
+    void *dx = dup_dt(x, (size_t)MM * K, BF16), *dw = dup_dt(w, (size_t)N * K, BF16);
+    float *db = dup_dt(bias, N, F32);
+    void *dy = dpoison((size_t)MM * N, F32);
+    CK(cosy_gemm_prewarm(g_gemm, MM, N, K, BF16, dx, K, dw, db, F32, dy, N, 0));
+    const long q0 = cosy_gemm_heuristic_queries(g_gemm);
+    const int ms[4] = {65, 100, 700, 2999};
+    for (int i = 0; i < 4; ++i)
+      CK(cosy_k_gemm(g_gemm, 0, ms[i], N, K, BF16, dx, K, dw, db, F32, dy, N, 0));
+    const long nq = cosy_gemm_heuristic_queries(g_gemm) - q0;
+    char sq[96];
+    snprintf(sq, sizeof sq, "after prewarm to %d: %ld queries for M = 65..2999", MM, nq);
+    report("gemm prewarm", sq, nq == 0 ? 0.0 : 1.0, 0.0, 0);
+    float *y = download(dy, (size_t)300 * N, F32); /* the last call's first rows vs the CPU */
+    double *ref = dalloc_host((size_t)300 * N);
+    for (int m = 0; m < 300; ++m)
+      for (int n = 0; n < N; ++n) {
+        double acc = bias[n];
+        for (int k = 0; k < K; ++k) acc += (double)x[(size_t)m * K + k] * w[(size_t)n * K + k];
+        ref[(size_t)m * N + n] = acc;
+      }
+    check("gemm", "after prewarm: M=2999 N=640 K=512 bf16->f32 +bias", y, ref, (size_t)300 * N,
+          1e-4);
+    free(x), free(w), free(bias), free(y), free(ref);
+    dfree(dx), dfree(dw), dfree(db), dfree(dy);
+  }
   cosy_gemm_destroy(g_gemm);
   g_gemm = NULL;
   end_test();

@@ -434,6 +434,27 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     l->h_ras = p;
     if ((st = dalloc(l, B * sizeof(cosy_k_ras_row), "LLM sampling rows", &l->d_ras))) goto fail;
   }
+  {
+    /* the GEMM plans of every row bucket of layers_split (hi/lo rows: 2 per position), so that
+     * a prefill piece of a new size pays no heuristic query (kernels/gemm.cu) */
+    const gl_layer *y = &l->layers[0];
+    const int rows = 2 * l->max_rows, H = l->H, I = l->inter, qd = l->qd;
+    cosy_gemm *gm = l->g->gemm;
+    const cosy_kdtype bf = COSY_KDT_BF16, f32 = COSY_KDT_F32;
+    if ((st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, l->qkvd, H, bf, l->xs, H, y->wqkv, NULL,
+                                               f32, l->y2, l->qkvd, 0),
+                             "LLM GEMM plans")) ||
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, H, qd, bf, l->xs, qd, y->wo, NULL, f32,
+                                               l->y2, H, 0),
+                             "LLM GEMM plans")) ||
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, 2 * I, H, bf, l->xs, H, y->wgu, NULL, f32,
+                                               l->y2, 2 * I, 0),
+                             "LLM GEMM plans")) ||
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, H, I, bf, l->xs, I, y->wd, NULL, f32,
+                                               l->y2, H, 0),
+                             "LLM GEMM plans")))
+      goto fail;
+  }
   gpu_llm_set_tuning(l, -1, -1);
   *out = l;
   return COSY_OK;
