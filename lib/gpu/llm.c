@@ -36,9 +36,10 @@
  *     GEMM down -> (pending delta, added by the next norm_split).
  *     Prefill attention (one sequence or several packed) is one cosy_k_paged_prefill launch per
  *     layer over all segments, reading K/V from the cache pages through d_bt_all.
- * Decode graphs: graphs[bucket][ctx bucket], captured lazily with cudaStreamCaptureModeThreadLocal
- * right after the step that first needed them ran eagerly (which also warms up cuBLASLt's plans
- * and module loading outside the capture).
+ * Decode graphs: graphs[bucket][ctx bucket], captured with cudaStreamCaptureModeThreadLocal right
+ * after a step of that shape ran eagerly (which also warms up cuBLASLt's plans and module loading
+ * outside the capture): at creation for every batch bucket of the two shortest context buckets
+ * (precapture: steps over padding rows only), later lazily for the others.
  */
 #include "gpu/llm.h"
 
@@ -290,6 +291,8 @@ static cosy_status dalloc(gpu_llm *l, size_t bytes, const char *what, void *out)
   return st;
 }
 
+static cosy_status precapture(gpu_llm *l);
+
 cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int max_prefill,
                            gpu_llm **out) {
   if (!out) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_llm_create: NULL out");
@@ -456,6 +459,7 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
       goto fail;
   }
   gpu_llm_set_tuning(l, -1, -1);
+  if ((st = precapture(l))) goto fail;
   *out = l;
   return COSY_OK;
 fail:
@@ -1007,6 +1011,31 @@ static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {
     cudaGetLastError(); /* clear a non-sticky capture error */
   }
   return st;
+}
+
+/* The decode graphs of every batch bucket for the two shortest context buckets, captured at
+ * creation, each after one eager step over padding rows only (sequence -1: no cache row is read
+ * or written), so that a first burst of requests does not wait for captures (~15 ms each on an
+ * H100, one per new batch bucket as the burst's prefills join the decode batch). */
+static cosy_status precapture(gpu_llm *l) {
+  cudaStream_t s = l->g->stream;
+  for (int ci = 0; ci < l->n_ctxb && ci < 2; ci++)
+    for (int bi = 0, b = 1; bi < l->n_buckets; bi++, b *= 2) {
+      if (l->graphs[bi][ci]) continue;
+      for (int i = 0; i < b; i++) {
+        l->h_in[i] = 0;
+        l->h_in[b + i] = -1;
+        l->h_in[2 * b + i] = 0;
+      }
+      CK(cudaMemcpyAsync(l->d_in, l->h_in, sizeof(int32_t) * 3 * (size_t)b,
+                         cudaMemcpyHostToDevice, s),
+         "LLM decode graphs");
+      cosy_status st = decode_enqueue(l, b, l->ctxb[ci]);
+      if (!st) st = cosy_gpu_sync(l->g, "LLM decode graphs");
+      if (!st) st = capture(l, b, l->ctxb[ci], &l->graphs[bi][ci]);
+      if (st) return st;
+    }
+  return COSY_OK;
 }
 
 cosy_status gpu_llm_decode(gpu_llm *l, const int *seqs, const int32_t *tokens, int n, float *logp) {
