@@ -38,8 +38,9 @@
  *     layer over all segments, reading K/V from the cache pages through d_bt_all.
  * Decode graphs: graphs[bucket][ctx bucket], captured with cudaStreamCaptureModeThreadLocal right
  * after a step of that shape ran eagerly (which also warms up cuBLASLt's plans and module loading
- * outside the capture): at creation for every batch bucket of the two shortest context buckets
- * (precapture: steps over padding rows only), later lazily for the others.
+ * outside the capture): once the KV cache is reserved (gpu_llm_reserve_kv) for every batch bucket
+ * of the two shortest context buckets (precapture: steps over padding rows only), later lazily
+ * for the others.
  */
 #include "gpu/llm.h"
 
@@ -459,7 +460,6 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
       goto fail;
   }
   gpu_llm_set_tuning(l, -1, -1);
-  if ((st = precapture(l))) goto fail;
   *out = l;
   return COSY_OK;
 fail:
@@ -493,7 +493,7 @@ cosy_status gpu_llm_reserve_kv(gpu_llm *l, size_t bytes, size_t reserve) {
   l->kv = d;
   l->kv_bytes = pages * l->page_bytes;
   l->pool_elems = pages * GPU_LLM_PAGE_SIZE * (size_t)l->kvd;
-  return COSY_OK;
+  return precapture(l); /* the decode graphs read the cache pages: captured once they exist */
 }
 
 int gpu_llm_pages_total(const gpu_llm *l) { return l ? l->pool.pages_total : 0; }
@@ -1013,8 +1013,8 @@ static cosy_status capture(gpu_llm *l, int b, int ctx, cudaGraphExec_t *out) {
   return st;
 }
 
-/* The decode graphs of every batch bucket for the two shortest context buckets, captured at
- * creation, each after one eager step over padding rows only (sequence -1: no cache row is read
+/* The decode graphs of every batch bucket for the two shortest context buckets, captured when
+ * the KV cache is reserved, each after one eager step over padding rows only (sequence -1: no cache row is read
  * or written), so that a first burst of requests does not wait for captures (~15 ms each on an
  * H100, one per new batch bucket as the burst's prefills join the decode batch). */
 static cosy_status precapture(gpu_llm *l) {
