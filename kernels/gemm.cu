@@ -18,21 +18,23 @@
  * Algorithms by row bucket: under load nearly every flow batch and LLM prefill piece has a row
  *   count M not seen before, and a heuristic query costs ~1.8 ms of host time (H100, measured by
  *   `test_kernels --bench gemm`) on the caller's critical path, for each of a call's shapes. So
- *   for M > 64 the algorithm is the heuristic's choice for the bucket of M, the smallest of 64,
- *   80, 96, 112, 128, 160, ... (4, 5, 6 or 7 times a power of two) that is >= M: one query per
- *   bucket and shape, kept in a ring of ALGO_CACHE entries, checked for the actual M with
- *   cublasLtMatmulAlgoCheck (if it does not fit, the heuristic is asked for M itself); a new M
- *   then costs ~0.1 ms. Four buckets per octave keep the algorithm close to the size it was
- *   chosen for (with one per power of two, batches of the flow ran ~10% slower on the GPU).
- *   cosy_gemm_prewarm makes a shape's queries for all buckets up front (engine creation). The
- *   algorithm stays a fixed function of the shape: the same M always runs the same kernel. Rows
- *   of one bucket share one kernel and tiling, so a row's value is the same whichever M of the
- *   bucket computes it (tests/test_kernels.c); rows computed in calls of different buckets may
- *   round differently.
+ *   for M > 64 the algorithm is the heuristic's choice for the bucket of M, the next power of
+ *   two: one query per bucket and shape, kept in a ring of ALGO_CACHE entries, checked for the
+ *   actual M with cublasLtMatmulAlgoCheck (if it does not fit, the heuristic is asked for M
+ *   itself); a new M then costs ~0.1 ms. cosy_gemm_prewarm makes a shape's queries for all
+ *   buckets up front (engine creation). The algorithm stays a fixed function of the shape: the
+ *   same M always runs the same kernel. Rows of one bucket share one kernel and tiling, so a
+ *   row's value is the same whichever M of the bucket computes it (tests/test_kernels.c); rows
+ *   computed in calls of different buckets may round differently. An algorithm chosen for up to
+ *   twice the rows runs a flow batch ~10% slower on the GPU than the per-M choice
+ *   (test_gpu_flow's batch timing), which the saved host time more than repays in W1; four
+ *   buckets per octave won that GPU time back but not W1's latency, and moved the full-size
+ *   model's first-chunk schedules apart (bench/RESULTS.md).
  *   Measurement knobs (read at create): COSY_GEMM_BUCKET=0 asks the heuristic for every M; =3
- *   uses power-of-two buckets; =1 one algorithm for every M > 64 of a shape, the heuristic's
- *   choice at M = COSY_GEMM_MREF (default 4096): a row's value then never depends on M (batch
- *   invariant by construction), at a measured cost in W1 at C = 64 (bench/RESULTS.md).
+ *   uses four buckets per octave (64, 80, 96, 112, 128, 160, ...); =1 one algorithm for every
+ *   M > 64 of a shape, the heuristic's choice at M = COSY_GEMM_MREF (default 4096): a row's
+ *   value then never depends on M (batch invariant by construction), at a measured cost in W1 at
+ *   C = 64 (bench/RESULTS.md).
  * The handle owns a device workspace (default 32 MiB) allocated once by cosy_gemm_create.
  */
 #include <cublasLt.h>
@@ -62,12 +64,11 @@ struct AlgoEntry {
   cublasLtMatmulAlgo_t algo;
 };
 
-/* the row count whose algorithm serves M: mode 2 (default) the smallest bucket >= M, buckets
- * being 4, 5, 6, 7 times a power of two (four per octave: 64, 80, 96, 112, 128, 160, ...), so
- * an algorithm serves row counts at most 20% below the one it was chosen for; mode 3 the next
- * power of two; mode 1 m_ref for every M > 64; mode 0 M itself */
+/* the row count whose algorithm serves M: mode 2 (default) the next power of two; mode 3 the
+ * smallest of 64, 80, 96, 112, 128, 160, ... (4, 5, 6 or 7 times a power of two) >= M; mode 1
+ * m_ref for every M > 64; mode 0 M itself */
 int next_bucket(int mode, int b) {
-  if (mode == 3) return 2 * b;
+  if (mode == 2) return 2 * b;
   int p = 1;
   while (p * 8 <= b) p *= 2; /* b = q p with q in 4..7 */
   return b + p;
@@ -118,8 +119,8 @@ struct cosy_gemm {
   int last_cublas;
   int next; /* ring position for replacement */
   int san_init; /* COSY_GEMM_SAN_INIT=1: clear outputs before plain GEMMs (test only) */
-  int bucket;   /* 2: algorithms per bucket of M, four per octave (COSY_GEMM_BUCKET: 0 per M, 1
-                 * one for all M > 64, 3 per power of two; measurement only) */
+  int bucket;   /* 2: algorithms per power-of-two bucket of M (COSY_GEMM_BUCKET: 0 per M, 1 one
+                 * for all M > 64, 3 four buckets per octave; measurement only) */
   int m_ref;    /* mode 1's row count (M_REF; COSY_GEMM_MREF) */
   long queries; /* heuristic queries so far (cosy_gemm_heuristic_queries) */
   Plan plans[PLAN_CACHE];

@@ -979,12 +979,12 @@ static double *to_double(const float *a, size_t n) {
   return d;
 }
 
-/* Rows of one bucket (kernels/gemm.cu: one algorithm per bucket of M, here 1793..2048): the first
- * rows of calls with M = 1800, 1900 and 1999 equal the same rows of one call of M = 2048, bit for
+/* Rows of one bucket (kernels/gemm.cu: one algorithm per power-of-two bucket of M): the first
+ * rows of calls with M = 1100, 1500 and 1999 equal the same rows of one call of M = 2048, bit for
  * bit, for the flow's and the LLM's shapes; and those four calls made one heuristic query per
  * shape (bias or not: two at most), not one per M. */
 static void check_gemm_rows(int N, int K, cosy_kdtype abdt, cosy_kdtype ydt, int with_bias) {
-  const int MB = 2048, ms[3] = {1800, 1900, 1999};
+  const int MB = 2048, ms[3] = {1100, 1500, 1999};
   const long q0 = cosy_gemm_heuristic_queries(g_gemm);
   const size_t nx = (size_t)MB * K, nw = (size_t)N * K, ny = (size_t)MB * N;
   float *x = fill(nx, -1.f, 1.f), *w = fill(nw, -1.f, 1.f), *bias = fill(N, -1.f, 1.f);
