@@ -55,7 +55,9 @@
  *    sizes (new frames, ext rows, tiles, virtual rows). It is captured at the sizes' first call:
  *    under load nearly every batch has new sizes, and one step captures and instantiates in a
  *    few ms while direct launches of 10 steps leave the GPU waiting on the launch path (48 W1
- *    first chunks on an H100: 135 ms direct, 96 ms replayed). Capture uses the gpu's stream in
+ *    first chunks on an H100, test_gpu_flow: 114-119 ms at the sizes' first call, 94-102 ms
+ *    replayed, 107-114 ms with graphs off; 135 ms when the first call launched directly).
+ *    Capture uses the gpu's stream in
  *    relaxed mode; if capture fails, the launches go straight to the stream from then on. No
  *    host synchronization inside the loop either way.
  *    The graphs reference the cosy_gpu's GEMM workspace: do not run other work that uses it on
