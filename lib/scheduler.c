@@ -190,6 +190,9 @@ struct cosy_sched {
   double round_s;                /* moving average of a token-to-wave round (flow + vocoder), s */
   int load_peak;                 /* most requests active + queued at an admission ... */
   double load_peak_t;            /* ... within the last LOAD_WINDOW_S seconds (when it was set) */
+  int prefill_every;             /* COSY_SCHED_PREFILL_EVERY=N (measurement): while a decoding
+                                    request still lacks its first chunk's tokens, prefill only
+                                    every N-th LLM iteration (default 1: every one) */
   int first_hold;                /* COSY_SCHED_FIRST_HOLD=1: decode only where tokens gate audio
                                     while first chunks wait (first_pending, decode step) */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
@@ -911,6 +914,7 @@ static void *llm_main(void *arg) {
   cosy_next_req *pnx = NULL;
   sjob **pjobs = NULL;
   int *pidx = NULL;
+  unsigned iter = 0;
   pthread_mutex_lock(&e->mu);
   for (;;) {
     admit(e);
@@ -957,13 +961,16 @@ static void *llm_main(void *arg) {
         cap = nc;
       }
     }
-    int k = 0;
+    int k = 0, awaiting = 0;
     const int hold = s->first_hold && first_pending(s);
     for (sjob *j = s->active; j && k < cap; j = j->next)
       if (!j->llm_released) {
         j->held = hold && chunk_tokens_ready(j); /* sits out this iteration's decode step */
+        awaiting |= j->decoding && j->chunks_done == 0 && j->seg_i == 0 && !j->collect_only &&
+                    !j->busy && !chunk_tokens_ready(j);
         jobs[k++] = j;
       }
+    const int skip_prefill = s->prefill_every > 1 && awaiting && ++iter % s->prefill_every != 0;
     n = k;
     const int64_t seen = s->wake_seq;
     pthread_mutex_unlock(&e->mu);
@@ -1003,6 +1010,7 @@ static void *llm_main(void *arg) {
     int budget = PREFILL_BUDGET_IDLE;
     for (int i = 0; i < n; i++)
       if (jobs[i]->decoding) budget = PREFILL_BUDGET;
+    if (skip_prefill) budget = 0;
     int np = 0;
     for (int i = 0; i < n && budget > 0 && np < cap; i++) {
       sjob *j = jobs[i];
@@ -1652,6 +1660,10 @@ cosy_status sched_start(cosy_engine *e) {
   if (tt && tt[0]) s->ttrace = fopen(tt, "w");
   /* the measurement knobs, before the threads start */
   s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
+  {
+    const char *pe = getenv("COSY_SCHED_PREFILL_EVERY");
+    s->prefill_every = pe && atoi(pe) > 1 && atoi(pe) <= 16 ? atoi(pe) : 1;
+  }
   s->no_urgent = env_is("COSY_SCHED_URGENT", "0");
   s->round_s = 0.1;
   s->first_only = env_is("COSY_SCHED_FIRST_ONLY", "1");
