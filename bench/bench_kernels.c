@@ -473,27 +473,28 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.w = P(o, 1, s), ga.y = P(o, 3, s), ga.ldy = o->i[5];
   ga.n_qh = 14, ga.n_kh = 2, ga.pos = P(o, 4, s), ga.slots = P(o, 5, s);
   ga.inv_freq = P(o, 6, s), ga.k_cache = P(o, 7, s), ga.v_cache = P(o, 8, s);
-  return cosy_k_llm_gemv(g_stream, &ga);
+  return o->i[6] ? cosy_k_llm_gemv_tc(g_stream, &ga) : cosy_k_llm_gemv(g_stream, &ga);
 }
 static void add_llm_gemv(const char *group, const char *name, int M, int N, int K,
-                         cosy_llm_gemv_in in, cosy_llm_gemv_out out) {
+                         cosy_llm_gemv_in in, cosy_llm_gemv_out out, int tc) {
   bench_op *o = new_op(group, name);
   const int ny = out == COSY_GEMV_QKV_ROPE ? 14 * 64 : out == COSY_GEMV_SILU_MUL ? N / 2 : N;
   snprintf(o->size, sizeof o->size, "%dx%dx%d bf16 W, f32 x/y", M, N, K);
-  o->i[0] = M, o->i[1] = N, o->i[2] = K, o->i[3] = in, o->i[4] = out, o->i[5] = ny;
+  o->i[0] = M, o->i[1] = N, o->i[2] = K, o->i[3] = in, o->i[4] = out, o->i[5] = ny, o->i[6] = tc;
   const size_t wbytes = (size_t)N * K * 2;
   o->nrot = rot_sets(wbytes);
   o->p[1] = drand_rot(o->nrot, (size_t)N * K, BF16, -0.05f, 0.05f, &o->rot[1]);
   o->p[0] = drand((size_t)M * K, F32, -1.f, 1.f);
   o->p[2] = drand((size_t)K, F32, 0.5f, 1.5f);
   o->p[3] = drand((size_t)M * ny, F32, -1.f, 1.f);
-  int32_t pos[8], slots[8];
-  for (int m = 0; m < 8; ++m) pos[m] = 100 + m, slots[m] = m;
-  o->p[4] = dints(pos, 8);
-  o->p[5] = dints(slots, 8);
+  int32_t pos[256], slots[256];
+  const int np = M < 256 ? (M > 8 ? M : 8) : 256;
+  for (int m = 0; m < np; ++m) pos[m] = 100 + m, slots[m] = m;
+  o->p[4] = dints(pos, np);
+  o->p[5] = dints(slots, np);
   o->p[6] = drand(32, F32, 0.f, 1.f);
-  o->p[7] = drand(16 * 2 * 64, F32, -1.f, 1.f);
-  o->p[8] = drand(16 * 2 * 64, F32, -1.f, 1.f);
+  o->p[7] = drand((size_t)(np > 16 ? np : 16) * 2 * 64, F32, -1.f, 1.f);
+  o->p[8] = drand((size_t)(np > 16 ? np : 16) * 2 * 64, F32, -1.f, 1.f);
   o->bytes = (double)wbytes + (double)M * K * 4 + (double)M * ny * 4 * (out == COSY_GEMV_ADD_F32 ? 2 : 1);
   o->flops = 2.0 * M * N * K;
   o->run = r_llm_gemv;
@@ -1205,15 +1206,22 @@ void bench_paged_prefill(const kh_scn *s) {
 void bench_llm_gemv(const kh_scn *s) {
   const char *grp = s->group;
   const int B = s->n;
-  /* the fused skinny GEMMs of the decode path (batches <= 4 by default) */
-  if (s->kind != KH_SCN_LLM_DECODE || B > 8) return;
-  add_llm_gemv(grp, "gemv rmsnorm+qkv+rope", B, 1152, 896, COSY_GEMV_IN_RMSNORM,
-               COSY_GEMV_QKV_ROPE);
-  add_llm_gemv(grp, "gemv o (+= h)", B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32);
-  add_llm_gemv(grp, "gemv rmsnorm+gate|up+silu", B, 9728, 896, COSY_GEMV_IN_RMSNORM,
-               COSY_GEMV_SILU_MUL);
-  add_llm_gemv(grp, "gemv down (+= h)", B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32);
-  add_llm_gemv(grp, "gemv rmsnorm+head", B, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32);
+  /* the fused GEMMs of the decode path: the tensor-core kernel (every batch, the default) and
+   * the CUDA-core skinny GEMM (batches <= 8) */
+  if (s->kind != KH_SCN_LLM_DECODE || B > 256) return;
+  for (int tc = 1; tc >= 0; --tc) {
+    if (!tc && B > 8) break;
+    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+qkv+rope" : "gemv rmsnorm+qkv+rope", B, 1152, 896,
+                 COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc);
+    add_llm_gemv(grp, tc ? "gemv_tc o (+= h)" : "gemv o (+= h)", B, 896, 896, COSY_GEMV_IN_F32,
+                 COSY_GEMV_ADD_F32, tc);
+    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+gate|up+silu" : "gemv rmsnorm+gate|up+silu", B, 9728,
+                 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc);
+    add_llm_gemv(grp, tc ? "gemv_tc down (+= h)" : "gemv down (+= h)", B, 896, 4864,
+                 COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc);
+    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+head" : "gemv rmsnorm+head", B, 6761, 896,
+                 COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, tc);
+  }
 }
 void bench_llm_step_ops(const kh_scn *s) {
   if (s->kind == KH_SCN_LLM_DECODE) add_llm_step_ops(s->group, s->n);

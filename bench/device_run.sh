@@ -184,7 +184,7 @@ if [[ " $STEPS " == *" engine "* ]]; then
   run test_api ./$B/tests/test_api
 fi
 if [[ " $STEPS " == *" stress "* ]]; then # not in the default steps: bash bench/device_run.sh build stress
-  COSY_STRESS_ONLY=gpu COSY_STRESS_MODEL=$PWD/$FULL COSY_STRESS_EXACT=${COSY_STRESS_EXACT:-1} \
+  COSY_STRESS_ONLY=gpu COSY_STRESS_MODEL=$PWD/$FULL COSY_STRESS_EXACT=${COSY_STRESS_EXACT:-0} \
     run test_stress_gpu_full ./$B/tests/test_stress
 fi
 if [[ " $STEPS " == *" fault "* ]]; then # not in the default steps: bash bench/device_run.sh build fault

@@ -156,7 +156,8 @@ struct DecSmem {
 /* Global merge, called by every thread of a split block after it wrote its partials: the last
  * of the n_splits blocks of (seq, kv head) merges them into out and resets the counter. Three
  * steps, each one round of L2 loads: the splits' (m, l) into shared memory; per head the max M
- * and L = sum l 2^(m - M) (one warp per head), the weights 2^(m - M) replacing m; then
+ * and L = sum l 2^(m - M) (one warp per head, L added in split order by one lane, the same order
+ * as the cluster merge), the weights 2^(m - M) replacing m; then
  * out[g][d] = sum_s w_s o_s[d] / L (the split loads of one output are independent). */
 template <typename T>
 __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, int seq, int kvh,
@@ -182,14 +183,16 @@ __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, i
     float M = -INFINITY;
     for (int sp = lane; sp < S; sp += 32) M = fmaxf(M, mw[warp * S + sp]);
     M = warp_max(M);
-    float L = 0.f;
-    for (int sp = lane; sp < S; sp += 32) {
-      const float w = M == -INFINITY ? 0.f : exp2f(mw[warp * S + sp] - M);
-      L = fmaf(lw[warp * S + sp], w, L);
-      mw[warp * S + sp] = w;
+    for (int sp = lane; sp < S; sp += 32)
+      mw[warp * S + sp] = M == -INFINITY ? 0.f : exp2f(mw[warp * S + sp] - M);
+    __syncwarp();
+    /* L in split order, as the cluster merge adds it: the result does not depend on which
+     * merge ran, i.e. on the context bucket (the longest sequence of the batch) */
+    if (lane == 0) {
+      float L = 0.f;
+      for (int sp = 0; sp < S; ++sp) L = fmaf(lw[warp * S + sp], mw[warp * S + sp], L);
+      sm.lrow[warp] = L;
     }
-    L = warp_sum(L);
-    if (lane == 0) sm.lrow[warp] = L;
   }
   __syncthreads();
   for (int e = tid; e < G * HD; e += DEC_THREADS) {

@@ -49,11 +49,14 @@ constexpr int PLAN_CACHE = 64;
 constexpr int ALGO_CACHE = 256;
 constexpr int BUCKET_MIN = 64; /* M up to this is queried as it is */
 constexpr int M_REF = 4096;    /* the row count the shared algorithm is chosen for */
+constexpr int M_INV = 2048;    /* the row count cosy_k_gemm_inv's algorithm is chosen for */
+constexpr int INV_CANDIDATES = 16; /* heuristic results searched for one without split-K */
 
 struct PlanKey {
   int M, N, K, ldx, ldy;
   int ab_dt, y_dt, has_bias, accumulate;
   int align_x, align_w, align_y, align_b;
+  int inv; /* cosy_k_gemm_inv: one split-K-free algorithm for every M of the shape */
 };
 
 /* the heuristic's algorithm for a shape at a bucket's row count (key with M = the bucket) and
@@ -122,6 +125,8 @@ struct cosy_gemm {
   int bucket;   /* 2: algorithms per power-of-two bucket of M (COSY_GEMM_BUCKET: 0 per M, 1 one
                  * for all M > 64, 3 four buckets per octave; measurement only) */
   int m_ref;    /* mode 1's row count (M_REF; COSY_GEMM_MREF) */
+  int m_inv;    /* cosy_k_gemm_inv's row count (M_INV; COSY_GEMM_INV_M) */
+  long inv_fallbacks; /* cosy_k_gemm_inv calls whose shared algorithm did not fit their M */
   long queries; /* heuristic queries so far (cosy_gemm_heuristic_queries) */
   Plan plans[PLAN_CACHE];
   AlgoEntry algos[ALGO_CACHE];
@@ -207,9 +212,9 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
   memset(&res, 0, sizeof res);
   /* the bucket's algorithm, from the ring or from one query at M = the bucket, if it also
    * serves this M (checked); else the heuristic for M itself */
-  const int mb = m_bucket(g->bucket, g->m_ref, k.M);
+  const int mb = k.inv ? g->m_inv : m_bucket(g->bucket, g->m_ref, k.M);
   int have = 0;
-  if (g->bucket != 0 && k.M > BUCKET_MIN) {
+  if (k.inv || (g->bucket != 0 && k.M > BUCKET_MIN)) {
     PlanKey bk = k;
     bk.M = mb;
     AlgoEntry *hit = nullptr;
@@ -224,9 +229,32 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
       cublasStatus_t s1 = cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k.K, (uint64_t)mb, (int64_t)k.ldx);
       if (s1 == CUBLAS_STATUS_SUCCESS)
         s1 = cublasLtMatrixLayoutCreate(&lc, yt, (uint64_t)k.N, (uint64_t)mb, (int64_t)k.ldy);
-      if (s1 == CUBLAS_STATUS_SUCCESS) {
+      if (s1 == CUBLAS_STATUS_SUCCESS && !k.inv) {
         g->queries++;
         s1 = cublasLtMatmulAlgoGetHeuristic(g->lt, p.desc, p.a, lb, lc, lc, p.pref, 1, &res, &n_res);
+      } else if (s1 == CUBLAS_STATUS_SUCCESS) {
+        /* the first candidate without split-K: each output is one tile's K loop, in the
+         * same order for every M */
+        cublasLtMatmulHeuristicResult_t cand[INV_CANDIDATES];
+        int nc = 0;
+        memset(cand, 0, sizeof cand);
+        g->queries++;
+        s1 = cublasLtMatmulAlgoGetHeuristic(g->lt, p.desc, p.a, lb, lc, lc, p.pref,
+                                            INV_CANDIDATES, cand, &nc);
+        n_res = 0;
+        for (int i = 0; s1 == CUBLAS_STATUS_SUCCESS && i < nc; ++i) {
+          int32_t splitk = 1;
+          size_t wr = 0;
+          if (cublasLtMatmulAlgoConfigGetAttribute(&cand[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                   &splitk, sizeof splitk, &wr) !=
+              CUBLAS_STATUS_SUCCESS)
+            continue;
+          if (splitk <= 1) {
+            res = cand[i];
+            n_res = 1;
+            break;
+          }
+        }
       }
       if (lb) cublasLtMatrixLayoutDestroy(lb);
       if (lc) cublasLtMatrixLayoutDestroy(lc);
@@ -250,6 +278,7 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
       }
     }
   }
+  if (!have && k.inv) g->inv_fallbacks++;
   if (!have) {
     n_res = 0;
     memset(&res, 0, sizeof res);
@@ -307,6 +336,8 @@ extern "C" cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes)
   const char *bu = getenv("COSY_GEMM_BUCKET"), *mr = getenv("COSY_GEMM_MREF");
   g->bucket = bu && bu[0] >= '0' && bu[0] <= '3' && !bu[1] ? bu[0] - '0' : 2;
   g->m_ref = mr && atoi(mr) > BUCKET_MIN ? atoi(mr) : M_REF;
+  const char *mi = getenv("COSY_GEMM_INV_M");
+  g->m_inv = mi && atoi(mi) > 0 ? atoi(mi) : M_INV;
   *out = g;
   return cudaSuccess;
 }
@@ -322,6 +353,8 @@ extern "C" void cosy_gemm_destroy(cosy_gemm *g) {
 extern "C" int cosy_gemm_last_cublas_status(const cosy_gemm *g) { return g ? g->last_cublas : 0; }
 
 extern "C" long cosy_gemm_heuristic_queries(const cosy_gemm *g) { return g ? g->queries : 0; }
+
+extern "C" long cosy_gemm_inv_fallbacks(const cosy_gemm *g) { return g ? g->inv_fallbacks : 0; }
 
 namespace {
 
@@ -380,10 +413,16 @@ extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, 
                                          const void *x, int ldx, const void *w, const float *bias,
                                          cosy_kdtype y_dt, const void *y, int ldy,
                                          int accumulate) {
-  if (!g || M_max < 0 || N <= 0 || K <= 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt) ||
+  if (!g || M_max < -1 || N <= 0 || K <= 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt) ||
       ldx < K || ldy < N || !x || !w || !y)
     return cudaErrorInvalidValue;
   if (ab_dt == COSY_KDT_F32 && y_dt != COSY_KDT_F32) return cudaErrorNotSupported;
+  if (M_max == -1) { /* cosy_k_gemm_inv's algorithm (one query for the shape) */
+    PlanKey k = make_key(g->m_inv, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate);
+    k.inv = 1;
+    Plan *p = nullptr;
+    return get_plan(g, k, bias, &p);
+  }
   if (g->bucket == 0 || M_max <= BUCKET_MIN) return cudaSuccess;
   const int last = m_bucket(g->bucket, g->m_ref, M_max);
   for (int b = g->bucket == 1 ? g->m_ref : next_bucket(g->bucket, BUCKET_MIN); b <= last;
@@ -398,17 +437,18 @@ extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, 
   return cudaSuccess;
 }
 
-extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
-                                   cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
-                                   const float *bias, cosy_kdtype y_dt, void *y, int ldy,
-                                   int accumulate) {
+namespace {
+cudaError_t gemm_impl(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
+                      const void *x, int ldx, const void *w, const float *bias, cosy_kdtype y_dt,
+                      void *y, int ldy, int accumulate, int inv) {
   if (!g || M < 0 || N < 0 || K < 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt))
     return cudaErrorInvalidValue;
   if (ab_dt == COSY_KDT_F32 && y_dt != COSY_KDT_F32) return cudaErrorNotSupported;
   if ((int64_t)M * N == 0) return cudaSuccess;
   if (K == 0 || ldx < K || ldy < N || !x || !w || !y) return cudaErrorInvalidValue;
 
-  const PlanKey key = make_key(M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate);
+  PlanKey key = make_key(M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate);
+  key.inv = inv;
   Plan *plan = nullptr;
   cudaError_t pe = get_plan(g, key, bias, &plan);
   if (pe != cudaSuccess) return pe;
@@ -447,4 +487,19 @@ extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, i
   if (e != cudaSuccess) return e;
   if (bias && !plan->bias_fused) return cosy_k_add_bias(s, y_dt, y, ldy, bias, M, N);
   return cudaSuccess;
+}
+} /* namespace */
+
+extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
+                                   cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                                   const float *bias, cosy_kdtype y_dt, void *y, int ldy,
+                                   int accumulate) {
+  return gemm_impl(g, s, M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 0);
+}
+
+extern "C" cudaError_t cosy_k_gemm_inv(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
+                                       cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                                       const float *bias, cosy_kdtype y_dt, void *y, int ldy,
+                                       int accumulate) {
+  return gemm_impl(g, s, M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 1);
 }

@@ -1,6 +1,7 @@
-/* gemv.cu - the fused skinny GEMM ("gemv") of the GPU LLM's small decode batches (lib/gpu/llm.c):
- * y = epilogue(x W^T) for 1..8 rows with the RMSNorm of its input and the layer's epilogue
- * (residual add, SiLU gate, RoPE + paged KV append) fused. Interface in gemv.h.
+/* gemv.cu - the fused skinny GEMMs ("gemv") of the GPU LLM's decode steps (lib/gpu/llm.c):
+ * y = epilogue(x W^T) with the RMSNorm of its input and the layer's epilogue (residual add, SiLU
+ * gate, RoPE + paged KV append) fused; gemv on the CUDA cores for 1..8 rows, gemv_tc on the
+ * tensor cores for any number of rows. Interface in gemv.h.
  *
  * Math
  *   gemv: out(m, n) = sum_k xn[m][k] W[n][k] (+ bias[n]) with the epilogues of gemv.h;
@@ -31,6 +32,29 @@
  *     for its own producers after issuing its weight loads.
  * Numerics: fp32 everywhere except the bf16 weights; fp32 accumulation. The gemv reads each
  *   weight exactly once per call.
+ *
+ * gemv_tc (cosy_k_llm_gemv_tc): the same prologues and epilogues on the tensor cores, for any
+ *   number of rows R; the GPU LLM's decode step at every batch size (lib/gpu/llm.c).
+ *   Math: out(m, n) = sum_k (hi(xn[m][k]) + lo(xn[m][k])) W[n][k], hi = bf16(xn), lo =
+ *   bf16(xn - hi), so x is kept to ~2^-17 relative (the cuBLASLt hi/lo path's precision);
+ *   mma.sync m16n8k16 bf16 with fp32 accumulation, the hi then the lo product of each k step.
+ *   Thread mapping: 256 threads = 8 warps; a warp owns a "tile" of 16 weight rows (mma rows g
+ *   and g + 8, g = lane / 4: rows n0 + g, n0 + 8 + g; for SILU_MUL gate j0 + g and up I + j0 + g;
+ *   for QKV_ROPE head rows i0 + g and i0 + 32 + g) and one of KS parts of K (KS from N and K
+ *   only, never R: at most 16 k-blocks of 32 per warp, doubled while the grid has < 264 blocks).
+ *   In a k-block of 32, lane (g, t = lane % 4) loads 16 bytes of each of its two weight rows
+ *   (k = 32 kb + 8 t .. + 7) and, per 8-row tile of x, the same 8 k of x row g (two float4,
+ *   RMSNorm'd and split); mma 1 takes k 0..3 of those 8, mma 2 k 4..7 (a permutation of k
+ *   applied alike to A = W and B = x, so each lane's loads are 16-byte vectors). TC_D = 4
+ *   k-blocks of weights are in flight per warp (loaded before the PDL wait, refilled as used).
+ *   A block holds 8 / KS tiles and 8 NT rows of x (NT = 1, 2, 4, 8 n8 tiles by R); larger R
+ *   runs in several row blocks (gridDim.x, fastest, so a weight tile's row blocks share it
+ *   through L2). The KS partial sums of a tile meet in shared memory and are added in part
+ *   order by the tile's first warp, whose lane (g, t) then owns outputs (rows 2t, 2t + 1 of each
+ *   8-row tile) x (weight rows g, g + 8): a SiLU or RoPE pair is in one thread. RMSNorm
+ *   statistics: warp w sums rows w, w + 8, ... (lane l: k = 4 l + 128 i, then a butterfly).
+ *   Batch invariance: nothing a row's arithmetic depends on (KS, the k order, the statistics)
+ *   changes with R or the row's position, and mma columns are independent.
  */
 #include "gemv.h"
 #include "kcommon.cuh"
@@ -320,6 +344,282 @@ cudaError_t gemv_m(cudaStream_t s, const GemvP &p, int ks, int pdl) {
   }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* gemv_tc: the same epilogues on the tensor cores, for any number of rows                    */
+
+constexpr int TC_THREADS = 256;
+constexpr int TC_WARPS = TC_THREADS / 32;
+constexpr int TC_D = 4;          /* k-blocks of weights in flight per warp */
+constexpr int TC_TARGET_BLOCKS = 264;
+
+/* D = A B + D, A 16x16 (row), B 16x8 (col), bf16 in, fp32 accumulate. */
+__device__ __forceinline__ void tc_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap(); /* the launcher refuses devices below sm_80 */
+#endif
+}
+
+/* (v0, v1) -> bf16x2 hi = rn(v), lo = rn(v - hi): v = hi + lo to ~2^-17 relative */
+__device__ __forceinline__ void tc_split2(float v0, float v1, uint32_t &hi, uint32_t &lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+  const float2 hf = __bfloat1622float2(h);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(v0 - hf.x, v1 - hf.y);
+  hi = *reinterpret_cast<const uint32_t *>(&h);
+  lo = *reinterpret_cast<const uint32_t *>(&l);
+}
+
+struct TcP {
+  GemvP g;
+  int R;  /* rows */
+  int KB; /* k-blocks of 32 */
+};
+
+template <int NT, int KS, int PRO, int EPI>
+__global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
+  const GemvP &a = tp.g;
+  constexpr int TPB = TC_WARPS / KS; /* 16-row weight tiles per block */
+  constexpr int RC = 8 * NT;         /* rows per block */
+  __shared__ float red[TC_WARPS][NT][4][32];
+  __shared__ float rn_s[RC];
+
+  pdl_trigger();
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int K = a.K, KB = tp.KB;
+  const int tile = blockIdx.y * TPB + warp / KS, kp = warp % KS;
+  const bool valid = tile < a.P;
+  /* the two weight rows of this lane: mma rows g and g + 8 of the tile */
+  int rA, rB;
+  if (EPI == COSY_GEMV_SILU_MUL) {
+    rA = tile * 8 + g;
+    rB = rA + (a.N >> 1);
+  } else if (EPI == COSY_GEMV_QKV_ROPE) {
+    rA = (tile >> 2) * HD + (tile & 3) * 8 + g;
+    rB = rA + HALF;
+  } else {
+    rA = tile * 16 + g;
+    rB = rA + 8;
+  }
+  const bool okA = valid && rA < a.N, okB = valid && rB < a.N;
+  const bf16 *wA = a.w + (size_t)(okA ? rA : 0) * K + 8 * t;
+  const bf16 *wB = a.w + (size_t)(okB ? rB : 0) * K + 8 * t;
+  /* this warp's k-blocks: kb = kp + KS * c, c < nc */
+  const int nc = kp < KB ? (KB - kp + KS - 1) / KS : 0;
+
+  /* 1. the first TC_D k-blocks of weights, before waiting for the producer */
+  uint4 wa[TC_D], wb[TC_D];
+#pragma unroll
+  for (int d = 0; d < TC_D; ++d) {
+    const int k = (kp + KS * d) * 32 + 8 * t;
+    const bool in = d < nc && k < K;
+    wa[d] = in && okA ? __ldcs(reinterpret_cast<const uint4 *>(wA + (size_t)(kp + KS * d) * 32))
+                      : make_uint4(0u, 0u, 0u, 0u);
+    wb[d] = in && okB ? __ldcs(reinterpret_cast<const uint4 *>(wB + (size_t)(kp + KS * d) * 32))
+                      : make_uint4(0u, 0u, 0u, 0u);
+  }
+
+  /* 2. rows of this block; RMSNorm statistics (warp w: rows w, w + 8, ...; fixed order) */
+  pdl_wait();
+  const int r0 = blockIdx.x * RC;
+  const int nr = min(RC, tp.R - r0);
+  const float *xb = a.x + (size_t)r0 * a.ldx;
+  if (PRO == COSY_GEMV_IN_RMSNORM) {
+    for (int rr = warp; rr < RC; rr += TC_WARPS) {
+      float ss = 0.f;
+      if (rr < nr) {
+        const float *xr = xb + (size_t)rr * a.ldx;
+        for (int k = lane * 4; k < K; k += 128) {
+          const float4 v = *reinterpret_cast<const float4 *>(xr + k);
+          ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) rn_s[rr] = rsqrtf(ss / (float)K + a.eps);
+    }
+    __syncthreads();
+  }
+
+  /* 3. mma over this warp's k-blocks: lane (g, t) holds k = 32 kb + 8 t .. + 7 of weight rows
+   * rA / rB and of x row g of each 8-row tile; mma 1 takes its k 0..3, mma 2 its k 4..7 (the
+   * same permutation of k in A and B), each with x's hi then lo part */
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+  for (int c0 = 0; c0 < nc; c0 += TC_D) {
+#pragma unroll
+    for (int d = 0; d < TC_D; ++d) {
+      const int c = c0 + d;
+      if (c < nc) {
+        const int k = (kp + KS * c) * 32 + 8 * t;
+        const bool kin = k < K;
+        float nw[8];
+        if (PRO == COSY_GEMV_IN_RMSNORM) {
+          if (kin)
+            load8w(a.norm_w + k, nw);
+          else
+#pragma unroll
+            for (int e = 0; e < 8; ++e) nw[e] = 0.f;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int row = nt * 8 + g;
+          float xf[8];
+          if (kin && row < nr) {
+            load8f(xb + (size_t)row * a.ldx + k, xf);
+            if (PRO == COSY_GEMV_IN_RMSNORM) {
+              const float r = rn_s[row];
+#pragma unroll
+              for (int e = 0; e < 8; ++e) xf[e] = nw[e] * (xf[e] * r);
+            }
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) xf[e] = 0.f;
+          }
+          uint32_t h0, l0, h1, l1, h2, l2, h3, l3;
+          tc_split2(xf[0], xf[1], h0, l0);
+          tc_split2(xf[2], xf[3], h1, l1);
+          tc_split2(xf[4], xf[5], h2, l2);
+          tc_split2(xf[6], xf[7], h3, l3);
+          tc_mma(acc[nt], wa[d].x, wb[d].x, wa[d].y, wb[d].y, h0, h1);
+          tc_mma(acc[nt], wa[d].z, wb[d].z, wa[d].w, wb[d].w, h2, h3);
+          tc_mma(acc[nt], wa[d].x, wb[d].x, wa[d].y, wb[d].y, l0, l1);
+          tc_mma(acc[nt], wa[d].z, wb[d].z, wa[d].w, wb[d].w, l2, l3);
+        }
+        /* refill this slot with k-block c + TC_D */
+        const int cn = c + TC_D;
+        const int kn = (kp + KS * cn) * 32 + 8 * t;
+        const bool in = cn < nc && kn < K;
+        wa[d] = in && okA ? __ldcs(reinterpret_cast<const uint4 *>(wA + (size_t)(kp + KS * cn) * 32))
+                          : make_uint4(0u, 0u, 0u, 0u);
+        wb[d] = in && okB ? __ldcs(reinterpret_cast<const uint4 *>(wB + (size_t)(kp + KS * cn) * 32))
+                          : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  }
+
+  /* 4. the KS warps of a tile: partial sums through shared memory, added in k-part order */
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[warp][nt][e][lane] = acc[nt][e];
+  __syncthreads();
+  if (kp != 0 || !valid) return;
+  /* 5. epilogue: c0, c1 = (row rA, rows 2t, 2t + 1 of the 8-row tile), c2, c3 = (row rB, same) */
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float s = 0.f;
+#pragma unroll
+      for (int q = 0; q < KS; ++q) s += red[warp + q][nt][e][lane];
+      v[e] = s;
+    }
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int lr = nt * 8 + 2 * t + e2;
+      if (lr >= nr) continue;
+      const int gm = r0 + lr;
+      if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int f = h ? rB : rA;
+          if (f >= a.N) continue;
+          float *y = a.y + (size_t)gm * a.ldy + f;
+          const float o = v[2 * h + e2] + (a.bias ? a.bias[f] : 0.f);
+          if (EPI == COSY_GEMV_ADD_F32)
+            *y += o;
+          else
+            *y = o;
+        }
+      } else if (EPI == COSY_GEMV_SILU_MUL) {
+        const float gt = v[e2] + (a.bias ? a.bias[rA] : 0.f);
+        const float u = v[2 + e2] + (a.bias ? a.bias[rB] : 0.f);
+        a.y[(size_t)gm * a.ldy + rA] = gt / (1.f + expf(-gt)) * u;
+      } else { /* QKV_ROPE */
+        const int head = tile >> 2, i = (tile & 3) * 8 + g;
+        float x1 = v[e2], x2 = v[2 + e2];
+        if (a.bias) {
+          x1 += a.bias[rA];
+          x2 += a.bias[rB];
+        }
+        if (head < a.n_qh + a.n_kh) {
+          float sn, cs;
+          sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
+          const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
+          x1 = t1;
+          x2 = t2;
+        }
+        if (head < a.n_qh) {
+          float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
+          q[i] = x1;
+          q[i + HALF] = x2;
+        } else {
+          const int sc = a.slots[gm];
+          if (sc >= 0) {
+            const bool is_k = head < a.n_qh + a.n_kh;
+            const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
+            float *cc = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
+            cc[i] = x1;
+            cc[i + HALF] = x2;
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int NT, int KS, int PRO, int EPI>
+cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
+  constexpr int TPB = TC_WARPS / KS, RC = 8 * NT;
+  const dim3 grid((unsigned)((p.R + RC - 1) / RC), (unsigned)((p.g.P + TPB - 1) / TPB));
+  if (!pdl) {
+    gemv_tc_kernel<NT, KS, PRO, EPI><<<grid, TC_THREADS, 0, s>>>(p);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(TC_THREADS);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_tc_kernel<NT, KS, PRO, EPI>, p);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
+template <int NT, int PRO, int EPI>
+cudaError_t gemv_tc_ks(cudaStream_t s, const TcP &p, int ks, int pdl) {
+  switch (ks) {
+  case 1: return gemv_tc_launch<NT, 1, PRO, EPI>(s, p, pdl);
+  case 2: return gemv_tc_launch<NT, 2, PRO, EPI>(s, p, pdl);
+  case 4: return gemv_tc_launch<NT, 4, PRO, EPI>(s, p, pdl);
+  case 8: return gemv_tc_launch<NT, 8, PRO, EPI>(s, p, pdl);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+template <int PRO, int EPI>
+cudaError_t gemv_tc_nt(cudaStream_t s, const TcP &p, int ks, int pdl) {
+  if (p.R <= 8) return gemv_tc_ks<1, PRO, EPI>(s, p, ks, pdl);
+  if (p.R <= 16) return gemv_tc_ks<2, PRO, EPI>(s, p, ks, pdl);
+  if (p.R <= 32) return gemv_tc_ks<4, PRO, EPI>(s, p, ks, pdl);
+  return gemv_tc_ks<8, PRO, EPI>(s, p, ks, pdl);
+}
+
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 } /* namespace */
@@ -395,5 +695,88 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
     return gemv_m<COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32>(s, p, ks, pdl);
   if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_STORE_F32)
     return gemv_m<COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32>(s, p, ks, pdl);
+  return cudaErrorNotSupported;
+}
+
+extern "C" int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode) {
+  if (K < 8 || K % 8 != 0 || N <= 0) return 0;
+  if (out_mode == COSY_GEMV_SILU_MUL) return N % 16 == 0;
+  if (out_mode == COSY_GEMV_QKV_ROPE) return N % 64 == 0;
+  return out_mode == COSY_GEMV_STORE_F32 || out_mode == COSY_GEMV_ADD_F32;
+}
+
+extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a) {
+  if (!a || a->M < 0 || !cosy_k_llm_gemv_tc_supported(a->N, a->K, a->out_mode) || !a->x ||
+      !a->w || !a->y || !aligned16(a->w) || !aligned16(a->x) || a->ldx < a->K ||
+      a->ldx % 4 != 0)
+    return cudaErrorInvalidValue;
+  if (a->in_mode == COSY_GEMV_IN_RMSNORM && (!a->norm_w || !aligned16(a->norm_w)))
+    return cudaErrorInvalidValue;
+  if (a->groups < 0 || a->groups > GV_MAX_GROUPS) return cudaErrorInvalidValue;
+  const long long R = (long long)a->M * (a->groups > 1 ? a->groups : 1);
+  if (R == 0) return cudaSuccess;
+  if (R > 65535LL * 64) return cudaErrorInvalidValue;
+  TcP tp;
+  GemvP &p = tp.g;
+  memset(&tp, 0, sizeof tp);
+  tp.R = (int)R;
+  tp.KB = (a->K + 31) / 32;
+  p.M = a->M;
+  p.groups = 1;
+  p.N = a->N;
+  p.K = a->K;
+  p.x = a->x;
+  p.ldx = a->ldx;
+  p.norm_w = a->norm_w;
+  p.eps = a->eps;
+  p.w = (const bf16 *)a->w;
+  p.bias = a->bias;
+  p.y = a->y;
+  p.ldy = a->ldy;
+  p.n_qh = a->n_qh;
+  p.n_kh = a->n_kh;
+  p.pos = a->pos;
+  p.slots = a->slots;
+  p.inv_freq = a->inv_freq;
+  p.kc = a->k_cache;
+  p.vc = a->v_cache;
+  switch (a->out_mode) { /* P = 16-row weight tiles */
+  case COSY_GEMV_STORE_F32:
+  case COSY_GEMV_ADD_F32:
+    if (a->ldy < a->N) return cudaErrorInvalidValue;
+    p.P = (a->N + 15) / 16;
+    break;
+  case COSY_GEMV_SILU_MUL:
+    if (a->ldy < a->N / 2) return cudaErrorInvalidValue;
+    p.P = a->N / 16;
+    break;
+  case COSY_GEMV_QKV_ROPE:
+    if (a->n_qh <= 0 || a->n_kh <= 0 || a->N != (a->n_qh + 2 * a->n_kh) * HD ||
+        a->ldy < a->n_qh * HD || !a->pos || !a->slots || !a->inv_freq || !a->k_cache ||
+        !a->v_cache)
+      return cudaErrorInvalidValue;
+    p.P = a->N / 16;
+    break;
+  default:
+    return cudaErrorInvalidValue;
+  }
+  /* K split from N and K only (never the rows, so a row's sums do not depend on the batch):
+   * at most 16 k-blocks per warp, then more parts while the grid is short of 2 blocks per SM */
+  int ks = 1;
+  while (ks < 8 && (tp.KB + ks - 1) / ks > 16) ks *= 2;
+  while (ks < 8 && (p.P + TC_WARPS / ks - 1) / (TC_WARPS / ks) < TC_TARGET_BLOCKS &&
+         tp.KB >= 4 * ks)
+    ks *= 2;
+  const int pro = a->in_mode, epi = a->out_mode, pdl = a->pdl ? 1 : 0;
+  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_QKV_ROPE)
+    return gemv_tc_nt<COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE>(s, tp, ks, pdl);
+  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_SILU_MUL)
+    return gemv_tc_nt<COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL>(s, tp, ks, pdl);
+  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_STORE_F32)
+    return gemv_tc_nt<COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32>(s, tp, ks, pdl);
+  if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_ADD_F32)
+    return gemv_tc_nt<COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32>(s, tp, ks, pdl);
+  if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_STORE_F32)
+    return gemv_tc_nt<COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32>(s, tp, ks, pdl);
   return cudaErrorNotSupported;
 }

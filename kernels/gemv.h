@@ -73,6 +73,20 @@ typedef struct cosy_llm_gemv_args {
  * 8 <= K <= 8192). */
 int cosy_k_llm_gemv_supported(int M, int K);
 
+/* 1 when cosy_k_llm_gemv_tc supports W [N][K] with that epilogue: K % 8 == 0, K >= 8; SILU_MUL
+ * needs N % 16 == 0, QKV_ROPE N % 64 == 0. */
+int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode);
+
+/* The same operation on the tensor cores (sm_80+, mma.sync m16n8k16 bf16) for any number of rows
+ * R = M * max(groups, 1) (M >= 1, no limit of 8; groups only multiplies the rows): x (after the
+ * RMSNorm, fp32) is split per element into bf16 hi + lo (x = hi + lo to ~2^-17 relative) and
+ * both are multiplied with the bf16 weights, fp32 accumulation. A warp owns 16 weight rows (the
+ * two rows of a SiLU or RoPE pair sit in one warp, so the epilogue needs no exchange) and a
+ * share of K fixed by N and K alone; every row of x is computed the same way whatever R, so
+ * a row's result is bit-identical alone or among any others (batch-invariant, tested). Rows go
+ * 8, 16, 32 or 64 to a block; the weights are streamed once per block of rows. */
+cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a);
+
 /* y = epilogue(x W^T (+ bias)) for M in {1, 2, 4, 8} rows, see the modes above. W is read once
  * (streamed into registers first), x through the L1 cache; fp32 accumulation. Graph-capturable
  * (the grid depends only on M, N, K). Dummy rows are harmless (slots < 0 skip cache writes). */

@@ -257,10 +257,14 @@ long cosy_gemm_heuristic_queries(const cosy_gemm *g);
 /* Build, without launching anything, the plans that cosy_k_gemm would build for this shape,
  * these pointers' alignments and every row bucket up to M_max (gemm.cu), so that the first calls
  * of each size pay no heuristic query (an engine does this at creation). Same argument rules as
- * cosy_k_gemm; M_max <= 64 does nothing. */
+ * cosy_k_gemm; M_max <= 64 does nothing; M_max = -1: the plan of cosy_k_gemm_inv. */
 cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, cosy_kdtype ab_dt,
                               const void *x, int ldx, const void *w, const float *bias,
                               cosy_kdtype y_dt, const void *y, int ldy, int accumulate);
+
+/* cosy_k_gemm_inv calls whose shared algorithm did not fit their M (then chosen for that M:
+ * that call's rows are not batch-invariant); 0 expected */
+long cosy_gemm_inv_fallbacks(const cosy_gemm *g);
 
 /* y = x W^T (+ bias) (+ y when accumulate): y[m][n] = sum_k x[m][k] W[n][k] + bias[n] (+ y[m][n]).
  * x [M][ldx] (first K columns used), W [N][K] contiguous (a Linear weight [out][in]), both
@@ -269,6 +273,13 @@ cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, cosy_kdtype
 cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
                         const void *x, int ldx, const void *w, const float *bias,
                         cosy_kdtype y_dt, void *y, int ldy, int accumulate);
+/* cosy_k_gemm with one algorithm for every M of a shape (the heuristic's first candidate
+ * without split-K at M = COSY_GEMM_INV_M rows, default 2048): a row's result is the same whatever
+ * M computes it (batch-invariant; the LLM's prefill). cosy_gemm_prewarm with M_max = -1 builds
+ * that algorithm's plan. */
+cudaError_t cosy_k_gemm_inv(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
+                            const void *x, int ldx, const void *w, const float *bias,
+                            cosy_kdtype y_dt, void *y, int ldy, int accumulate);
 
 /* ============================== sample.cu ==================================================== */
 

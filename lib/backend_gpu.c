@@ -221,10 +221,16 @@ static cosy_status gb_create(cosy_engine *e) {
   }
   const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
   s->flow_recompute = fc && !strcmp(fc, "0");
-  /* COSY_LLM_INVARIANT=1: every decode bucket on the row-grouped skinny GEMM (a row's logits do
-   * not depend on the batch; slower from batch 8 on, see lib/gpu/llm.c GPU_LLM_GEMV_DEFAULT) */
-  const char *inv = getenv("COSY_LLM_INVARIANT");
-  if (inv && !strcmp(inv, "1")) gpu_llm_set_tuning(s->llm, 256, -1);
+  /* COSY_LLM_DECODE (measurement): "tc" (the default: every decode bucket on the tensor-core
+   * fused path, batch-invariant), "mixed" (skinny GEMM up to 4 rows, cuBLASLt above: a row's
+   * bits depend on the batch bucket), "grouped" (every bucket on the skinny GEMM in groups of 8
+   * rows: batch-invariant, slow from batch 8 on); see lib/gpu/llm.c */
+  const char *dm = getenv("COSY_LLM_DECODE");
+  if (dm && !strcmp(dm, "mixed")) gpu_llm_set_tc(s->llm, 0);
+  if (dm && !strcmp(dm, "grouped")) {
+    gpu_llm_set_tc(s->llm, 0);
+    gpu_llm_set_tuning(s->llm, 256, -1);
+  }
   const cosy_kdev *d = &s->g->dev;
   engine_log(e, COSY_LOG_INFO,
              "GPU %d: %s, compute capability %d.%d, %d SMs, %zu KB shared memory per block, "

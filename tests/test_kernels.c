@@ -796,6 +796,57 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
   dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dout), dfree(dws);
 }
 
+/* The same sequences under every context bucket the LLM uses (256 .. 2048: 4 .. 32 splits of 64,
+ * merged through clusters up to 8 splits where the device has them, else through the
+ * workspace), with and without clusters: every output bit-identical to the first call's. A
+ * request's attention then does not depend on the longest sequence of its batch. (fp32, as the
+ * LLM's cache; mismatching floats are the error.) */
+static void check_paged_decode_ctx_invariant(void) {
+  enum { NS = 5 };
+  const int lens[NS] = {1, 63, 64, 65, 250};
+  const int nqh = 14, nkh = 2, hd = 64, q_stride = 1152, out_stride = nqh * hd, ps = 16;
+  const int ctxs[] = {256, 512, 1024, 2048};
+  const int max_pages = 2048 / ps;
+  const size_t per = (size_t)nkh * hd, ncache = (size_t)NS * max_pages * ps * per;
+  float *kc = fill(ncache, -1.f, 1.f), *vc = fill(ncache, -1.f, 1.f);
+  float *q = fill((size_t)NS * q_stride, -3.f, 3.f);
+  int32_t *bt = malloc(sizeof(int32_t) * NS * max_pages);
+  for (int i = 0; i < NS * max_pages; ++i) bt[i] = (i * 7 + 3) % (NS * max_pages);
+  void *dkc = dup_dt(kc, ncache, F32), *dvc = dup_dt(vc, ncache, F32);
+  void *dq = dup_dt(q, (size_t)NS * q_stride, F32);
+  int32_t *dbt = dup_i32(bt, (size_t)NS * max_pages), *dlens = dup_i32(lens, NS);
+  const size_t wsb = cosy_k_paged_decode_workspace(NS, nqh, nkh, 2048);
+  void *dws = dmalloc(wsb);
+  CK(cudaMemset(dws, 0, wsb));
+  float *first = NULL;
+  size_t bad = 0;
+  int calls = 0;
+  for (int c = 0; c < 4; ++c)
+    for (int cl = 0; cl < 2; ++cl) {
+      cosy_kdev dev = g_dev;
+      dev.clusters = cl ? 0 : g_dev.clusters;
+      void *dout = dpoison((size_t)NS * out_stride, F32);
+      /* the block table's row stride stays max_pages; a smaller bucket reads only its prefix */
+      CK(cosy_k_paged_decode(0, F32, dq, q_stride, dkc, dvc, dbt, max_pages, dlens, NS, nqh, nkh,
+                             hd, ps, ctxs[c], 0.125f, dout, out_stride, dws, wsb, cl, &dev));
+      float *out = download(dout, (size_t)NS * out_stride, F32);
+      dfree(dout);
+      if (!first) {
+        first = out;
+      } else {
+        for (size_t i = 0; i < (size_t)NS * out_stride; ++i)
+          bad += memcmp(&out[i], &first[i], sizeof *out) != 0;
+        free(out);
+      }
+      calls++;
+    }
+  char sz[96];
+  snprintf(sz, sizeof sz, "%d calls, ctx 256..2048, clusters on/off (mismatches as err)", calls);
+  report("paged_decode ctx buckets", sz, (double)bad, 0.0, count_nan(first, (size_t)NS * out_stride));
+  free(kc), free(vc), free(q), free(bt), free(first);
+  dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dws);
+}
+
 /* One workspace shared by calls of different batch sizes (the decode graphs of the LLM's
  * buckets share one), merged through the workspace (no clusters): the calls use the first
  * n_seq sequences of one set, larger, smaller, larger again; each must match the reference.
@@ -917,6 +968,7 @@ void test_attention(void **state) {
   }
   check_paged_decode_shared_ws(F32);
   check_paged_decode_shared_ws(BF16);
+  check_paged_decode_ctx_invariant();
 
   const int Ns[] = {1, 37, 175, 400};
   for (int a = 0; a < 4; ++a) {
@@ -1014,6 +1066,51 @@ static void check_gemm_rows(int N, int K, cosy_kdtype abdt, cosy_kdtype ydt, int
   dfree(dx), dfree(dw), dfree(db), dfree(dyb);
 }
 
+/* cosy_k_gemm_inv: the rows of calls with M = 1, 2, 37, 252, 1100 and 4096 equal the same rows
+ * of a call with M = 2048, bit for bit (one split-K-free algorithm for every M: the LLM's
+ * prefill), the first call of the smaller ones equals the CPU reference, and no call fell back
+ * to a per-M algorithm. */
+static void check_gemm_inv(int N, int K) {
+  const int MB = 4096, ms[6] = {1, 2, 37, 252, 1100, 2048};
+  const size_t nx = (size_t)MB * K, nw = (size_t)N * K, ny = (size_t)MB * N;
+  float *x = fill(nx, -1.f, 1.f), *w = fill(nw, -1.f, 1.f);
+  void *dx = dup_dt(x, nx, BF16), *dw = dup_dt(w, nw, BF16);
+  void *dyb = dpoison(ny, F32);
+  const long f0 = cosy_gemm_inv_fallbacks(g_gemm);
+  CK(cosy_k_gemm_inv(g_gemm, 0, MB, N, K, BF16, dx, K, dw, NULL, F32, dyb, N, 0));
+  float *yb = download(dyb, ny, F32);
+  for (int i = 0; i < 6; ++i) {
+    const int M = ms[i];
+    void *dy = dpoison((size_t)M * N, F32);
+    CK(cosy_k_gemm_inv(g_gemm, 0, M, N, K, BF16, dx, K, dw, NULL, F32, dy, N, 0));
+    float *y = download(dy, (size_t)M * N, F32);
+    double *ref = to_double(yb, (size_t)M * N);
+    char sz[96];
+    snprintf(sz, sizeof sz, "M=%d in M=%d: N=%d K=%d bf16->f32", M, MB, N, K);
+    check("gemm_inv rows", sz, y, ref, (size_t)M * N, 0.0);
+    if (i == 2) { /* against the CPU: bf16-rounded inputs, fp32 accumulation */
+      float *xb = download(dx, (size_t)M * K, BF16), *wb = download(dw, nw, BF16);
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          double acc = 0;
+          for (int k = 0; k < K; ++k) acc += (double)xb[(size_t)m * K + k] * wb[(size_t)n * K + k];
+          ref[(size_t)m * N + n] = acc;
+        }
+      snprintf(sz, sizeof sz, "M=%d N=%d K=%d bf16->f32 vs CPU", M, N, K);
+      check("gemm_inv", sz, y, ref, (size_t)M * N, 1e-5);
+      free(xb), free(wb);
+    }
+    free(y), free(ref);
+    dfree(dy);
+  }
+  const long nf = cosy_gemm_inv_fallbacks(g_gemm) - f0;
+  char sq[96];
+  snprintf(sq, sizeof sq, "N=%d K=%d: %ld calls off the shared algorithm", N, K, nf);
+  report("gemm_inv plans", sq, (double)nf, 0.0, 0);
+  free(x), free(w), free(yb);
+  dfree(dx), dfree(dw), dfree(dyb);
+}
+
 void test_gemm(void **state) {
   (void)state;
   begin_test(6);
@@ -1044,6 +1141,12 @@ void test_gemm(void **state) {
   check_gemm_rows(896, 896, BF16, F32, 0);
   check_gemm_rows(9728, 896, BF16, BF16, 0);
   check_gemm_rows(896, 4864, BF16, F32, 0);
+  /* the LLM's prefill GEMMs (hi/lo rows) */
+  check_gemm_inv(1152, 896);
+  check_gemm_inv(896, 896);
+  check_gemm_inv(9728, 896);
+  check_gemm_inv(896, 4864);
+  check_gemm_inv(6761, 896);
   { /* cosy_gemm_prewarm: after it, calls of any row count up to M_max query nothing */
     const int N = 640, K = 512, MM = 3000;
     float *x = fill((size_t)MM * K, -1.f, 1.f), *w = fill((size_t)N * K, -1.f, 1.f);
@@ -1149,24 +1252,24 @@ static void check_topk(int rows, int n, int k, int ties) {
 /* cosy_k_llm_gemv (gemv.h) against a double-precision loop: M rows, W [N][K] bf16, every
  * prologue / epilogue. QKV_ROPE uses 14 q + 2 k + 2 v heads (N = 1152) and checks q, and the
  * K/V cache rows of the tokens with a slot (one token has none when M > 1). */
-static void check_gemv(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out,
-                       int with_bias, int pdl) {
-  const int nqh = 14, nkh = 2, n_slots = 16;
+static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out,
+                         int with_bias, int pdl, int tc) {
+  const int nqh = 14, nkh = 2, n_slots = M > 16 ? M : 16;
   float *x = fill((size_t)M * K, -1.f, 1.f);
   for (int m = 0; m < M; ++m) /* rows of different scale, as residual streams have */
-    for (int k = 0; k < K; ++k) x[(size_t)m * K + k] *= 1.f + 3.f * (float)m;
+    for (int k = 0; k < K; ++k) x[(size_t)m * K + k] *= 1.f + 3.f * (float)(m % 8);
   float *w = fill((size_t)N * K, -0.1f, 0.1f);
   float *nw = fill((size_t)K, 0.5f, 1.5f);
   float *bias = with_bias ? fill((size_t)N, -0.5f, 0.5f) : NULL;
   const int P = out == COSY_GEMV_SILU_MUL || out == COSY_GEMV_QKV_ROPE ? N / 2 : N;
   const int ny = out == COSY_GEMV_QKV_ROPE ? nqh * 64 : P;
   float *y0 = fill((size_t)M * ny, -1.f, 1.f);
-  int32_t pos[8], slots[8];
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)M), *slots = malloc(sizeof(int32_t) * (size_t)M);
   float invf[32];
   for (int i = 0; i < 32; ++i) invf[i] = (float)pow(1e6, -2.0 * i / 64.0);
-  for (int m = 0; m < M; ++m) {
+  for (int m = 0; m < M; ++m) { /* distinct slots: the last row's write is the one compared */
     pos[m] = rnd_int(2000);
-    slots[m] = (m * 5 + 3) % n_slots;
+    slots[m] = M <= n_slots ? (m * 5 + 3) % n_slots : m;
   }
   if (M > 1) slots[M - 1] = -1;
   void *dx = dup_dt(x, (size_t)M * K, F32), *dw = dup_dt(w, (size_t)N * K, BF16);
@@ -1183,7 +1286,7 @@ static void check_gemv(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_o
   ga.eps = 1e-6f, ga.w = dw, ga.bias = db, ga.out_mode = out, ga.y = dy, ga.ldy = ny;
   ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = pdl;
-  CK(cosy_k_llm_gemv(0, &ga));
+  CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   float *y = download(dy, (size_t)M * ny, F32);
   float *kc = download(dkc, ncache, F32), *vc = download(dvc, ncache, F32);
 
@@ -1252,19 +1355,25 @@ static void check_gemv(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_o
   static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
   snprintf(sz, sizeof sz, "M=%d N=%d K=%d %s->%s%s%s", M, N, K, ins[in], outs[out],
            bias ? " +bias" : "", pdl ? " pdl" : "");
-  check("llm_gemv", sz, y, ref, nref, 1e-4);
-  if (out == COSY_GEMV_QKV_ROPE) check("llm_gemv (k/v cache)", sz, kv_out, kv_ref, nk, 1e-4);
+  check(tc ? "llm_gemv_tc" : "llm_gemv", sz, y, ref, nref, 1e-4);
+  if (out == COSY_GEMV_QKV_ROPE)
+    check(tc ? "llm_gemv_tc (k/v)" : "llm_gemv (k/v cache)", sz, kv_out, kv_ref, nk, 1e-4);
   free(x), free(w), free(nw), free(bias), free(y0), free(y), free(kc), free(vc), free(dot);
-  free(ref), free(kref), free(vref), free(kv_out), free(kv_ref);
+  free(ref), free(kref), free(vref), free(kv_out), free(kv_ref), free(pos), free(slots);
   dfree(dx), dfree(dw), dfree(dnw), dfree(db), dfree(dy), dfree(dkc), dfree(dvc), dfree(dpos);
   dfree(dslots), dfree(dinv);
+}
+static void check_gemv(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out,
+                       int with_bias, int pdl) {
+  check_gemv_k(M, N, K, in, out, with_bias, pdl, 0);
 }
 
 /* Row groups (groups > 1): R = 8 * G rows in one call give, row for row, the bits of the same row
  * computed alone (M = 1): the decode step's batch invariance. Mismatching floats are the error
  * (tolerance 0). */
-static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out) {
-  const int M = 8, R = M * G, nqh = 14, nkh = 2, n_slots = 2 * R;
+static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out,
+                                int tc, int R_tc) {
+  const int M = 8, R = tc ? R_tc : M * G, nqh = 14, nkh = 2, n_slots = 2 * R;
   float *x = fill((size_t)R * K, -1.f, 1.f);
   for (int m = 0; m < R; ++m)
     for (int k = 0; k < K; ++k) x[(size_t)m * K + k] *= 1.f + 0.1f * (float)m;
@@ -1281,7 +1390,10 @@ static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm
   }
   void *dx = dup_dt(x, (size_t)R * K, F32), *dw = dup_dt(w, (size_t)N * K, BF16);
   void *dnw = dup_dt(nw, (size_t)K, F32);
-  void *dy = dpoison((size_t)R * ny, F32), *dy1 = dpoison((size_t)R * ny, F32);
+  float *y0 = out == COSY_GEMV_ADD_F32 ? fill((size_t)R * ny, -1.f, 1.f) : NULL;
+  void *dy = y0 ? dup_dt(y0, (size_t)R * ny, F32) : dpoison((size_t)R * ny, F32);
+  void *dy1 = y0 ? dup_dt(y0, (size_t)R * ny, F32) : dpoison((size_t)R * ny, F32);
+  free(y0);
   const size_t ncache = (size_t)n_slots * nkh * 64;
   void *dkc = dpoison(ncache, F32), *dvc = dpoison(ncache, F32);
   int32_t *dpos = dup_i32(pos, (size_t)R), *dslots = dup_i32(slots, (size_t)R);
@@ -1292,25 +1404,34 @@ static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm
   ga.norm_w = dnw, ga.eps = 1e-6f, ga.w = dw, ga.out_mode = out, ga.y = dy, ga.ldy = ny;
   ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
-  CK(cosy_k_llm_gemv(0, &ga));
+  if (tc) ga.M = R, ga.groups = 1;
+  CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   for (int m = 0; m < R; ++m) { /* each row alone */
     ga.M = 1, ga.groups = 1;
     ga.x = (const float *)dx + (size_t)m * K;
     ga.y = (float *)dy1 + (size_t)m * ny;
     ga.pos = dpos + m, ga.slots = dslots + m;
-    CK(cosy_k_llm_gemv(0, &ga));
+    CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   }
   float *y = download(dy, (size_t)R * ny, F32), *y1 = download(dy1, (size_t)R * ny, F32);
   size_t bad = 0;
   for (size_t i = 0; i < (size_t)R * ny; ++i) bad += memcmp(&y[i], &y1[i], sizeof *y) != 0;
   static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
   char sz[96];
-  snprintf(sz, sizeof sz, "%d groups of 8 vs rows alone, N=%d K=%d %s (mismatches as err)", G, N, K,
-           outs[out]);
-  report("llm_gemv groups", sz, (double)bad, 0.0, count_nan(y, (size_t)R * ny));
+  if (tc)
+    snprintf(sz, sizeof sz, "%d rows vs rows alone, N=%d K=%d %s (mismatches as err)", R, N, K,
+             outs[out]);
+  else
+    snprintf(sz, sizeof sz, "%d groups of 8 vs rows alone, N=%d K=%d %s (mismatches as err)", G,
+             N, K, outs[out]);
+  report(tc ? "llm_gemv_tc rows" : "llm_gemv groups", sz, (double)bad, 0.0,
+         count_nan(y, (size_t)R * ny));
   free(x), free(w), free(nw), free(pos), free(slots), free(y), free(y1);
   dfree(dx), dfree(dw), dfree(dnw), dfree(dy), dfree(dy1), dfree(dkc), dfree(dvc), dfree(dpos);
   dfree(dslots), dfree(dinv);
+}
+static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out) {
+  check_gemv_groups_k(G, N, K, in, out, 0, 0);
 }
 
 void test_llm_gemv(void **state) {
@@ -1330,6 +1451,25 @@ void test_llm_gemv(void **state) {
   check_gemv_groups(4, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE);
   check_gemv_groups(3, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL);
   check_gemv_groups(2, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32);
+  /* the tensor-core kernel: every row count class (8, 16, 32, 64-row blocks, partial ones),
+   * every epilogue; then rows together vs each row alone, bit for bit */
+  const int Rs[] = {1, 3, 8, 13, 32, 64, 100};
+  for (int a = 0; a < 7; ++a) {
+    const int M = Rs[a];
+    check_gemv_k(M, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, a & 1, 1);
+    check_gemv_k(M, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, a & 1, 1, 1);
+    check_gemv_k(M, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, a & 1, 1, 1);
+    check_gemv_k(M, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 0, 1);
+    check_gemv_k(M, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 0, 1, 1);
+  }
+  check_gemv_k(1, 37, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 0, 1);     /* tiny, odd N */
+  check_gemv_k(5, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 0, 1);  /* K % 32 != 0 */
+  check_gemv_k(2, 130, 8192, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 0, 1); /* long K */
+  check_gemv_groups_k(0, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 64);
+  check_gemv_groups_k(0, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 37);
+  check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 100);
+  check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 24);
+  check_gemv_groups_k(0, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 72);
   end_test();
 }
 

@@ -63,6 +63,9 @@
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */
+#define GPU_LLM_TC_DEFAULT 1 /* every decode bucket on the tensor-core fused path
+                                (kernels/gemv.cu gemv_tc): a row's bits do not depend on the
+                                batch, so a request's tokens do not depend on what else runs */
 #define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path by
                                   default (H100: batch 8 1.39 ms that way vs 1.21 ms through
                                   cuBLASLt). Every bucket can run there in groups of 8 rows
@@ -86,6 +89,7 @@ struct gpu_llm {
   int n_ctxb, ctxb[MAX_CTX_BUCKETS];
   int pages_per_seq;
   int gemv_max, pdl;
+  int tc; /* 1: every decode bucket on the tensor-core fused path (cosy_k_llm_gemv_tc) */
   gl_layer *layers;
   float *norm, *inv_freq;
   cosy_bf16 *speech_emb, *head;
@@ -255,6 +259,25 @@ static void drop_graphs(gpu_llm *l) {
         l->graphs[i][j] = NULL;
       }
 }
+
+static int tc_ok(const gpu_llm *l) {
+  return cosy_k_llm_gemv_tc_supported(l->qkvd, l->H, COSY_GEMV_QKV_ROPE) &&
+         cosy_k_llm_gemv_tc_supported(l->H, l->qd, COSY_GEMV_ADD_F32) &&
+         cosy_k_llm_gemv_tc_supported(2 * l->inter, l->H, COSY_GEMV_SILU_MUL) &&
+         cosy_k_llm_gemv_tc_supported(l->H, l->inter, COSY_GEMV_ADD_F32) &&
+         cosy_k_llm_gemv_tc_supported(l->V, l->H, COSY_GEMV_STORE_F32) &&
+         l->g->dev.cc_major >= 8;
+}
+
+int gpu_llm_set_tc(gpu_llm *l, int on) {
+  if (!l) return 0;
+  if (l->g && l->g->stream) cudaStreamSynchronize(l->g->stream);
+  drop_graphs(l);
+  l->tc = on && tc_ok(l) ? 1 : 0;
+  return l->tc;
+}
+
+int gpu_llm_tc(const gpu_llm *l) { return l ? l->tc : 0; }
 
 void gpu_llm_set_tuning(gpu_llm *l, int gemv_max, int pdl) {
   if (!l) return;
@@ -438,11 +461,13 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     l->h_ras = p;
     if ((st = dalloc(l, B * sizeof(cosy_k_ras_row), "LLM sampling rows", &l->d_ras))) goto fail;
   }
+  l->tc = GPU_LLM_TC_DEFAULT && tc_ok(l);
   {
-    /* the GEMM plans of every row bucket of layers_split (hi/lo rows: 2 per position), so that
-     * a prefill piece of a new size pays no heuristic query (kernels/gemm.cu) */
+    /* the GEMM plans of layers_split (hi/lo rows: 2 per position), so that a prefill piece of
+     * a new size pays no heuristic query (kernels/gemm.cu): the one batch-invariant plan per
+     * shape (l->tc), else those of every row bucket */
     const gl_layer *y = &l->layers[0];
-    const int rows = 2 * l->max_rows, H = l->H, I = l->inter, qd = l->qd;
+    const int rows = l->tc ? -1 : 2 * l->max_rows, H = l->H, I = l->inter, qd = l->qd;
     cosy_gemm *gm = l->g->gemm;
     const cosy_kdtype bf = COSY_KDT_BF16, f32 = COSY_KDT_F32;
     if ((st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, l->qkvd, H, bf, l->xs, H, y->wqkv, NULL,
@@ -456,7 +481,10 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
                              "LLM GEMM plans")) ||
         (st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, H, I, bf, l->xs, I, y->wd, NULL, f32,
                                                l->y2, H, 0),
-                             "LLM GEMM plans")))
+                             "LLM GEMM plans")) ||
+        (l->tc && (st = cosy_gpu_check(cosy_gemm_prewarm(gm, -1, l->V, H, bf, l->xs, H, l->head,
+                                                         NULL, f32, l->y2, l->V, 0),
+                                       "LLM GEMM plans"))))
       goto fail;
   }
   gpu_llm_set_tuning(l, -1, -1);
@@ -686,6 +714,16 @@ static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) 
   return COSY_OK;
 }
 
+/* A GEMM of layers_split / head_split: with l->tc (the batch-invariant LLM) one cuBLASLt
+ * algorithm for every row count of the shape (cosy_k_gemm_inv), so a prefill row's result does
+ * not depend on the pieces packed with it; else the algorithm of the row count's bucket. */
+static cudaError_t llm_gemm(const gpu_llm *l, cosy_gemm *gm, cudaStream_t s, int M, int N, int K,
+                            cosy_kdtype ab, const void *x, int ldx, const void *w,
+                            const float *bias, cosy_kdtype yt, void *y, int ldy, int acc) {
+  return (l->tc ? cosy_k_gemm_inv : cosy_k_gemm)(gm, s, M, N, K, ab, x, ldx, w, bias, yt, y, ldy,
+                                                 acc);
+}
+
 /* The layers over M rows of h through cuBLASLt on hi/lo pairs. pos/slots: device [M]. On return
  * the last layer's down projection is still pending in y2 (hi rows, then lo rows at + M*H). */
 static cosy_status layers_split(gpu_llm *l, int M, const int32_t *pos, const int32_t *slots,
@@ -703,7 +741,7 @@ static cosy_status layers_split(gpu_llm *l, int M, const int32_t *pos, const int
     CK(cosy_k_llm_norm_split(s, l->h, pend, pend ? pend + m * H : NULL, y->ln1, l->eps, xs,
                              xs + m * H, M, H),
        "LLM norm");
-    CK(cosy_k_gemm(gm, s, 2 * M, l->qkvd, H, COSY_KDT_BF16, xs, H, y->wqkv, NULL, COSY_KDT_F32,
+    CK(llm_gemm(l, gm, s, 2 * M, l->qkvd, H, COSY_KDT_BF16, xs, H, y->wqkv, NULL, COSY_KDT_F32,
                    y2, l->qkvd, 0),
        "LLM q|k|v GEMM");
     CK(cosy_k_llm_rope_append(s, y2, y2 + m * l->qkvd, l->qkvd, y->bqkv, M, l->nh, l->nkv, pos,
@@ -711,16 +749,16 @@ static cosy_status layers_split(gpu_llm *l, int M, const int32_t *pos, const int
        "LLM rope/append");
     if ((st = attention(l, i, M, ap))) return st;
     CK(cosy_k_llm_split(s, l->att, qd, xs, xs + m * qd, M, qd), "LLM split");
-    CK(cosy_k_gemm(gm, s, 2 * M, H, qd, COSY_KDT_BF16, xs, qd, y->wo, NULL, COSY_KDT_F32, y2, H,
+    CK(llm_gemm(l, gm, s, 2 * M, H, qd, COSY_KDT_BF16, xs, qd, y->wo, NULL, COSY_KDT_F32, y2, H,
                    0),
        "LLM o_proj GEMM");
     CK(cosy_k_llm_norm_split(s, l->h, y2, y2 + m * H, y->ln2, l->eps, xs, xs + m * H, M, H),
        "LLM norm");
-    CK(cosy_k_gemm(gm, s, 2 * M, 2 * I, H, COSY_KDT_BF16, xs, H, y->wgu, NULL, COSY_KDT_F32, y2,
+    CK(llm_gemm(l, gm, s, 2 * M, 2 * I, H, COSY_KDT_BF16, xs, H, y->wgu, NULL, COSY_KDT_F32, y2,
                    2 * I, 0),
        "LLM gate|up GEMM");
     CK(cosy_k_llm_silu_split(s, y2, y2 + m * 2 * I, I, xs, xs + m * I, M), "LLM silu");
-    CK(cosy_k_gemm(gm, s, 2 * M, H, I, COSY_KDT_BF16, xs, I, y->wd, NULL, COSY_KDT_F32, y2, H, 0),
+    CK(llm_gemm(l, gm, s, 2 * M, H, I, COSY_KDT_BF16, xs, I, y->wd, NULL, COSY_KDT_F32, y2, H, 0),
        "LLM down_proj GEMM");
     pend = y2;
   }
@@ -735,12 +773,25 @@ static cosy_status head_split(gpu_llm *l, float *h0, const float *d, const float
   const size_t m = (size_t)M;
   CK(cosy_k_llm_norm_split(s, h0, d, d_lo, l->norm, l->eps, l->xs, l->xs + m * H, M, H),
      "LLM final norm");
-  CK(cosy_k_gemm(l->g->gemm, s, 2 * M, V, H, COSY_KDT_BF16, l->xs, H, l->head, NULL, COSY_KDT_F32,
+  CK(llm_gemm(l, l->g->gemm, s, 2 * M, V, H, COSY_KDT_BF16, l->xs, H, l->head, NULL, COSY_KDT_F32,
                  l->y2, V, 0),
      "LLM head GEMM");
   CK(cosy_k_llm_add(s, l->y2, l->y2 + m * V, l->logits, (int64_t)m * V), "LLM logits");
   CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, V, l->logp, M, V), "LLM log_softmax");
   return COSY_OK;
+}
+
+/* One fused projection of the decode step over b rows: the tensor-core kernel over all rows
+ * (l->tc), or the skinny GEMM in groups of at most 8 rows. */
+static cudaError_t run_gemv(const gpu_llm *l, cudaStream_t s, cosy_llm_gemv_args *ga, int b) {
+  if (l->tc) {
+    ga->M = b;
+    ga->groups = 1;
+    return cosy_k_llm_gemv_tc(s, ga);
+  }
+  ga->M = gemv_rows(b);
+  ga->groups = b / gemv_rows(b);
+  return cosy_k_llm_gemv(s, ga);
 }
 
 /* The decode layers of b rows on the fused skinny-GEMM path, then the log-probs. */
@@ -752,8 +803,6 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
   for (int i = 0; i < l->nl; i++) {
     const gl_layer *y = &l->layers[i];
     memset(&ga, 0, sizeof ga);
-    ga.M = gemv_rows(b);
-    ga.groups = b / gemv_rows(b);
     ga.N = l->qkvd;
     ga.K = H;
     ga.in_mode = COSY_GEMV_IN_RMSNORM;
@@ -774,11 +823,9 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.k_cache = kpool(l, i);
     ga.v_cache = vpool(l, i);
     ga.pdl = l->pdl;
-    CK(cosy_k_llm_gemv(s, &ga), "LLM q|k|v (gemv)");
+    CK(run_gemv(l, s, &ga, b), "LLM q|k|v (gemv)");
     if ((st = attention(l, i, b, ap))) return st;
     memset(&ga, 0, sizeof ga);
-    ga.M = gemv_rows(b);
-    ga.groups = b / gemv_rows(b);
     ga.N = H;
     ga.K = l->qd;
     ga.in_mode = COSY_GEMV_IN_F32;
@@ -789,10 +836,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.y = l->h;
     ga.ldy = H;
     ga.pdl = l->pdl;
-    CK(cosy_k_llm_gemv(s, &ga), "LLM o_proj (gemv)");
+    CK(run_gemv(l, s, &ga, b), "LLM o_proj (gemv)");
     memset(&ga, 0, sizeof ga);
-    ga.M = gemv_rows(b);
-    ga.groups = b / gemv_rows(b);
     ga.N = 2 * I;
     ga.K = H;
     ga.in_mode = COSY_GEMV_IN_RMSNORM;
@@ -805,10 +850,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.y = l->act;
     ga.ldy = I;
     ga.pdl = l->pdl;
-    CK(cosy_k_llm_gemv(s, &ga), "LLM gate|up (gemv)");
+    CK(run_gemv(l, s, &ga, b), "LLM gate|up (gemv)");
     memset(&ga, 0, sizeof ga);
-    ga.M = gemv_rows(b);
-    ga.groups = b / gemv_rows(b);
     ga.N = H;
     ga.K = I;
     ga.in_mode = COSY_GEMV_IN_F32;
@@ -819,11 +862,9 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.y = l->h;
     ga.ldy = H;
     ga.pdl = l->pdl;
-    CK(cosy_k_llm_gemv(s, &ga), "LLM down_proj (gemv)");
+    CK(run_gemv(l, s, &ga, b), "LLM down_proj (gemv)");
   }
   memset(&ga, 0, sizeof ga);
-  ga.M = gemv_rows(b);
-  ga.groups = b / gemv_rows(b);
   ga.N = l->V;
   ga.K = H;
   ga.in_mode = COSY_GEMV_IN_RMSNORM;
@@ -836,7 +877,7 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
   ga.y = l->logits;
   ga.ldy = l->V;
   ga.pdl = l->pdl;
-  CK(cosy_k_llm_gemv(s, &ga), "LLM head (gemv)");
+  CK(run_gemv(l, s, &ga, b), "LLM head (gemv)");
   return COSY_OK; /* logits; the sampling kernel (or gpu_llm_decode's download) takes the
                      log_softmax */
 }
@@ -980,7 +1021,7 @@ static cosy_status decode_enqueue(gpu_llm *l, int b, int ctx) {
                             l->pages_per_seq, l->max_open, GPU_LLM_PAGE_SIZE, l->h, l->d_pos,
                             l->d_slot, l->d_lens, l->d_bt, ctx / GPU_LLM_PAGE_SIZE),
      "LLM decode prep");
-  const int gemv = b <= l->gemv_max && bucket_ok_for_gemv(l, b);
+  const int gemv = l->tc || (b <= l->gemv_max && bucket_ok_for_gemv(l, b));
   const attn_plan ap = {1, 0, 0, ctx, gemv};
   if (gemv) return layers_gemv(l, b, &ap);
   cosy_status st = layers_split(l, b, l->d_pos, l->d_slot, &ap);

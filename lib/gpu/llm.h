@@ -149,4 +149,11 @@ int gpu_llm_hidden(const gpu_llm *l);
  * turns programmatic dependent launch of the skinny GEMMs on/off (-1 = on where sm_90). */
 void gpu_llm_set_tuning(gpu_llm *l, int gemv_max, int pdl);
 
+/* 1: every decode bucket runs the tensor-core fused projections (kernels/gemv.h
+ * cosy_k_llm_gemv_tc; batch-invariant: a row's logits do not depend on the other rows), the
+ * default where the geometry and device allow; 0: the gemv_max / cuBLASLt split above. Drops the
+ * captured graphs; returns the mode in effect (0 where the tensor-core path is not supported). */
+int gpu_llm_set_tc(gpu_llm *l, int on);
+int gpu_llm_tc(const gpu_llm *l);
+
 #endif
