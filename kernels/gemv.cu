@@ -45,16 +45,22 @@
  *   In a k-block of 32, lane (g, t = lane % 4) loads 16 bytes of each of its two weight rows
  *   (k = 32 kb + 8 t .. + 7) and, per 8-row tile of x, the same 8 k of x row g (two float4,
  *   RMSNorm'd and split); mma 1 takes k 0..3 of those 8, mma 2 k 4..7 (a permutation of k
- *   applied alike to A = W and B = x, so each lane's loads are 16-byte vectors). TC_D = 4
- *   k-blocks of weights are in flight per warp (loaded before the PDL wait, refilled as used).
- *   A block holds 8 / KS tiles and 8 NT rows of x (NT = 1, 2, 4, 8 n8 tiles by R); larger R
- *   runs in several row blocks (gridDim.x, fastest, so a weight tile's row blocks share it
- *   through L2). The KS partial sums of a tile meet in shared memory and are added in part
- *   order by the tile's first warp, whose lane (g, t) then owns outputs (rows 2t, 2t + 1 of each
- *   8-row tile) x (weight rows g, g + 8): a SiLU or RoPE pair is in one thread. RMSNorm
- *   statistics: warp w sums rows w, w + 8, ... (lane l: k = 4 l + 128 i, then a butterfly).
+ *   applied alike to A = W and B = x, so each lane's loads are 16-byte vectors). D k-blocks of
+ *   weights are in flight per warp (loaded before the PDL wait, refilled as used).
+ *   A block holds 8 NT rows of x (NT = 1, 2, 4, 8 n8 tiles by R; larger R runs in several row
+ *   blocks, gridDim.x, fastest, so a weight tile's row blocks share it through L2) and 8 / KS
+ *   warp groups of TW tiles each. By R: up to 8 rows NT 1, TW 1, D 8 (the weight stream is the
+ *   cost: more bytes in flight); up to 16 NT 2, TW 1, D 4; more NT 4 or 8, TW 2, D 2 (each x
+ *   fragment serves two tiles: the x reads are the cost). Where the block's rows fit (at most
+ *   96 KB, within the caller's smem_max) they are first copied into shared memory in one bulk
+ *   read, so the k-blocks read x there instead of through L1/L2. The KS partial sums of a tile
+ *   meet in shared memory and are added in part order by the tile's first warp, whose lane
+ *   (g, t) then owns outputs (rows 2t, 2t + 1 of each 8-row tile) x (weight rows g, g + 8): a
+ *   SiLU or RoPE pair is in one thread. RMSNorm statistics: warp w sums rows w, w + 8, ...
+ *   (lane l: k = 4 l + 128 i, then a butterfly).
  *   Batch invariance: nothing a row's arithmetic depends on (KS, the k order, the statistics)
- *   changes with R or the row's position, and mma columns are independent.
+ *   changes with R, NT, TW, D, the staging or the row's position, and mma columns are
+ *   independent.
  */
 #include "gemv.h"
 #include "kcommon.cuh"
@@ -349,7 +355,6 @@ cudaError_t gemv_m(cudaStream_t s, const GemvP &p, int ks, int pdl) {
 
 constexpr int TC_THREADS = 256;
 constexpr int TC_WARPS = TC_THREADS / 32;
-constexpr int TC_D = 4;          /* k-blocks of weights in flight per warp */
 constexpr int TC_TARGET_BLOCKS = 264;
 
 /* D = A B + D, A 16x16 (row), B 16x8 (col), bf16 in, fp32 accumulate. */
@@ -362,7 +367,7 @@ __device__ __forceinline__ void tc_mma(float c[4], uint32_t a0, uint32_t a1, uin
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
-  __trap(); /* the launcher refuses devices below sm_80 */
+  __trap(); /* every build target is sm_80 or newer (Makefile CUDA_ARCH_LIST) */
 #endif
 }
 
@@ -377,63 +382,111 @@ __device__ __forceinline__ void tc_split2(float v0, float v1, uint32_t &hi, uint
 
 struct TcP {
   GemvP g;
-  int R;  /* rows */
-  int KB; /* k-blocks of 32 */
+  int R;     /* rows */
+  int KB;    /* k-blocks of 32 */
+  int stage; /* rows of x staged in shared memory (0: read from global memory) */
 };
 
-template <int NT, int KS, int PRO, int EPI>
+/* x fragment of lane (g, t) for one k-block: x row `row` at k .. k + 7, RMSNorm'd, split into
+ * hi/lo bf16x2 (h[j], l[j] = elements 2j, 2j + 1) */
+template <int PRO>
+__device__ __forceinline__ void tc_xfrag(const float *xr, bool ok, const float *nw, float rn,
+                                         uint32_t h[4], uint32_t l[4]) {
+  float xf[8];
+  if (ok) {
+    load8f(xr, xf);
+    if (PRO == COSY_GEMV_IN_RMSNORM) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xf[e] = nw[e] * (xf[e] * rn);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) xf[e] = 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) tc_split2(xf[2 * j], xf[2 * j + 1], h[j], l[j]);
+}
+
+/* NT 8-row tiles of x per block, KS parts of K per weight tile, TW weight tiles per warp, D
+ * k-blocks of weights in flight per warp. A row's arithmetic depends on none of NT, TW, D or
+ * the staging (only on KS, fixed by N and K). */
+template <int NT, int KS, int TW, int D, int PRO, int EPI>
 __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
   const GemvP &a = tp.g;
-  constexpr int TPB = TC_WARPS / KS; /* 16-row weight tiles per block */
-  constexpr int RC = 8 * NT;         /* rows per block */
+  constexpr int WT = TC_WARPS / KS; /* warp groups of a block (each TW tiles) */
+  constexpr int RC = 8 * NT;        /* rows per block */
   __shared__ float red[TC_WARPS][NT][4][32];
   __shared__ float rn_s[RC];
+  extern __shared__ __align__(16) float xs_dyn[];
 
   pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int K = a.K, KB = tp.KB;
-  const int tile = blockIdx.y * TPB + warp / KS, kp = warp % KS;
-  const bool valid = tile < a.P;
-  /* the two weight rows of this lane: mma rows g and g + 8 of the tile */
-  int rA, rB;
-  if (EPI == COSY_GEMV_SILU_MUL) {
-    rA = tile * 8 + g;
-    rB = rA + (a.N >> 1);
-  } else if (EPI == COSY_GEMV_QKV_ROPE) {
-    rA = (tile >> 2) * HD + (tile & 3) * 8 + g;
-    rB = rA + HALF;
-  } else {
-    rA = tile * 16 + g;
-    rB = rA + 8;
+  const int kp = warp % KS;
+  const int tile0 = (blockIdx.y * WT + warp / KS) * TW;
+  /* the two weight rows of this lane in each of its tiles: mma rows g and g + 8 */
+  int rA[TW], rB[TW];
+  bool okA[TW], okB[TW];
+  const bf16 *wA[TW], *wB[TW];
+#pragma unroll
+  for (int u = 0; u < TW; ++u) {
+    const int tile = tile0 + u;
+    if (EPI == COSY_GEMV_SILU_MUL) {
+      rA[u] = tile * 8 + g;
+      rB[u] = rA[u] + (a.N >> 1);
+    } else if (EPI == COSY_GEMV_QKV_ROPE) {
+      rA[u] = (tile >> 2) * HD + (tile & 3) * 8 + g;
+      rB[u] = rA[u] + HALF;
+    } else {
+      rA[u] = tile * 16 + g;
+      rB[u] = rA[u] + 8;
+    }
+    okA[u] = tile < a.P && rA[u] < a.N;
+    okB[u] = tile < a.P && rB[u] < a.N;
+    wA[u] = a.w + (size_t)(okA[u] ? rA[u] : 0) * K + 8 * t;
+    wB[u] = a.w + (size_t)(okB[u] ? rB[u] : 0) * K + 8 * t;
   }
-  const bool okA = valid && rA < a.N, okB = valid && rB < a.N;
-  const bf16 *wA = a.w + (size_t)(okA ? rA : 0) * K + 8 * t;
-  const bf16 *wB = a.w + (size_t)(okB ? rB : 0) * K + 8 * t;
   /* this warp's k-blocks: kb = kp + KS * c, c < nc */
   const int nc = kp < KB ? (KB - kp + KS - 1) / KS : 0;
 
-  /* 1. the first TC_D k-blocks of weights, before waiting for the producer */
-  uint4 wa[TC_D], wb[TC_D];
+  /* 1. the first D k-blocks of weights, before waiting for the producer */
+  uint4 wa[D][TW], wb[D][TW];
 #pragma unroll
-  for (int d = 0; d < TC_D; ++d) {
-    const int k = (kp + KS * d) * 32 + 8 * t;
-    const bool in = d < nc && k < K;
-    wa[d] = in && okA ? __ldcs(reinterpret_cast<const uint4 *>(wA + (size_t)(kp + KS * d) * 32))
-                      : make_uint4(0u, 0u, 0u, 0u);
-    wb[d] = in && okB ? __ldcs(reinterpret_cast<const uint4 *>(wB + (size_t)(kp + KS * d) * 32))
-                      : make_uint4(0u, 0u, 0u, 0u);
+  for (int d = 0; d < D; ++d) {
+    const int kb = kp + KS * d;
+    const bool in = d < nc && kb * 32 + 8 * t < K;
+#pragma unroll
+    for (int u = 0; u < TW; ++u) {
+      wa[d][u] = in && okA[u] ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kb * 32))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      wb[d][u] = in && okB[u] ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kb * 32))
+                              : make_uint4(0u, 0u, 0u, 0u);
+    }
   }
 
-  /* 2. rows of this block; RMSNorm statistics (warp w: rows w, w + 8, ...; fixed order) */
+  /* 2. this block's rows: staged in shared memory (tp.stage rows) or read in place */
   pdl_wait();
   const int r0 = blockIdx.x * RC;
   const int nr = min(RC, tp.R - r0);
   const float *xb = a.x + (size_t)r0 * a.ldx;
+  int ldxs = a.ldx;
+  if (tp.stage) {
+    const int k4 = K >> 2;
+    for (int i = tid; i < nr * k4; i += TC_THREADS) {
+      const int row = i / k4, c4 = i - row * k4;
+      reinterpret_cast<float4 *>(xs_dyn)[i] =
+          *reinterpret_cast<const float4 *>(xb + (size_t)row * a.ldx + 4 * c4);
+    }
+    xb = xs_dyn;
+    ldxs = K;
+    __syncthreads();
+  }
+  /* RMSNorm statistics: warp w sums rows w, w + 8, ... (lane l: k = 4 l + 128 i; fixed order) */
   if (PRO == COSY_GEMV_IN_RMSNORM) {
     for (int rr = warp; rr < RC; rr += TC_WARPS) {
       float ss = 0.f;
       if (rr < nr) {
-        const float *xr = xb + (size_t)rr * a.ldx;
+        const float *xr = xb + (size_t)rr * ldxs;
         for (int k = lane * 4; k < K; k += 128) {
           const float4 v = *reinterpret_cast<const float4 *>(xr + k);
           ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
@@ -445,17 +498,19 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
     __syncthreads();
   }
 
-  /* 3. mma over this warp's k-blocks: lane (g, t) holds k = 32 kb + 8 t .. + 7 of weight rows
-   * rA / rB and of x row g of each 8-row tile; mma 1 takes its k 0..3, mma 2 its k 4..7 (the
-   * same permutation of k in A and B), each with x's hi then lo part */
-  float acc[NT][4];
+  /* 3. mma over this warp's k-blocks: lane (g, t) holds k = 32 kb + 8 t .. + 7 of its weight
+   * rows and of x row g of each 8-row tile; mma 1 takes its k 0..3, mma 2 its k 4..7 (the same
+   * permutation of k in A and B), each with x's hi then lo part */
+  float acc[TW][NT][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int u = 0; u < TW; ++u)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-  for (int c0 = 0; c0 < nc; c0 += TC_D) {
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int d = 0; d < TC_D; ++d) {
+      for (int e = 0; e < 4; ++e) acc[u][nt][e] = 0.f;
+  for (int c0 = 0; c0 < nc; c0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
       const int c = c0 + d;
       if (c < nc) {
         const int k = (kp + KS * c) * 32 + 8 * t;
@@ -471,105 +526,104 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int row = nt * 8 + g;
-          float xf[8];
-          if (kin && row < nr) {
-            load8f(xb + (size_t)row * a.ldx + k, xf);
-            if (PRO == COSY_GEMV_IN_RMSNORM) {
-              const float r = rn_s[row];
+          uint32_t h[4], l[4];
+          tc_xfrag<PRO>(xb + (size_t)row * ldxs + k, kin && row < nr, nw,
+                        PRO == COSY_GEMV_IN_RMSNORM ? rn_s[row] : 1.f, h, l);
 #pragma unroll
-              for (int e = 0; e < 8; ++e) xf[e] = nw[e] * (xf[e] * r);
-            }
-          } else {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) xf[e] = 0.f;
+          for (int u = 0; u < TW; ++u) {
+            tc_mma(acc[u][nt], wa[d][u].x, wb[d][u].x, wa[d][u].y, wb[d][u].y, h[0], h[1]);
+            tc_mma(acc[u][nt], wa[d][u].z, wb[d][u].z, wa[d][u].w, wb[d][u].w, h[2], h[3]);
+            tc_mma(acc[u][nt], wa[d][u].x, wb[d][u].x, wa[d][u].y, wb[d][u].y, l[0], l[1]);
+            tc_mma(acc[u][nt], wa[d][u].z, wb[d][u].z, wa[d][u].w, wb[d][u].w, l[2], l[3]);
           }
-          uint32_t h0, l0, h1, l1, h2, l2, h3, l3;
-          tc_split2(xf[0], xf[1], h0, l0);
-          tc_split2(xf[2], xf[3], h1, l1);
-          tc_split2(xf[4], xf[5], h2, l2);
-          tc_split2(xf[6], xf[7], h3, l3);
-          tc_mma(acc[nt], wa[d].x, wb[d].x, wa[d].y, wb[d].y, h0, h1);
-          tc_mma(acc[nt], wa[d].z, wb[d].z, wa[d].w, wb[d].w, h2, h3);
-          tc_mma(acc[nt], wa[d].x, wb[d].x, wa[d].y, wb[d].y, l0, l1);
-          tc_mma(acc[nt], wa[d].z, wb[d].z, wa[d].w, wb[d].w, l2, l3);
         }
-        /* refill this slot with k-block c + TC_D */
-        const int cn = c + TC_D;
-        const int kn = (kp + KS * cn) * 32 + 8 * t;
-        const bool in = cn < nc && kn < K;
-        wa[d] = in && okA ? __ldcs(reinterpret_cast<const uint4 *>(wA + (size_t)(kp + KS * cn) * 32))
-                          : make_uint4(0u, 0u, 0u, 0u);
-        wb[d] = in && okB ? __ldcs(reinterpret_cast<const uint4 *>(wB + (size_t)(kp + KS * cn) * 32))
-                          : make_uint4(0u, 0u, 0u, 0u);
+        /* refill this slot with k-block c + D */
+        const int kbn = kp + KS * (c + D);
+        const bool in = c + D < nc && kbn * 32 + 8 * t < K;
+#pragma unroll
+        for (int u = 0; u < TW; ++u) {
+          wa[d][u] = in && okA[u]
+                         ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kbn * 32))
+                         : make_uint4(0u, 0u, 0u, 0u);
+          wb[d][u] = in && okB[u]
+                         ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kbn * 32))
+                         : make_uint4(0u, 0u, 0u, 0u);
+        }
       }
     }
   }
 
-  /* 4. the KS warps of a tile: partial sums through shared memory, added in k-part order */
+  /* 4. per tile of the warp: the KS warps' partial sums meet in shared memory and are added in
+   * k-part order by the tile's first warp; 5. its epilogue: c0, c1 = (row rA, rows 2t, 2t + 1
+   * of the 8-row tile), c2, c3 = (row rB, same) */
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int u = 0; u < TW; ++u) {
+    if (u) __syncthreads(); /* red is reused */
 #pragma unroll
-    for (int e = 0; e < 4; ++e) red[warp][nt][e][lane] = acc[nt][e];
-  __syncthreads();
-  if (kp != 0 || !valid) return;
-  /* 5. epilogue: c0, c1 = (row rA, rows 2t, 2t + 1 of the 8-row tile), c2, c3 = (row rB, same) */
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    float v[4];
+      for (int e = 0; e < 4; ++e) red[warp][nt][e][lane] = acc[u][nt][e];
+    __syncthreads();
+    const int tile = tile0 + u;
+    if (kp != 0 || tile >= a.P) continue;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float s = 0.f;
+    for (int nt = 0; nt < NT; ++nt) {
+      float v[4];
 #pragma unroll
-      for (int q = 0; q < KS; ++q) s += red[warp + q][nt][e][lane];
-      v[e] = s;
-    }
+      for (int e = 0; e < 4; ++e) {
+        float sacc = 0.f;
 #pragma unroll
-    for (int e2 = 0; e2 < 2; ++e2) {
-      const int lr = nt * 8 + 2 * t + e2;
-      if (lr >= nr) continue;
-      const int gm = r0 + lr;
-      if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
+        for (int q = 0; q < KS; ++q) sacc += red[warp + q][nt][e][lane];
+        v[e] = sacc;
+      }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int f = h ? rB : rA;
-          if (f >= a.N) continue;
-          float *y = a.y + (size_t)gm * a.ldy + f;
-          const float o = v[2 * h + e2] + (a.bias ? a.bias[f] : 0.f);
-          if (EPI == COSY_GEMV_ADD_F32)
-            *y += o;
-          else
-            *y = o;
-        }
-      } else if (EPI == COSY_GEMV_SILU_MUL) {
-        const float gt = v[e2] + (a.bias ? a.bias[rA] : 0.f);
-        const float u = v[2 + e2] + (a.bias ? a.bias[rB] : 0.f);
-        a.y[(size_t)gm * a.ldy + rA] = gt / (1.f + expf(-gt)) * u;
-      } else { /* QKV_ROPE */
-        const int head = tile >> 2, i = (tile & 3) * 8 + g;
-        float x1 = v[e2], x2 = v[2 + e2];
-        if (a.bias) {
-          x1 += a.bias[rA];
-          x2 += a.bias[rB];
-        }
-        if (head < a.n_qh + a.n_kh) {
-          float sn, cs;
-          sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
-          const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
-          x1 = t1;
-          x2 = t2;
-        }
-        if (head < a.n_qh) {
-          float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
-          q[i] = x1;
-          q[i + HALF] = x2;
-        } else {
-          const int sc = a.slots[gm];
-          if (sc >= 0) {
-            const bool is_k = head < a.n_qh + a.n_kh;
-            const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
-            float *cc = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
-            cc[i] = x1;
-            cc[i + HALF] = x2;
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int lr = nt * 8 + 2 * t + e2;
+        if (lr >= nr) continue;
+        const int gm = r0 + lr;
+        if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int f = h ? rB[u] : rA[u];
+            if (f >= a.N) continue;
+            float *y = a.y + (size_t)gm * a.ldy + f;
+            const float o = v[2 * h + e2] + (a.bias ? a.bias[f] : 0.f);
+            if (EPI == COSY_GEMV_ADD_F32)
+              *y += o;
+            else
+              *y = o;
+          }
+        } else if (EPI == COSY_GEMV_SILU_MUL) {
+          const float gt = v[e2] + (a.bias ? a.bias[rA[u]] : 0.f);
+          const float uu = v[2 + e2] + (a.bias ? a.bias[rB[u]] : 0.f);
+          a.y[(size_t)gm * a.ldy + rA[u]] = gt / (1.f + expf(-gt)) * uu;
+        } else { /* QKV_ROPE */
+          const int head = tile >> 2, i = (tile & 3) * 8 + g;
+          float x1 = v[e2], x2 = v[2 + e2];
+          if (a.bias) {
+            x1 += a.bias[rA[u]];
+            x2 += a.bias[rB[u]];
+          }
+          if (head < a.n_qh + a.n_kh) {
+            float sn, cs;
+            sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
+            const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
+            x1 = t1;
+            x2 = t2;
+          }
+          if (head < a.n_qh) {
+            float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
+            q[i] = x1;
+            q[i + HALF] = x2;
+          } else {
+            const int sc = a.slots[gm];
+            if (sc >= 0) {
+              const bool is_k = head < a.n_qh + a.n_kh;
+              const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
+              float *cc = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
+              cc[i] = x1;
+              cc[i + HALF] = x2;
+            }
           }
         }
       }
@@ -577,47 +631,57 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
   }
 }
 
-template <int NT, int KS, int PRO, int EPI>
+template <int NT, int KS, int TW, int D, int PRO, int EPI>
 cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
-  constexpr int TPB = TC_WARPS / KS, RC = 8 * NT;
-  const dim3 grid((unsigned)((p.R + RC - 1) / RC), (unsigned)((p.g.P + TPB - 1) / TPB));
+  constexpr int WT = TC_WARPS / KS, RC = 8 * NT;
+  const dim3 grid((unsigned)((p.R + RC - 1) / RC),
+                  (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)));
+  const size_t dyn = (size_t)p.stage * p.g.K * sizeof(float);
+  auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI>;
+  if (dyn > 48 * 1024) {
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)dyn);
+    if (e != cudaSuccess) return e;
+  }
   if (!pdl) {
-    gemv_tc_kernel<NT, KS, PRO, EPI><<<grid, TC_THREADS, 0, s>>>(p);
+    kern<<<grid, TC_THREADS, dyn, s>>>(p);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.gridDim = grid;
   cfg.blockDim = dim3(TC_THREADS);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = dyn;
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_tc_kernel<NT, KS, PRO, EPI>, p);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 
-template <int NT, int PRO, int EPI>
-cudaError_t gemv_tc_ks(cudaStream_t s, const TcP &p, int ks, int pdl) {
-  switch (ks) {
-  case 1: return gemv_tc_launch<NT, 1, PRO, EPI>(s, p, pdl);
-  case 2: return gemv_tc_launch<NT, 2, PRO, EPI>(s, p, pdl);
-  case 4: return gemv_tc_launch<NT, 4, PRO, EPI>(s, p, pdl);
-  case 8: return gemv_tc_launch<NT, 8, PRO, EPI>(s, p, pdl);
-  default: return cudaErrorInvalidValue;
-  }
+/* (NT, TW, D) by rows: few rows: one weight tile per warp and 8 k-blocks in flight (the weight
+ * stream is the cost); many rows: two tiles per warp share each x fragment (the x reads are) */
+template <int KS, int PRO, int EPI>
+cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
+  if (p.R <= 8) return gemv_tc_launch<1, KS, 1, 8, PRO, EPI>(s, p, pdl);
+  if (p.R <= 16) return gemv_tc_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
+  if (p.R <= 32) return gemv_tc_launch<4, KS, 2, 2, PRO, EPI>(s, p, pdl);
+  return gemv_tc_launch<8, KS, 2, 2, PRO, EPI>(s, p, pdl);
 }
 
 template <int PRO, int EPI>
 cudaError_t gemv_tc_nt(cudaStream_t s, const TcP &p, int ks, int pdl) {
-  if (p.R <= 8) return gemv_tc_ks<1, PRO, EPI>(s, p, ks, pdl);
-  if (p.R <= 16) return gemv_tc_ks<2, PRO, EPI>(s, p, ks, pdl);
-  if (p.R <= 32) return gemv_tc_ks<4, PRO, EPI>(s, p, ks, pdl);
-  return gemv_tc_ks<8, PRO, EPI>(s, p, ks, pdl);
+  switch (ks) {
+  case 1: return gemv_tc_rows<1, PRO, EPI>(s, p, pdl);
+  case 2: return gemv_tc_rows<2, PRO, EPI>(s, p, pdl);
+  case 4: return gemv_tc_rows<4, PRO, EPI>(s, p, pdl);
+  case 8: return gemv_tc_rows<8, PRO, EPI>(s, p, pdl);
+  default: return cudaErrorInvalidValue;
+  }
 }
 
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -767,6 +831,17 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   while (ks < 8 && (p.P + TC_WARPS / ks - 1) / (TC_WARPS / ks) < TC_TARGET_BLOCKS &&
          tp.KB >= 4 * ks)
     ks *= 2;
+  /* x staged in shared memory when the block's rows fit beside the static arrays (at most
+   * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
+  {
+    const int rc = tp.R <= 8 ? 8 : tp.R <= 16 ? 16 : tp.R <= 32 ? 32 : 64;
+    const int rows = tp.R < rc ? tp.R : rc;
+    const size_t stat = (size_t)TC_WARPS * (rc / 8) * 4 * 32 * 4 + rc * 4;
+    const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
+    const size_t need = (size_t)rows * a->K * sizeof(float);
+    /* at most 96 KB, so that two blocks fit an SM */
+    tp.stage = stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
+  }
   const int pro = a->in_mode, epi = a->out_mode, pdl = a->pdl ? 1 : 0;
   if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_QKV_ROPE)
     return gemv_tc_nt<COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE>(s, tp, ks, pdl);

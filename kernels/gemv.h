@@ -67,6 +67,10 @@ typedef struct cosy_llm_gemv_args {
    * stream starts before that kernel has finished; everything it produced is read only after
    * griddepcontrol.wait). Needs sm_90; ignored (plain launch) elsewhere. */
   int pdl;
+  /* cosy_k_llm_gemv_tc only: shared memory (bytes, static + dynamic) one block may use, the
+   * device's opt-in limit (kdevice.h smem_block); 0 = 48 KB. Where a block's rows of x fit, they
+   * are staged there (speed only: the result is the same either way). */
+  int smem_max;
 } cosy_llm_gemv_args;
 
 /* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,

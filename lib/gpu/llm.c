@@ -823,6 +823,7 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.k_cache = kpool(l, i);
     ga.v_cache = vpool(l, i);
     ga.pdl = l->pdl;
+    ga.smem_max = (int)l->g->dev.smem_block;
     CK(run_gemv(l, s, &ga, b), "LLM q|k|v (gemv)");
     if ((st = attention(l, i, b, ap))) return st;
     memset(&ga, 0, sizeof ga);
@@ -836,6 +837,7 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.y = l->h;
     ga.ldy = H;
     ga.pdl = l->pdl;
+    ga.smem_max = (int)l->g->dev.smem_block;
     CK(run_gemv(l, s, &ga, b), "LLM o_proj (gemv)");
     memset(&ga, 0, sizeof ga);
     ga.N = 2 * I;
@@ -850,6 +852,7 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.y = l->act;
     ga.ldy = I;
     ga.pdl = l->pdl;
+    ga.smem_max = (int)l->g->dev.smem_block;
     CK(run_gemv(l, s, &ga, b), "LLM gate|up (gemv)");
     memset(&ga, 0, sizeof ga);
     ga.N = H;
@@ -862,6 +865,7 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.y = l->h;
     ga.ldy = H;
     ga.pdl = l->pdl;
+    ga.smem_max = (int)l->g->dev.smem_block;
     CK(run_gemv(l, s, &ga, b), "LLM down_proj (gemv)");
   }
   memset(&ga, 0, sizeof ga);
@@ -877,6 +881,7 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
   ga.y = l->logits;
   ga.ldy = l->V;
   ga.pdl = l->pdl;
+  ga.smem_max = (int)l->g->dev.smem_block;
   CK(run_gemv(l, s, &ga, b), "LLM head (gemv)");
   return COSY_OK; /* logits; the sampling kernel (or gpu_llm_decode's download) takes the
                      log_softmax */
