@@ -221,12 +221,16 @@ static cosy_status gb_create(cosy_engine *e) {
   }
   const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
   s->flow_recompute = fc && !strcmp(fc, "0");
-  /* COSY_LLM_DECODE (measurement): "tc" (the default: every decode bucket on the tensor-core
-   * fused path, batch-invariant), "mixed" (skinny GEMM up to 4 rows, cuBLASLt above: a row's
-   * bits depend on the batch bucket), "grouped" (every bucket on the skinny GEMM in groups of 8
-   * rows: batch-invariant, slow from batch 8 on); see lib/gpu/llm.c */
+  /* COSY_LLM_DECODE: "mixed" (the default: skinny GEMM up to 4 rows, cuBLASLt above; a row's
+   * bits depend on the batch bucket), "tc" (the batch-invariant LLM: every decode bucket on the
+   * tensor-core fused path and the prefill GEMMs on one algorithm per shape, so a request's
+   * tokens do not depend on what else runs; slower, see lib/gpu/llm.c GPU_LLM_TC_DEFAULT),
+   * "grouped" (every decode bucket on the skinny GEMM in groups of 8 rows; the prefill is not
+   * invariant) */
   const char *dm = getenv("COSY_LLM_DECODE");
   if (dm && !strcmp(dm, "mixed")) gpu_llm_set_tc(s->llm, 0);
+  if (dm && !strcmp(dm, "tc") && !gpu_llm_set_tc(s->llm, 1))
+    engine_log(e, COSY_LOG_WARN, "COSY_LLM_DECODE=tc: not supported by this model or device");
   if (dm && !strcmp(dm, "grouped")) {
     gpu_llm_set_tc(s->llm, 0);
     gpu_llm_set_tuning(s->llm, 256, -1);

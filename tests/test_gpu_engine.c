@@ -503,11 +503,46 @@ static void test_gpu_synthesis(void **state) {
                   (double)es.llm_step_rows / (es.llm_steps ? es.llm_steps : 1),
                   (double)es.flow_jobs / (es.flow_calls ? es.flow_calls : 1),
                   (double)es.vocoder_jobs / (es.vocoder_calls ? es.vocoder_calls : 1));
-    /* the LLM is batch-invariant (decode: kernels/gemv.cu gemv_tc; prefill: cosy_k_gemm_inv),
-     * so the tokens and the length are the same; the flow's GEMMs choose their algorithm by row
-     * bucket, so the audio may differ in rounding only (another token would give rel L2 ~1) */
     assert_int_equal(bb[0].n, nb);
+    for (int i = 0; i < NB; i++) free(bb[i].pcm);
+    cosy_voice_release(v2);
+    cosy_engine_destroy(e2);
+  }
+  /* the same with the batch-invariant LLM (COSY_LLM_DECODE=tc: decode on kernels/gemv.cu
+   * gemv_tc, prefill GEMMs on cosy_k_gemm_inv): the request alone, then among 31 others, on one
+   * engine: the same tokens, so the same length; the flow's GEMMs choose their algorithm by row
+   * bucket, so the audio may differ in rounding only (another token gives rel L2 ~1) */
+  {
+    setenv("COSY_LLM_DECODE", "tc", 1);
+    cosy_engine *e2 = NULL;
+    cosy_status cst = cosy_engine_create(&c, &e2);
+    unsetenv("COSY_LLM_DECODE");
+    if (cst) fail_msg("create: %s", cosy_last_error());
+    cosy_voice *v2 = make_voice(e2);
+    enum { NB = 32 };
+    pushbuf solo, bb[NB];
+    cosy_request *rq[NB];
+    memset(&solo, 0, sizeof solo);
+    memset(bb, 0, sizeof bb);
+    assert_int_equal(cosy_request_submit(e2, v2, TEXT, &p, on_chunk, &solo, &rq[0]), COSY_OK);
+    assert_int_equal(cosy_request_wait(rq[0], -1), COSY_OK);
+    cosy_request_release(rq[0]);
+    for (int i = 0; i < NB; i++) {
+      cosy_synth_params q = p;
+      q.seed = i == 0 ? p.seed : 1000 + (uint64_t)i;
+      assert_int_equal(cosy_request_submit(e2, v2, TEXT, &q, on_chunk, &bb[i], &rq[i]), COSY_OK);
+    }
+    for (int i = 0; i < NB; i++) {
+      assert_int_equal(cosy_request_wait(rq[i], -1), COSY_OK);
+      cosy_request_release(rq[i]);
+    }
+    const double dd = bb[0].n == solo.n ? tu_max_abs_diff(bb[0].pcm, solo.pcm, (size_t)solo.n) : INFINITY;
+    const double rl = bb[0].n == solo.n ? tu_rel_l2(bb[0].pcm, solo.pcm, (size_t)solo.n) : INFINITY;
+    print_message("batch-invariant LLM: alone vs among %d: %lld vs %lld samples, max abs %.3g, "
+                  "rel L2 %.3g\n", NB - 1, (long long)bb[0].n, (long long)solo.n, dd, rl);
+    assert_int_equal(bb[0].n, solo.n);
     assert_true(rl < 0.05);
+    free(solo.pcm);
     for (int i = 0; i < NB; i++) free(bb[i].pcm);
     cosy_voice_release(v2);
     cosy_engine_destroy(e2);
@@ -720,8 +755,10 @@ static void test_gpu_text_stream(void **state) {
   cosy_engine_config_init(&c, sizeof c);
   c.model_path = m;
   c.device = 0;
+  setenv("COSY_LLM_DECODE", "tc", 1); /* the batch-invariant LLM: the same tokens among others */
   cosy_engine *e = NULL;
-  cosy_status st = cosy_engine_create(&c, &e); /* the LLM is batch-invariant by default */
+  cosy_status st = cosy_engine_create(&c, &e);
+  unsetenv("COSY_LLM_DECODE");
   if (st) fail_msg("create: %s", cosy_last_error());
   cosy_voice *v = make_voice(e);
   int64_t n0, n1, n2, n3;

@@ -63,9 +63,12 @@
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */
-#define GPU_LLM_TC_DEFAULT 1 /* every decode bucket on the tensor-core fused path
-                                (kernels/gemv.cu gemv_tc): a row's bits do not depend on the
-                                batch, so a request's tokens do not depend on what else runs */
+#define GPU_LLM_TC_DEFAULT 0 /* 1: the batch-invariant LLM by default (every decode bucket on
+                                the tensor-core fused path, kernels/gemv.cu gemv_tc; prefill
+                                GEMMs on one algorithm per shape): a request's tokens then do not
+                                depend on what else runs, but on an H100 the decode step takes
+                                1.01 ms at batch 1 and 5.5 ms at batch 64 against 0.62 / 1.76 ms
+                                (bench/RESULTS.md), so it is an option (COSY_LLM_DECODE=tc) */
 #define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path by
                                   default (H100: batch 8 1.39 ms that way vs 1.21 ms through
                                   cuBLASLt). Every bucket can run there in groups of 8 rows
