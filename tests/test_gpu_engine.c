@@ -273,6 +273,12 @@ static void test_memory_budgets(void **state) {
   TU_REQUIRE(ran > 0, "no budget fits this device");
 }
 
+/* engine log lines (warnings and errors) to the test's output */
+static void print_log(void *user, int32_t level, const char *msg) {
+  (void)user;
+  print_message("  [engine log %d] %s\n", (int)level, msg);
+}
+
 typedef struct pushbuf {
   float *pcm;
   int64_t n, cap, first; /* first: the first chunk's samples */
@@ -515,7 +521,10 @@ static void test_gpu_synthesis(void **state) {
   {
     setenv("COSY_LLM_DECODE", "tc", 1);
     cosy_engine *e2 = NULL;
-    cosy_status cst = cosy_engine_create(&c, &e2);
+    cosy_engine_config ct = c;
+    ct.log_fn = print_log;
+    ct.log_level = COSY_LOG_WARN;
+    cosy_status cst = cosy_engine_create(&ct, &e2);
     unsetenv("COSY_LLM_DECODE");
     if (cst) fail_msg("create: %s", cosy_last_error());
     cosy_voice *v2 = make_voice(e2);
@@ -533,7 +542,9 @@ static void test_gpu_synthesis(void **state) {
       assert_int_equal(cosy_request_submit(e2, v2, TEXT, &q, on_chunk, &bb[i], &rq[i]), COSY_OK);
     }
     for (int i = 0; i < NB; i++) {
-      assert_int_equal(cosy_request_wait(rq[i], -1), COSY_OK);
+      const cosy_status wst = cosy_request_wait(rq[i], -1);
+      if (wst) print_message("request %d of %d: %s: %s\n", i, NB, cosy_status_str(wst), cosy_last_error());
+      assert_int_equal(wst, COSY_OK);
       cosy_request_release(rq[i]);
     }
     const double dd = bb[0].n == solo.n ? tu_max_abs_diff(bb[0].pcm, solo.pcm, (size_t)solo.n) : INFINITY;

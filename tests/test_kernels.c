@@ -1147,6 +1147,12 @@ void test_gemm(void **state) {
   check_gemm_inv(9728, 896);
   check_gemm_inv(896, 4864);
   check_gemm_inv(6761, 896);
+  /* and the small test model's */
+  check_gemm_inv(256, 128);
+  check_gemm_inv(128, 128);
+  check_gemm_inv(768, 128);
+  check_gemm_inv(128, 384);
+  check_gemm_inv(6761, 128);
   { /* cosy_gemm_prewarm: after it, calls of any row count up to M_max query nothing */
     const int N = 640, K = 512, MM = 3000;
     float *x = fill((size_t)MM * K, -1.f, 1.f), *w = fill((size_t)N * K, -1.f, 1.f);
