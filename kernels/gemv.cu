@@ -637,8 +637,9 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
   const dim3 grid((unsigned)((p.R + RC - 1) / RC),
                   (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)));
   const size_t dyn = (size_t)p.stage * p.g.K * sizeof(float);
+  constexpr size_t stat = sizeof(float) * (TC_WARPS * NT * 4 * 32 + RC);
   auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI>;
-  if (dyn > 48 * 1024) {
+  if (dyn && stat + dyn > 48 * 1024) { /* beyond the default: static + dynamic <= 48 KB */
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)dyn);
     if (e != cudaSuccess) return e;

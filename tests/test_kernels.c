@@ -1292,6 +1292,7 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   ga.eps = 1e-6f, ga.w = dw, ga.bias = db, ga.out_mode = out, ga.y = dy, ga.ldy = ny;
   ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = pdl;
+  ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it: rows staged where they fit */
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   float *y = download(dy, (size_t)M * ny, F32);
   float *kc = download(dkc, ncache, F32), *vc = download(dvc, ncache, F32);
@@ -1410,6 +1411,7 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   ga.norm_w = dnw, ga.eps = 1e-6f, ga.w = dw, ga.out_mode = out, ga.y = dy, ga.ldy = ny;
   ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
+  ga.smem_max = (int)g_dev.smem_block;
   if (tc) ga.M = R, ga.groups = 1;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   for (int m = 0; m < R; ++m) { /* each row alone */
@@ -1471,6 +1473,9 @@ void test_llm_gemv(void **state) {
   check_gemv_k(1, 37, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 0, 1);     /* tiny, odd N */
   check_gemv_k(5, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 0, 1);  /* K % 32 != 0 */
   check_gemv_k(2, 130, 8192, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 0, 1); /* long K */
+  /* 32 rows x 384 staged: 48 KB of dynamic shared memory beside the static arrays (the small
+   * test model's down projection, which once failed to launch) */
+  check_gemv_k(32, 128, 384, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 1, 1);
   check_gemv_groups_k(0, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 64);
   check_gemv_groups_k(0, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 37);
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 100);
