@@ -49,15 +49,17 @@
  *   weights are in flight per warp (loaded before the PDL wait, refilled as used).
  *   A block holds 8 NT rows of x (NT = 1, 2, 4, 8 n8 tiles by R; larger R runs in several row
  *   blocks, gridDim.x, fastest, so a weight tile's row blocks share it through L2) and 8 / KS
- *   warp groups of TW tiles each. By R: up to 8 rows NT 1, TW 1, D 8 (the weight stream is the
- *   cost: more bytes in flight); up to 16 NT 2, TW 1, D 4; more NT 4 or 8, TW 2, D 2 (each x
- *   fragment serves two tiles: the x reads are the cost). Where the block's rows fit (at most
+ *   warp groups of TW tiles each. By R: up to 8 rows NT 1, TW 1, D 8 (16 where a warp has more
+ *   than 8 k-blocks: the weight stream is the cost, so all of it is in flight); up to 16 NT 2,
+ *   TW 1, D 4; more NT 4 or 8, TW 2, D 4 (each x fragment serves two tiles: the x reads are
+ *   the cost). Where the block's rows fit (at most
  *   96 KB, within the caller's smem_max) they are first copied into shared memory in one bulk
  *   read, so the k-blocks read x there instead of through L1/L2. The KS partial sums of a tile
- *   meet in shared memory and are added in part order by the tile's first warp, whose lane
- *   (g, t) then owns outputs (rows 2t, 2t + 1 of each 8-row tile) x (weight rows g, g + 8): a
- *   SiLU or RoPE pair is in one thread. RMSNorm statistics: warp w sums rows w, w + 8, ...
- *   (lane l: k = 4 l + 128 i, then a butterfly).
+ *   meet in shared memory and are added in part order; the epilogue's 8-row tiles are shared
+ *   out over the tile's KS warps, and lane (g, t) owns outputs (rows 2t, 2t + 1 of an 8-row
+ *   tile) x (weight rows g, g + 8): a SiLU or RoPE pair is in one thread; it loads what it
+ *   reads (the residual's old values) before it stores. RMSNorm statistics: warp w sums rows
+ *   w, w + 8, ... (lane l: k = 4 l + 128 i, then a butterfly), all its rows' loads together.
  *   Batch invariance: nothing a row's arithmetic depends on (KS, the k order, the statistics)
  *   changes with R, NT, TW, D, the staging or the row's position, and mma columns are
  *   independent.
@@ -65,6 +67,7 @@
 #include "gemv.h"
 #include "kcommon.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 using namespace cosyk;
@@ -481,19 +484,29 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
     ldxs = K;
     __syncthreads();
   }
-  /* RMSNorm statistics: warp w sums rows w, w + 8, ... (lane l: k = 4 l + 128 i; fixed order) */
+  /* RMSNorm statistics: warp w sums rows w, w + 8, ... (lane l: k = 4 l + 128 i, then a
+   * butterfly; the same order for a row whichever block or warp sums it); the loads of all of
+   * a warp's rows are in flight together */
   if (PRO == COSY_GEMV_IN_RMSNORM) {
-    for (int rr = warp; rr < RC; rr += TC_WARPS) {
-      float ss = 0.f;
-      if (rr < nr) {
-        const float *xr = xb + (size_t)rr * ldxs;
-        for (int k = lane * 4; k < K; k += 128) {
-          const float4 v = *reinterpret_cast<const float4 *>(xr + k);
-          ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    constexpr int RPW = (RC + TC_WARPS - 1) / TC_WARPS; /* rows per warp */
+    float ss[RPW];
+#pragma unroll
+    for (int j = 0; j < RPW; ++j) ss[j] = 0.f;
+    for (int k = lane * 4; k < K; k += 128) {
+#pragma unroll
+      for (int j = 0; j < RPW; ++j) {
+        const int rr = warp + j * TC_WARPS;
+        if (rr < nr) {
+          const float4 v = *reinterpret_cast<const float4 *>(xb + (size_t)rr * ldxs + k);
+          ss[j] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
       }
-      ss = warp_sum(ss);
-      if (lane == 0) rn_s[rr] = rsqrtf(ss / (float)K + a.eps);
+    }
+#pragma unroll
+    for (int j = 0; j < RPW; ++j) {
+      const float t2 = warp_sum(ss[j]);
+      const int rr = warp + j * TC_WARPS;
+      if (lane == 0 && rr < RC) rn_s[rr] = rsqrtf(t2 / (float)K + a.eps);
     }
     __syncthreads();
   }
@@ -553,9 +566,13 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
     }
   }
 
-  /* 4. per tile of the warp: the KS warps' partial sums meet in shared memory and are added in
-   * k-part order by the tile's first warp; 5. its epilogue: c0, c1 = (row rA, rows 2t, 2t + 1
-   * of the 8-row tile), c2, c3 = (row rB, same) */
+  /* 4. per tile of the warp group: the KS warps' partial sums meet in shared memory and are
+   * added in k-part order; 5. the epilogue, its 8-row tiles shared out over the group's KS warps
+   * (warp kp takes tiles nt = kp, kp + KS, ...): lane (g, t) owns c0, c1 = (weight row rA, rows
+   * 2t, 2t + 1 of the 8-row tile), c2, c3 = (row rB, same); everything it reads (old y, bias,
+   * positions, slots) is loaded before anything is stored */
+  constexpr int NJ = (NT + KS - 1) / KS; /* 8-row tiles per warp in the epilogue */
+  const int wbase = warp - kp;           /* the group's first warp */
 #pragma unroll
   for (int u = 0; u < TW; ++u) {
     if (u) __syncthreads(); /* red is reused */
@@ -565,45 +582,54 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
       for (int e = 0; e < 4; ++e) red[warp][nt][e][lane] = acc[u][nt][e];
     __syncthreads();
     const int tile = tile0 + u;
-    if (kp != 0 || tile >= a.P) continue;
+    if (tile >= a.P) continue;
+    float v[NJ][4], old[NJ][4];
+    int gmv[NJ][2];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float v[4];
+    for (int j = 0; j < NJ; ++j) {
+      const int nt = kp + j * KS;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float sacc = 0.f;
+        if (nt < NT) {
 #pragma unroll
-        for (int q = 0; q < KS; ++q) sacc += red[warp + q][nt][e][lane];
-        v[e] = sacc;
+          for (int q = 0; q < KS; ++q) sacc += red[wbase + q][nt][e][lane];
+        }
+        v[j][e] = sacc;
+        old[j][e] = 0.f;
       }
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const int lr = nt * 8 + 2 * t + e2;
-        if (lr >= nr) continue;
-        const int gm = r0 + lr;
-        if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
+        gmv[j][e2] = nt < NT && lr < nr ? r0 + lr : -1;
+      }
+      if (EPI == COSY_GEMV_ADD_F32) { /* the residual's old values, all loads first */
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int f = h ? rB[u] : rA[u];
-            if (f >= a.N) continue;
-            float *y = a.y + (size_t)gm * a.ldy + f;
-            const float o = v[2 * h + e2] + (a.bias ? a.bias[f] : 0.f);
-            if (EPI == COSY_GEMV_ADD_F32)
-              *y += o;
-            else
-              *y = o;
-          }
+        for (int e2 = 0; e2 < 2; ++e2) {
+          if (gmv[j][e2] < 0) continue;
+          if (rA[u] < a.N) old[j][e2] = a.y[(size_t)gmv[j][e2] * a.ldy + rA[u]];
+          if (rB[u] < a.N) old[j][2 + e2] = a.y[(size_t)gmv[j][e2] * a.ldy + rB[u]];
+        }
+      }
+    }
+    const float bA = a.bias && rA[u] < a.N ? a.bias[rA[u]] : 0.f;
+    const float bB = a.bias && rB[u] < a.N ? a.bias[rB[u]] : 0.f;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int gm = gmv[j][e2];
+        if (gm < 0) continue;
+        if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
+          if (rA[u] < a.N) a.y[(size_t)gm * a.ldy + rA[u]] = old[j][e2] + (v[j][e2] + bA);
+          if (rB[u] < a.N) a.y[(size_t)gm * a.ldy + rB[u]] = old[j][2 + e2] + (v[j][2 + e2] + bB);
         } else if (EPI == COSY_GEMV_SILU_MUL) {
-          const float gt = v[e2] + (a.bias ? a.bias[rA[u]] : 0.f);
-          const float uu = v[2 + e2] + (a.bias ? a.bias[rB[u]] : 0.f);
+          const float gt = v[j][e2] + bA;
+          const float uu = v[j][2 + e2] + bB;
           a.y[(size_t)gm * a.ldy + rA[u]] = gt / (1.f + expf(-gt)) * uu;
         } else { /* QKV_ROPE */
           const int head = tile >> 2, i = (tile & 3) * 8 + g;
-          float x1 = v[e2], x2 = v[2 + e2];
-          if (a.bias) {
-            x1 += a.bias[rA[u]];
-            x2 += a.bias[rB[u]];
-          }
+          float x1 = v[j][e2] + bA, x2 = v[j][2 + e2] + bB;
           if (head < a.n_qh + a.n_kh) {
             float sn, cs;
             sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
@@ -664,14 +690,31 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
   return cudaGetLastError();
 }
 
+/* rows per block for more than 16 rows: 64 by default; COSY_GEMV_TC_ROWS=16 or 32 (read once;
+ * measurement only: the arithmetic of a row is the same either way) */
+int tc_row_block() {
+  static int rb = 0;
+  if (!rb) {
+    const char *e = getenv("COSY_GEMV_TC_ROWS");
+    const int v = e ? atoi(e) : 0;
+    rb = v == 16 || v == 32 ? v : 64;
+  }
+  return rb;
+}
+
 /* (NT, TW, D) by rows: few rows: one weight tile per warp and 8 k-blocks in flight (the weight
  * stream is the cost); many rows: two tiles per warp share each x fragment (the x reads are) */
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
-  if (p.R <= 8) return gemv_tc_launch<1, KS, 1, 8, PRO, EPI>(s, p, pdl);
-  if (p.R <= 16) return gemv_tc_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
-  if (p.R <= 32) return gemv_tc_launch<4, KS, 2, 2, PRO, EPI>(s, p, pdl);
-  return gemv_tc_launch<8, KS, 2, 2, PRO, EPI>(s, p, pdl);
+  const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
+  if (p.R <= 8) {
+    if (nc > 8) return gemv_tc_launch<1, KS, 1, 16, PRO, EPI>(s, p, pdl); /* long K: all of */
+    return gemv_tc_launch<1, KS, 1, 8, PRO, EPI>(s, p, pdl);              /* it in flight */
+  }
+  const int rb = tc_row_block();
+  if (p.R <= 16 || rb == 16) return gemv_tc_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
+  if (p.R <= 32 || rb == 32) return gemv_tc_launch<4, KS, 2, 4, PRO, EPI>(s, p, pdl);
+  return gemv_tc_launch<8, KS, 2, 4, PRO, EPI>(s, p, pdl);
 }
 
 template <int PRO, int EPI>
@@ -835,7 +878,10 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   /* x staged in shared memory when the block's rows fit beside the static arrays (at most
    * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
   {
-    const int rc = tp.R <= 8 ? 8 : tp.R <= 16 ? 16 : tp.R <= 32 ? 32 : 64;
+    const int rb = tc_row_block(); /* as gemv_tc_rows chooses */
+    const int rc = tp.R <= 8 || rb == 8 ? 8
+                   : tp.R <= 16 || rb == 16 ? 16
+                   : tp.R <= 32 || rb == 32 ? 32 : 64;
     const int rows = tp.R < rc ? tp.R : rc;
     const size_t stat = (size_t)TC_WARPS * (rc / 8) * 4 * 32 * 4 + rc * 4;
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
