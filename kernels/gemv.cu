@@ -47,11 +47,11 @@
  *   RMSNorm'd and split); mma 1 takes k 0..3 of those 8, mma 2 k 4..7 (a permutation of k
  *   applied alike to A = W and B = x, so each lane's loads are 16-byte vectors). D k-blocks of
  *   weights are in flight per warp (loaded before the PDL wait, refilled as used).
- *   A block holds 8 NT rows of x (NT = 1, 2, 4, 8 n8 tiles by R; larger R runs in several row
+ *   A block holds 8 NT rows of x (NT = 1, 2 or 4 n8 tiles by R; larger R runs in several row
  *   blocks, gridDim.x, fastest, so a weight tile's row blocks share it through L2) and 8 / KS
  *   warp groups of TW tiles each. By R: up to 8 rows NT 1, TW 1, D 8 (16 where a warp has more
- *   than 8 k-blocks: the weight stream is the cost, so all of it is in flight); up to 16 NT 2,
- *   TW 1, D 4; more NT 4 or 8, TW 2, D 4 (each x fragment serves two tiles: the x reads are
+ *   than 8 k-blocks: the weight stream is the cost, so all of it is in flight); up to 32 rows
+ *   NT 2, TW 1, D 4; more NT 4, TW 2, D 4 (each x fragment serves two tiles: the x reads are
  *   the cost). Where the block's rows fit (at most
  *   96 KB, within the caller's smem_max) they are first copied into shared memory in one bulk
  *   read, so the k-blocks read x there instead of through L1/L2. The KS partial sums of a tile
@@ -67,7 +67,6 @@
 #include "gemv.h"
 #include "kcommon.cuh"
 
-#include <stdlib.h>
 #include <string.h>
 
 using namespace cosyk;
@@ -690,20 +689,10 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
   return cudaGetLastError();
 }
 
-/* rows per block for more than 16 rows: 64 by default; COSY_GEMV_TC_ROWS=16 or 32 (read once;
- * measurement only: the arithmetic of a row is the same either way) */
-int tc_row_block() {
-  static int rb = 0;
-  if (!rb) {
-    const char *e = getenv("COSY_GEMV_TC_ROWS");
-    const int v = e ? atoi(e) : 0;
-    rb = v == 16 || v == 32 ? v : 64;
-  }
-  return rb;
-}
-
-/* (NT, TW, D) by rows: few rows: one weight tile per warp and 8 k-blocks in flight (the weight
- * stream is the cost); many rows: two tiles per warp share each x fragment (the x reads are) */
+/* (NT, TW, D) by rows, as measured on an H100 (decode step of the full-size model, bench/RESULTS.md):
+ * up to 8 rows one 8-row block (the weight stream is the cost: 8 k-blocks in flight, 16 for long
+ * K); up to 32 rows blocks of 16; more rows blocks of 32 with two weight tiles per warp (each x
+ * fragment serves both; 64-row blocks were slower: batch 64 4.15 ms against 2.92 ms) */
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
@@ -711,10 +700,8 @@ cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
     if (nc > 8) return gemv_tc_launch<1, KS, 1, 16, PRO, EPI>(s, p, pdl); /* long K: all of */
     return gemv_tc_launch<1, KS, 1, 8, PRO, EPI>(s, p, pdl);              /* it in flight */
   }
-  const int rb = tc_row_block();
-  if (p.R <= 16 || rb == 16) return gemv_tc_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
-  if (p.R <= 32 || rb == 32) return gemv_tc_launch<4, KS, 2, 4, PRO, EPI>(s, p, pdl);
-  return gemv_tc_launch<8, KS, 2, 4, PRO, EPI>(s, p, pdl);
+  if (p.R <= 32) return gemv_tc_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
+  return gemv_tc_launch<4, KS, 2, 4, PRO, EPI>(s, p, pdl);
 }
 
 template <int PRO, int EPI>
@@ -878,10 +865,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   /* x staged in shared memory when the block's rows fit beside the static arrays (at most
    * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
   {
-    const int rb = tc_row_block(); /* as gemv_tc_rows chooses */
-    const int rc = tp.R <= 8 || rb == 8 ? 8
-                   : tp.R <= 16 || rb == 16 ? 16
-                   : tp.R <= 32 || rb == 32 ? 32 : 64;
+    const int rc = tp.R <= 8 ? 8 : tp.R <= 32 ? 16 : 32; /* as gemv_tc_rows chooses */
     const int rows = tp.R < rc ? tp.R : rc;
     const size_t stat = (size_t)TC_WARPS * (rc / 8) * 4 * 32 * 4 + rc * 4;
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;

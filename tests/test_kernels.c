@@ -1459,7 +1459,7 @@ void test_llm_gemv(void **state) {
   check_gemv_groups(4, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE);
   check_gemv_groups(3, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL);
   check_gemv_groups(2, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32);
-  /* the tensor-core kernel: every row count class (8, 16, 32, 64-row blocks, partial ones),
+  /* the tensor-core kernel: every row block size (8, 16, 32 rows; several blocks; partial ones),
    * every epilogue; then rows together vs each row alone, bit for bit */
   const int Rs[] = {1, 3, 8, 13, 32, 64, 100};
   for (int a = 0; a < 7; ++a) {
