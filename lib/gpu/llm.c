@@ -67,7 +67,7 @@
                                 the tensor-core fused path, kernels/gemv.cu gemv_tc; prefill
                                 GEMMs on one algorithm per shape): a request's tokens then do not
                                 depend on what else runs, but on an H100 the decode step takes
-                                1.01 ms at batch 1 and 5.5 ms at batch 64 against 0.62 / 1.76 ms
+                                1.02 ms at batch 1 and 2.9 ms at batch 64 against 0.62 / 1.76 ms
                                 (bench/RESULTS.md), so it is an option (COSY_LLM_DECODE=tc) */
 #define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path by
                                   default (H100: batch 8 1.39 ms that way vs 1.21 ms through
