@@ -27,6 +27,11 @@
  *     launch, splits merged by the last block); gemv[att -> h += o];
  *     gemv[rmsnorm(h) -> silu(gate) * up -> act]; gemv[act -> h += down]
  *     (all launched as programmatic dependents on sm_90, so each weight stream starts early)
+ *   tc (the batch-invariant LLM, gpu_llm_set_tc / COSY_LLM_DECODE=tc; off by default, see
+ *   GPU_LLM_TC_DEFAULT): every decode bucket on the same 5-kernel schedule with the tensor-core
+ *   kernels of kernels/gemv.cu (cosy_k_llm_gemv_tc: a row's sums never depend on the other
+ *   rows), and layers_split's GEMMs (the prefill) on cosy_k_gemm_inv (one algorithm per shape
+ *   for every row count), so a sequence's logits are the same alone or packed with any others.
  * Sampling: gpu_llm_sample runs RAS (kernels.h cosy_k_ras_sample) on the logp rows the last
  *   prefill / decode left, so a generation step moves ~100 bytes each way instead of the logp
  *   row (27 KB) and the host does no per-token vocabulary work.
@@ -745,7 +750,7 @@ static cosy_status layers_split(gpu_llm *l, int M, const int32_t *pos, const int
                              xs + m * H, M, H),
        "LLM norm");
     CK(llm_gemm(l, gm, s, 2 * M, l->qkvd, H, COSY_KDT_BF16, xs, H, y->wqkv, NULL, COSY_KDT_F32,
-                   y2, l->qkvd, 0),
+                y2, l->qkvd, 0),
        "LLM q|k|v GEMM");
     CK(cosy_k_llm_rope_append(s, y2, y2 + m * l->qkvd, l->qkvd, y->bqkv, M, l->nh, l->nkv, pos,
                               slots, l->inv_freq, l->q, qd, kpool(l, i), vpool(l, i)),
@@ -753,12 +758,12 @@ static cosy_status layers_split(gpu_llm *l, int M, const int32_t *pos, const int
     if ((st = attention(l, i, M, ap))) return st;
     CK(cosy_k_llm_split(s, l->att, qd, xs, xs + m * qd, M, qd), "LLM split");
     CK(llm_gemm(l, gm, s, 2 * M, H, qd, COSY_KDT_BF16, xs, qd, y->wo, NULL, COSY_KDT_F32, y2, H,
-                   0),
+                0),
        "LLM o_proj GEMM");
     CK(cosy_k_llm_norm_split(s, l->h, y2, y2 + m * H, y->ln2, l->eps, xs, xs + m * H, M, H),
        "LLM norm");
     CK(llm_gemm(l, gm, s, 2 * M, 2 * I, H, COSY_KDT_BF16, xs, H, y->wgu, NULL, COSY_KDT_F32, y2,
-                   2 * I, 0),
+                2 * I, 0),
        "LLM gate|up GEMM");
     CK(cosy_k_llm_silu_split(s, y2, y2 + m * 2 * I, I, xs, xs + m * I, M), "LLM silu");
     CK(llm_gemm(l, gm, s, 2 * M, H, I, COSY_KDT_BF16, xs, I, y->wd, NULL, COSY_KDT_F32, y2, H, 0),
@@ -776,8 +781,8 @@ static cosy_status head_split(gpu_llm *l, float *h0, const float *d, const float
   const size_t m = (size_t)M;
   CK(cosy_k_llm_norm_split(s, h0, d, d_lo, l->norm, l->eps, l->xs, l->xs + m * H, M, H),
      "LLM final norm");
-  CK(llm_gemm(l, l->g->gemm, s, 2 * M, V, H, COSY_KDT_BF16, l->xs, H, l->head, NULL, COSY_KDT_F32,
-                 l->y2, V, 0),
+  CK(llm_gemm(l, l->g->gemm, s, 2 * M, V, H, COSY_KDT_BF16, l->xs, H, l->head, NULL,
+              COSY_KDT_F32, l->y2, V, 0),
      "LLM head GEMM");
   CK(cosy_k_llm_add(s, l->y2, l->y2 + m * V, l->logits, (int64_t)m * V), "LLM logits");
   CK(cosy_k_log_softmax(s, COSY_KDT_F32, l->logits, V, l->logp, M, V), "LLM log_softmax");
