@@ -35,6 +35,11 @@
  *   M > 64 of a shape, the heuristic's choice at M = COSY_GEMM_MREF (default 4096): a row's
  *   value then never depends on M (batch invariant by construction), at a measured cost in W1 at
  *   C = 64 (bench/RESULTS.md).
+ * Batch-invariant GEMMs (cosy_k_gemm_inv, the batch-invariant LLM's prefill): one algorithm for
+ *   every M of a shape, the heuristic's first candidate without split-K at M = COSY_GEMM_INV_M
+ *   (default 2048) rows, so each output is one tile's K loop in one order whatever M; checked for
+ *   each M with cublasLtMatmulAlgoCheck (a misfit falls back to the heuristic for that M and is
+ *   counted: cosy_gemm_inv_fallbacks; tests/test_kernels.c demands 0 for the LLM's shapes).
  * The handle owns a device workspace (default 32 MiB) allocated once by cosy_gemm_create.
  */
 #include <cublasLt.h>
