@@ -69,6 +69,8 @@
 
 #include <string.h>
 
+#include <type_traits>
+
 using namespace cosyk;
 
 namespace {
@@ -132,6 +134,58 @@ __device__ __forceinline__ void load8f(const float *p, float f[8]) {
   f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
+
+/* QKV_ROPE output of one RoPE pair (i, i + 32) of head `head` for row gm, bias already added:
+ * rotated for q and k heads; q to y, k and v to the cache row slots[gm] (none when < 0) */
+__device__ __forceinline__ void qkv_rope_out(const GemvP &a, int gm, int head, int i, float x1,
+                                             float x2) {
+  if (head < a.n_qh + a.n_kh) {
+    float sn, cs;
+    sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
+    const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
+    x1 = t1;
+    x2 = t2;
+  }
+  if (head < a.n_qh) {
+    float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
+    q[i] = x1;
+    q[i + HALF] = x2;
+  } else {
+    const int sc = a.slots[gm];
+    if (sc >= 0) {
+      const bool is_k = head < a.n_qh + a.n_kh;
+      const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
+      float *c = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
+      c[i] = x1;
+      c[i + HALF] = x2;
+    }
+  }
+}
+
+/* Launch kern<<<grid, threads, dyn, s>>>(p), as a programmatic dependent of the previous kernel
+ * on s when pdl */
+template <typename P>
+cudaError_t launch_pdl(void (*kern)(P), dim3 grid, int threads, size_t dyn, cudaStream_t s,
+                       int pdl, const P &p) {
+  if (!pdl) {
+    kern<<<grid, threads, dyn, s>>>(p);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = dyn;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
 
 template <int M, int KS, int PRO, int EPI>
 __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 4) : 2)
@@ -281,27 +335,7 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
       x1 += a.bias[r0];
       x2 += a.bias[r0 + HALF];
     }
-    if (head < a.n_qh + a.n_kh) {
-      float sn, cs;
-      sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
-      const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
-      x1 = t1;
-      x2 = t2;
-    }
-    if (head < a.n_qh) {
-      float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
-      q[i] = x1;
-      q[i + HALF] = x2;
-    } else {
-      const int sc = a.slots[gm];
-      if (sc >= 0) {
-        const bool is_k = head < a.n_qh + a.n_kh;
-        const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
-        float *c = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
-        c[i] = x1;
-        c[i + HALF] = x2;
-      }
-    }
+    qkv_rope_out(a, gm, head, i, x1, x2);
   }
 }
 
@@ -310,24 +344,7 @@ cudaError_t gemv_launch(cudaStream_t s, const GemvP &p, int pdl) {
   constexpr int SPB = GV_WARPS / KS;
   const unsigned blocks = (unsigned)((p.P + SPB - 1) / SPB);
   const dim3 grid((unsigned)p.groups, blocks);
-  if (!pdl) {
-    gemv_kernel<M, KS, PRO, EPI><<<grid, GV_THREADS, 0, s>>>(p);
-    return cudaGetLastError();
-  }
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(GV_THREADS);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_kernel<M, KS, PRO, EPI>, p);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return launch_pdl(gemv_kernel<M, KS, PRO, EPI>, grid, GV_THREADS, 0, s, pdl, p);
 }
 
 template <int M, int PRO, int EPI>
@@ -380,6 +397,11 @@ __device__ __forceinline__ void tc_split2(float v0, float v1, uint32_t &hi, uint
   const __nv_bfloat162 l = __floats2bfloat162_rn(v0 - hf.x, v1 - hf.y);
   hi = *reinterpret_cast<const uint32_t *>(&h);
   lo = *reinterpret_cast<const uint32_t *>(&l);
+}
+
+/* static shared memory of a gemv_tc block of rc rows: red[TC_WARPS][rc / 8][4][32], rn_s[rc] */
+constexpr size_t tc_static_smem(int rc) {
+  return sizeof(float) * (TC_WARPS * (rc / 8) * 4 * 32 + rc);
 }
 
 struct TcP {
@@ -627,29 +649,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
           const float uu = v[j][2 + e2] + bB;
           a.y[(size_t)gm * a.ldy + rA[u]] = gt / (1.f + expf(-gt)) * uu;
         } else { /* QKV_ROPE */
-          const int head = tile >> 2, i = (tile & 3) * 8 + g;
-          float x1 = v[j][e2] + bA, x2 = v[j][2 + e2] + bB;
-          if (head < a.n_qh + a.n_kh) {
-            float sn, cs;
-            sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
-            const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
-            x1 = t1;
-            x2 = t2;
-          }
-          if (head < a.n_qh) {
-            float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
-            q[i] = x1;
-            q[i + HALF] = x2;
-          } else {
-            const int sc = a.slots[gm];
-            if (sc >= 0) {
-              const bool is_k = head < a.n_qh + a.n_kh;
-              const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
-              float *cc = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
-              cc[i] = x1;
-              cc[i + HALF] = x2;
-            }
-          }
+          qkv_rope_out(a, gm, tile >> 2, (tile & 3) * 8 + g, v[j][e2] + bA, v[j][2 + e2] + bB);
         }
       }
     }
@@ -662,45 +662,30 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
   const dim3 grid((unsigned)((p.R + RC - 1) / RC),
                   (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)));
   const size_t dyn = (size_t)p.stage * p.g.K * sizeof(float);
-  constexpr size_t stat = sizeof(float) * (TC_WARPS * NT * 4 * 32 + RC);
+  constexpr size_t stat = tc_static_smem(RC);
   auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI>;
   if (dyn && stat + dyn > 48 * 1024) { /* beyond the default: static + dynamic <= 48 KB */
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)dyn);
     if (e != cudaSuccess) return e;
   }
-  if (!pdl) {
-    kern<<<grid, TC_THREADS, dyn, s>>>(p);
-    return cudaGetLastError();
-  }
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(TC_THREADS);
-  cfg.dynamicSmemBytes = dyn;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return launch_pdl(kern, grid, TC_THREADS, dyn, s, pdl, p);
 }
 
 /* (NT, TW, D) by rows, as measured on an H100 (decode step of the full-size model, bench/RESULTS.md):
  * up to 8 rows one 8-row block (the weight stream is the cost: 8 k-blocks in flight, 16 for long
  * K); up to 32 rows blocks of 16; more rows blocks of 32 with two weight tiles per warp (each x
  * fragment serves both; 64-row blocks were slower: batch 64 4.15 ms against 2.92 ms) */
+inline int tc_rows_per_block(int R) { return R <= 8 ? 8 : R <= 32 ? 16 : 32; }
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
-  if (p.R <= 8) {
+  const int rc = tc_rows_per_block(p.R);
+  if (rc == 8) {
     if (nc > 8) return gemv_tc_launch<1, KS, 1, 16, PRO, EPI>(s, p, pdl); /* long K: all of */
     return gemv_tc_launch<1, KS, 1, 8, PRO, EPI>(s, p, pdl);              /* it in flight */
   }
-  if (p.R <= 32) return gemv_tc_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
+  if (rc == 16) return gemv_tc_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
   return gemv_tc_launch<4, KS, 2, 4, PRO, EPI>(s, p, pdl);
 }
 
@@ -717,6 +702,75 @@ cudaError_t gemv_tc_nt(cudaStream_t s, const TcP &p, int ks, int pdl) {
 
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* The checks both launchers make and the parameters they share: fills p (P = output slots: N
+ * rows, or N / 2 row pairs for SILU_MUL and QKV_ROPE; groups = max(groups, 1)). */
+cudaError_t gemv_params(const cosy_llm_gemv_args *a, GemvP *p) {
+  if (a->N <= 0 || !a->x || !a->w || !a->y || !aligned16(a->w) || !aligned16(a->x) ||
+      a->ldx < a->K || a->ldx % 4 != 0)
+    return cudaErrorInvalidValue;
+  if (a->in_mode == COSY_GEMV_IN_RMSNORM && (!a->norm_w || !aligned16(a->norm_w)))
+    return cudaErrorInvalidValue;
+  if (a->groups < 0 || a->groups > GV_MAX_GROUPS) return cudaErrorInvalidValue;
+  p->M = a->M;
+  p->groups = a->groups > 1 ? a->groups : 1;
+  p->N = a->N;
+  p->K = a->K;
+  p->x = a->x;
+  p->ldx = a->ldx;
+  p->norm_w = a->norm_w;
+  p->eps = a->eps;
+  p->w = (const bf16 *)a->w;
+  p->bias = a->bias;
+  p->y = a->y;
+  p->ldy = a->ldy;
+  p->n_qh = a->n_qh;
+  p->n_kh = a->n_kh;
+  p->pos = a->pos;
+  p->slots = a->slots;
+  p->inv_freq = a->inv_freq;
+  p->kc = a->k_cache;
+  p->vc = a->v_cache;
+  switch (a->out_mode) {
+  case COSY_GEMV_STORE_F32:
+  case COSY_GEMV_ADD_F32:
+    if (a->ldy < a->N) return cudaErrorInvalidValue;
+    p->P = a->N;
+    return cudaSuccess;
+  case COSY_GEMV_SILU_MUL:
+    if (a->N % 2 != 0 || a->ldy < a->N / 2) return cudaErrorInvalidValue;
+    p->P = a->N / 2;
+    return cudaSuccess;
+  case COSY_GEMV_QKV_ROPE:
+    if (a->n_qh <= 0 || a->n_kh <= 0 || a->N != (a->n_qh + 2 * a->n_kh) * HD ||
+        a->ldy < a->n_qh * HD || !a->pos || !a->slots || !a->inv_freq || !a->k_cache ||
+        !a->v_cache)
+      return cudaErrorInvalidValue;
+    p->P = a->N / 2;
+    return cudaSuccess;
+  default:
+    return cudaErrorInvalidValue;
+  }
+}
+
+/* f(PRO, EPI) as integral constants for the (prologue, epilogue) pairs that are built */
+template <class F>
+cudaError_t by_mode(int pro, int epi, F &&f) {
+  using std::integral_constant;
+  using In = integral_constant<int, COSY_GEMV_IN_F32>;
+  using Rms = integral_constant<int, COSY_GEMV_IN_RMSNORM>;
+  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_QKV_ROPE)
+    return f(Rms(), integral_constant<int, COSY_GEMV_QKV_ROPE>());
+  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_SILU_MUL)
+    return f(Rms(), integral_constant<int, COSY_GEMV_SILU_MUL>());
+  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_STORE_F32)
+    return f(Rms(), integral_constant<int, COSY_GEMV_STORE_F32>());
+  if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_ADD_F32)
+    return f(In(), integral_constant<int, COSY_GEMV_ADD_F32>());
+  if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_STORE_F32)
+    return f(In(), integral_constant<int, COSY_GEMV_STORE_F32>());
+  return cudaErrorNotSupported;
+}
+
 } /* namespace */
 
 extern "C" int cosy_k_llm_gemv_supported(int M, int K) {
@@ -725,52 +779,10 @@ extern "C" int cosy_k_llm_gemv_supported(int M, int K) {
 }
 
 extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args *a) {
-  if (!a || !cosy_k_llm_gemv_supported(a->M, a->K) || a->N <= 0 || !a->x || !a->w || !a->y ||
-      !aligned16(a->w) || !aligned16(a->x) || a->ldx < a->K || a->ldx % 4 != 0)
-    return cudaErrorInvalidValue;
-  if (a->in_mode == COSY_GEMV_IN_RMSNORM && (!a->norm_w || !aligned16(a->norm_w)))
-    return cudaErrorInvalidValue;
-  if (a->groups < 0 || a->groups > GV_MAX_GROUPS) return cudaErrorInvalidValue;
+  if (!a || !cosy_k_llm_gemv_supported(a->M, a->K)) return cudaErrorInvalidValue;
   GemvP p;
-  p.M = a->M;
-  p.groups = a->groups > 1 ? a->groups : 1;
-  p.N = a->N;
-  p.K = a->K;
-  p.x = a->x;
-  p.ldx = a->ldx;
-  p.norm_w = a->norm_w;
-  p.eps = a->eps;
-  p.w = (const bf16 *)a->w;
-  p.bias = a->bias;
-  p.y = a->y;
-  p.ldy = a->ldy;
-  p.n_qh = a->n_qh;
-  p.n_kh = a->n_kh;
-  p.pos = a->pos;
-  p.slots = a->slots;
-  p.inv_freq = a->inv_freq;
-  p.kc = a->k_cache;
-  p.vc = a->v_cache;
-  switch (a->out_mode) {
-  case COSY_GEMV_STORE_F32:
-  case COSY_GEMV_ADD_F32:
-    p.P = a->N;
-    if (a->ldy < a->N) return cudaErrorInvalidValue;
-    break;
-  case COSY_GEMV_SILU_MUL:
-    if (a->N % 2 != 0 || a->ldy < a->N / 2) return cudaErrorInvalidValue;
-    p.P = a->N / 2;
-    break;
-  case COSY_GEMV_QKV_ROPE:
-    if (a->n_qh <= 0 || a->n_kh <= 0 || a->N != (a->n_qh + 2 * a->n_kh) * HD ||
-        a->ldy < a->n_qh * HD || !a->pos || !a->slots || !a->inv_freq || !a->k_cache ||
-        !a->v_cache)
-      return cudaErrorInvalidValue;
-    p.P = a->N / 2;
-    break;
-  default:
-    return cudaErrorInvalidValue;
-  }
+  const cudaError_t pe = gemv_params(a, &p);
+  if (pe != cudaSuccess) return pe;
   /* K split: least that covers K in gv_cmax chunks per lane, then more for a fuller grid */
   const int nch = a->K / 8, cmax = gv_cmax(a->out_mode);
   int ks = 1;
@@ -779,18 +791,10 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
          nch > 32 * ks)
     ks *= 2;
 
-  const int pro = a->in_mode, epi = a->out_mode, pdl = a->pdl ? 1 : 0;
-  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_QKV_ROPE)
-    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE>(s, p, ks, pdl);
-  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_SILU_MUL)
-    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL>(s, p, ks, pdl);
-  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_STORE_F32)
-    return gemv_m<COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32>(s, p, ks, pdl);
-  if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_ADD_F32)
-    return gemv_m<COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32>(s, p, ks, pdl);
-  if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_STORE_F32)
-    return gemv_m<COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32>(s, p, ks, pdl);
-  return cudaErrorNotSupported;
+  const int pdl = a->pdl ? 1 : 0;
+  return by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
+    return gemv_m<decltype(pro)::value, decltype(epi)::value>(s, p, ks, pdl);
+  });
 }
 
 extern "C" int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode) {
@@ -801,60 +805,22 @@ extern "C" int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode) {
 }
 
 extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a) {
-  if (!a || a->M < 0 || !cosy_k_llm_gemv_tc_supported(a->N, a->K, a->out_mode) || !a->x ||
-      !a->w || !a->y || !aligned16(a->w) || !aligned16(a->x) || a->ldx < a->K ||
-      a->ldx % 4 != 0)
+  if (!a || a->M < 0 || !cosy_k_llm_gemv_tc_supported(a->N, a->K, a->out_mode))
     return cudaErrorInvalidValue;
-  if (a->in_mode == COSY_GEMV_IN_RMSNORM && (!a->norm_w || !aligned16(a->norm_w)))
-    return cudaErrorInvalidValue;
-  if (a->groups < 0 || a->groups > GV_MAX_GROUPS) return cudaErrorInvalidValue;
-  const long long R = (long long)a->M * (a->groups > 1 ? a->groups : 1);
+  TcP tp;
+  memset(&tp, 0, sizeof tp);
+  GemvP &p = tp.g;
+  const cudaError_t pe = gemv_params(a, &p);
+  if (pe != cudaSuccess) return pe;
+  const long long R = (long long)a->M * p.groups;
   if (R == 0) return cudaSuccess;
   if (R > 65535LL * 64) return cudaErrorInvalidValue;
-  TcP tp;
-  GemvP &p = tp.g;
-  memset(&tp, 0, sizeof tp);
   tp.R = (int)R;
   tp.KB = (a->K + 31) / 32;
-  p.M = a->M;
   p.groups = 1;
-  p.N = a->N;
-  p.K = a->K;
-  p.x = a->x;
-  p.ldx = a->ldx;
-  p.norm_w = a->norm_w;
-  p.eps = a->eps;
-  p.w = (const bf16 *)a->w;
-  p.bias = a->bias;
-  p.y = a->y;
-  p.ldy = a->ldy;
-  p.n_qh = a->n_qh;
-  p.n_kh = a->n_kh;
-  p.pos = a->pos;
-  p.slots = a->slots;
-  p.inv_freq = a->inv_freq;
-  p.kc = a->k_cache;
-  p.vc = a->v_cache;
-  switch (a->out_mode) { /* P = 16-row weight tiles */
-  case COSY_GEMV_STORE_F32:
-  case COSY_GEMV_ADD_F32:
-    if (a->ldy < a->N) return cudaErrorInvalidValue;
-    p.P = (a->N + 15) / 16;
-    break;
-  case COSY_GEMV_SILU_MUL:
-    if (a->ldy < a->N / 2) return cudaErrorInvalidValue;
-    p.P = a->N / 16;
-    break;
-  case COSY_GEMV_QKV_ROPE:
-    if (a->n_qh <= 0 || a->n_kh <= 0 || a->N != (a->n_qh + 2 * a->n_kh) * HD ||
-        a->ldy < a->n_qh * HD || !a->pos || !a->slots || !a->inv_freq || !a->k_cache ||
-        !a->v_cache)
-      return cudaErrorInvalidValue;
-    p.P = a->N / 16;
-    break;
-  default:
-    return cudaErrorInvalidValue;
-  }
+  /* P = 16-row weight tiles: 16 rows, or 8 row pairs */
+  p.P = a->out_mode == COSY_GEMV_STORE_F32 || a->out_mode == COSY_GEMV_ADD_F32 ? (a->N + 15) / 16
+                                                                               : a->N / 16;
   /* K split from N and K only (never the rows, so a row's sums do not depend on the batch):
    * at most 16 k-blocks per warp, then more parts while the grid is short of 2 blocks per SM */
   int ks = 1;
@@ -865,24 +831,16 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   /* x staged in shared memory when the block's rows fit beside the static arrays (at most
    * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
   {
-    const int rc = tp.R <= 8 ? 8 : tp.R <= 32 ? 16 : 32; /* as gemv_tc_rows chooses */
+    const int rc = tc_rows_per_block(tp.R);
     const int rows = tp.R < rc ? tp.R : rc;
-    const size_t stat = (size_t)TC_WARPS * (rc / 8) * 4 * 32 * 4 + rc * 4;
+    const size_t stat = tc_static_smem(rc);
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
     const size_t need = (size_t)rows * a->K * sizeof(float);
     /* at most 96 KB, so that two blocks fit an SM */
     tp.stage = stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   }
-  const int pro = a->in_mode, epi = a->out_mode, pdl = a->pdl ? 1 : 0;
-  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_QKV_ROPE)
-    return gemv_tc_nt<COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE>(s, tp, ks, pdl);
-  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_SILU_MUL)
-    return gemv_tc_nt<COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL>(s, tp, ks, pdl);
-  if (pro == COSY_GEMV_IN_RMSNORM && epi == COSY_GEMV_STORE_F32)
-    return gemv_tc_nt<COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32>(s, tp, ks, pdl);
-  if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_ADD_F32)
-    return gemv_tc_nt<COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32>(s, tp, ks, pdl);
-  if (pro == COSY_GEMV_IN_F32 && epi == COSY_GEMV_STORE_F32)
-    return gemv_tc_nt<COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32>(s, tp, ks, pdl);
-  return cudaErrorNotSupported;
+  const int pdl = a->pdl ? 1 : 0;
+  return by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
+    return gemv_tc_nt<decltype(pro)::value, decltype(epi)::value>(s, tp, ks, pdl);
+  });
 }

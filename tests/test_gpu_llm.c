@@ -298,6 +298,21 @@ static void test_golden(void **state) {
 #define NB 5
 #define NSTEPS 10
 
+/* compare_rows over the NB sequences of two [NB][1 + NSTEPS][V] buffers: the largest max abs
+ * and the smallest argmax agreement */
+static void compare_seqs(const float *a, const float *b, int V, double *worst,
+                         double *worst_agree) {
+  const size_t per = (size_t)(1 + NSTEPS) * V;
+  *worst = 0;
+  *worst_agree = 1;
+  for (int i = 0; i < NB; i++) {
+    double d, agree;
+    compare_rows(a + i * per, b + i * per, 1 + NSTEPS, V, &d, &agree);
+    *worst = d > *worst ? d : *worst;
+    *worst_agree = agree < *worst_agree ? agree : *worst_agree;
+  }
+}
+
 static void test_batched(void **state) {
   (void)state;
   NEED_GPU();
@@ -321,12 +336,8 @@ static void test_batched(void **state) {
     gpu_run(F.l, emb, lens[i], toks[i], NSTEPS, alone + i * per);
     ref_run(F.ref, emb, lens[i], toks[i], NSTEPS, refr + i * per);
   }
-  double d, agree, worst = 0, worst_agree = 1;
-  for (int i = 0; i < NB; i++) {
-    compare_rows(alone + i * per, refr + i * per, 1 + NSTEPS, V, &d, &agree);
-    worst = d > worst ? d : worst;
-    worst_agree = agree < worst_agree ? agree : worst_agree;
-  }
+  double worst, worst_agree;
+  compare_seqs(alone, refr, V, &worst, &worst_agree);
   ok &= check("batched: each alone (batch 1) vs ref, max abs", worst, TOL_LOGP, 1);
   ok &= check("batched: each alone vs ref, argmax agreement (worst seq)", worst_agree, MIN_ARGMAX, 0);
 
@@ -345,12 +356,8 @@ static void test_batched(void **state) {
     const float *ref_alone = alone;
     if (mode == 2) { /* each alone on this path first; vs the CPU reference too */
       for (int i = 0; i < NB; i++) gpu_run(F.l, emb, lens[i], toks[i], NSTEPS, alone_tc + i * per);
-      double w = 0, wa = 1;
-      for (int i = 0; i < NB; i++) {
-        compare_rows(alone_tc + i * per, refr + i * per, 1 + NSTEPS, V, &d, &agree);
-        w = d > w ? d : w;
-        wa = agree < wa ? agree : wa;
-      }
+      double w, wa;
+      compare_seqs(alone_tc, refr, V, &w, &wa);
       ok &= check("batched: tensor-core path alone vs ref, max abs", w, TOL_LOGP, 1);
       ok &= check("batched: tensor-core path alone vs ref, argmax agreement", wa, MIN_ARGMAX, 0);
       ref_alone = alone_tc;
@@ -388,14 +395,8 @@ static void test_batched(void **state) {
       }
       n_batches++;
     }
-    worst = 0;
-    worst_agree = 1;
-    for (int i = 0; i < NB; i++) {
-      compare_rows(tog + i * per, ref_alone + i * per, 1 + NSTEPS, V, &d, &agree);
-      worst = d > worst ? d : worst;
-      worst_agree = agree < worst_agree ? agree : worst_agree;
-      gpu_llm_seq_close(F.l, seq[i]);
-    }
+    compare_seqs(tog, ref_alone, V, &worst, &worst_agree);
+    for (int i = 0; i < NB; i++) gpu_llm_seq_close(F.l, seq[i]);
     char name[128];
     static const char *mname[3] = {"default path", "cuBLASLt path", "tensor-core path"};
     const int exact = mode == 2 || (mode == 0 && tc_default);
