@@ -372,9 +372,11 @@ cudaError_t gemv_m(cudaStream_t s, const GemvP &p, int ks, int pdl) {
 /* ------------------------------------------------------------------------------------------ */
 /* gemv_tc: the same epilogues on the tensor cores, for any number of rows                    */
 
-constexpr int TC_THREADS = 256;
-constexpr int TC_WARPS = TC_THREADS / 32;
-constexpr int TC_TARGET_BLOCKS = 264;
+/* warps of a gemv_tc block: 8, or KS where a tile's K is split 16 ways (one tile per block) */
+__host__ __device__ constexpr int tc_warps(int ks) { return ks > 8 ? ks : 8; }
+constexpr int TC_MAX_KS = 16;
+/* K parts are doubled until the grid has this many warps (~16 per SM of an H100) */
+constexpr int TC_TARGET_WARPS = 2048;
 
 /* D = A B + D, A 16x16 (row), B 16x8 (col), bf16 in, fp32 accumulate. */
 __device__ __forceinline__ void tc_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -394,14 +396,26 @@ __device__ __forceinline__ void tc_mma(float c[4], uint32_t a0, uint32_t a1, uin
 __device__ __forceinline__ void tc_split2(float v0, float v1, uint32_t &hi, uint32_t &lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
   const float2 hf = __bfloat1622float2(h);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(v0 - hf.x, v1 - hf.y);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(__fsub_rn(v0, hf.x), __fsub_rn(v1, hf.y));
   hi = *reinterpret_cast<const uint32_t *>(&h);
   lo = *reinterpret_cast<const uint32_t *>(&l);
 }
 
-/* static shared memory of a gemv_tc block of rc rows: red[TC_WARPS][rc / 8][4][32], rn_s[rc] */
-constexpr size_t tc_static_smem(int rc) {
-  return sizeof(float) * (TC_WARPS * (rc / 8) * 4 * 32 + rc);
+/* RMSNorm statistics of a row, written with explicit roundings so that the main kernel and
+ * tc_split_kernel compute the same bits: lane l adds the squares of k = 4 l + 128 i in i order
+ * (tc_ss4), then a butterfly over the lanes (warp_sum), then r = rsqrt(mean + eps) (tc_rn) */
+__device__ __forceinline__ float tc_ss4(float ss, const float4 v) {
+  return __fadd_rn(ss, __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y,
+                                                                         __fmul_rn(v.x, v.x)))));
+}
+__device__ __forceinline__ float tc_rn(float t2, int K, float eps) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(t2, (float)K), eps));
+}
+
+/* static shared memory of a gemv_tc block of rc rows and nw warps: red[nw][rc / 8][4][32],
+ * rn_s[rc] */
+constexpr size_t tc_static_smem(int rc, int nw) {
+  return sizeof(float) * (nw * (rc / 8) * 4 * 32 + rc);
 }
 
 struct TcP {
@@ -409,6 +423,9 @@ struct TcP {
   int R;     /* rows */
   int KB;    /* k-blocks of 32 */
   int stage; /* rows of x staged in shared memory (0: read from global memory) */
+  /* x already RMSNorm'd and split by tc_split_kernel: hi and lo planes [R][K] bf16; NULL: the
+   * main kernel does it per k-block */
+  const bf16 *xh, *xl;
 };
 
 /* x fragment of lane (g, t) for one k-block: x row `row` at k .. k + 7, RMSNorm'd, split into
@@ -421,7 +438,7 @@ __device__ __forceinline__ void tc_xfrag(const float *xr, bool ok, const float *
     load8f(xr, xf);
     if (PRO == COSY_GEMV_IN_RMSNORM) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) xf[e] = nw[e] * (xf[e] * rn);
+      for (int e = 0; e < 8; ++e) xf[e] = __fmul_rn(nw[e], __fmul_rn(xf[e], rn));
     }
   } else {
 #pragma unroll
@@ -431,15 +448,55 @@ __device__ __forceinline__ void tc_xfrag(const float *xr, bool ok, const float *
   for (int j = 0; j < 4; ++j) tc_split2(xf[2 * j], xf[2 * j + 1], h[j], l[j]);
 }
 
+/* The x side of gemv_tc done once per row (for many rows, where every block would otherwise redo
+ * it): warp w of block b takes row 8 b + w, computes its RMSNorm statistics as the main kernel
+ * does, and writes the RMSNorm'd row split into hi and lo (tc_xfrag, 8 elements a lane at a
+ * time). The main kernel then loads its B fragments from there: the same bits. */
+struct SplitP {
+  GemvP g;
+  int R;
+  bf16 *xh, *xl; /* [R][K] each */
+};
+template <int PRO>
+__global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
+  const GemvP &a = sp.g;
+  const int R = sp.R;
+  bf16 *xh = sp.xh, *xl = sp.xl;
+  pdl_trigger();
+  pdl_wait();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = blockIdx.x * 8 + warp;
+  if (row >= R) return;
+  const int K = a.K;
+  const float *xr = a.x + (size_t)row * a.ldx;
+  float rn = 1.f;
+  if (PRO == COSY_GEMV_IN_RMSNORM) {
+    float ss = 0.f;
+    for (int k = lane * 4; k < K; k += 128)
+      ss = tc_ss4(ss, *reinterpret_cast<const float4 *>(xr + k));
+    rn = tc_rn(warp_sum(ss), K, a.eps);
+  }
+  for (int k = lane * 8; k < K; k += 256) {
+    float nw[8];
+    if (PRO == COSY_GEMV_IN_RMSNORM) load8w(a.norm_w + k, nw);
+    uint32_t h[4], l[4];
+    tc_xfrag<PRO>(xr + k, true, nw, rn, h, l);
+    *reinterpret_cast<uint4 *>(xh + (size_t)row * K + k) = make_uint4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<uint4 *>(xl + (size_t)row * K + k) = make_uint4(l[0], l[1], l[2], l[3]);
+  }
+}
+
 /* NT 8-row tiles of x per block, KS parts of K per weight tile, TW weight tiles per warp, D
- * k-blocks of weights in flight per warp. A row's arithmetic depends on none of NT, TW, D or
- * the staging (only on KS, fixed by N and K). */
-template <int NT, int KS, int TW, int D, int PRO, int EPI>
-__global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
+ * k-blocks of weights in flight per warp. A row's arithmetic depends on none of NT, TW, D, the
+ * staging or the split's place (here or tc_split_kernel); only on KS, fixed by N and K. */
+template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
+__global__ void __launch_bounds__(tc_warps(KS) * 32, (tc_warps(KS) == 8 && D <= 8) ? 2 : 1)
+    gemv_tc_kernel(TcP tp) {
   const GemvP &a = tp.g;
-  constexpr int WT = TC_WARPS / KS; /* warp groups of a block (each TW tiles) */
+  constexpr int NW = tc_warps(KS);  /* warps of the block */
+  constexpr int WT = NW / KS;       /* warp groups of a block (each TW tiles) */
   constexpr int RC = 8 * NT;        /* rows per block */
-  __shared__ float red[TC_WARPS][NT][4][32];
+  __shared__ float red[NW][NT][4][32];
   __shared__ float rn_s[RC];
   extern __shared__ __align__(16) float xs_dyn[];
 
@@ -448,6 +505,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
   const int K = a.K, KB = tp.KB;
   const int kp = warp % KS;
   const int tile0 = (blockIdx.y * WT + warp / KS) * TW;
+  constexpr bool pre = PRE; /* x split by tc_split_kernel (tp.xh, tp.xl) */
   /* the two weight rows of this lane in each of its tiles: mma rows g and g + 8 */
   int rA[TW], rB[TW];
   bool okA[TW], okB[TW];
@@ -488,15 +546,16 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
     }
   }
 
-  /* 2. this block's rows: staged in shared memory (tp.stage rows) or read in place */
+  /* 2. this block's rows: already split (pre), staged in shared memory (tp.stage rows) or read
+   * in place */
   pdl_wait();
   const int r0 = blockIdx.x * RC;
   const int nr = min(RC, tp.R - r0);
   const float *xb = a.x + (size_t)r0 * a.ldx;
   int ldxs = a.ldx;
-  if (tp.stage) {
+  if (!pre && tp.stage) {
     const int k4 = K >> 2;
-    for (int i = tid; i < nr * k4; i += TC_THREADS) {
+    for (int i = tid; i < nr * k4; i += NW * 32) {
       const int row = i / k4, c4 = i - row * k4;
       reinterpret_cast<float4 *>(xs_dyn)[i] =
           *reinterpret_cast<const float4 *>(xb + (size_t)row * a.ldx + 4 * c4);
@@ -505,29 +564,25 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
     ldxs = K;
     __syncthreads();
   }
-  /* RMSNorm statistics: warp w sums rows w, w + 8, ... (lane l: k = 4 l + 128 i, then a
-   * butterfly; the same order for a row whichever block or warp sums it); the loads of all of
-   * a warp's rows are in flight together */
-  if (PRO == COSY_GEMV_IN_RMSNORM) {
-    constexpr int RPW = (RC + TC_WARPS - 1) / TC_WARPS; /* rows per warp */
+  /* RMSNorm statistics: warp w sums rows w, w + NW, ... (tc_ss4 / tc_rn: the same bits whichever
+   * block or warp sums a row); the loads of all of a warp's rows are in flight together */
+  if (PRO == COSY_GEMV_IN_RMSNORM && !pre) {
+    constexpr int RPW = (RC + NW - 1) / NW; /* rows per warp */
     float ss[RPW];
 #pragma unroll
     for (int j = 0; j < RPW; ++j) ss[j] = 0.f;
     for (int k = lane * 4; k < K; k += 128) {
 #pragma unroll
       for (int j = 0; j < RPW; ++j) {
-        const int rr = warp + j * TC_WARPS;
-        if (rr < nr) {
-          const float4 v = *reinterpret_cast<const float4 *>(xb + (size_t)rr * ldxs + k);
-          ss[j] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
+        const int rr = warp + j * NW;
+        if (rr < nr) ss[j] = tc_ss4(ss[j], *reinterpret_cast<const float4 *>(xb + (size_t)rr * ldxs + k));
       }
     }
 #pragma unroll
     for (int j = 0; j < RPW; ++j) {
       const float t2 = warp_sum(ss[j]);
-      const int rr = warp + j * TC_WARPS;
-      if (lane == 0 && rr < RC) rn_s[rr] = rsqrtf(t2 / (float)K + a.eps);
+      const int rr = warp + j * NW;
+      if (lane == 0 && rr < RC) rn_s[rr] = tc_rn(t2, K, a.eps);
     }
     __syncthreads();
   }
@@ -550,7 +605,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
         const int k = (kp + KS * c) * 32 + 8 * t;
         const bool kin = k < K;
         float nw[8];
-        if (PRO == COSY_GEMV_IN_RMSNORM) {
+        if (PRO == COSY_GEMV_IN_RMSNORM && !pre) {
           if (kin)
             load8w(a.norm_w + k, nw);
           else
@@ -561,8 +616,19 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
         for (int nt = 0; nt < NT; ++nt) {
           const int row = nt * 8 + g;
           uint32_t h[4], l[4];
-          tc_xfrag<PRO>(xb + (size_t)row * ldxs + k, kin && row < nr, nw,
-                        PRO == COSY_GEMV_IN_RMSNORM ? rn_s[row] : 1.f, h, l);
+          if (pre) {
+            uint4 hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
+            if (kin && row < nr) {
+              const size_t o = (size_t)(r0 + row) * K + k;
+              hv = *reinterpret_cast<const uint4 *>(tp.xh + o); /* plain loads: see load8f */
+              lv = *reinterpret_cast<const uint4 *>(tp.xl + o);
+            }
+            h[0] = hv.x, h[1] = hv.y, h[2] = hv.z, h[3] = hv.w;
+            l[0] = lv.x, l[1] = lv.y, l[2] = lv.z, l[3] = lv.w;
+          } else {
+            tc_xfrag<PRO>(xb + (size_t)row * ldxs + k, kin && row < nr, nw,
+                          PRO == COSY_GEMV_IN_RMSNORM ? rn_s[row] : 1.f, h, l);
+          }
 #pragma unroll
           for (int u = 0; u < TW; ++u) {
             tc_mma(acc[u][nt], wa[d][u].x, wb[d][u].x, wa[d][u].y, wb[d][u].y, h[0], h[1]);
@@ -656,37 +722,43 @@ __global__ void __launch_bounds__(TC_THREADS) gemv_tc_kernel(TcP tp) {
   }
 }
 
-template <int NT, int KS, int TW, int D, int PRO, int EPI>
+
+template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
 cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
-  constexpr int WT = TC_WARPS / KS, RC = 8 * NT;
+  constexpr int NW = tc_warps(KS), WT = NW / KS, RC = 8 * NT;
   const dim3 grid((unsigned)((p.R + RC - 1) / RC),
                   (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)));
   const size_t dyn = (size_t)p.stage * p.g.K * sizeof(float);
-  constexpr size_t stat = tc_static_smem(RC);
-  auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI>;
+  constexpr size_t stat = tc_static_smem(RC, NW);
+  auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI, PRE>;
   if (dyn && stat + dyn > 48 * 1024) { /* beyond the default: static + dynamic <= 48 KB */
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)dyn);
     if (e != cudaSuccess) return e;
   }
-  return launch_pdl(kern, grid, TC_THREADS, dyn, s, pdl, p);
+  return launch_pdl(kern, grid, NW * 32, dyn, s, pdl, p);
 }
 
 /* (NT, TW, D) by rows, as measured on an H100 (decode step of the full-size model, bench/RESULTS.md):
  * up to 8 rows one 8-row block (the weight stream is the cost: 8 k-blocks in flight, 16 for long
- * K); up to 32 rows blocks of 16; more rows blocks of 32 with two weight tiles per warp (each x
- * fragment serves both; 64-row blocks were slower: batch 64 4.15 ms against 2.92 ms) */
-inline int tc_rows_per_block(int R) { return R <= 8 ? 8 : R <= 32 ? 16 : 32; }
+ * K where a block has 8 warps); up to 32 rows blocks of 16; more rows blocks of 32 with two
+ * weight tiles per warp (each x fragment serves both), only with x split beforehand (pre: the
+ * in-kernel split would not fit the registers) */
+inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !pre ? 16 : 32; }
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
-  const int rc = tc_rows_per_block(p.R);
+  const bool pre = p.xh != nullptr;
+  const int rc = tc_rows_per_block(p.R, pre);
   if (rc == 8) {
-    if (nc > 8) return gemv_tc_launch<1, KS, 1, 16, PRO, EPI>(s, p, pdl); /* long K: all of */
-    return gemv_tc_launch<1, KS, 1, 8, PRO, EPI>(s, p, pdl);              /* it in flight */
+    if constexpr (tc_warps(KS) == 8) /* long K: all of it in flight */
+      if (nc > 8) return gemv_tc_launch<1, KS, 1, 16, PRO, EPI, false>(s, p, pdl);
+    return gemv_tc_launch<1, KS, 1, 8, PRO, EPI, false>(s, p, pdl);
   }
-  if (rc == 16) return gemv_tc_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
-  return gemv_tc_launch<4, KS, 2, 4, PRO, EPI>(s, p, pdl);
+  if (rc == 16)
+    return pre ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, true>(s, p, pdl)
+               : gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
+  return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true>(s, p, pdl);
 }
 
 template <int PRO, int EPI>
@@ -696,6 +768,7 @@ cudaError_t gemv_tc_nt(cudaStream_t s, const TcP &p, int ks, int pdl) {
   case 2: return gemv_tc_rows<2, PRO, EPI>(s, p, pdl);
   case 4: return gemv_tc_rows<4, PRO, EPI>(s, p, pdl);
   case 8: return gemv_tc_rows<8, PRO, EPI>(s, p, pdl);
+  case 16: return gemv_tc_rows<16, PRO, EPI>(s, p, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
@@ -822,24 +895,38 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   p.P = a->out_mode == COSY_GEMV_STORE_F32 || a->out_mode == COSY_GEMV_ADD_F32 ? (a->N + 15) / 16
                                                                                : a->N / 16;
   /* K split from N and K only (never the rows, so a row's sums do not depend on the batch):
-   * at most 16 k-blocks per warp, then more parts while the grid is short of 2 blocks per SM */
+   * at most 16 k-blocks per warp, then more parts (up to 16, while a warp keeps ~2 k-blocks)
+   * until the grid has TC_TARGET_WARPS warps at one 8-row block */
   int ks = 1;
-  while (ks < 8 && (tp.KB + ks - 1) / ks > 16) ks *= 2;
-  while (ks < 8 && (p.P + TC_WARPS / ks - 1) / (TC_WARPS / ks) < TC_TARGET_BLOCKS &&
-         tp.KB >= 4 * ks)
-    ks *= 2;
-  /* x staged in shared memory when the block's rows fit beside the static arrays (at most
-   * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
-  {
-    const int rc = tc_rows_per_block(tp.R);
+  while (ks < TC_MAX_KS && (tp.KB + ks - 1) / ks > 16) ks *= 2;
+  while (ks < TC_MAX_KS && (long long)p.P * ks < TC_TARGET_WARPS && tp.KB >= 2 * ks) ks *= 2;
+  const int pdl = a->pdl ? 1 : 0;
+  /* more than 8 rows with a workspace: the x side once per row (tc_split_kernel), so that the
+   * blocks only load their B fragments */
+  const size_t split_bytes = (size_t)tp.R * a->K * 2 * sizeof(bf16);
+  if (tp.R > 8 && a->xs && a->xs_bytes >= split_bytes) {
+    if (!aligned16(a->xs)) return cudaErrorInvalidValue;
+    bf16 *xh = (bf16 *)a->xs, *xl = xh + (size_t)tp.R * a->K;
+    const SplitP sp = {p, tp.R, xh, xl};
+    const dim3 grid((unsigned)((tp.R + 7) / 8));
+    const cudaError_t e =
+        a->in_mode == COSY_GEMV_IN_RMSNORM
+            ? launch_pdl(tc_split_kernel<COSY_GEMV_IN_RMSNORM>, grid, 256, 0, s, pdl, sp)
+            : launch_pdl(tc_split_kernel<COSY_GEMV_IN_F32>, grid, 256, 0, s, pdl, sp);
+    if (e != cudaSuccess) return e;
+    tp.xh = xh;
+    tp.xl = xl;
+  } else {
+    /* x staged in shared memory when the block's rows fit beside the static arrays (at most
+     * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
+    const int rc = tc_rows_per_block(tp.R, false);
     const int rows = tp.R < rc ? tp.R : rc;
-    const size_t stat = tc_static_smem(rc);
+    const size_t stat = tc_static_smem(rc, tc_warps(ks));
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
     const size_t need = (size_t)rows * a->K * sizeof(float);
     /* at most 96 KB, so that two blocks fit an SM */
     tp.stage = stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   }
-  const int pdl = a->pdl ? 1 : 0;
   return by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
     return gemv_tc_nt<decltype(pro)::value, decltype(epi)::value>(s, tp, ks, pdl);
   });

@@ -71,6 +71,11 @@ typedef struct cosy_llm_gemv_args {
    * device's opt-in limit (kdevice.h smem_block); 0 = 48 KB. Where a block's rows of x fit, they
    * are staged there (speed only: the result is the same either way). */
   int smem_max;
+  /* cosy_k_llm_gemv_tc only: device workspace of at least R * K * 4 bytes (16-byte aligned) or
+   * NULL. Given for more than 8 rows, a first small kernel RMSNorms and splits each row of x
+   * there once, instead of every block doing it for its k-blocks (speed only: the same bits). */
+  void *xs;
+  size_t xs_bytes;
 } cosy_llm_gemv_args;
 
 /* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,
@@ -88,7 +93,7 @@ int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode);
  * two rows of a SiLU or RoPE pair sit in one warp, so the epilogue needs no exchange) and a
  * share of K fixed by N and K alone; every row of x is computed the same way whatever R, so
  * a row's result is bit-identical alone or among any others (batch-invariant, tested). Rows go
- * 8, 16, 32 or 64 to a block; the weights are streamed once per block of rows. */
+ * 8, 16 or 32 to a block; the weights are streamed once per block of rows. */
 cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a);
 
 /* y = epilogue(x W^T (+ bias)) for M in {1, 2, 4, 8} rows, see the modes above. W is read once

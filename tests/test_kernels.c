@@ -1293,7 +1293,12 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = pdl;
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it: rows staged where they fit */
+  /* tc 1: with the split workspace (x split once per row beyond 8 rows), as the LLM runs it;
+   * tc 2: without (every block splits its k-blocks) */
+  void *dws = tc == 1 ? dpoison((size_t)M * K, F32) : NULL;
+  ga.xs = dws, ga.xs_bytes = dws ? (size_t)M * K * 4 : 0;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
+  if (dws) dfree(dws);
   float *y = download(dy, (size_t)M * ny, F32);
   float *kc = download(dkc, ncache, F32), *vc = download(dvc, ncache, F32);
 
@@ -1413,7 +1418,10 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
   ga.smem_max = (int)g_dev.smem_block;
   if (tc) ga.M = R, ga.groups = 1;
+  void *dws = tc == 1 ? dpoison((size_t)R * K, F32) : NULL; /* tc 1: x split once per row */
+  ga.xs = dws, ga.xs_bytes = dws ? (size_t)R * K * 4 : 0;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
+  ga.xs = NULL, ga.xs_bytes = 0;
   for (int m = 0; m < R; ++m) { /* each row alone */
     ga.M = 1, ga.groups = 1;
     ga.x = (const float *)dx + (size_t)m * K;
@@ -1427,8 +1435,8 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
   char sz[96];
   if (tc)
-    snprintf(sz, sizeof sz, "%d rows vs rows alone, N=%d K=%d %s (mismatches as err)", R, N, K,
-             outs[out]);
+    snprintf(sz, sizeof sz, "%d rows%s vs rows alone, N=%d K=%d %s (mismatches as err)", R,
+             tc == 1 ? " (x split first)" : "", N, K, outs[out]);
   else
     snprintf(sz, sizeof sz, "%d groups of 8 vs rows alone, N=%d K=%d %s (mismatches as err)", G,
              N, K, outs[out]);
@@ -1437,6 +1445,7 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   free(x), free(w), free(nw), free(pos), free(slots), free(y), free(y1);
   dfree(dx), dfree(dw), dfree(dnw), dfree(dy), dfree(dy1), dfree(dkc), dfree(dvc), dfree(dpos);
   dfree(dslots), dfree(dinv);
+  if (dws) dfree(dws);
 }
 static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out) {
   check_gemv_groups_k(G, N, K, in, out, 0, 0);
@@ -1470,6 +1479,10 @@ void test_llm_gemv(void **state) {
     check_gemv_k(M, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 0, 1);
     check_gemv_k(M, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 0, 1, 1);
   }
+  /* without the split workspace: every block splits x itself (16-row blocks at any R) */
+  check_gemv_k(40, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 1, 2);
+  check_gemv_k(13, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 1, 2);
+  check_gemv_k(100, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 0, 1, 2);
   check_gemv_k(1, 37, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 0, 1);     /* tiny, odd N */
   check_gemv_k(5, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 0, 1);  /* K % 32 != 0 */
   check_gemv_k(2, 130, 8192, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 0, 1); /* long K */
@@ -1481,6 +1494,8 @@ void test_llm_gemv(void **state) {
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 100);
   check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 24);
   check_gemv_groups_k(0, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 72);
+  check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 2, 48);
+  check_gemv_groups_k(0, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 2, 20);
   end_test();
 }
 

@@ -104,6 +104,7 @@ struct gpu_llm {
   /* activations */
   float *h, *y2, *q, *att, *act, *logits, *logp;
   cosy_bf16 *xs;
+  size_t xs_bytes; /* of xs; also the tensor-core decode kernels' split rows of x */
   int32_t *d_in, *d_pos, *d_slot, *d_lens, *d_bt, *d_pf, *d_bt_all;
   int pf_ints;             /* int32s of d_pf / h_pf */
   int seg_cap, tile_cap;   /* prefill attention: segments and tiles a forward pass may have */
@@ -434,8 +435,9 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     l->seg_cap = l->max_bucket;
     l->tile_cap = max_prefill / COSY_K_PREFILL_TILE + l->seg_cap; /* sum of ceil(n / 16) */
     l->pf_ints = 2 * max_prefill + 4 * l->seg_cap + 2 * l->tile_cap;
+    l->xs_bytes = 2 * R * kx * 2;
     if ((st = dalloc(l, R * H * 4, "LLM h", &l->h)) ||
-        (st = dalloc(l, 2 * R * kx * 2, "LLM hi/lo activations", &l->xs)) ||
+        (st = dalloc(l, l->xs_bytes, "LLM hi/lo activations", &l->xs)) ||
         (st = dalloc(l, y2n * 4, "LLM GEMM outputs", &l->y2)) ||
         (st = dalloc(l, R * l->qd * 4, "LLM q", &l->q)) ||
         (st = dalloc(l, R * l->qd * 4, "LLM att", &l->att)) ||
@@ -795,6 +797,8 @@ static cudaError_t run_gemv(const gpu_llm *l, cudaStream_t s, cosy_llm_gemv_args
   if (l->tc) {
     ga->M = b;
     ga->groups = 1;
+    ga->xs = l->xs; /* free during a decode step (the prefill's hi/lo activations) */
+    ga->xs_bytes = l->xs_bytes;
     return cosy_k_llm_gemv_tc(s, ga);
   }
   ga->M = gemv_rows(b);
