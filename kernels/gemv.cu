@@ -67,6 +67,7 @@
 #include "gemv.h"
 #include "kcommon.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <type_traits>
@@ -490,7 +491,7 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
  * k-blocks of weights in flight per warp. A row's arithmetic depends on none of NT, TW, D, the
  * staging or the split's place (here or tc_split_kernel); only on KS, fixed by N and K. */
 template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
-__global__ void __launch_bounds__(tc_warps(KS) * 32, (tc_warps(KS) == 8 && D <= 8) ? 2 : 1)
+__global__ void __launch_bounds__(tc_warps(KS) * 32, tc_warps(KS) != 8 ? 1 : (NT == 1 && D <= 4) ? 3 : D <= 8 ? 2 : 1)
     gemv_tc_kernel(TcP tp) {
   const GemvP &a = tp.g;
   constexpr int NW = tc_warps(KS);  /* warps of the block */
@@ -744,15 +745,44 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  * K where a block has 8 warps); up to 32 rows blocks of 16; more rows blocks of 32 with two
  * weight tiles per warp (each x fragment serves both), only with x split beforehand (pre: the
  * in-kernel split would not fit the registers) */
-inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !pre ? 16 : 32; }
+/* Measurement knobs (environment, read once; speed only, never a row's bits):
+ * COSY_GEMV_TC_STAGE=0 never stages x in shared memory; COSY_GEMV_TC_MAXKS (16) caps the K
+ * parts; COSY_GEMV_TC_SMALLP (128): matrices of fewer 16-row tiles run 16-row blocks of one tile
+ * a warp at any R (more blocks); COSY_GEMV_TC_D4=1: up to 8 rows, 4 k-blocks in flight and three
+ * blocks an SM instead of 8 (16) and two (one) */
+struct TcKnobs {
+  int stage, maxks, smallp, d4;
+};
+const TcKnobs &tc_knobs() {
+  static const TcKnobs k = [] {
+    auto env = [](const char *n, int dflt) {
+      const char *v = getenv(n);
+      return v && *v ? atoi(v) : dflt;
+    };
+    TcKnobs t;
+    t.stage = env("COSY_GEMV_TC_STAGE", 1);
+    t.maxks = env("COSY_GEMV_TC_MAXKS", TC_MAX_KS);
+    if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
+    t.smallp = env("COSY_GEMV_TC_SMALLP", 128);
+    t.d4 = env("COSY_GEMV_TC_D4", 0);
+    return t;
+  }();
+  return k;
+}
+inline int tc_rows_per_block(int R, bool pre, int P) {
+  return R <= 8 ? 8 : R <= 32 || !pre || P < tc_knobs().smallp ? 16 : 32;
+}
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
   const bool pre = p.xh != nullptr;
-  const int rc = tc_rows_per_block(p.R, pre);
+  const int rc = tc_rows_per_block(p.R, pre, p.g.P);
   if (rc == 8) {
-    if constexpr (tc_warps(KS) == 8) /* long K: all of it in flight */
-      if (nc > 8) return gemv_tc_launch<1, KS, 1, 16, PRO, EPI, false>(s, p, pdl);
+    if constexpr (tc_warps(KS) == 8) {
+      if (tc_knobs().d4) return gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
+      if (nc > 8) /* long K: all of it in flight */
+        return gemv_tc_launch<1, KS, 1, 16, PRO, EPI, false>(s, p, pdl);
+    }
     return gemv_tc_launch<1, KS, 1, 8, PRO, EPI, false>(s, p, pdl);
   }
   if (rc == 16)
@@ -898,8 +928,9 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
    * at most 16 k-blocks per warp, then more parts (up to 16, while a warp keeps ~2 k-blocks)
    * until the grid has TC_TARGET_WARPS warps at one 8-row block */
   int ks = 1;
-  while (ks < TC_MAX_KS && (tp.KB + ks - 1) / ks > 16) ks *= 2;
-  while (ks < TC_MAX_KS && (long long)p.P * ks < TC_TARGET_WARPS && tp.KB >= 2 * ks) ks *= 2;
+  const int maxks = tc_knobs().maxks;
+  while (ks < maxks && (tp.KB + ks - 1) / ks > 16) ks *= 2;
+  while (ks < maxks && (long long)p.P * ks < TC_TARGET_WARPS && tp.KB >= 2 * ks) ks *= 2;
   const int pdl = a->pdl ? 1 : 0;
   /* more than 8 rows with a workspace: the x side once per row (tc_split_kernel), so that the
    * blocks only load their B fragments */
@@ -919,13 +950,13 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   } else {
     /* x staged in shared memory when the block's rows fit beside the static arrays (at most
      * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
-    const int rc = tc_rows_per_block(tp.R, false);
+    const int rc = tc_rows_per_block(tp.R, false, p.P);
     const int rows = tp.R < rc ? tp.R : rc;
     const size_t stat = tc_static_smem(rc, tc_warps(ks));
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
     const size_t need = (size_t)rows * a->K * sizeof(float);
     /* at most 96 KB, so that two blocks fit an SM */
-    tp.stage = stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
+    tp.stage = tc_knobs().stage && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   }
   return by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
     return gemv_tc_nt<decltype(pro)::value, decltype(epi)::value>(s, tp, ks, pdl);
