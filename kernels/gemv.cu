@@ -34,35 +34,41 @@
  *   weight exactly once per call.
  *
  * gemv_tc (cosy_k_llm_gemv_tc): the same prologues and epilogues on the tensor cores, for any
- *   number of rows R; the GPU LLM's decode step at every batch size (lib/gpu/llm.c).
+ *   number of rows R; the GPU LLM's decode step at every batch size with COSY_LLM_DECODE=tc.
  *   Math: out(m, n) = sum_k (hi(xn[m][k]) + lo(xn[m][k])) W[n][k], hi = bf16(xn), lo =
  *   bf16(xn - hi), so x is kept to ~2^-17 relative (the cuBLASLt hi/lo path's precision);
  *   mma.sync m16n8k16 bf16 with fp32 accumulation, the hi then the lo product of each k step.
- *   Thread mapping: 256 threads = 8 warps; a warp owns a "tile" of 16 weight rows (mma rows g
- *   and g + 8, g = lane / 4: rows n0 + g, n0 + 8 + g; for SILU_MUL gate j0 + g and up I + j0 + g;
- *   for QKV_ROPE head rows i0 + g and i0 + 32 + g) and one of KS parts of K (KS from N and K
- *   only, never R: at most 16 k-blocks of 32 per warp, doubled while the grid has < 264 blocks).
+ *   Thread mapping: a warp owns a "tile" of 16 weight rows (mma rows g and g + 8, g = lane / 4:
+ *   rows n0 + g, n0 + 8 + g; for SILU_MUL gate j0 + g and up I + j0 + g; for QKV_ROPE head rows
+ *   i0 + g and i0 + 32 + g) and one of KS parts of K: k-blocks of 32 kb = p, p + KS, ... KS
+ *   depends on N and K only, never R: at most 16 k-blocks per warp, then doubled (up to 16, while
+ *   a warp keeps ~2 k-blocks) until one 8-row block gives 2048 warps (full model: q|k|v, o and
+ *   down 16 parts, gate|up 4, head 8). A block has max(8, KS) warps: 8 / KS tiles, or with 16
+ *   parts one tile on 16 warps.
  *   In a k-block of 32, lane (g, t = lane % 4) loads 16 bytes of each of its two weight rows
- *   (k = 32 kb + 8 t .. + 7) and, per 8-row tile of x, the same 8 k of x row g (two float4,
- *   RMSNorm'd and split); mma 1 takes k 0..3 of those 8, mma 2 k 4..7 (a permutation of k
- *   applied alike to A = W and B = x, so each lane's loads are 16-byte vectors). D k-blocks of
- *   weights are in flight per warp (loaded before the PDL wait, refilled as used).
- *   A block holds 8 NT rows of x (NT = 1, 2 or 4 n8 tiles by R; larger R runs in several row
- *   blocks, gridDim.x, fastest, so a weight tile's row blocks share it through L2) and 8 / KS
- *   warp groups of TW tiles each. By R: up to 8 rows NT 1, TW 1, D 8 (16 where a warp has more
- *   than 8 k-blocks: the weight stream is the cost, so all of it is in flight); up to 32 rows
- *   NT 2, TW 1, D 4; more NT 4, TW 2, D 4 (each x fragment serves two tiles: the x reads are
- *   the cost). Where the block's rows fit (at most
- *   96 KB, within the caller's smem_max) they are first copied into shared memory in one bulk
- *   read, so the k-blocks read x there instead of through L1/L2. The KS partial sums of a tile
- *   meet in shared memory and are added in part order; the epilogue's 8-row tiles are shared
- *   out over the tile's KS warps, and lane (g, t) owns outputs (rows 2t, 2t + 1 of an 8-row
- *   tile) x (weight rows g, g + 8): a SiLU or RoPE pair is in one thread; it loads what it
- *   reads (the residual's old values) before it stores. RMSNorm statistics: warp w sums rows
- *   w, w + 8, ... (lane l: k = 4 l + 128 i, then a butterfly), all its rows' loads together.
+ *   (k = 32 kb + 8 t .. + 7) and, per 8-row tile of x, the same 8 k of x row g (RMSNorm'd and
+ *   split); mma 1 takes k 0..3 of those 8, mma 2 k 4..7 (a permutation of k applied alike to
+ *   A = W and B = x, so each lane's loads are 16-byte vectors). D k-blocks of weights are in
+ *   flight per warp (loaded before the PDL wait, refilled as used).
+ *   Rows: a block holds 8 NT rows of x (larger R runs in several row blocks, gridDim.x, fastest,
+ *   so a weight tile's row blocks share it through L2). Up to 8 rows: NT 1, TW 1 tile a warp,
+ *   D 4 with three 8-warp blocks an SM (8 with 16-warp blocks), and x split in the block: its
+ *   rows (RMSNorm'd inputs) first copied into shared memory, since the statistics and the
+ *   fragments read them twice. More rows with the caller's workspace (a->xs): tc_split_kernel
+ *   first writes every row RMSNorm'd and split into bf16 hi and lo planes, once (instead of once
+ *   per block and k-block: at 64 rows that split was the kernel's cost), and the blocks load
+ *   their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2 (each fragment
+ *   serves both tiles), D 2. Without a workspace: NT 2, x split in the block.
+ *   The KS partial sums of a tile meet in shared memory and are added in part order; the
+ *   epilogue's 8-row tiles are shared out over the tile's KS warps, and lane (g, t) owns outputs
+ *   (rows 2t, 2t + 1 of an 8-row tile) x (weight rows g, g + 8): a SiLU or RoPE pair is in one
+ *   thread; it loads what it reads (the residual's old values) before it stores. RMSNorm
+ *   statistics: lane l adds the squares of k = 4 l + 128 i in order, then a butterfly, written
+ *   with explicit roundings (tc_ss4, tc_rn) and shared by both kernels, as is the split
+ *   (tc_xfrag): a row split by tc_split_kernel has the bits the block would have made.
  *   Batch invariance: nothing a row's arithmetic depends on (KS, the k order, the statistics)
- *   changes with R, NT, TW, D, the staging or the row's position, and mma columns are
- *   independent.
+ *   changes with R, NT, TW, D, the staging, the split's place or the row's position, and mma
+ *   columns are independent.
  */
 #include "gemv.h"
 #include "kcommon.cuh"
@@ -745,13 +751,17 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  * K where a block has 8 warps); up to 32 rows blocks of 16; more rows blocks of 32 with two
  * weight tiles per warp (each x fragment serves both), only with x split beforehand (pre: the
  * in-kernel split would not fit the registers) */
-/* Measurement knobs (environment, read once; speed only, never a row's bits):
- * COSY_GEMV_TC_STAGE=0 never stages x in shared memory; COSY_GEMV_TC_MAXKS (16) caps the K
- * parts; COSY_GEMV_TC_SMALLP (128): matrices of fewer 16-row tiles run 16-row blocks of one tile
- * a warp at any R (more blocks); COSY_GEMV_TC_D4=1: up to 8 rows, 4 k-blocks in flight and three
- * blocks an SM instead of 8 (16) and two (one) */
+/* Measurement knobs (environment, read once per process; speed only, never a row's bits, except
+ * COSY_GEMV_TC_MAXKS, which changes the K split of every row alike):
+ *   COSY_GEMV_TC_STAGE  1 (default): up to 8 rows, stage x in shared memory for RMSNorm'd inputs
+ *                       (read twice: statistics, then fragments); 0 never; 2 also plain inputs
+ *   COSY_GEMV_TC_MAXKS  16 (default): at most this many K parts
+ *   COSY_GEMV_TC_DEEP   0 (default): up to 8 rows, 4 k-blocks in flight per warp and three 8-warp
+ *                       blocks an SM; 1: 8 (16 for long K) in flight and two (one) blocks an SM
+ * Measured on an H100 (bench/RESULTS.md): the defaults gave the shortest decode step at batch 1
+ * (0.81 ms against 0.92 with 8 in flight and every input staged). */
 struct TcKnobs {
-  int stage, maxks, smallp, d4;
+  int stage, maxks, deep;
 };
 const TcKnobs &tc_knobs() {
   static const TcKnobs k = [] {
@@ -763,23 +773,20 @@ const TcKnobs &tc_knobs() {
     t.stage = env("COSY_GEMV_TC_STAGE", 1);
     t.maxks = env("COSY_GEMV_TC_MAXKS", TC_MAX_KS);
     if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
-    t.smallp = env("COSY_GEMV_TC_SMALLP", 128);
-    t.d4 = env("COSY_GEMV_TC_D4", 0);
+    t.deep = env("COSY_GEMV_TC_DEEP", 0);
     return t;
   }();
   return k;
 }
-inline int tc_rows_per_block(int R, bool pre, int P) {
-  return R <= 8 ? 8 : R <= 32 || !pre || P < tc_knobs().smallp ? 16 : 32;
-}
+inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !pre ? 16 : 32; }
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
   const bool pre = p.xh != nullptr;
-  const int rc = tc_rows_per_block(p.R, pre, p.g.P);
+  const int rc = tc_rows_per_block(p.R, pre);
   if (rc == 8) {
     if constexpr (tc_warps(KS) == 8) {
-      if (tc_knobs().d4) return gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
+      if (!tc_knobs().deep) return gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
       if (nc > 8) /* long K: all of it in flight */
         return gemv_tc_launch<1, KS, 1, 16, PRO, EPI, false>(s, p, pdl);
     }
@@ -950,13 +957,14 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   } else {
     /* x staged in shared memory when the block's rows fit beside the static arrays (at most
      * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
-    const int rc = tc_rows_per_block(tp.R, false, p.P);
+    const int rc = tc_rows_per_block(tp.R, false);
     const int rows = tp.R < rc ? tp.R : rc;
     const size_t stat = tc_static_smem(rc, tc_warps(ks));
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
     const size_t need = (size_t)rows * a->K * sizeof(float);
     /* at most 96 KB, so that two blocks fit an SM */
-    tp.stage = tc_knobs().stage && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
+    const int st = tc_knobs().stage;
+    tp.stage = (st == 2 || (st == 1 && a->in_mode == COSY_GEMV_IN_RMSNORM)) && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   }
   return by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
     return gemv_tc_nt<decltype(pro)::value, decltype(epi)::value>(s, tp, ks, pdl);
