@@ -493,23 +493,6 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
   }
 }
 
-/* B fragments of lane (g, t) from the split planes for one k-block (k = this lane's first k):
- * x row g of each of the NT 8-row tiles, hi and lo; zeros past K or the block's rows */
-template <int NT>
-__device__ __forceinline__ void tc_ldx(const TcP &tp, int r0, int nr, int K, int k, bool ok,
-                                       int g, uint4 hh[NT], uint4 ll[NT]) {
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int row = nt * 8 + g;
-    hh[nt] = ll[nt] = make_uint4(0u, 0u, 0u, 0u);
-    if (ok && k < K && row < nr) {
-      const size_t o = (size_t)(r0 + row) * K + k;
-      hh[nt] = *reinterpret_cast<const uint4 *>(tp.xh + o); /* plain loads: see load8f */
-      ll[nt] = *reinterpret_cast<const uint4 *>(tp.xl + o);
-    }
-  }
-}
-
 /* NT 8-row tiles of x per block, KS parts of K per weight tile, TW weight tiles per warp, D
  * k-blocks of weights in flight per warp. A row's arithmetic depends on none of NT, TW, D, the
  * staging or the split's place (here or tc_split_kernel); only on KS, fixed by N and K. */
@@ -621,11 +604,6 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_warps(KS) != 8 ? 1 : (NT
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[u][nt][e] = 0.f;
-  /* with x split beforehand and at most 16 rows a block, the next k-block's B fragments are
-   * loaded one k-block ahead (their L2 latency overlaps this k-block's mma) */
-  constexpr bool XPF = PRE && NT <= 2;
-  uint4 pfh[XPF ? NT : 1], pfl[XPF ? NT : 1];
-  if (XPF) tc_ldx<XPF ? NT : 1>(tp, r0, nr, K, kp * 32 + 8 * t, nc > 0, g, pfh, pfl);
   for (int c0 = 0; c0 < nc; c0 += D) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
@@ -633,13 +611,6 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_warps(KS) != 8 ? 1 : (NT
       if (c < nc) {
         const int k = (kp + KS * c) * 32 + 8 * t;
         const bool kin = k < K;
-        uint4 cxh[XPF ? NT : 1], cxl[XPF ? NT : 1];
-        if (XPF) {
-#pragma unroll
-          for (int nt = 0; nt < (XPF ? NT : 1); ++nt) cxh[nt] = pfh[nt], cxl[nt] = pfl[nt];
-          tc_ldx<XPF ? NT : 1>(tp, r0, nr, K, (kp + KS * (c + 1)) * 32 + 8 * t, c + 1 < nc, g,
-                               pfh, pfl);
-        }
         float nw[8];
         if (PRO == COSY_GEMV_IN_RMSNORM && !pre) {
           if (kin)
@@ -652,11 +623,7 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_warps(KS) != 8 ? 1 : (NT
         for (int nt = 0; nt < NT; ++nt) {
           const int row = nt * 8 + g;
           uint32_t h[4], l[4];
-          if (XPF) {
-            const uint4 hv = cxh[XPF ? nt : 0], lv = cxl[XPF ? nt : 0];
-            h[0] = hv.x, h[1] = hv.y, h[2] = hv.z, h[3] = hv.w;
-            l[0] = lv.x, l[1] = lv.y, l[2] = lv.z, l[3] = lv.w;
-          } else if (pre) {
+          if (pre) {
             uint4 hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
             if (kin && row < nr) {
               const size_t o = (size_t)(r0 + row) * K + k;
@@ -791,12 +758,10 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  *   COSY_GEMV_TC_MAXKS  16 (default): at most this many K parts
  *   COSY_GEMV_TC_DEEP   0 (default): up to 8 rows, 4 k-blocks in flight per warp and three 8-warp
  *                       blocks an SM; 1: 8 (16 for long K) in flight and two (one) blocks an SM
- *   COSY_GEMV_TC_RC32   1 (default): more than 32 rows with x split beforehand in 32-row blocks
- *                       (two tiles a warp); 0: 16-row blocks (one tile a warp, x loaded ahead)
  * Measured on an H100 (bench/RESULTS.md): the defaults gave the shortest decode step at batch 1
  * (0.81 ms against 0.92 with 8 in flight and every input staged). */
 struct TcKnobs {
-  int stage, maxks, deep, rc32;
+  int stage, maxks, deep;
 };
 const TcKnobs &tc_knobs() {
   static const TcKnobs k = [] {
@@ -809,14 +774,11 @@ const TcKnobs &tc_knobs() {
     t.maxks = env("COSY_GEMV_TC_MAXKS", TC_MAX_KS);
     if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
     t.deep = env("COSY_GEMV_TC_DEEP", 0);
-    t.rc32 = env("COSY_GEMV_TC_RC32", 1);
     return t;
   }();
   return k;
 }
-inline int tc_rows_per_block(int R, bool pre) {
-  return R <= 8 ? 8 : R <= 32 || !pre || !tc_knobs().rc32 ? 16 : 32;
-}
+inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !pre ? 16 : 32; }
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
