@@ -55,9 +55,10 @@
  *   D 4 with three 8-warp blocks an SM (8 with 16-warp blocks), and x split in the block: its
  *   rows (RMSNorm'd inputs) first copied into shared memory, since the statistics and the
  *   fragments read them twice. More rows with the caller's workspace (a->xs): tc_split_kernel
- *   first writes every row RMSNorm'd and split into bf16 hi and lo planes, once (instead of once
- *   per block and k-block: at 64 rows that split was the kernel's cost), and the blocks load
- *   their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2 (each fragment
+ *   first writes every row RMSNorm'd and split, once (instead of once per block and k-block: at
+ *   64 rows that split was the kernel's cost), in fragment order (per 8-row tile and k-block,
+ *   lane by lane, 16 bytes hi and 16 lo: a warp loads a tile's k-block as 1 KB in a row), and the
+ *   blocks load their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2 (each fragment
  *   serves both tiles), D 2. Without a workspace: NT 2, x split in the block.
  *   The KS partial sums of a tile meet in shared memory and are added in part order; the
  *   epilogue's 8-row tiles are shared out over the tile's KS warps, and lane (g, t) owns outputs
@@ -430,9 +431,9 @@ struct TcP {
   int R;     /* rows */
   int KB;    /* k-blocks of 32 */
   int stage; /* rows of x staged in shared memory (0: read from global memory) */
-  /* x already RMSNorm'd and split by tc_split_kernel: hi and lo planes [R][K] bf16; NULL: the
-   * main kernel does it per k-block */
-  const bf16 *xh, *xl;
+  /* x already RMSNorm'd and split by tc_split_kernel, in fragment order (8-row tile, k-block,
+   * lane: 16 bytes hi, 16 lo); NULL: the main kernel does it per k-block */
+  const uint4 *xs;
 };
 
 /* x fragment of lane (g, t) for one k-block: x row `row` at k .. k + 7, RMSNorm'd, split into
@@ -462,13 +463,12 @@ __device__ __forceinline__ void tc_xfrag(const float *xr, bool ok, const float *
 struct SplitP {
   GemvP g;
   int R;
-  bf16 *xh, *xl; /* [R][K] each */
+  uint4 *xs; /* ceil(R / 8) * KB * 64 16-byte units (see the kernel) */
 };
 template <int PRO>
 __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
   const GemvP &a = sp.g;
   const int R = sp.R;
-  bf16 *xh = sp.xh, *xl = sp.xl;
   pdl_trigger();
   pdl_wait();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -483,13 +483,24 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
       ss = tc_ss4(ss, *reinterpret_cast<const float4 *>(xr + k));
     rn = tc_rn(warp_sum(ss), K, a.eps);
   }
-  for (int k = lane * 8; k < K; k += 256) {
-    float nw[8];
-    if (PRO == COSY_GEMV_IN_RMSNORM) load8w(a.norm_w + k, nw);
+  /* fragment order: 8 k of row 8 rt + g at k-block kb, part t go to 32-byte slot
+   * (rt KB + kb) 32 + 4 g + t, hi then lo, so that a warp loads one k-block of an 8-row tile as
+   * 1 KB in a row (lane = 4 g + t); k past K (the last k-block) is written as zeros */
+  const int KB = (K + 31) / 32;
+  uint4 *dst = reinterpret_cast<uint4 *>(sp.xs) + (size_t)(row >> 3) * KB * 64 + (row & 7) * 8;
+  for (int k = lane * 8; k < KB * 32; k += 256) {
     uint32_t h[4], l[4];
-    tc_xfrag<PRO>(xr + k, true, nw, rn, h, l);
-    *reinterpret_cast<uint4 *>(xh + (size_t)row * K + k) = make_uint4(h[0], h[1], h[2], h[3]);
-    *reinterpret_cast<uint4 *>(xl + (size_t)row * K + k) = make_uint4(l[0], l[1], l[2], l[3]);
+    if (k < K) {
+      float nw[8];
+      if (PRO == COSY_GEMV_IN_RMSNORM) load8w(a.norm_w + k, nw);
+      tc_xfrag<PRO>(xr + k, true, nw, rn, h, l);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) h[j] = l[j] = 0u;
+    }
+    uint4 *d = dst + (size_t)(k >> 5) * 64 + ((k >> 3) & 3) * 2;
+    d[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    d[1] = make_uint4(l[0], l[1], l[2], l[3]);
   }
 }
 
@@ -625,10 +636,11 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_warps(KS) != 8 ? 1 : (NT
           uint32_t h[4], l[4];
           if (pre) {
             uint4 hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
-            if (kin && row < nr) {
-              const size_t o = (size_t)(r0 + row) * K + k;
-              hv = *reinterpret_cast<const uint4 *>(tp.xh + o); /* plain loads: see load8f */
-              lv = *reinterpret_cast<const uint4 *>(tp.xl + o);
+            if (row < nr) { /* fragment order (tc_split_kernel); plain loads: see load8f */
+              const uint4 *q = tp.xs + ((size_t)((r0 >> 3) + nt) * KB + (kp + KS * c)) * 64 +
+                               lane * 2;
+              hv = q[0];
+              lv = q[1];
             }
             h[0] = hv.x, h[1] = hv.y, h[2] = hv.z, h[3] = hv.w;
             l[0] = lv.x, l[1] = lv.y, l[2] = lv.z, l[3] = lv.w;
@@ -782,7 +794,7 @@ inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
-  const bool pre = p.xh != nullptr;
+  const bool pre = p.xs != nullptr;
   const int rc = tc_rows_per_block(p.R, pre);
   if (rc == 8) {
     if constexpr (tc_warps(KS) == 8) {
@@ -941,19 +953,17 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   const int pdl = a->pdl ? 1 : 0;
   /* more than 8 rows with a workspace: the x side once per row (tc_split_kernel), so that the
    * blocks only load their B fragments */
-  const size_t split_bytes = (size_t)tp.R * a->K * 2 * sizeof(bf16);
+  const size_t split_bytes = (size_t)((tp.R + 7) / 8) * tp.KB * 64 * 16;
   if (tp.R > 8 && a->xs && a->xs_bytes >= split_bytes) {
     if (!aligned16(a->xs)) return cudaErrorInvalidValue;
-    bf16 *xh = (bf16 *)a->xs, *xl = xh + (size_t)tp.R * a->K;
-    const SplitP sp = {p, tp.R, xh, xl};
+    const SplitP sp = {p, tp.R, (uint4 *)a->xs};
     const dim3 grid((unsigned)((tp.R + 7) / 8));
     const cudaError_t e =
         a->in_mode == COSY_GEMV_IN_RMSNORM
             ? launch_pdl(tc_split_kernel<COSY_GEMV_IN_RMSNORM>, grid, 256, 0, s, pdl, sp)
             : launch_pdl(tc_split_kernel<COSY_GEMV_IN_F32>, grid, 256, 0, s, pdl, sp);
     if (e != cudaSuccess) return e;
-    tp.xh = xh;
-    tp.xl = xl;
+    tp.xs = sp.xs;
   } else {
     /* x staged in shared memory when the block's rows fit beside the static arrays (at most
      * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */

@@ -71,9 +71,10 @@ typedef struct cosy_llm_gemv_args {
    * device's opt-in limit (kdevice.h smem_block); 0 = 48 KB. Where a block's rows of x fit, they
    * are staged there (speed only: the result is the same either way). */
   int smem_max;
-  /* cosy_k_llm_gemv_tc only: device workspace of at least R * K * 4 bytes (16-byte aligned) or
-   * NULL. Given for more than 8 rows, a first small kernel RMSNorms and splits each row of x
-   * there once, instead of every block doing it for its k-blocks (speed only: the same bits). */
+  /* cosy_k_llm_gemv_tc only: device workspace (16-byte aligned) of at least R8 * K32 * 4 bytes
+   * (R8 = R rounded up to 8, K32 = K rounded up to 32), or NULL. Given for more than 8 rows, a
+   * first small kernel RMSNorms and splits each row of x there once, instead of every block
+   * doing it for its k-blocks (speed only: the same bits; smaller or NULL: done in the blocks). */
   void *xs;
   size_t xs_bytes;
 } cosy_llm_gemv_args;

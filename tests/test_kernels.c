@@ -1295,8 +1295,9 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it: rows staged where they fit */
   /* tc 1: with the split workspace (x split once per row beyond 8 rows), as the LLM runs it;
    * tc 2: without (every block splits its k-blocks) */
-  void *dws = tc == 1 ? dpoison((size_t)M * K, F32) : NULL;
-  ga.xs = dws, ga.xs_bytes = dws ? (size_t)M * K * 4 : 0;
+  const size_t nws = (size_t)(M + 7) / 8 * 8 * ((K + 31) / 32 * 32); /* floats (gemv.h) */
+  void *dws = tc == 1 ? dpoison(nws, F32) : NULL;
+  ga.xs = dws, ga.xs_bytes = dws ? nws * 4 : 0;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   if (dws) dfree(dws);
   float *y = download(dy, (size_t)M * ny, F32);
@@ -1418,8 +1419,9 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
   ga.smem_max = (int)g_dev.smem_block;
   if (tc) ga.M = R, ga.groups = 1;
-  void *dws = tc == 1 ? dpoison((size_t)R * K, F32) : NULL; /* tc 1: x split once per row */
-  ga.xs = dws, ga.xs_bytes = dws ? (size_t)R * K * 4 : 0;
+  const size_t nws = (size_t)(R + 7) / 8 * 8 * ((K + 31) / 32 * 32); /* floats (gemv.h) */
+  void *dws = tc == 1 ? dpoison(nws, F32) : NULL; /* tc 1: x split once per row */
+  ga.xs = dws, ga.xs_bytes = dws ? nws * 4 : 0;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   ga.xs = NULL, ga.xs_bytes = 0;
   for (int m = 0; m < R; ++m) { /* each row alone */
@@ -1485,6 +1487,8 @@ void test_llm_gemv(void **state) {
   check_gemv_k(100, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 0, 1, 2);
   check_gemv_k(1, 37, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 0, 1);     /* tiny, odd N */
   check_gemv_k(5, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 0, 1);  /* K % 32 != 0 */
+  check_gemv_k(13, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 1, 1); /* split: part */
+  check_gemv_k(45, 40, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 1, 1);    /* tiles, k-blocks */
   check_gemv_k(2, 130, 8192, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 0, 1); /* long K */
   /* 32 rows x 384 staged: 48 KB of dynamic shared memory beside the static arrays (the small
    * test model's down projection, which once failed to launch) */
@@ -1494,6 +1498,7 @@ void test_llm_gemv(void **state) {
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 100);
   check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 24);
   check_gemv_groups_k(0, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 72);
+  check_gemv_groups_k(0, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 21);
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 2, 48);
   check_gemv_groups_k(0, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 2, 20);
   end_test();
