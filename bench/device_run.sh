@@ -4,7 +4,8 @@
 #
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
-#                                        memory stress gputime fault sanitize longtext multi ab trace ktop ncu_k
+#                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
+#                                        ncu_k
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
 #
@@ -53,6 +54,12 @@
 #               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT, NCUK_W1)
 #   ktop        the 30 kernels of the largest GPU time in a 64-request first-chunk burst and W1
 #               at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
+#   tc          the batch-invariant LLM (COSY_LLM_DECODE=tc) against the default: test_kernels
+#               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
+#               decode-step timings (full model), W1 at TC_LEVELS (default 1,16,32,64) in each
+#               mode, each under TC_VARIANTS (ab syntax, default "base"; e.g.
+#               "base d8:COSY_GEMV_TC_DEEP=1" for kernels/gemv.cu's knobs). Summary lines
+#               "tc <variant> steps: ..." and "tc <variant> <mode> C=...: ..."
 #   trace       W1 at C = 64 with the scheduler's trace under TRACE_VARIANTS (ab syntax), each
 #               summarized by bench/trace_summary.py (calls, busy shares, LLM step interval)
 #   multi       two GPUs (SKIP with fewer): the GPU parity tests on device 1 alone
@@ -343,6 +350,26 @@ if [[ " $STEPS " == *" ab "* ]]; then
     done
   done
 fi
+if [[ " $STEPS " == *" tc "* ]]; then
+  run tc_test_kernels ./$B/tests/test_kernels llm_gemv
+  for spec in ${TC_VARIANTS:-base}; do
+    variant "$spec"
+    ( export "${envs[@]}" _=1
+      BENCH_FILTER=gemv run tc_${v}_bench_gemv ./$B/tests/test_kernels --bench llm_gemv
+      COSY_FULL_MODEL=$PWD/$FULL run tc_${v}_gpu_llm ./$B/tests/test_gpu_llm
+      run tc_${v}_w1_default ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+        --concurrency "${TC_LEVELS:-1,16,32,64}" "${W1_ARGS[@]}"
+      COSY_LLM_DECODE=tc run tc_${v}_w1_tc ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+        --concurrency "${TC_LEVELS:-1,16,32,64}" "${W1_ARGS[@]}" )
+    note "tc $v steps: $(grep -E 'TIMING llm decode step' "$OUT/tc_${v}_gpu_llm.log" | \
+      grep 'tensor-core gemv + PDL' | awk '{print "b" $6 " " $7}' | paste -sd' ')"
+    for mode in default tc; do
+      note "tc $v $mode: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms' "$OUT/tc_${v}_w1_$mode.log" | \
+        awk '{print "C=" $1 " " $3 "/" $4 " rtf " $5 " " $7 "x u" $8}' | paste -sd';')"
+    done
+  done
+fi
+
 if [[ " $STEPS " == *" trace "* ]]; then
   # W1 at C = TRACE_LEVEL (64) with the scheduler trace (COSY_SCHED_TRACE) under each variant of
   # TRACE_VARIANTS (the ab step's syntax, default "base"), TRACE_ARGS more bench_w1 arguments;
