@@ -58,8 +58,8 @@
  *   first writes every row RMSNorm'd and split, once (instead of once per block and k-block: at
  *   64 rows that split was the kernel's cost), in fragment order (per 8-row tile and k-block,
  *   lane by lane, 16 bytes hi and 16 lo: a warp loads a tile's k-block as 1 KB in a row), and the
- *   blocks load their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2 (each fragment
- *   serves both tiles), D 2. Without a workspace: NT 2, x split in the block.
+ *   blocks load their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2
+ *   (each fragment serves both tiles), D 2. Without a workspace: NT 2, x split in the block.
  *   The KS partial sums of a tile meet in shared memory and are added in part order; the
  *   epilogue's 8-row tiles are shared out over the tile's KS warps, and lane (g, t) owns outputs
  *   (rows 2t, 2t + 1 of an 8-row tile) x (weight rows g, g + 8): a SiLU or RoPE pair is in one
@@ -504,11 +504,17 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
   }
 }
 
+/* blocks an SM the registers must allow: 16-warp blocks one; 8-warp blocks three with 4 k-blocks
+ * in flight at one row tile (80 registers), two with up to 8, else one */
+constexpr int tc_min_blocks(int nw, int nt, int d) {
+  return nw != 8 ? 1 : (nt == 1 && d <= 4) ? 3 : d <= 8 ? 2 : 1;
+}
+
 /* NT 8-row tiles of x per block, KS parts of K per weight tile, TW weight tiles per warp, D
- * k-blocks of weights in flight per warp. A row's arithmetic depends on none of NT, TW, D, the
- * staging or the split's place (here or tc_split_kernel); only on KS, fixed by N and K. */
+ * k-blocks of weights in flight per warp, PRE: x split beforehand (tc_split_kernel). A row's
+ * arithmetic depends on none of NT, TW, D, PRE or the staging; only on KS, fixed by N and K. */
 template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
-__global__ void __launch_bounds__(tc_warps(KS) * 32, tc_warps(KS) != 8 ? 1 : (NT == 1 && D <= 4) ? 3 : D <= 8 ? 2 : 1)
+__global__ void __launch_bounds__(tc_warps(KS) * 32, tc_min_blocks(tc_warps(KS), NT, D))
     gemv_tc_kernel(TcP tp) {
   const GemvP &a = tp.g;
   constexpr int NW = tc_warps(KS);  /* warps of the block */
@@ -593,7 +599,8 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_warps(KS) != 8 ? 1 : (NT
 #pragma unroll
       for (int j = 0; j < RPW; ++j) {
         const int rr = warp + j * NW;
-        if (rr < nr) ss[j] = tc_ss4(ss[j], *reinterpret_cast<const float4 *>(xb + (size_t)rr * ldxs + k));
+        if (rr < nr)
+          ss[j] = tc_ss4(ss[j], *reinterpret_cast<const float4 *>(xb + (size_t)rr * ldxs + k));
       }
     }
 #pragma unroll
@@ -974,7 +981,8 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
     const size_t need = (size_t)rows * a->K * sizeof(float);
     /* at most 96 KB, so that two blocks fit an SM */
     const int st = tc_knobs().stage;
-    tp.stage = (st == 2 || (st == 1 && a->in_mode == COSY_GEMV_IN_RMSNORM)) && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
+    const bool want = st == 2 || (st == 1 && a->in_mode == COSY_GEMV_IN_RMSNORM);
+    tp.stage = want && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   }
   return by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
     return gemv_tc_nt<decltype(pro)::value, decltype(epi)::value>(s, tp, ks, pdl);

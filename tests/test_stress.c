@@ -141,7 +141,8 @@ static void cfg_env(scfg *c) {
   c->warmup = (int)env_l("COSY_STRESS_WARMUP", c->warmup);
   c->timeout_s = (int)env_l("COSY_STRESS_TIMEOUT", 600);
   c->rss_slack_mb = env_d("COSY_STRESS_RSS_SLACK_MB", c->rss_slack_mb > 0 ? c->rss_slack_mb : 4);
-  c->heap_slack_mb = env_d("COSY_STRESS_HEAP_SLACK_MB", c->heap_slack_mb > 0 ? c->heap_slack_mb : 0.25);
+  c->heap_slack_mb =
+      env_d("COSY_STRESS_HEAP_SLACK_MB", c->heap_slack_mb > 0 ? c->heap_slack_mb : 0.25);
   c->steady_slack_mb = env_d("COSY_STRESS_STEADY_SLACK_MB", 0.25);
   c->dev_slack_mb = env_d("COSY_STRESS_DEV_SLACK_MB", 8);
 }
