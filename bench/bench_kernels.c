@@ -474,7 +474,7 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.n_qh = 14, ga.n_kh = 2, ga.pos = P(o, 4, s), ga.slots = P(o, 5, s);
   ga.inv_freq = P(o, 6, s), ga.k_cache = P(o, 7, s), ga.v_cache = P(o, 8, s);
   ga.xs = o->i[6] ? P(o, 9, s) : NULL; /* as the LLM passes it: x split once beyond 8 rows */
-  ga.xs_bytes = o->i[6] ? (size_t)(ga.M + 7) / 8 * 8 * ((ga.K + 31) / 32 * 32) * 4 : 0;
+  ga.xs_bytes = o->i[6] ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
   return o->i[6] ? cosy_k_llm_gemv_tc(g_stream, &ga) : cosy_k_llm_gemv(g_stream, &ga);
 }
 static void add_llm_gemv(const char *group, const char *name, int M, int N, int K,
@@ -497,7 +497,7 @@ static void add_llm_gemv(const char *group, const char *name, int M, int N, int 
   o->p[6] = drand(32, F32, 0.f, 1.f);
   o->p[7] = drand((size_t)(np > 16 ? np : 16) * 2 * 64, F32, -1.f, 1.f);
   o->p[8] = drand((size_t)(np > 16 ? np : 16) * 2 * 64, F32, -1.f, 1.f);
-  if (tc) o->p[9] = drand((size_t)(M + 7) / 8 * 8 * ((K + 31) / 32 * 32), F32, -1.f, 1.f);
+  if (tc) o->p[9] = drand(cosy_k_llm_gemv_tc_workspace(M, K) / 4, F32, -1.f, 1.f);
   o->bytes = (double)wbytes + (double)M * K * 4 + (double)M * ny * 4 * (out == COSY_GEMV_ADD_F32 ? 2 : 1);
   o->flops = 2.0 * M * N * K;
   o->run = r_llm_gemv;

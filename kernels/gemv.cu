@@ -529,7 +529,7 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_min_blocks(tc_warps(KS),
   const int K = a.K, KB = tp.KB;
   const int kp = warp % KS;
   const int tile0 = (blockIdx.y * WT + warp / KS) * TW;
-  constexpr bool pre = PRE; /* x split by tc_split_kernel (tp.xh, tp.xl) */
+  constexpr bool pre = PRE; /* x split by tc_split_kernel (tp.xs) */
   /* the two weight rows of this lane in each of its tiles: mma rows g and g + 8 */
   int rA[TW], rB[TW];
   bool okA[TW], okB[TW];
@@ -933,6 +933,11 @@ extern "C" int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode) {
   return out_mode == COSY_GEMV_STORE_F32 || out_mode == COSY_GEMV_ADD_F32;
 }
 
+extern "C" size_t cosy_k_llm_gemv_tc_workspace(int R, int K) {
+  if (R <= 0 || K <= 0) return 0;
+  return (size_t)((R + 7) / 8) * ((K + 31) / 32) * 64 * 16; /* 8 rows x 32 k x 4 bytes a unit */
+}
+
 extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a) {
   if (!a || a->M < 0 || !cosy_k_llm_gemv_tc_supported(a->N, a->K, a->out_mode))
     return cudaErrorInvalidValue;
@@ -960,8 +965,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   const int pdl = a->pdl ? 1 : 0;
   /* more than 8 rows with a workspace: the x side once per row (tc_split_kernel), so that the
    * blocks only load their B fragments */
-  const size_t split_bytes = (size_t)((tp.R + 7) / 8) * tp.KB * 64 * 16;
-  if (tp.R > 8 && a->xs && a->xs_bytes >= split_bytes) {
+  if (tp.R > 8 && a->xs && a->xs_bytes >= cosy_k_llm_gemv_tc_workspace(tp.R, a->K)) {
     if (!aligned16(a->xs)) return cudaErrorInvalidValue;
     const SplitP sp = {p, tp.R, (uint4 *)a->xs};
     const dim3 grid((unsigned)((tp.R + 7) / 8));

@@ -71,8 +71,8 @@ typedef struct cosy_llm_gemv_args {
    * device's opt-in limit (kdevice.h smem_block); 0 = 48 KB. Where a block's rows of x fit, they
    * are staged there (speed only: the result is the same either way). */
   int smem_max;
-  /* cosy_k_llm_gemv_tc only: device workspace (16-byte aligned) of at least R8 * K32 * 4 bytes
-   * (R8 = R rounded up to 8, K32 = K rounded up to 32), or NULL. Given for more than 8 rows, a
+  /* cosy_k_llm_gemv_tc only: device workspace (16-byte aligned) of at least
+   * cosy_k_llm_gemv_tc_workspace(R, K) bytes, or NULL. Given for more than 8 rows, a
    * first small kernel RMSNorms and splits each row of x there once, instead of every block
    * doing it for its k-blocks (speed only: the same bits; smaller or NULL: done in the blocks). */
   void *xs;
@@ -96,6 +96,10 @@ int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode);
  * a row's result is bit-identical alone or among any others (batch-invariant, tested). Rows go
  * 8, 16 or 32 to a block; the weights are streamed once per block of rows. */
 cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a);
+
+/* Bytes of the workspace (args xs) with which cosy_k_llm_gemv_tc splits R rows of K inputs
+ * once: R rounded up to 8 times K rounded up to 32, 4 bytes each (0 for R or K <= 0). */
+size_t cosy_k_llm_gemv_tc_workspace(int R, int K);
 
 /* y = epilogue(x W^T (+ bias)) for M in {1, 2, 4, 8} rows, see the modes above. W is read once
  * (streamed into registers first), x through the L1 cache; fp32 accumulation. Graph-capturable

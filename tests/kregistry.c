@@ -41,7 +41,7 @@ const kh_entry kh_registry[] = {
     {"paged_prefill", L("cosy_k_paged_prefill"), T(paged_prefill), BENCH(paged_prefill),
      KH_CEIL_BF16},
     {"llm_gemv", L("cosy_k_llm_gemv", "cosy_k_llm_gemv_supported", "cosy_k_llm_gemv_tc",
-                   "cosy_k_llm_gemv_tc_supported"), T(llm_gemv), BENCH(llm_gemv),
+                   "cosy_k_llm_gemv_tc_supported", "cosy_k_llm_gemv_tc_workspace"), T(llm_gemv), BENCH(llm_gemv),
      KH_CEIL_HBM},
     {"dit_elementwise",
      L("cosy_k_flow_qkv_post", "cosy_k_flow_qkv_post_pos", "cosy_k_flow_bias_gelu",

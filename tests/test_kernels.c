@@ -1295,9 +1295,9 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it: rows staged where they fit */
   /* tc 1: with the split workspace (x split once per row beyond 8 rows), as the LLM runs it;
    * tc 2: without (every block splits its k-blocks) */
-  const size_t nws = (size_t)(M + 7) / 8 * 8 * ((K + 31) / 32 * 32); /* floats (gemv.h) */
-  void *dws = tc == 1 ? dpoison(nws, F32) : NULL;
-  ga.xs = dws, ga.xs_bytes = dws ? nws * 4 : 0;
+  const size_t nws = cosy_k_llm_gemv_tc_workspace(M, K);
+  void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL;
+  ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   if (dws) dfree(dws);
   float *y = download(dy, (size_t)M * ny, F32);
@@ -1419,9 +1419,9 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
   ga.smem_max = (int)g_dev.smem_block;
   if (tc) ga.M = R, ga.groups = 1;
-  const size_t nws = (size_t)(R + 7) / 8 * 8 * ((K + 31) / 32 * 32); /* floats (gemv.h) */
-  void *dws = tc == 1 ? dpoison(nws, F32) : NULL; /* tc 1: x split once per row */
-  ga.xs = dws, ga.xs_bytes = dws ? nws * 4 : 0;
+  const size_t nws = cosy_k_llm_gemv_tc_workspace(R, K);
+  void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL; /* tc 1: x split once per row */
+  ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   ga.xs = NULL, ga.xs_bytes = 0;
   for (int m = 0; m < R; ++m) { /* each row alone */
