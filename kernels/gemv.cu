@@ -41,10 +41,12 @@
  *   Thread mapping: a warp owns a "tile" of 16 weight rows (mma rows g and g + 8, g = lane / 4:
  *   rows n0 + g, n0 + 8 + g; for SILU_MUL gate j0 + g and up I + j0 + g; for QKV_ROPE head rows
  *   i0 + g and i0 + 32 + g) and one of KS parts of K: k-blocks of 32 kb = p, p + KS, ... KS
- *   depends on N and K only, never R: at most 16 k-blocks per warp, then doubled (up to 16, while
- *   a warp keeps ~2 k-blocks) until one 8-row block gives 2048 warps (full model: q|k|v, o and
- *   down 16 parts, gate|up 4, head 8). A block has max(8, KS) warps: 8 / KS tiles, or with 16
- *   parts one tile on 16 warps.
+ *   depends on N and K only, never R: at most 16 k-blocks per warp, then doubled (while a warp
+ *   keeps ~2 k-blocks) until one 8-row block gives 2048 warps. A block has 8 warps: 8 / KS tiles
+ *   of up to 8 parts; beyond 8 parts (up to 64, only where the device has thread-block clusters,
+ *   else at most 8) a tile's parts span the CS = KS / 8 blocks of a cluster (1, 1, CS), whose
+ *   partial sums meet through distributed shared memory. Full model with clusters: q|k|v and o
+ *   16 parts (clusters of 2), down 64 (clusters of 8), gate|up 4, head 8.
  *   In a k-block of 32, lane (g, t = lane % 4) loads 16 bytes of each of its two weight rows
  *   (k = 32 kb + 8 t .. + 7) and, per 8-row tile of x, the same 8 k of x row g (RMSNorm'd and
  *   split); mma 1 takes k 0..3 of those 8, mma 2 k 4..7 (a permutation of k applied alike to
@@ -52,18 +54,22 @@
  *   flight per warp (loaded before the PDL wait, refilled as used).
  *   Rows: a block holds 8 NT rows of x (larger R runs in several row blocks, gridDim.x, fastest,
  *   so a weight tile's row blocks share it through L2). Up to 8 rows: NT 1, TW 1 tile a warp,
- *   D 4 with three 8-warp blocks an SM (8 with 16-warp blocks), and x split in the block: its
- *   rows (RMSNorm'd inputs) first copied into shared memory, since the statistics and the
- *   fragments read them twice. More rows with the caller's workspace (a->xs): tc_split_kernel
- *   first writes every row RMSNorm'd and split, once (instead of once per block and k-block: at
- *   64 rows that split was the kernel's cost), in fragment order (per 8-row tile and k-block,
- *   lane by lane, 16 bytes hi and 16 lo: a warp loads a tile's k-block as 1 KB in a row), and the
+ *   D 4 with three blocks an SM (80 registers), and x split in the block: its rows (RMSNorm'd
+ *   inputs) first copied into shared memory, since the statistics and the fragments read them
+ *   twice, beside the RMSNorm weights (copied before the PDL wait). More rows with the caller's
+ *   workspace (a->xs): tc_split_kernel first writes every row RMSNorm'd and split, once (instead
+ *   of once per block and k-block: at 64 rows that split was the kernel's cost), in fragment
+ *   order (per 8-row tile and k-block, lane by lane, 16 bytes hi and 16 lo: a warp loads a
+ *   tile's k-block as 1 KB in a row), and the
  *   blocks load their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2
  *   (each fragment serves both tiles), D 2. Without a workspace: NT 2, x split in the block.
- *   The KS partial sums of a tile meet in shared memory and are added in part order; the
- *   epilogue's 8-row tiles are shared out over the tile's KS warps, and lane (g, t) owns outputs
- *   (rows 2t, 2t + 1 of an 8-row tile) x (weight rows g, g + 8): a SiLU or RoPE pair is in one
- *   thread; it loads what it reads (the residual's old values) before it stores. RMSNorm
+ *   The KS partial sums of a tile meet in shared memory (the cluster's, read in block rank
+ *   order) and are added in part order; the epilogue's 8-row tiles are shared out over the
+ *   tile's KS warps, and lane (g, t) owns outputs (rows 2t, 2t + 1 of an 8-row tile) x (weight
+ *   rows g, g + 8): a SiLU or RoPE pair is in one thread. What the epilogue reads besides the
+ *   sums is copied into shared memory early by cp.async (bias and RoPE frequencies before the
+ *   PDL wait; positions, cache slots and the residual's old values right after it), so that its
+ *   latency hides behind the mma loop without holding registers. RMSNorm
  *   statistics: lane l adds the squares of k = 4 l + 128 i in order, then a butterfly, written
  *   with explicit roundings (tc_ss4, tc_rn) and shared by both kernels, as is the split
  *   (tc_xfrag): a row split by tc_split_kernel has the bits the block would have made.
@@ -77,7 +83,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <type_traits>
+
+#include <cooperative_groups.h>
 
 using namespace cosyk;
 
@@ -380,11 +389,56 @@ cudaError_t gemv_m(cudaStream_t s, const GemvP &p, int ks, int pdl) {
 /* ------------------------------------------------------------------------------------------ */
 /* gemv_tc: the same epilogues on the tensor cores, for any number of rows                    */
 
-/* warps of a gemv_tc block: 8, or KS where a tile's K is split 16 ways (one tile per block) */
-__host__ __device__ constexpr int tc_warps(int ks) { return ks > 8 ? ks : 8; }
-constexpr int TC_MAX_KS = 16;
+/* a gemv_tc block has 8 warps; K parts beyond 8 go to the other blocks of a thread-block cluster
+ * (sm_90 and newer): KS parts = CS blocks of KS / CS parts each */
+constexpr int TC_WARPS = 8;
+__host__ __device__ constexpr int tc_cs(int ks) { return ks > TC_WARPS ? ks / TC_WARPS : 1; }
+constexpr int TC_MAX_KS = 64; /* clusters of up to 8 blocks (the portable cluster size) */
 /* K parts are doubled until the grid has this many warps (~16 per SM of an H100) */
 constexpr int TC_TARGET_WARPS = 2048;
+
+/* The block barrier of a K-split group: the block's, or the cluster's when its K parts span
+ * CS > 1 blocks (their partial sums are then read from each other's shared memory). */
+template <int CS>
+__device__ __forceinline__ void tc_sync() {
+  if constexpr (CS == 1) {
+    __syncthreads();
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#else
+    __trap(); /* the launcher never makes clusters without kdevice.h clusters */
+#endif
+  }
+}
+/* this block's rank in its cluster (0 without one) */
+template <int CS>
+__device__ __forceinline__ int tc_rank() {
+  if constexpr (CS == 1) {
+    return 0;
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return (int)cooperative_groups::this_cluster().block_rank();
+#else
+    __trap();
+    return 0;
+#endif
+  }
+}
+/* p (in this block's shared memory) as seen in block r of the cluster */
+template <int CS>
+__device__ __forceinline__ const float *tc_at(float *p, int r) {
+  if constexpr (CS == 1) {
+    return p;
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
+#else
+    __trap();
+    return p;
+#endif
+  }
+}
 
 /* D = A B + D, A 16x16 (row), B 16x8 (col), bf16 in, fp32 accumulate. */
 __device__ __forceinline__ void tc_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -420,10 +474,21 @@ __device__ __forceinline__ float tc_rn(float t2, int K, float eps) {
   return rsqrtf(__fadd_rn(__fdiv_rn(t2, (float)K), eps));
 }
 
-/* static shared memory of a gemv_tc block of rc rows and nw warps: red[nw][rc / 8][4][32],
- * rn_s[rc] */
-constexpr size_t tc_static_smem(int rc, int nw) {
-  return sizeof(float) * (nw * (rc / 8) * 4 * 32 + rc);
+/* static shared memory of a gemv_tc block of rc rows (at most, whatever the epilogue):
+ * red[8][rc / 8][4][32], rn_s[rc], the epilogue's operands ep_old[8][2][4][32],
+ * ep_b[8][2][2][32], pos_s[rc], slot_s[rc], invf_s[32] */
+constexpr size_t tc_static_smem(int rc) {
+  return sizeof(float) * (8 * (rc / 8) * 4 * 32 + rc + 8 * 2 * 4 * 32 + 8 * 2 * 2 * 32 + 2 * rc +
+                          32);
+}
+
+/* 4-byte asynchronous copy global -> shared (sm_80+), completed by cp_async_wait_all */
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 struct TcP {
@@ -504,31 +569,64 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
   }
 }
 
-/* blocks an SM the registers must allow: 16-warp blocks one; 8-warp blocks three with 4 k-blocks
- * in flight at one row tile (80 registers), two with up to 8, else one */
-constexpr int tc_min_blocks(int nw, int nt, int d) {
-  return nw != 8 ? 1 : (nt == 1 && d <= 4) ? 3 : d <= 8 ? 2 : 1;
+/* blocks an SM the registers must allow: three with 4 k-blocks in flight at one row tile (80
+ * registers), else two (128) */
+constexpr int tc_min_blocks(int nt, int d) { return nt == 1 && d <= 4 ? 3 : 2; }
+
+/* QKV_ROPE output as qkv_rope_out, with the row's position, cache slot and the pair's inverse
+ * frequency loaded beforehand */
+__device__ __forceinline__ void tc_rope_out(const GemvP &a, int gm, int head, int i, float x1,
+                                            float x2, int pos, int slot, float invf) {
+  if (head < a.n_qh + a.n_kh) {
+    float sn, cs;
+    sincosf((float)pos * invf, &sn, &cs);
+    const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
+    x1 = t1;
+    x2 = t2;
+  }
+  if (head < a.n_qh) {
+    float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
+    q[i] = x1;
+    q[i + HALF] = x2;
+  } else if (slot >= 0) {
+    const bool is_k = head < a.n_qh + a.n_kh;
+    const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
+    float *c = (is_k ? a.kc : a.vc) + ((size_t)slot * a.n_kh + kvh) * HD;
+    c[i] = x1;
+    c[i + HALF] = x2;
+  }
 }
 
-/* NT 8-row tiles of x per block, KS parts of K per weight tile, TW weight tiles per warp, D
- * k-blocks of weights in flight per warp, PRE: x split beforehand (tc_split_kernel). A row's
- * arithmetic depends on none of NT, TW, D, PRE or the staging; only on KS, fixed by N and K. */
+/* NT 8-row tiles of x per block, KS parts of K per weight tile (CS = tc_cs(KS) blocks of a
+ * cluster, KS / CS parts each), TW weight tiles per warp, D k-blocks of weights in flight per
+ * warp, PRE: x split beforehand (tc_split_kernel). A row's arithmetic depends on none of NT, TW,
+ * D, PRE or the staging; only on KS, fixed by N and K (and whether the device has clusters). */
 template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
-__global__ void __launch_bounds__(tc_warps(KS) * 32, tc_min_blocks(tc_warps(KS), NT, D))
-    gemv_tc_kernel(TcP tp) {
+__global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_kernel(TcP tp) {
   const GemvP &a = tp.g;
-  constexpr int NW = tc_warps(KS);  /* warps of the block */
-  constexpr int WT = NW / KS;       /* warp groups of a block (each TW tiles) */
-  constexpr int RC = 8 * NT;        /* rows per block */
+  constexpr int NW = TC_WARPS;  /* warps of the block */
+  constexpr int CS = tc_cs(KS); /* blocks of the cluster */
+  constexpr int KSB = KS / CS;  /* K parts of this block */
+  constexpr int WT = NW / KSB;  /* warp groups of a block (each TW tiles) */
+  constexpr int RC = 8 * NT;    /* rows per block */
+  static_assert(KSB * CS == KS && KSB <= NW && NW % KSB == 0, "K split");
+  constexpr int NJ = (NT + KS - 1) / KS; /* 8-row tiles per warp in the epilogue */
+  /* the residual's old values go through shared memory where a warp has one epilogue tile */
+  constexpr bool OLD_S = EPI == COSY_GEMV_ADD_F32 && NJ == 1;
   __shared__ float red[NW][NT][4][32];
   __shared__ float rn_s[RC];
+  __shared__ float ep_old[OLD_S ? NW : 1][TW][4][32]; /* lane's old y (ADD) */
+  __shared__ float ep_b[NW][TW][2][32];                 /* lane's bias of rows rA, rB */
+  __shared__ int pos_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1], slot_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1];
+  __shared__ float invf_s[32];
   extern __shared__ __align__(16) float xs_dyn[];
 
   pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int K = a.K, KB = tp.KB;
-  const int kp = warp % KS;
-  const int tile0 = (blockIdx.y * WT + warp / KS) * TW;
+  const int crank = tc_rank<CS>();
+  const int kp = crank * KSB + warp % KSB; /* this warp's K part, 0 .. KS - 1 */
+  const int tile0 = (blockIdx.y * WT + warp / KSB) * TW;
   constexpr bool pre = PRE; /* x split by tc_split_kernel (tp.xs) */
   /* the two weight rows of this lane in each of its tiles: mma rows g and g + 8 */
   int rA[TW], rB[TW];
@@ -569,6 +667,20 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_min_blocks(tc_warps(KS),
                               : make_uint4(0u, 0u, 0u, 0u);
     }
   }
+  /* ... and the other constants, into shared memory so that they hold no registers through the
+   * mma loop: the epilogue's bias and RoPE frequencies (cp.async, waited for before the partial
+   * sums meet), the RMSNorm weights behind the staged rows */
+#pragma unroll
+  for (int u = 0; u < TW; ++u) {
+    if (a.bias && okA[u]) cp_async4(&ep_b[warp][u][0][lane], a.bias + rA[u]);
+    if (a.bias && okB[u]) cp_async4(&ep_b[warp][u][1][lane], a.bias + rB[u]);
+  }
+  if (EPI == COSY_GEMV_QKV_ROPE && tid < 32) cp_async4(&invf_s[tid], a.inv_freq + tid);
+  const bool nw_s = PRO == COSY_GEMV_IN_RMSNORM && !pre && tp.stage > 0;
+  float *const nws = xs_dyn + (size_t)tp.stage * K;
+  if (nw_s)
+    for (int i = tid; i < (K >> 2); i += NW * 32)
+      reinterpret_cast<float4 *>(nws)[i] = __ldg(reinterpret_cast<const float4 *>(a.norm_w) + i);
 
   /* 2. this block's rows: already split (pre), staged in shared memory (tp.stage rows) or read
    * in place */
@@ -587,6 +699,28 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_min_blocks(tc_warps(KS),
     xb = xs_dyn;
     ldxs = K;
     __syncthreads();
+  }
+  /* what the epilogue reads of the producers' data, copied now (cp.async) so that its latency
+   * hides behind the mma loop: the rows' positions and cache slots (QKV_ROPE); with one
+   * epilogue tile a warp (nt = kp; lane (g, t) owns rows 2t, 2t + 1 of it), the residual's old
+   * values (ADD) */
+  if (EPI == COSY_GEMV_QKV_ROPE && tid < nr) {
+    cp_async4(&pos_s[tid], a.pos + r0 + tid);
+    cp_async4(&slot_s[tid], a.slots + r0 + tid);
+  }
+  if constexpr (OLD_S) {
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int lr = kp * 8 + 2 * t + e2;
+      if (kp < NT && lr < nr) {
+#pragma unroll
+        for (int u = 0; u < TW; ++u) {
+          if (okA[u]) cp_async4(&ep_old[warp][u][e2][lane], a.y + (size_t)(r0 + lr) * a.ldy + rA[u]);
+          if (okB[u])
+            cp_async4(&ep_old[warp][u][2 + e2][lane], a.y + (size_t)(r0 + lr) * a.ldy + rB[u]);
+        }
+      }
+    }
   }
   /* RMSNorm statistics: warp w sums rows w, w + NW, ... (tc_ss4 / tc_rn: the same bits whichever
    * block or warp sums a row); the loads of all of a warp's rows are in flight together */
@@ -631,11 +765,17 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_min_blocks(tc_warps(KS),
         const bool kin = k < K;
         float nw[8];
         if (PRO == COSY_GEMV_IN_RMSNORM && !pre) {
-          if (kin)
-            load8w(a.norm_w + k, nw);
-          else
+          if (!kin) {
 #pragma unroll
             for (int e = 0; e < 8; ++e) nw[e] = 0.f;
+          } else if (nw_s) {
+            const float4 n0 = *reinterpret_cast<const float4 *>(nws + k);
+            const float4 n1 = *reinterpret_cast<const float4 *>(nws + k + 4);
+            nw[0] = n0.x, nw[1] = n0.y, nw[2] = n0.z, nw[3] = n0.w;
+            nw[4] = n1.x, nw[5] = n1.y, nw[6] = n1.z, nw[7] = n1.w;
+          } else {
+            load8w(a.norm_w + k, nw);
+          }
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -679,108 +819,133 @@ __global__ void __launch_bounds__(tc_warps(KS) * 32, tc_min_blocks(tc_warps(KS),
     }
   }
 
-  /* 4. per tile of the warp group: the KS warps' partial sums meet in shared memory and are
-   * added in k-part order; 5. the epilogue, its 8-row tiles shared out over the group's KS warps
-   * (warp kp takes tiles nt = kp, kp + KS, ...): lane (g, t) owns c0, c1 = (weight row rA, rows
-   * 2t, 2t + 1 of the 8-row tile), c2, c3 = (row rB, same); everything it reads (old y, bias,
-   * positions, slots) is loaded before anything is stored */
-  constexpr int NJ = (NT + KS - 1) / KS; /* 8-row tiles per warp in the epilogue */
-  const int wbase = warp - kp;           /* the group's first warp */
+  /* 4. per tile of the warp group: the KS warps' partial sums (in this block and, with a
+   * cluster, in the same warps of its other blocks) meet in shared memory and are added in
+   * k-part order; 5. the epilogue, its 8-row tiles shared out over the KS parts' warps (part kp
+   * takes tiles nt = kp, kp + KS, ...): lane (g, t) owns c0, c1 = (weight row rA, rows 2t,
+   * 2t + 1 of the 8-row tile), c2, c3 = (row rB, same) */
+  const int wbase = warp - warp % KSB; /* the group's first warp in each block */
+  cp_async_wait_all(); /* this thread's copies; the barrier below shows them to the block */
 #pragma unroll
   for (int u = 0; u < TW; ++u) {
-    if (u) __syncthreads(); /* red is reused */
+    if (u) tc_sync<CS>(); /* red is reused: every block of the cluster is done reading it */
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) red[warp][nt][e][lane] = acc[u][nt][e];
-    __syncthreads();
+    tc_sync<CS>();
     const int tile = tile0 + u;
     if (tile >= a.P) continue;
-    float v[NJ][4], old[NJ][4];
-    int gmv[NJ][2];
+    const float bA = a.bias && okA[u] ? ep_b[warp][u][0][lane] : 0.f;
+    const float bB = a.bias && okB[u] ? ep_b[warp][u][1][lane] : 0.f;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       const int nt = kp + j * KS;
+      if (nt >= NT) continue;
+      float v[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float sacc = 0.f;
-        if (nt < NT) {
 #pragma unroll
-          for (int q = 0; q < KS; ++q) sacc += red[wbase + q][nt][e][lane];
+        for (int r = 0; r < CS; ++r) {
+          const float *rb = tc_at<CS>(&red[0][0][0][0], r);
+#pragma unroll
+          for (int q = 0; q < KSB; ++q) sacc += rb[(((wbase + q) * NT + nt) * 4 + e) * 32 + lane];
         }
-        v[j][e] = sacc;
-        old[j][e] = 0.f;
+        v[e] = sacc;
       }
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const int lr = nt * 8 + 2 * t + e2;
-        gmv[j][e2] = nt < NT && lr < nr ? r0 + lr : -1;
-      }
-      if (EPI == COSY_GEMV_ADD_F32) { /* the residual's old values, all loads first */
-#pragma unroll
-        for (int e2 = 0; e2 < 2; ++e2) {
-          if (gmv[j][e2] < 0) continue;
-          if (rA[u] < a.N) old[j][e2] = a.y[(size_t)gmv[j][e2] * a.ldy + rA[u]];
-          if (rB[u] < a.N) old[j][2 + e2] = a.y[(size_t)gmv[j][e2] * a.ldy + rB[u]];
-        }
-      }
-    }
-    const float bA = a.bias && rA[u] < a.N ? a.bias[rA[u]] : 0.f;
-    const float bB = a.bias && rB[u] < a.N ? a.bias[rB[u]] : 0.f;
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-#pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const int gm = gmv[j][e2];
-        if (gm < 0) continue;
+        if (lr >= nr) continue;
+        const int gm = r0 + lr;
         if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
-          if (rA[u] < a.N) a.y[(size_t)gm * a.ldy + rA[u]] = old[j][e2] + (v[j][e2] + bA);
-          if (rB[u] < a.N) a.y[(size_t)gm * a.ldy + rB[u]] = old[j][2 + e2] + (v[j][2 + e2] + bB);
+          float oA = 0.f, oB = 0.f;
+          if (EPI == COSY_GEMV_ADD_F32) {
+            if (OLD_S) {
+              oA = ep_old[OLD_S ? warp : 0][u][e2][lane];
+              oB = ep_old[OLD_S ? warp : 0][u][2 + e2][lane];
+            } else {
+              if (okA[u]) oA = a.y[(size_t)gm * a.ldy + rA[u]];
+              if (okB[u]) oB = a.y[(size_t)gm * a.ldy + rB[u]];
+            }
+          }
+          if (okA[u]) a.y[(size_t)gm * a.ldy + rA[u]] = oA + (v[e2] + bA);
+          if (okB[u]) a.y[(size_t)gm * a.ldy + rB[u]] = oB + (v[2 + e2] + bB);
         } else if (EPI == COSY_GEMV_SILU_MUL) {
-          const float gt = v[j][e2] + bA;
-          const float uu = v[j][2 + e2] + bB;
+          const float gt = v[e2] + bA;
+          const float uu = v[2 + e2] + bB;
           a.y[(size_t)gm * a.ldy + rA[u]] = gt / (1.f + expf(-gt)) * uu;
         } else { /* QKV_ROPE */
-          qkv_rope_out(a, gm, tile >> 2, (tile & 3) * 8 + g, v[j][e2] + bA, v[j][2 + e2] + bB);
+          const int i = (tile & 3) * 8 + g;
+          tc_rope_out(a, gm, tile >> 2, i, v[e2] + bA, v[2 + e2] + bB, pos_s[lr], slot_s[lr],
+                      invf_s[i]);
         }
       }
     }
   }
+  if (CS > 1) tc_sync<CS>(); /* no block leaves while another still reads its shared memory */
 }
 
 
+/* dynamic shared memory of a gemv_tc block: the staged rows of x, then (RMSNorm'd inputs split
+ * in the block) the RMSNorm weights */
+inline size_t tc_dyn_smem(int stage, int K, bool rms) {
+  return stage > 0 ? ((size_t)stage + (rms ? 1 : 0)) * (size_t)K * sizeof(float) : 0;
+}
+
 template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
 cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
-  constexpr int NW = tc_warps(KS), WT = NW / KS, RC = 8 * NT;
+  constexpr int CS = tc_cs(KS), WT = TC_WARPS / (KS / CS), RC = 8 * NT;
   const dim3 grid((unsigned)((p.R + RC - 1) / RC),
-                  (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)));
-  const size_t dyn = (size_t)p.stage * p.g.K * sizeof(float);
-  constexpr size_t stat = tc_static_smem(RC, NW);
+                  (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)), (unsigned)CS);
+  const size_t dyn = PRE ? 0 : tc_dyn_smem(p.stage, p.g.K, PRO == COSY_GEMV_IN_RMSNORM);
+  constexpr size_t stat = tc_static_smem(RC);
   auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI, PRE>;
   if (dyn && stat + dyn > 48 * 1024) { /* beyond the default: static + dynamic <= 48 KB */
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)dyn);
     if (e != cudaSuccess) return e;
   }
-  return launch_pdl(kern, grid, NW * 32, dyn, s, pdl, p);
+  if (CS == 1) return launch_pdl(kern, grid, TC_WARPS * 32, dyn, s, pdl, p);
+  /* a K split over CS blocks: one cluster (1, 1, CS) per (row block, tile group) */
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(TC_WARPS * 32);
+  cfg.dynamicSmemBytes = dyn;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = (unsigned)CS;
+  int na = 1;
+  if (pdl) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    na = 2;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = na;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
 }
 
 /* (NT, TW, D) by rows, as measured on an H100 (decode step of the full-size model, bench/RESULTS.md):
- * up to 8 rows one 8-row block (the weight stream is the cost: 8 k-blocks in flight, 16 for long
- * K where a block has 8 warps); up to 32 rows blocks of 16; more rows blocks of 32 with two
- * weight tiles per warp (each x fragment serves both), only with x split beforehand (pre: the
- * in-kernel split would not fit the registers) */
+ * up to 8 rows one 8-row block, 4 k-blocks in flight per warp, three blocks an SM; up to 32 rows
+ * blocks of 16; more rows blocks of 32 with two weight tiles per warp (each x fragment serves
+ * both), only with x split beforehand (pre: the in-kernel split would not fit the registers) */
 /* Measurement knobs (environment, read once per process; speed only, never a row's bits, except
  * COSY_GEMV_TC_MAXKS, which changes the K split of every row alike):
- *   COSY_GEMV_TC_STAGE  1 (default): up to 8 rows, stage x in shared memory for RMSNorm'd inputs
- *                       (read twice: statistics, then fragments); 0 never; 2 also plain inputs
- *   COSY_GEMV_TC_MAXKS  16 (default): at most this many K parts
- *   COSY_GEMV_TC_DEEP   0 (default): up to 8 rows, 4 k-blocks in flight per warp and three 8-warp
- *                       blocks an SM; 1: 8 (16 for long K) in flight and two (one) blocks an SM
- * Measured on an H100 (bench/RESULTS.md): the defaults gave the shortest decode step at batch 1
- * (0.81 ms against 0.92 with 8 in flight and every input staged). */
+ *   COSY_GEMV_TC_STAGE  1 (default): up to 8 rows, stage x (and the RMSNorm weights) in shared
+ *                       memory for RMSNorm'd inputs (read twice: statistics, then fragments);
+ *                       0 never; 2 also plain inputs
+ *   COSY_GEMV_TC_MAXKS  64 (default): at most this many K parts (more than 8 only on devices
+ *                       with clusters) */
 struct TcKnobs {
-  int stage, maxks, deep;
+  int stage, maxks;
 };
 const TcKnobs &tc_knobs() {
   static const TcKnobs k = [] {
@@ -792,7 +957,6 @@ const TcKnobs &tc_knobs() {
     t.stage = env("COSY_GEMV_TC_STAGE", 1);
     t.maxks = env("COSY_GEMV_TC_MAXKS", TC_MAX_KS);
     if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
-    t.deep = env("COSY_GEMV_TC_DEEP", 0);
     return t;
   }();
   return k;
@@ -800,17 +964,9 @@ const TcKnobs &tc_knobs() {
 inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !pre ? 16 : 32; }
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
-  const int nc = (p.KB + KS - 1) / KS; /* k-blocks of a warp */
   const bool pre = p.xs != nullptr;
   const int rc = tc_rows_per_block(p.R, pre);
-  if (rc == 8) {
-    if constexpr (tc_warps(KS) == 8) {
-      if (!tc_knobs().deep) return gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
-      if (nc > 8) /* long K: all of it in flight */
-        return gemv_tc_launch<1, KS, 1, 16, PRO, EPI, false>(s, p, pdl);
-    }
-    return gemv_tc_launch<1, KS, 1, 8, PRO, EPI, false>(s, p, pdl);
-  }
+  if (rc == 8) return gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
   if (rc == 16)
     return pre ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, true>(s, p, pdl)
                : gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
@@ -825,6 +981,8 @@ cudaError_t gemv_tc_nt(cudaStream_t s, const TcP &p, int ks, int pdl) {
   case 4: return gemv_tc_rows<4, PRO, EPI>(s, p, pdl);
   case 8: return gemv_tc_rows<8, PRO, EPI>(s, p, pdl);
   case 16: return gemv_tc_rows<16, PRO, EPI>(s, p, pdl);
+  case 32: return gemv_tc_rows<32, PRO, EPI>(s, p, pdl);
+  case 64: return gemv_tc_rows<64, PRO, EPI>(s, p, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
@@ -956,10 +1114,11 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   p.P = a->out_mode == COSY_GEMV_STORE_F32 || a->out_mode == COSY_GEMV_ADD_F32 ? (a->N + 15) / 16
                                                                                : a->N / 16;
   /* K split from N and K only (never the rows, so a row's sums do not depend on the batch):
-   * at most 16 k-blocks per warp, then more parts (up to 16, while a warp keeps ~2 k-blocks)
-   * until the grid has TC_TARGET_WARPS warps at one 8-row block */
+   * at most 16 k-blocks per warp, then more parts (while a warp keeps ~2 k-blocks) until the
+   * grid has TC_TARGET_WARPS warps at one 8-row block; beyond 8 parts a tile's parts span the
+   * blocks of a cluster, so without clusters at most 8 */
   int ks = 1;
-  const int maxks = tc_knobs().maxks;
+  const int maxks = a->clusters ? tc_knobs().maxks : std::min(tc_knobs().maxks, TC_WARPS);
   while (ks < maxks && (tp.KB + ks - 1) / ks > 16) ks *= 2;
   while (ks < maxks && (long long)p.P * ks < TC_TARGET_WARPS && tp.KB >= 2 * ks) ks *= 2;
   const int pdl = a->pdl ? 1 : 0;
@@ -980,9 +1139,9 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
      * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
     const int rc = tc_rows_per_block(tp.R, false);
     const int rows = tp.R < rc ? tp.R : rc;
-    const size_t stat = tc_static_smem(rc, tc_warps(ks));
+    const size_t stat = tc_static_smem(rc);
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
-    const size_t need = (size_t)rows * a->K * sizeof(float);
+    const size_t need = tc_dyn_smem(rows, a->K, a->in_mode == COSY_GEMV_IN_RMSNORM);
     /* at most 96 KB, so that two blocks fit an SM */
     const int st = tc_knobs().stage;
     const bool want = st == 2 || (st == 1 && a->in_mode == COSY_GEMV_IN_RMSNORM);

@@ -77,6 +77,10 @@ typedef struct cosy_llm_gemv_args {
    * doing it for its k-blocks (speed only: the same bits; smaller or NULL: done in the blocks). */
   void *xs;
   size_t xs_bytes;
+  /* cosy_k_llm_gemv_tc only: 1 when the device runs thread-block clusters (kdevice.h clusters):
+   * a weight tile's K may then be split over up to 8 blocks (64 parts) instead of 8 warps of one
+   * block. It changes the K split, so every call of one engine passes the same value. */
+  int clusters;
 } cosy_llm_gemv_args;
 
 /* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,

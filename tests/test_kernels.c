@@ -1255,6 +1255,10 @@ static void check_topk(int rows, int n, int k, int ties) {
   dfree(dx), dfree(dv), dfree(di);
 }
 
+/* gemv_tc's K split across the blocks of a cluster: -1 as the device allows (kdevice.h
+ * clusters), 0 never (at most 8 parts, as on devices without clusters) */
+static int g_tc_clusters = -1;
+
 /* cosy_k_llm_gemv (gemv.h) against a double-precision loop: M rows, W [N][K] bf16, every
  * prologue / epilogue. QKV_ROPE uses 14 q + 2 k + 2 v heads (N = 1152) and checks q, and the
  * K/V cache rows of the tokens with a slot (one token has none when M > 1). */
@@ -1298,6 +1302,7 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   const size_t nws = cosy_k_llm_gemv_tc_workspace(M, K);
   void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL;
   ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
+  ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   if (dws) dfree(dws);
   float *y = download(dy, (size_t)M * ny, F32);
@@ -1422,6 +1427,7 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   const size_t nws = cosy_k_llm_gemv_tc_workspace(R, K);
   void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL; /* tc 1: x split once per row */
   ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
+  ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   ga.xs = NULL, ga.xs_bytes = 0;
   for (int m = 0; m < R; ++m) { /* each row alone */
@@ -1501,6 +1507,19 @@ void test_llm_gemv(void **state) {
   check_gemv_groups_k(0, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 21);
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 2, 48);
   check_gemv_groups_k(0, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 2, 20);
+  /* few tiles, long K: 32 K parts, over the 4 blocks of a cluster where the device has them
+   * (partial tiles and row blocks, the residual's old values read early) */
+  check_gemv_k(1, 40, 2048, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 1, 1);
+  check_gemv_k(13, 40, 2048, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 1, 1);
+  check_gemv_k(40, 40, 2048, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 1, 1);
+  check_gemv_groups_k(0, 40, 2048, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 21);
+  /* without clusters (at most 8 K parts in one block): the model's long-K matrix, rows
+   * together vs alone */
+  g_tc_clusters = 0;
+  check_gemv_k(1, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 1, 1);
+  check_gemv_k(1, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 1, 1);
+  check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 24);
+  g_tc_clusters = -1;
   end_test();
 }
 
