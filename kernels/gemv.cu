@@ -42,11 +42,11 @@
  *   rows n0 + g, n0 + 8 + g; for SILU_MUL gate j0 + g and up I + j0 + g; for QKV_ROPE head rows
  *   i0 + g and i0 + 32 + g) and one of KS parts of K: k-blocks of 32 kb = p, p + KS, ... KS
  *   depends on N and K only, never R: at most 16 k-blocks per warp, then doubled (while a warp
- *   keeps ~2 k-blocks) until one 8-row block gives 2048 warps. A block has 8 warps: 8 / KS tiles
- *   of up to 8 parts; beyond 8 parts (up to 64, only where the device has thread-block clusters,
+ *   keeps >= 2 k-blocks) until one 8-row block gives 2048 warps. A block has 8 warps: 8 / KS tiles
+ *   of up to 8 parts; beyond 8 parts (up to 32, only where the device has thread-block clusters,
  *   else at most 8) a tile's parts span the CS = KS / 8 blocks of a cluster (1, 1, CS), whose
  *   partial sums meet through distributed shared memory. Full model with clusters: q|k|v and o
- *   16 parts (clusters of 2), down 64 (clusters of 8), gate|up 4, head 8.
+ *   8 parts, down 32 (clusters of 4), gate|up 4, head 8.
  *   In a k-block of 32, lane (g, t = lane % 4) loads 16 bytes of each of its two weight rows
  *   (k = 32 kb + 8 t .. + 7) and, per 8-row tile of x, the same 8 k of x row g (RMSNorm'd and
  *   split); mma 1 takes k 0..3 of those 8, mma 2 k 4..7 (a permutation of k applied alike to
@@ -393,7 +393,7 @@ cudaError_t gemv_m(cudaStream_t s, const GemvP &p, int ks, int pdl) {
  * (sm_90 and newer): KS parts = CS blocks of KS / CS parts each */
 constexpr int TC_WARPS = 8;
 __host__ __device__ constexpr int tc_cs(int ks) { return ks > TC_WARPS ? ks / TC_WARPS : 1; }
-constexpr int TC_MAX_KS = 64; /* clusters of up to 8 blocks (the portable cluster size) */
+constexpr int TC_MAX_KS = 32; /* clusters of up to 4 blocks (8 measured slower, RESULTS) */
 /* K parts are doubled until the grid has this many warps (~16 per SM of an H100) */
 constexpr int TC_TARGET_WARPS = 2048;
 
@@ -942,7 +942,7 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  *   COSY_GEMV_TC_STAGE  1 (default): up to 8 rows, stage x (and the RMSNorm weights) in shared
  *                       memory for RMSNorm'd inputs (read twice: statistics, then fragments);
  *                       0 never; 2 also plain inputs
- *   COSY_GEMV_TC_MAXKS  64 (default): at most this many K parts (more than 8 only on devices
+ *   COSY_GEMV_TC_MAXKS  32 (default): at most this many K parts (more than 8 only on devices
  *                       with clusters) */
 struct TcKnobs {
   int stage, maxks;
@@ -982,7 +982,6 @@ cudaError_t gemv_tc_nt(cudaStream_t s, const TcP &p, int ks, int pdl) {
   case 8: return gemv_tc_rows<8, PRO, EPI>(s, p, pdl);
   case 16: return gemv_tc_rows<16, PRO, EPI>(s, p, pdl);
   case 32: return gemv_tc_rows<32, PRO, EPI>(s, p, pdl);
-  case 64: return gemv_tc_rows<64, PRO, EPI>(s, p, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
@@ -1114,13 +1113,15 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   p.P = a->out_mode == COSY_GEMV_STORE_F32 || a->out_mode == COSY_GEMV_ADD_F32 ? (a->N + 15) / 16
                                                                                : a->N / 16;
   /* K split from N and K only (never the rows, so a row's sums do not depend on the batch):
-   * at most 16 k-blocks per warp, then more parts (while a warp keeps ~2 k-blocks) until the
-   * grid has TC_TARGET_WARPS warps at one 8-row block; beyond 8 parts a tile's parts span the
-   * blocks of a cluster, so without clusters at most 8 */
+   * at most 16 k-blocks per warp, then more parts (while a warp keeps at least 2 k-blocks) until
+   * the grid has TC_TARGET_WARPS warps at one 8-row block; beyond 8 parts a tile's parts span
+   * the blocks of a cluster, so without clusters at most 8. Measured on an H200 (RESULTS): a
+   * cluster pays for long K only (down: 7.4 us at 32 parts, 9.5 at 16, 13.5 at 8, 11.5 at 64),
+   * not for K = 896 (q|k|v 5.2 us at 8 parts, 6.0 at 16 over two blocks) */
   int ks = 1;
   const int maxks = a->clusters ? tc_knobs().maxks : std::min(tc_knobs().maxks, TC_WARPS);
   while (ks < maxks && (tp.KB + ks - 1) / ks > 16) ks *= 2;
-  while (ks < maxks && (long long)p.P * ks < TC_TARGET_WARPS && tp.KB >= 2 * ks) ks *= 2;
+  while (ks < maxks && (long long)p.P * ks < TC_TARGET_WARPS && tp.KB >= 4 * ks) ks *= 2;
   const int pdl = a->pdl ? 1 : 0;
   /* more than 8 rows with a workspace: the x side once per row (tc_split_kernel), so that the
    * blocks only load their B fragments */

@@ -78,7 +78,7 @@ typedef struct cosy_llm_gemv_args {
   void *xs;
   size_t xs_bytes;
   /* cosy_k_llm_gemv_tc only: 1 when the device runs thread-block clusters (kdevice.h clusters):
-   * a weight tile's K may then be split over up to 8 blocks (64 parts) instead of 8 warps of one
+   * a weight tile's K may then be split over up to 4 blocks (32 parts) instead of 8 warps of one
    * block. It changes the K split, so every call of one engine passes the same value. */
   int clusters;
 } cosy_llm_gemv_args;

@@ -195,6 +195,10 @@ struct cosy_sched {
                                     every N-th LLM iteration (default 1: every one) */
   int first_hold;                /* COSY_SCHED_FIRST_HOLD=1: decode only where tokens gate audio
                                     while first chunks wait (first_pending, decode step) */
+  int pause_mode;                /* COSY_SCHED_PAUSE: the LLM's pause while a first chunk's flow
+                                    runs at light load: 1 (default) always, 2 unless a request
+                                    with audio out waits for its next chunk's tokens
+                                    (tokens_gate_audio), 0 never */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
@@ -903,6 +907,17 @@ static int chunk_tokens_ready(const sjob *j) {
   return !j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD;
 }
 
+/* Some request whose audio has started waits for its next chunk's tokens (e->mu held): its
+ * playback runs against the LLM, so the LLM should not pause for another request's first chunk
+ * (COSY_SCHED_PAUSE=2). */
+static int tokens_gate_audio(const struct cosy_sched *s) {
+  for (const sjob *j = s->active; j; j = j->next)
+    if (j->chunks_done > 0 && !j->llm_done && !j->llm_released && !j->err && !cancelled(j->r) &&
+        !chunk_tokens_ready(j))
+      return 1;
+  return 0;
+}
+
 static void *llm_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
@@ -930,8 +945,9 @@ static void *llm_main(void *arg) {
     }
     /* time to first audio first: at light load the LLM pauses while a first chunk's flow runs,
      * so the two do not compete for the device */
-    if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 &&
-        s->n_llm <= e->cfg.first_chunk_wait_max && !e->stopping) {
+    if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 && s->pause_mode &&
+        s->n_llm <= e->cfg.first_chunk_wait_max && !e->stopping &&
+        !(s->pause_mode == 2 && tokens_gate_audio(s))) {
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
       continue;
     }
@@ -1660,6 +1676,10 @@ cosy_status sched_start(cosy_engine *e) {
   if (tt && tt[0]) s->ttrace = fopen(tt, "w");
   /* the measurement knobs, before the threads start */
   s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
+  {
+    const char *pm = getenv("COSY_SCHED_PAUSE");
+    s->pause_mode = pm && (!strcmp(pm, "0") || !strcmp(pm, "2")) ? atoi(pm) : 1;
+  }
   {
     const char *pe = getenv("COSY_SCHED_PREFILL_EVERY");
     s->prefill_every = pe && atoi(pe) > 1 && atoi(pe) <= 16 ? atoi(pe) : 1;
