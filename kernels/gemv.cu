@@ -123,7 +123,22 @@ struct GemvP {
   const int32_t *pos, *slots;
   const float *inv_freq;
   float *kc, *vc;
+  /* 1: trigger the dependent launch (PDL) after the dot products instead of at the start, so
+   * that the next kernel's blocks do not sit resident, waiting, through this whole kernel
+   * (they hold the SMs other streams' kernels could use); COSY_GEMV_TRIGGER below */
+  int late;
 };
+
+/* COSY_GEMV_TRIGGER (environment, read once per process; speed only): 0 (default) both
+ * kernels trigger their dependents at the start, 1 gemv_tc after its mma loop, 2 both late */
+int gemv_trigger_knob() {
+  static const int k = [] {
+    const char *v = getenv("COSY_GEMV_TRIGGER");
+    const int t = v && *v ? atoi(v) : 0;
+    return t >= 0 && t <= 2 ? t : 0;
+  }();
+  return k;
+}
 
 __device__ __forceinline__ void unpack8(const uint4 &t, float f[8]) {
   f[0] = __uint_as_float(t.x << 16); f[1] = __uint_as_float(t.x & 0xffff0000u);
@@ -212,7 +227,7 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
   __shared__ float red[GV_WARPS][RW * M];
   __shared__ float nred[GV_WARPS][M];
 
-  pdl_trigger();
+  if (!a.late) pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int K = a.K, nch = K >> 3;
   /* blockIdx.x: the row group (fastest, so the groups of one weight slice run together and
@@ -309,6 +324,7 @@ __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 
     }
   }
 
+  if (a.late) pdl_trigger();
   /* 4. reductions: lanes, then the KS warps of a slot */
 #pragma unroll
   for (int r = 0; r < RW; ++r)
@@ -621,7 +637,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
   __shared__ float invf_s[32];
   extern __shared__ __align__(16) float xs_dyn[];
 
-  pdl_trigger();
+  if (!a.late) pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int K = a.K, KB = tp.KB;
   const int crank = tc_rank<CS>();
@@ -824,6 +840,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
    * k-part order; 5. the epilogue, its 8-row tiles shared out over the KS parts' warps (part kp
    * takes tiles nt = kp, kp + KS, ...): lane (g, t) owns c0, c1 = (weight row rA, rows 2t,
    * 2t + 1 of the 8-row tile), c2, c3 = (row rB, same) */
+  if (a.late) pdl_trigger();
   const int wbase = warp - warp % KSB; /* the group's first warp in each block */
   cp_async_wait_all(); /* this thread's copies; the barrier below shows them to the block */
 #pragma unroll
@@ -1069,6 +1086,7 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
   GemvP p;
   const cudaError_t pe = gemv_params(a, &p);
   if (pe != cudaSuccess) return pe;
+  p.late = gemv_trigger_knob() == 2;
   /* K split: least that covers K in gv_cmax chunks per lane, then more for a fuller grid */
   const int nch = a->K / 8, cmax = gv_cmax(a->out_mode);
   int ks = 1;
@@ -1103,6 +1121,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   GemvP &p = tp.g;
   const cudaError_t pe = gemv_params(a, &p);
   if (pe != cudaSuccess) return pe;
+  p.late = gemv_trigger_knob() >= 1;
   const long long R = (long long)a->M * p.groups;
   if (R == 0) return cudaSuccess;
   if (R > 65535LL * 64) return cudaErrorInvalidValue;
