@@ -129,13 +129,18 @@ struct GemvP {
   int late;
 };
 
-/* COSY_GEMV_TRIGGER (environment, read once per process; speed only): 0 (default) both
- * kernels trigger their dependents at the start, 1 gemv_tc after its mma loop, 2 both late */
+/* COSY_GEMV_TRIGGER (environment, read once per process; speed only): 1 (default) gemv_tc
+ * triggers its dependents after its mma loop, gemv at its start; 0 both at the start; 2 both
+ * late. Measured on an H100 (bench/RESULTS.md, W1 with COSY_LLM_DECODE=tc): with gemv_tc's
+ * early trigger the next kernel's blocks sat resident through each decode kernel and starved
+ * the concurrent flow calls (a flow call 171 ms instead of 41; C = 64: 83 of 128 requests with
+ * an underrun, C = 1 RTF 0.034); late: 2-19 underruns, RTF 0.031, the decode step itself
+ * within 3%. gemv (the default decode path) gained nothing from it. */
 int gemv_trigger_knob() {
   static const int k = [] {
     const char *v = getenv("COSY_GEMV_TRIGGER");
-    const int t = v && *v ? atoi(v) : 0;
-    return t >= 0 && t <= 2 ? t : 0;
+    const int t = v && *v ? atoi(v) : 1;
+    return t >= 0 && t <= 2 ? t : 1;
   }();
   return k;
 }
