@@ -58,7 +58,7 @@
 #               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
 #               decode-step timings (full model), W1 at TC_LEVELS (default 1,16,32,64) in each
 #               mode, each under TC_VARIANTS (ab syntax, default "base"; e.g.
-#               "base d8:COSY_GEMV_TC_DEEP=1" for kernels/gemv.cu's knobs). Summary lines
+#               "base ks8:COSY_GEMV_TC_MAXKS=8" for kernels/gemv.cu's knobs). Summary lines
 #               "tc <variant> steps: ..." and "tc <variant> <mode> C=...: ..."
 #   trace       W1 at C = 64 with the scheduler's trace under TRACE_VARIANTS (ab syntax), each
 #               summarized by bench/trace_summary.py (calls, busy shares, LLM step interval)
