@@ -125,25 +125,9 @@ struct GemvP {
   float *kc, *vc;
   /* 1: trigger the dependent launch (PDL) after the dot products instead of at the start, so
    * that the next kernel's blocks do not sit resident, waiting, through this whole kernel
-   * (they hold the SMs other streams' kernels could use); COSY_GEMV_TRIGGER below */
+   * (they hold the SMs other streams' kernels could use); COSY_GEMV_TRIGGER, gemv_knobs */
   int late;
 };
-
-/* COSY_GEMV_TRIGGER (environment, read once per process; speed only): 1 (default) gemv_tc
- * triggers its dependents after its mma loop, gemv at its start; 0 both at the start; 2 both
- * late. Measured on an H100 (bench/RESULTS.md, W1 with COSY_LLM_DECODE=tc): with gemv_tc's
- * early trigger the next kernel's blocks sat resident through each decode kernel and starved
- * the concurrent flow calls (a flow call 171 ms instead of 41; C = 64: 83 of 128 requests with
- * an underrun, C = 1 RTF 0.034); late: 2-19 underruns, RTF 0.031, the decode step itself
- * within 3%. gemv (the default decode path) gained nothing from it. */
-int gemv_trigger_knob() {
-  static const int k = [] {
-    const char *v = getenv("COSY_GEMV_TRIGGER");
-    const int t = v && *v ? atoi(v) : 1;
-    return t >= 0 && t <= 2 ? t : 1;
-  }();
-  return k;
-}
 
 __device__ __forceinline__ void unpack8(const uint4 &t, float f[8]) {
   f[0] = __uint_as_float(t.x << 16); f[1] = __uint_as_float(t.x & 0xffff0000u);
@@ -172,13 +156,14 @@ __device__ __forceinline__ void load8f(const float *p, float f[8]) {
 }
 
 
-/* QKV_ROPE output of one RoPE pair (i, i + 32) of head `head` for row gm, bias already added:
- * rotated for q and k heads; q to y, k and v to the cache row slots[gm] (none when < 0) */
-__device__ __forceinline__ void qkv_rope_out(const GemvP &a, int gm, int head, int i, float x1,
-                                             float x2) {
+/* QKV_ROPE output of one RoPE pair (i, i + 32) of head `head` for row gm, bias already added,
+ * given the row's position, its cache slot and the pair's inverse frequency: rotated for q and k
+ * heads; q to y, k and v to the cache row `slot` (none when < 0) */
+__device__ __forceinline__ void rope_store(const GemvP &a, int gm, int head, int i, float x1,
+                                           float x2, int pos, int slot, float invf) {
   if (head < a.n_qh + a.n_kh) {
     float sn, cs;
-    sincosf((float)a.pos[gm] * a.inv_freq[i], &sn, &cs);
+    sincosf((float)pos * invf, &sn, &cs);
     const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
     x1 = t1;
     x2 = t2;
@@ -187,16 +172,22 @@ __device__ __forceinline__ void qkv_rope_out(const GemvP &a, int gm, int head, i
     float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
     q[i] = x1;
     q[i + HALF] = x2;
-  } else {
-    const int sc = a.slots[gm];
-    if (sc >= 0) {
-      const bool is_k = head < a.n_qh + a.n_kh;
-      const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
-      float *c = (is_k ? a.kc : a.vc) + ((size_t)sc * a.n_kh + kvh) * HD;
-      c[i] = x1;
-      c[i + HALF] = x2;
-    }
+  } else if (slot >= 0) {
+    const bool is_k = head < a.n_qh + a.n_kh;
+    const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
+    float *c = (is_k ? a.kc : a.vc) + ((size_t)slot * a.n_kh + kvh) * HD;
+    c[i] = x1;
+    c[i + HALF] = x2;
   }
+}
+
+/* the same, reading the position, slot and frequency where they are used (a position for q and
+ * k heads, a slot for k and v heads) */
+__device__ __forceinline__ void qkv_rope_out(const GemvP &a, int gm, int head, int i, float x1,
+                                             float x2) {
+  const bool rot = head < a.n_qh + a.n_kh, kv = head >= a.n_qh;
+  rope_store(a, gm, head, i, x1, x2, rot ? a.pos[gm] : 0, kv ? a.slots[gm] : -1,
+             rot ? a.inv_freq[i] : 0.f);
 }
 
 /* Launch kern<<<grid, threads, dyn, s>>>(p), as a programmatic dependent of the previous kernel
@@ -594,30 +585,6 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
  * registers), else two (128) */
 constexpr int tc_min_blocks(int nt, int d) { return nt == 1 && d <= 4 ? 3 : 2; }
 
-/* QKV_ROPE output as qkv_rope_out, with the row's position, cache slot and the pair's inverse
- * frequency loaded beforehand */
-__device__ __forceinline__ void tc_rope_out(const GemvP &a, int gm, int head, int i, float x1,
-                                            float x2, int pos, int slot, float invf) {
-  if (head < a.n_qh + a.n_kh) {
-    float sn, cs;
-    sincosf((float)pos * invf, &sn, &cs);
-    const float t1 = x1 * cs - x2 * sn, t2 = x2 * cs + x1 * sn;
-    x1 = t1;
-    x2 = t2;
-  }
-  if (head < a.n_qh) {
-    float *q = a.y + (size_t)gm * a.ldy + (size_t)head * HD;
-    q[i] = x1;
-    q[i + HALF] = x2;
-  } else if (slot >= 0) {
-    const bool is_k = head < a.n_qh + a.n_kh;
-    const int kvh = is_k ? head - a.n_qh : head - a.n_qh - a.n_kh;
-    float *c = (is_k ? a.kc : a.vc) + ((size_t)slot * a.n_kh + kvh) * HD;
-    c[i] = x1;
-    c[i + HALF] = x2;
-  }
-}
-
 /* NT 8-row tiles of x per block, KS parts of K per weight tile (CS = tc_cs(KS) blocks of a
  * cluster, KS / CS parts each), TW weight tiles per warp, D k-blocks of weights in flight per
  * warp, PRE: x split beforehand (tc_split_kernel). A row's arithmetic depends on none of NT, TW,
@@ -900,7 +867,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
           a.y[(size_t)gm * a.ldy + rA[u]] = gt / (1.f + expf(-gt)) * uu;
         } else { /* QKV_ROPE */
           const int i = (tile & 3) * 8 + g;
-          tc_rope_out(a, gm, tile >> 2, i, v[e2] + bA, v[2 + e2] + bB, pos_s[lr], slot_s[lr],
+          rope_store(a, gm, tile >> 2, i, v[e2] + bA, v[2 + e2] + bB, pos_s[lr], slot_s[lr],
                       invf_s[i]);
         }
       }
@@ -965,20 +932,30 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  *                       memory for RMSNorm'd inputs (read twice: statistics, then fragments);
  *                       0 never; 2 also plain inputs
  *   COSY_GEMV_TC_MAXKS  32 (default): at most this many K parts (more than 8 only on devices
- *                       with clusters) */
-struct TcKnobs {
-  int stage, maxks;
+ *                       with clusters)
+ *   COSY_GEMV_TRIGGER   1 (default): gemv_tc triggers its dependents (PDL) after its mma loop,
+ *                       gemv at its start; 0 both at the start; 2 both late. Measured on an H100
+ *                       (bench/RESULTS.md, W1 with COSY_LLM_DECODE=tc): with gemv_tc's early
+ *                       trigger the next kernel's blocks sat resident through each decode kernel
+ *                       and starved the concurrent flow calls (a flow call 171 ms instead of 41;
+ *                       C = 64: 83 of 128 requests with an underrun, C = 1 RTF 0.034); late: 2-19
+ *                       underruns, RTF 0.031, the decode step itself within 3%. gemv (the
+ *                       default decode path) gained nothing from it. */
+struct GemvKnobs {
+  int stage, maxks, trigger;
 };
-const TcKnobs &tc_knobs() {
-  static const TcKnobs k = [] {
+const GemvKnobs &gemv_knobs() {
+  static const GemvKnobs k = [] {
     auto env = [](const char *n, int dflt) {
       const char *v = getenv(n);
       return v && *v ? atoi(v) : dflt;
     };
-    TcKnobs t;
+    GemvKnobs t;
     t.stage = env("COSY_GEMV_TC_STAGE", 1);
     t.maxks = env("COSY_GEMV_TC_MAXKS", TC_MAX_KS);
     if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
+    t.trigger = env("COSY_GEMV_TRIGGER", 1);
+    if (t.trigger < 0 || t.trigger > 2) t.trigger = 1;
     return t;
   }();
   return k;
@@ -1091,7 +1068,7 @@ extern "C" cudaError_t cosy_k_llm_gemv(cudaStream_t s, const cosy_llm_gemv_args 
   GemvP p;
   const cudaError_t pe = gemv_params(a, &p);
   if (pe != cudaSuccess) return pe;
-  p.late = gemv_trigger_knob() == 2;
+  p.late = gemv_knobs().trigger == 2;
   /* K split: least that covers K in gv_cmax chunks per lane, then more for a fuller grid */
   const int nch = a->K / 8, cmax = gv_cmax(a->out_mode);
   int ks = 1;
@@ -1126,7 +1103,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   GemvP &p = tp.g;
   const cudaError_t pe = gemv_params(a, &p);
   if (pe != cudaSuccess) return pe;
-  p.late = gemv_trigger_knob() >= 1;
+  p.late = gemv_knobs().trigger >= 1;
   const long long R = (long long)a->M * p.groups;
   if (R == 0) return cudaSuccess;
   if (R > 65535LL * 64) return cudaErrorInvalidValue;
@@ -1143,7 +1120,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
    * cluster pays for long K only (down: 7.4 us at 32 parts, 9.5 at 16, 13.5 at 8, 11.5 at 64),
    * not for K = 896 (q|k|v 5.2 us at 8 parts, 6.0 at 16 over two blocks) */
   int ks = 1;
-  const int maxks = a->clusters ? tc_knobs().maxks : std::min(tc_knobs().maxks, TC_WARPS);
+  const int maxks = a->clusters ? gemv_knobs().maxks : std::min(gemv_knobs().maxks, TC_WARPS);
   while (ks < maxks && (tp.KB + ks - 1) / ks > 16) ks *= 2;
   while (ks < maxks && (long long)p.P * ks < TC_TARGET_WARPS && tp.KB >= 4 * ks) ks *= 2;
   const int pdl = a->pdl ? 1 : 0;
@@ -1168,7 +1145,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
     const size_t need = tc_dyn_smem(rows, a->K, a->in_mode == COSY_GEMV_IN_RMSNORM);
     /* at most 96 KB, so that two blocks fit an SM */
-    const int st = tc_knobs().stage;
+    const int st = gemv_knobs().stage;
     const bool want = st == 2 || (st == 1 && a->in_mode == COSY_GEMV_IN_RMSNORM);
     tp.stage = want && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   }
