@@ -511,7 +511,13 @@ struct TcP {
   /* x already RMSNorm'd and split by tc_split_kernel, in fragment order (8-row tile, k-block,
    * lane: 16 bytes hi, 16 lo); NULL: the main kernel does it per k-block */
   const uint4 *xs;
+  /* which epilogue operands go to shared memory early (COSY_GEMV_TC_EARLY, a measurement knob;
+   * a cleared bit reads that operand from global memory where it is used): TC_EARLY_BIAS,
+   * _INVF, _POS (positions and cache slots), _OLD (the residual's old values), _NORMW (the
+   * RMSNorm weights, staged beside the staged rows) */
+  int early;
 };
+enum { TC_EARLY_BIAS = 1, TC_EARLY_INVF = 2, TC_EARLY_POS = 4, TC_EARLY_OLD = 8, TC_EARLY_NORMW = 16 };
 
 /* x fragment of lane (g, t) for one k-block: x row `row` at k .. k + 7, RMSNorm'd, split into
  * hi/lo bf16x2 (h[j], l[j] = elements 2j, 2j + 1) */
@@ -611,7 +617,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
 
   if (!a.late) pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int K = a.K, KB = tp.KB;
+  const int K = a.K, KB = tp.KB, early = tp.early;
   const int crank = tc_rank<CS>();
   const int kp = crank * KSB + warp % KSB; /* this warp's K part, 0 .. KS - 1 */
   const int tile0 = (blockIdx.y * WT + warp / KSB) * TW;
@@ -658,13 +664,17 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
   /* ... and the other constants, into shared memory so that they hold no registers through the
    * mma loop: the epilogue's bias and RoPE frequencies (cp.async, waited for before the partial
    * sums meet), the RMSNorm weights behind the staged rows */
+  if (early & TC_EARLY_BIAS) {
 #pragma unroll
-  for (int u = 0; u < TW; ++u) {
-    if (a.bias && okA[u]) cp_async4(&ep_b[warp][u][0][lane], a.bias + rA[u]);
-    if (a.bias && okB[u]) cp_async4(&ep_b[warp][u][1][lane], a.bias + rB[u]);
+    for (int u = 0; u < TW; ++u) {
+      if (a.bias && okA[u]) cp_async4(&ep_b[warp][u][0][lane], a.bias + rA[u]);
+      if (a.bias && okB[u]) cp_async4(&ep_b[warp][u][1][lane], a.bias + rB[u]);
+    }
   }
-  if (EPI == COSY_GEMV_QKV_ROPE && tid < 32) cp_async4(&invf_s[tid], a.inv_freq + tid);
-  const bool nw_s = PRO == COSY_GEMV_IN_RMSNORM && !pre && tp.stage > 0;
+  if (EPI == COSY_GEMV_QKV_ROPE && (early & TC_EARLY_INVF) && tid < 32)
+    cp_async4(&invf_s[tid], a.inv_freq + tid);
+  const bool nw_s =
+      PRO == COSY_GEMV_IN_RMSNORM && !pre && tp.stage > 0 && (early & TC_EARLY_NORMW);
   float *const nws = xs_dyn + (size_t)tp.stage * K;
   if (nw_s)
     for (int i = tid; i < (K >> 2); i += NW * 32)
@@ -692,11 +702,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
    * hides behind the mma loop: the rows' positions and cache slots (QKV_ROPE); with one
    * epilogue tile a warp (nt = kp; lane (g, t) owns rows 2t, 2t + 1 of it), the residual's old
    * values (ADD) */
-  if (EPI == COSY_GEMV_QKV_ROPE && tid < nr) {
+  if (EPI == COSY_GEMV_QKV_ROPE && (early & TC_EARLY_POS) && tid < nr) {
     cp_async4(&pos_s[tid], a.pos + r0 + tid);
     cp_async4(&slot_s[tid], a.slots + r0 + tid);
   }
-  if constexpr (OLD_S) {
+  if (OLD_S && (early & TC_EARLY_OLD)) {
 #pragma unroll
     for (int e2 = 0; e2 < 2; ++e2) {
       const int lr = kp * 8 + 2 * t + e2;
@@ -825,8 +835,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
     tc_sync<CS>();
     const int tile = tile0 + u;
     if (tile >= a.P) continue;
-    const float bA = a.bias && okA[u] ? ep_b[warp][u][0][lane] : 0.f;
-    const float bB = a.bias && okB[u] ? ep_b[warp][u][1][lane] : 0.f;
+    const bool eb = early & TC_EARLY_BIAS;
+    const float bA = a.bias && okA[u] ? (eb ? ep_b[warp][u][0][lane] : a.bias[rA[u]]) : 0.f;
+    const float bB = a.bias && okB[u] ? (eb ? ep_b[warp][u][1][lane] : a.bias[rB[u]]) : 0.f;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       const int nt = kp + j * KS;
@@ -851,7 +862,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
         if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
           float oA = 0.f, oB = 0.f;
           if (EPI == COSY_GEMV_ADD_F32) {
-            if (OLD_S) {
+            if (OLD_S && (early & TC_EARLY_OLD)) {
               oA = ep_old[OLD_S ? warp : 0][u][e2][lane];
               oB = ep_old[OLD_S ? warp : 0][u][2 + e2][lane];
             } else {
@@ -867,8 +878,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
           a.y[(size_t)gm * a.ldy + rA[u]] = gt / (1.f + expf(-gt)) * uu;
         } else { /* QKV_ROPE */
           const int i = (tile & 3) * 8 + g;
-          rope_store(a, gm, tile >> 2, i, v[e2] + bA, v[2 + e2] + bB, pos_s[lr], slot_s[lr],
-                      invf_s[i]);
+          const int head = tile >> 2;
+          const bool rot = head < a.n_qh + a.n_kh, kv = head >= a.n_qh;
+          const bool ep = early & TC_EARLY_POS;
+          rope_store(a, gm, head, i, v[e2] + bA, v[2 + e2] + bB,
+                     ep ? pos_s[lr] : rot ? a.pos[gm] : 0, ep ? slot_s[lr] : kv ? a.slots[gm] : -1,
+                     (early & TC_EARLY_INVF) ? invf_s[i] : rot ? a.inv_freq[i] : 0.f);
         }
       }
     }
@@ -933,6 +948,10 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  *                       0 never; 2 also plain inputs
  *   COSY_GEMV_TC_MAXKS  32 (default): at most this many K parts (more than 8 only on devices
  *                       with clusters)
+ *   COSY_GEMV_TC_EARLY  31 (default): bit mask of the epilogue operands gemv_tc copies into
+ *                       shared memory before its mma loop (1 bias, 2 RoPE frequencies, 4
+ *                       positions and cache slots, 8 the residual's old values, 16 the RMSNorm
+ *                       weights beside staged rows); a cleared bit reads it where it is used
  *   COSY_GEMV_TRIGGER   1 (default): gemv_tc triggers its dependents (PDL) after its mma loop,
  *                       gemv at its start; 0 both at the start; 2 both late. Measured on an H100
  *                       (bench/RESULTS.md, W1 with COSY_LLM_DECODE=tc): with gemv_tc's early
@@ -942,7 +961,7 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  *                       underruns, RTF 0.031, the decode step itself within 3%. gemv (the
  *                       default decode path) gained nothing from it. */
 struct GemvKnobs {
-  int stage, maxks, trigger;
+  int stage, maxks, trigger, early;
 };
 const GemvKnobs &gemv_knobs() {
   static const GemvKnobs k = [] {
@@ -956,6 +975,7 @@ const GemvKnobs &gemv_knobs() {
     if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
     t.trigger = env("COSY_GEMV_TRIGGER", 1);
     if (t.trigger < 0 || t.trigger > 2) t.trigger = 1;
+    t.early = env("COSY_GEMV_TC_EARLY", 31) & 31;
     return t;
   }();
   return k;
@@ -1104,6 +1124,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   const cudaError_t pe = gemv_params(a, &p);
   if (pe != cudaSuccess) return pe;
   p.late = gemv_knobs().trigger >= 1;
+  tp.early = gemv_knobs().early;
   const long long R = (long long)a->M * p.groups;
   if (R == 0) return cudaSuccess;
   if (R > 65535LL * 64) return cudaErrorInvalidValue;

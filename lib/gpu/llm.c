@@ -125,6 +125,11 @@ struct gpu_llm {
   unsigned *stamp, stamp_gen;
   /* decode graphs */
   cudaGraphExec_t graphs[MAX_BUCKETS][MAX_CTX_BUCKETS];
+  /* COSY_LLM_PREFILL_TIMING=path (measurement aid, read at create): one line per packed
+   * prefill: sequences, positions, host preparation, launch enqueue, device time and wall
+   * time of the call (ms) */
+  FILE *pf_timing;
+  cudaEvent_t pf_ev[2];
 };
 
 /* every result goes through cosy_gpu_check (its injected failures count every checked call) */
@@ -314,6 +319,11 @@ void gpu_llm_free(gpu_llm *l) {
   free(l->layers);
   kv_pool_free(&l->pool);
   free(l->stamp);
+  if (l->pf_timing) {
+    fclose(l->pf_timing);
+    cudaEventDestroy(l->pf_ev[0]);
+    cudaEventDestroy(l->pf_ev[1]);
+  }
   free(l);
 }
 
@@ -472,6 +482,17 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     if ((st = dalloc(l, B * sizeof(cosy_k_ras_row), "LLM sampling rows", &l->d_ras))) goto fail;
   }
   l->tc = GPU_LLM_TC_DEFAULT && tc_ok(l);
+  {
+    const char *tp = getenv("COSY_LLM_PREFILL_TIMING");
+    if (tp && *tp && cudaEventCreate(&l->pf_ev[0]) == cudaSuccess) {
+      if (cudaEventCreate(&l->pf_ev[1]) == cudaSuccess && (l->pf_timing = fopen(tp, "w")))
+        setvbuf(l->pf_timing, NULL, _IOLBF, 0);
+      if (!l->pf_timing) {
+        cudaEventDestroy(l->pf_ev[0]);
+        cudaEventDestroy(l->pf_ev[1]); /* (a failed create leaves it NULL: a no-op) */
+      }
+    }
+  }
   {
     /* the GEMM plans of layers_split (hi/lo rows: 2 per position), so that a prefill piece of
      * a new size pays no heuristic query (kernels/gemm.cu): the one batch-invariant plan per
@@ -983,6 +1004,8 @@ cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const floa
   const int H = l->H;
   int row0[1 << (MAX_BUCKETS - 1)], Lk[1 << (MAX_BUCKETS - 1)];
   cosy_status st;
+  const double tw0 = l->pf_timing ? cosy_now() : 0;
+  double tw1 = 0, tw2 = 0;
   l->logp_rows = 0;
   for (int j = 0, r = 0; j < n; r += Ls[j], j++) {
     const int p0 = kv_pool_seq(&l->pool, seqs[j])->len;
@@ -1000,7 +1023,15 @@ cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const floa
      "LLM prefill upload");
   CK(cudaMemcpyAsync(l->d_pf, l->h_pf, sizeof(int32_t) * (size_t)up, cudaMemcpyHostToDevice, s),
      "LLM prefill upload");
+  if (l->pf_timing) {
+    tw1 = cosy_now();
+    cudaEventRecord(l->pf_ev[0], s);
+  }
   if ((st = layers_split(l, total, l->d_pf, l->d_pf + l->max_prefill, &ap))) return st;
+  if (l->pf_timing) {
+    tw2 = cosy_now();
+    cudaEventRecord(l->pf_ev[1], s);
+  }
   /* the wanted sequences' last rows (h, pending hi and lo deltas) move to rows 0..nw-1; row
    * k's source is at or after row k, so earlier moves never overwrite a later source */
   const size_t hb = sizeof(float) * (size_t)H, M = (size_t)total;
@@ -1022,6 +1053,12 @@ cosy_status gpu_llm_prefill_batch(gpu_llm *l, int n, const int *seqs, const floa
   if (nw && (st = head_split(l, l->h, l->y2, l->y2 + M * H, nw))) return st;
   /* the pinned staging buffers are reused by the next call */
   if ((st = cosy_gpu_sync(l->g, "LLM prefill"))) return st;
+  if (l->pf_timing) {
+    float gms = -1.f;
+    if (cudaEventElapsedTime(&gms, l->pf_ev[0], l->pf_ev[1]) != cudaSuccess) gms = -1.f;
+    fprintf(l->pf_timing, "%.4f prefill %d %d prep %.3f enqueue %.3f gpu %.3f wall %.3f\n", tw0, n,
+            total, (tw1 - tw0) * 1e3, (tw2 - tw1) * 1e3, gms, (cosy_now() - tw0) * 1e3);
+  }
   for (int j = 0; j < n; j++) kv_pool_seq(&l->pool, seqs[j])->len += Ls[j];
   l->logp_rows = nw;
   l->logp_valid = 1;
