@@ -198,8 +198,7 @@ struct cosy_sched {
   int pause_mode;                /* COSY_SCHED_PAUSE: the LLM's pause while a first chunk's flow
                                     runs at light load: 1 (default) always, 2 unless a request
                                     with audio out waits for its next chunk's tokens
-                                    (tokens_gate_audio), 0 never, 3 also through the
-                                    first chunks' vocoder call (no vocoder thread) */
+                                    (tokens_gate_audio), 0 never */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
@@ -1582,8 +1581,6 @@ static void *t2w_main(void *arg) {
       for (int i = 0; i < n; i++) {
         sjob *j = pick[i];
         firsts += j->chunks_done == 0;
-        /* COSY_SCHED_PAUSE=3: the pause lasts through this thread's vocoder call too */
-        if (j->chunks_done == 0 && s->pause_mode == 3 && !s->voc_started) s->first_in_flight = 1;
         if (!st && !fj[i].status && j->chunks_done == 0 && !fj[i].full_attention &&
             !voice_warm(s, j->v)) {
           if (s->n_warm == (int)(sizeof s->warm / sizeof s->warm[0])) {
@@ -1650,10 +1647,6 @@ static void *t2w_main(void *arg) {
     } else {
       voc_batch(e, items, nv);
       pthread_mutex_lock(&e->mu);
-      if (s->first_in_flight) { /* (COSY_SCHED_PAUSE=3) */
-        s->first_in_flight = 0;
-        pthread_cond_broadcast(&s->cv_llm);
-      }
     }
     s->round_s = 0.7 * s->round_s + 0.3 * (cosy_now() - t0);
   }
@@ -1685,8 +1678,7 @@ cosy_status sched_start(cosy_engine *e) {
   s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
   {
     const char *pm = getenv("COSY_SCHED_PAUSE");
-    s->pause_mode =
-        pm && (!strcmp(pm, "0") || !strcmp(pm, "2") || !strcmp(pm, "3")) ? atoi(pm) : 1;
+    s->pause_mode = pm && (!strcmp(pm, "0") || !strcmp(pm, "2")) ? atoi(pm) : 1;
   }
   {
     const char *pe = getenv("COSY_SCHED_PREFILL_EVERY");
