@@ -51,7 +51,8 @@
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
- *     loads); S = Q K^T and O += P V use mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with the
+ *     loads), their B fragments read with ldmatrix (V's transposed: .trans), four 8x8 matrices
+ *     an instruction; S = Q K^T and O += P V use mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with the
  *     standard fragment layouts, so S stays in registers, P is re-packed from the S accumulators
  *     into A fragments, and the online-softmax rescale of O happens in registers.
  *   attn, fp32 (or unaligned bf16): one warp per (query row, head, batch); keys in chunks of 32,
@@ -670,9 +671,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 t = __floats2bfloat162_rn(lo, hi); /* lo -> low half */
   return *reinterpret_cast<const uint32_t *>(&t);
 }
-__device__ __forceinline__ uint32_t pack_raw(bf16 lo, bf16 hi) {
-  return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
-}
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
@@ -686,12 +684,63 @@ __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Four 8x8 bf16 matrices from shared memory in one instruction (ldmatrix): lane l gives the
+ * address of row l % 8 of matrix l / 8 (16-byte aligned). r[i] is matrix i's fragment: thread t
+ * holds row t / 4, columns 2 (t % 4), 2 (t % 4) + 1 (ldsm4), or with .trans (ldsm4_t) column
+ * t / 4, rows 2 (t % 4), 2 (t % 4) + 1, the lower index in the low half. */
+__device__ __forceinline__ void ldsm4(uint32_t r[4], const bf16 *p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm4_t(uint32_t r[4], const bf16 *p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+/* S += Q K^T for one 16-row A tile (qa, 4 k16 steps) and 64 keys of Ks [key][FA_LD]: for each
+ * 8-key n tile, two ldmatrix.x4 give the B fragments of the four k16 steps (matrix rows = keys,
+ * columns = 8 dims: b0 = dims 16kk..+7, b1 = 16kk+8..+15); the mma order is nt, then kk */
+__device__ __forceinline__ void fa_qk(float s[8][4], const uint32_t qa[4][4], const bf16 *Ks,
+                                      int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    uint32_t kb[2][4];
+#pragma unroll
+    for (int kp = 0; kp < 2; ++kp)
+      ldsm4(kb[kp], &Ks[(nt * 8 + (lane & 7)) * FA_LD + kp * 32 + (lane >> 3) * 8]);
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      mma_16816(s[nt], qa[kk], kb[kk >> 1][(kk & 1) * 2], kb[kk >> 1][(kk & 1) * 2 + 1]);
+  }
+}
+/* O += P V for P's A fragments (pa, 4 k16 steps of 16 keys) and Vs [key][FA_LD]: per k16 step,
+ * four ldmatrix.x4.trans give the B fragments of the 8 dim tiles (matrix rows = keys, so the
+ * transpose puts two consecutive keys of one dim in a register); the mma order is kk, then dt */
+__device__ __forceinline__ void fa_pv(float oacc[8][4], const uint32_t pa[4][4], const bf16 *Vs,
+                                      int lane) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int dp = 0; dp < 4; ++dp) {
+      uint32_t vb[4];
+      ldsm4_t(vb, &Vs[key * FA_LD + dp * 16 + (lane >> 4) * 8]);
+      mma_16816(oacc[2 * dp], pa[kk], vb[0], vb[1]);
+      mma_16816(oacc[2 * dp + 1], pa[kk], vb[2], vb[3]);
+    }
+  }
+}
+
 /* Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4 * grp + t4:
  *   A (16x16): reg0 = A[grp][2t4..+1], reg1 = A[grp+8][2t4..+1], reg2 = A[grp][2t4+8..+9],
  *              reg3 = A[grp+8][2t4+8..+9]
  *   B (16x8):  reg0 = B[2t4..+1][grp], reg1 = B[2t4+8..+9][grp]
  *   C (16x8):  c0,c1 = C[grp][2t4..+1], c2,c3 = C[grp+8][2t4..+1] */
-__global__ void __launch_bounds__(FA_THREADS)
+__global__ void __launch_bounds__(FA_THREADS, 4)
 attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                        const bf16 *__restrict__ v, bf16 *__restrict__ o, AttnGeo g) {
   __shared__ __align__(16) bf16 Ks[FA_BK * FA_LD];
@@ -742,15 +791,7 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
 
     /* S = Q K^T for this warp's 16 rows x 64 keys */
     float s[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const bf16 *kr = &Ks[(nt * 8 + grp) * FA_LD + kk * 16 + 2 * t4];
-        mma_16816(s[nt], qa[kk], ld_u32(kr), ld_u32(kr + 8));
-      }
-    }
+    fa_qk(s, qa, Ks, lane);
     /* scale, mask, row max (rows r0: elements 0,1; r1: elements 2,3) */
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -800,17 +841,7 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
       }
     }
     /* O += P V */
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const int key = kk * 16 + 2 * t4;
-#pragma unroll
-      for (int dt = 0; dt < 8; ++dt) {
-        const int dim = dt * 8 + grp;
-        const uint32_t b0 = pack_raw(Vs[key * FA_LD + dim], Vs[(key + 1) * FA_LD + dim]);
-        const uint32_t b1 = pack_raw(Vs[(key + 8) * FA_LD + dim], Vs[(key + 9) * FA_LD + dim]);
-        mma_16816(oacc[dt], pa[kk], b0, b1);
-      }
-    }
+    fa_pv(oacc, pa, Vs, lane);
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -851,7 +882,7 @@ struct PagedGeo {
   float scale_log2;
 };
 
-__global__ void __launch_bounds__(FA_THREADS) attn_dit_paged_kernel(PagedGeo g) {
+__global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_kernel(PagedGeo g) {
   __shared__ __align__(16) bf16 Ks[FA_BK * FA_LD];
   __shared__ __align__(16) bf16 Vs[FA_BK * FA_LD];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -914,15 +945,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_dit_paged_kernel(PagedGeo g) 
     __syncthreads();
 
     float s[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const bf16 *kr = &Ks[(nt * 8 + grp) * FA_LD + kk * 16 + 2 * t4];
-        mma_16816(s[nt], qa[kk], ld_u32(kr), ld_u32(kr + 8));
-      }
-    }
+    fa_qk(s, qa, Ks, lane);
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -969,17 +992,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_dit_paged_kernel(PagedGeo g) 
         pa[kk][2 * half + 1] = w1;
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const int key = kk * 16 + 2 * t4;
-#pragma unroll
-      for (int dt = 0; dt < 8; ++dt) {
-        const int dim = dt * 8 + grp;
-        const uint32_t b0 = pack_raw(Vs[key * FA_LD + dim], Vs[(key + 1) * FA_LD + dim]);
-        const uint32_t b1 = pack_raw(Vs[(key + 8) * FA_LD + dim], Vs[(key + 9) * FA_LD + dim]);
-        mma_16816(oacc[dt], pa[kk], b0, b1);
-      }
-    }
+    fa_pv(oacc, pa, Vs, lane);
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);

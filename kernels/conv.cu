@@ -24,8 +24,11 @@
  * slab k x 64 x 8 goes to shared memory by cp.async (16 B); the strip values (one column per
  * thread, all 8 rows; a plain loop for the long strided strips of the source downs) were loaded
  * into registers during the previous chunk's mma and are now activated, split into TF32
- * (big, small) planes and stored; one barrier, k mma steps, one barrier. Shared rows are padded
- * (weights 12 floats, strip pitch = 8 mod 32) so that the fragment loads hit 32 distinct banks.
+ * (big, small) planes and stored column-major (a column's 8 channels in a row); one barrier,
+ * k mma steps, one barrier. The fragments are read with ldmatrix (8 rows of 4 fp32 = one
+ * 8x8 b16 matrix): per tap and warp one x4 load per 16-row m tile of A and two for the four
+ * n tiles of B, instead of 16 scalar loads. Shared rows are padded to 12 floats (48 bytes), so
+ * that 8 consecutive rows hit 32 distinct banks.
  * When a launch has fewer than 3 blocks per SM (stage 0: 256 channels x 8 T steps) the block
  * doubles to two warp groups that take alternate chunks and add their partial sums through
  * shared memory at the end (split-K inside the block, deterministic).
@@ -91,19 +94,29 @@ static_assert(sizeof(ConvGroup) <= 4000, "ConvGroup exceeds the kernel parameter
 __host__ __device__ inline int strip_len(int k, int dil, int stride) {
   return (BN - 1) * stride + (k - 1) * dil + 1 + 2; /* +2: the reflect column */
 }
-/* pitch = 8 mod 32: the B fragment loads of a warp hit 32 distinct banks */
-__host__ __device__ inline int strip_pitch(int sl) { return ((sl + 31) & ~31) + 8; }
+/* the strip is stored column-major, a column's CK = 8 channels in a row of XP floats (48 bytes:
+ * 16-byte aligned rows for ldmatrix, and 8 consecutive rows hit 32 distinct banks) */
+constexpr int XP = CK + 4;
 /* one weight slab of kt taps [kt][BM][WP] + the strip as TF32 (big, small) planes
- * [2][CK][pitch] */
+ * [2][strip_len][XP] */
 inline size_t conv_smem(int kt, int k, int dil, int stride) {
-  return ((size_t)kt * BM * WP + (size_t)2 * CK * strip_pitch(strip_len(k, dil, stride))) *
-         sizeof(float);
+  return ((size_t)kt * BM * WP + (size_t)2 * strip_len(k, dil, stride) * XP) * sizeof(float);
 }
 
 __device__ __forceinline__ uint32_t tf32_bits(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
+}
+
+/* four 8x8 matrices of 16-bit elements from shared memory (ldmatrix), here 8 rows x 4 fp32:
+ * lane l gives the 16-byte aligned address of row l % 8 of matrix l / 8; r[i] is matrix i's
+ * fragment: thread t holds row t / 4, fp32 column t % 4 */
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const float *p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
 
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4],
@@ -192,10 +205,10 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
   const int kg = KS == 1 ? 0 : (int)threadIdx.x / NT;
   float *smem = reinterpret_cast<float *>(smem_raw) + kg * region_floats;
   const int K = c.k, dil = c.dil, stride = c.stride, act = c.act, KT = grp.kt[blockIdx.z];
-  const int SL = strip_len(K, dil, stride), SLP = strip_pitch(SL);
+  const int SL = strip_len(K, dil, stride);
   float *sW = smem;                /* [KT][BM][WP]: taps j0 .. j0 + KT - 1 */
-  float *sX = smem + KT * BM * WP; /* [CK][SLP]: tf32(x) */
-  float *sXs = sX + CK * SLP;      /* [CK][SLP]: tf32(x - tf32(x)) (3xTF32 only) */
+  float *sX = smem + KT * BM * WP; /* [SL][XP]: tf32(x), column-major */
+  float *sXs = sX + SL * XP;       /* [SL][XP]: tf32(x - tf32(x)) (3xTF32 only) */
 
   const int tid = (int)threadIdx.x - kg * NT, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
@@ -206,15 +219,22 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
   const long long ubase = (long long)p0 * stride - c.pad_left;
   const long long Lu = (long long)c.len_in * c.up;
 
-  int bofs[4]; /* B fragment offsets in the strip: row tq, column of n */
+  /* B fragments by ldmatrix: two x4 loads give the 4 n tiles x (channels 0-3, 4-7); lane l
+   * addresses strip column col(n) of n = wn 32 + 8 (2 h + (l / 16)) + l % 8, channels
+   * 4 ((l / 8) % 2) (x4 load h = 0, 1) */
+  int bofs[2];
 #pragma unroll
-  for (int nt = 0; nt < 4; nt++) {
-    const int n = wn * 32 + nt * 8 + g;
-    bofs[nt] = tq * SLP + ((c.reflect && t0 == 0 && n == 0) ? 2 : n * stride);
+  for (int h = 0; h < 2; h++) {
+    const int n = wn * 32 + (2 * h + (lane >> 4)) * 8 + (lane & 7);
+    bofs[h] = ((c.reflect && t0 == 0 && n == 0) ? 2 : n * stride) * XP + ((lane >> 3) & 1) * 4;
   }
-  int aofs[2]; /* A fragment offsets in a tap's weight slab: row of the m tile, column tq */
+  /* A fragments by ldmatrix: one x4 load per m tile; lane l addresses weight row
+   * m0 + l % 8 + 8 ((l / 8) % 2), channels 4 (l / 16): matrices (rows g, g + 8) x (k tq, tq + 4)
+   * in the order of the mma's a0..a3 */
+  int aofs[2];
 #pragma unroll
-  for (int mt = 0; mt < 2; mt++) aofs[mt] = (wm * 32 + mt * 16 + g) * WP + tq;
+  for (int mt = 0; mt < 2; mt++)
+    aofs[mt] = (wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * WP + (lane >> 4) * 4;
 
   float acc[2][4][4];
 #pragma unroll
@@ -253,6 +273,23 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
     sX[idx] = big;
     if (PREC == COSY_HPREC_3XTF32) sXs[idx] = __uint_as_float(tf32_bits(__fsub_rn(v, big)));
   };
+  /* a whole column of the strip (8 channels): two 16-byte stores per plane */
+  auto put_col = [&](int col, const float (&v)[CK]) {
+    float big[CK], sm[CK];
+#pragma unroll
+    for (int r = 0; r < CK; r++) {
+      big[r] = __uint_as_float(tf32_bits(v[r]));
+      if (PREC == COSY_HPREC_3XTF32) sm[r] = __uint_as_float(tf32_bits(__fsub_rn(v[r], big[r])));
+    }
+    float4 *d = reinterpret_cast<float4 *>(sX + col * XP);
+    d[0] = make_float4(big[0], big[1], big[2], big[3]);
+    d[1] = make_float4(big[4], big[5], big[6], big[7]);
+    if (PREC == COSY_HPREC_3XTF32) {
+      float4 *e = reinterpret_cast<float4 *>(sXs + col * XP);
+      e[0] = make_float4(sm[0], sm[1], sm[2], sm[3]);
+      e[1] = make_float4(sm[4], sm[5], sm[6], sm[7]);
+    }
+  };
   if (fast && kg < n_chunks) prefetch(kg);
   for (int it = 0; it * KS < n_chunks; it++) {
     const int chunk = it * KS + kg;
@@ -274,12 +311,13 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
     /* input strip with the activation */
     if (fast) {
       if (active && tid < SL) {
+        float v[CK];
 #pragma unroll
         for (int r = 0; r < CK; r++) {
           const int ci = ci0 + r;
-          put(r * SLP + tid,
-              apply_act(c, act, ci, ci < c.ci, pv[r], M3 ? pv2[r] : 0.f, M3 ? pv3[r] : 0.f));
+          v[r] = apply_act(c, act, ci, ci < c.ci, pv[r], M3 ? pv2[r] : 0.f, M3 ? pv3[r] : 0.f);
         }
+        put_col(tid, v);
       }
       if (chunk + KS < n_chunks) prefetch(chunk + KS); /* in flight during the mma below */
     } else {
@@ -293,7 +331,7 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
             const int uu = c.up == 1 ? (int)u : (int)(u / c.up);
             v = load_act(c, act, ci, uu);
           }
-          put(r * SLP + col, v);
+          put(col * XP + r, v);
         }
       }
     }
@@ -306,23 +344,25 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
 #pragma unroll 2
       for (int j = j0; j < (active ? j1 : j0); j++) {
         const float *w = sW + (j - j0) * BM * WP;
-        const float *x = sX + j * dil, *xs = sXs + j * dil;
+        const float *x = sX + j * dil * XP, *xs = sXs + j * dil * XP;
         float af[2][4];
         uint32_t bb[4][2], bs[4][2];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
-          af[mt][0] = w[aofs[mt]];
-          af[mt][1] = w[aofs[mt] + 8 * WP];
-          af[mt][2] = w[aofs[mt] + 4];
-          af[mt][3] = w[aofs[mt] + 8 * WP + 4];
+          uint32_t r4[4];
+          ldsm4(r4, w + aofs[mt]);
+#pragma unroll
+          for (int e = 0; e < 4; e++) af[mt][e] = __uint_as_float(r4[e]);
         }
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-          bb[nt][0] = __float_as_uint(x[bofs[nt]]);
-          bb[nt][1] = __float_as_uint(x[bofs[nt] + 4 * SLP]);
+        for (int h = 0; h < 2; h++) {
+          uint32_t r4[4];
+          ldsm4(r4, x + bofs[h]);
+          bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1], bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
           if (PREC == COSY_HPREC_3XTF32) {
-            bs[nt][0] = __float_as_uint(xs[bofs[nt]]);
-            bs[nt][1] = __float_as_uint(xs[bofs[nt] + 4 * SLP]);
+            ldsm4(r4, xs + bofs[h]);
+            bs[2 * h][0] = r4[0], bs[2 * h][1] = r4[1], bs[2 * h + 1][0] = r4[2],
+            bs[2 * h + 1][1] = r4[3];
           }
         }
         uint32_t ab[2][4];

@@ -190,6 +190,8 @@ struct cosy_sched {
   double round_s;                /* moving average of a token-to-wave round (flow + vocoder), s */
   int load_peak;                 /* most requests active + queued at an admission ... */
   double load_peak_t;            /* ... within the last LOAD_WINDOW_S seconds (when it was set) */
+  int prefill_max;               /* COSY_SCHED_PREFILL_MAX=N (measurement): at most N prefill
+                                    positions per iteration (0: PREFILL_BUDGET(_IDLE)) */
   int prefill_every;             /* COSY_SCHED_PREFILL_EVERY=N (measurement): while a decoding
                                     request still lacks its first chunk's tokens, prefill only
                                     every N-th LLM iteration (default 1: every one) */
@@ -1026,6 +1028,7 @@ static void *llm_main(void *arg) {
     int budget = PREFILL_BUDGET_IDLE;
     for (int i = 0; i < n; i++)
       if (jobs[i]->decoding) budget = PREFILL_BUDGET;
+    if (s->prefill_max > 0 && budget > s->prefill_max) budget = s->prefill_max;
     if (skip_prefill) budget = 0;
     int np = 0;
     for (int i = 0; i < n && budget > 0 && np < cap; i++) {
@@ -1683,6 +1686,8 @@ cosy_status sched_start(cosy_engine *e) {
   {
     const char *pe = getenv("COSY_SCHED_PREFILL_EVERY");
     s->prefill_every = pe && atoi(pe) > 1 && atoi(pe) <= 16 ? atoi(pe) : 1;
+    const char *px = getenv("COSY_SCHED_PREFILL_MAX");
+    s->prefill_max = px && atoi(px) >= 64 && atoi(px) <= PREFILL_BUDGET_IDLE ? atoi(px) : 0;
   }
   s->no_urgent = env_is("COSY_SCHED_URGENT", "0");
   s->round_s = 0.1;
