@@ -27,8 +27,9 @@
  * (big, small) planes and stored column-major (a column's 8 channels in a row); one barrier,
  * k mma steps, one barrier. The fragments are read with ldmatrix (8 rows of 4 fp32 = one
  * 8x8 b16 matrix): per tap and warp one x4 load per 16-row m tile of A and two for the four
- * n tiles of B, instead of 16 scalar loads. Shared rows are padded to 12 floats (48 bytes), so
- * that 8 consecutive rows hit 32 distinct banks.
+ * n tiles of B, instead of 16 scalar loads. Weight rows are padded to 12 floats (48 bytes) and
+ * the strip's column rows (8 floats) have their halves swapped in every other group of 4
+ * columns, so that 8 consecutive rows hit 32 distinct banks.
  * When a launch has fewer than 3 blocks per SM (stage 0: 256 channels x 8 T steps) the block
  * doubles to two warp groups that take alternate chunks and add their partial sums through
  * shared memory at the end (split-K inside the block, deterministic).
@@ -94,9 +95,12 @@ static_assert(sizeof(ConvGroup) <= 4000, "ConvGroup exceeds the kernel parameter
 __host__ __device__ inline int strip_len(int k, int dil, int stride) {
   return (BN - 1) * stride + (k - 1) * dil + 1 + 2; /* +2: the reflect column */
 }
-/* the strip is stored column-major, a column's CK = 8 channels in a row of XP floats (48 bytes:
- * 16-byte aligned rows for ldmatrix, and 8 consecutive rows hit 32 distinct banks) */
-constexpr int XP = CK + 4;
+/* the strip is stored column-major, a column's CK = 8 channels in a row of XP = 8 floats, its
+ * two 16-byte halves (channels 0-3, 4-7) swapped in columns with bit 2 set, so that the 16-byte
+ * rows of 8 consecutive columns an ldmatrix reads hit 32 distinct banks */
+constexpr int XP = CK;
+/* the float offset of half h (channels 4h .. 4h + 3) of strip column col */
+__host__ __device__ inline int sx_off(int col, int h) { return col * XP + ((h ^ (col >> 2)) & 1) * 4; }
 /* one weight slab of kt taps [kt][BM][WP] + the strip as TF32 (big, small) planes
  * [2][strip_len][XP] */
 inline size_t conv_smem(int kt, int k, int dil, int stride) {
@@ -220,13 +224,14 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
   const long long Lu = (long long)c.len_in * c.up;
 
   /* B fragments by ldmatrix: two x4 loads give the 4 n tiles x (channels 0-3, 4-7); lane l
-   * addresses strip column col(n) of n = wn 32 + 8 (2 h + (l / 16)) + l % 8, channels
-   * 4 ((l / 8) % 2) (x4 load h = 0, 1) */
-  int bofs[2];
+   * addresses strip column bcol + j dil (tap j) of n = wn 32 + 8 (2 h + (l / 16)) + l % 8, half
+   * (l / 8) % 2 (x4 load h = 0, 1) */
+  int bcol[2];
+  const int bhalf = (lane >> 3) & 1;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int n = wn * 32 + (2 * h + (lane >> 4)) * 8 + (lane & 7);
-    bofs[h] = ((c.reflect && t0 == 0 && n == 0) ? 2 : n * stride) * XP + ((lane >> 3) & 1) * 4;
+    bcol[h] = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
   }
   /* A fragments by ldmatrix: one x4 load per m tile; lane l addresses weight row
    * m0 + l % 8 + 8 ((l / 8) % 2), channels 4 (l / 16): matrices (rows g, g + 8) x (k tq, tq + 4)
@@ -281,13 +286,14 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
       big[r] = __uint_as_float(tf32_bits(v[r]));
       if (PREC == COSY_HPREC_3XTF32) sm[r] = __uint_as_float(tf32_bits(__fsub_rn(v[r], big[r])));
     }
+    const int sw = (col >> 2) & 1;
     float4 *d = reinterpret_cast<float4 *>(sX + col * XP);
-    d[0] = make_float4(big[0], big[1], big[2], big[3]);
-    d[1] = make_float4(big[4], big[5], big[6], big[7]);
+    d[sw] = make_float4(big[0], big[1], big[2], big[3]);
+    d[sw ^ 1] = make_float4(big[4], big[5], big[6], big[7]);
     if (PREC == COSY_HPREC_3XTF32) {
       float4 *e = reinterpret_cast<float4 *>(sXs + col * XP);
-      e[0] = make_float4(sm[0], sm[1], sm[2], sm[3]);
-      e[1] = make_float4(sm[4], sm[5], sm[6], sm[7]);
+      e[sw] = make_float4(sm[0], sm[1], sm[2], sm[3]);
+      e[sw ^ 1] = make_float4(sm[4], sm[5], sm[6], sm[7]);
     }
   };
   if (fast && kg < n_chunks) prefetch(kg);
@@ -331,7 +337,7 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
             const int uu = c.up == 1 ? (int)u : (int)(u / c.up);
             v = load_act(c, act, ci, uu);
           }
-          put(col * XP + r, v);
+          put(sx_off(col, r >> 2) + (r & 3), v);
         }
       }
     }
@@ -344,7 +350,7 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
 #pragma unroll 2
       for (int j = j0; j < (active ? j1 : j0); j++) {
         const float *w = sW + (j - j0) * BM * WP;
-        const float *x = sX + j * dil * XP, *xs = sXs + j * dil * XP;
+        const int jd = j * dil;
         float af[2][4];
         uint32_t bb[4][2], bs[4][2];
 #pragma unroll
@@ -357,10 +363,11 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           uint32_t r4[4];
-          ldsm4(r4, x + bofs[h]);
+          const int xo = sx_off(bcol[h] + jd, bhalf);
+          ldsm4(r4, sX + xo);
           bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1], bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
           if (PREC == COSY_HPREC_3XTF32) {
-            ldsm4(r4, xs + bofs[h]);
+            ldsm4(r4, sXs + xo);
             bs[2 * h][0] = r4[0], bs[2 * h][1] = r4[1], bs[2 * h + 1][0] = r4[2],
             bs[2 * h + 1][1] = r4[3];
           }

@@ -56,7 +56,8 @@
  *   so a weight tile's row blocks share it through L2). Up to 8 rows: NT 1, TW 1 tile a warp,
  *   D 4 with three blocks an SM (80 registers), and x split in the block: its rows (RMSNorm'd
  *   inputs) first copied into shared memory, since the statistics and the fragments read them
- *   twice, beside the RMSNorm weights (copied before the PDL wait). More rows with the caller's
+ *   twice (the RMSNorm weights beside them only with the measurement knob COSY_GEMV_TC_EARLY's bit
+ *   16: every block copying them cost more than it saved). More rows with the caller's
  *   workspace (a->xs): tc_split_kernel first writes every row RMSNorm'd and split, once (instead
  *   of once per block and k-block: at 64 rows that split was the kernel's cost), in fragment
  *   order (per 8-row tile and k-block, lane by lane, 16 bytes hi and 16 lo: a warp loads a
@@ -943,15 +944,20 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  * both), only with x split beforehand (pre: the in-kernel split would not fit the registers) */
 /* Measurement knobs (environment, read once per process; speed only, never a row's bits, except
  * COSY_GEMV_TC_MAXKS, which changes the K split of every row alike):
- *   COSY_GEMV_TC_STAGE  1 (default): up to 8 rows, stage x (and the RMSNorm weights) in shared
+ *   COSY_GEMV_TC_STAGE  1 (default): up to 8 rows, stage x (and, with COSY_GEMV_TC_EARLY bit 16,
+ *                       the RMSNorm weights) in shared
  *                       memory for RMSNorm'd inputs (read twice: statistics, then fragments);
  *                       0 never; 2 also plain inputs
  *   COSY_GEMV_TC_MAXKS  32 (default): at most this many K parts (more than 8 only on devices
  *                       with clusters)
- *   COSY_GEMV_TC_EARLY  31 (default): bit mask of the epilogue operands gemv_tc copies into
+ *   COSY_GEMV_TC_EARLY  15 (default): bit mask of the epilogue operands gemv_tc copies into
  *                       shared memory before its mma loop (1 bias, 2 RoPE frequencies, 4
  *                       positions and cache slots, 8 the residual's old values, 16 the RMSNorm
- *                       weights beside staged rows); a cleared bit reads it where it is used
+ *                       weights beside staged rows); a cleared bit reads it where it is used.
+ *                       Measured at batch 1 (H100, bench/RESULTS.md): 1-8 save q|k|v ~0.3 us;
+ *                       16 cost the head 1.1 us and gate|up 0.15 (every block copies them)
+ *   COSY_GEMV_TC_TARGET 2048 (default): K parts are doubled until the grid has this many warps
+ *                       (it changes the K split of gate|up, so every row's bits alike)
  *   COSY_GEMV_TRIGGER   1 (default): gemv_tc triggers its dependents (PDL) after its mma loop,
  *                       gemv at its start; 0 both at the start; 2 both late. Measured on an H100
  *                       (bench/RESULTS.md, W1 with COSY_LLM_DECODE=tc): with gemv_tc's early
@@ -961,7 +967,7 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  *                       underruns, RTF 0.031, the decode step itself within 3%. gemv (the
  *                       default decode path) gained nothing from it. */
 struct GemvKnobs {
-  int stage, maxks, trigger, early;
+  int stage, maxks, trigger, early, target;
 };
 const GemvKnobs &gemv_knobs() {
   static const GemvKnobs k = [] {
@@ -975,7 +981,9 @@ const GemvKnobs &gemv_knobs() {
     if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
     t.trigger = env("COSY_GEMV_TRIGGER", 1);
     if (t.trigger < 0 || t.trigger > 2) t.trigger = 1;
-    t.early = env("COSY_GEMV_TC_EARLY", 31) & 31;
+    t.early = env("COSY_GEMV_TC_EARLY", TC_EARLY_BIAS | TC_EARLY_INVF | TC_EARLY_POS | TC_EARLY_OLD) & 31;
+    t.target = env("COSY_GEMV_TC_TARGET", TC_TARGET_WARPS);
+    if (t.target < 256 || t.target > 65536) t.target = TC_TARGET_WARPS;
     return t;
   }();
   return k;
@@ -1143,7 +1151,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   int ks = 1;
   const int maxks = a->clusters ? gemv_knobs().maxks : std::min(gemv_knobs().maxks, TC_WARPS);
   while (ks < maxks && (tp.KB + ks - 1) / ks > 16) ks *= 2;
-  while (ks < maxks && (long long)p.P * ks < TC_TARGET_WARPS && tp.KB >= 4 * ks) ks *= 2;
+  while (ks < maxks && (long long)p.P * ks < gemv_knobs().target && tp.KB >= 4 * ks) ks *= 2;
   const int pdl = a->pdl ? 1 : 0;
   /* more than 8 rows with a workspace: the x side once per row (tc_split_kernel), so that the
    * blocks only load their B fragments */
