@@ -133,6 +133,8 @@ struct cosy_gemm {
   int m_inv;    /* cosy_k_gemm_inv's row count (M_INV; COSY_GEMM_INV_M) */
   long inv_fallbacks; /* cosy_k_gemm_inv calls whose shared algorithm did not fit their M */
   long queries; /* heuristic queries so far (cosy_gemm_heuristic_queries) */
+  int warm;     /* COSY_GEMM_WARM (default 1): cosy_gemm_prewarm also launches each bucket's
+                 * algorithm once, so that its kernel is loaded before the first real call */
   Plan plans[PLAN_CACHE];
   AlgoEntry algos[ALGO_CACHE];
   int algo_next;
@@ -343,6 +345,8 @@ extern "C" cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes)
   g->m_ref = mr && atoi(mr) > BUCKET_MIN ? atoi(mr) : M_REF;
   const char *mi = getenv("COSY_GEMM_INV_M");
   g->m_inv = mi && atoi(mi) > 0 ? atoi(mi) : M_INV;
+  const char *wm = getenv("COSY_GEMM_WARM");
+  g->warm = !(wm && wm[0] == '0' && !wm[1]);
   *out = g;
   return cudaSuccess;
 }
@@ -414,9 +418,15 @@ cudaError_t get_plan(cosy_gemm *g, const PlanKey &key, const float *bias, Plan *
 
 } /* namespace */
 
-extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, cosy_kdtype ab_dt,
-                                         const void *x, int ldx, const void *w, const float *bias,
-                                         cosy_kdtype y_dt, const void *y, int ldy,
+namespace {
+cudaError_t gemm_impl(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
+                      const void *x, int ldx, const void *w, const float *bias, cosy_kdtype y_dt,
+                      void *y, int ldy, int accumulate, int inv);
+}
+
+extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, cudaStream_t s, int M_max, int N, int K,
+                                         cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                                         const float *bias, cosy_kdtype y_dt, void *y, int ldy,
                                          int accumulate) {
   if (!g || M_max < -1 || N <= 0 || K <= 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt) ||
       ldx < K || ldy < N || !x || !w || !y)
@@ -437,6 +447,18 @@ extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, 
                                          accumulate),
                              bias, &p);
     if (e != cudaSuccess) return e;
+    if (g->warm) {
+      /* one launch of the bucket's algorithm at min(b, M_max) rows (same kernel), on zeroed
+       * operands: CUDA loads a kernel at its first launch (lazy module loading, ~ms for
+       * cuBLASLt's), which would otherwise fall on the first burst of requests */
+      const int m = b < M_max ? b : M_max;
+      const size_t ea = ab_dt == COSY_KDT_F32 ? 4 : 2, ey = y_dt == COSY_KDT_F32 ? 4 : 2;
+      e = cudaMemsetAsync(const_cast<void *>(x), 0, ((size_t)(m - 1) * ldx + K) * ea, s);
+      if (e == cudaSuccess) e = cudaMemsetAsync(y, 0, ((size_t)(m - 1) * ldy + N) * ey, s);
+      if (e == cudaSuccess)
+        e = gemm_impl(g, s, m, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 0);
+      if (e != cudaSuccess) return e;
+    }
     if (g->bucket == 1) break;
   }
   return cudaSuccess;

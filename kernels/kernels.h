@@ -254,13 +254,17 @@ void cosy_gemm_destroy(cosy_gemm *g);
 int cosy_gemm_last_cublas_status(const cosy_gemm *g);
 /* cuBLASLt heuristic queries the handle has made (plans are built per row bucket: gemm.cu) */
 long cosy_gemm_heuristic_queries(const cosy_gemm *g);
-/* Build, without launching anything, the plans that cosy_k_gemm would build for this shape,
- * these pointers' alignments and every row bucket up to M_max (gemm.cu), so that the first calls
- * of each size pay no heuristic query (an engine does this at creation). Same argument rules as
- * cosy_k_gemm; M_max <= 64 does nothing; M_max = -1: the plan of cosy_k_gemm_inv. */
-cudaError_t cosy_gemm_prewarm(cosy_gemm *g, int M_max, int N, int K, cosy_kdtype ab_dt,
-                              const void *x, int ldx, const void *w, const float *bias,
-                              cosy_kdtype y_dt, const void *y, int ldy, int accumulate);
+/* Build the plans that cosy_k_gemm would build for this shape, these pointers' alignments and
+ * every row bucket up to M_max (gemm.cu), so that the first calls of each size pay no heuristic
+ * query (an engine does this at creation), and (unless COSY_GEMM_WARM=0) launch each bucket's
+ * algorithm once on s at min(bucket, M_max) rows, with x's and y's first rows zeroed first, so
+ * that CUDA loads its kernel now: x and y must hold M_max rows and may be overwritten. Same
+ * argument rules as cosy_k_gemm; M_max <= 64 does nothing; M_max = -1: the plan of
+ * cosy_k_gemm_inv (no launch). */
+cudaError_t cosy_gemm_prewarm(cosy_gemm *g, cudaStream_t s, int M_max, int N, int K,
+                              cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                              const float *bias, cosy_kdtype y_dt, void *y, int ldy,
+                              int accumulate);
 
 /* cosy_k_gemm_inv calls whose shared algorithm did not fit their M (then chosen for that M:
  * that call's rows are not batch-invariant); 0 expected */

@@ -501,19 +501,19 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     const int rows = l->tc ? -1 : 2 * l->max_rows, H = l->H, I = l->inter, qd = l->qd;
     cosy_gemm *gm = l->g->gemm;
     const cosy_kdtype bf = COSY_KDT_BF16, f32 = COSY_KDT_F32;
-    if ((st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, l->qkvd, H, bf, l->xs, H, y->wqkv, NULL,
+    if ((st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, rows, l->qkvd, H, bf, l->xs, H, y->wqkv, NULL,
                                                f32, l->y2, l->qkvd, 0),
                              "LLM GEMM plans")) ||
-        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, H, qd, bf, l->xs, qd, y->wo, NULL, f32,
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, rows, H, qd, bf, l->xs, qd, y->wo, NULL, f32,
                                                l->y2, H, 0),
                              "LLM GEMM plans")) ||
-        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, 2 * I, H, bf, l->xs, H, y->wgu, NULL, f32,
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, rows, 2 * I, H, bf, l->xs, H, y->wgu, NULL, f32,
                                                l->y2, 2 * I, 0),
                              "LLM GEMM plans")) ||
-        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, rows, H, I, bf, l->xs, I, y->wd, NULL, f32,
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, rows, H, I, bf, l->xs, I, y->wd, NULL, f32,
                                                l->y2, H, 0),
                              "LLM GEMM plans")) ||
-        (l->tc && (st = cosy_gpu_check(cosy_gemm_prewarm(gm, -1, l->V, H, bf, l->xs, H, l->head,
+        (l->tc && (st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, -1, l->V, H, bf, l->xs, H, l->head,
                                                          NULL, f32, l->y2, l->V, 0),
                                        "LLM GEMM plans"))))
       goto fail;
