@@ -100,7 +100,9 @@ __host__ __device__ inline int strip_len(int k, int dil, int stride) {
  * rows of 8 consecutive columns an ldmatrix reads hit 32 distinct banks */
 constexpr int XP = CK;
 /* the float offset of half h (channels 4h .. 4h + 3) of strip column col */
-__host__ __device__ inline int sx_off(int col, int h) { return col * XP + ((h ^ (col >> 2)) & 1) * 4; }
+__host__ __device__ inline int sx_off(int col, int h) {
+  return col * XP + ((h ^ (col >> 2)) & 1) * 4;
+}
 /* one weight slab of kt taps [kt][BM][WP] + the strip as TF32 (big, small) planes
  * [2][strip_len][XP] */
 inline size_t conv_smem(int kt, int k, int dil, int stride) {
@@ -365,7 +367,8 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
           uint32_t r4[4];
           const int xo = sx_off(bcol[h] + jd, bhalf);
           ldsm4(r4, sX + xo);
-          bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1], bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
+          bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
+          bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
           if (PREC == COSY_HPREC_3XTF32) {
             ldsm4(r4, sXs + xo);
             bs[2 * h][0] = r4[0], bs[2 * h][1] = r4[1], bs[2 * h + 1][0] = r4[2],

@@ -981,7 +981,8 @@ const GemvKnobs &gemv_knobs() {
     if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
     t.trigger = env("COSY_GEMV_TRIGGER", 1);
     if (t.trigger < 0 || t.trigger > 2) t.trigger = 1;
-    t.early = env("COSY_GEMV_TC_EARLY", TC_EARLY_BIAS | TC_EARLY_INVF | TC_EARLY_POS | TC_EARLY_OLD) & 31;
+    t.early =
+        env("COSY_GEMV_TC_EARLY", TC_EARLY_BIAS | TC_EARLY_INVF | TC_EARLY_POS | TC_EARLY_OLD) & 31;
     t.target = env("COSY_GEMV_TC_TARGET", TC_TARGET_WARPS);
     if (t.target < 256 || t.target > 65536) t.target = TC_TARGET_WARPS;
     return t;

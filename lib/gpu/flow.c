@@ -1122,29 +1122,32 @@ static cosy_status prewarm_gemms(gpu_flow *f) {
   const int M = f->M, D = f->D, F = f->F, P = f->P, rows = 2 * c->tn_max;
   const cosy_kdtype bf = COSY_KDT_BF16, f32 = COSY_KDT_F32;
   const gblk *b = &f->blk[0];
-  cudaError_t e = cosy_gemm_prewarm(gm, f->s, c->te_max, D, M, f32, c->X, M, f->inx_w, NULL, f32, c->xp,
-                                    D, 0);
+  cudaStream_t s = f->s;
+  cudaError_t e =
+      cosy_gemm_prewarm(gm, s, c->te_max, D, M, f32, c->X, M, f->inx_w, NULL, f32, c->xp, D, 0);
   if (e == cudaSuccess)
-    e = cosy_gemm_prewarm(gm, f->s, 2 * c->te_max, D, 3 * M, f32, c->inp, 3 * M, f->inr_w, f->in_b, f32,
-                          c->hcx, D, 0);
+    e = cosy_gemm_prewarm(gm, s, 2 * c->te_max, D, 3 * M, f32, c->inp, 3 * M, f->inr_w, f->in_b,
+                          f32, c->hcx, D, 0);
   if (e == cudaSuccess)
-    e = cosy_gemm_prewarm(gm, f->s, rows, 3 * D, D, bf, f->nb, D, b->qkv_w, NULL, bf, f->qkv, 3 * D, 0);
+    e = cosy_gemm_prewarm(gm, s, rows, 3 * D, D, bf, f->nb, D, b->qkv_w, NULL, bf, f->qkv, 3 * D,
+                          0);
   if (e == cudaSuccess)
-    e = cosy_gemm_prewarm(gm, f->s, rows, D, D, bf, f->att, D, b->o_w, NULL, f32, f->xo, D, 0);
+    e = cosy_gemm_prewarm(gm, s, rows, D, D, bf, f->att, D, b->o_w, NULL, f32, f->xo, D, 0);
   if (e == cudaSuccess)
-    e = cosy_gemm_prewarm(gm, f->s, rows, F, D, bf, f->nb, D, b->ff1_w, NULL, bf, f->ffb, F, 0);
+    e = cosy_gemm_prewarm(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, NULL, bf, f->ffb, F, 0);
   if (e == cudaSuccess)
-    e = cosy_gemm_prewarm(gm, f->s, rows, D, F, bf, f->ffb, F, b->ff2_w, NULL, f32, f->xo, D, 0);
+    e = cosy_gemm_prewarm(gm, s, rows, D, F, bf, f->ffb, F, b->ff2_w, NULL, f32, f->xo, D, 0);
   if (e == cudaSuccess)
-    e = cosy_gemm_prewarm(gm, f->s, rows, M, D, bf, f->nb, D, f->po_w, f->po_b, f32, f->v, M, 0);
-  /* the PreLookahead's rows: n_used <= max_tok - la - 1 (its views start k rows in) */
+    e = cosy_gemm_prewarm(gm, s, rows, M, D, bf, f->nb, D, f->po_w, f->po_b, f32, f->v, M, 0);
+  /* the PreLookahead's rows: n_used <= max_frames / ratio = max_tok - la - 1 (its x views start
+   * k <= la rows into xe, which holds max_tok) */
   const int nu_max = f->max_tok - f->la - 1;
   for (int k = 0; k <= f->la && e == cudaSuccess; k++)
-    e = cosy_gemm_prewarm(gm, f->s, nu_max, P, M, f32, f->xe + (size_t)k * M, M,
+    e = cosy_gemm_prewarm(gm, s, nu_max, P, M, f32, f->xe + (size_t)k * M, M,
                           f->pre1_w + (size_t)k * P * M, k == 0 ? f->pre1_b : NULL, f32,
                           f->h1 + (size_t)2 * P, P, k > 0);
   for (int k = 0; k < 3 && e == cudaSuccess; k++)
-    e = cosy_gemm_prewarm(gm, f->s, nu_max, M, P, f32, f->h1 + (size_t)k * P, P,
+    e = cosy_gemm_prewarm(gm, s, nu_max, M, P, f32, f->h1 + (size_t)k * P, P,
                           f->pre2_w + (size_t)k * M * P, k == 0 ? f->pre2_b : NULL, f32, f->pre, M,
                           k > 0);
   return cosy_gpu_check(e, "flow GEMM plans");

@@ -500,22 +500,24 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     const gl_layer *y = &l->layers[0];
     const int rows = l->tc ? -1 : 2 * l->max_rows, H = l->H, I = l->inter, qd = l->qd;
     cosy_gemm *gm = l->g->gemm;
+    cudaStream_t s = l->g->stream;
     const cosy_kdtype bf = COSY_KDT_BF16, f32 = COSY_KDT_F32;
-    if ((st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, rows, l->qkvd, H, bf, l->xs, H, y->wqkv, NULL,
-                                               f32, l->y2, l->qkvd, 0),
-                             "LLM GEMM plans")) ||
-        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, rows, H, qd, bf, l->xs, qd, y->wo, NULL, f32,
+    const char *what = "LLM GEMM plans";
+    if ((st = cosy_gpu_check(cosy_gemm_prewarm(gm, s, rows, l->qkvd, H, bf, l->xs, H, y->wqkv,
+                                               NULL, f32, l->y2, l->qkvd, 0),
+                             what)) ||
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, s, rows, H, qd, bf, l->xs, qd, y->wo, NULL,
+                                               f32, l->y2, H, 0),
+                             what)) ||
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, s, rows, 2 * I, H, bf, l->xs, H, y->wgu, NULL,
+                                               f32, l->y2, 2 * I, 0),
+                             what)) ||
+        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, s, rows, H, I, bf, l->xs, I, y->wd, NULL, f32,
                                                l->y2, H, 0),
-                             "LLM GEMM plans")) ||
-        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, rows, 2 * I, H, bf, l->xs, H, y->wgu, NULL, f32,
-                                               l->y2, 2 * I, 0),
-                             "LLM GEMM plans")) ||
-        (st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, rows, H, I, bf, l->xs, I, y->wd, NULL, f32,
-                                               l->y2, H, 0),
-                             "LLM GEMM plans")) ||
-        (l->tc && (st = cosy_gpu_check(cosy_gemm_prewarm(gm, l->g->stream, -1, l->V, H, bf, l->xs, H, l->head,
-                                                         NULL, f32, l->y2, l->V, 0),
-                                       "LLM GEMM plans"))))
+                             what)) ||
+        (l->tc && (st = cosy_gpu_check(cosy_gemm_prewarm(gm, s, -1, l->V, H, bf, l->xs, H,
+                                                         l->head, NULL, f32, l->y2, l->V, 0),
+                                       what))))
       goto fail;
   }
   gpu_llm_set_tuning(l, -1, -1);
