@@ -943,7 +943,7 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  * blocks of 16; more rows blocks of 32 with two weight tiles per warp (each x fragment serves
  * both), only with x split beforehand (pre: the in-kernel split would not fit the registers) */
 /* Measurement knobs (environment, read once per process; speed only, never a row's bits, except
- * COSY_GEMV_TC_MAXKS, which changes the K split of every row alike):
+ * COSY_GEMV_TC_MAXKS and COSY_GEMV_TC_TARGET, which change the K split of every row alike):
  *   COSY_GEMV_TC_STAGE  1 (default): up to 8 rows, stage x (and, with COSY_GEMV_TC_EARLY bit 16,
  *                       the RMSNorm weights) in shared
  *                       memory for RMSNorm'd inputs (read twice: statistics, then fragments);
