@@ -67,8 +67,11 @@ ifeq ($(OPENMP),1)
   CFLAGS_ALL += -fopenmp
   LDLIBS_ALL += -fopenmp
 endif
+# COSY_SANITIZE: the CPU reference's innermost loops check their footprint once per call instead
+# of at every access (lib/hot.h)
 ifeq ($(SAN),1)
-  CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+                -DCOSY_SANITIZE=1
   LDFLAGS += -fsanitize=address,undefined
 endif
 # FAULT=1: host allocations can be made to fail at the n-th call (lib/util.h, tests/test_fault.c);
@@ -78,7 +81,7 @@ ifeq ($(FAULT),1)
   CFLAGS_ALL += -DCOSY_FAULT_INJECTION=1
 endif
 ifeq ($(SAN),thread)
-  CFLAGS_ALL += -fsanitize=thread -fno-omit-frame-pointer
+  CFLAGS_ALL += -fsanitize=thread -fno-omit-frame-pointer -DCOSY_SANITIZE=1
   LDFLAGS += -fsanitize=thread
 endif
 

@@ -9,9 +9,10 @@
  * synthesis -> push streaming (two chunks) -> pull streaming at 16 kHz (the resampler) -> two
  * pull requests submitted together (a long and a short text) -> voice release -> engine destroy.
  *
- * Phase 1, create + load: a counting run gives their allocations T1; then for every n in 1..T1
- * the two run with the n-th allocation failing: each returns COSY_OK or COSY_ERR_NO_MEMORY with a
- * message (nothing else), COSY_ERR_NO_MEMORY only when the failure was injected.
+ * Phase 1, create + load: a counting run gives their allocations T1 and call sites; then for
+ * every COSY_FAULT_STRIDE_SETUP-th n of 1..T1 (default 4) and the first allocation of each call
+ * site, the two run with the n-th allocation failing: each returns COSY_OK or COSY_ERR_NO_MEMORY
+ * with a message (nothing else), COSY_ERR_NO_MEMORY only when the failure was injected.
  * Phase 2, the synthesis steps, on one engine that lives through all of them: after a warm-up run
  * of each step (its reference audio), a counting run per step gives its allocations Tk and call
  * sites (the return address of each allocation's caller and the index of its first allocation);
@@ -27,8 +28,8 @@
  * site seen by a counting run was never made to fail. The two-request step tries, besides the
  * stride, the first allocation of each site among its first third (admission and prefill of both,
  * where a failure of one met the other), without the coverage requirement (its sites are the
- * one-request steps'). COSY_FAULT_STRIDE=1 (and COSY_FAULT_STRIDE_SETUP, default 1, for phase 1)
- * tries every n: the full sweep, for a run by hand (about 15 times longer).
+ * one-request steps'). COSY_FAULT_STRIDE=1 and COSY_FAULT_STRIDE_SETUP=1 try every n: the full
+ * sweep, for a run by hand (about 10 times longer).
  * After each run: no crash (ASan), no hang (a watchdog ends the process after COSY_FAULT_TIMEOUT
  * seconds of one run, default 120, naming the n), no leak (LeakSanitizer's check of the heap,
  * __lsan_do_recoverable_leak_check; COSY_FAULT_LEAK_CHECK=0 turns it off), no request left in the
@@ -571,7 +572,7 @@ static void test_alloc_faults(void **state) {
   make_voice_file();
   g_watchdog_s = (sig_atomic_t)env_ll("COSY_FAULT_TIMEOUT", 120);
   signal(SIGALRM, on_alarm);
-  const long long stride_setup = env_ll("COSY_FAULT_STRIDE_SETUP", 1);
+  const long long stride_setup = env_ll("COSY_FAULT_STRIDE_SETUP", 4);
   const long long stride = env_ll("COSY_FAULT_STRIDE", 64);
   const long long from = env_ll("COSY_FAULT_FROM", 1), to = env_ll("COSY_FAULT_TO", 1LL << 62);
   const int verbose = env_ll("COSY_FAULT_VERBOSE", 0) != 0;

@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hot.h"
 #include "util.h"
 
 #ifdef _OPENMP
@@ -99,7 +100,7 @@ struct ref_flow {
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
 /* dot product with 4 partial sums (lets the compiler use SIMD without reassociation flags) */
-static float dot(const float *restrict a, const float *restrict b, int n) {
+COSY_HOT static float dot(const float *restrict a, const float *restrict b, int n) {
   float s[4] = {0, 0, 0, 0};
   int k = 0;
   for (; k + 4 <= n; k += 4)
@@ -109,7 +110,7 @@ static float dot(const float *restrict a, const float *restrict b, int n) {
 }
 
 /* 4 rows x 2 outputs micro-kernel: out[r][o] = b[o] + in_r . W_o (W_1 = W_0 + ws) */
-static void kern4x2(float *restrict out, size_t os, const float *restrict in, size_t is, int K,
+COSY_HOT static void kern4x2(float *restrict out, size_t os, const float *restrict in, size_t is, int K,
                     const float *restrict W, size_t ws, const float *restrict b) {
   float acc[4][2][4] = {{{0}}};
   const float *a0 = in, *a1 = in + is, *a2 = in + 2 * is, *a3 = in + 3 * is;
@@ -145,8 +146,8 @@ static void kern4x2(float *restrict out, size_t os, const float *restrict in, si
 
 /* Serial: out[r*os + o] = b[o] + sum_{k<K} in[r*is + k] * W[o*ws + k], r < rows, o < O.
  * b may be NULL. Rows go 4 at a time against 2 weight rows. */
-static void linear_serial(float *out, size_t os, const float *in, size_t is, int rows, int K,
-                          const float *W, size_t ws, const float *b, int O) {
+COSY_HOT static void linear_serial(float *out, size_t os, const float *in, size_t is, int rows,
+                                   int K, const float *W, size_t ws, const float *b, int O) {
   for (int r = 0; r < rows; r += 4) {
     const float *inr = in + (size_t)r * is;
     float *outr = out + (size_t)r * os;
@@ -161,12 +162,22 @@ static void linear_serial(float *out, size_t os, const float *in, size_t is, int
   }
 }
 
+/* the footprint of linear_serial's arguments (lib/hot.h; its callers state it once per call) */
+static void san_linear(float *out, size_t os, const float *in, size_t is, int rows, int K,
+                       const float *W, size_t ws, const float *b, int O) {
+  cosy_san_read(in, cosy_span_f32((size_t)rows, (size_t)K, is));
+  cosy_san_weights(W, cosy_span_f32((size_t)O, (size_t)K, ws));
+  if (b) cosy_san_weights(b, sizeof(float) * (size_t)(rows > 0 ? O : 0));
+  cosy_san_write(out, cosy_span_f32((size_t)rows, (size_t)O, os));
+}
+
 /* out[r*os + o] = b[o] + sum_k in[r*is + k] * W[o*K + k]   for r < rows, o < O (W: [O][K]).
  * Tiles of 32 weight rows (kept in cache while all rows stream past) are the parallel unit. */
 static void linear(float *out, size_t os, const float *in, size_t is, int rows, int K,
                    const float *W, const float *b, int O) {
   enum { OT = 32 };
   int ntile = (O + OT - 1) / OT;
+  san_linear(out, os, in, is, rows, K, W, (size_t)K, b, O);
   OMP_FOR
   for (int tile = 0; tile < ntile; tile++) {
     int o0 = tile * OT, o1 = imin(O, o0 + OT);
@@ -183,8 +194,12 @@ static inline float gelu_tanh(float x) {
 }
 
 /* y[n] = LN(x[n]) * (1 + scale) + shift over D channels; LN without affine, eps 1e-6 */
-static void ln_modulate(float *y, const float *x, int N, int D, const float *scale,
-                        const float *shift) {
+COSY_HOT static void ln_modulate(float *y, const float *x, int N, int D, const float *scale,
+                                 const float *shift) {
+  cosy_san_read(x, sizeof(float) * (size_t)N * D);
+  cosy_san_read(scale, sizeof(float) * (size_t)D);
+  cosy_san_read(shift, sizeof(float) * (size_t)D);
+  cosy_san_write(y, sizeof(float) * (size_t)N * D);
   OMP_FOR
   for (int n = 0; n < N; n++) {
     const float *xn = x + (size_t)n * D;
@@ -402,6 +417,10 @@ static void conv_pos(const ref_flow *f, dit_ws *w, const float *x, float *y, int
                                        (size_t)cin * sizeof(float));
   }
   /* group g: out channels g*cin.. of y = windows of K*cin contiguous floats . [cin][K*cin] */
+  cosy_san_read(w->cpad, sizeof(float) * (size_t)G * rows * cin); /* linear_serial's footprint */
+  cosy_san_weights(f->cp_w[c], sizeof(float) * (size_t)G * cin * K * cin);
+  cosy_san_weights(f->cp_b[c], sizeof(float) * (size_t)D);
+  cosy_san_write(y, sizeof(float) * (size_t)N * D);
   OMP_FOR
   for (int g = 0; g < G; g++)
     linear_serial(y + (size_t)g * cin, D, w->cpad + (size_t)g * rows * cin, cin, N, K * cin,
@@ -427,11 +446,16 @@ static void rope_apply(const ref_flow *f, const dit_ws *w, float *x) {
 
 /* softmax(q k^T / sqrt(hd), masked) v per head, for blocks of QB query rows: the scores of a
  * block are a small matrix product (keys shared by the rows), and so is P.V. */
-static void attention(const ref_flow *f, dit_ws *w, int streaming) {
+COSY_HOT static void attention(const ref_flow *f, dit_ws *w, int streaming) {
   int N = w->N, D = f->D, H = f->heads, hd = f->hd, chunk = f->chunk;
   float scale = 1.0f / sqrtf((float)hd);
   int nblk = (N + QB - 1) / QB;
   long total = (long)H * nblk;
+  const size_t span = cosy_span_f32((size_t)N, (size_t)H * hd, (size_t)D);
+  cosy_san_read(w->q, span);
+  cosy_san_read(w->k, span);
+  cosy_san_read(w->v, span);
+  cosy_san_write(w->a, span);
   OMP_FOR_DYN
   for (long idx = 0; idx < total; idx++) {
     int hh = (int)(idx / nblk), i0 = (int)(idx % nblk) * QB, nq = imin(QB, N - i0);
@@ -443,6 +467,7 @@ static void attention(const ref_flow *f, dit_ws *w, int streaming) {
     }
     const float *q = w->q + (size_t)i0 * D + (size_t)hh * hd;
     const float *k = w->k + (size_t)hh * hd, *v = w->v + (size_t)hh * hd;
+    cosy_san_write(s, sizeof(float) * (size_t)nq * lmax);
     linear_serial(s, (size_t)lmax, q, (size_t)D, nq, hd, k, (size_t)D, NULL, lmax);
     for (int r = 0; r < nq; r++) {
       float *sr = s + (size_t)r * lmax, mx = -INFINITY;

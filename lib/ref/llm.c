@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hot.h"
 #include "util.h"
 
 #ifdef _OPENMP
@@ -269,7 +270,7 @@ cosy_status ref_llm_embed_items(const ref_llm *l, const int32_t *items, int n, f
 
 /* ---- numeric helpers -------------------------------------------------------------------------- */
 
-static inline float dot(const float *a, const float *b, int n) {
+COSY_HOT static inline float dot(const float *a, const float *b, int n) {
   float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int i = 0;
   for (; i + 8 <= n; i += 8)
@@ -280,7 +281,12 @@ static inline float dot(const float *a, const float *b, int n) {
 }
 
 /* out[t][o] = dot(W[o], x[t]) + b[o] for t < n, o < O (x [n][I], W [O][I]) */
-static void matmul(float *out, const float *x, const float *W, const float *b, int n, int I, int O) {
+COSY_HOT static void matmul(float *out, const float *x, const float *W, const float *b, int n, int I,
+                            int O) {
+  cosy_san_read(x, sizeof(float) * (size_t)n * I);
+  cosy_san_weights(W, sizeof(float) * (size_t)O * I);
+  if (b) cosy_san_weights(b, sizeof(float) * (size_t)O);
+  cosy_san_write(out, sizeof(float) * (size_t)n * O);
   for (int t0 = 0; t0 < n; t0 += TILE_T) {
     int t1 = t0 + TILE_T < n ? t0 + TILE_T : n;
     COSY_OMP_FOR
