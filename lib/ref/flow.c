@@ -110,8 +110,9 @@ COSY_HOT static float dot(const float *restrict a, const float *restrict b, int 
 }
 
 /* 4 rows x 2 outputs micro-kernel: out[r][o] = b[o] + in_r . W_o (W_1 = W_0 + ws) */
-COSY_HOT static void kern4x2(float *restrict out, size_t os, const float *restrict in, size_t is, int K,
-                    const float *restrict W, size_t ws, const float *restrict b) {
+COSY_HOT static void kern4x2(float *restrict out, size_t os, const float *restrict in,
+                             size_t is, int K, const float *restrict W, size_t ws,
+                             const float *restrict b) {
   float acc[4][2][4] = {{{0}}};
   const float *a0 = in, *a1 = in + is, *a2 = in + 2 * is, *a3 = in + 3 * is;
   const float *w0 = W, *w1 = W + ws;

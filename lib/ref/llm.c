@@ -281,8 +281,8 @@ COSY_HOT static inline float dot(const float *a, const float *b, int n) {
 }
 
 /* out[t][o] = dot(W[o], x[t]) + b[o] for t < n, o < O (x [n][I], W [O][I]) */
-COSY_HOT static void matmul(float *out, const float *x, const float *W, const float *b, int n, int I,
-                            int O) {
+COSY_HOT static void matmul(float *out, const float *x, const float *W, const float *b, int n,
+                            int I, int O) {
   cosy_san_read(x, sizeof(float) * (size_t)n * I);
   cosy_san_weights(W, sizeof(float) * (size_t)O * I);
   if (b) cosy_san_weights(b, sizeof(float) * (size_t)O);
