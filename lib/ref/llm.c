@@ -388,6 +388,10 @@ cosy_status ref_llm_forward(const ref_llm *l, ref_kv *kv, const float *emb, int 
       for (int h = 0; h < nh; h++) rope(q + (size_t)t * qd + h * hd, c, s, hd);
       for (int h = 0; h < l->nkv; h++) rope(kc + (size_t)(p0 + t) * kvd + h * hd, c, s, hd);
     }
+    /* what dot() (COSY_HOT: unchecked in the sanitizer builds, lib/hot.h) reads below: the
+     * queries of the n positions and the cached keys of positions 0 .. p0+n-1 */
+    cosy_san_read(q, sizeof(float) * (size_t)n * qd);
+    cosy_san_read(kc, sizeof(float) * (size_t)(p0 + n) * kvd);
     for (int t = 0; t < n; t++) {
       const int npos = p0 + t + 1; /* causal: positions 0 .. p0+t */
       COSY_OMP_FOR
