@@ -58,16 +58,16 @@ void __tsan_read_range(void *addr, unsigned long size);
 void __tsan_write_range(void *addr, unsigned long size);
 #    define cosy_san_read(p, n) __tsan_read_range((void *)(uintptr_t)(p), (unsigned long)(n))
 #    define cosy_san_write(p, n) __tsan_write_range((void *)(uintptr_t)(p), (unsigned long)(n))
-#    define cosy_san_weights(p, n) ((void)(p), (void)(n))
-#  else
-#    define cosy_san_read(p, n) ((void)(p), (void)(n))
-#    define cosy_san_write(p, n) ((void)(p), (void)(n))
-#    define cosy_san_weights(p, n) ((void)(p), (void)(n))
 #  endif
 #else
 #  define COSY_HOT
+#endif
+/* what no sanitizer above defined states nothing */
+#ifndef cosy_san_read
 #  define cosy_san_read(p, n) ((void)(p), (void)(n))
 #  define cosy_san_write(p, n) ((void)(p), (void)(n))
+#endif
+#ifndef cosy_san_weights
 #  define cosy_san_weights(p, n) ((void)(p), (void)(n))
 #endif
 

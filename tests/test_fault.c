@@ -29,7 +29,7 @@
  * stride, the first allocation of each site among its first third (admission and prefill of both,
  * where a failure of one met the other), without the coverage requirement (its sites are the
  * one-request steps'). COSY_FAULT_STRIDE=1 and COSY_FAULT_STRIDE_SETUP=1 try every n: the full
- * sweep, for a run by hand (about 10 times longer).
+ * sweep, for a run by hand (phase 2 alone then tries about 64 times as many n).
  * After each run: no crash (ASan), no hang (a watchdog ends the process after COSY_FAULT_TIMEOUT
  * seconds of one run, default 120, naming the n), no leak (LeakSanitizer's check of the heap,
  * __lsan_do_recoverable_leak_check; COSY_FAULT_LEAK_CHECK=0 turns it off), no request left in the

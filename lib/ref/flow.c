@@ -163,22 +163,17 @@ COSY_HOT static void linear_serial(float *out, size_t os, const float *in, size_
   }
 }
 
-/* the footprint of linear_serial's arguments (lib/hot.h; its callers state it once per call) */
-static void san_linear(float *out, size_t os, const float *in, size_t is, int rows, int K,
-                       const float *W, size_t ws, const float *b, int O) {
-  cosy_san_read(in, cosy_span_f32((size_t)rows, (size_t)K, is));
-  cosy_san_weights(W, cosy_span_f32((size_t)O, (size_t)K, ws));
-  if (b) cosy_san_weights(b, sizeof(float) * (size_t)(rows > 0 ? O : 0));
-  cosy_san_write(out, cosy_span_f32((size_t)rows, (size_t)O, os));
-}
-
 /* out[r*os + o] = b[o] + sum_k in[r*is + k] * W[o*K + k]   for r < rows, o < O (W: [O][K]).
  * Tiles of 32 weight rows (kept in cache while all rows stream past) are the parallel unit. */
 static void linear(float *out, size_t os, const float *in, size_t is, int rows, int K,
                    const float *W, const float *b, int O) {
   enum { OT = 32 };
   int ntile = (O + OT - 1) / OT;
-  san_linear(out, os, in, is, rows, K, W, (size_t)K, b, O);
+  /* linear_serial's footprint, once for all tiles (lib/hot.h) */
+  cosy_san_read(in, cosy_span_f32((size_t)rows, (size_t)K, is));
+  cosy_san_weights(W, sizeof(float) * (size_t)O * K);
+  if (b) cosy_san_weights(b, sizeof(float) * (size_t)(rows > 0 ? O : 0));
+  cosy_san_write(out, cosy_span_f32((size_t)rows, (size_t)O, os));
   OMP_FOR
   for (int tile = 0; tile < ntile; tile++) {
     int o0 = tile * OT, o1 = imin(O, o0 + OT);

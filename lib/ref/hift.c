@@ -247,15 +247,20 @@ fail:
 #define TILE 64
 #define CO_BLOCK 4
 
+/* the weights, bias and output rows of a conv_f32 / conv_f32_strided call (lib/hot.h) */
+static void san_conv(const conv_f *c, float *out, size_t old, size_t n) {
+  cosy_san_weights(c->w, sizeof(float) * (size_t)c->co * c->ci * c->k);
+  cosy_san_weights(c->b, sizeof(float) * (size_t)c->co);
+  cosy_san_write(out, cosy_span_f32((size_t)c->co, n, old));
+}
+
 /* out[o][t] = b[o] + sum_{i,j} w[o][i][j] * in[i][t + j*dil], t in [0, n). The input rows (ld
  * floats apart) must hold n + (k-1)*dil values: callers materialize any padding. */
 COSY_HOT static void conv_f32(const conv_f *c, const float *in, size_t ild, int dil, float *out,
                               size_t old, size_t n) {
   const int CI = c->ci, K = c->k;
   cosy_san_read(in, cosy_span_f32((size_t)CI, n ? n + (size_t)(K - 1) * dil : 0, ild));
-  cosy_san_weights(c->w, sizeof(float) * (size_t)c->co * CI * K);
-  cosy_san_weights(c->b, sizeof(float) * (size_t)c->co);
-  cosy_san_write(out, cosy_span_f32((size_t)c->co, n, old));
+  san_conv(c, out, old, n);
   for (size_t t0 = 0; t0 < n; t0 += TILE) {
     size_t nt = n - t0 < TILE ? n - t0 : TILE;
     int o = 0;
@@ -304,9 +309,7 @@ COSY_HOT static void conv_f32_strided(const conv_f *c, const float *in, size_t i
                                       float *out, size_t old, size_t n) {
   const int CI = c->ci, K = c->k;
   cosy_san_read(in, cosy_span_f32((size_t)CI, n ? (n - 1) * (size_t)stride + K : 0, ild));
-  cosy_san_weights(c->w, sizeof(float) * (size_t)c->co * CI * K);
-  cosy_san_weights(c->b, sizeof(float) * (size_t)c->co);
-  cosy_san_write(out, cosy_span_f32((size_t)c->co, n, old));
+  san_conv(c, out, old, n);
   for (int o = 0; o < c->co; o++)
     for (size_t t = 0; t < n; t++) {
       float acc = c->b[o];
