@@ -20,24 +20,32 @@
  * Thread mapping: 128 threads = 4 warps in a 2 (co) x 2 (time) grid; each warp owns 32 co x 32
  * time steps = 2 x 4 mma tiles (32 fp32 accumulators per thread). A block computes 64 co x 64 time
  * of one conv; grid = (time tiles, co tiles, conv index) so that up to 16 independent convs
- * (the three resblocks of a stage; in streaming, those of every job of a batch) share one launch. Per chunk of 8 input channels: the weight
- * slab k x 64 x 8 goes to shared memory by cp.async (16 B); the strip values (one column per
- * thread, all 8 rows; a plain loop for the long strided strips of the source downs) were loaded
- * into registers during the previous chunk's mma and are now activated, split into TF32
- * (big, small) planes and stored column-major (a column's 8 channels in a row); one barrier,
- * k mma steps, one barrier. The fragments are read with ldmatrix (8 rows of 4 fp32 = one
- * 8x8 b16 matrix): per tap and warp one x4 load per 16-row m tile of A and two for the four
- * n tiles of B, instead of 16 scalar loads. Weight rows are padded to 12 floats (48 bytes) and
- * the strip's column rows (8 floats) have their halves swapped in every other group of 4
- * columns, so that 8 consecutive rows hit 32 distinct banks.
+ * (the three resblocks of a stage; in streaming, those of every job of a batch) share one
+ * launch. Per chunk of 8 input channels: the weight slab k x 64 x 8 goes to shared memory by
+ * cp.async (16 B); the strip values (one column per thread, all 8 rows; a plain loop for the
+ * long strided strips of the source downs) were loaded into registers during the previous
+ * chunk's mma and are now activated, rounded to TF32 (3xTF32: split into big and small planes)
+ * and stored column-major (a column's 8 channels in a row); then k mma steps. The fragments are
+ * read with ldmatrix (8 rows of 4 fp32 = one 8x8 b16 matrix): per tap and warp one x4 load per
+ * 16-row m tile of A and two for the four n tiles of B. Weight rows (8 floats) and the strip's
+ * column rows have their 16-byte halves swapped in every other group of 4 rows, so that 8
+ * consecutive rows hit 32 distinct banks.
+ * Pipelined (where the slabs of all k taps fit twice: every resblock, upsampling and pre/post
+ * conv on an H100): two slabs and two strips; chunk i's weights are copied while chunk i - 1 is
+ * multiplied, and one barrier per chunk orders it all (chunk i stages strip i % 2 and waits for
+ * its slab, barrier, then issues the copy of chunk i + 1's slab into the other buffer, which
+ * every warp finished reading before that barrier, and multiplies). Otherwise one slab and one
+ * strip, two barriers per chunk (copy, stage, wait, barrier, mma, barrier) and the weight copy's
+ * latency exposed. Same products in the same order either way.
  * When a launch has fewer than 3 blocks per SM (stage 0: 256 channels x 8 T steps) the block
  * doubles to two warp groups that take alternate chunks and add their partial sums through
  * shared memory at the end (split-K inside the block, deterministic).
  * Shared memory fits the device (kdevice.h smem_block): when the slab of all k taps and the strip
- * exceed it (the k 30, stride 15 source down needs ~156 KB; an 8.6 / 8.9 / 12.0 GPU allows 99 KB
- * per block), the slab holds kt < k taps and each chunk runs ceil(k / kt) tap groups: the strip
- * is staged once, then per group the slab is loaded (cp.async), one barrier, kt mma steps, one
- * barrier. The products and their order per output are the same for every kt (the taps are
+ * exceed it (the k 30, stride 15 source down needs ~91 KB in TF32, ~121 KB in 3xTF32; an 8.6 /
+ * 8.9 / 12.0 GPU allows 99 KB per block), the slab holds kt < k taps and each chunk runs
+ * ceil(k / kt) tap groups: the strip is staged once, then per group the slab is loaded
+ * (cp.async), one barrier, kt mma steps, one barrier. The products and their order per output
+ * are the same for every kt (the taps are
  * still added in order j = 0 .. k-1), so the result does not depend on the device.
  *
  * Numerics: operands are rounded to TF32 (cvt.rna; the activations once, when staged; the weights
@@ -69,6 +77,7 @@
  * frames, 4750 in all; test_gpu_hift test_kernel_conv64_group): 3.4 ms grouped, 18.5 ms with one
  * launch per job and layer (~64 blocks each: the GPU mostly idle). */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kcommon.cuh"
@@ -80,7 +89,6 @@ constexpr int BM = COSY_HCONV_BM; /* 64 output channels */
 constexpr int BN = 64;            /* time steps */
 constexpr int CK = COSY_HCONV_CK; /* 8 input channels per reduction step */
 constexpr int NT = 128;
-constexpr int WP = CK + 4; /* weight row pitch (floats): conflict-free A fragments */
 constexpr int MAXG = COSY_HCONV_MAXG;
 constexpr int MAXK = 32;
 constexpr int RED_FLOATS = 32 * NT; /* the KS = 2 reduction: 32 accumulators per thread */
@@ -88,6 +96,7 @@ constexpr int RED_FLOATS = 32 * NT; /* the KS = 2 reduction: 32 accumulators per
 struct ConvGroup {
   cosy_hift_conv c[MAXG];
   int kt[MAXG]; /* taps per weight slab (k: all at once) */
+  int pipe;     /* two slabs and strips, one barrier a chunk (every kt == k) */
 };
 /* passed by value as a __grid_constant__ kernel parameter: stay within the classic 4 KB */
 static_assert(sizeof(ConvGroup) <= 4000, "ConvGroup exceeds the kernel parameter space");
@@ -103,10 +112,17 @@ constexpr int XP = CK;
 __host__ __device__ inline int sx_off(int col, int h) {
   return col * XP + ((h ^ (col >> 2)) & 1) * 4;
 }
-/* one weight slab of kt taps [kt][BM][WP] + the strip as TF32 (big, small) planes
- * [2][strip_len][XP] */
-inline size_t conv_smem(int kt, int k, int dil, int stride) {
-  return ((size_t)kt * BM * WP + (size_t)2 * strip_len(k, dil, stride) * XP) * sizeof(float);
+/* the weight slab [kt][BM][CK] is swizzled the same way: row r (tap (r / BM), output channel
+ * r % BM) has its halves swapped when bit 2 of r is set (no padding: 8 consecutive rows of one
+ * half, as one ldmatrix reads them, hit 32 distinct banks) */
+__host__ __device__ inline int sw_off(int row, int h) { return sx_off(row, h); }
+/* strip planes: tf32(x), and for 3xTF32 also tf32(x - tf32(x)) */
+inline int conv_planes(int prec) { return prec == COSY_HPREC_3XTF32 ? 2 : 1; }
+/* one weight slab of kt taps [kt][BM][CK] + the strip [planes][strip_len][XP]; pipelined: two
+ * of each */
+inline size_t conv_smem(int kt, int k, int dil, int stride, int planes, int bufs = 1) {
+  return (size_t)bufs *
+         ((size_t)kt * BM * CK + (size_t)planes * strip_len(k, dil, stride) * XP) * sizeof(float);
 }
 
 __device__ __forceinline__ uint32_t tf32_bits(float x) {
@@ -200,8 +216,8 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
 }
 
 template <int PREC, int KS, bool M3>
-__global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant__ ConvGroup grp,
-                                                          int region_floats) {
+__global__ void __launch_bounds__(NT * KS, 4 / KS)
+    conv_tc_kernel(const __grid_constant__ ConvGroup grp, int region_floats) {
   const cosy_hift_conv &c = grp.c[blockIdx.z];
   const int t0 = blockIdx.x * BN;
   const int co0 = blockIdx.y * BM;
@@ -212,9 +228,17 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
   float *smem = reinterpret_cast<float *>(smem_raw) + kg * region_floats;
   const int K = c.k, dil = c.dil, stride = c.stride, act = c.act, KT = grp.kt[blockIdx.z];
   const int SL = strip_len(K, dil, stride);
-  float *sW = smem;                /* [KT][BM][WP]: taps j0 .. j0 + KT - 1 */
-  float *sX = smem + KT * BM * WP; /* [SL][XP]: tf32(x), column-major */
-  float *sXs = sX + SL * XP;       /* [SL][XP]: tf32(x - tf32(x)) (3xTF32 only) */
+  /* the region: weight slab(s) [KT][BM][CK], then strip(s) of PL planes [SL][XP] (tf32(x), and
+   * for 3xTF32 tf32(x - tf32(x))), column-major; pipelined (grp.pipe, KT == K): two of each,
+   * chunk it using slab and strip it % 2 */
+  constexpr int PL = PREC == COSY_HPREC_3XTF32 ? 2 : 1;
+  const bool pipe = grp.pipe != 0;
+  const int slab_f = KT * BM * CK, strip_f = PL * SL * XP;
+  /* slab b and strip b (b = 0, 1; both 0 when not pipelined) */
+  const int w_step = pipe ? slab_f : 0, x_step = pipe ? strip_f : 0;
+  float *const sX0 = smem + (pipe ? 2 : 1) * slab_f;
+  auto sW = [&](int b) { return smem + b * w_step; };
+  auto sX = [&](int b) { return sX0 + b * x_step; };
 
   const int tid = (int)threadIdx.x - kg * NT, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
@@ -241,7 +265,7 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
   int aofs[2];
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
-    aofs[mt] = (wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * WP + (lane >> 4) * 4;
+    aofs[mt] = sw_off(wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
 
   float acc[2][4][4];
 #pragma unroll
@@ -274,60 +298,48 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
       }
     }
   };
-  /* a strip value: TF32 split stored once, so that the fragment loads need no conversion */
-  auto put = [&](int idx, float v) {
-    const float big = __uint_as_float(tf32_bits(v));
-    sX[idx] = big;
-    if (PREC == COSY_HPREC_3XTF32) sXs[idx] = __uint_as_float(tf32_bits(__fsub_rn(v, big)));
-  };
-  /* a whole column of the strip (8 channels): two 16-byte stores per plane */
-  auto put_col = [&](int col, const float (&v)[CK]) {
-    float big[CK], sm[CK];
-#pragma unroll
-    for (int r = 0; r < CK; r++) {
-      big[r] = __uint_as_float(tf32_bits(v[r]));
-      if (PREC == COSY_HPREC_3XTF32) sm[r] = __uint_as_float(tf32_bits(__fsub_rn(v[r], big[r])));
-    }
-    const int sw = (col >> 2) & 1;
-    float4 *d = reinterpret_cast<float4 *>(sX + col * XP);
-    d[sw] = make_float4(big[0], big[1], big[2], big[3]);
-    d[sw ^ 1] = make_float4(big[4], big[5], big[6], big[7]);
-    if (PREC == COSY_HPREC_3XTF32) {
-      float4 *e = reinterpret_cast<float4 *>(sXs + col * XP);
-      e[sw] = make_float4(sm[0], sm[1], sm[2], sm[3]);
-      e[sw ^ 1] = make_float4(sm[4], sm[5], sm[6], sm[7]);
-    }
-  };
-  if (fast && kg < n_chunks) prefetch(kg);
-  for (int it = 0; it * KS < n_chunks; it++) {
-    const int chunk = it * KS + kg;
-    const bool active = chunk < n_chunks; /* both groups make every barrier */
+  /* weight slab of taps [j0, j1) of `chunk` into dst: (j1 - j0) * BM rows of 8 floats, two
+   * 16-byte copies each, one commit group (empty when the chunk is past the end) */
+  auto load_w = [&](int chunk, int j0, int j1, float *dst) {
+    const int nW = chunk < n_chunks ? (j1 - j0) * BM * 2 : 0;
     const int ci0 = chunk * CK;
-    /* weight slab of taps [j0, j1): (j1 - j0) * BM rows of 8 floats, two 16-byte copies each */
-    auto load_w = [&](int j0, int j1) {
-      const int nW = active ? (j1 - j0) * BM * 2 : 0;
-      for (int i = tid; i < nW; i += NT) {
-        const int half = i & 1, row = i >> 1; /* row = (j - j0) * BM + m */
-        const int j = j0 + row / BM, m = row % BM;
-        const float *src =
-            c.wp + ((size_t)j * c.co_pad + (size_t)(co0 + m)) * c.ci_pad + ci0 + half * 4;
-        cp_async16(sW + row * WP + half * 4, src);
-      }
-      cp_async_commit();
-    };
-    load_w(0, KT < K ? KT : K);
-    /* input strip with the activation */
+    for (int i = tid; i < nW; i += NT) {
+      const int half = i & 1, row = i >> 1; /* row = (j - j0) * BM + m */
+      const int j = j0 + row / BM, m = row % BM;
+      const float *src =
+          c.wp + ((size_t)j * c.co_pad + (size_t)(co0 + m)) * c.ci_pad + ci0 + half * 4;
+      cp_async16(dst + sw_off(row, half), src);
+    }
+    cp_async_commit();
+  };
+  /* the strip of `chunk` with the activation, as TF32 planes (so that the fragment loads need no
+   * conversion); for fast strips from the prefetched registers, then the next chunk of this warp
+   * group is prefetched (in flight during the mma that follows) */
+  auto stage = [&](int chunk, float *x) {
+    const int ci0 = chunk * CK;
+    const bool active = chunk < n_chunks;
     if (fast) {
       if (active && tid < SL) {
-        float v[CK];
+        float v[CK], big[CK], sm[CK];
 #pragma unroll
         for (int r = 0; r < CK; r++) {
           const int ci = ci0 + r;
           v[r] = apply_act(c, act, ci, ci < c.ci, pv[r], M3 ? pv2[r] : 0.f, M3 ? pv3[r] : 0.f);
+          big[r] = __uint_as_float(tf32_bits(v[r]));
+          if (PL == 2) sm[r] = __uint_as_float(tf32_bits(__fsub_rn(v[r], big[r])));
         }
-        put_col(tid, v);
+        /* a whole column (8 channels): two 16-byte stores per plane */
+        const int sw = (tid >> 2) & 1;
+        float4 *d = reinterpret_cast<float4 *>(x + tid * XP);
+        d[sw] = make_float4(big[0], big[1], big[2], big[3]);
+        d[sw ^ 1] = make_float4(big[4], big[5], big[6], big[7]);
+        if (PL == 2) {
+          float4 *e = reinterpret_cast<float4 *>(x + SL * XP + tid * XP);
+          e[sw] = make_float4(sm[0], sm[1], sm[2], sm[3]);
+          e[sw ^ 1] = make_float4(sm[4], sm[5], sm[6], sm[7]);
+        }
       }
-      if (chunk + KS < n_chunks) prefetch(chunk + KS); /* in flight during the mma below */
+      if (chunk + KS < n_chunks) prefetch(chunk + KS);
     } else {
       for (int r = 0; r < (active ? CK : 0); r++) {
         const int ci = ci0 + r;
@@ -339,73 +351,104 @@ __global__ void __launch_bounds__(NT * KS) conv_tc_kernel(const __grid_constant_
             const int uu = c.up == 1 ? (int)u : (int)(u / c.up);
             v = load_act(c, act, ci, uu);
           }
-          put(sx_off(col, r >> 2) + (r & 3), v);
+          const int idx = sx_off(col, r >> 2) + (r & 3);
+          const float big = __uint_as_float(tf32_bits(v));
+          x[idx] = big;
+          if (PL == 2) x[SL * XP + idx] = __uint_as_float(tf32_bits(__fsub_rn(v, big)));
         }
       }
     }
-    cp_async_wait<0>();
-    __syncthreads();
-
-    /* tap groups (one when the slab holds all K taps); both warp groups make every barrier */
-    for (int j0 = 0;;) {
-      const int j1 = j0 + KT < K ? j0 + KT : K;
+  };
+  /* taps [j0, j1) of a staged chunk: slab w holds taps j0.., x the strip */
+  auto mma_taps = [&](const float *ws, const float *x, int j0, int j1) {
 #pragma unroll 2
-      for (int j = j0; j < (active ? j1 : j0); j++) {
-        const float *w = sW + (j - j0) * BM * WP;
-        const int jd = j * dil;
-        float af[2][4];
-        uint32_t bb[4][2], bs[4][2];
+    for (int j = j0; j < j1; j++) {
+      const float *w = ws + (j - j0) * BM * CK;
+      const int jd = j * dil;
+      float af[2][4];
+      uint32_t bb[4][2], bs[4][2];
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-          uint32_t r4[4];
-          ldsm4(r4, w + aofs[mt]);
+      for (int mt = 0; mt < 2; mt++) {
+        uint32_t r4[4];
+        ldsm4(r4, w + aofs[mt]);
 #pragma unroll
-          for (int e = 0; e < 4; e++) af[mt][e] = __uint_as_float(r4[e]);
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          uint32_t r4[4];
-          const int xo = sx_off(bcol[h] + jd, bhalf);
-          ldsm4(r4, sX + xo);
-          bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
-          bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
-          if (PREC == COSY_HPREC_3XTF32) {
-            ldsm4(r4, sXs + xo);
-            bs[2 * h][0] = r4[0], bs[2 * h][1] = r4[1], bs[2 * h + 1][0] = r4[2],
-            bs[2 * h + 1][1] = r4[3];
-          }
-        }
-        uint32_t ab[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(af[mt][e]);
-        if (PREC == COSY_HPREC_3XTF32) {
-          uint32_t as[2][4];
-#pragma unroll
-          for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-              as[mt][e] = tf32_bits(__fsub_rn(af[mt][e], __uint_as_float(ab[mt][e])));
-#pragma unroll
-          for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-              mma_tf32(acc[mt][nt], as[mt], bb[nt]);
-              mma_tf32(acc[mt][nt], ab[mt], bs[nt]);
-            }
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) mma_tf32(acc[mt][nt], ab[mt], bb[nt]);
+        for (int e = 0; e < 4; e++) af[mt][e] = __uint_as_float(r4[e]);
       }
-      __syncthreads(); /* the slab (and, after the last group, the strip) may be overwritten */
-      j0 = j1;
-      if (j0 >= K) break;
-      load_w(j0, j0 + KT < K ? j0 + KT : K);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        uint32_t r4[4];
+        const int xo = sx_off(bcol[h] + jd, bhalf);
+        ldsm4(r4, x + xo);
+        bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
+        bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
+        if (PL == 2) {
+          ldsm4(r4, x + SL * XP + xo);
+          bs[2 * h][0] = r4[0], bs[2 * h][1] = r4[1], bs[2 * h + 1][0] = r4[2],
+          bs[2 * h + 1][1] = r4[3];
+        }
+      }
+      uint32_t ab[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(af[mt][e]);
+      if (PL == 2) {
+        uint32_t as[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            as[mt][e] = tf32_bits(__fsub_rn(af[mt][e], __uint_as_float(ab[mt][e])));
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) {
+            mma_tf32(acc[mt][nt], as[mt], bb[nt]);
+            mma_tf32(acc[mt][nt], ab[mt], bs[nt]);
+          }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) mma_tf32(acc[mt][nt], ab[mt], bb[nt]);
+    }
+  };
+
+  if (fast && kg < n_chunks) prefetch(kg);
+  if (pipe) {
+    /* one barrier a chunk: the weights of the next chunk are copied (cp.async) while this
+     * chunk's taps are multiplied; slab and strip (it + 1) % 2 were last read by chunk it - 1,
+     * which every warp finished before this iteration's barrier */
+    load_w(kg, 0, K, sW(0));
+    for (int it = 0; it * KS < n_chunks; it++) {
+      const int chunk = it * KS + kg;
+      stage(chunk, sX(it & 1));
+      cp_async_wait<0>();
+      __syncthreads(); /* both warp groups make every barrier */
+      load_w(chunk + KS, 0, K, sW((it + 1) & 1));
+      if (chunk < n_chunks) mma_taps(sW(it & 1), sX(it & 1), 0, K);
+    }
+    cp_async_wait<0>();
+    __syncthreads(); /* the region may be reused (the split's reduction) */
+  } else {
+    for (int it = 0; it * KS < n_chunks; it++) {
+      const int chunk = it * KS + kg;
+      const bool active = chunk < n_chunks;
+      load_w(chunk, 0, KT < K ? KT : K, sW(0));
+      stage(chunk, sX(0));
       cp_async_wait<0>();
       __syncthreads();
+      /* tap groups (one when the slab holds all K taps); both warp groups make every barrier */
+      for (int j0 = 0;;) {
+        const int j1 = j0 + KT < K ? j0 + KT : K;
+        if (active) mma_taps(sW(0), sX(0), j0, j1);
+        __syncthreads(); /* the slab (and, after the last group, the strip) may be overwritten */
+        j0 = j1;
+        if (j0 >= K) break;
+        load_w(chunk, j0, j0 + KT < K ? j0 + KT : K, sW(0));
+        cp_async_wait<0>();
+        __syncthreads();
+      }
     }
   }
 
@@ -660,6 +703,17 @@ f0_classify_group_kernel(const __grid_constant__ F0ClsGroup g) {
 }
 
 int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always split */
+/* cosy_hift_conv_pipe, or the environment's COSY_HCONV_PIPE (read once): 0 automatic, 1 never
+ * pipelined, 2 pipelined wherever two slabs and strips fit the block */
+int g_conv_pipe = -1;
+int conv_pipe_mode() {
+  if (g_conv_pipe < 0) {
+    const char *v = getenv("COSY_HCONV_PIPE");
+    const int m = v && *v ? atoi(v) : 0;
+    g_conv_pipe = m >= 0 && m <= 2 ? m : 0;
+  }
+  return g_conv_pipe;
+}
 
 template <int PREC, int KS, bool M3>
 cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, dim3 grid, int region_floats) {
@@ -688,17 +742,21 @@ template <int PREC, int KS, bool M3> cudaError_t allow_smem(int bytes) {
  * strip and one tap do not fit the device's shared memory */
 struct ConvPlan {
   int kt[MAXG];
-  int split, region_floats;
+  int split, pipe, region_floats;
   bool m3;
   dim3 grid;
   size_t smem; /* dynamic shared memory of the launch */
 };
 
 cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int split_mode,
-                       ConvPlan *p) {
-  if (!dev || !convs || n < 1 || n > MAXG || split_mode < 0 || split_mode > 2)
+                       int prec, ConvPlan *p) {
+  if (!dev || !convs || n < 1 || n > MAXG || split_mode < 0 || split_mode > 2 ||
+      (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32))
     return cudaErrorInvalidValue;
   const size_t cap = dev->smem_block;
+  const int pl = conv_planes(prec);
+  bool all_taps = true;
+  size_t smem_pipe = 0;
   int max_tiles_t = 0, max_tiles_c = 0;
   long long active_blocks = 0;
   int min_chunks = 1 << 30;
@@ -720,16 +778,20 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
       return cudaErrorInvalidValue;
     /* the most taps per slab that fit, then as even groups as that many groups allow */
     int kt = c.k;
-    if (conv_smem(c.k, c.k, c.dil, c.stride) > cap) {
-      const size_t strip = conv_smem(0, c.k, c.dil, c.stride), tap = (size_t)BM * WP * sizeof(float);
+    if (conv_smem(c.k, c.k, c.dil, c.stride, pl) > cap) {
+      const size_t strip = conv_smem(0, c.k, c.dil, c.stride, pl);
+      const size_t tap = (size_t)BM * CK * sizeof(float);
       if (strip + tap > cap) return cudaErrorInvalidValue;
       const int fit = (int)((cap - strip) / tap);
       const int groups = (c.k + fit - 1) / fit;
       kt = (c.k + groups - 1) / groups;
     }
     p->kt[i] = kt;
-    const size_t bytes = conv_smem(kt, c.k, c.dil, c.stride);
+    const size_t bytes = conv_smem(kt, c.k, c.dil, c.stride, pl);
     smem = bytes > smem ? bytes : smem;
+    all_taps = all_taps && kt == c.k;
+    const size_t bp = conv_smem(c.k, c.k, c.dil, c.stride, pl, 2);
+    smem_pipe = bp > smem_pipe ? bp : smem_pipe;
     const int tt = (c.n_out + BN - 1) / BN, tc = (c.co + BM - 1) / BM;
     max_tiles_t = tt > max_tiles_t ? tt : max_tiles_t;
     max_tiles_c = tc > max_tiles_c ? tc : max_tiles_c;
@@ -745,10 +807,19 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
    * when two regions (each at least the reduction buffer) fit the device */
   int split = split_mode == 2;
   if (split_mode == 0) split = active_blocks < 3LL * dev->n_sm && min_chunks >= 4;
-  const size_t region = split && smem < RED_FLOATS * sizeof(float) ? RED_FLOATS * sizeof(float)
+  size_t region = split && smem < RED_FLOATS * sizeof(float) ? RED_FLOATS * sizeof(float)
                                                                    : smem;
   if (split && 2 * region > cap) split = 0;
   p->split = split;
+  /* pipelined (two slabs and strips) where every conv takes all its taps at once and, when
+   * automatic, a warp group's region leaves room for four of them an SM (the register bound's
+   * occupancy) */
+  const int pm = conv_pipe_mode();
+  const size_t region_pipe =
+      split && smem_pipe < RED_FLOATS * sizeof(float) ? RED_FLOATS * sizeof(float) : smem_pipe;
+  p->pipe = pm != 1 && all_taps && (split ? 2 : 1) * region_pipe <= cap &&
+            (pm == 2 || region_pipe <= dev->smem_sm / 4);
+  if (p->pipe) smem = region = region_pipe;
   p->region_floats = (int)((split ? region : smem) / sizeof(float));
   p->smem = (size_t)(split ? 2 : 1) * (size_t)p->region_floats * sizeof(float);
   return p->smem <= cap ? cudaSuccess : cudaErrorInvalidValue;
@@ -785,11 +856,13 @@ extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
 }
 
 extern "C" size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
-                                        int split_mode, int *kt, int *split) {
+                                        int split_mode, int prec, int *kt, int *split,
+                                        int *pipe) {
   ConvPlan p;
-  if (plan_convs(dev, convs, n, split_mode, &p) != cudaSuccess) return 0;
+  if (plan_convs(dev, convs, n, split_mode, prec, &p) != cudaSuccess) return 0;
   for (int i = 0; kt && i < n; i++) kt[i] = p.kt[i];
   if (split) *split = p.split;
+  if (pipe) *pipe = p.pipe;
   return p.smem;
 }
 
@@ -803,7 +876,7 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
                                               int split_mode) {
   if (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32) return cudaErrorInvalidValue;
   ConvPlan p;
-  cudaError_t e = plan_convs(dev, convs, n, split_mode, &p);
+  cudaError_t e = plan_convs(dev, convs, n, split_mode, prec, &p);
   if (e != cudaSuccess) return e; /* includes: more shared memory than dev allows */
   if (p.grid.x == 0) return cudaSuccess;
   ConvGroup grp;
@@ -811,6 +884,7 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
     grp.c[i] = convs[i < n ? i : 0];
     grp.kt[i] = p.kt[i];
   }
+  grp.pipe = p.pipe;
   return prec == COSY_HPREC_3XTF32
              ? launch_prec<COSY_HPREC_3XTF32>(s, grp, p.grid, p.region_floats, p.split, p.m3)
              : launch_prec<COSY_HPREC_TF32>(s, grp, p.grid, p.region_floats, p.split, p.m3);
@@ -818,6 +892,10 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
 
 extern "C" void cosy_hift_conv_tuning(int split_mode) {
   g_conv_split = split_mode >= 0 && split_mode <= 2 ? split_mode : 0;
+}
+
+extern "C" void cosy_hift_conv_pipe(int mode) {
+  g_conv_pipe = mode >= 0 && mode <= 2 ? mode : 0;
 }
 
 extern "C" cudaError_t cosy_k_hift_conv64(cudaStream_t s, const float *in_f32,
