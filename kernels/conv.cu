@@ -30,13 +30,12 @@
  * 16-row m tile of A and two for the four n tiles of B. Weight rows (8 floats) and the strip's
  * column rows have their 16-byte halves swapped in every other group of 4 rows, so that 8
  * consecutive rows hit 32 distinct banks.
- * Pipelined (where the slabs of all k taps fit twice: every resblock, upsampling and pre/post
- * conv on an H100): two slabs and two strips; chunk i's weights are copied while chunk i - 1 is
- * multiplied, and one barrier per chunk orders it all (chunk i stages strip i % 2 and waits for
- * its slab, barrier, then issues the copy of chunk i + 1's slab into the other buffer, which
- * every warp finished reading before that barrier, and multiplies). Otherwise one slab and one
- * strip, two barriers per chunk (copy, stage, wait, barrier, mma, barrier) and the weight copy's
- * latency exposed. Same products in the same order either way.
+ * One slab and one strip a block, two barriers per chunk (copy, stage, wait, barrier, mma,
+ * barrier). A pipelined variant (two slabs and strips, the next chunk's weights copied during
+ * the current chunk's products, one barrier a chunk) was measured slower on an H100 (full-size
+ * vocoder T = 224 TF32 4.51 against 4.28 ms; bench/RESULTS.md): the kernel is bound by the issue
+ * of its non-mma instructions (fragment loads, conversions, copies, the activations), not by the
+ * copy latency, which four blocks an SM already hide.
  * When a launch has fewer than 3 blocks per SM (stage 0: 256 channels x 8 T steps) the block
  * doubles to two warp groups that take alternate chunks and add their partial sums through
  * shared memory at the end (split-K inside the block, deterministic).
@@ -77,7 +76,6 @@
  * frames, 4750 in all; test_gpu_hift test_kernel_conv64_group): 3.4 ms grouped, 18.5 ms with one
  * launch per job and layer (~64 blocks each: the GPU mostly idle). */
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kcommon.cuh"
@@ -96,7 +94,6 @@ constexpr int RED_FLOATS = 32 * NT; /* the KS = 2 reduction: 32 accumulators per
 struct ConvGroup {
   cosy_hift_conv c[MAXG];
   int kt[MAXG]; /* taps per weight slab (k: all at once) */
-  int pipe;     /* two slabs and strips, one barrier a chunk (every kt == k) */
 };
 /* passed by value as a __grid_constant__ kernel parameter: stay within the classic 4 KB */
 static_assert(sizeof(ConvGroup) <= 4000, "ConvGroup exceeds the kernel parameter space");
@@ -118,11 +115,9 @@ __host__ __device__ inline int sx_off(int col, int h) {
 __host__ __device__ inline int sw_off(int row, int h) { return sx_off(row, h); }
 /* strip planes: tf32(x), and for 3xTF32 also tf32(x - tf32(x)) */
 inline int conv_planes(int prec) { return prec == COSY_HPREC_3XTF32 ? 2 : 1; }
-/* one weight slab of kt taps [kt][BM][CK] + the strip [planes][strip_len][XP]; pipelined: two
- * of each */
-inline size_t conv_smem(int kt, int k, int dil, int stride, int planes, int bufs = 1) {
-  return (size_t)bufs *
-         ((size_t)kt * BM * CK + (size_t)planes * strip_len(k, dil, stride) * XP) * sizeof(float);
+/* one weight slab of kt taps [kt][BM][CK] + the strip [planes][strip_len][XP] */
+inline size_t conv_smem(int kt, int k, int dil, int stride, int planes) {
+  return ((size_t)kt * BM * CK + (size_t)planes * strip_len(k, dil, stride) * XP) * sizeof(float);
 }
 
 __device__ __forceinline__ uint32_t tf32_bits(float x) {
@@ -228,17 +223,10 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
   float *smem = reinterpret_cast<float *>(smem_raw) + kg * region_floats;
   const int K = c.k, dil = c.dil, stride = c.stride, act = c.act, KT = grp.kt[blockIdx.z];
   const int SL = strip_len(K, dil, stride);
-  /* the region: weight slab(s) [KT][BM][CK], then strip(s) of PL planes [SL][XP] (tf32(x), and
-   * for 3xTF32 tf32(x - tf32(x))), column-major; pipelined (grp.pipe, KT == K): two of each,
-   * chunk it using slab and strip it % 2 */
+  /* the region: the weight slab [KT][BM][CK] (taps j0 .. j0 + KT - 1), then the strip's PL
+   * planes [SL][XP] (tf32(x), and for 3xTF32 tf32(x - tf32(x))), column-major */
   constexpr int PL = PREC == COSY_HPREC_3XTF32 ? 2 : 1;
-  const bool pipe = grp.pipe != 0;
-  const int slab_f = KT * BM * CK, strip_f = PL * SL * XP;
-  /* slab b and strip b (b = 0, 1; both 0 when not pipelined) */
-  const int w_step = pipe ? slab_f : 0, x_step = pipe ? strip_f : 0;
-  float *const sX0 = smem + (pipe ? 2 : 1) * slab_f;
-  auto sW = [&](int b) { return smem + b * w_step; };
-  auto sX = [&](int b) { return sX0 + b * x_step; };
+  float *const sW = smem, *const sX = smem + KT * BM * CK;
 
   const int tid = (int)threadIdx.x - kg * NT, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
@@ -415,40 +403,23 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
   };
 
   if (fast && kg < n_chunks) prefetch(kg);
-  if (pipe) {
-    /* one barrier a chunk: the weights of the next chunk are copied (cp.async) while this
-     * chunk's taps are multiplied; slab and strip (it + 1) % 2 were last read by chunk it - 1,
-     * which every warp finished before this iteration's barrier */
-    load_w(kg, 0, K, sW(0));
-    for (int it = 0; it * KS < n_chunks; it++) {
-      const int chunk = it * KS + kg;
-      stage(chunk, sX(it & 1));
-      cp_async_wait<0>();
-      __syncthreads(); /* both warp groups make every barrier */
-      load_w(chunk + KS, 0, K, sW((it + 1) & 1));
-      if (chunk < n_chunks) mma_taps(sW(it & 1), sX(it & 1), 0, K);
-    }
+  for (int it = 0; it * KS < n_chunks; it++) {
+    const int chunk = it * KS + kg;
+    const bool active = chunk < n_chunks;
+    load_w(chunk, 0, KT < K ? KT : K, sW);
+    stage(chunk, sX);
     cp_async_wait<0>();
-    __syncthreads(); /* the region may be reused (the split's reduction) */
-  } else {
-    for (int it = 0; it * KS < n_chunks; it++) {
-      const int chunk = it * KS + kg;
-      const bool active = chunk < n_chunks;
-      load_w(chunk, 0, KT < K ? KT : K, sW(0));
-      stage(chunk, sX(0));
+    __syncthreads();
+    /* tap groups (one when the slab holds all K taps); both warp groups make every barrier */
+    for (int j0 = 0;;) {
+      const int j1 = j0 + KT < K ? j0 + KT : K;
+      if (active) mma_taps(sW, sX, j0, j1);
+      __syncthreads(); /* the slab (and, after the last group, the strip) may be overwritten */
+      j0 = j1;
+      if (j0 >= K) break;
+      load_w(chunk, j0, j0 + KT < K ? j0 + KT : K, sW);
       cp_async_wait<0>();
       __syncthreads();
-      /* tap groups (one when the slab holds all K taps); both warp groups make every barrier */
-      for (int j0 = 0;;) {
-        const int j1 = j0 + KT < K ? j0 + KT : K;
-        if (active) mma_taps(sW(0), sX(0), j0, j1);
-        __syncthreads(); /* the slab (and, after the last group, the strip) may be overwritten */
-        j0 = j1;
-        if (j0 >= K) break;
-        load_w(chunk, j0, j0 + KT < K ? j0 + KT : K, sW(0));
-        cp_async_wait<0>();
-        __syncthreads();
-      }
     }
   }
 
@@ -703,17 +674,6 @@ f0_classify_group_kernel(const __grid_constant__ F0ClsGroup g) {
 }
 
 int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always split */
-/* cosy_hift_conv_pipe, or the environment's COSY_HCONV_PIPE (read once): 0 automatic, 1 never
- * pipelined, 2 pipelined wherever two slabs and strips fit the block */
-int g_conv_pipe = -1;
-int conv_pipe_mode() {
-  if (g_conv_pipe < 0) {
-    const char *v = getenv("COSY_HCONV_PIPE");
-    const int m = v && *v ? atoi(v) : 0;
-    g_conv_pipe = m >= 0 && m <= 2 ? m : 0;
-  }
-  return g_conv_pipe;
-}
 
 template <int PREC, int KS, bool M3>
 cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, dim3 grid, int region_floats) {
@@ -742,7 +702,7 @@ template <int PREC, int KS, bool M3> cudaError_t allow_smem(int bytes) {
  * strip and one tap do not fit the device's shared memory */
 struct ConvPlan {
   int kt[MAXG];
-  int split, pipe, region_floats;
+  int split, region_floats;
   bool m3;
   dim3 grid;
   size_t smem; /* dynamic shared memory of the launch */
@@ -755,8 +715,7 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
     return cudaErrorInvalidValue;
   const size_t cap = dev->smem_block;
   const int pl = conv_planes(prec);
-  bool all_taps = true;
-  size_t smem_pipe = 0;
+
   int max_tiles_t = 0, max_tiles_c = 0;
   long long active_blocks = 0;
   int min_chunks = 1 << 30;
@@ -789,9 +748,7 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
     p->kt[i] = kt;
     const size_t bytes = conv_smem(kt, c.k, c.dil, c.stride, pl);
     smem = bytes > smem ? bytes : smem;
-    all_taps = all_taps && kt == c.k;
-    const size_t bp = conv_smem(c.k, c.k, c.dil, c.stride, pl, 2);
-    smem_pipe = bp > smem_pipe ? bp : smem_pipe;
+
     const int tt = (c.n_out + BN - 1) / BN, tc = (c.co + BM - 1) / BM;
     max_tiles_t = tt > max_tiles_t ? tt : max_tiles_t;
     max_tiles_c = tc > max_tiles_c ? tc : max_tiles_c;
@@ -807,19 +764,10 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
    * when two regions (each at least the reduction buffer) fit the device */
   int split = split_mode == 2;
   if (split_mode == 0) split = active_blocks < 3LL * dev->n_sm && min_chunks >= 4;
-  size_t region = split && smem < RED_FLOATS * sizeof(float) ? RED_FLOATS * sizeof(float)
+  const size_t region = split && smem < RED_FLOATS * sizeof(float) ? RED_FLOATS * sizeof(float)
                                                                    : smem;
   if (split && 2 * region > cap) split = 0;
   p->split = split;
-  /* pipelined (two slabs and strips) where every conv takes all its taps at once and, when
-   * automatic, a warp group's region leaves room for four of them an SM (the register bound's
-   * occupancy) */
-  const int pm = conv_pipe_mode();
-  const size_t region_pipe =
-      split && smem_pipe < RED_FLOATS * sizeof(float) ? RED_FLOATS * sizeof(float) : smem_pipe;
-  p->pipe = pm != 1 && all_taps && (split ? 2 : 1) * region_pipe <= cap &&
-            (pm == 2 || region_pipe <= dev->smem_sm / 4);
-  if (p->pipe) smem = region = region_pipe;
   p->region_floats = (int)((split ? region : smem) / sizeof(float));
   p->smem = (size_t)(split ? 2 : 1) * (size_t)p->region_floats * sizeof(float);
   return p->smem <= cap ? cudaSuccess : cudaErrorInvalidValue;
@@ -856,13 +804,11 @@ extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
 }
 
 extern "C" size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
-                                        int split_mode, int prec, int *kt, int *split,
-                                        int *pipe) {
+                                        int split_mode, int prec, int *kt, int *split) {
   ConvPlan p;
   if (plan_convs(dev, convs, n, split_mode, prec, &p) != cudaSuccess) return 0;
   for (int i = 0; kt && i < n; i++) kt[i] = p.kt[i];
   if (split) *split = p.split;
-  if (pipe) *pipe = p.pipe;
   return p.smem;
 }
 
@@ -884,7 +830,6 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
     grp.c[i] = convs[i < n ? i : 0];
     grp.kt[i] = p.kt[i];
   }
-  grp.pipe = p.pipe;
   return prec == COSY_HPREC_3XTF32
              ? launch_prec<COSY_HPREC_3XTF32>(s, grp, p.grid, p.region_floats, p.split, p.m3)
              : launch_prec<COSY_HPREC_TF32>(s, grp, p.grid, p.region_floats, p.split, p.m3);
@@ -892,10 +837,6 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
 
 extern "C" void cosy_hift_conv_tuning(int split_mode) {
   g_conv_split = split_mode >= 0 && split_mode <= 2 ? split_mode : 0;
-}
-
-extern "C" void cosy_hift_conv_pipe(int mode) {
-  g_conv_pipe = mode >= 0 && mode <= 2 ? mode : 0;
 }
 
 extern "C" cudaError_t cosy_k_hift_conv64(cudaStream_t s, const float *in_f32,

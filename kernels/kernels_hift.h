@@ -93,8 +93,8 @@ int cosy_hift_conv_pad(int n, int multiple);
  * cores do the products (mma.sync m16n8k8 TF32); prec picks TF32 or 3xTF32. Thread mapping: a
  * block of 128 threads computes 64 output channels x 64 time steps of one conv; grid
  * (time tiles, channel tiles, conv). Shared memory: kt * 64 * 8 + planes * 8 * strip floats
- * (strip = 63 stride + (k-1) dil + 3 input columns; planes 1 for TF32, 2 for 3xTF32), twice
- * that when pipelined (below): ~8 KB (k 3) .. ~122 KB (k 30, stride 15, 3xTF32) with kt = k;
+ * (strip = 63 stride + (k-1) dil + 3 input columns; planes 1 for TF32, 2 for 3xTF32): ~8 KB
+ * (k 3) .. ~121 KB (k 30, stride 15, 3xTF32) with kt = k;
  * where that exceeds dev->smem_block the weight slab holds kt < k taps at a time
  * (same result; conv.cu). cudaErrorInvalidValue when not even one tap fits. dev: the device the
  * stream belongs to (kdevice.h); cosy_k_hift_conv_prepare must have run for it. */
@@ -117,20 +117,11 @@ void cosy_hift_conv_tuning(int split_mode);
  * cosy_k_hift_conv is this with the process-wide mode of cosy_hift_conv_tuning. */
 cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *dev,
                                    const cosy_hift_conv *convs, int n, int prec, int split_mode);
-/* Pipelining: where every conv of a launch takes all its taps in one weight slab, the block
- * holds two slabs and two strips and copies the next chunk's weights (cp.async) while it
- * multiplies the current one (one barrier a chunk instead of two): automatic when a warp group's
- * shared memory leaves room for four an SM (dev->smem_sm / 4). The same products in the same
- * order: the bits do not change. Tuning override for measurements: 0 automatic (default), 1
- * never, 2 wherever it fits dev->smem_block; process-wide; without a call, the environment's
- * COSY_HCONV_PIPE (read once) gives it. */
-void cosy_hift_conv_pipe(int mode);
 /* The plan of such a launch on dev in precision prec, launching nothing (host only): the dynamic
  * shared memory it asks for (0: the arguments are invalid or it cannot fit dev), the taps per
- * weight slab of each conv (kt[n], optional), whether the block splits (optional) and whether it
- * is pipelined (optional). */
+ * weight slab of each conv (kt[n], optional) and whether the block splits (optional). */
 size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
-                             int split_mode, int prec, int *kt, int *split, int *pipe);
+                             int split_mode, int prec, int *kt, int *split);
 
 /* fp64 conv of the F0 predictor with ELU (fp64 tensor cores: mma.sync m8n8k4 f64):
  *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out

@@ -198,9 +198,11 @@ struct cosy_sched {
   int first_hold;                /* COSY_SCHED_FIRST_HOLD=1: decode only where tokens gate audio
                                     while first chunks wait (first_pending, decode step) */
   int pause_mode;                /* COSY_SCHED_PAUSE: the LLM's pause while a first chunk's flow
-                                    runs at light load: 1 (default) always, 2 unless a request
-                                    with audio out waits for its next chunk's tokens
-                                    (tokens_gate_audio), 0 never */
+                                    runs at light load (2 .. first_chunk_wait_max active
+                                    requests): 1 (default) always, 2 unless a request with
+                                    audio out waits for its next chunk's tokens
+                                    (tokens_gate_audio), 0 never, 3 as 1 and also for a
+                                    request alone */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
@@ -946,8 +948,11 @@ static void *llm_main(void *arg) {
       continue;
     }
     /* time to first audio first: at light load the LLM pauses while a first chunk's flow runs,
-     * so the two do not compete for the device */
+     * so the two do not compete for the device; not for a request alone, whose own later tokens
+     * are all the pause would hold back (on an H100 it moved W1's C = 1 first audio 32 -> 37 ms
+     * and RTF 0.0305 -> 0.0285 with the batch-invariant LLM; bench/RESULTS.md) */
     if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 && s->pause_mode &&
+        (s->n_llm >= 2 || s->pause_mode == 3) &&
         s->n_llm <= e->cfg.first_chunk_wait_max && !e->stopping &&
         !(s->pause_mode == 2 && tokens_gate_audio(s))) {
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
@@ -1681,7 +1686,8 @@ cosy_status sched_start(cosy_engine *e) {
   s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
   {
     const char *pm = getenv("COSY_SCHED_PAUSE");
-    s->pause_mode = pm && (!strcmp(pm, "0") || !strcmp(pm, "2")) ? atoi(pm) : 1;
+    s->pause_mode =
+        pm && (!strcmp(pm, "0") || !strcmp(pm, "2") || !strcmp(pm, "3")) ? atoi(pm) : 1;
   }
   {
     const char *pe = getenv("COSY_SCHED_PREFILL_EVERY");

@@ -433,7 +433,7 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
     const cosy_kdev *d = v == 0 ? &fx->g->dev : &small[v - 1];
     int kt = 0, split = -1;
     const size_t smem =
-        cosy_k_hift_conv_plan(d, &r->desc, 1, 1, COSY_HPREC_3XTF32, &kt, &split, NULL);
+        cosy_k_hift_conv_plan(d, &r->desc, 1, 1, COSY_HPREC_3XTF32, &kt, &split);
     assert_true(smem > 0 && smem <= d->smem_block && split == 0);
     CU(cudaMemset(r->d_out, 0xFF, nall * sizeof(float)));
     if (r->d_oact) CU(cudaMemset(r->d_oact, 0xFF, nall * sizeof(float)));
@@ -451,52 +451,15 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
     free(o);
   }
   free(base);
-  /* the strip alone: one tap short of what the conv needs (planned without pipelining, which
-   * would hold two slabs and two strips) */
+  /* the strip alone: one tap short of what the conv needs */
   cosy_kdev tiny = fx->g->dev;
   int kt0 = 0;
-  cosy_hift_conv_pipe(1);
   tiny.smem_block =
-      cosy_k_hift_conv_plan(&fx->g->dev, &r->desc, 1, 1, COSY_HPREC_TF32, &kt0, NULL, NULL) -
+      cosy_k_hift_conv_plan(&fx->g->dev, &r->desc, 1, 1, COSY_HPREC_TF32, &kt0, NULL) -
       (size_t)kt0 * COSY_HCONV_BM * COSY_HCONV_CK * sizeof(float);
-  cosy_hift_conv_pipe(0);
-  assert_int_equal(cosy_k_hift_conv_plan(&tiny, &r->desc, 1, 1, COSY_HPREC_TF32, NULL, NULL, NULL),
-                   0);
+  assert_int_equal(cosy_k_hift_conv_plan(&tiny, &r->desc, 1, 1, COSY_HPREC_TF32, NULL, NULL), 0);
   assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &tiny, &r->desc, 1, 0, 1),
                    cudaErrorInvalidValue);
-  return ok;
-}
-
-/* Pipelining (two weight slabs and strips, the next chunk's weights copied during the current
- * chunk's products) changes no bit: forced on against never, in both precisions, with one warp
- * group and with the split reduction; a conv whose two slabs do not fit is planned without it. */
-static int conv_pipe_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
-  const size_t nall = (size_t)r->co_rows * r->ld_out;
-  int ok = 1;
-  for (int v = 0; v < 4; v++) {
-    const int prec = v & 1 ? COSY_HPREC_3XTF32 : COSY_HPREC_TF32, split = v & 2 ? 2 : 1;
-    float *o[2] = {NULL, NULL};
-    int piped[2] = {0, 0}, sp[2] = {0, 0};
-    for (int m = 0; m < 2; m++) {
-      cosy_hift_conv_pipe(m ? 2 : 1);
-      assert_true(cosy_k_hift_conv_plan(&fx->g->dev, &r->desc, 1, split, prec, NULL, &sp[m],
-                                        &piped[m]) > 0);
-      CU(cudaMemset(r->d_out, 0xFF, nall * sizeof(float)));
-      if (r->d_oact) CU(cudaMemset(r->d_oact, 0xFF, nall * sizeof(float)));
-      CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &r->desc, 1, prec, split));
-      CU(cudaStreamSynchronize(fx->g->stream));
-      o[m] = conv_download(r);
-    }
-    cosy_hift_conv_pipe(0);
-    const int same = !memcmp(o[0], o[1], 2 * nall * sizeof(float));
-    printf("  conv %s [%s%s]: pipelined %s: %s\n", cc->name,
-           prec ? "3xTF32" : "TF32", sp[1] ? " split" : "",
-           piped[1] ? "(forced) against not" : "does not fit, both plain",
-           same ? "bit-identical" : "DIFFERS");
-    ok &= same && !piped[0] && sp[0] == sp[1];
-    free(o[0]);
-    free(o[1]);
-  }
   return ok;
 }
 
@@ -555,7 +518,6 @@ static void test_kernel_conv(void **state) {
     }
     cosy_hift_conv_tuning(0);
     all_ok &= conv_taps_invariant(fx, &cases[i], &r);
-    all_ok &= conv_pipe_invariant(fx, &cases[i], &r);
     conv_release(&r);
   }
   /* a grouped launch: three resblock convs (k 3, 7, 11, dilation 3) in one call */
@@ -688,7 +650,7 @@ static void test_conv_plan_profiles(void **state) {
     cosy_kdev d = h100;
     assert_int_equal(cosy_gpu_apply_profile(&d, profiles[pi]), COSY_OK);
     size_t most = 0;
-    int down_kt = 0, piped = 0;
+    int down_kt = 0;
     for (int li = 0; li < nl; li++)
       for (int mode = 0; mode <= 2; mode++) {
         cosy_hift_conv c[3];
@@ -705,7 +667,7 @@ static void test_conv_plan_profiles(void **state) {
         }
         int kt[3] = {0}, split = -1;
         const size_t b =
-            cosy_k_hift_conv_plan(&d, c, L[li].n, mode, COSY_HPREC_3XTF32, kt, &split, NULL);
+            cosy_k_hift_conv_plan(&d, c, L[li].n, mode, COSY_HPREC_3XTF32, kt, &split);
         if (b == 0 || b > d.smem_block) {
           printf("  FAIL: profile '%s': launch %d (k %d) mode %d plans %zu bytes (allowed %zu)\n",
                  profiles[pi], li, c[0].k, mode, b, d.smem_block);
@@ -713,17 +675,14 @@ static void test_conv_plan_profiles(void **state) {
         }
         if (c[0].k == 30) down_kt = kt[0];
         most = b > most ? b : most;
-        if (mode == 1) { /* the streaming vocoder's plans: how many are pipelined in TF32 */
-          int pipe = 0;
-          if (cosy_k_hift_conv_plan(&d, c, L[li].n, 1, COSY_HPREC_TF32, NULL, NULL, &pipe) == 0)
-            bad++;
-          piped += pipe;
-        }
+        /* and in TF32 (one strip plane) */
+        const size_t b1 = cosy_k_hift_conv_plan(&d, c, L[li].n, mode, COSY_HPREC_TF32, NULL, NULL);
+        if (b1 == 0 || b1 > d.smem_block) bad++;
       }
     printf("  profile '%s': %zu KB per block; the largest conv launch asks %zu KB; the k30 s15 "
-           "source down takes %d taps per slab; %d of %d launches pipelined (TF32)\n",
+           "source down takes %d taps per slab\n",
            profiles[pi][0] ? profiles[pi] : "(h100 as described)", d.smem_block / 1024,
-           most / 1024, down_kt, piped, nl);
+           most / 1024, down_kt);
     /* in 3xTF32 the down's 30 taps (30 x 64 x 8 floats) and its strip (2 planes x 977 columns x 8
      * floats) take 123968 bytes */
     if (d.smem_block >= 123968 ? down_kt != 30 : down_kt >= 30) bad++;
