@@ -116,6 +116,8 @@ static int sched_first_hop(int P, int n) {
                                  measured worse at C = 64 (TTFB p95 1168 vs 1003 ms, 148x vs 160x
                                  real time: smaller batches, same queue); see bench/RESULTS.md */
 #define IDLE_POLL_MS 20  /* threads with active work re-check cancel flags at least this often */
+#define DEFER_SLACK_S 1.0 /* chunks with more audio ahead than this wait for a wave's first chunks */
+#define DEFER_POLL_MS 2
 
 void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
 
@@ -188,6 +190,9 @@ struct cosy_sched {
   int n_llm;                     /* active jobs the LLM thread still owns */
   int first_in_flight;           /* a first chunk's flow call is running */
   double round_s;                /* moving average of a token-to-wave round (flow + vocoder), s */
+  double defer_s;                /* COSY_SCHED_DEFER (seconds, 0 = off; default DEFER_SLACK_S):
+                                    while requests wait for their first chunk's tokens, chunks
+                                    with more audio ahead than this wait (llm_first_wanted) */
   int load_peak;                 /* most requests active + queued at an admission ... */
   double load_peak_t;            /* ... within the last LOAD_WINDOW_S seconds (when it was set) */
   int prefill_max;               /* COSY_SCHED_PREFILL_MAX=N (measurement): at most N prefill
@@ -1227,6 +1232,23 @@ static double deadline(const struct cosy_sched *s, const sjob *j, int sample_rat
   return d - now < 2.0 * s->round_s ? -2e12 + d : d;
 }
 
+/* Some request still waits for its first chunk's tokens from the LLM (e->mu held): admitted,
+ * prefilling or decoding towards its first chunk. While one does, the token-to-wave thread holds
+ * back chunks that are not needed soon (more than defer_s of audio ahead of playback), so that
+ * the device is the LLM's: in a burst the prefill and the first decode steps of the new requests
+ * otherwise share it with the old requests' later chunks (on an H100 at W1 C = 64 a burst's
+ * prefill took 128 ms instead of 60 while the previous wave's last chunks ran). The held chunks
+ * lose nothing: their audio lasts longer than the wave's first chunks take, and they become
+ * urgent (deadline) well before it runs out. Text-streamed requests, which may wait for text
+ * for as long as their client likes, do not count. */
+static int llm_first_wanted(const struct cosy_sched *s) {
+  for (const sjob *j = s->active; j; j = j->next)
+    if (j->chunks_done == 0 && j->seg_i == 0 && !j->collect_only && !j->bistream && !j->err &&
+        !j->final_done && !j->busy && !j->llm_done && !cancelled(j->r) && !chunk_tokens_ready(j))
+      return 1;
+  return 0;
+}
+
 /* The most urgent FLOW_BATCH_JOBS candidates, earliest deadline first: rank_insert keeps r[0..n)
  * sorted (ties in arrival order) and drops a candidate later than all of a full list. */
 typedef struct ranked {
@@ -1528,6 +1550,13 @@ static void *t2w_main(void *arg) {
         pthread_cond_wait(&s->cv_t2w, &e->mu);
       continue;
     }
+    /* the most urgent ready chunk has more than defer_s of audio ahead (first chunks and urgent
+     * ones rank far below any real time) while a new request awaits its first tokens: wait */
+    if (s->defer_s > 0 && rk[0].deadline > now + s->defer_s && !e->stopping &&
+        llm_first_wanted(s)) {
+      timed_wait(&s->cv_t2w, &e->mu, DEFER_POLL_MS);
+      continue;
+    }
     /* a batch of at most flow_frames (FLOW_BATCH_FRAMES) new frames (the first job always goes),
      * so a first chunk that arrives while a batch runs waits for a short one; with first_only a
      * batch that starts with first chunks holds nothing else */
@@ -1697,6 +1726,15 @@ cosy_status sched_start(cosy_engine *e) {
   }
   s->no_urgent = env_is("COSY_SCHED_URGENT", "0");
   s->round_s = 0.1;
+  {
+    const char *dv = getenv("COSY_SCHED_DEFER");
+    s->defer_s = DEFER_SLACK_S;
+    if (dv && dv[0]) {
+      char *end = NULL;
+      const double v = strtod(dv, &end);
+      if (end && !*end && v >= 0 && v <= 60) s->defer_s = v;
+    }
+  }
   s->first_only = env_is("COSY_SCHED_FIRST_ONLY", "1");
   const char *ff = getenv("COSY_SCHED_FLOW_FRAMES");
   s->flow_frames = FLOW_BATCH_FRAMES;
