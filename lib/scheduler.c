@@ -167,6 +167,8 @@ typedef struct sjob {
   char msg[512];
   int busy;                   /* a flow or vocoder call is in flight for it (from its flow call
                                  until its vocoder call has advanced its chunk state) */
+  double audio_until;         /* when its delivered audio runs out, played from its first audio
+                                 in real time (cosy_now() time; set with each chunk) */
   /* token-to-wave side (token-to-wave thread only) */
   void *fs, *vs;
   int offset, hop, next_hop_base, chunks_done, final_done;
@@ -190,6 +192,7 @@ struct cosy_sched {
   int n_llm;                     /* active jobs the LLM thread still owns */
   int first_in_flight;           /* a first chunk's flow call is running */
   double round_s;                /* moving average of a token-to-wave round (flow + vocoder), s */
+  double step_s;                 /* moving average of a decode step's wall time, s (LLM thread) */
   double defer_s;                /* COSY_SCHED_DEFER (seconds, 0 = off; default DEFER_SLACK_S):
                                     while requests wait for their first chunk's tokens, chunks
                                     with more audio ahead than this wait (llm_first_wanted) */
@@ -204,10 +207,11 @@ struct cosy_sched {
                                     while first chunks wait (first_pending, decode step) */
   int pause_mode;                /* COSY_SCHED_PAUSE: the LLM's pause while a first chunk's flow
                                     runs at light load (2 .. first_chunk_wait_max active
-                                    requests): 1 (default) always, 2 unless a request with
-                                    audio out waits for its next chunk's tokens
-                                    (tokens_gate_audio), 0 never, 3 as 1 and also for a
-                                    request alone */
+                                    requests): 1 (default) unless it would make a request's
+                                    audio run out (pause_risks_underrun), 2 unless a request
+                                    with audio out waits for its next chunk's tokens
+                                    (tokens_gate_audio), 3 always, 4 as 3 and also for a
+                                    request alone, 0 never */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
@@ -927,6 +931,24 @@ static int tokens_gate_audio(const struct cosy_sched *s) {
   return 0;
 }
 
+/* Pausing the LLM now could make a request's audio run out (e->mu held): a request with audio
+ * out whose next chunk still lacks tokens has less audio left than those tokens' decode steps
+ * (at the recent step time) plus PAUSE_GUARD_ROUNDS token-to-wave rounds (the pause itself, the
+ * round the chunk may wait for, its own round). On an H100 at W1 C = 64 the unconditional pause
+ * made the second chunk of a burst's short first chunks (0.36 s of audio) late by ~15 ms in one
+ * run of four (bench/RESULTS.md). */
+#define PAUSE_GUARD_ROUNDS 3.0
+static int pause_risks_underrun(const struct cosy_sched *s, double now) {
+  for (const sjob *j = s->active; j; j = j->next) {
+    if (j->chunks_done == 0 || j->llm_done || j->llm_released || j->err || j->collect_only ||
+        cancelled(j->r) || chunk_tokens_ready(j))
+      continue;
+    const int missing = j->offset + j->hop + LOOKAHEAD - j->n_tok;
+    if (j->audio_until - now < missing * s->step_s + PAUSE_GUARD_ROUNDS * s->round_s) return 1;
+  }
+  return 0;
+}
+
 static void *llm_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
@@ -957,9 +979,10 @@ static void *llm_main(void *arg) {
      * are all the pause would hold back (on an H100 it moved W1's C = 1 first audio 32 -> 37 ms
      * and RTF 0.0305 -> 0.0285 with the batch-invariant LLM; bench/RESULTS.md) */
     if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 && s->pause_mode &&
-        (s->n_llm >= 2 || s->pause_mode == 3) &&
+        (s->n_llm >= 2 || s->pause_mode == 4) &&
         s->n_llm <= e->cfg.first_chunk_wait_max && !e->stopping &&
-        !(s->pause_mode == 2 && tokens_gate_audio(s))) {
+        !(s->pause_mode == 2 && tokens_gate_audio(s)) &&
+        !(s->pause_mode == 1 && pause_risks_underrun(s, cosy_now()))) {
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
       continue;
     }
@@ -1122,6 +1145,7 @@ static void *llm_main(void *arg) {
       note_status(e, st, msg);
       /* counters read by sched_stats on a caller's thread: atomic (TSan) */
       trace(s, "step", nr, 0, 0, dt);
+      s->step_s = s->step_s > 0 ? 0.8 * s->step_s + 0.2 * dt : dt;
       __atomic_add_fetch(&s->steps, 1, __ATOMIC_RELAXED);
       __atomic_add_fetch(&s->step_rows, nr, __ATOMIC_RELAXED);
       for (int i = 0; i < nr; i++) {
@@ -1469,6 +1493,7 @@ static void voc_batch(cosy_engine *e, vitem **it, int n) {
     }
     j->chunks_done++;
     j->busy = 0;
+    j->audio_until = j->r->t_first + (double)j->r->native_out / e->model->hp.sample_rate;
     pthread_mutex_unlock(&e->mu);
   }
   __atomic_add_fetch(&s->voc_calls, 1, __ATOMIC_RELAXED);
@@ -1715,8 +1740,7 @@ cosy_status sched_start(cosy_engine *e) {
   s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
   {
     const char *pm = getenv("COSY_SCHED_PAUSE");
-    s->pause_mode =
-        pm && (!strcmp(pm, "0") || !strcmp(pm, "2") || !strcmp(pm, "3")) ? atoi(pm) : 1;
+    s->pause_mode = pm && pm[0] >= '0' && pm[0] <= '4' && !pm[1] ? pm[0] - '0' : 1;
   }
   {
     const char *pe = getenv("COSY_SCHED_PREFILL_EVERY");
