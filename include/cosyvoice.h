@@ -186,13 +186,14 @@ typedef struct cosy_engine_config {
   int32_t log_level;           /**< highest level passed to log_fn; see below */
   cosy_log_fn log_fn;          /**< NULL = no logging */
   void *log_user;              /**< passed to log_fn */
-  int32_t first_chunk_wait_max; /**< time to first audio at light load: while at most this many
+  int32_t first_chunk_wait_max; /**< time to first audio at light load: while 2 to this many
                                     requests are active, the LLM pauses while a first chunk's
-                                    flow runs, so the two do not share the device; and a request
-                                    admitted while at most this many are active or queued (it
-                                    included) with first_chunk_tokens 0 gets a first chunk
-                                    shorter than a block (cosy_synth_params); 0 = default (GPU 64,
-                                    CPU none), negative = neither */
+                                    flow runs, so the two do not share the device (unless the
+                                    pause could make another request's audio run out); and a
+                                    request admitted while at most this many are active or
+                                    queued (it included) with first_chunk_tokens 0 gets a first
+                                    chunk shorter than a block (cosy_synth_params); 0 = default
+                                    (GPU 64, CPU none), negative = neither */
   int32_t vocoder_precision;   /**< arithmetic of the GPU vocoder's convolutions: 0 = default
                                     (COSY_VOCODER_TF32), COSY_VOCODER_ACCURATE or
                                     COSY_VOCODER_TF32; the CPU path is fp32 either way */
