@@ -205,8 +205,6 @@ struct cosy_sched {
                                     every N-th LLM iteration (default 1: every one) */
   int first_hold;                /* COSY_SCHED_FIRST_HOLD=1: decode only where tokens gate audio
                                     while first chunks wait (first_pending, decode step) */
-  int urgent_hold;               /* COSY_SCHED_URGENT_HOLD=1: the same while a chunk with audio
-                                    out is urgent (urgent_pending) */
   int pause_mode;                /* COSY_SCHED_PAUSE: the LLM's pause while a first chunk's flow
                                     runs at light load (2 .. first_chunk_wait_max active
                                     requests): 1 (default) unless it would make a request's
@@ -917,20 +915,6 @@ static int first_pending(const struct cosy_sched *s) {
   return 0;
 }
 
-/* A request with audio out has its next chunk's tokens (or that chunk in flight) and less audio
- * left than HOLD_ROUNDS token-to-wave rounds (e->mu held): the token-to-wave stage, not the LLM,
- * stands between it and an underrun (COSY_SCHED_URGENT_HOLD, a measurement knob: decode rows
- * whose next chunk has its tokens sit out while one is). */
-#define HOLD_ROUNDS 3.0
-static int urgent_pending(const struct cosy_sched *s, double now) {
-  for (const sjob *j = s->active; j; j = j->next)
-    if (j->chunks_done > 0 && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r) &&
-        (j->busy || j->n_tok - j->offset >= j->hop + LOOKAHEAD || j->llm_done) &&
-        j->audio_until - now < HOLD_ROUNDS * s->round_s)
-      return 1;
-  return 0;
-}
-
 /* the job's next chunk already has its tokens (e->mu held) */
 static int chunk_tokens_ready(const sjob *j) {
   return !j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD;
@@ -1029,8 +1013,7 @@ static void *llm_main(void *arg) {
       }
     }
     int k = 0, awaiting = 0;
-    const int hold = (s->first_hold && first_pending(s)) ||
-                     (s->urgent_hold && urgent_pending(s, cosy_now()));
+    const int hold = s->first_hold && first_pending(s);
     for (sjob *j = s->active; j && k < cap; j = j->next)
       if (!j->llm_released) {
         j->held = hold && chunk_tokens_ready(j); /* sits out this iteration's decode step */
@@ -1755,7 +1738,6 @@ cosy_status sched_start(cosy_engine *e) {
   if (tt && tt[0]) s->ttrace = fopen(tt, "w");
   /* the measurement knobs, before the threads start */
   s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
-  s->urgent_hold = env_is("COSY_SCHED_URGENT_HOLD", "1");
   {
     const char *pm = getenv("COSY_SCHED_PAUSE");
     s->pause_mode = pm && pm[0] >= '0' && pm[0] <= '4' && !pm[1] ? pm[0] - '0' : 1;
