@@ -305,6 +305,40 @@ static int32_t on_chunk(void *user, const cosy_chunk *c) {
   return 0;
 }
 
+/* Every request of a batch of nb (seeds: p's for the first, 1000 + i for the others) against the
+ * same request alone on the same engine afterwards (blocking; streaming == blocking is asserted
+ * above): how many are identical sample for sample, how many have the same length (the same
+ * number of tokens), and the largest difference. tokens_same: assert equal lengths (the
+ * batch-invariant LLM: the same tokens whatever the batch). */
+static void solo_compare(cosy_engine *e, cosy_voice *v, const cosy_synth_params *p,
+                         const pushbuf *bb, int nb, int tokens_same, const char *what) {
+  int same = 0, same_len = 0;
+  double worst_abs = 0, worst_rl = 0;
+  for (int i = 0; i < nb; i++) {
+    cosy_synth_params q = *p;
+    q.seed = i == 0 ? p->seed : 1000 + (uint64_t)i;
+    float *o = NULL;
+    int64_t n = 0;
+    if (cosy_synthesize(e, v, TEXT, &q, &o, &n)) fail_msg("synthesize: %s", cosy_last_error());
+    if (n == bb[i].n) {
+      same_len++;
+      const double d = tu_max_abs_diff(o, bb[i].pcm, (size_t)n);
+      const double rl = tu_rel_l2(o, bb[i].pcm, (size_t)n);
+      same += d == 0;
+      worst_abs = d > worst_abs ? d : worst_abs;
+      worst_rl = rl > worst_rl ? rl : worst_rl;
+    } else {
+      print_message("%s: request %d: %lld samples in the batch, %lld alone (other tokens)\n",
+                    what, i, (long long)bb[i].n, (long long)n);
+    }
+    if (tokens_same) assert_int_equal(n, bb[i].n);
+    cosy_free(o);
+  }
+  print_message("%s: each of %d requests among the others vs alone: %d identical sample for "
+                "sample, %d of the same length; largest max abs %.3g, rel L2 %.3g (over those)\n",
+                what, nb, same, same_len, worst_abs, worst_rl);
+}
+
 static void test_gpu_synthesis(void **state) {
   (void)state;
   TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
@@ -516,6 +550,8 @@ static void test_gpu_synthesis(void **state) {
                   (double)es.flow_jobs / (es.flow_calls ? es.flow_calls : 1),
                   (double)es.vocoder_jobs / (es.vocoder_calls ? es.vocoder_calls : 1));
     assert_int_equal(bb[0].n, nb);
+    /* the default LLM is not batch-invariant by construction: measured, not asserted */
+    solo_compare(e2, v2, &p, bb, NB, 0, "default LLM");
     for (int i = 0; i < NB; i++) free(bb[i].pcm);
     cosy_voice_release(v2);
     cosy_engine_destroy(e2);
@@ -561,6 +597,7 @@ static void test_gpu_synthesis(void **state) {
                                       "rounding differences into O(1) ones; not asserted)");
     assert_int_equal(bb[0].n, solo.n);
     if (full_model()) assert_true(rl < 0.05);
+    solo_compare(e2, v2, &p, bb, NB, 1, "batch-invariant LLM");
     free(solo.pcm);
     for (int i = 0; i < NB; i++) free(bb[i].pcm);
     cosy_voice_release(v2);
