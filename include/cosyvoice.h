@@ -169,7 +169,7 @@ typedef void (*cosy_log_fn)(void *user, int32_t level, const char *msg);
 /** Engine configuration. Append-only; 0 in any field means the default. */
 typedef struct cosy_engine_config {
   uint32_t struct_size;        /**< sizeof(cosy_engine_config), set by cosy_engine_config_init */
-  uint32_t flags;              /**< reserved, must be 0 */
+  uint32_t flags;              /**< COSY_ENGINE_* bits (below); other bits must be 0 */
   const char *model_path;      /**< path of the .gguf model file (required) */
   int32_t device;              /**< CUDA ordinal (0 = first GPU), or COSY_DEVICE_CPU (-1) */
   float gpu_memory_fraction;   /**< share of the device's memory the engine may take, (0, 1]; 0 = 0.9 */
@@ -211,13 +211,30 @@ typedef struct cosy_engine_config {
  *                          within ~1e-3 of the fp32 reference (the CPU path's arithmetic). */
 #define COSY_VOCODER_ACCURATE 1
 #define COSY_VOCODER_TF32 2
+/* flags:
+ *   COSY_ENGINE_BATCH_INVARIANT  a request's speech tokens for a given seed do not depend on which
+ *                          other requests share its LLM batches: on the GPU every decode step runs
+ *                          one tensor-core kernel family whose per-row arithmetic is fixed by the
+ *                          matrix shapes, and the prefill one GEMM algorithm per shape (tested bit
+ *                          for bit, alone vs among others). It costs speed (one H100, W1: C = 1
+ *                          RTF 0.0288 against 0.0254; C = 64 4-6% less throughput and, in a burst
+ *                          of 64 short first chunks, some second chunks late by a few ms; see
+ *                          README "Batch invariance on the GPU"). Without it the GPU LLM chooses
+ *                          kernels by batch size; measured on the full-size model, every request
+ *                          of a batch of 32 still gave its audio alone, sample for sample, but
+ *                          that is not guaranteed. The flow and vocoder are not covered (the flow
+ *                          GEMMs choose their algorithm by row bucket). The CPU path is
+ *                          batch-invariant without the flag. A GPU that cannot run the kernels
+ *                          (compute capability below 8.0): COSY_ERR_UNSUPPORTED. */
+#define COSY_ENGINE_BATCH_INVARIANT 1u
 /* log_level: 0 means the default (COSY_LOG_WARN); pass COSY_LOG_INFO or COSY_LOG_DEBUG for more,
  * and a negative value for errors only.
  * Limits: cosy_engine_create checks every field before it reads the model or touches a device and
  * returns COSY_ERR_INVALID_ARG, with a message naming the field, for a value outside its stated
  * range (device -1..1023, gpu_memory_fraction (0, 1], max_active 0..4096 and at most 256 with
  * device >= 0, max_queued 0..1048576, cpu_threads 0..1024, log_level at most COSY_LOG_DEBUG,
- * vocoder_precision 0..COSY_VOCODER_TF32, flags and reserved fields 0); nothing is clamped. A GPU engine that cannot fit the weights,
+ * vocoder_precision 0..COSY_VOCODER_TF32, flags only COSY_ENGINE_* bits, reserved fields 0);
+ * nothing is clamped. A GPU engine that cannot fit the weights,
  * the workspaces for max_active requests and the smallest LLM KV cache into gpu_memory_fraction
  * of the device fails with COSY_ERR_GPU_NO_MEMORY (the message says which fraction would do). */
 

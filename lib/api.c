@@ -184,7 +184,9 @@ COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine
   cosy_engine_config cfg;
   cosy_status st = cosy_struct_in(&cfg, sizeof cfg, c, MIN_ENGINE_CONFIG, "cosy_engine_config");
   if (st) return st;
-  if (cfg.flags) return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_config.flags must be 0");
+  if (cfg.flags & ~COSY_ENGINE_BATCH_INVARIANT)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_config.flags 0x%x has unknown bits",
+                    cfg.flags);
   if (!cfg.model_path || !cfg.model_path[0])
     return cosy_err(COSY_ERR_INVALID_ARG, "cosy_engine_config.model_path is not set");
   if (cfg.device < -1 || cfg.device > 1023)

@@ -235,6 +235,15 @@ static cosy_status gb_create(cosy_engine *e) {
     gpu_llm_set_tc(s->llm, 0);
     gpu_llm_set_tuning(s->llm, 256, -1);
   }
+  /* the caller's COSY_ENGINE_BATCH_INVARIANT wins over the measurement knob */
+  if ((e->cfg.flags & COSY_ENGINE_BATCH_INVARIANT) && !gpu_llm_set_tc(s->llm, 1)) {
+    st = cosy_err(COSY_ERR_UNSUPPORTED,
+                  "COSY_ENGINE_BATCH_INVARIANT: this GPU (compute capability %d.%d) or model "
+                  "cannot run the batch-invariant LLM kernels",
+                  s->g->dev.cc_major, s->g->dev.cc_minor);
+    gb_destroy(e);
+    return st;
+  }
   const cosy_kdev *d = &s->g->dev;
   engine_log(e, COSY_LOG_INFO,
              "GPU %d: %s, compute capability %d.%d, %d SMs, %zu KB shared memory per block, "

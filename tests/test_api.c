@@ -101,7 +101,7 @@ static void test_engine_create_args(void **state) {
   struct { const char *what; void (*set)(cosy_engine_config *); } bad[] = {
     {"fraction 1.5", NULL}, {"fraction -0.1", NULL}, {"fraction NaN", NULL}, {"device -2", NULL},
     {"device 5000", NULL}, {"max_active -1", NULL}, {"max_active 5000", NULL},
-    {"max_queued -1", NULL}, {"cpu_threads -3", NULL}, {"flags 1", NULL}, {"log_level 9", NULL},
+    {"max_queued -1", NULL}, {"cpu_threads -3", NULL}, {"flags 2", NULL}, {"log_level 9", NULL},
     {"max_active 4097", NULL}, {"max_queued 2^20 + 1", NULL}, {"cpu_threads 1025", NULL},
     {"vocoder_precision 3", NULL}, {"vocoder_precision -1", NULL},
   };
@@ -117,7 +117,7 @@ static void test_engine_create_args(void **state) {
       case 6: x.max_active = 5000; break;
       case 7: x.max_queued = -1; break;
       case 8: x.cpu_threads = -3; break;
-      case 9: x.flags = 1; break;
+      case 9: x.flags = 2; break; /* an unknown bit (1 is COSY_ENGINE_BATCH_INVARIANT) */
       case 10: x.log_level = 9; break;
       case 11: x.max_active = 4097; break;
       case 12: x.max_queued = (1 << 20) + 1; break;
@@ -136,6 +136,12 @@ static void test_engine_create_args(void **state) {
     assert_null(e);
     x.vocoder_precision = COSY_VOCODER_TF32;
     expect_status(cosy_engine_create(&x, &e), COSY_ERR_IO, "vocoder_precision TF32");
+    assert_null(e);
+    x.flags = COSY_ENGINE_BATCH_INVARIANT;
+    expect_status(cosy_engine_create(&x, &e), COSY_ERR_IO, "flags COSY_ENGINE_BATCH_INVARIANT");
+    assert_null(e);
+    x.flags = COSY_ENGINE_BATCH_INVARIANT | 0x80000000u;
+    expect_status(cosy_engine_create(&x, &e), COSY_ERR_INVALID_ARG, "flags with a high bit");
     assert_null(e);
   }
   /* the GPU path decodes at most 256 requests together: more is rejected at create, before the

@@ -556,16 +556,18 @@ static void test_gpu_synthesis(void **state) {
     cosy_voice_release(v2);
     cosy_engine_destroy(e2);
   }
-  /* the same with the batch-invariant LLM (COSY_LLM_DECODE=tc: decode on kernels/gemv.cu
-   * gemv_tc, prefill GEMMs on cosy_k_gemm_inv): the request alone, then among 31 others, on one
-   * engine: the same tokens, so the same length; the flow's GEMMs choose their algorithm by row
-   * bucket, so the audio may differ in rounding only (another token gives rel L2 ~1) */
+  /* the same with the batch-invariant LLM (COSY_ENGINE_BATCH_INVARIANT: decode on
+   * kernels/gemv.cu gemv_tc, prefill GEMMs on cosy_k_gemm_inv): the request alone, then among 31
+   * others, on one engine: the same tokens, so the same length; the flow's GEMMs choose their
+   * algorithm by row bucket, so the audio may differ in rounding only (another token gives rel
+   * L2 ~1). The flag wins over the measurement knob COSY_LLM_DECODE=mixed. */
   {
-    setenv("COSY_LLM_DECODE", "tc", 1);
+    setenv("COSY_LLM_DECODE", "mixed", 1);
     cosy_engine *e2 = NULL;
     cosy_engine_config ct = c;
     ct.log_fn = print_log;
     ct.log_level = COSY_LOG_WARN;
+    ct.flags = COSY_ENGINE_BATCH_INVARIANT;
     cosy_status cst = cosy_engine_create(&ct, &e2);
     unsetenv("COSY_LLM_DECODE");
     if (cst) fail_msg("create: %s", cosy_last_error());

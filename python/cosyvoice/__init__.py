@@ -15,7 +15,7 @@ from ._capi import (CHUNK_LAST, DEVICE_CPU, ERR_CANCELLED, ERR_CUDA, ERR_DEVICE_
                     ERR_TIMEOUT, ERR_UNSUPPORTED, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARN,
                     MODE_CROSS_LINGUAL, MODE_INSTRUCT, MODE_ZERO_SHOT, OK,
                     SYNTH_FULL_ATTENTION_FINAL, SYNTH_NO_TEXT_NORMALIZATION, VOCODER_ACCURATE,
-                    VOCODER_TF32, LibraryNotFound,
+                    VOCODER_TF32, ENGINE_BATCH_INVARIANT, LibraryNotFound,
                     find_library, last_error, status_str)
 from .audio import read_wav, to_pcm16, wav_header, write_wav
 from .engine import (Engine, EngineStats, Request, RequestStats, Voice, audio_to_mel, make_params,

@@ -52,6 +52,7 @@ SYNTH_TEXT_STREAM = 0x8  # text pushed with cosy_request_push_text / cosy_reques
 CHUNK_LAST = 0x1
 LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
 VOCODER_ACCURATE, VOCODER_TF32 = 1, 2
+ENGINE_BATCH_INVARIANT = 0x1  # cosy_engine_config.flags: tokens independent of the batch
 SPEAKER_DIM = 192
 MEL_BINS = 80
 SPEECH_VOCAB = 6561

@@ -147,10 +147,12 @@ class Engine:
 
     def __init__(self, model_path, device=_capi.DEVICE_CPU, gpu_memory_fraction=0.0,
                  max_active=0, max_queued=0, cpu_threads=0, first_chunk_wait_max=0,
-                 log_level=0, log=None, vocoder_precision=0):
+                 log_level=0, log=None, vocoder_precision=0, batch_invariant=False):
         """log: None, or a callable(level, message) called from engine threads.
         vocoder_precision: 0 (default: TF32), VOCODER_TF32 or VOCODER_ACCURATE (fp32-level GPU
-        vocoder; cosyvoice.h says what it changes)."""
+        vocoder; cosyvoice.h says what it changes).
+        batch_invariant: COSY_ENGINE_BATCH_INVARIANT, a request's tokens do not depend on the
+        other requests of its batches (slower on the GPU; cosyvoice.h says how much)."""
         self._h = None
         self._voices = weakref.WeakSet()
         cfg = _capi.EngineConfig()
@@ -161,6 +163,7 @@ class Engine:
         cfg.max_active, cfg.max_queued, cfg.cpu_threads = max_active, max_queued, cpu_threads
         cfg.first_chunk_wait_max = first_chunk_wait_max
         cfg.vocoder_precision = vocoder_precision
+        cfg.flags = _capi.ENGINE_BATCH_INVARIANT if batch_invariant else 0
         cfg.log_level = log_level
         if log is not None:
             def _log(_user, level, msg):

@@ -133,6 +133,8 @@ def test_errors_carry_last_error():
         cosyvoice.Engine("/nonexistent/model.gguf")
     assert ei.value.status == cosyvoice.ERR_IO and "/nonexistent/model.gguf" in ei.value.message
     assert ei.value.where == "cosy_engine_create"
+    with pytest.raises(cosyvoice.IOError_):   # the flag passes the checks; the file does not
+        cosyvoice.Engine("/nonexistent/model.gguf", batch_invariant=True)
     with pytest.raises(cosyvoice.InvalidArgument) as ei:
         cosyvoice.audio_to_mel(__import__("numpy").zeros(100, "f"), 1000)   # rate out of range
     assert ei.value.message
