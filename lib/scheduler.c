@@ -193,8 +193,6 @@ struct cosy_sched {
   int first_in_flight;           /* a first chunk's flow call is running */
   double round_s;                /* moving average of a token-to-wave round (flow + vocoder), s */
   double step_s;                 /* moving average of a decode step's wall time, s (LLM thread) */
-  int pause_wave;                /* COSY_SCHED_PAUSE_WAVE (default 1): no pause while a request
-                                    still waits for its first chunk's tokens (llm_first_wanted) */
   double defer_s;                /* COSY_SCHED_DEFER (seconds, 0 = off; default DEFER_SLACK_S):
                                     while requests wait for their first chunk's tokens, chunks
                                     with more audio ahead than this wait (llm_first_wanted) */
@@ -940,7 +938,6 @@ static int tokens_gate_audio(const struct cosy_sched *s) {
  * made the second chunk of a burst's short first chunks (0.36 s of audio) late by ~15 ms in one
  * run of four (bench/RESULTS.md). */
 #define PAUSE_GUARD_ROUNDS 3.0
-static int llm_first_wanted(const struct cosy_sched *s);
 static int pause_risks_underrun(const struct cosy_sched *s, double now) {
   for (const sjob *j = s->active; j; j = j->next) {
     if (j->chunks_done == 0 || j->llm_done || j->llm_released || j->err || j->collect_only ||
@@ -980,15 +977,12 @@ static void *llm_main(void *arg) {
     /* time to first audio first: at light load the LLM pauses while a first chunk's flow runs,
      * so the two do not compete for the device; not for a request alone, whose own later tokens
      * are all the pause would hold back (on an H100 it moved W1's C = 1 first audio 32 -> 37 ms
-     * and RTF 0.0305 -> 0.0285 with the batch-invariant LLM; bench/RESULTS.md), and not while
-     * another request still waits for its own first chunk's tokens (in a burst the pause for
-     * the first ready chunks held back every later one's) */
+     * and RTF 0.0305 -> 0.0285 with the batch-invariant LLM; bench/RESULTS.md) */
     if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 && s->pause_mode &&
         (s->n_llm >= 2 || s->pause_mode == 4) &&
         s->n_llm <= e->cfg.first_chunk_wait_max && !e->stopping &&
         !(s->pause_mode == 2 && tokens_gate_audio(s)) &&
-        !(s->pause_mode == 1 && pause_risks_underrun(s, cosy_now())) &&
-        !(s->pause_wave && llm_first_wanted(s))) {
+        !(s->pause_mode == 1 && pause_risks_underrun(s, cosy_now()))) {
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
       continue;
     }
@@ -1744,7 +1738,6 @@ cosy_status sched_start(cosy_engine *e) {
   if (tt && tt[0]) s->ttrace = fopen(tt, "w");
   /* the measurement knobs, before the threads start */
   s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
-  s->pause_wave = !env_is("COSY_SCHED_PAUSE_WAVE", "0");
   {
     const char *pm = getenv("COSY_SCHED_PAUSE");
     s->pause_mode = pm && pm[0] >= '0' && pm[0] <= '4' && !pm[1] ? pm[0] - '0' : 1;
