@@ -114,7 +114,9 @@ __host__ __device__ inline int sx_off(int col, int h) {
  * half, as one ldmatrix reads them, hit 32 distinct banks) */
 __host__ __device__ inline int sw_off(int row, int h) { return sx_off(row, h); }
 /* strip planes: tf32(x), and for 3xTF32 also tf32(x - tf32(x)) */
-inline int conv_planes(int prec) { return prec == COSY_HPREC_3XTF32 ? 2 : 1; }
+__host__ __device__ constexpr int conv_planes(int prec) {
+  return prec == COSY_HPREC_3XTF32 ? 2 : 1;
+}
 /* one weight slab of kt taps [kt][BM][CK] + the strip [planes][strip_len][XP] */
 inline size_t conv_smem(int kt, int k, int dil, int stride, int planes) {
   return ((size_t)kt * BM * CK + (size_t)planes * strip_len(k, dil, stride) * XP) * sizeof(float);
@@ -225,7 +227,7 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
   const int SL = strip_len(K, dil, stride);
   /* the region: the weight slab [KT][BM][CK] (taps j0 .. j0 + KT - 1), then the strip's PL
    * planes [SL][XP] (tf32(x), and for 3xTF32 tf32(x - tf32(x))), column-major */
-  constexpr int PL = PREC == COSY_HPREC_3XTF32 ? 2 : 1;
+  constexpr int PL = conv_planes(PREC);
   float *const sW = smem, *const sX = smem + KT * BM * CK;
 
   const int tid = (int)threadIdx.x - kg * NT, lane = tid & 31, warp = tid >> 5;
@@ -715,7 +717,6 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
     return cudaErrorInvalidValue;
   const size_t cap = dev->smem_block;
   const int pl = conv_planes(prec);
-
   int max_tiles_t = 0, max_tiles_c = 0;
   long long active_blocks = 0;
   int min_chunks = 1 << 30;
@@ -748,7 +749,6 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
     p->kt[i] = kt;
     const size_t bytes = conv_smem(kt, c.k, c.dil, c.stride, pl);
     smem = bytes > smem ? bytes : smem;
-
     const int tt = (c.n_out + BN - 1) / BN, tc = (c.co + BM - 1) / BM;
     max_tiles_t = tt > max_tiles_t ? tt : max_tiles_t;
     max_tiles_c = tc > max_tiles_c ? tc : max_tiles_c;
