@@ -899,6 +899,18 @@ static void thread_enter(cosy_engine *e) {
 #endif
 }
 
+/* the job's next chunk already has its tokens (e->mu held) */
+static int chunk_tokens_ready(const sjob *j) {
+  return !j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD;
+}
+
+/* the request's first chunk is still to come from this job (its first segment, streamed, not
+ * failed, finished or cancelled; e->mu held) */
+static int first_open(const sjob *j) {
+  return j->chunks_done == 0 && j->seg_i == 0 && !j->collect_only && !j->err && !j->final_done &&
+         !cancelled(j->r);
+}
+
 /* First audio before more tokens (COSY_SCHED_FIRST_HOLD=1; e->mu held). While some request's
  * first chunk has its tokens but has not been delivered yet, a decode step serves only the
  * requests whose next chunk still lacks tokens: a request whose next chunk could already be
@@ -909,15 +921,8 @@ static void thread_enter(cosy_engine *e) {
  * can always make progress on a held request without the LLM. */
 static int first_pending(const struct cosy_sched *s) {
   for (const sjob *j = s->active; j; j = j->next)
-    if (j->chunks_done == 0 && j->seg_i == 0 && !j->collect_only && !j->err && !j->final_done &&
-        !cancelled(j->r) && (j->busy || j->n_tok - j->offset >= j->hop + LOOKAHEAD))
-      return 1;
+    if (first_open(j) && (j->busy || chunk_tokens_ready(j))) return 1;
   return 0;
-}
-
-/* the job's next chunk already has its tokens (e->mu held) */
-static int chunk_tokens_ready(const sjob *j) {
-  return !j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD;
 }
 
 /* Some request whose audio has started waits for its next chunk's tokens (e->mu held): its
@@ -940,10 +945,10 @@ static int tokens_gate_audio(const struct cosy_sched *s) {
 #define PAUSE_GUARD_ROUNDS 3.0
 static int pause_risks_underrun(const struct cosy_sched *s, double now) {
   for (const sjob *j = s->active; j; j = j->next) {
+    const int missing = j->offset + j->hop + LOOKAHEAD - j->n_tok; /* > 0: tokens not ready */
     if (j->chunks_done == 0 || j->llm_done || j->llm_released || j->err || j->collect_only ||
-        cancelled(j->r) || chunk_tokens_ready(j))
+        cancelled(j->r) || missing <= 0)
       continue;
-    const int missing = j->offset + j->hop + LOOKAHEAD - j->n_tok;
     if (j->audio_until - now < missing * s->step_s + PAUSE_GUARD_ROUNDS * s->round_s) return 1;
   }
   return 0;
@@ -1246,13 +1251,19 @@ static int job_frames(const struct cosy_sched *s, const sjob *j, int kind) {
   return 2 * ((kind == 1 ? j->hop + LOOKAHEAD : j->n_tok - j->offset)) + 50;
 }
 
+/* when the request's delivered audio runs out, played in real time from its first audio (the
+ * token-to-wave thread, which writes both) */
+static double audio_end(const cosy_request *r, int sample_rate) {
+  return r->t_first + (double)r->native_out / sample_rate;
+}
+
 /* The rank of a ready chunk (smaller goes first): a chunk whose request's audio runs out within
  * two token-to-wave rounds (s->round_s: it could not come in time from the round after next)
  * ranks before every first chunk, by its playback deadline; then first chunks, by arrival; then
  * the rest by playback deadline (when the audio delivered so far runs out). e->mu held. */
 static double deadline(const struct cosy_sched *s, const sjob *j, int sample_rate, double now) {
   if (j->chunks_done == 0 && j->seg_i == 0) return -1e12 + j->r->t_submit;
-  const double d = j->r->t_first + (double)j->r->native_out / sample_rate;
+  const double d = audio_end(j->r, sample_rate);
   return d - now < 2.0 * s->round_s ? -2e12 + d : d;
 }
 
@@ -1267,8 +1278,7 @@ static double deadline(const struct cosy_sched *s, const sjob *j, int sample_rat
  * for as long as their client likes, do not count. */
 static int llm_first_wanted(const struct cosy_sched *s) {
   for (const sjob *j = s->active; j; j = j->next)
-    if (j->chunks_done == 0 && j->seg_i == 0 && !j->collect_only && !j->bistream && !j->err &&
-        !j->final_done && !j->busy && !j->llm_done && !cancelled(j->r) && !chunk_tokens_ready(j))
+    if (first_open(j) && !j->bistream && !j->busy && !j->llm_done && !chunk_tokens_ready(j))
       return 1;
   return 0;
 }
@@ -1493,7 +1503,7 @@ static void voc_batch(cosy_engine *e, vitem **it, int n) {
     }
     j->chunks_done++;
     j->busy = 0;
-    j->audio_until = j->r->t_first + (double)j->r->native_out / e->model->hp.sample_rate;
+    j->audio_until = audio_end(j->r, e->model->hp.sample_rate);
     pthread_mutex_unlock(&e->mu);
   }
   __atomic_add_fetch(&s->voc_calls, 1, __ATOMIC_RELAXED);
