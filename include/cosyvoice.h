@@ -460,7 +460,12 @@ typedef struct cosy_chunk {
 typedef int32_t (*cosy_chunk_fn)(void *user, const cosy_chunk *chunk);
 
 /** Start an utterance. With fn != NULL audio is pushed to fn; with fn == NULL it is pulled with
- *  cosy_request_read. Returns at once; *out must be released with cosy_request_release. */
+ *  cosy_request_read. The text is normalized, split and tokenized on the calling thread before
+ *  this returns (about 6 ms per 1,000 characters on one CPU core), so that many callers prepare
+ *  their texts in parallel; the synthesis itself runs on the engine's threads. A text that turns
+ *  out to hold nothing to say still returns COSY_OK here, and the request then ends with
+ *  COSY_ERR_TEXT and the reason (cosy_request_wait). *out must be released with
+ *  cosy_request_release. */
 COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, const char *text,
                                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
                                          cosy_request **out);

@@ -41,6 +41,7 @@ void request_free(cosy_request *r) {
   free(r->instruct_text);
   free(r->buf);
   free(r->tx_raw);
+  free(r->prep_msg);
   cosy_text_segments_free(r->segs, r->n_segs);
   free(r->tx_ids);
   pthread_mutex_destroy(&r->mu);

@@ -223,6 +223,8 @@ struct cosy_request {
   pthread_t cb_thread;           /* the thread running it */
   struct cosy_request *next;     /* scheduler queue */
   struct sjob *job;              /* the scheduler's state of this utterance (scheduler.c) */
+  cosy_status prep_st;           /* preparing it on the caller's thread failed (sched_submit): */
+  char *prep_msg;                /* admission finishes the request with this status and message */
 
   /* text streaming (COSY_SYNTH_TEXT_STREAM, lib/textstream.c): pushed text is committed to ids on
    * the caller's thread; the LLM thread takes them one at a time */
@@ -235,7 +237,7 @@ struct cosy_request {
   int tx_ended;                  /* cosy_request_end_text was called (r->mu) */
 
   /* long text (scheduler.c): the normalized segments, synthesized in turn (set when the first
-   * segment's job is prepared, on the LLM thread) */
+   * segment's job is prepared: on the caller's thread at submission) */
   char **segs;
   int n_segs;
   int seg_alive;                 /* segment jobs made and not yet reaped (e->mu) */

@@ -830,7 +830,9 @@ static void admit(cosy_engine *e) {
     pthread_mutex_unlock(&e->mu);
     cosy_status st = COSY_OK;
     sjob *j = r->job;
-    if (!j) {
+    if (r->prep_st) { /* its text failed on the caller's thread (sched_submit) */
+      st = cosy_err(r->prep_st, "%s", r->prep_msg ? r->prep_msg : cosy_status_str(r->prep_st));
+    } else if (!j) { /* a text-streamed request: its job starts with no text */
       cosy_err_clear();
       st = job_prepare(e, r, 0, &j);
       if (!st) r->job = j;
@@ -1835,16 +1837,34 @@ void sched_stop(cosy_engine *e) {
   e->sched = NULL;
 }
 
+/* Submission prepares the request's job on the caller's thread: text normalization, splitting
+ * and tokenization (about 6 ms per 1,000 characters on one core, bench/bench_text.c) and the
+ * LLM's input embeddings, so a burst of requests is prepared by its callers in parallel instead
+ * of one after the other on the LLM thread, where every request's preparation also held back
+ * every running decode step (at W1 C = 64 on an H100 the LLM thread spent ~41 ms preparing the
+ * burst before its first prefill; bench/RESULTS.md). A text that fails here still comes back as
+ * the request's status (admit finishes it), as before. Text-streamed requests start with no text
+ * and are prepared at admission (cheap). */
 cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
   struct cosy_sched *s = e->sched;
-  pthread_mutex_lock(&e->mu);
-  if (e->stopping) {
-    pthread_mutex_unlock(&e->mu);
-    return cosy_err(COSY_ERR_INVALID_ARG, "the engine is being destroyed");
+  if (!r->text_stream) {
+    sjob *j = NULL;
+    cosy_err_clear();
+    cosy_status st = job_prepare(e, r, 0, &j);
+    if (st) {
+      r->prep_st = st;
+      r->prep_msg = cosy_strdup(cosy_last_error());
+    }
+    r->job = j;
   }
-  if (e->lost) {
+  pthread_mutex_lock(&e->mu);
+  if (e->stopping || e->lost) {
+    const int stopping = e->stopping;
     pthread_mutex_unlock(&e->mu);
-    return engine_check_lost(e);
+    if (r->job) job_free(r->job);
+    r->job = NULL;
+    return stopping ? cosy_err(COSY_ERR_INVALID_ARG, "the engine is being destroyed")
+                    : engine_check_lost(e);
   }
   /* the queue holds requests the LLM thread has not admitted yet; those that will take a free
    * active slot at its next admission are not waiting, so they do not count against max_queued
@@ -1856,6 +1876,8 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
   if (e->n_queued - free_slots >= e->cfg.max_queued) {
     int q = e->n_queued;
     pthread_mutex_unlock(&e->mu);
+    if (r->job) job_free(r->job);
+    r->job = NULL;
     return cosy_err(COSY_ERR_QUEUE_FULL,
                     "%d requests are already queued (max_queued %d beyond %d free active slots)",
                     q, e->cfg.max_queued, free_slots);

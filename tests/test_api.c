@@ -456,6 +456,52 @@ static void test_request_args(void **state) {
   cosy_request_release(r); /* released while running: cancelled and freed by the engine */
 }
 
+/* Submission prepares the text on the caller's thread (lib/scheduler.c sched_submit): a request
+ * queued behind max_active running ones already knows its text tokens when submit returns (before
+ * this it was prepared only at admission, on the LLM thread), and a text that cannot be
+ * synthesized still ends the request with COSY_ERR_TEXT and the normalizer's message. */
+static void test_submit_prepares(void **state) {
+  fixture *fx = (fixture *)*state;
+  TU_REQUIRE(fx->e, "small model absent");
+  cosy_engine_info in;
+  cosy_engine_info_init(&in, sizeof in);
+  expect_status(cosy_engine_get_info(fx->e, &in), COSY_OK, "info");
+  assert_true(in.max_active >= 1 && in.max_active <= 16);
+  cosy_synth_params p;
+  cosy_synth_params_init(&p, sizeof p);
+  p.seed = 7;
+  p.min_tokens = p.max_tokens = 2000; /* long: they hold every active slot while we look */
+  cosy_request *run[16] = {0}, *q = NULL;
+  for (int i = 0; i < in.max_active; i++)
+    expect_status(cosy_request_submit(fx->e, fx->v, "Hello there.", &p, noop_chunk, NULL, &run[i]),
+                  COSY_OK, "submit a long request");
+  p.min_tokens = p.max_tokens = 20;
+  expect_status(cosy_request_submit(fx->e, fx->v, "Hello there, how are you today?", &p, NULL, NULL, &q),
+                COSY_OK, "submit behind them");
+  cosy_request_stats rs;
+  cosy_request_stats_init(&rs, sizeof rs);
+  expect_status(cosy_request_get_stats(q, &rs), COSY_OK, "stats");
+  print_message("info: queued request: %d text tokens, %d speech tokens, done %d\n", rs.n_text_tokens,
+                rs.n_speech_tokens, rs.done);
+  assert_int_equal(rs.done, 0);
+  assert_int_equal(rs.n_speech_tokens, 0);
+  assert_true(rs.n_text_tokens > 0);
+  for (int i = 0; i < in.max_active; i++) cosy_request_release(run[i]);
+  expect_status(cosy_request_wait(q, -1), COSY_OK, "the queued request runs once they are gone");
+  cosy_request_release(q);
+  cosy_request *bad = NULL;
+  expect_status(cosy_request_submit(fx->e, fx->v, "  \n\t ", &p, NULL, NULL, &bad), COSY_OK,
+                "submit a blank text (the request carries the error)");
+  expect_status(cosy_request_wait(bad, -1), COSY_ERR_TEXT, "a blank text ends the request");
+  print_message("info: its message: %s\n", cosy_last_error());
+  assert_non_null(strstr(cosy_last_error(), "nothing to say"));
+  cosy_request_stats_init(&rs, sizeof rs);
+  expect_status(cosy_request_get_stats(bad, &rs), COSY_OK, "stats");
+  assert_int_equal(rs.done, 1);
+  assert_int_equal(rs.n_samples, 0);
+  cosy_request_release(bad);
+}
+
 int main(void) {
   const struct CMUnitTest plain[] = {
       cmocka_unit_test(test_version_and_status),
@@ -470,6 +516,7 @@ int main(void) {
       cmocka_unit_test(test_voice_file_round_trip),
       cmocka_unit_test(test_synth_params),
       cmocka_unit_test(test_request_args),
+      cmocka_unit_test(test_submit_prepares),
   };
   int fails = cmocka_run_group_tests_name("api", plain, NULL, NULL);
   fails += cmocka_run_group_tests_name("api with model", with_model, setup_engine, teardown_engine);

@@ -166,6 +166,11 @@ struct gpu_flow {
     gkey key;
     uint64_t used;
   } seen[SEEN_KEYS]; /* keys run once without a graph: captured at their second call */
+  /* COSY_FLOW_TIMING=path: one line per packed batch (measurement aid; batch_run) */
+  FILE *timing;
+  cudaEvent_t tev[2];
+  double cap_ms;  /* capture + instantiation time of graph_run calls since the batch began */
+  int n_cap, n_hit, n_direct, timing_checked;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -377,9 +382,11 @@ static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const 
     if (seen < 0 && !capture_now) {
       f->seen[lru].key = *key;
       f->seen[lru].used = ++f->clock;
+      f->n_direct++;
       return fn(f, arg);
     }
     if (seen >= 0) f->seen[seen].used = 0; /* the graph cache takes over */
+    const double tc0 = cosy_now();
     cudaGraph_t graph = NULL;
     cosy_status st =
         cosy_gpu_capture_begin(f->s, cudaStreamCaptureModeRelaxed, "flow: begin graph capture");
@@ -414,6 +421,10 @@ static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const 
     if (slot->exec) cudaGraphExecDestroy(slot->exec);
     slot->exec = exec;
     slot->key = *key;
+    f->cap_ms += 1e3 * (cosy_now() - tc0);
+    f->n_cap++;
+  } else {
+    f->n_hit++;
   }
   slot->used = ++f->clock;
   CK(cudaGraphLaunch(slot->exec, f->s), "flow: graph launch");
@@ -457,6 +468,11 @@ void gpu_flow_free(gpu_flow *f) {
   if (!f) return;
   if (f->s) cudaStreamSynchronize(f->s);
   drop_graphs(f);
+  if (f->timing) {
+    fclose(f->timing);
+    cudaEventDestroy(f->tev[0]);
+    cudaEventDestroy(f->tev[1]);
+  }
   free(f->h_spk_w);
   free(f->h_spk_b);
   free(f->t_step);
@@ -1385,6 +1401,26 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   gflow_cache *c = FC(f);
   const int M = f->M, D = f->D, la = f->la;
   cudaStream_t s = f->s = f->g->stream;
+  if (!f->timing_checked) { /* COSY_FLOW_TIMING=path (measurement aid) */
+    f->timing_checked = 1;
+    const char *tp = getenv("COSY_FLOW_TIMING");
+    if (tp && tp[0] && cudaEventCreate(&f->tev[0]) == cudaSuccess) {
+      if (cudaEventCreate(&f->tev[1]) != cudaSuccess) cudaEventDestroy(f->tev[0]);
+      else if (!(f->timing = fopen(tp, "w"))) {
+        cudaEventDestroy(f->tev[0]);
+        cudaEventDestroy(f->tev[1]);
+      }
+    }
+  }
+  const double tt0 = cosy_now();
+  double tt_plan = 0, tt_pre = 0, tt_enq = 0;
+  int n_new = 0;
+  f->cap_ms = 0;
+  f->n_cap = f->n_hit = f->n_direct = 0;
+  if (f->timing) {
+    CK(cudaEventRecord(f->tev[0], s), "flow: timing event");
+    for (int j = 0; j < n; j++) n_new += calls[j].q->n_pages == 0;
+  }
   const int ctx = 2 * (f->cpk - 1); /* left context of the two causal position convolutions */
   cosy_status st;
   int s_j[BATCH_JOBS], N_j[BATCH_JOBS], store_to[BATCH_JOBS], nb[BATCH_JOBS], eb[BATCH_JOBS];
@@ -1485,6 +1521,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       }
     }
   }
+  tt_plan = cosy_now();
   /* uploads (pinned, async) */
 #define UP(d, h, cnt) \
   CK(cudaMemcpyAsync((d), (h), (size_t)(cnt) * sizeof *(h), cudaMemcpyHostToDevice, s), "flow: plan upload")
@@ -1528,6 +1565,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     CK(cudaMemcpyAsync(c->xnew + (size_t)nb[j] * M, f->noise_fm + (size_t)s_j[j] * M,
                        (size_t)(N_j[j] - s_j[j]) * M * 4, cudaMemcpyDeviceToDevice, s),
        "flow: noise");
+  tt_pre = cosy_now();
   {
     gkey key;
     memset(&key, 0, sizeof key);
@@ -1550,9 +1588,23 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       if ((st = graph_run(f, &key, batch_step_enqueue, &ba, 1))) return st;
     }
   }
+  tt_enq = cosy_now();
+  if (f->timing) CK(cudaEventRecord(f->tev[1], s), "flow: timing event");
   CK(cudaMemcpyAsync(c->h_xout, c->xnew, (size_t)Tn * M * 4, cudaMemcpyDeviceToHost, s),
      "flow: download");
   if ((st = cosy_gpu_sync(f->g, "gpu_flow_batch"))) return st;
+  if (f->timing) {
+    float gms = 0;
+    (void)cudaEventElapsedTime(&gms, f->tev[0], f->tev[1]);
+    const double t1 = cosy_now();
+    /* jobs, of them first calls, new frames, ext rows, tiles; graph steps hit / captured /
+     * direct; host ms: plan, constant part enqueued, steps enqueued (capture included), wall;
+     * capture + instantiation ms; device ms (first launch to last step's end) */
+    fprintf(f->timing, "%.4f batch %d %d %d %d %d  %d %d %d  %.3f %.3f %.3f %.3f  %.3f  %.3f\n", tt0,
+            n, n_new, Tn, Te, n_tiles, f->n_hit, f->n_cap, f->n_direct, 1e3 * (tt_plan - tt0),
+            1e3 * (tt_pre - tt_plan), 1e3 * (tt_enq - tt_pre), 1e3 * (t1 - tt0), f->cap_ms, gms);
+    fflush(f->timing);
+  }
   for (int j = 0; j < n; j++) {
     gpu_flow_call *k = &calls[j];
     gpu_flow_req *q = k->q;

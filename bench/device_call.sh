@@ -1,0 +1,43 @@
+# bench/device_call.sh - the shared preamble of a one-call device script (sourced, not run):
+#
+#   #!/usr/bin/env bash
+#   . "$(dirname "$0")/../../device_call.sh"   # from bench/results/<session>/<script>.sh
+#   r w1 $B -m $F --device 0 --concurrency 1,16,64 $W
+#   pack x                                      # $OUT/logs_x.tgz, unpacked again under /tmp/l
+#
+# It builds with bench/device_run.sh (logs under $L/build), then gives: L (the log folder under
+# $OUT), F (the full-size random model device_run.sh makes), B (bench_w1), W (the W1 texts and
+# prompt), the test environment (COSY_TEST_MODEL, COSY_SHARED, LD_LIBRARY_PATH for the carried
+# libraries), left (seconds left of LIMIT, default 570) and r NAME CMD... (runs CMD with its output
+# in $L/NAME.log and prints "NAME rc=.. Ns"; skipped when less than 25 s are left).
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+O=${OUT:-build/dev/out}
+L=$O/l
+mkdir -p "$L"
+T0=$(date +%s)
+left() { echo $(( ${LIMIT:-570} - ($(date +%s) - T0) )); }
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  OUT=$L/build bash bench/device_run.sh build > "$L/build.txt" 2>&1
+  grep -E "rc=" "$L/build/summary.txt"
+fi
+export LD_LIBRARY_PATH=$PWD/.dev/root/usr/lib/x86_64-linux-gnu
+export COSY_TEST_MODEL=$PWD/build/dev/test/small-f32.gguf COSY_SHARED=$PWD/.dev/shared
+F=$PWD/build/dev/full-bf16.gguf
+W="--texts .dev/shared/bench/w1_texts.txt --prompt-wav .dev/shared/audio/zero_shot_prompt.wav"
+B=./build/dev/bench/bench_w1
+r() {
+  local n=$1
+  shift
+  if [ "$(left)" -lt 25 ]; then echo "skip $n"; return; fi
+  local t=$(date +%s)
+  "$@" > "$L/$n.log" 2>&1
+  echo "$n rc=$? $(( $(date +%s) - t ))s"
+}
+# the W1 result rows of a log
+rows() { grep -hE "^ +[0-9]+ +[0-9]+ +[0-9.]+ ?ms|ttfb by wave|underruns:" "$@" | cut -c1-150; }
+pack() {
+  (cd "$O" && tar czf "logs_$1.tgz" l && rm -rf l)
+  rm -rf /tmp/l
+  tar xzf "$O/logs_$1.tgz" -C /tmp 2>/dev/null
+}
