@@ -10,7 +10,8 @@
  *     scale, shift as 16-byte loads), h written once, y written once as bf16x4. Mean, then the
  *     centred sum of squares, by block reductions (two-pass in registers).
  *   qkv_post, bias_gelu: 8 bf16 (16 bytes) per thread, bias as two float4 loads; qkv_post rotates
- *     the 4 pairs of a thread that fall in the first rot columns of q or k (cos/sin table).
+ *     the 4 pairs of a thread that fall in the first rot columns of q or k (cos/sin table);
+ *     qkv_post_store also writes a thread's 8 K or V values to the row's cache page slot.
  *   add_rows, pack_cond, mu: one thread per element (float4 for add_rows), grid-stride.
  * Numerics: fp32 statistics and arithmetic, bf16 outputs rounded once at the store.
  */
@@ -165,11 +166,21 @@ extern "C" cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const floa
 namespace {
 
 /* + bias on the fused QKV rows, then interleaved RoPE on the first rot columns of q and k */
+/* where qkv_post_store also writes the K and V columns of a row (KvStore.dst[row] >= 0): the
+ * flow cache's page rows (kernels/flow_pack.cu kv_store, which this saves a launch and a read) */
+struct KvStore {
+  bf16 *pool;
+  const int64_t *dst, *dev_off;
+  int64_t layer_off, v_off;
+};
+
+template <bool STORE>
 __global__ void __launch_bounds__(256)
 qkv_post_kernel(bf16 *__restrict__ qkv, const float *__restrict__ bias,
                 const float2 *__restrict__ cs, const int32_t *__restrict__ pos, int N, int D,
-                int rot, int64_t total8) {
+                int rot, int64_t total8, KvStore kv) {
   const int per8 = 3 * D / 8;
+  if (STORE && kv.dev_off) kv.layer_off += *kv.dev_off;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total8;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = e / per8;
@@ -202,7 +213,13 @@ qkv_post_kernel(bf16 *__restrict__ qkv, const float *__restrict__ bias,
       __nv_bfloat162 p = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
       w[j] = *reinterpret_cast<uint32_t *>(&p);
     }
-    reinterpret_cast<uint4 *>(qkv)[e] = make_uint4(w[0], w[1], w[2], w[3]);
+    const uint4 out = make_uint4(w[0], w[1], w[2], w[3]);
+    reinterpret_cast<uint4 *>(qkv)[e] = out;
+    if (STORE && c >= D) {
+      const int64_t o = kv.dst[row];
+      if (o >= 0)
+        *reinterpret_cast<uint4 *>(kv.pool + o + kv.layer_off + (c < 2 * D ? c - D : kv.v_off + c - 2 * D)) = out;
+    }
   }
 }
 
@@ -245,9 +262,9 @@ extern "C" cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, cons
   if (!qkv || !bias || (rot_dim && !cos_sin) || !al16(qkv) || !al16(bias) ||
       ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
-  qkv_post_kernel<<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
+  qkv_post_kernel<false><<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
       (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), nullptr, N, D, rot_dim,
-      total8);
+      total8, KvStore{});
   return cudaGetLastError();
 }
 
@@ -261,9 +278,29 @@ extern "C" cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, 
   if (!qkv || !bias || !pos || (rot_dim && !cos_sin) || !al16(qkv) || !al16(bias) ||
       ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
-  qkv_post_kernel<<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
+  qkv_post_kernel<false><<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
       (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D, rot_dim,
-      total8);
+      total8, KvStore{});
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_flow_qkv_post_store(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
+                                                  const float *cos_sin, const int32_t *pos,
+                                                  int rows, int D, int rot_dim, cosy_bf16 *pool,
+                                                  const int64_t *dst, int64_t layer_off,
+                                                  const int64_t *dev_off, int64_t v_off) {
+  if (rows < 0 || D <= 0 || D % 8 || rot_dim < 0 || rot_dim % 8 || rot_dim > D || layer_off < 0 ||
+      layer_off % 8 || v_off < 0 || v_off % 8)
+    return cudaErrorInvalidValue;
+  const int64_t total8 = (int64_t)rows * 3 * D / 8;
+  if (total8 == 0) return cudaSuccess;
+  if (!qkv || !bias || !pos || (rot_dim && !cos_sin) || !pool || !dst || !al16(qkv) ||
+      !al16(bias) || !al16(pool) || ((uintptr_t)cos_sin & 7u))
+    return cudaErrorInvalidValue;
+  const KvStore kv = {(bf16 *)pool, dst, dev_off, layer_off, v_off};
+  qkv_post_kernel<true><<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
+      (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D, rot_dim,
+      total8, kv);
   return cudaGetLastError();
 }
 

@@ -75,6 +75,18 @@ cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, const float
                                      const float *cos_sin, const int32_t *pos, int rows, int D,
                                      int rot_dim);
 
+/* cosy_k_flow_qkv_post_pos, and the K and V columns of each row i with dst[i] >= 0 also written
+ * (the values just stored in qkv, bit for bit) to the flow cache's pages, as
+ * cosy_k_flow_kv_store does after it (kernels/flow_pack.h):
+ *   pool[dst[i] + off + c] = qkv[i][D + c],  pool[dst[i] + off + v_off + c] = qkv[i][2D + c],
+ *   c < D, off = layer_off + (*dev_off when dev_off is not NULL, read on the device).
+ * layer_off, v_off, dst[i] and *dev_off multiples of 8; pool 16-byte aligned. One launch and
+ * one pass over the K/V columns instead of two. */
+cudaError_t cosy_k_flow_qkv_post_store(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
+                                      const float *cos_sin, const int32_t *pos, int rows, int D,
+                                      int rot_dim, cosy_bf16 *pool, const int64_t *dst,
+                                      int64_t layer_off, const int64_t *dev_off, int64_t v_off);
+
 #ifdef __cplusplus
 }
 #endif

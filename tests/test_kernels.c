@@ -1851,6 +1851,46 @@ static void check_flow_euler(int64_t n, float dt, float c1, float c2, int use_de
   dfree(dx), dfree(dvc), dfree(dvu);
 }
 
+/* qkv_post_store == qkv_post_pos then kv_store, bit for bit (both tested against references
+ * above and in test_flow_pack): the qkv rows and the whole pool, layer offset partly on the
+ * device as the flow's captured step passes it */
+static void check_flow_qkv_post_store(int rows, int D, int rot, int n_slots, int64_t layer_off) {
+  const int P = rows + 13, half = rot / 2;
+  const size_t n = (size_t)rows * 3 * D, npool = (size_t)n_slots * 2 * D + (size_t)layer_off;
+  float *x = fill(n, -2.f, 2.f), *bias = fill((size_t)3 * D, -0.5f, 0.5f);
+  float *pool = fill(npool, -2.f, 2.f), *cs = cos_sin_table(P, rot);
+  int32_t *pos = malloc((size_t)rows * 4), *perm = rnd_perm(n_slots);
+  int64_t *dst = malloc((size_t)rows * sizeof *dst);
+  assert_non_null(pos);
+  assert_non_null(dst);
+  for (int r = 0; r < rows; ++r) {
+    pos[r] = rnd_int(P);
+    dst[r] = rnd_int(5) == 0 ? -1 : (int64_t)perm[r] * 2 * D;
+  }
+  void *dx1 = dup_dt(x, n, BF16), *dx2 = dup_dt(x, n, BF16), *db = dup_dt(bias, (size_t)3 * D, F32);
+  void *dp1 = dup_dt(pool, npool, BF16), *dp2 = dup_dt(pool, npool, BF16);
+  void *dcs = dup_dt(cs, (size_t)P * (half ? half : 1) * 2, F32);
+  int32_t *dpos = dup_i32(pos, (size_t)rows);
+  void *ddst = dup_bytes(dst, (size_t)rows * sizeof *dst);
+  int64_t host_off;
+  const int64_t *doff = dev_part(layer_off, &host_off);
+  CK(cosy_k_flow_qkv_post_pos(0, dx1, db, dcs, dpos, rows, D, rot));
+  CK(cosy_k_flow_kv_store(0, dp1, ddst, host_off, doff, D, dx1, rows, D));
+  CK(cosy_k_flow_qkv_post_store(0, dx2, db, dcs, dpos, rows, D, rot, dp2, ddst, host_off, doff, D));
+  float *q1 = download(dx1, n, BF16), *q2 = download(dx2, n, BF16);
+  float *p1 = download(dp1, npool, BF16), *p2 = download(dp2, npool, BF16);
+  double *rq = to_double(q1, n), *rp = to_double(p1, npool);
+  char sz[96];
+  snprintf(sz, sizeof sz, "%d rows, D=%d, rot=%d: qkv", rows, D, rot);
+  check("flow_qkv_post_store", sz, q2, rq, n, 0.0);
+  snprintf(sz, sizeof sz, "%d rows, D=%d, %d slots: pool", rows, D, n_slots);
+  check("flow_qkv_post_store", sz, p2, rp, npool, 0.0);
+  if (doff) dfree((void *)doff);
+  free(x), free(bias), free(pool), free(cs), free(pos), free(perm), free(dst);
+  free(q1), free(q2), free(p1), free(p2), free(rq), free(rp);
+  dfree(dx1), dfree(dx2), dfree(db), dfree(dp1), dfree(dp2), dfree(dcs), dfree(dpos), dfree(ddst);
+}
+
 void test_dit_elementwise(void **state) {
   (void)state;
   begin_test(11);
@@ -1859,6 +1899,8 @@ void test_dit_elementwise(void **state) {
   check_flow_qkv_post(2, 50, 128, 24, 0);
   check_flow_qkv_post(1, 73, 1024, 64, 1); /* packed rows, positions from pos[] */
   check_flow_qkv_post(1, 9, 256, 0, 1);    /* bias only */
+  check_flow_qkv_post_store(100, 1024, 64, 150, 8 * 1024 * 3);
+  check_flow_qkv_post_store(9, 64, 64, 12, 0);
   check_flow_bias_gelu(2 * 37, 2048);
   check_flow_bias_gelu(3, 8);
   check_flow_add_rows(2, 37, 1024, 1);

@@ -1362,13 +1362,15 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
          "flow: residual + norm");
     if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D, "flow: qkv")))
       return st;
-    CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
-       "flow: qkv bias + rope");
     const int64_t layer_off = (int64_t)l * blk_stride; /* + the step's kvoff, on the device */
-    if (c->pool)
-      CK(cosy_k_flow_kv_store(s, (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, kvoff,
-                              (int64_t)PF * D, f->qkv, rows, D),
-         "flow: kv store");
+    if (c->pool) /* bias + RoPE, and the committed rows' K/V into their cache pages */
+      CK(cosy_k_flow_qkv_post_store(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd,
+                                    (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, kvoff,
+                                    (int64_t)PF * D),
+         "flow: qkv bias + rope + kv store");
+    else
+      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
+         "flow: qkv bias + rope");
     CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
                              (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2), layer_off,
                              kvoff, PF, c->d_ptab, f->att, f->chunk, scale),
