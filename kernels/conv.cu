@@ -48,7 +48,8 @@
  * still added in order j = 0 .. k-1), so the result does not depend on the device.
  *
  * Numerics: operands are rounded to TF32 (cvt.rna; the activations once, when staged; the weights
- * at fragment load); in 3xTF32 mode each operand is split into big = tf32(x) and
+ * at fragment load, or once by the caller, on the host, with COSY_HPREC_TF32_ROUNDED: the same
+ * rounding, so the same bits, and 8 conversions fewer per 8 mma of a warp); in 3xTF32 mode each operand is split into big = tf32(x) and
  * small = tf32(x - big) and the product is big*small + small*big + big*big, which restores
  * fp32-level accuracy (error ~1e-6 relative) at three times the tensor work. The activations use
  * accurate sinf and IEEE division without contraction, as the CPU reference writes them; the
@@ -377,11 +378,13 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
           bs[2 * h + 1][1] = r4[3];
         }
       }
-      uint32_t ab[2][4];
+      uint32_t ab[2][4]; /* the weights as TF32 (already so with COSY_HPREC_TF32_ROUNDED) */
 #pragma unroll
       for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(af[mt][e]);
+        for (int e = 0; e < 4; e++)
+          ab[mt][e] = PREC == COSY_HPREC_TF32_ROUNDED ? __float_as_uint(af[mt][e])
+                                                      : tf32_bits(af[mt][e]);
       if (PL == 2) {
         uint32_t as[2][4];
 #pragma unroll
@@ -713,7 +716,7 @@ struct ConvPlan {
 cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int split_mode,
                        int prec, ConvPlan *p) {
   if (!dev || !convs || n < 1 || n > MAXG || split_mode < 0 || split_mode > 2 ||
-      (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32))
+      (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32 && prec != COSY_HPREC_TF32_ROUNDED))
     return cudaErrorInvalidValue;
   const size_t cap = dev->smem_block;
   const int pl = conv_planes(prec);
@@ -788,6 +791,18 @@ extern "C" void cosy_hift_conv_pack(const float *w, int co, int ci, int k, float
             (o < co && i < ci) ? w[((size_t)o * ci + i) * k + j] : 0.0f;
 }
 
+extern "C" void cosy_hift_tf32_round(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) continue; /* inf, NaN */
+    /* add half of the dropped 13 bits' weight to the magnitude, then drop them: to nearest, ties
+     * away from zero (a carry into the exponent is the correct rounding up) */
+    u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&x[i], &u, 4);
+  }
+}
+
 extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
   if (!dev || dev->smem_block_hw < 48 * 1024 || dev->smem_block_hw > 0x7fffffff)
     return cudaErrorInvalidValue;
@@ -798,7 +813,11 @@ extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
       (e = allow_smem<COSY_HPREC_3XTF32, 1, false>(b)) ||
       (e = allow_smem<COSY_HPREC_3XTF32, 1, true>(b)) ||
       (e = allow_smem<COSY_HPREC_3XTF32, 2, false>(b)) ||
-      (e = allow_smem<COSY_HPREC_3XTF32, 2, true>(b)))
+      (e = allow_smem<COSY_HPREC_3XTF32, 2, true>(b)) ||
+      (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 1, false>(b)) ||
+      (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 1, true>(b)) ||
+      (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, false>(b)) ||
+      (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, true>(b)))
     return e;
   return cudaSuccess;
 }
@@ -820,7 +839,8 @@ extern "C" cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_kdev *dev,
 extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *dev,
                                               const cosy_hift_conv *convs, int n, int prec,
                                               int split_mode) {
-  if (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32) return cudaErrorInvalidValue;
+  if (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32 && prec != COSY_HPREC_TF32_ROUNDED)
+    return cudaErrorInvalidValue;
   ConvPlan p;
   cudaError_t e = plan_convs(dev, convs, n, split_mode, prec, &p);
   if (e != cudaSuccess) return e; /* includes: more shared memory than dev allows */
@@ -830,9 +850,14 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
     grp.c[i] = convs[i < n ? i : 0];
     grp.kt[i] = p.kt[i];
   }
-  return prec == COSY_HPREC_3XTF32
-             ? launch_prec<COSY_HPREC_3XTF32>(s, grp, p.grid, p.region_floats, p.split, p.m3)
-             : launch_prec<COSY_HPREC_TF32>(s, grp, p.grid, p.region_floats, p.split, p.m3);
+  switch (prec) {
+  case COSY_HPREC_3XTF32:
+    return launch_prec<COSY_HPREC_3XTF32>(s, grp, p.grid, p.region_floats, p.split, p.m3);
+  case COSY_HPREC_TF32_ROUNDED:
+    return launch_prec<COSY_HPREC_TF32_ROUNDED>(s, grp, p.grid, p.region_floats, p.split, p.m3);
+  default:
+    return launch_prec<COSY_HPREC_TF32>(s, grp, p.grid, p.region_floats, p.split, p.m3);
+  }
 }
 
 extern "C" void cosy_hift_conv_tuning(int split_mode) {

@@ -40,8 +40,17 @@ typedef enum cosy_hift_act {
  *           (three mma): fp32-level accuracy (~1e-6), three times the tensor work. */
 typedef enum cosy_hift_prec {
   COSY_HPREC_TF32 = 0,
-  COSY_HPREC_3XTF32 = 1
+  COSY_HPREC_3XTF32 = 1,
+  /* TF32 for weights the caller has already rounded to TF32 (cosy_hift_tf32_round): the kernel
+   * does not round them again at each fragment load; the same bits as COSY_HPREC_TF32 with the
+   * unrounded weights (the rounding is the same: to nearest, ties away from zero) */
+  COSY_HPREC_TF32_ROUNDED = 2
 } cosy_hift_prec;
+
+/* Round n floats (host) to TF32 in place exactly as the tensor-core path does (cvt.rna.tf32.f32:
+ * 10 mantissa bits, to nearest, ties away from zero; infinities and NaNs unchanged), for weights
+ * given to the convs with COSY_HPREC_TF32_ROUNDED. */
+void cosy_hift_tf32_round(float *x, size_t n);
 
 /* Tile of the conv kernel: weights are packed in blocks of these. */
 #define COSY_HCONV_MAXG 16 /* independent convs in one launch (cosy_k_hift_conv's n) */

@@ -224,8 +224,9 @@ struct cosy_sched {
   int64_t held_rows;             /* decode rows held back by first_hold (trace, tests) */
   /* measurement knobs (environment, read at start; docs/scheduler.md "Measurement aids") */
   int no_urgent;                 /* COSY_SCHED_URGENT=0: first-chunk calls never go above the LLM */
-  int first_only;                /* COSY_SCHED_FIRST_ONLY=1: a batch with first chunks holds only
-                                    first chunks */
+  int first_only;                /* a batch that starts with a first chunk holds only first chunks
+                                    (and chunks ranked before them: urgent ones); default 1,
+                                    COSY_SCHED_FIRST_ONLY=0 lets later chunks fill it */
   int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: new frames per flow batch */
   /* voices whose prompt-only flow blocks a first chunk has computed (t2w thread): the GPU flow
    * keeps them for the voice's later first chunks (job_frames) */
@@ -1595,8 +1596,12 @@ static void *t2w_main(void *arg) {
       continue;
     }
     /* a batch of at most flow_frames (FLOW_BATCH_FRAMES) new frames (the first job always goes),
-     * so a first chunk that arrives while a batch runs waits for a short one; with first_only a
-     * batch that starts with first chunks holds nothing else */
+     * so a first chunk that arrives while a batch runs waits for a short one; a batch that starts
+     * with first chunks holds nothing else (first_only): later chunks that are not urgent (those
+     * rank before the first chunks) would only make the first audio wait for their frames (on an
+     * H100 at W1 C = 64 a wave's first chunks went with 15 later ones in a 64 ms call instead of
+     * ~30; over ten runs each, p95 251-303 ms with no underrun against 251-336 with one run
+     * late, bench/RESULTS.md) */
     int frames = 0;
     {
       int keep = 0;
@@ -1771,7 +1776,7 @@ cosy_status sched_start(cosy_engine *e) {
       if (end && !*end && v >= 0 && v <= 60) s->defer_s = v;
     }
   }
-  s->first_only = env_is("COSY_SCHED_FIRST_ONLY", "1");
+  s->first_only = !env_is("COSY_SCHED_FIRST_ONLY", "0");
   const char *ff = getenv("COSY_SCHED_FLOW_FRAMES");
   s->flow_frames = FLOW_BATCH_FRAMES;
   if (ff && ff[0]) {

@@ -418,6 +418,37 @@ static float *conv_download(const conv_run *r) {
   return o;
 }
 
+/* COSY_HPREC_TF32_ROUNDED with the weights rounded on the host (cosy_hift_tf32_round) gives the
+ * bits of COSY_HPREC_TF32 with the unrounded weights (the vocoder runs the former) */
+static int conv_rounded_same(fixture *fx, const conv_case *cc, conv_run *r) {
+  const size_t np = (size_t)cc->k * r->co_pad * r->ci_pad;
+  float *wr = malloc(np * sizeof(float));
+  assert_non_null(wr);
+  memcpy(wr, r->wp, np * sizeof(float));
+  cosy_hift_tf32_round(wr, np);
+  size_t changed = 0;
+  for (size_t i = 0; i < np; i++) changed += memcmp(&wr[i], &r->wp[i], 4) != 0;
+  float *d_wr = dev_upload(wr, np * sizeof(float));
+  const size_t nall = (size_t)r->co_rows * r->ld_out;
+  float *o[2];
+  for (int v = 0; v < 2; v++) {
+    cosy_hift_conv d = r->desc;
+    if (v) d.wp = d_wr;
+    CU(cudaMemset(r->d_out, 0xFF, nall * sizeof(float)));
+    if (r->d_oact) CU(cudaMemset(r->d_oact, 0xFF, nall * sizeof(float)));
+    CU(cosy_k_hift_conv(fx->g->stream, &fx->g->dev, &d, 1,
+                        v ? COSY_HPREC_TF32_ROUNDED : COSY_HPREC_TF32));
+    CU(cudaStreamSynchronize(fx->g->stream));
+    o[v] = conv_download(r);
+  }
+  const int same = !memcmp(o[0], o[1], 2 * nall * sizeof(float));
+  printf("  conv %s: TF32 with weights rounded on the host (%zu of %zu changed by the rounding): %s\n",
+         cc->name, changed, np, same ? "bit-identical" : "DIFFERS");
+  free(wr), free(o[0]), free(o[1]);
+  cudaFree(d_wr);
+  return same && changed > 0;
+}
+
 /* The weight slab split into tap groups (a device with less shared memory per block: the ~99 KB
  * of the ada profile, and 72 KB, which splits the k30 s15 source down into 6 groups of 5 taps)
  * gives the same bits as the engine's own device, in 3xTF32 with one warp group; a device that
@@ -518,6 +549,7 @@ static void test_kernel_conv(void **state) {
     }
     cosy_hift_conv_tuning(0);
     all_ok &= conv_taps_invariant(fx, &cases[i], &r);
+    all_ok &= conv_rounded_same(fx, &cases[i], &r);
     conv_release(&r);
   }
   /* a grouped launch: three resblock convs (k 3, 7, 11, dilation 3) in one call */

@@ -22,7 +22,8 @@
  *           overlap-add, envelope, clamp +-0.99) -> wav.
  * Convolutions: kernels/conv.cu (implicit GEMM on tensor cores; activations fused into the
  * loads, residuals into the stores). The weights are fp32 on the device (the checkpoint's
- * values; HiFT is small: 20.8 M parameters, 83 MB), packed per tap.
+ * values; HiFT is small: 20.8 M parameters, 83 MB), packed per tap, each conv's followed by a
+ * copy rounded to TF32 on the host (another 83 MB) that the TF32 mode reads (conv_launch).
  * Buffers (planned at create for max_frames): 14 activation buffers of max(C T, c_i L_i) floats
  * (Y, R0-2, T0-2, X0-2 for the Snake-activated copies, ST1-2/SX1-2 for the side stream;
  * conv_pre writes R0), the source branches SRC_i [c_i][L_i], S and the conv_post output [18][F],
@@ -84,6 +85,7 @@ typedef struct gres {
 struct gpu_hift {
   cosy_gpu *g;
   int C, Cc, nb, nh, mel, R, n_bins, hop, look_right, max_frames, prec;
+  int preround; /* TF32 reads the weights rounded on the host (COSY_HIFT_PREROUND=0: not) */
   int up_rates[N_STAGES], down_stride[N_STAGES], dil[N_DIL];
   float sine_amp, noise_std, voiced_thr, lrelu, audio_limit, sr;
   /* F0 predictor (fp32 weights widened in the kernel) */
@@ -137,11 +139,14 @@ static cosy_status load_conv(gpu_hift *h, const cosy_model *m, gconv *c, int co,
   float *w = cosy_model_f32(m, "%s", name);
   if (!w) return COSY_ERR_MODEL_FORMAT;
   const size_t np = (size_t)k * c->co_pad * c->ci_pad;
-  float *wp = cosy_malloc(np * sizeof(float));
+  /* the packed weights, then the same rounded to TF32 (conv_launch) */
+  float *wp = cosy_malloc(2 * np * sizeof(float));
   cosy_status st = COSY_ERR_NO_MEMORY;
   if (wp) {
     cosy_hift_conv_pack(w, co, ci, k, wp);
-    st = upload(h, wp, np, name, &c->wp);
+    memcpy(wp + np, wp, np * sizeof(float));
+    cosy_hift_tf32_round(wp + np, np);
+    st = upload(h, wp, 2 * np, name, &c->wp);
   }
   free(w), free(wp);
   if (st) return st;
@@ -244,6 +249,10 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   if ((st = cosy_gpu_check(cosy_k_hift_conv_prepare(&g->dev), "hift: conv shared memory attribute")))
     goto fail;
   h->prec = COSY_HPREC_3XTF32;
+  {
+    const char *pr = getenv("COSY_HIFT_PREROUND"); /* measurement knob */
+    h->preround = !(pr && !strcmp(pr, "0"));
+  }
   h->stream_split = 1;
   h->max_frames = max_frames;
   h->C = hp->hift_ch, h->Cc = hp->hift_cond_ch, h->nb = hp->nb_harmonics, h->nh = h->nb + 1;
@@ -387,20 +396,39 @@ static cosy_hift_conv conv_desc(const gconv *w, const float *in, int ld_in, int 
   return c;
 }
 
-static cosy_status conv(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, int n,
-                        const char *what) {
-  return ck(cosy_k_hift_conv(s, &h->g->dev, c, n, h->prec), what);
+/* One launch of n <= COSY_HCONV_MAXG convs at the vocoder's precision; split_mode as
+ * cosy_k_hift_conv_split, or -1 for cosy_k_hift_conv (the process-wide mode). Every conv's
+ * weights (load_conv) are followed by their copy rounded to TF32 on the host: in TF32 the convs
+ * read that copy with COSY_HPREC_TF32_ROUNDED, the same bits without a rounding at every
+ * fragment load (kernels/conv.cu). */
+static cosy_status conv_launch(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, int n,
+                               int split_mode, const char *what) {
+  cosy_hift_conv r[COSY_HCONV_MAXG];
+  int prec = h->prec;
+  if (prec == COSY_HPREC_TF32 && h->preround && n <= COSY_HCONV_MAXG) {
+    for (int i = 0; i < n; i++) {
+      r[i] = c[i];
+      r[i].wp += (size_t)c[i].k * c[i].co_pad * c[i].ci_pad;
+    }
+    c = r;
+    prec = COSY_HPREC_TF32_ROUNDED;
+  }
+  return ck(split_mode < 0 ? cosy_k_hift_conv(s, &h->g->dev, c, n, prec)
+                           : cosy_k_hift_conv_split(s, &h->g->dev, c, n, prec, split_mode),
+            what);
 }
 
-/* n independent convs in launches of up to COSY_HCONV_MAXG; split_mode as
- * cosy_k_hift_conv_split, or -1 for cosy_k_hift_conv (the process-wide mode) */
+static cosy_status conv(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, int n,
+                        const char *what) {
+  return conv_launch(h, s, c, n, -1, what);
+}
+
+/* n independent convs in launches of up to COSY_HCONV_MAXG; split_mode as conv_launch */
 static cosy_status conv_many(gpu_hift *h, cudaStream_t s, const cosy_hift_conv *c, int n,
                              int split_mode, const char *what) {
   for (int i = 0; i < n; i += COSY_HCONV_MAXG) {
     const int m = n - i < COSY_HCONV_MAXG ? n - i : COSY_HCONV_MAXG;
-    cosy_status st = split_mode < 0 ? conv(h, s, c + i, m, what)
-                                    : ck(cosy_k_hift_conv_split(s, &h->g->dev, c + i, m, h->prec, split_mode),
-                                         what);
+    cosy_status st = conv_launch(h, s, c + i, m, split_mode, what);
     if (st) return st;
   }
   return COSY_OK;
