@@ -8,7 +8,8 @@
  *                                                                                  delivery)
  *
  * LLM thread (llm_main), one iteration:
- *   1. admission: the queue's head requests are prepared (text -> ids -> LLM input, host work) and
+ *   1. admission: the queue's head requests, prepared by their callers (text -> ids -> LLM input,
+ *      host work, in sched_submit; a text-streamed one here), are
  *      admitted while fewer than max_active are active and the backend can reserve their LLM
  *      sequence, flow state and vocoder state (KV pages / flow cache). A request that does not
  *      fit waits at the head of the queue (first come, first served); one that could not fit even
