@@ -1854,6 +1854,10 @@ void sched_stop(cosy_engine *e) {
 cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
   struct cosy_sched *s = e->sched;
   if (!r->text_stream) {
+    /* cosy_last_error describes the caller's last failing call: a preparation failure belongs
+     * to the request (it is its status), so the thread's message is kept as it was */
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", cosy_last_error());
     sjob *j = NULL;
     cosy_err_clear();
     cosy_status st = job_prepare(e, r, 0, &j);
@@ -1862,6 +1866,10 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
       r->prep_msg = cosy_strdup(cosy_last_error());
     }
     r->job = j;
+    if (saved[0])
+      cosy_err(COSY_OK, "%s", saved);
+    else
+      cosy_err_clear();
   }
   pthread_mutex_lock(&e->mu);
   if (e->stopping || e->lost) {

@@ -472,12 +472,20 @@ static void test_submit_prepares(void **state) {
   p.seed = 7;
   p.min_tokens = p.max_tokens = 2000; /* long: they hold every active slot while we look */
   cosy_request *run[16] = {0}, *q = NULL;
+  /* cosy_last_error describes the last failing call: a successful submit (which prepares on this
+   * thread) leaves it as it was */
+  expect_status(cosy_request_submit(fx->e, fx->v, "Hi.", &p, NULL, NULL, NULL), COSY_ERR_INVALID_ARG,
+                "NULL out");
+  char before[512];
+  snprintf(before, sizeof before, "%s", cosy_last_error());
+  assert_true(before[0] != '\0');
   for (int i = 0; i < in.max_active; i++)
     expect_status(cosy_request_submit(fx->e, fx->v, "Hello there.", &p, noop_chunk, NULL, &run[i]),
                   COSY_OK, "submit a long request");
   p.min_tokens = p.max_tokens = 20;
   expect_status(cosy_request_submit(fx->e, fx->v, "Hello there, how are you today?", &p, NULL, NULL, &q),
                 COSY_OK, "submit behind them");
+  assert_string_equal(cosy_last_error(), before);
   cosy_request_stats rs;
   cosy_request_stats_init(&rs, sizeof rs);
   expect_status(cosy_request_get_stats(q, &rs), COSY_OK, "stats");
