@@ -29,8 +29,6 @@ constexpr unsigned EW_MAX_BLOCKS = 4096u; /* their grid-stride loops: at most th
 
 inline unsigned grid_for(int64_t total) { return cosyk_blocks(total, EW_THREADS, EW_MAX_BLOCKS); }
 
-inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* ------------------------------------------------------------------------------------------ */
 /* decode_prep                                                                                 */
 

@@ -1265,8 +1265,11 @@ static double audio_end(const cosy_request *r, int sample_rate) {
  * two token-to-wave rounds (s->round_s: it could not come in time from the round after next)
  * ranks before every first chunk, by its playback deadline; then first chunks, by arrival; then
  * the rest by playback deadline (when the audio delivered so far runs out). e->mu held. */
+/* the job's next chunk is its request's first audio (not a later segment's first chunk) */
+static int request_first(const sjob *j) { return j->chunks_done == 0 && j->seg_i == 0; }
+
 static double deadline(const struct cosy_sched *s, const sjob *j, int sample_rate, double now) {
-  if (j->chunks_done == 0 && j->seg_i == 0) return -1e12 + j->r->t_submit;
+  if (request_first(j)) return -1e12 + j->r->t_submit;
   const double d = audio_end(j->r, sample_rate);
   return d - now < 2.0 * s->round_s ? -2e12 + d : d;
 }
@@ -1609,7 +1612,7 @@ static void *t2w_main(void *arg) {
       for (; keep < n; keep++) {
         const int f = job_frames(s, pick[keep], kind[keep]);
         if (keep > 0 && frames + f > s->flow_frames) break;
-        if (keep > 0 && s->first_only && pick[0]->chunks_done == 0 && pick[keep]->chunks_done != 0)
+        if (keep > 0 && s->first_only && request_first(pick[0]) && !request_first(pick[keep]))
           break;
         frames += f;
       }
