@@ -49,7 +49,8 @@
  *
  * Numerics: operands are rounded to TF32 (cvt.rna; the activations once, when staged; the weights
  * at fragment load, or once by the caller, on the host, with COSY_HPREC_TF32_ROUNDED: the same
- * rounding, so the same bits, and 8 conversions fewer per 8 mma of a warp); in 3xTF32 mode each operand is split into big = tf32(x) and
+ * rounding, so the same bits, and 8 conversions fewer per 8 mma of a warp); in 3xTF32 mode each
+ * operand is split into big = tf32(x) and
  * small = tf32(x - big) and the product is big*small + small*big + big*big, which restores
  * fp32-level accuracy (error ~1e-6 relative) at three times the tensor work. The activations use
  * accurate sinf and IEEE division without contraction, as the CPU reference writes them; the

@@ -217,8 +217,10 @@ qkv_post_kernel(bf16 *__restrict__ qkv, const float *__restrict__ bias,
     reinterpret_cast<uint4 *>(qkv)[e] = out;
     if (STORE && c >= D) {
       const int64_t o = kv.dst[row];
-      if (o >= 0)
-        *reinterpret_cast<uint4 *>(kv.pool + o + kv.layer_off + (c < 2 * D ? c - D : kv.v_off + c - 2 * D)) = out;
+      if (o >= 0) {
+        const int64_t col = c < 2 * D ? c - D : kv.v_off + c - 2 * D; /* K, or V after v_off */
+        *reinterpret_cast<uint4 *>(kv.pool + o + kv.layer_off + col) = out;
+      }
     }
   }
 }
