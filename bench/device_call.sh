@@ -9,7 +9,10 @@
 # $OUT), F (the full-size random model device_run.sh makes), B (bench_w1), W (the W1 texts and
 # prompt), the test environment (COSY_TEST_MODEL, COSY_SHARED, LD_LIBRARY_PATH for the carried
 # libraries), left (seconds left of LIMIT, default 570) and r NAME CMD... (runs CMD with its output
-# in $L/NAME.log and prints "NAME rc=.. Ns"; skipped when less than 25 s are left).
+# in $L/NAME.log and prints "NAME rc=.. Ns"; skipped when less than 25 s are left); kernel_time_so
+# (builds build/dev/kernel_time.so, bench/kernel_time.c, for LD_PRELOAD); ab "V" ROUNDS and
+# ab_rows "V" ROUNDS (W1 --concurrency 16,64 and a fresh C = 64 under each variant of V, in
+# alternation, and their C = 64 rows after pack).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 O=${OUT:-build/dev/out}
@@ -33,6 +36,38 @@ r() {
   local t=$(date +%s)
   "$@" > "$L/$n.log" 2>&1
   echo "$n rc=$? $(( $(date +%s) - t ))s"
+}
+# build/dev/kernel_time.so (bench/kernel_time.c, CUPTI), as bench/device_run.sh's kernel_time_so
+kernel_time_so() {
+  local cuda=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  local inc=$cuda/include lib=$cuda/lib64
+  [ -f "$inc/cupti.h" ] || inc=$cuda/extras/CUPTI/include
+  [ -e "$lib/libcupti.so" ] || lib=$cuda/extras/CUPTI/lib64
+  cc -shared -fPIC -O2 -I"$inc" -o build/dev/kernel_time.so bench/kernel_time.c -L"$lib" \
+    -Wl,-rpath,"$lib" -lcupti
+}
+# ab "name:ENV=v,ENV2=v ..." ROUNDS: per round and variant, W1 --concurrency 16,64 (log NAME_k)
+# and C = 64 on a fresh engine (NAME_fresh_k); ab_rows the same arguments: their C = 64 rows
+ab() {
+  local v n envs k
+  for k in $(seq "$2"); do
+    for v in $1; do
+      n=${v%%:*}; envs=${v#*:}
+      r ${n}_$k env ${envs//,/ } $B -m $F --device 0 --concurrency 16,64 $W
+      r ${n}_fresh_$k env ${envs//,/ } $B -m $F --device 0 --concurrency 64 $W
+    done
+  done
+}
+ab_rows() {
+  local v n k m
+  for v in $1; do
+    n=${v%%:*}; echo "== $n"
+    for k in $(seq "$2"); do for m in ${n}_$k ${n}_fresh_$k; do
+      printf "%-12s " $m; grep -hE "^ +64 +128" /tmp/l/$m.log | cut -c1-104 | tr -s ' ' | tr '\n' ' '
+      grep -h "first 64 requests" /tmp/l/$m.log | sed 's/.*first 64 requests/ w1/; s/later 64/w2/' | tr -d '\n'
+      echo
+    done; done
+  done
 }
 # the W1 result rows of a log
 rows() { grep -hE "^ +[0-9]+ +[0-9]+ +[0-9.]+ ?ms|ttfb by wave|underruns:" "$@" | cut -c1-150; }

@@ -2,20 +2,7 @@
 # session 14 call b: conv without the pipelined path (unpadded slab rows, TF32 strip one plane);
 # the LLM's first-chunk pause no longer for a request alone; W1 tc (batch-invariant LLM) against
 # the default, alternating; the tc sweep and W2
-set -u
-cd "$(dirname "$0")/../.."
-O=${OUT:-build/dev/out}
-L=$O/l; mkdir -p $L
-T0=$(date +%s)
-left() { echo $(( ${LIMIT:-570} - ($(date +%s) - T0) )); }
-OUT=$L/build bash bench/device_run.sh build > $L/build.txt 2>&1
-grep -E "rc=" $L/build/summary.txt
-export LD_LIBRARY_PATH=$PWD/.dev/root/usr/lib/x86_64-linux-gnu
-export COSY_TEST_MODEL=$PWD/build/dev/test/small-f32.gguf COSY_SHARED=$PWD/.dev/shared
-F=$PWD/build/dev/full-bf16.gguf
-W="--texts .dev/shared/bench/w1_texts.txt --prompt-wav .dev/shared/audio/zero_shot_prompt.wav"
-r() { local n=$1; shift; if [ $(left) -lt 25 ]; then echo "skip $n"; return; fi; local t=$(date +%s); "$@" > $L/$n.log 2>&1; echo "$n rc=$? $(( $(date +%s) - t ))s"; }
-B=./build/dev/bench/bench_w1
+. "$(dirname "$0")/../../device_call.sh"
 COSY_FULL_MODEL=$F r test_gpu_hift ./build/dev/tests/test_gpu_hift
 for i in 1 2; do
   COSY_LLM_DECODE=tc r w1_tc_$i $B -m $F --device 0 --concurrency 1,16,64 $W
@@ -28,8 +15,7 @@ COSY_LLM_DECODE=tc r tc_c64_fresh $B -m $F --device 0 --concurrency 64 $W
 COSY_LLM_DECODE=tc COSY_SCHED_PAUSE=3 r tc_c1_p3 $B -m $F --device 0 --concurrency 1 --requests 16 $W
 COSY_LLM_DECODE=tc COSY_SCHED_TRACE=$L/trace_tc_c64.txt r tc_c64_trace $B -m $F --device 0 --concurrency 64 $W
 gzip -f $L/trace_tc_c64.txt 2>/dev/null
-cd $O && tar czf logs_b.tgz l && rm -rf l; cd - > /dev/null
-rm -rf /tmp/l; tar xzf $O/logs_b.tgz -C /tmp 2>/dev/null
+pack b
 grep -hE "PASSED|FAILED" /tmp/l/test_gpu_hift.log
 grep -h "TIMING gpu_hift_infer" /tmp/l/test_gpu_hift.log
 for f in w1_tc_1 w1_def_1 w1_tc_2 w1_def_2 tc_c1 tc_scale tc_w2 tc_c64_fresh tc_c1_p3 tc_c64_trace; do echo "== $f"; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ ?ms|^ +256 +[0-9.]+ +2560|ttfb by wave" /tmp/l/$f.log | head -9; done

@@ -1,20 +1,7 @@
 #!/usr/bin/env bash
 # session 14 call c: the token-to-wave deferral (COSY_SCHED_DEFER, default 1.0 s) against none,
 # in both LLM modes, alternating, three rounds; sweeps and W2 with the deferral; engine tests
-set -u
-cd "$(dirname "$0")/../.."
-O=${OUT:-build/dev/out}
-L=$O/l; mkdir -p $L
-T0=$(date +%s)
-left() { echo $(( ${LIMIT:-570} - ($(date +%s) - T0) )); }
-OUT=$L/build bash bench/device_run.sh build > $L/build.txt 2>&1
-grep -E "rc=" $L/build/summary.txt
-export LD_LIBRARY_PATH=$PWD/.dev/root/usr/lib/x86_64-linux-gnu
-export COSY_TEST_MODEL=$PWD/build/dev/test/small-f32.gguf COSY_SHARED=$PWD/.dev/shared
-F=$PWD/build/dev/full-bf16.gguf
-W="--texts .dev/shared/bench/w1_texts.txt --prompt-wav .dev/shared/audio/zero_shot_prompt.wav"
-r() { local n=$1; shift; if [ $(left) -lt 25 ]; then echo "skip $n"; return; fi; local t=$(date +%s); "$@" > $L/$n.log 2>&1; echo "$n rc=$? $(( $(date +%s) - t ))s"; }
-B=./build/dev/bench/bench_w1
+. "$(dirname "$0")/../../device_call.sh"
 COSY_GPU_TEST_MODEL=$F r test_gpu_engine_full ./build/dev/tests/test_gpu_engine
 for i in 1 2 3; do
   COSY_LLM_DECODE=tc r tc_d_$i $B -m $F --device 0 --concurrency 1,16,64 $W
@@ -28,7 +15,6 @@ COSY_LLM_DECODE=tc r tc_scale $B -m $F --device 0 --concurrency 4,16,32,48,64,12
 r def_scale $B -m $F --device 0 --concurrency 4,16,32,48,64,128,256 $W
 COSY_LLM_DECODE=tc r tc_w2 $B -m $F --device 0 --offline 256 $W
 r def_w2 $B -m $F --device 0 --offline 256 $W
-cd $O && tar czf logs_c.tgz l && rm -rf l; cd - > /dev/null
-rm -rf /tmp/l; tar xzf $O/logs_c.tgz -C /tmp 2>/dev/null
+pack c
 grep -hE "PASSED|FAILED" /tmp/l/test_gpu_engine_full.log
 for f in tc_d_1 tc_n_1 def_d_1 def_n_1 tc_d_2 tc_n_2 def_d_2 def_n_2 tc_d_3 tc_n_3 def_d_3 def_n_3 tc_d_trace tc_scale def_scale tc_w2 def_w2; do echo "== $f"; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ ?ms|^ +256 +[0-9.]+ +2560" /tmp/l/$f.log | awk '{print $1,$2,$3,$4,$5,$7,$8}' | head -9; done

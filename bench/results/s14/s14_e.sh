@@ -2,20 +2,7 @@
 # session 14 call e: the LLM pause unless it risks an underrun (COSY_SCHED_PAUSE=1, new default)
 # against the unconditional pause (=3), C = 64 on fresh engines, alternating; tc mode with it;
 # the sweep and W2 with the final defaults
-set -u
-cd "$(dirname "$0")/../.."
-O=${OUT:-build/dev/out}
-L=$O/l; mkdir -p $L
-T0=$(date +%s)
-left() { echo $(( ${LIMIT:-570} - ($(date +%s) - T0) )); }
-OUT=$L/build bash bench/device_run.sh build > $L/build.txt 2>&1
-grep -E "rc=" $L/build/summary.txt
-export LD_LIBRARY_PATH=$PWD/.dev/root/usr/lib/x86_64-linux-gnu
-export COSY_TEST_MODEL=$PWD/build/dev/test/small-f32.gguf COSY_SHARED=$PWD/.dev/shared
-F=$PWD/build/dev/full-bf16.gguf
-W="--texts .dev/shared/bench/w1_texts.txt --prompt-wav .dev/shared/audio/zero_shot_prompt.wav"
-r() { local n=$1; shift; if [ $(left) -lt 25 ]; then echo "skip $n"; return; fi; local t=$(date +%s); "$@" > $L/$n.log 2>&1; echo "$n rc=$? $(( $(date +%s) - t ))s"; }
-B=./build/dev/bench/bench_w1
+. "$(dirname "$0")/../../device_call.sh"
 for i in 1 2 3; do
   r c64_p1_$i $B -m $F --device 0 --concurrency 64 $W
   COSY_SCHED_PAUSE=3 r c64_p3_$i $B -m $F --device 0 --concurrency 64 $W
@@ -27,7 +14,6 @@ r w2 $B -m $F --device 0 --offline 256 $W
 COSY_LLM_DECODE=tc r tc_c1 $B -m $F --device 0 --concurrency 1 --requests 16 $W
 COSY_LLM_DECODE=tc r tc_scale $B -m $F --device 0 --concurrency 16,32,48,64 $W
 COSY_GPU_TEST_MODEL=$F r test_gpu_engine_full ./build/dev/tests/test_gpu_engine
-cd $O && tar czf logs_e.tgz l && rm -rf l; cd - > /dev/null
-rm -rf /tmp/l; tar xzf $O/logs_e.tgz -C /tmp 2>/dev/null
+pack e
 for f in c64_p1_1 c64_p3_1 tc64_p1_1 c64_p1_2 c64_p3_2 tc64_p1_2 c64_p1_3 c64_p3_3 tc64_p1_3 c1 scale w2 tc_c1 tc_scale; do echo "== $f"; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ ?ms|^ +256 +[0-9.]+ +2560|ttfb by wave" /tmp/l/$f.log | awk '{print $1,$2,$3,$4,$5,$7,$8, $10,$11,$12,$13,$14,$15,$16,$17,$18,$19}' | head -14; done
 grep -hE "PASSED|FAILED" /tmp/l/test_gpu_engine_full.log

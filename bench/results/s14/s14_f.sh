@@ -2,20 +2,7 @@
 # session 14 call f: COSY_SCHED_URGENT_HOLD=1 (decode rows whose next chunk has its tokens sit out
 # while a chunk with audio out is urgent) against none, default and tc LLM, C = 16 then 64 on
 # one engine, three rounds alternating; sweeps and W2 with it
-set -u
-cd "$(dirname "$0")/../.."
-O=${OUT:-build/dev/out}
-L=$O/l; mkdir -p $L
-T0=$(date +%s)
-left() { echo $(( ${LIMIT:-570} - ($(date +%s) - T0) )); }
-OUT=$L/build bash bench/device_run.sh build > $L/build.txt 2>&1
-grep -E "rc=" $L/build/summary.txt
-export LD_LIBRARY_PATH=$PWD/.dev/root/usr/lib/x86_64-linux-gnu
-export COSY_TEST_MODEL=$PWD/build/dev/test/small-f32.gguf COSY_SHARED=$PWD/.dev/shared
-F=$PWD/build/dev/full-bf16.gguf
-W="--texts .dev/shared/bench/w1_texts.txt --prompt-wav .dev/shared/audio/zero_shot_prompt.wav"
-r() { local n=$1; shift; if [ $(left) -lt 25 ]; then echo "skip $n"; return; fi; local t=$(date +%s); "$@" > $L/$n.log 2>&1; echo "$n rc=$? $(( $(date +%s) - t ))s"; }
-B=./build/dev/bench/bench_w1
+. "$(dirname "$0")/../../device_call.sh"
 for i in 1 2 3; do
   r def_n_$i $B -m $F --device 0 --concurrency 16,64 $W
   COSY_SCHED_URGENT_HOLD=1 r def_h_$i $B -m $F --device 0 --concurrency 16,64 $W
@@ -28,6 +15,5 @@ COSY_LLM_DECODE=tc COSY_SCHED_URGENT_HOLD=1 r tc_h_c1 $B -m $F --device 0 --conc
 COSY_LLM_DECODE=tc COSY_SCHED_URGENT_HOLD=1 r tc_h_scale $B -m $F --device 0 --concurrency 4,16,32,48,64,128,256 $W
 COSY_LLM_DECODE=tc COSY_SCHED_URGENT_HOLD=1 r tc_h_w2 $B -m $F --device 0 --offline 256 $W
 COSY_SCHED_URGENT_HOLD=1 r def_h_scale $B -m $F --device 0 --concurrency 4,16,32,48,64,128,256 $W
-cd $O && tar czf logs_f.tgz l && rm -rf l; cd - > /dev/null
-rm -rf /tmp/l; tar xzf $O/logs_f.tgz -C /tmp 2>/dev/null
+pack f
 for f in def_n_1 def_h_1 tc_n_1 tc_h_1 def_n_2 def_h_2 tc_n_2 tc_h_2 def_n_3 def_h_3 tc_n_3 tc_h_3 tc_h_trace tc_h_c1 tc_h_scale tc_h_w2 def_h_scale; do echo "== $f"; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ ?ms|^ +256 +[0-9.]+ +2560" /tmp/l/$f.log | awk '{print $1,$3,$4,$5,$7,$8}' | head -9; done

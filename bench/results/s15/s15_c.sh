@@ -13,26 +13,12 @@ r build_old make -j16 B=build/old CUDA_ARCHS=90 build/old/tests/test_kernels
 cp /tmp/attention_new.cu kernels/attention.cu
 r bench_attn_old ./build/old/tests/test_kernels --bench attn_dit_paged
 V="base:X=1 fo:COSY_SCHED_FIRST_ONLY=1 tc:COSY_LLM_DECODE=tc tcfo:COSY_LLM_DECODE=tc,COSY_SCHED_FIRST_ONLY=1"
-for k in 1 2; do
-  for v in $V; do
-    n=${v%%:*}; envs=${v#*:}
-    r ${n}_$k env ${envs//,/ } $B -m $F --device 0 --concurrency 16,64 $W
-    r ${n}_fresh_$k env ${envs//,/ } $B -m $F --device 0 --concurrency 64 $W
-  done
-done
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-inc=$CUDA_HOME/include; lib=$CUDA_HOME/lib64
-[ -f "$inc/cupti.h" ] || inc=$CUDA_HOME/extras/CUPTI/include
-[ -e "$lib/libcupti.so" ] || lib=$CUDA_HOME/extras/CUPTI/lib64
-cc -shared -fPIC -O2 -I"$inc" -o build/dev/kernel_time.so bench/kernel_time.c -L"$lib" -Wl,-rpath,"$lib" -lcupti
+ab "$V" 2
+kernel_time_so
 LD_PRELOAD=$PWD/build/dev/kernel_time.so KERNEL_TIME_TOP=20 r ktop_c64 $B -m $F --device 0 --concurrency 64 $W
 pack c
 for t in test_kernels test_gpu_flow; do echo "== $t"; grep -hE "PASSED|FAILED|qkv_post_store|attn_dit_paged" /tmp/l/$t.log | head -8; done
 echo "== attention table (new, then old)"
 grep -h "attn_dit_paged" /tmp/l/bench_attn_new.log | tail -4; grep -h "attn_dit_paged" /tmp/l/bench_attn_old.log | tail -4
-for v in $V; do n=${v%%:*}; echo "== $n"
-  for k in 1 2; do for m in ${n}_$k ${n}_fresh_$k; do
-    printf "%-12s " $m; grep -hE "^ +64 +128" /tmp/l/$m.log | cut -c1-104 | tr -s ' ' | tr '\n' ' '
-    grep -h "first 64 requests" /tmp/l/$m.log | sed 's/.*first 64 requests/ w1/; s/later 64/w2/' | tr -d '\n'; echo; done; done
-done
+ab_rows "$V" 2
 grep "kernel_time top" /tmp/l/ktop_c64.log | head -12 | cut -c1-150

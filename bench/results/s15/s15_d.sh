@@ -10,27 +10,13 @@ r test_gpu_hift timeout 200 ./build/dev/tests/test_gpu_hift
 r test_gpu_flow timeout 100 ./build/dev/tests/test_gpu_flow
 r test_gpu_engine_small timeout 200 ./build/dev/tests/test_gpu_engine
 V="base:X=1 nopr:COSY_HIFT_PREROUND=0 tc:COSY_LLM_DECODE=tc tcnopr:COSY_LLM_DECODE=tc,COSY_HIFT_PREROUND=0"
-for k in 1 2; do
-  for v in $V; do
-    n=${v%%:*}; envs=${v#*:}
-    r ${n}_$k env ${envs//,/ } $B -m $F --device 0 --concurrency 16,64 $W
-    r ${n}_fresh_$k env ${envs//,/ } $B -m $F --device 0 --concurrency 64 $W
-  done
-done
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-inc=$CUDA_HOME/include; lib=$CUDA_HOME/lib64
-[ -f "$inc/cupti.h" ] || inc=$CUDA_HOME/extras/CUPTI/include
-[ -e "$lib/libcupti.so" ] || lib=$CUDA_HOME/extras/CUPTI/lib64
-cc -shared -fPIC -O2 -I"$inc" -o build/dev/kernel_time.so bench/kernel_time.c -L"$lib" -Wl,-rpath,"$lib" -lcupti
+ab "$V" 2
+kernel_time_so
 LD_PRELOAD=$PWD/build/dev/kernel_time.so KERNEL_TIME_TOP=12 r ktop_c64 $B -m $F --device 0 --concurrency 64 $W
 LD_PRELOAD=$PWD/build/dev/kernel_time.so KERNEL_TIME_TOP=12 COSY_HIFT_PREROUND=0 r ktop_c64_nopr $B -m $F --device 0 --concurrency 64 $W
 COSY_GPU_TEST_MODEL=$F r test_gpu_engine_full timeout $(( $(left) - 15 )) ./build/dev/tests/test_gpu_engine
 pack d
 for t in test_gpu_hift test_gpu_flow test_gpu_engine_small test_gpu_engine_full; do echo "== $t"; grep -hE "PASSED|FAILED|ERROR" /tmp/l/$t.log | head -4; done
 grep -h "weights rounded on the host" /tmp/l/test_gpu_hift.log | head -3; grep -c "bit-identical" /tmp/l/test_gpu_hift.log; grep -h "DIFFERS" /tmp/l/test_gpu_hift.log | head
-for v in $V; do n=${v%%:*}; echo "== $n"
-  for k in 1 2; do for m in ${n}_$k ${n}_fresh_$k; do
-    printf "%-12s " $m; grep -hE "^ +64 +128" /tmp/l/$m.log | cut -c1-104 | tr -s ' ' | tr '\n' ' '
-    grep -h "first 64 requests" /tmp/l/$m.log | sed 's/.*first 64 requests/ w1/; s/later 64/w2/' | tr -d '\n'; echo; done; done
-done
+ab_rows "$V" 2
 for m in ktop_c64 ktop_c64_nopr; do echo "== $m"; grep "kernel_time top" /tmp/l/$m.log | grep -E "conv_tc|total|top  [12]:" | head -4 | cut -c1-150; grep -E "^ +64 +128" /tmp/l/$m.log; done

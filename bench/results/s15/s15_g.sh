@@ -3,11 +3,7 @@
 # (16 requests: one-job flow and vocoder calls, one-row decode steps) under CUPTI with the 40
 # kernels of the largest time and the busy time, and with COSY_FLOW_TIMING
 . "$(dirname "$0")/../../device_call.sh"
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-inc=$CUDA_HOME/include; lib=$CUDA_HOME/lib64
-[ -f "$inc/cupti.h" ] || inc=$CUDA_HOME/extras/CUPTI/include
-[ -e "$lib/libcupti.so" ] || lib=$CUDA_HOME/extras/CUPTI/lib64
-cc -shared -fPIC -O2 -I"$inc" -o build/dev/kernel_time.so bench/kernel_time.c -L"$lib" -Wl,-rpath,"$lib" -lcupti
+kernel_time_so
 LD_PRELOAD=$PWD/build/dev/kernel_time.so KERNEL_TIME_TOP=40 r ktop_c1 $B -m $F --device 0 --concurrency 1 --requests 16 $W
 COSY_FLOW_TIMING=$L/flowt_c1.txt r flowt_c1 $B -m $F --device 0 --concurrency 1 --requests 16 $W
 pack g
