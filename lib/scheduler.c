@@ -908,11 +908,13 @@ static int chunk_tokens_ready(const sjob *j) {
   return !j->collect_only && j->n_tok - j->offset >= j->hop + LOOKAHEAD;
 }
 
+/* the job's next chunk is its request's first audio (not a later segment's first chunk) */
+static int request_first(const sjob *j) { return j->chunks_done == 0 && j->seg_i == 0; }
+
 /* the request's first chunk is still to come from this job (its first segment, streamed, not
  * failed, finished or cancelled; e->mu held) */
 static int first_open(const sjob *j) {
-  return j->chunks_done == 0 && j->seg_i == 0 && !j->collect_only && !j->err && !j->final_done &&
-         !cancelled(j->r);
+  return request_first(j) && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r);
 }
 
 /* First audio before more tokens (COSY_SCHED_FIRST_HOLD=1; e->mu held). While some request's
@@ -1026,8 +1028,8 @@ static void *llm_main(void *arg) {
     for (sjob *j = s->active; j && k < cap; j = j->next)
       if (!j->llm_released) {
         j->held = hold && chunk_tokens_ready(j); /* sits out this iteration's decode step */
-        awaiting |= j->decoding && j->chunks_done == 0 && j->seg_i == 0 && !j->collect_only &&
-                    !j->busy && !chunk_tokens_ready(j);
+        awaiting |= j->decoding && request_first(j) && !j->collect_only && !j->busy &&
+                    !chunk_tokens_ready(j);
         jobs[k++] = j;
       }
     const int skip_prefill = s->prefill_every > 1 && awaiting && ++iter % s->prefill_every != 0;
@@ -1265,9 +1267,6 @@ static double audio_end(const cosy_request *r, int sample_rate) {
  * two token-to-wave rounds (s->round_s: it could not come in time from the round after next)
  * ranks before every first chunk, by its playback deadline; then first chunks, by arrival; then
  * the rest by playback deadline (when the audio delivered so far runs out). e->mu held. */
-/* the job's next chunk is its request's first audio (not a later segment's first chunk) */
-static int request_first(const sjob *j) { return j->chunks_done == 0 && j->seg_i == 0; }
-
 static double deadline(const struct cosy_sched *s, const sjob *j, int sample_rate, double now) {
   if (request_first(j)) return -1e12 + j->r->t_submit;
   const double d = audio_end(j->r, sample_rate);
