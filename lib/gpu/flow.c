@@ -170,7 +170,7 @@ struct gpu_flow {
   FILE *timing;
   cudaEvent_t tev[2];
   double cap_ms;  /* capture + instantiation time of graph_run calls since the batch began */
-  int n_cap, n_hit, n_direct, timing_checked;
+  int n_cap, n_hit, n_direct;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -1178,6 +1178,17 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   gflow_cache *c = (gflow_cache *)cosy_calloc(1, sizeof *c);
   if (!c) return COSY_ERR_NO_MEMORY;
   f->fc = c;
+  { /* COSY_FLOW_TIMING=path: batch_run's timing lines (measurement aid; none if this fails) */
+    const char *tp = getenv("COSY_FLOW_TIMING");
+    if (tp && tp[0] && cudaEventCreate(&f->tev[0]) == cudaSuccess) {
+      if (cudaEventCreate(&f->tev[1]) != cudaSuccess) {
+        cudaEventDestroy(f->tev[0]);
+      } else if (!(f->timing = fopen(tp, "w"))) {
+        cudaEventDestroy(f->tev[0]);
+        cudaEventDestroy(f->tev[1]);
+      }
+    }
+  }
   const int M = f->M, D = f->D;
   c->page_bytes = gpu_flow_page_bytes(f);
   c->kv_elems = (int64_t)f->S * f->depth * 2 * 2 * PF * D;
@@ -1403,17 +1414,6 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   gflow_cache *c = FC(f);
   const int M = f->M, D = f->D, la = f->la;
   cudaStream_t s = f->s = f->g->stream;
-  if (!f->timing_checked) { /* COSY_FLOW_TIMING=path (measurement aid) */
-    f->timing_checked = 1;
-    const char *tp = getenv("COSY_FLOW_TIMING");
-    if (tp && tp[0] && cudaEventCreate(&f->tev[0]) == cudaSuccess) {
-      if (cudaEventCreate(&f->tev[1]) != cudaSuccess) cudaEventDestroy(f->tev[0]);
-      else if (!(f->timing = fopen(tp, "w"))) {
-        cudaEventDestroy(f->tev[0]);
-        cudaEventDestroy(f->tev[1]);
-      }
-    }
-  }
   const double tt0 = cosy_now();
   double tt_plan = 0, tt_pre = 0, tt_enq = 0;
   int n_new = 0;
