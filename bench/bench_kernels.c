@@ -476,6 +476,7 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.xs = o->i[6] ? P(o, 9, s) : NULL; /* as the LLM passes it: x split once beyond 8 rows */
   ga.xs_bytes = o->i[6] ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
   ga.clusters = g_dev.clusters;
+  ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it */
   return o->i[6] ? cosy_k_llm_gemv_tc(g_stream, &ga) : cosy_k_llm_gemv(g_stream, &ga);
 }
 static void add_llm_gemv(const char *group, const char *name, int M, int N, int K,

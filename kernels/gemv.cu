@@ -685,12 +685,17 @@ __device__ __forceinline__ void tc_finish(const TcP &tp, const float (&acc)[TW][
       float v[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        /* bounds fixed at compile time, so that the loads (from other blocks' shared memory
+         * too) issue together where CS and KSB are launch parameters; the adds stay in order */
         float sacc = 0.f;
 #pragma unroll
-        for (int r = 0; r < CS; ++r) {
-          const float *rb = tc_at(red, r, CS);
+        for (int r = 0; r < TC_WARPS; ++r) {
+          if (r < CS) {
+            const float *rb = tc_at(red, r, CS);
 #pragma unroll
-          for (int q = 0; q < KSB; ++q) sacc += rb[(((wbase + q) * NT + nt) * 4 + e) * 32 + lane];
+            for (int q = 0; q < TC_WARPS; ++q)
+              if (q < KSB) sacc += rb[(((wbase + q) * NT + nt) * 4 + e) * 32 + lane];
+          }
         }
         v[e] = sacc;
       }
@@ -1135,11 +1140,12 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  * cudaErrorNotSupported where the block's shared memory would exceed smem_max (the caller then
  * runs gemv_tc_kernel: the same bits). */
 template <int TW, int PRO, int EPI>
-cudaError_t gemv_tc_wide_launch(cudaStream_t s, TcP p, int ks, int clusters, size_t smem_max,
+cudaError_t gemv_tc_wide_launch(cudaStream_t s, TcP p, int ks, int max_cs, size_t smem_max,
                                 int pdl) {
   constexpr int D = 2;
   p.ks = ks;
-  p.cs = clusters ? std::min(ks, TC_WARPS) : 1;
+  p.cs = std::min(ks, max_cs);
+  if (ks / p.cs > TC_WARPS) p.cs = ks / TC_WARPS; /* at most 8 parts a block */
   const int ksb = ks / p.cs, wt = TC_WARPS / ksb;
   if (ksb > TC_WARPS || ksb * p.cs != ks) return cudaErrorInvalidValue;
   p.stages = ksb >= 4 ? 2 : 3;
@@ -1181,6 +1187,8 @@ cudaError_t gemv_tc_wide_launch(cudaStream_t s, TcP p, int ks, int clusters, siz
  *   COSY_GEMV_TC_WIDE   33 (default): from this many rows (x split beforehand) gemv_tc_wide_kernel
  *                       runs instead of gemv_tc_kernel's 32-row blocks; 0 never (same bits)
  *   COSY_GEMV_TC_WIDE_TW 2 (default): weight tiles per warp in gemv_tc_wide_kernel (1 or 2)
+ *   COSY_GEMV_TC_WIDE_CS 8 (default): most blocks of a cluster in gemv_tc_wide_kernel (1, 2, 4, 8;
+ *                       the K parts beyond them stay in one block)
  *   COSY_GEMV_TRIGGER   1 (default): gemv_tc triggers its dependents (PDL) after its mma loop,
  *                       gemv at its start; 0 both at the start; 2 both late. Measured on an H100
  *                       (bench/RESULTS.md, W1 with COSY_LLM_DECODE=tc): with gemv_tc's early
@@ -1190,7 +1198,7 @@ cudaError_t gemv_tc_wide_launch(cudaStream_t s, TcP p, int ks, int clusters, siz
  *                       underruns, RTF 0.031, the decode step itself within 3%. gemv (the
  *                       default decode path) gained nothing from it. */
 struct GemvKnobs {
-  int stage, maxks, trigger, early, target, wide, wide_tw;
+  int stage, maxks, trigger, early, target, wide, wide_tw, wide_cs;
 };
 const GemvKnobs &gemv_knobs() {
   static const GemvKnobs k = [] {
@@ -1210,6 +1218,8 @@ const GemvKnobs &gemv_knobs() {
     if (t.target < 256 || t.target > 65536) t.target = TC_TARGET_WARPS;
     t.wide = env("COSY_GEMV_TC_WIDE", TC_WIDE_ROWS);
     t.wide_tw = env("COSY_GEMV_TC_WIDE_TW", 2) == 1 ? 1 : 2;
+    t.wide_cs = env("COSY_GEMV_TC_WIDE_CS", TC_WARPS);
+    if (t.wide_cs != 1 && t.wide_cs != 2 && t.wide_cs != 4) t.wide_cs = TC_WARPS;
     return t;
   }();
   return k;
@@ -1400,8 +1410,9 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
       const int tw = gemv_knobs().wide_tw;
       const cudaError_t ew = by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
         constexpr int PRO = decltype(pro)::value, EPI = decltype(epi)::value;
-        return tw == 1 ? gemv_tc_wide_launch<1, PRO, EPI>(s, tp, ks, a->clusters, lim, pdl)
-                       : gemv_tc_wide_launch<2, PRO, EPI>(s, tp, ks, a->clusters, lim, pdl);
+        const int mcs = a->clusters ? gemv_knobs().wide_cs : 1;
+        return tw == 1 ? gemv_tc_wide_launch<1, PRO, EPI>(s, tp, ks, mcs, lim, pdl)
+                       : gemv_tc_wide_launch<2, PRO, EPI>(s, tp, ks, mcs, lim, pdl);
       });
       if (ew != cudaErrorNotSupported) return ew; /* else too little shared memory: below */
     }
