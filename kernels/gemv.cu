@@ -412,7 +412,7 @@ constexpr int TC_MAX_KS = 32; /* clusters of up to 4 blocks (8 measured slower, 
 /* K parts are doubled until the grid has this many warps (~16 per SM of an H100) */
 constexpr int TC_TARGET_WARPS = 2048;
 /* rows from which gemv_tc_wide_kernel takes over (COSY_GEMV_TC_WIDE) */
-constexpr int TC_WIDE_ROWS = 33;
+constexpr int TC_WIDE_ROWS = 0;
 
 /* The block barrier of a K-split group: the block's, or the cluster's when its K parts span
  * cs > 1 blocks (their partial sums are then read from each other's shared memory). cs is a
@@ -599,7 +599,7 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
 
 /* blocks an SM the registers must allow: three with 4 k-blocks in flight at one row tile (80
  * registers), else two (128) */
-constexpr int tc_min_blocks(int nt, int d) { return nt == 1 && d <= 4 ? 3 : 2; }
+constexpr int tc_min_blocks(int nt, int d) { return (nt == 1 && d <= 4) || (nt == 8 && d == 1) ? 3 : 2; }
 
 /* The two weight rows of lane (g, t) in each of a warp's TW tiles (mma rows g and g + 8):
  * rows n0 + g, n0 + 8 + g; for SILU_MUL gate j0 + g and up I + j0 + g; for QKV_ROPE head rows
@@ -1198,7 +1198,7 @@ cudaError_t gemv_tc_wide_launch(cudaStream_t s, TcP p, int ks, int max_cs, size_
  *                       underruns, RTF 0.031, the decode step itself within 3%. gemv (the
  *                       default decode path) gained nothing from it. */
 struct GemvKnobs {
-  int stage, maxks, trigger, early, target, wide, wide_tw, wide_cs;
+  int stage, maxks, trigger, early, target, wide, wide_tw, wide_cs, big;
 };
 const GemvKnobs &gemv_knobs() {
   static const GemvKnobs k = [] {
@@ -1219,6 +1219,7 @@ const GemvKnobs &gemv_knobs() {
     t.wide = env("COSY_GEMV_TC_WIDE", TC_WIDE_ROWS);
     t.wide_tw = env("COSY_GEMV_TC_WIDE_TW", 2) == 1 ? 1 : 2;
     t.wide_cs = env("COSY_GEMV_TC_WIDE_CS", TC_WARPS);
+    t.big = env("COSY_GEMV_TC_BIG", 0);
     if (t.wide_cs != 1 && t.wide_cs != 2 && t.wide_cs != 4) t.wide_cs = TC_WARPS;
     return t;
   }();
@@ -1233,7 +1234,11 @@ cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   if (rc == 16)
     return pre ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, true>(s, p, pdl)
                : gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
-  return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true>(s, p, pdl);
+  switch (gemv_knobs().big) {
+  case 1: return gemv_tc_launch<8, KS, 1, 2, PRO, EPI, true>(s, p, pdl);
+  case 2: return gemv_tc_launch<8, KS, 1, 1, PRO, EPI, true>(s, p, pdl);
+  default: return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true>(s, p, pdl);
+  }
 }
 
 template <int PRO, int EPI>
