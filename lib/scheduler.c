@@ -116,6 +116,7 @@ static int sched_first_hop(int P, int n) {
 #define FLOW_BATCH_FRAMES 3000 /* new mel frames per flow batch (per CFG row). A 1024 cap was
                                  measured worse at C = 64 (TTFB p95 1168 vs 1003 ms, 148x vs 160x
                                  real time: smaller batches, same queue); see bench/RESULTS.md */
+#define SCHED_YIELD_MS 0.0 /* COSY_SCHED_YIELD_MS default (yield_to_playback) */
 #define IDLE_POLL_MS 20  /* threads with active work re-check cancel flags at least this often */
 #define DEFER_SLACK_S 1.0 /* chunks with more audio ahead than this wait for a wave's first chunks */
 #define DEFER_POLL_MS 2
@@ -213,6 +214,9 @@ struct cosy_sched {
                                     with audio out waits for its next chunk's tokens
                                     (tokens_gate_audio), 3 always, 4 as 3 and also for a
                                     request alone, 0 never */
+  double yield_s;                /* COSY_SCHED_YIELD_MS: the LLM yields to playback while a
+                                    ready chunk's audio runs out within this (yield_to_playback);
+                                    0 never */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
@@ -960,6 +964,31 @@ static int pause_risks_underrun(const struct cosy_sched *s, double now) {
   return 0;
 }
 
+/* The LLM yields to playback (e->mu held): some request with audio out has its next chunk
+ * ready (its tokens are there, or it is in the token-to-wave stage) and less than yield_s of
+ * audio left, while no request waits for its first chunk's tokens and pausing would not make
+ * another request's audio run out (pause_risks_underrun). A decode step then only adds tokens
+ * that nobody needs yet, and its kernels share the device with the flow and vocoder calls that
+ * the audio waits for. Timing decides only when tokens are made, never which: no request's audio
+ * changes. Measured on an H100 at W1 C = 64 (bench/RESULTS.md): the second chunks of a burst's
+ * short first chunks (0.36 s of audio) need ~300 ms of flow and vocoder, and decode steps beside
+ * them made some late by up to ~30 ms. */
+#define YIELD_POLL_MS 5
+static int yield_to_playback(const struct cosy_sched *s, double now) {
+  if (s->yield_s <= 0) return 0;
+  int urgent = 0;
+  for (const sjob *j = s->active; j; j = j->next) {
+    if (j->err || j->collect_only || j->final_done || cancelled(j->r)) continue;
+    const int ready = j->busy || chunk_tokens_ready(j) || j->llm_done;
+    if (request_first(j)) {
+      if (!ready) return 0; /* first audio waits for tokens */
+      continue;
+    }
+    if (j->chunks_done > 0 && ready && j->audio_until - now < s->yield_s) urgent = 1;
+  }
+  return urgent && !pause_risks_underrun(s, now);
+}
+
 static void *llm_main(void *arg) {
   cosy_engine *e = (cosy_engine *)arg;
   struct cosy_sched *s = e->sched;
@@ -995,6 +1024,10 @@ static void *llm_main(void *arg) {
         !(s->pause_mode == 2 && tokens_gate_audio(s)) &&
         !(s->pause_mode == 1 && pause_risks_underrun(s, cosy_now()))) {
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
+      continue;
+    }
+    if (!e->stopping && yield_to_playback(s, cosy_now())) {
+      timed_wait(&s->cv_llm, &e->mu, YIELD_POLL_MS);
       continue;
     }
     /* snapshot of the jobs this thread owns */
@@ -1761,6 +1794,11 @@ cosy_status sched_start(cosy_engine *e) {
   {
     const char *pm = getenv("COSY_SCHED_PAUSE");
     s->pause_mode = pm && pm[0] >= '0' && pm[0] <= '4' && !pm[1] ? pm[0] - '0' : 1;
+  }
+  {
+    const char *ym = getenv("COSY_SCHED_YIELD_MS");
+    s->yield_s = (ym && *ym ? atof(ym) : SCHED_YIELD_MS) / 1000.0;
+    if (!(s->yield_s >= 0 && s->yield_s <= 10.0)) s->yield_s = SCHED_YIELD_MS / 1000.0;
   }
   {
     const char *pe = getenv("COSY_SCHED_PREFILL_EVERY");
