@@ -63,9 +63,7 @@
  *   order (per 8-row tile and k-block, lane by lane, 16 bytes hi and 16 lo: a warp loads a
  *   tile's k-block as 1 KB in a row), and the
  *   blocks load their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2
- *   (each fragment serves both tiles), D 2; from 33 rows gemv_tc_wide_kernel (64-row blocks
- *   whose warps share each k-block of x through shared memory; see there). Without a
- *   workspace: NT 2, x split in the block.
+ *   (each fragment serves both tiles), D 2. Without a workspace: NT 2, x split in the block.
  *   The KS partial sums of a tile meet in shared memory (the cluster's, read in block rank
  *   order) and are added in part order; the epilogue's 8-row tiles are shared out over the
  *   tile's KS warps, and lane (g, t) owns outputs (rows 2t, 2t + 1 of an 8-row tile) x (weight
@@ -411,43 +409,48 @@ __host__ __device__ constexpr int tc_cs(int ks) { return ks > TC_WARPS ? ks / TC
 constexpr int TC_MAX_KS = 32; /* clusters of up to 4 blocks (8 measured slower, RESULTS) */
 /* K parts are doubled until the grid has this many warps (~16 per SM of an H100) */
 constexpr int TC_TARGET_WARPS = 2048;
-/* rows from which gemv_tc_wide_kernel takes over (COSY_GEMV_TC_WIDE) */
-constexpr int TC_WIDE_ROWS = 0;
 
 /* The block barrier of a K-split group: the block's, or the cluster's when its K parts span
- * cs > 1 blocks (their partial sums are then read from each other's shared memory). cs is a
- * compile-time constant in gemv_tc_kernel (the branch folds) and a launch parameter in
- * gemv_tc_wide_kernel. */
-__device__ __forceinline__ void tc_sync(int cs) {
-  if (cs == 1) {
+ * CS > 1 blocks (their partial sums are then read from each other's shared memory). */
+template <int CS>
+__device__ __forceinline__ void tc_sync() {
+  if constexpr (CS == 1) {
     __syncthreads();
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cooperative_groups::this_cluster().sync();
 #else
-    __trap(); /* the launchers never make clusters without kdevice.h clusters */
+    __trap(); /* the launcher never makes clusters without kdevice.h clusters */
 #endif
   }
 }
 /* this block's rank in its cluster (0 without one) */
-__device__ __forceinline__ int tc_rank(int cs) {
-  if (cs == 1) return 0;
+template <int CS>
+__device__ __forceinline__ int tc_rank() {
+  if constexpr (CS == 1) {
+    return 0;
+  } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return (int)cooperative_groups::this_cluster().block_rank();
+    return (int)cooperative_groups::this_cluster().block_rank();
 #else
-  __trap();
-  return 0;
+    __trap();
+    return 0;
 #endif
+  }
 }
 /* p (in this block's shared memory) as seen in block r of the cluster */
-__device__ __forceinline__ const float *tc_at(float *p, int r, int cs) {
-  if (cs == 1) return p;
+template <int CS>
+__device__ __forceinline__ const float *tc_at(float *p, int r) {
+  if constexpr (CS == 1) {
+    return p;
+  } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
+    return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
 #else
-  __trap();
-  return p;
+    __trap();
+    return p;
 #endif
+  }
 }
 
 /* D = A B + D, A 16x16 (row), B 16x8 (col), bf16 in, fp32 accumulate. */
@@ -500,16 +503,6 @@ __device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
-/* 16-byte asynchronous copy global -> shared through L2 only, and its commit groups */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 struct TcP {
   GemvP g;
@@ -524,8 +517,6 @@ struct TcP {
    * _INVF, _POS (positions and cache slots), _OLD (the residual's old values), _NORMW (the
    * RMSNorm weights, staged beside the staged rows) */
   int early;
-  /* gemv_tc_wide_kernel only: K parts, cluster size (blocks a tile's parts span), x stages */
-  int ks, cs, stages;
 };
 enum { TC_EARLY_BIAS = 1, TC_EARLY_INVF = 2, TC_EARLY_POS = 4, TC_EARLY_OLD = 8, TC_EARLY_NORMW = 16 };
 
@@ -599,143 +590,7 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
 
 /* blocks an SM the registers must allow: three with 4 k-blocks in flight at one row tile (80
  * registers), else two (128) */
-constexpr int tc_min_blocks(int nt, int d) { return (nt == 1 && d <= 4) || (nt == 8 && d == 1) ? 3 : 2; }
-
-/* The two weight rows of lane (g, t) in each of a warp's TW tiles (mma rows g and g + 8):
- * rows n0 + g, n0 + 8 + g; for SILU_MUL gate j0 + g and up I + j0 + g; for QKV_ROPE head rows
- * i0 + g and i0 + 32 + g. ok: the row exists; w: its 16 bytes at k = 8 t of k-block 0. */
-template <int TW, int EPI>
-__device__ __forceinline__ void tc_wrows(const GemvP &a, int tile0, int g, int t, int (&rA)[TW],
-                                         int (&rB)[TW], bool (&okA)[TW], bool (&okB)[TW],
-                                         const bf16 *(&wA)[TW], const bf16 *(&wB)[TW]) {
-#pragma unroll
-  for (int u = 0; u < TW; ++u) {
-    const int tile = tile0 + u;
-    if (EPI == COSY_GEMV_SILU_MUL) {
-      rA[u] = tile * 8 + g;
-      rB[u] = rA[u] + (a.N >> 1);
-    } else if (EPI == COSY_GEMV_QKV_ROPE) {
-      rA[u] = (tile >> 2) * HD + (tile & 3) * 8 + g;
-      rB[u] = rA[u] + HALF;
-    } else {
-      rA[u] = tile * 16 + g;
-      rB[u] = rA[u] + 8;
-    }
-    okA[u] = tile < a.P && rA[u] < a.N;
-    okB[u] = tile < a.P && rB[u] < a.N;
-    wA[u] = a.w + (size_t)(okA[u] ? rA[u] : 0) * a.K + 8 * t;
-    wB[u] = a.w + (size_t)(okB[u] ? rB[u] : 0) * a.K + 8 * t;
-  }
-}
-/* k-block kb of those rows into one in-flight slot (zeros where !in or the row is missing);
- * streamed once, so __ldcs */
-template <int TW>
-__device__ __forceinline__ void tc_wload(uint4 (&wa)[TW], uint4 (&wb)[TW], const bf16 *const (&wA)[TW],
-                                         const bf16 *const (&wB)[TW], const bool (&okA)[TW],
-                                         const bool (&okB)[TW], int kb, bool in) {
-#pragma unroll
-  for (int u = 0; u < TW; ++u) {
-    wa[u] = in && okA[u] ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kb * 32))
-                         : make_uint4(0u, 0u, 0u, 0u);
-    wb[u] = in && okB[u] ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kb * 32))
-                         : make_uint4(0u, 0u, 0u, 0u);
-  }
-}
-
-/* Steps 4 and 5 of both gemv_tc kernels. 4: per weight tile of the warp, the KS warps' partial
- * sums (the KS / CS parts of this block and, with a cluster of CS blocks, the same warps of its
- * other blocks) meet in shared memory (red [8][NT][4][32]) and are added in k-part order. 5: the
- * epilogue, its 8-row tiles shared out over the KS parts' warps (part kp takes tiles nt = kp,
- * kp + KS, ...): lane (g, t) owns c0, c1 = (weight row rA, rows 2t, 2t + 1 of the 8-row tile),
- * c2, c3 = (row rB, same). ep_b [8][TW][2][32] holds the bias copied early, ep_old
- * [8][TW][4][32] the residual's old values where old_s (one epilogue tile a warp), pos_s /
- * slot_s / invf_s the RoPE operands (tp.early says which were copied). KS and CS are
- * compile-time constants in gemv_tc_kernel. */
-template <int NT, int TW, int EPI>
-__device__ __forceinline__ void tc_finish(const TcP &tp, const float (&acc)[TW][NT][4], int KS,
-                                          int CS, float *red, const float *ep_old,
-                                          const float *ep_b, const int *pos_s, const int *slot_s,
-                                          const float *invf_s, bool old_s, int kp, int tile0,
-                                          const int (&rA)[TW], const int (&rB)[TW],
-                                          const bool (&okA)[TW], const bool (&okB)[TW], int r0,
-                                          int nr) {
-  const GemvP &a = tp.g;
-  const int early = tp.early;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int KSB = KS / CS;
-  if (a.late) pdl_trigger();
-  const int wbase = warp - warp % KSB; /* the group's first warp in each block */
-  cp_async_wait_all(); /* this thread's copies; the barrier below shows them to the block */
-#pragma unroll
-  for (int u = 0; u < TW; ++u) {
-    if (u) tc_sync(CS); /* red is reused: every block of the cluster is done reading it */
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) red[((warp * NT + nt) * 4 + e) * 32 + lane] = acc[u][nt][e];
-    tc_sync(CS);
-    const int tile = tile0 + u;
-    if (tile >= a.P) continue;
-    const bool eb = early & TC_EARLY_BIAS;
-    const float *bw = ep_b + (size_t)(warp * TW + u) * 2 * 32;
-    const float bA = a.bias && okA[u] ? (eb ? bw[lane] : a.bias[rA[u]]) : 0.f;
-    const float bB = a.bias && okB[u] ? (eb ? bw[32 + lane] : a.bias[rB[u]]) : 0.f;
-#pragma unroll
-    for (int nt = kp; nt < NT; nt += KS) {
-      float v[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        /* bounds fixed at compile time, so that the loads (from other blocks' shared memory
-         * too) issue together where CS and KSB are launch parameters; the adds stay in order */
-        float sacc = 0.f;
-#pragma unroll
-        for (int r = 0; r < TC_WARPS; ++r) {
-          if (r < CS) {
-            const float *rb = tc_at(red, r, CS);
-#pragma unroll
-            for (int q = 0; q < TC_WARPS; ++q)
-              if (q < KSB) sacc += rb[(((wbase + q) * NT + nt) * 4 + e) * 32 + lane];
-          }
-        }
-        v[e] = sacc;
-      }
-#pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const int lr = nt * 8 + 2 * t + e2;
-        if (lr >= nr) continue;
-        const int gm = r0 + lr;
-        if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
-          float oA = 0.f, oB = 0.f;
-          if (EPI == COSY_GEMV_ADD_F32) {
-            if (old_s && (early & TC_EARLY_OLD)) {
-              const float *ow = ep_old + (size_t)(warp * TW + u) * 4 * 32;
-              oA = ow[e2 * 32 + lane];
-              oB = ow[(2 + e2) * 32 + lane];
-            } else {
-              if (okA[u]) oA = a.y[(size_t)gm * a.ldy + rA[u]];
-              if (okB[u]) oB = a.y[(size_t)gm * a.ldy + rB[u]];
-            }
-          }
-          if (okA[u]) a.y[(size_t)gm * a.ldy + rA[u]] = oA + (v[e2] + bA);
-          if (okB[u]) a.y[(size_t)gm * a.ldy + rB[u]] = oB + (v[2 + e2] + bB);
-        } else if (EPI == COSY_GEMV_SILU_MUL) {
-          const float gt = v[e2] + bA;
-          const float uu = v[2 + e2] + bB;
-          a.y[(size_t)gm * a.ldy + rA[u]] = gt / (1.f + expf(-gt)) * uu;
-        } else { /* QKV_ROPE */
-          const int i = (tile & 3) * 8 + g;
-          const int head = tile >> 2;
-          const bool rot = head < a.n_qh + a.n_kh, kv = head >= a.n_qh;
-          const bool ep = early & TC_EARLY_POS;
-          rope_store(a, gm, head, i, v[e2] + bA, v[2 + e2] + bB,
-                     ep ? pos_s[lr] : rot ? a.pos[gm] : 0, ep ? slot_s[lr] : kv ? a.slots[gm] : -1,
-                     (early & TC_EARLY_INVF) ? invf_s[i] : rot ? a.inv_freq[i] : 0.f);
-        }
-      }
-    }
-  }
-  if (CS > 1) tc_sync(CS); /* no block leaves while another still reads its shared memory */
-}
+constexpr int tc_min_blocks(int nt, int d) { return nt == 1 && d <= 4 ? 3 : 2; }
 
 /* NT 8-row tiles of x per block, KS parts of K per weight tile (CS = tc_cs(KS) blocks of a
  * cluster, KS / CS parts each), TW weight tiles per warp, D k-blocks of weights in flight per
@@ -764,14 +619,32 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
   if (!a.late) pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int K = a.K, KB = tp.KB, early = tp.early;
-  const int crank = tc_rank(CS);
+  const int crank = tc_rank<CS>();
   const int kp = crank * KSB + warp % KSB; /* this warp's K part, 0 .. KS - 1 */
   const int tile0 = (blockIdx.y * WT + warp / KSB) * TW;
   constexpr bool pre = PRE; /* x split by tc_split_kernel (tp.xs) */
+  /* the two weight rows of this lane in each of its tiles: mma rows g and g + 8 */
   int rA[TW], rB[TW];
   bool okA[TW], okB[TW];
   const bf16 *wA[TW], *wB[TW];
-  tc_wrows<TW, EPI>(a, tile0, g, t, rA, rB, okA, okB, wA, wB);
+#pragma unroll
+  for (int u = 0; u < TW; ++u) {
+    const int tile = tile0 + u;
+    if (EPI == COSY_GEMV_SILU_MUL) {
+      rA[u] = tile * 8 + g;
+      rB[u] = rA[u] + (a.N >> 1);
+    } else if (EPI == COSY_GEMV_QKV_ROPE) {
+      rA[u] = (tile >> 2) * HD + (tile & 3) * 8 + g;
+      rB[u] = rA[u] + HALF;
+    } else {
+      rA[u] = tile * 16 + g;
+      rB[u] = rA[u] + 8;
+    }
+    okA[u] = tile < a.P && rA[u] < a.N;
+    okB[u] = tile < a.P && rB[u] < a.N;
+    wA[u] = a.w + (size_t)(okA[u] ? rA[u] : 0) * K + 8 * t;
+    wB[u] = a.w + (size_t)(okB[u] ? rB[u] : 0) * K + 8 * t;
+  }
   /* this warp's k-blocks: kb = kp + KS * c, c < nc */
   const int nc = kp < KB ? (KB - kp + KS - 1) / KS : 0;
 
@@ -780,7 +653,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
 #pragma unroll
   for (int d = 0; d < D; ++d) {
     const int kb = kp + KS * d;
-    tc_wload<TW>(wa[d], wb[d], wA, wB, okA, okB, kb, d < nc && kb * 32 + 8 * t < K);
+    const bool in = d < nc && kb * 32 + 8 * t < K;
+#pragma unroll
+    for (int u = 0; u < TW; ++u) {
+      wa[d][u] = in && okA[u] ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kb * 32))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      wb[d][u] = in && okB[u] ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kb * 32))
+                              : make_uint4(0u, 0u, 0u, 0u);
+    }
   }
   /* ... and the other constants, into shared memory so that they hold no registers through the
    * mma loop: the epilogue's bias and RoPE frequencies (cp.async, waited for before the partial
@@ -924,200 +804,99 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
         }
         /* refill this slot with k-block c + D */
         const int kbn = kp + KS * (c + D);
-        tc_wload<TW>(wa[d], wb[d], wA, wB, okA, okB, kbn, c + D < nc && kbn * 32 + 8 * t < K);
-      }
-    }
-  }
-
-  tc_finish<NT, TW, EPI>(tp, acc, KS, CS, &red[0][0][0][0], &ep_old[0][0][0][0], &ep_b[0][0][0][0],
-                         pos_s, slot_s, invf_s, OLD_S, kp, tile0, rA, rB, okA, okB, r0, nr);
-}
-
-
-/* gemv_tc_wide_kernel: gemv_tc for many rows (x split beforehand by tc_split_kernel), with the
- * same arithmetic as gemv_tc_kernel, so a row's bits are those it gets alone.
- * Why: in gemv_tc_kernel every warp loads the B fragments of its rows itself, so at 64 rows a
- * warp's x traffic (4 KB a k-block) is twice its weights' (2 KB) and the kernel waits on L1/L2
- * loads (gate|up 24-29 us, down 21-22 at 64 rows against a ~5 us weight stream).
- * Thread mapping: a block has 8 warps and one 64-row block of x (NT = 8 tiles of 8 rows;
- * gridDim.x row blocks). The K parts of a weight tile span the CS blocks of a cluster (CS =
- * KS up to 8, so a block holds KSB = KS / CS parts, 1 unless KS > 8); the block's warps form
- * 8 / KSB groups of KSB warps, a group holding TW tiles and a warp one part of them, as in
- * gemv_tc_kernel. Per step c the block copies (cp.async, STAGES buffers) the x fragments of
- * k-block kp + KS c of each of its parts for every 8-row tile, [KSB][NT][hi, lo][32 lanes] x 16
- * bytes, and every warp of a part reads them from there: one copy serves 8 / KSB warps. The
- * weights stream into registers as in gemv_tc_kernel (D k-blocks in flight, the first before
- * the PDL wait). Steps 4-5 (partial sums in part order, epilogue) are tc_finish. */
-constexpr int TCW_NT = 8; /* 8-row tiles of x per block: 64 rows */
-inline size_t tcw_stage_bytes(int ksb) { return (size_t)ksb * TCW_NT * 64 * sizeof(uint4); }
-template <int TW, int D, int PRO, int EPI>
-__global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tc_wide_kernel(TcP tp) {
-  const GemvP &a = tp.g;
-  constexpr int NW = TC_WARPS, NT = TCW_NT, RC = 8 * NT;
-  const int KS = tp.ks, CS = tp.cs, KSB = KS / CS, WT = NW / KSB, S = tp.stages;
-  __shared__ float red[NW][NT][4][32];
-  __shared__ float ep_old[NW][TW][4][32];
-  __shared__ float ep_b[NW][TW][2][32];
-  __shared__ int pos_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1], slot_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1];
-  __shared__ float invf_s[32];
-  extern __shared__ __align__(16) uint4 xq[]; /* [S][KSB][NT][2][32] */
-
-  if (!a.late) pdl_trigger();
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int K = a.K, KB = tp.KB, early = tp.early;
-  const int q = warp % KSB;                /* this warp's part within the block */
-  const int kp0 = tc_rank(CS) * KSB;       /* the block's first K part */
-  const int kp = kp0 + q;                  /* this warp's K part, 0 .. KS - 1 */
-  const int tile0 = (blockIdx.y * WT + warp / KSB) * TW;
-  /* the residual's old values go through shared memory where a warp has one epilogue tile */
-  const bool old_s = EPI == COSY_GEMV_ADD_F32 && KS >= NT;
-  int rA[TW], rB[TW];
-  bool okA[TW], okB[TW];
-  const bf16 *wA[TW], *wB[TW];
-  tc_wrows<TW, EPI>(a, tile0, g, t, rA, rB, okA, okB, wA, wB);
-  const int nc = kp < KB ? (KB - kp + KS - 1) / KS : 0;     /* this warp's k-blocks */
-  const int ncb = kp0 < KB ? (KB - kp0 + KS - 1) / KS : 0;  /* the block's steps */
-
-  /* 1. the first D k-blocks of weights and the epilogue's constants, before the PDL wait */
-  uint4 wa[D][TW], wb[D][TW];
-#pragma unroll
-  for (int d = 0; d < D; ++d) {
-    const int kb = kp + KS * d;
-    tc_wload<TW>(wa[d], wb[d], wA, wB, okA, okB, kb, d < nc && kb * 32 + 8 * t < K);
-  }
-  if (early & TC_EARLY_BIAS) {
-#pragma unroll
-    for (int u = 0; u < TW; ++u) {
-      if (a.bias && okA[u]) cp_async4(&ep_b[warp][u][0][lane], a.bias + rA[u]);
-      if (a.bias && okB[u]) cp_async4(&ep_b[warp][u][1][lane], a.bias + rB[u]);
-    }
-  }
-  if (EPI == COSY_GEMV_QKV_ROPE && (early & TC_EARLY_INVF) && tid < 32)
-    cp_async4(&invf_s[tid], a.inv_freq + tid);
-
-  /* 2. the producers' data: positions and slots, the residual's old values (as gemv_tc_kernel),
-   * then the first S - 1 steps of x */
-  pdl_wait();
-  const int r0 = blockIdx.x * RC;
-  const int nr = min(RC, tp.R - r0);
-  const int ntv = (nr + 7) >> 3; /* 8-row tiles with rows */
-  if (EPI == COSY_GEMV_QKV_ROPE && (early & TC_EARLY_POS) && tid < nr) {
-    cp_async4(&pos_s[tid], a.pos + r0 + tid);
-    cp_async4(&slot_s[tid], a.slots + r0 + tid);
-  }
-  if (old_s && (early & TC_EARLY_OLD)) {
-#pragma unroll
-    for (int e2 = 0; e2 < 2; ++e2) {
-      const int lr = kp * 8 + 2 * t + e2;
-      if (kp < NT && lr < nr) {
+        const bool in = c + D < nc && kbn * 32 + 8 * t < K;
 #pragma unroll
         for (int u = 0; u < TW; ++u) {
-          if (okA[u]) cp_async4(&ep_old[warp][u][e2][lane], a.y + (size_t)(r0 + lr) * a.ldy + rA[u]);
-          if (okB[u])
-            cp_async4(&ep_old[warp][u][2 + e2][lane], a.y + (size_t)(r0 + lr) * a.ldy + rB[u]);
+          wa[d][u] = in && okA[u]
+                         ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kbn * 32))
+                         : make_uint4(0u, 0u, 0u, 0u);
+          wb[d][u] = in && okB[u]
+                         ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kbn * 32))
+                         : make_uint4(0u, 0u, 0u, 0u);
         }
       }
     }
   }
-  const size_t sstride = (size_t)KSB * NT * 64; /* uint4 of one stage */
-  /* step c's x fragments into stage c % S (fragment order: unit j = 2 lane + hi/lo of each
-   * tile's k-block; stored hi block then lo block, so that a warp's 16-byte reads are
-   * conflict-free), then a commit (empty past the block's steps: the group count stays even) */
-  auto fill = [&](int c) {
-    if (c < ncb) {
-      uint4 *dst = xq + (size_t)(c % S) * sstride;
-      const int n = KSB * NT * 64;
-      for (int i = tid; i < n; i += NW * 32) {
-        const int qq = i / (NT * 64), nt = (i >> 6) % NT, j = i & 63;
-        const int kb = kp0 + qq + KS * c;
-        if (nt < ntv && kb < KB)
-          cp_async16(dst + ((qq * NT + nt) * 2 + (j & 1)) * 32 + (j >> 1),
-                     tp.xs + ((size_t)((r0 >> 3) + nt) * KB + kb) * 64 + j);
-      }
-    }
-    cp_async_commit();
-  };
-  for (int c = 0; c < S - 1; ++c) fill(c);
 
-  /* 3. mma over the steps, k order and hi/lo order as gemv_tc_kernel */
-  float acc[TW][NT][4];
+  /* 4. per tile of the warp group: the KS warps' partial sums (in this block and, with a
+   * cluster, in the same warps of its other blocks) meet in shared memory and are added in
+   * k-part order; 5. the epilogue, its 8-row tiles shared out over the KS parts' warps (part kp
+   * takes tiles nt = kp, kp + KS, ...): lane (g, t) owns c0, c1 = (weight row rA, rows 2t,
+   * 2t + 1 of the 8-row tile), c2, c3 = (row rB, same) */
+  if (a.late) pdl_trigger();
+  const int wbase = warp - warp % KSB; /* the group's first warp in each block */
+  cp_async_wait_all(); /* this thread's copies; the barrier below shows them to the block */
 #pragma unroll
-  for (int u = 0; u < TW; ++u)
+  for (int u = 0; u < TW; ++u) {
+    if (u) tc_sync<CS>(); /* red is reused: every block of the cluster is done reading it */
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[u][nt][e] = 0.f;
-  const uint4 *xw = xq + (size_t)q * NT * 64;
-  for (int c0 = 0; c0 < ncb; c0 += D) {
+      for (int e = 0; e < 4; ++e) red[warp][nt][e][lane] = acc[u][nt][e];
+    tc_sync<CS>();
+    const int tile = tile0 + u;
+    if (tile >= a.P) continue;
+    const bool eb = early & TC_EARLY_BIAS;
+    const float bA = a.bias && okA[u] ? (eb ? ep_b[warp][u][0][lane] : a.bias[rA[u]]) : 0.f;
+    const float bB = a.bias && okB[u] ? (eb ? ep_b[warp][u][1][lane] : a.bias[rB[u]]) : 0.f;
 #pragma unroll
-    for (int d = 0; d < D; ++d) {
-      const int c = c0 + d;
-      if (c < ncb) {
-        if (S >= 3)
-          cp_async_wait_group<1>(); /* step c's copies (this thread's) are done */
-        else
-          cp_async_wait_group<0>();
-        __syncthreads(); /* ... everyone's; and every warp is done with step c - 1's stage */
-        fill(c + S - 1);
-        if (c < nc) {
-          const uint4 *xb = xw + (size_t)(c % S) * sstride;
+    for (int j = 0; j < NJ; ++j) {
+      const int nt = kp + j * KS;
+      if (nt >= NT) continue;
+      float v[4];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            if (nt < ntv) {
-              const uint4 hv = xb[(nt * 2) * 32 + lane], lv = xb[(nt * 2 + 1) * 32 + lane];
+      for (int e = 0; e < 4; ++e) {
+        float sacc = 0.f;
 #pragma unroll
-              for (int u = 0; u < TW; ++u) {
-                tc_mma(acc[u][nt], wa[d][u].x, wb[d][u].x, wa[d][u].y, wb[d][u].y, hv.x, hv.y);
-                tc_mma(acc[u][nt], wa[d][u].z, wb[d][u].z, wa[d][u].w, wb[d][u].w, hv.z, hv.w);
-                tc_mma(acc[u][nt], wa[d][u].x, wb[d][u].x, wa[d][u].y, wb[d][u].y, lv.x, lv.y);
-                tc_mma(acc[u][nt], wa[d][u].z, wb[d][u].z, wa[d][u].w, wb[d][u].w, lv.z, lv.w);
-              }
+        for (int r = 0; r < CS; ++r) {
+          const float *rb = tc_at<CS>(&red[0][0][0][0], r);
+#pragma unroll
+          for (int q = 0; q < KSB; ++q) sacc += rb[(((wbase + q) * NT + nt) * 4 + e) * 32 + lane];
+        }
+        v[e] = sacc;
+      }
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int lr = nt * 8 + 2 * t + e2;
+        if (lr >= nr) continue;
+        const int gm = r0 + lr;
+        if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
+          float oA = 0.f, oB = 0.f;
+          if (EPI == COSY_GEMV_ADD_F32) {
+            if (OLD_S && (early & TC_EARLY_OLD)) {
+              oA = ep_old[OLD_S ? warp : 0][u][e2][lane];
+              oB = ep_old[OLD_S ? warp : 0][u][2 + e2][lane];
+            } else {
+              if (okA[u]) oA = a.y[(size_t)gm * a.ldy + rA[u]];
+              if (okB[u]) oB = a.y[(size_t)gm * a.ldy + rB[u]];
             }
           }
+          if (okA[u]) a.y[(size_t)gm * a.ldy + rA[u]] = oA + (v[e2] + bA);
+          if (okB[u]) a.y[(size_t)gm * a.ldy + rB[u]] = oB + (v[2 + e2] + bB);
+        } else if (EPI == COSY_GEMV_SILU_MUL) {
+          const float gt = v[e2] + bA;
+          const float uu = v[2 + e2] + bB;
+          a.y[(size_t)gm * a.ldy + rA[u]] = gt / (1.f + expf(-gt)) * uu;
+        } else { /* QKV_ROPE */
+          const int i = (tile & 3) * 8 + g;
+          const int head = tile >> 2;
+          const bool rot = head < a.n_qh + a.n_kh, kv = head >= a.n_qh;
+          const bool ep = early & TC_EARLY_POS;
+          rope_store(a, gm, head, i, v[e2] + bA, v[2 + e2] + bB,
+                     ep ? pos_s[lr] : rot ? a.pos[gm] : 0, ep ? slot_s[lr] : kv ? a.slots[gm] : -1,
+                     (early & TC_EARLY_INVF) ? invf_s[i] : rot ? a.inv_freq[i] : 0.f);
         }
-        const int kbn = kp + KS * (c + D);
-        tc_wload<TW>(wa[d], wb[d], wA, wB, okA, okB, kbn, c + D < nc && kbn * 32 + 8 * t < K);
       }
     }
   }
-  tc_finish<NT, TW, EPI>(tp, acc, KS, CS, &red[0][0][0][0], &ep_old[0][0][0][0], &ep_b[0][0][0][0],
-                         pos_s, slot_s, invf_s, old_s, kp, tile0, rA, rB, okA, okB, r0, nr);
+  if (CS > 1) tc_sync<CS>(); /* no block leaves while another still reads its shared memory */
 }
+
 
 /* dynamic shared memory of a gemv_tc block: the staged rows of x, then (RMSNorm'd inputs split
  * in the block) the RMSNorm weights */
 inline size_t tc_dyn_smem(int stage, int K, bool rms) {
   return stage > 0 ? ((size_t)stage + (rms ? 1 : 0)) * (size_t)K * sizeof(float) : 0;
-}
-
-/* Launch a gemv_tc kernel: a plain (PDL) launch, or with its K split over cs blocks one
- * cluster (1, 1, cs) per (row block, tile group) */
-template <typename K>
-cudaError_t launch_tc(K kern, dim3 grid, size_t dyn, int cs, cudaStream_t s, int pdl,
-                      const TcP &p) {
-  if (cs == 1) return launch_pdl(kern, grid, TC_WARPS * 32, dyn, s, pdl, p);
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(TC_WARPS * 32);
-  cfg.dynamicSmemBytes = dyn;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = (unsigned)cs;
-  int na = 1;
-  if (pdl) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    na = 2;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = na;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
 }
 
 template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
@@ -1133,35 +912,30 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
                                          (int)dyn);
     if (e != cudaSuccess) return e;
   }
-  return launch_tc(kern, grid, dyn, CS, s, pdl, p);
-}
-
-/* gemv_tc_wide_kernel over p.R rows: K parts p.ks, their cluster p.cs (and stages) set here.
- * cudaErrorNotSupported where the block's shared memory would exceed smem_max (the caller then
- * runs gemv_tc_kernel: the same bits). */
-template <int TW, int PRO, int EPI>
-cudaError_t gemv_tc_wide_launch(cudaStream_t s, TcP p, int ks, int max_cs, size_t smem_max,
-                                int pdl) {
-  constexpr int D = 2;
-  p.ks = ks;
-  p.cs = std::min(ks, max_cs);
-  if (ks / p.cs > TC_WARPS) p.cs = ks / TC_WARPS; /* at most 8 parts a block */
-  const int ksb = ks / p.cs, wt = TC_WARPS / ksb;
-  if (ksb > TC_WARPS || ksb * p.cs != ks) return cudaErrorInvalidValue;
-  p.stages = ksb >= 4 ? 2 : 3;
-  auto kern = gemv_tc_wide_kernel<TW, D, PRO, EPI>;
-  cudaFuncAttributes fa;
-  cudaError_t e = cudaFuncGetAttributes(&fa, kern);
-  if (e != cudaSuccess) return e;
-  const size_t dyn = (size_t)p.stages * tcw_stage_bytes(ksb);
-  if (fa.sharedSizeBytes + dyn > smem_max) return cudaErrorNotSupported;
-  if (fa.sharedSizeBytes + dyn > 48 * 1024) {
-    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
-    if (e != cudaSuccess) return e;
+  if (CS == 1) return launch_pdl(kern, grid, TC_WARPS * 32, dyn, s, pdl, p);
+  /* a K split over CS blocks: one cluster (1, 1, CS) per (row block, tile group) */
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(TC_WARPS * 32);
+  cfg.dynamicSmemBytes = dyn;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = (unsigned)CS;
+  int na = 1;
+  if (pdl) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    na = 2;
   }
-  const dim3 grid((unsigned)((p.R + 8 * TCW_NT - 1) / (8 * TCW_NT)),
-                  (unsigned)((p.g.P + wt * TW - 1) / (wt * TW)), (unsigned)p.cs);
-  return launch_tc(kern, grid, dyn, p.cs, s, pdl, p);
+  cfg.attrs = attr;
+  cfg.numAttrs = na;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
 }
 
 /* (NT, TW, D) by rows, as measured on an H100 (decode step of the full-size model, bench/RESULTS.md):
@@ -1184,11 +958,8 @@ cudaError_t gemv_tc_wide_launch(cudaStream_t s, TcP p, int ks, int max_cs, size_
  *                       16 cost the head 1.1 us and gate|up 0.15 (every block copies them)
  *   COSY_GEMV_TC_TARGET 2048 (default): K parts are doubled until the grid has this many warps
  *                       (it changes the K split of gate|up, so every row's bits alike)
- *   COSY_GEMV_TC_WIDE   33 (default): from this many rows (x split beforehand) gemv_tc_wide_kernel
- *                       runs instead of gemv_tc_kernel's 32-row blocks; 0 never (same bits)
- *   COSY_GEMV_TC_WIDE_TW 2 (default): weight tiles per warp in gemv_tc_wide_kernel (1 or 2)
- *   COSY_GEMV_TC_WIDE_CS 8 (default): most blocks of a cluster in gemv_tc_wide_kernel (1, 2, 4, 8;
- *                       the K parts beyond them stay in one block)
+ *   COSY_GEMV_TC_SPLIT_CHUNKS 1 (default): tc_split_kernel spreads a row group over 256-k chunks
+ *                       (gridDim.y); 0: one block a row group (same bits)
  *   COSY_GEMV_TRIGGER   1 (default): gemv_tc triggers its dependents (PDL) after its mma loop,
  *                       gemv at its start; 0 both at the start; 2 both late. Measured on an H100
  *                       (bench/RESULTS.md, W1 with COSY_LLM_DECODE=tc): with gemv_tc's early
@@ -1198,7 +969,7 @@ cudaError_t gemv_tc_wide_launch(cudaStream_t s, TcP p, int ks, int max_cs, size_
  *                       underruns, RTF 0.031, the decode step itself within 3%. gemv (the
  *                       default decode path) gained nothing from it. */
 struct GemvKnobs {
-  int stage, maxks, trigger, early, target, wide, wide_tw, wide_cs, big;
+  int stage, maxks, trigger, early, target, split_chunks;
 };
 const GemvKnobs &gemv_knobs() {
   static const GemvKnobs k = [] {
@@ -1216,11 +987,7 @@ const GemvKnobs &gemv_knobs() {
         env("COSY_GEMV_TC_EARLY", TC_EARLY_BIAS | TC_EARLY_INVF | TC_EARLY_POS | TC_EARLY_OLD) & 31;
     t.target = env("COSY_GEMV_TC_TARGET", TC_TARGET_WARPS);
     if (t.target < 256 || t.target > 65536) t.target = TC_TARGET_WARPS;
-    t.wide = env("COSY_GEMV_TC_WIDE", TC_WIDE_ROWS);
-    t.wide_tw = env("COSY_GEMV_TC_WIDE_TW", 2) == 1 ? 1 : 2;
-    t.wide_cs = env("COSY_GEMV_TC_WIDE_CS", TC_WARPS);
-    t.big = env("COSY_GEMV_TC_BIG", 0);
-    if (t.wide_cs != 1 && t.wide_cs != 2 && t.wide_cs != 4) t.wide_cs = TC_WARPS;
+    t.split_chunks = env("COSY_GEMV_TC_SPLIT_CHUNKS", 1) != 0;
     return t;
   }();
   return k;
@@ -1234,11 +1001,7 @@ cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   if (rc == 16)
     return pre ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, true>(s, p, pdl)
                : gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
-  switch (gemv_knobs().big) {
-  case 1: return gemv_tc_launch<8, KS, 1, 2, PRO, EPI, true>(s, p, pdl);
-  case 2: return gemv_tc_launch<8, KS, 1, 1, PRO, EPI, true>(s, p, pdl);
-  default: return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true>(s, p, pdl);
-  }
+  return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true>(s, p, pdl);
 }
 
 template <int PRO, int EPI>
@@ -1399,9 +1162,11 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   if (tp.R > 8 && a->xs && a->xs_bytes >= cosy_k_llm_gemv_tc_workspace(tp.R, a->K)) {
     if (!aligned16(a->xs)) return cudaErrorInvalidValue;
     const SplitP sp = {p, tp.R, (uint4 *)a->xs};
-    /* blockIdx.y: chunks of 256 k (a warp's 8 k a lane), enough for ~2 blocks an SM of 132 */
+    /* blockIdx.y: chunks of 256 k (a warp's 8 k a lane), so that the few rows of a decode step
+     * still give ~2 blocks an SM of 132 (at 64 rows and K = 4864 one block a row group took
+     * 19 passes; the decode step at 64 rows 2.05 ms against 2.14-2.3, bench/RESULTS.md) */
     const int nk = (tp.KB * 32 + 255) / 256, rb = (tp.R + 7) / 8;
-    const int ny = std::max(1, std::min(nk, 264 / rb));
+    const int ny = gemv_knobs().split_chunks ? std::max(1, std::min(nk, 264 / rb)) : 1;
     const dim3 grid((unsigned)rb, (unsigned)ny);
     const cudaError_t e =
         a->in_mode == COSY_GEMV_IN_RMSNORM
@@ -1409,18 +1174,6 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
             : launch_pdl(tc_split_kernel<COSY_GEMV_IN_F32>, grid, 256, 0, s, pdl, sp);
     if (e != cudaSuccess) return e;
     tp.xs = sp.xs;
-    const int wide = gemv_knobs().wide;
-    if (wide > 0 && tp.R >= wide) {
-      const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
-      const int tw = gemv_knobs().wide_tw;
-      const cudaError_t ew = by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
-        constexpr int PRO = decltype(pro)::value, EPI = decltype(epi)::value;
-        const int mcs = a->clusters ? gemv_knobs().wide_cs : 1;
-        return tw == 1 ? gemv_tc_wide_launch<1, PRO, EPI>(s, tp, ks, mcs, lim, pdl)
-                       : gemv_tc_wide_launch<2, PRO, EPI>(s, tp, ks, mcs, lim, pdl);
-      });
-      if (ew != cudaErrorNotSupported) return ew; /* else too little shared memory: below */
-    }
   } else {
     /* x staged in shared memory when the block's rows fit beside the static arrays (at most
      * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */

@@ -221,12 +221,12 @@ static cosy_status gb_create(cosy_engine *e) {
   }
   const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
   s->flow_recompute = fc && !strcmp(fc, "0");
-  /* COSY_LLM_DECODE: "mixed" (the default: skinny GEMM up to 4 rows, cuBLASLt above; a row's
-   * bits depend on the batch bucket), "tc" (the batch-invariant LLM: every decode bucket on the
-   * tensor-core fused path and the prefill GEMMs on one algorithm per shape, so a request's
-   * tokens do not depend on what else runs; slower, see lib/gpu/llm.c GPU_LLM_TC_DEFAULT),
-   * "grouped" (every decode bucket on the skinny GEMM in groups of 8 rows; the prefill is not
-   * invariant) */
+  /* COSY_LLM_DECODE (a measurement knob): "tc" (the default where the device runs it: the
+   * batch-invariant LLM, every decode bucket on the tensor-core fused path and the prefill GEMMs
+   * on one algorithm per shape, so a request's tokens do not depend on what else runs; see
+   * lib/gpu/llm.c GPU_LLM_TC_DEFAULT), "mixed" (faster, not batch-invariant: skinny GEMM up to 4
+   * rows, cuBLASLt above; a row's bits depend on the batch bucket), "grouped" (every decode
+   * bucket on the skinny GEMM in groups of 8 rows; the prefill is not invariant) */
   const char *dm = getenv("COSY_LLM_DECODE");
   if (dm && !strcmp(dm, "mixed")) gpu_llm_set_tc(s->llm, 0);
   if (dm && !strcmp(dm, "tc") && !gpu_llm_set_tc(s->llm, 1))
@@ -247,11 +247,13 @@ static cosy_status gb_create(cosy_engine *e) {
   const cosy_kdev *d = &s->g->dev;
   engine_log(e, COSY_LOG_INFO,
              "GPU %d: %s, compute capability %d.%d, %d SMs, %zu KB shared memory per block, "
-             "clusters %s, programmatic dependent launch %s%s%s; budget %.2f GiB, planned %.2f GiB",
+             "clusters %s, programmatic dependent launch %s%s%s; budget %.2f GiB, planned %.2f GiB; "
+             "LLM %s",
              d->device, d->name, d->cc_major, d->cc_minor, d->n_sm, d->smem_block / 1024,
              d->clusters ? "yes" : "no", d->pdl ? "yes" : "no",
              d->profile[0] ? ", test profile " : "", d->profile,
-             (double)s->g->budget / 1073741824.0, (double)s->g->used / 1073741824.0);
+             (double)s->g->budget / 1073741824.0, (double)s->g->used / 1073741824.0,
+             gpu_llm_tc(s->llm) ? "batch-invariant" : "mixed (not batch-invariant)");
   return COSY_OK;
 }
 

@@ -116,7 +116,7 @@ static int sched_first_hop(int P, int n) {
 #define FLOW_BATCH_FRAMES 3000 /* new mel frames per flow batch (per CFG row). A 1024 cap was
                                  measured worse at C = 64 (TTFB p95 1168 vs 1003 ms, 148x vs 160x
                                  real time: smaller batches, same queue); see bench/RESULTS.md */
-#define SCHED_YIELD_MS 0.0 /* COSY_SCHED_YIELD_MS default (yield_to_playback) */
+#define SCHED_YIELD_MS 250.0 /* COSY_SCHED_YIELD_MS default (yield_to_playback) */
 #define IDLE_POLL_MS 20  /* threads with active work re-check cancel flags at least this often */
 #define DEFER_SLACK_S 1.0 /* chunks with more audio ahead than this wait for a wave's first chunks */
 #define DEFER_POLL_MS 2
@@ -214,9 +214,9 @@ struct cosy_sched {
                                     with audio out waits for its next chunk's tokens
                                     (tokens_gate_audio), 3 always, 4 as 3 and also for a
                                     request alone, 0 never */
-  double yield_s;                /* COSY_SCHED_YIELD_MS: the LLM yields to playback while a
-                                    ready chunk's audio runs out within this (yield_to_playback);
-                                    0 never */
+  double yield_s;                /* COSY_SCHED_YIELD_MS (default 250): the LLM yields to
+                                    playback while a ready chunk's audio runs out within this
+                                    (yield_to_playback); 0 never */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
@@ -964,18 +964,20 @@ static int pause_risks_underrun(const struct cosy_sched *s, double now) {
   return 0;
 }
 
-/* The LLM yields to playback (e->mu held): some request with audio out has its next chunk
- * ready (its tokens are there, or it is in the token-to-wave stage) and less than yield_s of
- * audio left, while no request waits for its first chunk's tokens and pausing would not make
- * another request's audio run out (pause_risks_underrun). A decode step then only adds tokens
- * that nobody needs yet, and its kernels share the device with the flow and vocoder calls that
- * the audio waits for. Timing decides only when tokens are made, never which: no request's audio
- * changes. Measured on an H100 at W1 C = 64 (bench/RESULTS.md): the second chunks of a burst's
- * short first chunks (0.36 s of audio) need ~300 ms of flow and vocoder, and decode steps beside
- * them made some late by up to ~30 ms. */
+/* The LLM yields to playback (e->mu held): with two or more requests, some request with audio
+ * out has its next chunk ready (its tokens are there, or it is in the token-to-wave stage) and
+ * less than yield_s of audio left, while no request waits for its first chunk's tokens and
+ * pausing would not make another request's audio run out (pause_risks_underrun). A decode step
+ * then only adds tokens that nobody needs yet, and its kernels share the device with the flow
+ * and vocoder calls that the audio waits for. A request alone is never held back (its own later
+ * tokens are all a pause would delay). Timing decides only when tokens are made, never which: no
+ * request's audio changes. Measured on an H100 at W1 C = 64 with the batch-invariant LLM
+ * (bench/RESULTS.md, 2026-11-28 (eighth)): without it the second chunks of a burst's short first
+ * chunks (0.36 s of audio), which need ~300 ms of flow and vocoder, came late by 7-28 ms in
+ * every run (1-8 requests); with 250 ms none in eight runs. */
 #define YIELD_POLL_MS 5
 static int yield_to_playback(const struct cosy_sched *s, double now) {
-  if (s->yield_s <= 0) return 0;
+  if (s->yield_s <= 0 || s->n_llm < 2) return 0;
   int urgent = 0;
   for (const sjob *j = s->active; j; j = j->next) {
     if (j->err || j->collect_only || j->final_done || cancelled(j->r)) continue;

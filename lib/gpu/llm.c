@@ -27,7 +27,7 @@
  *     launch, splits merged by the last block); gemv[att -> h += o];
  *     gemv[rmsnorm(h) -> silu(gate) * up -> act]; gemv[act -> h += down]
  *     (all launched as programmatic dependents on sm_90, so each weight stream starts early)
- *   tc (the batch-invariant LLM, gpu_llm_set_tc / COSY_LLM_DECODE=tc; off by default, see
+ *   tc (the batch-invariant LLM, gpu_llm_set_tc; the default where the device runs it, see
  *   GPU_LLM_TC_DEFAULT): every decode bucket on the same 5-kernel schedule with the tensor-core
  *   kernels of kernels/gemv.cu (cosy_k_llm_gemv_tc: a row's sums never depend on the other
  *   rows), and layers_split's GEMMs (the prefill) on cosy_k_gemm_inv (one algorithm per shape
@@ -68,12 +68,16 @@
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */
-#define GPU_LLM_TC_DEFAULT 0 /* 1: the batch-invariant LLM by default (every decode bucket on
+#define GPU_LLM_TC_DEFAULT 1 /* 1: the batch-invariant LLM by default (every decode bucket on
                                 the tensor-core fused path, kernels/gemv.cu gemv_tc; prefill
-                                GEMMs on one algorithm per shape): a request's tokens then do not
-                                depend on what else runs, but on an H100 the decode step takes
-                                1.02 ms at batch 1 and 2.9 ms at batch 64 against 0.62 / 1.76 ms
-                                (bench/RESULTS.md), so it is an option (COSY_LLM_DECODE=tc) */
+                                GEMMs on one algorithm per shape), so a request's tokens do not
+                                depend on what else runs. On an H100 (bench/RESULTS.md,
+                                2026-11-28 (eighth)) its decode step takes 0.87 ms at batch 1
+                                and 2.05 at batch 64 against 0.62 / 1.73 ms for the mixed path
+                                (skinny GEMM up to 4 rows, cuBLASLt above; gpu_llm_set_tc(l, 0),
+                                COSY_LLM_DECODE=mixed): W1 C = 1 RTF 0.028 against 0.024, C = 64
+                                3-5% less throughput; with the scheduler's yield to playback
+                                (lib/scheduler.c) no late chunk at C = 64 */
 #define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path by
                                   default (H100: batch 8 1.39 ms that way vs 1.21 ms through
                                   cuBLASLt). Every bucket can run there in groups of 8 rows

@@ -40,9 +40,10 @@
  * epilogues): 4 kernels plus one attention kernel per layer, all launched as programmatic
  * dependents (sm_90) so each kernel's weight stream starts while its predecessor finishes.
  * Larger buckets use cuBLASLt GEMMs on hi/lo pairs with fused norm / RoPE+append / SiLU kernels.
- * The batch-invariant option (gpu_llm_set_tc) runs every bucket on tensor-core versions of the
- * fused skinny GEMMs and the prefill GEMMs on one algorithm per shape: a sequence's logits then do
- * not depend on the batch, at the measured cost in llm.c (GPU_LLM_TC_DEFAULT).
+ * The batch-invariant path (gpu_llm_set_tc; the default where the device runs it) runs every
+ * bucket on tensor-core versions of the fused skinny GEMMs and the prefill GEMMs on one algorithm
+ * per shape: a sequence's logits then do not depend on the batch, at the measured cost in llm.c
+ * (GPU_LLM_TC_DEFAULT).
  *
  * Prefill: gpu_llm_prefill (one sequence) and gpu_llm_prefill_batch (several sequences packed
  * into one forward pass, what the scheduler uses), at most max_prefill positions per call, eager
