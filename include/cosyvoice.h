@@ -212,20 +212,20 @@ typedef struct cosy_engine_config {
 #define COSY_VOCODER_ACCURATE 1
 #define COSY_VOCODER_TF32 2
 /* flags:
- *   COSY_ENGINE_BATCH_INVARIANT  a request's speech tokens for a given seed do not depend on which
- *                          other requests share its LLM batches: on the GPU every decode step runs
- *                          one tensor-core kernel family whose per-row arithmetic is fixed by the
- *                          matrix shapes, and the prefill one GEMM algorithm per shape (tested bit
- *                          for bit, alone vs among others). It costs speed (one H100, W1: C = 1
- *                          RTF 0.0288 against 0.0254; C = 64 4-6% less throughput and, in a burst
- *                          of 64 short first chunks, some second chunks late by a few ms; see
- *                          README "Batch invariance on the GPU"). Without it the GPU LLM chooses
- *                          kernels by batch size; measured on the full-size model, every request
- *                          of a batch of 32 still gave its audio alone, sample for sample, but
- *                          that is not guaranteed. The flow and vocoder are not covered (the flow
- *                          GEMMs choose their algorithm by row bucket). The CPU path is
- *                          batch-invariant without the flag. A GPU that cannot run the kernels
- *                          (compute capability below 8.0): COSY_ERR_UNSUPPORTED. */
+ *   COSY_ENGINE_BATCH_INVARIANT  require what the GPU engine does by default where it can: a
+ *                          request's speech tokens for a given seed do not depend on which other
+ *                          requests share its LLM batches (every decode step runs one
+ *                          tensor-core kernel family whose per-row arithmetic is fixed by the
+ *                          matrix shapes, the prefill one GEMM algorithm per shape; tested bit for
+ *                          bit, alone vs among others). Without the flag a GPU or model that
+ *                          cannot run those kernels (compute capability below 8.0, matrix shapes
+ *                          they do not support) falls back to an LLM path whose rounding depends
+ *                          on the batch size (the engine's INFO log names the path); with it,
+ *                          engine creation fails with COSY_ERR_UNSUPPORTED instead. The flow and vocoder are not covered: their
+ *                          GEMMs choose an algorithm by row bucket (measured on the full-size
+ *                          model: each of 32 requests of one batch gave its audio alone, sample
+ *                          for sample; see README "Batch invariance on the GPU"). The CPU path is
+ *                          batch-invariant with or without the flag. */
 #define COSY_ENGINE_BATCH_INVARIANT 1u
 /* log_level: 0 means the default (COSY_LOG_WARN); pass COSY_LOG_INFO or COSY_LOG_DEBUG for more,
  * and a negative value for errors only.

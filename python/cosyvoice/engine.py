@@ -151,8 +151,9 @@ class Engine:
         """log: None, or a callable(level, message) called from engine threads.
         vocoder_precision: 0 (default: TF32), VOCODER_TF32 or VOCODER_ACCURATE (fp32-level GPU
         vocoder; cosyvoice.h says what it changes).
-        batch_invariant: COSY_ENGINE_BATCH_INVARIANT, a request's tokens do not depend on the
-        other requests of its batches (slower on the GPU; cosyvoice.h says how much)."""
+        batch_invariant: COSY_ENGINE_BATCH_INVARIANT, require that a request's tokens do not
+        depend on the other requests of its batches (the GPU engine's default where the device
+        and model allow it; with the flag, creation fails where they do not)."""
         self._h = None
         self._voices = weakref.WeakSet()
         cfg = _capi.EngineConfig()
