@@ -1481,9 +1481,8 @@ void test_llm_gemv(void **state) {
   check_gemv_groups(4, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE);
   check_gemv_groups(3, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL);
   check_gemv_groups(2, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32);
-  /* the tensor-core kernel: every row block size (8, 16, 32 rows; 64 in the wide kernel from 33
-   * rows with the split workspace; several blocks; partial ones), every epilogue; then rows
-   * together vs each row alone, bit for bit */
+  /* the tensor-core kernel: every row block size (8, 16, 32 rows; several blocks; partial ones),
+   * every epilogue; then rows together vs each row alone, bit for bit */
   const int Rs[] = {1, 3, 8, 13, 32, 64, 100};
   for (int a = 0; a < 7; ++a) {
     const int M = Rs[a];
@@ -1519,8 +1518,8 @@ void test_llm_gemv(void **state) {
   check_gemv_k(13, 40, 2048, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 1, 1);
   check_gemv_k(40, 40, 2048, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 1, 1);
   check_gemv_groups_k(0, 40, 2048, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 21);
-  /* the wide kernel (64-row blocks) with its K parts over a cluster of 8 blocks, 4 parts each
-   * (the model's down projection at 64 rows), and with partial row blocks */
+  /* the model's down projection at 64 rows (x split over 256-k chunks, 32 K parts over a
+   * cluster), and a K split over a cluster with partial row blocks */
   check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 64);
   check_gemv_groups_k(0, 40, 2048, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 45);
   /* without clusters (at most 8 K parts in one block): the model's long-K matrix, rows
@@ -1529,7 +1528,7 @@ void test_llm_gemv(void **state) {
   check_gemv_k(1, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 1, 1);
   check_gemv_k(1, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 1, 1);
   check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 24);
-  check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 64); /* wide: 8 parts */
+  check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 64); /* 8 parts */
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 64);
   g_tc_clusters = -1;
   end_test();
