@@ -974,7 +974,7 @@ static int pause_risks_underrun(const struct cosy_sched *s, double now) {
  * request's audio changes. Measured on an H100 at W1 C = 64 with the batch-invariant LLM
  * (bench/RESULTS.md, 2026-11-28 (eighth)): without it the second chunks of a burst's short first
  * chunks (0.36 s of audio), which need ~300 ms of flow and vocoder, came late by 7-28 ms in
- * each of six runs (1-8 requests); with 250 ms none in six (400 ms: none either, but C = 1 RTF
+ * each of nine runs (1-8 requests); with 250 ms none in six (400 ms: none either, but C = 1 RTF
  * 0.030 against 0.028, as the request alone was still held back then). */
 #define YIELD_POLL_MS 5
 static int yield_to_playback(const struct cosy_sched *s, double now) {
