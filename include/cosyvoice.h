@@ -221,11 +221,12 @@ typedef struct cosy_engine_config {
  *                          cannot run those kernels (compute capability below 8.0, matrix shapes
  *                          they do not support) falls back to an LLM path whose rounding depends
  *                          on the batch size (the engine's INFO log names the path); with it,
- *                          engine creation fails with COSY_ERR_UNSUPPORTED instead. The flow and vocoder are not covered: their
- *                          GEMMs choose an algorithm by row bucket (measured on the full-size
- *                          model: each of 32 requests of one batch gave its audio alone, sample
- *                          for sample; see README "Batch invariance on the GPU"). The CPU path is
- *                          batch-invariant with or without the flag. */
+ *                          engine creation fails with COSY_ERR_UNSUPPORTED instead. The flow
+ *                          and vocoder are not covered: their GEMMs choose an algorithm by row
+ *                          bucket (measured on the full-size model: each of 32 requests of one
+ *                          batch gave its audio alone, sample for sample; see README "Batch
+ *                          invariance on the GPU"). The CPU path is batch-invariant with or
+ *                          without the flag. */
 #define COSY_ENGINE_BATCH_INVARIANT 1u
 /* log_level: 0 means the default (COSY_LOG_WARN); pass COSY_LOG_INFO or COSY_LOG_DEBUG for more,
  * and a negative value for errors only.

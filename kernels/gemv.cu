@@ -543,7 +543,8 @@ __device__ __forceinline__ void tc_xfrag(const float *xr, bool ok, const float *
 /* The x side of gemv_tc done once per row (for many rows, where every block would otherwise redo
  * it): warp w of block (b, c) takes row 8 b + w, computes its RMSNorm statistics as the main
  * kernel does, and writes the RMSNorm'd row split into hi and lo (tc_xfrag, 8 elements a lane at
- * a time) for the 256-k chunks c, c + gridDim.y, ... of the row. The main kernel then loads its B fragments from there: the same bits. */
+ * a time) for the 256-k chunks c, c + gridDim.y, ... of the row. The main kernel then loads its
+ * B fragments from there: the same bits. */
 struct SplitP {
   GemvP g;
   int R;
@@ -1164,7 +1165,8 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
     const SplitP sp = {p, tp.R, (uint4 *)a->xs};
     /* blockIdx.y: chunks of 256 k (a warp's 8 k a lane), so that the few rows of a decode step
      * still give ~2 blocks an SM of 132 (at 64 rows and K = 4864 one block a row group took
-     * 19 passes; the decode step at 64 rows 2.05 ms against 2.14-2.3, bench/RESULTS.md) */
+     * 19 passes; H100 decode step at 64 rows 2.10 ms against 2.27, at 16 rows 1.07 against
+     * 1.31: bench/RESULTS.md) */
     const int nk = (tp.KB * 32 + 255) / 256, rb = (tp.R + 7) / 8;
     const int ny = gemv_knobs().split_chunks ? std::max(1, std::min(nk, 264 / rb)) : 1;
     const dim3 grid((unsigned)rb, (unsigned)ny);

@@ -72,8 +72,8 @@
                                 the tensor-core fused path, kernels/gemv.cu gemv_tc; prefill
                                 GEMMs on one algorithm per shape), so a request's tokens do not
                                 depend on what else runs. On an H100 (bench/RESULTS.md,
-                                2026-11-28 (eighth)) its decode step takes 0.87 ms at batch 1
-                                and 2.05 at batch 64 against 0.62 / 1.73 ms for the mixed path
+                                2026-11-28 (eighth)) its decode step takes 0.86-0.88 ms at batch
+                                1 and 2.05-2.10 at 64 against 0.62 / 1.73 ms for the mixed path
                                 (skinny GEMM up to 4 rows, cuBLASLt above; gpu_llm_set_tc(l, 0),
                                 COSY_LLM_DECODE=mixed): W1 C = 1 RTF 0.028 against 0.024, C = 64
                                 2-4% less throughput, and late second chunks in every run until
