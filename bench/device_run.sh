@@ -54,7 +54,8 @@
 #               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT, NCUK_W1)
 #   ktop        the 30 kernels of the largest GPU time in a 64-request first-chunk burst and W1
 #               at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
-#   tc          the batch-invariant LLM (COSY_LLM_DECODE=tc) against the default: test_kernels
+#   tc          the batch-invariant LLM (the default, COSY_LLM_DECODE=tc) against the mixed one
+#               (COSY_LLM_DECODE=mixed, not batch-invariant): test_kernels
 #               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
 #               decode-step timings (full model), W1 at TC_LEVELS (default 1,16,32,64) in each
 #               mode, each under TC_VARIANTS (ab syntax, default "base"; e.g.
@@ -357,13 +358,13 @@ if [[ " $STEPS " == *" tc "* ]]; then
     ( export "${envs[@]}" _=1
       BENCH_FILTER=gemv run tc_${v}_bench_gemv ./$B/tests/test_kernels --bench llm_gemv
       COSY_FULL_MODEL=$PWD/$FULL run tc_${v}_gpu_llm ./$B/tests/test_gpu_llm
-      run tc_${v}_w1_default ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+      COSY_LLM_DECODE=mixed run tc_${v}_w1_mixed ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --concurrency "${TC_LEVELS:-1,16,32,64}" "${W1_ARGS[@]}"
       COSY_LLM_DECODE=tc run tc_${v}_w1_tc ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --concurrency "${TC_LEVELS:-1,16,32,64}" "${W1_ARGS[@]}" )
     note "tc $v steps: $(grep -E 'TIMING llm decode step' "$OUT/tc_${v}_gpu_llm.log" | \
       grep 'tensor-core gemv + PDL' | awk '{print "b" $6 " " $7}' | paste -sd' ')"
-    for mode in default tc; do
+    for mode in mixed tc; do
       note "tc $v $mode: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms' "$OUT/tc_${v}_w1_$mode.log" | \
         awk '{print "C=" $1 " " $3 "/" $4 " rtf " $5 " " $7 "x u" $8}' | paste -sd';')"
     done
