@@ -908,9 +908,9 @@ static void test_stress_gpu(void **state) {
    * memory checks see the library's code, not a cache of the process */
   setenv("CUBLASLT_HEURISTICS_CACHE_CAPACITY", "0", 0);
   cudaFree(0); /* the context exists before device memory is measured */
-  /* the batch-invariant LLM (unless set otherwise): with the default arithmetic a request's
-   * tokens may change with its batch, and the comparison with the reference would say nothing
-   * about lost or duplicated samples */
+  /* the batch-invariant LLM (the default; set here so that a caller's COSY_LLM_DECODE=mixed is
+   * the only way out): with the mixed arithmetic a request's tokens may change with its batch,
+   * and the comparison with the reference would say nothing about lost or duplicated samples */
   setenv("COSY_LLM_DECODE", "tc", 0);
   print_message("COSY_LLM_DECODE=%s, CUBLASLT_HEURISTICS_CACHE_CAPACITY=%s\n",
                 getenv("COSY_LLM_DECODE"), getenv("CUBLASLT_HEURISTICS_CACHE_CAPACITY"));
