@@ -1030,7 +1030,9 @@ static void *llm_main(void *arg) {
       continue;
     }
     if (!e->stopping && yield_to_playback(s, cosy_now())) {
+      const double ty = cosy_now();
       timed_wait(&s->cv_llm, &e->mu, YIELD_POLL_MS);
+      trace(s, "yield", s->n_llm, 0, 0, cosy_now() - ty); /* the LLM's yield and its wait */
       continue;
     }
     /* snapshot of the jobs this thread owns */
