@@ -1168,7 +1168,8 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
      * 19 passes; H100 decode step at 64 rows 2.10 ms against 2.27, at 16 rows 1.07 against
      * 1.31: bench/RESULTS.md) */
     const int nk = (tp.KB * 32 + 255) / 256, rb = (tp.R + 7) / 8;
-    const int ny = gemv_knobs().split_chunks ? std::max(1, std::min(nk, 264 / rb)) : 1;
+    const int ny =
+        gemv_knobs().split_chunks ? std::max(1, std::min(nk, GV_TARGET_BLOCKS / rb)) : 1;
     const dim3 grid((unsigned)rb, (unsigned)ny);
     const cudaError_t e =
         a->in_mode == COSY_GEMV_IN_RMSNORM
