@@ -185,7 +185,7 @@ __global__ void seg_ctx_kernel(const float *__restrict__ h, int T, int C, int se
     const int t0 = g * seg, t1 = t0 + seg < T ? t0 + seg : T;
     const double s = col_sum(h, C, c, valid, t0, t1, 0, 0.0, red);
     total += s;
-    if (threadIdx.y == 0) segs[g][threadIdx.x] = s / (double)(t1 - t0);
+    if (threadIdx.y == 0) segs[g][threadIdx.x] = s / (double)seg; /* also the partial last one */
   }
   __syncthreads();
   if (!valid) return;

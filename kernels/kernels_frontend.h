@@ -70,8 +70,10 @@ cudaError_t cosy_k_fe_fsq(cudaStream_t s, const float *p, float scale, int N, in
 cudaError_t cosy_k_fe_bn_relu(cudaStream_t s, const float *x, int64_t ldx, const float *sc,
                               const float *sh, float *y, int64_t ldy, int T, int C, int C_pad);
 
-/* CAM context: ctx[g][c] = mean_{t<T} h[t][c] + mean_{t in segment g} h[t][c], segments
- * [g*seg, min((g+1)*seg, T)), g < ceil(T / seg) <= 64. h [T][C] contiguous, ctx [nseg][C]. */
+/* CAM context: ctx[g][c] = mean_{t<T} h[t][c] + (sum_{t in segment g} h[t][c]) / seg, segments
+ * [g*seg, min((g+1)*seg, T)), g < ceil(T / seg) <= 64: the last segment, when shorter than seg, is
+ * still divided by seg (campplus.onnx under onnxruntime 1.18.0; lib/ref/campplus.h).
+ * h [T][C] contiguous, ctx [nseg][C]. */
 #define COSY_FE_MAX_SEGS 64
 cudaError_t cosy_k_fe_seg_ctx(cudaStream_t s, const float *h, int T, int C, int seg, float *ctx);
 

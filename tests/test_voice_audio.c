@@ -5,7 +5,8 @@
  * tests/data/frontend) gives the voice the official frontend_zero_shot makes with the same
  * weights: speech tokens == tests/data/frontend/s3_full_tokens.npy (exact; the official tokens of
  * the official features), the prompt mel vs golden/frontend/mel24k.npy (rel L2 <= 1e-4, as the
- * prompt-mel test) and the speaker embedding vs cam_full_embedding.npy (rel L2 <= 1e-4). The
+ * prompt-mel test) and the speaker embedding vs cam_full_embedding.npy (campplus_small.onnx under
+ * onnxruntime 1.18.0 on the official features; rel L2 <= 1e-4). The
  * library computes its own 16 kHz audio and features (the golden features are not used), so this
  * also covers resampling. The 16 kHz golden prompt (wav16k.npy) as input gives the same tokens
  * and embedding. A voice file round trip keeps all of it.

@@ -6,14 +6,28 @@ official front-end features of the zero-shot prompt.
     python tools/golden_frontend.py --campplus-src DIR [--shared ../shared] [--out tests/data/frontend]
 
 Needs (run from an ignored folder's venv, never at library run time): torch (CPU is enough), onnx,
-the PyPI package s3tokenizer 0.3.0 (S3TokenizerV3 from its model_v3.py) and the 3D-Speaker source
-tree (DIR holds speakerlab/models/campplus/{DTDNN,layers}.py; not a PyPI package), optionally
-onnxruntime (then the ONNX files are also run and compared). The exact command used is in
-tests/data/frontend/README.md.
+onnxruntime 1.18.0 (the version CosyVoice's requirements pin: it gives the expected CAM++
+embeddings, see below), the PyPI package s3tokenizer 0.3.0 (S3TokenizerV3 from its model_v3.py)
+and the 3D-Speaker source tree (DIR holds speakerlab/models/campplus/{DTDNN,layers}.py; not a
+PyPI package). The exact command used is in tests/data/frontend/README.md.
 
 Inputs (the official front-end features, made by the shared golden generator):
   golden/frontend/whisper_logmel.npy  [1, 128, 348]  speech-tokenizer input
   golden/frontend/kaldi_fbank_cmn.npy [346, 80]      CAM++ input (fbank minus its mean)
+CAM++ cases (cam_input below): T fbank frames, frame t = kaldi_fbank_cmn[t mod 346], minus their
+mean over the T frames: short 80 (0.8 s), cut250 (2.5 s), full 346 (3.5 s, the whole prompt),
+long 1100 (11 s). After the tdnn (T2 = (T - 1) / 2 + 1 frames) the CAM layers pool segments of
+100 frames; the last one holds 40, 25, 73 and 50 frames in these cases.
+
+CAM++ segment pooling. 3D-Speaker's CAMLayer.seg_pooling is avg_pool1d(kernel 100, stride 100,
+ceil_mode=True), exported to ONNX as AveragePool(kernel 100, strides 100, pads 0, ceil_mode 1,
+count_include_pad 1). PyTorch and onnxruntime >= 1.19 average the last, partial window over the
+frames it holds; onnxruntime 1.18.0, which the official front end runs, divides its sum by 100.
+The expected embeddings (cam_*_embedding.npy) are campplus_small.onnx run under onnxruntime
+1.18.0 (graph optimizations ORT_ENABLE_ALL, as the official frontend.py sets); the PyTorch
+outputs after the first CAM layer (stats) come from the PyTorch model with seg_pooling replaced
+by the divide-by-100 form (seg_pool_div_kernel), whose embedding info.json compares with
+onnxruntime's. With --size full (no ONNX export) the embedding is that PyTorch model's.
 Models (seeded, --seed): S3TokenizerV3 with n_audio_state 128, 2 heads, 2 layers (the v3 code
 path: same block class as 12 x 1280); CAM++ (CAMPPlus) with growth 4, bottleneck 16, 16 initial
 channels, embedding 192 (the same dense-block layer counts 12/24/16 as the real one). Every
@@ -35,7 +49,7 @@ import numpy as np
 import torch
 
 CASES_S3 = {"full": None, "cut301": 301}     # mel frames used (None = all 348)
-CASES_CAM = {"full": None, "cut250": 250}    # fbank frames used (None = all 346)
+CASES_CAM = {"short": 80, "cut250": 250, "full": 346, "long": 1100}  # fbank frames (cam_input)
 # intermediate outputs kept only for the "full" cases (size)
 FULL_ONLY = {"block0", "conv2_pre_gelu", "head", "tdnn"}
 
@@ -90,6 +104,29 @@ def run_s3(m, mel):
     return {"tokens": codes[0].numpy().astype(np.int32), "proj": h[0].numpy(),
             "encoder_out": hidden[0].numpy(), "block0": out["block0"][0].numpy(),
             "conv2_pre_gelu": out["conv2_pre_gelu"][0].numpy().T.copy()}
+
+
+def seg_pool_div_kernel(self, x, seg_len=100, stype='avg'):
+    """CAMLayer.seg_pooling as onnxruntime 1.18.0 computes its AveragePool (ceil_mode 1,
+    count_include_pad 1, pads 0): every window's sum divided by seg_len, the partial last one too
+    (zero-pad to whole windows, then plain average pooling); the means broadcast back to the
+    frames as the original does."""
+    assert stype == 'avg'
+    T = x.shape[-1]
+    n = -(-T // seg_len)
+    seg = torch.nn.functional.avg_pool1d(torch.nn.functional.pad(x, (0, n * seg_len - T)),
+                                         kernel_size=seg_len, stride=seg_len)
+    shape = seg.shape
+    return seg.unsqueeze(-1).expand(*shape, seg_len).reshape(*shape[:-1], -1)[..., :T]
+
+
+def cam_input(fbank, T):
+    """T frames, frame t = fbank[t mod len(fbank)], minus their mean (the official call takes the
+    mean over the frames it has); the full prompt (T = len) is the golden input as it is."""
+    if T == fbank.shape[0]:
+        return np.ascontiguousarray(fbank, dtype=np.float32)
+    x = fbank[np.arange(T) % fbank.shape[0]]
+    return np.ascontiguousarray(x - x.mean(axis=0, keepdims=True), dtype=np.float32)
 
 
 def make_campplus(seed, src, size="small"):
@@ -166,6 +203,19 @@ class S3Onnx(torch.nn.Module):
         return self.m.quantizer._codebook.encode(hidden)
 
 
+def ort_sessions(s3o, camo):
+    """onnxruntime sessions as the official frontend.py makes them (CPU, ORT_ENABLE_ALL); the
+    expected CAM++ embeddings need the pinned 1.18.0 (see the docstring)."""
+    import onnxruntime as ort
+    if ort.__version__ != "1.18.0":
+        sys.exit(f"onnxruntime {ort.__version__}: the golden CAM++ embeddings need 1.18.0")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    mk = lambda p: ort.InferenceSession(p, so, providers=["CPUExecutionProvider"])
+    return mk(s3o), mk(camo), ort.__version__
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--campplus-src", required=True, help="3D-Speaker source tree (speakerlab/)")
@@ -181,7 +231,7 @@ def main():
     fe = os.path.join(a.shared, "golden", "frontend")
     mel = np.load(os.path.join(fe, "whisper_logmel.npy")).astype(np.float32)
     fbank = np.load(os.path.join(fe, "kaldi_fbank_cmn.npy")).astype(np.float32)
-    info = {"seed": a.seed, "torch": torch.__version__, "checks": {}}
+    info = {"seed": a.seed, "torch": torch.__version__, "onnxruntime": None, "checks": {}}
 
     # sanity: s3tokenizer's log-mel of the shared 16 kHz prompt equals the shared golden features
     from s3tokenizer.utils import log_mel_spectrogram
@@ -214,37 +264,34 @@ def main():
     cam = make_campplus(a.seed, a.campplus_src, a.size)
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in cam.state_dict().items()},
                os.path.join(a.out, "campplus_small.pt"))
-    for case, T in CASES_CAM.items():
-        x = fbank if T is None else fbank[:T] - fbank[:T].mean(axis=0, keepdims=True)
-        r = run_campplus(cam, np.ascontiguousarray(x, dtype=np.float32))
-        for k, v in r.items():
-            if case == "full" or k not in FULL_ONLY:
-                np.save(os.path.join(a.out, f"cam_{case}_{k}.npy"), np.ascontiguousarray(v))
-        info["checks"][f"cam_{case}"] = {"frames": int(x.shape[0]),
-                                         "embedding_norm": float(np.linalg.norm(r["embedding"]))}
     camo = os.path.join(a.out, "campplus_small.onnx")
     if a.size == "small":
         export_onnx(cam, (torch.from_numpy(fbank)[None],), camo, ["input"], {"input": {1: "T"}})
-
-    try:
-        if a.size == "full":
-            raise ImportError
-        import onnxruntime as ort
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        s = ort.InferenceSession(s3o, so, providers=["CPUExecutionProvider"])
-        tok = s.run(None, {"feats": mel, "feats_length": np.array([mel.shape[-1]], np.int32)})[0][0]
+        s3_sess, cam_sess, info["onnxruntime"] = ort_sessions(s3o, camo)
+        tok = s3_sess.run(None, {"feats": mel, "feats_length": np.array([mel.shape[-1]], np.int32)})[0][0]
         ref = np.load(os.path.join(a.out, "s3_full_tokens.npy"))
         info["checks"]["ort_s3_token_mismatches"] = int((tok != ref).sum())
-        s = ort.InferenceSession(camo, so, providers=["CPUExecutionProvider"])
-        emb = s.run(None, {"input": fbank[None]})[0][0]
-        np.save(os.path.join(a.out, "cam_full_embedding_ort.npy"), emb)
-        ref = np.load(os.path.join(a.out, "cam_full_embedding.npy"))
-        info["checks"]["ort_cam_embedding_rel_l2_vs_torch"] = float(
-            np.linalg.norm(emb - ref) / np.linalg.norm(ref))
-        info["onnxruntime"] = ort.__version__
-    except ImportError:
-        info["onnxruntime"] = None
+    from speakerlab.models.campplus import layers as cam_layers
+    seg_pool_real = cam_layers.CAMLayer.seg_pooling
+    rel = lambda x, y: float(np.linalg.norm(x - y) / np.linalg.norm(y))
+    for case, T in CASES_CAM.items():
+        x = cam_input(fbank, T)
+        cam_layers.CAMLayer.seg_pooling = seg_pool_real
+        emb_real = run_campplus(cam, x)["embedding"]
+        cam_layers.CAMLayer.seg_pooling = seg_pool_div_kernel
+        r = run_campplus(cam, x)
+        chk = {"frames": int(x.shape[0]), "last_segment": ((T - 1) // 2) % 100 + 1,
+               "embedding_norm": float(np.linalg.norm(r["embedding"]))}
+        if a.size == "small":
+            emb = cam_sess.run(None, {"input": x[None]})[0][0]
+            chk["torch_div100_vs_ort_rel_l2"] = rel(r["embedding"], emb)
+            chk["torch_real_length_vs_ort_rel_l2"] = rel(emb_real, emb)
+            r["embedding"] = emb
+        for k, v in r.items():
+            if case == "full" or k not in FULL_ONLY:
+                np.save(os.path.join(a.out, f"cam_{case}_{k}.npy"), np.ascontiguousarray(v))
+        info["checks"][f"cam_{case}"] = chk
+    cam_layers.CAMLayer.seg_pooling = seg_pool_real
     with open(os.path.join(a.out, "info.json"), "w") as fh:
         json.dump(info, fh, indent=1)
     print(json.dumps(info["checks"], indent=1))

@@ -354,7 +354,7 @@ cosy_status ref_campplus_embed(const ref_campplus *c, const float *fbank, int32_
       ref_nn_linear(H2, Bn, Hh, Cin, T2, Cin, L->l1_w, L->l1_b, Bn);
       for (size_t i = 0; i < (size_t)T2 * Bn; i++) H2[i] = relu(H2[i]);
       conv1d(Y, G, H2, Bn, T2, Bn, T2, c->k[b], 1, c->d[b], L->loc_w, NULL, G, cols);
-      /* context: global mean + segment means */
+      /* context: global mean + segment sums / seg (the last, partial segment too: campplus.h) */
       for (int ch = 0; ch < Bn; ch++) acc[ch] = 0;
       for (int t = 0; t < T2; t++)
         for (int ch = 0; ch < Bn; ch++) acc[ch] += H2[(size_t)t * Bn + ch];
@@ -363,7 +363,7 @@ cosy_status ref_campplus_embed(const ref_campplus *c, const float *fbank, int32_
         for (int ch = 0; ch < Bn; ch++) {
           double s = 0;
           for (int t = t0; t < t1; t++) s += H2[(size_t)t * Bn + ch];
-          ctx[(size_t)sgi * Bn + ch] = (float)(acc[ch] / T2) + (float)(s / (t1 - t0));
+          ctx[(size_t)sgi * Bn + ch] = (float)(acc[ch] / T2) + (float)(s / c->seg);
         }
       }
       ref_nn_linear(c1, Bn / 2, ctx, Bn, nseg, Bn, L->c1_w, L->c1_b, Bn / 2);

@@ -30,14 +30,27 @@
  *   bottleneck Bn), the input x [Cin][T2] growing by G channels per layer:
  *     h  = ReLU(bn1(x));  h = ReLU(linear1 h + b)                            [Bn][T2]
  *     y  = local conv (k_b, dilation d_b, pad d_b (k_b - 1) / 2, no bias) of h  [G][T2]
- *     ctx[t] = mean_t' h[t'] + mean of h over t's segment (segments of 100 frames; the last one
- *              may be shorter and is averaged over its real length)
+ *     ctx[t] = mean_t' h[t'] + (sum of h over t's segment) / 100 (segments of 100 frames; the
+ *              last one may be shorter and its sum is still divided by 100, see below)
  *     m  = sigmoid(cam2 ReLU(cam1 ctx + b1) + b2)                            [G][T2]
  *     x  = concat(x, y * m)
  *   transit b: x = linear(ReLU(bn(x))) + bias  (C -> C / 2); after transit 3 a ReLU (its BN is
  *   folded into transit 3).
  *   stats: [mean_t x ; sqrt(sum_t (x - mean)^2 / (T2 - 1))]                  2 C (double)
  *   embedding = dense stats + bias (its affine-free BN folded)               192
+ *
+ * Segment pooling of the last, partial segment. The PyTorch model pools with avg_pool1d(kernel 100,
+ * stride 100, ceil_mode=True), which campplus.onnx holds as AveragePool(kernel 100, strides 100,
+ * pads 0, ceil_mode 1, count_include_pad 1). The official front end runs that file under
+ * onnxruntime 1.18.0 (the version CosyVoice's requirements pin), whose AveragePool divides the
+ * window that hangs over the end by the full kernel size, as if the overhang were zero padding that
+ * counts; PyTorch and later onnxruntime releases divide by the frames the window holds. The
+ * embeddings the released model was trained and shipped with come from 1.18.0, so this is what is
+ * computed here (and on the GPU, kernels/frontend.cu). On audio whose frame count after the tdnn
+ * is not a multiple of 100 the two differ, the more the shorter the audio and the emptier the last
+ * window: embedding rel L2 1.3e-2 at 0.8 s, 1.4e-3 at 11 s on the random test model
+ * (tests/data/frontend/info.json). There is no option for the real-length average: nothing in the
+ * official pipeline computes it.
  */
 #ifndef COSY_REF_CAMPPLUS_H
 #define COSY_REF_CAMPPLUS_H
