@@ -29,14 +29,23 @@
  * mid-stream it never produces samples beyond what the final length keeps, since it waits for
  * half a filter of look-ahead).
  *
- * torchaudio-compatible resampler (cosy_resample_sinc_hann; used by cosy_audio_to_mel because the
- * official load_wav resamples with torchaudio.transforms.Resample's defaults). With g = gcd,
+ * torchaudio-compatible resampler (cosy_resample_sinc_hann; used by cosy_audio_to_mel and the voice
+ * front end because the official load_wav resamples with torchaudio.transforms.Resample's defaults:
+ * sinc_interp_hann, lowpass_filter_width 6, rolloff 0.99). With g = gcd(rate_in, rate_out),
  * o = rate_in / g, v = rate_out / g, lpw = 6, base = min(o, v) * 0.99, width = ceil(lpw o / base):
- *   h_i[k] = sinc(pi t) * cos(pi t / (2 lpw))^2 * base / o,  t = clamp((k - width)/o - i/v, +-lpw/base)*base
+ *   t       = clamp(((k - width) / o + f32(-i / v)) * base, -lpw, lpw)
+ *   h_i[k]  = sinc(pi t) * (cos(pi t / (2 lpw))^2 * base / o)      (sinc(0) = 1)
  *   (k = 0 .. 2 width + o - 1, phase i = 0 .. v-1; kernel in double, stored as float)
  *   y[b v + i] = sum_k h_i[k] x[b o + k - width]   (zeros outside x; sum in double)
- * cut to ceil(n v / o) samples. Only the taps where |t| < lpw are stored (the rest are 0 up to
- * ~1e-33), so co-prime rates (o, v in the thousands) stay cheap.
+ * cut to ceil(n v / o) samples. f32(-i / v) is the phase offset rounded to float32: Resample builds
+ * it as an integer range divided by v in the default float32 dtype before adding it to the float64
+ * tap positions, and the rest of its kernel is float64. Mirroring that keeps the output within an
+ * fp32 ulp of the official one (tests/data/resample); with the exact offset, samples move by up to
+ * 5e-6 where v is not a power of two (22.05 and 44.1 kHz input), the speech tokenizer's log-mel by
+ * up to 2.4e-4. (torchaudio.functional.resample computes the whole kernel in the waveform's
+ * float32 and differs from Resample by ~1e-5; load_wav does not use it.) Only the taps where
+ * |t| < lpw are stored (the rest are 0 up to ~1e-33), so co-prime rates (o, v in the thousands)
+ * stay cheap.
  *
  * Prompt mel (matcha mel_spectrogram as CosyVoice3's feat_extractor, docs/model.md section 5), x at 24 kHz,
  * N samples (N >= 721: torch's reflect pad needs N > 720):
@@ -615,15 +624,18 @@ static void sinc_kernel(sinc_job *j, int64_t i0, int64_t i1) {
     if (hi > K) hi = K;
     j->k0[i] = lo;
     j->kn[i] = hi - lo;
+    /* the phase offset -i / nw in float32, as torchaudio's Resample makes it (an integer arange
+     * divided by an int: float32), the rest in double (header comment) */
+    const double ph = (double)(-(float)i / (float)nw);
     for (int64_t k = lo; k < hi; k++) {
-      double t = (-(double)i / (double)nw + (double)(k - width) / (double)orig) * base;
+      double t = (ph + (double)(k - width) / (double)orig) * base;
       if (t < -lpw) t = -lpw;
       if (t > lpw) t = lpw;
       const double cw = cos(t * PI / lpw / 2.0);
       const double win = cw * cw;
       t *= PI;
       const double sinc = t == 0.0 ? 1.0 : sin(t) / t;
-      j->w[i * span + (k - lo)] = (float)(sinc * win * (base / (double)orig));
+      j->w[i * span + (k - lo)] = (float)(sinc * (win * (base / (double)orig)));
     }
   }
 }

@@ -45,7 +45,8 @@ cosy_status cosy_resample(const float *in, int64_t n, int32_t rate_in, int32_t r
 
 /* torchaudio.transforms.Resample(rate_in, rate_out) with its defaults (sinc_interp_hann,
  * lowpass_filter_width 6, rolloff 0.99), which CosyVoice's load_wav uses: a band-limited
- * polyphase FIR, kernel computed in double and stored as float, sums in double. Rates in
+ * polyphase FIR, kernel computed as Resample does (double, the phase offsets float32; audio.c) and
+ * stored as float, sums in double: within an fp32 ulp of torchaudio's output. Rates in
  * [1000, 1000000]. *n_out = cosy_resample_length(n, ...). This is what cosy_audio_to_mel uses, so
  * that non-24 kHz prompts give the official mel (libsamplerate's sharper filter removes the
  * 10.9-12 kHz content torchaudio's filter keeps, moving the top two mel bands by up to ~5 in log). */

@@ -10,7 +10,9 @@
  *
  * Resampling: the official load_wav resamples with torchaudio.transforms.Resample's defaults
  * (sinc_interp_hann, width 6, rolloff 0.99) to both 16 and 24 kHz; cosy_resample_sinc_hann is that
- * formula (audio.h), so non-16/24 kHz prompts give the official features. libsamplerate's sharper
+ * computation, to an fp32 ulp (audio.c; tests/data/resample), so prompts at other rates give the
+ * official features (the speech tokenizer's log-mel within 5e-5 at 22.05 and 44.1 kHz). The 16 kHz
+ * audio feeds both the log-mel and the fbank, the 24 kHz audio the prompt mel. libsamplerate's sharper
  * filter would move the top mel bands and the fbank's highest bins, so it is not used here.
  *
  * Input checks (COSY_ERR_INVALID_ARG, message names the problem): NULL or empty audio; rate

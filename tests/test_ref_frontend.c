@@ -7,6 +7,8 @@
  *   kaldi fbank     vs golden/frontend/kaldi_fbank.npy [346][80]         rel L2 <= 1e-5,
  *   and its mean-removed version vs kaldi_fbank_cmn.npy                    rel L2 <= 1e-4
  *   (the mean-removed values are smaller, so the same absolute error weighs more)
+ *   22.05 and 44.1 kHz audio -> the library's resampler and whisper log-mel vs the official
+ *   front end's (torchaudio Resample + whisper; tests/data/resample/logmel_*.npy)  max abs <= 5e-5
  * Models: the small random models of tests/data/frontend (tools/golden_frontend.py; converted
  * into $COSY_TEST_FE_MODEL by `make test`) on the golden features:
  *   speech tokenizer (348 and 301 mel frames): tokens exact; the FSQ projection, encoder output,
@@ -30,7 +32,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <unistd.h>
 
+#include "audio.h"
 #include "gguf.h"
 #include "model.h"
 #include "ref/campplus.h"
@@ -119,6 +123,46 @@ static void test_whisper_logmel(void **state) {
   free(mel);
   assert_int_equal(ref_whisper_logmel(wav, 400, &mel, &T), COSY_ERR_INVALID_ARG);
   free(wav), free(ref);
+}
+
+/* The speech tokenizer's input from 22.05 and 44.1 kHz audio as the official front end makes it:
+ * tests/data/resample/logmel_R.npy (tools/golden_resample.py) is openai-whisper's log-mel of
+ * torchaudio.transforms.Resample(R, 16000) (load_wav) of cross_lingual_prompt.wav samples
+ * [0, 44100) taken as audio at R; here the library's resampler and log-mel, as
+ * cosy_voice_from_audio computes them: max abs <= 5e-5. (The log-mel alone, on torchaudio's own
+ * 16 kHz signal, differs from whisper's by up to ~3e-5 near its floor; a resampler off by 1e-5, as
+ * torchaudio.functional.resample is, by 3e-4 .. 1e-3.) */
+static void test_whisper_logmel_resampled(void **state) {
+  (void)state;
+  const char *wp = tu_shared("audio/cross_lingual_prompt.wav");
+  TU_REQUIRE(wp && access(wp, R_OK) == 0, "shared reference data not found (set COSY_SHARED)");
+  float *pcm;
+  int64_t n;
+  int32_t sr;
+  assert_int_equal(cosy_wav_read(wp, &pcm, &n, &sr), COSY_OK);
+  assert_true(n >= 44100);
+  static const int32_t rates[] = {22050, 44100};
+  for (int ri = 0; ri < 2; ri++) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "data/resample/logmel_%d.npy", (int)rates[ri]);
+    int nd;
+    int64_t sh[8];
+    float *ref = tu_npy_f32(tu_tests_file(nm), &nd, sh), *x16, *mel;
+    assert_non_null(ref);
+    assert_int_equal(nd, 2);
+    int64_t n16;
+    int32_t T;
+    assert_int_equal(cosy_resample_sinc_hann(pcm, 44100, rates[ri], 16000, &x16, &n16), COSY_OK);
+    assert_int_equal(ref_whisper_logmel(x16, n16, &mel, &T), COSY_OK);
+    assert_int_equal(sh[0], 128);
+    assert_int_equal(T, sh[1]);
+    double mad = tu_max_abs_diff(mel, ref, (size_t)128 * T), rel = tu_rel_l2(mel, ref, (size_t)128 * T);
+    print_message("whisper log-mel of %d Hz audio [128][%d]: max abs %.3g (limit 5e-5), rel L2 %.3g\n",
+                  (int)rates[ri], (int)T, mad, rel);
+    assert_true(mad <= 5e-5);
+    free(x16), free(mel), free(ref);
+  }
+  free(pcm);
 }
 
 static void test_kaldi_fbank(void **state) {
@@ -383,7 +427,8 @@ static void test_loader(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_whisper_logmel), cmocka_unit_test(test_kaldi_fbank),
+      cmocka_unit_test(test_whisper_logmel), cmocka_unit_test(test_whisper_logmel_resampled),
+      cmocka_unit_test(test_kaldi_fbank),
       cmocka_unit_test(test_s3tok_full),     cmocka_unit_test(test_s3tok_cut),
       cmocka_unit_test(test_campplus_short), cmocka_unit_test(test_campplus_cut),
       cmocka_unit_test(test_campplus_full),  cmocka_unit_test(test_campplus_long),
