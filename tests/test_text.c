@@ -243,6 +243,17 @@ static void test_minimal(void **state) {
   assert_int_equal(cosy_text_split(NULL, "   ", 0, &seg, &n), COSY_OK);
   assert_int_equal(n, 0);
   cosy_text_segments_free(seg, n);
+  /* empty text: no segment (the official code returns [''], a deliberate difference:
+   * tests/data/text/README.md), with or without the grammars */
+  for (int full = 0; full < 2; full++) {
+    if (full && !g_tn) continue;
+    assert_int_equal(cosy_text_split(full ? g_tn : NULL, "", 0, &seg, &n), COSY_OK);
+    assert_int_equal(n, 0);
+    cosy_text_segments_free(seg, n);
+    assert_int_equal(cosy_text_normalize(full ? g_tn : NULL, "", 0, &out), COSY_OK);
+    assert_string_equal(out, "");
+    free(out);
+  }
   cosy_text_norm *tn;
   assert_int_equal(cosy_text_norm_create(NULL, NULL, &tn), COSY_OK);
   assert_int_equal(cosy_text_norm_is_full(tn), 0);
