@@ -27,7 +27,8 @@ The expected embeddings (cam_*_embedding.npy) are campplus_small.onnx run under 
 1.18.0 (graph optimizations ORT_ENABLE_ALL, as the official frontend.py sets); the PyTorch
 outputs after the first CAM layer (stats) come from the PyTorch model with seg_pooling replaced
 by the divide-by-100 form (seg_pool_div_kernel), whose embedding info.json compares with
-onnxruntime's. With --size full (no ONNX export) the embedding is that PyTorch model's.
+onnxruntime's. --size full exports only campplus_small.onnx (the speech tokenizer's ONNX export
+is skipped there), so its expected embeddings are onnxruntime 1.18.0's too.
 Models (seeded, --seed): S3TokenizerV3 with n_audio_state 128, 2 heads, 2 layers (the v3 code
 path: same block class as 12 x 1280); CAM++ (CAMPPlus) with growth 4, bottleneck 16, 16 initial
 channels, embedding 192 (the same dense-block layer counts 12/24/16 as the real one). Every
@@ -212,7 +213,7 @@ def ort_sessions(s3o, camo):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    mk = lambda p: ort.InferenceSession(p, so, providers=["CPUExecutionProvider"])
+    mk = lambda p: ort.InferenceSession(p, so, providers=["CPUExecutionProvider"]) if p else None
     return mk(s3o), mk(camo), ort.__version__
 
 
@@ -224,7 +225,8 @@ def main():
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--size", choices=["small", "full"], default="small",
                     help="full: the real geometries (S3 1280 x 12 blocks, CAM++ growth 32 / 128 "
-                    "channels; ~1 GB, for a one-off check, not for the repository; no ONNX export)")
+                    "channels; ~1 GB, for a one-off check, not for the repository; no speech "
+                    "tokenizer ONNX export)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(1)
@@ -265,9 +267,9 @@ def main():
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in cam.state_dict().items()},
                os.path.join(a.out, "campplus_small.pt"))
     camo = os.path.join(a.out, "campplus_small.onnx")
-    if a.size == "small":
-        export_onnx(cam, (torch.from_numpy(fbank)[None],), camo, ["input"], {"input": {1: "T"}})
-        s3_sess, cam_sess, info["onnxruntime"] = ort_sessions(s3o, camo)
+    export_onnx(cam, (torch.from_numpy(fbank)[None],), camo, ["input"], {"input": {1: "T"}})
+    s3_sess, cam_sess, info["onnxruntime"] = ort_sessions(s3o, camo)
+    if s3_sess:
         tok = s3_sess.run(None, {"feats": mel, "feats_length": np.array([mel.shape[-1]], np.int32)})[0][0]
         ref = np.load(os.path.join(a.out, "s3_full_tokens.npy"))
         info["checks"]["ort_s3_token_mismatches"] = int((tok != ref).sum())
@@ -282,11 +284,10 @@ def main():
         r = run_campplus(cam, x)
         chk = {"frames": int(x.shape[0]), "last_segment": ((T - 1) // 2) % 100 + 1,
                "embedding_norm": float(np.linalg.norm(r["embedding"]))}
-        if a.size == "small":
-            emb = cam_sess.run(None, {"input": x[None]})[0][0]
-            chk["torch_div100_vs_ort_rel_l2"] = rel(r["embedding"], emb)
-            chk["torch_real_length_vs_ort_rel_l2"] = rel(emb_real, emb)
-            r["embedding"] = emb
+        emb = cam_sess.run(None, {"input": x[None]})[0][0]
+        chk["torch_div100_vs_ort_rel_l2"] = rel(r["embedding"], emb)
+        chk["torch_real_length_vs_ort_rel_l2"] = rel(emb_real, emb)
+        r["embedding"] = emb
         for k, v in r.items():
             if case == "full" or k not in FULL_ONLY:
                 np.save(os.path.join(a.out, f"cam_{case}_{k}.npy"), np.ascontiguousarray(v))
