@@ -501,9 +501,12 @@ cosy_status sched_utt_check(const cosy_utt_caps *c, const cosy_utt *u) {
              "one vocoder call, which holds at most %d frames",
              (double)u->speed, utt_voc_frames(u, u->max_gen), c->voc_frames);
   }
-  if (fit < 1)
+  if (ff < 1)
     snprintf(fix, sizeof fix, "the voice's %d prompt tokens leave no room: use a shorter voice",
              u->prompt_tokens);
+  else if (fl < 1)
+    snprintf(fix, sizeof fix, "its LLM input of %d positions leaves no room: cut the text",
+             u->llm_positions - u->max_gen);
   else if (u->n_segs > 0 && u->max_tokens <= 0)
     snprintf(fix, sizeof fix,
              "set max_tokens to at most %d, use a shorter voice, or cut the segment with "
@@ -511,11 +514,12 @@ cosy_status sched_utt_check(const cosy_utt_caps *c, const cosy_utt *u) {
              fit);
   else
     snprintf(fix, sizeof fix, "set max_tokens to at most %d or use a shorter voice", fit);
-  /* a segment too long for the default ceiling is the text's doing; a ceiling the caller set,
-   * a voice that leaves no room or the one-shot vocoder call are the arguments' */
-  const cosy_status st = u->n_segs > 0 && u->max_tokens <= 0 && fit >= 1 && fv >= u->max_gen
-                             ? COSY_ERR_TEXT
-                             : COSY_ERR_INVALID_ARG;
+  /* a segment too long for its default ceiling, or whose input alone fills the LLM sequence,
+   * is the text's doing; a ceiling the caller set, a voice that leaves no room or the one-shot
+   * vocoder call are the arguments' */
+  const int text_cause = u->n_segs > 0 && (fl < 1 || (u->max_tokens <= 0 && ff >= 1 &&
+                                                      fv >= u->max_gen));
+  const cosy_status st = text_cause ? COSY_ERR_TEXT : COSY_ERR_INVALID_ARG;
   return cosy_err(st, "%s: %s; %s; %s", what, ceil, need, fix);
 }
 

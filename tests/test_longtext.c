@@ -362,6 +362,13 @@ static void test_utt_check_bounds(void **state) {
   assert_int_equal(sched_utt_check(&c, &u), COSY_ERR_TEXT);
   assert_non_null(strstr(cosy_last_error(), "LLM"));
   assert_non_null(strstr(cosy_last_error(), "at most 100"));
+  /* an input that fills the sequence by itself: the text's, even with max_tokens set */
+  u.max_tokens = 10;
+  u.max_gen = 10;
+  u.llm_positions = c.llm_positions + u.max_gen;
+  assert_int_equal(sched_utt_check(&c, &u), COSY_ERR_TEXT);
+  assert_non_null(strstr(cosy_last_error(), "cut the text"));
+  u.max_tokens = 0;
   /* one-shot at speed 0.5: the whole mel, (int)(2 g / 0.5) frames, in one vocoder call */
   u.one_shot = 1;
   u.speed = 0.5f;
