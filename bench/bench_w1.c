@@ -1,7 +1,8 @@
 /* bench_w1.c - workload W1 (docs/scheduler.md section 6): interactive streaming, closed loop; and W2
  * (--w2): offline, every request submitted at once.
  *
- *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N] [--tokens 112]
+ *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N]
+ *            [--tokens 112 | --tokens default] [--prompt-tokens 87]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
  *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32 | --vocoder-accurate]
  *            [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]
@@ -10,10 +11,13 @@
  * --memory-fraction F sets gpu_memory_fraction; --memory-gb G sets it to G GiB over the device's
  * memory (cudaMemGetInfo), so the engine plans within the budget of a smaller card (a 24 or 32 GB
  * one) on a larger GPU.
- * The voice: the real mel of the prompt wav, 87 random prompt speech tokens and a random speaker
- * embedding (the speech tokenizer and CAM++ are not part of the library yet). Each request says
- * the next line of the texts file with its length forced to --tokens speech tokens
- * (min_tokens = max_tokens). C client threads each keep one request in flight (closed loop).
+ * The voice: the real mel of the prompt wav, 87 random prompt speech tokens (--prompt-tokens N:
+ * N, the wav's audio said again and again until its mel covers them: 750 makes a 30 s voice)
+ * and a random speaker embedding (the speech tokenizer and CAM++ are not part of the library
+ * yet). Each request says the next line of the texts file with its length forced to --tokens
+ * speech tokens (min_tokens = max_tokens); --tokens default leaves both 0, the library's
+ * defaults (2 and 20 speech tokens per text token of each segment; a random-weight model rarely
+ * stops early, so nearly every segment runs to its ceiling). C client threads each keep one request in flight (closed loop).
  * By default every client starts at once (a burst of C first requests); --ramp S starts client k
  * at k * S / C seconds instead (users arriving over S seconds, the usual load-test ramp-up), and
  * the level's wall time then includes the ramp. --one-shot sends COSY_SYNTH_ONE_SHOT requests
@@ -602,7 +606,7 @@ int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
   const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL, *dev_arg = "-1";
   int requests = 0, tokens = 0, warmup = 2, w2_n = 0, max_active = 0, voc_prec = 0, first_chunk = 0,
-      first_wait = 0;
+      first_wait = 0, n_ptok = 87;
   double mem_gb = 0;
   float mem_fraction = 0;
   double ramp = 0;
@@ -612,7 +616,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) dev_arg = argv[++i];
     else if (!strcmp(argv[i], "--concurrency") && i + 1 < argc) conc = argv[++i];
     else if (!strcmp(argv[i], "--requests") && i + 1 < argc) requests = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+      ++i;
+      tokens = !strcmp(argv[i], "default") ? -1 : atoi(argv[i]);
+      if (tokens == 0) tokens = -2; /* refused below */
+    }
+    else if (!strcmp(argv[i], "--prompt-tokens") && i + 1 < argc) n_ptok = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--texts") && i + 1 < argc) texts_path = argv[++i];
     else if (!strcmp(argv[i], "--prompt-wav") && i + 1 < argc) wav = argv[++i];
@@ -629,7 +638,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--first-wait") && i + 1 < argc) first_wait = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
-                      "[--requests N] [--tokens 112] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
+                      "[--requests N] [--tokens 112 | --tokens default] [--prompt-tokens 87] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
                       "[--vocoder-tf32 | --vocoder-accurate] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]\n");
       return 2;
@@ -639,8 +648,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_w1: -m MODEL is required\n");
     return 2;
   }
-  if (w2_n < 0 || tokens < 0 || requests < 0 || max_active < 0 || !(ramp >= 0)) {
-    fprintf(stderr, "bench_w1: negative --offline, --tokens, --requests or --max-active\n");
+  if (w2_n < 0 || tokens < -1 || requests < 0 || max_active < 0 || !(ramp >= 0)) {
+    fprintf(stderr, "bench_w1: negative --offline, --requests or --max-active, or --tokens neither "
+                    "a count nor \"default\"\n");
+    return 2;
+  }
+  if (n_ptok < 1 || n_ptok > 3000) {
+    fprintf(stderr, "bench_w1: --prompt-tokens %d is outside 1..3000\n", n_ptok);
     return 2;
   }
   /* --device: one device, or a list (one engine per entry; -1 = the CPU) */
@@ -665,7 +679,9 @@ int main(int argc, char **argv) {
   for (int k = 0; k < n_eng; k++) any_gpu |= devs[k] >= 0;
   /* --w2 alone runs only W2; W1 runs when asked for or when W2 is not */
   if (!conc && !w2_n) conc = "1";
-  int w1_tokens = tokens ? tokens : 112, w2_tokens = tokens ? tokens : 250;
+  /* --tokens default: min_tokens = max_tokens = 0 (the library's defaults) */
+  int w1_tokens = tokens > 0 ? tokens : tokens < 0 ? 0 : 112;
+  int w2_tokens = tokens > 0 ? tokens : tokens < 0 ? 0 : 250;
   int n_texts = 0;
   char **texts = read_lines(texts_path, &n_texts);
   if (!texts || !n_texts) {
@@ -679,6 +695,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_w1: %s: %s\n", wav, cosy_last_error());
     return 1;
   }
+  /* --prompt-tokens beyond the wav: its audio again and again until the mel covers them (two
+   * frames per token, 480 samples a frame at 24 kHz: the mel's length follows the samples) */
+  const int64_t want_n = (int64_t)((double)(2 * n_ptok + 2) * sr / 50.0);
+  if (n < want_n) {
+    float *rep = (float *)malloc((size_t)want_n * sizeof *rep);
+    if (!rep) return 1;
+    for (int64_t i = 0; i < want_n; i++) rep[i] = pcm[i % n];
+    free(pcm);
+    pcm = rep;
+    n = want_n;
+  }
   float *mel;
   int32_t frames;
   if (cosy_audio_to_mel(pcm, n, sr, &mel, &frames)) {
@@ -686,10 +713,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   free(pcm);
-  int32_t ptok[87];
+  int32_t *ptok = (int32_t *)malloc(sizeof *ptok * (size_t)n_ptok);
   float spk[192];
   uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (int i = 0; i < 87; i++) {
+  for (int i = 0; i < n_ptok; i++) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     ptok[i] = (int32_t)((x >> 33) % 6561);
   }
@@ -778,7 +805,7 @@ int main(int argc, char **argv) {
   cosy_voice_features_init(&vf, sizeof vf);
   vf.prompt_text = "You are a helpful assistant.<|endofprompt|>希望你以后能够做的比我还好呦。";
   vf.speech_tokens = ptok;
-  vf.n_speech_tokens = frames / 2 < 87 ? frames / 2 : 87;
+  vf.n_speech_tokens = frames / 2 < n_ptok ? frames / 2 : n_ptok;
   vf.mel = mel;
   vf.n_mel_frames = frames;
   vf.speaker_embedding = spk;
@@ -787,14 +814,18 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_w1: voice: %s\n", cosy_last_error());
       return 1;
     }
+  free(ptok);
   int warm_tokens = n_levels ? w1_tokens : w2_tokens;
+  char per_req[48];
+  if (warm_tokens) snprintf(per_req, sizeof per_req, "%d tokens/request", warm_tokens);
+  else snprintf(per_req, sizeof per_req, "default tokens (min/max_tokens 0)");
   if (n_eng == 1)
-    printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %d tokens/request\n",
-           model, device, cosy_version_string(), t_load, vf.n_speech_tokens, warm_tokens);
+    printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %s\n",
+           model, device, cosy_version_string(), t_load, vf.n_speech_tokens, per_req);
   else
     printf("bench_w1: model %s, devices %s (%d engines), %s, load %.2f s (all engines), prompt %d "
-           "tokens, %d tokens/request\n",
-           model, dev_arg, n_eng, cosy_version_string(), t_load, vf.n_speech_tokens, warm_tokens);
+           "tokens, %s\n",
+           model, dev_arg, n_eng, cosy_version_string(), t_load, vf.n_speech_tokens, per_req);
   const char *prof = getenv("COSY_GPU_PROFILE"); /* the test profile the engine serves with */
   if (any_gpu && prof && *prof) printf("bench_w1: COSY_GPU_PROFILE=%s\n", prof);
   for (int k = 0; k < n_eng; k++) {

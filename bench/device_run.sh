@@ -449,6 +449,79 @@ if [[ " $STEPS " == *" longtext "* ]]; then
   # whether playback started at the first chunk would stall at a segment boundary
   run longtext_w1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1,16 \
     --texts bench/text/en.txt --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+  # then with DEFAULT parameters (min/max_tokens 0: every segment may take 20 speech tokens per
+  # text token, and the random model nearly always runs to that ceiling) the ~2,000-character
+  # paragraph of bench/text/en_long.txt (eight sentences said twice: six segments of 25-80
+  # tokens), from the full-size model with the wetext grammars and without, with a 3 s (75
+  # tokens) and a 30 s (750 tokens: bench_w1 --prompt-tokens repeats the wav) voice, at C = 1 (1
+  # request) and C = 16 (16 requests), one warm-up request each. Each segment reserves its
+  # ceiling at admission (docs/scheduler.md section 8): before the GPU flow held 8000 frames per
+  # utterance every request failed at once ("... the GPU flow holds at most 3000 (60 s) per
+  # utterance"). PASS: no request failed, no underrun. The models: $B/full-nogram.gguf
+  # (make_model.py --no-text-grammars) and $B/full-gram.gguf (--wetext .dev/wetext: the four
+  # grammar files of the wetext 0.1.8 wheel, 14 MB, which the device lacks; make them here with
+  #   d=$(python3 -c "import importlib.util as u, os; print(os.path.join(os.path.dirname(
+  #       u.find_spec('wetext').origin), 'fsts'))"); mkdir -p .dev/wetext &&
+  #   (cd "$d" && cp --parents zh/tn/tagger.fst zh/tn/verbalizer.fst en/tn/tagger.fst \
+  #    en/tn/verbalizer.fst "$OLDPWD/.dev/wetext/")
+  # and carry .dev/wetext; without it the grammar rows say MISSING; full-nogram is the build
+  # step's model when this machine has no wetext, which makes it without grammars).
+  # LT_MODELS ("gram nogram"), LT_VOICES ("75 750") and LT_LEVELS ("1 16") pick a subset. About 6 minutes after the build
+  # and the two models on an H200 (estimated: ~400 s of audio per request at RTF ~0.03 at C = 1
+  # and ~190x at C = 16). Logs: lt_<model>_<voice>_c<C>.log; a PASS/FAIL table in the summary.
+  LT_TABLE=()
+  for lm in ${LT_MODELS:-gram nogram}; do
+    mf=$B/full-$lm.gguf
+    if [ ! -f "$mf" ]; then
+      if [ "$lm" = gram ]; then
+        if [ -f .dev/wetext/en/tn/tagger.fst ]; then
+          run make_full_gram python3 tools/make_model.py --preset full -o "$mf" \
+            --tokenizer "$SHARED/tokenizer" --wetext .dev/wetext
+        fi
+      elif [ -f "$FULL" ] && ! python3 -c "import importlib.util as u, sys
+sys.exit(u.find_spec('wetext') is None)" 2> /dev/null; then
+        ln -sf "$(basename "$FULL")" "$mf" # the build step's model: no wetext here, no grammars
+      else
+        run make_full_nogram python3 tools/make_model.py --preset full -o "$mf" \
+          --tokenizer "$SHARED/tokenizer" --no-text-grammars
+      fi
+    fi
+    for vt in ${LT_VOICES:-75 750}; do
+      for c in ${LT_LEVELS:-1 16}; do
+        name=lt_${lm}_${vt}_c$c
+        if [ ! -f "$mf" ]; then
+          why="the model could not be made: $OUT/make_full_$lm.log"
+          [ "$lm" = gram ] && [ ! -f .dev/wetext/en/tn/tagger.fst ] && why="carry .dev/wetext"
+          LT_TABLE+=("$(printf '%-7s %5s %4s %5s %4s %9s %10s %9s  %s' "$lm" "$vt" "$c" "-" "-" "-" "-" "-" \
+            "MISSING ($why)")")
+          continue
+        fi
+        run "$name" ./$B/bench/bench_w1 -m "$mf" --device 0 --concurrency "$c" --requests "$c" \
+          --warmup 1 --tokens default --prompt-tokens "$vt" --texts bench/text/en_long.txt \
+          --prompt-wav "$SHARED/audio/zero_shot_prompt.wav"
+        rc=$?
+        L=$OUT/$name.log
+        # the level's row: C reqs ttfb_p50 ttfb_p95 rtf_p50 rtf_p95 xRT underrun chars/s mem
+        row=$(awk -v c="$c" '$1 == c && $3 ~ /ms$/ { print; exit }' "$L")
+        under=$(echo "$row" | awk '{ print $8 }')
+        failed=$(grep -oE '[0-9]+ of [0-9]+ requests failed' "$L" | head -1)
+        audio=$(grep -oE 'audio [0-9.]+ s' "$L" | head -1 | awk '{ print $2 }')
+        verdict=PASS
+        [ "$rc" = 0 ] && [ -n "$row" ] && [ "$under" = 0 ] && [ -z "$failed" ] || verdict=FAIL
+        why=""
+        [ "$rc" != 0 ] && why="rc=$rc "
+        [ -n "$under" ] && [ "$under" != 0 ] && why="${why}underruns "
+        [ -n "$failed" ] && why="$why$failed: $(grep -m1 -E '^request [0-9]+:|^submit:' "$L" | cut -c1-160)"
+        LT_TABLE+=("$(printf '%-7s %5s %4s %5s %4s %9s %10s %9s  %s %s' "$lm" "$vt" "$c" \
+          "$(echo "$row" | awk '{ print $2 }')" "${under:--}" "${audio:--}" \
+          "$(echo "$row" | awk '{ print $4 }')" "$(echo "$row" | awk '{ print $7 }')" "$verdict" "$why")")
+      done
+    done
+  done
+  note "longtext, default parameters, bench/text/en_long.txt ($(wc -c < bench/text/en_long.txt) bytes):"
+  note "$(printf '%-7s %5s %4s %5s %4s %9s %10s %9s  %s' model voice C reqs undr audio/req_s ttfb_p95 xRT verdict)"
+  for l in "${LT_TABLE[@]}"; do note "$l"; done
+  note "longtext: $(printf '%s\n' "${LT_TABLE[@]}" | grep -c ' PASS') PASS, $(printf '%s\n' "${LT_TABLE[@]}" | grep -cE ' FAIL| MISSING') FAIL or MISSING of ${#LT_TABLE[@]}"
 fi
 if [[ " $STEPS " == *" gputime "* ]]; then
   # the streaming budget (1.3x one-shot) on GPU time, not wall time: bench/kernel_time.c (CUPTI, preloaded)

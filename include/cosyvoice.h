@@ -441,7 +441,21 @@ COSY_API void cosy_synth_params_init(cosy_synth_params *p, uint32_t struct_size)
  *  for sample, the segments' audio one after the other; a segment's LLM starts as soon as the
  *  previous segment's LLM ends, while that one's audio is still being made. With
  *  COSY_SYNTH_NO_TEXT_NORMALIZATION the text is one utterance (as the official code without its
- *  text front end). */
+ *  text front end). The split needs no text grammars (a model file without them cuts the
+ *  whitespace-normalized text the same way).
+ *
+ *  PER-SEGMENT CEILING: each segment (or the one utterance) reserves at admission what its
+ *  ceiling of speech tokens may need (max_tokens, or 20 per text token of the segment). On the
+ *  GPU an utterance holds at most 8000 mel frames, 160 s, of prompt (2 frames per prompt token) +
+ *  ceiling + 3 look-ahead tokens, and one LLM sequence 8192 positions; with
+ *  COSY_SYNTH_ONE_SHOT or speed != 1 the ceiling's whole mel (2 frames per token / speed) must
+ *  also fit one vocoder call of 3000 frames. This holds the default ceiling of every segment the
+ *  split makes of sentences up to 80 text tokens with any voice up to 30 s. Every segment is
+ *  checked at submission, before any audio: one whose default ceiling does not fit fails with
+ *  COSY_ERR_TEXT, a max_tokens (or voice) that does not fit with COSY_ERR_INVALID_ARG; the
+ *  message names the segment (index, characters, text tokens) and the largest max_tokens that
+ *  fits. The CPU engine reserves only the LLM's positions (no such flow limit; an utterance's
+ *  actual length is bounded by the model, 300 s). */
 COSY_API cosy_status cosy_synthesize(cosy_engine *e, const cosy_voice *v, const char *text,
                                      const cosy_synth_params *p, float **pcm, int64_t *n_samples);
 

@@ -39,6 +39,13 @@ static cosy_status cpu_create(cosy_engine *e) {
     cpu_destroy(e);
     return st;
   }
+  /* nothing per utterance is reserved at admission but the LLM's KV cache (ref_kv_create's
+   * limit): the flow and the vocoder allocate per call, and the model's noise (300 s, the
+   * official flow's own limit) bounds an utterance's actual length, not its ceiling */
+  e->caps.flow_frames = 0;
+  e->caps.voc_frames = 0;
+  e->caps.llm_positions = 1 << 24;
+  e->caps.where = "the CPU reference";
   return COSY_OK;
 }
 

@@ -2,9 +2,10 @@
  * paged KV cache and CUDA graphs, the DiT flow, HiFT) behind the cosy_backend interface.
  *
  * Memory plan at creation, all inside gpu_memory_fraction of the device: weights of the three
- * stages, the flow and vocoder workspaces for the longest utterance (MAX_FRAMES mel frames incl.
- * the prompt), the LLM activations, the flow's batch buffers; of what is left (less KV_RESERVE)
- * the flow's cache pages take three quarters, or all but the LLM KV cache's full size (max_active
+ * stages, the flow workspaces for the longest utterance (FLOW_UTT_FRAMES mel frames incl. the
+ * prompt) and the vocoder's for its longest call (VOC_FRAMES), the LLM activations, the flow's
+ * batch buffers; of what is left (less KV_RESERVE) the flow's cache pages take three quarters,
+ * or all but the LLM KV cache's full size (max_active
  * sequences of LLM_KV_POSITIONS) when that is more, and the LLM KV cache the rest, never less
  * than KV_MIN_POSITIONS positions. A budget too small for all that fails here with
  * COSY_ERR_GPU_NO_MEMORY and a message saying how much the engine needs: measured by planning
@@ -40,7 +41,11 @@
 
 void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
 
-#define MAX_FRAMES 3000   /* mel frames per flow / vocoder call, prompt included (60 s) */
+/* per-utterance capacity: COSY_GPU_UTT_FRAMES (flow) and COSY_GPU_VOC_FRAMES (one vocoder call),
+ * lib/engine.h */
+#define FLOW_UTT_FRAMES COSY_GPU_UTT_FRAMES
+#define VOC_FRAMES COSY_GPU_VOC_FRAMES
+_Static_assert(COSY_GPU_UTT_POSITIONS == GPU_LLM_MAX_CTX, "COSY_GPU_UTT_POSITIONS != GPU_LLM_MAX_CTX");
 #define KV_RESERVE ((size_t)64 << 20)
 #define GB_MAX_PREFILL 2048  /* positions of one packed prefill forward pass */
 #define LLM_KV_POSITIONS 1024 /* LLM KV positions planned per active sequence */
@@ -86,6 +91,12 @@ static void gb_destroy(cosy_engine *e) {
   e->be_state = NULL;
 }
 
+/* FLOW_UTT_FRAMES, or the model's noise frames when it has fewer (the flow's own limit) */
+static int flow_utt_frames(const cosy_engine *e) {
+  const int nf = e->model->hp.noise_frames;
+  return nf < FLOW_UTT_FRAMES ? nf : FLOW_UTT_FRAMES;
+}
+
 /* the three stages on s->g (made by the caller) and its child; the flow's batch buffers and cache
  * pages, the LLM KV cache: the plan of the comment at the top. measure: the flow gets no cache
  * pages and the LLM no KV cache (the rest of the minimum is added by the caller). */
@@ -94,8 +105,8 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
   if ((st = cosy_gpu_create_child(s->g, &s->post)) ||
       (st = cosy_gpu_create_child(s->g, &s->voc)) ||
       (st = gpu_llm_create(s->g, e->model, max_seqs, GB_MAX_PREFILL, &s->llm)) ||
-      (st = gpu_flow_create(s->post, e->model, MAX_FRAMES, &s->flow)) ||
-      (st = gpu_hift_create(s->voc, e->model, MAX_FRAMES, &s->hift)))
+      (st = gpu_flow_create(s->post, e->model, flow_utt_frames(e), &s->flow)) ||
+      (st = gpu_hift_create(s->voc, e->model, VOC_FRAMES, &s->hift)))
     return st;
   /* the vocoder's convolutions in TF32 instead of 3xTF32 (cosy_engine_config.vocoder_precision;
    * the measurement aid COSY_HIFT_TF32=1 does the same for a program that does not set it) */
@@ -219,6 +230,11 @@ static cosy_status gb_create(cosy_engine *e) {
     gb_destroy(e);
     return st;
   }
+  /* what one utterance may reserve: the scheduler checks each segment's ceiling against it */
+  e->caps.flow_frames = flow_utt_frames(e);
+  e->caps.voc_frames = VOC_FRAMES;
+  e->caps.llm_positions = COSY_GPU_UTT_POSITIONS;
+  e->caps.where = "the GPU flow";
   const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
   s->flow_recompute = fc && !strcmp(fc, "0");
   /* COSY_LLM_DECODE (a measurement knob): "tc" (the default where the device runs it: the

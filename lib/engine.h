@@ -175,6 +175,53 @@ extern const cosy_backend cosy_backend_gpu;
 
 struct cosy_sched;
 
+/* What one utterance (one segment of a long text, or a streamed text) may take on an engine, in
+ * the units its states are reserved in at admission (docs/scheduler.md section 8). 0: no limit
+ * at admission (the CPU reference allocates as it goes). */
+typedef struct cosy_utt_caps {
+  int flow_frames;    /* mel frames of prompt + generated + look-ahead tokens the flow holds */
+  int voc_frames;     /* mel frames of one vocoder call (the whole mel of a one-shot utterance) */
+  int llm_positions;  /* LLM positions of one sequence */
+  const char *where;  /* what holds them, for messages ("the GPU flow") */
+} cosy_utt_caps;
+
+/* One utterance's ceiling, as job_prepare computes it (lib/scheduler.c). */
+typedef struct cosy_utt {
+  int seg, n_segs;    /* segment index and count of a long text; n_segs 0: text streamed in */
+  int n_chars;        /* the segment's characters (code points) */
+  int text_tokens;    /* its text tokens (the LLM's tts text) */
+  int prompt_tokens;  /* the voice's prompt speech tokens (the flow's prompt) */
+  int max_tokens;     /* the request's max_tokens (0: the default ceiling) */
+  int max_gen;        /* the ceiling in force: speech tokens at most */
+  int llm_positions;  /* LLM positions the sequence reserves (input + max_gen) */
+  int one_shot;       /* COSY_SYNTH_ONE_SHOT or speed != 1: the whole mel in one vocoder call */
+  float speed;
+  int token_mel_ratio, lookahead; /* the model's (2 and 3 for CosyVoice3) */
+} cosy_utt;
+
+/* COSY_OK when the utterance fits caps whatever it generates up to its ceiling; otherwise the
+ * status and a message naming the segment (index, characters, text tokens), the numbers and the
+ * knob: COSY_ERR_TEXT when the default ceiling of a segment's text is what does not fit (the text
+ * is too long for one segment), COSY_ERR_INVALID_ARG when the caller's max_tokens, the voice or
+ * the one-shot vocoder call is (lib/scheduler.c). */
+cosy_status sched_utt_check(const cosy_utt_caps *caps, const cosy_utt *u);
+
+/* Mel frames one utterance (one segment of a long text) may take in the flow, prompt and
+ * look-ahead included: 8000 (160 s). Every flow call of an utterance, even one that recomputes
+ * all of it (its cache pages could not be had, or full attention), fits the flow's buffers, and
+ * the scheduler refuses at submission a segment whose ceiling does not fit (sched_utt_check), so
+ * nothing fails mid-utterance. 8000 holds the default ceiling (20 speech tokens per text token)
+ * of every segment the official split makes of sentences up to 80 text tokens (a segment of at
+ * most 60 + 80 + 19 = 159 tokens: 3180 speech tokens) with a 30 s voice (750 prompt tokens):
+ * 2 (750 + 3180 + 3) = 7866 frames. The flow's buffers take about 94 KB per frame for the
+ * full-size model (docs/scheduler.md section 8; lib/backend_gpu.c plans them): ~750 MB, 470 MB
+ * more than the 60 s they held before, taken from the flow's cache pages (~90 MB each). */
+#define COSY_GPU_UTT_FRAMES 8000
+/* mel frames of one vocoder call (the vocoder's buffers are planned for it): a streaming call
+ * takes a chunk's frames (the batch's jobs share them), a one-shot utterance (COSY_SYNTH_ONE_SHOT,
+ * speed != 1) all of its generated frames at once, so its ceiling is checked against this too */
+#define COSY_GPU_VOC_FRAMES 3000
+#define COSY_GPU_UTT_POSITIONS 8192 /* LLM positions of one sequence (= GPU_LLM_MAX_CTX, lib/gpu/llm.h) */
 #define COSY_GPU_MAX_ACTIVE 256  /* sequences one GPU decode step can batch */
 #define COSY_TEXT_STREAM_MAX_TOKENS 1000 /* a streamed text's default max_tokens (40 s) */
 
@@ -198,6 +245,9 @@ struct cosy_engine {
   char lost_msg[512];            /* what failed (set once, under mu, before lost) */
   int64_t requests_done, samples_out;
   struct voice_frontend *frontend; /* speech tokenizer + CAM++, made on first use (voice_audio.c) */
+  cosy_utt_caps caps;            /* what one utterance (one segment) may take; the backend's
+                                    create sets it, the scheduler checks every segment against it
+                                    at submission (sched_utt_check) */
 };
 
 enum { REQ_QUEUED = 0, REQ_RUNNING = 1, REQ_DONE = 2 };

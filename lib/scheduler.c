@@ -71,6 +71,7 @@
  * without holding the lock during compute. Push callbacks run on the thread that vocodes. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -440,6 +441,145 @@ static cosy_status prepare_stream(cosy_engine *e, sjob *j) {
   return COSY_OK;
 }
 
+/* The largest ceiling (speech tokens) that fits caps, from the utterance's fixed parts; how many
+ * tokens each reservation leaves (INT_MAX: no limit). */
+static int utt_fit_flow(const cosy_utt_caps *c, const cosy_utt *u) {
+  if (c->flow_frames <= 0) return INT_MAX;
+  return c->flow_frames / u->token_mel_ratio - u->prompt_tokens - u->lookahead;
+}
+static int utt_fit_llm(const cosy_utt_caps *c, const cosy_utt *u) {
+  if (c->llm_positions <= 0) return INT_MAX;
+  return c->llm_positions - (u->llm_positions - u->max_gen);
+}
+/* one-shot: speed_mel makes (int)(ratio g / speed) frames of g tokens, all in one vocoder call */
+static int utt_voc_frames(const cosy_utt *u, int g) {
+  return (int)((double)u->token_mel_ratio * g / (double)u->speed);
+}
+static int utt_fit_voc(const cosy_utt_caps *c, const cosy_utt *u) {
+  if (c->voc_frames <= 0 || !u->one_shot) return INT_MAX;
+  int g = (int)((double)c->voc_frames * u->speed / u->token_mel_ratio) + 1;
+  while (g > 0 && utt_voc_frames(u, g) > c->voc_frames) g--;
+  return g;
+}
+
+cosy_status sched_utt_check(const cosy_utt_caps *c, const cosy_utt *u) {
+  const int ff = utt_fit_flow(c, u), fl = utt_fit_llm(c, u), fv = utt_fit_voc(c, u);
+  int fit = ff < fl ? ff : fl;
+  if (fv < fit) fit = fv;
+  if (u->max_gen <= fit) return COSY_OK;
+  const char *where = c->where ? c->where : "the engine";
+  char what[160], ceil[200], need[320], fix[200];
+  if (u->n_segs > 0)
+    snprintf(what, sizeof what, "segment %d of %d (%d characters, %d text tokens)", u->seg + 1,
+             u->n_segs, u->n_chars, u->text_tokens);
+  else
+    snprintf(what, sizeof what, "the streamed text");
+  if (u->max_tokens > 0)
+    snprintf(ceil, sizeof ceil, "max_tokens %d", u->max_tokens);
+  else if (u->n_segs > 0)
+    snprintf(ceil, sizeof ceil,
+             "up to %d speech tokens (with max_tokens 0 the ceiling is 20 per text token, as "
+             "the official code's max_token_text_ratio)",
+             u->max_gen);
+  else
+    snprintf(ceil, sizeof ceil, "up to %d speech tokens (max_tokens 0: the default for streamed "
+             "text)", u->max_gen);
+  if (ff < u->max_gen) {
+    const int frames = u->token_mel_ratio * (u->prompt_tokens + u->max_gen + u->lookahead);
+    snprintf(need, sizeof need,
+             "with the voice's %d prompt tokens and %d look-ahead tokens that is %d mel frames, "
+             "more than the %d (%d s) %s holds for one utterance",
+             u->prompt_tokens, u->lookahead, frames, c->flow_frames, c->flow_frames / 50, where);
+  } else if (fl < u->max_gen) {
+    snprintf(need, sizeof need,
+             "with its %d LLM input positions that is %d positions, more than the %d one LLM "
+             "sequence holds",
+             u->llm_positions - u->max_gen, u->llm_positions, c->llm_positions);
+  } else {
+    snprintf(need, sizeof need,
+             "COSY_SYNTH_ONE_SHOT or speed != 1 (speed %g) sends the whole mel, %d frames, to "
+             "one vocoder call, which holds at most %d frames",
+             (double)u->speed, utt_voc_frames(u, u->max_gen), c->voc_frames);
+  }
+  if (ff < 1)
+    snprintf(fix, sizeof fix, "the voice's %d prompt tokens leave no room: use a shorter voice",
+             u->prompt_tokens);
+  else if (fl < 1)
+    snprintf(fix, sizeof fix, "its LLM input of %d positions leaves no room: cut the text",
+             u->llm_positions - u->max_gen);
+  else if (u->n_segs > 0 && u->max_tokens <= 0)
+    snprintf(fix, sizeof fix,
+             "set max_tokens to at most %d, use a shorter voice, or cut the segment with "
+             "punctuation (. ? ! ; :)",
+             fit);
+  else
+    snprintf(fix, sizeof fix, "set max_tokens to at most %d or use a shorter voice", fit);
+  /* a segment too long for its default ceiling, or whose input alone fills the LLM sequence,
+   * is the text's doing; a ceiling the caller set, a voice that leaves no room or the one-shot
+   * vocoder call are the arguments' */
+  const int text_cause = u->n_segs > 0 && (fl < 1 || (u->max_tokens <= 0 && ff >= 1 &&
+                                                      fv >= u->max_gen));
+  const cosy_status st = text_cause ? COSY_ERR_TEXT : COSY_ERR_INVALID_ARG;
+  return cosy_err(st, "%s: %s; %s; %s", what, ceil, need, fix);
+}
+
+static int utf8_chars(const char *t) {
+  int n = 0;
+  for (; *t; t++) n += ((unsigned char)*t & 0xC0) != 0x80;
+  return n;
+}
+
+static cosy_utt utt_of(const cosy_engine *e, const sjob *j, int n_chars, int n_tts) {
+  const cosy_request *r = j->r;
+  cosy_utt u;
+  memset(&u, 0, sizeof u);
+  u.seg = j->seg_i;
+  u.n_segs = r->text_stream ? 0 : r->n_segs > 0 ? r->n_segs : 1;
+  u.n_chars = n_chars;
+  u.text_tokens = n_tts;
+  u.prompt_tokens = j->v->n_tokens;
+  u.max_tokens = r->params.max_tokens;
+  u.max_gen = j->max_len;
+  u.llm_positions = j->max_pos;
+  u.one_shot = j->collect_only;
+  u.speed = r->params.speed > 0 ? r->params.speed : 1.0f;
+  u.token_mel_ratio = e->model->hp.token_mel_ratio;
+  u.lookahead = e->model->hp.pre_lookahead;
+  return u;
+}
+
+/* The official ceiling of segment j->seg_i (n_tts text tokens) against the engine's
+ * per-utterance capacity (e->caps), and, for the first segment of a long text, that of every
+ * later segment too: their text tokens counted as job_prepare will count them (the same tts text
+ * per mode), their LLM input as long as this one's but for the text. So a long text whose
+ * segment k cannot be held fails at submission with that segment named, never after the audio
+ * of the segments before it. */
+static cosy_status plan_segments(cosy_engine *e, const sjob *j, const char *text, int n_tts) {
+  cosy_utt u = utt_of(e, j, utf8_chars(text), n_tts);
+  cosy_status st = sched_utt_check(&e->caps, &u);
+  const cosy_request *r = j->r;
+  const cosy_synth_params *p = &r->params;
+  for (int k = j->seg_i + 1; !st && j->seg_i == 0 && k < r->n_segs; k++) {
+    const char *t = r->segs[k];
+    char *tts = p->mode == COSY_MODE_CROSS_LINGUAL && !strstr(t, EOP) ? concat3(SYSTEM_PREFIX, EOP, t)
+                                                                      : cosy_strdup(t);
+    int32_t *ids = NULL, n = 0;
+    if (!tts) return COSY_ERR_NO_MEMORY;
+    st = cosy_tokenize(e->tok, tts, strlen(tts), &ids, &n);
+    free(tts);
+    free(ids);
+    if (st) return st;
+    cosy_utt uk = u;
+    uk.seg = k;
+    uk.n_chars = utf8_chars(t);
+    uk.text_tokens = n;
+    uk.max_gen = p->max_tokens > 0 ? p->max_tokens : 20 * n;
+    uk.llm_positions = j->max_pos - j->max_len - n_tts + n + uk.max_gen;
+    st = sched_utt_check(&e->caps, &uk);
+  }
+  return st;
+}
+
 /* Everything before the LLM (host work): text and prompt per mode (zero-shot uses the voice's
  * prompt text, prefixed with the system prompt when it lacks <|endofprompt|>, and its speech
  * tokens; cross-lingual gives the LLM no prompt and prefixes the text itself; instruct uses the
@@ -463,7 +603,7 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
   j->tok_base = r->n_speech_tokens;
   pthread_mutex_unlock(&r->mu);
   if (r->text_stream) {
-    if ((st = prepare_stream(e, j))) goto done;
+    if ((st = prepare_stream(e, j)) || (st = plan_segments(e, j, "", 0))) goto done;
     goto lengths_done;
   }
   if (seg > 0) { /* a later segment of a long text (normalized and cut with the first) */
@@ -522,6 +662,9 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
   pthread_mutex_unlock(&r->mu);
   j->max_pos = j->L + j->max_len;
   }
+  /* the ceiling of this segment and (at submission) of every later one must fit what one
+   * utterance may reserve: a segment that cannot is refused now, before any audio */
+  if ((st = plan_segments(e, j, text, n_tts))) goto done;
 lengths_done:;
   const int P = v->n_tokens;
   j->cap_tok = P + j->max_len + 1;
