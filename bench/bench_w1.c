@@ -57,8 +57,9 @@
  * too. `make test-bench` runs it on the CPU with tiny numbers (tests/check_bench_w3.sh).
  *
  * The engine is created with max_active = the largest concurrency level, W2 request count or W3
- * user count (--max-active overrides); the GPU path accepts at most 256 (include/cosyvoice.h), so larger
- * values are cut to 256 there and the rest wait in the engine's queue.
+ * user count (--max-active overrides); the GPU path accepts at most 1024 (include/cosyvoice.h), so
+ * larger values are cut to 1024 there and the rest wait in the engine's queue (the engine's own
+ * default on a GPU is 256: --max-active 256 measures that).
  *
  * Several devices (--device 0,1; a list of up to 16, -1 = the CPU): one engine per entry in this
  * process, each with the same voice, each created with max_active = its share of the largest level
@@ -1080,10 +1081,10 @@ int main(int argc, char **argv) {
     if (users[li] > max_c) max_c = users[li];
   if (w2_n > max_c) max_c = w2_n;
   /* every level's requests decode together: max_active >= the largest level (and the W2 count),
-   * cut to what the path accepts (include/cosyvoice.h: at most 256 on the GPU, 4096 in all).
+   * cut to what the path accepts (include/cosyvoice.h: at most 1024 on the GPU, 4096 in all).
    * With several engines each serves its share: the clients (and W2 requests) are spread evenly */
   const int per_eng = (max_c + n_eng - 1) / n_eng;
-  int max_active_cap = any_gpu ? 256 : 4096;
+  int max_active_cap = any_gpu ? 1024 : 4096;
   if (!max_active) max_active = per_eng;
   if (max_active > max_active_cap) {
     fprintf(stderr, "bench_w1: max_active %d cut to %d (the %s path's limit); the rest queue\n",

@@ -175,7 +175,12 @@ extern const cosy_backend cosy_backend_gpu;
 
 struct cosy_sched;
 
-#define COSY_GPU_MAX_ACTIVE 256  /* sequences one GPU decode step can batch */
+/* GPU max_active: at most COSY_GPU_MAX_ACTIVE (the LLM's largest decode bucket, lib/gpu/llm.c
+ * MAX_BUCKETS: a decode step batches up to that many sequences; the flow and vocoder split larger
+ * batches into calls of their own sizes); COSY_GPU_DEFAULT_ACTIVE when the config says 0, the
+ * number the memory plan of README "GPU memory" was measured for */
+#define COSY_GPU_MAX_ACTIVE 1024
+#define COSY_GPU_DEFAULT_ACTIVE 256
 #define COSY_TEXT_STREAM_MAX_TOKENS 1000 /* a streamed text's default max_tokens (40 s) */
 
 struct cosy_engine {
