@@ -82,7 +82,10 @@
 #               (40) s, the requests of the first W3_SKIP_S (10) s not counted, W3_ARGS more
 #               bench_w1 arguments (e.g. --think 2 --utter 2,10 --seed 1 --p95-ms 200); about
 #               6 x (40 + ~10) s + load. Log: w3.log; its summary table and headline print last
-#               (the headline also in the summary: "w3: W3 headline: N users ...")
+#               (the headline also in the summary: "w3: W3 headline: N users ..."). The engine's
+#               max_active is the largest level (448; up to 1024 on a GPU): W3_ARGS="--max-active
+#               256" gives the engine's default, and COSY_SCHED_MAX_STREAMS=N in the environment
+#               bounds the requests active in any stage (docs/scheduler.md)
 # e.g. bash bench/device_run.sh build prof_tests    (PROFILES="ada" for one profile)
 #      bash bench/device_run.sh prof_w1 memory       (after a build in the same checkout)
 #
