@@ -270,9 +270,11 @@ test-c: $(TEST_RUN) $(TEST_MODEL) $(FE_TEST_MODEL)
 test-py: $(TEST_MODEL)
 	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
 
-# bench_w1 with a list of devices: two CPU engines on the small model (a few seconds)
+# bench_w1 with a list of devices: two CPU engines on the small model (a few seconds); W3 (live
+# users, bench_w1 --users) with 2 users and a 3 s level on the CPU (about 10 s)
 test-bench: $(B)/bench/bench_w1 $(TEST_MODEL)
 	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) bash tests/check_bench_multi.sh
+	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) bash tests/check_bench_w3.sh
 
 # check-abi under another locale, test binaries run from another directory (tests/check_env.sh)
 test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)

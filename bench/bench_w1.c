@@ -1,11 +1,13 @@
-/* bench_w1.c - workload W1 (docs/scheduler.md section 6): interactive streaming, closed loop; and W2
- * (--w2): offline, every request submitted at once.
+/* bench_w1.c - workload W1 (docs/scheduler.md section 6): interactive streaming, closed loop; W2
+ * (--w2): offline, every request submitted at once; and W3 (--w3 / --users): live users.
  *
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N]
  *            [--tokens 112 | --tokens default] [--prompt-tokens 87]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
  *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32 | --vocoder-accurate]
  *            [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]
+ *            [--w3 | --users 128,192,256,320] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10]
+ *            [--skip 10] [--seed 1] [--p95-ms 200]
  *
  * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
  * --memory-fraction F sets gpu_memory_fraction; --memory-gb G sets it to G GiB over the device's
@@ -42,9 +44,26 @@
  * -> last request ended), audio seconds, RTF = wall / audio, xRT = audio / wall, and the same
  * batch and GPU lines. With --w2 alone only W2 runs; with --concurrency too, W1 runs first.
  *
- * The engine is created with max_active = the largest concurrency level or W2 request count
- * (--max-active overrides); the GPU path accepts at most 256 (include/cosyvoice.h), so larger
- * values are cut to 256 there and the rest wait in the engine's queue.
+ * W3 (--users U1,U2,...; --w3 = --users 128,192,256,320): a level of U live users each, for
+ * --level-s seconds (40). User k arrives at a uniform time in the first --spread s (8), asks for an
+ * utterance of a uniform length in --utter A,B s of audio (2,10: 25 speech tokens a second, forced
+ * as W1 forces --tokens; a random line of the texts), listens to it in real time from its first
+ * chunk, thinks for an exponential time of mean --think s (2) after its playback ended, asks
+ * again; no request starts after the level's end, which waits for the last one to finish. Every
+ * draw comes from user k's own random stream, seeded by --seed (1) and k. Requests submitted in
+ * the first --skip s (10) are not counted. A row per level: users, counted requests, failed ones,
+ * TTFB p50/p95/p99, requests with an underrun (a chunk later than its playback time, as in W1) and
+ * the latest chunk's lateness, xRT (audio the engines delivered in the counted window per second
+ * of it), the mean batch sizes in the window (LLM, flow, vocoder) with the largest mean over 20 ms
+ * (LLM, flow), the most requests active / queued, and ok: TTFB p95 <= --p95-ms (200), no underrun,
+ * no failure; then the batch and GPU lines. Last, the rows again as a summary table and the
+ * headline: the most users of a level that is ok. W3 runs after W1 and W2 when they are asked for
+ * too. `make test-bench` runs it on the CPU with tiny numbers (tests/check_bench_w3.sh).
+ *
+ * The engine is created with max_active = the largest concurrency level, W2 request count or W3
+ * user count (--max-active overrides); the GPU path accepts at most 1024 (include/cosyvoice.h), so
+ * larger values are cut to 1024 there and the rest wait in the engine's queue (the engine's own
+ * default on a GPU is 256: --max-active 256 measures that).
  *
  * Several devices (--device 0,1; a list of up to 16, -1 = the CPU): one engine per entry in this
  * process, each with the same voice, each created with max_active = its share of the largest level
@@ -325,6 +344,7 @@ typedef struct result {
 
 typedef struct req_state {
   double t_submit, t_first, t_last;
+  double play_end;  /* when playback (from the first chunk, pausing where a chunk came late) ends */
   int64_t samples, first_n;
   int rate, underruns, chunks, late_chunk;
   double late_s;
@@ -348,7 +368,10 @@ static int32_t on_chunk(void *user, const cosy_chunk *c) {
       }
     }
   }
-  if (c->n_samples > 0) s->chunks++;
+  if (c->n_samples > 0) {
+    s->chunks++;
+    s->play_end = (t > s->play_end ? t : s->play_end) + (double)c->n_samples / c->sample_rate;
+  }
   s->samples += c->n_samples;
   s->rate = c->sample_rate;
   s->t_last = t;
@@ -550,6 +573,310 @@ static void run_w2(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
   free(eng_of);
 }
 
+/* ---- W3: live users (docs/scheduler.md section 6) ------------------------------------------- */
+/* U users per level. User k arrives at a uniform time in [0, --spread) s of the level, asks for an
+ * utterance of a uniform length in --utter A,B seconds of audio (A * 25 .. B * 25 speech tokens
+ * forced, a random line of the texts, a random seed), listens to it in real time from its first
+ * chunk to the end of its playback (pausing where a chunk came late), thinks for an exponential
+ * time of mean --think s, asks again; no request starts after --level-s s, and the level ends
+ * when the last one has finished. Every draw comes from user k's own stream, seeded from --seed
+ * and k alone (splitmix64), in a fixed order per request (text, length, seed, think), so a level
+ * replays the same requests at the same offsets for a seed (the engine's timing aside: an
+ * arrival depends on when the previous answer finished). Requests submitted in the first --skip
+ * s are not counted. Per level: TTFB p50/p95/p99 and requests with an underrun (a chunk later than
+ * its playback time: the first chunk's arrival + the audio before it) and the latest chunk's
+ * lateness, over the counted requests; xRT = audio samples the engines delivered between --skip
+ * and --level-s (cosy_engine_stats) per second of that window; the mean batch sizes in it and
+ * their largest mean over a poll period of W3_POLL_MS (a stand-in for the largest batch: the
+ * engine counts only sums); the largest active and queued counts polled. The headline: the most
+ * users of a level with TTFB p95 <= --p95-ms, no underrun and no failed request. */
+#define W3_TOKENS_PER_S 25 /* speech tokens per second of audio */
+#define W3_POLL_MS 20
+
+typedef struct w3_opts {
+  double level_s, spread_s, think_s, skip_s, utter_min_s, utter_max_s, p95_ms;
+  uint64_t seed;
+  int first_chunk;
+  uint32_t flags;
+} w3_opts;
+
+typedef struct w3_req {
+  double t_start; /* submitted, seconds after the level started */
+  double ttfb, audio_s, late_s;
+  int underruns;
+  cosy_status st;
+} w3_req;
+
+typedef struct w3_level {
+  const w3_opts *o;
+  cosy_engine **e; /* user k asks engine k % n_eng */
+  cosy_voice **v;
+  int n_eng, n_texts;
+  char **texts;
+  double t0;       /* the level's start (now()) */
+  pthread_mutex_t mu;
+  int next_user;   /* under mu */
+  w3_req *req;     /* every request of the level, under mu */
+  int n_req, cap_req, lost;
+} w3_level;
+
+typedef struct w3_row { /* a level's line of the summary */
+  int users, counted, failed, under, active_max, queued_max, pass;
+  double p50, p95, p99, late_max, xrt, llm, llm_max, flow, flow_max, voc;
+} w3_row;
+
+/* splitmix64 */
+static uint64_t w3_next(uint64_t *x) {
+  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* uniform in [0, 1) */
+static double w3_unif(uint64_t *x) { return (double)(w3_next(x) >> 11) / 9007199254740992.0; }
+
+static void sleep_until(double t) {
+  for (double d; (d = t - now()) > 0;) {
+    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void *w3_user(void *arg) {
+  w3_level *L = (w3_level *)arg;
+  const w3_opts *o = L->o;
+  pthread_mutex_lock(&L->mu);
+  const int me = L->next_user++;
+  pthread_mutex_unlock(&L->mu);
+  const int ek = me % L->n_eng;
+  uint64_t k = (uint64_t)me, rng = o->seed ^ w3_next(&k);
+  double t = o->spread_s * w3_unif(&rng); /* the next request, seconds after the level started */
+  while (t < o->level_s) {
+    sleep_until(L->t0 + t);
+    const char *text = L->texts[w3_next(&rng) % (uint64_t)L->n_texts];
+    const double dur = o->utter_min_s + (o->utter_max_s - o->utter_min_s) * w3_unif(&rng);
+    const uint64_t seed = w3_next(&rng);
+    const double think = -o->think_s * log(1.0 - w3_unif(&rng));
+    cosy_synth_params p;
+    cosy_synth_params_init(&p, sizeof p);
+    p.seed = seed;
+    p.flags = o->flags;
+    p.first_chunk_tokens = o->first_chunk;
+    p.min_tokens = p.max_tokens = dur * W3_TOKENS_PER_S < 1 ? 1 : (int)lround(dur * W3_TOKENS_PER_S);
+    req_state s;
+    memset(&s, 0, sizeof s);
+    w3_req q;
+    memset(&q, 0, sizeof q);
+    s.t_submit = now();
+    q.t_start = s.t_submit - L->t0;
+    cosy_request *r;
+    q.st = cosy_request_submit(L->e[ek], L->v[ek], text, &p, on_chunk, &s, &r);
+    if (q.st) {
+      fprintf(stderr, "W3 user %d: submit: %s\n", me, cosy_last_error());
+    } else {
+      q.st = cosy_request_wait(r, -1);
+      if (q.st) fprintf(stderr, "W3 user %d: %s\n", me, cosy_last_error());
+      cosy_request_release(r);
+    }
+    if (!q.st && !s.t_first) q.st = COSY_ERR_INTERNAL; /* no audio at all: counted as a failure */
+    q.ttfb = s.t_first - s.t_submit;
+    q.audio_s = s.rate ? (double)s.samples / s.rate : 0;
+    q.underruns = s.underruns;
+    q.late_s = s.late_s;
+    pthread_mutex_lock(&L->mu);
+    if (L->n_req == L->cap_req) {
+      int cap = L->cap_req ? 2 * L->cap_req : 1024;
+      w3_req *nr = (w3_req *)realloc(L->req, (size_t)cap * sizeof *nr);
+      if (nr) L->req = nr, L->cap_req = cap;
+    }
+    if (L->n_req < L->cap_req) L->req[L->n_req++] = q;
+    else L->lost++;
+    pthread_mutex_unlock(&L->mu);
+    /* listens to the end of its playback, then thinks */
+    const double heard = s.play_end > now() ? s.play_end : now();
+    t = heard - L->t0 + think;
+  }
+  return NULL;
+}
+
+/* the batch counters' growth from a to b: the mean batch sizes, and the largest means so far */
+static void w3_batches(const cosy_engine_stats *a, const cosy_engine_stats *b, double *llm, double *flow,
+                       double *voc) {
+  long long steps = (long long)(b->llm_steps - a->llm_steps), fc = (long long)(b->flow_calls - a->flow_calls);
+  long long vc = (long long)(b->vocoder_calls - a->vocoder_calls);
+  *llm = steps ? (double)(b->llm_step_rows - a->llm_step_rows) / (double)steps : 0;
+  *flow = fc ? (double)(b->flow_jobs - a->flow_jobs) / (double)fc : 0;
+  *voc = vc ? (double)(b->vocoder_jobs - a->vocoder_jobs) / (double)vc : 0;
+}
+
+static void w3_print_row(const w3_row *r) {
+  printf("%5d %5d %4d %8.1fms %8.1fms %8.1fms %8d %7.1fms %7.2f %6.1f/%-5.0f %5.1f/%-4.0f %5.1f %4d/%-4d %s\n",
+         r->users, r->counted, r->failed, 1e3 * r->p50, 1e3 * r->p95, 1e3 * r->p99, r->under,
+         1e3 * r->late_max, r->xrt, r->llm, r->llm_max, r->flow, r->flow_max, r->voc, r->active_max,
+         r->queued_max, r->pass ? "yes" : "no");
+}
+
+static void run_w3_level(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int n_texts,
+                         const w3_opts *o, int users, gpu_mon *mon, w3_row *row) {
+  w3_level L;
+  memset(&L, 0, sizeof L);
+  memset(row, 0, sizeof *row);
+  row->users = users;
+  L.o = o;
+  L.e = e;
+  L.v = v;
+  L.n_eng = n_eng;
+  L.texts = texts;
+  L.n_texts = n_texts;
+  pthread_mutex_init(&L.mu, NULL);
+  pthread_t *th = (pthread_t *)calloc((size_t)users, sizeof *th);
+  cosy_engine_stats a[MAX_ENGINES], b[MAX_ENGINES], prev[MAX_ENGINES];
+  int rate = 0;
+  sampler smp[MAX_ENGINES];
+  for (int k = 0; k < n_eng; k++) {
+    cosy_engine_stats_init(&a[k], sizeof a[k]);
+    cosy_engine_stats_init(&b[k], sizeof b[k]);
+    cosy_engine_info info;
+    cosy_engine_info_init(&info, sizeof info);
+    if (cosy_engine_get_info(e[k], &info) == COSY_OK) rate = info.sample_rate;
+    sampler_start(&smp[k], &mon[k]);
+  }
+  L.t0 = now();
+  int started = 0;
+  for (int i = 0; th && i < users; i++) {
+    if (pthread_create(&th[i], NULL, w3_user, &L)) {
+      fprintf(stderr, "bench_w1: only %d of %d W3 users started\n", i, users);
+      break;
+    }
+    started++;
+  }
+  /* the counted window [skip, level]: the engines' counters at its ends and polled within */
+  sleep_until(L.t0 + o->skip_s);
+  for (int k = 0; k < n_eng; k++) cosy_engine_get_stats(e[k], &a[k]), prev[k] = a[k];
+  const double ta = now();
+  for (int last = 0; !last;) {
+    const double left = L.t0 + o->level_s - now();
+    last = left <= 1e-3 * W3_POLL_MS;
+    sleep_until(now() + (last ? (left > 0 ? left : 0) : 1e-3 * W3_POLL_MS));
+    int active = 0, queued = 0;
+    for (int k = 0; k < n_eng; k++) {
+      cosy_engine_get_stats(e[k], &b[k]);
+      active += b[k].active;
+      queued += b[k].queued;
+      double llm, flow, voc;
+      w3_batches(&prev[k], &b[k], &llm, &flow, &voc);
+      if (llm > row->llm_max) row->llm_max = llm;
+      if (flow > row->flow_max) row->flow_max = flow;
+      prev[k] = b[k];
+    }
+    if (active > row->active_max) row->active_max = active;
+    if (queued > row->queued_max) row->queued_max = queued;
+  }
+  const double tb = now();
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  const double wall = now() - L.t0;
+  double audio = 0;
+  for (int k = 0; k < n_eng; k++) audio += (double)(b[k].audio_samples_out - a[k].audio_samples_out);
+  row->xrt = rate && tb > ta ? audio / rate / (tb - ta) : 0;
+  /* the counted requests */
+  double *tt = (double *)calloc((size_t)L.n_req + 1, sizeof *tt);
+  int total = L.n_req, ok = 0, shown = 0;
+  for (int i = 0; i < L.n_req; i++) {
+    const w3_req *q = &L.req[i];
+    if (q->t_start < o->skip_s) continue;
+    if (q->st) {
+      row->failed++;
+      continue;
+    }
+    tt[ok++] = q->ttfb;
+    if (q->underruns) {
+      row->under++;
+      if (q->late_s > row->late_max) row->late_max = q->late_s;
+    }
+  }
+  row->failed += L.lost;
+  row->counted = ok;
+  row->p50 = pct(tt, ok, 0.5);
+  row->p95 = pct(tt, ok, 0.95);
+  row->p99 = pct(tt, ok, 0.99);
+  row->pass = ok > 0 && !row->failed && !row->under && started == users && 1e3 * row->p95 <= o->p95_ms;
+  for (int k = 0; k < n_eng; k++) { /* over the window, all engines */
+    double llm, flow, voc;
+    w3_batches(&a[k], &b[k], &llm, &flow, &voc);
+    row->llm += llm / n_eng, row->flow += flow / n_eng, row->voc += voc / n_eng;
+  }
+  w3_print_row(row);
+  printf("      level %.1f s (the last request ended %.1f s after the level's %g s); %d requests, %d "
+         "submitted in the first %g s not counted\n", wall, wall - o->level_s, o->level_s, total,
+         total - ok - row->failed + L.lost, o->skip_s);
+  for (int i = 0; i < L.n_req && shown < 4; i++) {
+    const w3_req *q = &L.req[i];
+    if (q->st || !q->underruns || q->t_start < o->skip_s) continue;
+    printf("%s request at %.2f s (ttfb %.1f ms, %.2f s of audio): %d chunks late, by up to %.1f ms",
+           shown ? ";" : "      underruns:", q->t_start, 1e3 * q->ttfb, q->audio_s, q->underruns,
+           1e3 * q->late_s);
+    shown++;
+  }
+  if (shown) printf("\n");
+  for (int k = 0; k < n_eng; k++) {
+    char label[24] = " (counted window)";
+    if (n_eng > 1) snprintf(label, sizeof label, " e%d (window)", k);
+    print_batches(&a[k], &b[k], label);
+  }
+  for (int k = 0; k < n_eng; k++) {
+    char label[16] = "";
+    if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+    sampler_finish(&smp[k], label);
+  }
+  if (row->failed) {
+    printf("      (%d counted requests failed)\n", row->failed);
+    g_failed += row->failed;
+  }
+  fflush(stdout);
+  free(tt);
+  free(th);
+  free(L.req);
+  pthread_mutex_destroy(&L.mu);
+}
+
+static void w3_header(void) {
+  printf("%5s %5s %4s %10s %10s %10s %8s %9s %7s %12s %10s %5s %9s %s\n", "users", "reqs", "fail",
+         "ttfb_p50", "ttfb_p95", "ttfb_p99", "underrun", "late_max", "xRT", "llm_b/max", "flow_b/max",
+         "voc_b", "act/queue", "ok");
+}
+
+/* all the levels, then the summary table and the headline */
+static void run_w3(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int n_texts,
+                   const w3_opts *o, const int *users, int n_levels, gpu_mon *mon) {
+  w3_row rows[64];
+  printf("W3 live users: arrivals over %.1f s, utterances of %.1f-%.1f s (%d-%d tokens), think "
+         "time exponential of mean %.2f s, levels of %.1f s, requests of the first %.1f s not "
+         "counted, seed %llu; ok = TTFB p95 <= %.0f ms, no underrun, no failure\n",
+         o->spread_s, o->utter_min_s, o->utter_max_s, (int)lround(o->utter_min_s * W3_TOKENS_PER_S),
+         (int)lround(o->utter_max_s * W3_TOKENS_PER_S), o->think_s, o->level_s, o->skip_s,
+         (unsigned long long)o->seed, o->p95_ms);
+  printf("(llm_b, flow_b, voc_b: mean batch sizes in the counted window; /max: the largest mean "
+         "over %d ms; act/queue: the most requests active / queued)\n", W3_POLL_MS);
+  w3_header();
+  for (int li = 0; li < n_levels; li++)
+    run_w3_level(e, v, n_eng, texts, n_texts, o, users[li], mon, &rows[li]);
+  printf("W3 summary\n");
+  w3_header();
+  int best = -1;
+  for (int li = 0; li < n_levels; li++) {
+    const w3_row *r = &rows[li];
+    w3_print_row(r);
+    if (r->pass && (best < 0 || r->users > rows[best].users)) best = li;
+  }
+  if (best >= 0)
+    printf("W3 headline: %d users (TTFB p95 %.1f ms <= %.0f ms, no underrun)\n", rows[best].users,
+           1e3 * rows[best].p95, o->p95_ms);
+  else
+    printf("W3 headline: no level has TTFB p95 <= %.0f ms with no underrun\n", o->p95_ms);
+  fflush(stdout);
+}
+
 static char **read_lines(const char *path, int *n) {
   FILE *f = fopen(path, "r");
   if (!f) return NULL;
@@ -602,6 +929,23 @@ static void w1_row(const result *res, int total, int k, int C, const char *label
   free(rt);
 }
 
+/* a list of positive counts "1,4,16" into out[0..64); the count, or -1 (printed) when bad */
+static int parse_levels(const char *list, int *out, const char *opt) {
+  int n = 0;
+  for (const char *p = list; p && *p;) {
+    char *end;
+    long c = strtol(p, &end, 10);
+    if (n == 64 || end == p || (*end && *end != ',') || c < 1 || c > 1000000) {
+      fprintf(stderr, "bench_w1: bad %s \"%s\" (a list of at most 64 positive counts: 1,4,16)\n", opt, list);
+      return -1;
+    }
+    out[n++] = (int)c;
+    p = *end ? end + 1 : end;
+  }
+  if (!n) fprintf(stderr, "bench_w1: empty %s\n", opt);
+  return n ? n : -1;
+}
+
 int main(int argc, char **argv) {
   const char *model = NULL, *texts_path = "../shared/bench/w1_texts.txt";
   const char *wav = "../shared/audio/zero_shot_prompt.wav", *conc = NULL, *dev_arg = "-1";
@@ -611,6 +955,8 @@ int main(int argc, char **argv) {
   float mem_fraction = 0;
   double ramp = 0;
   uint32_t flags = 0;
+  const char *users_arg = NULL; /* --w3 / --users: W3's levels */
+  w3_opts w3 = {40, 8, 2, 10, 2, 10, 200, 1, 0, 0};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) dev_arg = argv[++i];
@@ -636,11 +982,23 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--vocoder-accurate")) voc_prec = COSY_VOCODER_ACCURATE;
     else if (!strcmp(argv[i], "--first-chunk") && i + 1 < argc) first_chunk = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--first-wait") && i + 1 < argc) first_wait = atoi(argv[++i]);
-    else {
+    else if (!strcmp(argv[i], "--w3")) users_arg = users_arg ? users_arg : "128,192,256,320";
+    else if (!strcmp(argv[i], "--users") && i + 1 < argc) users_arg = argv[++i];
+    else if (!strcmp(argv[i], "--level-s") && i + 1 < argc) w3.level_s = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--spread") && i + 1 < argc) w3.spread_s = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--think") && i + 1 < argc) w3.think_s = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--skip") && i + 1 < argc) w3.skip_s = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--p95-ms") && i + 1 < argc) w3.p95_ms = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) w3.seed = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--utter") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%lf,%lf", &w3.utter_min_s, &w3.utter_max_s) != 2) w3.utter_min_s = -1;
+    } else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
                       "[--requests N] [--tokens 112 | --tokens default] [--prompt-tokens 87] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
-                      "[--vocoder-tf32 | --vocoder-accurate] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]\n");
+                      "[--vocoder-tf32 | --vocoder-accurate] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G] "
+                      "[--w3 | --users 128,192] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10] "
+                      "[--skip 10] [--seed 1] [--p95-ms 200]\n");
       return 2;
     }
   }
@@ -657,6 +1015,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_w1: --prompt-tokens %d is outside 1..3000\n", n_ptok);
     return 2;
   }
+  if (!(w3.level_s > 0 && w3.level_s < 1e6) || !(w3.skip_s >= 0 && w3.skip_s < w3.level_s)) {
+    fprintf(stderr, "bench_w1: --level-s must be > 0 and --skip in [0, --level-s) (%g, %g)\n",
+            w3.level_s, w3.skip_s);
+    return 2;
+  }
+  if (!(w3.spread_s >= 0 && w3.spread_s < 1e6) || !(w3.think_s >= 0 && w3.think_s < 1e6) ||
+      !(w3.p95_ms > 0)) {
+    fprintf(stderr, "bench_w1: --spread and --think must be >= 0, --p95-ms > 0\n");
+    return 2;
+  }
+  if (!(w3.utter_min_s > 0 && w3.utter_min_s <= w3.utter_max_s && w3.utter_max_s <= 600)) {
+    fprintf(stderr, "bench_w1: --utter A,B: seconds of audio, 0 < A <= B <= 600\n");
+    return 2;
+  }
+  int users[64], n_w3 = 0;
+  if (users_arg && (n_w3 = parse_levels(users_arg, users, "--users")) < 0) return 2;
   /* --device: one device, or a list (one engine per entry; -1 = the CPU) */
   int devs[MAX_ENGINES], n_eng = 0;
   for (const char *p = dev_arg; *p;) {
@@ -677,8 +1051,8 @@ int main(int argc, char **argv) {
   const int device = devs[0];
   int any_gpu = 0;
   for (int k = 0; k < n_eng; k++) any_gpu |= devs[k] >= 0;
-  /* --w2 alone runs only W2; W1 runs when asked for or when W2 is not */
-  if (!conc && !w2_n) conc = "1";
+  /* --w2 or --w3 alone runs only W2 or W3; W1 runs when asked for or when neither is */
+  if (!conc && !w2_n && !n_w3) conc = "1";
   /* --tokens default: min_tokens = max_tokens = 0 (the library's defaults) */
   int w1_tokens = tokens > 0 ? tokens : tokens < 0 ? 0 : 112;
   int w2_tokens = tokens > 0 ? tokens : tokens < 0 ? 0 : 250;
@@ -727,28 +1101,17 @@ int main(int argc, char **argv) {
 
   /* concurrency levels: any positive count (nothing here caps them; see max_active below) */
   int levels[64], n_levels = 0, max_c = 1;
-  for (const char *p = conc; p && *p;) {
-    if (n_levels == 64) {
-      fprintf(stderr, "bench_w1: more than 64 concurrency levels\n");
-      return 2;
-    }
-    levels[n_levels] = atoi(p);
-    if (levels[n_levels] < 1) {
-      fprintf(stderr, "bench_w1: bad concurrency level in \"%s\"\n", conc);
-      return 2;
-    }
-    if (levels[n_levels] > max_c) max_c = levels[n_levels];
-    n_levels++;
-    p = strchr(p, ',');
-    if (!p) break;
-    p++;
-  }
+  if (conc && (n_levels = parse_levels(conc, levels, "--concurrency")) < 0) return 2;
+  for (int li = 0; li < n_levels; li++)
+    if (levels[li] > max_c) max_c = levels[li];
+  for (int li = 0; li < n_w3; li++)
+    if (users[li] > max_c) max_c = users[li];
   if (w2_n > max_c) max_c = w2_n;
   /* every level's requests decode together: max_active >= the largest level (and the W2 count),
-   * cut to what the path accepts (include/cosyvoice.h: at most 256 on the GPU, 4096 in all).
+   * cut to what the path accepts (include/cosyvoice.h: at most 1024 on the GPU, 4096 in all).
    * With several engines each serves its share: the clients (and W2 requests) are spread evenly */
   const int per_eng = (max_c + n_eng - 1) / n_eng;
-  int max_active_cap = any_gpu ? 256 : 4096;
+  int max_active_cap = any_gpu ? 1024 : 4096;
   if (!max_active) max_active = per_eng;
   if (max_active > max_active_cap) {
     fprintf(stderr, "bench_w1: max_active %d cut to %d (the %s path's limit); the rest queue\n",
@@ -815,7 +1178,10 @@ int main(int argc, char **argv) {
       return 1;
     }
   free(ptok);
-  int warm_tokens = n_levels ? w1_tokens : w2_tokens;
+  /* W3 alone warms up with utterances of its mean length */
+  int warm_tokens = n_levels ? w1_tokens : w2_n ? w2_tokens
+                  : (int)lround(0.5 * (w3.utter_min_s + w3.utter_max_s) * W3_TOKENS_PER_S);
+  if (warm_tokens < 1 && (n_levels || w2_n) == 0) warm_tokens = 1;
   char per_req[48];
   if (warm_tokens) snprintf(per_req, sizeof per_req, "%d tokens/request", warm_tokens);
   else snprintf(per_req, sizeof per_req, "default tokens (min/max_tokens 0)");
@@ -971,6 +1337,11 @@ int main(int argc, char **argv) {
     pthread_mutex_destroy(&sh.mu);
   }
   if (w2_n) run_w2(e, v, n_eng, texts, n_texts, w2_n, w2_tokens, mon);
+  if (n_w3) {
+    w3.first_chunk = first_chunk;
+    w3.flags = flags;
+    run_w3(e, v, n_eng, texts, n_texts, &w3, users, n_w3, mon);
+  }
   for (int k = 0; k < n_eng; k++) {
     gpu_mon_close(&mon[k]);
     cosy_voice_release(v[k]);

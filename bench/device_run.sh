@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k
+#                                        ncu_k w3
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
 #
@@ -77,6 +77,15 @@
 #               Estimated (not yet timed): about 4 minutes without the serving part, at most 9 with
 #               it, after a build in an earlier call.
 #               Logs: multi_*.log, serve/
+#   w3          W3, live users (docs/scheduler.md section 6; bench_w1 --users) on the full model:
+#               W3_USERS (default 128,192,256,320,384,448) users a level, levels of W3_LEVEL_S
+#               (40) s, the requests of the first W3_SKIP_S (10) s not counted, W3_ARGS more
+#               bench_w1 arguments (e.g. --think 2 --utter 2,10 --seed 1 --p95-ms 200); about
+#               6 x (40 + ~10) s + load. Log: w3.log; its summary table and headline print last
+#               (the headline also in the summary: "w3: W3 headline: N users ..."). The engine's
+#               max_active is the largest level (448; up to 1024 on a GPU): W3_ARGS="--max-active
+#               256" gives the engine's default, and COSY_SCHED_MAX_STREAMS=N in the environment
+#               bounds the requests active in any stage (docs/scheduler.md)
 # e.g. bash bench/device_run.sh build prof_tests    (PROFILES="ada" for one profile)
 #      bash bench/device_run.sh prof_w1 memory       (after a build in the same checkout)
 #
@@ -299,6 +308,12 @@ if [[ " $STEPS " == *" bench "* ]]; then
 fi
 
 W1_ARGS=(--texts "$SHARED/bench/w1_texts.txt" --prompt-wav "$SHARED/audio/zero_shot_prompt.wav")
+if [[ " $STEPS " == *" w3 "* ]]; then
+  # shellcheck disable=SC2086
+  run w3 ./$B/bench/bench_w1 -m "$FULL" --device 0 --users "${W3_USERS:-128,192,256,320,384,448}" \
+    --level-s "${W3_LEVEL_S:-40}" --skip "${W3_SKIP_S:-10}" ${W3_ARGS:-} "${W1_ARGS[@]}"
+  note "w3: $(grep -E '^W3 headline' "$OUT/w3.log" || echo 'no headline (see w3.log)')"
+fi
 PROFILES=${PROFILES:-h100 a100 ada rtx5090}
 if [[ " $STEPS " == *" prof_tests "* ]]; then
   for p in $PROFILES; do
@@ -660,6 +675,12 @@ done
 for f in "$OUT"/mem_need_ma*.log; do
   [ -f "$f" ] && echo "--- $(basename "$f" .log): $(grep -oE 'the engine needs [^;]*' "$f" | head -1)"
 done
+# W3's table last (the w3 step)
+if [ -f "$OUT/w3.log" ]; then
+  echo "--- w3.log: $(grep -E '^W3 live users' "$OUT/w3.log" | cut -c1-200)"
+  grep -E 'requests failed|^bench_w1: max_active' "$OUT/w3.log"
+  sed -n '/^W3 summary/,$p' "$OUT/w3.log"
+fi
 # the device tool returns at most 8 files: everything but the summary goes into one archive
 if [ -n "${PACK_LOGS-1}" ]; then
   (cd "$OUT" && ls -A | grep -v -e '^summary.txt$' -e '^logs.tgz$' > /tmp/cosy_packlist.$$ &&

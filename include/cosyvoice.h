@@ -175,7 +175,11 @@ typedef struct cosy_engine_config {
   float gpu_memory_fraction;   /**< share of the device's memory the engine may take, (0, 1]; 0 = 0.9 */
   int32_t max_active;          /**< requests in flight at once (admitted; their LLM steps are
                                     batched together); 0 = auto (GPU 256, CPU 8); at most 4096,
-                                    and at most 256 on the GPU */
+                                    and at most 1024 on the GPU (more than 256 where the GPU
+                                    serves them in real time: requests beyond max_active wait
+                                    in the queue instead of slowing every active request; each
+                                    active request may hold up to 1024 LLM KV positions of the
+                                    memory plan, README "GPU memory") */
   int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL; 0 = 1024; at
                                     most 1048576. Requests that a free active slot will take
                                     at once are not waiting: a submit is refused only when the
@@ -232,7 +236,7 @@ typedef struct cosy_engine_config {
  * and a negative value for errors only.
  * Limits: cosy_engine_create checks every field before it reads the model or touches a device and
  * returns COSY_ERR_INVALID_ARG, with a message naming the field, for a value outside its stated
- * range (device -1..1023, gpu_memory_fraction (0, 1], max_active 0..4096 and at most 256 with
+ * range (device -1..1023, gpu_memory_fraction (0, 1], max_active 0..4096 and at most 1024 with
  * device >= 0, max_queued 0..1048576, cpu_threads 0..1024, log_level at most COSY_LOG_DEBUG,
  * vocoder_precision 0..COSY_VOCODER_TF32, flags only COSY_ENGINE_* bits, reserved fields 0);
  * nothing is clamped. A GPU engine that cannot fit the weights,

@@ -221,7 +221,7 @@ COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine
     return cosy_err(COSY_ERR_INVALID_ARG,
                     "max_active %d: the GPU path decodes at most %d requests together",
                     cfg.max_active, COSY_GPU_MAX_ACTIVE);
-  if (cfg.max_active == 0) cfg.max_active = cfg.device >= 0 ? COSY_GPU_MAX_ACTIVE : 8;
+  if (cfg.max_active == 0) cfg.max_active = cfg.device >= 0 ? COSY_GPU_DEFAULT_ACTIVE : 8;
   if (cfg.first_chunk_wait_max == 0) cfg.first_chunk_wait_max = cfg.device >= 0 ? 64 : -1;
   return engine_create(&cfg, out);
 }

@@ -222,7 +222,12 @@ cosy_status sched_utt_check(const cosy_utt_caps *caps, const cosy_utt *u);
  * speed != 1) all of its generated frames at once, so its ceiling is checked against this too */
 #define COSY_GPU_VOC_FRAMES 3000
 #define COSY_GPU_UTT_POSITIONS 8192 /* LLM positions of one sequence (= GPU_LLM_MAX_CTX, lib/gpu/llm.h) */
-#define COSY_GPU_MAX_ACTIVE 256  /* sequences one GPU decode step can batch */
+/* GPU max_active: at most COSY_GPU_MAX_ACTIVE (the LLM's largest decode bucket, lib/gpu/llm.c
+ * MAX_BUCKETS: a decode step batches up to that many sequences; the flow and vocoder split larger
+ * batches into calls of their own sizes); COSY_GPU_DEFAULT_ACTIVE when the config says 0, the
+ * number the memory plan of README "GPU memory" was measured for */
+#define COSY_GPU_MAX_ACTIVE 1024
+#define COSY_GPU_DEFAULT_ACTIVE 256
 #define COSY_TEXT_STREAM_MAX_TOKENS 1000 /* a streamed text's default max_tokens (40 s) */
 
 struct cosy_engine {

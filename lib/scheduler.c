@@ -234,6 +234,8 @@ struct cosy_sched {
                                     (and chunks ranked before them: urgent ones); default 1,
                                     COSY_SCHED_FIRST_ONLY=0 lets later chunks fill it */
   int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: new frames per flow batch */
+  int max_streams;               /* COSY_SCHED_MAX_STREAMS=N: new requests are admitted only while
+                                    fewer than N are active in any stage (0: no such bound) */
   /* voices whose prompt-only flow blocks a first chunk has computed (t2w thread): the GPU flow
    * keeps them for the voice's later first chunks (job_frames) */
   const cosy_voice *warm[16];
@@ -956,7 +958,8 @@ static void admit(cosy_engine *e) {
       s->n_llm++;
     }
   }
-  while (s->q_head && (e->stopping || e->lost || cancelled(s->q_head) || s->n_llm < e->cfg.max_active)) {
+  while (s->q_head && (e->stopping || e->lost || cancelled(s->q_head) ||
+                       (s->n_llm < e->cfg.max_active && (!s->max_streams || e->n_active < s->max_streams)))) {
     cosy_request *r = s->q_head;
     if (cancelled(r) || e->stopping || e->lost) {
       s->q_head = r->next;
@@ -1966,6 +1969,10 @@ cosy_status sched_start(cosy_engine *e) {
     }
   }
   s->first_only = !env_is("COSY_SCHED_FIRST_ONLY", "0");
+  {
+    const char *ms = getenv("COSY_SCHED_MAX_STREAMS");
+    s->max_streams = ms && atoi(ms) > 0 ? atoi(ms) : 0;
+  }
   const char *ff = getenv("COSY_SCHED_FLOW_FRAMES");
   s->flow_frames = FLOW_BATCH_FRAMES;
   if (ff && ff[0]) {

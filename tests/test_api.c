@@ -144,15 +144,16 @@ static void test_engine_create_args(void **state) {
     expect_status(cosy_engine_create(&x, &e), COSY_ERR_INVALID_ARG, "flags with a high bit");
     assert_null(e);
   }
-  /* the GPU path decodes at most 256 requests together: more is rejected at create, before the
-   * device is touched (a build without CUDA refuses any device first) */
+  /* the GPU path decodes at most 1024 requests together (lib/engine.h COSY_GPU_MAX_ACTIVE):
+   * more is rejected at create, before the device is touched (a build without CUDA refuses any
+   * device first) */
   {
     cosy_engine_config x = c;
-    x.device = 0, x.max_active = 257;
+    x.device = 0, x.max_active = 1025;
 #ifdef COSY_WITH_CUDA
-    expect_status(cosy_engine_create(&x, &e), COSY_ERR_INVALID_ARG, "GPU max_active 257");
+    expect_status(cosy_engine_create(&x, &e), COSY_ERR_INVALID_ARG, "GPU max_active 1025");
 #else
-    expect_status(cosy_engine_create(&x, &e), COSY_ERR_UNSUPPORTED, "GPU max_active 257");
+    expect_status(cosy_engine_create(&x, &e), COSY_ERR_UNSUPPORTED, "GPU max_active 1025");
 #endif
     assert_null(e);
   }

@@ -27,6 +27,12 @@
  *     small one (its flow calls have other row counts: kernels/gemm.cu's buckets);
  *     the default push stream's first chunk is the short one; cached flow
  *     vs recomputed, full-attention final vs block-causal, one request alone vs among 31;
+ *   - more than 256 active requests (max_active up to COSY_GPU_MAX_ACTIVE = 1024, lib/engine.h):
+ *     an engine of max_active 1024 (every LLM decode bucket up to 1024 captured at create) serves
+ *     520 requests of 200 tokens submitted at once: all admitted together (the active count
+ *     polled reaches 520), decode steps of more than 256 rows (the largest mean rows per step
+ *     over a poll period), every request complete with the audio of 200 tokens; max_active 1025
+ *     is refused (test_api); COSY_GPU_CAPACITY_N changes the 520;
  *   - text streamed in (COSY_SYNTH_TEXT_STREAM): the text pushed in one piece, word by word with
  *     pauses (the sequence waits outside the decode batch, new text goes in through the prefill
  *     path) and byte by byte gives the same audio, sample for sample; the audio is finite and
@@ -860,6 +866,96 @@ static void test_gpu_text_stream(void **state) {
   cosy_engine_destroy(e);
 }
 
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* counts a request's samples (many requests at once: no audio kept) */
+static int32_t count_chunk(void *user, const cosy_chunk *c) {
+  *(int64_t *)user += c->n_samples;
+  return 0;
+}
+
+static void test_capacity(void **state) {
+  (void)state;
+  TU_REQUIRE(have_gpu(), "no CUDA device: GPU engine tests skipped");
+  const char *m = model_path();
+  TU_REQUIRE(m, "no model");
+  const char *ne = getenv("COSY_GPU_CAPACITY_N");
+  const int N = ne && atoi(ne) > 0 && atoi(ne) <= 1024 ? atoi(ne) : 520;
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = m;
+  c.device = 0;
+  c.max_active = 1024;
+  c.log_fn = print_log;
+  c.log_level = COSY_LOG_WARN;
+  cosy_engine *e = NULL;
+  const double t0 = mono_s();
+  if (cosy_engine_create(&c, &e)) fail_msg("create (max_active 1024): %s", cosy_last_error());
+  const double t_create = mono_s() - t0;
+  cosy_engine_info in;
+  cosy_engine_info_init(&in, sizeof in);
+  assert_int_equal(cosy_engine_get_info(e, &in), COSY_OK);
+  assert_int_equal(in.max_active, 1024);
+  cosy_voice *v = make_voice(e);
+  cosy_synth_params p;
+  cosy_synth_params_init(&p, sizeof p);
+  p.min_tokens = p.max_tokens = 200;
+  cosy_request **rq = (cosy_request **)calloc((size_t)N, sizeof *rq);
+  int64_t *got = (int64_t *)calloc((size_t)N, sizeof *got);
+  assert_non_null(rq);
+  assert_non_null(got);
+  cosy_engine_stats prev, cur;
+  cosy_engine_stats_init(&prev, sizeof prev);
+  cosy_engine_stats_init(&cur, sizeof cur);
+  cosy_engine_get_stats(e, &prev);
+  const double t1 = mono_s();
+  for (int i = 0; i < N; i++) {
+    p.seed = 5000 + (uint64_t)i;
+    const cosy_status st = cosy_request_submit(e, v, TEXT, &p, count_chunk, &got[i], &rq[i]);
+    if (st) fail_msg("submit %d of %d: %s", i, N, cosy_last_error());
+  }
+  /* poll while they run: the most active at once, the largest mean decode rows per period */
+  int active_max = 0;
+  double rows_max = 0;
+  for (;;) {
+    const struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+    cosy_engine_get_stats(e, &cur);
+    if (cur.active > active_max) active_max = cur.active;
+    const long long steps = (long long)(cur.llm_steps - prev.llm_steps);
+    if (steps > 0) {
+      const double r = (double)(cur.llm_step_rows - prev.llm_step_rows) / (double)steps;
+      if (r > rows_max) rows_max = r;
+    }
+    prev = cur;
+    if (cur.active == 0 && cur.queued == 0) break;
+  }
+  int ok = 0, same = 1;
+  for (int i = 0; i < N; i++) {
+    const cosy_status st = cosy_request_wait(rq[i], -1);
+    if (st) print_message("request %d of %d: %s: %s\n", i, N, cosy_status_str(st), cosy_last_error());
+    ok += st == COSY_OK;
+    same &= got[i] == got[0];
+    cosy_request_release(rq[i]);
+  }
+  print_message("max_active 1024 (create %.1f s): %d requests of 200 tokens at once in %.1f s: %d "
+                "complete, %lld samples each%s; at most %d active, decode steps of up to %.0f rows "
+                "(the largest mean over 5 ms)\n", t_create, N, mono_s() - t1, ok, (long long)got[0],
+                same ? "" : " (NOT all equal)", active_max, rows_max);
+  assert_int_equal(ok, N);
+  assert_true(same && got[0] > 0);
+  assert_true(active_max > 256);
+  assert_true(rows_max > 256);
+  free(got);
+  free(rq);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
 static cosy_status create_as(const char *prof, const cosy_engine_config *c, cosy_engine **e) {
   const char *was = getenv("COSY_GPU_PROFILE");
   char saved[64] = "";
@@ -902,6 +998,7 @@ int main(void) {
       cmocka_unit_test(test_two_devices),
       cmocka_unit_test(test_gpu_synthesis),
       cmocka_unit_test(test_gpu_text_stream),
+      cmocka_unit_test(test_capacity),
   };
   /* COSY_TEST_FILTER=test_gpu_synthesis (a cmocka glob): only those tests (the sanitize step of
    * bench/device_run.sh) */

@@ -11,7 +11,9 @@
  *     COSY_ERR_CANCELLED within one step, and everything is freed (run under ASan in CI);
  *   - many requests at once on a multi-worker engine each equal their serial result;
  *   - request and engine statistics read while a push request runs grow monotonically and end
- *     equal to what was delivered (the data-race check of `make test-tsan`). */
+ *     equal to what was delivered (the data-race check of `make test-tsan`);
+ *   - COSY_SCHED_MAX_STREAMS=1: three requests at once run one at a time (at most one active,
+ *     the others queued, polled), each with the audio of the same request alone. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -592,6 +594,58 @@ static void test_first_hold(void **state) {
   assert_true(held_lines > 0);
 }
 
+/* engine statistics polled on a thread of its own: the most active and queued requests seen */
+typedef struct poller {
+  cosy_engine *e;
+  int stop; /* atomic */
+  int active_max, queued_max, polls;
+} poller;
+
+static void *poll_main(void *arg) {
+  poller *p = (poller *)arg;
+  while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+    cosy_engine_stats st;
+    cosy_engine_stats_init(&st, sizeof st);
+    if (cosy_engine_get_stats(p->e, &st) == COSY_OK) {
+      if (st.active > p->active_max) p->active_max = st.active;
+      if (st.queued > p->queued_max) p->queued_max = st.queued;
+      p->polls++;
+    }
+    const struct timespec ts = {0, 500000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+/* COSY_SCHED_MAX_STREAMS=1 (lib/scheduler.c admit): a new request is admitted only while no
+ * request is active in any stage, so three requests at once run one after another; each equals
+ * the same request alone (the bound changes timing, never tokens) */
+static void test_max_streams(void **state) {
+  fx *f = (fx *)*state;
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
+  setenv("COSY_SCHED_MAX_STREAMS", "1", 1);
+  cosy_engine_config c;
+  cpu_config(&c, 4);
+  cosy_engine *e = NULL;
+  cosy_status st = cosy_engine_create(&c, &e);
+  unsetenv("COSY_SCHED_MAX_STREAMS");
+  assert_int_equal(st, COSY_OK);
+  cosy_voice *v = golden_voice(e);
+  assert_non_null(v);
+  poller pl = {e, 0, 0, 0, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, poll_main, &pl), 0);
+  concurrent_equal_alone(f, e, v, 3, 700, 40);
+  __atomic_store_n(&pl.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(th, NULL);
+  print_message("COSY_SCHED_MAX_STREAMS=1: %d polls, at most %d active and %d queued\n", pl.polls,
+                pl.active_max, pl.queued_max);
+  assert_int_equal(pl.active_max, 1);
+  assert_true(pl.queued_max >= 1);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_zero_shot),     cmocka_unit_test(test_cross_lingual),
@@ -601,7 +655,7 @@ int main(void) {
       cmocka_unit_test(test_cancel_from_callback),
       cmocka_unit_test(test_cancel_from_thread), cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_stats_while_running), cmocka_unit_test(test_queue_room),
-      cmocka_unit_test(test_first_hold),
+      cmocka_unit_test(test_first_hold),    cmocka_unit_test(test_max_streams),
   };
   return cmocka_run_group_tests_name("synth", tests, setup, teardown);
 }

@@ -64,7 +64,7 @@
 #include "util.h"
 
 #define HD 64
-#define MAX_BUCKETS 9 /* batch buckets 1 .. 256 */
+#define MAX_BUCKETS 11 /* batch buckets 1 .. 1024 (lib/engine.h COSY_GPU_MAX_ACTIVE) */
 #define MIN_CTX_BUCKET 256
 #define MAX_CTX_BUCKETS 8
 #define ATTN_SCALE 0.125f /* 1/sqrt(64) */

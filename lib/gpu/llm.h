@@ -82,7 +82,7 @@ typedef struct gpu_llm gpu_llm;
 /* Uploads weights (NOT the 151936-row text embedding: text rows are gathered on the host by
  * gpu_llm_build_input), plans activations for up to max_seqs sequences decoded together and a
  * prefill of up to max_prefill tokens at once (longer prefills are chunked). max_seqs in
- * [1, 256], max_prefill in [1, 8192]. At most 4 * max_seqs (>= 16) sequences may be open. */
+ * [1, 1024], max_prefill in [1, 8192]. At most 4 * max_seqs (>= 16) sequences may be open. */
 cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int max_prefill,
                            gpu_llm **out);
 /* Paged KV cache: take `bytes` (0 = everything left in the budget minus `reserve` bytes) as pages
