@@ -231,6 +231,14 @@ struct cosy_request {
   int text_stream;
   char *tx_raw;                  /* pushed bytes not committed yet (caller's thread only) */
   size_t tx_len, tx_cap;
+  /* what earlier pushes learnt about tx_raw, so that a push costs O(its bytes) (caller's thread
+   * only): tx_raw[0..tx_ok) is complete UTF-8 (the rest, at most 3 bytes, a character cut
+   * between pushes); the search for the next cut resumes at tx_scan (no sentence end before it;
+   * word cuts: tx_cut is the last one before it, 0 when none, tx_prev the code point before it) */
+  size_t tx_ok, tx_scan, tx_cut;
+  uint32_t tx_prev;
+  int tx_have_prev;
+  size_t tx_total;               /* bytes accepted so far, at most COSY_TEXT_MAX_BYTES */
   int tx_any;                    /* a piece gave tokens (caller's thread only) */
   int32_t *tx_ids;               /* committed text ids (r->mu) */
   int tx_n, tx_cap_ids, tx_max;  /* (r->mu) tx_max: most text tokens */
