@@ -176,6 +176,9 @@ extern const cosy_backend cosy_backend_gpu;
 struct cosy_sched;
 
 #define COSY_GPU_MAX_ACTIVE 256  /* sequences one GPU decode step can batch */
+/* the LLM's prompt: a prompt text without <|endofprompt|> gets the official system prefix */
+#define COSY_SYSTEM_PREFIX "You are a helpful assistant."
+#define COSY_EOP "<|endofprompt|>"
 #define COSY_TEXT_STREAM_MAX_TOKENS 1000 /* a streamed text's default max_tokens (40 s) */
 
 struct cosy_engine {
@@ -316,6 +319,14 @@ cosy_status request_wait(cosy_request *r, int32_t timeout_ms);
 void request_release(cosy_request *r);
 
 /* voices (lib/voice.c) */
+/* The values of a voice checked (speech tokens in [0, 6561), a finite mel, a finite non-zero
+ * speaker embedding, a prompt text of at most COSY_TEXT_MAX_BYTES bytes and, as the LLM gets it
+ * (with the system prefix unless it holds <|endofprompt|>), at most COSY_LLM_MAX_TEXT_TOKENS
+ * tokens). from_file: the values come from a voice file (`file` names it): every failure is
+ * COSY_ERR_MODEL_FORMAT; else COSY_ERR_INVALID_ARG, COSY_ERR_TEXT for the prompt text. */
+cosy_status voice_check(struct cosy_engine *e, const char *prompt_text, const int32_t *tokens,
+                        int32_t n_tokens, const float *mel, int32_t n_mel_frames, const float *spk,
+                        const char *file);
 cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out);
 cosy_status voice_save_file(const cosy_voice *v, const char *path);
 cosy_status voice_create(struct cosy_engine *e, const char *prompt_text, const int32_t *tokens,

@@ -92,8 +92,8 @@
 #include "tokenizer.h"
 #include "util.h"
 
-#define SYSTEM_PREFIX "You are a helpful assistant."
-#define EOP "<|endofprompt|>"
+#define SYSTEM_PREFIX COSY_SYSTEM_PREFIX
+#define EOP COSY_EOP
 #define MEL 80
 #define LOOKAHEAD 3      /* tokens of right context a non-final flow call needs */
 #define BLOCK_TOKENS 25  /* the flow's attention block (50 frames) in tokens */
@@ -440,6 +440,48 @@ static cosy_status prepare_stream(cosy_engine *e, sjob *j) {
   return COSY_OK;
 }
 
+/* the text of one LLM call as the mode gives it to the LLM (cross-lingual: with the system
+ * prefix, unless the text holds <|endofprompt|>) */
+static char *mode_tts(const cosy_synth_params *p, const char *text) {
+  if (p->mode == COSY_MODE_CROSS_LINGUAL && !strstr(text, EOP))
+    return concat3(SYSTEM_PREFIX, EOP, text);
+  return cosy_strdup(text);
+}
+
+/* The text tokens of one LLM call are bounded (COSY_LLM_MAX_TEXT_TOKENS, cosyvoice.h): the
+ * segment's n tokens; seg of n_segs (n_segs 0: the text is not split). */
+static cosy_status seg_limit(const cosy_synth_params *p, int n, int seg, int n_segs) {
+  if (n <= COSY_LLM_MAX_TEXT_TOKENS) return COSY_OK;
+  if (n_segs > 0)
+    return cosy_err(COSY_ERR_TEXT,
+                    "text: segment %d of %d has %d text tokens; one LLM call takes at most "
+                    "COSY_LLM_MAX_TEXT_TOKENS (%d): the text is cut at sentence ends, so add "
+                    "sentence punctuation or line breaks, or split the text",
+                    seg + 1, n_segs, n, COSY_LLM_MAX_TEXT_TOKENS);
+  return cosy_err(COSY_ERR_TEXT,
+                  "text: %d text tokens; one LLM call takes at most COSY_LLM_MAX_TEXT_TOKENS (%d)%s",
+                  n, COSY_LLM_MAX_TEXT_TOKENS,
+                  (p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION)
+                      ? " and with COSY_SYNTH_NO_TEXT_NORMALIZATION the whole text is one call: "
+                        "split the text, or let the library normalize and split it"
+                      : ": split the text");
+}
+
+/* Every later segment of a split text within the limit, before the first one's LLM starts. */
+static cosy_status check_segments(cosy_engine *e, const cosy_request *r) {
+  for (int k = 1; k < r->n_segs; k++) {
+    char *tts = mode_tts(&r->params, r->segs[k]);
+    if (!tts) return COSY_ERR_NO_MEMORY;
+    int32_t *ids = NULL, n = 0;
+    cosy_status st = cosy_tokenize(e->tok, tts, strlen(tts), &ids, &n);
+    free(tts);
+    free(ids);
+    if (!st) st = seg_limit(&r->params, n, k, r->n_segs);
+    if (st) return st;
+  }
+  return COSY_OK;
+}
+
 /* Everything before the LLM (host work): text and prompt per mode (zero-shot uses the voice's
  * prompt text, prefixed with the system prompt when it lacks <|endofprompt|>, and its speech
  * tokens; cross-lingual gives the LLM no prompt and prefixes the text itself; instruct uses the
@@ -487,15 +529,13 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
   if (p->mode == COSY_MODE_ZERO_SHOT) {
     prompt = strstr(v->prompt_text, EOP) ? cosy_strdup(v->prompt_text)
                                           : concat3(SYSTEM_PREFIX, EOP, v->prompt_text);
-    tts = cosy_strdup(text);
   } else if (p->mode == COSY_MODE_CROSS_LINGUAL) {
     prompt = cosy_strdup("");
-    tts = strstr(text, EOP) ? cosy_strdup(text) : concat3(SYSTEM_PREFIX, EOP, text);
   } else {
     prompt = strstr(p->instruct_text, EOP) ? cosy_strdup(p->instruct_text)
                                             : concat3(SYSTEM_PREFIX " ", p->instruct_text, EOP);
-    tts = cosy_strdup(text);
   }
+  tts = mode_tts(p, text);
   if (!prompt || !tts) {
     st = COSY_ERR_NO_MEMORY;
     goto done;
@@ -506,8 +546,20 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
     st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text has no tokens");
     goto done;
   }
+  /* the LLM call's work is bounded before it starts (cosyvoice.h, limits) */
+  if (n_prompt > COSY_LLM_MAX_TEXT_TOKENS) {
+    st = cosy_err(COSY_ERR_TEXT,
+                  "%s has %d text tokens (with the system prefix), more than "
+                  "COSY_LLM_MAX_TEXT_TOKENS (%d)",
+                  p->mode == COSY_MODE_INSTRUCT ? "instruct_text" : "the voice's prompt text",
+                  (int)n_prompt, COSY_LLM_MAX_TEXT_TOKENS);
+    goto done;
+  }
+  if ((st = seg_limit(p, n_tts, seg, r->n_segs))) goto done;
+  if (seg == 0 && (st = check_segments(e, r))) goto done;
   j->min_len = 2 * n_tts;
   j->max_len = 20 * n_tts;
+  if (j->max_len > COSY_LLM_MAX_SPEECH_TOKENS) j->max_len = COSY_LLM_MAX_SPEECH_TOKENS;
   if (p->max_tokens > 0) j->max_len = p->max_tokens;
   if (p->min_tokens > 0) j->min_len = p->min_tokens;
   if (j->min_len > j->max_len) j->min_len = j->max_len;
