@@ -505,7 +505,9 @@ typedef int32_t (*cosy_chunk_fn)(void *user, const cosy_chunk *chunk);
  *  this returns (about 6 ms per 1,000 characters on one CPU core), so that many callers prepare
  *  their texts in parallel; the synthesis itself runs on the engine's threads. A text that turns
  *  out to hold nothing to say still returns COSY_OK here, and the request then ends with
- *  COSY_ERR_TEXT and the reason (cosy_request_wait). *out must be released with
+ *  COSY_ERR_TEXT and the reason (cosy_request_wait). A text beyond a limit (COSY_TEXT_MAX_BYTES,
+ *  checked first; COSY_LLM_MAX_TEXT_TOKENS for the instruct text and for every segment) is
+ *  refused here with COSY_ERR_TEXT, *out NULL. *out must be released with
  *  cosy_request_release. */
 COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, const char *text,
                                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,

@@ -547,6 +547,7 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
     goto done;
   }
   /* the LLM call's work is bounded before it starts (cosyvoice.h, limits) */
+  r->prep_limit = seg == 0; /* a limit below: cosy_request_submit refuses the request */
   if (n_prompt > COSY_LLM_MAX_TEXT_TOKENS) {
     st = cosy_err(COSY_ERR_TEXT,
                   "%s has %d text tokens (with the system prefix), more than "
@@ -557,6 +558,7 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
   }
   if ((st = seg_limit(p, n_tts, seg, r->n_segs))) goto done;
   if (seg == 0 && (st = check_segments(e, r))) goto done;
+  r->prep_limit = 0;
   j->min_len = 2 * n_tts;
   j->max_len = 20 * n_tts;
   if (j->max_len > COSY_LLM_MAX_SPEECH_TOKENS) j->max_len = COSY_LLM_MAX_SPEECH_TOKENS;
@@ -1958,6 +1960,7 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
     sjob *j = NULL;
     cosy_err_clear();
     cosy_status st = job_prepare(e, r, 0, &j);
+    if (st && r->prep_limit) return st; /* a limit: refused at once, with its message */
     if (st) {
       r->prep_st = st;
       r->prep_msg = cosy_strdup(cosy_last_error());

@@ -47,7 +47,9 @@
 #include "engine.h"    /* struct cosy_request (pending bytes, committed ids), struct cosy_voice */
 #include "tokenizer.h" /* cosy_tokenize, cosy_utf8_invalid_at */
 
-#define FUZZ_TS_MAX_INPUT 1024
+/* libFuzzer makes inputs of at most 1024 bytes (tests/fuzz/fuzz.mk); the saved regressions may be
+ * longer (tens of thousands of one-byte pushes: a push must cost O(its bytes)) */
+#define FUZZ_TS_MAX_INPUT (3 * COSY_TEXT_MAX_BYTES)
 #define WAIT_MS 20000 /* below libFuzzer's -timeout=30, so this check reports a hang first */
 
 static cosy_engine *g_eng;
