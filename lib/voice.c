@@ -61,8 +61,9 @@ cosy_status voice_check(cosy_engine *e, const char *prompt_text, const int32_t *
   const char *pt = prompt_text ? prompt_text : "";
   const size_t len = strlen(pt);
   if (len > COSY_TEXT_MAX_BYTES)
-    return cosy_err(bad_text, "%s%sthe prompt text is %zu bytes, more than COSY_TEXT_MAX_BYTES (%d)",
-                    in, sep, len, COSY_TEXT_MAX_BYTES);
+    return cosy_err(bad_text, "%s%sthe prompt text%s is %zu bytes, more than COSY_TEXT_MAX_BYTES (%d)",
+                    in, sep, file ? "" : " (prompt_text, or the transcript)", len,
+                    COSY_TEXT_MAX_BYTES);
   if (!e || !e->tok) return COSY_OK;
   /* the prompt as the LLM gets it (lib/scheduler.c job_prepare) */
   const int eop = strstr(pt, COSY_EOP) != NULL;
@@ -78,9 +79,10 @@ cosy_status voice_check(cosy_engine *e, const char *prompt_text, const int32_t *
   if (st) return file ? cosy_err(COSY_ERR_MODEL_FORMAT, "%s: prompt text: %s", file, cosy_last_error()) : st;
   if (nid > COSY_LLM_MAX_TEXT_TOKENS)
     return cosy_err(bad_text,
-                    "%s%sthe prompt text has %d text tokens (with the system prefix), more than "
-                    "COSY_LLM_MAX_TEXT_TOKENS (%d)",
-                    in, sep, nid, COSY_LLM_MAX_TEXT_TOKENS);
+                    "%s%sthe prompt text%s has %d text tokens (with the system prefix), more "
+                    "than COSY_LLM_MAX_TEXT_TOKENS (%d)",
+                    in, sep, file ? "" : " (prompt_text, or the transcript)", nid,
+                    COSY_LLM_MAX_TEXT_TOKENS);
   return COSY_OK;
 }
 
