@@ -274,8 +274,10 @@ typedef struct cosy_engine_config {
  * device >= 0, max_queued 0..1048576, cpu_threads 0..1024, log_level at most COSY_LOG_DEBUG,
  * vocoder_precision 0..COSY_VOCODER_TF32, flags only COSY_ENGINE_* bits, reserved fields 0);
  * nothing is clamped. A GPU engine that cannot fit the weights,
- * the workspaces for max_active requests and the smallest LLM KV cache into gpu_memory_fraction
- * of the device fails with COSY_ERR_GPU_NO_MEMORY (the message says which fraction would do). */
+ * the workspaces for max_active requests and the smallest LLM KV cache into its budget, the
+ * smaller of gpu_memory_fraction of the device and the device memory free at creation, fails
+ * with COSY_ERR_GPU_NO_MEMORY; the message says which of the two budgets failed, what each holds,
+ * and which fraction would do when the fraction failed. */
 
 /** Fill *c with defaults and set c->struct_size = struct_size. Safe with struct_size <
  *  sizeof(cosy_engine_config) (older callers); does nothing when c is NULL. */

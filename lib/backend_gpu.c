@@ -197,8 +197,8 @@ static cosy_status report_need(cosy_engine *e, gpu_state *s, int max_seqs, const
   else
     snprintf(which, sizeof which,
              "but gpu_memory_fraction %.3f of the device's %.2f GiB gives %.2f GiB (%.2f GiB is "
-             "free on the device%s): gpu_memory_fraction is the budget that failed; set it to at "
-             "least %.4f, or lower max_active",
+             "free on the device%s): gpu_memory_fraction is the budget that failed; set "
+             "gpu_memory_fraction to at least %.4f, or lower max_active",
              frac, (double)total / GiB, share / GiB, (double)free_now / GiB,
              free_fails ? ", too little as well" : "", need_frac + 0.0001);
   return cosy_err(COSY_ERR_GPU_NO_MEMORY,
