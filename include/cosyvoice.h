@@ -151,6 +151,44 @@ COSY_API const char *cosy_status_str(cosy_status s);
  *  next failing call. Never NULL. */
 COSY_API const char *cosy_last_error(void);
 
+/* ============================== limits ===================================================== */
+
+/* Every input is bounded so that no call, and no request, can hold a core or the engine for
+ * long; each limit is checked before the work it bounds, and a value beyond it fails with the
+ * status below and a message that names the parameter, the limit and the numbers.
+ *
+ * COSY_TEXT_MAX_BYTES: the most bytes of one text: the text of cosy_synthesize and
+ *   cosy_request_submit, a streamed text in all (every cosy_request_push_text of a request
+ *   together), instruct_text, a voice's prompt text (cosy_voice_features.prompt_text, the
+ *   transcript of cosy_voice_from_audio, the prompt text in a voice file). Beyond it:
+ *   COSY_ERR_TEXT (COSY_ERR_MODEL_FORMAT in a voice file), before the text is read any further.
+ *   It bounds the text front end's work on the caller's thread: normalization, splitting and
+ *   tokenization are linear in the text, at most about 6 s of one core for 64 KiB of digits
+ *   (the slowest input measured; ordinary prose about 1 s), 0.02 s for 64 KiB of combining
+ *   marks. A whole text of that size is hours of speech; a longer one is split by the caller.
+ * COSY_LLM_MAX_TEXT_TOKENS: the most text tokens one LLM call takes from each of its two texts:
+ *   the prompt (a voice's prompt text with the system prefix, or instruct_text) and the segment
+ *   (one segment of a split text, the whole text with COSY_SYNTH_NO_TEXT_NORMALIZATION, or a
+ *   streamed text). A voice whose prompt text is longer is refused at creation (COSY_ERR_TEXT;
+ *   COSY_ERR_MODEL_FORMAT when loaded from a file); a request whose instruct_text or any of whose
+ *   segments is longer is refused by cosy_synthesize / cosy_request_submit with COSY_ERR_TEXT,
+ *   every segment checked before the first one's LLM starts (the official front end has no
+ *   such limit: a long text without sentence punctuation makes a long segment there, refused
+ *   here; add punctuation or line breaks, or split the text). A streamed text takes at most
+ *   min(max_tokens / 2, COSY_LLM_MAX_TEXT_TOKENS) text tokens.
+ * COSY_LLM_MAX_SPEECH_TOKENS: the most speech tokens one LLM call generates: max_tokens'
+ *   upper bound, and the cap of its default (20 per text token of the segment).
+ * With the voice's at most 3000 prompt speech tokens, one LLM call therefore prefills at most
+ * 2 + 2 x COSY_LLM_MAX_TEXT_TOKENS + 3000 = 7098 positions and decodes at most
+ * COSY_LLM_MAX_SPEECH_TOKENS steps over at most 22098 positions: its worst case, on the
+ * full-size model, is about 0.3 s of prefill and 15 s of decoding alone on an H100 (prefill 20 ms
+ * per 2048 positions, growing with their square; a decode step about 1 ms; bench/RESULTS.md), and
+ * on the CPU reference path minutes (it is the reference, not a fast path). The default
+ * max_tokens of an ordinary segment (60-80 text tokens) is 1200-1600. */
+#define COSY_TEXT_MAX_BYTES 65536
+#define COSY_LLM_MAX_TEXT_TOKENS 2048
+#define COSY_LLM_MAX_SPEECH_TOKENS 15000
+
 /* ============================== engine ===================================================== */
 
 typedef struct cosy_engine cosy_engine;   /**< weights, device, scheduler; thread-safe */
@@ -240,8 +278,10 @@ typedef struct cosy_engine_config {
  * device >= 0, max_queued 0..1048576, cpu_threads 0..1024, log_level at most COSY_LOG_DEBUG,
  * vocoder_precision 0..COSY_VOCODER_TF32, flags only COSY_ENGINE_* bits, reserved fields 0);
  * nothing is clamped. A GPU engine that cannot fit the weights,
- * the workspaces for max_active requests and the smallest LLM KV cache into gpu_memory_fraction
- * of the device fails with COSY_ERR_GPU_NO_MEMORY (the message says which fraction would do). */
+ * the workspaces for max_active requests and the smallest LLM KV cache into its budget, the
+ * smaller of gpu_memory_fraction of the device and the device memory free at creation, fails
+ * with COSY_ERR_GPU_NO_MEMORY; the message says which of the two budgets failed, what each holds,
+ * and which fraction would do when the fraction failed. */
 
 /** Fill *c with defaults and set c->struct_size = struct_size. Safe with struct_size <
  *  sizeof(cosy_engine_config) (older callers); does nothing when c is NULL. */
@@ -398,7 +438,8 @@ COSY_API void cosy_voice_release(cosy_voice *v);
  *  with COSY_SYNTH_NO_TEXT_NORMALIZATION word by word (cut before a space that follows a
  *  non-space, or before punctuation that follows a letter); what follows the last cut waits for
  *  more text or the end. max_tokens 0 means 1000 (40 s) for such a request, and it takes at most
- *  max_tokens / 2 text tokens; min_tokens does not apply (the official schedule has no minimum). */
+ *  min(max_tokens / 2, COSY_LLM_MAX_TEXT_TOKENS) text tokens and COSY_TEXT_MAX_BYTES bytes;
+ *  min_tokens does not apply (the official schedule has no minimum). */
 #define COSY_SYNTH_TEXT_STREAM 0x8u
 
 /** Synthesis parameters. Append-only; 0 in any field means the default. */
@@ -423,7 +464,8 @@ typedef struct cosy_synth_params {
                                     whole blocks. Later chunks double from n rounded up to 25,
                                     up to 100. Moves chunk boundaries only: the samples are the
                                     same for every value */
-  int32_t max_tokens;          /**< most speech tokens; 0 = 20 per text token (model's rule) */
+  int32_t max_tokens;          /**< most speech tokens (per segment); 0 = 20 per text token
+                                    (model's rule), at most COSY_LLM_MAX_SPEECH_TOKENS */
   int32_t min_tokens;          /**< speech tokens before a stop token may end the utterance;
                                     0 = 2 per text token (model's rule); capped by max_tokens.
                                     min_tokens = max_tokens forces the length (benchmarks) */
@@ -483,18 +525,25 @@ typedef int32_t (*cosy_chunk_fn)(void *user, const cosy_chunk *chunk);
  *  this returns (about 6 ms per 1,000 characters on one CPU core), so that many callers prepare
  *  their texts in parallel; the synthesis itself runs on the engine's threads. A text that turns
  *  out to hold nothing to say still returns COSY_OK here, and the request then ends with
- *  COSY_ERR_TEXT and the reason (cosy_request_wait). *out must be released with
+ *  COSY_ERR_TEXT and the reason (cosy_request_wait). A text beyond a limit (COSY_TEXT_MAX_BYTES,
+ *  checked first; COSY_LLM_MAX_TEXT_TOKENS for the instruct text and for every segment) is
+ *  refused here with COSY_ERR_TEXT, *out NULL. *out must be released with
  *  cosy_request_release. */
 COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, const char *text,
                                          const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
                                          cosy_request **out);
-/** Text streaming (COSY_SYNTH_TEXT_STREAM): append a piece of the request's text (UTF-8, any
- *  length up to 1 MiB per call, "" is a no-op). A UTF-8 character may be cut between two pushes
- *  (the trailing incomplete bytes wait for the next push). Returns at once.
+/** Text streaming (COSY_SYNTH_TEXT_STREAM): append a piece of the request's text (UTF-8, "" is a
+ *  no-op; all pushes of a request together, the first piece given to cosy_request_submit
+ *  included, at most COSY_TEXT_MAX_BYTES). A UTF-8 character may be cut between two pushes
+ *  (the trailing incomplete bytes wait for the next push). Returns at once: a push costs time
+ *  in proportion to its own bytes (plus, when it completes sentences or words, the
+ *  normalization and tokenization of those), whatever is pending from earlier pushes.
  *  Errors: COSY_ERR_INVALID_ARG for NULL arguments, a request submitted without the flag, a push
  *  after cosy_request_end_text or after the request finished; COSY_ERR_CANCELLED once it was
- *  cancelled; COSY_ERR_TEXT when the piece is not valid UTF-8 or the text grows beyond
- *  max_tokens / 2 text tokens (the piece is not taken: the request goes on as before). */
+ *  cancelled; COSY_ERR_TEXT when the piece is not valid UTF-8, when the text would exceed
+ *  COSY_TEXT_MAX_BYTES, or when its committed text tokens would exceed min(max_tokens / 2,
+ *  COSY_LLM_MAX_TEXT_TOKENS) (the message names the limit and the numbers; the piece is not
+ *  taken: the request goes on as before and takes further pushes). */
 COSY_API cosy_status cosy_request_push_text(cosy_request *r, const char *utf8);
 /** Text streaming: no more text. The LLM then feeds what is left and speaks to the end. A
  *  request whose whole text gave no tokens ends with COSY_ERR_TEXT. Errors as

@@ -20,8 +20,6 @@
 #define MIN_ENGINE_STATS offsetof(cosy_engine_stats, llm_steps)
 #define MIN_ENGINE_INFO sizeof(cosy_engine_info) /* the first version: the whole struct */
 
-#define MAX_TEXT_BYTES (1 << 20)
-
 /* ---- version / status ---------------------------------------------------------------------- */
 
 COSY_API uint32_t cosy_version_number(void) { return COSY_VERSION_NUMBER; }
@@ -157,10 +155,12 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
       (out->first_chunk_tokens < 5 || out->first_chunk_tokens > 100))
     return cosy_err(COSY_ERR_INVALID_ARG, "first_chunk_tokens %d is neither 0 (auto) nor in 5..100",
                     out->first_chunk_tokens);
-  if (out->max_tokens < 0 || out->max_tokens > 15000)
-    return cosy_err(COSY_ERR_INVALID_ARG, "max_tokens %d is outside 0..15000", out->max_tokens);
-  if (out->min_tokens < 0 || out->min_tokens > 15000)
-    return cosy_err(COSY_ERR_INVALID_ARG, "min_tokens %d is outside 0..15000", out->min_tokens);
+  if (out->max_tokens < 0 || out->max_tokens > COSY_LLM_MAX_SPEECH_TOKENS)
+    return cosy_err(COSY_ERR_INVALID_ARG, "max_tokens %d is outside 0..%d (COSY_LLM_MAX_SPEECH_TOKENS)",
+                    out->max_tokens, COSY_LLM_MAX_SPEECH_TOKENS);
+  if (out->min_tokens < 0 || out->min_tokens > COSY_LLM_MAX_SPEECH_TOKENS)
+    return cosy_err(COSY_ERR_INVALID_ARG, "min_tokens %d is outside 0..%d (COSY_LLM_MAX_SPEECH_TOKENS)",
+                    out->min_tokens, COSY_LLM_MAX_SPEECH_TOKENS);
   if (out->reserved)
     return cosy_err(COSY_ERR_INVALID_ARG, "cosy_synth_params.reserved must be 0");
   return COSY_OK;
@@ -168,9 +168,13 @@ cosy_status params_resolve(const cosy_synth_params *p, cosy_synth_params *out) {
 
 static cosy_status text_check(const char *text, const char *what) {
   if (!text) return cosy_err(COSY_ERR_INVALID_ARG, "%s is NULL", what);
-  size_t n = strnlen(text, MAX_TEXT_BYTES + 1);
-  if (n > MAX_TEXT_BYTES)
-    return cosy_err(COSY_ERR_TEXT, "%s is longer than %d bytes; split it", what, MAX_TEXT_BYTES);
+  /* the limit first: nothing beyond it is read */
+  size_t n = strnlen(text, COSY_TEXT_MAX_BYTES + 1);
+  if (n > COSY_TEXT_MAX_BYTES)
+    return cosy_err(COSY_ERR_TEXT,
+                    "%s is longer than COSY_TEXT_MAX_BYTES (%d bytes); split it into several "
+                    "requests",
+                    what, COSY_TEXT_MAX_BYTES);
   long bad = cosy_utf8_invalid_at(text, n);
   if (bad >= 0) return cosy_err(COSY_ERR_TEXT, "%s is not valid UTF-8 (byte %ld)", what, bad);
   return COSY_OK;

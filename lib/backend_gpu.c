@@ -163,7 +163,8 @@ static void free_stages(gpu_state *s) {
 
 /* After COSY_ERR_GPU_NO_MEMORY: how much the engine needs, measured by planning the same stages
  * within all the free memory of the device (then released), in the error message. */
-static cosy_status report_need(cosy_engine *e, gpu_state *s, int max_seqs, const char *why) {
+static cosy_status report_need(cosy_engine *e, gpu_state *s, int max_seqs, const char *why,
+                               int budget_from_free) {
   char first[512];
   snprintf(first, sizeof first, "%s", why);
   const cosy_hparams *hp = &e->model->hp;
@@ -181,22 +182,43 @@ static cosy_status report_need(cosy_engine *e, gpu_state *s, int max_seqs, const
     snprintf(inner, sizeof inner, "%s", cosy_last_error());
     return cosy_err(COSY_ERR_GPU_NO_MEMORY,
                     "GPU %d: the engine needs more than the %.2f GiB free on the device (%.2f GiB "
-                    "total; planning within all of it failed: %s); first failure: %s",
-                    e->cfg.device, (double)free_now / GiB, (double)total / GiB, inner, first);
+                    "total; planning within all of it failed: %s): free device memory is the "
+                    "budget that failed (gpu_memory_fraction %.3f would allow %.2f GiB); free "
+                    "memory on the device (other processes or CUDA contexts hold %.2f GiB) or "
+                    "lower max_active. First failure: %s",
+                    e->cfg.device, (double)free_now / GiB, (double)total / GiB, inner, frac,
+                    frac * (double)total / GiB, (double)(total - free_now) / GiB, first);
   }
-  /* the budget is fraction x total less the runtime's reserve (gpu.c) */
+  /* the engine's budget is the smaller of two (gpu.c): fraction x total, and the memory free on
+   * the device, each less the runtime's reserve; the message says which one failed, and what
+   * each holds */
   const size_t need = planned + kv_min + KV_RESERVE + COSY_GPU_RUNTIME_RESERVE;
   const double need_frac = (double)need / (double)total;
+  const double share = frac * (double)total;
+  const int free_fails = (double)need > (double)free_now, frac_fails = (double)need > share;
+  char which[512];
+  if (budget_from_free || (free_fails && !frac_fails))
+    snprintf(which, sizeof which,
+             "but only %.2f GiB of the device's %.2f GiB is free (other processes or CUDA "
+             "contexts hold %.2f GiB): free device memory is the budget that failed, not "
+             "gpu_memory_fraction (%.3f gives %.2f GiB%s); free memory on the device, or lower "
+             "max_active",
+             (double)free_now / GiB, (double)total / GiB, (double)(total - free_now) / GiB, frac,
+             share / GiB, frac_fails ? ", too little as well" : ", enough");
+  else
+    snprintf(which, sizeof which,
+             "but gpu_memory_fraction %.3f of the device's %.2f GiB gives %.2f GiB (%.2f GiB is "
+             "free on the device%s): gpu_memory_fraction is the budget that failed; set "
+             "gpu_memory_fraction to at least %.4f, or lower max_active",
+             frac, (double)total / GiB, share / GiB, (double)free_now / GiB,
+             free_fails ? ", too little as well" : "", need_frac + 0.0001);
   return cosy_err(COSY_ERR_GPU_NO_MEMORY,
                   "GPU %d: the engine needs %.2f GiB of GPU memory (model weights and workspaces "
                   "for max_active %d: %.2f GiB, the smallest LLM KV cache: %.0f MiB, reserves: "
-                  "%.0f MiB) but gpu_memory_fraction %.3f of the device's %.2f GiB gives %.2f GiB; "
-                  "set gpu_memory_fraction to at least %.4f, or lower max_active (README: GPU "
-                  "memory). First failure: %s",
+                  "%.0f MiB) %s (README: GPU memory). First failure: %s",
                   e->cfg.device, (double)need / GiB, max_seqs, (double)planned / GiB,
                   (double)kv_min / 1048576.0,
-                  (double)(KV_RESERVE + COSY_GPU_RUNTIME_RESERVE) / 1048576.0, frac,
-                  (double)total / GiB, frac * (double)total / GiB, need_frac + 0.0001, first);
+                  (double)(KV_RESERVE + COSY_GPU_RUNTIME_RESERVE) / 1048576.0, which, first);
 }
 
 static cosy_status gb_create(cosy_engine *e) {
@@ -224,8 +246,9 @@ static cosy_status gb_create(cosy_engine *e) {
     if (st == COSY_ERR_GPU_NO_MEMORY) {
       char why[512];
       snprintf(why, sizeof why, "%s", cosy_last_error());
+      const int from_free = s->g->budget_from_free;
       free_stages(s);
-      st = report_need(e, s, max_seqs, why);
+      st = report_need(e, s, max_seqs, why, from_free);
     }
     gb_destroy(e);
     return st;

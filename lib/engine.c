@@ -183,6 +183,7 @@ cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
   cosy_status st = COSY_OK;
   if (r->text_stream) { /* the first piece of a streamed text, if any, is its first push */
     r->tx_max = (p->max_tokens > 0 ? p->max_tokens : COSY_TEXT_STREAM_MAX_TOKENS) / 2;
+    if (r->tx_max > COSY_LLM_MAX_TEXT_TOKENS) r->tx_max = COSY_LLM_MAX_TEXT_TOKENS;
     if (r->text[0] && (st = textstream_push(r, r->text))) {
       request_free(r);
       return st;

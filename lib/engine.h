@@ -228,6 +228,9 @@ cosy_status sched_utt_check(const cosy_utt_caps *caps, const cosy_utt *u);
  * number the memory plan of README "GPU memory" was measured for */
 #define COSY_GPU_MAX_ACTIVE 1024
 #define COSY_GPU_DEFAULT_ACTIVE 256
+/* the LLM's prompt: a prompt text without <|endofprompt|> gets the official system prefix */
+#define COSY_SYSTEM_PREFIX "You are a helpful assistant."
+#define COSY_EOP "<|endofprompt|>"
 #define COSY_TEXT_STREAM_MAX_TOKENS 1000 /* a streamed text's default max_tokens (40 s) */
 
 struct cosy_engine {
@@ -280,12 +283,22 @@ struct cosy_request {
   struct sjob *job;              /* the scheduler's state of this utterance (scheduler.c) */
   cosy_status prep_st;           /* preparing it on the caller's thread failed (sched_submit): */
   char *prep_msg;                /* admission finishes the request with this status and message */
+  int prep_limit;                /* the failure was a limit (COSY_LLM_MAX_TEXT_TOKENS): submit
+                                    refuses the request instead (sched_submit) */
 
   /* text streaming (COSY_SYNTH_TEXT_STREAM, lib/textstream.c): pushed text is committed to ids on
    * the caller's thread; the LLM thread takes them one at a time */
   int text_stream;
   char *tx_raw;                  /* pushed bytes not committed yet (caller's thread only) */
   size_t tx_len, tx_cap;
+  /* what earlier pushes learnt about tx_raw, so that a push costs O(its bytes) (caller's thread
+   * only): tx_raw[0..tx_ok) is complete UTF-8 (the rest, at most 3 bytes, a character cut
+   * between pushes); the search for the next cut resumes at tx_scan (no sentence end before it;
+   * word cuts: tx_cut is the last one before it, 0 when none, tx_prev the code point before it) */
+  size_t tx_ok, tx_scan, tx_cut;
+  uint32_t tx_prev;
+  int tx_have_prev;
+  size_t tx_total;               /* bytes accepted so far, at most COSY_TEXT_MAX_BYTES */
   int tx_any;                    /* a piece gave tokens (caller's thread only) */
   int32_t *tx_ids;               /* committed text ids (r->mu) */
   int tx_n, tx_cap_ids, tx_max;  /* (r->mu) tx_max: most text tokens */
@@ -363,6 +376,14 @@ cosy_status request_wait(cosy_request *r, int32_t timeout_ms);
 void request_release(cosy_request *r);
 
 /* voices (lib/voice.c) */
+/* The values of a voice checked (speech tokens in [0, 6561), a finite mel, a finite non-zero
+ * speaker embedding, a prompt text of at most COSY_TEXT_MAX_BYTES bytes and, as the LLM gets it
+ * (with the system prefix unless it holds <|endofprompt|>), at most COSY_LLM_MAX_TEXT_TOKENS
+ * tokens). from_file: the values come from a voice file (`file` names it): every failure is
+ * COSY_ERR_MODEL_FORMAT; else COSY_ERR_INVALID_ARG, COSY_ERR_TEXT for the prompt text. */
+cosy_status voice_check(struct cosy_engine *e, const char *prompt_text, const int32_t *tokens,
+                        int32_t n_tokens, const float *mel, int32_t n_mel_frames, const float *spk,
+                        const char *file);
 cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out);
 cosy_status voice_save_file(const cosy_voice *v, const char *path);
 cosy_status voice_create(struct cosy_engine *e, const char *prompt_text, const int32_t *tokens,

@@ -327,6 +327,17 @@ cosy_status gguf_parse(const void *buf, size_t size, const char *what, gguf_file
       goto fail;
     }
     t->data = f->buf + f->data_offset + t->offset;
+    /* readers use the data in place (f32 / f16 / bf16 / i32 loads): a tensor must start at a
+     * multiple of its element size, which a general.alignment below 4 does not ensure */
+    const size_t es = gguf_type_size(t->type);
+    if ((uintptr_t)t->data % es) {
+      st = cosy_err(COSY_ERR_MODEL_FORMAT,
+                    "tensor %s: data at file byte %zu is not aligned for its %zu-byte elements "
+                    "(general.alignment %u): the file is corrupt or from a writer that does not "
+                    "align tensor data",
+                    t->name, f->data_offset + (size_t)t->offset, es, f->alignment);
+      goto fail;
+    }
   }
   if ((st = check_overlap(f))) goto fail;
   *out = f;

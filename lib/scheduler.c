@@ -93,8 +93,8 @@
 #include "tokenizer.h"
 #include "util.h"
 
-#define SYSTEM_PREFIX "You are a helpful assistant."
-#define EOP "<|endofprompt|>"
+#define SYSTEM_PREFIX COSY_SYSTEM_PREFIX
+#define EOP COSY_EOP
 #define MEL 80
 #define LOOKAHEAD 3      /* tokens of right context a non-final flow call needs */
 #define BLOCK_TOKENS 25  /* the flow's attention block (50 frames) in tokens */
@@ -443,6 +443,33 @@ static cosy_status prepare_stream(cosy_engine *e, sjob *j) {
   return COSY_OK;
 }
 
+/* the text of one LLM call as the mode gives it to the LLM (cross-lingual: with the system
+ * prefix, unless the text holds <|endofprompt|>) */
+static char *mode_tts(const cosy_synth_params *p, const char *text) {
+  if (p->mode == COSY_MODE_CROSS_LINGUAL && !strstr(text, EOP))
+    return concat3(SYSTEM_PREFIX, EOP, text);
+  return cosy_strdup(text);
+}
+
+/* The text tokens of one LLM call are bounded (COSY_LLM_MAX_TEXT_TOKENS, cosyvoice.h): the
+ * segment's n tokens; seg of n_segs (n_segs 0: the text is not split). */
+static cosy_status seg_limit(const cosy_synth_params *p, int n, int seg, int n_segs) {
+  if (n <= COSY_LLM_MAX_TEXT_TOKENS) return COSY_OK;
+  if (n_segs > 0)
+    return cosy_err(COSY_ERR_TEXT,
+                    "text: segment %d of %d has %d text tokens; one LLM call takes at most "
+                    "COSY_LLM_MAX_TEXT_TOKENS (%d): the text is cut at sentence ends, so add "
+                    "sentence punctuation or line breaks, or split the text",
+                    seg + 1, n_segs, n, COSY_LLM_MAX_TEXT_TOKENS);
+  return cosy_err(COSY_ERR_TEXT,
+                  "text: %d text tokens; one LLM call takes at most COSY_LLM_MAX_TEXT_TOKENS (%d)%s",
+                  n, COSY_LLM_MAX_TEXT_TOKENS,
+                  (p->flags & COSY_SYNTH_NO_TEXT_NORMALIZATION)
+                      ? " and with COSY_SYNTH_NO_TEXT_NORMALIZATION the whole text is one call: "
+                        "split the text, or let the library normalize and split it"
+                      : ": split the text");
+}
+
 /* The largest ceiling (speech tokens) that fits caps, from the utterance's fixed parts; how many
  * tokens each reservation leaves (INT_MAX: no limit). */
 static int utt_fit_flow(const cosy_utt_caps *c, const cosy_utt *u) {
@@ -554,8 +581,8 @@ static cosy_utt utt_of(const cosy_engine *e, const sjob *j, int n_chars, int n_t
  * per-utterance capacity (e->caps), and, for the first segment of a long text, that of every
  * later segment too: their text tokens counted as job_prepare will count them (the same tts text
  * per mode), their LLM input as long as this one's but for the text. So a long text whose
- * segment k cannot be held fails at submission with that segment named, never after the audio
- * of the segments before it. */
+ * segment k cannot be held (or has more text tokens than one LLM call takes) fails at submission
+ * with that segment named, never after the audio of the segments before it. */
 static cosy_status plan_segments(cosy_engine *e, const sjob *j, const char *text, int n_tts) {
   cosy_utt u = utt_of(e, j, utf8_chars(text), n_tts);
   cosy_status st = sched_utt_check(&e->caps, &u);
@@ -563,19 +590,20 @@ static cosy_status plan_segments(cosy_engine *e, const sjob *j, const char *text
   const cosy_synth_params *p = &r->params;
   for (int k = j->seg_i + 1; !st && j->seg_i == 0 && k < r->n_segs; k++) {
     const char *t = r->segs[k];
-    char *tts = p->mode == COSY_MODE_CROSS_LINGUAL && !strstr(t, EOP) ? concat3(SYSTEM_PREFIX, EOP, t)
-                                                                      : cosy_strdup(t);
+    char *tts = mode_tts(p, t);
     int32_t *ids = NULL, n = 0;
     if (!tts) return COSY_ERR_NO_MEMORY;
     st = cosy_tokenize(e->tok, tts, strlen(tts), &ids, &n);
     free(tts);
     free(ids);
+    if (!st) st = seg_limit(p, n, k, r->n_segs); /* COSY_LLM_MAX_TEXT_TOKENS */
     if (st) return st;
     cosy_utt uk = u;
     uk.seg = k;
     uk.n_chars = utf8_chars(t);
     uk.text_tokens = n;
-    uk.max_gen = p->max_tokens > 0 ? p->max_tokens : 20 * n;
+    uk.max_gen = p->max_tokens > 0 ? p->max_tokens
+               : 20 * n < COSY_LLM_MAX_SPEECH_TOKENS ? 20 * n : COSY_LLM_MAX_SPEECH_TOKENS;
     uk.llm_positions = j->max_pos - j->max_len - n_tts + n + uk.max_gen;
     st = sched_utt_check(&e->caps, &uk);
   }
@@ -629,15 +657,13 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
   if (p->mode == COSY_MODE_ZERO_SHOT) {
     prompt = strstr(v->prompt_text, EOP) ? cosy_strdup(v->prompt_text)
                                           : concat3(SYSTEM_PREFIX, EOP, v->prompt_text);
-    tts = cosy_strdup(text);
   } else if (p->mode == COSY_MODE_CROSS_LINGUAL) {
     prompt = cosy_strdup("");
-    tts = strstr(text, EOP) ? cosy_strdup(text) : concat3(SYSTEM_PREFIX, EOP, text);
   } else {
     prompt = strstr(p->instruct_text, EOP) ? cosy_strdup(p->instruct_text)
                                             : concat3(SYSTEM_PREFIX " ", p->instruct_text, EOP);
-    tts = cosy_strdup(text);
   }
+  tts = mode_tts(p, text);
   if (!prompt || !tts) {
     st = COSY_ERR_NO_MEMORY;
     goto done;
@@ -648,8 +674,21 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
     st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text has no tokens");
     goto done;
   }
+  /* the LLM call's work is bounded before it starts (cosyvoice.h, limits) */
+  r->prep_limit = seg == 0; /* a limit below: cosy_request_submit refuses the request */
+  if (n_prompt > COSY_LLM_MAX_TEXT_TOKENS) {
+    st = cosy_err(COSY_ERR_TEXT,
+                  "%s has %d text tokens (with the system prefix), more than "
+                  "COSY_LLM_MAX_TEXT_TOKENS (%d)",
+                  p->mode == COSY_MODE_INSTRUCT ? "instruct_text" : "the voice's prompt text",
+                  (int)n_prompt, COSY_LLM_MAX_TEXT_TOKENS);
+    goto done;
+  }
+  if ((st = seg_limit(p, n_tts, seg, r->n_segs))) goto done;
+  r->prep_limit = 0;
   j->min_len = 2 * n_tts;
   j->max_len = 20 * n_tts;
+  if (j->max_len > COSY_LLM_MAX_SPEECH_TOKENS) j->max_len = COSY_LLM_MAX_SPEECH_TOKENS;
   if (p->max_tokens > 0) j->max_len = p->max_tokens;
   if (p->min_tokens > 0) j->min_len = p->min_tokens;
   if (j->min_len > j->max_len) j->min_len = j->max_len;
@@ -2056,6 +2095,7 @@ cosy_status sched_submit(cosy_engine *e, cosy_request *r) {
     sjob *j = NULL;
     cosy_err_clear();
     cosy_status st = job_prepare(e, r, 0, &j);
+    if (st && r->prep_limit) return st; /* a limit: refused at once, with its message */
     if (st) {
       r->prep_st = st;
       r->prep_msg = cosy_strdup(cosy_last_error());

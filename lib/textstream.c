@@ -19,7 +19,16 @@
  *     tokenizing the whole text.
  * A trailing incomplete UTF-8 sequence is kept for the next push (a character cut between two
  * pushes); anything else that is not UTF-8 fails the push with COSY_ERR_TEXT and leaves the
- * request as it was. */
+ * request as it was.
+ *
+ * Cost: a push costs O(its bytes), whatever is pending. The pending bytes are validated once
+ * (only the new bytes and the at most 3 of a cut character before them), and the search for the
+ * next sentence end or word cut resumes where the previous push left it (r->tx_scan): every
+ * position before it is decided, except a '.' at the very end that waits for the next
+ * character. Whether a position is a cut depends only on the bytes before it and its own
+ * character, so resuming finds exactly the cuts a search from the start would. Committed bytes
+ * are normalized and tokenized once. Limits (cosyvoice.h): at most COSY_TEXT_MAX_BYTES pushed
+ * in all, checked before the bytes are read; the committed ids at most r->tx_max. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,8 +41,6 @@
 #include "util.h"
 
 void sched_wake_llm(cosy_engine *e);
-
-#define MAX_PUSH_BYTES (1 << 20)
 
 /* decode one code point at s[i] (valid UTF-8 assumed); returns its length */
 static int utf8_cp(const unsigned char *s, size_t n, size_t i, uint32_t *cp) {
@@ -72,9 +79,10 @@ static int is_cut_punct(uint32_t c) {
          (c >= 0xFF3B && c <= 0xFF40) || (c >= 0xFF5B && c <= 0xFF65);
 }
 
-/* no special token ([..] or <..>, at most 19 bytes) can span position b */
-static int bracket_free(const char *s, size_t b) {
-  size_t k0 = b > 19 ? b - 19 : 0;
+/* no special token ([..] or <..>, at most 19 bytes) can span position b (bytes before base are
+ * not looked at: they were committed at a cut) */
+static int bracket_free(const char *s, size_t base, size_t b) {
+  size_t k0 = b > base + 19 ? b - 19 : base;
   for (size_t k = b; k-- > k0;) {
     if (s[k] == ']' || s[k] == '>') return 1;
     if (s[k] == '[' || s[k] == '<') return 0;
@@ -82,45 +90,73 @@ static int bracket_free(const char *s, size_t b) {
   return 1;
 }
 
-/* The last word cut in s[0..n) (0 when none): see the top of the file. */
-size_t textstream_word_cut(const char *text, size_t n) {
+/* Word cuts: scan s[*pos..n) (complete UTF-8) for cuts, *prev / *have_prev the code point before
+ * *pos; *cut is the last cut found (left as it was when none). Ends with *pos = n. */
+static void word_scan(const char *text, size_t n, size_t *pos, uint32_t *prev, int *have_prev,
+                      size_t *cut) {
   const unsigned char *s = (const unsigned char *)text;
-  size_t best = 0;
-  uint32_t prev = 0;
-  int have_prev = 0;
-  for (size_t i = 0; i < n;) {
+  const size_t from = *pos;
+  for (size_t i = from; i < n;) {
     uint32_t c;
     int len = utf8_cp(s, n, i, &c);
-    if (have_prev && bracket_free(text, i)) {
-      if (c == 0x20 && !is_space(prev)) best = i;
-      else if (is_cut_punct(c) && uc_class(prev) == 1) best = i;
+    if (*have_prev && bracket_free(text, 0, i)) {
+      if (c == 0x20 && !is_space(*prev)) *cut = i;
+      else if (is_cut_punct(c) && uc_class(*prev) == 1) *cut = i;
     }
-    prev = c;
-    have_prev = 1;
+    *prev = c;
+    *have_prev = 1;
     i += (size_t)len;
   }
-  return best;
+  *pos = n;
+  cosy_work.text_scan += n - from;
 }
 
-/* The end of the first sentence in s[0..n) (0 when none is complete yet). */
-size_t textstream_sentence_end(const char *text, size_t n) {
+/* The last word cut in s[0..n) (0 when none): see the top of the file. */
+size_t textstream_word_cut(const char *text, size_t n) {
+  size_t pos = 0, cut = 0;
+  uint32_t prev = 0;
+  int have_prev = 0;
+  word_scan(text, n, &pos, &prev, &have_prev, &cut);
+  return cut;
+}
+
+/* Sentence ends: scan s[*pos..n) (complete UTF-8; the sentence began at base) for the end of the
+ * sentence. Returns it (and *pos = it), or 0 when none is complete yet: *pos is then where the
+ * next search resumes (n, or a '.' ! ? ; at the very end, which needs the next character). */
+static size_t sentence_scan(const char *text, size_t base, size_t *pos, size_t n) {
   const unsigned char *s = (const unsigned char *)text;
-  for (size_t i = 0; i < n;) {
+  const size_t from = *pos;
+  size_t i = from, found = 0;
+  while (i < n) {
     uint32_t c;
     int len = utf8_cp(s, n, i, &c);
     size_t end = i + (size_t)len;
-    if (bracket_free(text, i)) {
-      if (c == '\n' || c == 0x3002 || c == 0xFF01 || c == 0xFF1F || c == 0xFF1B || c == 0x2026)
-        return end;
-      if ((c == '.' || c == '!' || c == '?' || c == ';') && end < n) {
+    if (bracket_free(text, base, i)) {
+      if (c == '\n' || c == 0x3002 || c == 0xFF01 || c == 0xFF1F || c == 0xFF1B || c == 0x2026) {
+        found = end;
+        break;
+      }
+      if (c == '.' || c == '!' || c == '?' || c == ';') {
+        if (end == n) break; /* undecided: resume here */
         uint32_t d;
         utf8_cp(s, n, end, &d);
-        if (is_space(d)) return end;
+        if (is_space(d)) {
+          found = end;
+          break;
+        }
       }
     }
     i = end;
   }
-  return 0;
+  *pos = found ? found : i;
+  cosy_work.text_scan += *pos - from;
+  return found;
+}
+
+/* The end of the first sentence in s[0..n) (0 when none is complete yet). */
+size_t textstream_sentence_end(const char *text, size_t n) {
+  size_t pos = 0;
+  return sentence_scan(text, 0, &pos, n);
 }
 
 /* Length of the complete part of s[0..n): n when valid, the start of a trailing incomplete
@@ -203,45 +239,61 @@ static cosy_status piece_ids(cosy_request *r, const char *s, size_t n, int *any,
   return st;
 }
 
-/* Commit what can be committed of r->tx_raw (all of it when final); all or nothing. */
+/* Commit what can be committed of r->tx_raw[0..tx_ok) (all of it when final); all or nothing:
+ * on failure the request's text state is as it was. */
 static cosy_status commit(cosy_request *r, int final) {
-  long complete = utf8_complete(r->tx_raw ? r->tx_raw : "", r->tx_len);
-  if (complete < 0) return cosy_err(COSY_ERR_TEXT, "the pushed text is not valid UTF-8");
-  if (final && (size_t)complete != r->tx_len)
+  if (final && r->tx_ok != r->tx_len)
     return cosy_err(COSY_ERR_TEXT, "the text ends inside a UTF-8 character");
+  const size_t complete = r->tx_ok, scan0 = r->tx_scan, cut0 = r->tx_cut;
+  const uint32_t prev0 = r->tx_prev;
+  const int have_prev0 = r->tx_have_prev;
   int32_t *ids = NULL;
   int n = 0, cap = 0, any = r->tx_any;
   size_t used = 0;
   cosy_status st = COSY_OK;
   const char *s = r->tx_raw ? r->tx_raw : ""; /* NULL until a non-empty push */
   if (r->params.flags & COSY_SYNTH_NO_TEXT_NORMALIZATION) {
-    used = final ? (size_t)complete : textstream_word_cut(s, (size_t)complete);
+    word_scan(s, complete, &r->tx_scan, &r->tx_prev, &r->tx_have_prev, &r->tx_cut);
+    used = final ? complete : r->tx_cut;
     if (used) st = piece_ids(r, s, used, &any, &ids, &n, &cap);
   } else {
     for (;;) {
-      size_t end = textstream_sentence_end(s + used, (size_t)complete - used);
-      if (!end && final && used < (size_t)complete) end = (size_t)complete - used;
+      size_t end = sentence_scan(s, used, &r->tx_scan, complete);
+      if (!end && final && used < complete) end = r->tx_scan = complete;
       if (!end) break;
-      if ((st = piece_ids(r, s + used, end, &any, &ids, &n, &cap))) break;
-      used += end;
+      if ((st = piece_ids(r, s + used, end - used, &any, &ids, &n, &cap))) break;
+      used = end;
     }
   }
+  cosy_work.text_scan += used;
   if (!st && n > 0) {
     pthread_mutex_lock(&r->mu);
     if (r->tx_n + n > r->tx_max)
       st = cosy_err(COSY_ERR_TEXT,
-                    "too much text for one streamed request: %d text tokens, at most %d "
-                    "(max_tokens / 2)", r->tx_n + n, r->tx_max);
+                    "too much text for one streamed request: %d text tokens, at most %d (%s)",
+                    r->tx_n + n, r->tx_max,
+                    r->tx_max == COSY_LLM_MAX_TEXT_TOKENS ? "COSY_LLM_MAX_TEXT_TOKENS"
+                                                          : "max_tokens / 2");
     else
       st = ids_append(&r->tx_ids, &r->tx_n, &r->tx_cap_ids, ids, n);
     pthread_mutex_unlock(&r->mu);
   }
   free(ids);
-  if (st) return st;
+  if (st) {
+    r->tx_scan = scan0;
+    r->tx_cut = cut0;
+    r->tx_prev = prev0;
+    r->tx_have_prev = have_prev0;
+    return st;
+  }
   r->tx_any = any;
   if (used) {
     memmove(r->tx_raw, r->tx_raw + used, r->tx_len - used);
+    cosy_work.text_scan += r->tx_len - used;
     r->tx_len -= used;
+    r->tx_ok -= used;
+    r->tx_scan -= used;
+    r->tx_cut = 0; /* the commit ended at the last cut */
   }
   return COSY_OK;
 }
@@ -265,9 +317,14 @@ cosy_status textstream_push(cosy_request *r, const char *utf8) {
   cosy_status st = check_open(r, "cosy_request_push_text");
   pthread_mutex_unlock(&r->mu);
   if (st) return st;
-  size_t n = strnlen(utf8, MAX_PUSH_BYTES + 1);
-  if (n > MAX_PUSH_BYTES)
-    return cosy_err(COSY_ERR_TEXT, "a push of more than %d bytes; push it in pieces", MAX_PUSH_BYTES);
+  const size_t room = COSY_TEXT_MAX_BYTES - r->tx_total;
+  size_t n = strnlen(utf8, room + 1);
+  if (n > room)
+    return cosy_err(COSY_ERR_TEXT,
+                    "cosy_request_push_text: the streamed text would exceed COSY_TEXT_MAX_BYTES "
+                    "(%d bytes in all): %zu bytes taken so far, this push has more than %zu; it "
+                    "was not taken",
+                    COSY_TEXT_MAX_BYTES, r->tx_total, room);
   if (n == 0) return COSY_OK;
   if (r->tx_len + n + 1 > r->tx_cap) {
     size_t nc = r->tx_cap ? r->tx_cap : 256;
@@ -277,20 +334,26 @@ cosy_status textstream_push(cosy_request *r, const char *utf8) {
     r->tx_raw = p;
     r->tx_cap = nc;
   }
-  const size_t old = r->tx_len;
+  const size_t old = r->tx_len, old_ok = r->tx_ok;
   memcpy(r->tx_raw + old, utf8, n);
   r->tx_len += n;
   r->tx_raw[r->tx_len] = 0;
-  if (utf8_complete(r->tx_raw, r->tx_len) < 0) {
+  /* only what follows the complete part can be new: a cut character's bytes and this push */
+  long complete = utf8_complete(r->tx_raw + old_ok, r->tx_len - old_ok);
+  cosy_work.text_scan += r->tx_len - old_ok;
+  if (complete < 0) {
     r->tx_len = old;
     r->tx_raw[old] = 0;
     return cosy_err(COSY_ERR_TEXT, "the pushed text is not valid UTF-8; it was not taken");
   }
+  r->tx_ok = old_ok + (size_t)complete;
   if ((st = commit(r, 0))) {
     r->tx_len = old; /* the push is undone: the request is as it was */
+    r->tx_ok = old_ok;
     r->tx_raw[old] = 0;
     return st;
   }
+  r->tx_total += n;
   sched_wake_llm(r->engine);
   return COSY_OK;
 }

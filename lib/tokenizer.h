@@ -36,6 +36,12 @@ cosy_status cosy_tokenize(const cosy_tokenizer *t, const char *text, size_t len,
  * byte-level form for BPE tokens, or a special token such as "<|endofprompt|>"), or -1. */
 int32_t cosy_tokenizer_find(const cosy_tokenizer *t, const char *token);
 
+/* Internal, for tests: the canonical ordering step of NFC on d[0..m) (each run of non-starters
+ * sorted stably by combining class; cosy_work.ccc_ops counts its work), 0 or -1 when out of
+ * memory; and the canonical combining class the tokenizer uses for c. */
+int cosy_canonical_order(uint32_t *d, size_t m);
+int cosy_ccc(uint32_t c);
+
 /* Number of tokens in the vocabulary (ids 0 .. n-1). */
 int32_t cosy_tokenizer_n_tokens(const cosy_tokenizer *t);
 

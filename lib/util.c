@@ -9,6 +9,7 @@
 #include <time.h>
 
 static _Thread_local char g_last_error[1024];
+_Thread_local cosy_work_counters cosy_work;
 
 cosy_status cosy_err(cosy_status s, const char *fmt, ...) {
   va_list ap;

@@ -54,6 +54,17 @@ int cosy_fault_fired(void);
 int cosy_fault_sites(const void **addr, long long *first, int cap);
 const void *cosy_fault_failed_site(void);
 
+/* Work counters of this thread, for tests that check the cost of an input by counting its work
+ * instead of timing it (tests/test_edges.c): the library only ever adds to them, a test reads
+ * them before and after a call on the same thread.
+ *   text_scan  bytes the text-streaming code (lib/textstream.c) examined, copied or committed
+ *   ccc_ops    comparisons and moves of the tokenizer's canonical ordering (lib/tokenizer.c) */
+typedef struct cosy_work_counters {
+  uint64_t text_scan;
+  uint64_t ccc_ops;
+} cosy_work_counters;
+extern _Thread_local cosy_work_counters cosy_work;
+
 /* Overflow-checked size arithmetic: returns 0 and sets *out on success, -1 on overflow. */
 int cosy_mul_size(size_t a, size_t b, size_t *out);
 

@@ -17,6 +17,7 @@
 
 #include "engine.h"
 #include "gguf.h"
+#include "tokenizer.h"
 #include "util.h"
 
 #define VOICE_FORMAT_VERSION 1
@@ -33,27 +34,66 @@ void voice_unref(cosy_voice *v) {
   free(v);
 }
 
-cosy_status voice_create(cosy_engine *e, const char *prompt_text, const int32_t *tokens,
-                         int32_t n_tokens, const float *mel, int32_t n_mel_frames, const float *spk,
-                         cosy_voice **out) {
-  *out = NULL;
+cosy_status voice_check(cosy_engine *e, const char *prompt_text, const int32_t *tokens,
+                        int32_t n_tokens, const float *mel, int32_t n_mel_frames, const float *spk,
+                        const char *file) {
+  const cosy_status bad = file ? COSY_ERR_MODEL_FORMAT : COSY_ERR_INVALID_ARG;
+  const cosy_status bad_text = file ? COSY_ERR_MODEL_FORMAT : COSY_ERR_TEXT;
+  const char *in = file ? file : "voice", *sep = ": ";
   for (int32_t i = 0; i < n_tokens; i++)
     if (tokens[i] < 0 || tokens[i] >= 6561)
-      return cosy_err(COSY_ERR_INVALID_ARG, "speech token %d at index %d is outside [0, 6561)",
+      return cosy_err(bad, "%s%sspeech token %d at index %d is outside [0, 6561)", in, sep,
                       tokens[i], i);
   /* the official front end aligns tokens and mel: token_len = min(frames / 2, n_tokens) */
   int32_t n = n_tokens;
   if (n_mel_frames / 2 < n) n = n_mel_frames / 2;
   for (int64_t i = 0; i < (int64_t)2 * n * MEL; i++)
     if (!isfinite(mel[i]))
-      return cosy_err(COSY_ERR_INVALID_ARG, "prompt mel value %lld is not finite", (long long)i);
+      return cosy_err(bad, "%s%sprompt mel value %lld (frame %lld, bin %lld) is not finite", in,
+                      sep, (long long)i, (long long)(i / MEL), (long long)(i % MEL));
   double norm = 0;
   for (int i = 0; i < SPK; i++) {
     if (!isfinite(spk[i]))
-      return cosy_err(COSY_ERR_INVALID_ARG, "speaker embedding value %d is not finite", i);
+      return cosy_err(bad, "%s%sspeaker embedding value %d is not finite", in, sep, i);
     norm += (double)spk[i] * spk[i];
   }
-  if (norm == 0) return cosy_err(COSY_ERR_INVALID_ARG, "speaker embedding is all zeros");
+  if (norm == 0) return cosy_err(bad, "%s%sspeaker embedding is all zeros", in, sep);
+  const char *pt = prompt_text ? prompt_text : "";
+  const size_t len = strlen(pt);
+  if (len > COSY_TEXT_MAX_BYTES)
+    return cosy_err(bad_text, "%s%sthe prompt text%s is %zu bytes, more than COSY_TEXT_MAX_BYTES (%d)",
+                    in, sep, file ? "" : " (prompt_text, or the transcript)", len,
+                    COSY_TEXT_MAX_BYTES);
+  if (!e || !e->tok) return COSY_OK;
+  /* the prompt as the LLM gets it (lib/scheduler.c job_prepare) */
+  const int eop = strstr(pt, COSY_EOP) != NULL;
+  const size_t pre = eop ? 0 : strlen(COSY_SYSTEM_PREFIX COSY_EOP);
+  char *full = (char *)cosy_malloc(pre + len + 1);
+  if (!full) return COSY_ERR_NO_MEMORY;
+  memcpy(full, COSY_SYSTEM_PREFIX COSY_EOP, pre);
+  memcpy(full + pre, pt, len + 1);
+  int32_t *ids = NULL, nid = 0;
+  cosy_status st = cosy_tokenize(e->tok, full, pre + len, &ids, &nid);
+  free(full);
+  free(ids);
+  if (st) return file ? cosy_err(COSY_ERR_MODEL_FORMAT, "%s: prompt text: %s", file, cosy_last_error()) : st;
+  if (nid > COSY_LLM_MAX_TEXT_TOKENS)
+    return cosy_err(bad_text,
+                    "%s%sthe prompt text%s has %d text tokens (with the system prefix), more "
+                    "than COSY_LLM_MAX_TEXT_TOKENS (%d)",
+                    in, sep, file ? "" : " (prompt_text, or the transcript)", nid,
+                    COSY_LLM_MAX_TEXT_TOKENS);
+  return COSY_OK;
+}
+
+cosy_status voice_create(cosy_engine *e, const char *prompt_text, const int32_t *tokens,
+                         int32_t n_tokens, const float *mel, int32_t n_mel_frames, const float *spk,
+                         cosy_voice **out) {
+  *out = NULL;
+  cosy_status st = voice_check(e, prompt_text, tokens, n_tokens, mel, n_mel_frames, spk, NULL);
+  if (st) return st;
+  int32_t n = n_tokens;
+  if (n_mel_frames / 2 < n) n = n_mel_frames / 2;
   cosy_voice *v = (cosy_voice *)cosy_calloc(1, sizeof *v);
   if (!v) return COSY_ERR_NO_MEMORY;
   v->refs = 1;
@@ -114,9 +154,24 @@ cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out) 
     goto done;
   }
   if ((st = gguf_get_str(f, "cosyvoice.voice.prompt_text", &text))) goto done;
-  if (text.n > (1u << 20) || cosy_utf8_invalid_at(text.p, (size_t)text.n) >= 0 ||
-      memchr(text.p, 0, (size_t)text.n)) {
-    st = cosy_err(COSY_ERR_MODEL_FORMAT, "%s: prompt text is not valid UTF-8", path);
+  /* the prompt text's limits, each with its own message (the length first: nothing beyond it
+   * is read) */
+  if (text.n > COSY_TEXT_MAX_BYTES) {
+    st = cosy_err(COSY_ERR_MODEL_FORMAT,
+                  "%s: the prompt text is %llu bytes, more than COSY_TEXT_MAX_BYTES (%d)", path,
+                  (unsigned long long)text.n, COSY_TEXT_MAX_BYTES);
+    goto done;
+  }
+  const char *nul = (const char *)memchr(text.p, 0, (size_t)text.n);
+  if (nul) {
+    st = cosy_err(COSY_ERR_MODEL_FORMAT, "%s: the prompt text holds a NUL byte (at byte %lld)",
+                  path, (long long)(nul - text.p));
+    goto done;
+  }
+  long bad_at = cosy_utf8_invalid_at(text.p, (size_t)text.n);
+  if (bad_at >= 0) {
+    st = cosy_err(COSY_ERR_MODEL_FORMAT, "%s: the prompt text is not valid UTF-8 (byte %ld)", path,
+                  bad_at);
     goto done;
   }
   const gguf_tensor *tok = gguf_find_tensor(f, "voice.speech_tokens");
@@ -147,7 +202,11 @@ cosy_status voice_load_file(cosy_engine *e, const char *path, cosy_voice **out) 
       memcpy(ml, mel->data, sizeof(float) * (size_t)(2 * P * MEL));
     }
     memcpy(sp, spk->data, sizeof(float) * SPK);
-    st = voice_create(e, pt, P ? tk : NULL, (int32_t)P, P ? ml : NULL, (int32_t)(2 * P), sp, out);
+    /* bad values in a file are a corrupt file (COSY_ERR_MODEL_FORMAT), not a bad argument */
+    st = voice_check(e, pt, P ? tk : NULL, (int32_t)P, P ? ml : NULL, (int32_t)(2 * P), sp, path);
+    if (!st)
+      st = voice_create(e, pt, P ? tk : NULL, (int32_t)P, P ? ml : NULL, (int32_t)(2 * P), sp,
+                        out);
   }
   free(pt);
   free(tk);

@@ -193,6 +193,7 @@ static void test_memory_fraction(void **state) {
   const char *at = strstr(cosy_last_error(), key);
   assert_non_null(at);
   assert_non_null(strstr(cosy_last_error(), "the engine needs "));
+  assert_non_null(strstr(cosy_last_error(), "gpu_memory_fraction is the budget that failed"));
   const float need = strtof(at + strlen(key), NULL);
   assert_true(need > 1e-4f && need <= 1.0f);
   /* that much is enough: the engine is created and speaks; 0.9 of it is refused, with the same
@@ -220,6 +221,30 @@ static void test_memory_fraction(void **state) {
   at = strstr(cosy_last_error(), key);
   assert_non_null(at);
   assert_true(fabsf(strtof(at + strlen(key), NULL) - need) < 2e-4f);
+
+  /* another holder of the device's memory (another process, compute-sanitizer): with a fraction
+   * that would do, the free memory is the budget that fails, and the message says so */
+  size_t fr = 0, tot = 0;
+  cudaMemGetInfo(&fr, &tot);
+  const size_t want_free = (size_t)((double)need * (double)tot / 2);
+  void *hold = NULL;
+  if (need < 0.45f && fr > want_free && cudaMalloc(&hold, fr - want_free) == cudaSuccess) {
+    c.gpu_memory_fraction = 2.0f * need;
+    e = NULL;
+    st = cosy_engine_create(&c, &e);
+    print_message("fraction %.4f with all but %.2f GiB of the device held: status %d: %s\n",
+                  (double)c.gpu_memory_fraction, (double)want_free / 1073741824.0, st,
+                  st ? cosy_last_error() : "created");
+    cudaFree(hold);
+    if (!st) cosy_engine_destroy(e);
+    assert_int_equal(st, COSY_ERR_GPU_NO_MEMORY);
+    assert_non_null(strstr(cosy_last_error(), "free device memory is the budget that failed"));
+    assert_non_null(strstr(cosy_last_error(), "gpu_memory_fraction"));
+    assert_null(strstr(cosy_last_error(), key));
+  } else {
+    print_message("SKIP: the free-memory budget case (need %.4f, %.2f GiB free)\n", (double)need,
+                  (double)fr / 1073741824.0);
+  }
 }
 
 /* budgets of the GPUs people own (24 and 32 GB cards), set on this device through the fraction */

@@ -308,6 +308,10 @@ cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
     /* the CUDA context already holds (total - free) in part; never plan beyond what is free */
     size_t cap = free_b > RUNTIME_RESERVE ? free_b - RUNTIME_RESERVE : 0;
     g->budget = share > RUNTIME_RESERVE ? share - RUNTIME_RESERVE : 0;
+    g->share = share;
+    g->free_at_create = free_b;
+    g->fraction = fraction;
+    g->budget_from_free = g->budget > cap;
     if (g->budget > cap) g->budget = cap;
   }
   {
@@ -400,12 +404,25 @@ cosy_status cosy_gpu_alloc(cosy_gpu *g, size_t bytes, const char *what, void **o
   g = root_of(g);
   size_t b = (bytes + 255) & ~(size_t)255;
   if (b == 0) b = 256;
-  if (b > cosy_gpu_left(g))
+  if (b > cosy_gpu_left(g)) {
+    /* the budget is the smaller of two: say which one this is, and what each holds */
+    char src[192];
+    if (g->budget_from_free)
+      snprintf(src, sizeof src,
+               "set by the %.2f GiB free on the device at engine creation, less than "
+               "gpu_memory_fraction %.3f of %.2f GiB",
+               (double)g->free_at_create / 1073741824.0, (double)g->fraction,
+               (double)g->total / 1073741824.0);
+    else
+      snprintf(src, sizeof src, "gpu_memory_fraction %.3f of %.2f GiB; %.2f GiB was free",
+               (double)g->fraction, (double)g->total / 1073741824.0,
+               (double)g->free_at_create / 1073741824.0);
     return cosy_err(COSY_ERR_GPU_NO_MEMORY,
                     "%s needs %.1f MiB of GPU memory but only %.1f MiB of the engine's budget "
-                    "(gpu_memory_fraction of %.1f GiB) is left",
+                    "of %.2f GiB (%s) is left",
                     what, (double)b / 1048576.0, (double)cosy_gpu_left(g) / 1048576.0,
-                    (double)g->total / 1073741824.0);
+                    (double)g->budget / 1073741824.0, src);
+  }
   if (g->n_allocs == g->cap_allocs) {
     size_t nc = g->cap_allocs ? 2 * g->cap_allocs : 256;
     void **na = (void **)realloc(g->allocs, nc * sizeof *na);

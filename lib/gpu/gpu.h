@@ -33,6 +33,11 @@ typedef struct cosy_gpu {
   cosy_gemm *gemm;           /* cuBLASLt context bound to `stream`'s thread of use */
   size_t total;              /* device memory */
   size_t budget;             /* bytes the engine may hold */
+  size_t share;              /* gpu_memory_fraction x total (the fraction's budget, before the
+                                runtime reserve) */
+  size_t free_at_create;     /* free device memory when the context was made */
+  float fraction;            /* gpu_memory_fraction */
+  int budget_from_free;      /* 1: free memory, less than the fraction's share, set the budget */
   size_t used;               /* bytes held through cosy_gpu_alloc */
   size_t aside;              /* bytes of the budget kept from allocations (cosy_gpu_set_aside) */
   int n_sm;                  /* dev.n_sm */

@@ -75,13 +75,18 @@ $(FUZZ_STAMP): tests/fuzz/make_seeds.py $(wildcard tests/fuzz/*.dict) $(DEMO_MOD
 	  --extra-model $(TEST_MODEL) --shared $(SHARED_DIR)
 	touch $@
 
-# replay every saved input once (each must run clean); a target without saved inputs is skipped
+# replay every saved input once (each must run clean, within FUZZ_REGRESS_TIMEOUT seconds: the
+# saved slow inputs, tens of kB beyond the fuzzing -max_len, take well under a second each where
+# the work is linear and minutes where it turns quadratic again); a target without saved inputs
+# is skipped
+FUZZ_REGRESS_TIMEOUT ?= 30
 fuzz-regress: $(FUZZ_TARGETS:%=fuzz-regress-%)
 $(FUZZ_TARGETS:%=fuzz-regress-%): fuzz-regress-%: $(FUZZ_B)/fuzz_% $(DEMO_MODEL)
 	@files="$(wildcard tests/fuzz/regressions/$*/*)"; \
 	if [ -z "$$files" ]; then echo "fuzz-regress $*: no saved inputs"; exit 0; fi; \
 	echo "fuzz-regress $*: $$(echo $$files | wc -w) saved inputs"; \
-	$(FUZZ_ENV_$*) ./$(FUZZ_B)/fuzz_$* -rss_limit_mb=4096 $$files > $(FUZZ_B)/regress-$*.log 2>&1 \
+	$(FUZZ_ENV_$*) ./$(FUZZ_B)/fuzz_$* -rss_limit_mb=4096 -timeout=$(FUZZ_REGRESS_TIMEOUT) $$files \
+	  > $(FUZZ_B)/regress-$*.log 2>&1 \
 	  || { tail -50 $(FUZZ_B)/regress-$*.log; echo "fuzz-regress $*: FAILED"; exit 1; }
 
 # FUZZ_TIME seconds of fuzzing from the seeds plus the saved inputs; new corpus entries go to

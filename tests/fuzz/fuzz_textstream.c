@@ -47,7 +47,9 @@
 #include "engine.h"    /* struct cosy_request (pending bytes, committed ids), struct cosy_voice */
 #include "tokenizer.h" /* cosy_tokenize, cosy_utf8_invalid_at */
 
-#define FUZZ_TS_MAX_INPUT 1024
+/* libFuzzer makes inputs of at most 1024 bytes (tests/fuzz/fuzz.mk); the saved regressions may be
+ * longer (tens of thousands of one-byte pushes: a push must cost O(its bytes)) */
+#define FUZZ_TS_MAX_INPUT (3 * COSY_TEXT_MAX_BYTES)
 #define WAIT_MS 20000 /* below libFuzzer's -timeout=30, so this check reports a hang first */
 
 static cosy_engine *g_eng;
@@ -119,18 +121,32 @@ static int utf8_prefix(const char *text, size_t n) {
 
 typedef struct snap {
   size_t len;
+  size_t kept; /* bytes of raw: all len, or (a push's quick snapshot of a long pending text)
+                  its first and last SNAP_PART / 2 */
   char *raw;
   int n_ids;
   int32_t *ids;
   int ended;
 } snap;
 
-/* the request's pending bytes and committed ids (pending bytes: the pushing thread's, i.e. ours) */
-static void snap_take(cosy_request *r, snap *s) {
+/* a push's before / after snapshots keep at most this many pending bytes (the long saved inputs
+ * push one byte at a time onto tens of kB: copying it all at each push would make the harness
+ * itself quadratic) */
+#define SNAP_PART 4096
+
+/* the request's pending bytes and committed ids (pending bytes: the pushing thread's, i.e. ours);
+ * full = 0: at most SNAP_PART of the pending bytes */
+static void snap_take(cosy_request *r, snap *s, int full) {
   s->len = r->tx_len;
-  s->raw = (char *)malloc(s->len + 1);
+  s->kept = full || s->len <= SNAP_PART ? s->len : SNAP_PART;
+  s->raw = (char *)malloc(s->kept + 1);
   FUZZ_CHECK(s->raw != NULL, "out of memory");
-  if (s->len) memcpy(s->raw, r->tx_raw, s->len);
+  if (s->kept == s->len) {
+    if (s->len) memcpy(s->raw, r->tx_raw, s->len);
+  } else {
+    memcpy(s->raw, r->tx_raw, SNAP_PART / 2);
+    memcpy(s->raw + SNAP_PART / 2, r->tx_raw + s->len - SNAP_PART / 2, SNAP_PART / 2);
+  }
   pthread_mutex_lock(&r->mu);
   s->n_ids = r->tx_n;
   s->ids = (int32_t *)malloc((size_t)(s->n_ids + 1) * sizeof *s->ids);
@@ -146,7 +162,8 @@ static void snap_free(snap *s) {
 }
 
 static int snap_same(const snap *a, const snap *b) {
-  return a->len == b->len && !memcmp(a->raw, b->raw, a->len) && a->n_ids == b->n_ids &&
+  return a->len == b->len && a->kept == b->kept && !memcmp(a->raw, b->raw, a->kept) &&
+         a->n_ids == b->n_ids &&
          !memcmp(a->ids, b->ids, (size_t)a->n_ids * sizeof *a->ids) && a->ended == b->ended;
 }
 
@@ -173,7 +190,7 @@ static cosy_status reference(const char *text, size_t n, uint32_t flags, int max
   cosy_status st = textstream_push(r, s);
   if (!st && end) st = textstream_end(r);
   free(s);
-  snap_take(r, out);
+  snap_take(r, out, 1);
   free(r->tx_raw);
   free(r->tx_ids);
   pthread_mutex_destroy(&r->mu);
@@ -222,7 +239,7 @@ static void poll_audio(run *u, int32_t timeout_ms) {
 /* push one piece (NULL allowed) and check the answer against the state */
 static void push(run *u, const char *piece) {
   snap before;
-  snap_take(u->req, &before);
+  snap_take(u->req, &before, 0);
   const int was_done = req_done(u->req);
   cosy_status st = cosy_request_push_text(u->req, piece);
   const char *err = st ? cosy_last_error() : "";
@@ -253,7 +270,7 @@ static void push(run *u, const char *piece) {
     free(all.s);
     /* not taken */
     snap after;
-    snap_take(u->req, &after);
+    snap_take(u->req, &after, 0);
     FUZZ_CHECK(snap_same(&before, &after), "a refused push changed the request (%zu -> %zu "
                "pending bytes, %d -> %d ids)", before.len, after.len, before.n_ids, after.n_ids);
     snap_free(&after);
@@ -378,7 +395,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              WAIT_MS, u.ended, u.cancelled);
   const char *err = st ? cosy_last_error() : "";
   snap got;
-  snap_take(u.req, &got);
+  snap_take(u.req, &got, 1);
   FUZZ_CHECK(st == COSY_OK || st == COSY_ERR_TEXT || (st == COSY_ERR_CANCELLED && u.cancelled),
              "request ended with %d: %s", st, err);
   FUZZ_CHECK(st != COSY_ERR_TEXT || got.n_ids == 0, "COSY_ERR_TEXT with %d text ids: %s",
