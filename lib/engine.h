@@ -283,7 +283,8 @@ struct cosy_request {
   struct sjob *job;              /* the scheduler's state of this utterance (scheduler.c) */
   cosy_status prep_st;           /* preparing it on the caller's thread failed (sched_submit): */
   char *prep_msg;                /* admission finishes the request with this status and message */
-  int prep_limit;                /* the failure was a limit (COSY_LLM_MAX_TEXT_TOKENS): submit
+  int prep_limit;                /* the failure was a limit (COSY_LLM_MAX_TEXT_TOKENS, a segment
+                                    beyond the per-utterance capacity): submit
                                     refuses the request instead (sched_submit) */
 
   /* text streaming (COSY_SYNTH_TEXT_STREAM, lib/textstream.c): pushed text is committed to ids on

@@ -705,7 +705,9 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
   }
   /* the ceiling of this segment and (at submission) of every later one must fit what one
    * utterance may reserve: a segment that cannot is refused now, before any audio */
+  r->prep_limit = seg == 0; /* refused at submission too (cosy_request_submit) */
   if ((st = plan_segments(e, j, text, n_tts))) goto done;
+  r->prep_limit = 0;
 lengths_done:;
   const int P = v->n_tokens;
   j->cap_tok = P + j->max_len + 1;
