@@ -15,7 +15,7 @@
 # Written-out placeholders are not citations: a name with a capital letter (`sNN.tar.xz`,
 # `ARCHIVE`) is skipped, and `bench/results/` alone names the folder.
 set -u -o pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 export LC_ALL=C
 R=bench/results
 SELF=tools/check_bench.sh
@@ -33,13 +33,7 @@ cites=$(printf '%s\n' "$FILES" | tr '\n' '\0' |
   xargs -0 -r grep -noHE "$R/[A-Za-z0-9_.*<>/-]*(:[A-Za-z0-9_.*<>/{}-]+)?" 2>/dev/null || true)
 
 fail=0
-declare -A members cited
-list_members() { # ARCHIVE: its member list, cached
-  if [ -z "${members[$1]+x}" ]; then
-    members[$1]=$(tar -tJf "$1" 2>/dev/null | grep -v '/$')
-  fi
-  printf '%s\n' "${members[$1]}"
-}
+declare -A members cited # an archive's member list (read once), the files cited
 while IFS= read -r c; do
   [ -n "$c" ] || continue
   where=${c%%:bench/results/*}
@@ -65,12 +59,13 @@ while IFS= read -r c; do
     fail=1
     continue
   fi
+  [ -n "${members[$path]+x}" ] || members[$path]=$(tar -tJf "$path" 2>/dev/null | grep -v '/$')
   pat=$(printf '%s' "$member" | sed -E 's/<[^>]*>/*/g')
   found=0
   while IFS= read -r m; do
     # shellcheck disable=SC2053
     if [[ "$m" == $pat ]] || { [[ "$pat" == */ ]] && [[ "$m" == $pat* ]]; }; then found=1; break; fi
-  done < <(list_members "$path")
+  done <<< "${members[$path]}"
   if [ $found = 0 ]; then
     echo "check-bench: $where: $member is not in $path"
     fail=1
