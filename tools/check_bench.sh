@@ -59,7 +59,15 @@ while IFS= read -r c; do
     fail=1
     continue
   fi
-  [ -n "${members[$path]+x}" ] || members[$path]=$(tar -tJf "$path" 2>/dev/null | grep -v '/$')
+  if [ -z "${members[$path]+x}" ]; then
+    if ! list=$(tar -tJf "$path" 2>&1); then
+      echo "check-bench: cannot list $path (tar with xz is needed): $(printf '%s' "$list" | head -1)"
+      fail=1
+      members[$path]=""
+      continue
+    fi
+    members[$path]=$(printf '%s\n' "$list" | grep -v '/$' || true)
+  fi
   pat=$(printf '%s' "$member" | sed -E 's/<[^>]*>/*/g')
   found=0
   while IFS= read -r m; do
