@@ -11,6 +11,7 @@
 #   make install         PREFIX=/usr/local DESTDIR= : header, libraries, cosyvoice.pc, CLI
 #   make check-abi       exported symbols == abi/cosyvoice.symbols
 #   make check-citations comments and docs cite only the repository (tools/check_citations.sh)
+#   make check-bench     every raw benchmark log cited, every citation found (tools/check_bench.sh)
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, the speech server and the Triton model
@@ -166,7 +167,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
 .PHONY: all lib test test-c test-py test-bench test-env test-sanitize test-tsan test-fault bench install uninstall \
-        check-abi check-header check-citations check-kernels demo clean
+        check-abi check-header check-citations check-bench check-kernels demo clean
 .DELETE_ON_ERROR:
 
 all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
@@ -255,7 +256,7 @@ $(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py too
 	else echo "note: $(SHARED_DIR)/golden/small not found: front-end model tests will skip"; fi
 
 # ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations check-kernels test-env \
+test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations check-bench check-kernels test-env \
       test-c test-py test-bench
 
 # TEST_ONLY=test_a test_b: run only these test binaries; TEST_SKIP=test_c: all but these
@@ -306,6 +307,10 @@ test-tsan:
 # comments and documents cite only the repository (docs/*.md), never outside documents
 check-citations:
 	@bash tools/check_citations.sh
+
+# the raw benchmark logs of bench/results/: every one cited, every citation found
+check-bench:
+	@bash tools/check_bench.sh
 
 # every cosy_k_* launcher declared in kernels/*.h is in the kernel registry (tests/kregistry.c)
 check-kernels:

@@ -15,8 +15,12 @@
  * one) on a larger GPU.
  * The voice: the real mel of the prompt wav, 87 random prompt speech tokens (--prompt-tokens N:
  * N, the wav's audio said again and again until its mel covers them: 750 makes a 30 s voice)
- * and a random speaker embedding (the speech tokenizer and CAM++ are not part of the library
- * yet). Each request says the next line of the texts file with its length forced to --tokens
+ * and a random speaker embedding, given to cosy_voice_from_features. The library's own speech
+ * tokenizer and CAM++ (cosy_voice_from_audio) are left out on purpose: the benchmark model
+ * (tools/make_model.py --preset full) carries no front-end models, and
+ * bench/official/run_official.py gives the official code the same tokens and embedding (the same
+ * generator), so both time the same requests; cloning itself is timed by bench_voice.c. Each
+ * request says the next line of the texts file with its length forced to --tokens
  * speech tokens (min_tokens = max_tokens); --tokens default leaves both 0, the library's
  * defaults (2 and 20 speech tokens per text token of each segment; a random-weight model rarely
  * stops early, so nearly every segment runs to its ceiling). C client threads each keep one request in flight (closed loop).

@@ -1,7 +1,11 @@
-# bench/device_call.sh - the shared preamble of a one-call device script (sourced, not run):
+# bench/device_call.sh - the shared preamble of a one-off device script (sourced, not run). A
+# measurement worth repeating is a named step of bench/device_run.sh instead; a one-off script
+# stays out of the repository (e.g. .dev/scratch/NAME.sh, carried to the device), and what it
+# measured goes into bench/RESULTS.md or bench/HISTORY.md with its logs (bench/RESULTS.md, "How
+# to add results"):
 #
 #   #!/usr/bin/env bash
-#   . "$(dirname "$0")/../../device_call.sh"   # from bench/results/<session>/<script>.sh
+#   . "$(dirname "$0")/../../bench/device_call.sh"   # from .dev/scratch/<script>.sh
 #   r w1 $B -m $F --device 0 --concurrency 1,16,64 $W
 #   pack x                                      # $OUT/logs_x.tgz, unpacked again under /tmp/l
 #

@@ -6,6 +6,7 @@
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
 #                                        ncu_k w3
+#                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
 #
@@ -637,6 +638,52 @@ if [[ " $STEPS " == *" official "* ]] && [ -d .dev/official ]; then
   run official timeout 300 python3 bench/official/run_official.py --model "$FULL" --shared "$SHARED" \
     --device cuda --out "$OUT/official.json" ${OFFICIAL_ARGS:-}
 fi
+
+# ---- steps that replaced the one-off session scripts (bench/HISTORY.md, "Session scripts") ----
+if [[ " $STEPS " == *" sweep "* ]]; then
+  # sweep: the reference W1 / W2 numbers of bench/RESULTS.md, as the final call of every session
+  # measured them: W1 at C = 1 (16 requests), then SWEEP_LEVELS (4,16,32,48,64,128,256; 2C
+  # requests a level) on one engine, W2 (--offline SWEEP_W2: 256 requests of 250 tokens), then
+  # C = 64 alone on SWEEP_FRESH (3) fresh engines (the burst meets every batch shape for the first
+  # time: the harder case). SWEEP_ARGS: more bench_w1 arguments for every run. About 2 minutes on
+  # an H100 after the build. Logs: sweep_c1.log, sweep_scale.log, sweep_w2.log,
+  # sweep_c64_fresh<k>.log. Summary: a line per level ("sweep C=64: TTFB p50 ... p95 ..., RTF p50,
+  # xRT, underruns, GPU util"), the W2 line, the fresh runs, and "sweep: highest C with TTFB p95
+  # <= 300 ms and no underrun: N" (the W1 targets: docs/scheduler.md section 6, bench/RESULTS.md)
+  sweep_rows() { # LOG TAG: a summary line per W1 level of LOG, and its W2 row
+    awk -v tag="$2" '
+      function flush() { if (row != "") print tag row (gpu != "" ? ", GPU util " gpu : ""); row = ""; gpu = "" }
+      /^ +[0-9]+ +[0-9]+ +[0-9.]+ms/ { flush()
+        row = sprintf(" C=%s: TTFB p50 %s p95 %s, RTF p50 %s, xRT %s, underruns %s", $1, $3, $4, $5, $7, $8); next }
+      /^ +reqs +wall_s/ { flush(); if ((getline) > 0)
+        row = sprintf(" W2 %s requests: RTF %s, xRT %s, TTFB p50 %s p95 %s, wall %s s", $1, $4, $5, $6, $7, $2); next }
+      /gpu util: mean/ && row != "" { gpu = $4; sub(/,$/, "", gpu) }
+      END { flush() }' "$1"
+  }
+  # shellcheck disable=SC2086
+  run sweep_c1 ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 --requests 16 \
+    ${SWEEP_ARGS:-} "${W1_ARGS[@]}"
+  # shellcheck disable=SC2086
+  run sweep_scale ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+    --concurrency "${SWEEP_LEVELS:-4,16,32,48,64,128,256}" ${SWEEP_ARGS:-} "${W1_ARGS[@]}"
+  # shellcheck disable=SC2086
+  run sweep_w2 ./$B/bench/bench_w1 -m "$FULL" --device 0 --offline "${SWEEP_W2:-256}" \
+    ${SWEEP_ARGS:-} "${W1_ARGS[@]}"
+  for k in $(seq 1 "${SWEEP_FRESH:-3}"); do
+    # shellcheck disable=SC2086
+    run sweep_c64_fresh$k ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 64 \
+      ${SWEEP_ARGS:-} "${W1_ARGS[@]}"
+  done
+  for f in c1 scale w2; do sweep_rows "$OUT/sweep_$f.log" sweep | tee -a "$SUMMARY"; done
+  for k in $(seq 1 "${SWEEP_FRESH:-3}"); do
+    sweep_rows "$OUT/sweep_c64_fresh$k.log" "sweep fresh $k" | tee -a "$SUMMARY"
+  done
+  note "sweep: highest C with TTFB p95 <= 300 ms and no underrun: $(awk '
+    /^ +[0-9]+ +[0-9]+ +[0-9.]+ms/ { p = $4; sub(/ms$/, "", p)
+      if (p + 0 <= 300 && $8 == 0 && $1 + 0 > best) best = $1 + 0 }
+    END { print (best ? best : "none") }' "$OUT/sweep_c1.log" "$OUT/sweep_scale.log")"
+fi
+# ---- end of the steps that replaced the session scripts ----
 
 echo "==================== summary ===================="
 cat "$SUMMARY"
