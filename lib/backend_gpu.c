@@ -48,7 +48,11 @@ void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRIN
 _Static_assert(COSY_GPU_UTT_POSITIONS == GPU_LLM_MAX_CTX, "COSY_GPU_UTT_POSITIONS != GPU_LLM_MAX_CTX");
 #define KV_RESERVE ((size_t)64 << 20)
 #define GB_MAX_PREFILL 2048  /* positions of one packed prefill forward pass */
-#define LLM_KV_POSITIONS 1024 /* LLM KV positions planned per active sequence */
+/* LLM KV positions planned per active sequence: 2048 hold the default ceiling of a segment of the
+ * official split (~80 text tokens: 1600 speech tokens + its input), so that max_active requests
+ * of long text decode together (1024 left a 16-request long-text run at ~4 rows a step, waiting
+ * for pages at admission: bench/RESULTS.md, long text) */
+#define LLM_KV_POSITIONS 2048
 /* the smallest LLM KV cache an engine starts with: one request of the longest context, so any
  * request fits an idle engine (scheduler.c: admission) */
 #define KV_MIN_POSITIONS GPU_LLM_MAX_CTX
