@@ -233,9 +233,11 @@ $(B)/bench/%: bench/%.c $(A)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
 
 # ---- test models ------------------------------------------------------------------------------
-# The small golden checkpoint (../shared/golden/small) converted with the project's converter.
+# The small golden checkpoint (../shared/golden/small) converted with the project's converter
+# (python/cosyvoice/convert; tools/convert.py runs it from the checkout).
+CONVERT_PY := $(wildcard python/cosyvoice/convert/*.py)
 TEST_MODEL := $(B)/test/small-f32.gguf
-$(TEST_MODEL): tools/convert.py tools/ptread.py tools/gguf_writer.py tools/torch_rng.py
+$(TEST_MODEL): tools/convert.py $(CONVERT_PY)
 	@mkdir -p $(dir $@)
 	@if [ -d $(SHARED_DIR)/golden/small ]; then \
 	  $(PYTHON) tools/convert.py $(SHARED_DIR)/golden/small -o $@ --dtype f32 \
@@ -245,8 +247,7 @@ $(TEST_MODEL): tools/convert.py tools/ptread.py tools/gguf_writer.py tools/torch
 # The same plus the small random front-end models of tests/data/frontend (state dicts: numpy only).
 FE_DATA := tests/data/frontend
 FE_TEST_MODEL := $(B)/test/small-fe-f32.gguf
-$(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py tools/gguf_writer.py \
-                  tools/torch_rng.py $(FE_DATA)/s3tok_small.pt $(FE_DATA)/campplus_small.pt
+$(FE_TEST_MODEL): tools/convert.py $(CONVERT_PY) $(FE_DATA)/s3tok_small.pt $(FE_DATA)/campplus_small.pt
 	@mkdir -p $(dir $@)
 	@if [ -d $(SHARED_DIR)/golden/small ]; then \
 	  $(PYTHON) tools/convert.py $(SHARED_DIR)/golden/small -o $@ --dtype f32 \
@@ -345,8 +346,7 @@ uninstall:
 
 # ---- demo --------------------------------------------------------------------------------------
 DEMO_MODEL := $(B)/demo/demo.gguf
-$(DEMO_MODEL): tools/make_model.py tools/convert.py tools/gguf_writer.py tools/torch_rng.py \
-                tools/frontend_convert.py
+$(DEMO_MODEL): tools/make_model.py tools/convert.py $(CONVERT_PY)
 	@mkdir -p $(dir $@)
 	$(PYTHON) tools/make_model.py --preset demo --frontend preset -o $@ --voice $(B)/demo/demo-voice.gguf
 
