@@ -268,8 +268,9 @@ test-c: $(TEST_RUN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) ./$$t || fail=1; done; \
 	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
 
-test-py: $(TEST_MODEL)
+test-py: $(TEST_MODEL) $(FE_TEST_MODEL) $(CLI)
 	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
+	COSY_CLI=$(CLI) COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) $(PYTHON) tests/test_cli.py
 
 # bench_w1 with a list of devices: two CPU engines on the small model (a few seconds)
 test-bench: $(B)/bench/bench_w1 $(TEST_MODEL)
