@@ -4,7 +4,7 @@ cosyvoice-convert), its checkpoint reader ptread, tools/make_model.py.
 
     python3 tests/test_tools.py          (from any directory; exit status 1 on any failure)
 
-The written files are parsed by a minimal GGUF reader written here (not tools/gguf_writer.py), and
+The written files are parsed by a minimal GGUF reader written here (not the converter's gguf_writer), and
 the expected values are computed here with their own code (name mapping, weight-norm folding in
 float64, bf16 rounding, byte-to-unicode table), so a bug in the tools cannot hide behind itself.
 Golden parts need the shared reference data (../shared or $COSY_SHARED) and are skipped with a
@@ -422,7 +422,7 @@ def test_ptread_sha():
         f"(bf16 as 16-bit patterns) equal tensors.json")
 
 
-# ---- a torch.save-format writer (zip + pickle protocol 2), as tools/ptread.py documents -------
+# ---- a torch.save-format writer (zip + pickle protocol 2), as the converter's ptread documents -------
 
 class _Global:
     """A reference to module.name, pickled as the GLOBAL opcode without importing anything."""
@@ -702,7 +702,7 @@ def test_numpy_hift():
     assert e_f0 <= 1e-4 and e_s <= 5e-4 and e_dec <= 5e-4 and e_wav <= 3e-2
 
 # ------------------------------------------------------------------------------------------------
-# front end (speech tokenizer v3 + CAM++): tools/frontend_convert.py
+# front end (speech tokenizer v3 + CAM++): python/cosyvoice/convert/frontend.py
 
 FE = os.path.join(ROOT, "tests", "data", "frontend")
 

@@ -460,7 +460,7 @@ def frontend_dict(s3=None, cam=None):
 
 
 def load_frontend(s3_path=None, cam_path=None):
-    """The optional front-end models (tools/frontend_convert.py): an ONNX file (by its .onnx
+    """The optional front-end models (frontend.py): an ONNX file (by its .onnx
     extension; needs the onnx package) or a PyTorch state dict each. -> dict for write_model."""
     def read(path, from_onnx, from_sd):
         if not os.path.exists(path):
