@@ -14,7 +14,8 @@
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, the speech server and the Triton model
-#                        (pytest in the virtual environment tools/setup.sh makes: VENV=build/venv)
+#                        (pytest in the virtual environment tools/setup.sh makes: VENV=build/venv),
+#                        after typecheck-python (mypy on the package's annotations)
 #   make clean
 #
 # CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
@@ -437,8 +438,8 @@ test-examples: $(DEMO_MODEL)
 VENV ?= build/venv
 VENV_PY := $(abspath $(VENV))/bin/python
 PYTEST_ARGS ?=
-.PHONY: test-python
-test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL)
+.PHONY: test-python typecheck-python
+test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL) typecheck-python
 	@if [ ! -x $(VENV_PY) ]; then echo "test-python: no virtual environment $(VENV)" \
 	  "(bash tools/setup.sh makes it; VENV= names another)"; exit 1; fi
 	rm -rf $(B)/pysrc && cp -r python $(B)/pysrc && rm -rf $(B)/pysrc/build $(B)/pysrc/*.egg-info
@@ -448,6 +449,13 @@ test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL)
 	COSYVOICE_LIB=$(abspath $(B))/lib/$(SONAME) COSY_TEST_MODEL=$(abspath $(TEST_MODEL)) \
 	  COSY_TEST_FE_MODEL=$(abspath $(FE_TEST_MODEL)) $(VENV_PY) -m pytest -q -p no:cacheprovider \
 	  python/tests examples/server/tests serving/triton/tests $(PYTEST_ARGS)
+
+# the Python package's annotations checked with mypy (python/pyproject.toml [tool.mypy]: the public
+# API strictly, plus python/tests/typed_usage.py, code written against it)
+typecheck-python:
+	@if [ ! -x $(VENV_PY) ]; then echo "typecheck-python: no virtual environment $(VENV)" \
+	  "(bash tools/setup.sh makes it; VENV= names another)"; exit 1; fi
+	cd python && $(VENV_PY) -m mypy --cache-dir $(abspath $(B))/mypy-cache
 
 clean:
 	rm -rf build

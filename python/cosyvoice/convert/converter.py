@@ -33,6 +33,8 @@ import os
 import re
 import sys
 
+from typing import Callable, Optional, Sequence
+
 import numpy as np
 
 from . import frontend as fe
@@ -49,7 +51,8 @@ MEL = 80
 
 
 class ConvertError(Exception):
-    pass
+    """The model folder or a file in it cannot be converted; the message names the file and
+    what is wrong."""
 
 
 def fold_weight_norm(g, v):
@@ -581,15 +584,17 @@ def check_yaml(model_dir, hp_llm, hp_flow, hp_hift, hp_hift_a, log=print):
     return n
 
 
-def convert(model_dir, out, dtype="bf16", tok_dir=None, added=None, name="Fun-CosyVoice3-0.5B",
-            wetext_dir=None, text=True, s3_path=None, cam_path=None, rl=False, frontend=True,
-            yaml_check=True, log=None):
+def convert(model_dir: str, out: str, dtype: str = "bf16", tok_dir: Optional[str] = None,
+            added: Optional[str] = None, name: str = "Fun-CosyVoice3-0.5B",
+            wetext_dir: Optional[str] = None, text: bool = True, s3_path: Optional[str] = None,
+            cam_path: Optional[str] = None, rl: bool = False, frontend: bool = True,
+            yaml_check: bool = True, log: Optional[Callable[[str], None]] = None) -> int:
     """Convert the model folder model_dir into the model file out; -> number of tensors written.
     rl: take llm.rl.pt instead of llm.pt; frontend: take the folder's .onnx front-end models
     (s3_path / cam_path name others; '' = none); yaml_check: compare cosyvoice3.yaml when present.
     ConvertError says what is wrong with the input."""
     if log is None:
-        def log(m):
+        def log(m: str) -> None:
             print(m, file=sys.stderr)
 
     def load(fn):
@@ -629,7 +634,7 @@ def convert(model_dir, out, dtype="bf16", tok_dir=None, added=None, name="Fun-Co
     return len(tensors) + 1 + len(front["tensors"])
 
 
-def main(argv=None, prog="cosyvoice-convert"):
+def main(argv: Optional[Sequence[str]] = None, prog: str = "cosyvoice-convert") -> int:
     """The cosyvoice-convert command; -> exit status (0, 1 on a conversion error)."""
     ap = argparse.ArgumentParser(
         prog=prog, description="Convert the released Fun-CosyVoice3-0.5B model folder into one "
