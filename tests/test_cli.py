@@ -135,21 +135,22 @@ def test_numbers_checked_before_load():
 
 def test_mode_checked_before_load():
     """--mode foo refused before loading; cross_lingual and cross-lingual are one mode."""
-    say(refused(["-m", NO_MODEL, "-v", os.path.join(TMP, "v.gguf"), "--mode", "foo", "hi"],
-                ["--mode foo", "zero-shot, cross-lingual or instruct"]))
+    for bad in ("foo", "crosslingual", "cross-lingual-and-more"):
+        say(refused(["-m", NO_MODEL, "-v", os.path.join(TMP, "v.gguf"), "--mode", bad, "hi"],
+                    [f"--mode {bad}", "zero-shot, cross-lingual or instruct"]))
     say(refused(["-m", NO_MODEL, "-v", "v.gguf", "--mode", "instruct", "hi"], ["--instruct TEXT"]))
     say(refused(["-m", NO_MODEL, "-v", "v.gguf", "--instruct", "Speak slowly.", "hi"],
                 ["--mode instruct"]))
     v = voice()
     outs = []
-    for m in ("cross-lingual", "cross_lingual", "zero-shot", "zero_shot"):
+    for m in ("cross-lingual", "Cross_Lingual", "zero-shot", "zero_shot"):
         rc, so, se = run(["-m", MODEL, "-v", v, "--mode", m, "--max-tokens", "15", "--seed", "4",
                           "-o", "-", "Hello there."])
         assert rc == 0, se
         outs.append(so)
     assert outs[0] == outs[1] and outs[2] == outs[3], "the two spellings of a mode differ"
     assert outs[0] != outs[2], "cross-lingual and zero-shot gave the same audio"
-    say("--mode cross_lingual == cross-lingual, zero_shot == zero-shot (same bytes)")
+    say("--mode Cross_Lingual == cross-lingual, zero_shot == zero-shot (same bytes)")
 
 
 def test_voice_options_conflicts():

@@ -43,8 +43,8 @@ static void usage(FILE *f) {
           "  --speaker FILE           a 192-d speaker embedding (whitespace-separated floats)\n"
           "  --save-voice FILE        write the voice made from the prompt options\n"
           "options:\n"
-          "  --mode zero-shot|cross-lingual|instruct   (default zero-shot; zero_shot and\n"
-          "                           cross_lingual are accepted too)\n"
+          "  --mode zero-shot|cross-lingual|instruct   (default zero-shot; any case, and with\n"
+          "                           _ for -: cross_lingual)\n"
           "  --instruct TEXT          style instruction (--mode instruct)\n"
           "  --seed N                 sampling seed, an integer >= 0 (default 1; 0 = clock)\n"
           "  --rate HZ                output sample rate 8000..48000 (default 24000)\n"
@@ -227,10 +227,18 @@ static int fail(const char *what, cosy_status st) {
   return 1;
 }
 
+/* a mode name as the Python package's parse_mode takes it: '-' or '_', any case */
 static int parse_mode(const char *m) {
-  if (!strcmp(m, "zero-shot") || !strcmp(m, "zero_shot")) return COSY_MODE_ZERO_SHOT;
-  if (!strcmp(m, "cross-lingual") || !strcmp(m, "cross_lingual")) return COSY_MODE_CROSS_LINGUAL;
-  if (!strcmp(m, "instruct")) return COSY_MODE_INSTRUCT;
+  char k[16];
+  size_t n = strlen(m);
+  if (n >= sizeof k) return -1;
+  for (size_t i = 0; i <= n; i++) {
+    char c = m[i];
+    k[i] = c == '_' ? '-' : (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+  }
+  if (!strcmp(k, "zero-shot")) return COSY_MODE_ZERO_SHOT;
+  if (!strcmp(k, "cross-lingual")) return COSY_MODE_CROSS_LINGUAL;
+  if (!strcmp(k, "instruct")) return COSY_MODE_INSTRUCT;
   return -1;
 }
 
