@@ -1,5 +1,5 @@
-"""Thin wrapper kept so that `import torch_rng` from tools/ (tools/make_model.py, the tests) keeps working:
-the module is python/cosyvoice/convert/torch_rng.py of the cosyvoice package."""
+"""Thin wrapper kept so that `import torch_rng` from tools/ (tools/make_model.py, the tests) keeps
+working: the module is python/cosyvoice/convert/torch_rng.py of the cosyvoice package."""
 import os
 import sys
 
