@@ -15,7 +15,8 @@
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, the speech server and the Triton model
-#                        (pytest in the virtual environment tools/setup.sh makes: VENV=build/venv)
+#                        (pytest in the virtual environment tools/setup.sh makes: VENV=build/venv),
+#                        after typecheck-python (mypy on the package's annotations)
 #   make clean
 #
 # CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
@@ -234,9 +235,11 @@ $(B)/bench/%: bench/%.c $(A)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
 
 # ---- test models ------------------------------------------------------------------------------
-# The small golden checkpoint (../shared/golden/small) converted with the project's converter.
+# The small golden checkpoint (../shared/golden/small) converted with the project's converter
+# (python/cosyvoice/convert; tools/convert.py runs it from the checkout).
+CONVERT_PY := $(wildcard python/cosyvoice/convert/*.py)
 TEST_MODEL := $(B)/test/small-f32.gguf
-$(TEST_MODEL): tools/convert.py tools/ptread.py tools/gguf_writer.py tools/torch_rng.py
+$(TEST_MODEL): tools/convert.py $(CONVERT_PY)
 	@mkdir -p $(dir $@)
 	@if [ -d $(SHARED_DIR)/golden/small ]; then \
 	  $(PYTHON) tools/convert.py $(SHARED_DIR)/golden/small -o $@ --dtype f32 \
@@ -246,8 +249,7 @@ $(TEST_MODEL): tools/convert.py tools/ptread.py tools/gguf_writer.py tools/torch
 # The same plus the small random front-end models of tests/data/frontend (state dicts: numpy only).
 FE_DATA := tests/data/frontend
 FE_TEST_MODEL := $(B)/test/small-fe-f32.gguf
-$(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py tools/gguf_writer.py \
-                  tools/torch_rng.py $(FE_DATA)/s3tok_small.pt $(FE_DATA)/campplus_small.pt
+$(FE_TEST_MODEL): tools/convert.py $(CONVERT_PY) $(FE_DATA)/s3tok_small.pt $(FE_DATA)/campplus_small.pt
 	@mkdir -p $(dir $@)
 	@if [ -d $(SHARED_DIR)/golden/small ]; then \
 	  $(PYTHON) tools/convert.py $(SHARED_DIR)/golden/small -o $@ --dtype f32 \
@@ -268,8 +270,9 @@ test-c: $(TEST_RUN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) ./$$t || fail=1; done; \
 	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
 
-test-py: $(TEST_MODEL)
+test-py: $(TEST_MODEL) $(FE_TEST_MODEL) $(CLI)
 	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
+	COSY_CLI=$(CLI) COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) $(PYTHON) tests/test_cli.py
 
 # bench_w1 with a list of devices: two CPU engines on the small model (a few seconds); W3 (live
 # users, bench_w1 --users) with 2 users and a 3 s level on the CPU (about 10 s)
@@ -352,8 +355,7 @@ uninstall:
 
 # ---- demo --------------------------------------------------------------------------------------
 DEMO_MODEL := $(B)/demo/demo.gguf
-$(DEMO_MODEL): tools/make_model.py tools/convert.py tools/gguf_writer.py tools/torch_rng.py \
-                tools/frontend_convert.py
+$(DEMO_MODEL): tools/make_model.py tools/convert.py $(CONVERT_PY)
 	@mkdir -p $(dir $@)
 	$(PYTHON) tools/make_model.py --preset demo --frontend preset -o $@ --voice $(B)/demo/demo-voice.gguf
 
@@ -443,8 +445,8 @@ test-examples: $(DEMO_MODEL)
 VENV ?= build/venv
 VENV_PY := $(abspath $(VENV))/bin/python
 PYTEST_ARGS ?=
-.PHONY: test-python
-test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL)
+.PHONY: test-python typecheck-python
+test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL) typecheck-python
 	@if [ ! -x $(VENV_PY) ]; then echo "test-python: no virtual environment $(VENV)" \
 	  "(bash tools/setup.sh makes it; VENV= names another)"; exit 1; fi
 	rm -rf $(B)/pysrc && cp -r python $(B)/pysrc && rm -rf $(B)/pysrc/build $(B)/pysrc/*.egg-info
@@ -454,6 +456,13 @@ test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL)
 	COSYVOICE_LIB=$(abspath $(B))/lib/$(SONAME) COSY_TEST_MODEL=$(abspath $(TEST_MODEL)) \
 	  COSY_TEST_FE_MODEL=$(abspath $(FE_TEST_MODEL)) $(VENV_PY) -m pytest -q -p no:cacheprovider \
 	  python/tests examples/server/tests serving/triton/tests $(PYTEST_ARGS)
+
+# the Python package's annotations checked with mypy (python/pyproject.toml [tool.mypy]: the public
+# API strictly, plus python/tests/typed_usage.py, code written against it)
+typecheck-python:
+	@if [ ! -x $(VENV_PY) ]; then echo "typecheck-python: no virtual environment $(VENV)" \
+	  "(bash tools/setup.sh makes it; VENV= names another)"; exit 1; fi
+	cd python && $(VENV_PY) -m mypy --cache-dir $(abspath $(B))/mypy-cache
 
 clean:
 	rm -rf build

@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k w3
+#                                        ncu_k w3 cli
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -87,6 +87,9 @@
 #               max_active is the largest level (448; up to 1024 on a GPU): W3_ARGS="--max-active
 #               256" gives the engine's default, and COSY_SCHED_MAX_STREAMS=N in the environment
 #               bounds the requests active in any stage (docs/scheduler.md)
+#   cli         cosyvoice-say built with CUDA: tests/test_cli.py (its no-GPU case hides the GPUs:
+#               "no CUDA GPU found ... use device -1") and a voice cloned + a sentence on device 0
+#               written as WAV to standard output. Summary lines "cli: ..." and "cli gpu: ..."
 # e.g. bash bench/device_run.sh build prof_tests    (PROFILES="ada" for one profile)
 #      bash bench/device_run.sh prof_w1 memory       (after a build in the same checkout)
 #
@@ -204,6 +207,20 @@ fi
 if [[ " $STEPS " == *" stress "* ]]; then # not in the default steps: bash bench/device_run.sh build stress
   COSY_STRESS_ONLY=gpu COSY_STRESS_MODEL=$PWD/$FULL COSY_STRESS_EXACT=${COSY_STRESS_EXACT:-0} \
     run test_stress_gpu_full ./$B/tests/test_stress
+fi
+if [[ " $STEPS " == *" cli "* ]]; then # not in the default steps: bash bench/device_run.sh build cli
+  # cosyvoice-say of the CUDA build: tests/test_cli.py (its no-GPU case hides the GPUs with
+  # CUDA_VISIBLE_DEVICES= and must read "no CUDA GPU found"), then a voice cloned and a sentence
+  # said on device 0, the WAV written to standard output and read back
+  run cli_build make -j"${JOBS:-$(nproc)}" B=$B SHARED_DIR="$SHARED" CUDA=1 CUDA_ARCHS="$ARCH" \
+    $B/bin/cosyvoice-say $SMALL_FE
+  COSY_CLI=$PWD/$B/bin/cosyvoice-say COSY_TEST_FE_MODEL=$PWD/$SMALL_FE run test_cli python3 tests/test_cli.py
+  run cli_gpu bash -c "./$B/bin/cosyvoice-say -m $SMALL_FE --device 0 --max-tokens 50 \
+    --prompt-wav '$SHARED/audio/cross_lingual_prompt.wav' --prompt-text 'A prompt.' -o - 'Hello from the GPU.' |
+    python3 -c 'import io, sys, wave; w = wave.open(io.BytesIO(sys.stdin.buffer.read())); \
+      print(\"cli gpu: WAV on stdout, %d frames at %d Hz\" % (w.getnframes(), w.getframerate()))'"
+  note "cli: $(grep -hE 'no CUDA GPU|no NVIDIA|passed,' "$OUT/test_cli.log" | tr '\n' ' ')"
+  note "$(grep -h 'cli gpu:' "$OUT/cli_gpu.log")"
 fi
 if [[ " $STEPS " == *" fault "* ]]; then # not in the default steps: bash bench/device_run.sh build fault
   run test_gpu_fault timeout ${FAULT_TIMEOUT:-480} ./$B/tests/test_gpu_fault

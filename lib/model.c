@@ -313,7 +313,7 @@ static cosy_status read_hparams(const gguf_file *f, cosy_hparams *h) {
   if (ver != COSY_MODEL_FORMAT_VERSION)
     return cosy_err(COSY_ERR_MODEL_VERSION,
                     "model format version %u is not supported by this library (it reads version %d); "
-                    "re-convert the model with this release's tools/convert.py",
+                    "re-convert the model with this release's cosyvoice-convert",
                     ver, COSY_MODEL_FORMAT_VERSION);
   if ((st = gguf_get_str(f, "cosyvoice.weight_dtype", &s))) return st;
   if (s.n == 3 && !memcmp(s.p, "f32", 3)) h->weight_type = GGML_F32;

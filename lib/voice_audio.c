@@ -74,7 +74,8 @@ static cosy_status get_frontend(cosy_engine *e, struct voice_frontend **out) {
     if (!h->has_s3tok || !h->has_campplus) {
       st = cosy_err(COSY_ERR_UNSUPPORTED,
                     "cosy_voice_from_audio: the model file has no %s; convert it with "
-                    "tools/convert.py from a model directory holding speech_tokenizer_v3.onnx and "
+                    "cosyvoice-convert from the released model folder, which holds "
+                    "speech_tokenizer_v3.onnx and "
                     "campplus.onnx (or make voices with cosy_voice_from_features)",
                     !h->has_s3tok && !h->has_campplus ? "speech tokenizer and no CAM++ model"
                     : !h->has_s3tok                   ? "speech tokenizer (s3tok.*)"

@@ -3,7 +3,7 @@
  *
  * The wetext grammars are read from $COSY_WETEXT_FSTS (the `fsts` directory of the installed
  * wetext wheel; `make test` sets it when python3 finds wetext), else from the test model file
- * (tools/convert.py packs them); tests that need them SKIP without them. English split lengths
+ * (cosyvoice-convert packs them); tests that need them SKIP without them. English split lengths
  * need the real tokenizer: the small test model ($COSY_TEST_MODEL); test_engine checks that the
  * engine normalizes when that model holds the grammars. */
 #include <pthread.h>

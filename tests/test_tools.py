@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Tests of the model-file tools: tools/convert.py, tools/ptread.py, tools/make_model.py.
+"""Tests of the model-file tools: the converter (python/cosyvoice/convert; tools/convert.py,
+cosyvoice-convert), its checkpoint reader ptread, tools/make_model.py.
 
     python3 tests/test_tools.py          (from any directory; exit status 1 on any failure)
 
-The written files are parsed by a minimal GGUF reader written here (not tools/gguf_writer.py), and
+The written files are parsed by a minimal GGUF reader written here (not the converter's gguf_writer), and
 the expected values are computed here with their own code (name mapping, weight-norm folding in
 float64, bf16 rounding, byte-to-unicode table), so a bug in the tools cannot hide behind itself.
 Golden parts need the shared reference data (../shared or $COSY_SHARED) and are skipped with a
@@ -421,7 +422,7 @@ def test_ptread_sha():
         f"(bf16 as 16-bit patterns) equal tensors.json")
 
 
-# ---- a torch.save-format writer (zip + pickle protocol 2), as tools/ptread.py documents -------
+# ---- a torch.save-format writer (zip + pickle protocol 2), as the converter's ptread documents -------
 
 class _Global:
     """A reference to module.name, pickled as the GLOBAL opcode without importing anything."""
@@ -701,7 +702,7 @@ def test_numpy_hift():
     assert e_f0 <= 1e-4 and e_s <= 5e-4 and e_dec <= 5e-4 and e_wav <= 3e-2
 
 # ------------------------------------------------------------------------------------------------
-# front end (speech tokenizer v3 + CAM++): tools/frontend_convert.py
+# front end (speech tokenizer v3 + CAM++): python/cosyvoice/convert/frontend.py
 
 FE = os.path.join(ROOT, "tests", "data", "frontend")
 
@@ -871,8 +872,115 @@ def test_make_model_frontend():
 
 
 
+# ------------------------------------------------------------------------------------------------
+# the released folder (tests/released_folder.py) through the one command
+
+def convert_cmd(args):
+    """`cosyvoice-convert ARGS` from this checkout (python -m cosyvoice.convert: the console
+    script's code)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    p = subprocess.run([sys.executable, "-m", "cosyvoice.convert"] + args, cwd=TMP, env=env,
+                       capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_released_folder():
+    """cosyvoice-convert FOLDER -o F on the released layout: same bytes as the explicit options; errors."""
+    need_golden()
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import released_folder
+    d = released_folder.build(tempfile.mkdtemp(dir=TMP), SHARED)
+    # without the front end and grammars: byte for byte the file of convert.py with the tokenizer
+    # and the special tokens named from the reference data (the list the package carries is it)
+    out = os.path.join(TMP, "released-f32.gguf")
+    rc, so, se = convert_cmd([d, "-o", out, "--dtype", "f32", "--no-frontend", "--no-text-grammars"])
+    assert rc == 0, se
+    with open(out, "rb") as a, open(convert_small("f32"), "rb") as b:
+        assert a.read() == b.read(), "the released folder converts differently from the explicit options"
+    say("released folder, --no-frontend --no-text-grammars: identical to --tokenizer/--added-tokens")
+    # the one command as documented: front end from the .onnx files, grammars when wetext is there
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise Skip("the onnx package is not installed (pip install onnx)") from None
+    out = os.path.join(TMP, "released.gguf")
+    rc, so, se = convert_cmd([d, "-o", out])
+    assert rc == 0, se
+    g = Gguf(out)
+    fe = [k for k in g.tensors if k.startswith(("s3tok.", "campplus."))]
+    assert len(fe) == 546, len(fe)
+    assert g.dtype("llm.layers.0.mlp.up_proj.weight") == "bf16"
+    grammars = "cosyvoice.text.zh_tn_tagger" in g.kv
+    assert grammars == ("wetext is not installed" not in se), se
+    say(f"released folder, one command: {len(g.tensors)} tensors ({len(fe)} front end), "
+        f"grammars {'packed' if grammars else 'absent (no wetext)'}")
+    # --rl takes llm.rl.pt: a copy of llm.pt with one tensor changed
+    sds = load_golden_sds()
+    l2 = as_plain(sds["llm.pt"])
+    k = "llm.model.model.norm.weight"
+    l2[k] = (l2[k][0] * 2 + 1, l2[k][1])
+    write_pt(os.path.join(d, "llm.rl.pt"), l2)
+    out_rl = os.path.join(TMP, "released-rl.gguf")
+    args = ["--dtype", "f32", "--no-frontend", "--no-text-grammars"]
+    rc, so, se = convert_cmd([d, "-o", out_rl, "--rl"] + args)
+    assert rc == 0, se
+    assert np.array_equal(Gguf(out_rl).raw("llm.norm.weight"), l2[k][0].astype(np.float32))
+    assert np.array_equal(Gguf(convert_small("f32")).raw("llm.norm.weight"),
+                          sds["llm.pt"][k].array.astype(np.float32))
+    say("--rl: llm.norm.weight from llm.rl.pt")
+    os.remove(os.path.join(d, "llm.rl.pt"))
+    # folders the converter refuses, each with what is wrong
+
+    def folder(yaml_edit=None, rename=None):
+        d2 = released_folder.build(tempfile.mkdtemp(dir=TMP), SHARED)
+        y = os.path.join(d2, "cosyvoice3.yaml")
+        with open(y, encoding="utf-8") as fh:
+            text = fh.read()
+        os.remove(y)
+        if yaml_edit:
+            old, new = yaml_edit
+            assert old in text, old
+            text = text.replace(old, new)
+        with open(os.path.join(d2, rename or "cosyvoice3.yaml"), "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return d2
+    cases = [
+        ("a DiT depth the checkpoint does not have", folder(("depth: 2\n", "depth: 22\n")), [],
+         ["cosyvoice3.yaml", "flow.decoder.estimator.depth is 22", "writes 2", "--no-yaml-check"]),
+        ("another vocoder rate", folder(("upsample_rates: [8, 5, 3]", "upsample_rates: [8, 8, 3]")),
+         [], ["hift.upsample_rates is [8, 8, 3]"]),
+        ("a streaming chunk of 20 tokens", folder(("chunk_size: 25 #", "chunk_size: 20 #")), [],
+         ["flow.decoder.estimator.static_chunk_size is 40", "writes 50"]),
+        ("a CosyVoice2 LLM class",
+         folder(("cosyvoice.llm.llm.CosyVoice3LM", "cosyvoice.llm.llm.Qwen2LM")), [],
+         ["llm is cosyvoice.llm.llm.Qwen2LM, not CosyVoice3LM", "not a Fun-CosyVoice3"]),
+        ("a CosyVoice2 folder", folder(rename="cosyvoice2.yaml"), [],
+         ["a CosyVoice2 folder (cosyvoice2.yaml)", "Fun-CosyVoice3-0.5B"]),
+        ("--rl without llm.rl.pt", d, ["--rl"], ["llm.rl.pt: not found", "without --rl"]),
+        ("a file for the folder", os.path.join(d, "llm.pt"), [], ["not a folder"]),
+        ("no such folder", os.path.join(TMP, "nowhere"), [], ["nowhere: not found"]),
+    ]
+    for what, src, extra, words in cases:
+        rc, so, se = convert_cmd([src, "-o", os.path.join(TMP, "refused.gguf")] + extra + args)
+        msg = se.strip().splitlines()[-1] if se.strip() else ""
+        assert rc == 1, f"{what}: exit status {rc}, expected 1 ({se})"
+        assert "Traceback" not in se, f"{what}: {se}"
+        assert msg.startswith("cosyvoice-convert: error: "), msg
+        for w in words:
+            assert w in msg, f"{what}: message {msg!r} does not name {w!r}"
+        say(f"{what}: exit 1, {msg[len('cosyvoice-convert: error: '):]}")
+    # the yaml check can be turned off; a key the yaml leaves out is a note, not an error
+    d3 = folder(("depth: 2\n", "depth: 22\n"))
+    rc, so, se = convert_cmd([d3, "-o", os.path.join(TMP, "forced.gguf"), "--no-yaml-check"] + args)
+    assert rc == 0, se
+    d4 = folder(("    nsf_sigma: 0.003\n", ""))
+    rc, so, se = convert_cmd([d4, "-o", os.path.join(TMP, "lenient.gguf")] + args)
+    assert rc == 0 and "has no hift.nsf_sigma: not compared" in se, se
+
+
 TESTS = [test_ptread_sha, test_convert_roundtrip, test_bf16_rounding, test_convert_errors, test_make_model,
-         test_numpy_hift, test_frontend_state_dicts, test_frontend_onnx, test_make_model_frontend]
+         test_numpy_hift, test_frontend_state_dicts, test_frontend_onnx, test_make_model_frontend,
+         test_released_folder]
 
 
 def main():

@@ -45,7 +45,7 @@ only a few hundred MB of memory. The fill:
          waveform RMS of 0.1 (not silent, hardly clipped at +-0.99). The statistics are printed.
 
 --frontend full|small|preset adds random front-end models (speech tokenizer v3 + CAM++; the
-geometry and fill are in frontend_state_dicts below), mapped by tools/frontend_convert.py like a
+geometry and fill are in frontend_state_dicts below), mapped by python/cosyvoice/convert/frontend.py like a
 real state dict, so cosy_voice_from_audio works with the file. full: width 1280, 12 blocks, CAM++
 growth 32 / bottleneck 128 / 128 initial channels (~1 GB more, always f32); small: the test
 geometry of tests/data/frontend.
@@ -522,7 +522,7 @@ def write_voice(path, seed, n_tokens=50, prompt_text=DEMO_PROMPT_TEXT):
 
 # ----------------------------------------------------------------------------------------------
 
-# front end: the speech tokenizer v3 and CAM++ (tools/frontend_convert.py), as state dicts
+# front end: the speech tokenizer v3 and CAM++ (python/cosyvoice/convert/frontend.py), as state dicts
 FRONTENDS = {
     "full": dict(s3_state=1280, s3_layers=12, cam_init=128, cam_growth=32, cam_bn=128),
     "small": dict(s3_state=128, s3_layers=2, cam_init=16, cam_growth=4, cam_bn=16),

@@ -46,7 +46,7 @@ if ! python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('wetext')
 fi
 # the virtual environment of `make test-python` (kept when it already has everything)
 VENV="${COSY_VENV:-$ROOT/build/venv}"
-VENV_CHECK="import numpy, pytest, httpx, fastapi, uvicorn, soundfile, tritonclient.grpc, pytriton, setuptools, wheel"
+VENV_CHECK="import numpy, pytest, httpx, fastapi, uvicorn, soundfile, tritonclient.grpc, pytriton, setuptools, wheel, mypy, onnx"
 if ! "$VENV/bin/python" -c "$VENV_CHECK" 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q -r "$ROOT/tools/python-test-requirements.txt"

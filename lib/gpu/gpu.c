@@ -282,13 +282,37 @@ static cosy_status check_supported(const cosy_kdev *d) {
   return COSY_OK;
 }
 
+/* Why there is no GPU to run on, in the user's terms: no device, no NVIDIA driver, or a driver
+ * older than this build's CUDA runtime (cudaGetDeviceCount reports a missing libcuda as
+ * cudaErrorInsufficientDriver, whose own text "CUDA driver version is insufficient for CUDA
+ * runtime version" reads as an upgrade request on a machine that has no GPU at all). */
+static cosy_status no_gpu(int device, cudaError_t e, int n) {
+  (void)cudaGetLastError();
+  int rt = 0, drv = 0;
+  (void)cudaRuntimeGetVersion(&rt);
+  (void)cudaDriverGetVersion(&drv);   /* 0 when no driver is loaded */
+  const char *cpu = "use device -1 (COSY_DEVICE_CPU) to run on the CPU";
+  if (e == cudaErrorInsufficientDriver && drv == 0)
+    return cosy_err(COSY_ERR_CUDA,
+                    "device %d: no NVIDIA GPU driver is installed (libcuda.so.1 not found), so "
+                    "there is no GPU to run on; %s", device, cpu);
+  if (e == cudaErrorInsufficientDriver)
+    return cosy_err(COSY_ERR_CUDA,
+                    "device %d: the NVIDIA driver supports CUDA up to %d.%d, this libcosyvoice "
+                    "was built with CUDA %d.%d: update the driver, or %s", device, drv / 1000,
+                    drv % 1000 / 10, rt / 1000, rt % 1000 / 10, cpu);
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0))
+    return cosy_err(COSY_ERR_CUDA, "device %d: no CUDA GPU found (the NVIDIA driver sees none); %s",
+                    device, cpu);
+  return cosy_err(COSY_ERR_CUDA, "device %d: no CUDA GPU is usable: CUDA error %d (%s): %s; %s",
+                  device, (int)e, cudaGetErrorName(e), cudaGetErrorString(e), cpu);
+}
+
 cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
   *out = NULL;
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0)
-    return cosy_err(COSY_ERR_CUDA, "no CUDA device is available (%s)",
-                    e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  if (e != cudaSuccess || n == 0) return no_gpu(device, e, n);
   if (device >= n)
     return cosy_err(COSY_ERR_INVALID_ARG, "CUDA device %d does not exist (%d present)", device, n);
   cosy_gpu *g = (cosy_gpu *)cosy_calloc(1, sizeof *g);

@@ -171,7 +171,7 @@ cosy_status ref_campplus_create(const cosy_model *m, ref_campplus **out) {
   if (!h->has_campplus)
     return cosy_err(COSY_ERR_UNSUPPORTED,
                     "the model file has no CAM++ speaker model (campplus.*): convert it with "
-                    "tools/convert.py --campplus campplus.onnx");
+                    "cosyvoice-convert (the released folder's campplus.onnx)");
   ref_campplus *c = (ref_campplus *)cosy_calloc(1, sizeof *c);
   if (!c) return COSY_ERR_NO_MEMORY;
   c->F = h->cam_feat_dim, c->M = h->cam_m_channels, c->C0 = h->cam_init_channels;

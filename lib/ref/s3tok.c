@@ -188,7 +188,7 @@ cosy_status ref_s3tok_create(const cosy_model *m, ref_s3tok **out) {
   if (!h->has_s3tok)
     return cosy_err(COSY_ERR_UNSUPPORTED,
                     "the model file has no speech tokenizer (s3tok.*): convert it with "
-                    "tools/convert.py --speech-tokenizer speech_tokenizer_v3.onnx");
+                    "cosyvoice-convert (the released folder's speech_tokenizer_v3.onnx)");
   ref_s3tok *s = (ref_s3tok *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
   s->S = h->s3_state, s->H = h->s3_heads, s->L = h->s3_layers, s->K = h->s3_fsmn_kernel;

@@ -836,7 +836,8 @@ static cosy_status check_in(const cosy_text_norm *tn, const char *utf8, uint32_t
   if ((flags & COSY_TN_REQUIRE_FULL) && !cosy_text_norm_is_full(tn))
     return cosy_err(COSY_ERR_UNSUPPORTED,
                     "full text normalization needs the wetext grammars in the model file "
-                    "(tools/convert.py packs them; docs/model-format.md section 9)");
+                    "(cosyvoice-convert packs those of the installed wetext wheel; "
+                    "docs/model-format.md section 9)");
   return COSY_OK;
 }
 

@@ -14,6 +14,8 @@ library's own *_init with struct_size = ctypes.sizeof of the mirror here, so a l
 these mirrors sees only the fields it knows (the tail is zero, which means "default").
 tests/test_capi.py compiles examples/c/abi_layout.c and compares every offset and size.
 """
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import os
@@ -22,6 +24,7 @@ import subprocess
 import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int32,
                     c_int64, c_uint32, c_uint64, c_void_p)
+from typing import Any, Dict, List, Optional, Tuple
 
 # ---- status codes (pinned by the header) ------------------------------------------------------
 OK = 0
@@ -61,6 +64,7 @@ LOG_FN = CFUNCTYPE(None, c_void_p, c_int32, c_char_p)
 
 
 class EngineConfig(Structure):
+    """cosy_engine_config."""
     _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("model_path", c_char_p),
                 ("device", c_int32), ("gpu_memory_fraction", c_float), ("max_active", c_int32),
                 ("max_queued", c_int32), ("cpu_threads", c_int32), ("log_level", c_int32),
@@ -69,6 +73,7 @@ class EngineConfig(Structure):
 
 
 class EngineStatsC(Structure):
+    """cosy_engine_stats."""
     _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("weights_bytes", c_int64),
                 ("kv_bytes", c_int64), ("workspace_bytes", c_int64),
                 ("device_bytes_total", c_int64), ("kv_pages_total", c_int32),
@@ -95,6 +100,7 @@ class EngineInfoC(Structure):
 
 
 class VoiceFeatures(Structure):
+    """cosy_voice_features."""
     _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("prompt_text", c_char_p),
                 ("speech_tokens", POINTER(c_int32)), ("n_speech_tokens", c_int32),
                 ("n_mel_frames", c_int32), ("mel", POINTER(c_float)),
@@ -103,6 +109,7 @@ class VoiceFeatures(Structure):
 
 
 class SynthParams(Structure):
+    """cosy_synth_params (make_params fills one)."""
     _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("mode", c_int32),
                 ("sample_rate", c_int32), ("instruct_text", c_char_p), ("speed", c_float),
                 ("temperature", c_float), ("top_p", c_float), ("top_k", c_int32),
@@ -111,12 +118,14 @@ class SynthParams(Structure):
 
 
 class Chunk(Structure):
+    """cosy_chunk."""
     _fields_ = [("struct_size", c_uint32), ("flags", c_uint32), ("pcm", POINTER(c_float)),
                 ("n_samples", c_int64), ("offset", c_int64), ("sample_rate", c_int32),
                 ("reserved", c_int32)]
 
 
 class RequestStatsC(Structure):
+    """cosy_request_stats."""
     _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("ttfb_s", c_double),
                 ("total_s", c_double), ("llm_s", c_double), ("flow_s", c_double),
                 ("vocoder_s", c_double), ("n_samples", c_int64), ("n_text_tokens", c_int32),
@@ -133,7 +142,7 @@ CHUNK_FN = CFUNCTYPE(c_int32, c_void_p, POINTER(Chunk))
 _h = c_void_p   # opaque handles
 _st = c_int32
 # name: (restype, argtypes) for every exported function (abi/cosyvoice.symbols lists them)
-PROTOS = {
+PROTOS: Dict[str, Tuple[Any, List[Any]]] = {
     "cosy_version_number": (c_uint32, []),
     "cosy_version_string": (c_char_p, []),
     "cosy_status_str": (c_char_p, [_st]),
@@ -172,7 +181,7 @@ PROTOS = {
 }
 
 
-def _pkg_config_libdir():
+def _pkg_config_libdir() -> Optional[str]:
     exe = shutil.which("pkg-config")
     if not exe:
         return None
@@ -184,7 +193,7 @@ def _pkg_config_libdir():
     return out or None
 
 
-def find_library():
+def find_library() -> str:
     """Where libcosyvoice will be loaded from (a path, or a name for the dynamic loader); the
     search order is in this module's docstring. Raises LibraryNotFound (an OSError)."""
     env = os.environ.get("COSYVOICE_LIB")
@@ -209,10 +218,10 @@ class LibraryNotFound(OSError):
 
 
 _lock = threading.Lock()
-_lib = None
+_lib: Optional[ctypes.CDLL] = None
 
 
-def lib():
+def lib() -> Any:
     """The loaded library with every prototype declared (loaded once, on first use)."""
     global _lib
     if _lib is not None:
@@ -239,10 +248,11 @@ def lib():
     return _lib
 
 
-def last_error():
+def last_error() -> str:
     """cosy_last_error() of this OS thread."""
-    return lib().cosy_last_error().decode("utf-8", "replace")
+    return str(lib().cosy_last_error().decode("utf-8", "replace"))
 
 
-def status_str(status):
-    return lib().cosy_status_str(status).decode()
+def status_str(status: int) -> str:
+    """cosy_status_str(): the status code's short name, e.g. 'invalid argument'."""
+    return str(lib().cosy_status_str(status).decode())

@@ -1,23 +1,30 @@
 """WAV and PCM helpers (standard library + numpy): what a caller of the engine needs to store or
 send its float32 audio.
 """
+from __future__ import annotations
+
+import os
 import struct
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 # RIFF and data chunk sizes of a WAV header whose length is not known when it is sent (a
 # stream): the largest value, which players read as "until the end of the stream"
 STREAM_SIZE = 0xFFFFFFFF
 
 
-def to_pcm16(samples):
+def to_pcm16(samples: Any) -> bytes:
     """float samples in [-1, 1] -> little-endian signed 16-bit PCM bytes (clipped, rounded)."""
     a = np.asarray(samples, dtype=np.float32)
     q = np.rint(np.clip(a, -1.0, 1.0) * 32767.0).astype("<i2")
-    return q.tobytes()
+    return bytes(q.tobytes())
 
 
-def wav_header(sample_rate, n_samples=None, channels=1):
+def wav_header(sample_rate: int, n_samples: Optional[int] = None, channels: int = 1) -> bytes:
     """The 44-byte header of a 16-bit PCM WAV. n_samples=None: a stream of unknown length (both
     sizes STREAM_SIZE)."""
     if n_samples is None:
@@ -33,7 +40,7 @@ def wav_header(sample_rate, n_samples=None, channels=1):
             b"data" + struct.pack("<I", data))
 
 
-def write_wav(path, samples, sample_rate):
+def write_wav(path: Union[str, "os.PathLike[str]"], samples: Any, sample_rate: int) -> None:
     """Write mono float samples as a 16-bit PCM WAV file."""
     pcm = to_pcm16(samples)
     with open(path, "wb") as f:
@@ -41,7 +48,7 @@ def write_wav(path, samples, sample_rate):
         f.write(pcm)
 
 
-def read_wav(path):
+def read_wav(path: Union[str, "os.PathLike[str]"]) -> Tuple[npt.NDArray[np.float32], int]:
     """A WAV file as (float32 mono samples, rate): integer PCM of 8/16/24/32 bits or IEEE float
     of 32/64 bits (format 1 or 3, also inside WAVE_FORMAT_EXTENSIBLE); the channels are mixed by
     their mean. Raises ValueError for anything else (the message says what)."""

@@ -5,7 +5,7 @@
 
 Writes OUT_DIR/seeds/<target>/ and OUT_DIR/dict/<target>.dict. Seeds are real files made by the
 project's tools: the demo model and voice of tools/make_model.py, more voice files through
-make_model.write_voice and tools/gguf_writer.py, a GGUF holding every value and tensor type, WAV
+make_model.write_voice and python/cosyvoice/convert/gguf_writer.py, a GGUF holding every value and tensor type, WAV
 files of every encoding lib/audio.c reads (its header comment lists them), and texts. Dictionaries:
 tests/fuzz/<target>.dict plus what the model files hold (every key and tensor name of the demo
 model and voice; every special token of the tokenizers). With --shared, the golden tokenizer
