@@ -131,7 +131,9 @@ class BuildPy(build_py):
     def run(self):
         super().run()
         built = build_library()
-        dest = os.path.join(self.build_lib, "cosyvoice", "lib")
+        # an editable install (pip install -e) imports the package from python/cosyvoice itself
+        root = HERE if getattr(self, "editable_mode", False) else self.build_lib
+        dest = os.path.join(root, "cosyvoice", "lib")
         os.makedirs(dest, exist_ok=True)
         for name in (SONAME, "build-info.json"):
             shutil.copyfile(os.path.join(built, name), os.path.join(dest, name))
