@@ -314,9 +314,13 @@ $(PYLIB): $(LIB_OBJ) lib/cosyvoice.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname,$(SONAME) -Wl,--version-script=lib/cosyvoice.map \
 	  -Wl,--no-undefined $(LDFLAGS) $(filter-out -Wl$(comma)-rpath$(comma)%,$(LDLIBS_ALL)) $(PYLIB_RPATH)
-$(PYLIB_DIR)/build-info.json: $(PYLIB) $(MODE_STAMP) $(CUDA_STAMP)
-	printf '{"version": "%s", "cuda": %s, "cuda_major": "%s", "cuda_release": "%s", "targets": "%s"}\n' \
-	  '$(VERSION)' '$(CUDA)' '$(CUDA_MAJOR)' '$(NVCC_RELEASE)' '$(strip $(CUDA_ARCH_WORDS))' > $@
+# (cuda_libs: the CUDA libraries the library needs, as the linker kept them)
+$(PYLIB_DIR)/build-info.json: $(PYLIB) $(MODE_STAMP) $(CUDA_STAMP) Makefile
+	@libs=$$(objdump -p $(PYLIB) | awk '$$1 == "NEEDED" && $$2 ~ /^libcu/ \
+	  { printf "%s\"%s\"", s, $$2; s = ", " }'); \
+	printf '{"version": "%s", "cuda": %s, "cuda_major": "%s", "cuda_release": "%s", "targets": "%s", "cuda_libs": [%s]}\n' \
+	  '$(VERSION)' '$(CUDA)' '$(CUDA_MAJOR)' '$(NVCC_RELEASE)' '$(strip $(CUDA_ARCH_WORDS))' "$$libs" > $@
+	@echo "$@: $$(cat $@)"
 
 # ---- test models ------------------------------------------------------------------------------
 # The small golden checkpoint (../shared/golden/small) converted with the project's converter.

@@ -269,13 +269,16 @@ def _cuda_search_dirs(major):
     return wheel_dirs, system_dirs
 
 
-def preload_cuda(major):
-    """Loads libcudart, libcublasLt and libcublas of CUDA `major` from NVIDIA's pip wheels, else
-    from the system (the order of this module's docstring); returns {soname: where} for those
-    found. Missing ones are left to the dynamic loader (loading libcosyvoice then says which)."""
+def preload_cuda(major, sonames=None):
+    """Loads libcudart, libcublasLt and libcublas of CUDA `major` (or only those of `sonames`)
+    from NVIDIA's pip wheels, else from the system (the order of this module's docstring);
+    returns {soname: where} for those found. Missing ones are left to the dynamic loader
+    (loading libcosyvoice then says which)."""
     wheel_dirs, system_dirs = _cuda_search_dirs(major)
     for name in ("cudart", "cublasLt", "cublas"):   # cublas needs cublasLt
         soname = f"lib{name}.so.{major}"
+        if sonames is not None and soname not in sonames:
+            continue
         if soname in _cuda_loaded:
             continue
         where = None
@@ -315,7 +318,7 @@ def _load(where):
     if os.path.abspath(where) == os.path.join(PACKAGE_LIB_DIR, SONAME):
         info = build_info() or {}
         if info.get("cuda") and info.get("cuda_major"):
-            preload_cuda(str(info["cuda_major"]))
+            preload_cuda(str(info["cuda_major"]), info.get("cuda_libs"))
         return ctypes.CDLL(where)
     try:
         return ctypes.CDLL(where)

@@ -27,12 +27,13 @@ def test_build_info_matches_library():
     info = cosyvoice.build_info()
     if info is None:
         pytest.skip("this installation carries no library (built without python/setup.py)")
-    assert set(info) >= {"version", "cuda", "cuda_major", "cuda_release", "targets"}
+    assert set(info) >= {"version", "cuda", "cuda_major", "cuda_release", "targets", "cuda_libs"}
     assert info["cuda"] in (0, 1)
     if info["cuda"]:
         assert info["cuda_major"].isdigit() and info["targets"], info
+        assert f"libcudart.so.{info['cuda_major']}" in info["cuda_libs"], info
     else:
-        assert info["targets"] == "", info
+        assert info["targets"] == "" and info["cuda_libs"] == [], info
     # the version it was built as is the package's and the library's
     assert info["version"] == cosyvoice.__version__
 
