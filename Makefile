@@ -14,7 +14,7 @@
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, the speech server and the Triton model
-#                        (pytest in the virtual environment tools/setup.sh makes: VENV=build/venv)
+#                        (pytest in the virtual environment `tools/setup.sh --venv` makes: VENV=build/venv)
 #   make clean
 #
 # CUDA=1 builds the kernels (default when nvcc is found); CUDA=0 gives a CPU-only library.
@@ -531,7 +531,7 @@ PYTEST_ARGS ?=
 .PHONY: test-python
 test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL)
 	@if [ ! -x $(VENV_PY) ]; then echo "test-python: no virtual environment $(VENV)" \
-	  "(bash tools/setup.sh makes it; VENV= names another)"; exit 1; fi
+	  "(bash tools/setup.sh --venv makes it; VENV= names another)"; exit 1; fi
 	rm -rf $(B)/pysrc && cp -r python $(B)/pysrc && rm -rf $(B)/pysrc/build $(B)/pysrc/*.egg-info
 	COSYVOICE_SOURCE_DIR=$(CURDIR) COSYVOICE_BUILD_DIR=$(abspath $(B)) \
 	  $(VENV_PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall $(B)/pysrc
