@@ -346,7 +346,7 @@ $(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py too
 
 # ---- tests --------------------------------------------------------------------------------------
 test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations check-kernels test-env \
-      test-c test-py test-bench
+      check-build-config test-c test-py test-bench
 
 # TEST_ONLY=test_a test_b: run only these test binaries; TEST_SKIP=test_c: all but these
 TEST_RUN := $(if $(TEST_ONLY),$(TEST_ONLY:%=$(B)/tests/%),\
@@ -390,6 +390,11 @@ test-tsan:
 	  echo "== $$t (vocoder thread)"; \
 	  COSY_SCHED_VOCODER_THREAD=1 COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=build/tsan/test/small-f32.gguf \
 	  COSY_WETEXT_FSTS=$(WETEXT_FSTS) $(TSAN_RUN) build/tsan/tests/$$t || exit 1; done
+
+# the first build's choice of CUDA / CUDA_ARCHS and $(B)/config.mk (make -n in temporary folders)
+.PHONY: check-build-config
+check-build-config:
+	@MAKE="$(MAKE)" bash tests/check_build_config.sh
 
 # comments and documents cite only the repository (docs/*.md), never outside documents
 check-citations:
