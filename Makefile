@@ -205,6 +205,8 @@ $(shell mkdir -p $(B)/obj && { echo '$(CUDA)' | cmp -s - $(MODE_STAMP) || echo '
 # library's source list); V=1 prints the commands instead
 V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
+# `make -s` prints neither
+PROGRESS = $(if $(Q),$(if $(findstring s,$(firstword -$(MAKEFLAGS))),,@echo "$(1)"))
 
 # lib/backend_cpu.c and lib/backend_gpu.c are built in every configuration (backend_gpu.c is a
 # stub that refuses device >= 0 without CUDA); the GPU stages of lib/gpu/ only with CUDA=1
@@ -240,12 +242,12 @@ lib: $(SO) $(A)
 
 $(B)/obj/%.o: %.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(if $(Q),@echo "[cc$(SRC_NUM_$<:%= %)] $<")
+	$(call PROGRESS,[cc$(SRC_NUM_$<:%= %)] $<)
 	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
 $(B)/obj/%.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
-	$(if $(Q),@echo "[nvcc$(SRC_NUM_$<:%= %)] $< ($(CUDA_ARCH_WORDS))")
+	$(call PROGRESS,[nvcc$(SRC_NUM_$<:%= %)] $< ($(CUDA_ARCH_WORDS)))
 	$(Q)$(NVCC) $(NVCCFLAGS_ALL) -MMD -MP -c $< -o $@
 
 -include $(LIB_OBJ:.o=.d)
