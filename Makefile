@@ -348,7 +348,7 @@ $(FE_TEST_MODEL): tools/convert.py tools/frontend_convert.py tools/ptread.py too
 
 # ---- tests --------------------------------------------------------------------------------------
 test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations check-kernels test-env \
-      check-build-config test-c test-py test-bench
+      test-c test-py test-bench
 
 # TEST_ONLY=test_a test_b: run only these test binaries; TEST_SKIP=test_c: all but these
 TEST_RUN := $(if $(TEST_ONLY),$(TEST_ONLY:%=$(B)/tests/%),\
@@ -371,6 +371,13 @@ test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	@MAKE="$(MAKE)" B=$(B) CUDA=$(CUDA) SHARED_DIR=$(SHARED_DIR) TEST_MODEL=$(TEST_MODEL) \
 	  bash tests/check_env.sh
 
+# the first build's choice of CUDA / CUDA_ARCHS and $(B)/config.mk (make -n in temporary
+# folders); part of make test
+.PHONY: check-build-config
+test: check-build-config
+check-build-config:
+	@MAKE="$(MAKE)" bash tests/check_build_config.sh
+
 test-sanitize:
 	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c
 
@@ -392,11 +399,6 @@ test-tsan:
 	  echo "== $$t (vocoder thread)"; \
 	  COSY_SCHED_VOCODER_THREAD=1 COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=build/tsan/test/small-f32.gguf \
 	  COSY_WETEXT_FSTS=$(WETEXT_FSTS) $(TSAN_RUN) build/tsan/tests/$$t || exit 1; done
-
-# the first build's choice of CUDA / CUDA_ARCHS and $(B)/config.mk (make -n in temporary folders)
-.PHONY: check-build-config
-check-build-config:
-	@MAKE="$(MAKE)" bash tests/check_build_config.sh
 
 # comments and documents cite only the repository (docs/*.md), never outside documents
 check-citations:
