@@ -15,7 +15,7 @@
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, the speech server and the Triton model
-#                        (pytest in the virtual environment tools/setup.sh makes: VENV=build/venv),
+#                        (pytest in the virtual environment `tools/setup.sh --venv` makes: VENV=build/venv),
 #                        after typecheck-python (mypy on the package's annotations)
 #   make clean
 #
@@ -49,11 +49,64 @@ WETEXT_FSTS ?= $(shell $(PYTHON) -c "import importlib.util as u, os; s = u.find_
   print(os.path.join(os.path.dirname(s.origin), 'fsts') if s and s.origin else '')" 2>/dev/null)
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
-ifeq ($(origin CUDA),undefined)
+# ---- the build's configuration, kept per build folder ------------------------------------------
+# The first `make` in a build folder chooses CUDA and CUDA_ARCHS and writes them to $(B)/config.mk;
+# later calls in that folder read them back, so `make test` builds what `make demo` chose. CUDA=
+# or CUDA_ARCHS= given on the command line (or in the environment) win and are written back.
+# The first choice, when neither is given:
+#   nvcc on PATH and a GPU (nvidia-smi lists one)   CUDA=1 CUDA_ARCHS=native: kernels for these GPUs
+#   otherwise                                       CUDA=0: the CPU library (one line says how to
+#                                                   build the kernels anyway)
+# CUDA=1 alone builds for the GPUs present (native), or for every target (all) where there is
+# none; CUDA_ARCHS=all is the full target list (CI and the Python package build ask for it).
+CONFIG_MK := $(B)/config.mk
+CONFIG_CUDA :=
+CONFIG_CUDA_ARCHS :=
+-include $(CONFIG_MK)
+given = $(filter command line environment override,$(origin $(1)))
+# compute capabilities of this machine's GPUs, without dots ("90"); empty without a GPU
+gpu_caps = $(sort $(subst .,,$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader \
+             2>/dev/null | grep -E '^[0-9]+\.[0-9]+$$')))
+CONFIG_NOTE :=
+ifneq ($(call given,CUDA),)
+else ifneq ($(and $(call given,CUDA_ARCHS),$(strip $(CUDA_ARCHS))),)
   CUDA := $(if $(NVCC),1,0)
+else ifneq ($(CONFIG_CUDA),)
+  CUDA := $(CONFIG_CUDA)
+else ifeq ($(NVCC),)
+  CUDA := 0
+else
+  GPU_CAPS := $(gpu_caps)
+  CUDA := $(if $(GPU_CAPS),1,0)
+  ifeq ($(CUDA),0)
+    CONFIG_NOTE := no GPU found (nvidia-smi): building the CPU library; kernels anyway: \
+      `make CUDA=1` (every GPU target, about 15 minutes on 2 cores) or `make CUDA_ARCHS=90` (one)
+  endif
 endif
 ifneq ($(filter 1 thread,$(SAN)),)
   CUDA := 0
+endif
+ifneq ($(and $(call given,CUDA_ARCHS),$(strip $(CUDA_ARCHS))),)
+else ifneq ($(strip $(CONFIG_CUDA_ARCHS)),)
+  CUDA_ARCHS := $(CONFIG_CUDA_ARCHS)
+else ifeq ($(CUDA),1)
+  GPU_CAPS ?= $(gpu_caps)
+  CUDA_ARCHS := $(if $(GPU_CAPS),native,all)
+  CONFIG_NOTE := $(if $(GPU_CAPS),GPU sm_$(GPU_CAPS) found: kernels for this GPU only \
+    (CUDA_ARCHS=native); `make CUDA_ARCHS=all` builds every target,building kernels for every \
+    GPU target (CUDA_ARCHS=all))
+else
+  CUDA_ARCHS :=
+endif
+# the configuration file changes only when the choice does (it is no prerequisite of anything)
+CONFIG_TEXT := CONFIG_CUDA := $(CUDA)|CONFIG_CUDA_ARCHS := $(strip $(CUDA_ARCHS))
+ifneq ($(CONFIG_TEXT),CONFIG_CUDA := $(CONFIG_CUDA)|CONFIG_CUDA_ARCHS := $(strip $(CONFIG_CUDA_ARCHS)))
+  $(shell mkdir -p $(B) && printf '%s\n' '# written by the Makefile: the build configuration of this folder' \
+    '# (`make CUDA=... CUDA_ARCHS=...` changes it; deleting this file chooses again)' \
+    $(foreach l,$(subst |, ,$(subst $() ,^,$(CONFIG_TEXT))),'$(subst ^, ,$(l))') > $(CONFIG_MK))
+  ifneq ($(CONFIG_NOTE),)
+    $(info libcosyvoice: $(strip $(CONFIG_NOTE)) (kept in $(CONFIG_MK)))
+  endif
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
@@ -87,8 +140,8 @@ ifeq ($(SAN),thread)
   LDFLAGS += -fsanitize=thread
 endif
 
-# GPU targets. CUDA_ARCHS (override on the command line):
-#   unset          machine code for each of CUDA_ARCH_LIST (compute capabilities, ascending) that
+# GPU targets. CUDA_ARCHS (on the command line; kept in $(B)/config.mk, above):
+#   all            machine code for each of CUDA_ARCH_LIST (compute capabilities, ascending) that
 #                  this nvcc can build (`nvcc --list-gpu-code`; the others are left out with a
 #                  warning), plus PTX of the newest of them, which newer GPUs compile at load
 #   native         the GPUs of this machine (nvidia-smi's compute_cap) plus their PTX: quick local
@@ -102,7 +155,7 @@ CUDA_ARCHS ?=
 comma := ,
 ifeq ($(CUDA),1)
   NVCC_CODES := $(shell $(NVCC) --list-gpu-code 2>/dev/null)
-  ifeq ($(strip $(CUDA_ARCHS)),)
+  ifeq ($(strip $(CUDA_ARCHS)),all)
     ifeq ($(NVCC_CODES),)
       CUDA_ARCH_NUMS := $(CUDA_ARCH_LIST)
     else
@@ -116,8 +169,7 @@ ifeq ($(CUDA),1)
       endif
     endif
   else ifeq ($(strip $(CUDA_ARCHS)),native)
-    CUDA_ARCH_NUMS := $(sort $(subst .,,$(shell nvidia-smi --query-gpu=compute_cap \
-                        --format=csv,noheader 2>/dev/null)))
+    CUDA_ARCH_NUMS := $(gpu_caps)
     ifeq ($(CUDA_ARCH_NUMS),)
       $(error CUDA_ARCHS=native: nvidia-smi reports no GPU on this machine)
     endif
@@ -144,7 +196,19 @@ ifeq ($(CUDA),1)
   CFLAGS_ALL += -DCOSY_WITH_CUDA=1 -I$(CUDA_HOME)/include
   CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
   LDLIBS_ALL += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart -lstdc++
+  NVCC_RELEASE := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+  CUDA_MAJOR := $(firstword $(subst ., ,$(NVCC_RELEASE)))
 endif
+# CUDA=0/1 as built: every C object depends on it, so that switching rebuilds them
+MODE_STAMP := $(B)/obj/cuda-mode.txt
+$(shell mkdir -p $(B)/obj && { echo '$(CUDA)' | cmp -s - $(MODE_STAMP) || echo '$(CUDA)' > $(MODE_STAMP); })
+
+# compile steps print "[cc 3/95] lib/api.c" / "[nvcc 3/19] kernels/gemv.cu" (numbered in the
+# library's source list); V=1 prints the commands instead
+V ?= 0
+Q := $(if $(filter 1,$(V)),,@)
+# `make -s` prints neither
+PROGRESS = $(if $(Q),$(if $(findstring s,$(firstword -$(MAKEFLAGS))),,@echo "$(1)"))
 
 # lib/backend_cpu.c and lib/backend_gpu.c are built in every configuration (backend_gpu.c is a
 # stub that refuses device >= 0 without CUDA); the GPU stages of lib/gpu/ only with CUDA=1
@@ -154,6 +218,10 @@ ifeq ($(CUDA),1)
   CU_SRC := $(wildcard kernels/*.cu)
 endif
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o) $(CU_SRC:%.cu=$(B)/obj/%.o)
+SRC_SEEN :=
+$(foreach f,$(LIB_SRC),$(eval SRC_SEEN += x)$(eval SRC_NUM_$(f) := $(words $(SRC_SEEN))/$(words $(LIB_SRC))))
+SRC_SEEN :=
+$(foreach f,$(CU_SRC),$(eval SRC_SEEN += x)$(eval SRC_NUM_$(f) := $(words $(SRC_SEEN))/$(words $(CU_SRC))))
 
 SONAME := libcosyvoice.so.$(VERSION_MAJOR)
 SO := $(B)/lib/libcosyvoice.so.$(VERSION)
@@ -174,18 +242,19 @@ CLI := $(B)/bin/cosyvoice-say
 all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
 lib: $(SO) $(A)
 
-$(B)/obj/%.o: %.c
+$(B)/obj/%.o: %.c $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	$(call PROGRESS,[cc$(SRC_NUM_$<:%= %)] $<)
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
 $(B)/obj/%.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS_ALL) -MMD -MP -c $< -o $@
+	$(call PROGRESS,[nvcc$(SRC_NUM_$<:%= %)] $< ($(CUDA_ARCH_WORDS)))
+	$(Q)$(NVCC) $(NVCCFLAGS_ALL) -MMD -MP -c $< -o $@
 
 -include $(LIB_OBJ:.o=.d)
 
 ifeq ($(CUDA),1)
-NVCC_RELEASE := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 $(B)/obj/lib/api.o: CFLAGS_ALL += -DCOSY_CUDA_BUILD='"cuda $(NVCC_RELEASE), $(CUDA_ARCH_WORDS)"'
 $(B)/obj/lib/api.o: $(CUDA_STAMP)
 endif
@@ -208,7 +277,7 @@ $(CLI): examples/cli/cosyvoice-say.c $(A)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
 
 # the test binaries find the reference data and the test model from any current directory
-$(B)/obj/tests/testutil.o: tests/testutil.c tests/testutil.h
+$(B)/obj/tests/testutil.o: tests/testutil.c tests/testutil.h $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -DTU_SHARED_DEFAULT='"$(abspath $(SHARED_DIR))"' \
 	  -DTU_TEST_MODEL_DEFAULT='"$(abspath $(TEST_MODEL))"' \
@@ -233,6 +302,29 @@ $(B)/tests/test_kernels: tests/test_kernels.c $(KH_OBJ) $(B)/obj/tests/testutil.
 $(B)/bench/%: bench/%.c $(A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
+
+# ---- the library of the Python package (python/setup.py builds it: make pylib) -----------------
+# The same objects as $(SO), linked without the build machine's CUDA directory as RPATH: in a
+# wheel the CUDA runtime and cuBLAS come from NVIDIA's pip wheels (site-packages/nvidia/...: the
+# RPATH entries below, relative to site-packages/cosyvoice/lib; python/cosyvoice/_capi.py also
+# loads them from there first) or from the system. build-info.json tells the package how it was
+# built.
+PYLIB_DIR := $(B)/python
+PYLIB := $(PYLIB_DIR)/$(SONAME)
+PYLIB_RPATH := $(if $(filter 1,$(CUDA)),-Wl$(comma)-rpath$(comma)'$$ORIGIN/../../nvidia/cu$(CUDA_MAJOR)/lib:$$ORIGIN/../../nvidia/cublas/lib:$$ORIGIN/../../nvidia/cuda_runtime/lib')
+.PHONY: pylib
+pylib: $(PYLIB) $(PYLIB_DIR)/build-info.json
+$(PYLIB): $(LIB_OBJ) lib/cosyvoice.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname,$(SONAME) -Wl,--version-script=lib/cosyvoice.map \
+	  -Wl,--no-undefined $(LDFLAGS) $(filter-out -Wl$(comma)-rpath$(comma)%,$(LDLIBS_ALL)) $(PYLIB_RPATH)
+# (cuda_libs: the CUDA libraries the library needs, as the linker kept them)
+$(PYLIB_DIR)/build-info.json: $(PYLIB) $(MODE_STAMP) $(CUDA_STAMP) Makefile
+	@libs=$$(objdump -p $(PYLIB) | awk '$$1 == "NEEDED" && $$2 ~ /^libcu/ \
+	  { printf "%s\"%s\"", s, $$2; s = ", " }'); \
+	printf '{"version": "%s", "cuda": %s, "cuda_major": "%s", "cuda_release": "%s", "targets": "%s", "cuda_libs": [%s]}\n' \
+	  '$(VERSION)' '$(CUDA)' '$(CUDA_MAJOR)' '$(NVCC_RELEASE)' '$(strip $(CUDA_ARCH_WORDS))' "$$libs" > $@
+	@echo "$@: $$(cat $@)"
 
 # ---- test models ------------------------------------------------------------------------------
 # The small golden checkpoint (../shared/golden/small) converted with the project's converter
@@ -284,6 +376,13 @@ test-bench: $(B)/bench/bench_w1 $(TEST_MODEL)
 test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	@MAKE="$(MAKE)" B=$(B) CUDA=$(CUDA) SHARED_DIR=$(SHARED_DIR) TEST_MODEL=$(TEST_MODEL) \
 	  bash tests/check_env.sh
+
+# the first build's choice of CUDA / CUDA_ARCHS and $(B)/config.mk (make -n in temporary
+# folders); part of make test
+.PHONY: check-build-config
+test: check-build-config
+check-build-config:
+	@MAKE="$(MAKE)" bash tests/check_build_config.sh
 
 test-sanitize:
 	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c
@@ -359,7 +458,8 @@ $(DEMO_MODEL): tools/make_model.py tools/convert.py $(CONVERT_PY)
 	@mkdir -p $(dir $@)
 	$(PYTHON) tools/make_model.py --preset demo --frontend preset -o $@ --voice $(B)/demo/demo-voice.gguf
 
-demo: $(CLI) $(DEMO_MODEL)
+# the shared library too: the Python package, the server and the examples load it
+demo: lib $(CLI) $(DEMO_MODEL)
 	$(CLI) -m $(DEMO_MODEL) -v $(B)/demo/demo-voice.gguf -o demo.wav \
 	  "Hello from libcosyvoice. This demo model has random weights, so it babbles."
 
@@ -439,20 +539,23 @@ test-examples: $(DEMO_MODEL)
 
 # ---- Python: the package (python/), the speech server (examples/server), Triton (serving/triton)
 # The package is pip-installed (from a copy under $(B), so python/ gets no build files) into the
-# virtual environment of tools/setup.sh and tested there with the library of this build
-# (COSYVOICE_LIB) and the small test model; the server and Triton tests start real servers on
-# loopback ports.
+# virtual environment of tools/setup.sh, with the library of this build inside it (python/setup.py
+# links it from this build's objects: make pylib), and tested there with that library (named by
+# COSYVOICE_LIB as well) and the small test model; the server and Triton tests start real servers
+# on loopback ports.
 VENV ?= build/venv
 VENV_PY := $(abspath $(VENV))/bin/python
 PYTEST_ARGS ?=
 .PHONY: test-python typecheck-python
 test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL) typecheck-python
 	@if [ ! -x $(VENV_PY) ]; then echo "test-python: no virtual environment $(VENV)" \
-	  "(bash tools/setup.sh makes it; VENV= names another)"; exit 1; fi
+	  "(bash tools/setup.sh --venv makes it; VENV= names another)"; exit 1; fi
 	rm -rf $(B)/pysrc && cp -r python $(B)/pysrc && rm -rf $(B)/pysrc/build $(B)/pysrc/*.egg-info
-	$(VENV_PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall $(B)/pysrc
-	cd $(B) && COSYVOICE_LIB=$(abspath $(B))/lib/$(SONAME) $(VENV_PY) -c \
-	  "import cosyvoice, sys; print('cosyvoice package', cosyvoice.__file__, cosyvoice.version()[1])"
+	COSYVOICE_SOURCE_DIR=$(CURDIR) COSYVOICE_BUILD_DIR=$(abspath $(B)) \
+	  $(VENV_PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall $(B)/pysrc
+	cd $(B) && env -u COSYVOICE_LIB $(VENV_PY) -c "import cosyvoice, os; i = cosyvoice.debug_info(); \
+	  assert i['library'].startswith(os.path.dirname(cosyvoice.__file__)), i; \
+	  print('cosyvoice package', cosyvoice.__file__, 'with its library:', i['version'])"
 	COSYVOICE_LIB=$(abspath $(B))/lib/$(SONAME) COSY_TEST_MODEL=$(abspath $(TEST_MODEL)) \
 	  COSY_TEST_FE_MODEL=$(abspath $(FE_TEST_MODEL)) $(VENV_PY) -m pytest -q -p no:cacheprovider \
 	  python/tests examples/server/tests serving/triton/tests $(PYTEST_ARGS)

@@ -62,6 +62,14 @@
 #               mode, each under TC_VARIANTS (ab syntax, default "base"; e.g.
 #               "base ks8:COSY_GEMV_TC_MAXKS=8" for kernels/gemv.cu's knobs). Summary lines
 #               "tc <variant> steps: ..." and "tc <variant> <mode> C=...: ..."
+#   wheel       the Python package's GPU wheel (bench/wheel_device_run.sh, not in the default
+#               steps; after the build step): built with every target (CUDA_ARCHS=all), installed
+#               in a fresh venv, its library checked (the package's own, every target named, the
+#               same audio as build/dev's), then W1 at C = 1 and 16 through the HTTP server from
+#               the wheel's venv and from this checkout (target: within 10%). Needs setuptools in
+#               .dev/wheels_build and the serving wheels of bench/serve_device_run.sh.
+#               WHEEL_STEPS="check" or "serve" splits it over two calls. Summary lines
+#               "wheel: ..."; logs: wheel/
 #   trace       W1 at C = 64 with the scheduler's trace under TRACE_VARIANTS (ab syntax), each
 #               summarized by bench/trace_summary.py (calls, busy shares, LLM step interval)
 #   multi       two GPUs (SKIP with fewer): the GPU parity tests on device 1 alone
@@ -456,6 +464,10 @@ if [[ " $STEPS " == *" multi "* ]]; then # not in the default steps: bash bench/
       [ -f "$OUT/serve/summary.txt" ] && sed 's/^/  serve: /' "$OUT/serve/summary.txt" | tee -a "$SUMMARY"
     fi
   fi
+fi
+if [[ " $STEPS " == *" wheel "* ]]; then # not in the default steps: bash bench/device_run.sh build wheel
+  OUT=$OUT run wheel bash bench/wheel_device_run.sh "$FULL" ${WHEEL_STEPS:-}
+  [ -f "$OUT/wheel/summary.txt" ] && tee -a "$SUMMARY" < "$OUT/wheel/summary.txt"
 fi
 if [[ " $STEPS " == *" sched "* ]]; then
   # the scheduler under a burst and under a ramp, with a trace of every backend call

@@ -28,13 +28,17 @@
 #     fastapi uvicorn httptools uvloop httpx 'tritonclient[grpc]' python-rapidjson   (then drop
 #   numpy's wheel))
 # The voice is bench_w1's own (bench/serve_w1.py make-voice), so all three rows say the same.
+# SERVE_VENV=DIR: run the servers and clients in that virtual environment with the cosyvoice
+# package installed there (bench/wheel_device_run.sh: the wheel), instead of this checkout's
+# package and build/dev's library; SERVE_DIR (default serve) names the log folder under $OUT,
+# SERVE_LEVELS (default 1,64) the HTTP server's concurrency levels.
 set -u
 cd "$(dirname "$0")/.."
 export LC_ALL=C PYTHONUNBUFFERED=1
 MODEL=${1:?usage: serve_device_run.sh MODEL.gguf [http] [triton] [multi] [standin]}
 shift
 STEPS=${*:-http triton multi}
-OUT=${OUT:-build/dev/out}/serve
+OUT=${OUT:-build/dev/out}/${SERVE_DIR:-serve}
 mkdir -p "$OUT"
 SHARED=$PWD/.dev/shared
 [ -d "$SHARED/bench" ] || SHARED=$(cd .. && pwd)/shared
@@ -42,11 +46,12 @@ TEXTS=$SHARED/bench/w1_texts.txt
 WAV=$SHARED/audio/zero_shot_prompt.wav
 LIB=$PWD/build/dev/lib/libcosyvoice.so.0
 [ -f "$LIB" ] || LIB=$PWD/build/lib/libcosyvoice.so.0
-export COSYVOICE_LIB=$LIB PYTHONPATH=$PWD/python
+if [ -n "${SERVE_VENV:-}" ]; then unset COSYVOICE_LIB PYTHONPATH; else
+  export COSYVOICE_LIB=$LIB PYTHONPATH=$PWD/python; fi
 # libsamplerate from the unpacked Debian packages (bench/device_run.sh: .dev/root)
 [ -d "$PWD/.dev/root/usr/lib/x86_64-linux-gnu" ] && \
   export LD_LIBRARY_PATH=$PWD/.dev/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-VENV=$PWD/.dev/servenv
+VENV=${SERVE_VENV:-$PWD/.dev/servenv}
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv --system-site-packages "$VENV"
   # numpy may live outside the system site-packages (a user or PYTHONPATH directory, which a
@@ -58,7 +63,7 @@ fi
 # the cosyvoice package from this checkout, also for Triton's Python backend stub (which does not
 # inherit PYTHONPATH)
 SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$PWD/python" > "$SP/cosy_package.pth"
+[ -n "${SERVE_VENV:-}" ] || echo "$PWD/python" > "$SP/cosy_package.pth"
 # wheels_np: numpy 1.26 (pytriton's Python backend needs numpy < 2, as
 # tools/python-test-requirements.txt pins it: with the device's numpy 2 its BYTES inputs arrived
 # unreadable, "unpack_from requires a buffer of ..."; the venv's own numpy comes before the
@@ -112,11 +117,11 @@ if [[ " $STEPS " == *" http "* ]]; then
     --host 127.0.0.1 --port 18000 --log-level warning > "$OUT/http_server.log" 2>&1 &
   SRV=$!
   if wait_port 127.0.0.1:18000 300 $SRV; then
-    "$PY" bench/serve_w1.py http --url http://127.0.0.1:18000 --concurrency 1,64 $W1 \
+    "$PY" bench/serve_w1.py http --url http://127.0.0.1:18000 --concurrency ${SERVE_LEVELS:-1,64} $W1 \
       > "$OUT/http.log" 2>&1
     grep -E "^ +(C|[0-9]+) |failed" "$OUT/http.log" | tee -a "$SUMMARY"
     echo "-- the same server, serve_w1.py --client threads (C threads with httpx each)" | tee -a "$SUMMARY"
-    "$PY" bench/serve_w1.py http --client threads --url http://127.0.0.1:18000 --concurrency 1,64 \
+    "$PY" bench/serve_w1.py http --client threads --url http://127.0.0.1:18000 --concurrency ${SERVE_LEVELS:-1,64} \
       $W1 > "$OUT/http_threads.log" 2>&1
     grep -E "^ +[0-9]+ |failed" "$OUT/http_threads.log" | tee -a "$SUMMARY"
   else echo "http server did not start (see http_server.log)" | tee -a "$SUMMARY"; fi

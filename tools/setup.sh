@@ -7,11 +7,22 @@
 # for the cgo example (examples/go; the Rust example runs when cargo is present, rustup is not
 # installed), the en_US.UTF-8 locale, under which `make test` checks that the build does not
 # depend on the caller's locale (tests/check_env.sh), and clang + compiler-rt for the fuzz targets
-# (tests/fuzz/), and a Python virtual environment for `make test-python` (build/venv, or
-# $COSY_VENV; tools/python-test-requirements.txt: the cosyvoice package's, the speech server's and
-# the Triton model's test dependencies). The CUDA toolkit is optional (kernels are built when nvcc
-# is on PATH).
+# (tests/fuzz/), and, with --venv, a Python virtual environment for `make test-python`
+# (build/venv, or $COSY_VENV; tools/python-test-requirements.txt: the cosyvoice package's, the
+# speech server's and the Triton model's test dependencies, about 400 MB and three minutes to
+# fetch, which is why the README's first command goes without it). The CUDA toolkit is optional
+# (the Makefile builds the kernels when nvcc is on PATH and there is a GPU, or when asked).
+#
+#   bash tools/setup.sh          what `make`, `make demo` and `make test` need
+#   bash tools/setup.sh --venv   the same, plus the virtual environment of `make test-python`
 set -euo pipefail
+WITH_VENV=0
+for arg in "$@"; do
+  case "$arg" in
+    --venv) WITH_VENV=1 ;;
+    *) echo "usage: bash tools/setup.sh [--venv]" >&2; exit 2 ;;
+  esac
+done
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -47,7 +58,10 @@ fi
 # the virtual environment of `make test-python` (kept when it already has everything)
 VENV="${COSY_VENV:-$ROOT/build/venv}"
 VENV_CHECK="import numpy, pytest, httpx, fastapi, uvicorn, soundfile, tritonclient.grpc, pytriton, setuptools, wheel, mypy, onnx"
-if ! "$VENV/bin/python" -c "$VENV_CHECK" 2>/dev/null; then
+if [ "$WITH_VENV" = 0 ]; then
+  if "$VENV/bin/python" -c "$VENV_CHECK" 2>/dev/null; then :; else
+    VENV="none (bash tools/setup.sh --venv makes the one of make test-python)"; fi
+elif ! "$VENV/bin/python" -c "$VENV_CHECK" 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q -r "$ROOT/tools/python-test-requirements.txt"
   "$VENV/bin/python" -c "$VENV_CHECK"

@@ -6,7 +6,8 @@
         for chunk in eng.stream(voice, "Hello again.", seed=42):  # pull streaming
             play(chunk)
 
-The library is found through $COSYVOICE_LIB, pkg-config or the dynamic loader (see _capi).
+The library is found through $COSYVOICE_LIB, the copy inside this package, pkg-config or the
+dynamic loader (see _capi); debug_info() says what was loaded from where.
 Errors raise subclasses of CosyError carrying .status and .message (cosy_last_error()); a model
 or voice file that does not exist raises FileNotFound, a FileNotFoundError. Modes are numbers
 (MODE_*) or names in either spelling ('cross-lingual' or 'cross_lingual'): parse_mode().
@@ -20,7 +21,7 @@ from ._capi import (CHUNK_LAST, DEVICE_CPU, ERR_CANCELLED, ERR_CUDA, ERR_DEVICE_
                     MODE_CROSS_LINGUAL, MODE_INSTRUCT, MODE_ZERO_SHOT, OK,
                     SYNTH_FULL_ATTENTION_FINAL, SYNTH_NO_TEXT_NORMALIZATION, VOCODER_ACCURATE,
                     VOCODER_TF32, ENGINE_BATCH_INVARIANT, LibraryNotFound,
-                    find_library, last_error, status_str)
+                    build_info, debug_info, find_library, last_error, status_str)
 from .audio import read_wav, to_pcm16, wav_header, write_wav
 from .engine import (MODES, Engine, EngineStats, Request, RequestStats, Voice, audio_to_mel,
                      make_params, mode_name, parse_mode, version)

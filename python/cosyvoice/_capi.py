@@ -3,11 +3,25 @@ prototype of every exported function, and finding + loading the shared library.
 
 The library is found, in this order, through
   1. $COSYVOICE_LIB: a path to libcosyvoice.so.0 (or any name dlopen accepts);
-  2. `pkg-config --variable=libdir cosyvoice` (PKG_CONFIG_PATH works as for C programs);
-  3. ctypes.util.find_library("cosyvoice") (the ldconfig cache, LD_LIBRARY_PATH);
-  4. the plain soname "libcosyvoice.so.0" handed to the dynamic loader (its usual search path).
+  2. the copy inside this package (cosyvoice/lib/libcosyvoice.so.0, put there by the package
+     build: python/setup.py);
+  3. `pkg-config --variable=libdir cosyvoice` (PKG_CONFIG_PATH works as for C programs);
+  4. ctypes.util.find_library("cosyvoice") (the ldconfig cache, LD_LIBRARY_PATH);
+  5. the plain soname "libcosyvoice.so.0" handed to the dynamic loader (its usual search path).
 It is loaded on first use (`lib()`), so `import cosyvoice` works without it and the first call
 says why it could not be found.
+
+A library built with CUDA needs the CUDA runtime and cuBLAS (libcudart, libcublasLt, libcublas of
+the toolkit's major version). Before loading such a library (the package's build-info.json says
+whether it is one; a library from elsewhere is treated as one when those are found) each of them
+is loaded by absolute path from the first place that has it:
+  1. NVIDIA's pip wheels in any sys.path entry: nvidia/cu<major>/lib (CUDA 13's nvidia-cublas,
+     nvidia-cuda-runtime), nvidia/cublas/lib, nvidia/cuda_runtime/lib (CUDA 12's *-cu12 wheels);
+     `pip install cosyvoice[cuda13]` installs them;
+  2. the system: the dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache), then
+     $CUDA_HOME/lib64, /usr/local/cuda/lib64 and their targets/x86_64-linux/lib.
+The dynamic loader then binds libcosyvoice's needs to these copies (same soname). What was loaded
+from where: debug_info().
 
 Structs follow the header's ABI rules (include/cosyvoice.h, "ABI RULES"): each is filled by the
 library's own *_init with struct_size = ctypes.sizeof of the mirror here, so a library older than
@@ -18,13 +32,16 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int32,
                     c_int64, c_uint32, c_uint64, c_void_p)
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 # ---- status codes (pinned by the header) ------------------------------------------------------
 OK = 0
@@ -193,6 +210,20 @@ def _pkg_config_libdir() -> Optional[str]:
     return out or None
 
 
+PACKAGE_LIB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
+SONAME = "libcosyvoice.so.0"
+
+
+def build_info() -> Optional[Dict[str, Any]]:
+    """How the library inside this package was built (cosyvoice/lib/build-info.json: version,
+    cuda 0/1, cuda_major, cuda_release, targets), or None when the package carries none."""
+    try:
+        with open(os.path.join(PACKAGE_LIB_DIR, "build-info.json")) as f:
+            return json.load(f)
+    except OSError:
+        return None
+
+
 def find_library() -> str:
     """Where libcosyvoice will be loaded from (a path, or a name for the dynamic loader); the
     search order is in this module's docstring. Raises LibraryNotFound (an OSError)."""
@@ -201,6 +232,9 @@ def find_library() -> str:
         if os.sep in env and not os.path.exists(env):
             raise LibraryNotFound(f"COSYVOICE_LIB={env}: no such file")
         return env
+    bundled = os.path.join(PACKAGE_LIB_DIR, SONAME)
+    if os.path.exists(bundled):
+        return bundled
     libdir = _pkg_config_libdir()
     if libdir:
         for cand in ("libcosyvoice.so.0", "libcosyvoice.so", "libcosyvoice.dylib"):
@@ -219,23 +253,121 @@ class LibraryNotFound(OSError):
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
+_loaded_from: Optional[str] = None
+_cuda_loaded: Dict[str, str] = {}   # soname -> where it was loaded from (debug_info)
+
+
+def _cuda_search_dirs(major: str) -> Tuple[List[str], List[str]]:
+    """Directories of NVIDIA's pip wheels (first) and of the system's toolkit (last)."""
+    wheel_dirs, seen = [], set()
+    for entry in sys.path:
+        base = os.path.join(entry or ".", "nvidia")
+        for sub in (f"cu{major}", "cublas", "cuda_runtime"):
+            d = os.path.abspath(os.path.join(base, sub, "lib"))
+            if d not in seen and os.path.isdir(d):
+                seen.add(d)
+                wheel_dirs.append(d)
+    system_dirs = []
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            for sub in ("lib64", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
+                d = os.path.join(home, sub)
+                if d not in seen and os.path.isdir(d):
+                    seen.add(d)
+                    system_dirs.append(d)
+    return wheel_dirs, system_dirs
+
+
+def preload_cuda(major: str, sonames: Optional[Iterable[str]] = None) -> Dict[str, str]:
+    """Loads libcudart, libcublasLt and libcublas of CUDA `major` (or only those of `sonames`)
+    from NVIDIA's pip wheels, else from the system (the order of this module's docstring);
+    returns {soname: where} for those found. Missing ones are left to the dynamic loader
+    (loading libcosyvoice then says which)."""
+    wheel_dirs, system_dirs = _cuda_search_dirs(major)
+    for name in ("cudart", "cublasLt", "cublas"):   # cublas needs cublasLt
+        soname = f"lib{name}.so.{major}"
+        if sonames is not None and soname not in sonames:
+            continue
+        if soname in _cuda_loaded:
+            continue
+        where = None
+        for d in wheel_dirs:
+            path = os.path.join(d, soname)
+            if os.path.exists(path):
+                try:
+                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                    where = path
+                    break
+                except OSError:
+                    pass
+        if where is None:
+            try:
+                ctypes.CDLL(soname, mode=ctypes.RTLD_GLOBAL)
+                where = f"{soname} (dynamic loader's search)"
+            except OSError:
+                for d in system_dirs:
+                    path = os.path.join(d, soname)
+                    if os.path.exists(path):
+                        try:
+                            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                            where = path
+                            break
+                        except OSError:
+                            pass
+        if where is not None:
+            _cuda_loaded[soname] = where
+    return dict(_cuda_loaded)
+
+
+def _load(where: str) -> ctypes.CDLL:
+    """ctypes.CDLL(where) with the CUDA libraries loaded first where it needs them: the package's
+    own library says so in build-info.json; another (COSYVOICE_LIB, pkg-config: linked with the
+    build machine's CUDA directory as RPATH) is loaded as it is, and once more after
+    preload_cuda when the dynamic loader names a CUDA library it could not find."""
+    if os.path.abspath(where) == os.path.join(PACKAGE_LIB_DIR, SONAME):
+        info = build_info() or {}
+        if info.get("cuda") and info.get("cuda_major"):
+            preload_cuda(str(info["cuda_major"]), info.get("cuda_libs"))
+        return ctypes.CDLL(where)
+    try:
+        return ctypes.CDLL(where)
+    except OSError as e:
+        m = re.search(r"lib(?:cudart|cublasLt|cublas)\.so\.(\d+)", str(e))
+        if not m:
+            raise
+        preload_cuda(m.group(1))
+        return ctypes.CDLL(where)
+
+
+def debug_info() -> Dict[str, Any]:
+    """Where the library and the CUDA libraries were loaded from, and how the package's library
+    was built: {"library", "build_info", "cuda_libraries", "version"} (loads the library)."""
+    handle = lib()
+    return {"library": _loaded_from, "build_info": build_info(),
+            "cuda_libraries": dict(_cuda_loaded),
+            "version": handle.cosy_version_string().decode()}
 
 
 def lib() -> Any:
     """The loaded library with every prototype declared (loaded once, on first use)."""
-    global _lib
+    global _lib, _loaded_from
     if _lib is not None:
         return _lib
     with _lock:
         if _lib is None:
             where = find_library()
             try:
-                handle = ctypes.CDLL(where)
+                handle = _load(where)
             except OSError as e:
+                hint = ""
+                if re.search(r"libcu(?:dart|blas)", str(e)):
+                    hint = (" The CUDA runtime or cuBLAS is missing: install NVIDIA's wheels "
+                            "(pip install 'cosyvoice[cuda13]', or [cuda12] for a CUDA 12 build) "
+                            "or the CUDA toolkit's libraries (LD_LIBRARY_PATH, CUDA_HOME).")
                 raise LibraryNotFound(
-                    f"cannot load libcosyvoice ({where}): {e}. Set COSYVOICE_LIB to the path of "
-                    "libcosyvoice.so.0, install it where the dynamic loader looks, or make "
-                    "`pkg-config cosyvoice` find it (PKG_CONFIG_PATH)") from e
+                    f"cannot load libcosyvoice ({where}): {e}.{hint} Set COSYVOICE_LIB to the "
+                    "path of libcosyvoice.so.0, install it where the dynamic loader looks, or "
+                    "make `pkg-config cosyvoice` find it (PKG_CONFIG_PATH)") from e
             for name, (res, args) in PROTOS.items():
                 try:
                     fn = getattr(handle, name)
@@ -244,6 +376,7 @@ def lib() -> Any:
                                           "this package can use") from e
                 fn.restype = res
                 fn.argtypes = args
+            _loaded_from = where
             _lib = handle
     return _lib
 

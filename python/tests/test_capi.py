@@ -94,7 +94,8 @@ def test_cosyvoice_lib_names_the_library():
 
 
 def test_pkg_config_finds_the_library(tmp_path):
-    """Without COSYVOICE_LIB, a cosyvoice.pc on PKG_CONFIG_PATH points the package at libdir."""
+    """Without COSYVOICE_LIB and without a library inside the package (hidden here: an installed
+    package finds its own copy first), a cosyvoice.pc on PKG_CONFIG_PATH points it at libdir."""
     if not shutil.which("pkg-config"):
         pytest.skip("no pkg-config")
     real = cosyvoice.find_library()
@@ -107,7 +108,8 @@ def test_pkg_config_finds_the_library(tmp_path):
         f"libdir={libdir}\nName: cosyvoice\nDescription: test\nVersion: 0.1.0\nLibs: -L${{libdir}}\n")
     env = {k: v for k, v in os.environ.items() if k != "COSYVOICE_LIB"}
     env["PKG_CONFIG_PATH"] = str(tmp_path)
-    r = subprocess.run([sys.executable, "-c", "import cosyvoice; print(cosyvoice.find_library()); "
+    r = subprocess.run([sys.executable, "-c", "import cosyvoice, cosyvoice._capi as c; "
+                        "c.PACKAGE_LIB_DIR = '/nonexistent'; print(cosyvoice.find_library()); "
                         "print(cosyvoice.version()[1])"], capture_output=True, text=True, env=env,
                        timeout=120)
     out = r.stdout.split("\n")
