@@ -219,9 +219,10 @@ def build_info() -> Optional[Dict[str, Any]]:
     cuda 0/1, cuda_major, cuda_release, targets), or None when the package carries none."""
     try:
         with open(os.path.join(PACKAGE_LIB_DIR, "build-info.json")) as f:
-            return json.load(f)
+            info = json.load(f)
     except OSError:
         return None
+    return info if isinstance(info, dict) else None
 
 
 def find_library() -> str:
