@@ -48,11 +48,15 @@ void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRIN
 _Static_assert(COSY_GPU_UTT_POSITIONS == GPU_LLM_MAX_CTX, "COSY_GPU_UTT_POSITIONS != GPU_LLM_MAX_CTX");
 #define KV_RESERVE ((size_t)64 << 20)
 #define GB_MAX_PREFILL 2048  /* positions of one packed prefill forward pass */
-/* LLM KV positions planned per active sequence: 2048 hold the default ceiling of a segment of the
- * official split (~80 text tokens: 1600 speech tokens + its input), so that max_active requests
- * of long text decode together (1024 left a 16-request long-text run at ~4 rows a step, waiting
- * for pages at admission: bench/RESULTS.md, long text) */
-#define LLM_KV_POSITIONS 2048
+/* LLM KV positions planned per active sequence: 4096 hold the default ceiling of a segment of the
+ * official split (~80 text tokens: 1600 speech tokens) with its input and a 30 s voice (750
+ * prompt tokens), so that max_active requests of long text decode together. Measured on an H200
+ * (bench/RESULTS.md, long text: 16 requests of a 2,000-character paragraph, max_active 16): with
+ * 1024 the LLM ran 4.3 rows a step and first audio p95 was 5.9 s (9.7 s with a 30 s voice), the
+ * requests waiting for KV pages at admission; with 2048, 7.5 rows and 3.2 s (4.7 s). On a large
+ * GPU this takes a few GB from the flow's cache pages; on a small one the KV cache is bounded by
+ * its quarter of the budget anyway. */
+#define LLM_KV_POSITIONS 4096
 /* the smallest LLM KV cache an engine starts with: one request of the longest context, so any
  * request fits an idle engine (scheduler.c: admission) */
 #define KV_MIN_POSITIONS GPU_LLM_MAX_CTX
