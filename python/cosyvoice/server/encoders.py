@@ -12,7 +12,7 @@ point does not decode with libsndfile itself.
 """
 import numpy as np
 
-from cosyvoice.audio import to_pcm16, wav_header
+from ..audio import to_pcm16, wav_header
 
 try:   # optional
     import soundfile
@@ -140,3 +140,15 @@ class Encoder:
             except Exception:
                 pass
             self.sf = None
+
+
+def encode_whole(fmt, sample_rate, pcm):
+    """The whole utterance as one file: a wav header with the exact sizes, pcm, or the codec's
+    file."""
+    if fmt == "wav":
+        return wav_header(sample_rate, int(pcm.size)) + to_pcm16(pcm)
+    enc = Encoder(fmt, sample_rate)
+    try:
+        return enc.encode(pcm) + enc.finish()
+    finally:
+        enc.close()

@@ -1,5 +1,5 @@
-"""A real server process (uvicorn) on a free loopback port, with the small test model and voices
-made through the package in a temporary directory."""
+"""A real server process (`python -m cosyvoice.server`, uvicorn) on a free loopback port, with the
+small test model and voices made through the package in a temporary directory."""
 import os
 import socket
 import subprocess
@@ -10,8 +10,7 @@ import httpx
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SERVER_DIR = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(SERVER_DIR, "..", "..", "python", "tests"))
+sys.path.insert(0, os.path.dirname(HERE))
 import cosy_test_support as support  # noqa: E402
 
 VOICES = ("alloy", "nova")
@@ -23,12 +22,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_server(model, voices_dir, *extra, timeout=120):
+def start_server(model, log_dir, *extra, timeout=120):
+    """(process, base URL, log file) of `python -m cosyvoice.server --model model *extra`."""
     port = free_port()
-    log = open(os.path.join(voices_dir, "..", f"server-{port}.log"), "w")
-    proc = subprocess.Popen([sys.executable, os.path.join(SERVER_DIR, "server.py"), "--model", model,
-                             "--voices", voices_dir, "--port", str(port), "--log-level", "warning",
-                             *extra], stdout=log, stderr=subprocess.STDOUT, cwd=SERVER_DIR)
+    log = open(os.path.join(log_dir, f"server-{port}.log"), "w")
+    proc = subprocess.Popen([sys.executable, "-m", "cosyvoice.server", "--model", model,
+                             "--port", str(port), "--log-level", "warning", *extra],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=log_dir)
     url = f"http://127.0.0.1:{port}"
     t0 = time.monotonic()
     while True:
@@ -67,13 +67,19 @@ def voices_dir(model_path, tmp_path_factory):
 def server(model_path, voices_dir):
     """(base URL, process): max_active 2 and max_queued 1, so a third and fourth long request
     find the queue full."""
-    proc, url, log = start_server(model_path, voices_dir, "--max-active", "2", "--max-queued", "1")
+    proc, url, log = start_server(model_path, os.path.dirname(voices_dir), "--voices", voices_dir,
+                                  "--max-active", "2", "--max-queued", "1", "--read-timeout", "2")
     yield url, proc
+    stop_server(proc, log)
+
+
+def stop_server(proc, log):
     proc.terminate()
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
     log.close()
 
 
