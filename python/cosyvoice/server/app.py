@@ -538,7 +538,9 @@ def create_app(settings, engine_factory=None):
             return JSONResponse({"status": "starting"}, status_code=503)
         s = st.engine.stats()
         body.update(active=s.active, queued=s.queued,
-                    requests_in_progress=st.in_progress.get())
+                    requests_in_progress=st.in_progress.get(),
+                    engine_calls={"llm_steps": s.llm_steps, "flow": s.flow_calls,
+                                  "vocoder": s.vocoder_calls})
         return body
 
     created = int(time.time())

@@ -1,50 +1,18 @@
 """A real server process (`python -m cosyvoice.server`, uvicorn) on a free loopback port, with the
 small test model and voices made through the package in a temporary directory."""
 import os
-import socket
-import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 import cosy_test_support as support  # noqa: E402
+from server_support import start_server, stop_server  # noqa: E402
 
 VOICES = ("alloy", "nova")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(model, log_dir, *extra, timeout=120):
-    """(process, base URL, log file) of `python -m cosyvoice.server --model model *extra`."""
-    port = free_port()
-    log = open(os.path.join(log_dir, f"server-{port}.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "cosyvoice.server", "--model", model,
-                             "--port", str(port), "--log-level", "warning", *extra],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=log_dir)
-    url = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
-    while True:
-        if proc.poll() is not None:
-            log.close()
-            raise RuntimeError(f"server exited with {proc.returncode}: "
-                               + open(log.name).read()[-3000:])
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url, log
-        except httpx.TransportError:
-            pass
-        if time.monotonic() - t0 > timeout:
-            proc.kill()
-            raise RuntimeError("server did not start in time")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")
@@ -71,16 +39,6 @@ def server(model_path, voices_dir):
                                   "--max-active", "2", "--max-queued", "1", "--read-timeout", "2")
     yield url, proc
     stop_server(proc, log)
-
-
-def stop_server(proc, log):
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
 
 
 @pytest.fixture(scope="session")
