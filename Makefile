@@ -13,7 +13,7 @@
 #   make check-citations comments and docs cite only the repository (tools/check_citations.sh)
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
-#   make test-python     the cosyvoice Python package, the speech server and the Triton model
+#   make test-python     the cosyvoice Python package, its speech server and the Triton model
 #                        (pytest in the virtual environment tools/setup.sh makes: VENV=build/venv)
 #   make clean
 #
@@ -428,7 +428,7 @@ test-examples: $(DEMO_MODEL)
 	else echo "SKIP: examples/rust (no cargo on PATH)"; fi
 	@echo "test-examples: ok"
 
-# ---- Python: the package (python/), the speech server (examples/server), Triton (serving/triton)
+# ---- Python: the package (python/, with its speech server cosyvoice.server), Triton (serving/triton)
 # The package is pip-installed (from a copy under $(B), so python/ gets no build files) into the
 # virtual environment of tools/setup.sh and tested there with the library of this build
 # (COSYVOICE_LIB) and the small test model; the server and Triton tests start real servers on
@@ -446,7 +446,7 @@ test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL)
 	  "import cosyvoice, sys; print('cosyvoice package', cosyvoice.__file__, cosyvoice.version()[1])"
 	COSYVOICE_LIB=$(abspath $(B))/lib/$(SONAME) COSY_TEST_MODEL=$(abspath $(TEST_MODEL)) \
 	  COSY_TEST_FE_MODEL=$(abspath $(FE_TEST_MODEL)) $(VENV_PY) -m pytest -q -p no:cacheprovider \
-	  python/tests examples/server/tests serving/triton/tests $(PYTEST_ARGS)
+	  python/tests serving/triton/tests $(PYTEST_ARGS)
 
 clean:
 	rm -rf build

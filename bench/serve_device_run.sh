@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # W1 through the serving layers on a GPU machine without network, beside bench_w1 of the same
-# build: in process (bench_w1), through the HTTP server (examples/server) and through Triton's
+# build: in process (bench_w1), through the HTTP server (cosyvoice.server) and through Triton's
 # gRPC streaming (serving/triton), at C = 1 and C = 64; then, when two GPUs are visible (multi),
 # the HTTP server as one process per GPU (GPU 0 alone at C = 64, GPUs 0 and 1 at C = 128, the
 # clients spread over the two: bench/serve_multi_w1.py) and Triton on two GPUs against one at
@@ -107,8 +107,8 @@ if [[ " $STEPS " == *" http "* ]]; then
   # the serving path only; the client: serve_w1.py's default (one asyncio loop, raw HTTP/1.1)
   "$PY" -c 'import httptools, uvloop' 2>/dev/null && HTTP_STACK="httptools + uvloop" \
     || HTTP_STACK="h11 + asyncio (no httptools/uvloop wheels)"
-  echo "== HTTP server (examples/server, $HTTP_STACK), device 0" | tee -a "$SUMMARY"
-  "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" --device 0 --max-active 64 \
+  echo "== HTTP server (cosyvoice.server, $HTTP_STACK), device 0" | tee -a "$SUMMARY"
+  "$PY" -m cosyvoice.server --model "$MODEL" --voices "$VOICES" --device 0 --max-active 64 \
     --host 127.0.0.1 --port 18000 --log-level warning > "$OUT/http_server.log" 2>&1 &
   SRV=$!
   if wait_port 127.0.0.1:18000 300 $SRV; then
@@ -152,12 +152,12 @@ fi
 if [[ " $STEPS " == *" multi "* ]]; then
   n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
   if [ "$n" -ge 2 ]; then
-    # HTTP: one server process per GPU (examples/server/README.md), started together
+    # HTTP: one server process per GPU (docs/serving.md), started together
     echo "== HTTP, one server process per GPU: GPU 0 at C = 64, then GPUs 0 and 1 at C = 128" \
       "(client k on server k % 2)" | tee -a "$SUMMARY"
     SRVS=()
     for g in 0 1; do
-      CUDA_VISIBLE_DEVICES=$g "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" \
+      CUDA_VISIBLE_DEVICES=$g "$PY" -m cosyvoice.server --model "$MODEL" --voices "$VOICES" \
         --device 0 --max-active 256 --host 127.0.0.1 --port $((18010 + g)) --log-level warning \
         > "$OUT/http_gpu$g.server.log" 2>&1 &
       SRVS+=($!)
