@@ -72,6 +72,10 @@ def test_health_models_voices(client):
     ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
     assert ids[0] == "cosyvoice3" and "tts-1" in ids
     assert [v["id"] for v in client.get("/v1/voices").json()["data"]] == ["alloy", "broken", "nova"]
+    # the OpenAPI description has the speech body's schema
+    spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"]["application/json"]
+    assert {"model", "input", "voice", "speed", "stream"} <= set(body["schema"]["properties"])
 
 
 def test_wav_is_the_packages_audio(client, reference):
