@@ -46,7 +46,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -563,6 +563,11 @@ def create_app(settings, engine_factory=None):
     @app.get("/v1/voices")
     async def voices():
         return {"object": "list", "data": [{"id": n, "object": "voice"} for n in st.voices.names()]}
+
+    @app.websocket("/v1/audio/speech/stream")
+    async def speech_stream(websocket: WebSocket):
+        from .ws import serve
+        await serve(websocket, st, settings)
 
     @app.get("/metrics")
     async def metrics_endpoint():

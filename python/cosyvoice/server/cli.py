@@ -152,4 +152,4 @@ def main(argv=None, engine_factory=None):
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     uvicorn.run(create_app(settings, engine_factory), host=a.host, port=a.port,
                 log_level=a.log_level, http=_protocol_class(a.http, a.read_timeout),
-                loop=a.loop, timeout_graceful_shutdown=5)
+                loop=a.loop, timeout_graceful_shutdown=5, ws_max_size=a.max_body_bytes)

@@ -98,6 +98,10 @@ class BodyLimits:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
+            if scope["type"] == "websocket":   # its head has come; the socket has its own pings
+                conn = _CONNECTION.get()
+                if conn is not None:
+                    conn.cosy_disarm()
             return await self.app(scope, receive, send)
         conn = _CONNECTION.get()
         if conn is not None:
