@@ -1,8 +1,9 @@
 """The streaming WebSocket endpoint (/v1/audio/speech/stream) through a real WebSocket client (the
 `websockets` package) against the server process: many small text pieces give the audio of the
 package's in-process text streaming, two utterances on one connection, cancel in the middle of
-speech, a closed socket, mu-law and A-law decoded back, bad messages answered with error events
+speech, a flush, a closed socket, mu-law and A-law decoded back, bad messages answered with error events
 while the session goes on."""
+import base64
 import json
 import os
 import time
@@ -117,6 +118,33 @@ def test_small_pieces_give_the_in_process_audio(ws_url, streamed):
     assert audio2 == cosyvoice.to_pcm16(streamed(["A second thing to say, in two pieces."],
                                                  seed=5))
     c.close()
+
+
+def test_flush_speaks_what_is_pending_and_the_utterance_goes_on(ws_url, streamed):
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=8, binary=False)
+    c.recv()
+    a, b = pieces_of("First part, said now.", 4), pieces_of("Then the rest of it.", 4)
+    for p in a:
+        c.send(type="text", text=p)
+    c.send(type="flush")
+    for p in b:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    assert c.recv()["type"] == "started"
+    audio = b""
+    while True:
+        m = c.recv(120)
+        assert isinstance(m, dict), "binary false: audio comes in events"
+        if m["type"] == "audio":
+            audio += base64.b64decode(m["audio"])
+            continue
+        assert m["type"] == "done", m
+        break
+    c.close()
+    # one engine request per flush, each with the session's seed
+    want = cosyvoice.to_pcm16(streamed(a, seed=8)) + cosyvoice.to_pcm16(streamed(b, seed=8))
+    assert audio == want and m["samples"] * 2 == len(audio)
 
 
 def test_cancel_in_the_middle_of_speech(ws_url, client):
