@@ -8,7 +8,12 @@ Endpoints:
                           min_tokens (cosy_synth_params), stream (false: the whole audio in one
                           response with its exact length).
   GET  /v1/models         the model (and its accepted aliases); GET /v1/models/{id} one of them
-  GET  /v1/voices         the voice names (not an OpenAI endpoint)
+  GET  /v1/voices         the voices (not an OpenAI endpoint; nor are the next three)
+  POST /v1/voices         a voice cloned from a recording and its transcript, kept in the voices
+                          folder: JSON {name, transcript, audio: base64 WAV}, or the WAV as the
+                          body with ?name=&transcript= (at most max_upload_bytes, 16 MiB)
+  GET, DELETE /v1/voices/{name}
+  WS   /v1/audio/speech/stream   text in as it is written, audio out as it is made (ws.py)
   GET  /health            200 {"status": "ok", "active", "queued", ...}; 503 after the device
                           was lost
   GET  /metrics           Prometheus text: requests, TTFB histogram, active/queued, memory
@@ -57,7 +62,8 @@ import cosyvoice
 from . import encoders
 from . import metrics as prom
 from .errors import ApiError, engine_error
-from .limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, BodyLimits, wait_disconnect
+from .limits import (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_UPLOAD_BYTES, DEFAULT_READ_TIMEOUT,
+                     BodyLimits, wait_disconnect)
 from .stretch import MAX_SPEED, MIN_SPEED, split_speed, time_stretch
 
 log = logging.getLogger("cosyvoice.server")
@@ -80,7 +86,8 @@ class Settings:
                  model_aliases=DEFAULT_ALIASES, max_input_chars=4096,
                  default_response_format="mp3", voice_wav=None, voice_text="",
                  voice_name="default", default_voice=None, max_instructions_chars=1000,
-                 max_body_bytes=DEFAULT_MAX_BODY_BYTES, read_timeout=DEFAULT_READ_TIMEOUT):
+                 max_body_bytes=DEFAULT_MAX_BODY_BYTES, read_timeout=DEFAULT_READ_TIMEOUT,
+                 max_upload_bytes=DEFAULT_MAX_UPLOAD_BYTES):
         self.model, self.voices = model, voices
         self.device, self.max_active, self.max_queued = device, max_active, max_queued
         self.cpu_threads, self.gpu_memory_fraction = cpu_threads, gpu_memory_fraction
@@ -93,6 +100,7 @@ class Settings:
         # the voice OpenAI's built-in names get: the cloned one unless named otherwise
         self.default_voice = default_voice or (voice_name if voice_wav else None)
         self.max_body_bytes, self.read_timeout = max_body_bytes, read_timeout
+        self.max_upload_bytes = max_upload_bytes
 
     @property
     def model_names(self):
@@ -231,6 +239,13 @@ def check_request(req, settings):
     return fmt, name
 
 
+def check_voice_name(name, param="voice"):
+    if not isinstance(name, str) or not VOICE_NAME.match(name):
+        raise ApiError(400, f"invalid voice name {str(name)[:140]!r}: letters, digits, '.', '_' "
+                       "and '-' (at most 128, not starting with a punctuation mark)", param=param,
+                       code="invalid_voice")
+
+
 class Voices:
     """The voices of the server: the one cloned at startup (named settings.voice_name) and the
     saved voices of a directory (NAME.gguf), loaded on first use and kept; a file changed on
@@ -265,13 +280,73 @@ class Voices:
             self.fixed.clear()
             self.cache.clear()
 
+    def create(self, name, wav_bytes, transcript):
+        """Clone a voice from a WAV file's bytes and its transcript and save it as
+        VOICES_DIR/name.gguf (blocking: run it on a worker thread)."""
+        if not self.dir:
+            raise ApiError(400, "this server has no voices folder to keep voices in (start it "
+                           "with --voices DIR)", code="no_voices_folder")
+        check_voice_name(name)
+        path = os.path.join(self.dir, name + ".gguf")
+        if name in self.fixed or os.path.exists(path):
+            raise ApiError(409, f"voice {name!r} exists; delete it first", param="name",
+                           code="voice_exists")
+        import tempfile
+        with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+            f.write(wav_bytes)
+            f.flush()
+            try:
+                pcm, rate = cosyvoice.read_wav(f.name)
+            except ValueError as e:
+                raise ApiError(400, f"audio: {str(e).replace(f.name + ': ', '')}",
+                               param="audio", code="invalid_audio") from None
+        try:
+            v = self.engine.voice_from_audio(pcm, rate, transcript)
+        except cosyvoice.CosyError as e:
+            err = engine_error(e)
+            if err.param is None and err.status == 400:
+                err.param = "audio"
+            raise err from None
+        tmp = path + f".tmp{os.getpid()}.{threading.get_ident()}"
+        try:
+            v.save(tmp)
+            with self.lock:
+                if os.path.exists(path):
+                    raise ApiError(409, f"voice {name!r} exists; delete it first",
+                                   param="name", code="voice_exists")
+                os.replace(tmp, path)
+                self.cache[name] = (os.stat(path).st_mtime_ns, v)
+        except cosyvoice.CosyError as e:
+            v.close()
+            raise ApiError(500, f"voice {name!r} could not be saved: {e}",
+                           code="voice_save_failed") from None
+        except BaseException:
+            v.close()
+            raise
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return name
+
+    def delete(self, name):
+        check_voice_name(name)
+        if name in self.fixed:
+            raise ApiError(400, f"voice {name!r} was made at startup (--voice-wav) and cannot be "
+                           "deleted", param="voice", code="voice_fixed")
+        path = os.path.join(self.dir, name + ".gguf") if self.dir else None
+        with self.lock:
+            if not path or not os.path.exists(path):
+                raise ApiError(404, f"voice {name!r} not found", param="voice",
+                               code="voice_not_found")
+            os.unlink(path)
+            hit = self.cache.pop(name, None)
+        if hit:
+            hit[1].close()   # requests using it keep it alive
+
     def get(self, name):
         """The Voice called name (blocking: run it on a worker thread). ApiError when there is
         no such voice (400) or its file does not load (500)."""
-        if not VOICE_NAME.match(name):
-            raise ApiError(400, f"invalid voice name {name!r}: letters, digits, '.', '_' and '-' "
-                           "(at most 128, not starting with a punctuation mark)", param="voice",
-                           code="invalid_voice")
+        check_voice_name(name)
         if name in self.fixed:
             return self.fixed[name]
         path = os.path.join(self.dir, name + ".gguf") if self.dir else None
@@ -560,9 +635,74 @@ def create_app(settings, engine_factory=None):
                            param="model", code="model_not_found")
         return model_object(model_id)
 
+    def voice_object(name):
+        return {"id": name, "object": "voice",
+                "source": "startup" if name in st.voices.fixed else "folder"}
+
     @app.get("/v1/voices")
     async def voices():
-        return {"object": "list", "data": [{"id": n, "object": "voice"} for n in st.voices.names()]}
+        return {"object": "list", "data": [voice_object(n) for n in st.voices.names()]}
+
+    @app.get("/v1/voices/{name}")
+    async def voice_get(name: str):
+        check_voice_name(name)
+        if name not in st.voices.names():
+            raise ApiError(404, f"voice {name!r} not found", param="voice",
+                           code="voice_not_found")
+        return voice_object(name)
+
+    @app.delete("/v1/voices/{name}")
+    async def voice_delete(name: str):
+        await asyncio.to_thread(st.voices.delete, name)
+        return {"id": name, "object": "voice", "deleted": True}
+
+    @app.post("/v1/voices", status_code=201)
+    async def voice_create(request: Request):
+        """A voice cloned from a recording and its transcript, kept in the voices folder: JSON
+        {"name", "transcript", "audio": base64 WAV}, or the WAV itself as the body (any
+        audio/* or application/octet-stream type) with ?name=&transcript=."""
+        raw = await request.body()
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype == "application/json":
+            try:
+                data = json.loads(raw) if raw.strip() else None
+            except (ValueError, RecursionError) as e:
+                raise ApiError(400, f"the request body is not valid JSON: {e}",
+                               code="invalid_json") from None
+            if not isinstance(data, dict):
+                raise ApiError(400, 'expected a JSON object {"name", "transcript", "audio"}',
+                               code="invalid_json")
+            unknown = sorted(set(data) - {"name", "transcript", "audio"})
+            if unknown:
+                raise ApiError(400, f"unrecognized request argument: {unknown[0]}",
+                               param=unknown[0], code="extra_forbidden")
+            name, transcript, audio = data.get("name"), data.get("transcript"), data.get("audio")
+            if not isinstance(audio, str) or not audio:
+                raise ApiError(400, "audio must be the WAV file in base64", param="audio",
+                               code="missing" if audio is None else "invalid_value")
+            try:
+                wav = base64.b64decode(audio, validate=True)
+            except ValueError:
+                raise ApiError(400, "audio is not valid base64", param="audio",
+                               code="invalid_value") from None
+        else:
+            name = request.query_params.get("name")
+            transcript = request.query_params.get("transcript")
+            wav = raw
+        if name is None:
+            raise ApiError(400, "missing required parameter: name", param="name", code="missing")
+        check_voice_name(name, "name")
+        if transcript is None:
+            raise ApiError(400, "missing required parameter: transcript (what the recording "
+                           "says)", param="transcript", code="missing")
+        if not isinstance(transcript, str):
+            raise ApiError(400, "transcript must be a string", param="transcript",
+                           code="invalid_type")
+        check_text("transcript", transcript, settings.max_instructions_chars)
+        if not wav:
+            raise ApiError(400, "no audio", param="audio", code="missing")
+        await asyncio.to_thread(st.voices.create, name, wav, transcript)
+        return JSONResponse(voice_object(name), status_code=201)
 
     @app.websocket("/v1/audio/speech/stream")
     async def speech_stream(websocket: WebSocket):
@@ -721,4 +861,5 @@ def create_app(settings, engine_factory=None):
             enc.close()
             out.close(code)
 
-    return BodyLimits(app, settings.max_body_bytes, settings.read_timeout)
+    return BodyLimits(app, settings.max_body_bytes, settings.read_timeout,
+                      {("POST", "/v1/voices"): settings.max_upload_bytes})

@@ -3,7 +3,7 @@ import argparse
 import os
 import sys
 
-from .limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT
+from .limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_UPLOAD_BYTES, DEFAULT_READ_TIMEOUT
 
 USAGE_EXAMPLE = """\
 examples:
@@ -78,6 +78,8 @@ def build_parser():
                    help="longest instructions (default: %(default)s)")
     g.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="largest request body (default: %(default)s)")
+    g.add_argument("--max-upload-bytes", type=int, default=DEFAULT_MAX_UPLOAD_BYTES,
+                   help="largest body of POST /v1/voices (a recording) (default: %(default)s)")
     g.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT,
                    help="seconds a client may take to send a request's head, and again its "
                         "body (default: %(default)s)")
@@ -116,7 +118,8 @@ def parse_args(argv=None, need_files=True):
                  "(saved voices; or COSYVOICE_VOICES)")
     for name, v, lo in (("--max-input-chars", a.max_input_chars, 1),
                         ("--max-instructions-chars", a.max_instructions_chars, 0),
-                        ("--max-body-bytes", a.max_body_bytes, 1024)):
+                        ("--max-body-bytes", a.max_body_bytes, 1024),
+                        ("--max-upload-bytes", a.max_upload_bytes, 1024)):
         if v < lo:
             ap.error(f"{name} {v}: at least {lo}")
     if not a.read_timeout > 0:
@@ -130,7 +133,8 @@ def parse_args(argv=None, need_files=True):
                         voice_wav=a.voice_wav, voice_text=a.voice_text or "",
                         voice_name=a.voice_name, default_voice=a.default_voice,
                         max_instructions_chars=a.max_instructions_chars,
-                        max_body_bytes=a.max_body_bytes, read_timeout=a.read_timeout)
+                        max_body_bytes=a.max_body_bytes, read_timeout=a.read_timeout,
+                        max_upload_bytes=a.max_upload_bytes)
     return settings, a
 
 

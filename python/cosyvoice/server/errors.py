@@ -25,6 +25,8 @@ def engine_error(e):
     """ApiError for a library failure (typed cosyvoice errors)."""
     if isinstance(e, cosyvoice.TextError):
         return ApiError(400, e.message, param="input", code="invalid_text")
+    if isinstance(e, cosyvoice.Unsupported):
+        return ApiError(400, f"not supported here: {e.message}", code="unsupported")
     if isinstance(e, cosyvoice.InvalidArgument):
         return ApiError(400, e.message, code="invalid_value")
     if isinstance(e, cosyvoice.QueueFull):

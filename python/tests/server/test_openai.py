@@ -2,7 +2,9 @@
 (a voice cloned at startup, the model with its front-end models) and the official `openai`
 client: speech with the default format (mp3) and streamed, OpenAI's voice names answered by the
 cloned voice, models.list / models.retrieve; and the server's papercuts: a whole WAV response
-carries its exact sizes, speeds 0.25 .. 4 (beyond the engine's 0.5 .. 2 by WSOLA, stretch.py)."""
+carries its exact sizes, speeds 0.25 .. 4 (beyond the engine's 0.5 .. 2 by WSOLA, stretch.py);
+voices made from an upload, kept in the voices folder, listed, fetched and deleted."""
+import base64
 import io
 import os
 import struct
@@ -46,9 +48,12 @@ def voice_wav(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def clone_server(fe_model, voice_wav):
-    """Base URL of `python -m cosyvoice.server --model FE --voice-wav W --voice-text T`."""
+    """Base URL of `python -m cosyvoice.server --model FE --voice-wav W --voice-text T --voices
+    DIR` (DIR empty at first)."""
+    voices = os.path.join(os.path.dirname(voice_wav), "voices")
+    os.makedirs(voices)
     proc, url, log = start_server(fe_model, os.path.dirname(voice_wav), "--voice-wav", voice_wav,
-                                  "--voice-text", PROMPT)
+                                  "--voice-text", PROMPT, "--voices", voices)
     yield url
     stop_server(proc, log)
 
@@ -175,3 +180,52 @@ def test_time_stretch_keeps_pitch_and_level():
             assert abs(np.sqrt(np.mean(mid ** 2)) / (0.4 / np.sqrt(2)) - 1) < 0.05
     with pytest.raises(ValueError):
         time_stretch(np.zeros(100, np.float32), 5.0, rate)
+
+
+def test_voices_made_listed_fetched_and_deleted(clone_server, fe_model, voice_wav):
+    folder = os.path.join(os.path.dirname(voice_wav), "voices")
+    with open(voice_wav, "rb") as f:
+        wav = f.read()
+    with httpx.Client(base_url=clone_server, timeout=120) as c:
+        r = c.post("/v1/voices", json={"name": "bob", "transcript": "Bob says hello.",
+                                       "audio": base64.b64encode(wav).decode()})
+        assert r.status_code == 201, r.text
+        assert r.json() == {"id": "bob", "object": "voice", "source": "folder"}
+        assert os.path.exists(os.path.join(folder, "bob.gguf"))   # kept across restarts
+        assert c.get("/v1/voices/bob").json()["id"] == "bob"
+        assert [v["id"] for v in c.get("/v1/voices").json()["data"]] == ["bob", "default"]
+        got = c.post("/v1/audio/speech", json={"model": "tts-1", "voice": "bob", "input": TEXT,
+                                               "response_format": "pcm", "seed": 2}).content
+        with cosyvoice.Engine(fe_model) as eng, eng.voice_from_wav(voice_wav,
+                                                                   "Bob says hello.") as v:
+            assert got == cosyvoice.to_pcm16(eng.synthesize(v, TEXT, seed=2))
+        # the raw WAV as the body, name and transcript in the query
+        r = c.post("/v1/voices", params={"name": "eve", "transcript": "Eve."}, content=wav,
+                   headers={"content-type": "audio/wav"})
+        assert r.status_code == 201, r.text
+
+        def err(r, status, code, param=None):
+            assert r.status_code == status, (r.status_code, r.text)
+            e = r.json()["error"]
+            assert e["code"] == code and (param is None or e["param"] == param), e
+
+        err(c.post("/v1/voices", json={"name": "bob", "transcript": "x",
+                                       "audio": base64.b64encode(wav).decode()}), 409,
+            "voice_exists")
+        err(c.post("/v1/voices", json={"name": "x", "transcript": "x",
+                                       "audio": base64.b64encode(b"RIFF1234WAVE").decode()}), 400,
+            "invalid_audio", "audio")
+        err(c.post("/v1/voices", json={"name": "x", "transcript": "x", "audio": "@@"}), 400,
+            "invalid_value", "audio")
+        err(c.post("/v1/voices", json={"name": "../x", "transcript": "x", "audio": "AAAA"}), 400,
+            "invalid_voice", "name")
+        err(c.post("/v1/voices", json={"name": "x", "audio": "AAAA"}), 400, "missing",
+            "transcript")
+        err(c.post("/v1/voices", json={"name": "x", "transcript": "a\u0000b", "audio": "AAAA"}),
+            400, "invalid_text", "transcript")
+        err(c.delete("/v1/voices/default"), 400, "voice_fixed")
+        for name in ("bob", "eve"):
+            assert c.delete(f"/v1/voices/{name}").json()["deleted"] is True
+        err(c.get("/v1/voices/bob"), 404, "voice_not_found")
+        err(c.delete("/v1/voices/bob"), 404, "voice_not_found")
+        assert os.listdir(folder) == []
