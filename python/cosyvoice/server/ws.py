@@ -24,10 +24,9 @@ import json
 import logging
 import time
 
-import numpy as np
-
 import cosyvoice
 
+from . import encoders
 from .errors import ApiError, engine_error
 
 log = logging.getLogger("cosyvoice.server")
@@ -37,34 +36,8 @@ MESSAGE_TYPES = ("session", "text", "flush", "end", "cancel")
 SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "model")
 
 
-def _mulaw(x):
-    """G.711 mu-law bytes of float samples in [-1, 1] (the continuous companding curve of the
-    standard, mu = 255, on 14-bit magnitudes; decoders expand it with the same curve)."""
-    q = np.clip(np.rint(np.asarray(x, np.float64) * 8159.0), -8159, 8159).astype(np.int32)
-    sign = (q < 0).astype(np.int32)
-    mag = np.abs(q) + 33
-    exp = np.clip(np.floor(np.log2(mag)).astype(np.int32) - 5, 0, 7)
-    mant = (mag >> (exp + 1)) & 0x0F
-    return (~((sign << 7) | (exp << 4) | mant) & 0xFF).astype(np.uint8).tobytes()
-
-
-def _alaw(x):
-    """G.711 A-law bytes of float samples in [-1, 1] (13-bit magnitudes, even bits inverted)."""
-    q = np.clip(np.rint(np.asarray(x, np.float64) * 4095.0), -4095, 4095).astype(np.int32)
-    sign = (q >= 0).astype(np.int32)
-    mag = np.abs(q)
-    exp = np.where(mag < 32, 0, np.clip(np.floor(np.log2(np.maximum(mag, 1))).astype(np.int32)
-                                          - 4, 0, 7))
-    mant = np.where(exp == 0, mag >> 1, mag >> exp) & 0x0F
-    return (((sign << 7) | (exp << 4) | mant) ^ 0x55).astype(np.uint8).tobytes()
-
-
 def encode(fmt, chunk):
-    if fmt == "pcm":
-        return cosyvoice.to_pcm16(chunk)
-    if fmt == "mulaw":
-        return _mulaw(chunk)
-    return _alaw(chunk)
+    return encoders.encode_raw(fmt, chunk)
 
 
 class Utterance:

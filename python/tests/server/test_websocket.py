@@ -270,3 +270,28 @@ def test_bad_messages_get_error_events_and_the_session_goes_on(ws_url):
     audio, done = c.utterance()
     assert audio and done["samples"] * 2 == len(audio)
     c.close()
+
+
+@pytest.mark.parametrize("fmt,decode", [("mulaw", mulaw_decode), ("alaw", alaw_decode)])
+def test_phone_formats_on_the_http_endpoint(client, reference, fmt, decode):
+    r = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "seed": 4,
+                                              "input": "Hello from the phone line.",
+                                              "response_format": fmt, "sample_rate": 8000})
+    assert r.status_code == 200 and r.headers["content-type"] == f"audio/x-{fmt}"
+    want = reference("alloy", "Hello from the phone line.", seed=4, sample_rate=8000)
+    got = decode(r.content) / 32768.0
+    assert got.size == want.size
+    assert np.all(np.abs(got - np.clip(want, -1, 1)) <= 0.04 * np.abs(want) + 2e-3)
+
+
+def test_g711_on_random_samples():
+    """The server's encoders against the decoders above on random samples over the whole range
+    (full scale and near zero included)."""
+    from cosyvoice.server.encoders import encode_raw
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-1, 1, 20000), rng.uniform(-0.01, 0.01, 20000),
+                        [1.0, -1.0, 0.0, 1.2, -1.2]]).astype(np.float32)
+    for fmt, decode in (("mulaw", mulaw_decode), ("alaw", alaw_decode)):
+        y = decode(encode_raw(fmt, x)) / 32768.0
+        err = np.abs(y - np.clip(x, -1, 1))
+        assert np.all(err <= 0.04 * np.abs(x) + 2e-3), (fmt, float(err.max()))
