@@ -295,3 +295,54 @@ def test_g711_on_random_samples():
         y = decode(encode_raw(fmt, x)) / 32768.0
         err = np.abs(y - np.clip(x, -1, 1))
         assert np.all(err <= 0.04 * np.abs(x) + 2e-3), (fmt, float(err.max()))
+
+
+def test_the_chat_to_speech_example(ws_url, streamed, tmp_path):
+    """examples/python/chat_to_speech.py against a stand-in chat endpoint (OpenAI's streamed chat
+    completions, server-sent events) and the server: the reply's audio, as in process."""
+    import http.server
+    import subprocess
+    import sys
+    import threading
+    pytest.importorskip("openai")
+    reply = ["Sure", "! The", " train", " leaves", " at nine", " tomorrow."]
+
+    class Chat(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            for i, piece in enumerate(reply + [None]):
+                choice = {"index": 0, "delta": {"content": piece} if piece else {},
+                          "finish_reason": None if piece else "stop"}
+                ev = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                      "choices": [choice]}
+                self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                self.wfile.flush()
+                time.sleep(0.05)   # a model writing
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    out = tmp_path / "reply.wav"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "python",
+                          "chat_to_speech.py")
+    try:
+        r = subprocess.run([sys.executable, script, "--chat-url",
+                            f"http://127.0.0.1:{srv.server_address[1]}/v1", "--chat-model", "m",
+                            "--prompt", "When is the train?", "--tts", ws_url, "--voice", "alloy",
+                            "--seed", "6", "-o", str(out)], capture_output=True, text=True,
+                           timeout=300)
+    finally:
+        srv.shutdown()
+    assert r.returncode == 0, r.stderr
+    data = out.read_bytes()
+    want = streamed(["".join(reply)], seed=6)
+    assert data[:44] == cosyvoice.wav_header(24000, want.size)
+    assert data[44:] == cosyvoice.to_pcm16(want)
+    assert "Sure! The train leaves at nine tomorrow." in r.stderr
