@@ -87,7 +87,7 @@ class Settings:
                  default_response_format="mp3", voice_wav=None, voice_text="",
                  voice_name="default", default_voice=None, max_instructions_chars=1000,
                  max_body_bytes=DEFAULT_MAX_BODY_BYTES, read_timeout=DEFAULT_READ_TIMEOUT,
-                 max_upload_bytes=DEFAULT_MAX_UPLOAD_BYTES):
+                 max_upload_bytes=DEFAULT_MAX_UPLOAD_BYTES, ws_idle_timeout=30.0):
         self.model, self.voices = model, voices
         self.device, self.max_active, self.max_queued = device, max_active, max_queued
         self.cpu_threads, self.gpu_memory_fraction = cpu_threads, gpu_memory_fraction
@@ -101,6 +101,7 @@ class Settings:
         self.default_voice = default_voice or (voice_name if voice_wav else None)
         self.max_body_bytes, self.read_timeout = max_body_bytes, read_timeout
         self.max_upload_bytes = max_upload_bytes
+        self.ws_idle_timeout = ws_idle_timeout
 
     @property
     def model_names(self):

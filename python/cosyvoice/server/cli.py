@@ -83,6 +83,9 @@ def build_parser():
     g.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT,
                    help="seconds a client may take to send a request's head, and again its "
                         "body (default: %(default)s)")
+    g.add_argument("--ws-idle-timeout", type=float, default=30.0,
+                   help="seconds a WebSocket utterance may wait for its next message before it "
+                        "is ended (default: %(default)s)")
     g = ap.add_argument_group("HTTP")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     g.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
@@ -122,8 +125,9 @@ def parse_args(argv=None, need_files=True):
                         ("--max-upload-bytes", a.max_upload_bytes, 1024)):
         if v < lo:
             ap.error(f"{name} {v}: at least {lo}")
-    if not a.read_timeout > 0:
-        ap.error(f"--read-timeout {a.read_timeout}: must be positive")
+    for name, v in (("--read-timeout", a.read_timeout), ("--ws-idle-timeout", a.ws_idle_timeout)):
+        if not v > 0:
+            ap.error(f"{name} {v}: must be positive")
     if not 0 < a.port < 65536:
         ap.error(f"--port {a.port}: 1..65535")
     settings = Settings(a.model, a.voices, a.device, a.max_active, a.max_queued, a.cpu_threads,
@@ -134,7 +138,7 @@ def parse_args(argv=None, need_files=True):
                         voice_name=a.voice_name, default_voice=a.default_voice,
                         max_instructions_chars=a.max_instructions_chars,
                         max_body_bytes=a.max_body_bytes, read_timeout=a.read_timeout,
-                        max_upload_bytes=a.max_upload_bytes)
+                        max_upload_bytes=a.max_upload_bytes, ws_idle_timeout=a.ws_idle_timeout)
     return settings, a
 
 

@@ -16,7 +16,9 @@ seconds, usage, timings), cancelled (samples sent), error. A bad message gets an
 the session goes on; a closed socket cancels everything in flight.
 
 Limits: a message at most max_body_bytes (the HTTP body limit); a text piece and an utterance's
-whole text at most max_input_chars each; no NUL or lone surrogate in any string.
+whole text at most max_input_chars each; no NUL or lone surrogate in any string; an utterance
+that gets no message for ws_idle_timeout seconds (30) is ended, so that a client that stalls does
+not hold an engine request; uvicorn's pings (every 20 s) close a socket whose peer has vanished.
 """
 import asyncio
 import base64
@@ -325,9 +327,21 @@ async def serve(ws, st, settings):
     sess = Session(ws, st, settings)
     handlers = {"session": sess.on_session, "text": sess.on_text, "flush": sess.on_flush,
                 "end": sess.on_end, "cancel": sess.on_cancel}
+    idle = settings.ws_idle_timeout
     try:
         while True:
-            m = await ws.receive()
+            if sess.current is not None:   # an utterance waits for text: not forever
+                try:
+                    m = await asyncio.wait_for(ws.receive(), idle)
+                except asyncio.TimeoutError:
+                    u = sess.current
+                    await sess.on_end({})
+                    await sess.send_json({"type": "error", "utterance": u.id, "error": ApiError(
+                        408, f"no message for {idle:g} s while the utterance was open: it was "
+                        "ended (its text so far is spoken)", code="idle_timeout").body()["error"]})
+                    continue
+            else:
+                m = await ws.receive()
             if m["type"] == "websocket.disconnect":
                 break
             if m.get("text") is None:

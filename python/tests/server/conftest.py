@@ -36,7 +36,8 @@ def server(model_path, voices_dir):
     """(base URL, process): max_active 2 and max_queued 1, so a third and fourth long request
     find the queue full."""
     proc, url, log = start_server(model_path, os.path.dirname(voices_dir), "--voices", voices_dir,
-                                  "--max-active", "2", "--max-queued", "1", "--read-timeout", "2")
+                                  "--max-active", "2", "--max-queued", "1", "--read-timeout", "2",
+                                  "--ws-idle-timeout", "3")
     yield url, proc
     stop_server(proc, log)
 

@@ -346,3 +346,28 @@ def test_the_chat_to_speech_example(ws_url, streamed, tmp_path):
     assert data[:44] == cosyvoice.wav_header(24000, want.size)
     assert data[44:] == cosyvoice.to_pcm16(want)
     assert "Sure! The train leaves at nine tomorrow." in r.stderr
+
+
+def test_a_stalled_utterance_is_ended(ws_url, streamed, client):
+    """The shared server ends an utterance after 3 s without a message (--ws-idle-timeout)."""
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=9)
+    c.recv()
+    t0 = time.monotonic()
+    c.send(type="text", text="Words and then nothing")
+    assert c.recv()["type"] == "started"
+    audio = b""
+    events = []
+    while True:
+        m = c.recv(60)
+        if isinstance(m, bytes):
+            audio += m
+            continue
+        events.append(m)
+        if m["type"] == "done":
+            break
+    assert any(e["type"] == "error" and e["error"]["code"] == "idle_timeout" for e in events)
+    assert time.monotonic() - t0 > 2.5
+    assert audio == cosyvoice.to_pcm16(streamed(["Words and then nothing"], seed=9))
+    c.close()
+    wait_idle(client)
