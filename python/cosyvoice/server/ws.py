@@ -18,7 +18,9 @@ the session goes on; a closed socket cancels everything in flight.
 Limits: a message at most max_body_bytes (the HTTP body limit); a text piece and an utterance's
 whole text at most max_input_chars each; no NUL or lone surrogate in any string; an utterance
 that gets no message for ws_idle_timeout seconds (30) is ended, so that a client that stalls does
-not hold an engine request; uvicorn's pings (every 20 s) close a socket whose peer has vanished.
+not hold an engine request; uvicorn's pings (every 20 s) close a socket whose peer has vanished;
+at most MAX_OPEN_UTTERANCES utterances in flight per session, MAX_REQUESTS_PER_UTTERANCE
+flushes each (429 error events).
 """
 import asyncio
 import base64
@@ -35,6 +37,10 @@ log = logging.getLogger("cosyvoice.server")
 
 FORMATS = ("pcm", "mulaw", "alaw")
 MESSAGE_TYPES = ("session", "text", "flush", "end", "cancel")
+# utterances (and engine requests: one per utterance, one more per flush) a session may have in
+# flight: one connection cannot fill the engine's queue
+MAX_OPEN_UTTERANCES = 4
+MAX_REQUESTS_PER_UTTERANCE = 16
 SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "model")
 
 
@@ -176,12 +182,20 @@ class Session:
             if self.settings["voice"] is None:
                 raise ApiError(400, 'no voice: send {"type": "session", "voice": NAME} first',
                                param="voice", code="missing")
+            if len(self.open) >= MAX_OPEN_UTTERANCES:
+                raise ApiError(429, f"{len(self.open)} utterances of this session are in flight; "
+                               f"the limit is {MAX_OPEN_UTTERANCES} (wait for a done)",
+                               code="too_many_utterances")
             u = self.start_utterance()
         if u.chars + len(text) > self.cfg.max_input_chars:
             raise ApiError(400, f"the utterance's text would have {u.chars + len(text)} "
                            f"characters; the limit is {self.cfg.max_input_chars} (end it and "
                            "start another)", param="text", code="string_above_max_length")
         r = u.current
+        if r is None and len(u.requests) >= MAX_REQUESTS_PER_UTTERANCE:
+            raise ApiError(429, f"this utterance has {len(u.requests)} engine requests (one per "
+                           f"flush); the limit is {MAX_REQUESTS_PER_UTTERANCE}: end it",
+                           code="too_many_flushes")
         if r is None:
             try:
                 r = await self.submit(u)

@@ -302,3 +302,28 @@ def test_still_serving_after_all_that(ec):
     wait_until(ec, idle, 30, "idle")
     r = ec.post("/v1/audio/speech", json=speech_body(max_tokens=30))
     assert r.status_code == 200 and len(r.content) > 0
+
+
+def test_one_websocket_session_has_at_most_4_utterances_in_flight(edges, ec):
+    """(max_active 2 + max_queued 2 here: the engine takes four)"""
+    client = pytest.importorskip("websockets.sync.client")
+    wait_until(ec, idle, 30, "idle before the test")
+    url = edges[0].replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with client.connect(url, max_size=None) as ws:
+        ws.send(json.dumps({"type": "session", "voice": "alloy", "seed": 1}))
+        for i in range(4):
+            ws.send(json.dumps({"type": "text", "text": f"Utterance {i}."}))
+            ws.send(json.dumps({"type": "end"}))
+        ws.send(json.dumps({"type": "text", "text": "One too many."}))
+        events = []
+        while not any(e["type"] == "error" for e in events):
+            m = ws.recv(timeout=60)
+            if isinstance(m, str):
+                events.append(json.loads(m))
+        err = [e for e in events if e["type"] == "error"][0]["error"]
+        assert err["code"] == "too_many_utterances", err
+        dones = sum(e["type"] == "done" for e in events)
+        while dones < 4:
+            m = ws.recv(timeout=120)
+            dones += isinstance(m, str) and json.loads(m)["type"] == "done"
+    wait_until(ec, idle, 30, "idle after the session")
