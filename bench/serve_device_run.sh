@@ -125,7 +125,7 @@ if [[ " $STEPS " == *" http "* ]]; then
 fi
 
 if [[ " $STEPS " == *" cancel "* ]]; then # not in the default steps: bash bench/serve_device_run.sh MODEL cancel
-  # issue 33: a client that leaves before its first audio frees its engine slot within 1 s;
+  # a client that leaves before its first audio frees its engine slot within 1 s (docs/serving.md);
   # bench/serve_cancel.py closes raw sockets before the first audio and mid-stream, alone and
   # beside 16 long streams, and times the engine's counts (/health) back to where they were
   echo "== clients that leave (bench/serve_cancel.py), HTTP server on device 0" | tee -a "$SUMMARY"

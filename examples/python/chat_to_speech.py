@@ -29,7 +29,8 @@ def main():
     ap.add_argument("--voice", default="alloy")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--sample-rate", type=int, default=24000)
-    ap.add_argument("-o", "--output", required=True, help="FILE.wav, or - for raw samples on stdout")
+    ap.add_argument("-o", "--output", required=True,
+                    help="FILE.wav, or - for raw samples on stdout")
     a = ap.parse_args()
     import openai
     from websockets.sync.client import connect

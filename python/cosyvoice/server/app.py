@@ -20,7 +20,8 @@ Endpoints:
 
 Audio: the response starts when the engine's first chunk exists and every later chunk is sent as
 it is made (chunked transfer), for wav (a header whose sizes say "unknown length",
-0xFFFFFFFF), pcm (16-bit little endian mono) and opus; flac and mp3 need the whole utterance
+0xFFFFFFFF), pcm (16-bit little endian mono), mulaw and alaw (G.711, for phone lines at
+sample_rate 8000) and opus; flac and mp3 need the whole utterance
 (encoders.py says why). With "stream": false, or a speed other than 1 (the engine makes such
 audio in one piece), the response is sent whole, with Content-Length and, for wav, the exact
 sizes in its header. stream_format "sse" sends `speech.audio.delta` events (base64 audio in
@@ -50,7 +51,6 @@ import time
 from typing import Any, Optional
 
 import numpy as np
-
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response

@@ -73,8 +73,8 @@ def _alaw(x):
     q = np.clip(np.rint(np.asarray(x, np.float64) * 4095.0), -4095, 4095).astype(np.int32)
     sign = (q >= 0).astype(np.int32)
     mag = np.abs(q)
-    exp = np.where(mag < 32, 0, np.clip(np.floor(np.log2(np.maximum(mag, 1))).astype(np.int32)
-                                          - 4, 0, 7))
+    seg = np.floor(np.log2(np.maximum(mag, 1))).astype(np.int32) - 4
+    exp = np.where(mag < 32, 0, np.clip(seg, 0, 7))
     mant = np.where(exp == 0, mag >> 1, mag >> exp) & 0x0F
     return (((sign << 7) | (exp << 4) | mant) ^ 0x55).astype(np.uint8).tobytes()
 

@@ -1,4 +1,5 @@
-"""Errors of the speech server in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+"""Errors of the speech server in OpenAI's shape:
+{"error": {"message", "type", "param", "code"}}."""
 import cosyvoice
 
 

@@ -124,8 +124,8 @@ class BodyLimits:
                 except ValueError:
                     length = None
         if length is not None and length > limit:
-            err = ApiError(413, f"the request body has {length} bytes; the limit is {limit}", param=None, code="request_too_large",
-                           headers=close)
+            err = ApiError(413, f"the request body has {length} bytes; the limit is {limit}",
+                           code="request_too_large", headers=close)
             await err.response()(scope, receive, send)
             return
 

@@ -2,8 +2,9 @@
 hide what happens): a client that leaves while its request waits in the engine's queue, before
 its first audio or in the middle of the stream is let go by the server within 1 s (its engine
 request cancelled: a queued one is gone at once, a running one at the end of the engine call that
-runs, with no call after it); slow clients are answered 408 and disconnected; oversize bodies 413; NUL, over-long strings, malformed
-JSON and empty bodies 400 with a message that says what is wrong. Each case is bounded: no test
+runs, with no call after it); slow clients are answered 408 and disconnected; oversize bodies
+413; NUL, over-long strings, malformed JSON and empty bodies 400 with a message that says what
+is wrong; a WebSocket session's utterances in flight are bounded. Each case is bounded: no test
 waits more than a few seconds past the limit it checks."""
 import json
 import os

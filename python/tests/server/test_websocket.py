@@ -1,8 +1,8 @@
 """The streaming WebSocket endpoint (/v1/audio/speech/stream) through a real WebSocket client (the
 `websockets` package) against the server process: many small text pieces give the audio of the
 package's in-process text streaming, two utterances on one connection, cancel in the middle of
-speech, a flush, a closed socket, mu-law and A-law decoded back, bad messages answered with error events
-while the session goes on."""
+speech, a flush, a closed socket, mu-law and A-law decoded back, bad messages answered with error
+events while the session goes on, a stalled utterance ended, the chat_to_speech example."""
 import base64
 import json
 import os
