@@ -172,6 +172,7 @@ def parse_speech(raw):
 
 
 def voice_name_of(voice):
+    """The voice name of a request's voice field: a string, or {"id": name}."""
     if isinstance(voice, str):
         return voice
     if isinstance(voice, dict) and set(voice) == {"id"} and isinstance(voice["id"], str):
@@ -241,6 +242,7 @@ def check_request(req, settings):
 
 
 def check_voice_name(name, param="voice"):
+    """400 unless name is a valid voice name (VOICE_NAME)."""
     if not isinstance(name, str) or not VOICE_NAME.match(name):
         raise ApiError(400, f"invalid voice name {str(name)[:140]!r}: letters, digits, '.', '_' "
                        "and '-' (at most 128, not starting with a punctuation mark)", param=param,
@@ -380,6 +382,8 @@ class Voices:
 
 
 class State:
+    """What the app keeps: settings, engine, voices, device state and the Prometheus series."""
+
     def __init__(self, settings):
         self.settings = settings
         self.engine = None
@@ -431,6 +435,7 @@ class State:
 
 
 def make_params(req, rate, engine_speed):
+    """The cosy_synth_params of a speech request (engine_speed: stretch.split_speed's part)."""
     kw = dict(sample_rate=rate if rate != 24000 else 0)
     if req.seed is not None:
         kw["seed"] = req.seed

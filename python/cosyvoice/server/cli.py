@@ -35,6 +35,7 @@ def _protocol_class(name, read_timeout):
 
 
 def build_parser():
+    """The argparse parser of cosyvoice-server."""
     from .app import DEFAULT_ALIASES
     from .encoders import ALL_FORMATS
     env = os.environ.get

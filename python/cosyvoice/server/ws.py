@@ -45,6 +45,7 @@ SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "mo
 
 
 def encode(fmt, chunk):
+    """A chunk in the session's format (pcm, mulaw or alaw)."""
     return encoders.encode_raw(fmt, chunk)
 
 
@@ -69,6 +70,9 @@ class Utterance:
 
 
 class Session:
+    """One WebSocket connection: its settings, its utterances in flight, and the lock that keeps
+    its outgoing messages whole."""
+
     def __init__(self, ws, st, settings):
         self.ws, self.st, self.cfg = ws, st, settings
         self.lock = asyncio.Lock()
