@@ -14,7 +14,7 @@
 #   make check-bench     every raw benchmark log cited, every citation found (tools/check_bench.sh)
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
-#   make test-python     the cosyvoice Python package, the speech server and the Triton model
+#   make test-python     the cosyvoice Python package, its speech server and the Triton model
 #                        (pytest in the virtual environment `tools/setup.sh --venv` makes: VENV=build/venv),
 #                        after typecheck-python (mypy on the package's annotations)
 #   make clean
@@ -537,7 +537,7 @@ test-examples: $(DEMO_MODEL)
 	else echo "SKIP: examples/rust (no cargo on PATH)"; fi
 	@echo "test-examples: ok"
 
-# ---- Python: the package (python/), the speech server (examples/server), Triton (serving/triton)
+# ---- Python: the package (python/, with its speech server cosyvoice.server), Triton (serving/triton)
 # The package is pip-installed (from a copy under $(B), so python/ gets no build files) into the
 # virtual environment of tools/setup.sh, with the library of this build inside it (python/setup.py
 # links it from this build's objects: make pylib), and tested there with that library (named by
@@ -558,7 +558,7 @@ test-python: $(SO) $(TEST_MODEL) $(FE_TEST_MODEL) typecheck-python
 	  print('cosyvoice package', cosyvoice.__file__, 'with its library:', i['version'])"
 	COSYVOICE_LIB=$(abspath $(B))/lib/$(SONAME) COSY_TEST_MODEL=$(abspath $(TEST_MODEL)) \
 	  COSY_TEST_FE_MODEL=$(abspath $(FE_TEST_MODEL)) $(VENV_PY) -m pytest -q -p no:cacheprovider \
-	  python/tests examples/server/tests serving/triton/tests $(PYTEST_ARGS)
+	  python/tests serving/triton/tests $(PYTEST_ARGS)
 
 # the Python package's annotations checked with mypy (python/pyproject.toml [tool.mypy]: the public
 # API strictly, plus python/tests/typed_usage.py, code written against it)

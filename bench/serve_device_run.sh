@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # W1 through the serving layers on a GPU machine without network, beside bench_w1 of the same
-# build: in process (bench_w1), through the HTTP server (examples/server) and through Triton's
+# build: in process (bench_w1), through the HTTP server (cosyvoice.server) and through Triton's
 # gRPC streaming (serving/triton), at C = 1 and C = 64; then, when two GPUs are visible (multi),
 # the HTTP server as one process per GPU (GPU 0 alone at C = 64, GPUs 0 and 1 at C = 128, the
 # clients spread over the two: bench/serve_multi_w1.py) and Triton on two GPUs against one at
 # C = 128. Logs go to $OUT (or build/dev/out/serve); a table is printed last.
 #
-#   bash bench/serve_device_run.sh MODEL.gguf [http] [triton] [multi] [standin]
+#   bash bench/serve_device_run.sh MODEL.gguf [http] [triton] [multi] [standin] [cancel]
 #   (default: http triton multi; standin: bench/serve_overhead.py, the serving path alone on a
-#   stand-in engine, no GPU)
+#   stand-in engine, no GPU; cancel: bench/serve_cancel.py, how soon the engine lets go of a
+#   request whose client left, before its first audio and mid-stream)
 #
 # What it expects besides what bench/device_run.sh expects (its build step has run: build/dev):
 #   .dev/wheels/   wheels of the device's Python for the servers and clients, installed with
@@ -112,8 +113,8 @@ if [[ " $STEPS " == *" http "* ]]; then
   # the serving path only; the client: serve_w1.py's default (one asyncio loop, raw HTTP/1.1)
   "$PY" -c 'import httptools, uvloop' 2>/dev/null && HTTP_STACK="httptools + uvloop" \
     || HTTP_STACK="h11 + asyncio (no httptools/uvloop wheels)"
-  echo "== HTTP server (examples/server, $HTTP_STACK), device 0" | tee -a "$SUMMARY"
-  "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" --device 0 --max-active 64 \
+  echo "== HTTP server (cosyvoice.server, $HTTP_STACK), device 0" | tee -a "$SUMMARY"
+  "$PY" -m cosyvoice.server --model "$MODEL" --voices "$VOICES" --device 0 --max-active 64 \
     --host 127.0.0.1 --port 18000 --log-level warning > "$OUT/http_server.log" 2>&1 &
   SRV=$!
   if wait_port 127.0.0.1:18000 300 $SRV; then
@@ -125,6 +126,24 @@ if [[ " $STEPS " == *" http "* ]]; then
       $W1 > "$OUT/http_threads.log" 2>&1
     grep -E "^ +[0-9]+ |failed" "$OUT/http_threads.log" | tee -a "$SUMMARY"
   else echo "http server did not start (see http_server.log)" | tee -a "$SUMMARY"; fi
+  kill "$SRV"; wait "$SRV" 2>/dev/null
+fi
+
+if [[ " $STEPS " == *" cancel "* ]]; then # not in the default steps: bash bench/serve_device_run.sh MODEL cancel
+  # a client that leaves before its first audio frees its engine slot within 1 s (docs/serving.md);
+  # bench/serve_cancel.py closes raw sockets before the first audio and mid-stream, alone and
+  # beside 16 long streams, and times the engine's counts (/health) back to where they were
+  echo "== clients that leave (bench/serve_cancel.py), HTTP server on device 0" | tee -a "$SUMMARY"
+  "$PY" -m cosyvoice.server --model "$MODEL" --voices "$VOICES" --device 0 --max-active 64 \
+    --host 127.0.0.1 --port 18003 --log-level warning > "$OUT/cancel_server.log" 2>&1 &
+  SRV=$!
+  if wait_port 127.0.0.1:18003 300 $SRV; then
+    for load in 0 16; do
+      "$PY" bench/serve_cancel.py --url http://127.0.0.1:18003 --voice w1 --trials 10 \
+        --load $load > "$OUT/cancel_load$load.log" 2>&1
+      grep -E "serve_cancel|p50|Error" "$OUT/cancel_load$load.log" | tee -a "$SUMMARY"
+    done
+  else echo "http server did not start (see cancel_server.log)" | tee -a "$SUMMARY"; fi
   kill "$SRV"; wait "$SRV" 2>/dev/null
 fi
 
@@ -157,12 +176,12 @@ fi
 if [[ " $STEPS " == *" multi "* ]]; then
   n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
   if [ "$n" -ge 2 ]; then
-    # HTTP: one server process per GPU (examples/server/README.md), started together
+    # HTTP: one server process per GPU (docs/serving.md), started together
     echo "== HTTP, one server process per GPU: GPU 0 at C = 64, then GPUs 0 and 1 at C = 128" \
       "(client k on server k % 2)" | tee -a "$SUMMARY"
     SRVS=()
     for g in 0 1; do
-      CUDA_VISIBLE_DEVICES=$g "$PY" examples/server/server.py --model "$MODEL" --voices "$VOICES" \
+      CUDA_VISIBLE_DEVICES=$g "$PY" -m cosyvoice.server --model "$MODEL" --voices "$VOICES" \
         --device 0 --max-active 256 --host 127.0.0.1 --port $((18010 + g)) --log-level warning \
         > "$OUT/http_gpu$g.server.log" 2>&1 &
       SRVS+=($!)

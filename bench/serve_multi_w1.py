@@ -3,10 +3,10 @@
 spread over them: client k of a level talks to server k % servers, as `bench_w1 --device 0,1`
 binds client k to engine k % engines.
 
-    # one HTTP server process per GPU (examples/server/README.md, "Several GPUs"):
-    CUDA_VISIBLE_DEVICES=0 python3 examples/server/server.py --model MODEL --voices VOICES \
+    # one HTTP server process per GPU (docs/serving.md, "Several GPUs"):
+    CUDA_VISIBLE_DEVICES=0 python3 -m cosyvoice.server --model MODEL --voices VOICES \
         --device 0 --max-active 256 --port 8000 &
-    CUDA_VISIBLE_DEVICES=1 python3 examples/server/server.py --model MODEL --voices VOICES \
+    CUDA_VISIBLE_DEVICES=1 python3 -m cosyvoice.server --model MODEL --voices VOICES \
         --device 0 --max-active 256 --port 8001 &
     python3 bench/serve_multi_w1.py http --url http://127.0.0.1:8000,http://127.0.0.1:8001 \
         --concurrency 128 --texts ../shared/bench/w1_texts.txt

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""serve_overhead.py - what the HTTP serving path (examples/server + bench/serve_w1.py's client)
+"""serve_overhead.py - what the HTTP serving path (cosyvoice.server + bench/serve_w1.py's client)
 adds to W1, measured on a CPU machine: the server runs a stand-in engine that delivers each
 request's chunks on a fixed schedule shaped like the full model's on the H100 (bench/RESULTS.md,
 "Serving overhead"), so whatever the HTTP rows lose against the in-process rows is the server and
@@ -10,7 +10,7 @@ the load generator, not the engine.
         build/venv/bin/python bench/serve_overhead.py --concurrency 1,64
 
 Rows: "in process" drives the stand-in engine from C Python threads through the package's pull
-API (Request.read, as a bench_w1 client thread would); "http" starts examples/server/server.py's
+API (Request.read, as a bench_w1 client thread would); "http" starts cosyvoice.server's
 main() (the same uvicorn setup) on the stand-in engine in a second process and runs
 serve_w1.py's level() against it (the same client, measures and table as on the GPU machine).
 The difference between the two rows of a level is the serving overhead.
@@ -40,7 +40,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "examples", "server"))
+sys.path.insert(0, os.path.join(ROOT, "python"))   # cosyvoice (and cosyvoice.server) of this tree
 
 import serve_w1  # noqa: E402
 
@@ -230,7 +230,7 @@ def schedule_args(a):
 
 def serve(a):
     """The server process: server.main() with the stand-in engine."""
-    import server
+    from cosyvoice.server import cli as server
     sched = Schedule(a.ttfb1, a.ttfb64, a.speed1, a.xrt_max)
     server.main(["--model", "stand-in", "--voices", a.voices, "--port", str(a.port),
                  "--log-level", "warning", *a.server_args],
@@ -269,7 +269,7 @@ def run(a):
             rows[("inproc", C)] = serve_w1.level(lambda: InprocClient(eng), texts, C, total,
                                                  a.tokens, 0)[1]
     if "http" in a.paths:
-        print(f"== http (examples/server on the stand-in, serve_w1.py's client)\n{hdr}",
+        print(f"== http (cosyvoice.server on the stand-in, serve_w1.py's client)\n{hdr}",
               flush=True)
         for C in levels:   # a server per level (its stand-in's n is the level's C)
             port = free_port()

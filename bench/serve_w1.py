@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """serve_w1.py - workload W1 (as bench/bench_w1.c runs it in process) driven through a server:
-the speech server's HTTP endpoint (examples/server) or Triton's gRPC streaming (serving/triton).
+the speech server's HTTP endpoint (cosyvoice.server) or Triton's gRPC streaming (serving/triton).
 
     # the voice bench_w1 makes in process (same prompt mel, same pseudo-random prompt tokens and
     # speaker embedding), saved where the servers read voices:
@@ -8,7 +8,7 @@ the speech server's HTTP endpoint (examples/server) or Triton's gRPC streaming (
         -o VOICES/w1.gguf
 
     # HTTP (start the server first; --max-active >= the largest C):
-    python3 examples/server/server.py --model MODEL --voices VOICES --device 0 --max-active 256 \
+    python3 -m cosyvoice.server --model MODEL --voices VOICES --device 0 --max-active 256 \
         --host 127.0.0.1 --port 8000 &
     python3 bench/serve_w1.py http --url http://127.0.0.1:8000 --voice w1 --concurrency 1,64 \
         --texts ../shared/bench/w1_texts.txt

@@ -449,7 +449,9 @@ typedef struct cosy_synth_params {
   int32_t mode;                /**< COSY_MODE_*; default zero-shot */
   int32_t sample_rate;         /**< output rate 8000..48000; 0 = native 24000 (else libsamplerate) */
   const char *instruct_text;   /**< COSY_MODE_INSTRUCT only, e.g. "Speak slowly." */
-  float speed;                 /**< 0.5 .. 2.0, 0 = 1.0 (blocking synthesis only; streaming: 1.0) */
+  float speed;                 /**< 0.5 .. 2.0, 0 = 1.0; != 1 implies COSY_SYNTH_ONE_SHOT (the
+                                    audio comes as one chunk at the end, also from
+                                    cosy_request_submit, which can cancel it meanwhile) */
   float temperature;           /**< 0 = 1.0; (0, 2] */
   float top_p;                 /**< 0 = 0.8; (0, 1] */
   int32_t top_k;               /**< 0 = 25; 1 .. 6561 */

@@ -412,8 +412,8 @@ COSY_API cosy_status cosy_request_submit(cosy_engine *e, const cosy_voice *v, co
   cosy_synth_params sp;
   cosy_status st = check_submit(e, v, text, p, &sp);
   if (st) return st;
-  if (sp.speed != 1.0f)
-    return cosy_err(COSY_ERR_INVALID_ARG, "speed != 1 is only available with cosy_synthesize");
+  /* speed != 1 implies COSY_SYNTH_ONE_SHOT (the scheduler collects every token first): the audio
+   * arrives as one chunk at the end, and the request can be cancelled meanwhile */
   return engine_submit(e, v, text, &sp, fn, user, out);
 }
 

@@ -435,9 +435,19 @@ static void test_request_args(void **state) {
   cosy_synth_params_init(&p, sizeof p);
   p.max_tokens = 20;
   expect_status(cosy_request_submit(fx->e, fx->v, "Hi.", &p, NULL, NULL, NULL), COSY_ERR_INVALID_ARG, "NULL out");
+  /* speed != 1 implies COSY_SYNTH_ONE_SHOT: a pull request gets its audio as one chunk */
   p.speed = 1.5f;
-  expect_status(cosy_request_submit(fx->e, fx->v, "Hi.", &p, NULL, NULL, &r), COSY_ERR_INVALID_ARG,
-                "speed in streaming");
+  expect_status(cosy_request_submit(fx->e, fx->v, "Hi.", &p, NULL, NULL, &r), COSY_OK, "speed 1.5 submit");
+  expect_status(cosy_request_wait(r, -1), COSY_OK, "speed 1.5 wait");
+  {
+    cosy_request_stats s1;
+    cosy_request_stats_init(&s1, sizeof s1);
+    expect_status(cosy_request_get_stats(r, &s1), COSY_OK, "speed 1.5 stats");
+    assert_int_equal(s1.n_chunks, 1);
+    assert_true(s1.n_samples > 0);
+  }
+  cosy_request_release(r);
+  r = NULL;
   p.speed = 0;
   expect_status(cosy_request_submit(fx->e, fx->v, "Hi.", &p, noop_chunk, NULL, &r), COSY_OK, "submit push");
   expect_status(cosy_request_read(r, buf, 16, &got, 0), COSY_ERR_INVALID_ARG, "read on a push request");

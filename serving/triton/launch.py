@@ -2,7 +2,7 @@
 """launch.py - start Triton Inference Server on this model repository.
 
     COSYVOICE_MODEL=/models/cosyvoice3.gguf COSYVOICE_VOICES=/models/voices \\
-        python3 serving/triton/launch.py [--kind gpu|cpu] [--grpc-port 8001] [--http-port 8000] \\
+        python3 serving/triton/launch.py [--kind gpu|cpu] [--grpc-port 8001] [--http-port 8003] \\
         [--metrics-port 8002] [--address 0.0.0.0] [--workdir DIR] [-- EXTRA TRITONSERVER ARGS]
 
 Which tritonserver: --tritonserver PATH, else `tritonserver` on PATH (an NGC Triton container,
@@ -17,12 +17,20 @@ libraries on LD_LIBRARY_PATH, as pytriton itself does.
 CPU); --kind gpu (the default) uses the repository as it is (one instance, so one engine, per
 GPU that Triton sees: CUDA_VISIBLE_DEVICES picks them).
 
-The server runs in the foreground (this process is replaced by it); stop it with SIGTERM/SIGINT.
+Ports: gRPC 8001 and metrics 8002 as Triton's defaults; HTTP 8003, not Triton's 8000, which is
+the speech server's (cosyvoice-server) default, so both can run on one machine as they come.
+
+The server runs as a child of this process, which passes SIGTERM, SIGINT and SIGHUP on to it,
+exits with its status, and removes the temporary WORKDIR it made (a --workdir given is kept).
+The gRPC endpoint pings idle clients (keepalive every 10 s, 5 s to answer), so a client that
+vanished without closing its connection is noticed and its requests cancelled.
 """
 import argparse
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 
@@ -100,7 +108,8 @@ def main():
     ap.add_argument("--workdir", help="where the backend directory and a CPU repository copy go "
                                       "(default: a new temporary directory)")
     ap.add_argument("--address", default="0.0.0.0", help="address the endpoints bind to")
-    ap.add_argument("--http-port", type=int, default=8000)
+    ap.add_argument("--http-port", type=int, default=8003,
+                    help="(default %(default)s: Triton's 8000 is the speech server's)")
     ap.add_argument("--grpc-port", type=int, default=8001)
     ap.add_argument("--metrics-port", type=int, default=8002)
     a = ap.parse_args(argv)
@@ -108,8 +117,18 @@ def main():
         if not os.environ.get(var):
             print(f"launch.py: note: {var} is not set; config.pbtxt names it unless you edited the "
                   "parameters", file=sys.stderr)
+    temporary = not a.workdir
     workdir = a.workdir or tempfile.mkdtemp(prefix="cosyvoice-triton-")
     os.makedirs(workdir, exist_ok=True)
+    try:
+        return run(a, extra, workdir)
+    finally:
+        if temporary:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(a, extra, workdir):
+    """Run tritonserver until it exits; its exit status."""
     env = dict(os.environ)
     backend_dir = None
     binary = a.tritonserver or shutil.which("tritonserver")
@@ -131,13 +150,28 @@ def main():
     cmd = [binary, f"--model-repository={repo}",
            f"--http-address={a.address}", f"--http-port={a.http_port}",
            f"--grpc-address={a.address}", f"--grpc-port={a.grpc_port}",
-           f"--metrics-address={a.address}", f"--metrics-port={a.metrics_port}"]
+           f"--metrics-address={a.address}", f"--metrics-port={a.metrics_port}",
+           "--grpc-keepalive-time=10000", "--grpc-keepalive-timeout=5000"]
     if backend_dir:
         cmd.append(f"--backend-directory={backend_dir}")
     cmd += extra
     print("launch.py:", " ".join(cmd), file=sys.stderr, flush=True)
-    os.execve(binary, cmd, env)
+    proc = subprocess.Popen(cmd, env=env)
+
+    def forward(signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            rc = proc.wait()
+            break
+        except InterruptedError:
+            continue
+    return 128 - rc if rc < 0 else rc
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """The Triton model through a real tritonserver (the nvidia-pytriton wheel's, on the CPU, started
 by launch.py --kind cpu) and tritonclient's gRPC streaming client: chunks equal to the package's
-in-process audio, the first before the last, errors as error responses, concurrent streams, a
-cancelled stream cancelling its engine request, and the engine gauges on Triton's metrics."""
+in-process audio with their sample_rate output, the first before the last, errors (limits and NUL
+included) as error responses, concurrent streams, a cancelled stream cancelling its engine
+request, and the engine gauges on Triton's metrics."""
 import os
 import queue
 import re
@@ -140,6 +141,7 @@ class Stream:
     def __init__(self, url):
         self.client = grpcclient.InferenceServerClient(url)
         self.q = queue.Queue()
+        self.rates = {}   # request id -> {(sample_rate output,)} of its chunks
         self.client.start_stream(callback=self._cb)
 
     def _cb(self, result, error):
@@ -150,11 +152,15 @@ class Stream:
         resp = result.get_response()
         final = resp.parameters.get("triton_final_response")
         w = result.as_numpy("waveform")
+        if w is not None:
+            self.rates.setdefault(resp.id, set()).add(
+                tuple(result.as_numpy("sample_rate").reshape(-1).tolist()))
         self.q.put((resp.id, None if (final is not None and final.bool_param) else w, None, t))
 
     def send(self, rid, ins):
         self.client.async_stream_infer("cosyvoice", ins, request_id=rid,
-                                       outputs=[grpcclient.InferRequestedOutput("waveform")],
+                                       outputs=[grpcclient.InferRequestedOutput("waveform"),
+                                                grpcclient.InferRequestedOutput("sample_rate")],
                                        enable_empty_final_response=True)
 
     def collect(self, rids, timeout=120):
@@ -215,6 +221,8 @@ def test_concurrent_requests_on_one_stream(triton, reference):
     assert np.array_equal(np.concatenate(out["x"][0]), reference("alloy", TEXT, seed=31))
     assert np.array_equal(np.concatenate(out["y"][0]),
                           reference("nova", TEXT, seed=32, sample_rate=16000))
+    # every chunk says its rate (output sample_rate)
+    assert s.rates == {"x": {(24000,)}, "y": {(16000,)}}, s.rates
 
 
 @pytest.mark.parametrize("ins,expect", [
@@ -223,6 +231,11 @@ def test_concurrent_requests_on_one_stream(triton, reference):
     (lambda: inputs(voice=None), "give a voice"),
     (lambda: inputs(text=b"bad \xff utf-8"), "not valid UTF-8"),
     (lambda: inputs(text=""), "target_text is missing or empty"),
+    (lambda: inputs(text="abc\u0000def"), "NUL"),
+    (lambda: inputs(text="a" * 4097), "the limit is 4096"),
+    (lambda: inputs(voice="al\u0000loy"), "NUL"),
+    (lambda: inputs(voice=None, reference_wav=(np.zeros(16000), "FP32"),
+                    reference_text=("x" * 1001, "BYTES")), "the limit is 1000"),
     (lambda: inputs(min_tokens=10, max_tokens=5), None),
     (lambda: inputs(sample_rate=1000), "sample_rate"),
     # cloning is routed to cosy_voice_from_audio: the small model has no front-end models

@@ -10,8 +10,13 @@ flight, so one instance serves many streams at once.
 Inputs (config.pbtxt): target_text, and either voice (a saved voice name: VOICES_DIR/NAME.gguf)
 or reference_wav (+ reference_wav_len, reference_text, reference_sample_rate) to clone a voice
 from audio for this request (needs a model file with the front-end models); optional seed,
-sample_rate, max_tokens, min_tokens. A request that fails gets an error response (with the
-library's status and message); a request the client cancels cancels its engine request.
+sample_rate, max_tokens, min_tokens. Outputs: waveform and sample_rate (its rate) in every
+response. A request that fails gets an error response (with the library's status and message).
+
+Limits, checked before any work: target_text at most max_text_chars (4096), reference_text at
+most max_reference_text_chars (1000), voice at most 128 characters; no NUL in any of them;
+reference_wav at most 30 s at 192 kHz. A request the client cancels is not started when it was
+cancelled before its submission, and cancels its engine request within POLL_S after it.
 
 Configuration: the parameters of config.pbtxt (model_path, voices_dir, max_active, max_queued,
 gpu_memory_fraction); "$VAR" values are read from the environment. The cosyvoice package must be
@@ -31,6 +36,12 @@ import cosyvoice
 
 VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 POLL_S = 0.1   # how often a waiting reader checks whether its client cancelled
+MAX_REFERENCE_S = 30      # the library's longest prompt recording (cosy_voice_from_audio)
+MAX_REFERENCE_RATE = 192000
+
+
+class ClientGone(Exception):
+    """The client cancelled the request before it was submitted."""
 
 
 def _param(cfg, key, default=""):
@@ -52,16 +63,26 @@ def _scalar(request, name):
     return a[0]
 
 
-def _text(request, name):
+def _text(request, name, limit):
+    """The string input name (None when absent): UTF-8, no NUL, at most limit characters."""
     v = _scalar(request, name)
     if v is None:
         return None
     if isinstance(v, bytes):
+        if len(v) > 4 * limit:   # more bytes than limit characters can take: refuse unread
+            raise ValueError(f"input {name} has {len(v)} bytes; the limit is {limit} characters")
         try:
-            return v.decode("utf-8")
+            v = v.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f"input {name} is not valid UTF-8: {e}") from None
-    return str(v)
+    v = str(v)
+    i = v.find("\0")
+    if i >= 0:
+        raise ValueError(f"input {name} contains a NUL character (U+0000) at position {i}; text "
+                         "may not contain NUL")
+    if len(v) > limit:
+        raise ValueError(f"input {name} has {len(v)} characters; the limit is {limit}")
+    return v
 
 
 class TritonPythonModel:
@@ -72,6 +93,8 @@ class TritonPythonModel:
                                                 "(model_transaction_policy { decoupled: true })")
         model_path = _param(cfg, "model_path")
         self.voices_dir = _param(cfg, "voices_dir")
+        self.max_text_chars = int(_param(cfg, "max_text_chars", "4096"))
+        self.max_reference_text_chars = int(_param(cfg, "max_reference_text_chars", "1000"))
         device = -1
         if args.get("model_instance_kind") == "GPU":
             device = int(args["model_instance_device_id"])
@@ -146,19 +169,26 @@ class TritonPythonModel:
     def _request_voice(self, request):
         """(Voice, whether it belongs to this request only)."""
         wav = pb_utils.get_input_tensor_by_name(request, "reference_wav")
-        name = _text(request, "voice")
+        name = _text(request, "voice", 128)
         if wav is not None:
             if name is not None:
                 raise ValueError("give either voice or reference_wav, not both")
-            pcm = wav.as_numpy().reshape(-1).astype(np.float32)
+            pcm = wav.as_numpy().reshape(-1)
+            most = MAX_REFERENCE_S * MAX_REFERENCE_RATE
+            if pcm.size > most:
+                raise ValueError(f"reference_wav has {pcm.size} samples; the limit is {most} "
+                                 f"({MAX_REFERENCE_S} s at {MAX_REFERENCE_RATE} Hz)")
             n = _scalar(request, "reference_wav_len")
             if n is not None:
                 if not 0 < int(n) <= pcm.size:
                     raise ValueError(f"reference_wav_len {int(n)} is outside 1..{pcm.size}")
                 pcm = pcm[:int(n)]
             rate = _scalar(request, "reference_sample_rate")
-            v = self.engine.voice_from_audio(pcm, 16000 if rate is None else int(rate),
-                                             _text(request, "reference_text") or "")
+            text = _text(request, "reference_text", self.max_reference_text_chars) or ""
+            if request.is_cancelled():
+                raise ClientGone()
+            v = self.engine.voice_from_audio(pcm.astype(np.float32),
+                                             16000 if rate is None else int(rate), text)
             return v, True
         if name is None:
             raise ValueError("give a voice (saved voice name) or reference_wav")
@@ -178,7 +208,7 @@ class TritonPythonModel:
         r = None
         own_voice = None
         try:
-            text = _text(request, "target_text")
+            text = _text(request, "target_text", self.max_text_chars)
             if not text:
                 raise ValueError("target_text is missing or empty")
             voice, own = self._request_voice(request)
@@ -188,7 +218,10 @@ class TritonPythonModel:
                 v = _scalar(request, name)
                 if v is not None:
                     kw[name] = int(v)
+            if request.is_cancelled() or self.closing:
+                raise ClientGone()
             r = self.engine.submit(voice, text, **kw)
+            rate = np.array([[r.sample_rate]], dtype=np.int32)
             while True:
                 if request.is_cancelled() or self.closing:
                     r.cancel()
@@ -198,11 +231,12 @@ class TritonPythonModel:
                     continue
                 if chunk.size == 0:
                     break
-                out = pb_utils.Tensor("waveform", chunk.reshape(1, -1))
-                sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
+                out = [pb_utils.Tensor("waveform", chunk.reshape(1, -1)),
+                       pb_utils.Tensor("sample_rate", rate)]
+                sender.send(pb_utils.InferenceResponse(output_tensors=out))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except Exception as e:   # every failure goes back to the client, then the stream ends
-            if isinstance(e, cosyvoice.Cancelled):
+            if isinstance(e, (cosyvoice.Cancelled, ClientGone)):
                 msg = "cancelled"
             elif isinstance(e, cosyvoice.CosyError):
                 msg = f"{cosyvoice.status_str(e.status)} ({e.status}): {e.message}"

@@ -22,6 +22,8 @@ def _num(x):
 
 
 class Counter:
+    """A counter (optionally with labels): inc(), get(), render()."""
+
     def __init__(self, name, help_, labels=()):
         self.name, self.help, self.labels = name, help_, tuple(labels)
         self.values = {} if self.labels else {(): 0}
@@ -42,6 +44,8 @@ class Counter:
 
 
 class Gauge(Counter):
+    """A gauge: a Counter that can also be set()."""
+
     def set(self, *label_values, value):
         self.values[label_values] = value
 
@@ -50,6 +54,8 @@ class Gauge(Counter):
 
 
 class Histogram:
+    """A histogram with fixed bucket bounds: observe(), render()."""
+
     def __init__(self, name, help_, buckets):
         self.name, self.help = name, help_
         self.buckets = sorted(buckets)
@@ -75,6 +81,7 @@ class Histogram:
 
 
 def render(metrics):
+    """The text exposition of a list of metrics."""
     lines = []
     for m in metrics:
         lines.extend(m.render())

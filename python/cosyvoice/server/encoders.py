@@ -1,18 +1,19 @@
-"""Audio encoders for the speech endpoint: float32 chunks in, bytes out.
+"""Audio encoders for the speech endpoints: float32 chunks in, bytes out.
 
-wav and pcm need nothing but numpy. flac, opus and mp3 use the `soundfile` package (libsndfile,
-bundled in its wheels) when it is installed; without it they are refused with a 400 that says
-so. aac has no encoder here and is always refused.
+wav, pcm, mulaw and alaw (G.711, 8-bit companded, for phone lines: use sample_rate 8000) need
+nothing but numpy. flac, opus and mp3 use the `soundfile` package (libsndfile, bundled in its
+wheels; the package's `server` extra installs it); without it they are refused with a 400 that
+says so. aac has no encoder here and is always refused.
 
-Streaming: wav (header with unknown sizes, see cosyvoice.audio.wav_header), pcm and opus (Ogg
-pages are flushed as they fill) give bytes for every chunk. flac and mp3 are sent when the
-utterance is complete: libsndfile goes back to the start of the file at the end to write the
+Streaming: wav (header with unknown sizes, see cosyvoice.audio.wav_header), pcm, mulaw, alaw and
+opus (Ogg pages are flushed as they fill) give bytes for every chunk. flac and mp3 are sent when
+the utterance is complete: libsndfile goes back to the start of the file at the end to write the
 length into the header (FLAC STREAMINFO, the MP3 info frame), and a stream cut at an earlier
 point does not decode with libsndfile itself.
 """
 import numpy as np
 
-from cosyvoice.audio import to_pcm16, wav_header
+from ..audio import to_pcm16, wav_header
 
 try:   # optional
     import soundfile
@@ -20,7 +21,8 @@ except Exception:   # ImportError, or OSError when libsndfile cannot be loaded
     soundfile = None
 
 CONTENT_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac",
-                 "opus": "audio/ogg; codecs=opus", "mp3": "audio/mpeg", "aac": "audio/aac"}
+                 "opus": "audio/ogg; codecs=opus", "mp3": "audio/mpeg", "aac": "audio/aac",
+                 "mulaw": "audio/x-mulaw", "alaw": "audio/x-alaw"}
 ALL_FORMATS = tuple(CONTENT_TYPES)
 _SF = {"flac": ("FLAC", "PCM_16"), "opus": ("OGG", "OPUS"), "mp3": ("MP3", "MPEG_LAYER_III")}
 # sample rates each libsndfile codec accepts (Opus: the five of RFC 6716; MP3: MPEG-1/2/2.5)
@@ -30,7 +32,7 @@ _SF_RATES = {"opus": (8000, 12000, 16000, 24000, 48000),
 
 def unsupported_reason(fmt, sample_rate):
     """None when fmt can be made at sample_rate here, else why not (for a 400)."""
-    if fmt in ("wav", "pcm"):
+    if fmt in ("wav", "pcm", "mulaw", "alaw"):
         return None
     if fmt == "aac":
         return "response_format 'aac' is not supported by this server (no AAC encoder); use " \
@@ -51,7 +53,41 @@ def unsupported_reason(fmt, sample_rate):
 
 def streams(fmt):
     """True when fmt sends bytes chunk by chunk (first audio before the utterance ends)."""
-    return fmt in ("wav", "pcm", "opus")
+    return fmt in ("wav", "pcm", "opus", "mulaw", "alaw")
+
+
+def _mulaw(x):
+    """G.711 mu-law bytes of float samples in [-1, 1] (the continuous companding curve of the
+    standard, mu = 255, on 14-bit magnitudes; decoders expand it with the same curve)."""
+    # 8158: the largest magnitude whose biased value (+33) stays within segment 7
+    q = np.clip(np.rint(np.asarray(x, np.float64) * 8159.0), -8158, 8158).astype(np.int32)
+    sign = (q < 0).astype(np.int32)
+    mag = np.abs(q) + 33
+    exp = np.clip(np.floor(np.log2(mag)).astype(np.int32) - 5, 0, 7)
+    mant = (mag >> (exp + 1)) & 0x0F
+    return (~((sign << 7) | (exp << 4) | mant) & 0xFF).astype(np.uint8).tobytes()
+
+
+def _alaw(x):
+    """G.711 A-law bytes of float samples in [-1, 1] (13-bit magnitudes, even bits inverted)."""
+    q = np.clip(np.rint(np.asarray(x, np.float64) * 4095.0), -4095, 4095).astype(np.int32)
+    sign = (q >= 0).astype(np.int32)
+    mag = np.abs(q)
+    seg = np.floor(np.log2(np.maximum(mag, 1))).astype(np.int32) - 4
+    exp = np.where(mag < 32, 0, np.clip(seg, 0, 7))
+    mant = np.where(exp == 0, mag >> 1, mag >> exp) & 0x0F
+    return (((sign << 7) | (exp << 4) | mant) ^ 0x55).astype(np.uint8).tobytes()
+
+
+def encode_raw(fmt, chunk):
+    """A chunk as headerless samples: pcm (16-bit little endian), mulaw or alaw (G.711)."""
+    if fmt == "pcm":
+        return to_pcm16(chunk)
+    if fmt == "mulaw":
+        return _mulaw(chunk)
+    if fmt == "alaw":
+        return _alaw(chunk)
+    raise ValueError(f"{fmt!r} is not a raw format")
 
 
 class _Sink:
@@ -110,8 +146,8 @@ class Encoder:
                                           format=major, subtype=sub)
 
     def encode(self, chunk):
-        if self.fmt == "pcm":
-            return to_pcm16(chunk)
+        if self.fmt in ("pcm", "mulaw", "alaw"):
+            return encode_raw(self.fmt, chunk)
         if self.fmt == "wav":
             head = b"" if self.started else wav_header(self.rate)
             self.started = True
@@ -140,3 +176,17 @@ class Encoder:
             except Exception:
                 pass
             self.sf = None
+
+
+def encode_whole(fmt, sample_rate, pcm):
+    """The whole utterance as one file: a wav header with the exact sizes, pcm, or the codec's
+    file."""
+    if fmt == "wav":
+        return wav_header(sample_rate, int(pcm.size)) + to_pcm16(pcm)
+    if fmt in ("pcm", "mulaw", "alaw"):
+        return encode_raw(fmt, pcm)
+    enc = Encoder(fmt, sample_rate)
+    try:
+        return enc.encode(pcm) + enc.finish()
+    finally:
+        enc.close()

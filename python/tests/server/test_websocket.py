@@ -1,0 +1,373 @@
+"""The streaming WebSocket endpoint (/v1/audio/speech/stream) through a real WebSocket client (the
+`websockets` package) against the server process: many small text pieces give the audio of the
+package's in-process text streaming, two utterances on one connection, cancel in the middle of
+speech, a flush, a closed socket, mu-law and A-law decoded back, bad messages answered with error
+events while the session goes on, a stalled utterance ended, the chat_to_speech example."""
+import base64
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+import cosyvoice
+
+ws_client = pytest.importorskip("websockets.sync.client")
+
+TEXT = ("Hello there, this is the speech server speaking. It reads the words as they come, "
+        "one small piece at a time.")
+LONG_TEXT = " ".join(["This sentence is long enough to keep the engine busy for a while, and "
+                      "then some more."] * 6)
+
+
+@pytest.fixture(scope="module")
+def ws_url(server):
+    return server[0].replace("http://", "ws://") + "/v1/audio/speech/stream"
+
+
+@pytest.fixture(scope="module")
+def streamed(model_path, voices_dir):
+    """streamed(pieces, **params): the in-process text-streaming audio of voice alloy."""
+    eng = cosyvoice.Engine(model_path)
+    v = eng.load_voice(os.path.join(voices_dir, "alloy.gguf"))
+
+    def run(pieces, **kw):
+        chunks = list(eng.stream_text(v, pieces, **kw))
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+
+    yield run
+    v.close()
+    eng.close()
+
+
+def pieces_of(text, n=3):
+    """text in pieces of n characters (a chat model's tokens, roughly)."""
+    return [text[i:i + n] for i in range(0, len(text), n)]
+
+
+class Conn:
+    def __init__(self, url):
+        self.cm = ws_client.connect(url, max_size=None, open_timeout=30)
+        self.ws = self.cm.__enter__()
+
+    def send(self, **msg):
+        self.ws.send(json.dumps(msg))
+
+    def recv(self, timeout=60):
+        m = self.ws.recv(timeout=timeout)
+        return m if isinstance(m, bytes) else json.loads(m)
+
+    def event(self, type_, timeout=60):
+        """The next JSON event (binary frames before it are returned too)."""
+        audio = b""
+        while True:
+            m = self.recv(timeout)
+            if isinstance(m, bytes):
+                audio += m
+                continue
+            if m["type"] == type_:
+                return m, audio
+            assert m["type"] != "error", m
+
+    def utterance(self, timeout=120):
+        """Audio bytes and the done event of the utterance in flight."""
+        started, _ = self.event("started", timeout)
+        done, audio = self.event("done", timeout)
+        assert done["utterance"] == started["utterance"]
+        return audio, done
+
+    def close(self):
+        self.cm.__exit__(None, None, None)
+
+
+def health(client):
+    return client.get("/health").json()
+
+
+def wait_idle(client, limit=30):
+    t0 = time.monotonic()
+    while True:
+        h = health(client)
+        if h["active"] == 0 and h["queued"] == 0:
+            return time.monotonic() - t0
+        assert time.monotonic() - t0 < limit, h
+        time.sleep(0.02)
+
+
+def test_small_pieces_give_the_in_process_audio(ws_url, streamed):
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=5)
+    ev = c.recv()
+    assert ev["type"] == "session" and ev["voice"] == "alloy" and ev["sample_rate"] == 24000
+    pieces = pieces_of(TEXT)
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    audio, done = c.utterance()
+    want = cosyvoice.to_pcm16(streamed(pieces, seed=5))
+    assert audio == want
+    assert done["samples"] * 2 == len(audio) and done["usage"]["output_tokens"] > 0
+    assert done["timings"]["first_audio_s"] <= done["timings"]["total_s"]
+    # a second utterance on the same connection, its own audio
+    c.send(type="text", text="A second thing to say, ")
+    c.send(type="text", text="in two pieces.")
+    c.send(type="end")
+    audio2, done2 = c.utterance()
+    assert done2["utterance"] == done["utterance"] + 1
+    assert audio2 == cosyvoice.to_pcm16(streamed(["A second thing to say, in two pieces."],
+                                                 seed=5))
+    c.close()
+
+
+def test_flush_speaks_what_is_pending_and_the_utterance_goes_on(ws_url, streamed):
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=8, binary=False)
+    c.recv()
+    a, b = pieces_of("First part, said now.", 4), pieces_of("Then the rest of it.", 4)
+    for p in a:
+        c.send(type="text", text=p)
+    c.send(type="flush")
+    for p in b:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    assert c.recv()["type"] == "started"
+    audio = b""
+    while True:
+        m = c.recv(120)
+        assert isinstance(m, dict), "binary false: audio comes in events"
+        if m["type"] == "audio":
+            audio += base64.b64decode(m["audio"])
+            continue
+        assert m["type"] == "done", m
+        break
+    c.close()
+    # one engine request per flush, each with the session's seed
+    want = cosyvoice.to_pcm16(streamed(a, seed=8)) + cosyvoice.to_pcm16(streamed(b, seed=8))
+    assert audio == want and m["samples"] * 2 == len(audio)
+
+
+def test_cancel_in_the_middle_of_speech(ws_url, client):
+    wait_idle(client)
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=2)
+    c.recv()
+    for p in pieces_of(LONG_TEXT, 40):
+        c.send(type="text", text=p)
+    c.send(type="end")
+    assert c.recv()["type"] == "started"
+    first = c.recv(120)
+    assert isinstance(first, bytes) and first
+    c.send(type="cancel")
+    got = len(first)
+    while True:
+        m = c.recv(30)
+        if isinstance(m, bytes):   # sent before the server saw the cancel
+            got += len(m)
+            continue
+        assert m["type"] == "cancelled", m
+        break
+    assert m["samples"] * 2 == got, (m, got)
+    # nothing more of it; the session goes on
+    c.send(type="text", text="Short.")
+    c.send(type="end")
+    audio, done = c.utterance()
+    assert audio and done["utterance"] == m["utterance"] + 1
+    c.close()
+    wait_idle(client)
+
+
+def test_closed_socket_cancels_everything(ws_url, client):
+    wait_idle(client)
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=3)
+    c.recv()
+    c.send(type="text", text=LONG_TEXT)
+    c.send(type="end")
+    assert c.recv()["type"] == "started"
+    assert isinstance(c.recv(120), bytes)
+    calls = health(client)["engine_calls"]
+    c.close()
+    wait_idle(client)   # within the engine call that ran (test_edges.py measures the bound)
+    now = health(client)["engine_calls"]
+    assert now["flow"] - calls["flow"] <= 2 and now["vocoder"] - calls["vocoder"] <= 2
+
+
+def mulaw_decode(b):
+    """G.711 mu-law to 16-bit values (the table construction of the standard)."""
+    u = ~np.frombuffer(b, np.uint8).astype(np.int32) & 0xFF
+    exp, mant = (u >> 4) & 7, u & 0x0F
+    mag = (((mant << 3) + 0x84) << exp) - 0x84
+    return np.where(u & 0x80, -mag, mag)
+
+
+def alaw_decode(b):
+    a = np.frombuffer(b, np.uint8).astype(np.int32) ^ 0x55
+    exp, mant = (a >> 4) & 7, a & 0x0F
+    mag = np.where(exp == 0, (mant << 4) + 8, ((mant << 4) + 0x108) << np.maximum(exp - 1, 0))
+    return np.where(a & 0x80, mag, -mag)
+
+
+@pytest.mark.parametrize("fmt,decode", [("mulaw", mulaw_decode), ("alaw", alaw_decode)])
+def test_phone_formats_decode_back(ws_url, streamed, fmt, decode):
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=4, response_format=fmt, sample_rate=8000)
+    c.recv()
+    c.send(type="text", text="Hello from the phone line.")
+    c.send(type="end")
+    audio, done = c.utterance()
+    c.close()
+    want = streamed(["Hello from the phone line."], seed=4, sample_rate=8000)
+    assert len(audio) == want.size == done["samples"]
+    got = decode(audio) / 32768.0
+    # G.711 keeps about 4% of the magnitude (plus a small step near zero)
+    err = np.abs(got - np.clip(want, -1, 1))
+    assert np.all(err <= 0.04 * np.abs(want) + 2e-3), float(err.max())
+    assert np.sqrt(np.mean(want ** 2)) > 0.01
+
+
+def test_bad_messages_get_error_events_and_the_session_goes_on(ws_url):
+    c = Conn(ws_url)
+
+    def err(code=None, param=None):
+        m = c.recv()
+        assert m["type"] == "error", m
+        e = m["error"]
+        assert set(e) == {"message", "type", "param", "code"} and e["message"]
+        if code is not None:
+            assert e["code"] == code, e
+        if param is not None:
+            assert e["param"] == param, e
+        return e
+
+    c.ws.send("{not json")
+    err("invalid_json")
+    c.ws.send(b"\x00\x01")
+    err("invalid_message")
+    c.send(type="speak", text="hi")
+    err("invalid_message", "type")
+    c.send(type="text", text="Before any voice.")
+    err("missing", "voice")
+    c.send(type="session", voice="bob")
+    err("voice_not_found", "voice")
+    c.send(type="session", voice="alloy", instructions="Speak slowly.")
+    err("extra_forbidden", "instructions")
+    c.send(type="session", voice="alloy", response_format="mp3")
+    err("invalid_value", "response_format")
+    c.send(type="session", voice="alloy", sample_rate=96000)
+    err("invalid_value", "sample_rate")
+    c.send(type="session", voice="alloy", seed=1)
+    assert c.recv()["type"] == "session"
+    c.send(type="text", text="nul \u0000 inside")
+    err("invalid_text", "text")
+    c.send(type="text", text="x" * 4097)
+    err("string_above_max_length", "text")
+    c.send(type="text", text=7)
+    err("invalid_type", "text")
+    # still a working session
+    c.send(type="text", text="Still here.")
+    c.send(type="end")
+    audio, done = c.utterance()
+    assert audio and done["samples"] * 2 == len(audio)
+    c.close()
+
+
+@pytest.mark.parametrize("fmt,decode", [("mulaw", mulaw_decode), ("alaw", alaw_decode)])
+def test_phone_formats_on_the_http_endpoint(client, reference, fmt, decode):
+    r = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "seed": 4,
+                                              "input": "Hello from the phone line.",
+                                              "response_format": fmt, "sample_rate": 8000})
+    assert r.status_code == 200 and r.headers["content-type"] == f"audio/x-{fmt}"
+    want = reference("alloy", "Hello from the phone line.", seed=4, sample_rate=8000)
+    got = decode(r.content) / 32768.0
+    assert got.size == want.size
+    assert np.all(np.abs(got - np.clip(want, -1, 1)) <= 0.04 * np.abs(want) + 2e-3)
+
+
+def test_g711_on_random_samples():
+    """The server's encoders against the decoders above on random samples over the whole range
+    (full scale and near zero included)."""
+    from cosyvoice.server.encoders import encode_raw
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-1, 1, 20000), rng.uniform(-0.01, 0.01, 20000),
+                        [1.0, -1.0, 0.0, 1.2, -1.2]]).astype(np.float32)
+    for fmt, decode in (("mulaw", mulaw_decode), ("alaw", alaw_decode)):
+        y = decode(encode_raw(fmt, x)) / 32768.0
+        err = np.abs(y - np.clip(x, -1, 1))
+        assert np.all(err <= 0.04 * np.abs(x) + 2e-3), (fmt, float(err.max()))
+
+
+def test_the_chat_to_speech_example(ws_url, streamed, tmp_path):
+    """examples/python/chat_to_speech.py against a stand-in chat endpoint (OpenAI's streamed chat
+    completions, server-sent events) and the server: the reply's audio, as in process."""
+    import http.server
+    import subprocess
+    import sys
+    import threading
+    pytest.importorskip("openai")
+    reply = ["Sure", "! The", " train", " leaves", " at nine", " tomorrow."]
+
+    class Chat(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            for i, piece in enumerate(reply + [None]):
+                choice = {"index": 0, "delta": {"content": piece} if piece else {},
+                          "finish_reason": None if piece else "stop"}
+                ev = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                      "choices": [choice]}
+                self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                self.wfile.flush()
+                time.sleep(0.05)   # a model writing
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    out = tmp_path / "reply.wav"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "python",
+                          "chat_to_speech.py")
+    try:
+        r = subprocess.run([sys.executable, script, "--chat-url",
+                            f"http://127.0.0.1:{srv.server_address[1]}/v1", "--chat-model", "m",
+                            "--prompt", "When is the train?", "--tts", ws_url, "--voice", "alloy",
+                            "--seed", "6", "-o", str(out)], capture_output=True, text=True,
+                           timeout=300)
+    finally:
+        srv.shutdown()
+    assert r.returncode == 0, r.stderr
+    data = out.read_bytes()
+    want = streamed(["".join(reply)], seed=6)
+    assert data[:44] == cosyvoice.wav_header(24000, want.size)
+    assert data[44:] == cosyvoice.to_pcm16(want)
+    assert "Sure! The train leaves at nine tomorrow." in r.stderr
+
+
+def test_a_stalled_utterance_is_ended(ws_url, streamed, client):
+    """The shared server ends an utterance after 3 s without a message (--ws-idle-timeout)."""
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=9)
+    c.recv()
+    t0 = time.monotonic()
+    c.send(type="text", text="Words and then nothing")
+    assert c.recv()["type"] == "started"
+    audio = b""
+    events = []
+    while True:
+        m = c.recv(60)
+        if isinstance(m, bytes):
+            audio += m
+            continue
+        events.append(m)
+        if m["type"] == "done":
+            break
+    assert any(e["type"] == "error" and e["error"]["code"] == "idle_timeout" for e in events)
+    assert time.monotonic() - t0 > 2.5
+    assert audio == cosyvoice.to_pcm16(streamed(["Words and then nothing"], seed=9))
+    c.close()
+    wait_idle(client)
