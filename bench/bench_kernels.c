@@ -1107,8 +1107,8 @@ static cudaError_t r_gemm_ceiling(bench_op *o, int s) {
 }
 
 /* Host time of a cosy_k_gemm call whose row count M is new to the handle (a plan is built: with
- * cosy_gemm_set_bucket(g, 0) a heuristic query per M, by default one per power-of-two bucket) against a
- * call with a cached plan: the cost a flow batch or LLM prefill piece of new size pays per GEMM
+ * cosy_gemm_set_bucket(g, 0) a heuristic query per M, by default one per power-of-two bucket)
+ * against a call with a cached plan: the cost a flow batch or LLM prefill piece of new size pays per GEMM
  * shape before its launches. 24 new M in [1000, 4000), N = 3072, K = 1024, bf16. */
 static double host_s(void) {
   struct timespec ts;

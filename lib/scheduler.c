@@ -207,8 +207,9 @@ struct cosy_sched {
   struct t2w_call *calls;        /* sched_run_on_t2w: work for the token-to-wave thread (e->mu) */
   pthread_cond_t cv_call;        /* a call is done */
   int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
-  int max_streams;               /* e->knobs.max_streams (COSY_SCHED_MAX_STREAMS=N): new requests are admitted only while
-                                    fewer than N are active in any stage (0: no such bound) */
+  int max_streams;               /* COSY_SCHED_MAX_STREAMS=N (e->knobs): new requests are
+                                    admitted only while fewer than N are active in any stage
+                                    (0: no such bound) */
   /* voices whose prompt-only flow blocks a first chunk has computed (t2w thread): the GPU flow
    * keeps them for the voice's later first chunks (job_frames) */
   const cosy_voice *warm[16];
