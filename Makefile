@@ -12,6 +12,7 @@
 #   make check-abi       exported symbols == abi/cosyvoice.symbols
 #   make check-citations comments and docs cite only the repository (tools/check_citations.sh)
 #   make check-bench     every raw benchmark log cited, every citation found (tools/check_bench.sh)
+#   make check-knobs     no getenv in lib/ or kernels/ but lib/knobs.c, every knob in docs/knobs.md
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, its speech server and the Triton model
@@ -413,6 +414,12 @@ check-citations:
 # the raw benchmark logs of bench/results/: every one cited, every citation found
 check-bench:
 	@bash tools/check_bench.sh
+
+# no getenv in lib/ or kernels/ outside lib/knobs.c, every knob in docs/knobs.md; part of make test
+.PHONY: check-knobs
+test: check-knobs
+check-knobs:
+	@bash tools/check_knobs.sh
 
 # every cosy_k_* launcher declared in kernels/*.h is in the kernel registry (tests/kregistry.c)
 check-kernels:

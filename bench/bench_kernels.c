@@ -1107,8 +1107,8 @@ static cudaError_t r_gemm_ceiling(bench_op *o, int s) {
 }
 
 /* Host time of a cosy_k_gemm call whose row count M is new to the handle (a plan is built: with
- * COSY_GEMM_BUCKET=0 a heuristic query per M, by default one per power-of-two bucket) against a
- * call with a cached plan: the cost a flow batch or LLM prefill piece of new size pays per GEMM
+ * cosy_gemm_set_bucket(g, 0) a heuristic query per M, by default one per power-of-two bucket)
+ * against a call with a cached plan: the cost a flow batch or LLM prefill piece of new size pays per GEMM
  * shape before its launches. 24 new M in [1000, 4000), N = 3072, K = 1024, bf16. */
 static double host_s(void) {
   struct timespec ts;
@@ -1121,14 +1121,9 @@ static void bench_gemm_plans(void) {
   void *y = dalloc((size_t)MMAX * N * 2);
   double t_new[2] = {0, 0}, t_cached = 0;
   for (int mode = 0; mode < 2; mode++) { /* 0: per-M heuristic, 1: bucketed (the default) */
-    const char *old = getenv("COSY_GEMM_BUCKET");
-    char *keep = old ? strdup(old) : NULL;
-    setenv("COSY_GEMM_BUCKET", mode ? "2" : "0", 1);
     cosy_gemm *g = NULL;
     CK(cosy_gemm_create(&g, 0));
-    if (keep) setenv("COSY_GEMM_BUCKET", keep, 1);
-    else unsetenv("COSY_GEMM_BUCKET");
-    free(keep);
+    cosy_gemm_set_bucket(g, mode ? 2 : 0);
     CK(cosy_k_gemm(g, g_stream, 777, N, K, BF16, x, K, w, NULL, BF16, y, N, 0)); /* warm-up */
     CK(cudaStreamSynchronize(g_stream));
     for (int i = 0; i < n_new; i++) {

@@ -60,7 +60,7 @@
 #               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
 #               decode-step timings (full model), W1 at TC_LEVELS (default 1,16,32,64) in each
 #               mode, each under TC_VARIANTS (ab syntax, default "base"; e.g.
-#               "base ks8:COSY_GEMV_TC_MAXKS=8" for kernels/gemv.cu's knobs). Summary lines
+#               "base prof:COSY_GPU_PROFILE=a100"; docs/knobs.md lists the knobs). Summary lines
 #               "tc <variant> steps: ..." and "tc <variant> <mode> C=...: ..."
 #   wheel       the Python package's GPU wheel (bench/wheel_device_run.sh, not in the default
 #               steps; after the build step): built with every target (CUDA_ARCHS=all), installed
@@ -377,11 +377,11 @@ fi
 if [[ " $STEPS " == *" ab "* ]]; then
   # scheduler and vocoder options against the defaults, W1 at C = AB_LEVELS (16,64), each
   # variant AB_ROUNDS (2) times in alternation so that drift shows. AB_VARIANTS: space-separated
-  # name[:VAR=value,VAR=value,--flag=value] (docs/scheduler.md "Measurement aids" for the
-  # variables; --flag=value entries are bench_w1 arguments, e.g. short:--first-wait=64), default
-  #   base  hold:COSY_SCHED_FIRST_HOLD=1  tf32:COSY_HIFT_TF32=1  both:(the two)
+  # name[:VAR=value,VAR=value,--flag=value] (docs/knobs.md for the variables; --flag=value
+  # entries are bench_w1 arguments, e.g. short:--first-wait=64), default
+  #   base  accurate:--vocoder-accurate (3xTF32 vocoder)  voc:COSY_SCHED_VOCODER_THREAD=1
   # Logs: ab_<variant>_<round>.log; the summary gets each run's rows and its "ttfb by wave" line
-  AB_VARIANTS=${AB_VARIANTS:-base hold:COSY_SCHED_FIRST_HOLD=1 tf32:COSY_HIFT_TF32=1 both:COSY_SCHED_FIRST_HOLD=1,COSY_HIFT_TF32=1}
+  AB_VARIANTS=${AB_VARIANTS:-base accurate:--vocoder-accurate voc:COSY_SCHED_VOCODER_THREAD=1}
   for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     for spec in $AB_VARIANTS; do
       variant "$spec"
@@ -608,7 +608,7 @@ if [[ " $STEPS " == *" ktop "* ]]; then
   # where the GPU time goes under load: bench_w1 under kernel_time.so with KERNEL_TIME_TOP=30,
   # one run per ;-separated argument list of KTOP_RUNS (default: a burst of 64 first chunks
   # (--tokens 41: the first chunk, then a 3-token last one) and W1 at C = 64), with KTOP_ENV
-  # (e.g. COSY_HIFT_TF32=1) in the environment. Logs: ktop_<i>.log (the table is on stderr)
+  # (e.g. COSY_LLM_DECODE=mixed) in the environment. Logs: ktop_<i>.log (the table is on stderr)
   kernel_time_so
   IFS=';' read -r -a kruns <<< "${KTOP_RUNS:---concurrency 64 --requests 64 --tokens 41;--concurrency 64}"
   for i in "${!kruns[@]}"; do

@@ -30,14 +30,14 @@
  *   (test_gpu_flow's batch timing), which the saved host time more than repays in W1; four
  *   buckets per octave won that GPU time back but not W1's latency, and moved the full-size
  *   model's first-chunk schedules apart (bench/RESULTS.md).
- *   Measurement knobs (read at create): COSY_GEMM_BUCKET=0 asks the heuristic for every M; =3
- *   uses four buckets per octave (64, 80, 96, 112, 128, 160, ...); =1 one algorithm for every
- *   M > 64 of a shape, the heuristic's choice at M = COSY_GEMM_MREF (default 4096): a row's
- *   value then never depends on M (batch invariant by construction), at a measured cost in W1 at
- *   C = 64 (bench/RESULTS.md).
+ *   For measurements (cosy_gemm_set_bucket, bench/bench_kernels.c): mode 0 asks the heuristic
+ *   for every M; 3 uses four buckets per octave (64, 80, 96, 112, 128, 160, ...); 1 one
+ *   algorithm for every M > 64 of a shape, the heuristic's choice at M = 4096: a row's value
+ *   then never depends on M (batch invariant by construction), at a measured cost in W1 at
+ *   C = 64 (bench/HISTORY.md).
  * Batch-invariant GEMMs (cosy_k_gemm_inv, the batch-invariant LLM's prefill): one algorithm for
- *   every M of a shape, the heuristic's first candidate without split-K at M = COSY_GEMM_INV_M
- *   (default 2048) rows, so each output is one tile's K loop in one order whatever M; checked for
+ *   every M of a shape, the heuristic's first candidate without split-K at M = M_INV (2048)
+ *   rows, so each output is one tile's K loop in one order whatever M; checked for
  *   each M with cublasLtMatmulAlgoCheck (a misfit falls back to the heuristic for that M and is
  *   counted: cosy_gemm_inv_fallbacks; tests/test_kernels.c demands 0 for the LLM's shapes).
  * The handle owns a device workspace (default 32 MiB) allocated once by cosy_gemm_create.
@@ -126,15 +126,16 @@ struct cosy_gemm {
   size_t ws_bytes;
   int last_cublas;
   int next; /* ring position for replacement */
-  int san_init; /* COSY_GEMM_SAN_INIT=1: clear outputs before plain GEMMs (test only) */
-  int bucket;   /* 2: algorithms per power-of-two bucket of M (COSY_GEMM_BUCKET: 0 per M, 1 one
-                 * for all M > 64, 3 four buckets per octave; measurement only) */
-  int m_ref;    /* mode 1's row count (M_REF; COSY_GEMM_MREF) */
-  int m_inv;    /* cosy_k_gemm_inv's row count (M_INV; COSY_GEMM_INV_M) */
+  int san_init; /* cosy_gemm_set_san_init: clear outputs before plain GEMMs (test only) */
+  int bucket;   /* 2: algorithms per power-of-two bucket of M (cosy_gemm_set_bucket: 0 per M, 1
+                 * one for all M > 64, 3 four buckets per octave; measurement only) */
+  int m_ref;    /* mode 1's row count (M_REF) */
+  int m_inv;    /* cosy_k_gemm_inv's row count (M_INV) */
   long inv_fallbacks; /* cosy_k_gemm_inv calls whose shared algorithm did not fit their M */
   long queries; /* heuristic queries so far (cosy_gemm_heuristic_queries) */
-  int warm;     /* COSY_GEMM_WARM (default 1): cosy_gemm_prewarm also launches each bucket's
-                 * algorithm once, so that its kernel is loaded before the first real call */
+  int warm;     /* 1: cosy_gemm_prewarm also launches each bucket's algorithm once, so that its
+                 * kernel is loaded before the first real call (without it the first C = 64
+                 * burst of a fresh engine had p95 320-355 ms instead of 295-306: bench/HISTORY.md) */
   Plan plans[PLAN_CACHE];
   AlgoEntry algos[ALGO_CACHE];
   int algo_next;
@@ -335,20 +336,20 @@ extern "C" cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes)
     free(g);
     return e;
   }
-  /* test only (device_run.sh sanitize): COSY_GEMM_SAN_INIT=1 clears each plain GEMM's output
-   * rows before the GEMM, for the same reason: our kernels that read a GEMM's output are then
-   * checked by initcheck for what they read beyond it, not reported for the bulk stores */
-  const char *si = getenv("COSY_GEMM_SAN_INIT");
-  g->san_init = si && si[0] == '1';
-  const char *bu = getenv("COSY_GEMM_BUCKET"), *mr = getenv("COSY_GEMM_MREF");
-  g->bucket = bu && bu[0] >= '0' && bu[0] <= '3' && !bu[1] ? bu[0] - '0' : 2;
-  g->m_ref = mr && atoi(mr) > BUCKET_MIN ? atoi(mr) : M_REF;
-  const char *mi = getenv("COSY_GEMM_INV_M");
-  g->m_inv = mi && atoi(mi) > 0 ? atoi(mi) : M_INV;
-  const char *wm = getenv("COSY_GEMM_WARM");
-  g->warm = !(wm && wm[0] == '0' && !wm[1]);
+  g->bucket = 2;
+  g->m_ref = M_REF;
+  g->m_inv = M_INV;
+  g->warm = 1;
   *out = g;
   return cudaSuccess;
+}
+
+extern "C" void cosy_gemm_set_san_init(cosy_gemm *g, int on) {
+  if (g) g->san_init = on != 0;
+}
+
+extern "C" void cosy_gemm_set_bucket(cosy_gemm *g, int mode) {
+  if (g && mode >= 0 && mode <= 3) g->bucket = mode;
 }
 
 extern "C" void cosy_gemm_destroy(cosy_gemm *g) {

@@ -56,8 +56,8 @@
  *   so a weight tile's row blocks share it through L2). Up to 8 rows: NT 1, TW 1 tile a warp,
  *   D 4 with three blocks an SM (80 registers), and x split in the block: its rows (RMSNorm'd
  *   inputs) first copied into shared memory, since the statistics and the fragments read them
- *   twice (the RMSNorm weights beside them only with the measurement knob COSY_GEMV_TC_EARLY's bit
- *   16: every block copying them cost more than it saved). More rows with the caller's
+ *   twice (not the RMSNorm weights beside them, TC_EARLY_NORMW: every block copying them cost
+ *   more than it saved). More rows with the caller's
  *   workspace (a->xs): tc_split_kernel first writes every row RMSNorm'd and split, once (instead
  *   of once per block and k-block: at 64 rows that split was the kernel's cost), in fragment
  *   order (per 8-row tile and k-block, lane by lane, 16 bytes hi and 16 lo: a warp loads a
@@ -126,7 +126,7 @@ struct GemvP {
   float *kc, *vc;
   /* 1: trigger the dependent launch (PDL) after the dot products instead of at the start, so
    * that the next kernel's blocks do not sit resident, waiting, through this whole kernel
-   * (they hold the SMs other streams' kernels could use); COSY_GEMV_TRIGGER, gemv_knobs */
+   * (they hold the SMs other streams' kernels could use); gemv_knobs */
   int late;
 };
 
@@ -512,10 +512,10 @@ struct TcP {
   /* x already RMSNorm'd and split by tc_split_kernel, in fragment order (8-row tile, k-block,
    * lane: 16 bytes hi, 16 lo); NULL: the main kernel does it per k-block */
   const uint4 *xs;
-  /* which epilogue operands go to shared memory early (COSY_GEMV_TC_EARLY, a measurement knob;
-   * a cleared bit reads that operand from global memory where it is used): TC_EARLY_BIAS,
-   * _INVF, _POS (positions and cache slots), _OLD (the residual's old values), _NORMW (the
-   * RMSNorm weights, staged beside the staged rows) */
+  /* which epilogue operands go to shared memory early (gemv_knobs; a cleared bit reads that
+   * operand from global memory where it is used): TC_EARLY_BIAS, _INVF, _POS (positions and
+   * cache slots), _OLD (the residual's old values), _NORMW (the RMSNorm weights, staged beside
+   * the staged rows) */
   int early;
 };
 enum { TC_EARLY_BIAS = 1, TC_EARLY_INVF = 2, TC_EARLY_POS = 4, TC_EARLY_OLD = 8, TC_EARLY_NORMW = 16 };
@@ -943,56 +943,27 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  * up to 8 rows one 8-row block, 4 k-blocks in flight per warp, three blocks an SM; up to 32 rows
  * blocks of 16; more rows blocks of 32 with two weight tiles per warp (each x fragment serves
  * both), only with x split beforehand (pre: the in-kernel split would not fit the registers) */
-/* Measurement knobs (environment, read once per process; speed only, never a row's bits, except
- * COSY_GEMV_TC_MAXKS and COSY_GEMV_TC_TARGET, which change the K split of every row alike):
- *   COSY_GEMV_TC_STAGE  1 (default): up to 8 rows, stage x (and, with COSY_GEMV_TC_EARLY bit 16,
- *                       the RMSNorm weights) in shared
- *                       memory for RMSNorm'd inputs (read twice: statistics, then fragments);
- *                       0 never; 2 also plain inputs
- *   COSY_GEMV_TC_MAXKS  32 (default): at most this many K parts (more than 8 only on devices
- *                       with clusters)
- *   COSY_GEMV_TC_EARLY  15 (default): bit mask of the epilogue operands gemv_tc copies into
- *                       shared memory before its mma loop (1 bias, 2 RoPE frequencies, 4
- *                       positions and cache slots, 8 the residual's old values, 16 the RMSNorm
- *                       weights beside staged rows); a cleared bit reads it where it is used.
- *                       Measured at batch 1 (H100, bench/RESULTS.md): 1-8 save q|k|v ~0.3 us;
- *                       16 cost the head 1.1 us and gate|up 0.15 (every block copies them)
- *   COSY_GEMV_TC_TARGET 2048 (default): K parts are doubled until the grid has this many warps
- *                       (it changes the K split of gate|up, so every row's bits alike)
- *   COSY_GEMV_TC_SPLIT_CHUNKS 1 (default): tc_split_kernel spreads a row group over 256-k chunks
- *                       (gridDim.y); 0: one block a row group (same bits)
- *   COSY_GEMV_TRIGGER   1 (default): gemv_tc triggers its dependents (PDL) after its mma loop,
- *                       gemv at its start; 0 both at the start; 2 both late. Measured on an H100
- *                       (bench/RESULTS.md, W1 with COSY_LLM_DECODE=tc): with gemv_tc's early
- *                       trigger the next kernel's blocks sat resident through each decode kernel
- *                       and starved the concurrent flow calls (a flow call 171 ms instead of 41;
- *                       C = 64: 83 of 128 requests with an underrun, C = 1 RTF 0.034); late: 2-19
- *                       underruns, RTF 0.031, the decode step itself within 3%. gemv (the
- *                       default decode path) gained nothing from it. */
+/* gemv_tc's tuning, fixed (each was an environment knob until its measurement was done; the
+ * numbers are in bench/HISTORY.md):
+ *   stage 1: up to 8 rows, stage x in shared memory for RMSNorm'd inputs (read twice:
+ *            statistics, then fragments)
+ *   maxks TC_MAX_KS: at most this many K parts (more than 8 only on devices with clusters)
+ *   trigger 1: gemv_tc triggers its dependents (PDL) after its mma loop, gemv at its start. With
+ *            gemv_tc's early trigger the next kernel's blocks sat resident through each decode
+ *            kernel and starved the concurrent flow calls (H100, W1: a flow call 171 ms instead
+ *            of 41; C = 64: 83 of 128 requests with an underrun); late: the decode step within 3%
+ *   early: the epilogue operands gemv_tc copies into shared memory before its mma loop (bias,
+ *            RoPE frequencies, positions and cache slots, the residual's old values; not the
+ *            RMSNorm weights, which cost the head 1.1 us at batch 1)
+ *   target TC_TARGET_WARPS: K parts are doubled until the grid has this many warps
+ *   split_chunks 1: tc_split_kernel spreads a row group over 256-k chunks (gridDim.y) */
 struct GemvKnobs {
   int stage, maxks, trigger, early, target, split_chunks;
 };
-const GemvKnobs &gemv_knobs() {
-  static const GemvKnobs k = [] {
-    auto env = [](const char *n, int dflt) {
-      const char *v = getenv(n);
-      return v && *v ? atoi(v) : dflt;
-    };
-    GemvKnobs t;
-    t.stage = env("COSY_GEMV_TC_STAGE", 1);
-    t.maxks = env("COSY_GEMV_TC_MAXKS", TC_MAX_KS);
-    if (t.maxks < 1 || t.maxks > TC_MAX_KS) t.maxks = TC_MAX_KS;
-    t.trigger = env("COSY_GEMV_TRIGGER", 1);
-    if (t.trigger < 0 || t.trigger > 2) t.trigger = 1;
-    t.early =
-        env("COSY_GEMV_TC_EARLY", TC_EARLY_BIAS | TC_EARLY_INVF | TC_EARLY_POS | TC_EARLY_OLD) & 31;
-    t.target = env("COSY_GEMV_TC_TARGET", TC_TARGET_WARPS);
-    if (t.target < 256 || t.target > 65536) t.target = TC_TARGET_WARPS;
-    t.split_chunks = env("COSY_GEMV_TC_SPLIT_CHUNKS", 1) != 0;
-    return t;
-  }();
-  return k;
-}
+constexpr GemvKnobs kGemvKnobs = {1, TC_MAX_KS, 1,
+                                  TC_EARLY_BIAS | TC_EARLY_INVF | TC_EARLY_POS | TC_EARLY_OLD,
+                                  TC_TARGET_WARPS, 1};
+inline const GemvKnobs &gemv_knobs() { return kGemvKnobs; }
 inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !pre ? 16 : 32; }
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {

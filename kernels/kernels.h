@@ -250,13 +250,22 @@ typedef struct cosy_gemm cosy_gemm;
  * to a cudaError_t (cudaErrorMemoryAllocation, cudaErrorNotSupported, cudaErrorUnknown). */
 cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes);
 void cosy_gemm_destroy(cosy_gemm *g);
+/* Test only (the knob COSY_GEMM_SAN_INIT, bench/device_run.sh sanitize): on != 0 clears each
+ * plain GEMM's output rows before the GEMM, so that compute-sanitizer's initcheck, which does not
+ * see the bulk (TMA) stores of cuBLASLt's sm_90 kernels, checks our kernels that read a GEMM's
+ * output for what they read beyond it instead of reporting those stores. */
+void cosy_gemm_set_san_init(cosy_gemm *g, int on);
+/* Measurement only (bench/bench_kernels.c): the row buckets plans are made for: 2 (the default)
+ * one per power of two of M, 0 a heuristic query per M, 1 one algorithm for every M > 64, 3
+ * four buckets per octave. Set it before the first GEMM. */
+void cosy_gemm_set_bucket(cosy_gemm *g, int mode);
 /* The cublasStatus_t of the last cuBLAS call that failed in g (0 when none). */
 int cosy_gemm_last_cublas_status(const cosy_gemm *g);
 /* cuBLASLt heuristic queries the handle has made (plans are built per row bucket: gemm.cu) */
 long cosy_gemm_heuristic_queries(const cosy_gemm *g);
 /* Build the plans that cosy_k_gemm would build for this shape, these pointers' alignments and
  * every row bucket up to M_max (gemm.cu), so that the first calls of each size pay no heuristic
- * query (an engine does this at creation), and (unless COSY_GEMM_WARM=0) launch each bucket's
+ * query (an engine does this at creation), and launch each bucket's
  * algorithm once on s at min(bucket, M_max) rows, with x's and y's first rows zeroed first, so
  * that CUDA loads its kernel now: x and y must hold M_max rows and may be overwritten. Same
  * argument rules as cosy_k_gemm; M_max <= 64 does nothing; M_max = -1: the plan of
@@ -278,7 +287,7 @@ cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_
                         const void *x, int ldx, const void *w, const float *bias,
                         cosy_kdtype y_dt, void *y, int ldy, int accumulate);
 /* cosy_k_gemm with one algorithm for every M of a shape (the heuristic's first candidate
- * without split-K at M = COSY_GEMM_INV_M rows, default 2048): a row's result is the same whatever
+ * without split-K at M = 2048 rows): a row's result is the same whatever
  * M computes it (batch-invariant; the LLM's prefill). cosy_gemm_prewarm with M_max = -1 builds
  * that algorithm's plan. */
 cudaError_t cosy_k_gemm_inv(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,

@@ -116,10 +116,8 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
       (st = gpu_flow_create(s->post, e->model, flow_utt_frames(e), &s->flow)) ||
       (st = gpu_hift_create(s->voc, e->model, VOC_FRAMES, &s->hift)))
     return st;
-  /* the vocoder's convolutions in TF32 instead of 3xTF32 (cosy_engine_config.vocoder_precision;
-   * the measurement aid COSY_HIFT_TF32=1 does the same for a program that does not set it) */
-  const char *tf = getenv("COSY_HIFT_TF32");
-  if ((e->cfg.vocoder_precision == COSY_VOCODER_TF32 || (tf && tf[0] == '1' && !tf[1])) &&
+  /* the vocoder's convolutions in TF32 instead of 3xTF32 (cosy_engine_config.vocoder_precision) */
+  if (e->cfg.vocoder_precision == COSY_VOCODER_TF32 &&
       (st = gpu_hift_set_precision(s->hift, COSY_HPREC_TF32)))
     return st;
   /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
@@ -179,7 +177,7 @@ static cosy_status report_need(cosy_engine *e, gpu_state *s, int max_seqs, const
   const size_t per_pos = (size_t)hp->llm_layers * 2 * hp->llm_kv_heads * hp->llm_head_dim * 4;
   const size_t kv_min = (size_t)KV_MIN_POSITIONS * per_pos;
   const double GiB = 1073741824.0, frac = e->cfg.gpu_memory_fraction;
-  cosy_status st = cosy_gpu_create(e->cfg.device, 1.0f, &s->g);
+  cosy_status st = cosy_gpu_create(e->cfg.device, 1.0f, &e->knobs, &s->g);
   if (!st) st = plan_stages(e, s, max_seqs, 1);
   if (!s->g) return cosy_err(COSY_ERR_GPU_NO_MEMORY, "%s", first);
   const size_t total = s->g->total, free_now = s->g->budget + COSY_GPU_RUNTIME_RESERVE;
@@ -231,7 +229,7 @@ static cosy_status report_need(cosy_engine *e, gpu_state *s, int max_seqs, const
 
 static cosy_status gb_create(cosy_engine *e) {
   /* test only: COSY_CUDA_FAULT arms injected CUDA failures from here on (gpu.h) */
-  cosy_status fst = cosy_gpu_fault_from_env();
+  cosy_status fst = cosy_gpu_fault_from_knob(e->knobs.cuda_fault);
   if (fst) return fst;
   gpu_state *s = (gpu_state *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
@@ -246,7 +244,7 @@ static cosy_status gb_create(cosy_engine *e) {
     gb_destroy(e);
     return COSY_ERR_NO_MEMORY;
   }
-  if ((st = cosy_gpu_create(e->cfg.device, e->cfg.gpu_memory_fraction, &s->g))) {
+  if ((st = cosy_gpu_create(e->cfg.device, e->cfg.gpu_memory_fraction, &e->knobs, &s->g))) {
     gb_destroy(e);
     return st;
   }
@@ -266,22 +264,17 @@ static cosy_status gb_create(cosy_engine *e) {
   e->caps.voc_frames = VOC_FRAMES;
   e->caps.llm_positions = COSY_GPU_UTT_POSITIONS;
   e->caps.where = "the GPU flow";
-  const char *fc = getenv("COSY_FLOW_CACHE"); /* measurement knob: 0 = recompute every chunk */
-  s->flow_recompute = fc && !strcmp(fc, "0");
-  /* COSY_LLM_DECODE (a measurement knob): "tc" (the default where the device runs it: the
-   * batch-invariant LLM, every decode bucket on the tensor-core fused path and the prefill GEMMs
-   * on one algorithm per shape, so a request's tokens do not depend on what else runs; see
+  s->flow_recompute = e->knobs.flow_recompute; /* COSY_FLOW_CACHE=0 (a test knob) */
+  gpu_flow_set_timing(s->flow, e->knobs.flow_timing);
+  gpu_llm_set_prefill_timing(s->llm, e->knobs.prefill_timing);
+  /* COSY_LLM_DECODE (a test and measurement knob): "tc" (the default where the device runs it:
+   * the batch-invariant LLM, every decode bucket on the tensor-core fused path and the prefill
+   * GEMMs on one algorithm per shape, so a request's tokens do not depend on what else runs; see
    * lib/gpu/llm.c GPU_LLM_TC_DEFAULT), "mixed" (faster, not batch-invariant: skinny GEMM up to 4
-   * rows, cuBLASLt above; a row's bits depend on the batch bucket), "grouped" (every decode
-   * bucket on the skinny GEMM in groups of 8 rows; the prefill is not invariant) */
-  const char *dm = getenv("COSY_LLM_DECODE");
-  if (dm && !strcmp(dm, "mixed")) gpu_llm_set_tc(s->llm, 0);
-  if (dm && !strcmp(dm, "tc") && !gpu_llm_set_tc(s->llm, 1))
+   * rows, cuBLASLt above; a row's bits depend on the batch bucket) */
+  if (e->knobs.llm_decode == COSY_KNOB_LLM_MIXED) gpu_llm_set_tc(s->llm, 0);
+  if (e->knobs.llm_decode == COSY_KNOB_LLM_TC && !gpu_llm_set_tc(s->llm, 1))
     engine_log(e, COSY_LOG_WARN, "COSY_LLM_DECODE=tc: not supported by this model or device");
-  if (dm && !strcmp(dm, "grouped")) {
-    gpu_llm_set_tc(s->llm, 0);
-    gpu_llm_set_tuning(s->llm, 256, -1);
-  }
   /* the caller's COSY_ENGINE_BATCH_INVARIANT wins over the measurement knob */
   if ((e->cfg.flags & COSY_ENGINE_BATCH_INVARIANT) && !gpu_llm_set_tc(s->llm, 1)) {
     st = cosy_err(COSY_ERR_UNSUPPORTED,

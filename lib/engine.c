@@ -73,6 +73,7 @@ cosy_status engine_create(const cosy_engine_config *cfg, cosy_engine **out) {
   cosy_engine *e = (cosy_engine *)cosy_calloc(1, sizeof *e);
   if (!e) return COSY_ERR_NO_MEMORY;
   e->cfg = *cfg;
+  cosy_knobs_read(&e->knobs);
   cosy_status st = COSY_OK;
   if (!(e->model_path_buf = cosy_strdup(cfg->model_path))) { free(e); return COSY_ERR_NO_MEMORY; }
   e->cfg.model_path = e->model_path_buf;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "cosyvoice.h"
+#include "knobs.h"
 #include "model.h"
 
 struct cosy_tokenizer;
@@ -235,6 +236,7 @@ cosy_status sched_utt_check(const cosy_utt_caps *caps, const cosy_utt *u);
 
 struct cosy_engine {
   cosy_engine_config cfg;        /* copy; model_path points into model_path_buf */
+  cosy_knobs knobs;              /* the environment knobs, read at create (lib/knobs.h) */
   char *model_path_buf;
   cosy_model *model;
   struct cosy_tokenizer *tok;

@@ -117,7 +117,8 @@ static int sched_first_hop(int P, int n) {
 #define FLOW_BATCH_FRAMES 3000 /* new mel frames per flow batch (per CFG row). A 1024 cap was
                                  measured worse at C = 64 (TTFB p95 1168 vs 1003 ms, 148x vs 160x
                                  real time: smaller batches, same queue); see bench/RESULTS.md */
-#define SCHED_YIELD_MS 250.0 /* COSY_SCHED_YIELD_MS default (yield_to_playback) */
+#define YIELD_S 0.25 /* the LLM yields to playback while a ready chunk's audio runs out within
+                        this (yield_to_playback) */
 #define IDLE_POLL_MS 20  /* threads with active work re-check cancel flags at least this often */
 #define DEFER_SLACK_S 1.0 /* chunks with more audio ahead than this wait for a wave's first chunks */
 #define DEFER_POLL_MS 2
@@ -158,7 +159,6 @@ typedef struct sjob {
   int fed;                    /* prompt positions prefilled */
   int decoding;               /* prefill done; tok is the next input */
   int32_t tok;
-  int held;                   /* this iteration's decode step leaves it out (first_pending) */
   int32_t *hist;
   int n_hist, silent_run;
   /* shared (e->mu) */
@@ -196,28 +196,8 @@ struct cosy_sched {
   int first_in_flight;           /* a first chunk's flow call is running */
   double round_s;                /* moving average of a token-to-wave round (flow + vocoder), s */
   double step_s;                 /* moving average of a decode step's wall time, s (LLM thread) */
-  double defer_s;                /* COSY_SCHED_DEFER (seconds, 0 = off; default DEFER_SLACK_S):
-                                    while requests wait for their first chunk's tokens, chunks
-                                    with more audio ahead than this wait (llm_first_wanted) */
   int load_peak;                 /* most requests active + queued at an admission ... */
   double load_peak_t;            /* ... within the last LOAD_WINDOW_S seconds (when it was set) */
-  int prefill_max;               /* COSY_SCHED_PREFILL_MAX=N (measurement): at most N prefill
-                                    positions per iteration (0: PREFILL_BUDGET(_IDLE)) */
-  int prefill_every;             /* COSY_SCHED_PREFILL_EVERY=N (measurement): while a decoding
-                                    request still lacks its first chunk's tokens, prefill only
-                                    every N-th LLM iteration (default 1: every one) */
-  int first_hold;                /* COSY_SCHED_FIRST_HOLD=1: decode only where tokens gate audio
-                                    while first chunks wait (first_pending, decode step) */
-  int pause_mode;                /* COSY_SCHED_PAUSE: the LLM's pause while a first chunk's flow
-                                    runs at light load (2 .. first_chunk_wait_max active
-                                    requests): 1 (default) unless it would make a request's
-                                    audio run out (pause_risks_underrun), 2 unless a request
-                                    with audio out waits for its next chunk's tokens
-                                    (tokens_gate_audio), 3 always, 4 as 3 and also for a
-                                    request alone, 0 never */
-  double yield_s;                /* COSY_SCHED_YIELD_MS (default 250): the LLM yields to
-                                    playback while a ready chunk's audio runs out within this
-                                    (yield_to_playback); 0 never */
   FILE *trace;                   /* COSY_SCHED_TRACE: one line per batch (measurement aid) */
   pthread_mutex_t trace_mu;
   double t0;
@@ -227,15 +207,9 @@ struct cosy_sched {
   struct t2w_call *calls;        /* sched_run_on_t2w: work for the token-to-wave thread (e->mu) */
   pthread_cond_t cv_call;        /* a call is done */
   int64_t steps, step_rows, flow_calls, flow_jobs, voc_calls, voc_jobs;
-  int64_t held_rows;             /* decode rows held back by first_hold (trace, tests) */
-  /* measurement knobs (environment, read at start; docs/scheduler.md "Measurement aids") */
-  int no_urgent;                 /* COSY_SCHED_URGENT=0: first-chunk calls never go above the LLM */
-  int first_only;                /* a batch that starts with a first chunk holds only first chunks
-                                    (and chunks ranked before them: urgent ones); default 1,
-                                    COSY_SCHED_FIRST_ONLY=0 lets later chunks fill it */
-  int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: new frames per flow batch */
-  int max_streams;               /* COSY_SCHED_MAX_STREAMS=N: new requests are admitted only while
-                                    fewer than N are active in any stage (0: no such bound) */
+  int max_streams;               /* COSY_SCHED_MAX_STREAMS=N (e->knobs): new requests are
+                                    admitted only while fewer than N are active in any stage
+                                    (0: no such bound) */
   /* voices whose prompt-only flow blocks a first chunk has computed (t2w thread): the GPU flow
    * keeps them for the voice's later first chunks (job_frames) */
   const cosy_voice *warm[16];
@@ -1108,31 +1082,6 @@ static int first_open(const sjob *j) {
   return request_first(j) && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r);
 }
 
-/* First audio before more tokens (COSY_SCHED_FIRST_HOLD=1; e->mu held). While some request's
- * first chunk has its tokens but has not been delivered yet, a decode step serves only the
- * requests whose next chunk still lacks tokens: a request whose next chunk could already be
- * made gains nothing from more tokens until the token-to-wave stage takes that chunk, and its
- * decode rows would compete with the first chunks' flow and vocoder calls for the device. Held
- * requests rejoin as soon as their chunk is taken (its delivery gives seconds of audio against
- * the few hundred ms their next hop of tokens takes), so nobody starves: the token-to-wave stage
- * can always make progress on a held request without the LLM. */
-static int first_pending(const struct cosy_sched *s) {
-  for (const sjob *j = s->active; j; j = j->next)
-    if (first_open(j) && (j->busy || chunk_tokens_ready(j))) return 1;
-  return 0;
-}
-
-/* Some request whose audio has started waits for its next chunk's tokens (e->mu held): its
- * playback runs against the LLM, so the LLM should not pause for another request's first chunk
- * (COSY_SCHED_PAUSE=2). */
-static int tokens_gate_audio(const struct cosy_sched *s) {
-  for (const sjob *j = s->active; j; j = j->next)
-    if (j->chunks_done > 0 && !j->llm_done && !j->llm_released && !j->err && !cancelled(j->r) &&
-        !chunk_tokens_ready(j))
-      return 1;
-  return 0;
-}
-
 /* Pausing the LLM now could make a request's audio run out (e->mu held): a request with audio
  * out whose next chunk still lacks tokens has less audio left than those tokens' decode steps
  * (at the recent step time) plus PAUSE_GUARD_ROUNDS token-to-wave rounds (the pause itself, the
@@ -1153,7 +1102,7 @@ static int pause_risks_underrun(const struct cosy_sched *s, double now) {
 
 /* The LLM yields to playback (e->mu held): with two or more requests, some request with audio
  * out has its next chunk ready (its tokens are there, or it is in the token-to-wave stage) and
- * less than yield_s of audio left, while no request waits for its first chunk's tokens and
+ * less than YIELD_S of audio left, while no request waits for its first chunk's tokens and
  * pausing would not make another request's audio run out (pause_risks_underrun). A decode step
  * then only adds tokens that nobody needs yet, and its kernels share the device with the flow
  * and vocoder calls that the audio waits for. A request alone is never held back (its own later
@@ -1165,7 +1114,7 @@ static int pause_risks_underrun(const struct cosy_sched *s, double now) {
  * 0.030 against 0.028, as the request alone was still held back then). */
 #define YIELD_POLL_MS 5
 static int yield_to_playback(const struct cosy_sched *s, double now) {
-  if (s->yield_s <= 0 || s->n_llm < 2) return 0;
+  if (s->n_llm < 2) return 0;
   int urgent = 0;
   for (const sjob *j = s->active; j; j = j->next) {
     if (j->err || j->collect_only || j->final_done || cancelled(j->r)) continue;
@@ -1174,7 +1123,7 @@ static int yield_to_playback(const struct cosy_sched *s, double now) {
       if (!ready) return 0; /* first audio waits for tokens */
       continue;
     }
-    if (j->chunks_done > 0 && ready && j->audio_until - now < s->yield_s) urgent = 1;
+    if (j->chunks_done > 0 && ready && j->audio_until - now < YIELD_S) urgent = 1;
   }
   return urgent && !pause_risks_underrun(s, now);
 }
@@ -1190,7 +1139,6 @@ static void *llm_main(void *arg) {
   cosy_next_req *pnx = NULL;
   sjob **pjobs = NULL;
   int *pidx = NULL;
-  unsigned iter = 0;
   pthread_mutex_lock(&e->mu);
   for (;;) {
     admit(e);
@@ -1208,11 +1156,9 @@ static void *llm_main(void *arg) {
      * so the two do not compete for the device; not for a request alone, whose own later tokens
      * are all the pause would hold back (on an H100 it moved W1's C = 1 first audio 32 -> 37 ms
      * and RTF 0.0305 -> 0.0285 with the batch-invariant LLM; bench/RESULTS.md) */
-    if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 && s->pause_mode &&
-        (s->n_llm >= 2 || s->pause_mode == 4) &&
+    if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 && s->n_llm >= 2 &&
         s->n_llm <= e->cfg.first_chunk_wait_max && !e->stopping &&
-        !(s->pause_mode == 2 && tokens_gate_audio(s)) &&
-        !(s->pause_mode == 1 && pause_risks_underrun(s, cosy_now()))) {
+        !pause_risks_underrun(s, cosy_now())) {
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
       continue;
     }
@@ -1248,16 +1194,9 @@ static void *llm_main(void *arg) {
         cap = nc;
       }
     }
-    int k = 0, awaiting = 0;
-    const int hold = s->first_hold && first_pending(s);
+    int k = 0;
     for (sjob *j = s->active; j && k < cap; j = j->next)
-      if (!j->llm_released) {
-        j->held = hold && chunk_tokens_ready(j); /* sits out this iteration's decode step */
-        awaiting |= j->decoding && request_first(j) && !j->collect_only && !j->busy &&
-                    !chunk_tokens_ready(j);
-        jobs[k++] = j;
-      }
-    const int skip_prefill = s->prefill_every > 1 && awaiting && ++iter % s->prefill_every != 0;
+      if (!j->llm_released) jobs[k++] = j;
     n = k;
     const int64_t seen = s->wake_seq;
     pthread_mutex_unlock(&e->mu);
@@ -1297,8 +1236,6 @@ static void *llm_main(void *arg) {
     int budget = PREFILL_BUDGET_IDLE;
     for (int i = 0; i < n; i++)
       if (jobs[i]->decoding) budget = PREFILL_BUDGET;
-    if (s->prefill_max > 0 && budget > s->prefill_max) budget = s->prefill_max;
-    if (skip_prefill) budget = 0;
     int np = 0;
     for (int i = 0; i < n && budget > 0 && np < cap; i++) {
       sjob *j = jobs[i];
@@ -1355,14 +1292,10 @@ static void *llm_main(void *arg) {
       }
     }
     /* one decode step over every sequence with a token to feed */
-    int nr = 0, held = 0;
+    int nr = 0;
     for (int i = 0; i < n; i++) {
       sjob *j = jobs[i];
       if (!j || !j->decoding || j->llm_released) continue;
-      if (j->held) { /* first audio before more tokens (first_pending) */
-        held++;
-        continue;
-      }
       /* a job whose prefill just finished has its first token: it joins this step */
       rows[nr].seq = j->seq;
       rows[nr].token = j->tok;
@@ -1399,11 +1332,7 @@ static void *llm_main(void *arg) {
       }
     }
     pthread_mutex_lock(&e->mu);
-    if (held) {
-      __atomic_add_fetch(&s->held_rows, held, __ATOMIC_RELAXED);
-      trace(s, "held", held, 0, 0, 0.0); /* decode rows held back this iteration */
-    }
-    /* nothing ran (every job waits for text, or is held): sleep until text, a request or a
+    /* nothing ran (every job waits for text): sleep until text, a request or a
      * delivered chunk arrives */
     if (np == 0 && nr == 0 && s->wake_seq == seen && !e->stopping)
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
@@ -1500,7 +1429,7 @@ static double deadline(const struct cosy_sched *s, const sjob *j, int sample_rat
 
 /* Some request still waits for its first chunk's tokens from the LLM (e->mu held): admitted,
  * prefilling or decoding towards its first chunk. While one does, the token-to-wave thread holds
- * back chunks that are not needed soon (more than defer_s of audio ahead of playback), so that
+ * back chunks that are not needed soon (more than DEFER_SLACK_S of audio ahead of playback), so that
  * the device is the LLM's: in a burst the prefill and the first decode steps of the new requests
  * otherwise share it with the old requests' later chunks (on an H100 at W1 C = 64 a burst's
  * prefill took 128 ms instead of 60 while the previous wave's last chunks ran). The held chunks
@@ -1681,7 +1610,7 @@ static void voc_batch(cosy_engine *e, vitem **it, int n) {
     vj[i].finalize = it[i]->kind == 2;
     vj[i].mel = it[i]->mel;
     vj[i].n_new = it[i]->n_frames;
-    if (j->chunks_done == 0) urgent = !s->no_urgent;
+    if (j->chunks_done == 0) urgent = 1;
   }
   cosy_status vst = COSY_OK;
   double t0 = cosy_now();
@@ -1741,7 +1670,7 @@ static void voc_batch(cosy_engine *e, vitem **it, int n) {
   __atomic_add_fetch(&s->voc_jobs, n, __ATOMIC_RELAXED);
   pthread_mutex_lock(&e->mu);
   pthread_cond_broadcast(&s->cv_t2w); /* chunks may be ready again, jobs may be over */
-  pthread_cond_broadcast(&s->cv_llm); /* held decode rows may go on (first_pending) */
+  pthread_cond_broadcast(&s->cv_llm); /* a pause or yield of the LLM may end */
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -1816,16 +1745,16 @@ static void *t2w_main(void *arg) {
         pthread_cond_wait(&s->cv_t2w, &e->mu);
       continue;
     }
-    /* the most urgent ready chunk has more than defer_s of audio ahead (first chunks and urgent
+    /* the most urgent ready chunk has more than DEFER_SLACK_S of audio ahead (first chunks and urgent
      * ones rank far below any real time) while a new request awaits its first tokens: wait */
-    if (s->defer_s > 0 && rk[0].deadline > now + s->defer_s && !e->stopping &&
+    if (rk[0].deadline > now + DEFER_SLACK_S && !e->stopping &&
         llm_first_wanted(s)) {
       timed_wait(&s->cv_t2w, &e->mu, DEFER_POLL_MS);
       continue;
     }
-    /* a batch of at most flow_frames (FLOW_BATCH_FRAMES) new frames (the first job always goes),
+    /* a batch of at most FLOW_BATCH_FRAMES new frames (the first job always goes),
      * so a first chunk that arrives while a batch runs waits for a short one; a batch that starts
-     * with first chunks holds nothing else (first_only): later chunks that are not urgent (those
+     * with first chunks holds nothing else: later chunks that are not urgent (those
      * rank before the first chunks) would only make the first audio wait for their frames (on an
      * H100 at W1 C = 64 a wave's first chunks went with 15 later ones in a 64 ms call instead of
      * ~30; over ten runs each, p95 251-303 ms with no underrun against 251-336 with one run
@@ -1835,8 +1764,8 @@ static void *t2w_main(void *arg) {
       int keep = 0;
       for (; keep < n; keep++) {
         const int f = job_frames(s, pick[keep], kind[keep]);
-        if (keep > 0 && frames + f > s->flow_frames) break;
-        if (keep > 0 && s->first_only && request_first(pick[0]) && !request_first(pick[keep]))
+        if (keep > 0 && frames + f > FLOW_BATCH_FRAMES) break;
+        if (keep > 0 && request_first(pick[0]) && !request_first(pick[keep]))
           break;
         frames += f;
       }
@@ -1846,7 +1775,7 @@ static void *t2w_main(void *arg) {
     for (int i = 0; i < n; i++) {
       sjob *j = pick[i];
       j->busy = 1;
-      if (j->chunks_done == 0) urgent = !s->no_urgent;
+      if (j->chunks_done == 0) urgent = 1;
       memset(&fj[i], 0, sizeof fj[i]);
       fj[i].fs = j->fs;
       fj[i].tokens = j->tokens;
@@ -1965,62 +1894,18 @@ static void *t2w_main(void *arg) {
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
-/* the environment variable `name` is set to exactly `value` */
-static int env_is(const char *name, const char *value) {
-  const char *v = getenv(name);
-  return v && !strcmp(v, value);
-}
-
 cosy_status sched_start(cosy_engine *e) {
   struct cosy_sched *s = (struct cosy_sched *)cosy_calloc(1, sizeof *s);
   if (!s) return COSY_ERR_NO_MEMORY;
   s->e = e;
   s->t0 = cosy_now();
   pthread_mutex_init(&s->trace_mu, NULL);
-  const char *tp = getenv("COSY_SCHED_TRACE");
-  if (tp && tp[0]) s->trace = fopen(tp, "w");
-  const char *tt = getenv("COSY_TEXT_TRACE");
-  if (tt && tt[0]) s->ttrace = fopen(tt, "w");
-  /* the measurement knobs, before the threads start */
-  s->first_hold = env_is("COSY_SCHED_FIRST_HOLD", "1");
-  {
-    const char *pm = getenv("COSY_SCHED_PAUSE");
-    s->pause_mode = pm && pm[0] >= '0' && pm[0] <= '4' && !pm[1] ? pm[0] - '0' : 1;
-  }
-  {
-    const char *ym = getenv("COSY_SCHED_YIELD_MS");
-    s->yield_s = (ym && *ym ? atof(ym) : SCHED_YIELD_MS) / 1000.0;
-    if (!(s->yield_s >= 0 && s->yield_s <= 10.0)) s->yield_s = SCHED_YIELD_MS / 1000.0;
-  }
-  {
-    const char *pe = getenv("COSY_SCHED_PREFILL_EVERY");
-    s->prefill_every = pe && atoi(pe) > 1 && atoi(pe) <= 16 ? atoi(pe) : 1;
-    const char *px = getenv("COSY_SCHED_PREFILL_MAX");
-    s->prefill_max = px && atoi(px) >= 64 && atoi(px) <= PREFILL_BUDGET_IDLE ? atoi(px) : 0;
-  }
-  s->no_urgent = env_is("COSY_SCHED_URGENT", "0");
+  /* the knobs (lib/knobs.h), before the threads start */
+  const cosy_knobs *kn = &e->knobs;
+  if (kn->sched_trace[0]) s->trace = fopen(kn->sched_trace, "w");
+  if (kn->text_trace[0]) s->ttrace = fopen(kn->text_trace, "w");
+  s->max_streams = kn->max_streams;
   s->round_s = 0.1;
-  {
-    const char *dv = getenv("COSY_SCHED_DEFER");
-    s->defer_s = DEFER_SLACK_S;
-    if (dv && dv[0]) {
-      char *end = NULL;
-      const double v = strtod(dv, &end);
-      if (end && !*end && v >= 0 && v <= 60) s->defer_s = v;
-    }
-  }
-  s->first_only = !env_is("COSY_SCHED_FIRST_ONLY", "0");
-  {
-    const char *ms = getenv("COSY_SCHED_MAX_STREAMS");
-    s->max_streams = ms && atoi(ms) > 0 ? atoi(ms) : 0;
-  }
-  const char *ff = getenv("COSY_SCHED_FLOW_FRAMES");
-  s->flow_frames = FLOW_BATCH_FRAMES;
-  if (ff && ff[0]) {
-    char *end = NULL;
-    long v = strtol(ff, &end, 10);
-    if (end && !*end && v >= 1 && v <= 1000000) s->flow_frames = (int)v;
-  }
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
   pthread_cond_init(&s->cv_voc, NULL);
@@ -2030,9 +1915,7 @@ cosy_status sched_start(cosy_engine *e) {
   if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the LLM thread: %s", strerror(rc));
   s->llm_started = 1;
   /* the vocoder thread before the token-to-wave thread, which reads voc_started */
-  int voc = e->be->vocoder_thread;
-  const char *vt = getenv("COSY_SCHED_VOCODER_THREAD");
-  if (vt && (vt[0] == '0' || vt[0] == '1') && !vt[1]) voc = vt[0] == '1';
+  const int voc = kn->vocoder_thread >= 0 ? kn->vocoder_thread : e->be->vocoder_thread;
   if (voc) {
     rc = pthread_create(&s->voc_th, NULL, voc_main, e);
     if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the vocoder thread: %s", strerror(rc));

@@ -83,7 +83,7 @@ static int setup(void **state) {
   fixture *fx = calloc(1, sizeof *fx);
   *state = fx;
   if (!fx) return -1;
-  cosy_status st = cosy_gpu_create(0, 0.9f, &fx->g);
+  cosy_status st = cosy_gpu_create(0, 0.9f, tu_knobs(), &fx->g);
   if (st != COSY_OK) {
     fx->why = "no CUDA device";
     fprintf(stderr, "cosy_gpu_create: %s\n", cosy_last_error());

@@ -157,7 +157,7 @@ static int setup(void **state) {
   *state = fx;
   if (!have_device()) return 0;
   fx->have_dev = 1;
-  if (cosy_gpu_create(0, 0.5f, &fx->g) != COSY_OK) {
+  if (cosy_gpu_create(0, 0.5f, tu_knobs(), &fx->g) != COSY_OK) {
     fprintf(stderr, "cosy_gpu_create failed: %s\n", cosy_last_error());
     return -1;
   }
@@ -864,7 +864,7 @@ static void test_full_size(void **state) {
   cosy_model *m;
   assert_int_equal(cosy_model_load(path, &m), COSY_OK);
   cosy_gpu *g;
-  assert_int_equal(cosy_gpu_create(0, 0.6f, &g), COSY_OK);
+  assert_int_equal(cosy_gpu_create(0, 0.6f, tu_knobs(), &g), COSY_OK);
   gpu_fe *fe;
   const int max_mel = S3TOK_MAX_SECONDS * 100 + 8;
   print_message("GPU front end of the full-size models: %.1f MiB of device memory\n",

@@ -191,7 +191,7 @@ static int setup(void **state) {
     return 0; /* no device: everything skips */
   }
   fx->have_dev = 1;
-  if (cosy_gpu_create(0, 0.5f, &fx->g) != COSY_OK ||
+  if (cosy_gpu_create(0, 0.5f, tu_knobs(), &fx->g) != COSY_OK ||
       cosy_k_hift_conv_prepare(&fx->g->dev) != cudaSuccess) {
     fprintf(stderr, "cosy_gpu_create failed: %s\n", cosy_last_error());
     return -1;

@@ -163,7 +163,7 @@ static int setup(void **state) {
   F.tt = tu_load_ids("golden/inputs/tts_text_ids.npy", &F.ntt);
   F.ps = tu_load_ids("golden/inputs/prompt_speech_tokens.npy", &F.nps);
   F.forced = tu_load_ids("golden/inputs/llm_forced_tokens.npy", &F.nforced);
-  F.create_st = cosy_gpu_create(0, 0.25f, &F.g);
+  F.create_st = cosy_gpu_create(0, 0.25f, tu_knobs(), &F.g);
   if (F.create_st != COSY_OK) {
     print_message("cosy_gpu_create failed: %s\n", cosy_last_error());
     return 0;
@@ -655,7 +655,7 @@ static void test_full(void **state) {
   if (st) print_message("load %s: %s\n", path, cosy_last_error());
   assert_int_equal(st, COSY_OK);
   cosy_gpu *g = NULL;
-  assert_int_equal(cosy_gpu_create(0, 0.6f, &g), COSY_OK);
+  assert_int_equal(cosy_gpu_create(0, 0.6f, tu_knobs(), &g), COSY_OK);
   gpu_llm *l = NULL;
   st = gpu_llm_create(g, m, 128, 1024, &l);
   if (st) print_message("gpu_llm_create: %s\n", cosy_last_error());

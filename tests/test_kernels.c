@@ -1115,6 +1115,10 @@ void test_gemm(void **state) {
   (void)state;
   begin_test(6);
   CK(cosy_gemm_create(&g_gemm, 0));
+  /* COSY_GEMM_SAN_INIT=1 (docs/knobs.md; bench/device_run.sh sanitize, initcheck): outputs
+   * cleared before each GEMM, as the library does for that knob */
+  const char *san = getenv("COSY_GEMM_SAN_INIT");
+  cosy_gemm_set_san_init(g_gemm, san && san[0] == '1');
   const int shapes[][3] = {{1, 896, 896}, {3, 4864, 896}, {37, 896, 4864}, {37, 6761, 896},
                            {5, 80, 1024}, {64, 1152, 896}};
   for (int a = 0; a < 6; ++a) {

@@ -555,45 +555,6 @@ static void test_concurrent(void **state) {
   concurrent_equal_alone(f, f->e, f->v, 5, 100, 45);
 }
 
-/* COSY_SCHED_FIRST_HOLD=1 (lib/scheduler.c, first_pending): while first chunks wait, requests
- * whose next chunk already has its tokens sit out decode steps. Several requests at once on an
- * engine with the hold: each request's audio equals the same request alone on the fixture's
- * engine (no hold: the hold changes timing, never tokens), and the trace shows held rows. */
-static void test_first_hold(void **state) {
-  fx *f = (fx *)*state;
-  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
-  const char *trace = tu_tmp_path("first_hold_trace");
-  setenv("COSY_SCHED_FIRST_HOLD", "1", 1);
-  setenv("COSY_SCHED_TRACE", trace, 1);
-  cosy_engine_config c;
-  cpu_config(&c, 4);
-  cosy_engine *e = NULL;
-  cosy_status st = cosy_engine_create(&c, &e);
-  unsetenv("COSY_SCHED_FIRST_HOLD");
-  unsetenv("COSY_SCHED_TRACE");
-  assert_int_equal(st, COSY_OK);
-  cosy_voice *v = golden_voice(e);
-  assert_non_null(v);
-  /* 80 tokens: a first chunk and a later one (holds of both kinds), and quick */
-  concurrent_equal_alone(f, e, v, 4, 300, 80);
-  cosy_voice_release(v);
-  cosy_engine_destroy(e); /* closes the trace */
-  /* the trace: held rows appeared */
-  FILE *fp = fopen(trace, "r");
-  assert_non_null(fp);
-  char line[256];
-  int held_lines = 0, steps = 0;
-  while (fgets(line, sizeof line, fp)) {
-    if (strstr(line, " held ")) held_lines++;
-    if (strstr(line, " step ")) steps++;
-  }
-  fclose(fp);
-  remove(trace);
-  printf("first hold: %d decode steps, %d iterations with held rows\n", steps, held_lines);
-  assert_true(steps > 0);
-  assert_true(held_lines > 0);
-}
-
 /* engine statistics polled on a thread of its own: the most active and queued requests seen */
 typedef struct poller {
   cosy_engine *e;
@@ -655,7 +616,7 @@ int main(void) {
       cmocka_unit_test(test_cancel_from_callback),
       cmocka_unit_test(test_cancel_from_thread), cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_stats_while_running), cmocka_unit_test(test_queue_room),
-      cmocka_unit_test(test_first_hold),    cmocka_unit_test(test_max_streams),
+      cmocka_unit_test(test_max_streams),
   };
   return cmocka_run_group_tests_name("synth", tests, setup, teardown);
 }

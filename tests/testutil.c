@@ -4,6 +4,8 @@
 
 #include <cosyvoice.h>
 
+#include "knobs.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,4 +298,10 @@ cosy_voice *tu_golden_voice(cosy_engine *e, const char *prompt_text) {
   if (cosy_voice_from_features(e, &f, &v) != COSY_OK) fprintf(stderr, "voice: %s\n", cosy_last_error());
   tu_flow_inputs_free(&in);
   return v;
+}
+
+const struct cosy_knobs *tu_knobs(void) {
+  static cosy_knobs k;
+  cosy_knobs_read(&k);
+  return &k;
 }

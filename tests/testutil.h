@@ -25,6 +25,10 @@ const char *tu_fe_file(const char *name);
 /* A scratch file path in $TMPDIR (else /tmp), unique to this process and tag (static buffer, one
  * per thread). Tests remove what they write there. */
 const char *tu_tmp_path(const char *tag);
+/* the library's environment knobs as they are now (lib/knobs.h), for tests that create a GPU
+ * context of their own (cosy_gpu_create) */
+struct cosy_knobs;
+const struct cosy_knobs *tu_knobs(void);
 
 /* A file of the repository's tests/ directory (absolute, compiled in: TU_TESTS_DIR; static
  * buffer, one per thread). */

@@ -1169,6 +1169,19 @@ static cosy_status prewarm_gemms(gpu_flow *f) {
   return cosy_gpu_check(e, "flow GEMM plans");
 }
 
+void gpu_flow_set_timing(gpu_flow *f, const char *path) {
+  /* batch_run's timing lines (a measurement aid; none if this fails) */
+  if (!f || f->timing || !path || !path[0]) return;
+  if (cudaEventCreate(&f->tev[0]) == cudaSuccess) {
+    if (cudaEventCreate(&f->tev[1]) != cudaSuccess) {
+      cudaEventDestroy(f->tev[0]);
+    } else if (!(f->timing = fopen(path, "w"))) {
+      cudaEventDestroy(f->tev[0]);
+      cudaEventDestroy(f->tev[1]);
+    }
+  }
+}
+
 cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   if (!f) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: NULL");
   if (f->fc) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: called twice");
@@ -1178,17 +1191,6 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   gflow_cache *c = (gflow_cache *)cosy_calloc(1, sizeof *c);
   if (!c) return COSY_ERR_NO_MEMORY;
   f->fc = c;
-  { /* COSY_FLOW_TIMING=path: batch_run's timing lines (measurement aid; none if this fails) */
-    const char *tp = getenv("COSY_FLOW_TIMING");
-    if (tp && tp[0] && cudaEventCreate(&f->tev[0]) == cudaSuccess) {
-      if (cudaEventCreate(&f->tev[1]) != cudaSuccess) {
-        cudaEventDestroy(f->tev[0]);
-      } else if (!(f->timing = fopen(tp, "w"))) {
-        cudaEventDestroy(f->tev[0]);
-        cudaEventDestroy(f->tev[1]);
-      }
-    }
-  }
   const int M = f->M, D = f->D;
   c->page_bytes = gpu_flow_page_bytes(f);
   c->kv_elems = (int64_t)f->S * f->depth * 2 * 2 * PF * D;

@@ -48,6 +48,10 @@ cosy_status gpu_flow_estimator(gpu_flow *f, int B, int N, const float *x, const 
  * (gpu_flow_page_bytes: the K/V rows of every layer, CFG row and Euler step, and the Euler state). */
 size_t gpu_flow_page_bytes(const gpu_flow *f);
 cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes);
+/* The knob COSY_FLOW_TIMING (a measurement aid): one line per packed flow batch into the file
+ * `path` (its time, jobs, first calls, new frames, ext rows, attention tiles, graphs replayed /
+ * captured / launched, host and device ms). NULL or "": none. */
+void gpu_flow_set_timing(gpu_flow *f, const char *path);
 int gpu_flow_pages_total(const gpu_flow *f);
 int gpu_flow_pages_free(const gpu_flow *f);
 /* pages held by the voice table: the prompt-only blocks of the voices seen (blocks 50 b .. 50 b + 49

@@ -370,6 +370,7 @@ cosy_status gpu_fe_create(cosy_gpu *g, const cosy_model *m, int max_mel, gpu_fe 
   }
   if ((st = cosy_gpu_check(cosy_gemm_create(&f->gemm, GEMM_WS), "cuBLASLt init (front end)")))
     goto fail;
+  cosy_gemm_set_san_init(f->gemm, g->gemm_san_init);
   {
     cosy_gpu *root = g;
     while (root->parent) root = root->parent;

@@ -79,8 +79,7 @@ int cosy_gpu_fault_sites(long long *first, char (*names)[64], int cap) {
   return n;
 }
 
-cosy_status cosy_gpu_fault_from_env(void) {
-  const char *v = getenv("COSY_CUDA_FAULT");
+cosy_status cosy_gpu_fault_from_knob(const char *v) {
   if (!v || !*v) return COSY_OK;
   char *end = NULL;
   long long n = strtoll(v, &end, 10);
@@ -223,7 +222,7 @@ cosy_status cosy_gpu_apply_profile(cosy_kdev *d, const char *name) {
   return COSY_OK;
 }
 
-cosy_status cosy_gpu_describe(int device, cosy_kdev *d) {
+cosy_status cosy_gpu_describe(int device, const char *profile, cosy_kdev *d) {
   memset(d, 0, sizeof *d);
   d->device = device;
   struct {
@@ -258,7 +257,7 @@ cosy_status cosy_gpu_describe(int device, cosy_kdev *d) {
     d->total_mem = prop.totalGlobalMem;
   }
   (void)cudaGetLastError();
-  return cosy_gpu_apply_profile(d, getenv("COSY_GPU_PROFILE"));
+  return cosy_gpu_apply_profile(d, profile);
 }
 
 /* COSY_ERR_UNSUPPORTED for a device the library cannot serve, naming what is missing */
@@ -308,7 +307,7 @@ static cosy_status no_gpu(int device, cudaError_t e, int n) {
                   device, (int)e, cudaGetErrorName(e), cudaGetErrorString(e), cpu);
 }
 
-cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
+cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs, cosy_gpu **out) {
   *out = NULL;
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -318,9 +317,10 @@ cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
   cosy_gpu *g = (cosy_gpu *)cosy_calloc(1, sizeof *g);
   if (!g) return COSY_ERR_NO_MEMORY;
   g->device = device;
+  g->gemm_san_init = knobs && knobs->gemm_san_init;
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
-  if ((st = cosy_gpu_describe(device, &g->dev))) goto fail;
+  if ((st = cosy_gpu_describe(device, knobs ? knobs->gpu_profile : NULL, &g->dev))) goto fail;
   if ((st = check_supported(&g->dev))) goto fail;
   snprintf(g->name, sizeof g->name, "%s", g->dev.name);
   g->n_sm = g->dev.n_sm;
@@ -349,6 +349,7 @@ cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out) {
       goto fail;
   }
   if ((st = cosy_gpu_check(cosy_gemm_create(&g->gemm, 32u << 20), "cuBLASLt init"))) goto fail;
+  cosy_gemm_set_san_init(g->gemm, g->gemm_san_init);
   g->used += 32u << 20; /* the GEMM workspace */
   *out = g;
   return COSY_OK;
@@ -373,6 +374,7 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   g->total = root->total;
   g->budget = root->budget;
   g->n_sm = root->n_sm;
+  g->gemm_san_init = root->gemm_san_init;
   memcpy(g->name, root->name, sizeof g->name);
   cosy_status st;
   int lo = 0, hi = 0;
@@ -388,6 +390,7 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
     goto fail;
   }
   if ((st = cosy_gpu_check(cosy_gemm_create(&g->gemm, 32u << 20), "cuBLASLt init"))) goto fail;
+  cosy_gemm_set_san_init(g->gemm, g->gemm_san_init);
   root->used += 32u << 20;
   *out = g;
   return COSY_OK;

@@ -20,6 +20,7 @@
 #include "cosyvoice.h"
 #include "kdevice.h"
 #include "kernels.h"
+#include "knobs.h"
 #include "model.h"
 
 /* Device memory kept out of the budget for what cuBLAS and the CUDA runtime allocate on their
@@ -47,15 +48,19 @@ typedef struct cosy_gpu {
   struct cosy_gpu *parent;   /* a child context shares its parent's budget and allocations */
   cudaStream_t stream_urgent; /* child: a second stream of the highest priority (above the
                                  parent's); NULL in a parent */
+  int gemm_san_init;         /* COSY_GEMM_SAN_INIT (cosy_knobs): every GEMM context of this
+                                context and its children clears outputs first (test only) */
 } cosy_gpu;
 
-/* Select the device, read its description (cosy_gpu_describe), create the stream and the GEMM
- * context, fix the budget. COSY_ERR_UNSUPPORTED, with a message naming what is missing, for a
- * device below compute capability 8.0 or one this build carries no code for. */
-cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out);
+/* Select the device, read its description (cosy_gpu_describe, with the test profile
+ * knobs->gpu_profile), create the stream and the GEMM context, fix the budget. knobs: the
+ * environment knobs (lib/knobs.h; the engine's, or a test's cosy_knobs_read); NULL: none.
+ * COSY_ERR_UNSUPPORTED, with a message naming what is missing, for a device below compute
+ * capability 8.0 or one this build carries no code for. */
+cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs, cosy_gpu **out);
 
-/* Fill *d from the CUDA runtime's attributes of `device`, then apply the test profile named by
- * the environment variable COSY_GPU_PROFILE, if set (COSY_ERR_INVALID_ARG for an unknown name):
+/* Fill *d from the CUDA runtime's attributes of `device`, then apply the test profile `profile`
+ * (the knob COSY_GPU_PROFILE; NULL or "": none; COSY_ERR_INVALID_ARG for an unknown name):
  *   a100     compute capability 8.0, 163 KB of shared memory per block (164 KB per SM), 108 SMs,
  *            40 MB of L2, no thread-block clusters, no programmatic dependent launch
  *   ada      8.9, 99 KB per block (100 KB per SM), 58 SMs (an L4; an RTX 4090 has 128), 48 MB of
@@ -68,7 +73,7 @@ cosy_status cosy_gpu_create(int device, float fraction, cosy_gpu **out);
  * feature stays only when both have it; the compute capability becomes the profile's. Memory is
  * not changed (gpu_memory_fraction sets the budget). For tests and measurements on a large GPU:
  * the kernels then choose the variants a smaller GPU would get. */
-cosy_status cosy_gpu_describe(int device, cosy_kdev *d);
+cosy_status cosy_gpu_describe(int device, const char *profile, cosy_kdev *d);
 /* The profile applied to a description (used by cosy_gpu_describe; tests apply one to a
  * description of their own). NULL or "" leaves *d as it is. */
 cosy_status cosy_gpu_apply_profile(cosy_kdev *d, const char *profile);
@@ -94,9 +99,9 @@ cosy_status cosy_gpu_check(cudaError_t e, const char *what);
  *                          every later checked operation fails the same way (as after a real
  *                          sticky error) until the next arm
  * The message of an injected failure ends with "(injected: COSY_CUDA_FAULT)". The count is
- * process-wide (all engines, all threads). The environment variable COSY_CUDA_FAULT=<n>[:kind]
- * (kind launch (default), oom or lost; n = 0 counts only) arms it at each engine creation on the
- * GPU (cosy_gpu_fault_from_env, called first thing there), so n counts from the start of
+ * process-wide (all engines, all threads). The knob COSY_CUDA_FAULT=<n>[:kind] (kind launch
+ * (default), oom or lost; n = 0 counts only) arms it at each engine creation on the GPU
+ * (cosy_gpu_fault_from_knob, called first thing there), so n counts from the start of
  * cosy_engine_create. Disarmed (the default) cosy_gpu_check costs one relaxed atomic load. */
 enum { COSY_GPU_FAULT_LAUNCH = 1, COSY_GPU_FAULT_OOM = 2, COSY_GPU_FAULT_LOST = 3 };
 /* n > 0: the n-th checked operation from now fails with `kind`; n = 0: count only; n < 0: off.
@@ -110,8 +115,9 @@ int cosy_gpu_fault_fired(char *site, size_t cap);
 /* the distinct `what` strings seen since the last arm (in order of first use) and the index of
  * each one's first operation; returns how many (at most 1024 are kept) */
 int cosy_gpu_fault_sites(long long *first, char (*names)[64], int cap);
-/* arm from COSY_CUDA_FAULT when set; COSY_ERR_INVALID_ARG for a malformed value */
-cosy_status cosy_gpu_fault_from_env(void);
+/* arm from the knob COSY_CUDA_FAULT's value v (cosy_knobs.cuda_fault) when not empty;
+ * COSY_ERR_INVALID_ARG for a malformed value */
+cosy_status cosy_gpu_fault_from_knob(const char *v);
 
 /* cosy_gpu_check(cudaGetLastError()) plus a synchronizing check of the stream when `sync`. */
 cosy_status cosy_gpu_sync(cosy_gpu *g, const char *what);

@@ -85,7 +85,6 @@ typedef struct gres {
 struct gpu_hift {
   cosy_gpu *g;
   int C, Cc, nb, nh, mel, R, n_bins, hop, look_right, max_frames, prec;
-  int preround; /* TF32 reads the weights rounded on the host (COSY_HIFT_PREROUND=0: not) */
   int up_rates[N_STAGES], down_stride[N_STAGES], dil[N_DIL];
   float sine_amp, noise_std, voiced_thr, lrelu, audio_limit, sr;
   /* F0 predictor (fp32 weights widened in the kernel) */
@@ -249,10 +248,6 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   if ((st = cosy_gpu_check(cosy_k_hift_conv_prepare(&g->dev), "hift: conv shared memory attribute")))
     goto fail;
   h->prec = COSY_HPREC_3XTF32;
-  {
-    const char *pr = getenv("COSY_HIFT_PREROUND"); /* measurement knob */
-    h->preround = !(pr && !strcmp(pr, "0"));
-  }
   h->stream_split = 1;
   h->max_frames = max_frames;
   h->C = hp->hift_ch, h->Cc = hp->hift_cond_ch, h->nb = hp->nb_harmonics, h->nh = h->nb + 1;
@@ -405,7 +400,7 @@ static cosy_status conv_launch(gpu_hift *h, cudaStream_t s, const cosy_hift_conv
                                int split_mode, const char *what) {
   cosy_hift_conv r[COSY_HCONV_MAXG];
   int prec = h->prec;
-  if (prec == COSY_HPREC_TF32 && h->preround && n <= COSY_HCONV_MAXG) {
+  if (prec == COSY_HPREC_TF32 && n <= COSY_HCONV_MAXG) {
     for (int i = 0; i < n; i++) {
       r[i] = c[i];
       r[i].wp += (size_t)c[i].k * c[i].co_pad * c[i].ci_pad;

@@ -298,6 +298,19 @@ int gpu_llm_set_tc(gpu_llm *l, int on) {
 
 int gpu_llm_tc(const gpu_llm *l) { return l ? l->tc : 0; }
 
+void gpu_llm_set_prefill_timing(gpu_llm *l, const char *path) {
+  /* one line per packed prefill (a measurement aid; none if this fails) */
+  if (!l || l->pf_timing || !path || !*path) return;
+  if (cudaEventCreate(&l->pf_ev[0]) == cudaSuccess) {
+    if (cudaEventCreate(&l->pf_ev[1]) == cudaSuccess && (l->pf_timing = fopen(path, "w")))
+      setvbuf(l->pf_timing, NULL, _IOLBF, 0);
+    if (!l->pf_timing) {
+      cudaEventDestroy(l->pf_ev[0]);
+      cudaEventDestroy(l->pf_ev[1]); /* (a failed create leaves it NULL: a no-op) */
+    }
+  }
+}
+
 void gpu_llm_set_tuning(gpu_llm *l, int gemv_max, int pdl) {
   if (!l) return;
   if (l->g && l->g->stream) cudaStreamSynchronize(l->g->stream);
@@ -487,17 +500,6 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     if ((st = dalloc(l, B * sizeof(cosy_k_ras_row), "LLM sampling rows", &l->d_ras))) goto fail;
   }
   l->tc = GPU_LLM_TC_DEFAULT && tc_ok(l);
-  {
-    const char *tp = getenv("COSY_LLM_PREFILL_TIMING");
-    if (tp && *tp && cudaEventCreate(&l->pf_ev[0]) == cudaSuccess) {
-      if (cudaEventCreate(&l->pf_ev[1]) == cudaSuccess && (l->pf_timing = fopen(tp, "w")))
-        setvbuf(l->pf_timing, NULL, _IOLBF, 0);
-      if (!l->pf_timing) {
-        cudaEventDestroy(l->pf_ev[0]);
-        cudaEventDestroy(l->pf_ev[1]); /* (a failed create leaves it NULL: a no-op) */
-      }
-    }
-  }
   {
     /* the GEMM plans of layers_split (hi/lo rows: 2 per position), so that a prefill piece of
      * a new size pays no heuristic query (kernels/gemm.cu): the one batch-invariant plan per

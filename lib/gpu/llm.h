@@ -152,6 +152,10 @@ int gpu_llm_hidden(const gpu_llm *l);
  * skinny-GEMM path, larger ones cuBLASLt (0 = always cuBLASLt, -1 = the default, 4); pdl 1/0
  * turns programmatic dependent launch of the skinny GEMMs on/off (-1 = on where sm_90). */
 void gpu_llm_set_tuning(gpu_llm *l, int gemv_max, int pdl);
+/* The knob COSY_LLM_PREFILL_TIMING (a measurement aid): one line per packed prefill into the
+ * file `path` (sequences, positions, host preparation, launch enqueue, device and wall ms). NULL
+ * or "": none. */
+void gpu_llm_set_prefill_timing(gpu_llm *l, const char *path);
 
 /* 1: every decode bucket runs the tensor-core fused projections (kernels/gemv.h
  * cosy_k_llm_gemv_tc; batch-invariant: a row's logits do not depend on the other rows), the

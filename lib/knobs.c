@@ -1,0 +1,35 @@
+/* knobs.c - the one place the library reads its environment knobs (lib/knobs.h, docs/knobs.md). */
+#define _POSIX_C_SOURCE 200809L
+#include "knobs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the value of `name`, "" when unset */
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+  return v ? v : "";
+}
+
+static void copy(char *dst, size_t cap, const char *name) { snprintf(dst, cap, "%s", env(name)); }
+
+void cosy_knobs_read(cosy_knobs *k) {
+  memset(k, 0, sizeof *k);
+  copy(k->cuda_fault, sizeof k->cuda_fault, "COSY_CUDA_FAULT");
+  copy(k->gpu_profile, sizeof k->gpu_profile, "COSY_GPU_PROFILE");
+  k->gemm_san_init = env("COSY_GEMM_SAN_INIT")[0] == '1';
+  k->flow_recompute = !strcmp(env("COSY_FLOW_CACHE"), "0");
+  const char *dm = env("COSY_LLM_DECODE");
+  k->llm_decode = !strcmp(dm, "tc")      ? COSY_KNOB_LLM_TC
+                  : !strcmp(dm, "mixed") ? COSY_KNOB_LLM_MIXED
+                                         : COSY_KNOB_LLM_DEFAULT;
+  const char *vt = env("COSY_SCHED_VOCODER_THREAD");
+  k->vocoder_thread = (vt[0] == '0' || vt[0] == '1') && !vt[1] ? vt[0] - '0' : -1;
+  copy(k->text_trace, sizeof k->text_trace, "COSY_TEXT_TRACE");
+  copy(k->sched_trace, sizeof k->sched_trace, "COSY_SCHED_TRACE");
+  copy(k->flow_timing, sizeof k->flow_timing, "COSY_FLOW_TIMING");
+  copy(k->prefill_timing, sizeof k->prefill_timing, "COSY_LLM_PREFILL_TIMING");
+  const int ms = atoi(env("COSY_SCHED_MAX_STREAMS"));
+  k->max_streams = ms > 0 ? ms : 0;
+}

@@ -1,0 +1,38 @@
+/* knobs.h - the environment knobs (COSY_*) the library reads: all of them, read in one place
+ * (lib/knobs.c) into one struct that its owner passes to whoever needs a value.
+ *
+ * The engine reads them once, at cosy_engine_create (cosy_engine.knobs), so that a program or a
+ * test may set one before creating an engine; the GPU layer gets them as an argument of
+ * cosy_gpu_create (lib/gpu/gpu.h); the kernels get values as launcher or handle arguments and
+ * read no environment. None is a user setting of the public API: each is for a test or a
+ * measurement, and docs/knobs.md lists them (name, default, who it is for, what it does) and the
+ * knobs that were removed once their question was answered. tools/check_knobs.sh (make test)
+ * fails on a getenv in lib/ or kernels/ outside lib/knobs.c and on a knob docs/knobs.md lacks. */
+#ifndef COSY_KNOBS_H
+#define COSY_KNOBS_H
+
+#define COSY_KNOB_PATH 1024
+
+/* COSY_LLM_DECODE */
+enum { COSY_KNOB_LLM_DEFAULT = 0, COSY_KNOB_LLM_TC = 1, COSY_KNOB_LLM_MIXED = 2 };
+
+typedef struct cosy_knobs {
+  /* tests */
+  char cuda_fault[64];          /* COSY_CUDA_FAULT: "n[:launch|oom|lost]" (lib/gpu/gpu.c), "" off */
+  char gpu_profile[32];         /* COSY_GPU_PROFILE: a device profile (lib/gpu/gpu.c), "" none */
+  int gemm_san_init;            /* COSY_GEMM_SAN_INIT=1: GEMM outputs cleared first (kernels/gemm.cu) */
+  int flow_recompute;           /* COSY_FLOW_CACHE=0: the GPU flow recomputes every chunk's prefix */
+  int llm_decode;               /* COSY_LLM_DECODE=tc|mixed (COSY_KNOB_LLM_*) */
+  int vocoder_thread;           /* COSY_SCHED_VOCODER_THREAD=0|1; -1: the backend's choice */
+  char text_trace[COSY_KNOB_PATH]; /* COSY_TEXT_TRACE: the text-streaming input schedule */
+  /* measurements */
+  char sched_trace[COSY_KNOB_PATH];  /* COSY_SCHED_TRACE: one line per backend call */
+  char flow_timing[COSY_KNOB_PATH];  /* COSY_FLOW_TIMING: one line per packed flow batch */
+  char prefill_timing[COSY_KNOB_PATH]; /* COSY_LLM_PREFILL_TIMING: one line per packed prefill */
+  int max_streams;              /* COSY_SCHED_MAX_STREAMS=N (> 0): admission bound; 0 none */
+} cosy_knobs;
+
+/* Reads every knob from the environment now (unset or malformed: the default). */
+void cosy_knobs_read(cosy_knobs *k);
+
+#endif
