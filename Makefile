@@ -13,6 +13,7 @@
 #   make check-citations comments and docs cite only the repository (tools/check_citations.sh)
 #   make check-bench     every raw benchmark log cited, every citation found (tools/check_bench.sh)
 #   make demo            make a demo model (random weights, own tokenizer) and say something
+#   make test-readme     the README's commands run or checked (tests/test_readme.py; part of make test)
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, the speech server and the Triton model
 #                        (pytest in the virtual environment `tools/setup.sh --venv` makes: VENV=build/venv),
@@ -376,6 +377,16 @@ test-bench: $(B)/bench/bench_w1 $(TEST_MODEL)
 test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	@MAKE="$(MAKE)" B=$(B) CUDA=$(CUDA) SHARED_DIR=$(SHARED_DIR) TEST_MODEL=$(TEST_MODEL) \
 	  bash tests/check_env.sh
+
+# the README's commands against what works (tests/test_readme.py: the demo command run as written
+# in this build folder, the converter and cosyvoice-say commands run on test models, every other
+# command's target, extra and options checked); the test venv, when there, checks
+# cosyvoice-server's options
+.PHONY: test-readme
+test: test-readme
+test-readme: $(SO) $(CLI) $(DEMO_MODEL)
+	B=$(B) PYTHON=$(PYTHON) COSY_SHARED=$(SHARED_DIR) \
+	  COSY_README_PYTHON=$(if $(wildcard $(VENV_PY)),$(VENV_PY)) $(PYTHON) tests/test_readme.py
 
 # the first build's choice of CUDA / CUDA_ARCHS and $(B)/config.mk (make -n in temporary
 # folders); part of make test
