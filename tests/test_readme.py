@@ -22,7 +22,9 @@ not know fails the test (so a new command in the README comes with its check her
   cosyvoice-server ...           a console script of python/pyproject.toml; options accepted by
                                  `python -m cosyvoice.server --help` in COSY_README_PYTHON (the
                                  test venv: it needs the [server] extra; SKIP without one)
-  ```python blocks               compile
+  ```python blocks               compile; the one after the server command is RUN against that
+                                 command (model, recording and port replaced by test ones, on the
+                                 CPU) when COSY_README_PYTHON has the openai client, else SKIP
 
 and every relative link of the README points at a file of the repository (and a heading, for
 links with #anchor). Environment: B (the build folder, default build), PYTHON, COSY_SHARED,
@@ -155,6 +157,77 @@ def ci_stages():
         return [shlex.split(l)[2:] for l in f if l.startswith("stage ")]
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def run_client(state, body, env, work):
+    """The README's server command (its options as written; the model, the recording and the port
+    replaced by test ones) in COSY_README_PYTHON, then the README's python block against it, when
+    that Python has the official openai client; the block must write a non-empty file."""
+    import time
+    import urllib.request
+    spy, args = state["server"]
+    if subprocess.run([spy, "-c", "import openai"], capture_output=True).returncode != 0:
+        print("SKIP: running the python block (COSY_README_PYTHON has no openai package)")
+        return
+    port = free_port()
+    model = state["model"] or os.path.join(BUILD, "demo", "demo.gguf")
+    subst = {"--model": model, "--voice-wav": state["demo_wav"], "--port": str(port)}
+    argv, prev = [], None
+    for a in args:
+        argv.append(subst.get(prev, a))
+        prev = a
+    if "--port" not in args:
+        argv += ["--port", str(port)]
+    if "--device" in argv:   # the README's GPU choice; the test runs on the CPU
+        i = argv.index("--device")
+        argv[i + 1] = "-1"
+    senv = dict(env, COSYVOICE_LIB=os.path.join(BUILD, "lib", "libcosyvoice.so.0"))
+    log = open(os.path.join(work, "server.log"), "w+")
+    proc = subprocess.Popen([spy, "-m", "cosyvoice.server"] + argv, cwd=work, env=senv,
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(240):
+            if proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            proc.poll()
+        if proc.returncode is not None:
+            log.seek(0)
+            fail(f"README server command exited ({proc.returncode}): {log.read()[-1500:]}")
+            return
+        code = body.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+        r = subprocess.run([spy, "-c", code], cwd=work, env=senv, capture_output=True, text=True,
+                           timeout=300)
+        outs = re.findall(r"write_to_file\(\"([^\"]+)\"\)", body)
+        sizes = [os.path.getsize(os.path.join(work, o)) if os.path.exists(os.path.join(work, o)) else 0
+                 for o in outs]
+        if r.returncode != 0 or not outs or min(sizes) <= 0:
+            fail(f"README python block against the README's server command failed: "
+                 f"{(r.stdout + r.stderr)[-1500:]}")
+        else:
+            ok(f"ran the README's server command and python block: {outs} ({sizes} bytes)")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
 def main():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
@@ -183,6 +256,12 @@ def main():
                 ok("python block compiles")
             except SyntaxError as e:
                 fail(f"README python block: {e}")
+                continue
+            if "server" in state:
+                run_client(state, body, env, work)
+            else:
+                print("SKIP: running the python block against cosyvoice-server (no server command "
+                      "checked before it)")
             continue
         if lang != "sh":
             continue
@@ -317,7 +396,8 @@ def main():
                 if opts is None:
                     fail(f"cosyvoice-server --help failed: {err}")
                     continue
-                check_options("cosyvoice-server", c[1:], opts)
+                if check_options("cosyvoice-server", c[1:], opts):
+                    state["server"] = (spy, c[1:])
             elif c[:2] == ["make", "test"]:
                 pass
             else:
