@@ -483,7 +483,7 @@ demo: lib $(CLI) $(DEMO_MODEL)
 # PKG_CONFIG_PATH and LD_LIBRARY_PATH pointing into the prefix. Go and cargo keep their caches
 # under $(B) and read no user settings (GOENV=off; CARGO_HOME, so not ~/.cargo/config.toml either),
 # so neither writes to HOME; a rustup cargo still finds its toolchain through RUSTUP_HOME, else
-# HOME (README: "What the build and the tests take from the environment").
+# HOME (docs/testing.md: "What the build and the tests take from the environment").
 EX_PREFIX := $(abspath $(B))/prefix
 EX_OUT := $(abspath $(B))/examples
 EX_MODEL := $(abspath $(DEMO_MODEL))
