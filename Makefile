@@ -14,6 +14,7 @@
 #   make check-bench     every raw benchmark log cited, every citation found (tools/check_bench.sh)
 #   make check-knobs     no getenv in lib/ or kernels/ but lib/knobs.c, every knob in docs/knobs.md
 #   make demo            make a demo model (random weights, own tokenizer) and say something
+#   make test-readme     the README's commands run or checked (tests/test_readme.py; part of make test)
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
 #   make test-python     the cosyvoice Python package, its speech server and the Triton model
 #                        (pytest in the virtual environment `tools/setup.sh --venv` makes: VENV=build/venv),
@@ -378,6 +379,16 @@ test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	@MAKE="$(MAKE)" B=$(B) CUDA=$(CUDA) SHARED_DIR=$(SHARED_DIR) TEST_MODEL=$(TEST_MODEL) \
 	  bash tests/check_env.sh
 
+# the README's commands against what works (tests/test_readme.py: the demo command run as written
+# in this build folder, the converter and cosyvoice-say commands run on test models, every other
+# command's target, extra and options checked); the test venv, when there, checks
+# cosyvoice-server's options
+.PHONY: test-readme
+test: test-readme
+test-readme: $(SO) $(CLI) $(DEMO_MODEL)
+	B=$(B) PYTHON=$(PYTHON) COSY_SHARED=$(SHARED_DIR) \
+	  COSY_README_PYTHON=$(if $(wildcard $(VENV_PY)),$(VENV_PY)) $(PYTHON) tests/test_readme.py
+
 # the first build's choice of CUDA / CUDA_ARCHS and $(B)/config.mk (make -n in temporary
 # folders); part of make test
 .PHONY: check-build-config
@@ -479,7 +490,7 @@ demo: lib $(CLI) $(DEMO_MODEL)
 # PKG_CONFIG_PATH and LD_LIBRARY_PATH pointing into the prefix. Go and cargo keep their caches
 # under $(B) and read no user settings (GOENV=off; CARGO_HOME, so not ~/.cargo/config.toml either),
 # so neither writes to HOME; a rustup cargo still finds its toolchain through RUSTUP_HOME, else
-# HOME (README: "What the build and the tests take from the environment").
+# HOME (docs/testing.md: "What the build and the tests take from the environment").
 EX_PREFIX := $(abspath $(B))/prefix
 EX_OUT := $(abspath $(B))/examples
 EX_MODEL := $(abspath $(DEMO_MODEL))

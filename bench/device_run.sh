@@ -10,7 +10,7 @@
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
 #
-# The GPUs people own (README "GPUs"), emulated on the big one through the test-only
+# The GPUs people own (docs/gpus.md), emulated on the big one through the test-only
 # COSY_GPU_PROFILE (lib/gpu/gpu.h: a100, ada, rtx5090, h100 = the device as it is):
 #   prof_tests  test_kernels, test_gpu_llm/flow/hift (full model too), test_gpu_engine (small
 #               model), test_api under each profile of PROFILES (default "h100 a100 ada rtx5090";
@@ -25,7 +25,7 @@
 #               test_gpu_engine on the full model (the stated need is enough, 0.9 of it refused,
 #               the budgets create and speak, two engines at once = one alone); and the need the
 #               engine states at create for max_active 16, 64 and 256 (mem_need_ma*.log, the
-#               numbers of the README's table). Needs the full model (the build step makes it)
+#               numbers of docs/gpus.md's memory table). Needs the full model (the build step makes it)
 #   fault       tests/test_gpu_fault (injected CUDA failures, COSY_CUDA_FAULT; small model): a
 #               launch / out-of-memory failure at each sampled checked CUDA operation of a
 #               two-request synthesis (warm engine, fresh engines), a sticky "device lost" one, and

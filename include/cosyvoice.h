@@ -90,7 +90,7 @@
  *   - Symbols are exported through a version script; the soname is libcosyvoice.so.MAJOR.
  *   - The model file has its own format version, checked at load (COSY_ERR_MODEL_VERSION).
  *
- * FEATURES THAT ARE NOT IMPLEMENTED YET return COSY_ERR_UNSUPPORTED; the README lists them.
+ * FEATURES THAT ARE NOT IMPLEMENTED YET return COSY_ERR_UNSUPPORTED; docs/status.md lists them.
  */
 #ifndef COSYVOICE_H
 #define COSYVOICE_H
@@ -217,7 +217,7 @@ typedef struct cosy_engine_config {
                                     serves them in real time: requests beyond max_active wait
                                     in the queue instead of slowing every active request; each
                                     active request may hold up to 1024 LLM KV positions of the
-                                    memory plan, README "GPU memory") */
+                                    memory plan, docs/gpus.md "GPU memory") */
   int32_t max_queued;          /**< waiting requests before COSY_ERR_QUEUE_FULL; 0 = 1024; at
                                     most 1048576. Requests that a free active slot will take
                                     at once are not waiting: a submit is refused only when the
@@ -266,7 +266,7 @@ typedef struct cosy_engine_config {
  *                          engine creation fails with COSY_ERR_UNSUPPORTED instead. The flow
  *                          and vocoder are not covered: their GEMMs choose an algorithm by row
  *                          bucket (measured on the full-size model: each of 32 requests of one
- *                          batch gave its audio alone, sample for sample; see README "Batch
+ *                          batch gave its audio alone, sample for sample; see docs/gpus.md "Batch
  *                          invariance on the GPU"). The CPU path is batch-invariant with or
  *                          without the flag. */
 #define COSY_ENGINE_BATCH_INVARIANT 1u

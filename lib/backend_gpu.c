@@ -10,7 +10,7 @@
  * than KV_MIN_POSITIONS positions. A budget too small for all that fails here with
  * COSY_ERR_GPU_NO_MEMORY and a message saying how much the engine needs: measured by planning
  * the same engine again within all the free memory of the device (then released), so the
- * number is what this model, max_active and build take, not an estimate. README ("GPU memory")
+ * number is what this model, max_active and build take, not an estimate. docs/gpus.md ("GPU memory")
  * gives the settings per GPU size.
  *
  * Concurrency: the LLM runs on the context's high-priority stream; the flow and the vocoder each

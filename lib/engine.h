@@ -226,7 +226,7 @@ cosy_status sched_utt_check(const cosy_utt_caps *caps, const cosy_utt *u);
 /* GPU max_active: at most COSY_GPU_MAX_ACTIVE (the LLM's largest decode bucket, lib/gpu/llm.c
  * MAX_BUCKETS: a decode step batches up to that many sequences; the flow and vocoder split larger
  * batches into calls of their own sizes); COSY_GPU_DEFAULT_ACTIVE when the config says 0, the
- * number the memory plan of README "GPU memory" was measured for */
+ * number the memory plan of docs/gpus.md "GPU memory" was measured for */
 #define COSY_GPU_MAX_ACTIVE 1024
 #define COSY_GPU_DEFAULT_ACTIVE 256
 /* the LLM's prompt: a prompt text without <|endofprompt|> gets the official system prefix */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check_env.sh - the build and the tests do not depend on the caller's environment (README: "What
+# check_env.sh - the build and the tests do not depend on the caller's environment (docs/testing.md: "What
 # the build and the tests take from the environment"). Run by `make test` (target test-env), which passes MAKE, B, CUDA, SHARED_DIR and
 # TEST_MODEL; by hand: bash tests/check_env.sh (after `make test`).
 #

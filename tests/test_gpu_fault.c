@@ -4,7 +4,7 @@
  * can make the n-th one report a failure (cosy_gpu_fault_arm; the environment variable
  * COSY_CUDA_FAULT=<n>[:launch|oom|lost] does the same from engine creation on).
  *
- * The documented behaviour (README "Testing", include/cosyvoice.h ERRORS):
+ * The documented behaviour (docs/testing.md, include/cosyvoice.h ERRORS):
  *   - launch (COSY_ERR_CUDA) and oom (COSY_ERR_GPU_NO_MEMORY) are not sticky: the requests of the
  *     batched call that failed end with that status and a message naming the operation; the
  *     others go on; the engine keeps serving, and a later request gives exactly the audio of a

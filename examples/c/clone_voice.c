@@ -8,7 +8,7 @@
  * Steps: read the WAV (16-bit PCM or 32-bit float, any rate from 16 to 192 kHz, channels mixed
  * by their mean: a small reader below, the library takes plain float samples); clone the voice
  * with cosy_voice_from_audio (0.5 to 30 s of audio; the model file must hold the front-end models,
- * see the README); save it with cosy_voice_save, so that later runs load the file
+ * see docs/usage.md); save it with cosy_voice_save, so that later runs load the file
  * (cosy_voice_load) instead of cloning again, which is what this program then does; synthesize
  * with the loaded voice and write a 16-bit WAV. */
 #define _POSIX_C_SOURCE 200809L

@@ -89,7 +89,7 @@ void cosy_gpu_free(cosy_gpu *g);
 /* Map a CUDA status to a cosy_status with a message naming `what`. cudaSuccess -> COSY_OK (unless
  * an injected failure is due, below). Call it on every result, successful or not. */
 cosy_status cosy_gpu_check(cudaError_t e, const char *what);
-/* Injected CUDA failures (test only: tests/test_gpu_fault.c, README "Testing"). Every call of
+/* Injected CUDA failures (test only: tests/test_gpu_fault.c, docs/testing.md). Every call of
  * cosy_gpu_check counts as one checked CUDA operation (every GPU call of the engine goes through
  * it: allocations, copies, kernel launches, graph launches, stream synchronizations); when armed,
  * the n-th one reports a failure although the operation succeeded:
