@@ -187,7 +187,7 @@ ifeq ($(CUDA),1)
     CUDA_ARCH_WORDS := $(or $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CUDA_ARCHS)))),\
                          $(CUDA_ARCHS))
   endif
-  # the targets as built: a stamp that changes with them (the kernels and api.c depend on it)
+  # the targets as built: a stamp that changes with them (the kernels and version.c depend on it)
   CUDA_STAMP := $(B)/obj/cuda-targets.txt
   $(shell mkdir -p $(B)/obj && { echo '$(CUDA_GENCODE)' | cmp -s - $(CUDA_STAMP) || \
     echo '$(CUDA_GENCODE)' > $(CUDA_STAMP); })
