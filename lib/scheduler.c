@@ -122,7 +122,6 @@ static int sched_first_hop(int P, int n) {
 #define DEFER_SLACK_S 1.0 /* chunks with more audio ahead than this wait for a wave's first chunks */
 #define DEFER_POLL_MS 2
 
-
 typedef struct sjob {
   cosy_request *r;
   const cosy_voice *v;
