@@ -13,6 +13,8 @@
 #   make check-citations comments and docs cite only the repository (tools/check_citations.sh)
 #   make check-bench     every raw benchmark log cited, every citation found (tools/check_bench.sh)
 #   make check-knobs     no getenv in lib/ or kernels/ but lib/knobs.c, every knob in docs/knobs.md
+#   make check-layers    no two files of lib/ call each other in a circle (tools/check_layers.sh,
+#                        over the symbols of the built objects; docs/architecture.md)
 #   make demo            make a demo model (random weights, own tokenizer) and say something
 #   make test-readme     the README's commands run or checked (tests/test_readme.py; part of make test)
 #   make test-examples   the C, C++, Python, Go and Rust examples against an installed copy
@@ -187,7 +189,7 @@ ifeq ($(CUDA),1)
     CUDA_ARCH_WORDS := $(or $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CUDA_ARCHS)))),\
                          $(CUDA_ARCHS))
   endif
-  # the targets as built: a stamp that changes with them (the kernels and api.c depend on it)
+  # the targets as built: a stamp that changes with them (the kernels and version.c depend on it)
   CUDA_STAMP := $(B)/obj/cuda-targets.txt
   $(shell mkdir -p $(B)/obj && { echo '$(CUDA_GENCODE)' | cmp -s - $(CUDA_STAMP) || \
     echo '$(CUDA_GENCODE)' > $(CUDA_STAMP); })
@@ -238,7 +240,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 CLI := $(B)/bin/cosyvoice-say
 
 .PHONY: all lib test test-c test-py test-bench test-env test-sanitize test-tsan test-fault bench install uninstall \
-        check-abi check-header check-citations check-bench check-kernels demo clean
+        check-abi check-header check-citations check-bench check-kernels check-layers demo clean
 .DELETE_ON_ERROR:
 
 all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
@@ -257,8 +259,8 @@ $(B)/obj/%.o: %.cu $(CUDA_STAMP)
 -include $(LIB_OBJ:.o=.d)
 
 ifeq ($(CUDA),1)
-$(B)/obj/lib/api.o: CFLAGS_ALL += -DCOSY_CUDA_BUILD='"cuda $(NVCC_RELEASE), $(CUDA_ARCH_WORDS)"'
-$(B)/obj/lib/api.o: $(CUDA_STAMP)
+$(B)/obj/lib/version.o: CFLAGS_ALL += -DCOSY_CUDA_BUILD='"cuda $(NVCC_RELEASE), $(CUDA_ARCH_WORDS)"'
+$(B)/obj/lib/version.o: $(CUDA_STAMP)
 endif
 
 $(SO): $(LIB_OBJ) lib/cosyvoice.map
@@ -352,7 +354,7 @@ $(FE_TEST_MODEL): tools/convert.py $(CONVERT_PY) $(FE_DATA)/s3tok_small.pt $(FE_
 	else echo "note: $(SHARED_DIR)/golden/small not found: front-end model tests will skip"; fi
 
 # ---- tests --------------------------------------------------------------------------------------
-test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations check-bench check-kernels test-env \
+test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations check-bench check-kernels check-layers test-env \
       test-c test-py test-bench
 
 # TEST_ONLY=test_a test_b: run only these test binaries; TEST_SKIP=test_c: all but these
@@ -435,6 +437,11 @@ check-knobs:
 # every cosy_k_* launcher declared in kernels/*.h is in the kernel registry (tests/kregistry.c)
 check-kernels:
 	@bash tools/check_kernel_registry.sh
+
+# the call graph between the files of lib/ from the objects' defined and undefined symbols (nm)
+check-layers: $(LIB_OBJ)
+	@bash tools/check_layers.sh --self-test
+	@bash tools/check_layers.sh $(B) $(filter $(B)/obj/lib/%,$(LIB_OBJ))
 
 check-header:
 	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -fsyntax-only tests/header/c99.c

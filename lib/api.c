@@ -1,7 +1,9 @@
 #define _POSIX_C_SOURCE 200809L
-/* api.c - the public entry points: argument validation, struct_size handling, version and status
- * strings, configuration defaults. The engine's threads and request lifecycle are in engine.c,
- * the scheduler that runs requests in scheduler.c, voices in voice.c and voice_audio.c. */
+/* api.c - the public entry points: argument validation, struct_size handling, configuration
+ * defaults (version strings are in version.c, status strings in util.c: both at the bottom, which
+ * every layer may call). The top layer of the host code (docs/architecture.md): the engine's
+ * lifecycle is in engine.c, request state and delivery in request.c, the scheduler that runs
+ * requests in scheduler.c, voices in voice.c and voice_audio.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <stddef.h>
@@ -19,48 +21,6 @@
 #define MIN_VOICE_FEATURES sizeof(cosy_voice_features)
 #define MIN_ENGINE_STATS offsetof(cosy_engine_stats, llm_steps)
 #define MIN_ENGINE_INFO sizeof(cosy_engine_info) /* the first version: the whole struct */
-
-/* ---- version / status ---------------------------------------------------------------------- */
-
-COSY_API uint32_t cosy_version_number(void) { return COSY_VERSION_NUMBER; }
-
-#define STR2(x) #x
-#define STR(x) STR2(x)
-/* the Makefile passes the toolkit release and the GPU targets it compiled (CUDA_ARCHS) */
-#if defined(COSY_WITH_CUDA) && !defined(COSY_CUDA_BUILD)
-#define COSY_CUDA_BUILD "cuda"
-#endif
-COSY_API const char *cosy_version_string(void) {
-#ifdef COSY_WITH_CUDA
-  return STR(COSY_VERSION_MAJOR) "." STR(COSY_VERSION_MINOR) "." STR(COSY_VERSION_PATCH)
-      " (" COSY_CUDA_BUILD ")";
-#else
-  return STR(COSY_VERSION_MAJOR) "." STR(COSY_VERSION_MINOR) "." STR(COSY_VERSION_PATCH)
-      " (cpu only)";
-#endif
-}
-
-COSY_API const char *cosy_status_str(cosy_status s) {
-  switch (s) {
-    case COSY_OK: return "ok";
-    case COSY_ERR_INVALID_ARG: return "invalid argument";
-    case COSY_ERR_STRUCT_SIZE: return "struct size mismatch";
-    case COSY_ERR_NO_MEMORY: return "out of host memory";
-    case COSY_ERR_GPU_NO_MEMORY: return "out of GPU memory";
-    case COSY_ERR_CUDA: return "CUDA error";
-    case COSY_ERR_DEVICE_LOST: return "GPU device lost";
-    case COSY_ERR_IO: return "I/O error";
-    case COSY_ERR_MODEL_FORMAT: return "bad model file";
-    case COSY_ERR_MODEL_VERSION: return "unsupported model file version";
-    case COSY_ERR_UNSUPPORTED: return "not supported";
-    case COSY_ERR_CANCELLED: return "cancelled";
-    case COSY_ERR_TIMEOUT: return "timed out";
-    case COSY_ERR_QUEUE_FULL: return "queue full";
-    case COSY_ERR_TEXT: return "invalid text";
-    case COSY_ERR_INTERNAL: return "internal error";
-    default: return "unknown status";
-  }
-}
 
 COSY_API void cosy_free(void *p) { free(p); }
 

@@ -39,8 +39,6 @@
 #include "ref/s3tok.h" /* S3TOK_MAX_SECONDS */
 #include "ref/sampling.h"
 
-void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
-
 /* per-utterance capacity: COSY_GPU_UTT_FRAMES (flow) and COSY_GPU_VOC_FRAMES (one vocoder call),
  * lib/engine.h */
 #define FLOW_UTT_FRAMES COSY_GPU_UTT_FRAMES

@@ -342,15 +342,19 @@ void sched_stop(struct cosy_engine *e);
 cosy_status sched_run_on_t2w(struct cosy_engine *e, cosy_status (*fn)(struct cosy_engine *, void *),
                              void *arg);
 /* COSY_OK, or COSY_ERR_DEVICE_LOST with a message when a sticky CUDA error has made the engine
- * unusable (every public call on it then fails so, except destroy). */
+ * unusable (every public call on it then fails so, except destroy). In scheduler.c, which marks
+ * the engine lost. */
 cosy_status engine_check_lost(const struct cosy_engine *e);
 /* Queue a request (COSY_ERR_QUEUE_FULL beyond max_queued). */
 cosy_status sched_submit(struct cosy_engine *e, struct cosy_request *r);
+/* The scheduler's counters into s (batch sizes per stage). */
+void sched_stats(const struct cosy_engine *e, cosy_engine_stats *s);
+
+/* A request's state and delivery (lib/request.c; below the scheduler, which calls the first
+ * two from its threads). */
 /* Mark the request finished with status st (wakes waiters and readers; frees it when released). */
 void request_finish(struct cosy_request *r, cosy_status st, const char *msg);
 void request_free(struct cosy_request *r);
-/* The scheduler's counters into s (batch sizes per stage). */
-void sched_stats(const struct cosy_engine *e, cosy_engine_stats *s);
 /* Deliver a chunk to the request (callback or pull buffer). Returns non-zero to cancel. */
 int request_deliver(struct cosy_request *r, const float *pcm, int64_t n, int last);
 
@@ -373,10 +377,17 @@ void engine_info(const cosy_engine *e, cosy_engine_info *s);
 cosy_status engine_submit(cosy_engine *e, const cosy_voice *v, const char *text,
                           const cosy_synth_params *p, cosy_chunk_fn fn, void *user,
                           cosy_request **out);
+/* the caller's side of a request (lib/request.c) */
 cosy_status request_read(cosy_request *r, float *buf, int64_t cap, int64_t *n_read,
                          int32_t timeout_ms);
 cosy_status request_wait(cosy_request *r, int32_t timeout_ms);
 void request_release(cosy_request *r);
+/* a message to the engine's log callback at or below its log level (lib/log.c) */
+void engine_log(const cosy_engine *e, int level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* voices (lib/voice.c) */
 /* The values of a voice checked (speech tokens in [0, 6561), a finite mel, a finite non-zero

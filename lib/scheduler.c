@@ -123,8 +123,6 @@ static int sched_first_hop(int P, int n) {
 #define DEFER_SLACK_S 1.0 /* chunks with more audio ahead than this wait for a wave's first chunks */
 #define DEFER_POLL_MS 2
 
-void engine_log(const cosy_engine *e, int level, const char *fmt, ...) COSY_PRINTF(3, 4);
-
 typedef struct sjob {
   cosy_request *r;
   const cosy_voice *v;
@@ -302,6 +300,13 @@ static void note_status(cosy_engine *e, cosy_status st, const char *msg) {
   pthread_cond_broadcast(&s->cv_t2w);
   pthread_mutex_unlock(&e->mu);
   if (first) engine_log(e, COSY_LOG_ERROR, "%s", m);
+}
+
+cosy_status engine_check_lost(const cosy_engine *e) {
+  if (!__atomic_load_n(&e->lost, __ATOMIC_ACQUIRE)) return COSY_OK;
+  return cosy_err(COSY_ERR_DEVICE_LOST,
+                  "the engine's GPU failed with a sticky error and the engine must be destroyed "
+                  "(%s)", e->lost_msg);
 }
 
 static int is_lost(const cosy_engine *e) { return __atomic_load_n(&e->lost, __ATOMIC_ACQUIRE); }

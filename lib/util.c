@@ -1,4 +1,5 @@
-/* util.c - error reporting, struct_size handling, allocation helpers. */
+/* util.c - error reporting and status strings, struct_size handling, allocation helpers: the
+ * bottom of the host code, which every file of lib/ may call and which calls none of them. */
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
@@ -22,6 +23,28 @@ cosy_status cosy_err(cosy_status s, const char *fmt, ...) {
 void cosy_err_clear(void) { g_last_error[0] = '\0'; }
 
 COSY_API const char *cosy_last_error(void) { return g_last_error; }
+
+COSY_API const char *cosy_status_str(cosy_status s) {
+  switch (s) {
+    case COSY_OK: return "ok";
+    case COSY_ERR_INVALID_ARG: return "invalid argument";
+    case COSY_ERR_STRUCT_SIZE: return "struct size mismatch";
+    case COSY_ERR_NO_MEMORY: return "out of host memory";
+    case COSY_ERR_GPU_NO_MEMORY: return "out of GPU memory";
+    case COSY_ERR_CUDA: return "CUDA error";
+    case COSY_ERR_DEVICE_LOST: return "GPU device lost";
+    case COSY_ERR_IO: return "I/O error";
+    case COSY_ERR_MODEL_FORMAT: return "bad model file";
+    case COSY_ERR_MODEL_VERSION: return "unsupported model file version";
+    case COSY_ERR_UNSUPPORTED: return "not supported";
+    case COSY_ERR_CANCELLED: return "cancelled";
+    case COSY_ERR_TIMEOUT: return "timed out";
+    case COSY_ERR_QUEUE_FULL: return "queue full";
+    case COSY_ERR_TEXT: return "invalid text";
+    case COSY_ERR_INTERNAL: return "internal error";
+    default: return "unknown status";
+  }
+}
 
 cosy_status cosy_struct_in(void *dst, size_t own_size, const void *src, size_t min_size,
                            const char *what) {
