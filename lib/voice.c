@@ -76,7 +76,10 @@ cosy_status voice_check(cosy_engine *e, const char *prompt_text, const int32_t *
   cosy_status st = cosy_tokenize(e->tok, full, pre + len, &ids, &nid);
   free(full);
   free(ids);
-  if (st) return file ? cosy_err(COSY_ERR_MODEL_FORMAT, "%s: prompt text: %s", file, cosy_last_error()) : st;
+  /* a text the tokenizer refuses is the file's fault; running out of memory is not */
+  if (st && file && st != COSY_ERR_NO_MEMORY)
+    return cosy_err(COSY_ERR_MODEL_FORMAT, "%s: prompt text: %s", file, cosy_last_error());
+  if (st) return st;
   if (nid > COSY_LLM_MAX_TEXT_TOKENS)
     return cosy_err(bad_text,
                     "%s%sthe prompt text%s has %d text tokens (with the system prefix), more "
