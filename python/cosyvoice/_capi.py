@@ -279,6 +279,20 @@ def _cuda_search_dirs(major: str) -> Tuple[List[str], List[str]]:
     return wheel_dirs, system_dirs
 
 
+def _load_global_from(dirs: List[str], soname: str) -> Optional[str]:
+    """Loads `soname` (RTLD_GLOBAL) from the first of `dirs` where it exists and loads; its path,
+    or None."""
+    for d in dirs:
+        path = os.path.join(d, soname)
+        if os.path.exists(path):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                return path
+            except OSError:
+                pass
+    return None
+
+
 def preload_cuda(major: str, sonames: Optional[Iterable[str]] = None) -> Dict[str, str]:
     """Loads libcudart, libcublasLt and libcublas of CUDA `major` (or only those of `sonames`)
     from NVIDIA's pip wheels, else from the system (the order of this module's docstring);
@@ -291,30 +305,13 @@ def preload_cuda(major: str, sonames: Optional[Iterable[str]] = None) -> Dict[st
             continue
         if soname in _cuda_loaded:
             continue
-        where = None
-        for d in wheel_dirs:
-            path = os.path.join(d, soname)
-            if os.path.exists(path):
-                try:
-                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                    where = path
-                    break
-                except OSError:
-                    pass
+        where = _load_global_from(wheel_dirs, soname)
         if where is None:
             try:
                 ctypes.CDLL(soname, mode=ctypes.RTLD_GLOBAL)
                 where = f"{soname} (dynamic loader's search)"
             except OSError:
-                for d in system_dirs:
-                    path = os.path.join(d, soname)
-                    if os.path.exists(path):
-                        try:
-                            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                            where = path
-                            break
-                        except OSError:
-                            pass
+                where = _load_global_from(system_dirs, soname)
         if where is not None:
             _cuda_loaded[soname] = where
     return dict(_cuda_loaded)
