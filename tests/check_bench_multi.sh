@@ -8,24 +8,8 @@
 # SKIP without the test model (../shared/golden/small).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${B:-build}
-TEST_MODEL=${TEST_MODEL:-$B/test/small-f32.gguf}
-BW=$B/bench/bench_w1
-if [ ! -f "$TEST_MODEL" ]; then
-  echo "SKIP: check_bench_multi: no test model $TEST_MODEL"
-  exit 0
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cosy-bench-multi-XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-printf 'Hello there, this is a test.\nThe quick brown fox jumps over the lazy dog.\n' > "$tmp/texts.txt"
-"${PYTHON:-python3}" - "$tmp/prompt.wav" <<'PYEOF'
-import math, struct, sys, wave
-w = wave.open(sys.argv[1], "wb")
-w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000)
-w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 220 * i / 16000) *
-                                             math.sin(math.pi * i / 32000))) for i in range(32000)))
-w.close()
-PYEOF
+. tests/bench_inputs.sh
+bench_inputs check_bench_multi
 ARGS=(-m "$TEST_MODEL" --tokens 20 --warmup 1 --texts "$tmp/texts.txt" --prompt-wav "$tmp/prompt.wav")
 fail=0
 bad() { echo "FAIL: check_bench_multi: $*"; fail=1; }

@@ -9,24 +9,8 @@
 # about 10 s. SKIP without the test model (../shared/golden/small).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${B:-build}
-TEST_MODEL=${TEST_MODEL:-$B/test/small-f32.gguf}
-BW=$B/bench/bench_w1
-if [ ! -f "$TEST_MODEL" ]; then
-  echo "SKIP: check_bench_w3: no test model $TEST_MODEL"
-  exit 0
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cosy-bench-w3-XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-printf 'Hello there, this is a test.\nThe quick brown fox jumps over the lazy dog.\n' > "$tmp/texts.txt"
-"${PYTHON:-python3}" - "$tmp/prompt.wav" <<'PYEOF'
-import math, struct, sys, wave
-w = wave.open(sys.argv[1], "wb")
-w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000)
-w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 220 * i / 16000) *
-                                             math.sin(math.pi * i / 32000))) for i in range(32000)))
-w.close()
-PYEOF
+. tests/bench_inputs.sh
+bench_inputs check_bench_w3
 ARGS=(-m "$TEST_MODEL" --warmup 1 --texts "$tmp/texts.txt" --prompt-wav "$tmp/prompt.wav" --device -1)
 W3=(--users 2 --level-s 3 --spread 1 --skip 0.5 --think 0.2 --utter 0.4,0.8 --seed 1)
 fail=0
