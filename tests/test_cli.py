@@ -17,8 +17,9 @@ import struct
 import subprocess
 import sys
 import tempfile
-import traceback
 import wave
+
+from script_tests import Skip, run_tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.path.abspath(os.environ.get("COSY_CLI") or os.path.join(ROOT, "build", "bin", "cosyvoice-say"))
@@ -28,9 +29,6 @@ TMP = tempfile.mkdtemp(prefix="cosy-test-cli-")
 NO_MODEL = os.path.join(TMP, "no-such-model.gguf")
 HINT = "(cosyvoice-say --help lists the options)"
 
-
-class Skip(Exception):
-    pass
 
 
 def say(msg):
@@ -262,25 +260,7 @@ def main():
     if not os.path.exists(CLI):
         print(f"test_cli: {CLI} not found (make build/bin/cosyvoice-say, or set COSY_CLI)")
         return 1
-    failed = skipped = 0
-    for t in TESTS:
-        print(f"== {t.__name__}: {t.__doc__.splitlines()[0]}", flush=True)
-        try:
-            t()
-            print("   ok", flush=True)
-        except Skip as exc:
-            skipped += 1
-            print(f"   SKIP: {exc}", flush=True)
-        except Exception:
-            failed += 1
-            print("   FAIL:\n" + traceback.format_exc(), flush=True)
-    print(f"{len(TESTS) - failed - skipped} passed, {skipped} skipped, {failed} failed")
-    if not failed:
-        import shutil
-        shutil.rmtree(TMP, ignore_errors=True)
-    else:
-        print(f"(temporary files kept in {TMP})")
-    return 1 if failed else 0
+    return run_tests(TESTS, TMP)
 
 
 if __name__ == "__main__":

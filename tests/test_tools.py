@@ -22,7 +22,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import traceback
 import zipfile
 
 import numpy as np
@@ -32,6 +31,8 @@ TOOLS = os.path.join(ROOT, "tools")
 sys.path.insert(0, TOOLS)
 import ptread  # noqa: E402  (the checkpoint reader under test; also used to read checkpoints)
 
+from script_tests import Skip, run_tests  # noqa: E402  (tests/script_tests.py)
+
 SHARED = os.environ.get("COSY_SHARED") or os.path.join(ROOT, "..", "shared")
 GOLDEN = os.path.join(SHARED, "golden")
 SMALL = os.path.join(GOLDEN, "small")
@@ -39,9 +40,6 @@ TOKDIR = os.path.join(SHARED, "tokenizer")
 HAVE_GOLDEN = os.path.isdir(SMALL) and os.path.isdir(TOKDIR)
 TMP = tempfile.mkdtemp(prefix="cosy-test-tools-")
 
-
-class Skip(Exception):
-    pass
 
 
 def need_golden():
@@ -984,25 +982,7 @@ TESTS = [test_ptread_sha, test_convert_roundtrip, test_bf16_rounding, test_conve
 
 
 def main():
-    failed = skipped = 0
-    for t in TESTS:
-        print(f"== {t.__name__}: {t.__doc__.splitlines()[0]}", flush=True)
-        try:
-            t()
-            print("   ok", flush=True)
-        except Skip as exc:
-            skipped += 1
-            print(f"   SKIP: {exc}", flush=True)
-        except Exception:
-            failed += 1
-            print("   FAIL:\n" + traceback.format_exc(), flush=True)
-    print(f"{len(TESTS) - failed - skipped} passed, {skipped} skipped, {failed} failed")
-    if not failed:
-        import shutil
-        shutil.rmtree(TMP, ignore_errors=True)
-    else:
-        print(f"(temporary files kept in {TMP})")
-    return 1 if failed else 0
+    return run_tests(TESTS, TMP)
 
 
 if __name__ == "__main__":
