@@ -1,5 +1,6 @@
 /* bench_w1.c - workload W1 (docs/scheduler.md section 6): interactive streaming, closed loop; W2
- * (--w2): offline, every request submitted at once; and W3 (--w3 / --users): live users.
+ * (--w2): offline, every request submitted at once; W3 (--w3 / --users): live users; and W4
+ * (--text-stream): text streamed in by simulated LLMs.
  *
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N]
  *            [--tokens 112 | --tokens default] [--prompt-tokens 87]
@@ -8,6 +9,7 @@
  *            [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]
  *            [--w3 | --users 128,192,256,320] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10]
  *            [--skip 10] [--seed 1] [--p95-ms 200]
+ *            [--text-stream 20,40 [--ts-lines 2] [--ts-tokens-per-word 8] [--ts-dump DIR]] [--voice FILE]
  *
  * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
  * --memory-fraction F sets gpu_memory_fraction; --memory-gb G sets it to G GiB over the device's
@@ -63,6 +65,18 @@
  * no failure; then the batch and GPU lines. Last, the rows again as a summary table and the
  * headline: the most users of a level that is ok. W3 runs after W1 and W2 when they are asked for
  * too. `make test-bench` runs it on the CPU with tiny numbers (tests/check_bench_w3.sh).
+ *
+ * W4 (--text-stream WPS_MIN,WPS_MAX, with --concurrency's levels, which then run W4 instead of
+ * W1; --level-s, --skip and --seed as W3's): C sessions, each writing utterances word by word
+ * into COSY_SYNTH_TEXT_STREAM requests at a rate drawn per session, closed loop; first audio is
+ * counted from the first piece pushed. The comment above run_ts says exactly what is drawn, pushed
+ * and measured; bench/serve_ws.py runs the same sessions through the server's WebSocket and
+ * checks its audio against --ts-dump's. `make test-bench` runs both on the CPU with tiny numbers
+ * (tests/check_bench_ws.sh); `bash bench/serve_device_run.sh MODEL ws` at C = 64 on a GPU.
+ * --voice FILE: the voice saved in FILE (cosy_voice_load; bench/serve_w1.py make-voice writes
+ * bench_w1's own voice there for the servers) instead of the one made here; W4 over the
+ * WebSocket is compared with --voice set to the server's voice file, so both use the same bits
+ * (the voice made here repeats the prompt wav up to 3.52 s of mel, make-voice does not).
  *
  * The engine is created with max_active = the largest concurrency level, W2 request count or W3
  * user count (--max-active overrides); the GPU path accepts at most 1024 (include/cosyvoice.h), so
@@ -882,7 +896,7 @@ static void run_w3(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
 }
 
 /* ---- W4: text streamed in by simulated LLMs (docs/scheduler.md section 6) ------------------- */
-/* C sessions per level (--text-stream WPS_MIN,WPS_MAX with --concurrency C1,C2,...), closed loop
+/* run_ts: C sessions per level (--text-stream WPS_MIN,WPS_MAX with --concurrency C1,C2,...), closed loop
  * for --level-s seconds. Session k draws from its own stream (splitmix64, seeded from --seed and k
  * as W3's users are): first its writing rate, uniform in [WPS_MIN, WPS_MAX) words a second, once;
  * then per utterance the first line (a uniform index into the texts) and the synthesis seed. An
@@ -979,7 +993,8 @@ static char *ts_text(char **texts, int n_texts, int first, int lines) {
 
 static int ts_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-/* cuts text into pieces \S+\s* in place: starts[i] (NUL-terminated copies in *buf); the count */
+/* text cut into pieces \S+\s* (leading white space dropped): *out gets a malloc'ed array of
+ * malloc'ed strings; the count */
 static int ts_pieces(const char *text, char ***out) {
   int n = 0, cap = 0;
   char **v = NULL;

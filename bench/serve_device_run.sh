@@ -202,7 +202,7 @@ if [[ " $STEPS " == *" ws "* ]]; then # not in the default steps: bash bench/ser
         printf "%-12s %9s %9s %9s %6s %7s\n", "in process", p50[1], p95[1], u[1], n[1], x[1]
         printf "%-12s %9s %9s %9s %6s %7s\n", "WebSocket", p50[2], p95[2], u[2], n[2], x[2]
         a = p95[1]; b = p95[2]; sub(/ms$/, "", a); sub(/ms$/, "", b)
-        if (a != "" && b != "") printf "ws first audio p95 - in process: %+.1f ms (issue 36: <= 30 ms)\n", b - a
+        if (a != "" && b != "") printf "ws first audio p95 - in process: %+.1f ms (the target: <= 30 ms)\n", b - a
         printf "ws cancel -> last audio frame p95: %s (one chunk %s); engine state freed every round: %s\n", cp95, ch, fr
         printf "ws audio equals in process: %s\n", eq }' \
       "$OUT/ws_inproc.log" "$OUT/ws_run.log" "$OUT/ws_cancel.log" | tee -a "$SUMMARY"
