@@ -1188,6 +1188,9 @@ static void run_ts(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
     printf("      level %.1f s (the last utterance ended %.1f s after the level's %g s); %d "
            "utterances, %d started in the first %g s not counted\n", wall, wall - o->level_s,
            o->level_s, L.n_utt + L.lost, L.n_utt - ok - (failed - L.lost), o->skip_s);
+    if (!ok && !failed)
+      printf("      (no utterance counted: every one started in the first %g s; a longer --level-s)\n",
+             o->skip_s);
     for (int k = 0; k < n_eng; k++) {
       char label[16] = "";
       if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);

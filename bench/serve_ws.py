@@ -409,6 +409,9 @@ async def cmd_run(a, texts):
               f"{r['audio'] / n:7.2f} {r['text_s'] / n:7.2f}")
         print(f"      level {r['wall']:.1f} s; {r['total']} utterances, "
               f"{r['total'] - ok - r['failed']} started in the first {a.skip:g} s not counted")
+        if not ok and not r["failed"]:
+            print(f"      (no utterance counted: every one started in the first {a.skip:g} s; a "
+                  "longer --level-s)")
         if r["failed"]:
             print(f"      ({r['failed']} counted utterances failed)")
             rc = 1

@@ -22,7 +22,7 @@ check_row() { # log, what
   local row
   row=$(awk '$1 == "2" && NF == 12' "$1")
   [ "$(echo "$row" | grep -c .)" = 1 ] || { bad "$2: not one row of C = 2"; return; }
-  read -r c utts nfail p50 p95 p99 under late xrt words audio text <<< "$row" || true
+  read -r _ utts nfail p50 p95 _ _ _ xrt words _ _ <<< "$row" || true
   [ "${utts:-0}" -ge 1 ] 2>/dev/null || bad "$2: no counted utterance ($row)"
   [ "${nfail:-1}" = 0 ] || bad "$2: failed utterances ($row)"
   awk -v a="${p50%ms}" -v b="${p95%ms}" 'BEGIN { exit !(a > 0 && a <= b) }' || bad "$2: no first audio ($row)"
