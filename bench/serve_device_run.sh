@@ -75,17 +75,17 @@ fi
 # the cosyvoice package from this checkout, also for Triton's Python backend stub (which does not
 # inherit PYTHONPATH)
 if [ -z "${SERVE_PY:-}" ]; then
-SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-[ -n "${SERVE_VENV:-}" ] || echo "$PWD/python" > "$SP/cosy_package.pth"
-# wheels_np: numpy 1.26 (pytriton's Python backend needs numpy < 2, as
-# tools/python-test-requirements.txt pins it: with the device's numpy 2 its BYTES inputs arrived
-# unreadable, "unpack_from requires a buffer of ..."; the venv's own numpy comes before the
-# system one); wheels_tc: tritonclient + grpc; wheels_pt: nvidia-pytriton alone (see above)
-for d in .dev/wheels_np .dev/wheels .dev/wheels_tc .dev/wheels_pt; do
-  if [ -d $d ] && ls $d/*.whl >/dev/null 2>&1; then
-    "$VENV/bin/python" -m pip install -q --no-index --no-deps $d/*.whl
-  fi
-done
+  SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ -n "${SERVE_VENV:-}" ] || echo "$PWD/python" > "$SP/cosy_package.pth"
+  # wheels_np: numpy 1.26 (pytriton's Python backend needs numpy < 2, as
+  # tools/python-test-requirements.txt pins it: with the device's numpy 2 its BYTES inputs arrived
+  # unreadable, "unpack_from requires a buffer of ..."; the venv's own numpy comes before the
+  # system one); wheels_tc: tritonclient + grpc; wheels_pt: nvidia-pytriton alone (see above)
+  for d in .dev/wheels_np .dev/wheels .dev/wheels_tc .dev/wheels_pt; do
+    if [ -d $d ] && ls $d/*.whl >/dev/null 2>&1; then
+      "$VENV/bin/python" -m pip install -q --no-index --no-deps $d/*.whl
+    fi
+  done
 fi
 PY=${SERVE_PY:-$VENV/bin/python}
 VOICES=$OUT/voices
