@@ -371,10 +371,14 @@ test-py: $(TEST_MODEL) $(FE_TEST_MODEL) $(CLI)
 	COSY_CLI=$(CLI) COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) $(PYTHON) tests/test_cli.py
 
 # bench_w1 with a list of devices: two CPU engines on the small model (a few seconds); W3 (live
-# users, bench_w1 --users) with 2 users and a 3 s level on the CPU (about 10 s)
-test-bench: $(B)/bench/bench_w1 $(TEST_MODEL)
+# users, bench_w1 --users) with 2 users and a 3 s level on the CPU (about 10 s); W4 (text streamed
+# in, bench_w1 --text-stream) in process and through the server's WebSocket with the audio
+# compared (bench/serve_ws.py; the WebSocket part in the venv of test-python, skipped without it;
+# about 30 s)
+test-bench: $(B)/bench/bench_w1 $(TEST_MODEL) $(SO)
 	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) bash tests/check_bench_multi.sh
 	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) bash tests/check_bench_w3.sh
+	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) SERVER_PY=$(VENV_PY) bash tests/check_bench_ws.sh
 
 # check-abi under another locale, test binaries run from another directory (tests/check_env.sh)
 test-env: check-abi $(TEST_BIN) $(TEST_MODEL) $(FE_TEST_MODEL)

@@ -1,5 +1,6 @@
 /* bench_w1.c - workload W1 (docs/scheduler.md section 6): interactive streaming, closed loop; W2
- * (--w2): offline, every request submitted at once; and W3 (--w3 / --users): live users.
+ * (--w2): offline, every request submitted at once; W3 (--w3 / --users): live users; and W4
+ * (--text-stream): text streamed in by simulated LLMs.
  *
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N]
  *            [--tokens 112 | --tokens default] [--prompt-tokens 87]
@@ -8,6 +9,7 @@
  *            [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]
  *            [--w3 | --users 128,192,256,320] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10]
  *            [--skip 10] [--seed 1] [--p95-ms 200]
+ *            [--text-stream 20,40 [--ts-lines 2] [--ts-tokens-per-word 8] [--ts-dump DIR]] [--voice FILE]
  *
  * Exit status: 0, or 3 when any request failed (2: bad arguments, 1: setup failed).
  * --memory-fraction F sets gpu_memory_fraction; --memory-gb G sets it to G GiB over the device's
@@ -63,6 +65,18 @@
  * no failure; then the batch and GPU lines. Last, the rows again as a summary table and the
  * headline: the most users of a level that is ok. W3 runs after W1 and W2 when they are asked for
  * too. `make test-bench` runs it on the CPU with tiny numbers (tests/check_bench_w3.sh).
+ *
+ * W4 (--text-stream WPS_MIN,WPS_MAX, with --concurrency's levels, which then run W4 instead of
+ * W1; --level-s, --skip and --seed as W3's): C sessions, each writing utterances word by word
+ * into COSY_SYNTH_TEXT_STREAM requests at a rate drawn per session, closed loop; first audio is
+ * counted from the first piece pushed. The comment above run_ts says exactly what is drawn, pushed
+ * and measured; bench/serve_ws.py runs the same sessions through the server's WebSocket and
+ * checks its audio against --ts-dump's. `make test-bench` runs both on the CPU with tiny numbers
+ * (tests/check_bench_ws.sh); `bash bench/serve_device_run.sh MODEL ws` at C = 64 on a GPU.
+ * --voice FILE: the voice saved in FILE (cosy_voice_load; bench/serve_w1.py make-voice writes
+ * bench_w1's own voice there for the servers) instead of the one made here; W4 over the
+ * WebSocket is compared with --voice set to the server's voice file, so both use the same bits
+ * (the voice made here repeats the prompt wav up to 3.52 s of mel, make-voice does not).
  *
  * The engine is created with max_active = the largest concurrency level, W2 request count or W3
  * user count (--max-active overrides); the GPU path accepts at most 1024 (include/cosyvoice.h), so
@@ -881,6 +895,323 @@ static void run_w3(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
   fflush(stdout);
 }
 
+/* ---- W4: text streamed in by simulated LLMs (docs/scheduler.md section 6) ------------------- */
+/* run_ts: C sessions per level (--text-stream WPS_MIN,WPS_MAX with --concurrency C1,C2,...), closed loop
+ * for --level-s seconds. Session k draws from its own stream (splitmix64, seeded from --seed and k
+ * as W3's users are): first its writing rate, uniform in [WPS_MIN, WPS_MAX) words a second, once;
+ * then per utterance the first line (a uniform index into the texts) and the synthesis seed. An
+ * utterance says --ts-lines consecutive lines of the texts (wrapping), joined by one space; its
+ * pieces are its words each with the white space after it (the regular expression \S+\s*: their
+ * concatenation is the text, leading white space aside), pushed with cosy_request_push_text at
+ * t0 + i / rate for word i, then cosy_request_end_text (submitted with COSY_SYNTH_TEXT_STREAM and
+ * no text at t0, the first piece pushed at once). A random-weight model never samples the stop
+ * token, so each utterance is bounded: max_tokens = --ts-tokens-per-word (8) x its words, about
+ * 3.1 words a second of speech (two lines of the benchmark texts: ~26 words, ~8 s); the text
+ * streaming schedule writes 3 speech tokens per text token while text comes (~4 a word), so the
+ * bound is reached only after the text has ended. The next utterance starts when the previous
+ * one's audio is all delivered. Utterances started in the first --skip s are not counted; none
+ * starts after --level-s s. Per utterance: first audio = the first piece pushed (t0) -> the first
+ * chunk; an underrun is a chunk later than playback from the first chunk in real time (W1's rule,
+ * counted per utterance), with the latest lateness. Per level: utterances counted and failed, first
+ * audio p50/p95/p99, utterances with an underrun and the latest chunk's lateness, xRT (audio of the
+ * counted utterances per second from --skip to the last one's end), mean words, audio and
+ * writing time per utterance. bench/serve_ws.py runs the same sessions (the same draws, texts,
+ * pieces, times, seeds and bounds) through the server's WebSocket; --ts-dump DIR writes the audio
+ * of sessions 0..3 (float32, DIR/sK_uJ.f32) and DIR/index.tsv (session, utterance, seed,
+ * max_tokens, text) so that it can check its audio against this. */
+#define TS_DUMP_SESSIONS 4
+
+typedef struct ts_opts {
+  double wps_min, wps_max, tokens_per_word;
+  int lines;
+  const char *dump;   /* --ts-dump DIR, or NULL */
+} ts_opts;
+
+typedef struct ts_utt {
+  double t_start, ttfa, audio_s, late_s, text_s;
+  double t_end;       /* the last chunk, seconds after the level started */
+  int underruns, words;
+  cosy_status st;
+} ts_utt;
+
+typedef struct ts_level {
+  const w3_opts *o;
+  const ts_opts *t;
+  cosy_engine **e;
+  cosy_voice **v;
+  int n_eng, n_texts;
+  char **texts;
+  double t0;
+  pthread_mutex_t mu;
+  int next_user;
+  ts_utt *utt;        /* under mu */
+  int n_utt, cap_utt, lost;
+  FILE *index;        /* --ts-dump's index.tsv, under mu */
+} ts_level;
+
+typedef struct ts_req {
+  req_state s;
+  float *pcm;         /* the audio, when dumped */
+  int64_t n, cap;
+  int keep;
+} ts_req;
+
+static int32_t ts_on_chunk(void *user, const cosy_chunk *c) {
+  ts_req *q = (ts_req *)user;
+  on_chunk(&q->s, c);
+  if (q->keep && c->n_samples > 0) {
+    if (q->n + c->n_samples > q->cap) {
+      int64_t cap = q->cap ? 2 * q->cap : 1 << 16;
+      while (cap < q->n + c->n_samples) cap *= 2;
+      float *np_ = (float *)realloc(q->pcm, (size_t)cap * sizeof *np_);
+      if (!np_) {
+        q->keep = 0;
+        return 0;
+      }
+      q->pcm = np_;
+      q->cap = cap;
+    }
+    memcpy(q->pcm + q->n, c->pcm, (size_t)c->n_samples * sizeof *q->pcm);
+    q->n += c->n_samples;
+  }
+  return 0;
+}
+
+/* the utterance's text: `lines` lines of texts from `first` (wrapping), joined by one space */
+static char *ts_text(char **texts, int n_texts, int first, int lines) {
+  size_t L = 1;
+  for (int i = 0; i < lines; i++) L += strlen(texts[(first + i) % n_texts]) + 1;
+  char *s = (char *)malloc(L);
+  if (!s) return NULL;
+  s[0] = '\0';
+  for (int i = 0; i < lines; i++) {
+    if (i) strcat(s, " ");
+    strcat(s, texts[(first + i) % n_texts]);
+  }
+  return s;
+}
+
+static int ts_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+/* text cut into pieces \S+\s* (leading white space dropped): *out gets a malloc'ed array of
+ * malloc'ed strings; the count */
+static int ts_pieces(const char *text, char ***out) {
+  int n = 0, cap = 0;
+  char **v = NULL;
+  const char *p = text;
+  while (*p && ts_is_space(*p)) p++;
+  while (*p) {
+    const char *b = p;
+    while (*p && !ts_is_space(*p)) p++;
+    while (*p && ts_is_space(*p)) p++;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 32;
+      char **nv = (char **)realloc(v, (size_t)cap * sizeof *nv);
+      if (!nv) break;
+      v = nv;
+    }
+    v[n] = (char *)malloc((size_t)(p - b) + 1);
+    if (!v[n]) break;
+    memcpy(v[n], b, (size_t)(p - b));
+    v[n][p - b] = '\0';
+    n++;
+  }
+  *out = v;
+  return n;
+}
+
+static void ts_dump_write(const char *dir, int k, int j, const float *pcm, int64_t n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/s%d_u%d.f32", dir, k, j);
+  FILE *f = fopen(path, "wb");
+  if (!f || (n && fwrite(pcm, sizeof *pcm, (size_t)n, f) != (size_t)n))
+    fprintf(stderr, "bench_w1: --ts-dump: cannot write %s\n", path);
+  if (f) fclose(f);
+}
+
+static void *ts_session(void *arg) {
+  ts_level *L = (ts_level *)arg;
+  const w3_opts *o = L->o;
+  const ts_opts *t = L->t;
+  pthread_mutex_lock(&L->mu);
+  const int me = L->next_user++;
+  pthread_mutex_unlock(&L->mu);
+  const int ek = me % L->n_eng;
+  uint64_t k = (uint64_t)me, rng = o->seed ^ w3_next(&k);
+  const double rate = t->wps_min + (t->wps_max - t->wps_min) * w3_unif(&rng);
+  for (int j = 0; now() - L->t0 < o->level_s; j++) {
+    const int first = (int)(w3_next(&rng) % (uint64_t)L->n_texts);
+    const uint64_t seed = w3_next(&rng);
+    char *text = ts_text(L->texts, L->n_texts, first, t->lines);
+    char **pieces = NULL;
+    const int np_ = text ? ts_pieces(text, &pieces) : 0;
+    cosy_synth_params p;
+    cosy_synth_params_init(&p, sizeof p);
+    p.seed = seed;
+    p.flags = o->flags | COSY_SYNTH_TEXT_STREAM;
+    p.first_chunk_tokens = o->first_chunk;
+    const long mt = lround(t->tokens_per_word * np_);
+    p.max_tokens = mt < 1 ? 1 : mt > 1000000 ? 1000000 : (int32_t)mt;
+    ts_req q;
+    memset(&q, 0, sizeof q);
+    q.keep = t->dump && me < TS_DUMP_SESSIONS;
+    ts_utt u;
+    memset(&u, 0, sizeof u);
+    u.words = np_;
+    const double t0 = now();
+    q.s.t_submit = t0;
+    u.t_start = t0 - L->t0;
+    cosy_request *r = NULL;
+    u.st = np_ ? cosy_request_submit(L->e[ek], L->v[ek], NULL, &p, ts_on_chunk, &q, &r) : COSY_ERR_TEXT;
+    if (u.st) {
+      fprintf(stderr, "W4 session %d: submit: %s\n", me, np_ ? cosy_last_error() : "no text");
+    } else {
+      for (int i = 0; i < np_ && !u.st; i++) {
+        if (i) sleep_until(t0 + i / rate);
+        u.st = cosy_request_push_text(r, pieces[i]);
+      }
+      if (!u.st) u.st = cosy_request_end_text(r);
+      u.text_s = now() - t0;
+      if (u.st) {
+        fprintf(stderr, "W4 session %d: push: %s\n", me, cosy_last_error());
+        cosy_request_cancel(r);
+        cosy_request_wait(r, -1);
+      } else {
+        u.st = cosy_request_wait(r, -1);
+        if (u.st) fprintf(stderr, "W4 session %d: %s\n", me, cosy_last_error());
+      }
+      cosy_request_release(r);
+    }
+    if (!u.st && !q.s.t_first) u.st = COSY_ERR_INTERNAL; /* no audio at all: a failure */
+    u.ttfa = q.s.t_first - t0;
+    u.audio_s = q.s.rate ? (double)q.s.samples / q.s.rate : 0;
+    u.underruns = q.s.underruns;
+    u.late_s = q.s.late_s;
+    u.t_end = q.s.t_last - L->t0;
+    if (q.keep && !u.st) ts_dump_write(t->dump, me, j, q.pcm, q.n);
+    pthread_mutex_lock(&L->mu);
+    if (L->index && me < TS_DUMP_SESSIONS)
+      fprintf(L->index, "%d\t%d\t%llu\t%d\t%s\n", me, j, (unsigned long long)seed, p.max_tokens,
+              text ? text : "");
+    if (L->n_utt == L->cap_utt) {
+      int cap = L->cap_utt ? 2 * L->cap_utt : 1024;
+      ts_utt *nu = (ts_utt *)realloc(L->utt, (size_t)cap * sizeof *nu);
+      if (nu) L->utt = nu, L->cap_utt = cap;
+    }
+    if (L->n_utt < L->cap_utt) L->utt[L->n_utt++] = u;
+    else L->lost++;
+    pthread_mutex_unlock(&L->mu);
+    free(q.pcm);
+    for (int i = 0; i < np_; i++) free(pieces[i]);
+    free(pieces);
+    free(text);
+  }
+  return NULL;
+}
+
+static void ts_header(void) {
+  printf("%5s %5s %4s %10s %10s %10s %8s %9s %7s %6s %7s %7s\n", "C", "utts", "fail", "fa_p50",
+         "fa_p95", "fa_p99", "underrun", "late_max", "xRT", "words", "audio_s", "text_s");
+}
+
+static void run_ts(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int n_texts,
+                   const w3_opts *o, const ts_opts *t, const int *levels, int n_levels, gpu_mon *mon) {
+  printf("W4 text stream: each session writes at a rate drawn uniformly in %g-%g words/s (its own "
+         "stream, seed %llu), utterances of %d line%s of the texts pushed word by word, "
+         "max_tokens = %g x words, levels of %g s, utterances started in the first %g s not "
+         "counted; fa = first audio after the first piece pushed\n",
+         t->wps_min, t->wps_max, (unsigned long long)o->seed, t->lines, t->lines == 1 ? "" : "s",
+         t->tokens_per_word, o->level_s, o->skip_s);
+  ts_header();
+  for (int li = 0; li < n_levels; li++) {
+    const int C = levels[li];
+    ts_level L;
+    memset(&L, 0, sizeof L);
+    L.o = o;
+    L.t = t;
+    L.e = e;
+    L.v = v;
+    L.n_eng = n_eng;
+    L.texts = texts;
+    L.n_texts = n_texts;
+    pthread_mutex_init(&L.mu, NULL);
+    if (t->dump) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/index.tsv", t->dump);
+      if (!(L.index = fopen(path, "w"))) fprintf(stderr, "bench_w1: --ts-dump: cannot write %s\n", path);
+    }
+    cosy_engine_stats st0[MAX_ENGINES], st[MAX_ENGINES];
+    sampler smp[MAX_ENGINES];
+    for (int k = 0; k < n_eng; k++) {
+      cosy_engine_stats_init(&st0[k], sizeof st0[k]);
+      cosy_engine_stats_init(&st[k], sizeof st[k]);
+      cosy_engine_get_stats(e[k], &st0[k]);
+      sampler_start(&smp[k], &mon[k]);
+    }
+    pthread_t *th = (pthread_t *)calloc((size_t)C, sizeof *th);
+    L.t0 = now();
+    int started = 0;
+    for (int i = 0; th && i < C; i++) {
+      if (pthread_create(&th[i], NULL, ts_session, &L)) {
+        fprintf(stderr, "bench_w1: only %d of %d W4 sessions started\n", i, C);
+        break;
+      }
+      started++;
+    }
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    const double wall = now() - L.t0;
+    for (int k = 0; k < n_eng; k++) cosy_engine_get_stats(e[k], &st[k]);
+    if (L.index) fclose(L.index);
+    double *fa = (double *)calloc((size_t)L.n_utt + 1, sizeof *fa);
+    int ok = 0, failed = L.lost, under = 0, words = 0;
+    double late = 0, audio = 0, text_s = 0, t_end = o->skip_s;
+    for (int i = 0; i < L.n_utt; i++) {
+      const ts_utt *u = &L.utt[i];
+      if (u->t_start < o->skip_s) continue;
+      if (u->st) {
+        failed++;
+        continue;
+      }
+      fa[ok++] = u->ttfa;
+      if (u->underruns) under++;
+      if (u->late_s > late) late = u->late_s;
+      audio += u->audio_s;
+      words += u->words;
+      text_s += u->text_s;
+      if (u->t_end > t_end) t_end = u->t_end;
+    }
+    const double xrt = t_end > o->skip_s ? audio / (t_end - o->skip_s) : 0;
+    printf("%5d %5d %4d %8.1fms %8.1fms %8.1fms %8d %7.1fms %7.2f %6.1f %7.2f %7.2f\n", C, ok,
+           failed, 1e3 * pct(fa, ok, 0.5), 1e3 * pct(fa, ok, 0.95), 1e3 * pct(fa, ok, 0.99), under,
+           1e3 * late, xrt, ok ? (double)words / ok : 0.0, ok ? audio / ok : 0.0,
+           ok ? text_s / ok : 0.0);
+    printf("      level %.1f s (the last utterance ended %.1f s after the level's %g s); %d "
+           "utterances, %d started in the first %g s not counted\n", wall, wall - o->level_s,
+           o->level_s, L.n_utt + L.lost, L.n_utt - ok - (failed - L.lost), o->skip_s);
+    if (!ok && !failed)
+      printf("      (no utterance counted: every one started in the first %g s; a longer --level-s)\n",
+             o->skip_s);
+    for (int k = 0; k < n_eng; k++) {
+      char label[16] = "";
+      if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+      print_batches(&st0[k], &st[k], label);
+    }
+    for (int k = 0; k < n_eng; k++) {
+      char label[16] = "";
+      if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+      sampler_finish(&smp[k], label);
+    }
+    if (failed) {
+      printf("      (%d counted utterances failed)\n", failed);
+      g_failed += failed;
+    }
+    fflush(stdout);
+    free(fa);
+    free(th);
+    free(L.utt);
+    pthread_mutex_destroy(&L.mu);
+  }
+}
 static char **read_lines(const char *path, int *n) {
   FILE *f = fopen(path, "r");
   if (!f) return NULL;
@@ -960,7 +1291,9 @@ int main(int argc, char **argv) {
   double ramp = 0;
   uint32_t flags = 0;
   const char *users_arg = NULL; /* --w3 / --users: W3's levels */
+  const char *voice_path = NULL; /* --voice FILE: a saved voice instead of the generated one */
   w3_opts w3 = {40, 8, 2, 10, 2, 10, 200, 1, 0, 0};
+  ts_opts ts = {0, 0, 8, 2, NULL}; /* --text-stream (W4): wps_min = 0 while not asked for */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) dev_arg = argv[++i];
@@ -994,6 +1327,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--skip") && i + 1 < argc) w3.skip_s = atof(argv[++i]);
     else if (!strcmp(argv[i], "--p95-ms") && i + 1 < argc) w3.p95_ms = atof(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) w3.seed = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--text-stream") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%lf,%lf", &ts.wps_min, &ts.wps_max) != 2) ts.wps_min = -1;
+      else if (!(ts.wps_min > 0)) ts.wps_min = -1;
+    }
+    else if (!strcmp(argv[i], "--ts-lines") && i + 1 < argc) ts.lines = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--ts-tokens-per-word") && i + 1 < argc) ts.tokens_per_word = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--ts-dump") && i + 1 < argc) ts.dump = argv[++i];
+    else if (!strcmp(argv[i], "--voice") && i + 1 < argc) voice_path = argv[++i];
     else if (!strcmp(argv[i], "--utter") && i + 1 < argc) {
       if (sscanf(argv[++i], "%lf,%lf", &w3.utter_min_s, &w3.utter_max_s) != 2) w3.utter_min_s = -1;
     } else {
@@ -1002,7 +1343,8 @@ int main(int argc, char **argv) {
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
                       "[--vocoder-tf32 | --vocoder-accurate] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G] "
                       "[--w3 | --users 128,192] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10] "
-                      "[--skip 10] [--seed 1] [--p95-ms 200]\n");
+                      "[--skip 10] [--seed 1] [--p95-ms 200] "
+                      "[--text-stream 20,40 [--ts-lines 2] [--ts-tokens-per-word 8] [--ts-dump DIR]] [--voice FILE]\n");
       return 2;
     }
   }
@@ -1031,6 +1373,19 @@ int main(int argc, char **argv) {
   }
   if (!(w3.utter_min_s > 0 && w3.utter_min_s <= w3.utter_max_s && w3.utter_max_s <= 600)) {
     fprintf(stderr, "bench_w1: --utter A,B: seconds of audio, 0 < A <= B <= 600\n");
+    return 2;
+  }
+  if (ts.wps_min < 0 || (ts.wps_min > 0 && !(ts.wps_max >= ts.wps_min && ts.wps_max <= 1000))) {
+    fprintf(stderr, "bench_w1: --text-stream WPS_MIN,WPS_MAX: words a second, 0 < WPS_MIN <= "
+                    "WPS_MAX <= 1000\n");
+    return 2;
+  }
+  if (ts.lines < 1 || ts.lines > 64 || !(ts.tokens_per_word >= 1 && ts.tokens_per_word <= 100)) {
+    fprintf(stderr, "bench_w1: --ts-lines must be in 1..64 and --ts-tokens-per-word in 1..100\n");
+    return 2;
+  }
+  if (ts.dump && ts.wps_min == 0) {
+    fprintf(stderr, "bench_w1: --ts-dump needs --text-stream\n");
     return 2;
   }
   int users[64], n_w3 = 0;
@@ -1110,6 +1465,13 @@ int main(int argc, char **argv) {
     if (levels[li] > max_c) max_c = levels[li];
   for (int li = 0; li < n_w3; li++)
     if (users[li] > max_c) max_c = users[li];
+  /* --text-stream: the levels are W4's (W1 does not run) */
+  int ts_levels[64], n_ts = 0;
+  if (ts.wps_min > 0) {
+    if (!n_levels) ts_levels[n_ts++] = 1;
+    for (int li = 0; li < n_levels; li++) ts_levels[n_ts++] = levels[li];
+    n_levels = 0;
+  }
   if (w2_n > max_c) max_c = w2_n;
   /* every level's requests decode together: max_active >= the largest level (and the W2 count),
    * cut to what the path accepts (include/cosyvoice.h: at most 1024 on the GPU, 4096 in all).
@@ -1177,8 +1539,9 @@ int main(int argc, char **argv) {
   vf.n_mel_frames = frames;
   vf.speaker_embedding = spk;
   for (int k = 0; k < n_eng; k++) /* the same voice on every engine */
-    if (cosy_voice_from_features(e[k], &vf, &v[k])) {
-      fprintf(stderr, "bench_w1: voice: %s\n", cosy_last_error());
+    if (voice_path ? cosy_voice_load(e[k], voice_path, &v[k]) : cosy_voice_from_features(e[k], &vf, &v[k])) {
+      fprintf(stderr, "bench_w1: voice%s%s: %s\n", voice_path ? " " : "", voice_path ? voice_path : "",
+              cosy_last_error());
       return 1;
     }
   free(ptok);
@@ -1190,8 +1553,12 @@ int main(int argc, char **argv) {
   if (warm_tokens) snprintf(per_req, sizeof per_req, "%d tokens/request", warm_tokens);
   else snprintf(per_req, sizeof per_req, "default tokens (min/max_tokens 0)");
   if (n_eng == 1)
-    printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %s\n",
-           model, device, cosy_version_string(), t_load, vf.n_speech_tokens, per_req);
+    if (voice_path)
+      printf("bench_w1: model %s, device %d, %s, load %.2f s, voice %s, %s\n",
+             model, device, cosy_version_string(), t_load, voice_path, per_req);
+    else
+      printf("bench_w1: model %s, device %d, %s, load %.2f s, prompt %d tokens, %s\n",
+             model, device, cosy_version_string(), t_load, vf.n_speech_tokens, per_req);
   else
     printf("bench_w1: model %s, devices %s (%d engines), %s, load %.2f s (all engines), prompt %d "
            "tokens, %s\n",
@@ -1220,6 +1587,24 @@ int main(int argc, char **argv) {
       float *wpcm;
       int64_t np;
       if (cosy_synthesize(e[k], v[k], texts[w % n_texts], &p, &wpcm, &np) == COSY_OK) cosy_free(wpcm);
+    }
+  /* W4 warms up the text-streaming path too: the first text pushed whole, then the end */
+  for (int k = 0; n_ts && k < n_eng; k++)
+    for (int w = 0; w < warmup; w++) {
+      cosy_synth_params p;
+      cosy_synth_params_init(&p, sizeof p);
+      p.seed = 1;
+      p.flags = flags | COSY_SYNTH_TEXT_STREAM;
+      p.first_chunk_tokens = first_chunk;
+      p.max_tokens = 112;
+      cosy_request *r;
+      if (cosy_request_submit(e[k], v[k], texts[w % n_texts], &p, NULL, NULL, &r) == COSY_OK) {
+        if (cosy_request_end_text(r) != COSY_OK) cosy_request_cancel(r);
+        float buf[4096];
+        int64_t got;
+        while (cosy_request_read(r, buf, 4096, &got, -1) == COSY_OK && got > 0) {}
+        cosy_request_release(r);
+      }
     }
   if (n_eng == 1) printf("%d warm-up requests done\n", warmup);
   else printf("%d warm-up requests done on each engine\n", warmup);
@@ -1341,6 +1726,11 @@ int main(int argc, char **argv) {
     pthread_mutex_destroy(&sh.mu);
   }
   if (w2_n) run_w2(e, v, n_eng, texts, n_texts, w2_n, w2_tokens, mon);
+  if (n_ts) {
+    w3.first_chunk = first_chunk;
+    w3.flags = flags;
+    run_ts(e, v, n_eng, texts, n_texts, &w3, &ts, ts_levels, n_ts, mon);
+  }
   if (n_w3) {
     w3.first_chunk = first_chunk;
     w3.flags = flags;

@@ -6,10 +6,14 @@
 # clients spread over the two: bench/serve_multi_w1.py) and Triton on two GPUs against one at
 # C = 128. Logs go to $OUT (or build/dev/out/serve); a table is printed last.
 #
-#   bash bench/serve_device_run.sh MODEL.gguf [http] [triton] [multi] [standin] [cancel]
+#   bash bench/serve_device_run.sh MODEL.gguf [http] [triton] [multi] [standin] [cancel] [ws]
 #   (default: http triton multi; standin: bench/serve_overhead.py, the serving path alone on a
 #   stand-in engine, no GPU; cancel: bench/serve_cancel.py, how soon the engine lets go of a
-#   request whose client left, before its first audio and mid-stream)
+#   request whose client left, before its first audio and mid-stream; ws: workload W4, text
+#   streamed in by simulated LLMs at 20-40 words/s (docs/scheduler.md section 6), in process
+#   (bench_w1 --text-stream) and through the server's WebSocket (bench/serve_ws.py run) at
+#   C = 64, the WebSocket audio checked against the in-process audio, then barge-in
+#   (bench/serve_ws.py cancel: cancel -> last audio frame, engine state freed); a table last)
 #
 # What it expects besides what bench/device_run.sh expects (its build step has run: build/dev):
 #   .dev/wheels/   wheels of the device's Python for the servers and clients, installed with
@@ -19,7 +23,9 @@
 #       --platform manylinux_2_17_x86_64 --platform manylinux_2_35_x86_64 -d .dev/wheels \
 #       fastapi starlette pydantic pydantic-core typing-extensions typing-inspection \
 #       annotated-types anyio sniffio idna uvicorn h11 httptools uvloop click httpx httpcore \
-#       certifi tritonclient grpcio protobuf python-rapidjson packaging nvidia-pytriton
+#       certifi tritonclient grpcio protobuf python-rapidjson packaging nvidia-pytriton websockets
+#   (websockets, pure Python: uvicorn's WebSocket protocol and bench/serve_ws.py's client; without
+#   it the ws step stops with a message)
 #   (httptools and uvloop: uvicorn takes them when installed; on the stand-in engine they cut
 #   the server's TTFB overhead at C = 64 by about 10 ms, bench/RESULTS.md)
 #   (nvidia-pytriton alone is about 55 MB: with a 64 MiB carry, put it in .dev/wheels_pt and
@@ -32,7 +38,12 @@
 # SERVE_VENV=DIR: run the servers and clients in that virtual environment with the cosyvoice
 # package installed there (bench/wheel_device_run.sh: the wheel), instead of this checkout's
 # package and build/dev's library; SERVE_DIR (default serve) names the log folder under $OUT,
-# SERVE_LEVELS (default 1,64) the HTTP server's concurrency levels.
+# SERVE_LEVELS (default 1,64) the HTTP server's concurrency levels. SERVE_PY=PYTHON: run the
+# servers and clients with that Python (which has their packages) and this checkout's package and
+# library, making no venv (a CPU check: SERVE_PY=build/venv/bin/python NO_INPROC=1 WS_DEVICE=-1
+# WS_C=2 WS_LEVEL_S=4 WS_SKIP=1 WS_ROUNDS=2 bash bench/serve_device_run.sh build/test/small-f32.gguf ws).
+# The ws step's knobs: WS_C (64: sessions, engine max_active), WS_DEVICE (0), WS_LEVEL_S (40: the
+# level's seconds), WS_SKIP (10: not counted), WS_ROUNDS (3: barge-in rounds of WS_C cancels).
 set -u
 cd "$(dirname "$0")/.."
 export LC_ALL=C PYTHONUNBUFFERED=1
@@ -53,7 +64,7 @@ if [ -n "${SERVE_VENV:-}" ]; then unset COSYVOICE_LIB PYTHONPATH; else
 [ -d "$PWD/.dev/root/usr/lib/x86_64-linux-gnu" ] && \
   export LD_LIBRARY_PATH=$PWD/.dev/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 VENV=${SERVE_VENV:-$PWD/.dev/servenv}
-if [ ! -x "$VENV/bin/python" ]; then
+if [ -n "${SERVE_PY:-}" ]; then :; elif [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv --system-site-packages "$VENV"
   # numpy may live outside the system site-packages (a user or PYTHONPATH directory, which a
   # venv does not see): point the venv at wherever python3 finds it
@@ -63,18 +74,20 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # the cosyvoice package from this checkout, also for Triton's Python backend stub (which does not
 # inherit PYTHONPATH)
-SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-[ -n "${SERVE_VENV:-}" ] || echo "$PWD/python" > "$SP/cosy_package.pth"
-# wheels_np: numpy 1.26 (pytriton's Python backend needs numpy < 2, as
-# tools/python-test-requirements.txt pins it: with the device's numpy 2 its BYTES inputs arrived
-# unreadable, "unpack_from requires a buffer of ..."; the venv's own numpy comes before the
-# system one); wheels_tc: tritonclient + grpc; wheels_pt: nvidia-pytriton alone (see above)
-for d in .dev/wheels_np .dev/wheels .dev/wheels_tc .dev/wheels_pt; do
-  if [ -d $d ] && ls $d/*.whl >/dev/null 2>&1; then
-    "$VENV/bin/python" -m pip install -q --no-index --no-deps $d/*.whl
-  fi
-done
-PY=$VENV/bin/python
+if [ -z "${SERVE_PY:-}" ]; then
+  SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ -n "${SERVE_VENV:-}" ] || echo "$PWD/python" > "$SP/cosy_package.pth"
+  # wheels_np: numpy 1.26 (pytriton's Python backend needs numpy < 2, as
+  # tools/python-test-requirements.txt pins it: with the device's numpy 2 its BYTES inputs arrived
+  # unreadable, "unpack_from requires a buffer of ..."; the venv's own numpy comes before the
+  # system one); wheels_tc: tritonclient + grpc; wheels_pt: nvidia-pytriton alone (see above)
+  for d in .dev/wheels_np .dev/wheels .dev/wheels_tc .dev/wheels_pt; do
+    if [ -d $d ] && ls $d/*.whl >/dev/null 2>&1; then
+      "$VENV/bin/python" -m pip install -q --no-index --no-deps $d/*.whl
+    fi
+  done
+fi
+PY=${SERVE_PY:-$VENV/bin/python}
 VOICES=$OUT/voices
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
@@ -145,6 +158,56 @@ if [[ " $STEPS " == *" cancel "* ]]; then # not in the default steps: bash bench
     done
   else echo "http server did not start (see cancel_server.log)" | tee -a "$SUMMARY"; fi
   kill "$SRV"; wait "$SRV" 2>/dev/null
+fi
+
+if [[ " $STEPS " == *" ws "* ]]; then # not in the default steps: bash bench/serve_device_run.sh MODEL ws
+  # W4 (bench_w1 --text-stream, docs/scheduler.md section 6) in process and through the
+  # WebSocket with the same sessions (texts, words, times, seeds, bounds) and the same voice file
+  # (the server's w1), so that the rows compare and the audio can be checked byte for byte
+  C=${WS_C:-64}
+  TS="--text-stream 20,40 --level-s ${WS_LEVEL_S:-40} --skip ${WS_SKIP:-10} --seed 1 --texts $TEXTS"
+  DUMP=$(mktemp -d "${TMPDIR:-/tmp}/cosy-ws-XXXXXX")
+  echo "== W4 text stream in process (bench_w1 --text-stream 20,40), C = $C" | tee -a "$SUMMARY"
+  "$BW" -m "$MODEL" --device "${WS_DEVICE:-0}" --voice "$VOICES/w1.gguf" --concurrency "$C" \
+    --warmup 2 $TS --ts-dump "$DUMP" > "$OUT/ws_inproc.log" 2>&1 \
+    || echo "bench_w1 --text-stream exited $? (see ws_inproc.log)" | tee -a "$SUMMARY"
+  grep -E "^ +(C|[0-9]+) |failed" "$OUT/ws_inproc.log" | tee -a "$SUMMARY"
+  if ! "$PY" -c 'import websockets' 2>/dev/null; then
+    echo "SKIP ws: no websockets package for $PY (put its wheel in .dev/wheels)" | tee -a "$SUMMARY"
+  else
+    echo "== W4 through the WebSocket (bench/serve_ws.py run), C = $C" | tee -a "$SUMMARY"
+    "$PY" -m cosyvoice.server --model "$MODEL" --voices "$VOICES" --device "${WS_DEVICE:-0}" \
+      --max-active "$C" --host 127.0.0.1 --port 18004 --log-level warning > "$OUT/ws_server.log" 2>&1 &
+    SRV=$!
+    if wait_port 127.0.0.1:18004 300 $SRV; then
+      "$PY" bench/serve_ws.py run --url http://127.0.0.1:18004 --voice w1 --concurrency "$C" $TS \
+        --compare "$DUMP" > "$OUT/ws_run.log" 2>&1
+      grep -E "^ +(C|[0-9]+) |failed|audio check|Error" "$OUT/ws_run.log" | tee -a "$SUMMARY"
+      echo "== barge-in through the WebSocket (bench/serve_ws.py cancel), $C sessions" | tee -a "$SUMMARY"
+      "$PY" bench/serve_ws.py cancel --url http://127.0.0.1:18004 --voice w1 --concurrency "$C" \
+        --rounds "${WS_ROUNDS:-3}" --text-stream 20,40 --texts "$TEXTS" > "$OUT/ws_cancel.log" 2>&1
+      grep -E "^ws cancel|Error" "$OUT/ws_cancel.log" | tee -a "$SUMMARY"
+    else echo "ws server did not start (see ws_server.log)" | tee -a "$SUMMARY"; fi
+    kill "$SRV"; wait "$SRV" 2>/dev/null
+    # the table: first audio p50/p95 and underruns of both rows (columns: C utts fail fa_p50
+    # fa_p95 fa_p99 underrun late_max xRT words audio_s text_s), cancel p95, the audio check
+    echo "== W4 at C = $C: in process vs WebSocket" | tee -a "$SUMMARY"
+    awk -v C="$C" 'FNR == 1 { f++ } $1 == C && NF == 12 { p50[f] = $4; p95[f] = $5; u[f] = $7; n[f] = $2; x[f] = $9 }
+      /^ws cancel: cancel -> last audio frame/ { cp95 = $12 " ms" }
+      /^ws cancel: one chunk/ { ch = $10 " ms; p95 <= one chunk: " $NF }
+      /^ws cancel: engine state freed/ { fr = $9 }
+      /^ws audio check:/ { eq = $4; sub(/:$/, "", eq) }
+      END {
+        printf "%-12s %9s %9s %9s %6s %7s\n", "", "fa_p50", "fa_p95", "underrun", "utts", "xRT"
+        printf "%-12s %9s %9s %9s %6s %7s\n", "in process", p50[1], p95[1], u[1], n[1], x[1]
+        printf "%-12s %9s %9s %9s %6s %7s\n", "WebSocket", p50[2], p95[2], u[2], n[2], x[2]
+        a = p95[1]; b = p95[2]; sub(/ms$/, "", a); sub(/ms$/, "", b)
+        if (a != "" && b != "") printf "ws first audio p95 - in process: %+.1f ms (the target: <= 30 ms)\n", b - a
+        printf "ws cancel -> last audio frame p95: %s (one chunk %s); engine state freed every round: %s\n", cp95, ch, fr
+        printf "ws audio equals in process: %s\n", eq }' \
+      "$OUT/ws_inproc.log" "$OUT/ws_run.log" "$OUT/ws_cancel.log" | tee -a "$SUMMARY"
+  fi
+  rm -rf "$DUMP"
 fi
 
 if [[ " $STEPS " == *" standin "* ]]; then # not in the default steps: no GPU, seconds

@@ -41,7 +41,8 @@ MESSAGE_TYPES = ("session", "text", "flush", "end", "cancel")
 # flight: one connection cannot fill the engine's queue
 MAX_OPEN_UTTERANCES = 4
 MAX_REQUESTS_PER_UTTERANCE = 16
-SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "model")
+SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "model",
+                "max_tokens")
 
 
 def encode(fmt, chunk):
@@ -77,7 +78,7 @@ class Session:
         self.ws, self.st, self.cfg = ws, st, settings
         self.lock = asyncio.Lock()
         self.settings = {"voice": None, "response_format": "pcm", "sample_rate": 24000,
-                         "seed": None, "binary": True}
+                         "seed": None, "binary": True, "max_tokens": None}
         self.open = []   # utterances not finished
         self.current = None
         self.next_id = 1
@@ -148,6 +149,13 @@ class Session:
                 raise ApiError(400, f"seed {s!r} is not an integer in 0 .. 2^64-1", param="seed",
                                code="invalid_value")
             new["seed"] = s
+        if "max_tokens" in msg:
+            m = msg["max_tokens"]
+            if m is not None and (not isinstance(m, int) or isinstance(m, bool)
+                                  or not 1 <= m < 2**31):
+                raise ApiError(400, f"max_tokens {m!r} is not an integer in 1 .. 2^31-1",
+                               param="max_tokens", code="invalid_value")
+            new["max_tokens"] = m
         if "binary" in msg:
             if not isinstance(msg["binary"], bool):
                 raise ApiError(400, "binary must be true or false", param="binary",
@@ -164,6 +172,8 @@ class Session:
         kw = {"sample_rate": s["sample_rate"] if s["sample_rate"] != 24000 else 0}
         if s["seed"] is not None:
             kw["seed"] = s["seed"]
+        if s["max_tokens"] is not None:
+            kw["max_tokens"] = s["max_tokens"]
         try:
             r = await asyncio.to_thread(self.st.engine.submit_text_stream, voice, None, **kw)
         except cosyvoice.CosyError as e:

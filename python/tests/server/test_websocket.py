@@ -371,3 +371,35 @@ def test_a_stalled_utterance_is_ended(ws_url, streamed, client):
     assert audio == cosyvoice.to_pcm16(streamed(["Words and then nothing"], seed=9))
     c.close()
     wait_idle(client)
+
+
+def test_max_tokens_bounds_an_utterance(ws_url, streamed, client):
+    """The session's max_tokens reaches the engine (bench/serve_ws.py bounds random-weight
+    utterances with it): the audio is the in-process audio with the same bound, shorter than
+    without it (the small model does not stop within 20 tokens on this text and seed; the bound
+    also allows max_tokens / 2 text tokens); null lifts it again; bad values are error events."""
+    text = "Hello there, how are you today?"
+    pieces = pieces_of(text, 5)
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=11, max_tokens=20)
+    assert c.recv()["max_tokens"] == 20
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    audio, done = c.utterance()
+    assert audio == cosyvoice.to_pcm16(streamed(pieces, seed=11, max_tokens=20))
+    assert 0 < done["usage"]["output_tokens"] <= 20
+    for v in (0, -1, 2**31, 1.5, True, "9"):
+        c.send(type="session", max_tokens=v)
+        m = c.recv()
+        assert m["type"] == "error" and m["error"]["param"] == "max_tokens", (v, m)
+    c.send(type="session", max_tokens=None)
+    assert c.recv()["max_tokens"] is None
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    unbounded, done = c.utterance()
+    assert unbounded == cosyvoice.to_pcm16(streamed(pieces, seed=11))
+    assert len(unbounded) > len(audio) and done["usage"]["output_tokens"] > 20
+    c.close()
+    wait_idle(client)
