@@ -168,7 +168,7 @@ if [[ " $STEPS " == *" ws "* ]]; then # not in the default steps: bash bench/ser
   TS="--text-stream 20,40 --level-s ${WS_LEVEL_S:-40} --skip ${WS_SKIP:-10} --seed 1 --texts $TEXTS"
   DUMP=$(mktemp -d "${TMPDIR:-/tmp}/cosy-ws-XXXXXX")
   echo "== W4 text stream in process (bench_w1 --text-stream 20,40), C = $C" | tee -a "$SUMMARY"
-  "$BW" -m "$MODEL" --device "${WS_DEVICE:-0}" --voice "$VOICES/w1.gguf" --concurrency "$C" \
+  "$BW" -m "$MODEL" --device "${WS_DEVICE:-0}" --voice "$VOICES/w1.gguf" --prompt-wav "$WAV" --concurrency "$C" \
     --warmup 2 $TS --ts-dump "$DUMP" > "$OUT/ws_inproc.log" 2>&1 \
     || echo "bench_w1 --text-stream exited $? (see ws_inproc.log)" | tee -a "$SUMMARY"
   grep -E "^ +(C|[0-9]+) |failed" "$OUT/ws_inproc.log" | tee -a "$SUMMARY"
