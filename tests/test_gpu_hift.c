@@ -1527,6 +1527,20 @@ static void test_decode_golden(void **state) {
         print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, gold, n));
       print_message("  vs ref_hift_decode: rel L2 %.3e, max abs %.3e\n", tu_rel_l2(w, wc, n),
                     tu_max_abs_diff(w, wc, n));
+      /* TF32: the waveform under every conv kernel (cosy_hift_conv_kernel) is the same bits */
+      for (int kv = COSY_HCONV_K_W128; prec == COSY_HPREC_TF32 && kv <= COSY_HCONV_K_W64_SINGLE;
+           kv++) {
+        const int saved = cosy_hift_conv_kernel(kv);
+        float *w2 = NULL;
+        int64_t n2 = 0;
+        assert_int_equal(gpu_hift_decode(fx->h, mel, T, s, fin, &w2, &n2), COSY_OK);
+        cosy_hift_conv_kernel(saved);
+        const int same = n2 == n && !memcmp(w2, w, (size_t)n * sizeof(float));
+        print_message("  decode %s [TF32] with conv kernel %d: %s\n", fin ? "final" : "non-final",
+                      kv, same ? "bit-identical to the old kernel" : "DIFFERS FROM THE OLD KERNEL");
+        ok &= same;
+        free(w2);
+      }
       free(w);
     }
     free(s), free(gold), free(wc);
