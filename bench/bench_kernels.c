@@ -1099,17 +1099,19 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
  * 3/7/11 with dilations 1/3/5) on Tx = the mel frames a call decodes (non-final T = 100: Tx = 93;
  * final T = 224: Tx = 224), in TF32 with the weights rounded on the host as the engine runs them,
  * reductions never split (the streaming vocoder's mode), under each kernel of
- * cosy_hift_conv_kernel (the rows "old" .. "w64s"; "old auto": the old kernel with the automatic
+ * cosy_hift_conv_kernel (the rows "old" .. "auto"; "old auto": the old kernel with the automatic
  * split, as the whole-utterance decode runs it). Scenario "voc b16": a batch of 16 streaming
  * requests, each launch holding one conv of each (hift.c groups a batch's resblocks by kernel
  * size). FLOPs: 2 x the useful MACs (unpadded channels); bytes: input, weights, outputs,
  * residual once. After each shape a line "conv cmp" gives every kernel's us against the old one,
  * and after each scenario the sums ("conv sum"): the lines to read to pick the engine's kernel. */
-#define HC_NV 6 /* old (never split), w128, w128s, w64, w64s, old auto */
-static const char *const hc_vname[HC_NV] = {"old", "w128", "w128s", "w64", "w64s", "old auto"};
+#define HC_NV 7 /* old (never split), w128, w128s, w64, w64s, auto, old auto */
+static const char *const hc_vname[HC_NV] = {"old",  "w128", "w128s",   "w64",
+                                            "w64s", "auto", "old auto"};
 static const int hc_kernel[HC_NV] = {COSY_HCONV_K_OLD,        COSY_HCONV_K_W128,
                                      COSY_HCONV_K_W128_SINGLE, COSY_HCONV_K_W64,
-                                     COSY_HCONV_K_W64_SINGLE,  COSY_HCONV_K_OLD};
+                                     COSY_HCONV_K_W64_SINGLE,  COSY_HCONV_K_AUTO,
+                                     COSY_HCONV_K_OLD};
 static double hc_sum[HC_NV];
 
 static cudaError_t r_hconv(bench_op *o, int s) {
@@ -1169,8 +1171,9 @@ static void add_hconv(const char *group, const char *name, int n, int ci, int co
     const int which = hc_kernel[v];
     cosy_hift_conv_kernel(which);
     const int got = cosy_hift_conv_kernel_for(&g_dev, d, n, COSY_HPREC_TF32_ROUNDED, 1);
-    printf(" | %s %.1f (x%.2f%s)", hc_vname[v], us[v], us[0] / us[v],
-           v < HC_NV - 1 && got != which ? ", ran old" : "");
+    printf(" | %s %.1f (x%.2f%s%s)", hc_vname[v], us[v], us[0] / us[v],
+           v < HC_NV - 1 && got == COSY_HCONV_K_OLD ? ", ran old" : "",
+           which == COSY_HCONV_K_AUTO ? (got == COSY_HCONV_K_W128 ? ": w128" : ": w64") : "");
   }
   cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
   printf("\n");

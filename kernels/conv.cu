@@ -895,6 +895,10 @@ int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always 
  * way (tests/test_gpu_hift.c test_kernel_conv2), so the choice is one of speed only. */
 int g_conv_kernel = COSY_HCONV_K_OLD;
 
+/* COSY_HCONV_K_AUTO: the 64 x 128 tiles from this many blocks per SM (3 fit one), below it the
+ * 64 x 64 ones (twice the blocks: a launch of a few short convs fills more SMs) */
+constexpr int CONV2_AUTO_BLOCKS = 2;
+
 template <int PREC, int NTW, int WB> cudaError_t allow_smem2(int bytes) {
   return cudaFuncSetAttribute(conv2_kernel<PREC, NTW, WB>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -1016,10 +1020,19 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
 /* whether conv2_kernel variant `which` runs this launch (see conv2_kernel for what it does not
  * handle), and then its grid and shared memory */
 bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int prec,
-                const ConvPlan &p, int which, dim3 *grid, size_t *smem) {
-  if (which <= COSY_HCONV_K_OLD || which > COSY_HCONV_K_W64_SINGLE || p.split || p.m3 ||
+                const ConvPlan &p, int *which_io, dim3 *grid, size_t *smem) {
+  int which = *which_io;
+  if (which <= COSY_HCONV_K_OLD || which > COSY_HCONV_K_AUTO || p.split || p.m3 ||
       (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_TF32_ROUNDED))
     return false;
+  if (which == COSY_HCONV_K_AUTO) {
+    /* the 64 x 128 tiles when they give the SMs CONV2_AUTO_BLOCKS blocks each, else 64 x 64 */
+    long long blocks = 0;
+    for (int i = 0; i < n; i++)
+      blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
+    which = blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm ? COSY_HCONV_K_W128
+                                                              : COSY_HCONV_K_W64;
+  }
   int ntw, wb;
   conv2_variant(which, &ntw, &wb);
   const int max_cols = (ntw == 8 ? 2 : 1) * NT;
@@ -1036,6 +1049,7 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
   if (bytes > dev->smem_block) return false;
   *grid = dim3((unsigned)tiles, p.grid.y, p.grid.z);
   *smem = bytes;
+  *which_io = which;
   return true;
 }
 
@@ -1043,7 +1057,7 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
 
 extern "C" int cosy_hift_conv_kernel(int which) {
   const int prev = g_conv_kernel;
-  g_conv_kernel = which >= COSY_HCONV_K_OLD && which <= COSY_HCONV_K_W64_SINGLE ? which : prev;
+  g_conv_kernel = which >= COSY_HCONV_K_OLD && which <= COSY_HCONV_K_AUTO ? which : prev;
   return prev;
 }
 
@@ -1053,8 +1067,8 @@ extern "C" int cosy_hift_conv_kernel_for(const cosy_kdev *dev, const cosy_hift_c
   if (plan_convs(dev, convs, n, split_mode, prec, &p) != cudaSuccess) return -1;
   dim3 grid;
   size_t smem;
-  return conv2_plan(dev, convs, n, prec, p, g_conv_kernel, &grid, &smem) ? g_conv_kernel
-                                                                          : COSY_HCONV_K_OLD;
+  int which = g_conv_kernel;
+  return conv2_plan(dev, convs, n, prec, p, &which, &grid, &smem) ? which : COSY_HCONV_K_OLD;
 }
 
 extern "C" int cosy_hift_conv_pad(int n, int multiple) {
@@ -1133,8 +1147,9 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
   }
   dim3 grid2;
   size_t smem2;
-  if (conv2_plan(dev, convs, n, prec, p, g_conv_kernel, &grid2, &smem2)) {
-    switch (g_conv_kernel) {
+  int which = g_conv_kernel;
+  if (conv2_plan(dev, convs, n, prec, p, &which, &grid2, &smem2)) {
+    switch (which) {
     case COSY_HCONV_K_W128_SINGLE:
       return launch_conv2<8, 1>(s, grp, prec, grid2, smem2);
     case COSY_HCONV_K_W64:

@@ -142,17 +142,20 @@ size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, 
  *   COSY_HCONV_K_W128         block 64 x 128, warp 32 x 64, padded strip, incremental addresses,
  *                             weights and strip double-buffered (one barrier a chunk)
  *   COSY_HCONV_K_W128_SINGLE  as W128 with one slab and strip (two barriers a chunk)
- *   COSY_HCONV_K_W64, _W64_SINGLE   the same with block 64 x 64, warp 32 x 32 */
+ *   COSY_HCONV_K_W64, _W64_SINGLE   the same with block 64 x 64, warp 32 x 32
+ *   COSY_HCONV_K_AUTO         per launch W128 when its 64 x 128 tiles give every SM two blocks,
+ *                             else W64 (the same bits either way) */
 #define COSY_HCONV_K_OLD 0
 #define COSY_HCONV_K_W128 1
 #define COSY_HCONV_K_W128_SINGLE 2
 #define COSY_HCONV_K_W64 3
 #define COSY_HCONV_K_W64_SINGLE 4
+#define COSY_HCONV_K_AUTO 5
 /* sets the kernel choice (out-of-range values leave it), returns the previous one */
 int cosy_hift_conv_kernel(int which);
 /* the kernel (COSY_HCONV_K_*) that cosy_k_hift_conv_split(.., convs, n, prec, split_mode) runs on
- * dev under the current choice; -1 when the launch would be refused (host only, launches
- * nothing) */
+ * dev under the current choice (COSY_HCONV_K_AUTO resolved); -1 when the launch would be refused
+ * (host only, launches nothing) */
 int cosy_hift_conv_kernel_for(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int prec,
                               int split_mode);
 
