@@ -602,11 +602,23 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     for (int q = 0; q < CPT; q++) {
       const int col = tid + q * NT;
       if (col < SL) {
+        /* the activation chosen once per column, not per value (the same operations) */
         float big[CK];
+        if (act == COSY_HACT_NONE) {
 #pragma unroll
-        for (int r = 0; r < CK; r++) {
-          const int ci = ci0 + r;
-          big[r] = __uint_as_float(tf32_bits(apply_act(c, act, ci, ci < c.ci, pv[q][r], 0.f, 0.f)));
+          for (int r = 0; r < CK; r++) big[r] = __uint_as_float(tf32_bits(pv[q][r]));
+        } else if (act == COSY_HACT_LEAKY) {
+#pragma unroll
+          for (int r = 0; r < CK; r++)
+            big[r] = __uint_as_float(
+                tf32_bits(pv[q][r] > 0.f ? pv[q][r] : __fmul_rn(pv[q][r], c.slope)));
+        } else {
+#pragma unroll
+          for (int r = 0; r < CK; r++) {
+            const int ci = ci0 + r;
+            big[r] = __uint_as_float(
+                tf32_bits(apply_act(c, act, ci, ci < c.ci, pv[q][r], 0.f, 0.f)));
+          }
         }
         float4 *d = reinterpret_cast<float4 *>(x + col * XS);
         d[0] = make_float4(big[0], big[1], big[2], big[3]);
