@@ -59,6 +59,17 @@
  * Measured (H200, full-size HiFT, T = 224): the convs reach ~25 TFLOP/s of useful fp32 work in
  * 3xTF32 (~75 TFLOP/s of TF32 mma issue) and ~38 in TF32; they are bound by instruction issue
  * and latency of the mma.sync path, not by memory.
+ * Counted (docs/kernels.md, "The vocoder's convolutions"; SASS for sm_90): this kernel issues
+ * ~9-13 instructions per HMMA (k 11 .. k 3): per tap 33.5 for 8 HMMA (the swizzled B addresses
+ * are recomputed at every tap), ~27 per weight cp.async (index division and 64-bit multiplies),
+ * ~95 per chunk for the staged column. A launch's floors: docs/kernels.md (a streaming call of
+ * 100 frames: 62 GFLOP, ~125 us at the H200's TF32 rate).
+ *
+ * conv2_kernel (below; cosy_hift_conv_kernel picks it): the same products in the same order per
+ * output, so the same bits as this kernel unsplit, with a 32 x 64 warp tile (64 x 128 block), a
+ * padded strip addressed incrementally, one cp.async per tap from a running pointer, and the
+ * weights and strip double-buffered (one barrier a chunk): ~3-6 instructions per HMMA. The
+ * engine's choice is the one line `int g_conv_kernel = ...` below.
  *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
