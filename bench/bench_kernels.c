@@ -1171,9 +1171,10 @@ static void add_hconv(const char *group, const char *name, int n, int ci, int co
     const int which = hc_kernel[v];
     cosy_hift_conv_kernel(which);
     const int got = cosy_hift_conv_kernel_for(&g_dev, d, n, COSY_HPREC_TF32_ROUNDED, 1);
-    printf(" | %s %.1f (x%.2f%s%s)", hc_vname[v], us[v], us[0] / us[v],
+    printf(" | %s %.1f (x%.2f%s%s%s)", hc_vname[v], us[v], us[0] / us[v],
            v < HC_NV - 1 && got == COSY_HCONV_K_OLD ? ", ran old" : "",
-           which == COSY_HCONV_K_AUTO ? (got == COSY_HCONV_K_W128 ? ": w128" : ": w64") : "");
+           which == COSY_HCONV_K_AUTO && got > 0 ? ": " : "",
+           which == COSY_HCONV_K_AUTO && got > 0 ? hc_vname[got] : "");
   }
   cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
   printf("\n");

@@ -1055,6 +1055,14 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
       blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
     which = blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm ? COSY_HCONV_K_W128
                                                               : COSY_HCONV_K_W64;
+    /* double buffers only where two blocks of them fit an SM (the 99-100 KB SMs of the 8.6, 8.9
+     * and 12.0 GPUs hold one k 16 block of W128's: there, one slab and one strip) */
+    const int ntw = which == COSY_HCONV_K_W128 ? 8 : 4;
+    for (int i = 0; i < n; i++)
+      if (2 * conv2_smem(ntw, 2, convs[i].k, convs[i].dil, convs[i].stride) > dev->smem_sm) {
+        which = which == COSY_HCONV_K_W128 ? COSY_HCONV_K_W128_SINGLE : COSY_HCONV_K_W64_SINGLE;
+        break;
+      }
   }
   int ntw, wb;
   conv2_variant(which, &ntw, &wb);
