@@ -12,6 +12,13 @@
  *     launch of three convs.
  *     Tolerances (relative L2): TF32 2e-3 (operands rounded to 10 mantissa bits: ~3e-4 measured),
  *     3xTF32 3e-5 (fp32 level: 2e-7 .. 1e-5 measured, the largest for k16 x 96 channels).
+ *   conv2 (test_kernel_conv2): every cosy_hift_conv_kernel choice (the wide-tile conv2_kernel
+ *     variants and the per-launch automatic one) in TF32 and TF32 with host-rounded weights, for
+ *     k 1/3/5/7/11/16, dilations 1/3/5, upsampling, reflect, look-ahead, Snake/leaky inputs,
+ *     residuals, the Snake output, co/ci off the tiles, n_out 1 .. 5000: vs the CPU loop (2e-3),
+ *     bit for bit vs the old kernel's unsplit launch, the kernel that ran as expected (the
+ *     mean-of-3 input and the strided downs fall back to the old kernel); a full launch of
+ *     COSY_HCONV_MAXG mixed convs gives each conv the old kernel's bits alone (batch invariance).
  *   conv64 (F0 predictor, fp64) vs a CPU double loop: 1e-12.
  *   grouped conv64 / classifier (cosy_k_hift_conv64_group, _f0_classify_group) vs one launch per
  *     job: bit-identical (memcmp), over COSY_HCONV64_MAXG + 5 jobs of different lengths (two
@@ -28,7 +35,8 @@
  *     summation order, rounded to fp32: bit-identical in practice; differing values counted).
  *   source with the golden rand_ini/sine_waves injected vs golden s: 1e-2.
  *   decode from golden final/s and nonfinal/s vs golden wav: 2e-2 (both precisions printed; the
- *     default precision is asserted), and vs ref_hift_decode (printed).
+ *     default precision is asserted), and vs ref_hift_decode (printed); in TF32 the waveform
+ *     under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's.
  *   end-to-end infer (default noise) vs ref_hift_infer: printed only (phase sensitive); lengths,
  *     finiteness and the +-0.99 clamp are asserted.
  *   argument checks and cancellation.
