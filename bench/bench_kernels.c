@@ -56,6 +56,7 @@ typedef int cosy_bench_kernels_without_cuda; /* tests/test_kernels.c says SKIP *
 #include "flow_pack.h"
 #include "gemv.h"
 #include "kernels.h"
+#include "kernels_hift.h"
 #include "kharness.h"
 #include "paged_kv.h"
 
@@ -257,7 +258,7 @@ static void time_op(bench_op *op) {
   op->us = op->us_graph > 0 && op->us_graph < op->us_stream ? op->us_graph : op->us_stream;
 }
 
-#define MAXOPS 192
+#define MAXOPS 512
 static bench_op g_ops[MAXOPS];
 static int g_nops;
 
@@ -1093,6 +1094,132 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * the vocoder's convolutions (kernels_hift.h, kernels/conv.cu): the launches lib/gpu/hift.c makes
+ * for the full-size HiFT (512 channels, ups 512->256->128->64 at rates 8, 5, 3, resblock kernels
+ * 3/7/11 with dilations 1/3/5) on Tx = the mel frames a call decodes (non-final T = 100: Tx = 93;
+ * final T = 224: Tx = 224), in TF32 with the weights rounded on the host as the engine runs them,
+ * reductions never split (the streaming vocoder's mode), under each kernel of
+ * cosy_hift_conv_kernel (the rows "old" .. "auto"; "old auto": the old kernel with the automatic
+ * split, as the whole-utterance decode runs it). Scenario "voc b16": a batch of 16 streaming
+ * requests, each launch holding one conv of each (hift.c groups a batch's resblocks by kernel
+ * size). FLOPs: 2 x the useful MACs (unpadded channels); bytes: input, weights, outputs,
+ * residual once. After each shape a line "conv cmp" gives every kernel's us against the old one,
+ * and after each scenario the sums ("conv sum"): the lines to read to pick the engine's kernel. */
+#define HC_NV 7 /* old (never split), w128, w128s, w64, w64s, auto, old auto */
+static const char *const hc_vname[HC_NV] = {"old",  "w128", "w128s",   "w64",
+                                            "w64s", "auto", "old auto"};
+static const int hc_kernel[HC_NV] = {COSY_HCONV_K_OLD,        COSY_HCONV_K_W128,
+                                     COSY_HCONV_K_W128_SINGLE, COSY_HCONV_K_W64,
+                                     COSY_HCONV_K_W64_SINGLE,  COSY_HCONV_K_AUTO,
+                                     COSY_HCONV_K_OLD};
+static double hc_sum[HC_NV];
+
+static cudaError_t r_hconv(bench_op *o, int s) {
+  (void)s;
+  cosy_hift_conv_kernel(o->i[0]);
+  return cosy_k_hift_conv_split(g_stream, &g_dev, (const cosy_hift_conv *)o->p[0], o->i[1],
+                                COSY_HPREC_TF32_ROUNDED, o->i[2]);
+}
+
+/* one launch of n convs ci -> co (kernel k[i % nk], dilation dil, stride 1, up) from len_in input
+ * columns to n_out outputs; act the input's; res: a residual; oact: the fused Snake output */
+static void add_hconv(const char *group, const char *name, int n, int ci, int co, const int *k,
+                      int nk, int dil, int up, int act, int len_in, int n_out, int res, int oact) {
+  cosy_hift_conv *d = calloc((size_t)n, sizeof *d);
+  if (!d) exit(1);
+  double flops = 0, bytes = 0;
+  const int co_pad = cosy_hift_conv_pad(co, COSY_HCONV_BM), ci_pad = cosy_hift_conv_pad(ci, 8);
+  float *alpha = drand((size_t)ci, F32, 0.5f, 1.5f), *oalpha = drand((size_t)co, F32, 0.5f, 1.5f);
+  float *bias = drand((size_t)co, F32, -0.1f, 0.1f);
+  for (int i = 0; i < n; i++) {
+    cosy_hift_conv *c = &d[i];
+    const int kk = k[i % nk];
+    c->in = drand((size_t)ci * len_in, F32, -1.f, 1.f);
+    c->ld_in = len_in, c->len_in = len_in, c->ci = ci, c->up = up, c->act = act, c->slope = 0.1f;
+    c->alpha = alpha;
+    c->wp = drand((size_t)kk * co_pad * ci_pad, F32, -0.05f, 0.05f);
+    c->bias = bias, c->co = co, c->co_pad = co_pad, c->ci_pad = ci_pad, c->k = kk, c->dil = dil;
+    c->stride = 1, c->pad_left = (kk - 1) * dil, c->n_out = n_out, c->ld_out = n_out;
+    c->out = dalloc((size_t)co * n_out * 4);
+    if (res) c->res = drand((size_t)co * n_out, F32, -1.f, 1.f), c->ld_res = n_out;
+    if (oact) {
+      c->out_act = dalloc((size_t)co * n_out * 4), c->ld_out_act = n_out;
+      c->oact = COSY_HACT_SNAKE, c->oalpha = oalpha;
+    }
+    flops += 2.0 * co * ci * kk * (double)n_out;
+    bytes += 4.0 * ((double)ci * len_in + (double)kk * co * ci +
+                    (double)co * n_out * (1 + (res != 0) + (oact != 0)));
+  }
+  double us[HC_NV];
+  for (int v = 0; v < HC_NV; v++) {
+    bench_op *o = new_op(group, name);
+    snprintf(o->size, sizeof o->size, "%dx %d>%d k%d%s d%d L%d %s", n, ci, co, k[0],
+             nk > 1 ? "/.." : "", dil, n_out, hc_vname[v]);
+    o->p[0] = d;
+    o->i[0] = hc_kernel[v], o->i[1] = n, o->i[2] = v == HC_NV - 1 ? 0 : 1;
+    o->flops = flops, o->bytes = bytes;
+    o->run = r_hconv;
+    run_op(o);
+    us[v] = o->us;
+  }
+  cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
+  if (us[0] <= 0) return; /* not selected (BENCH_FILTER) */
+  printf("conv cmp %-8s %-16s %dx %d>%d k%d%s d%d L%d: old %.1f us %.1f TFLOP/s (%.1f%% of "
+         "TF32 %.0f)", group, name, n, ci, co, k[0], nk > 1 ? "/.." : "", dil, n_out, us[0],
+         flops / us[0] * 1e-6, 100.0 * flops / us[0] * 1e-6 / (g_peak_tfs / 2), g_peak_tfs / 2);
+  for (int v = 1; v < HC_NV; v++) {
+    const int which = hc_kernel[v];
+    cosy_hift_conv_kernel(which);
+    const int got = cosy_hift_conv_kernel_for(&g_dev, d, n, COSY_HPREC_TF32_ROUNDED, 1);
+    printf(" | %s %.1f (x%.2f%s%s%s)", hc_vname[v], us[v], us[0] / us[v],
+           v < HC_NV - 1 && got == COSY_HCONV_K_OLD ? ", ran old" : "",
+           which == COSY_HCONV_K_AUTO && got > 0 ? ": " : "",
+           which == COSY_HCONV_K_AUTO && got > 0 ? hc_vname[got] : "");
+  }
+  cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
+  printf("\n");
+  for (int v = 0; v < HC_NV; v++) hc_sum[v] += us[v];
+}
+
+/* the decoder's launches of one call (jobs = 1) or of a batch of `jobs` streaming calls at Tx
+ * frames: conv_pre, ups 0 and per stage the resblocks' first conv1 (Snake input), conv1 at
+ * dilation 5 and conv2 (+ residual, Snake output); the ups 1/2 (mean-of-3 input), conv_post and
+ * the strided source downs run the old kernel under every choice and are left out */
+static void add_voc(const char *group, int Tx, int jobs) {
+  static const int k3[3] = {3, 7, 11}, k_3[1] = {3}, k_7[1] = {7}, k_11[1] = {11};
+  const int ch[4] = {512, 256, 128, 64}, L[3] = {8 * Tx, 40 * Tx, 120 * Tx + 1};
+  for (int v = 0; v < HC_NV; v++) hc_sum[v] = 0;
+  const int n1 = jobs;
+  add_hconv(group, "conv_pre k5", n1, 80, 512, (const int[]){5}, 1, 1, 1, COSY_HACT_NONE, Tx + 4,
+            Tx, 0, 0);
+  add_hconv(group, "ups0 x8 k16", n1, 512, 256, (const int[]){16}, 1, 1, 8, COSY_HACT_LEAKY, Tx,
+            L[0], 1, 0);
+  for (int st = 0; st < 3; st++) {
+    char *nm[3];
+    for (int q = 0; q < 3; q++) nm[q] = malloc(32);
+    snprintf(nm[0], 32, "rb%d c1 d1 snake", st);
+    snprintf(nm[1], 32, "rb%d c1 d5", st);
+    snprintf(nm[2], 32, "rb%d c2 +res", st);
+    const int c = ch[st + 1];
+    if (jobs == 1) { /* the three resblocks side by side */
+      add_hconv(group, nm[0], 3, c, c, k3, 3, 1, 1, COSY_HACT_SNAKE, L[st], L[st], 0, 1);
+      add_hconv(group, nm[1], 3, c, c, k3, 3, 5, 1, COSY_HACT_NONE, L[st], L[st], 0, 1);
+      add_hconv(group, nm[2], 3, c, c, k3, 3, 1, 1, COSY_HACT_NONE, L[st], L[st], 1, 1);
+    } else { /* a batch's launches hold one kernel size */
+      add_hconv(group, nm[0], jobs, c, c, k_3, 1, 1, 1, COSY_HACT_SNAKE, L[st], L[st], 0, 1);
+      add_hconv(group, nm[1], jobs, c, c, k_11, 1, 5, 1, COSY_HACT_NONE, L[st], L[st], 0, 1);
+      add_hconv(group, nm[2], jobs, c, c, k_7, 1, 1, 1, COSY_HACT_NONE, L[st], L[st], 1, 1);
+    }
+  }
+  if (hc_sum[0] > 0) {
+    printf("conv sum %-8s (the shapes above, us):", group);
+    for (int v = 0; v < HC_NV; v++)
+      printf(" | %s %.1f (x%.2f)", hc_vname[v], hc_sum[v], hc_sum[0] / hc_sum[v]);
+    printf("\n");
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
  * ceilings */
 
 static cudaError_t r_copy(bench_op *o, int s) {
@@ -1242,12 +1369,26 @@ void bench_flow_pack(const kh_scn *s) {
 void bench_attn_dit_paged(const kh_scn *s) {
   if (s->kind == KH_SCN_DIT) add_flow_ops(s->group, s->n, "attn_dit_paged");
 }
+void bench_hift(const kh_scn *s) {
+  if (s->kind != KH_SCN_VOC) return;
+  static int prepared;
+  if (!prepared) {
+    CK(cosy_k_hift_conv_prepare(&g_dev));
+    prepared = 1;
+  }
+  const int jobs = s->n / 1000, T = s->n % 1000; /* n = 1000 jobs + mel frames */
+  add_voc(s->group, T == 224 ? T : T - 7, jobs ? jobs : 1);
+}
 
 /* the scenarios, in the table's order */
 static const kh_scn g_scns[] = {
     {"llm b1", KH_SCN_LLM_DECODE, 1}, {"llm b64", KH_SCN_LLM_DECODE, 64},
     {"prefill", KH_SCN_PREFILL, 300}, {"dit 400", KH_SCN_DIT, 400},
     {"dit 1000", KH_SCN_DIT, 1000},   {"act", KH_SCN_ACT, 0},
+    /* the vocoder (n = 1000 jobs + mel frames): a non-final call of 100 frames, a final call of
+     * 224, a batch of 16 non-final calls of 100 */
+    {"voc s100", KH_SCN_VOC, 100},    {"voc f224", KH_SCN_VOC, 224},
+    {"voc b16", KH_SCN_VOC, 16100},
 };
 
 int kh_run_bench(const char *filter) {

@@ -55,6 +55,13 @@
 #               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT, NCUK_W1)
 #   ktop        the 30 kernels of the largest GPU time in a 64-request first-chunk burst and W1
 #               at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
+#   conv        the vocoder's conv kernels (kernels/conv.cu; not in the default steps: `bash
+#               bench/device_run.sh build conv`): test_gpu_hift's conv tests and golden decode
+#               (every cosy_hift_conv_kernel choice vs the CPU loop and bit for bit vs the old
+#               kernel; logs conv_test.log, conv_decode.log), then test_kernels --bench hift
+#               (conv_bench.log). Summary: failed checks ("conv check: ..."), then the
+#               "conv cmp" line of each vocoder launch (us of every kernel, speed-up over the
+#               old one) and the "conv sum" line of each scenario (voc s100, f224, b16)
 #   tc          the batch-invariant LLM (the default, COSY_LLM_DECODE=tc) against the mixed one
 #               (COSY_LLM_DECODE=mixed, not batch-invariant): test_kernels
 #               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
@@ -391,6 +398,16 @@ if [[ " $STEPS " == *" ab "* ]]; then
         | sed "s/^ */ab $v $round: /" | tee -a "$SUMMARY"
     done
   done
+fi
+if [[ " $STEPS " == *" conv "* ]]; then
+  COSY_TEST_FILTER='test_kernel_conv*' run conv_test ./$B/tests/test_gpu_hift
+  COSY_TEST_FILTER=test_decode_golden run conv_decode ./$B/tests/test_gpu_hift
+  grep -hE 'FAIL|DIFFERS|NOT BIT|WRONG KERNEL|LAYOUT' "$OUT/conv_test.log" "$OUT/conv_decode.log" \
+    | sed 's/^/conv check: /' | tee -a "$SUMMARY"
+  grep -hE 'bit-identical to the old kernel' "$OUT/conv_decode.log" | sed 's/^ */conv /' \
+    | tee -a "$SUMMARY"
+  run conv_bench ./$B/tests/test_kernels --bench hift
+  grep -E '^conv (cmp|sum)' "$OUT/conv_bench.log" | tee -a "$SUMMARY"
 fi
 if [[ " $STEPS " == *" tc "* ]]; then
   run tc_test_kernels ./$B/tests/test_kernels llm_gemv

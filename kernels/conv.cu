@@ -59,6 +59,17 @@
  * Measured (H200, full-size HiFT, T = 224): the convs reach ~25 TFLOP/s of useful fp32 work in
  * 3xTF32 (~75 TFLOP/s of TF32 mma issue) and ~38 in TF32; they are bound by instruction issue
  * and latency of the mma.sync path, not by memory.
+ * Counted (docs/kernels.md, "The vocoder's convolutions"; SASS for sm_90): this kernel issues
+ * ~9-13 instructions per HMMA (k 11 .. k 3): per tap 33.5 for 8 HMMA (the swizzled B addresses
+ * are recomputed at every tap), ~27 per weight cp.async (index division and 64-bit multiplies),
+ * ~95 per chunk for the staged column. A launch's floors: docs/kernels.md (a streaming call of
+ * 100 frames: 62 GFLOP, ~125 us at the H200's TF32 rate).
+ *
+ * conv2_kernel (below; cosy_hift_conv_kernel picks it): the same products in the same order per
+ * output, so the same bits as this kernel unsplit, with a 32 x 64 warp tile (64 x 128 block), a
+ * padded strip addressed incrementally, one cp.async per tap from a running pointer, and the
+ * weights and strip double-buffered (one barrier a chunk): ~3-6 instructions per HMMA. The
+ * engine's choice is the one line `int g_conv_kernel = ...` below.
  *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
@@ -480,6 +491,227 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
     }
 }
 
+/* ---- the wide-tile TF32 kernel (conv2) ------------------------------------------------------- */
+
+/* conv2_kernel<PREC, NTW, WB>: the same GEMM view, products and per-output order as
+ * conv_tc_kernel with KS = 1 (so its values are bit-identical to that kernel's unsplit launch),
+ * with fewer instructions per mma:
+ *   - warp tile 32 co x 8 NTW time (NTW = 8: 32 x 64, 16 mma per tap from 2 A and 4 B ldmatrix
+ *     x4; the old kernel's 32 x 32 needs 2 + 2 for 8 mma); block 64 co x 16 NTW time (128 for
+ *     NTW = 8), 4 warps (2 co x 2 time), so every weight slab copied to shared memory serves
+ *     twice the time steps;
+ *   - the strip is stored with a padded column pitch of XS = 12 floats (48 bytes: 8 consecutive
+ *     columns, as one ldmatrix matrix reads them, fall in 8 distinct 16-byte bank groups for any
+ *     odd stride) instead of the XOR swizzle, so a tap's B address is the previous tap's plus
+ *     dil XS floats: the tap loop is ldmatrix + mma + one add, no swizzle arithmetic;
+ *   - each thread copies the same weight row (m = tid / 2, half tid % 2) of every tap: one
+ *     cp.async per tap from a running pointer, no division or 64-bit multiply per copy;
+ *   - WB = 2: two weight slabs and two strips; the next chunk's weights are copied during the
+ *     current chunk's products and the next strip staged after them: one barrier per chunk
+ *     (WB = 1: one of each, two barriers, the old schedule).
+ * Each thread stages strip columns tid and tid + 128 (strips of up to 256 columns: every
+ * stride-1 conv of the vocoder at NTW = 8), the next chunk's values prefetched into registers.
+ * Not handled here (the launcher falls back to conv_tc_kernel, whose values are the same bits):
+ * 3xTF32, the mean-of-3 input, the split reduction, longer strips (the strided source downs),
+ * slabs that do not hold all k taps in the device's shared memory. */
+constexpr int XS = 12;
+
+__host__ __device__ inline int conv2_strip_len(int ntw, int k, int dil, int stride) {
+  return (16 * ntw - 1) * stride + (k - 1) * dil + 1 + 2;
+}
+inline size_t conv2_smem(int ntw, int wb, int k, int dil, int stride) {
+  return (size_t)wb * ((size_t)k * BM * CK + (size_t)conv2_strip_len(ntw, k, dil, stride) * XS) *
+         sizeof(float);
+}
+
+template <int PREC, int NTW, int WB>
+__global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
+    conv2_kernel(const __grid_constant__ ConvGroup grp) {
+  constexpr int BN2 = 16 * NTW, WN = 8 * NTW; /* block and warp time steps */
+  const cosy_hift_conv &c = grp.c[blockIdx.z];
+  const int t0 = blockIdx.x * BN2;
+  const int co0 = blockIdx.y * BM;
+  if (t0 >= c.n_out || co0 >= c.co) return;
+
+  extern __shared__ float4 smem_raw[];
+  const int K = c.k, dil = c.dil, stride = c.stride, act = c.act;
+  const int SL = conv2_strip_len(NTW, K, dil, stride);
+  const int slab = K * BM * CK, strip = SL * XS;
+  float *const sW = reinterpret_cast<float *>(smem_raw); /* [WB][K][BM][CK] */
+  float *const sX = sW + WB * slab;                      /* [WB][SL][XS] */
+
+  const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int g = lane >> 2, tq = lane & 3;
+
+  const int p0 = c.reflect ? t0 - 1 : t0;
+  const long long ubase = (long long)p0 * stride - c.pad_left;
+  const long long Lu = (long long)c.len_in * c.up;
+
+  /* B: ldmatrix x4 h (h < NTW / 2) gives n tiles 2h, 2h + 1 x (channels 0-3, 4-7); lane l
+   * addresses strip column n stride (+ j dil at tap j) of n = wn WN + 8 (2 h + l / 16) + l % 8,
+   * channels 4 ((l / 8) % 2) */
+  int bofs[NTW / 2];
+#pragma unroll
+  for (int h = 0; h < NTW / 2; h++) {
+    const int n = wn * WN + (2 * h + (lane >> 4)) * 8 + (lane & 7);
+    const int col = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
+    bofs[h] = col * XS + ((lane >> 3) & 1) * 4;
+  }
+  /* A: as conv_tc_kernel (the slab layout is the same) */
+  int aofs[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+    aofs[mt] = sw_off(wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+
+  float acc[2][NTW][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
+
+  const int n_chunks = c.ci_pad / CK;
+  /* the strip columns of this thread: tid and tid + NT */
+  constexpr int CPT = NTW == 8 ? 2 : 1;
+  bool col_ok[CPT];
+  int uu_col[CPT];
+#pragma unroll
+  for (int q = 0; q < CPT; q++) {
+    const int col = tid + q * NT;
+    const long long u = ubase + col;
+    col_ok[q] = col < SL && u >= 0 && u < Lu;
+    uu_col[q] = col_ok[q] ? (c.up == 1 ? (int)u : (int)(u / c.up)) : 0;
+  }
+  float pv[CPT][CK];
+  auto prefetch = [&](int chunk) {
+    const int ci0 = chunk * CK;
+#pragma unroll
+    for (int r = 0; r < CK; r++) {
+      const int ci = ci0 + r;
+      const float *row = c.in + (size_t)ci * (size_t)c.ld_in;
+#pragma unroll
+      for (int q = 0; q < CPT; q++) pv[q][r] = col_ok[q] && ci < c.ci ? row[uu_col[q]] : 0.f;
+    }
+  };
+  /* the weights: this thread's row m = tid / 2, half tid % 2, of every tap */
+  const int wm_row = tid >> 1, whalf = tid & 1;
+  const float *const wsrc =
+      c.wp + (size_t)(co0 + wm_row) * (size_t)c.ci_pad + (size_t)(whalf * 4);
+  const size_t wtap = (size_t)c.co_pad * (size_t)c.ci_pad;
+  const int wdst = sw_off(wm_row, whalf);
+  auto load_w = [&](int chunk, float *dst) {
+    const float *src = wsrc + (size_t)chunk * CK;
+    float *d = dst + wdst;
+    for (int j = 0; j < K; j++, src += wtap, d += BM * CK) cp_async16(d, src);
+    cp_async_commit();
+  };
+  auto stage = [&](int chunk, float *x) {
+    const int ci0 = chunk * CK;
+#pragma unroll
+    for (int q = 0; q < CPT; q++) {
+      const int col = tid + q * NT;
+      if (col < SL) {
+        /* the activation chosen once per column, not per value (the same operations) */
+        float big[CK];
+        if (act == COSY_HACT_NONE) {
+#pragma unroll
+          for (int r = 0; r < CK; r++) big[r] = __uint_as_float(tf32_bits(pv[q][r]));
+        } else if (act == COSY_HACT_LEAKY) {
+#pragma unroll
+          for (int r = 0; r < CK; r++)
+            big[r] = __uint_as_float(
+                tf32_bits(pv[q][r] > 0.f ? pv[q][r] : __fmul_rn(pv[q][r], c.slope)));
+        } else {
+#pragma unroll
+          for (int r = 0; r < CK; r++) {
+            const int ci = ci0 + r;
+            big[r] = __uint_as_float(
+                tf32_bits(apply_act(c, act, ci, ci < c.ci, pv[q][r], 0.f, 0.f)));
+          }
+        }
+        float4 *d = reinterpret_cast<float4 *>(x + col * XS);
+        d[0] = make_float4(big[0], big[1], big[2], big[3]);
+        d[1] = make_float4(big[4], big[5], big[6], big[7]);
+      }
+    }
+  };
+  const int dxs = dil * XS;
+  auto mma_taps = [&](const float *ws, const float *x) {
+    const float *xb = x;
+#pragma unroll 1
+    for (int j = 0; j < K; j++, ws += BM * CK, xb += dxs) {
+      uint32_t ab[2][4], bb[NTW][2];
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) ldsm4(ab[mt], ws + aofs[mt]);
+#pragma unroll
+      for (int h = 0; h < NTW / 2; h++) {
+        uint32_t r4[4];
+        ldsm4(r4, xb + bofs[h]);
+        bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
+        bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
+      }
+      if (PREC != COSY_HPREC_TF32_ROUNDED) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(__uint_as_float(ab[mt][e]));
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NTW; nt++) mma_tf32(acc[mt][nt], ab[mt], bb[nt]);
+    }
+  };
+
+  prefetch(0);
+  if (WB == 2) load_w(0, sW);
+  for (int chunk = 0; chunk < n_chunks; chunk++) {
+    const int b = WB == 2 ? (chunk & 1) : 0;
+    float *const w = sW + b * slab, *const x = sX + b * strip;
+    if (WB == 1) load_w(chunk, w);
+    stage(chunk, x);
+    if (chunk + 1 < n_chunks) prefetch(chunk + 1);
+    cp_async_wait<0>();
+    __syncthreads();
+    /* WB = 2: the other slab was last read by the previous chunk's products, which every warp
+     * finished before this barrier; the other strip is staged after these products */
+    if (WB == 2 && chunk + 1 < n_chunks) load_w(chunk + 1, sW + (b ^ 1) * slab);
+    mma_taps(w, x);
+    if (WB == 1) __syncthreads();
+  }
+
+  /* epilogue: as conv_tc_kernel's */
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
+      if (co >= c.co) continue;
+      const float bias = c.bias ? c.bias[co] : 0.f;
+      float oa = 0.f, oinv = 0.f;
+      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
+        oa = c.oalpha[co];
+        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int t = t0 + wn * WN + nt * 8 + 2 * tq + e;
+          if (t >= c.n_out) continue;
+          float v = __fadd_rn(acc[mt][nt][h * 2 + e], bias);
+          if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
+          if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
+          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
+          if (c.out_act)
+            c.out_act[(size_t)co * c.ld_out_act + t] =
+                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
+        }
+    }
+}
+
 /* ---- fp64 F0 predictor --------------------------------------------------------------------- */
 
 /* GEMM view as the TF32 kernel: M = co, N = time, K = (ci, tap); one k4 step = 4 input channels
@@ -681,6 +913,37 @@ f0_classify_group_kernel(const __grid_constant__ F0ClsGroup g) {
 
 int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always split */
 
+/* The engine's conv kernel (cosy_hift_conv_kernel): COSY_HCONV_K_OLD (conv_tc_kernel) or one of
+ * the conv2_kernel variants. THE DEFAULT IS THIS ONE LINE. The values are the same bits either
+ * way (tests/test_gpu_hift.c test_kernel_conv2), so the choice is one of speed only. */
+int g_conv_kernel = COSY_HCONV_K_OLD;
+
+/* COSY_HCONV_K_AUTO: the 64 x 128 tiles from this many blocks per SM (3 fit one), below it the
+ * 64 x 64 ones (twice the blocks: a launch of a few short convs fills more SMs) */
+constexpr int CONV2_AUTO_BLOCKS = 2;
+
+template <int PREC, int NTW, int WB> cudaError_t allow_smem2(int bytes) {
+  return cudaFuncSetAttribute(conv2_kernel<PREC, NTW, WB>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+template <int NTW, int WB> cudaError_t allow_smem2_all(int bytes) {
+  cudaError_t e = allow_smem2<COSY_HPREC_TF32, NTW, WB>(bytes);
+  return e ? e : allow_smem2<COSY_HPREC_TF32_ROUNDED, NTW, WB>(bytes);
+}
+template <int NTW, int WB>
+cudaError_t launch_conv2(cudaStream_t s, const ConvGroup &grp, int prec, dim3 grid, size_t smem) {
+  if (prec == COSY_HPREC_TF32_ROUNDED)
+    conv2_kernel<COSY_HPREC_TF32_ROUNDED, NTW, WB><<<grid, NT, smem, s>>>(grp);
+  else
+    conv2_kernel<COSY_HPREC_TF32, NTW, WB><<<grid, NT, smem, s>>>(grp);
+  return cudaGetLastError();
+}
+/* tile width (n tiles of 8 per warp) and buffering of a conv2 variant */
+inline void conv2_variant(int which, int *ntw, int *wb) {
+  *ntw = which == COSY_HCONV_K_W64 || which == COSY_HCONV_K_W64_SINGLE ? 4 : 8;
+  *wb = which == COSY_HCONV_K_W128_SINGLE || which == COSY_HCONV_K_W64_SINGLE ? 1 : 2;
+}
+
 template <int PREC, int KS, bool M3>
 cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, dim3 grid, int region_floats) {
   const size_t smem = (size_t)KS * region_floats * sizeof(float);
@@ -777,7 +1040,67 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
   return p->smem <= cap ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+/* whether conv2_kernel variant `which` runs this launch (see conv2_kernel for what it does not
+ * handle), and then its grid and shared memory */
+bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int prec,
+                const ConvPlan &p, int *which_io, dim3 *grid, size_t *smem) {
+  int which = *which_io;
+  if (which <= COSY_HCONV_K_OLD || which > COSY_HCONV_K_AUTO || p.split || p.m3 ||
+      (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_TF32_ROUNDED))
+    return false;
+  if (which == COSY_HCONV_K_AUTO) {
+    /* the 64 x 128 tiles when they give the SMs CONV2_AUTO_BLOCKS blocks each, else 64 x 64 */
+    long long blocks = 0;
+    for (int i = 0; i < n; i++)
+      blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
+    which = blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm ? COSY_HCONV_K_W128
+                                                              : COSY_HCONV_K_W64;
+    /* double buffers only where two blocks of them fit an SM (the 99-100 KB SMs of the 8.6, 8.9
+     * and 12.0 GPUs hold one k 16 block of W128's: there, one slab and one strip) */
+    const int ntw = which == COSY_HCONV_K_W128 ? 8 : 4;
+    for (int i = 0; i < n; i++)
+      if (2 * conv2_smem(ntw, 2, convs[i].k, convs[i].dil, convs[i].stride) > dev->smem_sm) {
+        which = which == COSY_HCONV_K_W128 ? COSY_HCONV_K_W128_SINGLE : COSY_HCONV_K_W64_SINGLE;
+        break;
+      }
+  }
+  int ntw, wb;
+  conv2_variant(which, &ntw, &wb);
+  const int max_cols = (ntw == 8 ? 2 : 1) * NT;
+  size_t bytes = 0;
+  int tiles = 0;
+  for (int i = 0; i < n; i++) {
+    const cosy_hift_conv &c = convs[i];
+    if (conv2_strip_len(ntw, c.k, c.dil, c.stride) > max_cols) return false;
+    const size_t b = conv2_smem(ntw, wb, c.k, c.dil, c.stride);
+    bytes = b > bytes ? b : bytes;
+    const int tt = (c.n_out + 16 * ntw - 1) / (16 * ntw);
+    tiles = tt > tiles ? tt : tiles;
+  }
+  if (bytes > dev->smem_block) return false;
+  *grid = dim3((unsigned)tiles, p.grid.y, p.grid.z);
+  *smem = bytes;
+  *which_io = which;
+  return true;
+}
+
 } /* namespace */
+
+extern "C" int cosy_hift_conv_kernel(int which) {
+  const int prev = g_conv_kernel;
+  g_conv_kernel = which >= COSY_HCONV_K_OLD && which <= COSY_HCONV_K_AUTO ? which : prev;
+  return prev;
+}
+
+extern "C" int cosy_hift_conv_kernel_for(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
+                                         int prec, int split_mode) {
+  ConvPlan p;
+  if (plan_convs(dev, convs, n, split_mode, prec, &p) != cudaSuccess) return -1;
+  dim3 grid;
+  size_t smem;
+  int which = g_conv_kernel;
+  return conv2_plan(dev, convs, n, prec, p, &which, &grid, &smem) ? which : COSY_HCONV_K_OLD;
+}
 
 extern "C" int cosy_hift_conv_pad(int n, int multiple) {
   return (n + multiple - 1) / multiple * multiple;
@@ -818,7 +1141,9 @@ extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 1, false>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 1, true>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, false>(b)) ||
-      (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, true>(b)))
+      (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, true>(b)) || (e = allow_smem2_all<8, 2>(b)) ||
+      (e = allow_smem2_all<8, 1>(b)) || (e = allow_smem2_all<4, 2>(b)) ||
+      (e = allow_smem2_all<4, 1>(b)))
     return e;
   return cudaSuccess;
 }
@@ -850,6 +1175,21 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
   for (int i = 0; i < MAXG; i++) {
     grp.c[i] = convs[i < n ? i : 0];
     grp.kt[i] = p.kt[i];
+  }
+  dim3 grid2;
+  size_t smem2;
+  int which = g_conv_kernel;
+  if (conv2_plan(dev, convs, n, prec, p, &which, &grid2, &smem2)) {
+    switch (which) {
+    case COSY_HCONV_K_W128_SINGLE:
+      return launch_conv2<8, 1>(s, grp, prec, grid2, smem2);
+    case COSY_HCONV_K_W64:
+      return launch_conv2<4, 2>(s, grp, prec, grid2, smem2);
+    case COSY_HCONV_K_W64_SINGLE:
+      return launch_conv2<4, 1>(s, grp, prec, grid2, smem2);
+    default:
+      return launch_conv2<8, 2>(s, grp, prec, grid2, smem2);
+    }
   }
   switch (prec) {
   case COSY_HPREC_3XTF32:

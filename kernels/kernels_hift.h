@@ -132,6 +132,34 @@ cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *dev,
 size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
                              int split_mode, int prec, int *kt, int *split);
 
+/* Which kernel runs the convs (kernels/conv.cu; process-wide, for the benchmark and the tests;
+ * the engine's default is one line there, g_conv_kernel). Every choice gives the same bits for
+ * every conv (the same products in the same order per output); a launch the chosen kernel does
+ * not handle (3xTF32, a mean-of-3 input, a split reduction, a strip longer than 256 columns, a
+ * weight slab of all k taps that does not fit dev->smem_block) runs COSY_HCONV_K_OLD.
+ *   COSY_HCONV_K_OLD          block 64 co x 64 time, warp 32 x 32, swizzled strip, two barriers
+ *                             a chunk (the split reduction, the tap groups, 3xTF32)
+ *   COSY_HCONV_K_W128         block 64 x 128, warp 32 x 64, padded strip, incremental addresses,
+ *                             weights and strip double-buffered (one barrier a chunk)
+ *   COSY_HCONV_K_W128_SINGLE  as W128 with one slab and strip (two barriers a chunk)
+ *   COSY_HCONV_K_W64, _W64_SINGLE   the same with block 64 x 64, warp 32 x 32
+ *   COSY_HCONV_K_AUTO         per launch W128 when its 64 x 128 tiles give every SM two blocks,
+ *                             else W64; double-buffered where two such blocks fit an SM's shared
+ *                             memory (dev->smem_sm), else the _SINGLE one (the same bits) */
+#define COSY_HCONV_K_OLD 0
+#define COSY_HCONV_K_W128 1
+#define COSY_HCONV_K_W128_SINGLE 2
+#define COSY_HCONV_K_W64 3
+#define COSY_HCONV_K_W64_SINGLE 4
+#define COSY_HCONV_K_AUTO 5
+/* sets the kernel choice (out-of-range values leave it), returns the previous one */
+int cosy_hift_conv_kernel(int which);
+/* the kernel (COSY_HCONV_K_*) that cosy_k_hift_conv_split(.., convs, n, prec, split_mode) runs on
+ * dev under the current choice (COSY_HCONV_K_AUTO resolved); -1 when the launch would be refused
+ * (host only, launches nothing) */
+int cosy_hift_conv_kernel_for(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int prec,
+                              int split_mode);
+
 /* fp64 conv of the F0 predictor with ELU (fp64 tensor cores: mma.sync m8n8k4 f64):
  *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out
  *   X[ci][u] = in[ci][u] for 0 <= u < len_in, else 0;  elu(v) = v > 0 ? v : expm1(v)

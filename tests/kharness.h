@@ -28,11 +28,11 @@ typedef enum {
 } kh_ceiling;
 
 /* a benchmark scenario: the model sizes one group of benchmark rows runs at */
-typedef enum { KH_SCN_LLM_DECODE, KH_SCN_PREFILL, KH_SCN_DIT, KH_SCN_ACT } kh_scn_kind;
+typedef enum { KH_SCN_LLM_DECODE, KH_SCN_PREFILL, KH_SCN_DIT, KH_SCN_ACT, KH_SCN_VOC } kh_scn_kind;
 typedef struct {
   const char *group; /* the table's group column */
   kh_scn_kind kind;
-  int n; /* batch (decode), tokens (prefill), frames (DiT) */
+  int n; /* batch (decode), tokens (prefill), frames (DiT), 1000 jobs + mel frames (vocoder) */
 } kh_scn;
 
 typedef struct {
@@ -88,6 +88,7 @@ void bench_resid_ln(const kh_scn *s);
 void bench_conv_pos(const kh_scn *s);
 void bench_flow_pack(const kh_scn *s);
 void bench_attn_dit_paged(const kh_scn *s);
+void bench_hift(const kh_scn *s);
 void bench_llm_step_ops(const kh_scn *s);
 /* times the selected families (filter: a family or launcher name; NULL all); exit status */
 int kh_run_bench(const char *filter);

@@ -12,6 +12,13 @@
  *     launch of three convs.
  *     Tolerances (relative L2): TF32 2e-3 (operands rounded to 10 mantissa bits: ~3e-4 measured),
  *     3xTF32 3e-5 (fp32 level: 2e-7 .. 1e-5 measured, the largest for k16 x 96 channels).
+ *   conv2 (test_kernel_conv2): every cosy_hift_conv_kernel choice (the wide-tile conv2_kernel
+ *     variants and the per-launch automatic one) in TF32 and TF32 with host-rounded weights, for
+ *     k 1/3/5/7/11/16, dilations 1/3/5, upsampling, reflect, look-ahead, Snake/leaky inputs,
+ *     residuals, the Snake output, co/ci off the tiles, n_out 1 .. 5000: vs the CPU loop (2e-3),
+ *     bit for bit vs the old kernel's unsplit launch, the kernel that ran as expected (the
+ *     mean-of-3 input and the strided downs fall back to the old kernel); a full launch of
+ *     COSY_HCONV_MAXG mixed convs gives each conv the old kernel's bits alone (batch invariance).
  *   conv64 (F0 predictor, fp64) vs a CPU double loop: 1e-12.
  *   grouped conv64 / classifier (cosy_k_hift_conv64_group, _f0_classify_group) vs one launch per
  *     job: bit-identical (memcmp), over COSY_HCONV64_MAXG + 5 jobs of different lengths (two
@@ -28,7 +35,8 @@
  *     summation order, rounded to fp32: bit-identical in practice; differing values counted).
  *   source with the golden rand_ini/sine_waves injected vs golden s: 1e-2.
  *   decode from golden final/s and nonfinal/s vs golden wav: 2e-2 (both precisions printed; the
- *     default precision is asserted), and vs ref_hift_decode (printed).
+ *     default precision is asserted), and vs ref_hift_decode (printed); in TF32 the waveform
+ *     under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's.
  *   end-to-end infer (default noise) vs ref_hift_infer: printed only (phase sensitive); lengths,
  *     finiteness and the +-0.99 clamp are asserted.
  *   argument checks and cancellation.
@@ -638,6 +646,178 @@ static void test_kernel_conv(void **state) {
     assert_int_equal(cosy_k_hift_conv(fx->g->stream, NULL, &bad, 1, 0), cudaErrorInvalidValue);
     cudaGetLastError();
   }
+  assert_true(all_ok);
+}
+
+/* conv2_kernel (the wide-tile variants of cosy_hift_conv_kernel) against the CPU loop and bit
+ * for bit against conv_tc_kernel's unsplit launch, for every shape class the vocoder launches:
+ * k 1/3/5/7/11/16, dilations 1/3/5, nearest upsampling with the leaky input, ReflectionPad1d,
+ * right look-ahead zeros/context, Snake input, residuals, the fused Snake output, co and ci not
+ * multiples of the tiles, n_out from 1 to 5000 (odd, shorter than one tile, one past a tile).
+ * Launches it does not handle (mean-of-3 input, the strided downs' long strips) must fall back to
+ * the old kernel (cosy_hift_conv_kernel_for says which ran). Then batch invariance: a full launch
+ * of COSY_HCONV_MAXG mixed convs under each variant gives each conv the old kernel's bits alone. */
+static void test_kernel_conv2(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  /* fields as test_kernel_conv's; `fallback` (after the case): the old kernel must run */
+  typedef struct {
+    conv_case cc;
+    int fallback;
+  } c2_case;
+  const c2_case cases[] = {
+      {{"k1 ci18 (source down 2)", 18, 64, 1, 1, 1, 0, 1, COSY_HACT_NONE, 0, 361, 0, 361, 0, 0, 0},
+       0},
+      {{"k3 d1 snake +res +snake out", 64, 64, 3, 1, 1, 2, 1, COSY_HACT_SNAKE, 0, 300, 0, 300, 1, 0,
+        1},
+       0},
+      {{"k3 d3 ci20 co130 out only", 20, 130, 3, 3, 1, 6, 1, COSY_HACT_NONE, 0, 257, 0, 257, 0, 0,
+        2},
+       0},
+      {{"k3 d5 T1", 64, 64, 3, 5, 1, 10, 1, COSY_HACT_SNAKE, 0, 1, 0, 1, 1, 0, 0}, 0},
+      {{"k7 d1 co40 T7", 72, 40, 7, 1, 1, 6, 1, COSY_HACT_SNAKE, 0, 7, 0, 7, 1, 0, 1}, 0},
+      {{"k7 d3 +res +res2", 72, 40, 7, 3, 1, 18, 1, COSY_HACT_SNAKE, 0, 517, 0, 517, 1, 1, 0}, 0},
+      {{"k7 d5 ci136 co192 T129", 136, 192, 7, 5, 1, 30, 1, COSY_HACT_NONE, 0, 129, 0, 129, 1, 0,
+        1},
+       0},
+      {{"k11 d1 co64 T128", 64, 64, 11, 1, 1, 10, 1, COSY_HACT_NONE, 0, 128, 0, 128, 1, 0, 1}, 0},
+      {{"k11 d3 ci24 co130", 24, 130, 11, 3, 1, 30, 1, COSY_HACT_SNAKE, 0, 200, 0, 200, 0, 0, 2},
+       0},
+      {{"k11 d5 snake long (stage 2)", 64, 64, 11, 5, 1, 50, 1, COSY_HACT_SNAKE, 0, 5000, 0, 5000,
+        1, 0, 0},
+       0},
+      {{"up x8 k16 leaky +res (ups 0)", 96, 48, 16, 1, 1, 15, 8, COSY_HACT_LEAKY, 0, 37, 0, 296, 1,
+        0, 0},
+       0},
+      {{"up x3 k7 reflect leaky +res", 32, 64, 7, 1, 1, 6, 3, COSY_HACT_LEAKY, 1, 50, 0, 151, 1, 0,
+        0},
+       0},
+      {{"k5 right zeros (conv_pre final)", 80, 128, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 30, 3, 30, 0,
+        0, 0},
+       0},
+      {{"k5 right context (conv_pre non-final)", 80, 128, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 34, 0,
+        30, 0, 0, 0},
+       0},
+      {{"up x5 k11 mean3-leaky (falls back)", 64, 64, 11, 1, 1, 10, 5, COSY_HACT_MEAN3_LEAKY, 0, 41,
+        3, 205, 0, 0, 0},
+       1},
+      {{"down k6 s3 (falls back)", 18, 64, 6, 1, 3, 2, 1, COSY_HACT_NONE, 0, 361, 0, 120, 0, 0, 0},
+       1},
+  };
+  enum { NV = 5 };
+  const int variants[NV] = {COSY_HCONV_K_W128, COSY_HCONV_K_W128_SINGLE, COSY_HCONV_K_W64,
+                            COSY_HCONV_K_W64_SINGLE, COSY_HCONV_K_AUTO};
+  const char *vname[] = {"old", "w128", "w128 single", "w64", "w64 single", "auto"};
+  const int nc = (int)(sizeof cases / sizeof cases[0]);
+  const int saved = cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
+  int all_ok = 1;
+  rng_seed(202);
+  for (int i = 0; i < nc; i++) {
+    const conv_case *cc = &cases[i].cc;
+    conv_run r;
+    conv_prepare(cc, &r);
+    assert_non_null(r.d_out);
+    const size_t nall = (size_t)r.co_rows * r.ld_out;
+    /* the weights rounded on the host, as the vocoder gives them (COSY_HPREC_TF32_ROUNDED) */
+    const size_t np = (size_t)cc->k * r.co_pad * r.ci_pad;
+    float *wr = malloc(np * sizeof(float));
+    assert_non_null(wr);
+    memcpy(wr, r.wp, np * sizeof(float));
+    cosy_hift_tf32_round(wr, np);
+    float *d_wr = dev_upload(wr, np * sizeof(float));
+    for (int pr = 0; pr < 2; pr++) {
+      const int prec = pr ? COSY_HPREC_TF32_ROUNDED : COSY_HPREC_TF32;
+      cosy_hift_conv d = r.desc;
+      if (pr) d.wp = d_wr;
+      float *base = NULL;
+      for (int v = -1; v < NV; v++) {
+        const int which = v < 0 ? COSY_HCONV_K_OLD : variants[v];
+        cosy_hift_conv_kernel(which);
+        const int ran = cosy_hift_conv_kernel_for(&fx->g->dev, &d, 1, prec, 1);
+        const int want_ok = cases[i].fallback ? ran == COSY_HCONV_K_OLD
+                            : which == COSY_HCONV_K_AUTO
+                                ? ran >= COSY_HCONV_K_W128 && ran <= COSY_HCONV_K_W64_SINGLE
+                                : ran == which;
+        CU(cudaMemset(r.d_out, 0xFF, nall * sizeof(float)));
+        if (r.d_oact) CU(cudaMemset(r.d_oact, 0xFF, nall * sizeof(float)));
+        CU(cudaDeviceSynchronize());
+        CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &d, 1, prec, 1));
+        CU(cudaStreamSynchronize(fx->g->stream));
+        int lay = 0;
+        const double e = conv_check(cc, &r, &lay);
+        float *o = conv_download(&r);
+        const int same = base ? !memcmp(o, base, 2 * nall * sizeof(float)) : 1;
+        char name[160];
+        snprintf(name, sizeof name, "conv2 %s [%s %s]%s%s%s", cc->name, vname[which],
+                 pr ? "TF32 rounded" : "TF32", lay ? "" : " LAYOUT",
+                 same ? "" : " NOT BIT-IDENTICAL TO OLD", want_ok ? "" : " WRONG KERNEL");
+        all_ok &= check_line(name, e, TOL_TF32) && lay && same && want_ok;
+        if (base)
+          free(o);
+        else
+          base = o;
+      }
+      free(base);
+    }
+    cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
+    free(wr);
+    cudaFree(d_wr);
+    conv_release(&r);
+  }
+  /* batch invariance: COSY_HCONV_MAXG convs of mixed k, dilation, length, channels and
+   * epilogues in one launch under each variant; each conv's bits = the old kernel's alone */
+  {
+    enum { NG = COSY_HCONV_MAXG };
+    conv_case gc[NG];
+    conv_run r[NG];
+    cosy_hift_conv d[NG];
+    const int ks[3] = {3, 7, 11}, ds[3] = {1, 3, 5}, chs[4] = {64, 128, 40, 256};
+    for (int i = 0; i < NG; i++) {
+      const int k = ks[i % 3], dl = ds[(i / 3) % 3], len = 37 + 131 * i, ch = chs[i % 4];
+      const conv_case c = {"grp", ch, ch, k, dl, 1, (k - 1) * dl, 1,
+                           i % 2 ? COSY_HACT_SNAKE : COSY_HACT_NONE, 0, len, 0, len, i % 2, 0,
+                           i % 4 == 0};
+      gc[i] = c;
+      conv_prepare(&gc[i], &r[i]);
+      assert_non_null(r[i].d_out);
+      d[i] = r[i].desc;
+    }
+    float *alone[NG];
+    cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
+    for (int i = 0; i < NG; i++) {
+      CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &d[i], 1, COSY_HPREC_TF32, 1));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      alone[i] = conv_download(&r[i]);
+    }
+    for (int v = 0; v < NV; v++) {
+      cosy_hift_conv_kernel(variants[v]);
+      const int ran = cosy_hift_conv_kernel_for(&fx->g->dev, d, NG, COSY_HPREC_TF32, 1);
+      for (int i = 0; i < NG; i++) {
+        const size_t nall = (size_t)r[i].co_rows * r[i].ld_out;
+        CU(cudaMemset(r[i].d_out, 0xFF, nall * sizeof(float)));
+        if (r[i].d_oact) CU(cudaMemset(r[i].d_oact, 0xFF, nall * sizeof(float)));
+      }
+      CU(cudaDeviceSynchronize());
+      CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG, COSY_HPREC_TF32, 1));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      int same = 1;
+      for (int i = 0; i < NG; i++) {
+        float *o = conv_download(&r[i]);
+        same &= !memcmp(o, alone[i], 2 * (size_t)r[i].co_rows * r[i].ld_out * sizeof(float));
+        free(o);
+      }
+      const int want_ok = variants[v] == COSY_HCONV_K_AUTO
+                              ? ran >= COSY_HCONV_K_W128 && ran <= COSY_HCONV_K_W64_SINGLE
+                              : ran == variants[v];
+      printf("  conv2 [%s]: %d convs in one launch vs each alone on the old kernel: %s%s\n",
+             vname[variants[v]], NG, same ? "bit-identical" : "DIFFERS",
+             want_ok ? "" : " (WRONG KERNEL)");
+      all_ok &= same && want_ok;
+    }
+    cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
+    for (int i = 0; i < NG; i++) free(alone[i]), conv_release(&r[i]);
+  }
+  cosy_hift_conv_kernel(saved);
   assert_true(all_ok);
 }
 
@@ -1362,6 +1542,20 @@ static void test_decode_golden(void **state) {
         print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, gold, n));
       print_message("  vs ref_hift_decode: rel L2 %.3e, max abs %.3e\n", tu_rel_l2(w, wc, n),
                     tu_max_abs_diff(w, wc, n));
+      /* TF32: the waveform under every conv kernel (cosy_hift_conv_kernel) is the same bits */
+      for (int kv = COSY_HCONV_K_W128; prec == COSY_HPREC_TF32 && kv <= COSY_HCONV_K_AUTO;
+           kv++) {
+        const int saved = cosy_hift_conv_kernel(kv);
+        float *w2 = NULL;
+        int64_t n2 = 0;
+        assert_int_equal(gpu_hift_decode(fx->h, mel, T, s, fin, &w2, &n2), COSY_OK);
+        cosy_hift_conv_kernel(saved);
+        const int same = n2 == n && !memcmp(w2, w, (size_t)n * sizeof(float));
+        print_message("  decode %s [TF32] with conv kernel %d: %s\n", fin ? "final" : "non-final",
+                      kv, same ? "bit-identical to the old kernel" : "DIFFERS FROM THE OLD KERNEL");
+        ok &= same;
+        free(w2);
+      }
       free(w);
     }
     free(s), free(gold), free(wc);
@@ -1932,7 +2126,8 @@ static void test_stream_args(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_conv_plan_profiles),
+      cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_kernel_conv2),
+      cmocka_unit_test(test_conv_plan_profiles),
       cmocka_unit_test(test_kernel_conv64),  cmocka_unit_test(test_kernel_conv64_group),
       cmocka_unit_test(test_kernel_stft),   cmocka_unit_test(test_kernel_noise),
       cmocka_unit_test(test_source_random), cmocka_unit_test(test_f0_golden),
