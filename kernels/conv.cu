@@ -640,7 +640,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
   const int dxs = dil * XS;
   auto mma_taps = [&](const float *ws, const float *x) {
     const float *xb = x;
-#pragma unroll 1
+#pragma unroll 2
     for (int j = 0; j < K; j++, ws += BM * CK, xb += dxs) {
       uint32_t ab[2][4], bb[NTW][2];
 #pragma unroll
