@@ -406,18 +406,26 @@ if [[ " $STEPS " == *" gemv "* ]]; then # not in the default steps: bash bench/d
   # full model (golden parity and batch invariance with the default ring, and the decode-step
   # timings: "tensor-core gemv + PDL]" = the default, ", ring 0]" = registers, ", ring 8]").
   # Summary lines "gemv test:", "gemv us:" (graph replay, us a call), "gemv step:"
-  run gemv_test_kernels timeout 400 ./$B/tests/test_kernels llm_gemv
-  note "gemv test: $(grep -c PASS "$OUT/gemv_test_kernels.log") PASS, $(grep -c FAIL "$OUT/gemv_test_kernels.log") FAIL; ring rows: $(grep -c 'llm_gemv_tc ring .*PASS' "$OUT/gemv_test_kernels.log") PASS"
-  grep FAIL "$OUT/gemv_test_kernels.log" | head -20 | sed 's/^/gemv test: /' | tee -a "$SUMMARY"
-  BENCH_FILTER=gemv run gemv_bench ./$B/tests/test_kernels --bench llm_gemv
-  grep -E '^llm b(1|64) +gemv' "$OUT/gemv_bench.log" | \
-    awk '{s=$3; for (i = 4; i <= NF && $i !~ /^[0-9]+x[0-9]+x[0-9]+$/; i++) s = s " " $i;
-          printf "gemv us: %-10s %-44s graph %7s  strm %7s\n", $i, s, $(i+5), $(i+6)}' | \
-    tee -a "$SUMMARY"
-  COSY_FULL_MODEL=$PWD/$FULL run gemv_gpu_llm timeout 500 ./$B/tests/test_gpu_llm
-  grep -E 'TIMING llm decode step batch' "$OUT/gemv_gpu_llm.log" | grep 'tensor-core' | \
-    sed 's/^.*TIMING llm decode step /gemv step: /' | tee -a "$SUMMARY"
-  note "gemv gpu_llm: $(grep -E 'PASSED|FAILED' "$OUT/gemv_gpu_llm.log" | tr '\n' ' ')"
+  # GEMV_PARTS (default "test bench llm") picks the parts, e.g. GEMV_PARTS="test bench"
+  parts=" ${GEMV_PARTS:-test bench llm} "
+  if [[ "$parts" == *" test "* ]]; then
+    run gemv_test_kernels timeout 400 ./$B/tests/test_kernels llm_gemv
+    note "gemv test: $(grep -c PASS "$OUT/gemv_test_kernels.log") PASS, $(grep -c FAIL "$OUT/gemv_test_kernels.log") FAIL; ring rows: $(grep -c 'llm_gemv_tc ring .*PASS' "$OUT/gemv_test_kernels.log") PASS"
+    grep FAIL "$OUT/gemv_test_kernels.log" | head -20 | sed 's/^/gemv test: /' | tee -a "$SUMMARY"
+  fi
+  if [[ "$parts" == *" bench "* ]]; then
+    BENCH_FILTER=gemv run gemv_bench timeout 400 ./$B/tests/test_kernels --bench llm_gemv
+    grep -E '^llm b(1|64) +gemv' "$OUT/gemv_bench.log" | \
+      awk '{s=$3; for (i = 4; i <= NF && $i !~ /^[0-9]+x[0-9]+x[0-9]+$/; i++) s = s " " $i;
+            printf "gemv us: %-10s %-44s graph %7s  strm %7s\n", $i, s, $(i+5), $(i+6)}' | \
+      tee -a "$SUMMARY"
+  fi
+  if [[ "$parts" == *" llm "* ]]; then
+    COSY_FULL_MODEL=$PWD/$FULL run gemv_gpu_llm timeout 500 ./$B/tests/test_gpu_llm
+    grep -E 'TIMING llm decode step batch' "$OUT/gemv_gpu_llm.log" | grep 'tensor-core' | \
+      sed 's/^.*TIMING llm decode step /gemv step: /' | tee -a "$SUMMARY"
+    note "gemv gpu_llm: $(grep -E 'PASSED|FAILED' "$OUT/gemv_gpu_llm.log" | tr '\n' ' ')"
+  fi
 fi
 if [[ " $STEPS " == *" tc "* ]]; then
   run tc_test_kernels ./$B/tests/test_kernels llm_gemv

@@ -115,7 +115,9 @@ int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode);
  * two rows of a SiLU or RoPE pair sit in one warp, so the epilogue needs no exchange) and a
  * share of K fixed by N and K alone; every row of x is computed the same way whatever R, so
  * a row's result is bit-identical alone or among any others (batch-invariant, tested). Rows go
- * 8, 16 or 32 to a block; the weights are streamed once per block of rows. */
+ * 8, 16 or 32 to a block; the weights are streamed once per block of rows, into registers or
+ * (args ring, 9.0+) through a shared-memory ring of bulk copies, with the same bits.
+ * cudaErrorInvalidValue also for ring outside 0..16. */
 cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a);
 
 /* Bytes of the workspace (args xs) with which cosy_k_llm_gemv_tc splits R rows of K inputs

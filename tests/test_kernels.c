@@ -2672,6 +2672,12 @@ void test_args(void **state) {
     ga.K = 8, ga.ldx = 8, ga.out_mode = COSY_GEMV_ADD_F32, ga.in_mode = COSY_GEMV_IN_RMSNORM;
     ga.norm_w = d;
     bad += cosy_k_llm_gemv(0, &ga) != cudaErrorNotSupported; /* a combination not built */
+    memset(&ga, 0, sizeof ga);
+    ga.M = 1, ga.N = 16, ga.K = 8, ga.x = d, ga.ldx = 8, ga.w = (const cosy_bf16 *)d, ga.y = d;
+    ga.ldy = 16, ga.ring = 17;
+    bad += cosy_k_llm_gemv_tc(0, &ga) != cudaErrorInvalidValue; /* ring > 16 stages */
+    ga.ring = -1;
+    bad += cosy_k_llm_gemv_tc(0, &ga) != cudaErrorInvalidValue;
   }
   bad += cosy_k_flow_qkv_post(0, (cosy_bf16 *)d, d, d, 1, 4, 100, 64) !=
          cudaErrorInvalidValue; /* D % 8 */
