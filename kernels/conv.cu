@@ -68,8 +68,9 @@
  * conv2_kernel (below; cosy_hift_conv_kernel picks it): the same products in the same order per
  * output, so the same bits as this kernel unsplit, with a 32 x 64 warp tile (64 x 128 block), a
  * padded strip addressed incrementally, one cp.async per tap from a running pointer, and the
- * weights and strip double-buffered (one barrier a chunk): ~3-6 instructions per HMMA. The
- * engine's choice is the one line `int g_conv_kernel = ...` below.
+ * weights and strip double-buffered (one barrier a chunk) or not: ~3-6 instructions per HMMA.
+ * The engine's choice is the one line `int g_conv_kernel = ...` below (COSY_HCONV_K_AUTO: the
+ * single-buffered variants, per launch by the rule in conv2_plan; docs/kernels.md).
  *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
@@ -916,7 +917,7 @@ int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always 
 /* The engine's conv kernel (cosy_hift_conv_kernel): COSY_HCONV_K_OLD (conv_tc_kernel) or one of
  * the conv2_kernel variants. THE DEFAULT IS THIS ONE LINE. The values are the same bits either
  * way (tests/test_gpu_hift.c test_kernel_conv2), so the choice is one of speed only. */
-int g_conv_kernel = COSY_HCONV_K_OLD;
+int g_conv_kernel = COSY_HCONV_K_AUTO;
 
 /* COSY_HCONV_K_AUTO: the 64 x 128 tiles from this many blocks per SM (3 fit one), below it the
  * 64 x 64 ones (twice the blocks: a launch of a few short convs fills more SMs) */
@@ -1049,20 +1050,21 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
       (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_TF32_ROUNDED))
     return false;
   if (which == COSY_HCONV_K_AUTO) {
-    /* the 64 x 128 tiles when they give the SMs CONV2_AUTO_BLOCKS blocks each, else 64 x 64 */
+    /* measured on an H200 (bench/RESULTS.md, session of 2026-11-28 (tenth), call c; `test_kernels
+     * --bench hift`): the single-buffered variants were as fast as or faster than the
+     * double-buffered ones in every launch of the vocoder (the k 16 upsampling of 16 requests:
+     * 350 against 555 us), the 64 x 128 tiles won only where the input has >= 256 channels and
+     * the launch gives every SM CONV2_AUTO_BLOCKS blocks of them (stage 0 of a batch: 1.1-1.5x
+     * the old kernel), the 64 x 64 ones everywhere else (1.0-1.25x) */
     long long blocks = 0;
-    for (int i = 0; i < n; i++)
+    int ci_max = 0;
+    for (int i = 0; i < n; i++) {
       blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
-    which = blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm ? COSY_HCONV_K_W128
-                                                              : COSY_HCONV_K_W64;
-    /* double buffers only where two blocks of them fit an SM (the 99-100 KB SMs of the 8.6, 8.9
-     * and 12.0 GPUs hold one k 16 block of W128's: there, one slab and one strip) */
-    const int ntw = which == COSY_HCONV_K_W128 ? 8 : 4;
-    for (int i = 0; i < n; i++)
-      if (2 * conv2_smem(ntw, 2, convs[i].k, convs[i].dil, convs[i].stride) > dev->smem_sm) {
-        which = which == COSY_HCONV_K_W128 ? COSY_HCONV_K_W128_SINGLE : COSY_HCONV_K_W64_SINGLE;
-        break;
-      }
+      ci_max = convs[i].ci > ci_max ? convs[i].ci : ci_max;
+    }
+    which = ci_max >= 256 && blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm
+                ? COSY_HCONV_K_W128_SINGLE
+                : COSY_HCONV_K_W64_SINGLE;
   }
   int ntw, wb;
   conv2_variant(which, &ntw, &wb);

@@ -91,8 +91,11 @@ typedef struct cosy_llm_gemv_args {
 } cosy_llm_gemv_args;
 
 /* The stages of gemv_tc's weight ring the engine runs on compute capability 9.0+ (args ring;
- * bench `test_kernels --bench llm_gemv` compares 0 = registers with 2, 4 and 8 stages). */
-#define COSY_GEMV_TC_RING 4
+ * bench `test_kernels --bench llm_gemv` compares 0 = registers with 2, 4 and 8 stages). 0: on an
+ * H200 the ring was slower than the registers in every call (bench/RESULTS.md, session of
+ * 2026-11-28 (tenth), call c: the decode step 0.956 ms at batch 1 and 2.88 ms at 64 with 4 stages
+ * against 0.801 / 2.108 ms with the registers). */
+#define COSY_GEMV_TC_RING 0
 
 /* Measurement only (bench/bench_kernels.c; not thread-safe, set it before launching): which rows
  * of x gemv_tc stages in shared memory when no split workspace is used: -1 the default

@@ -143,9 +143,9 @@ size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, 
  *                             weights and strip double-buffered (one barrier a chunk)
  *   COSY_HCONV_K_W128_SINGLE  as W128 with one slab and strip (two barriers a chunk)
  *   COSY_HCONV_K_W64, _W64_SINGLE   the same with block 64 x 64, warp 32 x 32
- *   COSY_HCONV_K_AUTO         per launch W128 when its 64 x 128 tiles give every SM two blocks,
- *                             else W64; double-buffered where two such blocks fit an SM's shared
- *                             memory (dev->smem_sm), else the _SINGLE one (the same bits) */
+ *   COSY_HCONV_K_AUTO         (the engine's default) per launch W128_SINGLE when an input has
+ *                             >= 256 channels and its 64 x 128 tiles give every SM two blocks,
+ *                             else W64_SINGLE (measured fastest per launch: kernels/conv.cu) */
 #define COSY_HCONV_K_OLD 0
 #define COSY_HCONV_K_W128 1
 #define COSY_HCONV_K_W128_SINGLE 2
