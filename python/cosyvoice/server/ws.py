@@ -11,8 +11,10 @@ request, whose audio follows. The audio goes out as soon as the engine makes it,
 (or base64 in "audio" events when the session says binary: false), in order: an utterance's
 audio starts after the previous utterance's has been sent.
 
-Server events (JSON text frames): session, started, audio (base64 mode only), done (samples,
-seconds, usage, timings), cancelled (samples sent), error. A bad message gets an error event and
+Server events (JSON text frames): session, started, audio (base64 mode only), mark (where the
+speech for a text piece can start: the library's text marks, Request.text_marks, sent in order
+with the audio), done (samples, seconds, pieces, marks, usage, timings), cancelled (samples and
+marks sent), error. A bad message gets an error event and
 the session goes on; a closed socket cancels everything in flight.
 
 Limits: a message at most max_body_bytes (the HTTP body limit); a text piece and an utterance's
@@ -58,7 +60,11 @@ class Utterance:
         self.settings = dict(settings)
         self.queue = asyncio.Queue()   # Requests, then None after end
         self.requests = []             # every request, for cancel
+        self.pieces = []               # per request: its text pieces (Piece), in order
         self.current = None            # the request that takes text now
+        self.req_bytes = 0             # UTF-8 bytes pushed into the current request
+        self.n_pieces = 0              # text pieces of the utterance
+        self.n_marks = 0               # mark events sent
         self.chars = 0
         self.samples = 0
         self.cancelled = False
@@ -67,6 +73,31 @@ class Utterance:
         self.t0 = time.monotonic()
         self.t_first = None
         self.usage = {"input_tokens": 0, "output_tokens": 0}
+
+
+class Piece:
+    """A client text piece: its index in the utterance, its characters [c0, c1) of the
+    utterance's text, and where its bytes start in its engine request's text (marks)."""
+    __slots__ = ("index", "c0", "c1", "b0")
+
+    def __init__(self, index, c0, c1, b0):
+        self.index, self.c0, self.c1, self.b0 = index, c0, c1, b0
+
+
+def piece_sample(p, marks):
+    """The request's sample where speech for piece p can start: the mark of the unit (sentence
+    or word of the library's text streaming, Request.text_marks) that holds its first byte; None
+    while that unit is not committed or not fed yet."""
+    lo, hi = 0, len(marks)
+    while lo < hi:   # the first unit that ends after the piece's first byte
+        mid = (lo + hi) // 2
+        if marks[mid].text_end <= p.b0:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == len(marks) or marks[lo].text_begin > p.b0 or marks[lo].sample < 0:
+        return None
+    return marks[lo].sample
 
 
 class Session:
@@ -172,6 +203,8 @@ class Session:
             r.close()
             return None
         u.requests.append(r)
+        u.pieces.append([])
+        u.req_bytes = 0
         u.current = r
         u.queue.put_nowait(r)
         return r
@@ -214,6 +247,10 @@ class Session:
             await asyncio.to_thread(r.push_text, text)
         except cosyvoice.CosyError as e:
             raise engine_error(e) from None
+        u.pieces[u.requests.index(r)].append(Piece(u.n_pieces, u.chars, u.chars + len(text),
+                                                   u.req_bytes))
+        u.n_pieces += 1
+        u.req_bytes += len(text.encode())
         u.chars += len(text)
 
     def start_utterance(self):
@@ -296,7 +333,28 @@ class Session:
         if u.cancelled:
             self.st.cancelled.inc()
             await self.send_json({"type": "cancelled", "utterance": u.id, "samples": u.samples,
-                                  "seconds": u.samples / rate})
+                                  "seconds": u.samples / rate, "pieces": u.n_pieces,
+                                  "marks": u.n_marks})
+
+    async def send_marks(self, u, r, pending, base, upto):
+        """Send the mark events of the pieces (pending, in order) whose speech can start at or
+        before request sample upto (None: all of them, at the end of the request's audio);
+        base: the utterance's samples before this request. Returns the request sample of the
+        next piece's mark when known (and > upto), else None."""
+        rate = u.settings["sample_rate"]
+        marks = None
+        while pending:
+            if marks is None:
+                marks = r.text_marks()
+            at = piece_sample(pending[0], marks)
+            if at is None or (upto is not None and at > upto):
+                return at
+            p = pending.pop(0)
+            await self.send_json({"type": "mark", "utterance": u.id, "piece": p.index,
+                                  "text_begin": p.c0, "text_end": p.c1, "sample": base + at,
+                                  "ms": (base + at) * 1000 / rate})
+            u.n_marks += 1
+        return None
 
     async def play(self, u):
         fmt = u.settings["response_format"]
@@ -306,14 +364,32 @@ class Session:
             r = await u.queue.get()
             if r is None:
                 break
+            # the marks go out in order with the audio: a piece's mark right after the audio
+            # before its sample (a chunk is cut there), so that everything sent before a mark
+            # was made without that piece's text (docs/websocket.md)
+            pending = u.pieces[u.requests.index(r)]
+            base, pos = u.samples, 0
             async for c in r.achunks():
                 if u.cancelled:
                     break
                 if u.t_first is None:
                     u.t_first = time.monotonic()
                     self.st.ttfb.observe(u.t_first - u.t0)
+                while True:
+                    at = await self.send_marks(u, r, pending, base, pos)
+                    if u.cancelled or at is None or at >= pos + c.size:
+                        break
+                    head, c = c[:at - pos], c[at - pos:]
+                    u.samples += head.size
+                    pos += head.size
+                    await self.send_audio(u, encode(fmt, head))
+                if u.cancelled:
+                    break
                 u.samples += c.size
+                pos += c.size
                 await self.send_audio(u, encode(fmt, c))
+            if not u.cancelled:
+                await self.send_marks(u, r, pending, base, None)
             if not u.cancelled:
                 rs = r.stats()
                 u.usage["input_tokens"] += rs.n_text_tokens
@@ -323,7 +399,7 @@ class Session:
         usage = dict(u.usage, total_tokens=u.usage["input_tokens"] + u.usage["output_tokens"])
         await self.send_json({
             "type": "done", "utterance": u.id, "samples": u.samples, "seconds": u.samples / rate,
-            "usage": usage,
+            "pieces": u.n_pieces, "marks": u.n_marks, "usage": usage,
             "timings": {"first_audio_s": None if u.t_first is None else u.t_first - u.t0,
                         "total_s": time.monotonic() - u.t0}})
 

@@ -41,6 +41,35 @@ def streamed(model_path, voices_dir):
     eng.close()
 
 
+@pytest.fixture(scope="module")
+def piece_marks(model_path, voices_dir):
+    """piece_marks(pieces, **params): for each piece, the sample where the library's text marks
+    (Request.text_marks) say its speech can start: the mark of the unit holding its first byte
+    (the in-process reference for the server's mark events)."""
+    eng = cosyvoice.Engine(model_path)
+    v = eng.load_voice(os.path.join(voices_dir, "alloy.gguf"))
+
+    def run(pieces, **kw):
+        with eng.submit_text_stream(v, **kw) as r:
+            for p in pieces:
+                r.push_text(p)
+            r.end_text()
+            for _ in r:
+                pass
+            marks = r.text_marks()
+        out, b = [], 0
+        for p in pieces:
+            unit = [m for m in marks if m.text_begin <= b < m.text_end]
+            assert len(unit) == 1, (p, b, marks)
+            out.append(unit[0].sample)
+            b += len(p.encode())
+        return out
+
+    yield run
+    v.close()
+    eng.close()
+
+
 def pieces_of(text, n=3):
     """text in pieces of n characters (a chat model's tokens, roughly)."""
     return [text[i:i + n] for i in range(0, len(text), n)]
@@ -69,6 +98,24 @@ class Conn:
             if m["type"] == type_:
                 return m, audio
             assert m["type"] != "error", m
+
+    def stream(self, timeout=120, end=("done",)):
+        """Every message up to the utterance's done (or cancelled): ([(event, samples of audio
+        received before it)], audio bytes, the last event); base64 audio events count as
+        audio. Bytes per sample: 2 (pcm) unless the caller divides otherwise."""
+        events, audio = [], b""
+        while True:
+            m = self.recv(timeout)
+            if isinstance(m, bytes):
+                audio += m
+                continue
+            if m["type"] == "audio":
+                audio += base64.b64decode(m["audio"])
+                continue
+            assert m["type"] != "error", m
+            events.append((m, len(audio)))
+            if m["type"] in end:
+                return events, audio, m
 
     def utterance(self, timeout=120):
         """Audio bytes and the done event of the utterance in flight."""
@@ -133,18 +180,28 @@ def test_flush_speaks_what_is_pending_and_the_utterance_goes_on(ws_url, streamed
     c.send(type="end")
     assert c.recv()["type"] == "started"
     audio = b""
+    marks = []
     while True:
         m = c.recv(120)
         assert isinstance(m, dict), "binary false: audio comes in events"
         if m["type"] == "audio":
             audio += base64.b64decode(m["audio"])
             continue
+        if m["type"] == "mark":
+            assert m["sample"] * 2 == len(audio)   # in order with the audio
+            marks.append(m)
+            continue
         assert m["type"] == "done", m
         break
     c.close()
     # one engine request per flush, each with the session's seed
-    want = cosyvoice.to_pcm16(streamed(a, seed=8)) + cosyvoice.to_pcm16(streamed(b, seed=8))
+    first = cosyvoice.to_pcm16(streamed(a, seed=8))
+    want = first + cosyvoice.to_pcm16(streamed(b, seed=8))
     assert audio == want and m["samples"] * 2 == len(audio)
+    # the second request's marks count on from the first one's audio
+    assert [k["piece"] for k in marks] == list(range(len(a) + len(b)))
+    assert m["pieces"] == m["marks"] == len(a) + len(b)
+    assert all(k["sample"] * 2 >= len(first) for k in marks[len(a):])
 
 
 def test_cancel_in_the_middle_of_speech(ws_url, client):
@@ -156,8 +213,14 @@ def test_cancel_in_the_middle_of_speech(ws_url, client):
         c.send(type="text", text=p)
     c.send(type="end")
     assert c.recv()["type"] == "started"
-    first = c.recv(120)
-    assert isinstance(first, bytes) and first
+    n_marks = 0
+    while True:
+        first = c.recv(120)
+        if isinstance(first, bytes):
+            break
+        assert first["type"] == "mark" and first["sample"] == 0, first
+        n_marks += 1
+    assert first
     c.send(type="cancel")
     got = len(first)
     while True:
@@ -165,14 +228,107 @@ def test_cancel_in_the_middle_of_speech(ws_url, client):
         if isinstance(m, bytes):   # sent before the server saw the cancel
             got += len(m)
             continue
+        if m["type"] == "mark":
+            assert m["sample"] * 2 == got
+            n_marks += 1
+            continue
         assert m["type"] == "cancelled", m
         break
     assert m["samples"] * 2 == got, (m, got)
+    assert m["marks"] == n_marks and m["pieces"] == len(pieces_of(LONG_TEXT, 40))
     # nothing more of it; the session goes on
     c.send(type="text", text="Short.")
     c.send(type="end")
     audio, done = c.utterance()
     assert audio and done["utterance"] == m["utterance"] + 1
+    c.close()
+    wait_idle(client)
+
+
+def check_marks(events, pieces, want, bytes_per_sample, rate):
+    """The mark events of one utterance: one per piece, in order, each right after the audio
+    before its sample, at the in-process library marks (want), with the pieces' characters."""
+    marks = [(m, n) for m, n in events if m["type"] == "mark"]
+    assert [m["piece"] for m, _ in marks] == list(range(len(pieces)))
+    c = 0
+    for (m, n), p, w in zip(marks, pieces, want):
+        assert (m["text_begin"], m["text_end"]) == (c, c + len(p))
+        assert m["sample"] == w, (m, w)
+        assert m["sample"] * bytes_per_sample == n, (m, n)
+        assert m["ms"] == pytest.approx(m["sample"] * 1000 / rate)
+        c += len(p)
+    return [m for m, _ in marks]
+
+
+def test_marks_tie_the_pieces_to_the_audio(ws_url, piece_marks):
+    """A mark event per text piece, in order with the audio, at the library's marks; done says
+    how many; the same at 8 kHz mu-law (samples at the output rate); pieces cut inside words and
+    across sentences."""
+    text = ("Sure! The train leaves at nine tomorrow. Then it stops twice, "
+            "once in Lyon and once in Dijon. Café?")
+    pieces = pieces_of(text, 7)
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=11)
+    c.recv()
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    events, audio, done = c.stream()
+    want = piece_marks(pieces, seed=11)
+    marks = check_marks(events, pieces, want, 2, 24000)
+    assert done["pieces"] == done["marks"] == len(pieces)
+    # normalization on: a unit is a sentence, so the pieces of one sentence share its mark
+    assert len(set(m["sample"] for m in marks)) <= 4 and marks[0]["sample"] == 0
+    assert marks[-1]["sample"] < done["samples"]
+    # phone line: the marks at 8000 Hz
+    c.send(type="session", response_format="mulaw", sample_rate=8000)
+    c.recv()
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    events, audio, done = c.stream()
+    check_marks(events, pieces, piece_marks(pieces, seed=11, sample_rate=8000), 1, 8000)
+    c.close()
+
+
+def test_marks_after_a_cancel_say_what_was_not_heard(ws_url, client, piece_marks):
+    """Cancelled mid-speech: the marks sent are those of the pieces whose speech could have
+    started in the audio sent; every later piece's library mark is at or after the last sample
+    sent (it was not heard)."""
+    wait_idle(client)
+    pieces = [w + " " for w in LONG_TEXT.split(" ")]
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=12)
+    c.recv()
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    got, events = 0, []
+    while True:
+        m = c.recv(120)
+        if isinstance(m, bytes):
+            got += len(m)
+            if got >= 2 * 24000 * 2:   # two seconds heard: barge in
+                c.send(type="cancel")
+                break
+            continue
+        events.append((m, got))
+    while True:
+        m = c.recv(30)
+        if isinstance(m, bytes):
+            got += len(m)
+            continue
+        if m["type"] == "cancelled":
+            break
+        events.append((m, got))
+    marks = [e for e, _ in events if e["type"] == "mark"]
+    assert m["marks"] == len(marks) and m["samples"] * 2 == got
+    want = piece_marks(pieces, seed=12)
+    k = m["marks"]
+    assert 0 < k < len(pieces)
+    assert all(want[i] <= m["samples"] for i in range(k))
+    assert all(want[i] >= m["samples"] for i in range(k, len(pieces)))
+    assert [e["sample"] for e in marks] == want[:k]
     c.close()
     wait_idle(client)
 
@@ -185,6 +341,7 @@ def test_closed_socket_cancels_everything(ws_url, client):
     c.send(type="text", text=LONG_TEXT)
     c.send(type="end")
     assert c.recv()["type"] == "started"
+    assert c.recv(120)["type"] == "mark"   # its one piece: speech for it can start at once
     assert isinstance(c.recv(120), bytes)
     calls = health(client)["engine_calls"]
     c.close()
