@@ -528,3 +528,161 @@ def test_a_stalled_utterance_is_ended(ws_url, streamed, client):
     assert audio == cosyvoice.to_pcm16(streamed(["Words and then nothing"], seed=9))
     c.close()
     wait_idle(client)
+
+
+# ---- the twilio protocol: Twilio media-stream messages ----------------------------------------
+
+SID = "MZ0123456789abcdef"
+
+
+def twilio_session(ws_url, seed, **kw):
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=seed, protocol="twilio", stream_sid=SID, **kw)
+    ev = c.recv()
+    assert ev["type"] == "session" and ev["protocol"] == "twilio", ev
+    assert (ev["response_format"], ev["sample_rate"], ev["binary"]) == ("mulaw", 8000, False)
+    return c
+
+
+def twilio_stream(c, end=("done",), timeout=120):
+    """Messages up to the utterance's done / cancelled: [(message, mu-law bytes before it)], the
+    media payloads, the last message. Every Twilio-shaped message carries the session's sid."""
+    out, frames, n = [], [], 0
+    while True:
+        m = c.recv(timeout)
+        assert isinstance(m, dict), "twilio: everything in JSON text frames"
+        if "event" in m:
+            assert "type" not in m and m["streamSid"] == SID, m
+            if m["event"] == "media":
+                assert set(m) == {"event", "streamSid", "media"} and set(m["media"]) == {"payload"}
+                b = base64.b64decode(m["media"]["payload"])
+                frames.append(b)
+                n += len(b)
+            out.append((m, n))
+            continue
+        assert m["type"] != "error", m
+        out.append((m, n))
+        if m["type"] in end:
+            return out, frames, m
+
+
+def test_twilio_media_frames_and_marks(ws_url, streamed, piece_marks):
+    """Twilio mode: media events of 20 ms (160 bytes of mu-law) whose payloads joined are the
+    in-process 8 kHz audio in mu-law; a frame is cut short only right before a mark or at the end;
+    a Twilio mark sent between two sentences comes back where the next sentence's speech can
+    start (its library mark), one sent after the last text at the end of the audio."""
+    from cosyvoice.server.encoders import encode_raw
+    # (long enough that the text after the first mark is not all fed with the voice's prompt
+    # speech, before any speech token: then its mark would be 0)
+    a = pieces_of("Sure! The train leaves at nine tomorrow morning from the main station, "
+                  "platform four, and it arrives in the afternoon. Bring a coat, it will be "
+                  "cold.", 6)
+    b = pieces_of(" Then it stops twice.", 6)
+    c = twilio_session(ws_url, 13)
+    for p in a:
+        c.send(type="text", text=p)
+    c.send(event="mark", streamSid=SID, mark={"name": "after-first"})
+    for p in b:
+        c.send(type="text", text=p)
+    c.send(event="mark", mark={"name": "all-text"})   # (streamSid may be left out)
+    c.send(type="end")
+    out, frames, done = twilio_stream(c)
+    audio = b"".join(frames)
+    want = streamed(a + b, seed=13, sample_rate=8000)
+    assert audio == encode_raw("mulaw", want) and done["samples"] == len(audio)
+    # frames: 160 bytes, except the last before a mark (Twilio's or a piece's) or the end
+    kinds = [m.get("event") or m["type"] for m, _ in out]
+    for i, (m, _) in enumerate(out):
+        if m.get("event") == "media":
+            size = len(base64.b64decode(m["media"]["payload"]))
+            assert 0 < size <= 160
+            if size < 160:
+                assert kinds[i + 1] in ("mark", "done"), kinds[i:i + 2]
+    assert sum(len(f) == 160 for f in frames) >= len(frames) - 6
+    # the Twilio marks, in the output as Twilio takes them
+    tw = [(m, n) for m, n in out if m.get("event") == "mark"]
+    assert [m["mark"] for m, _ in tw] == [{"name": "after-first"}, {"name": "all-text"}]
+    at = piece_marks(a + b, seed=13, sample_rate=8000)
+    assert tw[0][1] == at[len(a)] and 0 < tw[0][1] < len(audio)
+    assert tw[1][1] == len(audio)
+    # the pieces' own mark events too
+    marks = [m for m, _ in out if m.get("type") == "mark"]
+    assert [m["sample"] for m in marks] == at
+    # a mark with nothing in flight comes back at once
+    c.send(event="mark", streamSid=SID, mark={"name": "idle"})
+    assert c.recv() == {"event": "mark", "streamSid": SID, "mark": {"name": "idle"}}
+    # 50 ms frames
+    c.send(type="session", frame_ms=50)
+    assert c.recv()["frame_ms"] == 50
+    c.send(type="text", text="Hello.")
+    c.send(type="end")
+    out, frames, done = twilio_stream(c)
+    assert all(len(f) == 400 for f in frames[:-1]) and 0 < len(frames[-1]) <= 400
+    c.close()
+
+
+def test_twilio_clear_is_a_barge_in(ws_url, client):
+    """An incoming clear cancels the utterance (no media of it after the clear event), puts a
+    clear event in the output for Twilio's buffer, and the cancelled event says what was sent
+    and which Twilio marks were never placed."""
+    wait_idle(client)
+    c = twilio_session(ws_url, 14)
+    for p in pieces_of(LONG_TEXT, 40):
+        c.send(type="text", text=p)
+    c.send(event="mark", streamSid=SID, mark={"name": "never"})   # after all of the text
+    c.send(type="end")
+    n = 0
+    while n < 8000:   # a second of audio, then barge in
+        m = c.recv(120)
+        if m.get("event") == "media":
+            n += len(base64.b64decode(m["media"]["payload"]))
+    c.send(event="clear", streamSid=SID)
+    seen_clear = False
+    while True:
+        m = c.recv(30)
+        if m.get("event") == "media":
+            assert not seen_clear, "media after the clear event"
+            n += len(base64.b64decode(m["media"]["payload"]))
+        elif m.get("event") == "clear":
+            seen_clear = True
+        elif m.get("type") == "cancelled":
+            break
+    assert seen_clear and m["samples"] == n and m["dropped_marks"] == ["never"]
+    # the session goes on
+    c.send(type="text", text="Sorry, go on.")
+    c.send(type="end")
+    out, frames, done = twilio_stream(c)
+    assert frames and done["samples"] == sum(len(f) for f in frames)
+    c.close()
+    wait_idle(client)
+
+
+def test_twilio_bad_messages(ws_url):
+    c = Conn(ws_url)
+
+    def err(code, param):
+        m = c.recv()
+        assert m["type"] == "error" and m["error"]["code"] == code and \
+            m["error"]["param"] == param, m
+
+    c.send(event="mark", streamSid=SID, mark={"name": "x"})   # not a twilio session
+    err("invalid_message", "event")
+    c.send(type="session", voice="alloy", protocol="twilio")
+    err("missing", "stream_sid")
+    c.send(type="session", voice="alloy", protocol="sip", stream_sid=SID)
+    err("invalid_value", "protocol")
+    c.send(type="session", voice="alloy", protocol="twilio", stream_sid=SID, sample_rate=16000)
+    err("invalid_value", "sample_rate")
+    c.send(type="session", voice="alloy", protocol="twilio", stream_sid=SID, frame_ms=10)
+    err("invalid_value", "frame_ms")
+    c.send(type="session", voice="alloy", protocol="twilio", stream_sid=SID)
+    assert c.recv()["type"] == "session"
+    c.send(type="session", response_format="pcm")
+    err("invalid_value", "response_format")
+    c.send(event="mark", streamSid="MZother", mark={"name": "x"})
+    err("invalid_value", "streamSid")
+    c.send(event="mark", streamSid=SID, mark={})
+    err("invalid_type", "mark.name")
+    c.send(event="media", streamSid=SID, media={"payload": ""})   # Twilio's inbound audio
+    err("invalid_message", "type")
+    c.close()
