@@ -8,6 +8,13 @@
  *     reproduces the schedule of the official code itself (tests/data/bistream/official.trace);
  *   - the word cut: tokenizing the committed pieces gives the ids of the whole text (contractions,
  *     CJK, special tokens, runs of spaces, a UTF-8 character cut between pushes);
+ *   - marks (cosy_request_text_marks): the same for every cut into pushes and timing, one per
+ *     unit at the library's own word cuts / sentence ends, contiguous byte ranges over the text,
+ *     a unit's first token where tokenizing the text before it says, its speech token where the
+ *     schedule trace has the forward that fed it, samples at the output rate (16 kHz), polled
+ *     while the audio plays (a known sample never changes), a request waiting for text, a
+ *     cancelled one, a whole-text one, argument and struct_size errors, and (fault-injection
+ *     builds) a push whose allocation fails leaves them as they were;
  *   - errors: NULL arguments, invalid UTF-8 in a push (COSY_ERR_TEXT, the request unharmed: its
  *     audio equals the clean run's), a push after end_text / on a cancelled or finished request,
  *     end_text inside a UTF-8 character, a request without the flag, cosy_synthesize with it,
@@ -24,12 +31,14 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 
 #include "cosyvoice.h"
 #include "engine.h"
 #include "testutil.h"
 #include "ref/llm.h" /* ref_silent_pass: what the engine drops as silence */
 #include "tokenizer.h"
+#include "util.h" /* cosy_fault_*: allocation failures (fault-injection builds) */
 
 typedef struct fx {
   cosy_engine *e;
@@ -598,6 +607,73 @@ static void test_marks(void **state) {
   cosy_request_release(r);
 }
 
+/* a push whose allocations fail (fault-injection builds, lib/util.h:
+ * make B=build/asan SAN=1 CUDA=0 TEST_ONLY=test_textstream test-c; make test-sanitize runs it)
+ * changes nothing: no marks, no ids appended; pushed again it gives the marks of a clean run */
+static void test_marks_alloc_faults(void **state) {
+  fx *f = (fx *)*state;
+  NEED(f);
+  if (!cosy_fault_enabled()) {
+    print_message("SKIP: not a fault-injection build (make B=build/asan SAN=1 ...)\n");
+    skip();
+  }
+  static const char *a = "One two three. ", *b = "Four five, six. Seven eight nine ten eleven ";
+  for (int norm = 0; norm < 2; norm++) {
+    const uint32_t flags = norm ? 0 : COSY_SYNTH_NO_TEXT_NORMALIZATION;
+    cosy_synth_params p;
+    params(&p, flags, 31);
+    cosy_text_mark ref[32];
+    int32_t n_ref = 0;
+    int failed = 0;
+    for (long long k = 0; k <= 60; k++) { /* k = 0: the clean run (the reference) */
+      cosy_request *r = NULL;
+      assert_int_equal(cosy_request_submit(f->e, f->v, a, &p, NULL, NULL, &r), COSY_OK);
+      int32_t n0 = 0, n1 = 0;
+      assert_int_equal(cosy_request_text_marks(r, 0, NULL, 0, &n0), COSY_OK);
+      pthread_mutex_lock(&r->mu);
+      const int ids0 = r->tx_n;
+      pthread_mutex_unlock(&r->mu);
+      cosy_fault_arm(k);
+      cosy_status st = cosy_request_push_text(r, b);
+      const int fired = cosy_fault_fired();
+      cosy_fault_arm(0);
+      if (st == COSY_ERR_NO_MEMORY) {
+        assert_true(fired);
+        failed++;
+        assert_int_equal(cosy_request_text_marks(r, 0, NULL, 0, &n1), COSY_OK);
+        pthread_mutex_lock(&r->mu);
+        const int ids1 = r->tx_n;
+        pthread_mutex_unlock(&r->mu);
+        assert_int_equal(n1, n0);
+        assert_int_equal(ids1, ids0);
+        st = cosy_request_push_text(r, b);
+      }
+      assert_int_equal(st, COSY_OK);
+      assert_int_equal(cosy_request_end_text(r), COSY_OK);
+      st = cosy_request_wait(r, -1); /* (the failure may have hit an engine thread instead) */
+      assert_true(st == COSY_OK || (k > 0 && st == COSY_ERR_NO_MEMORY));
+      if (st == COSY_OK) {
+        cosy_text_mark m[32];
+        int32_t n = 0;
+        cosy_text_mark_init(&m[0], sizeof m[0]);
+        assert_int_equal(cosy_request_text_marks(r, 0, m, 32, &n), COSY_OK);
+        assert_true(n > 2 && n <= 32);
+        if (k == 0) {
+          memcpy(ref, m, sizeof m);
+          n_ref = n;
+        } else {
+          assert_int_equal(n, n_ref);
+          assert_memory_equal(m, ref, (size_t)n * sizeof *m);
+        }
+      }
+      cosy_request_release(r);
+    }
+    print_message("  %s: %d of 60 pushes failed with an injected allocation failure\n",
+                  norm ? "sentences" : "words", failed);
+    assert_true(failed > 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_word_cut),
@@ -606,6 +682,7 @@ int main(void) {
       cmocka_unit_test(test_schedule_reference),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_marks),
+      cmocka_unit_test(test_marks_alloc_faults),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -142,17 +142,21 @@ class Session:
         async with self.lock:
             await self.ws.send_text(json.dumps(obj))
 
-    async def send_audio(self, u, data):
+    async def send_audio(self, u, data, n):
+        """Send n samples of u's audio (data, encoded); u.samples counts what was sent."""
         if u.settings["protocol"] == "twilio":   # media events of frame_ms each
             u.twbuf += data
+            u.samples += n     # (less what is held for a frame when cancelled: pump)
             frame = 8 * u.settings["frame_ms"]
             while len(u.twbuf) >= frame and not u.cancelled:
                 head, u.twbuf = u.twbuf[:frame], u.twbuf[frame:]
-                await self.send_media(u, head)
+                if not await self.send_media(u, head):
+                    u.samples -= len(head)
             return
         async with self.lock:
             if u.cancelled:
                 return
+            u.samples += n
             if u.settings["binary"]:
                 await self.ws.send_bytes(data)
             else:
@@ -163,17 +167,19 @@ class Session:
         """Twilio protocol: one media event, as Twilio takes it (base64 raw mu-law 8 kHz)."""
         async with self.lock:
             if u.cancelled:
-                return
+                return False
             await self.ws.send_text(json.dumps({
                 "event": "media", "streamSid": u.settings["stream_sid"],
                 "media": {"payload": base64.b64encode(data).decode()}}))
+            return True
 
     async def flush_audio(self, u):
         """Twilio protocol: the audio held for a whole frame goes out now (before a mark, at the
         end of an utterance): the last frame before a mark may be shorter."""
         if u.twbuf and not u.cancelled:
             data, u.twbuf = u.twbuf, b""
-            await self.send_media(u, data)
+            if not await self.send_media(u, data):
+                u.samples -= len(data)
 
     async def send_twilio_mark(self, u, m):
         if u is not None:
@@ -426,6 +432,7 @@ class Session:
                 raise
         except cosyvoice.CosyError as e:
             if not u.cancelled:   # (Cancelled after a cancel is the cancel itself)
+                u.finished = True
                 u.cancelled = True
                 for r in u.requests:
                     r.cancel()
@@ -441,11 +448,12 @@ class Session:
                 r.close_when_idle()
             if u in self.open:
                 self.open.remove(u)
+            u.samples -= len(u.twbuf)   # (twilio: held for a frame, never sent)
+            u.twbuf = b""
             self.st.audio_s.inc(by=u.samples / rate)
         if u.cancelled:
             self.st.cancelled.inc()
             u.finished = True
-            u.samples -= len(u.twbuf)   # (twilio: held for a frame, never sent)
             dropped = [m.name for m in u.between] + [
                 m.name for ps in u.pieces for m in ps if isinstance(m, TwilioMark)]
             ev = {"type": "cancelled", "utterance": u.id, "samples": u.samples,
@@ -515,14 +523,12 @@ class Session:
                     if u.cancelled or at is None or at >= pos + c.size:
                         break
                     head, c = c[:at - pos], c[at - pos:]
-                    u.samples += head.size
                     pos += head.size
-                    await self.send_audio(u, encode(fmt, head))
+                    await self.send_audio(u, encode(fmt, head), head.size)
                 if u.cancelled:
                     break
-                u.samples += c.size
                 pos += c.size
-                await self.send_audio(u, encode(fmt, c))
+                await self.send_audio(u, encode(fmt, c), c.size)
             if not u.cancelled:
                 await self.send_marks(u, r, pending, base, None)
             if not u.cancelled:
