@@ -553,6 +553,57 @@ COSY_API cosy_status cosy_request_push_text(cosy_request *r, const char *utf8);
  *  ends inside a UTF-8 character (the text is not ended: push the rest, or cancel). A request
  *  released or cancelled without it just ends (cancelled). */
 COSY_API cosy_status cosy_request_end_text(cosy_request *r);
+/** Where the speech for a piece of streamed text can start (cosy_request_text_marks). Append-only;
+ *  written by the library (set struct_size with cosy_text_mark_init).
+ *
+ *  A text-streamed request's text is committed in UNITS (COSY_SYNTH_TEXT_STREAM above): with
+ *  text normalization a unit is a sentence, with COSY_SYNTH_NO_TEXT_NORMALIZATION a word (the
+ *  text between two word cuts). A unit that gives no text token (white space, a sentence that
+ *  normalizes to nothing) has no mark of its own: its bytes belong to the next unit's range (and
+ *  those after the last unit to the last one, once the text is ended). So the marks' byte ranges
+ *  are contiguous, start at 0, and, after cosy_request_end_text, end at the total pushed bytes.
+ *
+ *  MEANING: sample is the output sample offset (at the request's sample_rate) of the first
+ *  spoken speech token the LLM generated after the unit's first text token entered its input
+ *  (was fed in a forward pass); every sample before it was generated without seeing any of the
+ *  unit's text. It is a LOWER BOUND of where the unit is heard: the model speaks a text some
+ *  tokens after it was fed (with the 5:15 schedule, typically one or more groups of 15 tokens,
+ *  0.6 s each, later), and where a unit's speech really begins is not known to the library.
+ *  Pieces of text inside one unit share its mark. Speech token k (0-based among the spoken
+ *  ones: the fill token and dropped silence are not spoken) starts at output sample
+ *  floor(k * 960 * sample_rate / 24000) (25 tokens a second). The marks depend only on the
+ *  text, the voice and the seed, never on how the text was cut into pushes or when they came
+ *  (as the audio). */
+typedef struct cosy_text_mark {
+  uint32_t struct_size;
+  uint32_t reserved;
+  int64_t text_begin;          /**< the unit's bytes: [text_begin, text_end) of the concatenation */
+  int64_t text_end;            /**<   of every push (the first piece given to submit included) */
+  int64_t sample;              /**< output sample where its speech can start; -1 while the unit
+                                    has not entered the LLM (and for good if the request ended
+                                    first: cancelled or failed) */
+  int32_t text_token;          /**< index of its first text token among the request's text
+                                    tokens (the prompt's not counted) */
+  int32_t speech_token;        /**< sample's speech token (index among the spoken ones); -1
+                                    while sample is -1 */
+} cosy_text_mark;
+COSY_API void cosy_text_mark_init(cosy_text_mark *m, uint32_t struct_size);
+/** The request's marks [first, first + cap) into out (fewer when fewer exist), and in *n_marks
+ *  how many the request has so far (units committed; units only ever get appended and a mark's
+ *  sample, once set, never changes). Any thread, any time before cosy_request_release (also
+ *  while another thread pushes text or reads audio); poll it as the audio plays.
+ *  out[0].struct_size (cosy_text_mark_init) is the size of the caller's cosy_text_mark and so
+ *  the stride of out; every element written gets it as its struct_size. out may be NULL when cap
+ *  is 0 (then only *n_marks). A request without COSY_SYNTH_TEXT_STREAM has one mark when its
+ *  text is not empty: bytes [0, strlen(text)), sample 0 (its whole text is in the LLM's input
+ *  before any speech token; a long text's later segments start later, so 0 is a lower bound
+ *  there too).
+ *  Errors: COSY_ERR_INVALID_ARG for a NULL request or n_marks, first or cap < 0, or out NULL
+ *  with cap > 0 (*n_marks is then 0);
+ *  COSY_ERR_STRUCT_SIZE when out[0].struct_size is smaller than the first version of the struct
+ *  or a larger caller's unknown tail (of out[0]) is not zero. */
+COSY_API cosy_status cosy_request_text_marks(const cosy_request *r, int32_t first,
+                                             cosy_text_mark *out, int32_t cap, int32_t *n_marks);
 /** Pull up to cap samples. Blocks up to timeout_ms (-1 = forever, 0 = poll). COSY_OK with
  *  *n_read == 0 means the utterance is finished; COSY_ERR_TIMEOUT means nothing arrived in time;
  *  other codes are the request's failure (COSY_ERR_CANCELLED after a cancel).

@@ -21,6 +21,7 @@
 #define MIN_VOICE_FEATURES sizeof(cosy_voice_features)
 #define MIN_ENGINE_STATS offsetof(cosy_engine_stats, llm_steps)
 #define MIN_ENGINE_INFO sizeof(cosy_engine_info) /* the first version: the whole struct */
+#define MIN_TEXT_MARK sizeof(cosy_text_mark)     /* the first version: the whole struct */
 
 COSY_API void cosy_free(void *p) { free(p); }
 
@@ -429,6 +430,70 @@ COSY_API cosy_status cosy_request_get_stats(const cosy_request *r, cosy_request_
   pthread_mutex_unlock(&m->mu);
   s.struct_size = caller;
   memcpy(out, &s, caller < sizeof s ? caller : sizeof s);
+  return COSY_OK;
+}
+
+COSY_API void cosy_text_mark_init(cosy_text_mark *m, uint32_t struct_size) {
+  INIT_STRUCT(cosy_text_mark, m, struct_size)
+  tmp_.sample = -1;
+  tmp_.speech_token = -1;
+  INIT_END(cosy_text_mark, m, struct_size);
+}
+
+/* A unit's mark (r->mu held). A token's samples at the output rate: 2 mel frames of 480 native
+ * samples (the vocoder's hop; lib/model.c checks it) each, resampled to the request's rate. */
+static void mark_of(const cosy_request *r, const struct tx_unit *t, cosy_text_mark *m) {
+  const cosy_hparams *hp = &r->engine->model->hp;
+  m->text_begin = t->b0;
+  m->text_end = t->b1;
+  m->text_token = t->tok0;
+  m->speech_token = t->speech;
+  m->sample = t->speech < 0 ? -1
+                            : (int64_t)t->speech * 480 * hp->token_mel_ratio *
+                                  r->params.sample_rate / hp->sample_rate;
+}
+
+COSY_API cosy_status cosy_request_text_marks(const cosy_request *r, int32_t first,
+                                             cosy_text_mark *out, int32_t cap, int32_t *n_marks) {
+  if (n_marks) *n_marks = 0;
+  if (!r || !n_marks)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_text_marks: NULL %s", !r ? "request" : "n_marks");
+  if (first < 0 || cap < 0)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_text_marks: %s %d < 0",
+                    first < 0 ? "first" : "cap", first < 0 ? first : cap);
+  if (cap > 0 && !out)
+    return cosy_err(COSY_ERR_INVALID_ARG, "cosy_request_text_marks: NULL out with cap %d", cap);
+  cosy_text_mark m;
+  uint32_t stride = 0;
+  if (cap > 0) {
+    cosy_status st = cosy_struct_in(&m, sizeof m, out, MIN_TEXT_MARK, "cosy_text_mark");
+    if (st) return st;
+    stride = m.struct_size;
+  }
+  const size_t n_copy = stride < sizeof m ? stride : sizeof m;
+  cosy_request *q = (cosy_request *)r;
+  pthread_mutex_lock(&q->mu);
+  int total;
+  if (r->text_stream) {
+    total = r->tx_n_units;
+    for (int32_t i = 0; i < cap && first + i < total; i++) {
+      memset(&m, 0, sizeof m);
+      mark_of(r, &r->tx_units[first + i], &m);
+      m.struct_size = stride;
+      memcpy((char *)out + (size_t)i * stride, &m, n_copy);
+    }
+  } else { /* the whole text is in the LLM's input before its first speech token */
+    total = r->text && r->text[0] ? 1 : 0;
+    if (total && first == 0 && cap > 0) {
+      struct tx_unit t = {0, (int64_t)strlen(r->text), 0, 0};
+      memset(&m, 0, sizeof m);
+      mark_of(r, &t, &m);
+      m.struct_size = stride;
+      memcpy(out, &m, n_copy);
+    }
+  }
+  pthread_mutex_unlock(&q->mu);
+  *n_marks = total;
   return COSY_OK;
 }
 

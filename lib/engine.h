@@ -306,6 +306,17 @@ struct cosy_request {
   int32_t *tx_ids;               /* committed text ids (r->mu) */
   int tx_n, tx_cap_ids, tx_max;  /* (r->mu) tx_max: most text tokens */
   int tx_ended;                  /* cosy_request_end_text was called (r->mu) */
+  /* marks (cosy_request_text_marks): one unit per committed sentence / word that gave tokens;
+   * lib/textstream.c appends them with their ids (r->mu), the LLM thread (scheduler.c bs_feed)
+   * sets their speech position when their first token is fed (r->mu) */
+  struct tx_unit {
+    int64_t b0, b1;              /* bytes [b0, b1) of the concatenated pushes */
+    int32_t tok0;                /* index of the first of its text ids in tx_ids */
+    int32_t speech;              /* spoken speech tokens generated before it was fed; -1 not yet */
+  } *tx_units;
+  int tx_n_units, tx_cap_units;
+  int tx_marked;                 /* units tx_units[0..tx_marked) have their speech position */
+  size_t tx_base;                /* bytes committed and dropped from tx_raw (caller's thread) */
 
   /* long text (scheduler.c): the normalized segments, synthesized in turn (set when the first
    * segment's job is prepared: on the caller's thread at submission) */
@@ -362,6 +373,7 @@ int request_deliver(struct cosy_request *r, const float *pcm, int64_t n, int las
 cosy_status textstream_push(struct cosy_request *r, const char *utf8);
 cosy_status textstream_end(struct cosy_request *r);
 size_t textstream_word_cut(const char *s, size_t n);
+size_t textstream_next_word_cut(const char *s, size_t a, size_t n);
 size_t textstream_sentence_end(const char *s, size_t n);
 /* wake the LLM thread (text arrived) */
 void sched_wake_llm(struct cosy_engine *e);

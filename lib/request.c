@@ -29,6 +29,7 @@ void request_free(cosy_request *r) {
   free(r->prep_msg);
   cosy_text_segments_free(r->segs, r->n_segs);
   free(r->tx_ids);
+  free(r->tx_units);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
   free(r);

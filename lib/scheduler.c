@@ -146,6 +146,8 @@ typedef struct sjob {
   int32_t stale;              /* the last fed input when a fill ended a decode (re-fed at the end,
                                  as upstream does), -1 none */
   int tx_used;                /* text ids taken from the request */
+  int txt_fed;                /* text ids fed (the prompt's n_prompt_txt first): marks */
+  int n_prompt_txt;
   int fill_step;              /* the next decode step feeds tok and yields the fill token */
   /* long text: one job per segment (r->segs), one after the other in one request */
   int seg_i;                  /* this job's segment */
@@ -386,6 +388,7 @@ static cosy_status prepare_stream(cosy_engine *e, sjob *j) {
   free(ids);
   if (st) return st;
   j->bistream = 1;
+  j->n_prompt_txt = n;
   j->bs_phase = BS_ADVANCE;
   j->stale = -1;
   j->next_fill = (P / MIX_SPEECH + 1) * MIX_SPEECH - P;
@@ -841,6 +844,15 @@ static cosy_status bs_feed(cosy_engine *e, sjob *j) {
       free(line);
     }
   }
+  /* marks (cosy_request_text_marks): the units whose first text id is in this input get the
+   * number of spoken tokens generated so far, the index of the first one that sees them */
+  for (int i = 0; i < j->n_pend; i++) j->txt_fed += j->pend[i] >= 0;
+  const int fed = j->txt_fed - j->n_prompt_txt;
+  cosy_request *r = j->r;
+  pthread_mutex_lock(&r->mu);
+  while (r->tx_marked < r->tx_n_units && r->tx_units[r->tx_marked].tok0 < fed)
+    r->tx_units[r->tx_marked++].speech = j->n_tok; /* n_tok: written by this thread only */
+  pthread_mutex_unlock(&r->mu);
   free(j->lm_input);
   j->lm_input = emb;
   j->L = j->n_pend;

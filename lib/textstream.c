@@ -239,6 +239,51 @@ static cosy_status piece_ids(cosy_request *r, const char *s, size_t n, int *any,
   return st;
 }
 
+/* the first word cut in s(a..n) (n when none; a is 0 or a cut): the cuts word_scan finds. A
+ * position's cut depends only on the bytes before it back to the last bracket character
+ * (bracket_free), which a cut at a or earlier already decided, so scanning from a (base 0 of the
+ * pending text) finds the same cuts as the scan that resumed across pushes. */
+size_t textstream_next_word_cut(const char *text, size_t a, size_t n) {
+  const unsigned char *s = (const unsigned char *)text;
+  uint32_t prev;
+  size_t i = a + (size_t)utf8_cp(s, n, a, &prev);
+  while (i < n) {
+    uint32_t c;
+    int len = utf8_cp(s, n, i, &c);
+    if (bracket_free(text, 0, i) &&
+        ((c == 0x20 && !is_space(prev)) || (is_cut_punct(c) && uc_class(prev) == 1)))
+      break;
+    prev = c;
+    i += (size_t)len;
+  }
+  cosy_work.text_scan += i - a;
+  return i < n ? i : n;
+}
+
+/* the units of one commit (marks): the end of each (in tx_raw) and its first id in the commit */
+typedef struct lunit {
+  size_t end;
+  int tok0;
+} lunit;
+
+/* one committed piece s[a..b): its ids appended; a unit when it gave any */
+static cosy_status piece_unit(cosy_request *r, const char *s, size_t a, size_t b, int *any,
+                              int32_t **ids, int *nn, int *cap, lunit **u, int *nu, int *ucap) {
+  const int n0 = *nn;
+  cosy_status st = piece_ids(r, s + a, b - a, any, ids, nn, cap);
+  if (st || *nn == n0) return st;
+  if (*nu == *ucap) {
+    int nc = *ucap ? *ucap * 2 : 16;
+    lunit *p = (lunit *)cosy_realloc(*u, (size_t)nc * sizeof *p);
+    if (!p) return COSY_ERR_NO_MEMORY;
+    *u = p;
+    *ucap = nc;
+  }
+  (*u)[*nu].end = b;
+  (*u)[(*nu)++].tok0 = n0;
+  return COSY_OK;
+}
+
 /* Commit what can be committed of r->tx_raw[0..tx_ok) (all of it when final); all or nothing:
  * on failure the request's text state is as it was. */
 static cosy_status commit(cosy_request *r, int final) {
@@ -249,36 +294,66 @@ static cosy_status commit(cosy_request *r, int final) {
   const int have_prev0 = r->tx_have_prev;
   int32_t *ids = NULL;
   int n = 0, cap = 0, any = r->tx_any;
+  lunit *u = NULL; /* the units committed (marks) */
+  int nu = 0, ucap = 0;
   size_t used = 0;
   cosy_status st = COSY_OK;
   const char *s = r->tx_raw ? r->tx_raw : ""; /* NULL until a non-empty push */
   if (r->params.flags & COSY_SYNTH_NO_TEXT_NORMALIZATION) {
     word_scan(s, complete, &r->tx_scan, &r->tx_prev, &r->tx_have_prev, &r->tx_cut);
     used = final ? complete : r->tx_cut;
-    if (used) st = piece_ids(r, s, used, &any, &ids, &n, &cap);
+    /* word by word (the ids are those of s[0..used) in one piece: the cuts never change them) */
+    for (size_t a = 0; a < used && !st;) {
+      size_t b = textstream_next_word_cut(s, a, used);
+      st = piece_unit(r, s, a, b, &any, &ids, &n, &cap, &u, &nu, &ucap);
+      a = b;
+    }
   } else {
     for (;;) {
       size_t end = sentence_scan(s, used, &r->tx_scan, complete);
       if (!end && final && used < complete) end = r->tx_scan = complete;
       if (!end) break;
-      if ((st = piece_ids(r, s + used, end - used, &any, &ids, &n, &cap))) break;
+      if ((st = piece_unit(r, s, used, end, &any, &ids, &n, &cap, &u, &nu, &ucap))) break;
       used = end;
     }
   }
   cosy_work.text_scan += used;
-  if (!st && n > 0) {
+  if (!st && (n > 0 || final)) {
     pthread_mutex_lock(&r->mu);
-    if (r->tx_n + n > r->tx_max)
+    if (r->tx_n + n > r->tx_max) {
       st = cosy_err(COSY_ERR_TEXT,
                     "too much text for one streamed request: %d text tokens, at most %d (%s)",
                     r->tx_n + n, r->tx_max,
                     r->tx_max == COSY_LLM_MAX_TEXT_TOKENS ? "COSY_LLM_MAX_TEXT_TOKENS"
                                                           : "max_tokens / 2");
-    else
-      st = ids_append(&r->tx_ids, &r->tx_n, &r->tx_cap_ids, ids, n);
+    } else if (r->tx_n_units + nu > r->tx_cap_units) {
+      int nc = r->tx_cap_units ? r->tx_cap_units : 16;
+      while (nc < r->tx_n_units + nu) nc *= 2;
+      struct tx_unit *p = (struct tx_unit *)cosy_realloc(r->tx_units, (size_t)nc * sizeof *p);
+      if (!p) st = COSY_ERR_NO_MEMORY;
+      else {
+        r->tx_units = p;
+        r->tx_cap_units = nc;
+      }
+    }
+    const int tok_at = r->tx_n;
+    if (!st) st = ids_append(&r->tx_ids, &r->tx_n, &r->tx_cap_ids, ids, n);
+    if (!st) {
+      /* a unit's range starts where the previous one's ended: the bytes of pieces without
+       * tokens join the next unit (and, at the end, the last one) */
+      for (int i = 0; i < nu; i++) {
+        struct tx_unit *t = &r->tx_units[r->tx_n_units++];
+        t->b0 = r->tx_n_units > 1 ? t[-1].b1 : 0;
+        t->b1 = (int64_t)(r->tx_base + u[i].end);
+        t->tok0 = tok_at + u[i].tok0;
+        t->speech = -1;
+      }
+      if (final && r->tx_n_units > 0) r->tx_units[r->tx_n_units - 1].b1 = (int64_t)(r->tx_base + complete);
+    }
     pthread_mutex_unlock(&r->mu);
   }
   free(ids);
+  free(u);
   if (st) {
     r->tx_scan = scan0;
     r->tx_cut = cut0;
@@ -294,6 +369,7 @@ static cosy_status commit(cosy_request *r, int final) {
     r->tx_ok -= used;
     r->tx_scan -= used;
     r->tx_cut = 0; /* the commit ended at the last cut */
+    r->tx_base += used;
   }
   return COSY_OK;
 }

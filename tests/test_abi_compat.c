@@ -116,6 +116,11 @@ static void test_layout_pinned(void **state) {
 
       SZ(cosy_chunk, 40), OFF(cosy_chunk, pcm, 8), OFF(cosy_chunk, n_samples, 16),
       OFF(cosy_chunk, offset, 24), OFF(cosy_chunk, sample_rate, 32), OFF(cosy_chunk, reserved, 36),
+
+      /* added after 0.1 (its first version; cosy_request_text_marks) */
+      SZ(cosy_text_mark, 40), OFF(cosy_text_mark, reserved, 4), OFF(cosy_text_mark, text_begin, 8),
+      OFF(cosy_text_mark, text_end, 16), OFF(cosy_text_mark, sample, 24),
+      OFF(cosy_text_mark, text_token, 32), OFF(cosy_text_mark, speech_token, 36),
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof pins / sizeof pins[0]; i++)
@@ -157,6 +162,7 @@ static void test_init_writes_only_struct_size(void **state) {
   CHECK_INIT_BOUNDED(cosy_voice_features, cosy_voice_features_init);
   CHECK_INIT_BOUNDED(cosy_engine_stats, cosy_engine_stats_init);
   CHECK_INIT_BOUNDED(cosy_request_stats, cosy_request_stats_init);
+  CHECK_INIT_BOUNDED(cosy_text_mark, cosy_text_mark_init);
   /* a newer caller's appended field is not touched by this (older) library's init: a caller
    * must zero its struct (= {0} or memset) before *_init, as every example here does */
   cosy_synth_params_newer n;

@@ -37,7 +37,9 @@
  *     pauses (the sequence waits outside the decode batch, new text goes in through the prefill
  *     path) and byte by byte gives the same audio, sample for sample; the audio is finite and
  *     not silent; the same request among 7 other streamed ones completes (its difference from
- *     the lone run is printed: the packed prefill is not batch-invariant).
+ *     the lone run is printed: the packed prefill is not batch-invariant); its text marks
+ *     (cosy_request_text_marks) are the same in all four runs, contiguous over the text, at
+ *     960 samples a speech token.
  * Model: $COSY_GPU_TEST_MODEL, else the small golden model (tu_small_model()). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -792,8 +794,10 @@ static void test_two_devices(void **state) {
 }
 
 /* create under the test profile `prof` (the caller's COSY_GPU_PROFILE is put back) */
-/* one text-streamed request; how: 0 one piece, 1 word by word with pauses, 2 byte by byte */
-static float *stream_text(cosy_engine *e, cosy_voice *v, int how, int64_t *n_out) {
+/* one text-streamed request; how: 0 one piece, 1 word by word with pauses, 2 byte by byte;
+ * its marks (cosy_request_text_marks, at most 64) into marks / *n_marks when marks != NULL */
+static float *stream_text_marks(cosy_engine *e, cosy_voice *v, int how, int64_t *n_out,
+                                cosy_text_mark *marks, int32_t *n_marks) {
   cosy_synth_params p;
   cosy_synth_params_init(&p, sizeof p);
   p.flags = COSY_SYNTH_TEXT_STREAM;
@@ -822,10 +826,37 @@ static float *stream_text(cosy_engine *e, cosy_voice *v, int how, int64_t *n_out
   }
   assert_int_equal(cosy_request_end_text(r), COSY_OK);
   if (cosy_request_wait(r, -1)) fail_msg("text stream: %s", cosy_last_error());
+  if (marks) {
+    cosy_text_mark_init(&marks[0], sizeof marks[0]);
+    assert_int_equal(cosy_request_text_marks(r, 0, marks, 64, n_marks), COSY_OK);
+  }
   cosy_request_release(r);
   assert_true(b.last);
   *n_out = b.n;
   return b.pcm;
+}
+
+static float *stream_text(cosy_engine *e, cosy_voice *v, int how, int64_t *n_out) {
+  return stream_text_marks(e, v, how, n_out, NULL, NULL);
+}
+
+/* the marks of a run against the first run's (the same text and seed: the same marks) */
+static void same_marks(const cosy_text_mark *a, int32_t na, const cosy_text_mark *b, int32_t nb,
+                       int64_t n_samples) {
+  assert_int_equal(na, nb);
+  assert_true(na > 0 && na <= 64);
+  for (int32_t i = 0; i < na; i++) {
+    assert_int_equal(a[i].text_begin, i ? a[i - 1].text_end : 0);
+    assert_int_equal(a[i].speech_token >= (i ? a[i - 1].speech_token : 0), 1);
+    assert_int_equal(a[i].sample, (int64_t)a[i].speech_token * 960);
+    assert_true(a[i].sample <= n_samples);
+    assert_int_equal(a[i].text_begin, b[i].text_begin);
+    assert_int_equal(a[i].text_end, b[i].text_end);
+    assert_int_equal(a[i].text_token, b[i].text_token);
+    assert_int_equal(a[i].speech_token, b[i].speech_token);
+    assert_int_equal(a[i].sample, b[i].sample);
+  }
+  assert_int_equal(a[na - 1].text_end, (int64_t)strlen(TEXT));
 }
 
 typedef struct bg_arg {
@@ -856,9 +887,11 @@ static void test_gpu_text_stream(void **state) {
   if (st) fail_msg("create: %s", cosy_last_error());
   cosy_voice *v = make_voice(e);
   int64_t n0, n1, n2, n3;
-  float *one = stream_text(e, v, 0, &n0);
-  float *words = stream_text(e, v, 1, &n1);
-  float *bytes = stream_text(e, v, 2, &n2);
+  static cosy_text_mark mk[4][64];
+  int32_t nm[4];
+  float *one = stream_text_marks(e, v, 0, &n0, mk[0], &nm[0]);
+  float *words = stream_text_marks(e, v, 1, &n1, mk[1], &nm[1]);
+  float *bytes = stream_text_marks(e, v, 2, &n2, mk[2], &nm[2]);
   int ok = n0 > 0;
   double energy = 0;
   for (int64_t i = 0; i < n0; i++) {
@@ -870,12 +903,19 @@ static void test_gpu_text_stream(void **state) {
   assert_int_equal(n0, n2);
   assert_memory_equal(one, words, (size_t)n0 * sizeof *one);
   assert_memory_equal(one, bytes, (size_t)n0 * sizeof *one);
+  /* the marks (cosy_request_text_marks): the same for every cut into pushes */
+  same_marks(mk[0], nm[0], mk[1], nm[1], n0);
+  same_marks(mk[0], nm[0], mk[2], nm[2], n0);
+  print_message("GPU text stream marks: %d sentences, the last one fed before speech token %d "
+                "(sample %lld)\n", nm[0], mk[0][nm[0] - 1].speech_token,
+                (long long)mk[0][nm[0] - 1].sample);
   /* among 7 other streamed requests (LLM batches of other sizes, pauses at other times) */
   pthread_t th[7];
   bg_arg a = {e, v};
   for (int i = 0; i < 7; i++) pthread_create(&th[i], NULL, bg_stream, &a);
-  float *busy = stream_text(e, v, 1, &n3);
+  float *busy = stream_text_marks(e, v, 1, &n3, mk[3], &nm[3]);
   for (int i = 0; i < 7; i++) pthread_join(th[i], NULL);
+  same_marks(mk[0], nm[0], mk[3], nm[3], n0); /* batch-invariant LLM: the same tokens, marks */
   double d = n3 == n0 ? tu_max_abs_diff(busy, one, (size_t)n0) : -1;
   double rl = n3 == n0 ? tu_rel_l2(busy, one, (size_t)n0) : -1;
   print_message("GPU text stream: %lld samples; one piece == word by word == byte by byte; among 7 "

@@ -62,5 +62,10 @@ int main(void) {
   F(cosy_request_stats, n_samples) F(cosy_request_stats, n_text_tokens)
   F(cosy_request_stats, n_speech_tokens) F(cosy_request_stats, n_chunks)
   F(cosy_request_stats, done)
+
+  S(cosy_text_mark)
+  F(cosy_text_mark, struct_size) F(cosy_text_mark, reserved) F(cosy_text_mark, text_begin)
+  F(cosy_text_mark, text_end) F(cosy_text_mark, sample) F(cosy_text_mark, text_token)
+  F(cosy_text_mark, speech_token)
   return 0;
 }

@@ -149,10 +149,18 @@ class RequestStatsC(Structure):
                 ("n_speech_tokens", c_int32), ("n_chunks", c_int32), ("done", c_int32)]
 
 
+class TextMarkC(Structure):
+    """cosy_text_mark."""
+    _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32), ("text_begin", c_int64),
+                ("text_end", c_int64), ("sample", c_int64), ("text_token", c_int32),
+                ("speech_token", c_int32)]
+
+
 # the C type names, for the layout check (tests/test_capi.py)
 STRUCTS = {"cosy_engine_config": EngineConfig, "cosy_engine_stats": EngineStatsC,
            "cosy_voice_features": VoiceFeatures, "cosy_synth_params": SynthParams,
-           "cosy_chunk": Chunk, "cosy_request_stats": RequestStatsC}
+           "cosy_chunk": Chunk, "cosy_request_stats": RequestStatsC,
+           "cosy_text_mark": TextMarkC}
 
 CHUNK_FN = CFUNCTYPE(c_int32, c_void_p, POINTER(Chunk))
 
@@ -191,6 +199,9 @@ PROTOS: Dict[str, Tuple[Any, List[Any]]] = {
     "cosy_request_read": (_st, [_h, POINTER(c_float), c_int64, POINTER(c_int64), c_int32]),
     "cosy_request_stats_init": (None, [POINTER(RequestStatsC), c_uint32]),
     "cosy_request_get_stats": (_st, [_h, POINTER(RequestStatsC)]),
+    "cosy_text_mark_init": (None, [POINTER(TextMarkC), c_uint32]),
+    "cosy_request_text_marks": (_st, [_h, c_int32, POINTER(TextMarkC), c_int32,
+                                      POINTER(c_int32)]),
     "cosy_request_cancel": (None, [_h]),
     "cosy_request_wait": (_st, [_h, c_int32]),
     "cosy_request_release": (None, [_h]),

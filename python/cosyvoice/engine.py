@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     FloatArray = npt.NDArray[np.float32]
     StrPath = Union[str, "os.PathLike[str]"]
-    _R = TypeVar("_R", "EngineStats", "RequestStats")
+    _R = TypeVar("_R", "EngineStats", "RequestStats", "TextMark")
 
 # the mode names: the C header's spelling with '_' (COSY_MODE_CROSS_LINGUAL) and the command line's
 # with '-' (cosyvoice-say --mode cross-lingual) are one name
@@ -179,6 +179,22 @@ class RequestStats:
     n_speech_tokens: int
     n_chunks: int
     done: int
+
+
+@dataclass(frozen=True)
+class TextMark:
+    """cosy_text_mark: where the speech for a unit of a request's text (a sentence, or a word
+    without text normalization) can start. text_begin / text_end are UTF-8 byte offsets into the
+    concatenation of every piece pushed (the text given to submit included); sample is the
+    output sample (at the request's rate) of the first speech token generated after the unit's
+    text entered the LLM: a lower bound of where it is heard (-1 while not fed yet; for good
+    when the request ended first). include/cosyvoice.h and docs/scheduler.md section 7 say
+    exactly what it means."""
+    text_begin: int
+    text_end: int
+    sample: int
+    text_token: int
+    speech_token: int
 
 
 class Engine:
@@ -618,6 +634,23 @@ class Request:
     def end_text(self) -> None:
         """Text streaming: no more text (cosy_request_end_text)."""
         check(lib().cosy_request_end_text(self.handle), "cosy_request_end_text")
+
+    def text_marks(self, first: int = 0) -> List[TextMark]:
+        """The request's marks from index first on (cosy_request_text_marks): one per committed
+        unit of its text, in order; units only get appended and a sample, once set (>= 0),
+        never changes, so poll this as the audio plays. Any thread."""
+        h = self.handle
+        n = c_int32(0)
+        check(lib().cosy_request_text_marks(h, first, None, 0, byref(n)), "cosy_request_text_marks")
+        while True:
+            cap = max(n.value - first, 0) + 8   # room for units committed meanwhile
+            arr = (_capi.TextMarkC * cap)()
+            lib().cosy_text_mark_init(arr, ctypes.sizeof(_capi.TextMarkC))
+            check(lib().cosy_request_text_marks(h, first, arr, cap, byref(n)),
+                  "cosy_request_text_marks")
+            got = max(min(n.value - first, cap), 0)
+            if got < cap or n.value - first == cap:
+                return [_stats_record(TextMark, arr[i]) for i in range(got)]
 
     def cancel(self) -> None:
         """Stop the request soon (cosy_request_cancel); any thread, any time; reads then raise

@@ -68,6 +68,52 @@ def test_text_stream_pieces_give_the_same_audio(engine, voice):
         assert np.concatenate(list(r)).size > 0
 
 
+def test_text_marks(engine, voice):
+    """Request.text_marks: one mark a word (no normalization), contiguous UTF-8 byte ranges over
+    the pushed text, the same marks for any cut into pieces, samples at the output rate."""
+    text = "The quick brown fox jumps over the lazy dog. Café au lait, please!"
+    raw = text.encode()
+
+    def run(pieces, **kw):
+        p = cosyvoice.make_params(seed=21, max_tokens=200, text_normalization=False, **kw)
+        with engine.submit_text_stream(voice, p) as r:
+            seen = []
+            for piece in pieces:
+                r.push_text(piece)
+                seen = r.text_marks()
+            r.end_text()
+            n = sum(c.size for c in r)
+            marks = r.text_marks()
+            assert r.text_marks(len(marks)) == [] and r.text_marks(2) == marks[2:]
+            for a, b in zip(seen, marks):    # known then: the same now
+                assert (a.text_begin, a.text_end) == (b.text_begin, b.text_end)
+                assert a.sample in (-1, b.sample)
+        return marks, n
+
+    one, n = run([text])
+    words = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
+    assert run(words)[0] == one
+    assert run(list(text))[0] == one
+    assert len(one) >= len(words)          # a word, or a word and its punctuation
+    assert one[0].text_begin == 0 and one[-1].text_end == len(raw)
+    for a, b in zip(one, one[1:]):
+        assert a.text_end == b.text_begin and a.text_token < b.text_token
+        assert 0 <= a.sample <= b.sample <= n
+    assert raw[one[1].text_begin:one[1].text_end] == b" quick"
+    for m in one:
+        assert m.sample == m.speech_token * 960
+    low, n16 = run([text], sample_rate=16000)
+    assert [m.speech_token for m in low] == [m.speech_token for m in one]
+    assert all(m.sample == m.speech_token * 640 for m in low) and n16 < n
+    # a whole-text request: one mark, its whole text at sample 0
+    with engine.submit(voice, "Hello there.", cosyvoice.make_params(seed=1, max_tokens=20)) as r:
+        (m,) = r.text_marks()
+        assert (m.text_begin, m.text_end, m.sample) == (0, len("Hello there."), 0)
+        r.wait()
+    with pytest.raises(ValueError):
+        r.text_marks()
+
+
 def test_read_respects_max_samples(engine, voice):
     with engine.submit(voice, "Hello there.", seed=3) as r:
         got = []

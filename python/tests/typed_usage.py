@@ -42,6 +42,15 @@ def stream_request(eng: cosyvoice.Engine, voice: cosyvoice.Voice) -> int:
         return n + st.n_chunks
 
 
+def heard(eng: cosyvoice.Engine, voice: cosyvoice.Voice, played: int) -> int:
+    """Bytes of the pushed text whose speech can have started in the first `played` samples."""
+    with eng.submit_text_stream(voice, seed=1) as r:
+        r.push_text("Hello there. ")
+        r.end_text()
+        marks: list[cosyvoice.TextMark] = r.text_marks()
+        return max((m.text_end for m in marks if 0 <= m.sample < played), default=0)
+
+
 def to_file(folder: str) -> int:
     try:
         return convert(folder, "model.gguf", rl=True)

@@ -11,9 +11,16 @@ request, whose audio follows. The audio goes out as soon as the engine makes it,
 (or base64 in "audio" events when the session says binary: false), in order: an utterance's
 audio starts after the previous utterance's has been sent.
 
-Server events (JSON text frames): session, started, audio (base64 mode only), done (samples,
-seconds, usage, timings), cancelled (samples sent), error. A bad message gets an error event and
+Server events (JSON text frames): session, started, audio (base64 mode only), mark (where the
+speech for a text piece can start: the library's text marks, Request.text_marks, sent in order
+with the audio), done (samples, seconds, pieces, marks, usage, timings), cancelled (samples and
+marks sent), error. A bad message gets an error event and
 the session goes on; a closed socket cancels everything in flight.
+
+With "protocol": "twilio" (a session setting) the output is Twilio's media-stream messages
+(media events of base64 mu-law at 8 kHz, frame_ms each, and Twilio marks), and Twilio's clear
+(a barge-in) and mark (echoed where the audio for the text before it ends, placed with the
+library's text marks) come in: docs/websocket.md.
 
 Limits: a message at most max_body_bytes (the HTTP body limit); a text piece and an utterance's
 whole text at most max_input_chars each; no NUL or lone surrogate in any string; an utterance
@@ -37,12 +44,15 @@ log = logging.getLogger("cosyvoice.server")
 
 FORMATS = ("pcm", "mulaw", "alaw")
 MESSAGE_TYPES = ("session", "text", "flush", "end", "cancel")
+PROTOCOLS = ("cosyvoice", "twilio")
+TWILIO_EVENTS = ("clear", "mark")   # Twilio media-stream messages the twilio protocol takes
 # utterances (and engine requests: one per utterance, one more per flush) a session may have in
 # flight: one connection cannot fill the engine's queue
 MAX_OPEN_UTTERANCES = 4
 MAX_REQUESTS_PER_UTTERANCE = 16
+MAX_MARK_NAME_CHARS = 256
 SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "model",
-                "max_tokens")
+                "max_tokens", "protocol", "stream_sid", "frame_ms")
 
 
 def encode(fmt, chunk):
@@ -59,15 +69,56 @@ class Utterance:
         self.settings = dict(settings)
         self.queue = asyncio.Queue()   # Requests, then None after end
         self.requests = []             # every request, for cancel
+        self.pieces = []               # per request: its text pieces (Piece), in order
         self.current = None            # the request that takes text now
+        self.req_bytes = 0             # UTF-8 bytes pushed into the current request
+        self.n_pieces = 0              # text pieces of the utterance
+        self.n_marks = 0               # mark events sent
         self.chars = 0
         self.samples = 0
+        self.between = []              # Twilio marks to send before the next request's audio
+        self.finished = False          # its last event is being sent: nothing more joins it
+        self.twbuf = b""               # twilio protocol: audio bytes not yet in a media frame
         self.cancelled = False
         self.ended = False
         self.task = None
         self.t0 = time.monotonic()
         self.t_first = None
         self.usage = {"input_tokens": 0, "output_tokens": 0}
+
+
+class Piece:
+    """A client text piece: its index in the utterance, its characters [c0, c1) of the
+    utterance's text, and where its bytes start in its engine request's text (marks)."""
+    __slots__ = ("index", "c0", "c1", "b0")
+
+    def __init__(self, index, c0, c1, b0):
+        self.index, self.c0, self.c1, self.b0 = index, c0, c1, b0
+
+
+class TwilioMark:
+    """A Twilio mark the client sent: echoed in the output stream where the audio for the text
+    sent before it ends (Session.on_event)."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+def piece_sample(p, marks):
+    """The request's sample where speech for piece p can start: the mark of the unit (sentence
+    or word of the library's text streaming, Request.text_marks) that holds its first byte; None
+    while that unit is not committed or not fed yet."""
+    lo, hi = 0, len(marks)
+    while lo < hi:   # the first unit that ends after the piece's first byte
+        mid = (lo + hi) // 2
+        if marks[mid].text_end <= p.b0:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == len(marks) or marks[lo].text_begin > p.b0 or marks[lo].sample < 0:
+        return None
+    return marks[lo].sample
 
 
 class Session:
@@ -78,7 +129,8 @@ class Session:
         self.ws, self.st, self.cfg = ws, st, settings
         self.lock = asyncio.Lock()
         self.settings = {"voice": None, "response_format": "pcm", "sample_rate": 24000,
-                         "seed": None, "binary": True, "max_tokens": None}
+                         "seed": None, "binary": True, "max_tokens": None,
+                         "protocol": "cosyvoice", "stream_sid": None, "frame_ms": 20}
         self.open = []   # utterances not finished
         self.current = None
         self.next_id = 1
@@ -90,15 +142,53 @@ class Session:
         async with self.lock:
             await self.ws.send_text(json.dumps(obj))
 
-    async def send_audio(self, u, data):
+    async def send_audio(self, u, data, n):
+        """Send n samples of u's audio (data, encoded); u.samples counts what was sent."""
+        if u.settings["protocol"] == "twilio":   # media events of frame_ms each
+            u.twbuf += data
+            u.samples += n     # (less what is held for a frame when cancelled: pump)
+            frame = 8 * u.settings["frame_ms"]
+            while len(u.twbuf) >= frame and not u.cancelled:
+                head, u.twbuf = u.twbuf[:frame], u.twbuf[frame:]
+                if not await self.send_media(u, head):
+                    u.samples -= len(head)
+            return
         async with self.lock:
             if u.cancelled:
                 return
+            u.samples += n
             if u.settings["binary"]:
                 await self.ws.send_bytes(data)
             else:
                 await self.ws.send_text(json.dumps({"type": "audio", "utterance": u.id,
                                                     "audio": base64.b64encode(data).decode()}))
+
+    async def send_media(self, u, data):
+        """Twilio protocol: one media event, as Twilio takes it (base64 raw mu-law 8 kHz)."""
+        async with self.lock:
+            if u.cancelled:
+                return False
+            await self.ws.send_text(json.dumps({
+                "event": "media", "streamSid": u.settings["stream_sid"],
+                "media": {"payload": base64.b64encode(data).decode()}}))
+            return True
+
+    async def flush_audio(self, u):
+        """Twilio protocol: the audio held for a whole frame goes out now (before a mark, at the
+        end of an utterance): the last frame before a mark may be shorter."""
+        if u.twbuf and not u.cancelled:
+            data, u.twbuf = u.twbuf, b""
+            if not await self.send_media(u, data):
+                u.samples -= len(data)
+
+    async def send_twilio_mark(self, u, m):
+        if u is not None:
+            await self.flush_audio(u)
+            if u.cancelled:
+                return
+        await self.send_json({"event": "mark", "streamSid": self.settings["stream_sid"]
+                              if u is None else u.settings["stream_sid"],
+                              "mark": {"name": m.name}})
 
     async def error(self, message, code, param=None, utterance=None):
         ev = {"type": "error", "error": {"message": message, "type": "invalid_request_error",
@@ -126,6 +216,14 @@ class Session:
             if msg["model"] not in self.cfg.model_names:
                 raise ApiError(404, f"the model {msg['model']!r} does not exist",
                                param="model", code="model_not_found")
+        if "protocol" in msg:
+            if msg["protocol"] not in PROTOCOLS:
+                raise ApiError(400, f"protocol {msg['protocol']!r} is not one of "
+                               f"{', '.join(PROTOCOLS)}", param="protocol", code="invalid_value")
+            new["protocol"] = msg["protocol"]
+            if new["protocol"] == "twilio":   # what Twilio takes: base64 mu-law at 8 kHz
+                # (the keys below may only repeat these)
+                new.update(response_format="mulaw", sample_rate=8000, binary=False)
         if "voice" in msg:
             name = voice_name_of(msg["voice"])
             self.check_string("voice", name, MAX_NAME_CHARS)
@@ -161,6 +259,26 @@ class Session:
                 raise ApiError(400, "binary must be true or false", param="binary",
                                code="invalid_value")
             new["binary"] = msg["binary"]
+        if "stream_sid" in msg:
+            sid = msg["stream_sid"]
+            if sid is not None:
+                self.check_string("stream_sid", sid, MAX_NAME_CHARS)
+            new["stream_sid"] = sid
+        if "frame_ms" in msg:
+            f = msg["frame_ms"]
+            if not isinstance(f, int) or isinstance(f, bool) or not 20 <= f <= 50:
+                raise ApiError(400, f"frame_ms {f!r} is not an integer in 20 .. 50",
+                               param="frame_ms", code="invalid_value")
+            new["frame_ms"] = f
+        if new["protocol"] == "twilio":
+            for k, v in (("response_format", "mulaw"), ("sample_rate", 8000), ("binary", False)):
+                if new[k] != v:
+                    raise ApiError(400, f"protocol twilio sends {k} {v!r} (Twilio's media "
+                                   f"format), not {new[k]!r}", param=k, code="invalid_value")
+            if not new["stream_sid"]:
+                raise ApiError(400, "protocol twilio needs stream_sid (the streamSid of Twilio's "
+                               "start message, put in every media and mark event)",
+                               param="stream_sid", code="missing")
         if new["voice"] is not None:
             await asyncio.to_thread(self.st.voices.get, new["voice"])   # 400 when unknown
         self.settings = new
@@ -182,6 +300,8 @@ class Session:
             r.close()
             return None
         u.requests.append(r)
+        u.pieces.append([])
+        u.req_bytes = 0
         u.current = r
         u.queue.put_nowait(r)
         return r
@@ -224,7 +344,41 @@ class Session:
             await asyncio.to_thread(r.push_text, text)
         except cosyvoice.CosyError as e:
             raise engine_error(e) from None
+        u.pieces[u.requests.index(r)].append(Piece(u.n_pieces, u.chars, u.chars + len(text),
+                                                   u.req_bytes))
+        u.n_pieces += 1
+        u.req_bytes += len(text.encode())
         u.chars += len(text)
+
+    async def on_event(self, msg):
+        """A Twilio media-stream message (twilio protocol): clear = cancel (and a clear event in
+        the output, for Twilio's buffer); mark = echoed in the output where the audio for the
+        text sent before it ends (docs/websocket.md)."""
+        if self.settings["protocol"] != "twilio":
+            raise ApiError(400, f"a Twilio {msg['event']!r} event, but the session's protocol is "
+                           'not twilio (send {"type": "session", "protocol": "twilio", '
+                           '"stream_sid": ...} first)', param="event", code="invalid_message")
+        sid = msg.get("streamSid")
+        if sid is not None and sid != self.settings["stream_sid"]:
+            raise ApiError(400, f"streamSid {sid!r} is not the session's stream_sid",
+                           param="streamSid", code="invalid_value")
+        if msg["event"] == "clear":
+            await self.on_cancel()
+            await self.send_json({"event": "clear", "streamSid": self.settings["stream_sid"]})
+            return
+        mark = msg.get("mark")
+        name = mark.get("name") if isinstance(mark, dict) else None
+        self.check_string("mark.name", name, MAX_MARK_NAME_CHARS)
+        m = TwilioMark(name)
+        u = self.current
+        if u is not None and u.current is not None:   # text of an open request before it
+            u.pieces[u.requests.index(u.current)].append(m)
+        elif u is not None:                            # between two requests of u
+            u.between.append(m)
+        elif self.open and not self.open[-1].finished:   # after everything in flight
+            self.open[-1].between.append(m)
+        else:                                          # nothing in flight: at once
+            await self.send_twilio_mark(None, m)
 
     def start_utterance(self):
         u = Utterance(self.next_id, self.settings)
@@ -287,6 +441,7 @@ class Session:
                 raise
         except cosyvoice.CosyError as e:
             if not u.cancelled:   # (Cancelled after a cancel is the cancel itself)
+                u.finished = True
                 u.cancelled = True
                 for r in u.requests:
                     r.cancel()
@@ -302,11 +457,54 @@ class Session:
                 r.close_when_idle()
             if u in self.open:
                 self.open.remove(u)
+            u.samples -= len(u.twbuf)   # (twilio: held for a frame, never sent)
+            u.twbuf = b""
             self.st.audio_s.inc(by=u.samples / rate)
         if u.cancelled:
             self.st.cancelled.inc()
-            await self.send_json({"type": "cancelled", "utterance": u.id, "samples": u.samples,
-                                  "seconds": u.samples / rate})
+            u.finished = True
+            dropped = [m.name for m in u.between] + [
+                m.name for ps in u.pieces for m in ps if isinstance(m, TwilioMark)]
+            ev = {"type": "cancelled", "utterance": u.id, "samples": u.samples,
+                  "seconds": u.samples / rate, "pieces": u.n_pieces, "marks": u.n_marks}
+            if u.settings["protocol"] == "twilio":
+                ev["dropped_marks"] = dropped
+            await self.send_json(ev)
+
+    async def send_marks(self, u, r, pending, base, upto):
+        """Send the mark events of the pieces (pending, in order) whose speech can start at or
+        before request sample upto (None: all of them, at the end of the request's audio);
+        base: the utterance's samples before this request. Returns the request sample of the
+        next piece's mark when known (and > upto), else None."""
+        rate = u.settings["sample_rate"]
+        marks = None
+        while pending and not u.cancelled:
+            if isinstance(pending[0], TwilioMark):
+                # where speech for the text after it can start (the next piece's mark), or the
+                # end of the request's audio when no text follows in this request
+                nxt = next((p for p in pending if isinstance(p, Piece)), None)
+                if nxt is None and upto is not None:
+                    return None
+                if nxt is not None:
+                    if marks is None:
+                        marks = r.text_marks()
+                    at = piece_sample(nxt, marks)
+                    if at is None or (upto is not None and at > upto):
+                        return at
+                await self.send_twilio_mark(u, pending.pop(0))
+                continue
+            if marks is None:
+                marks = r.text_marks()
+            at = piece_sample(pending[0], marks)
+            if at is None or (upto is not None and at > upto):
+                return at
+            p = pending.pop(0)
+            await self.flush_audio(u)
+            await self.send_json({"type": "mark", "utterance": u.id, "piece": p.index,
+                                  "text_begin": p.c0, "text_end": p.c1, "sample": base + at,
+                                  "ms": (base + at) * 1000 / rate})
+            u.n_marks += 1
+        return None
 
     async def play(self, u):
         fmt = u.settings["response_format"]
@@ -316,24 +514,46 @@ class Session:
             r = await u.queue.get()
             if r is None:
                 break
+            # the marks go out in order with the audio: a piece's mark right after the audio
+            # before its sample (a chunk is cut there), so that everything sent before a mark
+            # was made without that piece's text (docs/websocket.md)
+            while u.between and not u.cancelled:   # Twilio marks after the previous request
+                await self.send_twilio_mark(u, u.between.pop(0))
+            pending = u.pieces[u.requests.index(r)]
+            base, pos = u.samples, 0
             async for c in r.achunks():
                 if u.cancelled:
                     break
                 if u.t_first is None:
                     u.t_first = time.monotonic()
                     self.st.ttfb.observe(u.t_first - u.t0)
-                u.samples += c.size
-                await self.send_audio(u, encode(fmt, c))
+                while True:
+                    at = await self.send_marks(u, r, pending, base, pos)
+                    if u.cancelled or at is None or at >= pos + c.size:
+                        break
+                    head, c = c[:at - pos], c[at - pos:]
+                    pos += head.size
+                    await self.send_audio(u, encode(fmt, head), head.size)
+                if u.cancelled:
+                    break
+                pos += c.size
+                await self.send_audio(u, encode(fmt, c), c.size)
+            if not u.cancelled:
+                await self.send_marks(u, r, pending, base, None)
             if not u.cancelled:
                 rs = r.stats()
                 u.usage["input_tokens"] += rs.n_text_tokens
                 u.usage["output_tokens"] += rs.n_speech_tokens
+        await self.flush_audio(u)
+        while u.between and not u.cancelled:
+            await self.send_twilio_mark(u, u.between.pop(0))
         if u.cancelled:
             return
+        u.finished = True
         usage = dict(u.usage, total_tokens=u.usage["input_tokens"] + u.usage["output_tokens"])
         await self.send_json({
             "type": "done", "utterance": u.id, "samples": u.samples, "seconds": u.samples / rate,
-            "usage": usage,
+            "pieces": u.n_pieces, "marks": u.n_marks, "usage": usage,
             "timings": {"first_audio_s": None if u.t_first is None else u.t_first - u.t0,
                         "total_s": time.monotonic() - u.t0}})
 
@@ -385,6 +605,12 @@ async def serve(ws, st, settings):
                 msg = json.loads(raw)
             except (ValueError, RecursionError) as e:
                 await sess.error(f"the message is not valid JSON: {e}", "invalid_json")
+                continue
+            if isinstance(msg, dict) and "type" not in msg and msg.get("event") in TWILIO_EVENTS:
+                try:
+                    await sess.on_event(msg)
+                except ApiError as e:
+                    await sess.send_json({"type": "error", "error": e.body()["error"]})
                 continue
             if not isinstance(msg, dict) or msg.get("type") not in MESSAGE_TYPES:
                 t = msg.get("type") if isinstance(msg, dict) else None

@@ -41,6 +41,35 @@ def streamed(model_path, voices_dir):
     eng.close()
 
 
+@pytest.fixture(scope="module")
+def piece_marks(model_path, voices_dir):
+    """piece_marks(pieces, **params): for each piece, the sample where the library's text marks
+    (Request.text_marks) say its speech can start: the mark of the unit holding its first byte
+    (the in-process reference for the server's mark events)."""
+    eng = cosyvoice.Engine(model_path)
+    v = eng.load_voice(os.path.join(voices_dir, "alloy.gguf"))
+
+    def run(pieces, **kw):
+        with eng.submit_text_stream(v, **kw) as r:
+            for p in pieces:
+                r.push_text(p)
+            r.end_text()
+            for _ in r:
+                pass
+            marks = r.text_marks()
+        out, b = [], 0
+        for p in pieces:
+            unit = [m for m in marks if m.text_begin <= b < m.text_end]
+            assert len(unit) == 1, (p, b, marks)
+            out.append(unit[0].sample)
+            b += len(p.encode())
+        return out
+
+    yield run
+    v.close()
+    eng.close()
+
+
 def pieces_of(text, n=3):
     """text in pieces of n characters (a chat model's tokens, roughly)."""
     return [text[i:i + n] for i in range(0, len(text), n)]
@@ -69,6 +98,24 @@ class Conn:
             if m["type"] == type_:
                 return m, audio
             assert m["type"] != "error", m
+
+    def stream(self, timeout=120, end=("done",)):
+        """Every message up to the utterance's done (or cancelled): ([(event, samples of audio
+        received before it)], audio bytes, the last event); base64 audio events count as
+        audio. Bytes per sample: 2 (pcm) unless the caller divides otherwise."""
+        events, audio = [], b""
+        while True:
+            m = self.recv(timeout)
+            if isinstance(m, bytes):
+                audio += m
+                continue
+            if m["type"] == "audio":
+                audio += base64.b64decode(m["audio"])
+                continue
+            assert m["type"] != "error", m
+            events.append((m, len(audio)))
+            if m["type"] in end:
+                return events, audio, m
 
     def utterance(self, timeout=120):
         """Audio bytes and the done event of the utterance in flight."""
@@ -133,18 +180,28 @@ def test_flush_speaks_what_is_pending_and_the_utterance_goes_on(ws_url, streamed
     c.send(type="end")
     assert c.recv()["type"] == "started"
     audio = b""
+    marks = []
     while True:
         m = c.recv(120)
         assert isinstance(m, dict), "binary false: audio comes in events"
         if m["type"] == "audio":
             audio += base64.b64decode(m["audio"])
             continue
+        if m["type"] == "mark":
+            assert m["sample"] * 2 == len(audio)   # in order with the audio
+            marks.append(m)
+            continue
         assert m["type"] == "done", m
         break
     c.close()
     # one engine request per flush, each with the session's seed
-    want = cosyvoice.to_pcm16(streamed(a, seed=8)) + cosyvoice.to_pcm16(streamed(b, seed=8))
+    first = cosyvoice.to_pcm16(streamed(a, seed=8))
+    want = first + cosyvoice.to_pcm16(streamed(b, seed=8))
     assert audio == want and m["samples"] * 2 == len(audio)
+    # the second request's marks count on from the first one's audio
+    assert [k["piece"] for k in marks] == list(range(len(a) + len(b)))
+    assert m["pieces"] == m["marks"] == len(a) + len(b)
+    assert all(k["sample"] * 2 >= len(first) for k in marks[len(a):])
 
 
 def test_cancel_in_the_middle_of_speech(ws_url, client):
@@ -156,8 +213,14 @@ def test_cancel_in_the_middle_of_speech(ws_url, client):
         c.send(type="text", text=p)
     c.send(type="end")
     assert c.recv()["type"] == "started"
-    first = c.recv(120)
-    assert isinstance(first, bytes) and first
+    n_marks = 0
+    while True:
+        first = c.recv(120)
+        if isinstance(first, bytes):
+            break
+        assert first["type"] == "mark" and first["sample"] == 0, first
+        n_marks += 1
+    assert first
     c.send(type="cancel")
     got = len(first)
     while True:
@@ -165,14 +228,107 @@ def test_cancel_in_the_middle_of_speech(ws_url, client):
         if isinstance(m, bytes):   # sent before the server saw the cancel
             got += len(m)
             continue
+        if m["type"] == "mark":
+            assert m["sample"] * 2 == got
+            n_marks += 1
+            continue
         assert m["type"] == "cancelled", m
         break
     assert m["samples"] * 2 == got, (m, got)
+    assert m["marks"] == n_marks and m["pieces"] == len(pieces_of(LONG_TEXT, 40))
     # nothing more of it; the session goes on
     c.send(type="text", text="Short.")
     c.send(type="end")
     audio, done = c.utterance()
     assert audio and done["utterance"] == m["utterance"] + 1
+    c.close()
+    wait_idle(client)
+
+
+def check_marks(events, pieces, want, bytes_per_sample, rate):
+    """The mark events of one utterance: one per piece, in order, each right after the audio
+    before its sample, at the in-process library marks (want), with the pieces' characters."""
+    marks = [(m, n) for m, n in events if m["type"] == "mark"]
+    assert [m["piece"] for m, _ in marks] == list(range(len(pieces)))
+    c = 0
+    for (m, n), p, w in zip(marks, pieces, want):
+        assert (m["text_begin"], m["text_end"]) == (c, c + len(p))
+        assert m["sample"] == w, (m, w)
+        assert m["sample"] * bytes_per_sample == n, (m, n)
+        assert m["ms"] == pytest.approx(m["sample"] * 1000 / rate)
+        c += len(p)
+    return [m for m, _ in marks]
+
+
+def test_marks_tie_the_pieces_to_the_audio(ws_url, piece_marks):
+    """A mark event per text piece, in order with the audio, at the library's marks; done says
+    how many; the same at 8 kHz mu-law (samples at the output rate); pieces cut inside words and
+    across sentences."""
+    text = ("Sure! The train leaves at nine tomorrow. Then it stops twice, "
+            "once in Lyon and once in Dijon. Café?")
+    pieces = pieces_of(text, 7)
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=11)
+    c.recv()
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    events, audio, done = c.stream()
+    want = piece_marks(pieces, seed=11)
+    marks = check_marks(events, pieces, want, 2, 24000)
+    assert done["pieces"] == done["marks"] == len(pieces)
+    # normalization on: a unit is a sentence, so the pieces of one sentence share its mark
+    assert len(set(m["sample"] for m in marks)) <= 4 and marks[0]["sample"] == 0
+    assert marks[-1]["sample"] < done["samples"]
+    # phone line: the marks at 8000 Hz
+    c.send(type="session", response_format="mulaw", sample_rate=8000)
+    c.recv()
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    events, audio, done = c.stream()
+    check_marks(events, pieces, piece_marks(pieces, seed=11, sample_rate=8000), 1, 8000)
+    c.close()
+
+
+def test_marks_after_a_cancel_say_what_was_not_heard(ws_url, client, piece_marks):
+    """Cancelled mid-speech: the marks sent are those of the pieces whose speech could have
+    started in the audio sent; every later piece's library mark is at or after the last sample
+    sent (it was not heard)."""
+    wait_idle(client)
+    pieces = [w + " " for w in LONG_TEXT.split(" ")]
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=12)
+    c.recv()
+    for p in pieces:
+        c.send(type="text", text=p)
+    c.send(type="end")
+    got, events = 0, []
+    while True:
+        m = c.recv(120)
+        if isinstance(m, bytes):
+            got += len(m)
+            if got >= 2 * 24000 * 2:   # two seconds heard: barge in
+                c.send(type="cancel")
+                break
+            continue
+        events.append((m, got))
+    while True:
+        m = c.recv(30)
+        if isinstance(m, bytes):
+            got += len(m)
+            continue
+        if m["type"] == "cancelled":
+            break
+        events.append((m, got))
+    marks = [e for e, _ in events if e["type"] == "mark"]
+    assert m["marks"] == len(marks) and m["samples"] * 2 == got
+    want = piece_marks(pieces, seed=12)
+    k = m["marks"]
+    assert 0 < k < len(pieces)
+    assert all(want[i] <= m["samples"] for i in range(k))
+    assert all(want[i] >= m["samples"] for i in range(k, len(pieces)))
+    assert [e["sample"] for e in marks] == want[:k]
     c.close()
     wait_idle(client)
 
@@ -185,6 +341,7 @@ def test_closed_socket_cancels_everything(ws_url, client):
     c.send(type="text", text=LONG_TEXT)
     c.send(type="end")
     assert c.recv()["type"] == "started"
+    assert c.recv(120)["type"] == "mark"   # its one piece: speech for it can start at once
     assert isinstance(c.recv(120), bytes)
     calls = health(client)["engine_calls"]
     c.close()
@@ -403,3 +560,161 @@ def test_max_tokens_bounds_an_utterance(ws_url, streamed, client):
     assert len(unbounded) > len(audio) and done["usage"]["output_tokens"] > 20
     c.close()
     wait_idle(client)
+
+
+# ---- the twilio protocol: Twilio media-stream messages ----------------------------------------
+
+SID = "MZ0123456789abcdef"
+
+
+def twilio_session(ws_url, seed, **kw):
+    c = Conn(ws_url)
+    c.send(type="session", voice="alloy", seed=seed, protocol="twilio", stream_sid=SID, **kw)
+    ev = c.recv()
+    assert ev["type"] == "session" and ev["protocol"] == "twilio", ev
+    assert (ev["response_format"], ev["sample_rate"], ev["binary"]) == ("mulaw", 8000, False)
+    return c
+
+
+def twilio_stream(c, end=("done",), timeout=120):
+    """Messages up to the utterance's done / cancelled: [(message, mu-law bytes before it)], the
+    media payloads, the last message. Every Twilio-shaped message carries the session's sid."""
+    out, frames, n = [], [], 0
+    while True:
+        m = c.recv(timeout)
+        assert isinstance(m, dict), "twilio: everything in JSON text frames"
+        if "event" in m:
+            assert "type" not in m and m["streamSid"] == SID, m
+            if m["event"] == "media":
+                assert set(m) == {"event", "streamSid", "media"} and set(m["media"]) == {"payload"}
+                b = base64.b64decode(m["media"]["payload"])
+                frames.append(b)
+                n += len(b)
+            out.append((m, n))
+            continue
+        assert m["type"] != "error", m
+        out.append((m, n))
+        if m["type"] in end:
+            return out, frames, m
+
+
+def test_twilio_media_frames_and_marks(ws_url, streamed, piece_marks):
+    """Twilio mode: media events of 20 ms (160 bytes of mu-law) whose payloads joined are the
+    in-process 8 kHz audio in mu-law; a frame is cut short only right before a mark or at the end;
+    a Twilio mark sent between two sentences comes back where the next sentence's speech can
+    start (its library mark), one sent after the last text at the end of the audio."""
+    from cosyvoice.server.encoders import encode_raw
+    # (long enough that the text after the first mark is not all fed with the voice's prompt
+    # speech, before any speech token: then its mark would be 0)
+    a = pieces_of("Sure! The train leaves at nine tomorrow morning from the main station, "
+                  "platform four, and it arrives in the afternoon. Bring a coat, it will be "
+                  "cold.", 6)
+    b = pieces_of(" Then it stops twice.", 6)
+    c = twilio_session(ws_url, 13)
+    for p in a:
+        c.send(type="text", text=p)
+    c.send(event="mark", streamSid=SID, mark={"name": "after-first"})
+    for p in b:
+        c.send(type="text", text=p)
+    c.send(event="mark", mark={"name": "all-text"})   # (streamSid may be left out)
+    c.send(type="end")
+    out, frames, done = twilio_stream(c)
+    audio = b"".join(frames)
+    want = streamed(a + b, seed=13, sample_rate=8000)
+    assert audio == encode_raw("mulaw", want) and done["samples"] == len(audio)
+    # frames: 160 bytes, except the last before a mark (Twilio's or a piece's) or the end
+    kinds = [m.get("event") or m["type"] for m, _ in out]
+    for i, (m, _) in enumerate(out):
+        if m.get("event") == "media":
+            size = len(base64.b64decode(m["media"]["payload"]))
+            assert 0 < size <= 160
+            if size < 160:
+                assert kinds[i + 1] in ("mark", "done"), kinds[i:i + 2]
+    assert sum(len(f) == 160 for f in frames) >= len(frames) - 6
+    # the Twilio marks, in the output as Twilio takes them
+    tw = [(m, n) for m, n in out if m.get("event") == "mark"]
+    assert [m["mark"] for m, _ in tw] == [{"name": "after-first"}, {"name": "all-text"}]
+    at = piece_marks(a + b, seed=13, sample_rate=8000)
+    assert tw[0][1] == at[len(a)] and 0 < tw[0][1] < len(audio)
+    assert tw[1][1] == len(audio)
+    # the pieces' own mark events too
+    marks = [m for m, _ in out if m.get("type") == "mark"]
+    assert [m["sample"] for m in marks] == at
+    # a mark with nothing in flight comes back at once
+    c.send(event="mark", streamSid=SID, mark={"name": "idle"})
+    assert c.recv() == {"event": "mark", "streamSid": SID, "mark": {"name": "idle"}}
+    # 50 ms frames
+    c.send(type="session", frame_ms=50)
+    assert c.recv()["frame_ms"] == 50
+    c.send(type="text", text="Hello.")
+    c.send(type="end")
+    out, frames, done = twilio_stream(c)
+    assert all(len(f) == 400 for f in frames[:-1]) and 0 < len(frames[-1]) <= 400
+    c.close()
+
+
+def test_twilio_clear_is_a_barge_in(ws_url, client):
+    """An incoming clear cancels the utterance (no media of it after the clear event), puts a
+    clear event in the output for Twilio's buffer, and the cancelled event says what was sent
+    and which Twilio marks were never placed."""
+    wait_idle(client)
+    c = twilio_session(ws_url, 14)
+    for p in pieces_of(LONG_TEXT, 40):
+        c.send(type="text", text=p)
+    c.send(event="mark", streamSid=SID, mark={"name": "never"})   # after all of the text
+    c.send(type="end")
+    n = 0
+    while n < 8000:   # a second of audio, then barge in
+        m = c.recv(120)
+        if m.get("event") == "media":
+            n += len(base64.b64decode(m["media"]["payload"]))
+    c.send(event="clear", streamSid=SID)
+    seen_clear = False
+    while True:
+        m = c.recv(30)
+        if m.get("event") == "media":
+            assert not seen_clear, "media after the clear event"
+            n += len(base64.b64decode(m["media"]["payload"]))
+        elif m.get("event") == "clear":
+            seen_clear = True
+        elif m.get("type") == "cancelled":
+            break
+    assert seen_clear and m["samples"] == n and m["dropped_marks"] == ["never"]
+    # the session goes on
+    c.send(type="text", text="Sorry, go on.")
+    c.send(type="end")
+    out, frames, done = twilio_stream(c)
+    assert frames and done["samples"] == sum(len(f) for f in frames)
+    c.close()
+    wait_idle(client)
+
+
+def test_twilio_bad_messages(ws_url):
+    c = Conn(ws_url)
+
+    def err(code, param):
+        m = c.recv()
+        assert m["type"] == "error" and m["error"]["code"] == code and \
+            m["error"]["param"] == param, m
+
+    c.send(event="mark", streamSid=SID, mark={"name": "x"})   # not a twilio session
+    err("invalid_message", "event")
+    c.send(type="session", voice="alloy", protocol="twilio")
+    err("missing", "stream_sid")
+    c.send(type="session", voice="alloy", protocol="sip", stream_sid=SID)
+    err("invalid_value", "protocol")
+    c.send(type="session", voice="alloy", protocol="twilio", stream_sid=SID, sample_rate=16000)
+    err("invalid_value", "sample_rate")
+    c.send(type="session", voice="alloy", protocol="twilio", stream_sid=SID, frame_ms=10)
+    err("invalid_value", "frame_ms")
+    c.send(type="session", voice="alloy", protocol="twilio", stream_sid=SID)
+    assert c.recv()["type"] == "session"
+    c.send(type="session", response_format="pcm")
+    err("invalid_value", "response_format")
+    c.send(event="mark", streamSid="MZother", mark={"name": "x"})
+    err("invalid_value", "streamSid")
+    c.send(event="mark", streamSid=SID, mark={})
+    err("invalid_type", "mark.name")
+    c.send(event="media", streamSid=SID, media={"payload": ""})   # Twilio's inbound audio
+    err("invalid_message", "type")
+    c.close()
