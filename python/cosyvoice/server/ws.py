@@ -2,7 +2,8 @@
 
     WebSocket /v1/audio/speech/stream        (docs/websocket.md has the protocol and an example)
 
-A connection is a session: settings once (voice, output format and rate, seed), then utterances,
+A connection is a session: settings once (voice, output format and rate, seed; the voice a name
+or a reference recording cloned for the session, refvoice.py), then utterances,
 one after the other. The text of an utterance arrives in pieces ("text"), "flush" makes what is
 pending spoken now, "end" closes the utterance, "cancel" stops every utterance in flight at once
 (barge-in). Each utterance is one engine request in text-streaming mode (COSY_SYNTH_TEXT_STREAM,
@@ -15,7 +16,8 @@ Server events (JSON text frames): session, started, audio (base64 mode only), do
 seconds, usage, timings), cancelled (samples sent), error. A bad message gets an error event and
 the session goes on; a closed socket cancels everything in flight.
 
-Limits: a message at most max_body_bytes (the HTTP body limit); a text piece and an utterance's
+Limits: a message at most max_body_bytes (the HTTP body limit), or max_upload_bytes for a
+session message whose reference recording makes up the rest; a text piece and an utterance's
 whole text at most max_input_chars each; no NUL or lone surrogate in any string; an utterance
 that gets no message for ws_idle_timeout seconds (30) is ended, so that a client that stalls does
 not hold an engine request; uvicorn's pings (every 20 s) close a socket whose peer has vanished;
@@ -32,6 +34,7 @@ import cosyvoice
 
 from . import encoders
 from .errors import ApiError, engine_error
+from .refvoice import is_reference, oversize, parse_reference
 
 log = logging.getLogger("cosyvoice.server")
 
@@ -42,6 +45,14 @@ MESSAGE_TYPES = ("session", "text", "flush", "end", "cancel")
 MAX_OPEN_UTTERANCES = 4
 MAX_REQUESTS_PER_UTTERANCE = 16
 SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "model")
+
+
+class SessionVoice:
+    """A session's voice cloned from a reference recording (refvoice.py): the Voice, and the
+    SHA-256 key the session event shows in place of the recording."""
+
+    def __init__(self, voice, key):
+        self.voice, self.key = voice, key
 
 
 def encode(fmt, chunk):
@@ -125,10 +136,15 @@ class Session:
             if msg["model"] not in self.cfg.model_names:
                 raise ApiError(404, f"the model {msg['model']!r} does not exist",
                                param="model", code="model_not_found")
+        ref = None
         if "voice" in msg:
-            name = voice_name_of(msg["voice"])
-            self.check_string("voice", name, MAX_NAME_CHARS)
-            new["voice"] = name
+            if is_reference(msg["voice"]):   # cloned below, once the other settings are good
+                ref = await asyncio.to_thread(parse_reference, msg["voice"],
+                                              self.cfg.max_instructions_chars)
+            else:
+                name = voice_name_of(msg["voice"])
+                self.check_string("voice", name, MAX_NAME_CHARS)
+                new["voice"] = name
         if "response_format" in msg:
             if msg["response_format"] not in FORMATS:
                 raise ApiError(400, f"response_format {msg['response_format']!r} is not one of "
@@ -153,14 +169,22 @@ class Session:
                 raise ApiError(400, "binary must be true or false", param="binary",
                                code="invalid_value")
             new["binary"] = msg["binary"]
-        if new["voice"] is not None:
+        if ref is not None:   # the session's own voice: utterances keep the one they started with
+            new["voice"] = SessionVoice(await self.st.refs.get(ref), ref.key)
+        elif isinstance(new["voice"], str):
             await asyncio.to_thread(self.st.voices.get, new["voice"])   # 400 when unknown
         self.settings = new
-        await self.send_json({"type": "session", **self.settings})
+        shown = dict(self.settings)
+        if isinstance(shown["voice"], SessionVoice):
+            shown["voice"] = {"reference": shown["voice"].key}
+        await self.send_json({"type": "session", **shown})
 
     async def submit(self, u):
         s = u.settings
-        voice = await asyncio.to_thread(self.st.voices.get, s["voice"])
+        if isinstance(s["voice"], SessionVoice):
+            voice = s["voice"].voice
+        else:
+            voice = await asyncio.to_thread(self.st.voices.get, s["voice"])
         kw = {"sample_rate": s["sample_rate"] if s["sample_rate"] != 24000 else 0}
         if s["seed"] is not None:
             kw["seed"] = s["seed"]
@@ -367,14 +391,23 @@ async def serve(ws, st, settings):
                                  "invalid_message")
                 continue
             raw = m["text"]
-            if len(raw) > settings.max_body_bytes:
-                await sess.error(f"a message of {len(raw)} characters; the limit is "
-                                 f"{settings.max_body_bytes}", "message_too_large")
-                continue
+            # above max_body_bytes only a session message's reference recording may take it up
+            # to max_upload_bytes (refvoice.oversize); a message that large is parsed off the loop
+            big = len(raw) > settings.max_body_bytes
             try:
-                msg = json.loads(raw)
+                msg = await asyncio.to_thread(json.loads, raw) if big else json.loads(raw)
             except (ValueError, RecursionError) as e:
-                await sess.error(f"the message is not valid JSON: {e}", "invalid_json")
+                if not big:
+                    await sess.error(f"the message is not valid JSON: {e}", "invalid_json")
+                    continue
+                msg = None
+            if big and oversize(len(raw), msg if isinstance(msg, dict) and
+                                msg.get("type") == "session" else None,
+                                settings.max_body_bytes, settings.max_upload_bytes):
+                await sess.error(f"a message of {len(raw)} characters; the limit is "
+                                 f"{settings.max_body_bytes} (and {settings.max_upload_bytes} for "
+                                 "a session message with a reference recording)",
+                                 "message_too_large")
                 continue
             if not isinstance(msg, dict) or msg.get("type") not in MESSAGE_TYPES:
                 t = msg.get("type") if isinstance(msg, dict) else None
