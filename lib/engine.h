@@ -322,6 +322,13 @@ struct cosy_request {
    * segment's job is prepared: on the caller's thread at submission) */
   char **segs;
   int n_segs;
+  /* the text ids of segments 1 .. n_segs-1 (their tts text per mode), tokenized once, at
+   * submission, when plan_segments checks their limits; each taken (and the slot set to NULL)
+   * by its segment's job_prepare; what is left is freed with the request */
+  int32_t **seg_ids;
+  int32_t *seg_n_ids;
+  int seg_tokenized;             /* tts texts tokenized for this request (atomic; for tests:
+                                    each segment once) */
   int seg_alive;                 /* segment jobs made and not yet reaped (e->mu) */
   int seg_delivered;             /* segments whose audio is complete (e->mu) */
   cosy_status seg_err;           /* the first failure of a segment (e->mu) */

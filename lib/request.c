@@ -27,6 +27,10 @@ void request_free(cosy_request *r) {
   free(r->buf);
   free(r->tx_raw);
   free(r->prep_msg);
+  if (r->seg_ids)
+    for (int k = 0; k < r->n_segs; k++) free(r->seg_ids[k]);
+  free(r->seg_ids);
+  free(r->seg_n_ids);
   cosy_text_segments_free(r->segs, r->n_segs);
   free(r->tx_ids);
   free(r->tx_units);

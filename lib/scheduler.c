@@ -559,25 +559,40 @@ static cosy_utt utt_of(const cosy_engine *e, const sjob *j, int n_chars, int n_t
   return u;
 }
 
+/* The tts text of a request's text (per mode) tokenized, counted in r->seg_tokenized. */
+static cosy_status tokenize_tts(cosy_engine *e, cosy_request *r, const char *tts, int32_t **ids,
+                                int32_t *n) {
+  __atomic_fetch_add(&r->seg_tokenized, 1, __ATOMIC_RELAXED);
+  return cosy_tokenize(e->tok, tts, strlen(tts), ids, n);
+}
+
 /* The official ceiling of segment j->seg_i (n_tts text tokens) against the engine's
  * per-utterance capacity (e->caps), and, for the first segment of a long text, that of every
  * later segment too: their text tokens counted as job_prepare will count them (the same tts text
  * per mode), their LLM input as long as this one's but for the text. So a long text whose
  * segment k cannot be held (or has more text tokens than one LLM call takes) fails at submission
- * with that segment named, never after the audio of the segments before it. */
+ * with that segment named, never after the audio of the segments before it. The ids of segment
+ * k are kept (r->seg_ids[k]) for its job_prepare, so that each segment is tokenized once. */
 static cosy_status plan_segments(cosy_engine *e, const sjob *j, const char *text, int n_tts) {
   cosy_utt u = utt_of(e, j, utf8_chars(text), n_tts);
   cosy_status st = sched_utt_check(&e->caps, &u);
-  const cosy_request *r = j->r;
+  cosy_request *r = j->r;
   const cosy_synth_params *p = &r->params;
+  if (!st && j->seg_i == 0 && r->n_segs > 1 && !r->seg_ids) {
+    r->seg_ids = (int32_t **)cosy_calloc((size_t)r->n_segs, sizeof *r->seg_ids);
+    r->seg_n_ids = (int32_t *)cosy_calloc((size_t)r->n_segs, sizeof *r->seg_n_ids);
+    if (!r->seg_ids || !r->seg_n_ids) return COSY_ERR_NO_MEMORY;
+  }
   for (int k = j->seg_i + 1; !st && j->seg_i == 0 && k < r->n_segs; k++) {
     const char *t = r->segs[k];
     char *tts = mode_tts(p, t);
     int32_t *ids = NULL, n = 0;
     if (!tts) return COSY_ERR_NO_MEMORY;
-    st = cosy_tokenize(e->tok, tts, strlen(tts), &ids, &n);
+    st = tokenize_tts(e, r, tts, &ids, &n);
     free(tts);
-    free(ids);
+    free(r->seg_ids[k]);
+    r->seg_ids[k] = ids; /* NULL on failure */
+    r->seg_n_ids[k] = n;
     if (!st) st = seg_limit(p, n, k, r->n_segs); /* COSY_LLM_MAX_TEXT_TOKENS */
     if (st) return st;
     cosy_utt uk = u;
@@ -651,7 +666,13 @@ static cosy_status job_prepare(cosy_engine *e, cosy_request *r, int seg, sjob **
     goto done;
   }
   if ((st = cosy_tokenize(e->tok, prompt, strlen(prompt), &prompt_ids, &n_prompt))) goto done;
-  if ((st = cosy_tokenize(e->tok, tts, strlen(tts), &tts_ids, &n_tts))) goto done;
+  if (seg > 0 && r->seg_ids && r->seg_ids[seg]) { /* tokenized at submission (plan_segments) */
+    tts_ids = r->seg_ids[seg];
+    n_tts = r->seg_n_ids[seg];
+    r->seg_ids[seg] = NULL;
+  } else if ((st = tokenize_tts(e, r, tts, &tts_ids, &n_tts))) {
+    goto done;
+  }
   if (n_tts == 0) {
     st = cosy_err(COSY_ERR_TEXT, "nothing to say: the text has no tokens");
     goto done;

@@ -518,6 +518,46 @@ static void test_later_segment_refused_up_front(void **state) {
   f->e->caps = saved;
 }
 
+/* Each segment of a long text is tokenized once: at submission, where plan_segments checks the
+ * limits of the later segments and keeps their ids (r->seg_ids), not again when their jobs are
+ * prepared; r->seg_tokenized counts the tts texts tokenized for the request. The audio those
+ * kept ids give is test_segments_concatenate's (equal to each segment synthesized alone). Zero-
+ * shot and cross-lingual (whose tts text has the system prefix), push and pull. */
+static void test_segments_tokenized_once(void **state) {
+  fx *f = (fx *)*state;
+  NEED(f);
+  for (int mode = 0; mode < 2; mode++) {
+    for (int pull = 0; pull < 2; pull++) {
+      cosy_synth_params p;
+      params(&p, 7);
+      p.max_tokens = 30;
+      if (mode) p.mode = COSY_MODE_CROSS_LINGUAL;
+      cosy_request *r;
+      pushbuf b = {0};
+      assert_int_equal(cosy_request_submit(f->e, f->v, LONG, &p, pull ? NULL : on_chunk,
+                                           pull ? NULL : &b, &r),
+                       COSY_OK);
+      if (pull) {
+        float buf[3000];
+        int64_t k;
+        cosy_status st;
+        while ((st = cosy_request_read(r, buf, 3000, &k, -1)) == COSY_OK && k > 0) b.n += k;
+        assert_int_equal(st, COSY_OK);
+      } else {
+        assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+      }
+      assert_true(b.n > 0);
+      assert_true(r->n_segs > 1);
+      assert_int_equal(__atomic_load_n(&r->seg_tokenized, __ATOMIC_RELAXED), r->n_segs);
+      for (int k = 1; k < r->n_segs; k++) assert_null(r->seg_ids[k]); /* each one taken */
+      print_message("mode %d %s: %d segments, %d tokenizations\n", mode, pull ? "pull" : "push",
+                    r->n_segs, r->seg_tokenized);
+      cosy_request_release(r);
+      free(b.pcm);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_segments_concatenate),
@@ -526,6 +566,7 @@ int main(void) {
       cmocka_unit_test(test_utt_check_bounds),
       cmocka_unit_test(test_paragraph_fits_gpu_capacity),
       cmocka_unit_test(test_later_segment_refused_up_front),
+      cmocka_unit_test(test_segments_tokenized_once),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -54,6 +54,12 @@ def read_wav(path: Union[str, "os.PathLike[str]"]) -> Tuple[npt.NDArray[np.float
     their mean. Raises ValueError for anything else (the message says what)."""
     with open(path, "rb") as f:
         data = f.read()
+    return decode_wav(data, str(path))
+
+
+def decode_wav(data: bytes, path: str = "WAV data") -> Tuple[npt.NDArray[np.float32], int]:
+    """The bytes of a WAV file as read_wav reads a file (path: the name its messages start
+    with)."""
     if len(data) < 12 or data[:4] not in (b"RIFF", b"RF64") or data[8:12] != b"WAVE":
         raise ValueError(f"{path}: not a RIFF/WAVE file")
     pos, fmt, pcm = 12, None, None

@@ -6,7 +6,9 @@ Endpoints:
                           one cloned at startup, or a saved voice VOICES_DIR/NAME.gguf), as a
                           string or {"id": NAME}. Extensions: seed, sample_rate, max_tokens,
                           min_tokens (cosy_synth_params), stream (false: the whole audio in one
-                          response with its exact length).
+                          response with its exact length), and a reference recording as the
+                          voice, {"audio": base64 WAV, "text": transcript}: a voice cloned for
+                          this request, not saved (refvoice.py; a recent one is cached).
   GET  /v1/models         the model (and its accepted aliases); GET /v1/models/{id} one of them
   GET  /v1/voices         the voices (not an OpenAI endpoint; nor are the next three)
   POST /v1/voices         a voice cloned from a recording and its transcript, kept in the voices
@@ -31,7 +33,8 @@ speed: OpenAI's 0.25 .. 4.0; stretch.py says how speeds beyond the engine's 0.5 
 Limits (cli.py sets them; none lets one client hold the engine or the server): input at most
 max_input_chars (4096, OpenAI's), instructions at most max_instructions_chars (1000), the other
 strings at most 256 characters; no string may contain NUL or a lone surrogate; the body at most
-max_body_bytes (1 MiB); a request's head and body must arrive within read_timeout seconds (10).
+max_body_bytes (1 MiB), or max_upload_bytes (16 MiB) when a reference recording makes up the
+rest; a request's head and body must arrive within read_timeout seconds (10).
 A client that goes away at any moment (while its voice loads or its text is prepared, while its
 request waits in the engine's queue, before the first audio or in the middle of the stream) has
 its engine request cancelled at once and released at the engine's next step.
@@ -64,6 +67,8 @@ from . import metrics as prom
 from .errors import ApiError, engine_error
 from .limits import (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_UPLOAD_BYTES, DEFAULT_READ_TIMEOUT,
                      BodyLimits, wait_disconnect)
+from .refvoice import (DEFAULT_CACHE_BYTES, DEFAULT_CACHE_COUNT, DEFAULT_CACHE_TTL,
+                       ReferenceVoices, clone, decode, is_reference, oversize, parse_reference)
 from .stretch import MAX_SPEED, MIN_SPEED, split_speed, time_stretch
 
 log = logging.getLogger("cosyvoice.server")
@@ -87,7 +92,10 @@ class Settings:
                  default_response_format="mp3", voice_wav=None, voice_text="",
                  voice_name="default", default_voice=None, max_instructions_chars=1000,
                  max_body_bytes=DEFAULT_MAX_BODY_BYTES, read_timeout=DEFAULT_READ_TIMEOUT,
-                 max_upload_bytes=DEFAULT_MAX_UPLOAD_BYTES, ws_idle_timeout=30.0):
+                 max_upload_bytes=DEFAULT_MAX_UPLOAD_BYTES, ws_idle_timeout=30.0,
+                 reference_cache_count=DEFAULT_CACHE_COUNT,
+                 reference_cache_bytes=DEFAULT_CACHE_BYTES,
+                 reference_cache_ttl=DEFAULT_CACHE_TTL):
         self.model, self.voices = model, voices
         self.device, self.max_active, self.max_queued = device, max_active, max_queued
         self.cpu_threads, self.gpu_memory_fraction = cpu_threads, gpu_memory_fraction
@@ -102,6 +110,9 @@ class Settings:
         self.max_body_bytes, self.read_timeout = max_body_bytes, read_timeout
         self.max_upload_bytes = max_upload_bytes
         self.ws_idle_timeout = ws_idle_timeout
+        self.reference_cache_count = reference_cache_count
+        self.reference_cache_bytes = reference_cache_bytes
+        self.reference_cache_ttl = reference_cache_ttl
 
     @property
     def model_names(self):
@@ -114,7 +125,7 @@ class SpeechRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model: str
     input: str
-    voice: Any        # a name, or {"id": name}
+    voice: Any        # a name, {"id": name}, or a reference {"audio", "text"} (refvoice.py)
     instructions: Optional[str] = None
     response_format: Optional[str] = None
     speed: float = 1.0
@@ -147,6 +158,11 @@ def validation_error(exc):
 
 def parse_speech(raw):
     """SpeechRequest from the raw body; ApiError 400 with a message that says what is wrong."""
+    return speech_of(load_json(raw))
+
+
+def load_json(raw):
+    """The JSON object of a request body; ApiError 400 with a message that says what is wrong."""
     if not raw.strip():
         raise ApiError(400, "the request body is empty: send a JSON object such as "
                        '{"model": "tts-1", "input": "Hello.", "voice": "alloy"}',
@@ -165,10 +181,28 @@ def parse_speech(raw):
     if not isinstance(data, dict):
         raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}"
                        " (" + json.dumps(data)[:40] + ")", code="invalid_json")
+    return data
+
+
+def speech_of(data):
+    """SpeechRequest of a JSON object; ApiError 400 naming the first wrong field."""
     try:
         return SpeechRequest.model_validate(data)
     except ValidationError as e:
         raise validation_error(e) from None
+
+
+def parse_large(raw, settings):
+    """parse_speech of a body above max_body_bytes: 413 unless a reference recording (the voice's
+    audio) makes up the bytes beyond it (refvoice.oversize)."""
+    try:
+        data = load_json(raw)
+    except ApiError:
+        data = None
+    why = oversize(len(raw), data, settings.max_body_bytes, settings.max_upload_bytes)
+    if why:
+        raise ApiError(413, why, code="request_too_large")
+    return speech_of(data)
 
 
 def voice_name_of(voice):
@@ -177,7 +211,8 @@ def voice_name_of(voice):
         return voice
     if isinstance(voice, dict) and set(voice) == {"id"} and isinstance(voice["id"], str):
         return voice["id"]
-    raise ApiError(400, 'voice must be a voice name or an object {"id": NAME}; got '
+    raise ApiError(400, 'voice must be a voice name, an object {"id": NAME} or a reference '
+                   'recording {"audio": "<base64 WAV>", "text": "its transcript"}; got '
                    + json.dumps(voice)[:60], param="voice", code="invalid_voice")
 
 
@@ -201,8 +236,9 @@ def check_text(field, value, limit):
 
 
 def check_request(req, settings):
-    """The checks of a parsed request that need no engine: (format, voice name)."""
-    name = voice_name_of(req.voice)
+    """The checks of a parsed request that need no engine: (format, voice name; None for a
+    reference recording, which _start parses)."""
+    name = None if is_reference(req.voice) else voice_name_of(req.voice)
     for field, value, limit in (("model", req.model, MAX_NAME_CHARS),
                                 ("voice", name, MAX_NAME_CHARS),
                                 ("response_format", req.response_format, MAX_KEYWORD_CHARS),
@@ -294,22 +330,8 @@ class Voices:
         if name in self.fixed or os.path.exists(path):
             raise ApiError(409, f"voice {name!r} exists; delete it first", param="name",
                            code="voice_exists")
-        import tempfile
-        with tempfile.NamedTemporaryFile(suffix=".wav") as f:
-            f.write(wav_bytes)
-            f.flush()
-            try:
-                pcm, rate = cosyvoice.read_wav(f.name)
-            except ValueError as e:
-                raise ApiError(400, f"audio: {str(e).replace(f.name + ': ', '')}",
-                               param="audio", code="invalid_audio") from None
-        try:
-            v = self.engine.voice_from_audio(pcm, rate, transcript)
-        except cosyvoice.CosyError as e:
-            err = engine_error(e)
-            if err.param is None and err.status == 400:
-                err.param = "audio"
-            raise err from None
+        pcm, rate = decode(wav_bytes, "audio")
+        v = clone(self.engine, pcm, rate, transcript, "audio", "transcript")
         tmp = path + f".tmp{os.getpid()}.{threading.get_ident()}"
         try:
             v.save(tmp)
@@ -388,6 +410,7 @@ class State:
         self.settings = settings
         self.engine = None
         self.voices = None
+        self.refs = None   # ReferenceVoices
         self.device_lost = None
         self.requests = prom.Counter("cosyvoice_speech_requests_total",
                                      "speech requests answered, by HTTP status and format",
@@ -404,6 +427,10 @@ class State:
         self.in_progress = prom.Gauge("cosyvoice_requests_in_progress",
                                       "speech requests being answered now")
         self.in_progress.set(value=0)
+        self.ref_results = prom.Counter(
+            "cosyvoice_reference_voices_total", "reference recordings sent with a request, by "
+            "what became of them: cloned, cached (a cache hit), joined (waited for the same "
+            "recording's clone in progress), failed", ("result",))
 
     def engine_gauges(self):
         out = []
@@ -425,6 +452,11 @@ class State:
         c = prom.Counter("cosyvoice_engine_audio_samples_total", "samples the engine produced")
         c.inc(by=s.audio_samples_out)
         out.append(c)
+        if self.refs is not None:
+            r = self.refs.stats()
+            g("cosyvoice_reference_cache_voices", "reference voices in the cache", r["voices"])
+            g("cosyvoice_reference_cache_bytes", "feature bytes of the cached reference voices",
+              r["bytes"])
         g("cosyvoice_engine_weights_bytes", "model weights resident", s.weights_bytes)
         g("cosyvoice_engine_kv_pages_used", "KV cache pages in use", s.kv_pages_used)
         g("cosyvoice_engine_kv_pages_total", "KV cache pages", s.kv_pages_total)
@@ -574,6 +606,9 @@ def create_app(settings, engine_factory=None):
                                          cpu_threads=settings.cpu_threads,
                                          gpu_memory_fraction=settings.gpu_memory_fraction)
         st.voices = Voices(st.engine, settings)
+        st.refs = ReferenceVoices(st.engine, settings.reference_cache_count,
+                                  settings.reference_cache_bytes, settings.reference_cache_ttl,
+                                  st.ref_results)
         if settings.voice_wav:
             st.voices.fixed[settings.voice_name] = st.engine.voice_from_wav(
                 settings.voice_wav, settings.voice_text or "")
@@ -582,6 +617,7 @@ def create_app(settings, engine_factory=None):
                  f"; OpenAI's voice names speak as {settings.default_voice!r}"
                  if settings.default_voice else "")
         yield
+        st.refs.close()
         st.voices.close()
         st.engine.close()
 
@@ -717,7 +753,8 @@ def create_app(settings, engine_factory=None):
 
     @app.get("/metrics")
     async def metrics_endpoint():
-        ms = [st.requests, st.ttfb, st.audio_s, st.cancelled, st.failed_mid, st.in_progress]
+        ms = [st.requests, st.ttfb, st.audio_s, st.cancelled, st.failed_mid, st.in_progress,
+              st.ref_results]
         return Response(prom.render(ms + st.engine_gauges()), media_type=prom.CONTENT_TYPE)
 
     @app.post("/v1/audio/speech", openapi_extra={"requestBody": {
@@ -731,7 +768,13 @@ def create_app(settings, engine_factory=None):
         watch = None
         handed_off = False
         try:
-            req = parse_speech(await request.body())
+            raw = await request.body()
+            if len(raw) > settings.max_body_bytes:
+                # only a reference recording may make it larger (up to max_upload_bytes);
+                # parsed on a worker thread: megabytes of JSON would hold the event loop
+                req = await asyncio.to_thread(parse_large, raw, settings)
+            else:
+                req = parse_speech(raw)
             fmt, name = check_request(req, settings)
             out = Outcome(st, fmt, req.sample_rate or 24000, Job())
             # the body is read: the next message is the client's disconnect
@@ -769,7 +812,12 @@ def create_app(settings, engine_factory=None):
         or streamed from the first chunk on. Errors before any byte get a status code."""
         if st.device_lost:
             raise ApiError(500, f"the GPU was lost: {st.device_lost}", code="device_lost")
-        voice = await asyncio.to_thread(st.voices.get, name)
+        if name is None:   # a reference recording: its voice is cloned (or cached)
+            ref = await asyncio.to_thread(parse_reference, req.voice,
+                                          settings.max_instructions_chars)
+            voice = await st.refs.get(ref)
+        else:
+            voice = await asyncio.to_thread(st.voices.get, name)
         rate = out.rate
         engine_speed, rest = split_speed(req.speed)
         sse = req.stream_format == "sse"
@@ -867,5 +915,11 @@ def create_app(settings, engine_factory=None):
             enc.close()
             out.close(code)
 
+    upload = max(settings.max_upload_bytes, settings.max_body_bytes)
     return BodyLimits(app, settings.max_body_bytes, settings.read_timeout,
-                      {("POST", "/v1/voices"): settings.max_upload_bytes})
+                      {("POST", "/v1/voices"): settings.max_upload_bytes,
+                       # larger bodies are refused after reading unless a reference recording
+                       # makes up the rest (parse_large)
+                       ("POST", "/v1/audio/speech"): (
+                           upload, f"{settings.max_body_bytes}, and {upload} with a reference "
+                           "recording in voice.audio")})

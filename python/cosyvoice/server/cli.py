@@ -38,6 +38,7 @@ def build_parser():
     """The argparse parser of cosyvoice-server."""
     from .app import DEFAULT_ALIASES
     from .encoders import ALL_FORMATS
+    from .refvoice import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_COUNT, DEFAULT_CACHE_TTL
     env = os.environ.get
     ap = argparse.ArgumentParser(
         prog="cosyvoice-server", epilog=USAGE_EXAMPLE,
@@ -80,13 +81,23 @@ def build_parser():
     g.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="largest request body (default: %(default)s)")
     g.add_argument("--max-upload-bytes", type=int, default=DEFAULT_MAX_UPLOAD_BYTES,
-                   help="largest body of POST /v1/voices (a recording) (default: %(default)s)")
+                   help="largest body of POST /v1/voices (a recording), and of a speech request "
+                        "or WebSocket session message with a reference recording "
+                        "(default: %(default)s)")
     g.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT,
                    help="seconds a client may take to send a request's head, and again its "
                         "body (default: %(default)s)")
     g.add_argument("--ws-idle-timeout", type=float, default=30.0,
                    help="seconds a WebSocket utterance may wait for its next message before it "
                         "is ended (default: %(default)s)")
+    g.add_argument("--reference-cache-size", type=int, default=DEFAULT_CACHE_COUNT,
+                   metavar="N", help="voices of recent reference recordings kept for requests "
+                   "that send the same one again; 0: none (default: %(default)s)")
+    g.add_argument("--reference-cache-bytes", type=int, default=DEFAULT_CACHE_BYTES, metavar="N",
+                   help="most bytes of voice features in that cache (default: %(default)s)")
+    g.add_argument("--reference-cache-ttl", type=float, default=DEFAULT_CACHE_TTL,
+                   metavar="SECONDS", help="a cached reference voice unused this long is dropped "
+                   "(default: %(default)s)")
     g = ap.add_argument_group("HTTP")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     g.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
@@ -123,10 +134,13 @@ def parse_args(argv=None, need_files=True):
     for name, v, lo in (("--max-input-chars", a.max_input_chars, 1),
                         ("--max-instructions-chars", a.max_instructions_chars, 0),
                         ("--max-body-bytes", a.max_body_bytes, 1024),
-                        ("--max-upload-bytes", a.max_upload_bytes, 1024)):
+                        ("--max-upload-bytes", a.max_upload_bytes, 1024),
+                        ("--reference-cache-size", a.reference_cache_size, 0),
+                        ("--reference-cache-bytes", a.reference_cache_bytes, 0)):
         if v < lo:
             ap.error(f"{name} {v}: at least {lo}")
-    for name, v in (("--read-timeout", a.read_timeout), ("--ws-idle-timeout", a.ws_idle_timeout)):
+    for name, v in (("--read-timeout", a.read_timeout), ("--ws-idle-timeout", a.ws_idle_timeout),
+                    ("--reference-cache-ttl", a.reference_cache_ttl)):
         if not v > 0:
             ap.error(f"{name} {v}: must be positive")
     if not 0 < a.port < 65536:
@@ -139,7 +153,10 @@ def parse_args(argv=None, need_files=True):
                         voice_name=a.voice_name, default_voice=a.default_voice,
                         max_instructions_chars=a.max_instructions_chars,
                         max_body_bytes=a.max_body_bytes, read_timeout=a.read_timeout,
-                        max_upload_bytes=a.max_upload_bytes, ws_idle_timeout=a.ws_idle_timeout)
+                        max_upload_bytes=a.max_upload_bytes, ws_idle_timeout=a.ws_idle_timeout,
+                        reference_cache_count=a.reference_cache_size,
+                        reference_cache_bytes=a.reference_cache_bytes,
+                        reference_cache_ttl=a.reference_cache_ttl)
     return settings, a
 
 
@@ -161,4 +178,6 @@ def main(argv=None, engine_factory=None):
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     uvicorn.run(create_app(settings, engine_factory), host=a.host, port=a.port,
                 log_level=a.log_level, http=_protocol_class(a.http, a.read_timeout),
-                loop=a.loop, timeout_graceful_shutdown=5, ws_max_size=a.max_body_bytes)
+                loop=a.loop, timeout_graceful_shutdown=5,
+                # a session message may carry a reference recording (ws.py checks the rest)
+                ws_max_size=max(a.max_body_bytes, a.max_upload_bytes))

@@ -8,6 +8,9 @@ its body, and the engine work of a client that has gone.
   answered 408 and disconnected.
 - Body size (`max_body_bytes`, default 1 MiB): a Content-Length above it is answered 413 before
   anything is read; a chunked body is counted as it arrives and refused the moment it passes.
+  A route may have its own limit: POST /v1/voices max_upload_bytes (a recording), POST
+  /v1/audio/speech max_upload_bytes too, of which all but max_body_bytes must be a reference
+  recording (app.py checks that once the body is read).
 - Client gone: `wait_disconnect` returns when the client closes its connection, so that the
   speech endpoint can cancel the engine request at once, whether the request is still being
   prepared, waits in the engine's queue, or streams (see app.py).
@@ -25,7 +28,8 @@ _CONNECTION = contextvars.ContextVar("cosyvoice_server_connection", default=None
 
 DEFAULT_READ_TIMEOUT = 10.0
 DEFAULT_MAX_BODY_BYTES = 1 << 20
-# POST /v1/voices: a WAV of 30 s at 48 kHz, 16-bit, in base64 (about 3.9 MB), with room
+# POST /v1/voices, and a speech request with a reference recording: a WAV of 30 s at 48 kHz,
+# 16-bit, in base64 (about 3.9 MB), with room
 DEFAULT_MAX_UPLOAD_BYTES = 16 << 20
 
 
@@ -97,7 +101,8 @@ class BodyLimits:
         self.app = app
         self.max_body = int(max_body_bytes)
         self.read_timeout = float(read_timeout)
-        self.per_route = dict(per_route or {})   # (method, path) -> its own body limit
+        # (method, path) -> its own body limit, or (limit, how the 413 message states it)
+        self.per_route = dict(per_route or {})
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -113,6 +118,7 @@ class BodyLimits:
         deadline = loop.time() + self.read_timeout
         state = {"body_done": False, "received": 0}
         limit = self.per_route.get((scope.get("method"), scope.get("path")), self.max_body)
+        limit, says = limit if isinstance(limit, tuple) else (limit, str(limit))
         timeout = self.read_timeout
         close = {"connection": "close"}
 
@@ -124,7 +130,7 @@ class BodyLimits:
                 except ValueError:
                     length = None
         if length is not None and length > limit:
-            err = ApiError(413, f"the request body has {length} bytes; the limit is {limit}",
+            err = ApiError(413, f"the request body has {length} bytes; the limit is {says}",
                            code="request_too_large", headers=close)
             await err.response()(scope, receive, send)
             return
@@ -142,7 +148,8 @@ class BodyLimits:
             if msg["type"] == "http.request":
                 state["received"] += len(msg.get("body", b""))
                 if state["received"] > limit:
-                    raise ApiError(413, f"the request body has more than {limit} bytes",
+                    raise ApiError(413, f"the request body has more than {limit} bytes; the "
+                                   f"limit is {says}",
                                    code="request_too_large", headers=close)
                 if not msg.get("more_body", False):
                     state["body_done"] = True

@@ -2,7 +2,8 @@
 
     WebSocket /v1/audio/speech/stream        (docs/websocket.md has the protocol and an example)
 
-A connection is a session: settings once (voice, output format and rate, seed), then utterances,
+A connection is a session: settings once (voice, output format and rate, seed; the voice a name
+or a reference recording cloned for the session, refvoice.py), then utterances,
 one after the other. The text of an utterance arrives in pieces ("text"), "flush" makes what is
 pending spoken now, "end" closes the utterance, "cancel" stops every utterance in flight at once
 (barge-in). Each utterance is one engine request in text-streaming mode (COSY_SYNTH_TEXT_STREAM,
@@ -22,7 +23,8 @@ With "protocol": "twilio" (a session setting) the output is Twilio's media-strea
 (a barge-in) and mark (echoed where the audio for the text before it ends, placed with the
 library's text marks) come in: docs/websocket.md.
 
-Limits: a message at most max_body_bytes (the HTTP body limit); a text piece and an utterance's
+Limits: a message at most max_body_bytes (the HTTP body limit), or max_upload_bytes for a
+session message whose reference recording makes up the rest; a text piece and an utterance's
 whole text at most max_input_chars each; no NUL or lone surrogate in any string; an utterance
 that gets no message for ws_idle_timeout seconds (30) is ended, so that a client that stalls does
 not hold an engine request; uvicorn's pings (every 20 s) close a socket whose peer has vanished;
@@ -39,6 +41,7 @@ import cosyvoice
 
 from . import encoders
 from .errors import ApiError, engine_error
+from .refvoice import is_reference, oversize, parse_reference
 
 log = logging.getLogger("cosyvoice.server")
 
@@ -53,6 +56,14 @@ MAX_REQUESTS_PER_UTTERANCE = 16
 MAX_MARK_NAME_CHARS = 256
 SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "model",
                 "max_tokens", "protocol", "stream_sid", "frame_ms")
+
+
+class SessionVoice:
+    """A session's voice cloned from a reference recording (refvoice.py): the Voice, and the
+    SHA-256 key the session event shows in place of the recording."""
+
+    def __init__(self, voice, key):
+        self.voice, self.key = voice, key
 
 
 def encode(fmt, chunk):
@@ -224,10 +235,15 @@ class Session:
             if new["protocol"] == "twilio":   # what Twilio takes: base64 mu-law at 8 kHz
                 # (the keys below may only repeat these)
                 new.update(response_format="mulaw", sample_rate=8000, binary=False)
+        ref = None
         if "voice" in msg:
-            name = voice_name_of(msg["voice"])
-            self.check_string("voice", name, MAX_NAME_CHARS)
-            new["voice"] = name
+            if is_reference(msg["voice"]):   # cloned below, once the other settings are good
+                ref = await asyncio.to_thread(parse_reference, msg["voice"],
+                                              self.cfg.max_instructions_chars)
+            else:
+                name = voice_name_of(msg["voice"])
+                self.check_string("voice", name, MAX_NAME_CHARS)
+                new["voice"] = name
         if "response_format" in msg:
             if msg["response_format"] not in FORMATS:
                 raise ApiError(400, f"response_format {msg['response_format']!r} is not one of "
@@ -279,14 +295,22 @@ class Session:
                 raise ApiError(400, "protocol twilio needs stream_sid (the streamSid of Twilio's "
                                "start message, put in every media and mark event)",
                                param="stream_sid", code="missing")
-        if new["voice"] is not None:
+        if ref is not None:   # the session's own voice: utterances keep the one they started with
+            new["voice"] = SessionVoice(await self.st.refs.get(ref), ref.key)
+        elif isinstance(new["voice"], str):
             await asyncio.to_thread(self.st.voices.get, new["voice"])   # 400 when unknown
         self.settings = new
-        await self.send_json({"type": "session", **self.settings})
+        shown = dict(self.settings)
+        if isinstance(shown["voice"], SessionVoice):
+            shown["voice"] = {"reference": shown["voice"].key}
+        await self.send_json({"type": "session", **shown})
 
     async def submit(self, u):
         s = u.settings
-        voice = await asyncio.to_thread(self.st.voices.get, s["voice"])
+        if isinstance(s["voice"], SessionVoice):
+            voice = s["voice"].voice
+        else:
+            voice = await asyncio.to_thread(self.st.voices.get, s["voice"])
         kw = {"sample_rate": s["sample_rate"] if s["sample_rate"] != 24000 else 0}
         if s["seed"] is not None:
             kw["seed"] = s["seed"]
@@ -597,14 +621,23 @@ async def serve(ws, st, settings):
                                  "invalid_message")
                 continue
             raw = m["text"]
-            if len(raw) > settings.max_body_bytes:
-                await sess.error(f"a message of {len(raw)} characters; the limit is "
-                                 f"{settings.max_body_bytes}", "message_too_large")
-                continue
+            # above max_body_bytes only a session message's reference recording may take it up
+            # to max_upload_bytes (refvoice.oversize); a message that large is parsed off the loop
+            big = len(raw) > settings.max_body_bytes
             try:
-                msg = json.loads(raw)
+                msg = await asyncio.to_thread(json.loads, raw) if big else json.loads(raw)
             except (ValueError, RecursionError) as e:
-                await sess.error(f"the message is not valid JSON: {e}", "invalid_json")
+                if not big:
+                    await sess.error(f"the message is not valid JSON: {e}", "invalid_json")
+                    continue
+                msg = None
+            if big and oversize(len(raw), msg if isinstance(msg, dict) and
+                                msg.get("type") == "session" else None,
+                                settings.max_body_bytes, settings.max_upload_bytes):
+                await sess.error(f"a message of {len(raw)} characters; the limit is "
+                                 f"{settings.max_body_bytes} (and {settings.max_upload_bytes} for "
+                                 "a session message with a reference recording)",
+                                 "message_too_large")
                 continue
             if isinstance(msg, dict) and "type" not in msg and msg.get("event") in TWILIO_EVENTS:
                 try:

@@ -21,6 +21,7 @@ TEXT = "Hello there, this is the speech server speaking."
 LONG = {"min_tokens": 400, "max_tokens": 400}   # about 16 s of audio; tens of seconds on the CPU
 READ_TIMEOUT = 1.0
 MAX_BODY = 65536
+MAX_UPLOAD = 131072   # a speech request with a reference recording (test_reference.py)
 MAX_INSTRUCTIONS = 200
 
 
@@ -31,7 +32,8 @@ def edges(model_path, voices_dir):
     proc, url, log = start_server(
         model_path, os.path.dirname(voices_dir), "--voices", voices_dir, "--max-active", "2",
         "--max-queued", "2", "--read-timeout", str(READ_TIMEOUT), "--max-body-bytes",
-        str(MAX_BODY), "--max-instructions-chars", str(MAX_INSTRUCTIONS))
+        str(MAX_BODY), "--max-upload-bytes", str(MAX_UPLOAD), "--max-instructions-chars",
+        str(MAX_INSTRUCTIONS))
     yield url, int(url.rsplit(":", 1)[1])
     stop_server(proc, log)
 
@@ -220,14 +222,25 @@ def test_oversize_body_is_413_before_it_is_read(edges):
 
 
 def test_oversize_chunked_body_is_413(edges):
+    # refused the moment it passes the upload limit (the most a reference recording may take) ...
     s = socket.create_connection(("127.0.0.1", edges[1]), timeout=10)
-    n = MAX_BODY + 1
+    n = MAX_UPLOAD + 1
     s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
               + b"%x\r\n" % n + b" " * n)
     status, err = json_of(read_response(s))
     s.close()
     assert status.startswith("HTTP/1.1 413"), status
     assert err["error"]["code"] == "request_too_large"
+    # ... and once read when it passes the body limit without carrying a recording
+    s = socket.create_connection(("127.0.0.1", edges[1]), timeout=10)
+    n = MAX_BODY + 1
+    s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+              + b"%x\r\n" % n + b" " * n + b"\r\n0\r\n\r\n")
+    status, err = json_of(read_response(s))
+    s.close()
+    assert status.startswith("HTTP/1.1 413"), status
+    assert err["error"]["code"] == "request_too_large"
+    assert "reference recording" in err["error"]["message"]
 
 
 def err_of(r, status, param, code, text=None):
