@@ -43,7 +43,8 @@
 # library, making no venv (a CPU check: SERVE_PY=build/venv/bin/python NO_INPROC=1 WS_DEVICE=-1
 # WS_C=2 WS_LEVEL_S=4 WS_SKIP=1 WS_ROUNDS=2 bash bench/serve_device_run.sh build/test/small-f32.gguf ws).
 # The ws step's knobs: WS_C (64: sessions, engine max_active), WS_DEVICE (0), WS_LEVEL_S (40: the
-# level's seconds), WS_SKIP (10: not counted), WS_ROUNDS (3: barge-in rounds of WS_C cancels).
+# level's seconds), WS_SKIP (10: not counted), WS_ROUNDS (3: barge-in rounds of WS_C cancels),
+# WS_CANCEL_ARGS (serve_ws.py cancel's utterances and timing: --ts-lines 6 --cancel-max 0.3).
 set -u
 cd "$(dirname "$0")/.."
 export LC_ALL=C PYTHONUNBUFFERED=1
@@ -183,9 +184,13 @@ if [[ " $STEPS " == *" ws "* ]]; then # not in the default steps: bash bench/ser
       "$PY" bench/serve_ws.py run --url http://127.0.0.1:18004 --voice w1 --concurrency "$C" $TS \
         --compare "$DUMP" > "$OUT/ws_run.log" 2>&1
       grep -E "^ +(C|[0-9]+) |failed|audio check|Error" "$OUT/ws_run.log" | tee -a "$SUMMARY"
+      # barge-in: utterances of 6 lines (~80 words, several seconds of audio: W4's 2-line ones had
+      # mostly been sent whole before a cancel 0-0.5 s after their first audio), cancelled 0-0.3 s
+      # after their first audio (WS_CANCEL_ARGS)
       echo "== barge-in through the WebSocket (bench/serve_ws.py cancel), $C sessions" | tee -a "$SUMMARY"
       "$PY" bench/serve_ws.py cancel --url http://127.0.0.1:18004 --voice w1 --concurrency "$C" \
-        --rounds "${WS_ROUNDS:-3}" --text-stream 20,40 --texts "$TEXTS" > "$OUT/ws_cancel.log" 2>&1
+        --rounds "${WS_ROUNDS:-3}" --text-stream 20,40 --texts "$TEXTS" \
+        ${WS_CANCEL_ARGS:---ts-lines 6 --cancel-max 0.3} > "$OUT/ws_cancel.log" 2>&1
       grep -E "^ws cancel|Error" "$OUT/ws_cancel.log" | tee -a "$SUMMARY"
     else echo "ws server did not start (see ws_server.log)" | tee -a "$SUMMARY"; fi
     kill "$SRV"; wait "$SRV" 2>/dev/null
