@@ -258,7 +258,7 @@ static void time_op(bench_op *op) {
   op->us = op->us_graph > 0 && op->us_graph < op->us_stream ? op->us_graph : op->us_stream;
 }
 
-#define MAXOPS 512
+#define MAXOPS 192
 static bench_op g_ops[MAXOPS];
 static int g_nops;
 
@@ -478,21 +478,14 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.xs_bytes = o->i[6] ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
   ga.clusters = g_dev.clusters;
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it */
-  ga.ring = o->i[7];                   /* gemv_tc's weight ring: 0 registers, else stages */
-  ga.pdl = o->i[8];                    /* each call a programmatic dependent of the one before */
-  cosy_llm_gemv_tc_set_stage(o->i[9]); /* -1 the default staging of x, 2 every input */
-  const cudaError_t e = o->i[6] ? cosy_k_llm_gemv_tc(g_stream, &ga) : cosy_k_llm_gemv(g_stream, &ga);
-  cosy_llm_gemv_tc_set_stage(-1);
-  return e;
+  return o->i[6] ? cosy_k_llm_gemv_tc(g_stream, &ga) : cosy_k_llm_gemv(g_stream, &ga);
 }
 static void add_llm_gemv(const char *group, const char *name, int M, int N, int K,
-                         cosy_llm_gemv_in in, cosy_llm_gemv_out out, int tc, int ring, int pdl,
-                         int stage) {
+                         cosy_llm_gemv_in in, cosy_llm_gemv_out out, int tc) {
   bench_op *o = new_op(group, name);
   const int ny = out == COSY_GEMV_QKV_ROPE ? 14 * 64 : out == COSY_GEMV_SILU_MUL ? N / 2 : N;
   snprintf(o->size, sizeof o->size, "%dx%dx%d bf16 W, f32 x/y", M, N, K);
   o->i[0] = M, o->i[1] = N, o->i[2] = K, o->i[3] = in, o->i[4] = out, o->i[5] = ny, o->i[6] = tc;
-  o->i[7] = ring, o->i[8] = pdl, o->i[9] = stage;
   const size_t wbytes = (size_t)N * K * 2;
   o->nrot = rot_sets(wbytes);
   o->p[1] = drand_rot(o->nrot, (size_t)N * K, BF16, -0.05f, 0.05f, &o->rot[1]);
@@ -1339,50 +1332,22 @@ void bench_paged_prefill(const kh_scn *s) {
 }
 void bench_llm_gemv(const kh_scn *s) {
   const char *grp = s->group;
-  /* the fused GEMMs of the decode path, per call its variants side by side: the tensor-core
-   * kernel (every batch, the default) with its weights in registers ("gemv_tc") and, on 9.0+,
-   * through the bulk-copy ring of 2, 4 and 8 stages ("ringS"; the engine runs COSY_GEMV_TC_RING;
-   * the same bits, only the time differs), ring 4 with every input's rows staged ("+stage");
-   * "pdl": each call a programmatic dependent of the one before, as the engine launches them
-   * (where the device has PDL); "gemv_tc" and "ring4" also without. Then the CUDA-core skinny
-   * GEMM (batches <= 8). The batch-1 scenario also runs batch 8. */
-  if (s->kind != KH_SCN_LLM_DECODE || s->n > 256) return;
-  static const char *const calls[5] = {"rmsnorm+qkv+rope", "o (+= h)", "rmsnorm+gate|up+silu",
-                                       "down (+= h)", "rmsnorm+head"};
-  static const int shape[5][2] = {{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}, {6761, 896}};
-  static const cosy_llm_gemv_in ins[5] = {COSY_GEMV_IN_RMSNORM, COSY_GEMV_IN_F32,
-                                          COSY_GEMV_IN_RMSNORM, COSY_GEMV_IN_F32,
-                                          COSY_GEMV_IN_RMSNORM};
-  static const cosy_llm_gemv_out outs[5] = {COSY_GEMV_QKV_ROPE, COSY_GEMV_ADD_F32,
-                                            COSY_GEMV_SILU_MUL, COSY_GEMV_ADD_F32,
-                                            COSY_GEMV_STORE_F32};
-  /* variants: ring stages, pdl, staging (-1 the default, 2 every input) */
-  static const int var[7][3] = {{0, 1, -1}, {2, 1, -1}, {4, 1, -1}, {8, 1, -1},
-                                {4, 1, 2},  {0, 0, -1}, {4, 0, -1}};
-  const int hop = g_dev.cc_major >= 9;
-  const int batches[2] = {s->n, 8};
-  const int nb = s->n == 1 ? 2 : 1;
-  for (int bi = 0; bi < nb; ++bi) {
-    const int B = batches[bi];
-    for (int c = 0; c < 5; ++c)
-      for (int v = 0; v < 7; ++v) {
-        const int ring = var[v][0], pdl = var[v][1] && g_dev.pdl, stage = var[v][2];
-        if ((ring || stage >= 0 || pdl) && !hop) continue;
-        char nm[64];
-        snprintf(nm, sizeof nm, "gemv_tc%s%.0d%s%s %s", ring ? " ring" : "", ring,
-                 stage >= 0 ? "+stage" : "", pdl ? " pdl" : "", calls[c]);
-        char *name = strdup(nm);
-        if (!name) exit(1);
-        add_llm_gemv(grp, name, B, shape[c][0], shape[c][1], ins[c], outs[c], 1, ring, pdl,
-                     stage);
-      }
-    for (int c = 0; c < 5 && B <= 8; ++c) {
-      char nm[64];
-      snprintf(nm, sizeof nm, "gemv %s", calls[c]);
-      char *name = strdup(nm);
-      if (!name) exit(1);
-      add_llm_gemv(grp, name, B, shape[c][0], shape[c][1], ins[c], outs[c], 0, 0, 0, -1);
-    }
+  const int B = s->n;
+  /* the fused GEMMs of the decode path: the tensor-core kernel (every batch, the default) and
+   * the CUDA-core skinny GEMM (batches <= 8) */
+  if (s->kind != KH_SCN_LLM_DECODE || B > 256) return;
+  for (int tc = 1; tc >= 0; --tc) {
+    if (!tc && B > 8) break;
+    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+qkv+rope" : "gemv rmsnorm+qkv+rope", B, 1152, 896,
+                 COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc);
+    add_llm_gemv(grp, tc ? "gemv_tc o (+= h)" : "gemv o (+= h)", B, 896, 896, COSY_GEMV_IN_F32,
+                 COSY_GEMV_ADD_F32, tc);
+    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+gate|up+silu" : "gemv rmsnorm+gate|up+silu", B, 9728,
+                 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc);
+    add_llm_gemv(grp, tc ? "gemv_tc down (+= h)" : "gemv down (+= h)", B, 896, 4864,
+                 COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc);
+    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+head" : "gemv rmsnorm+head", B, 6761, 896,
+                 COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, tc);
   }
 }
 void bench_llm_step_ops(const kh_scn *s) {

@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k w3 cli gemv
+#                                        ncu_k w3 cli
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -62,11 +62,6 @@
 #               (conv_bench.log). Summary: failed checks ("conv check: ..."), then the
 #               "conv cmp" line of each vocoder launch (us of every kernel, speed-up over the
 #               old one) and the "conv sum" line of each scenario (voc s100, f224, b16)
-#   gemv        gemv_tc's weight ring against its register path (not in the default steps; after
-#               build): test_kernels llm_gemv, the per-call table at batch 1, 8 and 64
-#               (test_kernels --bench llm_gemv), test_gpu_llm on the full model (parity, batch
-#               invariance, decode-step timings with the ring and without). Summary lines
-#               "gemv test:", "gemv us:", "gemv step:", "gemv gpu_llm:"
 #   tc          the batch-invariant LLM (the default, COSY_LLM_DECODE=tc) against the mixed one
 #               (COSY_LLM_DECODE=mixed, not batch-invariant): test_kernels
 #               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
@@ -414,36 +409,6 @@ if [[ " $STEPS " == *" conv "* ]]; then
   run conv_bench ./$B/tests/test_kernels --bench hift
   grep -E '^conv (cmp|sum)' "$OUT/conv_bench.log" | tee -a "$SUMMARY"
 fi
-if [[ " $STEPS " == *" gemv "* ]]; then # not in the default steps: bash bench/device_run.sh build gemv
-  # gemv_tc's weight ring (kernels/gemv.cu, gemv.h args ring) against its register path:
-  # test_kernels llm_gemv (every epilogue vs the double-precision reference, the ring's outputs
-  # bit for bit the register path's, rows in a batch vs alone), the per-call table (test_kernels
-  # --bench llm_gemv: per call "gemv_tc" = registers, "ringS" = S stages, "+stage" = every input
-  # staged, "pdl" = launched as the engine does, at batch 1, 8 and 64), then test_gpu_llm on the
-  # full model (golden parity and batch invariance with the default ring, and the decode-step
-  # timings: "tensor-core gemv + PDL]" = the default, ", ring 0]" = registers, ", ring 8]").
-  # Summary lines "gemv test:", "gemv us:" (graph replay, us a call), "gemv step:"
-  # GEMV_PARTS (default "test bench llm") picks the parts, e.g. GEMV_PARTS="test bench"
-  parts=" ${GEMV_PARTS:-test bench llm} "
-  if [[ "$parts" == *" test "* ]]; then
-    run gemv_test_kernels timeout 400 ./$B/tests/test_kernels llm_gemv
-    note "gemv test: $(grep -c PASS "$OUT/gemv_test_kernels.log") PASS, $(grep -c FAIL "$OUT/gemv_test_kernels.log") FAIL; ring rows: $(grep -c 'llm_gemv_tc ring .*PASS' "$OUT/gemv_test_kernels.log") PASS"
-    grep FAIL "$OUT/gemv_test_kernels.log" | head -20 | sed 's/^/gemv test: /' | tee -a "$SUMMARY"
-  fi
-  if [[ "$parts" == *" bench "* ]]; then
-    BENCH_FILTER=gemv run gemv_bench timeout 400 ./$B/tests/test_kernels --bench llm_gemv
-    grep -E '^llm b(1|64) +gemv' "$OUT/gemv_bench.log" | \
-      awk '{s=$3; for (i = 4; i <= NF && $i !~ /^[0-9]+x[0-9]+x[0-9]+$/; i++) s = s " " $i;
-            printf "gemv us: %-10s %-44s graph %7s  strm %7s\n", $i, s, $(i+5), $(i+6)}' | \
-      tee -a "$SUMMARY"
-  fi
-  if [[ "$parts" == *" llm "* ]]; then
-    COSY_FULL_MODEL=$PWD/$FULL run gemv_gpu_llm timeout 500 ./$B/tests/test_gpu_llm
-    grep -E 'TIMING llm decode step batch' "$OUT/gemv_gpu_llm.log" | grep 'tensor-core' | \
-      sed 's/^.*TIMING llm decode step /gemv step: /' | tee -a "$SUMMARY"
-    note "gemv gpu_llm: $(grep -E 'PASSED|FAILED' "$OUT/gemv_gpu_llm.log" | tr '\n' ' ')"
-  fi
-fi
 if [[ " $STEPS " == *" tc "* ]]; then
   run tc_test_kernels ./$B/tests/test_kernels llm_gemv
   for spec in ${TC_VARIANTS:-base}; do
@@ -456,7 +421,7 @@ if [[ " $STEPS " == *" tc "* ]]; then
       COSY_LLM_DECODE=tc run tc_${v}_w1_tc ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --concurrency "${TC_LEVELS:-1,16,32,64}" "${W1_ARGS[@]}" )
     note "tc $v steps: $(grep -E 'TIMING llm decode step' "$OUT/tc_${v}_gpu_llm.log" | \
-      grep 'tensor-core gemv + PDL]' | awk '{print "b" $6 " " $7}' | paste -sd' ')"
+      grep 'tensor-core gemv + PDL' | awk '{print "b" $6 " " $7}' | paste -sd' ')"
     for mode in mixed tc; do
       note "tc $v $mode: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms' "$OUT/tc_${v}_w1_$mode.log" | \
         awk '{print "C=" $1 " " $3 "/" $4 " rtf " $5 " " $7 "x u" $8}' | paste -sd';')"

@@ -75,51 +75,8 @@
  *   with explicit roundings (tc_ss4, tc_rn) and shared by both kernels, as is the split
  *   (tc_xfrag): a row split by tc_split_kernel has the bits the block would have made.
  *   Batch invariance: nothing a row's arithmetic depends on (KS, the k order, the statistics)
- *   changes with R, NT, TW, D, the staging, the split's place, the weight ring or the row's
- *   position, and mma columns are independent.
- *   Weight ring (RING kernels; args ring = S stages, compute capability 9.0+, K split in 4 or more
- *   parts): the register path's lanes each load 16 bytes of 16 weight rows a k-block (64-byte
- *   pieces 2K bytes apart, D k-blocks deep); instead, a "step" c of a block is its KSB k-blocks
- *   KS c + crank KSB .., one contiguous segment of 64 KSB bytes per weight row, and warp 0 copies
- *   each row's segment with one bulk copy (cp.async.bulk, a lane per row, L2 evict-first) into
- *   a shared-memory stage of an S-stage ring: stage s has an mbarrier "full" (one arrival after
- *   the copies' expect_tx, then the copies' bytes) and one "empty" (one arrival per warp after it
- *   read the stage); warp 0 refills a stage with step c + S once all 8 warps have released it.
- *   The first S steps are issued before the PDL wait. Ring rows sit 64 KSB + 64 bytes apart, so
- *   a warp's fragment reads (rows g, k 8t..8t+7: 16 bytes a lane) take 4 wavefronts. With x split
- *   beforehand (PRE) and room for 2 stages of both, a stage also carries the step's x fragments
- *   (per 8-row tile its KSB k-blocks: 1 KB each, contiguous in the workspace; issued after the
- *   PDL wait), read from there with hi/lo swapped for lanes 4..7 mod 8 (no bank conflict), so
- *   that a block reads each x fragment once instead of once per warp group, ahead of its use.
- *   Each warp then reads its wa/wb from the stage and runs exactly the register path's k-block
- *   (kstep): the same values into the same mma instructions in the same order, so the ring's
- *   outputs equal the register path's bit for bit (tested). The stages are cut to what leaves
- *   the blocks an SM that the registers allow (tc_min_blocks) room in smem_max (at least 2).
- * Bytes and floors of the decode step's calls (full model; weights + x read + y written once;
- *   +split: the 64-row split workspace written and read; floor = bytes / 3.35 TB/s (H100 SXM)
- *   and / 4.8 TB/s (H200); measured: gemv_tc with its weights in registers on an H100, us a
- *   call from a graph, bench/RESULTS.md "Kernels and stages"):
- *                       batch 1                           batch 64
- *     call            MB     floor us   measured    MB (+split)   floor us   measured
- *     q|k|v + RoPE    2.08   0.62/0.43   5.48       2.60 (+0.46)  0.78/0.54  10.27
- *     o + residual    1.62   0.48/0.34   3.76       2.29 (+0.46)  0.68/0.48   8.37
- *     gate|up + SiLU 17.46   5.21/3.64  12.36      18.91 (+0.46)  5.64/3.94  23.89
- *     down + resid.   8.74   2.61/1.82   8.38      10.42 (+2.49)  3.11/2.17  19.37
- *     head           12.15   3.63/2.53  12.43      14.08 (+0.46)  4.20/2.93  19.62
- *   A step (24 layers + head): 730 MB at batch 1 (0.218 / 0.152 ms), 835 MB at 64 (0.249 /
- *   0.174 ms), against 0.856 and 2.10 ms measured (the calls ~42 and ~81 us of it a layer plus
- *   head; attention, sampling and the step's small kernels the rest). At batch 1 the large
- *   matrices reach 1.0-1.4 TB/s and the small ones are a fixed ~3-4 us (launch, PDL wait,
- *   reductions, epilogue). At 64 rows DRAM is not the limit: the blocks' reads from L2 are,
- *   weights once per 32-row block (x2) plus x fragments once per warp group of TW tiles (x split
- *   hi/lo, 4 bytes an element): gate|up 35 + 70 MB, head 24 + 49, down 17 + 35 (the x loads
- *   one L2 round trip per k-block, unprefetched), q|k|v 4 + 8, o 3 + 6 MB; gate|up's 105 MB in
- *   23.9 us is ~4.4 TB/s of L2 traffic. The ring (x in it) halves the x traffic of gate|up and
- *   head (2 warp groups a block share a copy) and prefetches it (K split in 8 parts: x stays
- *   out of the ring at 64 rows, 2 stages of both would not fit beside a second block).
- *   Expected (to be measured; bench/device_run.sh step gemv): at batch 1 the three large calls
- *   at ~2 TB/s or better on an H100 (gate|up ~8 us, head ~8, down ~6), the small ones ~10-20%
- *   less; at 64 rows gate|up and head ~25-30% less (L2 traffic), the others little.
+ *   changes with R, NT, TW, D, the staging, the split's place or the row's position, and mma
+ *   columns are independent.
  */
 #include "gemv.h"
 #include "kcommon.cuh"
@@ -547,96 +504,11 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/* The weight ring (sm_90 and newer: Hopper bulk copies, cp.async.bulk, completed on mbarriers):
- * instead of each lane loading its 16-byte pieces of 16 rows (64 bytes a row and k-block, 16
- * rows apart) into registers, one thread per weight row copies the row's contiguous segment of a
- * step (the block's KSB k-blocks: 64 KSB bytes) into a shared-memory stage, S stages deep, and
- * the warps read their fragments from there. Only where the bytes come from changes: the same
- * values reach the same mma instructions in the same order (bit for bit the register path). */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned smem_u32(const void *p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
-#endif
-__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count));
-#else
-  __trap();
-#endif
-}
-/* the initialized barriers visible to the async proxy (the bulk copies) and the cluster */
-__device__ __forceinline__ void mbar_init_fence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(
-                   smem_u32(b))
-               : "memory");
-#else
-  __trap();
-#endif
-}
-/* this phase also waits for `bytes` more of bulk-copy data (before the copy is issued) */
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)),
-               "r"(bytes)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-/* wait until the barrier's phase of parity `ph` has completed */
-__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned ph) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .pred p;\n"
-      "W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra W_%=;\n}\n" ::"r"(smem_u32(b)),
-      "r"(ph)
-      : "memory");
-#else
-  __trap();
-#endif
-}
-/* the L2 policy of a weight stream read once per call: evict first (as __ldcs) */
-__device__ __forceinline__ uint64_t l2_evict_first() {
-  uint64_t pol = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-#endif
-  return pol;
-}
-/* bytes (a multiple of 16, 16-byte aligned both sides) global -> this block's shared memory,
- * completing on barrier b */
-__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *b,
-                                         uint64_t pol) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-      "[%0], [%1], %2, [%3], %4;\n" ::"r"(smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(b)), "l"(pol)
-      : "memory");
-#else
-  __trap();
-#endif
-}
-constexpr int TC_RING_MAX = 16; /* stages of the weight ring at most */
-
 struct TcP {
   GemvP g;
   int R;     /* rows */
   int KB;    /* k-blocks of 32 */
   int stage; /* rows of x staged in shared memory (0: read from global memory) */
-  /* the weight ring (RING kernels): stages, and its byte offset in the dynamic shared memory
-   * (behind the staged rows of x) */
-  int ring, ring_off;
-  int ring_x; /* 1: the ring also carries the x fragments (PRE kernels where they fit) */
-  int smem_lim; /* shared memory a block may use (args smem_max, or 48 KB) */
   /* x already RMSNorm'd and split by tc_split_kernel, in fragment order (8-row tile, k-block,
    * lane: 16 bytes hi, 16 lo); NULL: the main kernel does it per k-block */
   const uint4 *xs;
@@ -725,7 +597,7 @@ constexpr int tc_min_blocks(int nt, int d) { return nt == 1 && d <= 4 ? 3 : 2; }
  * cluster, KS / CS parts each), TW weight tiles per warp, D k-blocks of weights in flight per
  * warp, PRE: x split beforehand (tc_split_kernel). A row's arithmetic depends on none of NT, TW,
  * D, PRE or the staging; only on KS, fixed by N and K (and whether the device has clusters). */
-template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE, bool RING>
+template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
 __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_kernel(TcP tp) {
   const GemvP &a = tp.g;
   constexpr int NW = TC_WARPS;  /* warps of the block */
@@ -743,11 +615,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
   __shared__ float ep_b[NW][TW][2][32];                 /* lane's bias of rows rA, rB */
   __shared__ int pos_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1], slot_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1];
   __shared__ float invf_s[32];
-  /* the weight ring's barriers (RING): stage s filled (one arrival + the copies' bytes), stage s
-   * read by all NW warps */
-  __shared__ __align__(8) uint64_t ring_full[RING ? TC_RING_MAX : 1];
-  __shared__ __align__(8) uint64_t ring_empty[RING ? TC_RING_MAX : 1];
-  extern __shared__ __align__(128) float xs_dyn[];
+  extern __shared__ __align__(16) float xs_dyn[];
 
   if (!a.late) pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -781,81 +649,18 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
   /* this warp's k-blocks: kb = kp + KS * c, c < nc */
   const int nc = kp < KB ? (KB - kp + KS - 1) / KS : 0;
 
-  /* 1. the first D k-blocks of weights, before waiting for the producer: into registers, or
-   * (RING) the first S steps of the block into the ring. A step c of the block is its k-blocks
-   * KS c + crank KSB .. + KSB - 1 (part kp = crank KSB + j reads k-block kb0 + j): per weight row
-   * one contiguous segment of 64 KSB bytes, stored at ring row (group, tile, mma row) with a
-   * stride of 64 KSB + 64 bytes (rows g and g + 1 on different banks for the fragment reads) */
-  constexpr int DR = RING ? 1 : D;
-  uint4 wa[DR][TW], wb[DR][TW];
-  constexpr int RROWS = WT * TW * 16;     /* weight rows of a ring stage */
-  constexpr int RSTR = KSB * 64 + 64;     /* bytes between two rows of a stage */
-  constexpr int RSTAGE = RROWS * RSTR;    /* bytes of a stage's weights */
-  /* with x split beforehand (PRE), a stage also holds the step's x fragments: per 8-row tile nt
-   * of the block its KSB k-blocks, 1 KB each, contiguous in the workspace (fragment order) */
-  const int XSTAGE = PRE && tp.ring_x ? NT * KSB * 1024 : 0;
-  const int S = RING ? tp.ring : 1;
-  unsigned char *const ring = reinterpret_cast<unsigned char *>(xs_dyn) + tp.ring_off;
-  /* steps of the block: those of its first part (the other parts have as many or one fewer) */
-  const int nsteps = crank * KSB < KB ? (KB - crank * KSB + KS - 1) / KS : 0;
-  uint64_t pol = 0;
-  /* warp 0: step c into stage `slot`: the weight segments (wts; a lane per row) and the x
-   * fragments (xf, PRE; a lane per 8-row tile), then (arrive) the stage's one arrival. The
-   * weights never depend on the producer; x only after pdl_wait. */
-  auto ring_issue = [&](int c, int slot, bool wts, bool xf, bool arrive) {
-    const int kb0 = KS * c + crank * KSB, k0 = kb0 * 32;
-    const unsigned bytes = (unsigned)(min(KSB * 32, K - k0) * 2);
-    unsigned char *const st = ring + (size_t)slot * (RSTAGE + XSTAGE);
-    if (XSTAGE && xf && lane < NT && lane * 8 < tp.R - (int)blockIdx.x * RC) {
-      const unsigned xbytes = (unsigned)min(KSB, KB - kb0) * 1024u;
-      mbar_expect_tx(&ring_full[slot], xbytes);
-      bulk_g2s(st + RSTAGE + (size_t)lane * KSB * 1024,
-               tp.xs + ((size_t)((int)blockIdx.x * NT + lane) * KB + kb0) * 64, xbytes,
-               &ring_full[slot], pol);
-    }
-    for (int rr = lane; wts && rr < RROWS; rr += 32) {
-      const int q = rr / (TW * 16), u = (rr >> 4) % TW, i = rr & 15, gi = i & 7;
-      const int tile = (blockIdx.y * WT + q) * TW + u;
-      int row;
-      if (EPI == COSY_GEMV_SILU_MUL)
-        row = tile * 8 + gi + (i >= 8 ? (a.N >> 1) : 0);
-      else if (EPI == COSY_GEMV_QKV_ROPE)
-        row = (tile >> 2) * HD + (tile & 3) * 8 + gi + (i >= 8 ? HALF : 0);
-      else
-        row = tile * 16 + i;
-      if (tile < a.P && row < a.N) {
-        mbar_expect_tx(&ring_full[slot], bytes);
-        bulk_g2s(st + (size_t)rr * RSTR, a.w + (size_t)row * K + k0, bytes, &ring_full[slot], pol);
-      }
-    }
-    __syncwarp();
-    if (arrive && lane == 0) mbar_arrive(&ring_full[slot]);
-  };
-  if constexpr (RING) {
-    if (tid == 0) {
-      for (int i = 0; i < S; ++i) {
-        mbar_init(&ring_full[i], 1);
-        mbar_init(&ring_empty[i], NW);
-      }
-      mbar_init_fence();
-    }
-    __syncthreads();
-    if (warp == 0) { /* with x in the ring the stages' x (and arrivals) follow pdl_wait */
-      pol = l2_evict_first();
-      for (int c = 0; c < S && c < nsteps; ++c) ring_issue(c, c, true, false, !XSTAGE);
-    }
-  } else {
+  /* 1. the first D k-blocks of weights, before waiting for the producer */
+  uint4 wa[D][TW], wb[D][TW];
 #pragma unroll
-    for (int d = 0; d < D; ++d) {
-      const int kb = kp + KS * d;
-      const bool in = d < nc && kb * 32 + 8 * t < K;
+  for (int d = 0; d < D; ++d) {
+    const int kb = kp + KS * d;
+    const bool in = d < nc && kb * 32 + 8 * t < K;
 #pragma unroll
-      for (int u = 0; u < TW; ++u) {
-        wa[d][u] = in && okA[u] ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kb * 32))
-                                : make_uint4(0u, 0u, 0u, 0u);
-        wb[d][u] = in && okB[u] ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kb * 32))
-                                : make_uint4(0u, 0u, 0u, 0u);
-      }
+    for (int u = 0; u < TW; ++u) {
+      wa[d][u] = in && okA[u] ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kb * 32))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      wb[d][u] = in && okB[u] ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kb * 32))
+                              : make_uint4(0u, 0u, 0u, 0u);
     }
   }
   /* ... and the other constants, into shared memory so that they hold no registers through the
@@ -880,8 +685,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
   /* 2. this block's rows: already split (pre), staged in shared memory (tp.stage rows) or read
    * in place */
   pdl_wait();
-  if (RING && XSTAGE && warp == 0)
-    for (int c = 0; c < S && c < nsteps; ++c) ring_issue(c, c, false, true, true);
   const int r0 = blockIdx.x * RC;
   const int nr = min(RC, tp.R - r0);
   const float *xb = a.x + (size_t)r0 * a.ldx;
@@ -953,114 +756,64 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[u][nt][e] = 0.f;
-  /* k-block c of this warp (kb = kp + KS c) with its weights wav (rows rA), wbv (rows rB) */
-  auto kstep = [&](int c, const uint4 (&wav)[TW], const uint4 (&wbv)[TW],
-                   const unsigned char *xst) {
-    const int k = (kp + KS * c) * 32 + 8 * t;
-    const bool kin = k < K;
-    float nw[8];
-    if (PRO == COSY_GEMV_IN_RMSNORM && !pre) {
-      if (!kin) {
+  for (int c0 = 0; c0 < nc; c0 += D) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) nw[e] = 0.f;
-      } else if (nw_s) {
-        const float4 n0 = *reinterpret_cast<const float4 *>(nws + k);
-        const float4 n1 = *reinterpret_cast<const float4 *>(nws + k + 4);
-        nw[0] = n0.x, nw[1] = n0.y, nw[2] = n0.z, nw[3] = n0.w;
-        nw[4] = n1.x, nw[5] = n1.y, nw[6] = n1.z, nw[7] = n1.w;
-      } else {
-        load8w(a.norm_w + k, nw);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int row = nt * 8 + g;
-      uint32_t h[4], l[4];
-      if (pre) {
-        uint4 hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
-        if (row < nr && RING && XSTAGE) {
-          /* the stage's copy: k-block j of tile nt; lanes 4..7 mod 8 read lo first, so that
-           * each 8 lanes' 16-byte loads fall on all 32 banks */
-          const uint4 *q = reinterpret_cast<const uint4 *>(xst + (size_t)nt * KSB * 1024) +
-                           lane * 2;
-          const int sw = (lane >> 2) & 1;
-          const uint4 v0 = q[sw], v1 = q[sw ^ 1];
-          hv = sw ? v1 : v0;
-          lv = sw ? v0 : v1;
-        } else if (row < nr) { /* fragment order (tc_split_kernel); plain loads: see load8f */
-          const uint4 *q =
-              tp.xs + ((size_t)((r0 >> 3) + nt) * KB + (kp + KS * c)) * 64 + lane * 2;
-          hv = q[0];
-          lv = q[1];
-        }
-        h[0] = hv.x, h[1] = hv.y, h[2] = hv.z, h[3] = hv.w;
-        l[0] = lv.x, l[1] = lv.y, l[2] = lv.z, l[3] = lv.w;
-      } else {
-        tc_xfrag<PRO>(xb + (size_t)row * ldxs + k, kin && row < nr, nw,
-                      PRO == COSY_GEMV_IN_RMSNORM ? rn_s[row] : 1.f, h, l);
-      }
-#pragma unroll
-      for (int u = 0; u < TW; ++u) {
-        tc_mma(acc[u][nt], wav[u].x, wbv[u].x, wav[u].y, wbv[u].y, h[0], h[1]);
-        tc_mma(acc[u][nt], wav[u].z, wbv[u].z, wav[u].w, wbv[u].w, h[2], h[3]);
-        tc_mma(acc[u][nt], wav[u].x, wbv[u].x, wav[u].y, wbv[u].y, l[0], l[1]);
-        tc_mma(acc[u][nt], wav[u].z, wbv[u].z, wav[u].w, wbv[u].w, l[2], l[3]);
-      }
-    }
-  };
-  if constexpr (RING) {
-    /* every warp takes part in every step (the stage's release counts NW arrivals); warp 0
-     * refills a stage once all warps have read it */
-    const int j = warp % KSB, q = warp / KSB;
-    int slot = 0;
-    unsigned ph = 0;
-    for (int c = 0; c < nsteps; ++c) {
-      mbar_wait(&ring_full[slot], ph);
+    for (int d = 0; d < D; ++d) {
+      const int c = c0 + d;
       if (c < nc) {
-        const bool kin = (kp + KS * c) * 32 + 8 * t < K;
-        const unsigned char *const st0 = ring + (size_t)slot * (RSTAGE + XSTAGE);
-        const unsigned char *const st = st0 + (size_t)j * 64 + (size_t)t * 16;
+        const int k = (kp + KS * c) * 32 + 8 * t;
+        const bool kin = k < K;
+        float nw[8];
+        if (PRO == COSY_GEMV_IN_RMSNORM && !pre) {
+          if (!kin) {
 #pragma unroll
-        for (int u = 0; u < TW; ++u) {
-          const int rr = (q * TW + u) * 16 + g;
-          wa[0][u] = kin && okA[u] ? *reinterpret_cast<const uint4 *>(st + (size_t)rr * RSTR)
-                                   : make_uint4(0u, 0u, 0u, 0u);
-          wb[0][u] = kin && okB[u]
-                         ? *reinterpret_cast<const uint4 *>(st + (size_t)(rr + 8) * RSTR)
-                         : make_uint4(0u, 0u, 0u, 0u);
+            for (int e = 0; e < 8; ++e) nw[e] = 0.f;
+          } else if (nw_s) {
+            const float4 n0 = *reinterpret_cast<const float4 *>(nws + k);
+            const float4 n1 = *reinterpret_cast<const float4 *>(nws + k + 4);
+            nw[0] = n0.x, nw[1] = n0.y, nw[2] = n0.z, nw[3] = n0.w;
+            nw[4] = n1.x, nw[5] = n1.y, nw[6] = n1.z, nw[7] = n1.w;
+          } else {
+            load8w(a.norm_w + k, nw);
+          }
         }
-        kstep(c, wa[0], wb[0], st0 + RSTAGE + (size_t)j * 1024);
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&ring_empty[slot]);
-      if (warp == 0 && c + S < nsteps) {
-        mbar_wait(&ring_empty[slot], ph);
-        ring_issue(c + S, slot, true, true, true);
-      }
-      if (++slot == S) {
-        slot = 0;
-        ph ^= 1u;
-      }
-    }
-  } else {
-    for (int c0 = 0; c0 < nc; c0 += D) {
 #pragma unroll
-      for (int d = 0; d < D; ++d) {
-        const int c = c0 + d;
-        if (c < nc) {
-          kstep(c, wa[d], wb[d], nullptr);
-          /* refill this slot with k-block c + D */
-          const int kbn = kp + KS * (c + D);
-          const bool in = c + D < nc && kbn * 32 + 8 * t < K;
+        for (int nt = 0; nt < NT; ++nt) {
+          const int row = nt * 8 + g;
+          uint32_t h[4], l[4];
+          if (pre) {
+            uint4 hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
+            if (row < nr) { /* fragment order (tc_split_kernel); plain loads: see load8f */
+              const uint4 *q = tp.xs + ((size_t)((r0 >> 3) + nt) * KB + (kp + KS * c)) * 64 +
+                               lane * 2;
+              hv = q[0];
+              lv = q[1];
+            }
+            h[0] = hv.x, h[1] = hv.y, h[2] = hv.z, h[3] = hv.w;
+            l[0] = lv.x, l[1] = lv.y, l[2] = lv.z, l[3] = lv.w;
+          } else {
+            tc_xfrag<PRO>(xb + (size_t)row * ldxs + k, kin && row < nr, nw,
+                          PRO == COSY_GEMV_IN_RMSNORM ? rn_s[row] : 1.f, h, l);
+          }
 #pragma unroll
           for (int u = 0; u < TW; ++u) {
-            wa[d][u] = in && okA[u]
-                           ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kbn * 32))
-                           : make_uint4(0u, 0u, 0u, 0u);
-            wb[d][u] = in && okB[u]
-                           ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kbn * 32))
-                           : make_uint4(0u, 0u, 0u, 0u);
+            tc_mma(acc[u][nt], wa[d][u].x, wb[d][u].x, wa[d][u].y, wb[d][u].y, h[0], h[1]);
+            tc_mma(acc[u][nt], wa[d][u].z, wb[d][u].z, wa[d][u].w, wb[d][u].w, h[2], h[3]);
+            tc_mma(acc[u][nt], wa[d][u].x, wb[d][u].x, wa[d][u].y, wb[d][u].y, l[0], l[1]);
+            tc_mma(acc[u][nt], wa[d][u].z, wb[d][u].z, wa[d][u].w, wb[d][u].w, l[2], l[3]);
           }
+        }
+        /* refill this slot with k-block c + D */
+        const int kbn = kp + KS * (c + D);
+        const bool in = c + D < nc && kbn * 32 + 8 * t < K;
+#pragma unroll
+        for (int u = 0; u < TW; ++u) {
+          wa[d][u] = in && okA[u]
+                         ? __ldcs(reinterpret_cast<const uint4 *>(wA[u] + (size_t)kbn * 32))
+                         : make_uint4(0u, 0u, 0u, 0u);
+          wb[d][u] = in && okB[u]
+                         ? __ldcs(reinterpret_cast<const uint4 *>(wB[u] + (size_t)kbn * 32))
+                         : make_uint4(0u, 0u, 0u, 0u);
         }
       }
     }
@@ -1147,41 +900,14 @@ inline size_t tc_dyn_smem(int stage, int K, bool rms) {
   return stage > 0 ? ((size_t)stage + (rms ? 1 : 0)) * (size_t)K * sizeof(float) : 0;
 }
 
-/* bytes of one stage of the weight ring (RING kernels, see gemv_tc_kernel): the weights, and
- * with xf (x split beforehand) the x fragments */
-constexpr size_t tc_ring_stage(int ks, int tw, int nt, bool xf) {
-  return (size_t)(TC_WARPS / (ks / tc_cs(ks))) * tw * 16 * ((ks / tc_cs(ks)) * 64 + 64) +
-         (xf ? (size_t)nt * (ks / tc_cs(ks)) * 1024 : 0);
-}
-
-
-template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE, bool RING>
-cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p0, int pdl) {
+template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
+cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
   constexpr int CS = tc_cs(KS), WT = TC_WARPS / (KS / CS), RC = 8 * NT;
-  const dim3 grid((unsigned)((p0.R + RC - 1) / RC),
-                  (unsigned)((p0.g.P + WT * TW - 1) / (WT * TW)), (unsigned)CS);
-  size_t dyn = PRE ? 0 : tc_dyn_smem(p0.stage, p0.g.K, PRO == COSY_GEMV_IN_RMSNORM);
-  TcP p = p0;
-  constexpr size_t stat = tc_static_smem(RC) + 2 * TC_RING_MAX * sizeof(uint64_t);
-  if (RING) {
-    /* the ring behind the staged rows, 128-byte aligned; its stages cut so that the blocks an
-     * SM the registers allow (tc_min_blocks) still fit beside each other in smem_lim (with the
-     * 1 KB each block reserves), but at least 2 */
-    p.ring_off = (int)((dyn + 127) / 128 * 128);
-    const size_t per = (size_t)p.smem_lim / tc_min_blocks(NT, D);
-    const size_t budget = per > stat + 1024 + p.ring_off ? per - stat - 1024 - p.ring_off : 0;
-    /* x split beforehand rides in the ring where 2 stages of both fit */
-    p.ring_x = PRE && budget >= 2 * tc_ring_stage(KS, TW, NT, true) ? 1 : 0;
-    const size_t st = tc_ring_stage(KS, TW, NT, p.ring_x != 0);
-    p.ring = std::min(p.ring, (int)(budget / st));
-    if (p.ring < 2) p.ring = std::min(p0.ring, 2);
-    dyn = (size_t)p.ring_off + (size_t)p.ring * st;
-  }
-  if constexpr (RING) { /* no room (a smaller device or profile): the registers, the same bits */
-    if (stat + dyn > (size_t)p.smem_lim)
-      return gemv_tc_launch<NT, KS, TW, D, PRO, EPI, PRE, false>(s, p0, pdl);
-  }
-  auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI, PRE, RING>;
+  const dim3 grid((unsigned)((p.R + RC - 1) / RC),
+                  (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)), (unsigned)CS);
+  const size_t dyn = PRE ? 0 : tc_dyn_smem(p.stage, p.g.K, PRO == COSY_GEMV_IN_RMSNORM);
+  constexpr size_t stat = tc_static_smem(RC);
+  auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI, PRE>;
   if (dyn && stat + dyn > 48 * 1024) { /* beyond the default: static + dynamic <= 48 KB */
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)dyn);
@@ -1238,38 +964,27 @@ constexpr GemvKnobs kGemvKnobs = {1, TC_MAX_KS, 1,
                                   TC_EARLY_BIAS | TC_EARLY_INVF | TC_EARLY_POS | TC_EARLY_OLD,
                                   TC_TARGET_WARPS, 1};
 inline const GemvKnobs &gemv_knobs() { return kGemvKnobs; }
-/* measurement only (cosy_llm_gemv_tc_set_stage): the staging of x, -1 = kGemvKnobs.stage */
-int g_tc_stage = -1;
 inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !pre ? 16 : 32; }
-template <int KS, int PRO, int EPI, bool RING>
+template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const bool pre = p.xs != nullptr;
   const int rc = tc_rows_per_block(p.R, pre);
-  if (rc == 8) return gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false, RING>(s, p, pdl);
+  if (rc == 8) return gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
   if (rc == 16)
-    return pre ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, true, RING>(s, p, pdl)
-               : gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false, RING>(s, p, pdl);
-  return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true, RING>(s, p, pdl);
-}
-/* the weight ring (p.ring stages; 0: registers) where it is built: K split in 4 or more parts
- * (every matrix of the model; a ring stage of fewer parts would again be 64-byte pieces) */
-template <int KS, int PRO, int EPI>
-cudaError_t gemv_tc_path(cudaStream_t s, const TcP &p, int pdl) {
-  if constexpr (KS >= 4) {
-    if (p.ring > 0) return gemv_tc_rows<KS, PRO, EPI, true>(s, p, pdl);
-  }
-  return gemv_tc_rows<KS, PRO, EPI, false>(s, p, pdl);
+    return pre ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, true>(s, p, pdl)
+               : gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
+  return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true>(s, p, pdl);
 }
 
 template <int PRO, int EPI>
 cudaError_t gemv_tc_nt(cudaStream_t s, const TcP &p, int ks, int pdl) {
   switch (ks) {
-  case 1: return gemv_tc_path<1, PRO, EPI>(s, p, pdl);
-  case 2: return gemv_tc_path<2, PRO, EPI>(s, p, pdl);
-  case 4: return gemv_tc_path<4, PRO, EPI>(s, p, pdl);
-  case 8: return gemv_tc_path<8, PRO, EPI>(s, p, pdl);
-  case 16: return gemv_tc_path<16, PRO, EPI>(s, p, pdl);
-  case 32: return gemv_tc_path<32, PRO, EPI>(s, p, pdl);
+  case 1: return gemv_tc_rows<1, PRO, EPI>(s, p, pdl);
+  case 2: return gemv_tc_rows<2, PRO, EPI>(s, p, pdl);
+  case 4: return gemv_tc_rows<4, PRO, EPI>(s, p, pdl);
+  case 8: return gemv_tc_rows<8, PRO, EPI>(s, p, pdl);
+  case 16: return gemv_tc_rows<16, PRO, EPI>(s, p, pdl);
+  case 32: return gemv_tc_rows<32, PRO, EPI>(s, p, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
@@ -1379,10 +1094,6 @@ extern "C" int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode) {
   return out_mode == COSY_GEMV_STORE_F32 || out_mode == COSY_GEMV_ADD_F32;
 }
 
-extern "C" void cosy_llm_gemv_tc_set_stage(int mode) {
-  g_tc_stage = mode >= 0 && mode <= 2 ? mode : -1;
-}
-
 extern "C" size_t cosy_k_llm_gemv_tc_workspace(int R, int K) {
   if (R <= 0 || K <= 0) return 0;
   return (size_t)((R + 7) / 8) * ((K + 31) / 32) * 64 * 16; /* 8 rows x 32 k x 4 bytes a unit */
@@ -1403,9 +1114,6 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   if (R > 65535LL * 64) return cudaErrorInvalidValue;
   tp.R = (int)R;
   tp.KB = (a->K + 31) / 32;
-  if (a->ring < 0 || a->ring > TC_RING_MAX) return cudaErrorInvalidValue;
-  tp.ring = a->ring;
-  tp.smem_lim = a->smem_max > 0 ? a->smem_max : 48 * 1024;
   p.groups = 1;
   /* P = 16-row weight tiles: 16 rows, or 8 row pairs */
   p.P = a->out_mode == COSY_GEMV_STORE_F32 || a->out_mode == COSY_GEMV_ADD_F32 ? (a->N + 15) / 16
@@ -1449,7 +1157,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
     const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
     const size_t need = tc_dyn_smem(rows, a->K, a->in_mode == COSY_GEMV_IN_RMSNORM);
     /* at most 96 KB, so that two blocks fit an SM */
-    const int st = g_tc_stage >= 0 ? g_tc_stage : gemv_knobs().stage;
+    const int st = gemv_knobs().stage;
     const bool want = st == 2 || (st == 1 && a->in_mode == COSY_GEMV_IN_RMSNORM);
     tp.stage = want && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   }

@@ -81,27 +81,7 @@ typedef struct cosy_llm_gemv_args {
    * a weight tile's K may then be split over up to 4 blocks (32 parts) instead of 8 warps of one
    * block. It changes the K split, so every call of one engine passes the same value. */
   int clusters;
-  /* cosy_k_llm_gemv_tc only, compute capability 9.0 and newer only (kdevice.h cc_major >= 9;
-   * elsewhere 0): 0 = each warp loads its weights into registers; S in 1..16 = the weights
-   * stream through a shared-memory ring of S stages filled by bulk copies (cp.async.bulk), one
-   * contiguous segment per weight row and step, where the K split has 4 or more parts and the
-   * ring fits smem_max (else the registers). Speed only: the same bits either way.
-   * COSY_GEMV_TC_RING is the engine's choice (lib/gpu/llm.c). */
-  int ring;
 } cosy_llm_gemv_args;
-
-/* The stages of gemv_tc's weight ring the engine runs on compute capability 9.0+ (args ring;
- * bench `test_kernels --bench llm_gemv` compares 0 = registers with 2, 4 and 8 stages). 0: on an
- * H200 the ring was slower than the registers in every call (bench/RESULTS.md, session of
- * 2026-11-28 (tenth), call c: the decode step 0.956 ms at batch 1 and 2.88 ms at 64 with 4 stages
- * against 0.801 / 2.108 ms with the registers). */
-#define COSY_GEMV_TC_RING 0
-
-/* Measurement only (bench/bench_kernels.c; not thread-safe, set it before launching): which rows
- * of x gemv_tc stages in shared memory when no split workspace is used: -1 the default
- * (RMSNorm'd inputs only), 0 none, 1 RMSNorm'd inputs, 2 every input (where the rows fit).
- * Speed only: the same bits either way. */
-void cosy_llm_gemv_tc_set_stage(int mode);
 
 /* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,
  * 8 <= K <= 8192). */
@@ -118,9 +98,7 @@ int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode);
  * two rows of a SiLU or RoPE pair sit in one warp, so the epilogue needs no exchange) and a
  * share of K fixed by N and K alone; every row of x is computed the same way whatever R, so
  * a row's result is bit-identical alone or among any others (batch-invariant, tested). Rows go
- * 8, 16 or 32 to a block; the weights are streamed once per block of rows, into registers or
- * (args ring, 9.0+) through a shared-memory ring of bulk copies, with the same bits.
- * cudaErrorInvalidValue also for ring outside 0..16. */
+ * 8, 16 or 32 to a block; the weights are streamed once per block of rows. */
 cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a);
 
 /* Bytes of the workspace (args xs) with which cosy_k_llm_gemv_tc splits R rows of K inputs

@@ -805,28 +805,18 @@ static void test_full(void **state) {
   /* decode steps at batch 1, 16, 64 (contexts 120..160: one context bucket); batch 1 and 8 also
    * with the other decode paths, for the record: (gemv_max, pdl) = default (-1, -1), the
    * skinny GEMMs without programmatic dependent launch, and cuBLASLt (split) */
-#define NCFG 23
-  const int cfg_b[NCFG] = {1, 1, 1, 4, 4, 8, 8, 16, 64, 1, 4, 8, 16, 32, 64, 128, 1,
-                           1, 8, 64, 1, 8, 64};
-  const int cfg_g[NCFG] = {-1, -1, 0, -1, 0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                           -1, -1, -1, -1, -1, -1};
-  const int cfg_p[NCFG] = {-1, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0,
-                           -1, -1, -1, -1, -1, -1};
-  const int cfg_t[NCFG] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                           1, 1, 1, 1, 1, 1};
-  /* gemv_tc's weight ring (gpu_llm_set_gemv_ring; 9.0+): -1 the default, 0 registers, 8 */
-  const int cfg_r[NCFG] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                           0, 0, 0, 8, 8, 8};
+#define NCFG 17
+  const int cfg_b[NCFG] = {1, 1, 1, 4, 4, 8, 8, 16, 64, 1, 4, 8, 16, 32, 64, 128, 1};
+  const int cfg_g[NCFG] = {-1, -1, 0, -1, 0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  const int cfg_p[NCFG] = {-1, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0};
+  const int cfg_t[NCFG] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
   const char *cfg_n[NCFG] = {"skinny GEMM + PDL", "skinny GEMM, no PDL", "cuBLASLt hi/lo",
                              "skinny GEMM + PDL", "cuBLASLt hi/lo", "skinny GEMM + PDL",
                              "cuBLASLt hi/lo", "cuBLASLt hi/lo", "cuBLASLt hi/lo",
                              "tensor-core gemv + PDL", "tensor-core gemv + PDL",
                              "tensor-core gemv + PDL", "tensor-core gemv + PDL",
                              "tensor-core gemv + PDL", "tensor-core gemv + PDL",
-                             "tensor-core gemv + PDL", "tensor-core gemv, no PDL",
-                             "tensor-core gemv + PDL, ring 0", "tensor-core gemv + PDL, ring 0",
-                             "tensor-core gemv + PDL, ring 0", "tensor-core gemv + PDL, ring 8",
-                             "tensor-core gemv + PDL, ring 8", "tensor-core gemv + PDL, ring 8"};
+                             "tensor-core gemv + PDL", "tensor-core gemv, no PDL"};
   const int tc_default = gpu_llm_tc(l);
   int *seqs = malloc(sizeof(int) * 128);
   int32_t *toks = malloc(sizeof(int32_t) * 128);
@@ -837,7 +827,6 @@ static void test_full(void **state) {
     if (gpu_llm_set_tc(l, cfg_t[ci]) != cfg_t[ci]) continue; /* not supported here */
     if (b > 64 && gpu_llm_pages_free(l) < b * 16) continue;
     gpu_llm_set_tuning(l, cfg_g[ci], cfg_p[ci]);
-    gpu_llm_set_gemv_ring(l, cfg_r[ci]);
     for (int i = 0; i < b; i++) {
       assert_int_equal(gpu_llm_seq_open(l, L + 40, &seqs[i]), COSY_OK);
       assert_int_equal(gpu_llm_prefill(l, seqs[i], emb, L, NULL), COSY_OK);
@@ -869,7 +858,6 @@ static void test_full(void **state) {
   }
   gpu_llm_set_tc(l, tc_default);
   gpu_llm_set_tuning(l, -1, -1);
-  gpu_llm_set_gemv_ring(l, -1);
 
   /* the real per-token path: enqueue a step (no log-prob download), sample on the GPU; the
    * sampled tokens are fed back (a generation), and every draw must equal the host sampler's

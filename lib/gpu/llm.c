@@ -103,7 +103,6 @@ struct gpu_llm {
   int pages_per_seq;
   int gemv_max, pdl;
   int tc; /* 1: every decode bucket on the tensor-core fused path (cosy_k_llm_gemv_tc) */
-  int gemv_ring; /* gemv_tc's weight ring stages on 9.0+ (gpu_llm_set_gemv_ring; -1 default) */
   gl_layer *layers;
   float *norm, *inv_freq;
   cosy_bf16 *speech_emb, *head;
@@ -298,13 +297,6 @@ int gpu_llm_set_tc(gpu_llm *l, int on) {
 }
 
 int gpu_llm_tc(const gpu_llm *l) { return l ? l->tc : 0; }
-
-void gpu_llm_set_gemv_ring(gpu_llm *l, int stages) {
-  if (!l) return;
-  if (l->g && l->g->stream) cudaStreamSynchronize(l->g->stream);
-  drop_graphs(l);
-  l->gemv_ring = stages >= 0 && stages <= 16 ? stages : -1;
-}
 
 void gpu_llm_set_prefill_timing(gpu_llm *l, const char *path) {
   /* one line per packed prefill (a measurement aid; none if this fails) */
@@ -508,7 +500,6 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     if ((st = dalloc(l, B * sizeof(cosy_k_ras_row), "LLM sampling rows", &l->d_ras))) goto fail;
   }
   l->tc = GPU_LLM_TC_DEFAULT && tc_ok(l);
-  l->gemv_ring = -1;
   {
     /* the GEMM plans of layers_split (hi/lo rows: 2 per position), so that a prefill piece of
      * a new size pays no heuristic query (kernels/gemm.cu): the one batch-invariant plan per
@@ -839,8 +830,6 @@ static cudaError_t run_gemv(const gpu_llm *l, cudaStream_t s, cosy_llm_gemv_args
     ga->xs = l->xs; /* free during a decode step (the prefill's hi/lo activations) */
     ga->xs_bytes = l->xs_bytes;
     ga->clusters = l->g->dev.clusters; /* the K split of every call of this engine */
-    /* the weights through gemv_tc's bulk-copy ring on 9.0+ (speed only: the same bits) */
-    ga->ring = l->g->dev.cc_major < 9 ? 0 : l->gemv_ring >= 0 ? l->gemv_ring : COSY_GEMV_TC_RING;
     return cosy_k_llm_gemv_tc(s, ga);
   }
   ga->M = gemv_rows(b);

@@ -163,10 +163,5 @@ void gpu_llm_set_prefill_timing(gpu_llm *l, const char *path);
  * captured graphs; returns the mode in effect (0 where the tensor-core path is not supported). */
 int gpu_llm_set_tc(gpu_llm *l, int on);
 int gpu_llm_tc(const gpu_llm *l);
-/* Measurement only (tests/test_gpu_llm.c's step timings): the stages of gemv_tc's weight ring
- * (kernels/gemv.h args ring) on compute capability 9.0+: 0 the weights in registers, 1..16
- * stages, -1 the default (COSY_GEMV_TC_RING). The same bits either way; drops the captured
- * graphs. */
-void gpu_llm_set_gemv_ring(gpu_llm *l, int stages);
 
 #endif
