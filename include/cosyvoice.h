@@ -459,7 +459,9 @@ typedef struct cosy_synth_params {
   int32_t first_chunk_tokens;  /**< streaming: the first chunk holds at least this many speech
                                     tokens (5..100) and ends where the flow's 50-frame attention
                                     block ends; 0 (default) = auto: 5 at light load (see
-                                    first_chunk_wait_max), else 25 (the official schedule). With
+                                    first_chunk_wait_max), else 25 (the official schedule);
+                                    always 25 with COSY_SYNTH_TEXT_STREAM (its tokens come as
+                                    fast as its text, docs/scheduler.md section 2). With
                                     P prompt tokens, pad = the tokens that complete the prompt's last
                                     block; n <= pad gives a first chunk of pad tokens (shorter
                                     than a block: earlier first audio, less of it), else pad +

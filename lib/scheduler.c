@@ -722,9 +722,14 @@ lengths_done:;
   }
   if (P) memcpy(j->tokens, v->speech_tokens, (size_t)P * sizeof *j->tokens);
   /* first_chunk_tokens 0 (auto): 25 (the official schedule) unless admission finds a light load
-   * (admit: at most first_chunk_wait_max requests active and queued), then AUTO_SHORT_FIRST */
+   * (admit: at most first_chunk_wait_max requests active and queued), then AUTO_SHORT_FIRST;
+   * text-streamed requests always 25: their tokens come as fast as their text does (15 speech
+   * tokens per 5 text tokens), so a short first chunk's audio could run out before the next
+   * chunk's tokens (W4 at C = 64 on an H200: 11 of 649 utterances with a gap of up to 200 ms
+   * with the short first chunk, none with 25, first audio p95 1405 -> 1651 ms;
+   * bench/RESULTS.md) */
   const int n_first = p->first_chunk_tokens ? p->first_chunk_tokens : BLOCK_TOKENS;
-  j->auto_first = p->first_chunk_tokens == 0 && seg == 0;
+  j->auto_first = p->first_chunk_tokens == 0 && seg == 0 && !(p->flags & COSY_SYNTH_TEXT_STREAM);
   j->hop = sched_first_hop(P, n_first);
   /* the hops after the first: whole blocks, doubling from first_chunk_tokens rounded up to a block
    * (a first chunk shorter than a block is one extra chunk ahead of that schedule) */

@@ -222,6 +222,62 @@ static void check_same(const run_out *a, const run_out *b) {
   assert_memory_equal(a->pcm, b->pcm, (size_t)a->n * sizeof *a->pcm);
 }
 
+/* ---- the first chunk of a text-streamed request ------------------------------------------- */
+
+static int32_t first_chunk_cb(void *user, const cosy_chunk *c) {
+  int64_t *first = (int64_t *)user;
+  if (*first == 0) *first = c->n_samples;
+  return 0;
+}
+
+/* the samples of the first chunk pushed: text-streamed (the text in one push) or whole */
+static int64_t first_chunk_of(cosy_engine *e, const cosy_voice *v, int stream, int32_t first_tokens) {
+  cosy_synth_params p;
+  params(&p, 0, 7);
+  if (!stream) p.flags &= ~COSY_SYNTH_TEXT_STREAM;
+  p.first_chunk_tokens = first_tokens;
+  int64_t first = 0;
+  cosy_request *r = NULL;
+  assert_int_equal(cosy_request_submit(e, v, stream ? NULL : TEXT, &p, first_chunk_cb, &first, &r),
+                   COSY_OK);
+  if (stream) {
+    assert_int_equal(cosy_request_push_text(r, TEXT), COSY_OK);
+    assert_int_equal(cosy_request_end_text(r), COSY_OK);
+  }
+  assert_int_equal(cosy_request_wait(r, -1), COSY_OK);
+  cosy_request_release(r);
+  assert_true(first > 0);
+  return first;
+}
+
+/* first_chunk_tokens 0 (auto) gives a light-loaded request a first chunk shorter than a block,
+ * but a text-streamed one the official 25 tokens: its tokens come only as fast as its text
+ * (docs/scheduler.md section 2). An engine with first_chunk_wait_max set (the CPU default is
+ * off) so that the light-load rule applies. */
+static void test_first_chunk_auto(void **state) {
+  fx *f = (fx *)*state;
+  NEED(f);
+  cosy_engine_config c;
+  cosy_engine_config_init(&c, sizeof c);
+  c.model_path = tu_small_model();
+  c.device = COSY_DEVICE_CPU;
+  c.max_active = 4;
+  c.first_chunk_wait_max = 64;
+  cosy_engine *e = NULL;
+  assert_int_equal(cosy_engine_create(&c, &e), COSY_OK);
+  cosy_voice *v = golden_voice(e);
+  assert_non_null(v);
+  const int64_t whole_auto = first_chunk_of(e, v, 0, 0), whole_25 = first_chunk_of(e, v, 0, 25);
+  const int64_t stream_auto = first_chunk_of(e, v, 1, 0), stream_25 = first_chunk_of(e, v, 1, 25);
+  print_message("first chunk samples: whole auto %lld / 25 %lld, streamed auto %lld / 25 %lld\n",
+                (long long)whole_auto, (long long)whole_25, (long long)stream_auto,
+                (long long)stream_25);
+  assert_true(whole_auto < whole_25); /* the light-load rule is on in this engine */
+  assert_int_equal(stream_auto, stream_25);
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
 /* ---- marks (cosy_request_text_marks) ------------------------------------------------------ */
 
 static void same_marks(const run_out *a, const run_out *b) {
@@ -697,6 +753,7 @@ int main(void) {
       cmocka_unit_test(test_pieces_raw),
       cmocka_unit_test(test_schedule_reference),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_first_chunk_auto),
       cmocka_unit_test(test_marks),
       cmocka_unit_test(test_marks_alloc_faults),
   };
