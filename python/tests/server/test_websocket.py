@@ -454,55 +454,105 @@ def test_g711_on_random_samples():
         assert np.all(err <= 0.04 * np.abs(x) + 2e-3), (fmt, float(err.max()))
 
 
+class ChatStandIn:
+    """A stand-in chat endpoint (OpenAI's streamed chat completions, server-sent events) that
+    writes `reply`, one piece every `delay` seconds, on a loopback port; url: its base URL."""
+
+    def __init__(self, reply, delay=0.05):
+        import http.server
+        import threading
+
+        class Chat(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["content-length"]))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                try:
+                    for piece in reply + [None]:
+                        choice = {"index": 0, "delta": {"content": piece} if piece else {},
+                                  "finish_reason": None if piece else "stop"}
+                        ev = {"id": "c", "object": "chat.completion.chunk", "created": 0,
+                              "model": "m", "choices": [choice]}
+                        self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                        self.wfile.flush()
+                        time.sleep(delay)   # a model writing
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass   # the client stopped reading (a barge-in)
+
+            def log_message(self, *args):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}/v1"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.srv.shutdown()
+
+
+def run_chat_to_speech(chat_url, ws_url, *args):
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "python",
+                          "chat_to_speech.py")
+    return subprocess.run([sys.executable, script, "--chat-url", chat_url, "--chat-model", "m",
+                           "--prompt", "When is the train?", "--tts", ws_url, "--voice", "alloy",
+                           *args], capture_output=True, text=True, timeout=300)
+
+
 def test_the_chat_to_speech_example(ws_url, streamed, tmp_path):
     """examples/python/chat_to_speech.py against a stand-in chat endpoint (OpenAI's streamed chat
     completions, server-sent events) and the server: the reply's audio, as in process."""
-    import http.server
-    import subprocess
-    import sys
-    import threading
     pytest.importorskip("openai")
     reply = ["Sure", "! The", " train", " leaves", " at nine", " tomorrow."]
-
-    class Chat(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["content-length"]))
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.end_headers()
-            for i, piece in enumerate(reply + [None]):
-                choice = {"index": 0, "delta": {"content": piece} if piece else {},
-                          "finish_reason": None if piece else "stop"}
-                ev = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-                      "choices": [choice]}
-                self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
-                self.wfile.flush()
-                time.sleep(0.05)   # a model writing
-            self.wfile.write(b"data: [DONE]\n\n")
-
-        def log_message(self, *args):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
     out = tmp_path / "reply.wav"
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "python",
-                          "chat_to_speech.py")
-    try:
-        r = subprocess.run([sys.executable, script, "--chat-url",
-                            f"http://127.0.0.1:{srv.server_address[1]}/v1", "--chat-model", "m",
-                            "--prompt", "When is the train?", "--tts", ws_url, "--voice", "alloy",
-                            "--seed", "6", "-o", str(out)], capture_output=True, text=True,
-                           timeout=300)
-    finally:
-        srv.shutdown()
+    with ChatStandIn(reply) as chat:
+        r = run_chat_to_speech(chat.url, ws_url, "--seed", "6", "-o", str(out))
     assert r.returncode == 0, r.stderr
     data = out.read_bytes()
     want = streamed(["".join(reply)], seed=6)
     assert data[:44] == cosyvoice.wav_header(24000, want.size)
     assert data[44:] == cosyvoice.to_pcm16(want)
     assert "Sure! The train leaves at nine tomorrow." in r.stderr
+    assert "heard:" not in r.stderr
+
+
+def test_the_chat_to_speech_example_interrupted(ws_url, streamed, piece_marks, tmp_path):
+    """chat_to_speech.py --interrupt-after 2: a barge-in after 2 s of audio, while the chat model
+    may still be writing. The audio it got is the start of the in-process audio of the whole
+    reply; the text it says was heard is the pieces whose in-process mark (Request.text_marks,
+    the mark of the unit holding the piece's first byte) is below the samples sent, joined: a
+    prefix of the reply, not empty (the first piece's mark is 0), and here not all of it (with
+    this text and seed the later sentences' marks are past 2 s of audio, so the check can
+    fail both ways)."""
+    pytest.importorskip("openai")
+    text = ("Sure! The train leaves at nine tomorrow. "
+            + " ".join(["Bring your ticket and a warm coat, it will be cold on the platform in "
+                        "the morning."] * 4))
+    reply = pieces_of(text, 4)
+    out = tmp_path / "cut.wav"
+    with ChatStandIn(reply) as chat:
+        r = run_chat_to_speech(chat.url, ws_url, "--seed", "6", "-o", str(out),
+                               "--interrupt-after", "2")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("heard: ")]
+    assert len(lines) == 1, r.stderr
+    heard = json.loads(lines[0][len("heard: "):])
+    data = out.read_bytes()
+    n = (len(data) - 44) // 2
+    assert f"interrupted after {n} samples" in r.stderr, r.stderr
+    assert n >= 2 * 24000
+    want = cosyvoice.to_pcm16(streamed(reply, seed=6))
+    assert len(want) > 2 * n and data[44:] == want[:2 * n]
+    marks = piece_marks(reply, seed=6)
+    assert marks[0] == 0
+    assert heard == "".join(p for p, m in zip(reply, marks) if m < n), (n, marks)
+    assert heard and text.startswith(heard) and len(heard) < len(text), (heard, n, marks)
 
 
 def test_a_stalled_utterance_is_ended(ws_url, streamed, client):
