@@ -7,6 +7,10 @@
 //   cosy::request r = eng.submit(v, "Hello.", p);              // pull streaming
 //   for (std::vector<float> c; !(c = r.read(4800)).empty();) play(c);
 //   cosy::request s = eng.submit(v, "Hi.", p, [](const cosy_chunk &c) { ...; return true; });
+//   cosy::request t = eng.stream_text(v, p);                   // text streamed in
+//   t.push_text("Hello, "); t.push_text("world."); t.end_text();  // (any one thread) ...
+//   for (std::vector<float> c; !(c = t.read(4800)).empty();) play(c);  // ... audio as usual
+//   for (const cosy::text_mark &m : t.text_marks()) ...;  // where each sentence can be heard
 //
 // - Handles are std::unique_ptr with deleters calling cosy_engine_destroy / cosy_voice_release /
 //   cosy_request_release, so objects are move-only and free themselves.
@@ -78,6 +82,20 @@ struct voice_features : cosy_voice_features {
   voice_features() noexcept { cosy_voice_features_init(this, sizeof(cosy_voice_features)); }
 };
 
+/// One mark of cosy_request_text_marks: where the speech for a unit of a request's text (a
+/// sentence; a word without text normalization) can start. [text_begin, text_end) are UTF-8 byte
+/// offsets into the concatenation of every piece pushed; sample is the output sample of the first
+/// speech token generated after the unit's text entered the LLM, a LOWER BOUND of where it is
+/// heard (-1 while not fed yet, and for good when the request ended first); include/cosyvoice.h
+/// says exactly what the fields mean.
+struct text_mark {
+  int64_t text_begin;
+  int64_t text_end;
+  int64_t sample;
+  int32_t text_token;
+  int32_t speech_token;
+};
+
 using chunk_fn = std::function<bool(const cosy_chunk &)>;
 
 class engine;
@@ -137,6 +155,30 @@ class request {
     check(cosy_request_get_stats(r_.get(), &s), "cosy_request_get_stats");
     return s;
   }
+  /// Append a piece of the text of a stream_text request (cosy_request_push_text; UTF-8).
+  void push_text(const std::string &utf8) {
+    check(cosy_request_push_text(r_.get(), utf8.c_str()), "cosy_request_push_text");
+  }
+  /// The text of a stream_text request is complete (cosy_request_end_text).
+  void end_text() { check(cosy_request_end_text(r_.get()), "cosy_request_end_text"); }
+  /// The request's marks from index first on (cosy_request_text_marks), in text order: one per
+  /// committed unit of its text. Units only get appended and a sample, once set (>= 0), never
+  /// changes: poll this as the audio plays (any thread, also while another pushes or reads).
+  std::vector<text_mark> text_marks(int32_t first = 0) const {
+    std::vector<text_mark> out;
+    cosy_text_mark buf[64];
+    for (;;) {
+      const int32_t at = first + static_cast<int32_t>(out.size());
+      cosy_text_mark_init(&buf[0], sizeof buf[0]);  // out[0].struct_size is the stride
+      int32_t n = 0;
+      check(cosy_request_text_marks(r_.get(), at, buf, 64, &n), "cosy_request_text_marks");
+      const int32_t got = n - at < 64 ? n - at : 64;
+      for (int32_t i = 0; i < got; i++)
+        out.push_back(text_mark{buf[i].text_begin, buf[i].text_end, buf[i].sample,
+                                buf[i].text_token, buf[i].speech_token});
+      if (got < 64) return out;  // (also got <= 0: first at or past the end)
+    }
+  }
   cosy_request *get() const noexcept { return r_.get(); }
 
  private:
@@ -194,6 +236,19 @@ class engine {
                               owned.get(), &r),
           "cosy_request_submit");
     return request(r, std::move(owned));
+  }
+
+  /// Text streamed in (COSY_SYNTH_TEXT_STREAM): the request starts without text; give it with
+  /// request::push_text (any number of pieces, e.g. a chat model's words as they come) and
+  /// request::end_text, from any one thread, while the audio is pulled with request::read. The
+  /// audio and the text marks depend only on the text, not on how it was cut into pieces.
+  request stream_text(const voice &v, const cosy_synth_params &p = synth_params()) {
+    cosy_synth_params q = p;
+    q.flags |= COSY_SYNTH_TEXT_STREAM;
+    cosy_request *r = nullptr;
+    check(cosy_request_submit(e_.get(), v.get(), nullptr, &q, nullptr, nullptr, &r),
+          "cosy_request_submit");
+    return request(r, nullptr);
   }
 
   cosy_engine *get() const noexcept { return e_.get(); }
