@@ -12,6 +12,8 @@
 //	for chunk := range s.C { play(chunk) }
 //	if err := s.Err(); err != nil { ... }
 //	s.Close(); voice.Close(); eng.Close()
+//	t, err := eng.StreamText(voice, nil)          // text streamed in: t.PushText(piece) ...,
+//	marks, err := t.TextMarks()                   // t.EndText(); where each sentence can start
 //
 // Streaming uses the library's pull API: a goroutine calls cosy_request_read in a loop and sends
 // each chunk ([]float32, mono, [-1, 1]) on the channel Stream.C, which is closed at the end; Err
@@ -452,6 +454,60 @@ func (s *Stream) EndText() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	return check(C.cosy_request_end_text(s.req), "cosy_request_end_text")
+}
+
+// TextMark is cosy_text_mark: where the speech for a unit of a StreamText utterance's text (a
+// sentence; a word without text normalization) can start. [TextBegin, TextEnd) are UTF-8 byte
+// offsets into the concatenation of every piece pushed; Sample is the output sample of the first
+// speech token generated after the unit's text entered the LLM, a LOWER BOUND of where it is
+// heard (-1 while not fed yet, and for good when the utterance ended first). include/cosyvoice.h
+// says exactly what the fields mean.
+type TextMark struct {
+	TextBegin, TextEnd int64
+	Sample             int64
+	TextToken          int // index of the unit's first text token among the request's
+	SpeechToken        int // Sample's speech token among the spoken ones; -1 with Sample
+}
+
+// TextMarks returns the utterance's marks so far (cosy_request_text_marks), one per committed
+// unit of its text, in order. Units only get appended and a Sample, once set (>= 0), never
+// changes: poll it as the audio plays, from any goroutine (before Close). A voice agent that is
+// interrupted at sample n keeps the text of the marks whose Sample is below n (at most that was
+// heard) in its conversation history.
+func (s *Stream) TextMarks() ([]TextMark, error) { return s.TextMarksFrom(0) }
+
+// TextMarksFrom is TextMarks from index first on (the marks not seen yet, when polling).
+func (s *Stream) TextMarksFrom(first int) ([]TextMark, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.req == nil {
+		return nil, fmt.Errorf("cosyvoice: TextMarks after Close")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var out []TextMark
+	var buf [64]C.cosy_text_mark
+	for {
+		at := first + len(out)
+		C.cosy_text_mark_init(&buf[0], C.uint32_t(unsafe.Sizeof(buf[0]))) // buf[0] gives the stride
+		var n C.int32_t
+		if err := check(C.cosy_request_text_marks(s.req, C.int32_t(at), &buf[0],
+			C.int32_t(len(buf)), &n), "cosy_request_text_marks"); err != nil {
+			return nil, err
+		}
+		got := int(n) - at
+		if got > len(buf) {
+			got = len(buf)
+		}
+		for i := 0; i < got; i++ {
+			m := &buf[i]
+			out = append(out, TextMark{int64(m.text_begin), int64(m.text_end), int64(m.sample),
+				int(m.text_token), int(m.speech_token)})
+		}
+		if got < len(buf) { // (also got <= 0: first at or past the end)
+			return out, nil
+		}
+	}
 }
 
 // Err tells how the stream ended; call it after C is closed.

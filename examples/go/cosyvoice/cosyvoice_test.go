@@ -102,12 +102,16 @@ func TestBlockingEqualsStream(t *testing.T) {
 	}
 }
 
-// Text streamed in: the words pushed one at a time (with a small delay) give the audio of the
-// text pushed at once.
+// Text streamed in: the words pushed one at a time (with a small delay) give the audio and the
+// text marks of the text pushed at once; the marks cover the text in order (contiguous byte
+// ranges from 0 to its end, samples in order and within the audio, Sample = SpeechToken * 960 at
+// 24 kHz). The text has several sentences, so that the later ones enter the LLM after speech has
+// begun (the first ones go in with the voice's prompt: their marks are 0).
 func TestTextStream(t *testing.T) {
 	e, v := open(t)
 	p := &Params{Seed: 5, MaxTokens: 200}
-	run := func(words bool) []float32 {
+	reply := text + " Nobody was surprised. The fox took the bus instead, and it was early."
+	run := func(words bool) ([]float32, []TextMark) {
 		s, err := e.StreamText(v, p)
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +119,7 @@ func TestTextStream(t *testing.T) {
 		defer s.Close()
 		go func() {
 			if words {
-				for i, w := range strings.Split(text, " ") {
+				for i, w := range strings.Split(reply, " ") {
 					if i > 0 {
 						w = " " + w
 					}
@@ -124,7 +128,7 @@ func TestTextStream(t *testing.T) {
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
-			} else if err := s.PushText(text); err != nil {
+			} else if err := s.PushText(reply); err != nil {
 				t.Error(err)
 			}
 			if err := s.EndText(); err != nil {
@@ -135,9 +139,14 @@ func TestTextStream(t *testing.T) {
 		if err := s.Err(); err != nil {
 			t.Fatal(err)
 		}
-		return got
+		marks, err := s.TextMarks() // complete once the audio has ended
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, marks
 	}
-	one, words := run(false), run(true)
+	one, marks1 := run(false)
+	words, marks := run(true)
 	if len(one) == 0 || len(one) != len(words) {
 		t.Fatalf("one piece %d samples, word by word %d", len(one), len(words))
 	}
@@ -146,7 +155,34 @@ func TestTextStream(t *testing.T) {
 			t.Fatalf("sample %d: one piece %g, word by word %g", i, one[i], words[i])
 		}
 	}
-	t.Logf("text streamed word by word: %d samples, identical to one piece", len(one))
+	if len(marks) == 0 || len(marks) != len(marks1) || marks[len(marks)-1].TextEnd != int64(len(reply)) {
+		t.Fatalf("marks %+v (one piece %+v) for %d bytes", marks, marks1, len(reply))
+	}
+	rate := int64(e.SampleRate())
+	ended := false // a unit that never entered the LLM (Sample -1): so do all after it
+	for i, m := range marks {
+		begin := int64(0)
+		if i > 0 {
+			begin = marks[i-1].TextEnd
+		}
+		ok := m == marks1[i] && m.TextBegin == begin && m.TextEnd > m.TextBegin
+		if m.Sample < 0 {
+			ok = ok && m.Sample == -1 && m.SpeechToken == -1
+		} else {
+			ok = ok && !ended && m.Sample <= int64(len(words)) &&
+				(i == 0 || m.Sample >= marks[i-1].Sample) &&
+				m.Sample == int64(m.SpeechToken)*960*rate/24000
+		}
+		if !ok {
+			t.Fatalf("mark %d: %+v (one piece %+v, all %+v, %d samples)", i, m, marks1[i], marks,
+				len(words))
+		}
+		ended = ended || m.Sample < 0
+		t.Logf("bytes [%d, %d) %q: can be heard from sample %d", m.TextBegin, m.TextEnd,
+			reply[m.TextBegin:m.TextEnd], m.Sample)
+	}
+	t.Logf("text streamed word by word: %d samples and %d marks, identical to one piece",
+		len(one), len(marks))
 }
 
 func TestCancel(t *testing.T) {
