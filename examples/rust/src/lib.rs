@@ -11,6 +11,10 @@
 //! for chunk in eng.stream(&voice, "Hello again.", &p)? {              // pull streaming
 //!     let chunk: Vec<f32> = chunk?;
 //! }
+//! let (mut req, mut sink) = eng.stream_text(&voice, &p)?;            // text streamed in
+//! sink.push("Hello, ")?; sink.push("world.")?; sink.end()?;           // (any one thread)
+//! let pcm: Vec<f32> = (&mut req).map(|c| c.unwrap()).flatten().collect();
+//! let marks: Vec<cosyvoice::TextMark> = req.text_marks()?;            // where each sentence starts
 //! # Ok::<(), cosyvoice::Error>(())
 //! ```
 //!
@@ -200,6 +204,16 @@ pub mod sys {
         pub n_chunks: i32,
         pub done: i32,
     }
+    #[repr(C)]
+    pub struct cosy_text_mark {
+        pub struct_size: u32,
+        pub reserved: u32,
+        pub text_begin: i64,
+        pub text_end: i64,
+        pub sample: i64,
+        pub text_token: i32,
+        pub speech_token: i32,
+    }
 
     pub const COSY_DEVICE_CPU: i32 = -1;
     pub const COSY_SYNTH_NO_TEXT_NORMALIZATION: u32 = 0x1;
@@ -245,6 +259,9 @@ pub mod sys {
         pub fn cosy_request_stats_init(s: *mut cosy_request_stats, struct_size: u32);
         pub fn cosy_request_get_stats(r: *const cosy_request, out: *mut cosy_request_stats)
             -> cosy_status;
+        pub fn cosy_text_mark_init(m: *mut cosy_text_mark, struct_size: u32);
+        pub fn cosy_request_text_marks(r: *const cosy_request, first: i32, out: *mut cosy_text_mark,
+                                       cap: i32, n_marks: *mut i32) -> cosy_status;
         pub fn cosy_request_cancel(r: *mut cosy_request);
         pub fn cosy_request_wait(r: *mut cosy_request, timeout_ms: i32) -> cosy_status;
         pub fn cosy_request_release(r: *mut cosy_request);
@@ -613,6 +630,23 @@ impl Canceller {
     }
 }
 
+/// `cosy_text_mark`: where the speech for a unit of a request's text (a sentence; a word without
+/// text normalization) can start. `[text_begin, text_end)` are UTF-8 byte offsets into the
+/// concatenation of every piece pushed; `sample` is the output sample of the first speech token
+/// generated after the unit's text entered the LLM, a LOWER BOUND of where it is heard (-1 while
+/// not fed yet, and for good when the request ended first); include/cosyvoice.h says exactly what
+/// the fields mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TextMark {
+    pub text_begin: i64,
+    pub text_end: i64,
+    pub sample: i64,
+    /// index of the unit's first text token among the request's
+    pub text_token: i32,
+    /// `sample`'s speech token among the spoken ones; -1 with `sample`
+    pub speech_token: i32,
+}
+
 impl Request {
     /// Read up to buf.len() samples, waiting up to timeout_ms (-1 = forever). Ok(0) means the
     /// utterance is finished; Status::CANCELLED after a cancel; Status::TIMEOUT on timeout.
@@ -644,6 +678,40 @@ impl Request {
     /// Wait for the end (-1 = forever); the request's final status.
     pub fn wait(&mut self, timeout_ms: i32) -> Result<()> {
         check(unsafe { sys::cosy_request_wait(self.inner.ptr.as_ptr(), timeout_ms) }, "cosy_request_wait")
+    }
+
+    /// The request's marks so far (`cosy_request_text_marks`), one per committed unit of its
+    /// text, in order. Units only get appended and a `sample`, once set (>= 0), never changes:
+    /// poll it as the audio plays. A voice agent interrupted at sample n keeps the text of the
+    /// marks whose `sample` is below n (at most that was heard) in its conversation history.
+    pub fn text_marks(&self) -> Result<Vec<TextMark>> {
+        self.text_marks_from(0)
+    }
+
+    /// [`Request::text_marks`] from index `first` on (the marks not seen yet, when polling).
+    pub fn text_marks_from(&self, first: usize) -> Result<Vec<TextMark>> {
+        let mut out = Vec::new();
+        // SAFETY: plain data; buf[0].struct_size (set by the library below) gives the stride.
+        let mut buf: [sys::cosy_text_mark; 64] = unsafe { std::mem::zeroed() };
+        loop {
+            let at = first.saturating_add(out.len()).min(i32::MAX as usize) as i32;
+            unsafe { sys::cosy_text_mark_init(&mut buf[0], std::mem::size_of::<sys::cosy_text_mark>() as u32) };
+            let mut n: i32 = 0;
+            check(unsafe { sys::cosy_request_text_marks(self.inner.ptr.as_ptr(), at, buf.as_mut_ptr(),
+                                                        buf.len() as i32, &mut n) },
+                  "cosy_request_text_marks")?;
+            let got = (n as i64 - at as i64).clamp(0, buf.len() as i64) as usize;
+            out.extend(buf[..got].iter().map(|m| TextMark {
+                text_begin: m.text_begin,
+                text_end: m.text_end,
+                sample: m.sample,
+                text_token: m.text_token,
+                speech_token: m.speech_token,
+            }));
+            if got < buf.len() {
+                return Ok(out);
+            }
+        }
     }
 
     pub fn stats(&self) -> Result<sys::cosy_request_stats> {

@@ -86,6 +86,8 @@ fn struct_layout_matches_header() {
     layout!(rust, cosy_chunk, struct_size, flags, pcm, n_samples, offset, sample_rate, reserved);
     layout!(rust, cosy_request_stats, struct_size, reserved, ttfb_s, total_s, llm_s, flow_s,
             vocoder_s, n_samples, n_text_tokens, n_speech_tokens, n_chunks, done);
+    layout!(rust, cosy_text_mark, struct_size, reserved, text_begin, text_end, sample, text_token,
+            speech_token);
     let c: Vec<&str> = c_out.lines().filter(|l| !l.is_empty()).collect();
     assert_eq!(c, rust.iter().map(|s| s.as_str()).collect::<Vec<_>>());
     eprintln!("{} layout lines match the C compiler", c.len());
@@ -116,34 +118,61 @@ fn blocking_equals_streamed() {
               s.n_chunks, s.ttfb_s);
 }
 
+/// Text streamed in: the words pushed one at a time (from another thread) give the audio and the
+/// text marks of the text pushed at once; the marks cover the text in order (contiguous byte
+/// ranges from 0 to its end, samples in order and within the audio, sample = speech_token * 960
+/// at 24 kHz). The text has several sentences, so that the later ones enter the LLM after speech
+/// has begun (the first ones go in with the voice's prompt: their marks are 0).
 #[test]
 fn text_streamed_word_by_word() {
     let (eng, vpath) = match engine() { Some(x) => x, None => return };
     let voice = eng.load_voice(&vpath).expect("voice");
     let p = Params { seed: 5, max_tokens: 200, ..Params::default() };
-    let run = |words: bool| -> Vec<f32> {
-        let (req, mut sink) = eng.stream_text(&voice, &p).expect("stream_text");
+    let reply = format!("{} Nobody was surprised. The fox took the bus instead, and it was early.", TEXT);
+    let run = |words: bool| -> (Vec<f32>, Vec<cosyvoice::TextMark>) {
+        let (mut req, mut sink) = eng.stream_text(&voice, &p).expect("stream_text");
+        let text = reply.clone();
         let pusher = std::thread::spawn(move || {
             if words {
-                for (i, w) in TEXT.split(' ').enumerate() {
+                for (i, w) in text.split(' ').enumerate() {
                     sink.push(&if i == 0 { w.to_string() } else { format!(" {}", w) }).expect("push");
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
             } else {
-                sink.push(TEXT).expect("push");
+                sink.push(&text).expect("push");
             }
             sink.end().expect("end_text");
             assert!(sink.push("late").is_err()); // after end_text
         });
-        let pcm: Vec<f32> = req.flat_map(|c| c.expect("chunk")).collect();
+        let pcm: Vec<f32> = (&mut req).flat_map(|c| c.expect("chunk")).collect();
         pusher.join().unwrap();
-        pcm
+        let marks = req.text_marks().expect("text_marks"); // complete once the audio has ended
+        (pcm, marks)
     };
-    let one = run(false);
-    let words = run(true);
+    let (one, marks1) = run(false);
+    let (words, marks) = run(true);
     assert!(!one.is_empty());
     assert!(one == words, "word by word differs from one piece");
-    eprintln!("text streamed word by word: {} samples, identical to one piece", one.len());
+    assert_eq!(marks, marks1, "the marks of word by word and one piece differ");
+    assert!(!marks.is_empty() && marks[marks.len() - 1].text_end == reply.len() as i64, "{:?}", marks);
+    let rate = eng.sample_rate() as i64;
+    let mut ended = false; // a unit that never entered the LLM (sample -1): so do all after it
+    for (i, m) in marks.iter().enumerate() {
+        let begin = if i == 0 { 0 } else { marks[i - 1].text_end };
+        let ok = m.text_begin == begin && m.text_end > m.text_begin
+            && if m.sample < 0 {
+                m.sample == -1 && m.speech_token == -1
+            } else {
+                !ended && m.sample <= words.len() as i64 && (i == 0 || m.sample >= marks[i - 1].sample)
+                    && m.sample == m.speech_token as i64 * 960 * rate / 24000
+            };
+        assert!(ok, "mark {}: {:?} (all {:?}, {} samples)", i, m, marks, words.len());
+        ended = ended || m.sample < 0;
+        eprintln!("bytes [{}, {}) {:?}: can be heard from sample {}", m.text_begin, m.text_end,
+                  &reply[m.text_begin as usize..m.text_end as usize], m.sample);
+    }
+    eprintln!("text streamed word by word: {} samples and {} marks, identical to one piece",
+              one.len(), marks.len());
 }
 
 #[test]
