@@ -193,6 +193,7 @@ static cosy_status reference(const char *text, size_t n, uint32_t flags, int max
   snap_take(r, out, 1);
   free(r->tx_raw);
   free(r->tx_ids);
+  free(r->tx_units); /* the marks' units (lib/request.c frees the same for a real request) */
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
   free(r);
