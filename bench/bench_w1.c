@@ -351,6 +351,42 @@ static void print_batches(const cosy_engine_stats *a, const cosy_engine_stats *b
          vc ? (double)vj / vc : 0.0, vc);
 }
 
+/* After a level: each engine's batch sizes between its stats a and b, then each engine's GPU
+ * utilization (its sampler), and their mean when there are several. window: the batch line's
+ * label names the span of a and b (W3 counts a window of its level), else only the engine. */
+static void print_engines(const cosy_engine_stats *a, const cosy_engine_stats *b, sampler *smp,
+                          int n_eng, int window) {
+  for (int k = 0; k < n_eng; k++) {
+    char label[24] = "";
+    if (window) snprintf(label, sizeof label, n_eng > 1 ? " e%d (window)" : " (counted window)", k);
+    else if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+    print_batches(&a[k], &b[k], label);
+  }
+  double util_sum = 0;
+  int util_n = 0;
+  for (int k = 0; k < n_eng; k++) {
+    char label[16] = "";
+    if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
+    const double u = sampler_finish(&smp[k], label);
+    if (u >= 0) util_sum += u, util_n++;
+  }
+  if (n_eng > 1 && util_n)
+    printf("      gpu util all: mean %.1f%% over %d engines\n", util_sum / util_n, util_n);
+}
+
+/* n threads fn(arg) (th may be NULL: none); returns how many started (a message if not all) */
+static int start_threads(pthread_t *th, int n, void *(*fn)(void *), void *arg, const char *what) {
+  int started = 0;
+  for (int i = 0; th && i < n; i++) {
+    if (pthread_create(&th[i], NULL, fn, arg)) {
+      fprintf(stderr, "bench_w1: only %d of %d %s started\n", i, n, what);
+      break;
+    }
+    started++;
+  }
+  return started;
+}
+
 typedef struct result {
   double ttfb, rtf, audio_s, llm_s, flow_s, voc_s;
   int underruns, chars;
@@ -569,20 +605,7 @@ static void run_w2(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
     printf("      (%d of %d requests failed, %d not submitted)\n", n - ok, n, n - submitted);
     g_failed += n - ok;
   }
-  for (int k = 0; k < n_eng; k++) {
-    char label[16] = "";
-    if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
-    print_batches(&st0[k], &st[k], label);
-  }
-  double util_sum = 0;
-  int util_n = 0;
-  for (int k = 0; k < n_eng; k++) {
-    char label[16] = "";
-    if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
-    double u = sampler_finish(&smp[k], label);
-    if (u >= 0) util_sum += u, util_n++;
-  }
-  if (n_eng > 1 && util_n) printf("      gpu util all: mean %.1f%% over %d engines\n", util_sum / util_n, util_n);
+  print_engines(st0, st, smp, n_eng, 0);
   fflush(stdout);
   free(rq);
   free(rs);
@@ -761,14 +784,7 @@ static void run_w3_level(cosy_engine **e, cosy_voice **v, int n_eng, char **text
     sampler_start(&smp[k], &mon[k]);
   }
   L.t0 = now();
-  int started = 0;
-  for (int i = 0; th && i < users; i++) {
-    if (pthread_create(&th[i], NULL, w3_user, &L)) {
-      fprintf(stderr, "bench_w1: only %d of %d W3 users started\n", i, users);
-      break;
-    }
-    started++;
-  }
+  const int started = start_threads(th, users, w3_user, &L, "W3 users");
   /* the counted window [skip, level]: the engines' counters at its ends and polled within */
   sleep_until(L.t0 + o->skip_s);
   for (int k = 0; k < n_eng; k++) cosy_engine_get_stats(e[k], &a[k]), prev[k] = a[k];
@@ -837,16 +853,7 @@ static void run_w3_level(cosy_engine **e, cosy_voice **v, int n_eng, char **text
     shown++;
   }
   if (shown) printf("\n");
-  for (int k = 0; k < n_eng; k++) {
-    char label[24] = " (counted window)";
-    if (n_eng > 1) snprintf(label, sizeof label, " e%d (window)", k);
-    print_batches(&a[k], &b[k], label);
-  }
-  for (int k = 0; k < n_eng; k++) {
-    char label[16] = "";
-    if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
-    sampler_finish(&smp[k], label);
-  }
+  print_engines(a, b, smp, n_eng, 1);
   if (row->failed) {
     printf("      (%d counted requests failed)\n", row->failed);
     g_failed += row->failed;
@@ -1150,14 +1157,7 @@ static void run_ts(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
     }
     pthread_t *th = (pthread_t *)calloc((size_t)C, sizeof *th);
     L.t0 = now();
-    int started = 0;
-    for (int i = 0; th && i < C; i++) {
-      if (pthread_create(&th[i], NULL, ts_session, &L)) {
-        fprintf(stderr, "bench_w1: only %d of %d W4 sessions started\n", i, C);
-        break;
-      }
-      started++;
-    }
+    const int started = start_threads(th, C, ts_session, &L, "W4 sessions");
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     const double wall = now() - L.t0;
     for (int k = 0; k < n_eng; k++) cosy_engine_get_stats(e[k], &st[k]);
@@ -1191,16 +1191,7 @@ static void run_ts(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
     if (!ok && !failed)
       printf("      (no utterance counted: every one started in the first %g s; a longer --level-s)\n",
              o->skip_s);
-    for (int k = 0; k < n_eng; k++) {
-      char label[16] = "";
-      if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
-      print_batches(&st0[k], &st[k], label);
-    }
-    for (int k = 0; k < n_eng; k++) {
-      char label[16] = "";
-      if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
-      sampler_finish(&smp[k], label);
-    }
+    print_engines(st0, st, smp, n_eng, 0);
     if (failed) {
       printf("      (%d counted utterances failed)\n", failed);
       g_failed += failed;
@@ -1638,14 +1629,7 @@ int main(int argc, char **argv) {
       sampler_start(&smp[k], &mon[k]);
     }
     double w0 = now();
-    int started = 0;
-    for (int i = 0; i < C; i++) {
-      if (pthread_create(&th[i], NULL, client, &sh)) {
-        fprintf(stderr, "bench_w1: only %d of %d client threads started\n", i, C);
-        break;
-      }
-      started++;
-    }
+    const int started = start_threads(th, C, client, &sh, "client threads");
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     double wall = now() - w0;
     double mem_k[MAX_ENGINES], mem = 0, dev_bytes = 0, kv_bytes = 0;
@@ -1705,21 +1689,7 @@ int main(int argc, char **argv) {
       printf("      (%d of %d requests failed)\n", total - ok, total);
       g_failed += total - ok;
     }
-    for (int k = 0; k < n_eng; k++) {
-      char label[16] = "";
-      if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
-      print_batches(&st0[k], &st[k], label);
-    }
-    double util_sum = 0;
-    int util_n = 0;
-    for (int k = 0; k < n_eng; k++) {
-      char label[16] = "";
-      if (n_eng > 1) snprintf(label, sizeof label, " e%d", k);
-      double u = sampler_finish(&smp[k], label);
-      if (u >= 0) util_sum += u, util_n++;
-    }
-    if (n_eng > 1 && util_n)
-      printf("      gpu util all: mean %.1f%% over %d engines\n", util_sum / util_n, util_n);
+    print_engines(st0, st, smp, n_eng, 0);
     fflush(stdout);
     free(th);
     free(sh.res);
