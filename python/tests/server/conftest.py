@@ -24,6 +24,15 @@ def model_path():
 
 
 @pytest.fixture(scope="session")
+def fe_model():
+    """The small model with (random) front-end models, for cloning voices from audio."""
+    p = support.fe_test_model()
+    if not p:
+        pytest.skip("no front-end test model (`make build/test/small-fe-f32.gguf`)")
+    return p
+
+
+@pytest.fixture(scope="session")
 def voices_dir(model_path, tmp_path_factory):
     d = tmp_path_factory.mktemp("srv") / "voices"
     support.write_voices(model_path, str(d), VOICES)

@@ -8,7 +8,6 @@ import base64
 import io
 import os
 import struct
-import sys
 
 import httpx
 import numpy as np
@@ -20,19 +19,8 @@ from server_support import start_server, stop_server
 openai = pytest.importorskip("openai")
 sf = pytest.importorskip("soundfile")
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import cosy_test_support as support  # noqa: E402
-
 TEXT = "Hello there, this is the speech server speaking."
 PROMPT = "Some words of the prompt."
-
-
-@pytest.fixture(scope="module")
-def fe_model():
-    p = support.fe_test_model()
-    if not p:
-        pytest.skip("no front-end test model (`make build/test/small-fe-f32.gguf`)")
-    return p
 
 
 @pytest.fixture(scope="module")

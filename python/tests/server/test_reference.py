@@ -52,15 +52,6 @@ WAV = tone_wav()   # 96 KB: its base64 alone is above MAX_BODY
 
 
 @pytest.fixture(scope="module")
-def fe_model():
-    import cosy_test_support as support
-    p = support.fe_test_model()
-    if not p:
-        pytest.skip("no front-end test model (`make build/test/small-fe-f32.gguf`)")
-    return p
-
-
-@pytest.fixture(scope="module")
 def srv(fe_model, tmp_path_factory):
     """Base URL of a server with the front-end model, an empty voices folder, 64 KiB bodies,
     800 kB uploads and a cache of 2 reference voices."""
