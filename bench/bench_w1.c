@@ -374,6 +374,17 @@ static void print_engines(const cosy_engine_stats *a, const cosy_engine_stats *b
     printf("      gpu util all: mean %.1f%% over %d engines\n", util_sum / util_n, util_n);
 }
 
+/* an array p of *cap elements of size bytes, n of them used, with room for one more: p itself,
+ * or p grown (doubling, from 1024; *cap updated) when full; NULL when that allocation fails (p
+ * is then unchanged) */
+static void *room_for(void *p, int *cap, int n, size_t size) {
+  if (n < *cap) return p;
+  const int c = *cap ? 2 * *cap : 1024;
+  void *np_ = realloc(p, (size_t)c * size);
+  if (np_) *cap = c;
+  return np_;
+}
+
 /* n threads fn(arg) (th may be NULL: none); returns how many started (a message if not all) */
 static int start_threads(pthread_t *th, int n, void *(*fn)(void *), void *arg, const char *what) {
   int started = 0;
@@ -726,12 +737,8 @@ static void *w3_user(void *arg) {
     q.underruns = s.underruns;
     q.late_s = s.late_s;
     pthread_mutex_lock(&L->mu);
-    if (L->n_req == L->cap_req) {
-      int cap = L->cap_req ? 2 * L->cap_req : 1024;
-      w3_req *nr = (w3_req *)realloc(L->req, (size_t)cap * sizeof *nr);
-      if (nr) L->req = nr, L->cap_req = cap;
-    }
-    if (L->n_req < L->cap_req) L->req[L->n_req++] = q;
+    w3_req *nr = (w3_req *)room_for(L->req, &L->cap_req, L->n_req, sizeof *nr);
+    if (nr) L->req = nr, L->req[L->n_req++] = q;
     else L->lost++;
     pthread_mutex_unlock(&L->mu);
     /* listens to the end of its playback, then thinks */
@@ -1100,12 +1107,8 @@ static void *ts_session(void *arg) {
     if (L->index && me < TS_DUMP_SESSIONS)
       fprintf(L->index, "%d\t%d\t%llu\t%d\t%s\n", me, j, (unsigned long long)seed, p.max_tokens,
               text ? text : "");
-    if (L->n_utt == L->cap_utt) {
-      int cap = L->cap_utt ? 2 * L->cap_utt : 1024;
-      ts_utt *nu = (ts_utt *)realloc(L->utt, (size_t)cap * sizeof *nu);
-      if (nu) L->utt = nu, L->cap_utt = cap;
-    }
-    if (L->n_utt < L->cap_utt) L->utt[L->n_utt++] = u;
+    ts_utt *nu = (ts_utt *)room_for(L->utt, &L->cap_utt, L->n_utt, sizeof *nu);
+    if (nu) L->utt = nu, L->utt[L->n_utt++] = u;
     else L->lost++;
     pthread_mutex_unlock(&L->mu);
     free(q.pcm);
