@@ -58,6 +58,20 @@ SESSION_KEYS = ("voice", "response_format", "sample_rate", "seed", "binary", "mo
                 "max_tokens", "protocol", "stream_sid", "frame_ms")
 
 
+def int_setting(msg, new, key, lo, hi, shown, nullable=False):
+    """A session message's integer setting: msg[key], when present, into new[key] if it is an
+    integer (not a bool) in lo .. hi, or None where nullable; else a 400 naming it (shown: the
+    range as the error says it)."""
+    if key not in msg:
+        return
+    v = msg[key]
+    if not (v is None and nullable) and (not isinstance(v, int) or isinstance(v, bool)
+                                         or not lo <= v <= hi):
+        raise ApiError(400, f"{key} {v!r} is not an integer in {shown}", param=key,
+                       code="invalid_value")
+    new[key] = v
+
+
 class SessionVoice:
     """A session's voice cloned from a reference recording (refvoice.py): the Voice, and the
     SHA-256 key the session event shows in place of the recording."""
@@ -250,26 +264,9 @@ class Session:
                                f"{', '.join(FORMATS)}", param="response_format",
                                code="invalid_value")
             new["response_format"] = msg["response_format"]
-        if "sample_rate" in msg:
-            r = msg["sample_rate"]
-            if not isinstance(r, int) or isinstance(r, bool) or not 8000 <= r <= 48000:
-                raise ApiError(400, f"sample_rate {r!r} is not an integer in 8000 .. 48000",
-                               param="sample_rate", code="invalid_value")
-            new["sample_rate"] = r
-        if "seed" in msg:
-            s = msg["seed"]
-            if s is not None and (not isinstance(s, int) or isinstance(s, bool)
-                                  or not 0 <= s < 2**64):
-                raise ApiError(400, f"seed {s!r} is not an integer in 0 .. 2^64-1", param="seed",
-                               code="invalid_value")
-            new["seed"] = s
-        if "max_tokens" in msg:
-            m = msg["max_tokens"]
-            if m is not None and (not isinstance(m, int) or isinstance(m, bool)
-                                  or not 1 <= m < 2**31):
-                raise ApiError(400, f"max_tokens {m!r} is not an integer in 1 .. 2^31-1",
-                               param="max_tokens", code="invalid_value")
-            new["max_tokens"] = m
+        int_setting(msg, new, "sample_rate", 8000, 48000, "8000 .. 48000")
+        int_setting(msg, new, "seed", 0, 2**64 - 1, "0 .. 2^64-1", nullable=True)
+        int_setting(msg, new, "max_tokens", 1, 2**31 - 1, "1 .. 2^31-1", nullable=True)
         if "binary" in msg:
             if not isinstance(msg["binary"], bool):
                 raise ApiError(400, "binary must be true or false", param="binary",
@@ -280,12 +277,7 @@ class Session:
             if sid is not None:
                 self.check_string("stream_sid", sid, MAX_NAME_CHARS)
             new["stream_sid"] = sid
-        if "frame_ms" in msg:
-            f = msg["frame_ms"]
-            if not isinstance(f, int) or isinstance(f, bool) or not 20 <= f <= 50:
-                raise ApiError(400, f"frame_ms {f!r} is not an integer in 20 .. 50",
-                               param="frame_ms", code="invalid_value")
-            new["frame_ms"] = f
+        int_setting(msg, new, "frame_ms", 20, 50, "20 .. 50")
         if new["protocol"] == "twilio":
             for k, v in (("response_format", "mulaw"), ("sample_rate", 8000), ("binary", False)):
                 if new[k] != v:
