@@ -264,6 +264,9 @@ static cosy_status gb_create(cosy_engine *e) {
   e->caps.where = "the GPU flow";
   s->flow_recompute = e->knobs.flow_recompute; /* COSY_FLOW_CACHE=0 (a test knob) */
   gpu_flow_set_timing(s->flow, e->knobs.flow_timing);
+  /* COSY_FLOW_GRAPH (measurement): "0" direct launches, "update" graphs updated in place */
+  if (e->knobs.flow_graph == 0) gpu_flow_set_graphs(s->flow, 0);
+  if (e->knobs.flow_graph == 2) gpu_flow_set_graph_update(s->flow, 1);
   gpu_llm_set_prefill_timing(s->llm, e->knobs.prefill_timing);
   /* COSY_LLM_DECODE (a test and measurement knob): "tc" (the default where the device runs it:
    * the batch-invariant LLM, every decode bucket on the tensor-core fused path and the prefill

@@ -1199,10 +1199,14 @@ static void *llm_main(void *arg) {
      * so the two do not compete for the device; not for a request alone, whose own later tokens
      * are all the pause would hold back (on an H100 it moved W1's C = 1 first audio 32 -> 37 ms
      * and RTF 0.0305 -> 0.0285 with the batch-invariant LLM; bench/RESULTS.md) */
-    if (s->first_in_flight && e->cfg.first_chunk_wait_max > 0 && s->n_llm >= 2 &&
-        s->n_llm <= e->cfg.first_chunk_wait_max && !e->stopping &&
+    const int pause_max =
+        e->knobs.first_pause >= 0 ? e->knobs.first_pause : e->cfg.first_chunk_wait_max;
+    if (s->first_in_flight && pause_max > 0 && s->n_llm >= 2 && s->n_llm <= pause_max &&
+        !e->stopping &&
         !pause_risks_underrun(s, cosy_now())) {
+      const double tp = cosy_now();
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
+      trace(s, "pause", s->n_llm, 0, 0, cosy_now() - tp); /* the first-chunk pause */
       continue;
     }
     if (!e->stopping && yield_to_playback(s, cosy_now())) {
