@@ -27,7 +27,7 @@ for path in sys.argv[1:]:
     t1 = max(r[0] + r[5] / 1e3 for r in rows)
     span = t1 - t0
     print(f"{path}: {len(rows)} calls over {span:.3f} s")
-    for kind in ("prefill", "step", "flow", "vocoder", "held", "yield", "pause"):
+    for kind in ("prefill", "step", "flow", "vocoder", "held", "yield", "pause", "admit", "check", "tokens", "lock"):
         rs = [r for r in rows if r[1] == kind]
         if not rs:
             continue

@@ -1184,7 +1184,9 @@ static void *llm_main(void *arg) {
   int *pidx = NULL;
   pthread_mutex_lock(&e->mu);
   for (;;) {
+    const double ta = cosy_now();
     admit(e);
+    if (s->trace && cosy_now() - ta > 3e-4) trace(s, "admit", s->n_llm, 0, 0, cosy_now() - ta);
     if (e->stopping && !s->q_head && !s->seg_q && s->n_llm == 0) break;
     if (s->n_llm == 0) {
       if (s->seg_q) { /* a segment waits for memory held by the other thread's jobs */
@@ -1249,6 +1251,7 @@ static void *llm_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
 
     /* failures and cancellations release their sequences */
+    const double tk = cosy_now();
     int nd = 0;
     for (int i = 0; i < n; i++) {
       sjob *j = jobs[i];
@@ -1262,6 +1265,7 @@ static void *llm_main(void *arg) {
         jobs[nd++] = j;
     }
     n = nd;
+    if (s->trace && cosy_now() - tk > 3e-4) trace(s, "check", n, 0, 0, cosy_now() - tk);
     /* text streaming: jobs with nothing in flight take the text that arrived (bs_advance) */
     nd = 0;
     for (int i = 0; i < n; i++) {
@@ -1364,6 +1368,7 @@ static void *llm_main(void *arg) {
       s->step_s = s->step_s > 0 ? 0.8 * s->step_s + 0.2 * dt : dt;
       __atomic_add_fetch(&s->steps, 1, __ATOMIC_RELAXED);
       __atomic_add_fetch(&s->step_rows, nr, __ATOMIC_RELAXED);
+      const double tt = cosy_now();
       for (int i = 0; i < nr; i++) {
         sjob *j = jobs[i];
         add_time(j->r, &j->r->llm_s, dt);
@@ -1377,8 +1382,11 @@ static void *llm_main(void *arg) {
           llm_release(e, j, COSY_OK, NULL);
         }
       }
+      if (s->trace && cosy_now() - tt > 3e-4) trace(s, "tokens", nr, 0, 0, cosy_now() - tt);
     }
+    const double tl = cosy_now();
     pthread_mutex_lock(&e->mu);
+    if (s->trace && cosy_now() - tl > 3e-4) trace(s, "lock", 0, 0, 0, cosy_now() - tl);
     /* nothing ran (every job waits for text): sleep until text, a request or a
      * delivered chunk arrives */
     if (np == 0 && nr == 0 && s->wake_seq == seen && !e->stopping)
