@@ -226,6 +226,43 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
   }
 }
 
+/* The epilogue of both TF32 kernels (conv_tc_kernel: NTW = 4; conv2_kernel: NTW = 4 or 8): bias,
+ * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
+ * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
+ * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4 */
+template <int NTW>
+__device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float (&acc)[2][NTW][4],
+                                           int co0, int t0, int wm, int wn, int g, int tq) {
+  constexpr int WN = 8 * NTW; /* the warp's time steps */
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
+      if (co >= c.co) continue;
+      const float b = c.bias ? c.bias[co] : 0.f;
+      float oa = 0.f, oinv = 0.f;
+      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
+        oa = c.oalpha[co];
+        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int t = t0 + wn * WN + nt * 8 + 2 * tq + e;
+          if (t >= c.n_out) continue;
+          float v = __fadd_rn(acc[mt][nt][h * 2 + e], b);
+          if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
+          if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
+          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
+          if (c.out_act)
+            c.out_act[(size_t)co * c.ld_out_act + t] =
+                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
+        }
+    }
+}
+
 template <int PREC, int KS, bool M3>
 __global__ void __launch_bounds__(NT * KS, 4 / KS)
     conv_tc_kernel(const __grid_constant__ ConvGroup grp, int region_floats) {
@@ -462,34 +499,7 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
           acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], red[((mt * 4 + nt) * 4 + e) * NT + tid]);
   }
 
-  /* epilogue: bias, residuals, store, fused post-activation */
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
-      if (co >= c.co) continue;
-      const float b = c.bias ? c.bias[co] : 0.f;
-      float oa = 0.f, oinv = 0.f;
-      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
-        oa = c.oalpha[co];
-        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
-      }
-#pragma unroll
-      for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int t = t0 + wn * 32 + nt * 8 + 2 * tq + e;
-          if (t >= c.n_out) continue;
-          float v = __fadd_rn(acc[mt][nt][h * 2 + e], b);
-          if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
-          if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
-          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
-          if (c.out_act)
-            c.out_act[(size_t)co * c.ld_out_act + t] =
-                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
-        }
-    }
+  store_tile<4>(c, acc, co0, t0, wm, wn, g, tq);
 }
 
 /* ---- the wide-tile TF32 kernel (conv2) ------------------------------------------------------- */
@@ -683,34 +693,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     if (WB == 1) __syncthreads();
   }
 
-  /* epilogue: as conv_tc_kernel's */
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
-      if (co >= c.co) continue;
-      const float bias = c.bias ? c.bias[co] : 0.f;
-      float oa = 0.f, oinv = 0.f;
-      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
-        oa = c.oalpha[co];
-        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
-      }
-#pragma unroll
-      for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int t = t0 + wn * WN + nt * 8 + 2 * tq + e;
-          if (t >= c.n_out) continue;
-          float v = __fadd_rn(acc[mt][nt][h * 2 + e], bias);
-          if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
-          if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
-          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
-          if (c.out_act)
-            c.out_act[(size_t)co * c.ld_out_act + t] =
-                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
-        }
-    }
+  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq);
 }
 
 /* ---- fp64 F0 predictor --------------------------------------------------------------------- */
