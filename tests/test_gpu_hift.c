@@ -704,10 +704,9 @@ static void test_kernel_conv2(void **state) {
       {{"down k6 s3 (falls back)", 18, 64, 6, 1, 3, 2, 1, COSY_HACT_NONE, 0, 361, 0, 120, 0, 0, 0},
        1},
   };
-  enum { NV = 5 };
-  const int variants[NV] = {COSY_HCONV_K_W128, COSY_HCONV_K_W128_SINGLE, COSY_HCONV_K_W64,
-                            COSY_HCONV_K_W64_SINGLE, COSY_HCONV_K_AUTO};
-  const char *vname[] = {"old", "w128", "w128 single", "w64", "w64 single", "auto"};
+  enum { NV = 3 };
+  const int variants[NV] = {COSY_HCONV_K_W128, COSY_HCONV_K_W64, COSY_HCONV_K_AUTO};
+  const char *vname[] = {"old", "w128", "w64", "auto"}; /* by COSY_HCONV_K_* */
   const int nc = (int)(sizeof cases / sizeof cases[0]);
   const int saved = cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
   int all_ok = 1;
@@ -736,7 +735,7 @@ static void test_kernel_conv2(void **state) {
         const int ran = cosy_hift_conv_kernel_for(&fx->g->dev, &d, 1, prec, 1);
         const int want_ok = cases[i].fallback ? ran == COSY_HCONV_K_OLD
                             : which == COSY_HCONV_K_AUTO
-                                ? ran >= COSY_HCONV_K_W128 && ran <= COSY_HCONV_K_W64_SINGLE
+                                ? ran == COSY_HCONV_K_W128 || ran == COSY_HCONV_K_W64
                                 : ran == which;
         CU(cudaMemset(r.d_out, 0xFF, nall * sizeof(float)));
         if (r.d_oact) CU(cudaMemset(r.d_oact, 0xFF, nall * sizeof(float)));
@@ -807,7 +806,7 @@ static void test_kernel_conv2(void **state) {
         free(o);
       }
       const int want_ok = variants[v] == COSY_HCONV_K_AUTO
-                              ? ran >= COSY_HCONV_K_W128 && ran <= COSY_HCONV_K_W64_SINGLE
+                              ? ran == COSY_HCONV_K_W128 || ran == COSY_HCONV_K_W64
                               : ran == variants[v];
       printf("  conv2 [%s]: %d convs in one launch vs each alone on the old kernel: %s%s\n",
              vname[variants[v]], NG, same ? "bit-identical" : "DIFFERS",
