@@ -1105,13 +1105,11 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
  * size). FLOPs: 2 x the useful MACs (unpadded channels); bytes: input, weights, outputs,
  * residual once. After each shape a line "conv cmp" gives every kernel's us against the old one,
  * and after each scenario the sums ("conv sum"): the lines to read to pick the engine's kernel. */
-#define HC_NV 7 /* old (never split), w128, w128s, w64, w64s, auto, old auto */
-static const char *const hc_vname[HC_NV] = {"old",  "w128", "w128s",   "w64",
-                                            "w64s", "auto", "old auto"};
-static const int hc_kernel[HC_NV] = {COSY_HCONV_K_OLD,        COSY_HCONV_K_W128,
-                                     COSY_HCONV_K_W128_SINGLE, COSY_HCONV_K_W64,
-                                     COSY_HCONV_K_W64_SINGLE,  COSY_HCONV_K_AUTO,
-                                     COSY_HCONV_K_OLD};
+#define HC_NV 5 /* old (never split), w128, w64, auto, old auto */
+/* indexed by the COSY_HCONV_K_* value for the first four (the name of what "auto" ran) */
+static const char *const hc_vname[HC_NV] = {"old", "w128", "w64", "auto", "old auto"};
+static const int hc_kernel[HC_NV] = {COSY_HCONV_K_OLD, COSY_HCONV_K_W128, COSY_HCONV_K_W64,
+                                     COSY_HCONV_K_AUTO, COSY_HCONV_K_OLD};
 static double hc_sum[HC_NV];
 
 static cudaError_t r_hconv(bench_op *o, int s) {

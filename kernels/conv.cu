@@ -66,11 +66,13 @@
  * 100 frames: 62 GFLOP, ~125 us at the H200's TF32 rate).
  *
  * conv2_kernel (below; cosy_hift_conv_kernel picks it): the same products in the same order per
- * output, so the same bits as this kernel unsplit, with a 32 x 64 warp tile (64 x 128 block), a
- * padded strip addressed incrementally, one cp.async per tap from a running pointer, and the
- * weights and strip double-buffered (one barrier a chunk) or not: ~3-6 instructions per HMMA.
- * The engine's choice is the one line `int g_conv_kernel = ...` below (COSY_HCONV_K_AUTO: the
- * single-buffered variants, per launch by the rule in conv2_plan; docs/kernels.md).
+ * output, so the same bits as this kernel unsplit, with a 32 x 64 (W128: 64 x 128 block) or
+ * 32 x 32 (W64: 64 x 64 block) warp tile, a padded strip addressed incrementally and one
+ * cp.async per tap from a running pointer; one slab and one strip, two barriers a chunk, as
+ * here: ~3-6 instructions per HMMA. Both kernels end in the same epilogue (store_tile: bias,
+ * residuals, stores, the fused Snake output). The engine's choice is the one line
+ * `int g_conv_kernel = ...` below (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in
+ * conv2_plan; docs/kernels.md).
  *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
@@ -224,6 +226,43 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
     default:
       return v;
   }
+}
+
+/* The epilogue of both TF32 kernels (conv_tc_kernel: NTW = 4; conv2_kernel: NTW = 4 or 8): bias,
+ * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
+ * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
+ * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4 */
+template <int NTW>
+__device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float (&acc)[2][NTW][4],
+                                           int co0, int t0, int wm, int wn, int g, int tq) {
+  constexpr int WN = 8 * NTW; /* the warp's time steps */
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
+      if (co >= c.co) continue;
+      const float b = c.bias ? c.bias[co] : 0.f;
+      float oa = 0.f, oinv = 0.f;
+      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
+        oa = c.oalpha[co];
+        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int t = t0 + wn * WN + nt * 8 + 2 * tq + e;
+          if (t >= c.n_out) continue;
+          float v = __fadd_rn(acc[mt][nt][h * 2 + e], b);
+          if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
+          if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
+          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
+          if (c.out_act)
+            c.out_act[(size_t)co * c.ld_out_act + t] =
+                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
+        }
+    }
 }
 
 template <int PREC, int KS, bool M3>
@@ -462,39 +501,12 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
           acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], red[((mt * 4 + nt) * 4 + e) * NT + tid]);
   }
 
-  /* epilogue: bias, residuals, store, fused post-activation */
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
-      if (co >= c.co) continue;
-      const float b = c.bias ? c.bias[co] : 0.f;
-      float oa = 0.f, oinv = 0.f;
-      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
-        oa = c.oalpha[co];
-        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
-      }
-#pragma unroll
-      for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int t = t0 + wn * 32 + nt * 8 + 2 * tq + e;
-          if (t >= c.n_out) continue;
-          float v = __fadd_rn(acc[mt][nt][h * 2 + e], b);
-          if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
-          if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
-          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
-          if (c.out_act)
-            c.out_act[(size_t)co * c.ld_out_act + t] =
-                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
-        }
-    }
+  store_tile<4>(c, acc, co0, t0, wm, wn, g, tq);
 }
 
 /* ---- the wide-tile TF32 kernel (conv2) ------------------------------------------------------- */
 
-/* conv2_kernel<PREC, NTW, WB>: the same GEMM view, products and per-output order as
+/* conv2_kernel<PREC, NTW>: the same GEMM view, products and per-output order as
  * conv_tc_kernel with KS = 1 (so its values are bit-identical to that kernel's unsplit launch),
  * with fewer instructions per mma:
  *   - warp tile 32 co x 8 NTW time (NTW = 8: 32 x 64, 16 mma per tap from 2 A and 4 B ldmatrix
@@ -506,10 +518,13 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
  *     odd stride) instead of the XOR swizzle, so a tap's B address is the previous tap's plus
  *     dil XS floats: the tap loop is ldmatrix + mma + one add, no swizzle arithmetic;
  *   - each thread copies the same weight row (m = tid / 2, half tid % 2) of every tap: one
- *     cp.async per tap from a running pointer, no division or 64-bit multiply per copy;
- *   - WB = 2: two weight slabs and two strips; the next chunk's weights are copied during the
- *     current chunk's products and the next strip staged after them: one barrier per chunk
- *     (WB = 1: one of each, two barriers, the old schedule).
+ *     cp.async per tap from a running pointer, no division or 64-bit multiply per copy.
+ * One slab of all k taps and one strip a block, two barriers per chunk (copy, stage, prefetch,
+ * wait, barrier, mma, barrier), the old kernel's schedule. A double-buffered version (two slabs
+ * and two strips, the next chunk's weights copied during the current chunk's products, one
+ * barrier a chunk) was as fast or slower in every launch of the vocoder on an H200 (the k 16
+ * upsampling of 16 requests: 555 against 350 us; bench/RESULTS.md, session of 2026-11-28
+ * (tenth), call c) and was removed.
  * Each thread stages strip columns tid and tid + 128 (strips of up to 256 columns: every
  * stride-1 conv of the vocoder at NTW = 8), the next chunk's values prefetched into registers.
  * Not handled here (the launcher falls back to conv_tc_kernel, whose values are the same bits):
@@ -520,12 +535,12 @@ constexpr int XS = 12;
 __host__ __device__ inline int conv2_strip_len(int ntw, int k, int dil, int stride) {
   return (16 * ntw - 1) * stride + (k - 1) * dil + 1 + 2;
 }
-inline size_t conv2_smem(int ntw, int wb, int k, int dil, int stride) {
-  return (size_t)wb * ((size_t)k * BM * CK + (size_t)conv2_strip_len(ntw, k, dil, stride) * XS) *
-         sizeof(float);
+/* the weight slab of all k taps [k][BM][CK] + the strip [strip_len][XS] */
+inline size_t conv2_smem(int ntw, int k, int dil, int stride) {
+  return ((size_t)k * BM * CK + (size_t)conv2_strip_len(ntw, k, dil, stride) * XS) * sizeof(float);
 }
 
-template <int PREC, int NTW, int WB>
+template <int PREC, int NTW>
 __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     conv2_kernel(const __grid_constant__ ConvGroup grp) {
   constexpr int BN2 = 16 * NTW, WN = 8 * NTW; /* block and warp time steps */
@@ -537,9 +552,8 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
   extern __shared__ float4 smem_raw[];
   const int K = c.k, dil = c.dil, stride = c.stride, act = c.act;
   const int SL = conv2_strip_len(NTW, K, dil, stride);
-  const int slab = K * BM * CK, strip = SL * XS;
-  float *const sW = reinterpret_cast<float *>(smem_raw); /* [WB][K][BM][CK] */
-  float *const sX = sW + WB * slab;                      /* [WB][SL][XS] */
+  float *const sW = reinterpret_cast<float *>(smem_raw); /* [K][BM][CK] */
+  float *const sX = sW + K * BM * CK;                    /* [SL][XS] */
 
   const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
@@ -602,13 +616,13 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
       c.wp + (size_t)(co0 + wm_row) * (size_t)c.ci_pad + (size_t)(whalf * 4);
   const size_t wtap = (size_t)c.co_pad * (size_t)c.ci_pad;
   const int wdst = sw_off(wm_row, whalf);
-  auto load_w = [&](int chunk, float *dst) {
+  auto load_w = [&](int chunk) {
     const float *src = wsrc + (size_t)chunk * CK;
-    float *d = dst + wdst;
+    float *d = sW + wdst;
     for (int j = 0; j < K; j++, src += wtap, d += BM * CK) cp_async16(d, src);
     cp_async_commit();
   };
-  auto stage = [&](int chunk, float *x) {
+  auto stage = [&](int chunk) {
     const int ci0 = chunk * CK;
 #pragma unroll
     for (int q = 0; q < CPT; q++) {
@@ -632,15 +646,15 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
                 tf32_bits(apply_act(c, act, ci, ci < c.ci, pv[q][r], 0.f, 0.f)));
           }
         }
-        float4 *d = reinterpret_cast<float4 *>(x + col * XS);
+        float4 *d = reinterpret_cast<float4 *>(sX + col * XS);
         d[0] = make_float4(big[0], big[1], big[2], big[3]);
         d[1] = make_float4(big[4], big[5], big[6], big[7]);
       }
     }
   };
   const int dxs = dil * XS;
-  auto mma_taps = [&](const float *ws, const float *x) {
-    const float *xb = x;
+  auto mma_taps = [&]() {
+    const float *ws = sW, *xb = sX;
 #pragma unroll 2
     for (int j = 0; j < K; j++, ws += BM * CK, xb += dxs) {
       uint32_t ab[2][4], bb[NTW][2];
@@ -667,50 +681,17 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
   };
 
   prefetch(0);
-  if (WB == 2) load_w(0, sW);
   for (int chunk = 0; chunk < n_chunks; chunk++) {
-    const int b = WB == 2 ? (chunk & 1) : 0;
-    float *const w = sW + b * slab, *const x = sX + b * strip;
-    if (WB == 1) load_w(chunk, w);
-    stage(chunk, x);
+    load_w(chunk);
+    stage(chunk);
     if (chunk + 1 < n_chunks) prefetch(chunk + 1);
     cp_async_wait<0>();
     __syncthreads();
-    /* WB = 2: the other slab was last read by the previous chunk's products, which every warp
-     * finished before this barrier; the other strip is staged after these products */
-    if (WB == 2 && chunk + 1 < n_chunks) load_w(chunk + 1, sW + (b ^ 1) * slab);
-    mma_taps(w, x);
-    if (WB == 1) __syncthreads();
+    mma_taps();
+    __syncthreads(); /* the slab and the strip may be overwritten */
   }
 
-  /* epilogue: as conv_tc_kernel's */
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
-      if (co >= c.co) continue;
-      const float bias = c.bias ? c.bias[co] : 0.f;
-      float oa = 0.f, oinv = 0.f;
-      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
-        oa = c.oalpha[co];
-        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
-      }
-#pragma unroll
-      for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int t = t0 + wn * WN + nt * 8 + 2 * tq + e;
-          if (t >= c.n_out) continue;
-          float v = __fadd_rn(acc[mt][nt][h * 2 + e], bias);
-          if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
-          if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
-          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
-          if (c.out_act)
-            c.out_act[(size_t)co * c.ld_out_act + t] =
-                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
-        }
-    }
+  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq);
 }
 
 /* ---- fp64 F0 predictor --------------------------------------------------------------------- */
@@ -914,36 +895,34 @@ f0_classify_group_kernel(const __grid_constant__ F0ClsGroup g) {
 
 int g_conv_split = 0; /* cosy_hift_conv_tuning: 0 auto, 1 never split, 2 always split */
 
-/* The engine's conv kernel (cosy_hift_conv_kernel): COSY_HCONV_K_OLD (conv_tc_kernel) or one of
- * the conv2_kernel variants. THE DEFAULT IS THIS ONE LINE. The values are the same bits either
- * way (tests/test_gpu_hift.c test_kernel_conv2), so the choice is one of speed only. */
+/* The engine's conv kernel (cosy_hift_conv_kernel): COSY_HCONV_K_OLD (conv_tc_kernel), one of
+ * the conv2_kernel variants (W128, W64) or the per-launch choice between them (AUTO). THE DEFAULT
+ * IS THIS ONE LINE. The values are the same bits either way (tests/test_gpu_hift.c
+ * test_kernel_conv2), so the choice is one of speed only. */
 int g_conv_kernel = COSY_HCONV_K_AUTO;
 
 /* COSY_HCONV_K_AUTO: the 64 x 128 tiles from this many blocks per SM (3 fit one), below it the
  * 64 x 64 ones (twice the blocks: a launch of a few short convs fills more SMs) */
 constexpr int CONV2_AUTO_BLOCKS = 2;
 
-template <int PREC, int NTW, int WB> cudaError_t allow_smem2(int bytes) {
-  return cudaFuncSetAttribute(conv2_kernel<PREC, NTW, WB>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+template <int PREC, int NTW> cudaError_t allow_smem2(int bytes) {
+  return cudaFuncSetAttribute(conv2_kernel<PREC, NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              bytes);
 }
-template <int NTW, int WB> cudaError_t allow_smem2_all(int bytes) {
-  cudaError_t e = allow_smem2<COSY_HPREC_TF32, NTW, WB>(bytes);
-  return e ? e : allow_smem2<COSY_HPREC_TF32_ROUNDED, NTW, WB>(bytes);
+template <int NTW> cudaError_t allow_smem2_all(int bytes) {
+  cudaError_t e = allow_smem2<COSY_HPREC_TF32, NTW>(bytes);
+  return e ? e : allow_smem2<COSY_HPREC_TF32_ROUNDED, NTW>(bytes);
 }
-template <int NTW, int WB>
+template <int NTW>
 cudaError_t launch_conv2(cudaStream_t s, const ConvGroup &grp, int prec, dim3 grid, size_t smem) {
   if (prec == COSY_HPREC_TF32_ROUNDED)
-    conv2_kernel<COSY_HPREC_TF32_ROUNDED, NTW, WB><<<grid, NT, smem, s>>>(grp);
+    conv2_kernel<COSY_HPREC_TF32_ROUNDED, NTW><<<grid, NT, smem, s>>>(grp);
   else
-    conv2_kernel<COSY_HPREC_TF32, NTW, WB><<<grid, NT, smem, s>>>(grp);
+    conv2_kernel<COSY_HPREC_TF32, NTW><<<grid, NT, smem, s>>>(grp);
   return cudaGetLastError();
 }
-/* tile width (n tiles of 8 per warp) and buffering of a conv2 variant */
-inline void conv2_variant(int which, int *ntw, int *wb) {
-  *ntw = which == COSY_HCONV_K_W64 || which == COSY_HCONV_K_W64_SINGLE ? 4 : 8;
-  *wb = which == COSY_HCONV_K_W128_SINGLE || which == COSY_HCONV_K_W64_SINGLE ? 1 : 2;
-}
+/* the tile width of a conv2 variant (n tiles of 8 time steps per warp) */
+inline int conv2_ntw(int which) { return which == COSY_HCONV_K_W64 ? 4 : 8; }
 
 template <int PREC, int KS, bool M3>
 cudaError_t launch_conv(cudaStream_t s, const ConvGroup &grp, dim3 grid, int region_floats) {
@@ -1051,11 +1030,9 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
     return false;
   if (which == COSY_HCONV_K_AUTO) {
     /* measured on an H200 (bench/RESULTS.md, session of 2026-11-28 (tenth), call c; `test_kernels
-     * --bench hift`): the single-buffered variants were as fast as or faster than the
-     * double-buffered ones in every launch of the vocoder (the k 16 upsampling of 16 requests:
-     * 350 against 555 us), the 64 x 128 tiles won only where the input has >= 256 channels and
-     * the launch gives every SM CONV2_AUTO_BLOCKS blocks of them (stage 0 of a batch: 1.1-1.5x
-     * the old kernel), the 64 x 64 ones everywhere else (1.0-1.25x) */
+     * --bench hift`): the 64 x 128 tiles won only where the input has >= 256 channels and the
+     * launch gives every SM CONV2_AUTO_BLOCKS blocks of them (stage 0 of a batch: 1.1-1.5x the
+     * old kernel), the 64 x 64 ones everywhere else (1.0-1.25x) */
     long long blocks = 0;
     int ci_max = 0;
     for (int i = 0; i < n; i++) {
@@ -1063,18 +1040,17 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
       ci_max = convs[i].ci > ci_max ? convs[i].ci : ci_max;
     }
     which = ci_max >= 256 && blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm
-                ? COSY_HCONV_K_W128_SINGLE
-                : COSY_HCONV_K_W64_SINGLE;
+                ? COSY_HCONV_K_W128
+                : COSY_HCONV_K_W64;
   }
-  int ntw, wb;
-  conv2_variant(which, &ntw, &wb);
+  const int ntw = conv2_ntw(which);
   const int max_cols = (ntw == 8 ? 2 : 1) * NT;
   size_t bytes = 0;
   int tiles = 0;
   for (int i = 0; i < n; i++) {
     const cosy_hift_conv &c = convs[i];
     if (conv2_strip_len(ntw, c.k, c.dil, c.stride) > max_cols) return false;
-    const size_t b = conv2_smem(ntw, wb, c.k, c.dil, c.stride);
+    const size_t b = conv2_smem(ntw, c.k, c.dil, c.stride);
     bytes = b > bytes ? b : bytes;
     const int tt = (c.n_out + 16 * ntw - 1) / (16 * ntw);
     tiles = tt > tiles ? tt : tiles;
@@ -1143,9 +1119,8 @@ extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 1, false>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 1, true>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, false>(b)) ||
-      (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, true>(b)) || (e = allow_smem2_all<8, 2>(b)) ||
-      (e = allow_smem2_all<8, 1>(b)) || (e = allow_smem2_all<4, 2>(b)) ||
-      (e = allow_smem2_all<4, 1>(b)))
+      (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, true>(b)) || (e = allow_smem2_all<8>(b)) ||
+      (e = allow_smem2_all<4>(b)))
     return e;
   return cudaSuccess;
 }
@@ -1181,18 +1156,9 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
   dim3 grid2;
   size_t smem2;
   int which = g_conv_kernel;
-  if (conv2_plan(dev, convs, n, prec, p, &which, &grid2, &smem2)) {
-    switch (which) {
-    case COSY_HCONV_K_W128_SINGLE:
-      return launch_conv2<8, 1>(s, grp, prec, grid2, smem2);
-    case COSY_HCONV_K_W64:
-      return launch_conv2<4, 2>(s, grp, prec, grid2, smem2);
-    case COSY_HCONV_K_W64_SINGLE:
-      return launch_conv2<4, 1>(s, grp, prec, grid2, smem2);
-    default:
-      return launch_conv2<8, 2>(s, grp, prec, grid2, smem2);
-    }
-  }
+  if (conv2_plan(dev, convs, n, prec, p, &which, &grid2, &smem2))
+    return conv2_ntw(which) == 4 ? launch_conv2<4>(s, grp, prec, grid2, smem2)
+                                 : launch_conv2<8>(s, grp, prec, grid2, smem2);
   switch (prec) {
   case COSY_HPREC_3XTF32:
     return launch_prec<COSY_HPREC_3XTF32>(s, grp, p.grid, p.region_floats, p.split, p.m3);

@@ -137,21 +137,18 @@ size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, 
  * every conv (the same products in the same order per output); a launch the chosen kernel does
  * not handle (3xTF32, a mean-of-3 input, a split reduction, a strip longer than 256 columns, a
  * weight slab of all k taps that does not fit dev->smem_block) runs COSY_HCONV_K_OLD.
- *   COSY_HCONV_K_OLD          block 64 co x 64 time, warp 32 x 32, swizzled strip, two barriers
- *                             a chunk (the split reduction, the tap groups, 3xTF32)
- *   COSY_HCONV_K_W128         block 64 x 128, warp 32 x 64, padded strip, incremental addresses,
- *                             weights and strip double-buffered (one barrier a chunk)
- *   COSY_HCONV_K_W128_SINGLE  as W128 with one slab and strip (two barriers a chunk)
- *   COSY_HCONV_K_W64, _W64_SINGLE   the same with block 64 x 64, warp 32 x 32
- *   COSY_HCONV_K_AUTO         (the engine's default) per launch W128_SINGLE when an input has
- *                             >= 256 channels and its 64 x 128 tiles give every SM two blocks,
- *                             else W64_SINGLE (measured fastest per launch: kernels/conv.cu) */
+ *   COSY_HCONV_K_OLD   block 64 co x 64 time, warp 32 x 32, swizzled strip, two barriers a chunk
+ *                      (the split reduction, the tap groups, 3xTF32)
+ *   COSY_HCONV_K_W128  block 64 x 128, warp 32 x 64, padded strip, incremental addresses, one
+ *                      slab and strip (two barriers a chunk)
+ *   COSY_HCONV_K_W64   the same with block 64 x 64, warp 32 x 32
+ *   COSY_HCONV_K_AUTO  (the engine's default) per launch W128 when an input has >= 256 channels
+ *                      and its 64 x 128 tiles give every SM two blocks, else W64 (measured
+ *                      fastest per launch: kernels/conv.cu) */
 #define COSY_HCONV_K_OLD 0
 #define COSY_HCONV_K_W128 1
-#define COSY_HCONV_K_W128_SINGLE 2
-#define COSY_HCONV_K_W64 3
-#define COSY_HCONV_K_W64_SINGLE 4
-#define COSY_HCONV_K_AUTO 5
+#define COSY_HCONV_K_W64 2
+#define COSY_HCONV_K_AUTO 3
 /* sets the kernel choice (out-of-range values leave it), returns the previous one */
 int cosy_hift_conv_kernel(int which);
 /* the kernel (COSY_HCONV_K_*) that cosy_k_hift_conv_split(.., convs, n, prec, split_mode) runs on

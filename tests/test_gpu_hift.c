@@ -426,6 +426,25 @@ static float *conv_download(const conv_run *r) {
   return o;
 }
 
+/* poison both outputs of a conv run (0xFF bytes: NaN), so that conv_check sees what a launch
+ * wrote and what it left alone */
+static void conv_poison(const conv_run *r) {
+  const size_t nall = (size_t)r->co_rows * r->ld_out;
+  CU(cudaMemset(r->d_out, 0xFF, nall * sizeof(float)));
+  if (r->d_oact) CU(cudaMemset(r->d_oact, 0xFF, nall * sizeof(float)));
+}
+
+/* whether the outputs of the n conv runs r[] (conv_download) are the bits of want[0 .. n-1] */
+static int conv_same(const conv_run *r, int n, float *const *want) {
+  int same = 1;
+  for (int i = 0; i < n; i++) {
+    float *o = conv_download(&r[i]);
+    same &= !memcmp(o, want[i], 2 * (size_t)r[i].co_rows * r[i].ld_out * sizeof(float));
+    free(o);
+  }
+  return same;
+}
+
 /* COSY_HPREC_TF32_ROUNDED with the weights rounded on the host (cosy_hift_tf32_round) gives the
  * bits of COSY_HPREC_TF32 with the unrounded weights (the vocoder runs the former) */
 static int conv_rounded_same(fixture *fx, const conv_case *cc, conv_run *r) {
@@ -437,22 +456,23 @@ static int conv_rounded_same(fixture *fx, const conv_case *cc, conv_run *r) {
   size_t changed = 0;
   for (size_t i = 0; i < np; i++) changed += memcmp(&wr[i], &r->wp[i], 4) != 0;
   float *d_wr = dev_upload(wr, np * sizeof(float));
-  const size_t nall = (size_t)r->co_rows * r->ld_out;
-  float *o[2];
+  float *base = NULL;
+  int same = 0;
   for (int v = 0; v < 2; v++) {
     cosy_hift_conv d = r->desc;
     if (v) d.wp = d_wr;
-    CU(cudaMemset(r->d_out, 0xFF, nall * sizeof(float)));
-    if (r->d_oact) CU(cudaMemset(r->d_oact, 0xFF, nall * sizeof(float)));
+    conv_poison(r);
     CU(cosy_k_hift_conv(fx->g->stream, &fx->g->dev, &d, 1,
                         v ? COSY_HPREC_TF32_ROUNDED : COSY_HPREC_TF32));
     CU(cudaStreamSynchronize(fx->g->stream));
-    o[v] = conv_download(r);
+    if (v)
+      same = conv_same(r, 1, &base);
+    else
+      base = conv_download(r);
   }
-  const int same = !memcmp(o[0], o[1], 2 * nall * sizeof(float));
   printf("  conv %s: TF32 with weights rounded on the host (%zu of %zu changed by the rounding): %s\n",
          cc->name, changed, np, same ? "bit-identical" : "DIFFERS");
-  free(wr), free(o[0]), free(o[1]);
+  free(wr), free(base);
   cudaFree(d_wr);
   return same && changed > 0;
 }
@@ -462,7 +482,6 @@ static int conv_rounded_same(fixture *fx, const conv_case *cc, conv_run *r) {
  * gives the same bits as the engine's own device, in 3xTF32 with one warp group; a device that
  * cannot hold the strip and one tap refuses the launch. */
 static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
-  const size_t nall = (size_t)r->co_rows * r->ld_out;
   cosy_kdev small[2] = {fx->g->dev, fx->g->dev};
   assert_int_equal(cosy_gpu_apply_profile(&small[0], "ada"), COSY_OK);
   small[1].smem_block = 72 * 1024;
@@ -474,20 +493,17 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
     const size_t smem =
         cosy_k_hift_conv_plan(d, &r->desc, 1, 1, COSY_HPREC_3XTF32, &kt, &split);
     assert_true(smem > 0 && smem <= d->smem_block && split == 0);
-    CU(cudaMemset(r->d_out, 0xFF, nall * sizeof(float)));
-    if (r->d_oact) CU(cudaMemset(r->d_oact, 0xFF, nall * sizeof(float)));
+    conv_poison(r);
     CU(cosy_k_hift_conv_split(fx->g->stream, d, &r->desc, 1, COSY_HPREC_3XTF32, 1));
     CU(cudaStreamSynchronize(fx->g->stream));
-    float *o = conv_download(r);
     if (v == 0) {
-      base = o;
+      base = conv_download(r);
       continue;
     }
-    const int same = !memcmp(o, base, 2 * nall * sizeof(float));
+    const int same = conv_same(r, 1, &base);
     printf("  conv %s on %zu KB per block: %d of %d taps per slab, %zu KB: %s\n", cc->name,
            d->smem_block / 1024, kt, cc->k, smem / 1024, same ? "bit-identical" : "DIFFERS");
     ok &= same;
-    free(o);
   }
   free(base);
   /* the strip alone: one tap short of what the conv needs */
@@ -543,8 +559,7 @@ static void test_kernel_conv(void **state) {
     for (int v = 0; v < 3; v++) {
       const int prec = v ? COSY_HPREC_3XTF32 : COSY_HPREC_TF32;
       cosy_hift_conv_tuning(v == 0 ? 0 : v);
-      CU(cudaMemset(r.d_out, 0xFF, (size_t)r.co_rows * r.ld_out * sizeof(float)));
-      if (r.d_oact) CU(cudaMemset(r.d_oact, 0xFF, (size_t)r.co_rows * r.ld_out * sizeof(float)));
+      conv_poison(&r);
       CU(cudaDeviceSynchronize());
       CU(cosy_k_hift_conv(fx->g->stream, &fx->g->dev, &r.desc, 1, prec));
       CU(cudaStreamSynchronize(fx->g->stream));
@@ -571,8 +586,7 @@ static void test_kernel_conv(void **state) {
     cosy_hift_conv d[3];
     for (int i = 0; i < 3; i++) conv_prepare(&g3[i], &r[i]), d[i] = r[i].desc;
     for (int prec = 0; prec < 2; prec++) {
-      for (int i = 0; i < 3; i++)
-        CU(cudaMemset(r[i].d_out, 0xFF, (size_t)r[i].co_rows * r[i].ld_out * sizeof(float)));
+      for (int i = 0; i < 3; i++) conv_poison(&r[i]);
       CU(cudaDeviceSynchronize());
       CU(cosy_k_hift_conv(fx->g->stream, &fx->g->dev, d, 3, prec));
       CU(cudaStreamSynchronize(fx->g->stream));
@@ -613,19 +627,12 @@ static void test_kernel_conv(void **state) {
         CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &d[i], 1, prec, 1));
         CU(cudaStreamSynchronize(fx->g->stream));
         alone[i] = conv_download(&r[i]);
-        const size_t nall = (size_t)r[i].co_rows * r[i].ld_out;
-        CU(cudaMemset(r[i].d_out, 0xFF, nall * sizeof(float)));
-        if (r[i].d_oact) CU(cudaMemset(r[i].d_oact, 0xFF, nall * sizeof(float)));
+        conv_poison(&r[i]);
       }
       CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG, prec, 1));
       CU(cudaStreamSynchronize(fx->g->stream));
-      int same = 1;
-      for (int i = 0; i < NG; i++) {
-        float *o = conv_download(&r[i]);
-        same &= !memcmp(o, alone[i], 2 * (size_t)r[i].co_rows * r[i].ld_out * sizeof(float));
-        free(o);
-        free(alone[i]);
-      }
+      const int same = conv_same(r, NG, alone);
+      for (int i = 0; i < NG; i++) free(alone[i]);
       printf("  conv: %d convs in one launch vs each alone [%s]: %s\n", NG,
              prec ? "3xTF32" : "TF32", same ? "bit-identical" : "DIFFERS");
       all_ok &= same;
@@ -704,10 +711,9 @@ static void test_kernel_conv2(void **state) {
       {{"down k6 s3 (falls back)", 18, 64, 6, 1, 3, 2, 1, COSY_HACT_NONE, 0, 361, 0, 120, 0, 0, 0},
        1},
   };
-  enum { NV = 5 };
-  const int variants[NV] = {COSY_HCONV_K_W128, COSY_HCONV_K_W128_SINGLE, COSY_HCONV_K_W64,
-                            COSY_HCONV_K_W64_SINGLE, COSY_HCONV_K_AUTO};
-  const char *vname[] = {"old", "w128", "w128 single", "w64", "w64 single", "auto"};
+  enum { NV = 3 };
+  const int variants[NV] = {COSY_HCONV_K_W128, COSY_HCONV_K_W64, COSY_HCONV_K_AUTO};
+  const char *vname[] = {"old", "w128", "w64", "auto"}; /* by COSY_HCONV_K_* */
   const int nc = (int)(sizeof cases / sizeof cases[0]);
   const int saved = cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
   int all_ok = 1;
@@ -717,7 +723,6 @@ static void test_kernel_conv2(void **state) {
     conv_run r;
     conv_prepare(cc, &r);
     assert_non_null(r.d_out);
-    const size_t nall = (size_t)r.co_rows * r.ld_out;
     /* the weights rounded on the host, as the vocoder gives them (COSY_HPREC_TF32_ROUNDED) */
     const size_t np = (size_t)cc->k * r.co_pad * r.ci_pad;
     float *wr = malloc(np * sizeof(float));
@@ -736,26 +741,21 @@ static void test_kernel_conv2(void **state) {
         const int ran = cosy_hift_conv_kernel_for(&fx->g->dev, &d, 1, prec, 1);
         const int want_ok = cases[i].fallback ? ran == COSY_HCONV_K_OLD
                             : which == COSY_HCONV_K_AUTO
-                                ? ran >= COSY_HCONV_K_W128 && ran <= COSY_HCONV_K_W64_SINGLE
+                                ? ran == COSY_HCONV_K_W128 || ran == COSY_HCONV_K_W64
                                 : ran == which;
-        CU(cudaMemset(r.d_out, 0xFF, nall * sizeof(float)));
-        if (r.d_oact) CU(cudaMemset(r.d_oact, 0xFF, nall * sizeof(float)));
+        conv_poison(&r);
         CU(cudaDeviceSynchronize());
         CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &d, 1, prec, 1));
         CU(cudaStreamSynchronize(fx->g->stream));
         int lay = 0;
         const double e = conv_check(cc, &r, &lay);
-        float *o = conv_download(&r);
-        const int same = base ? !memcmp(o, base, 2 * nall * sizeof(float)) : 1;
+        const int same = base ? conv_same(&r, 1, &base) : 1;
         char name[160];
         snprintf(name, sizeof name, "conv2 %s [%s %s]%s%s%s", cc->name, vname[which],
                  pr ? "TF32 rounded" : "TF32", lay ? "" : " LAYOUT",
                  same ? "" : " NOT BIT-IDENTICAL TO OLD", want_ok ? "" : " WRONG KERNEL");
         all_ok &= check_line(name, e, TOL_TF32) && lay && same && want_ok;
-        if (base)
-          free(o);
-        else
-          base = o;
+        if (!base) base = conv_download(&r); /* the old kernel's bits */
       }
       free(base);
     }
@@ -792,22 +792,13 @@ static void test_kernel_conv2(void **state) {
     for (int v = 0; v < NV; v++) {
       cosy_hift_conv_kernel(variants[v]);
       const int ran = cosy_hift_conv_kernel_for(&fx->g->dev, d, NG, COSY_HPREC_TF32, 1);
-      for (int i = 0; i < NG; i++) {
-        const size_t nall = (size_t)r[i].co_rows * r[i].ld_out;
-        CU(cudaMemset(r[i].d_out, 0xFF, nall * sizeof(float)));
-        if (r[i].d_oact) CU(cudaMemset(r[i].d_oact, 0xFF, nall * sizeof(float)));
-      }
+      for (int i = 0; i < NG; i++) conv_poison(&r[i]);
       CU(cudaDeviceSynchronize());
       CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG, COSY_HPREC_TF32, 1));
       CU(cudaStreamSynchronize(fx->g->stream));
-      int same = 1;
-      for (int i = 0; i < NG; i++) {
-        float *o = conv_download(&r[i]);
-        same &= !memcmp(o, alone[i], 2 * (size_t)r[i].co_rows * r[i].ld_out * sizeof(float));
-        free(o);
-      }
+      const int same = conv_same(r, NG, alone);
       const int want_ok = variants[v] == COSY_HCONV_K_AUTO
-                              ? ran >= COSY_HCONV_K_W128 && ran <= COSY_HCONV_K_W64_SINGLE
+                              ? ran == COSY_HCONV_K_W128 || ran == COSY_HCONV_K_W64
                               : ran == variants[v];
       printf("  conv2 [%s]: %d convs in one launch vs each alone on the old kernel: %s%s\n",
              vname[variants[v]], NG, same ? "bit-identical" : "DIFFERS",
@@ -1542,8 +1533,9 @@ static void test_decode_golden(void **state) {
         print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, gold, n));
       print_message("  vs ref_hift_decode: rel L2 %.3e, max abs %.3e\n", tu_rel_l2(w, wc, n),
                     tu_max_abs_diff(w, wc, n));
-      /* TF32: the waveform under every conv kernel (cosy_hift_conv_kernel) is the same bits */
-      for (int kv = COSY_HCONV_K_W128; prec == COSY_HPREC_TF32 && kv <= COSY_HCONV_K_AUTO;
+      /* TF32: the waveform under every conv kernel (cosy_hift_conv_kernel), the old one first,
+       * is the bits of the default's above (so every kernel's are the old kernel's) */
+      for (int kv = COSY_HCONV_K_OLD; prec == COSY_HPREC_TF32 && kv <= COSY_HCONV_K_AUTO;
            kv++) {
         const int saved = cosy_hift_conv_kernel(kv);
         float *w2 = NULL;
