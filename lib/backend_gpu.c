@@ -69,7 +69,7 @@ typedef struct gpu_state {
   gpu_hift *hift;
   gpu_fe *fe;               /* voice front end (NULL: no front end in the file, or no room) */
   pthread_mutex_t mu;       /* the KV page accounting (sequence open/close vs. stats) */
-  pthread_mutex_t flow_mu;  /* the flow's page pool (batches, closes vs. stats): apart from mu,
+  pthread_mutex_t flow_mu;  /* the flow's page pool (batches vs. closes): apart from mu,
                                so that the LLM thread opening or closing a sequence never waits
                                for a flow batch, which holds it until the device is done (under
                                W3, mu held through every batch kept the LLM idle ~40% of the time) */
@@ -314,10 +314,11 @@ static void gb_stats(const cosy_engine *e, cosy_engine_stats *out) {
   out->weights_bytes = 0; /* included in device_bytes_total */
   out->workspace_bytes = (int64_t)s->g->used - out->kv_bytes;
   pthread_mutex_unlock(&s->mu);
-  pthread_mutex_lock(&s->flow_mu);
+  /* without flow_mu: a batch holds it until the device is done, and the caller (engine_stats)
+   * holds the engine lock that the LLM thread needs after every step (bench_w1's W3 sampler and
+   * a server's /metrics call stats often); the free count is read atomically */
   out->flow_pages_total = gpu_flow_pages_total(s->flow);
   out->flow_pages_used = out->flow_pages_total - gpu_flow_pages_free(s->flow);
-  pthread_mutex_unlock(&s->flow_mu);
 }
 
 static void gb_info(const cosy_engine *e, cosy_engine_info *out) {

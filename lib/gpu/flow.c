@@ -1104,8 +1104,14 @@ struct gflow_cache {
 
 static gflow_cache *FC(gpu_flow *f) { return (gflow_cache *)f->fc; }
 
+/* The pool is changed by one thread at a time (the caller's lock: batches and closes); n_free
+ * is also read without that lock (gpu_flow_pages_free: engine stats must not wait for a batch,
+ * which holds the lock until the device is done), so its stores are atomic. */
 static void page_unref(gflow_cache *c, int pg) {
-  if (--c->refs[pg] == 0) c->free_list[c->n_free++] = pg;
+  if (--c->refs[pg] == 0) {
+    c->free_list[c->n_free] = pg;
+    __atomic_store_n(&c->n_free, c->n_free + 1, __ATOMIC_RELAXED);
+  }
 }
 
 /* a free page (refs 1), dropping an unused voice's blocks when none is left; -1 if none */
@@ -1121,7 +1127,8 @@ static int page_take(gflow_cache *c) {
       break;
     }
   if (c->n_free == 0) return -1;
-  const int pg = c->free_list[--c->n_free];
+  const int pg = c->free_list[c->n_free - 1];
+  __atomic_store_n(&c->n_free, c->n_free - 1, __ATOMIC_RELAXED);
   c->refs[pg] = 1;
   return pg;
 }
@@ -1285,7 +1292,9 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
 }
 
 int gpu_flow_pages_total(const gpu_flow *f) { return f && f->fc ? ((gflow_cache *)f->fc)->n_pages : 0; }
-int gpu_flow_pages_free(const gpu_flow *f) { return f && f->fc ? ((gflow_cache *)f->fc)->n_free : 0; }
+int gpu_flow_pages_free(const gpu_flow *f) {
+  return f && f->fc ? __atomic_load_n(&((gflow_cache *)f->fc)->n_free, __ATOMIC_RELAXED) : 0;
+}
 int gpu_flow_pages_voice(const gpu_flow *f) {
   if (!f || !f->fc) return 0;
   const gflow_cache *c = (const gflow_cache *)f->fc;
