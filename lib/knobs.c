@@ -32,4 +32,7 @@ void cosy_knobs_read(cosy_knobs *k) {
   copy(k->prefill_timing, sizeof k->prefill_timing, "COSY_LLM_PREFILL_TIMING");
   const int ms = atoi(env("COSY_SCHED_MAX_STREAMS"));
   k->max_streams = ms > 0 ? ms : 0;
+  const char *as = env("COSY_FLOW_ATTN_SPLIT");
+  const int asn = as[0] >= '1' && as[0] <= '8' && !as[1] ? as[0] - '0' : 0;
+  k->flow_attn_split = asn == 1 ? 4 : asn;
 }

@@ -30,6 +30,8 @@ typedef struct cosy_knobs {
   char flow_timing[COSY_KNOB_PATH];  /* COSY_FLOW_TIMING: one line per packed flow batch */
   char prefill_timing[COSY_KNOB_PATH]; /* COSY_LLM_PREFILL_TIMING: one line per packed prefill */
   int max_streams;              /* COSY_SCHED_MAX_STREAMS=N (> 0): admission bound; 0 none */
+  int flow_attn_split;          /* COSY_FLOW_ATTN_SPLIT: key parts per attention query tile of
+                                   the packed flow (2..8; "1" means 4); 0 off */
 } cosy_knobs;
 
 /* Reads every knob from the environment now (unset or malformed: the default). */
