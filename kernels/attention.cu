@@ -48,6 +48,10 @@
  *     last one a row reaches depends only on its position, and the fully masked key tiles a
  *     longer row of the same query tile adds are exact no-ops for it (rescale by exp2(0) = 1,
  *     p = 0 against finite V), so a row's bits do not depend on the rest of the batch.
+ *   attn_dit_paged (DiT over a packed batch with cached pages): the DiT tile below with paged
+ *     addressing; attn_dit_paged_split gives each (query tile, head) a cluster of 2..8 blocks
+ *     over contiguous parts of its key tiles, merged through distributed shared memory in part
+ *     order (see the comment above PagedGeo: the split rule and why it is batch-invariant).
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
