@@ -889,23 +889,27 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
  * The split-key variant (cosy_k_attn_dit_paged_split, FlashDecoding-style; sm_90 clusters):
  * S = n_split blocks per (query tile, head), launched as one thread-block cluster of S blocks
  * (grid (n_tiles * S, heads), cluster (S, 1, 1); block rank r = blockIdx.x % S is part r).
- * With K = ceil(kend_blk / 64) the key tiles of the query tile (kend_blk: the last key its last
- * query sees), part r runs the same loop over key tiles [r K / S, (r + 1) K / S) (integer
- * division: contiguous, in order, sizes differing by at most one; a part may be empty when
- * K < S). Each part ends with its unnormalized fp32 o [64 rows][64 dims], row max m (exp2
- * domain, -inf for a row that saw no key) and row sum l in its own shared memory (over its K/V
+ * The split rule: key tile t (keys [64 t, 64 t + 64), counted from the segment's frame 0) is
+ * part t % S; part r runs the one-block loop over its key tiles r, r + S, r + 2 S, ... below
+ * kend_blk (the keys the tile's last query sees; a part is empty when r >= K = ceil(kend_blk /
+ * 64)). Each part ends with its unnormalized fp32 o [64 rows][64 dims], row max m (exp2 domain,
+ * -inf for a row that saw no key) and row sum l in its own shared memory (over its K/V
  * buffers, 18.5 KB); after a cluster barrier, block r merges 1/S of the tile's (row, dim pair)
  * outputs reading every part's shared memory (distributed shared memory):
  *   M = max_p m_p;  w_p = 2^(m_p - M);  L = sum_p w_p l_p;  O = sum_p w_p o_p;  out = O / L
  * with p ascending (fmaf chains), and a second cluster barrier keeps every block alive until
- * the others have read it. Batch invariance: the parts of a tile, their ranges and the merge
- * order depend only on the tile's own geometry (its segment's cached, Lk, full, n_q, the tile's
- * first query, chunk) and on S, which the caller fixes per engine; never on n_tiles, the grid,
- * the SM count or which block finishes first, so a row's bits are the same alone or in any
- * batch. Against the one-block kernel the sums are ordered differently (not the same bits;
- * relative error ~1e-3 of bf16 data either way). A tile with K = 16 key tiles takes 4 per block
- * at S = 4: the chain of dependent tiles a block walks is S times shorter, for S times more
- * blocks, which is the gain when n_tiles x heads blocks leave most SMs idle (small flow calls). */
+ * the others have read it. Batch invariance: which keys a part holds is fixed by absolute key
+ * positions and S alone, and what a row gets from the key tiles past its own last key (its
+ * tile's longer rows') is exactly nothing: inside a part such a tile is a no-op of the online
+ * softmax (rescale by 2^0 = 1, p = 0 against finite V, as in the one-block kernel), and a part
+ * with no key of the row has m = -inf, l = 0, o = 0, so w = 0 adds +0 to L and O. A row's bits
+ * therefore depend only on its query, its segment's keys up to its own last key, chunk and S
+ * (which the caller fixes per engine): never on its tile, n_tiles, the grid, the SM count, the
+ * rest of the batch or which block finishes first. Against the one-block kernel the sums are
+ * ordered differently (not the same bits; relative error ~1e-3 of bf16 data either way). A
+ * tile with K = 16 key tiles takes 4 per block at S = 4: the chain of dependent tiles a block
+ * walks is S times shorter, for S times more blocks, which is the gain when n_tiles x heads
+ * blocks leave most SMs idle (small flow calls). */
 struct PagedGeo {
   const bf16 *qkv;
   const cosy_k_dit_seg *segs;
@@ -961,13 +965,9 @@ template <bool SPLIT> __device__ __forceinline__ void dit_paged_block(const Page
   const int kend0 = kend_of(lr0), kend1 = kend_of(lr1);
   const int64_t rowpart = (int64_t)(2 * sg.row) * g.page_frames * g.D;
   const int64_t layer_off = g.layer_off + (g.dev_off ? *g.dev_off : 0);
-  /* the key range of this block: all of [0, kend_blk), or part `part` of its key tiles */
-  int kt_lo = 0, kt_hi = kend_blk;
-  if (SPLIT) {
-    const int nkt = (kend_blk + FA_BK - 1) / FA_BK;
-    kt_lo = part * nkt / S * FA_BK;
-    kt_hi = min(kend_blk, (part + 1) * nkt / S * FA_BK);
-  }
+  /* the key tiles of this block: all of them below kend_blk, or (split) key tiles t with
+   * t % S == part: keys [64 t, 64 t + 64) for t = part, part + S, part + 2 S, ... */
+  const int kt_lo = part * FA_BK, kt_hi = kend_blk, kt_step = S * FA_BK;
 
   /* K/V tile staging by cp.async into one of two buffers (16 bytes a copy; keys past Lk are
    * zero-filled), so that the next tile's copies run during this tile's products */
@@ -995,12 +995,12 @@ template <bool SPLIT> __device__ __forceinline__ void dit_paged_block(const Page
     cp_async_commit();
   };
   if (kt_lo < kt_hi) stage(kt_lo, 0);
-  for (int kt = kt_lo, it = 0; kt < kt_hi; kt += FA_BK, ++it) {
+  for (int kt = kt_lo, it = 0; kt < kt_hi; kt += kt_step, ++it) {
     const int buf = it & 1;
     const bf16 *Ks = Ks2[buf], *Vs = Vs2[buf];
     cp_async_wait_all(); /* tile it has landed (the only group in flight) */
     __syncthreads();     /* ... for every thread; and tile it - 1 is no longer read */
-    if (kt + FA_BK < kt_hi) stage(kt + FA_BK, buf ^ 1);
+    if (kt + kt_step < kt_hi) stage(kt + kt_step, buf ^ 1);
 
     float s[8][4];
     fa_qk(s, qa, Ks, lane);

@@ -239,13 +239,13 @@ cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D, i
                                   float scale);
 /* tiles: int32 pairs (segment, first query of the tile within the segment), 64 queries a tile */
 #define COSY_K_DIT_TILE 64
-/* The same attention with each query tile's keys split over n_split blocks (1 .. 8): the
- * tile's K = ceil(kend / 64) key tiles (kend: the keys its last query sees) go in n_split
- * contiguous parts [r K / n_split, (r + 1) K / n_split), computed by the n_split blocks of one
- * thread-block cluster and merged through distributed shared memory in ascending part order
- * (kernels/attention.cu). Same arguments and results as cosy_k_attn_dit_paged up to rounding
- * (the sums are ordered differently); a row's bits depend only on its segment, its tile and
- * n_split, never on the rest of the batch, so keep n_split fixed for an engine. For small calls
+/* The same attention with each query tile's keys split over n_split blocks (1 .. 8): key tile
+ * t (keys 64 t .. 64 t + 63 of the segment) goes to part t % n_split; the n_split parts of a
+ * query tile are the blocks of one thread-block cluster and merge through distributed shared
+ * memory in ascending part order (kernels/attention.cu). Same arguments and results as
+ * cosy_k_attn_dit_paged up to rounding (the sums are ordered differently); a row's bits depend
+ * only on its query, its segment's keys and n_split, never on its tile or the rest of the
+ * batch, so keep n_split fixed for an engine. For small calls
  * (few tiles x 16 heads blocks on a large GPU) the chain of key tiles each block walks is
  * n_split times shorter. No workspace; the grid is (n_tiles * n_split, n_heads), so the call
  * can be graph-captured. n_split 1: the one-block kernel (same bits as cosy_k_attn_dit_paged).

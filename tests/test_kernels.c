@@ -2092,7 +2092,9 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
  * kernel at 1, 2, 3, 4 and 8 parts a tile (where the device has clusters). alone >= 0: that
  * segment is also run by itself (its own one-entry segment table and tile list, so a different
  * segment index, tile count and grid) with each launcher, and its rows must be bit-identical to
- * the batch's: a segment's result does not depend on the rest of the batch. */
+ * the batch's: a segment's result does not depend on the rest of the batch. And by itself with
+ * its last 30 queries left out (same keys), so that its last tile ends earlier: its other rows
+ * stay bit-identical (a row's result does not depend on the rows that share its tile). */
 static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads, int page_frames,
                                  int chunk, int alone) {
   const int D = n_heads * 64, ld3 = 3 * D;
@@ -2113,11 +2115,13 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
   cosy_k_dit_seg *segs = calloc((size_t)n_seg, sizeof *segs);
   int32_t *tiles = malloc((size_t)(total_q / COSY_K_DIT_TILE + n_seg + 1) * 2 * 4);
   int32_t *tiles1 = malloc((size_t)(total_q / COSY_K_DIT_TILE + n_seg + 1) * 2 * 4);
+  int32_t *tiles2 = malloc((size_t)(total_q / COSY_K_DIT_TILE + n_seg + 1) * 2 * 4);
   assert_non_null(ptab);
   assert_non_null(segs);
   assert_non_null(tiles);
   assert_non_null(tiles1);
-  int row0 = 0, p0 = 0, n_tiles = 0, n_tiles1 = 0;
+  assert_non_null(tiles2);
+  int row0 = 0, p0 = 0, n_tiles = 0, n_tiles1 = 0, n_tiles2 = 0;
   for (int g = 0; g < n_seg; ++g) {
     segs[g].q_row0 = row0, segs[g].n_q = cs[g].n_q, segs[g].cached = cs[g].cached;
     segs[g].Lk = cs[g].cached + cs[g].n_q - cs[g].Lk_less;
@@ -2132,6 +2136,11 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
         tiles1[2 * n_tiles1] = 0;
         tiles1[2 * n_tiles1 + 1] = t0;
         ++n_tiles1;
+        if (t0 < cs[g].n_q - 30) { /* ... and without its last 30 queries */
+          tiles2[2 * n_tiles2] = 0;
+          tiles2[2 * n_tiles2 + 1] = t0;
+          ++n_tiles2;
+        }
       }
     }
     row0 += cs[g].n_q, p0 += np;
@@ -2141,6 +2150,15 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
   int32_t *dtiles = dup_i32(tiles, (size_t)n_tiles * 2), *dptab = dup_i32(ptab, (size_t)(n_pages ? n_pages : 1));
   void *dsegs1 = alone >= 0 ? dup_bytes(&segs[alone], sizeof *segs) : NULL;
   int32_t *dtiles1 = alone >= 0 ? dup_i32(tiles1, (size_t)n_tiles1 * 2) : NULL;
+  void *dsegs2 = NULL;
+  int32_t *dtiles2 = NULL;
+  if (alone >= 0) {
+    assert_true(cs[alone].n_q > 30);
+    cosy_k_dit_seg s2 = segs[alone];
+    s2.n_q -= 30; /* Lk kept: the keys of the left-out queries' frames are still read */
+    dsegs2 = dup_bytes(&s2, sizeof s2);
+    dtiles2 = dup_i32(tiles2, (size_t)n_tiles2 * 2);
+  }
   int64_t host_off;
   const int64_t *doff = dev_part(layer_off, &host_off);
   double *ref = dalloc_host((size_t)total_q * D);
@@ -2194,15 +2212,21 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
     snprintf(sz, sizeof sz, "%d segs, %d rows, %d heads, pages of %d", n_seg, total_q, n_heads,
              page_frames);
     check(nm, sz, out, ref, (size_t)total_q * D, 1e-2);
-    if (alone >= 0) {
+    for (int v = 0; alone >= 0 && v < 2; ++v) { /* alone; alone without 30 queries */
       void *dout1 = dpoison((size_t)total_q * D, BF16);
-      CK(dit_paged_call(ns, dqkv, D, n_heads, dsegs1, dtiles1, n_tiles1, dpool, page_elems,
-                        host_off, doff, page_frames, dptab, dout1, chunk, (float)scale));
+      CK(dit_paged_call(ns, dqkv, D, n_heads, v ? dsegs2 : dsegs1, v ? dtiles2 : dtiles1,
+                        v ? n_tiles2 : n_tiles1, dpool, page_elems, host_off, doff, page_frames,
+                        dptab, dout1, chunk, (float)scale));
       float *out1 = download(dout1, (size_t)total_q * D, BF16);
-      const size_t o0 = (size_t)segs[alone].q_row0 * D, n1 = (size_t)segs[alone].n_q * D;
+      const size_t o0 = (size_t)segs[alone].q_row0 * D;
+      const size_t n1 = (size_t)(segs[alone].n_q - (v ? 30 : 0)) * D;
       size_t bad = 0;
       for (size_t i = 0; i < n1; ++i) bad += memcmp(&out[o0 + i], &out1[o0 + i], sizeof *out) != 0;
-      snprintf(sz, sizeof sz, "seg %d alone vs in %d segs (mismatches as err)", alone, n_seg);
+      if (v)
+        snprintf(sz, sizeof sz, "seg %d alone, %d of its queries (mismatches)", alone,
+                 segs[alone].n_q - 30);
+      else
+        snprintf(sz, sizeof sz, "seg %d alone vs in %d segs (mismatches)", alone, n_seg);
       report(nm, sz, (double)bad, 0.0, count_nan(out1 + o0, n1));
       free(out1);
       dfree(dout1);
@@ -2211,10 +2235,10 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
     dfree(dout);
   }
   if (doff) dfree((void *)doff);
-  free(pool), free(qkv), free(perm), free(ptab), free(segs), free(tiles), free(tiles1), free(ref);
-  free(kr), free(vr);
+  free(pool), free(qkv), free(perm), free(ptab), free(segs), free(tiles), free(tiles1);
+  free(tiles2), free(ref), free(kr), free(vr);
   dfree(dpool), dfree(dqkv), dfree(dsegs), dfree(dtiles), dfree(dptab);
-  if (dsegs1) dfree(dsegs1), dfree(dtiles1);
+  if (alone >= 0) dfree(dsegs1), dfree(dtiles1), dfree(dsegs2), dfree(dtiles2);
 }
 
 void test_attn_dit_paged(void **state) {
@@ -2229,7 +2253,9 @@ void test_attn_dit_paged(void **state) {
       {30, 50, 0, 0, 1},   /* full attention (the last call of an utterance) */
       {130, 120, 20, 1, 0} /* keys end before the last queries' block */
   };
-  check_attn_dit_paged(a, 6, 16, 50, 50, 5);
+  /* segment 0 alone without 30 queries: its tile's last query sees 50 keys, not 75 (one key
+   * tile, not two) */
+  check_attn_dit_paged(a, 6, 16, 50, 50, 0);
   const dit_seg_case b[] = {{1, 0, 0, 0, 0}, {64, 64, 0, 1, 0}, {65, 37, 0, 0, 1}};
   check_attn_dit_paged(b, 3, 2, 16, 50, 2);
   const dit_seg_case c[] = {{200, 250, 0, 0, 0}};
@@ -2240,9 +2266,11 @@ void test_attn_dit_paged(void **state) {
   const dit_seg_case d[] = {
       {100, 900, 0, 0, 0}, {100, 900, 0, 1, 0}, /* streaming: the last block sees 1000 keys */
       {60, 907, 0, 0, 1},  {60, 907, 0, 1, 1},  /* full, 967 keys */
-      {173, 0, 0, 0, 0},   {173, 0, 0, 1, 0},   /* a first call, 3 query tiles */
+      {130, 0, 0, 0, 0},   {130, 0, 0, 1, 0},   /* a first call, 3 query tiles */
   };
-  check_attn_dit_paged(d, 6, 16, 50, 50, 2);
+  /* segment 4 alone without 30 queries: its second tile's last query sees 100 keys, not 130
+   * (two key tiles, not three) */
+  check_attn_dit_paged(d, 6, 16, 50, 50, 4);
   end_test();
 }
 
