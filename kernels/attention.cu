@@ -49,8 +49,8 @@
  *     longer row of the same query tile adds are exact no-ops for it (rescale by exp2(0) = 1,
  *     p = 0 against finite V), so a row's bits do not depend on the rest of the batch.
  *   attn_dit_paged (DiT over a packed batch with cached pages): the DiT tile below with paged
- *     addressing; attn_dit_paged_split gives each (query tile, head) a cluster of 2..8 blocks
- *     over contiguous parts of its key tiles, merged through distributed shared memory in part
+ *     addressing; attn_dit_paged_split gives each (query tile, head) a cluster of S = 2..8
+ *     blocks, key tile t to block t % S, merged through distributed shared memory in part
  *     order (see the comment above PagedGeo: the split rule and why it is batch-invariant).
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
@@ -1103,18 +1103,32 @@ template <bool SPLIT> __device__ __forceinline__ void dit_paged_block(const Page
   for (int e = part * per + tid; e < min(NPAIR, (part + 1) * per); e += FA_THREADS) {
     const int row = e / (HD / 2), d = (e % (HD / 2)) * 2;
     if (row >= nq) continue;
+    /* every part's (m, l, o) first: independent loads, one round of remote latency */
+    float mv[COSY_K_DIT_SPLIT_MAX], lv[COSY_K_DIT_SPLIT_MAX];
+    float2 ov[COSY_K_DIT_SPLIT_MAX];
+#pragma unroll
+    for (int p = 0; p < COSY_K_DIT_SPLIT_MAX; ++p) {
+      if (p < S) {
+        const float *rm = cluster.map_shared_rank(pm, p);
+        mv[p] = rm[row];
+        lv[p] = rm[FA_BQ + row];
+        ov[p] = *reinterpret_cast<const float2 *>(cluster.map_shared_rank(po, p) + row * FA_LD + d);
+      }
+    }
     float M = -INFINITY;
-    for (int p = 0; p < S; ++p) M = fmaxf(M, cluster.map_shared_rank(pm, p)[row]);
+#pragma unroll
+    for (int p = 0; p < COSY_K_DIT_SPLIT_MAX; ++p)
+      if (p < S) M = fmaxf(M, mv[p]);
     float L = 0.f, O0 = 0.f, O1 = 0.f;
     if (M != -INFINITY) {
-      for (int p = 0; p < S; ++p) {
-        const float *rm = cluster.map_shared_rank(pm, p);
-        const float2 o = *reinterpret_cast<const float2 *>(
-            cluster.map_shared_rank(po, p) + row * FA_LD + d);
-        const float w = exp2f(rm[row] - M);
-        L = fmaf(rm[FA_BQ + row], w, L);
-        O0 = fmaf(o.x, w, O0);
-        O1 = fmaf(o.y, w, O1);
+#pragma unroll
+      for (int p = 0; p < COSY_K_DIT_SPLIT_MAX; ++p) {
+        if (p < S) {
+          const float w = exp2f(mv[p] - M);
+          L = fmaf(lv[p], w, L);
+          O0 = fmaf(ov[p].x, w, O0);
+          O1 = fmaf(ov[p].y, w, O1);
+        }
       }
     }
     const float inv = L > 0.f ? 1.f / L : 0.f;
