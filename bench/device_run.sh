@@ -65,7 +65,8 @@
 #   attnsplit   the flow's attention with split keys (cosy_k_attn_dit_paged_split; not in the
 #               default steps: `bash bench/device_run.sh build attnsplit`): test_kernels
 #               attn_dit_paged (vs double at 1..8 parts, a segment alone == in its batch bit for
-#               bit), the kernel table of small flow calls (group "dit call": attn_dit_paged vs
+#               bit), test_gpu_flow (test_batch_cache_split: the packed flow with 4 parts, small
+#               model), the kernel table of small flow calls (group "dit call": attn_dit_paged vs
 #               attn_dit_split 2/4/8), then W1 at C = 16 with COSY_FLOW_ATTN_SPLIT unset and
 #               =4 (ATTNSPLIT_VARIANTS, ab syntax). Summary: "attnsplit check: ..." (failed
 #               checks; none expected), "attnsplit: dit call ..." rows, "attnsplit <variant>: ..."
@@ -419,6 +420,7 @@ fi
 if [[ " $STEPS " == *" attnsplit "* ]]; then
   run attnsplit_test ./$B/tests/test_kernels attn_dit_paged
   grep -E 'FAIL' "$OUT/attnsplit_test.log" | sed 's/^/attnsplit check: /' | tee -a "$SUMMARY"
+  run attnsplit_gpu_flow ./$B/tests/test_gpu_flow # test_batch_cache_split: the flow with split 4
   BENCH_FILTER="dit call" run attnsplit_bench ./$B/tests/test_kernels --bench attn_dit_paged
   awk '/^==== kernel table/ { t = 1 } t && /^dit call/' "$OUT/attnsplit_bench.log" \
     | sed 's/^/attnsplit: /' | tee -a "$SUMMARY"
