@@ -904,6 +904,10 @@ static cudaError_t r_rows_zero(bench_op *o, int s) {
   return cosy_k_rows_zero_bf16(g_stream, P(o, 0, s), P(o, 1, s), o->i[0], 1024);
 }
 static cudaError_t r_dit_paged(bench_op *o, int s) {
+  if (o->i[1] > 0) /* the split kernel at i[1] parts a query tile */
+    return cosy_k_attn_dit_paged_split(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s),
+                                       o->i[0], P(o, 3, s), (int64_t)4 * 50 * 1024, 0, NULL, 50,
+                                       P(o, 4, s), P(o, 5, s), 50, 0.125f, o->i[1], &g_dev);
   return cosy_k_attn_dit_paged(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s), o->i[0],
                                P(o, 3, s), (int64_t)4 * 50 * 1024, 0, NULL, 50, P(o, 4, s), P(o, 5, s),
                                50, 0.125f);
@@ -1090,6 +1094,78 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
       o->flops = 2.0 * 16 * 50 * N * 64 * 2;
       o->run = r_dit_paged;
       run_op(o);
+  }
+}
+
+/* The packed flow's attention on small calls (the live workload's flow batches: 1-3 jobs, two
+ * CFG segments each, 50-200 new frames over 110-1000 keys; a job's keys are its cached frames
+ * in pages of 50 then its new ones, streaming block-causal), the one-block kernel against the
+ * split kernel at 2, 4 and 8 parts a query tile (where the device has clusters): rows
+ * "attn_dit_paged" and "attn_dit_split N" of the group "dit call". */
+static void add_dit_calls(const char *group) {
+  static const struct {
+    int jobs, nq[3], cached[3];
+    const char *label;
+  } calls[] = {
+      {1, {60}, {50}, "1 job 60q 110k"},
+      {1, {100}, {300}, "1 job 100q 400k"},
+      {1, {50}, {650}, "1 job 50q 700k"},
+      {1, {50}, {950}, "1 job 50q 1000k"},
+      {1, {200}, {800}, "1 job 200q 1000k"},
+      {2, {150, 100}, {0, 500}, "2 jobs 150q 150k, 100q 600k"},
+      {3, {200, 100, 50}, {0, 400, 950}, "3 jobs 200,100,50q 200..1000k"},
+  };
+  static const char *names[] = {"attn_dit_paged", "attn_dit_split 2", "attn_dit_split 4",
+                                "attn_dit_split 8"};
+  static const int nsplit[] = {0, 2, 4, 8};
+  for (size_t c = 0; c < sizeof calls / sizeof calls[0]; ++c) {
+    cosy_k_dit_seg segs[6];
+    int32_t tiles[64], ptab[64];
+    memset(segs, 0, sizeof segs);
+    int nq_all = 0, n_pages = 0, n_tiles = 0;
+    double pairs = 0, kv_bytes = 0;
+    for (int j = 0; j < calls[c].jobs; ++j) nq_all += calls[c].nq[j];
+    for (int j = 0, row0 = 0; j < calls[c].jobs; ++j) {
+      const int nq = calls[c].nq[j], cached = calls[c].cached[j], np = cached / 50;
+      for (int k = 0; k < np; ++k) ptab[n_pages + k] = n_pages + k;
+      for (int r = 0; r < 2; ++r) {
+        cosy_k_dit_seg *g = &segs[2 * j + r];
+        g->q_row0 = r * nq_all + row0, g->n_q = nq, g->cached = cached, g->Lk = cached + nq;
+        g->ptab0 = n_pages, g->row = r;
+        for (int t = 0; t < nq; t += COSY_K_DIT_TILE) {
+          tiles[2 * n_tiles] = 2 * j + r;
+          tiles[2 * n_tiles + 1] = t;
+          n_tiles++;
+        }
+        for (int i = 0; i < nq; ++i) { /* keys seen: block-causal in blocks of 50 */
+          const int e = ((cached + i) / 50 + 1) * 50;
+          pairs += e < cached + nq ? e : cached + nq;
+        }
+        kv_bytes += 2.0 * (cached + nq) * 1024 * 2;
+      }
+      n_pages += np;
+      row0 += nq;
+    }
+    void *dq = drand((size_t)2 * nq_all * 3072, BF16, -1.f, 1.f);
+    void *dsegs = dalloc(sizeof segs);
+    CK(cudaMemcpy(dsegs, segs, sizeof segs, cudaMemcpyHostToDevice));
+    void *dtiles = dints(tiles, (size_t)2 * n_tiles);
+    void *dpool = drand((size_t)(n_pages ? n_pages : 1) * 4 * 50 * 1024, BF16, -1.f, 1.f);
+    void *dptab = dints(ptab, (size_t)(n_pages ? n_pages : 1));
+    void *dout = dalloc((size_t)2 * nq_all * 1024 * 2);
+    for (size_t v = 0; v < sizeof nsplit / sizeof nsplit[0]; ++v) {
+      if (nsplit[v] && !g_dev.clusters) continue; /* the split kernel needs clusters */
+      bench_op *o = new_op(group, names[v]);
+      snprintf(o->size, sizeof o->size, "%s", calls[c].label);
+      o->i[0] = n_tiles;
+      o->i[1] = nsplit[v];
+      o->p[0] = dq, o->p[1] = dsegs, o->p[2] = dtiles, o->p[3] = dpool, o->p[4] = dptab;
+      o->p[5] = dout;
+      o->bytes = kv_bytes + 2.0 * nq_all * 1024 * 2 * 2;
+      o->flops = 2.0 * 16 * pairs * 64 * 2;
+      o->run = r_dit_paged;
+      run_op(o);
+    }
   }
 }
 
@@ -1366,6 +1442,7 @@ void bench_flow_pack(const kh_scn *s) {
 }
 void bench_attn_dit_paged(const kh_scn *s) {
   if (s->kind == KH_SCN_DIT) add_flow_ops(s->group, s->n, "attn_dit_paged");
+  if (s->kind == KH_SCN_DIT_CALLS) add_dit_calls(s->group);
 }
 void bench_hift(const kh_scn *s) {
   if (s->kind != KH_SCN_VOC) return;
@@ -1382,7 +1459,8 @@ void bench_hift(const kh_scn *s) {
 static const kh_scn g_scns[] = {
     {"llm b1", KH_SCN_LLM_DECODE, 1}, {"llm b64", KH_SCN_LLM_DECODE, 64},
     {"prefill", KH_SCN_PREFILL, 300}, {"dit 400", KH_SCN_DIT, 400},
-    {"dit 1000", KH_SCN_DIT, 1000},   {"act", KH_SCN_ACT, 0},
+    {"dit 1000", KH_SCN_DIT, 1000},   {"dit call", KH_SCN_DIT_CALLS, 0},
+    {"act", KH_SCN_ACT, 0},
     /* the vocoder (n = 1000 jobs + mel frames): a non-final call of 100 frames, a final call of
      * 224, a batch of 16 non-final calls of 100 */
     {"voc s100", KH_SCN_VOC, 100},    {"voc f224", KH_SCN_VOC, 224},

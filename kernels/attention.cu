@@ -48,6 +48,10 @@
  *     last one a row reaches depends only on its position, and the fully masked key tiles a
  *     longer row of the same query tile adds are exact no-ops for it (rescale by exp2(0) = 1,
  *     p = 0 against finite V), so a row's bits do not depend on the rest of the batch.
+ *   attn_dit_paged (DiT over a packed batch with cached pages): the DiT tile below with paged
+ *     addressing; attn_dit_paged_split gives each (query tile, head) a cluster of S = 2..8
+ *     blocks, key tile t to block t % S, merged through distributed shared memory in part
+ *     order (see the comment above PagedGeo: the split rule and why it is batch-invariant).
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
@@ -880,7 +884,32 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
  * copies, zero-filled past Lk), the next tile's copies issued right after the barrier that
  * publishes the current one, so they overlap its products (one barrier a tile instead of two;
  * 37 KB of static shared memory a block). The arithmetic and its order are the contiguous
- * kernel's: the same bits. */
+ * kernel's: the same bits.
+ *
+ * The split-key variant (cosy_k_attn_dit_paged_split, FlashDecoding-style; sm_90 clusters):
+ * S = n_split blocks per (query tile, head), launched as one thread-block cluster of S blocks
+ * (grid (n_tiles * S, heads), cluster (S, 1, 1); block rank r = blockIdx.x % S is part r).
+ * The split rule: key tile t (keys [64 t, 64 t + 64), counted from the segment's frame 0) is
+ * part t % S; part r runs the one-block loop over its key tiles r, r + S, r + 2 S, ... below
+ * kend_blk (the keys the tile's last query sees; a part is empty when r >= K = ceil(kend_blk /
+ * 64)). Each part ends with its unnormalized fp32 o [64 rows][64 dims], row max m (exp2 domain,
+ * -inf for a row that saw no key) and row sum l in its own shared memory (over its K/V
+ * buffers, 18.5 KB); after a cluster barrier, block r merges 1/S of the tile's (row, dim pair)
+ * outputs reading every part's shared memory (distributed shared memory):
+ *   M = max_p m_p;  w_p = 2^(m_p - M);  L = sum_p w_p l_p;  O = sum_p w_p o_p;  out = O / L
+ * with p ascending (fmaf chains), and a second cluster barrier keeps every block alive until
+ * the others have read it. Batch invariance: which keys a part holds is fixed by absolute key
+ * positions and S alone, and what a row gets from the key tiles past its own last key (its
+ * tile's longer rows') is exactly nothing: inside a part such a tile is a no-op of the online
+ * softmax (rescale by 2^0 = 1, p = 0 against finite V, as in the one-block kernel), and a part
+ * with no key of the row has m = -inf, l = 0, o = 0, so w = 0 adds +0 to L and O. A row's bits
+ * therefore depend only on its query, its segment's keys up to its own last key, chunk and S
+ * (which the caller fixes per engine): never on its tile, n_tiles, the grid, the SM count, the
+ * rest of the batch or which block finishes first. Against the one-block kernel the sums are
+ * ordered differently (not the same bits; relative error ~1e-3 of bf16 data either way). A
+ * tile with K = 16 key tiles takes 4 per block at S = 4: the chain of dependent tiles a block
+ * walks is S times shorter, for S times more blocks, which is the gain when n_tiles x heads
+ * blocks leave most SMs idle (small flow calls). */
 struct PagedGeo {
   const bf16 *qkv;
   const cosy_k_dit_seg *segs;
@@ -891,17 +920,23 @@ struct PagedGeo {
   const int64_t *dev_off; /* NULL, or a device int64 added to layer_off (read at run time) */
   int64_t page_elems, layer_off;
   int D, page_frames, chunk;
+  int n_split; /* split kernel: blocks (parts) per query tile, the cluster size */
   float scale_log2;
 };
 
-__global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_kernel(PagedGeo g) {
+/* One block's work of either kernel: SPLIT false, the whole key range and the normalized
+ * output; SPLIT true, part blockIdx.x % n_split of the key tiles and the cluster merge. */
+template <bool SPLIT> __device__ __forceinline__ void dit_paged_block(const PagedGeo &g) {
   __shared__ __align__(16) bf16 Ks2[2][FA_BK * FA_LD];
   __shared__ __align__(16) bf16 Vs2[2][FA_BK * FA_LD];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y;
-  const cosy_k_dit_seg sg = g.segs[g.tiles[2 * blockIdx.x]];
-  const int t0 = g.tiles[2 * blockIdx.x + 1]; /* first query of the tile within the segment */
+  const int S = SPLIT ? g.n_split : 1;
+  const int tile = SPLIT ? (int)blockIdx.x / S : (int)blockIdx.x;
+  const int part = SPLIT ? (int)blockIdx.x % S : 0;
+  const cosy_k_dit_seg sg = g.segs[g.tiles[2 * tile]];
+  const int t0 = g.tiles[2 * tile + 1]; /* first query of the tile within the segment */
   const int nq = min(FA_BQ, sg.n_q - t0);
   const int64_t ld3 = 3 * (int64_t)g.D;
   const int lr0 = warp * 16 + grp, lr1 = lr0 + 8; /* rows within the tile */
@@ -930,6 +965,9 @@ __global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_kernel(PagedGeo 
   const int kend0 = kend_of(lr0), kend1 = kend_of(lr1);
   const int64_t rowpart = (int64_t)(2 * sg.row) * g.page_frames * g.D;
   const int64_t layer_off = g.layer_off + (g.dev_off ? *g.dev_off : 0);
+  /* the key tiles of this block: all of them below kend_blk, or (split) key tiles t with
+   * t % S == part: keys [64 t, 64 t + 64) for t = part, part + S, part + 2 S, ... */
+  const int kt_lo = part * FA_BK, kt_hi = kend_blk, kt_step = S * FA_BK;
 
   /* K/V tile staging by cp.async into one of two buffers (16 bytes a copy; keys past Lk are
    * zero-filled), so that the next tile's copies run during this tile's products */
@@ -956,13 +994,13 @@ __global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_kernel(PagedGeo 
     }
     cp_async_commit();
   };
-  if (kend_blk > 0) stage(0, 0);
-  for (int kt = 0, it = 0; kt < kend_blk; kt += FA_BK, ++it) {
+  if (kt_lo < kt_hi) stage(kt_lo, 0);
+  for (int kt = kt_lo, it = 0; kt < kt_hi; kt += kt_step, ++it) {
     const int buf = it & 1;
     const bf16 *Ks = Ks2[buf], *Vs = Vs2[buf];
     cp_async_wait_all(); /* tile it has landed (the only group in flight) */
     __syncthreads();     /* ... for every thread; and tile it - 1 is no longer read */
-    if (kt + FA_BK < kend_blk) stage(kt + FA_BK, buf ^ 1);
+    if (kt + kt_step < kt_hi) stage(kt + kt_step, buf ^ 1);
 
     float s[8][4];
     fa_qk(s, qa, Ks, lane);
@@ -1019,20 +1057,97 @@ __global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_kernel(PagedGeo 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  bf16 *ob = g.out + (int64_t)(sg.q_row0 + t0) * g.D + (int64_t)h * HD;
+  if (!SPLIT) {
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    bf16 *ob = g.out + (int64_t)(sg.q_row0 + t0) * g.D + (int64_t)h * HD;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      const int col = dt * 8 + 2 * t4;
+      if (lr0 < nq) {
+        st(ob + (int64_t)lr0 * g.D + col, oacc[dt][0] * inv0);
+        st(ob + (int64_t)lr0 * g.D + col + 1, oacc[dt][1] * inv0);
+      }
+      if (lr1 < nq) {
+        st(ob + (int64_t)lr1 * g.D + col, oacc[dt][2] * inv1);
+        st(ob + (int64_t)lr1 * g.D + col + 1, oacc[dt][3] * inv1);
+      }
+    }
+    return;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  /* the part's (o, m, l) into its own shared memory, over the K/V buffers: po [64][FA_LD] fp32
+   * is exactly Ks2's 18 KB, pm (m [64], then l [64]) the start of Vs2 */
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  float *po = reinterpret_cast<float *>(&Ks2[0][0]);
+  float *pm = reinterpret_cast<float *>(&Vs2[0][0]);
+  static_assert(sizeof(Ks2) >= sizeof(float) * FA_BQ * FA_LD, "po fits Ks2");
+  __syncthreads(); /* every warp is done reading the last K/V tile (no copy is in flight) */
 #pragma unroll
   for (int dt = 0; dt < 8; ++dt) {
     const int col = dt * 8 + 2 * t4;
-    if (lr0 < nq) {
-      st(ob + (int64_t)lr0 * g.D + col, oacc[dt][0] * inv0);
-      st(ob + (int64_t)lr0 * g.D + col + 1, oacc[dt][1] * inv0);
-    }
-    if (lr1 < nq) {
-      st(ob + (int64_t)lr1 * g.D + col, oacc[dt][2] * inv1);
-      st(ob + (int64_t)lr1 * g.D + col + 1, oacc[dt][3] * inv1);
-    }
+    *reinterpret_cast<float2 *>(&po[lr0 * FA_LD + col]) = make_float2(oacc[dt][0], oacc[dt][1]);
+    *reinterpret_cast<float2 *>(&po[lr1 * FA_LD + col]) = make_float2(oacc[dt][2], oacc[dt][3]);
   }
+  if (t4 == 0) {
+    pm[lr0] = m0;
+    pm[FA_BQ + lr0] = l0;
+    pm[lr1] = m1;
+    pm[FA_BQ + lr1] = l1;
+  }
+  cluster.sync(); /* every part's po / pm are written */
+  /* block `part` merges (row, dim pair) outputs [part * per, (part + 1) * per) */
+  constexpr int NPAIR = FA_BQ * HD / 2;
+  const int per = (NPAIR + S - 1) / S;
+  bf16 *ob = g.out + (int64_t)(sg.q_row0 + t0) * g.D + (int64_t)h * HD;
+  for (int e = part * per + tid; e < min(NPAIR, (part + 1) * per); e += FA_THREADS) {
+    const int row = e / (HD / 2), d = (e % (HD / 2)) * 2;
+    if (row >= nq) continue;
+    /* every part's (m, l, o) first: independent loads, one round of remote latency */
+    float mv[COSY_K_DIT_SPLIT_MAX], lv[COSY_K_DIT_SPLIT_MAX];
+    float2 ov[COSY_K_DIT_SPLIT_MAX];
+#pragma unroll
+    for (int p = 0; p < COSY_K_DIT_SPLIT_MAX; ++p) {
+      if (p < S) {
+        const float *rm = cluster.map_shared_rank(pm, p);
+        mv[p] = rm[row];
+        lv[p] = rm[FA_BQ + row];
+        ov[p] = *reinterpret_cast<const float2 *>(cluster.map_shared_rank(po, p) + row * FA_LD + d);
+      }
+    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < COSY_K_DIT_SPLIT_MAX; ++p)
+      if (p < S) M = fmaxf(M, mv[p]);
+    float L = 0.f, O0 = 0.f, O1 = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int p = 0; p < COSY_K_DIT_SPLIT_MAX; ++p) {
+        if (p < S) {
+          const float w = exp2f(mv[p] - M);
+          L = fmaf(lv[p], w, L);
+          O0 = fmaf(ov[p].x, w, O0);
+          O1 = fmaf(ov[p].y, w, O1);
+        }
+      }
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    st(ob + (int64_t)row * g.D + d, O0 * inv);
+    st(ob + (int64_t)row * g.D + d + 1, O1 * inv);
+  }
+  cluster.sync(); /* no block leaves while another still reads its shared memory */
+#endif
+}
+
+__global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_kernel(PagedGeo g) {
+  dit_paged_block<false>(g);
+}
+
+/* cosy_k_attn_dit_paged_split; launched only where dev->clusters (compute capability >= 9.0) */
+__global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_split_kernel(PagedGeo g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  dit_paged_block<true>(g);
+#endif
 }
 
 bool aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
@@ -1219,6 +1334,36 @@ extern "C" cudaError_t cosy_k_attn_dit(cudaStream_t s, cosy_kdtype dt, const voi
   return launch_attn(s, dt, q, k, v, out, g, B);
 }
 
+/* the arguments both DiT paged launchers check, and the kernels' geometry */
+static cudaError_t dit_paged_geo(PagedGeo *g, const cosy_bf16 *qkv, int D, int n_heads,
+                                 const cosy_k_dit_seg *segs, const int32_t *tiles, int n_tiles,
+                                 const cosy_bf16 *pool, int64_t page_elems, int64_t layer_off,
+                                 const int64_t *dev_off, int page_frames, const int32_t *ptab,
+                                 cosy_bf16 *out, int chunk, float scale) {
+  if (D <= 0 || D % 8 || n_heads <= 0 || n_heads > 65535 || n_heads * HD != D || n_tiles < 0 ||
+      page_elems < 0 || layer_off < 0 || layer_off % 8 || page_frames <= 0 || chunk <= 0 ||
+      !(scale > 0.f))
+    return cudaErrorInvalidValue;
+  if (n_tiles > 0 && (!qkv || !segs || !tiles || !out || !aligned(qkv, 16) ||
+                      (pool && !aligned(pool, 16)) || page_elems % 8))
+    return cudaErrorInvalidValue;
+  g->qkv = (const bf16 *)qkv;
+  g->segs = segs;
+  g->tiles = tiles;
+  g->pool = (const bf16 *)pool;
+  g->ptab = ptab;
+  g->out = (bf16 *)out;
+  g->page_elems = page_elems;
+  g->layer_off = layer_off;
+  g->dev_off = dev_off;
+  g->D = D;
+  g->page_frames = page_frames;
+  g->chunk = chunk;
+  g->n_split = 1;
+  g->scale_log2 = scale * LOG2E_F;
+  return cudaSuccess;
+}
+
 extern "C" cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D,
                                              int n_heads, const cosy_k_dit_seg *segs,
                                              const int32_t *tiles, int n_tiles,
@@ -1226,29 +1371,46 @@ extern "C" cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qk
                                              int64_t layer_off, const int64_t *dev_off,
                                              int page_frames, const int32_t *ptab,
                                              cosy_bf16 *out, int chunk, float scale) {
-  if (D <= 0 || D % 8 || n_heads <= 0 || n_heads > 65535 || n_heads * HD != D || n_tiles < 0 ||
-      page_elems < 0 || layer_off < 0 || layer_off % 8 || page_frames <= 0 || chunk <= 0 ||
-      !(scale > 0.f))
-    return cudaErrorInvalidValue;
-  if (n_tiles == 0) return cudaSuccess;
-  if (!qkv || !segs || !tiles || !out || !aligned(qkv, 16) || (pool && !aligned(pool, 16)) ||
-      page_elems % 8)
-    return cudaErrorInvalidValue;
   PagedGeo g;
-  g.qkv = (const bf16 *)qkv;
-  g.segs = segs;
-  g.tiles = tiles;
-  g.pool = (const bf16 *)pool;
-  g.ptab = ptab;
-  g.out = (bf16 *)out;
-  g.page_elems = page_elems;
-  g.layer_off = layer_off;
-  g.dev_off = dev_off;
-  g.D = D;
-  g.page_frames = page_frames;
-  g.chunk = chunk;
-  g.scale_log2 = scale * LOG2E_F;
+  const cudaError_t e = dit_paged_geo(&g, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
+                                      layer_off, dev_off, page_frames, ptab, out, chunk, scale);
+  if (e != cudaSuccess || n_tiles == 0) return e;
   dim3 grid((unsigned)n_tiles, (unsigned)n_heads);
   attn_dit_paged_kernel<<<grid, FA_THREADS, 0, s>>>(g);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_attn_dit_paged_split(
+    cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads, const cosy_k_dit_seg *segs,
+    const int32_t *tiles, int n_tiles, const cosy_bf16 *pool, int64_t page_elems,
+    int64_t layer_off, const int64_t *dev_off, int page_frames, const int32_t *ptab,
+    cosy_bf16 *out, int chunk, float scale, int n_split, const cosy_kdev *dev) {
+  if (n_split < 1 || n_split > COSY_K_DIT_SPLIT_MAX ||
+      (int64_t)n_tiles * n_split > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  PagedGeo g;
+  cudaError_t e = dit_paged_geo(&g, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
+                                layer_off, dev_off, page_frames, ptab, out, chunk, scale);
+  if (e != cudaSuccess) return e;
+  if (n_split == 1) /* one part: the one-block kernel */
+    return cosy_k_attn_dit_paged(s, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
+                                 layer_off, dev_off, page_frames, ptab, out, chunk, scale);
+  if (!dev || !dev->clusters) return cudaErrorNotSupported;
+  if (n_tiles == 0) return cudaSuccess;
+  g.n_split = n_split;
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3((unsigned)(n_tiles * n_split), (unsigned)n_heads);
+  cfg.blockDim = dim3(FA_THREADS);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)n_split;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  e = cudaLaunchKernelEx(&cfg, attn_dit_paged_split_kernel, g);
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }

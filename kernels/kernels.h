@@ -239,6 +239,26 @@ cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D, i
                                   float scale);
 /* tiles: int32 pairs (segment, first query of the tile within the segment), 64 queries a tile */
 #define COSY_K_DIT_TILE 64
+/* The same attention with each query tile's keys split over n_split blocks (1 .. 8): key tile
+ * t (keys 64 t .. 64 t + 63 of the segment) goes to part t % n_split; the n_split parts of a
+ * query tile are the blocks of one thread-block cluster and merge through distributed shared
+ * memory in ascending part order (kernels/attention.cu). Same arguments and results as
+ * cosy_k_attn_dit_paged up to rounding (the sums are ordered differently); a row's bits depend
+ * only on its query, its segment's keys and n_split, never on its tile or the rest of the
+ * batch, so keep n_split fixed for an engine. For small calls
+ * (few tiles x 16 heads blocks on a large GPU) the chain of key tiles each block walks is
+ * n_split times shorter. No workspace; the grid is (n_tiles * n_split, n_heads), so the call
+ * can be graph-captured. n_split 1: the one-block kernel (same bits as cosy_k_attn_dit_paged).
+ * cudaErrorNotSupported for n_split >= 2 without dev->clusters (dev NULL: none);
+ * cudaErrorInvalidValue for n_split outside [1, 8] and cosy_k_attn_dit_paged's bad arguments. */
+#define COSY_K_DIT_SPLIT_MAX 8
+cudaError_t cosy_k_attn_dit_paged_split(cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads,
+                                        const cosy_k_dit_seg *segs, const int32_t *tiles,
+                                        int n_tiles, const cosy_bf16 *pool, int64_t page_elems,
+                                        int64_t layer_off, const int64_t *dev_off,
+                                        int page_frames, const int32_t *ptab, cosy_bf16 *out,
+                                        int chunk, float scale, int n_split,
+                                        const cosy_kdev *dev);
 
 /* ============================== gemm.cu ====================================================== */
 

@@ -273,6 +273,9 @@ static cosy_status gb_create(cosy_engine *e) {
   /* COSY_FLOW_GRAPH (measurement): "0" direct launches, "update" graphs updated in place */
   if (e->knobs.flow_graph == 0) gpu_flow_set_graphs(s->flow, 0);
   if (e->knobs.flow_graph == 2) gpu_flow_set_graph_update(s->flow, 1);
+  if (e->knobs.flow_attn_split && !gpu_flow_set_attn_split(s->flow, e->knobs.flow_attn_split))
+    engine_log(e, COSY_LOG_WARN, "COSY_FLOW_ATTN_SPLIT: not supported by this device (no "
+                                 "thread-block clusters); the one-block attention runs");
   gpu_llm_set_prefill_timing(s->llm, e->knobs.prefill_timing);
   /* COSY_LLM_DECODE (a test and measurement knob): "tc" (the default where the device runs it:
    * the batch-invariant LLM, every decode bucket on the tensor-core fused path and the prefill

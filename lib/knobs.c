@@ -36,4 +36,7 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->flow_graph = !strcmp(fg, "0") ? 0 : !strcmp(fg, "update") ? 2 : -1;
   const char *fp = env("COSY_SCHED_FIRST_PAUSE");
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
+  const char *as = env("COSY_FLOW_ATTN_SPLIT");
+  const int asn = as[0] >= '1' && as[0] <= '8' && !as[1] ? as[0] - '0' : 0;
+  k->flow_attn_split = asn == 1 ? 4 : asn;
 }

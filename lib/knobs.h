@@ -33,6 +33,8 @@ typedef struct cosy_knobs {
   int flow_graph;               /* COSY_FLOW_GRAPH: -1 default, 0 no graphs, 2 graphs updated in place */
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
                                    while 2..N requests decode (0: never); -1 default */
+  int flow_attn_split;          /* COSY_FLOW_ATTN_SPLIT: key parts per attention query tile of
+                                   the packed flow (2..8; "1" means 4); 0 off */
 } cosy_knobs;
 
 /* Reads every knob from the environment now (unset or malformed: the default). */

@@ -28,7 +28,15 @@ typedef enum {
 } kh_ceiling;
 
 /* a benchmark scenario: the model sizes one group of benchmark rows runs at */
-typedef enum { KH_SCN_LLM_DECODE, KH_SCN_PREFILL, KH_SCN_DIT, KH_SCN_ACT, KH_SCN_VOC } kh_scn_kind;
+/* KH_SCN_DIT_CALLS: the packed flow's small calls (bench/bench_kernels.c add_dit_calls) */
+typedef enum {
+  KH_SCN_LLM_DECODE,
+  KH_SCN_PREFILL,
+  KH_SCN_DIT,
+  KH_SCN_DIT_CALLS,
+  KH_SCN_ACT,
+  KH_SCN_VOC
+} kh_scn_kind;
 typedef struct {
   const char *group; /* the table's group column */
   kh_scn_kind kind;

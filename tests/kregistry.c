@@ -52,7 +52,7 @@ const kh_entry kh_registry[] = {
      L("cosy_k_flow_x_gather", "cosy_k_flow_x_store", "cosy_k_flow_kv_store",
        "cosy_k_rows_gather_f32", "cosy_k_rows_zero_bf16"),
      T(flow_pack), BENCH(flow_pack), KH_CEIL_HBM},
-    {"attn_dit_paged", L("cosy_k_attn_dit_paged"), T(attn_dit_paged), BENCH(attn_dit_paged),
+    {"attn_dit_paged", L("cosy_k_attn_dit_paged", "cosy_k_attn_dit_paged_split"), T(attn_dit_paged), BENCH(attn_dit_paged),
      KH_CEIL_BOTH},
     {"llm_step_ops",
      L("cosy_k_llm_decode_prep", "cosy_k_llm_rope_append", "cosy_k_llm_norm_split", "cosy_k_llm_split", "cosy_k_llm_silu_split", "cosy_k_llm_add"),

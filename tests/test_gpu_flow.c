@@ -14,6 +14,9 @@
  *   graphs:    first call of an N (direct launches) == second (graph captured) == replays ==
  *              graphs off; two N values alternating (graph cache).
  *   arguments: the reference's checks, max_frames, cancellation, tiny calls.
+ *   batch cache: packed batches (gpu_flow_batch) with the block cache vs gpu_flow_infer and the
+ *              reference, chunk by chunk; again with the attention's keys split over 4 blocks
+ *              (gpu_flow_set_attn_split; where the device has clusters).
  * Full-size random model (environment COSY_FULL_MODEL = path, e.g. from
  *   `python3 tools/make_model.py --preset full -o full.gguf`):
  *   estimator (B 2, N 90, streaming) and a streaming non-final call (20 prompt + 28 new tokens:
@@ -863,11 +866,18 @@ static void test_full_model(void **state) {
  * recomputes the prefix) and the CPU reference: the first chunk (from scratch), then the last
  * (block-causal, finalize) from the cached blocks; two identical requests in one batch must each
  * equal the request alone (batch invariance of the packed path) */
-static void test_batch_cache(void **state) {
-  fixture *fx = *state;
-  if (fx->why) skip();
+/* The packed batches with the block cache; split > 0: their attention with split keys
+ * (gpu_flow_set_attn_split, the knob COSY_FLOW_ATTN_SPLIT), skipped where the device has no
+ * thread-block clusters. */
+static void batch_cache_case(fixture *fx, int split) {
   gpu_flow *gf = NULL;
   assert_int_equal(gpu_flow_create(fx->g, fx->m, 2 * MAX_FRAMES_SMALL, &gf), COSY_OK);
+  if (split && gpu_flow_set_attn_split(gf, split) != split) {
+    print_message("  attention split %d: not on this device (no clusters), skipped\n", split);
+    gpu_flow_free(gf);
+    return;
+  }
+  if (split) print_message("  attention split %d:\n", split);
   assert_int_equal(gpu_flow_pool(gf, 32 * gpu_flow_page_bytes(gf)), COSY_OK);
   print_message("  flow pool: %d pages of %.1f MiB\n", gpu_flow_pages_total(gf),
                 gpu_flow_page_bytes(gf) / 1048576.0);
@@ -1032,13 +1042,26 @@ static void test_batch_cache(void **state) {
   assert_true(ok);
 }
 
+static void test_batch_cache(void **state) {
+  fixture *fx = *state;
+  if (fx->why) skip();
+  batch_cache_case(fx, 0);
+}
+
+/* the same with the attention's keys split over 4 blocks a query tile */
+static void test_batch_cache_split(void **state) {
+  fixture *fx = *state;
+  if (fx->why) skip();
+  batch_cache_case(fx, 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernels),   cmocka_unit_test(test_estimator),
       cmocka_unit_test(test_flow_a),    cmocka_unit_test(test_flow_b),
       cmocka_unit_test(test_flow_c),    cmocka_unit_test(test_graphs),
       cmocka_unit_test(test_invalid),   cmocka_unit_test(test_batch_cache),
-      cmocka_unit_test(test_full_model),
+      cmocka_unit_test(test_batch_cache_split), cmocka_unit_test(test_full_model),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2074,8 +2074,29 @@ typedef struct dit_seg_case {
   int n_q, cached, Lk_less, row, full;
 } dit_seg_case;
 
+/* the one-block launcher (n_split 0) or the split one (n_split >= 1) with the test's device */
+static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_heads,
+                                  const void *segs, const int32_t *tiles, int n_tiles,
+                                  const void *pool, int64_t page_elems, int64_t layer_off,
+                                  const int64_t *dev_off, int page_frames, const int32_t *ptab,
+                                  void *out, int chunk, float scale) {
+  if (n_split == 0)
+    return cosy_k_attn_dit_paged(0, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
+                                 layer_off, dev_off, page_frames, ptab, out, chunk, scale);
+  return cosy_k_attn_dit_paged_split(0, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
+                                     layer_off, dev_off, page_frames, ptab, out, chunk, scale,
+                                     n_split, &g_dev);
+}
+
+/* One packed batch against the fp64 reference, with the one-block kernel and with the split
+ * kernel at 1, 2, 3, 4 and 8 parts a tile (where the device has clusters). alone >= 0: that
+ * segment is also run by itself (its own one-entry segment table and tile list, so a different
+ * segment index, tile count and grid) with each launcher, and its rows must be bit-identical to
+ * the batch's: a segment's result does not depend on the rest of the batch. And by itself with
+ * its last 30 queries left out (same keys), so that its last tile ends earlier: its other rows
+ * stay bit-identical (a row's result does not depend on the rows that share its tile). */
 static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads, int page_frames,
-                                 int chunk) {
+                                 int chunk, int alone) {
   const int D = n_heads * 64, ld3 = 3 * D;
   const double scale = 0.125;
   /* page layout: [2 layers][2 CFG rows][K, V][page_frames][D]; the test reads layer 1 */
@@ -2093,10 +2114,14 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
   int32_t *ptab = calloc((size_t)(n_pages ? n_pages : 1), 4);
   cosy_k_dit_seg *segs = calloc((size_t)n_seg, sizeof *segs);
   int32_t *tiles = malloc((size_t)(total_q / COSY_K_DIT_TILE + n_seg + 1) * 2 * 4);
+  int32_t *tiles1 = malloc((size_t)(total_q / COSY_K_DIT_TILE + n_seg + 1) * 2 * 4);
+  int32_t *tiles2 = malloc((size_t)(total_q / COSY_K_DIT_TILE + n_seg + 1) * 2 * 4);
   assert_non_null(ptab);
   assert_non_null(segs);
   assert_non_null(tiles);
-  int row0 = 0, p0 = 0, n_tiles = 0;
+  assert_non_null(tiles1);
+  assert_non_null(tiles2);
+  int row0 = 0, p0 = 0, n_tiles = 0, n_tiles1 = 0, n_tiles2 = 0;
   for (int g = 0; g < n_seg; ++g) {
     segs[g].q_row0 = row0, segs[g].n_q = cs[g].n_q, segs[g].cached = cs[g].cached;
     segs[g].Lk = cs[g].cached + cs[g].n_q - cs[g].Lk_less;
@@ -2107,19 +2132,35 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
       tiles[2 * n_tiles] = g;
       tiles[2 * n_tiles + 1] = t0;
       ++n_tiles;
+      if (g == alone) { /* the segment alone: entry 0 of its own table */
+        tiles1[2 * n_tiles1] = 0;
+        tiles1[2 * n_tiles1 + 1] = t0;
+        ++n_tiles1;
+        if (t0 < cs[g].n_q - 30) { /* ... and without its last 30 queries */
+          tiles2[2 * n_tiles2] = 0;
+          tiles2[2 * n_tiles2 + 1] = t0;
+          ++n_tiles2;
+        }
+      }
     }
     row0 += cs[g].n_q, p0 += np;
   }
   void *dpool = dup_dt(pool, npool, BF16), *dqkv = dup_dt(qkv, nqkv, BF16);
   void *dsegs = dup_bytes(segs, (size_t)n_seg * sizeof *segs);
   int32_t *dtiles = dup_i32(tiles, (size_t)n_tiles * 2), *dptab = dup_i32(ptab, (size_t)(n_pages ? n_pages : 1));
-  void *dout = dpoison((size_t)total_q * D, BF16);
+  void *dsegs1 = alone >= 0 ? dup_bytes(&segs[alone], sizeof *segs) : NULL;
+  int32_t *dtiles1 = alone >= 0 ? dup_i32(tiles1, (size_t)n_tiles1 * 2) : NULL;
+  void *dsegs2 = NULL;
+  int32_t *dtiles2 = NULL;
+  if (alone >= 0) {
+    assert_true(cs[alone].n_q > 30);
+    cosy_k_dit_seg s2 = segs[alone];
+    s2.n_q -= 30; /* Lk kept: the keys of the left-out queries' frames are still read */
+    dsegs2 = dup_bytes(&s2, sizeof s2);
+    dtiles2 = dup_i32(tiles2, (size_t)n_tiles2 * 2);
+  }
   int64_t host_off;
   const int64_t *doff = dev_part(layer_off, &host_off);
-  CK(cosy_k_attn_dit_paged(0, dqkv, D, n_heads, dsegs, dtiles, n_tiles, dpool, page_elems,
-                           host_off, doff, page_frames, dptab, dout, chunk, (float)scale));
-  if (doff) dfree((void *)doff);
-  float *out = download(dout, (size_t)total_q * D, BF16);
   double *ref = dalloc_host((size_t)total_q * D);
   int max_lk = 1;
   for (int g = 0; g < n_seg; ++g) max_lk = segs[g].Lk > max_lk ? segs[g].Lk : max_lk;
@@ -2151,13 +2192,53 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
       }
     }
   }
-  char sz[96];
-  snprintf(sz, sizeof sz, "%d segs, %d rows, %d heads, pages of %d", n_seg, total_q, n_heads,
-           page_frames);
-  check("attn_dit_paged", sz, out, ref, (size_t)total_q * D, 1e-2);
-  free(pool), free(qkv), free(perm), free(ptab), free(segs), free(tiles), free(out), free(ref);
-  free(kr), free(vr);
-  dfree(dpool), dfree(dqkv), dfree(dsegs), dfree(dtiles), dfree(dptab), dfree(dout);
+  const int splits[] = {0, 1, 2, 3, 4, 8};
+  for (size_t k = 0; k < sizeof splits / sizeof splits[0]; ++k) {
+    const int ns = splits[k];
+    char nm[40], sz[96];
+    snprintf(nm, sizeof nm, ns ? "attn_dit_paged split %d" : "attn_dit_paged", ns);
+    if (ns >= 2 && !g_dev.clusters) { /* refused without clusters; nothing else to check */
+      const cudaError_t e = dit_paged_call(ns, dqkv, D, n_heads, dsegs, dtiles, n_tiles, dpool,
+                                           page_elems, host_off, doff, page_frames, dptab, dqkv,
+                                           chunk, (float)scale);
+      report(nm, "no clusters: cudaErrorNotSupported", e == cudaErrorNotSupported ? 0.0 : 1.0,
+             0.0, 0);
+      continue;
+    }
+    void *dout = dpoison((size_t)total_q * D, BF16);
+    CK(dit_paged_call(ns, dqkv, D, n_heads, dsegs, dtiles, n_tiles, dpool, page_elems, host_off,
+                      doff, page_frames, dptab, dout, chunk, (float)scale));
+    float *out = download(dout, (size_t)total_q * D, BF16);
+    snprintf(sz, sizeof sz, "%d segs, %d rows, %d heads, pages of %d", n_seg, total_q, n_heads,
+             page_frames);
+    check(nm, sz, out, ref, (size_t)total_q * D, 1e-2);
+    for (int v = 0; alone >= 0 && v < 2; ++v) { /* alone; alone without 30 queries */
+      void *dout1 = dpoison((size_t)total_q * D, BF16);
+      CK(dit_paged_call(ns, dqkv, D, n_heads, v ? dsegs2 : dsegs1, v ? dtiles2 : dtiles1,
+                        v ? n_tiles2 : n_tiles1, dpool, page_elems, host_off, doff, page_frames,
+                        dptab, dout1, chunk, (float)scale));
+      float *out1 = download(dout1, (size_t)total_q * D, BF16);
+      const size_t o0 = (size_t)segs[alone].q_row0 * D;
+      const size_t n1 = (size_t)(segs[alone].n_q - (v ? 30 : 0)) * D;
+      size_t bad = 0;
+      for (size_t i = 0; i < n1; ++i) bad += memcmp(&out[o0 + i], &out1[o0 + i], sizeof *out) != 0;
+      if (v)
+        snprintf(sz, sizeof sz, "seg %d alone, %d of its queries (mismatches)", alone,
+                 segs[alone].n_q - 30);
+      else
+        snprintf(sz, sizeof sz, "seg %d alone vs in %d segs (mismatches)", alone, n_seg);
+      report(nm, sz, (double)bad, 0.0, count_nan(out1 + o0, n1));
+      free(out1);
+      dfree(dout1);
+    }
+    free(out);
+    dfree(dout);
+  }
+  if (doff) dfree((void *)doff);
+  free(pool), free(qkv), free(perm), free(ptab), free(segs), free(tiles), free(tiles1);
+  free(tiles2), free(ref), free(kr), free(vr);
+  dfree(dpool), dfree(dqkv), dfree(dsegs), dfree(dtiles), dfree(dptab);
+  if (alone >= 0) dfree(dsegs1), dfree(dtiles1), dfree(dsegs2), dfree(dtiles2);
 }
 
 void test_attn_dit_paged(void **state) {
@@ -2172,11 +2253,24 @@ void test_attn_dit_paged(void **state) {
       {30, 50, 0, 0, 1},   /* full attention (the last call of an utterance) */
       {130, 120, 20, 1, 0} /* keys end before the last queries' block */
   };
-  check_attn_dit_paged(a, 6, 16, 50, 50);
+  /* segment 0 alone without 30 queries: its tile's last query sees 50 keys, not 75 (one key
+   * tile, not two) */
+  check_attn_dit_paged(a, 6, 16, 50, 50, 0);
   const dit_seg_case b[] = {{1, 0, 0, 0, 0}, {64, 64, 0, 1, 0}, {65, 37, 0, 0, 1}};
-  check_attn_dit_paged(b, 3, 2, 16, 50);
+  check_attn_dit_paged(b, 3, 2, 16, 50, 2);
   const dit_seg_case c[] = {{200, 250, 0, 0, 0}};
-  check_attn_dit_paged(c, 1, 4, 50, 50);
+  check_attn_dit_paged(c, 1, 4, 50, 50, -1);
+  /* the small calls of a live workload (1-3 jobs, 2 CFG rows each): up to 1000 keys (16 key
+   * tiles, 2 per part at 8 parts), Lk not a multiple of a tile or of a part, cached + new keys,
+   * streaming and full */
+  const dit_seg_case d[] = {
+      {100, 900, 0, 0, 0}, {100, 900, 0, 1, 0}, /* streaming: the last block sees 1000 keys */
+      {60, 907, 0, 0, 1},  {60, 907, 0, 1, 1},  /* full, 967 keys */
+      {130, 0, 0, 0, 0},   {130, 0, 0, 1, 0},   /* a first call, 3 query tiles */
+  };
+  /* segment 4 alone without 30 queries: its second tile's last query sees 100 keys, not 130
+   * (two key tiles, not three) */
+  check_attn_dit_paged(d, 6, 16, 50, 50, 4);
   end_test();
 }
 
@@ -2638,6 +2732,28 @@ void test_args(void **state) {
                                (const int32_t *)d, (cosy_bf16 *)d, 50, 0.125f) !=
          cudaErrorInvalidValue; /* 8 heads of 64 != D */
   {
+    const cosy_k_dit_seg *sg = (const cosy_k_dit_seg *)d;
+    const int32_t *ti = (const int32_t *)d;
+    const cosy_bf16 *bd = (const cosy_bf16 *)d;
+    cosy_kdev nocl = g_dev;
+    nocl.clusters = 0;
+    bad += cosy_k_attn_dit_paged_split(0, bd, 1024, 16, sg, ti, 1, bd, 0, 0, NULL, 50, ti,
+                                       (cosy_bf16 *)d, 50, 0.125f, 9, &g_dev) !=
+           cudaErrorInvalidValue; /* 9 parts > COSY_K_DIT_SPLIT_MAX */
+    bad += cosy_k_attn_dit_paged_split(0, bd, 1024, 16, sg, ti, 1, bd, 0, 0, NULL, 50, ti,
+                                       (cosy_bf16 *)d, 50, 0.125f, 0, &g_dev) !=
+           cudaErrorInvalidValue; /* 0 parts */
+    bad += cosy_k_attn_dit_paged_split(0, bd, 1024, 8, sg, ti, 1, bd, 0, 0, NULL, 50, ti,
+                                       (cosy_bf16 *)d, 50, 0.125f, 4, &g_dev) !=
+           cudaErrorInvalidValue; /* 8 heads of 64 != D */
+    bad += cosy_k_attn_dit_paged_split(0, bd, 1024, 16, sg, ti, 1, bd, 0, 0, NULL, 50, ti,
+                                       (cosy_bf16 *)d, 50, 0.125f, 4, &nocl) !=
+           cudaErrorNotSupported; /* no clusters */
+    bad += cosy_k_attn_dit_paged_split(0, bd, 1024, 16, sg, ti, 1, bd, 0, 0, NULL, 50, ti,
+                                       (cosy_bf16 *)d, 50, 0.125f, 4, NULL) !=
+           cudaErrorNotSupported; /* no device description */
+  }
+  {
     const cosy_k_prefill_seg *sg = (const cosy_k_prefill_seg *)d;
     const int32_t *ti = (const int32_t *)d;
     cosy_kdev small = g_dev;
@@ -2662,7 +2778,7 @@ void test_args(void **state) {
   bad += cosy_k_llm_gemv_supported(3, 896) != 0;
   bad += cosy_k_llm_gemv_supported(8, 8200) != 0;
   bad += cosy_k_device_image_check() != cudaSuccess; /* this build runs on this device */
-  report("argument checks", "37 calls (bad args, limits, image)", (double)bad, 0.0, 0);
+  report("argument checks", "42 calls (bad args, limits, image)", (double)bad, 0.0, 0);
   dfree(d);
   end_test();
 }

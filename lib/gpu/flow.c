@@ -174,6 +174,8 @@ struct gpu_flow {
   double cap_ms;  /* capture + instantiation time of graph_run calls since the batch began */
   int n_cap, n_hit, n_direct, n_upd;
   long upd_total; /* graphs updated in place since create (gpu_flow_graph_updates) */
+  /* COSY_FLOW_ATTN_SPLIT: 2..8 key parts per attention query tile of a packed batch; 0 off */
+  int attn_split;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -1211,6 +1213,13 @@ void gpu_flow_set_timing(gpu_flow *f, const char *path) {
   }
 }
 
+int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {
+  if (!f) return 0;
+  const int ok = n_split >= 2 && n_split <= COSY_K_DIT_SPLIT_MAX && f->g->dev.clusters;
+  f->attn_split = ok ? n_split : 0;
+  return f->attn_split;
+}
+
 cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   if (!f) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: NULL");
   if (f->fc) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: called twice");
@@ -1415,10 +1424,17 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     else
       CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
          "flow: qkv bias + rope");
-    CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
-                             (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2), layer_off,
-                             kvoff, PF, c->d_ptab, f->att, f->chunk, scale),
-       "flow: attention");
+    if (f->attn_split) /* each query tile's keys over attn_split blocks (COSY_FLOW_ATTN_SPLIT) */
+      CK(cosy_k_attn_dit_paged_split(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
+                                     (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2),
+                                     layer_off, kvoff, PF, c->d_ptab, f->att, f->chunk, scale,
+                                     f->attn_split, &f->g->dev),
+         "flow: attention (split keys)");
+    else
+      CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
+                               (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2),
+                               layer_off, kvoff, PF, c->d_ptab, f->att, f->chunk, scale),
+         "flow: attention");
     if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
       return st;
     CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
