@@ -3,7 +3,7 @@
  * defaults (version strings are in version.c, status strings in util.c: both at the bottom, which
  * every layer may call). The top layer of the host code (docs/architecture.md): the engine's
  * lifecycle is in engine.c, request state and delivery in request.c, the scheduler that runs
- * requests in scheduler.c, voices in voice.c and voice_audio.c. */
+ * requests in scheduler.c (and sched_*.c), voices in voice.c and voice_audio.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <stddef.h>

@@ -56,7 +56,7 @@ _Static_assert(COSY_GPU_UTT_POSITIONS == GPU_LLM_MAX_CTX, "COSY_GPU_UTT_POSITION
  * its quarter of the budget anyway. */
 #define LLM_KV_POSITIONS 4096
 /* the smallest LLM KV cache an engine starts with: one request of the longest context, so any
- * request fits an idle engine (scheduler.c: admission) */
+ * request fits an idle engine (sched_llm.c: admission) */
 #define KV_MIN_POSITIONS GPU_LLM_MAX_CTX
 #define FE_MAX_MEL (S3TOK_MAX_SECONDS * 100 + 8) /* log-mel / fbank frames of the longest prompt */
 

@@ -1,6 +1,7 @@
 /* engine.c - engine lifecycle (create: model, tokenizer, text normalizer, backend, scheduler;
  * destroy in reverse), stats and info, request submission (the scheduler that moves requests is
- * lib/scheduler.c; chunk delivery, pull reads and a request's end are lib/request.c).
+ * lib/scheduler.c with lib/sched_*.c; chunk delivery, pull reads and a request's end are
+ * lib/request.c).
  * Layer (docs/architecture.md): under the public API (api.c), over text streaming, the voice
  * front end, the scheduler and request.c; nothing below calls it. */
 #define _POSIX_C_SOURCE 200809L

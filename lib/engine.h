@@ -186,7 +186,7 @@ typedef struct cosy_utt_caps {
   const char *where;  /* what holds them, for messages ("the GPU flow") */
 } cosy_utt_caps;
 
-/* One utterance's ceiling, as job_prepare computes it (lib/scheduler.c). */
+/* One utterance's ceiling, as sched_job_prepare computes it (lib/sched_jobs.c). */
 typedef struct cosy_utt {
   int seg, n_segs;    /* segment index and count of a long text; n_segs 0: text streamed in */
   int n_chars;        /* the segment's characters (code points) */
@@ -204,7 +204,7 @@ typedef struct cosy_utt {
  * status and a message naming the segment (index, characters, text tokens), the numbers and the
  * knob: COSY_ERR_TEXT when the default ceiling of a segment's text is what does not fit (the text
  * is too long for one segment), COSY_ERR_INVALID_ARG when the caller's max_tokens, the voice or
- * the one-shot vocoder call is (lib/scheduler.c). */
+ * the one-shot vocoder call is (lib/sched_jobs.c). */
 cosy_status sched_utt_check(const cosy_utt_caps *caps, const cosy_utt *u);
 
 /* Mel frames one utterance (one segment of a long text) may take in the flow, prompt and
@@ -246,12 +246,12 @@ struct cosy_engine {
   int speech_vocab;              /* rows of the LLM's speech head (6761) */
 
   pthread_mutex_t mu;            /* the scheduler's queues and every request's shared state */
-  struct cosy_sched *sched;      /* lib/scheduler.c */
+  struct cosy_sched *sched;      /* lib/sched_internal.h */
   int n_queued, n_active, n_voices;
   int stopping;
   int lost;                      /* a sticky CUDA error happened: nothing more runs on the device
                                     and every call fails with COSY_ERR_DEVICE_LOST (written under
-                                    mu, read with __atomic loads; scheduler.c) */
+                                    mu, read with __atomic loads; sched_jobs.c) */
   char lost_msg[512];            /* what failed (set once, under mu, before lost) */
   int64_t requests_done, samples_out;
   struct voice_frontend *frontend; /* speech tokenizer + CAM++, made on first use (voice_audio.c) */
@@ -282,7 +282,7 @@ struct cosy_request {
   int in_callback;               /* a push callback is running (r->mu; request_deliver) */
   pthread_t cb_thread;           /* the thread running it */
   struct cosy_request *next;     /* scheduler queue */
-  struct sjob *job;              /* the scheduler's state of this utterance (scheduler.c) */
+  struct sjob *job;              /* the scheduler's state of this utterance (sched_internal.h) */
   cosy_status prep_st;           /* preparing it on the caller's thread failed (sched_submit): */
   char *prep_msg;                /* admission finishes the request with this status and message */
   int prep_limit;                /* the failure was a limit (COSY_LLM_MAX_TEXT_TOKENS, a segment
@@ -307,7 +307,7 @@ struct cosy_request {
   int tx_n, tx_cap_ids, tx_max;  /* (r->mu) tx_max: most text tokens */
   int tx_ended;                  /* cosy_request_end_text was called (r->mu) */
   /* marks (cosy_request_text_marks): one unit per committed sentence / word that gave tokens;
-   * lib/textstream.c appends them with their ids (r->mu), the LLM thread (scheduler.c bs_feed)
+   * lib/textstream.c appends them with their ids (r->mu), the LLM thread (sched_llm.c bs_feed)
    * sets their speech position when their first token is fed (r->mu) */
   struct tx_unit {
     int64_t b0, b1;              /* bytes [b0, b1) of the concatenated pushes */
@@ -318,13 +318,13 @@ struct cosy_request {
   int tx_marked;                 /* units tx_units[0..tx_marked) have their speech position */
   size_t tx_base;                /* bytes committed and dropped from tx_raw (caller's thread) */
 
-  /* long text (scheduler.c): the normalized segments, synthesized in turn (set when the first
+  /* long text (sched_jobs.c): the normalized segments, synthesized in turn (set when the first
    * segment's job is prepared: on the caller's thread at submission) */
   char **segs;
   int n_segs;
   /* the text ids of segments 1 .. n_segs-1 (their tts text per mode), tokenized once, at
    * submission, when plan_segments checks their limits; each taken (and the slot set to NULL)
-   * by its segment's job_prepare; what is left is freed with the request */
+   * by its segment's sched_job_prepare; what is left is freed with the request */
   int32_t **seg_ids;
   int32_t *seg_n_ids;
   int seg_tokenized;             /* tts texts tokenized for this request (atomic; for tests:
@@ -360,7 +360,7 @@ void sched_stop(struct cosy_engine *e);
 cosy_status sched_run_on_t2w(struct cosy_engine *e, cosy_status (*fn)(struct cosy_engine *, void *),
                              void *arg);
 /* COSY_OK, or COSY_ERR_DEVICE_LOST with a message when a sticky CUDA error has made the engine
- * unusable (every public call on it then fails so, except destroy). In scheduler.c, which marks
+ * unusable (every public call on it then fails so, except destroy). In sched_jobs.c, which marks
  * the engine lost. */
 cosy_status engine_check_lost(const struct cosy_engine *e);
 /* Queue a request (COSY_ERR_QUEUE_FULL beyond max_queued). */

@@ -1,5 +1,5 @@
 /* sampling.h - the speech-token sampler's parameters: their one declaration, defaults, limits
- * and named constants, used by the API defaults (lib/api.c), the scheduler (lib/scheduler.c,
+ * and named constants, used by the API defaults (lib/api.c), the scheduler (lib/sched_jobs.c,
  * one cosy_sampling per request), the CPU sampler (lib/ref/sampling.c: cosy_sample_ras, the
  * algorithm, RAS, docs/model.md section 4) and the GPU sampler's host side
  * (lib/backend_gpu.c: the rows of kernels/sample.cu's cosy_k_ras_sample). The generator

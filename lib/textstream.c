@@ -1,6 +1,6 @@
 /* textstream.c - the caller's side of text streaming (COSY_SYNTH_TEXT_STREAM): text pushed piece
  * by piece with cosy_request_push_text is committed to text token ids, on the caller's thread,
- * as soon as what is committed cannot change with more text; the LLM thread (scheduler.c) takes
+ * as soon as what is committed cannot change with more text; the LLM thread (sched_llm.c) takes
  * the ids one at a time (docs/scheduler.md section 7).
  *
  * Commit rules (both depend only on the bytes pushed so far, never on how they were cut into

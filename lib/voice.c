@@ -65,7 +65,7 @@ cosy_status voice_check(cosy_engine *e, const char *prompt_text, const int32_t *
                     in, sep, file ? "" : " (prompt_text, or the transcript)", len,
                     COSY_TEXT_MAX_BYTES);
   if (!e || !e->tok) return COSY_OK;
-  /* the prompt as the LLM gets it (lib/scheduler.c job_prepare) */
+  /* the prompt as the LLM gets it (lib/sched_jobs.c sched_job_prepare) */
   const int eop = strstr(pt, COSY_EOP) != NULL;
   const size_t pre = eop ? 0 : strlen(COSY_SYSTEM_PREFIX COSY_EOP);
   char *full = (char *)cosy_malloc(pre + len + 1);

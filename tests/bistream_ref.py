@@ -8,9 +8,9 @@ This is NOT the official code (tests/data/bistream/official.trace, the official 
 schedule, checks it) and runs no model: it replays the official loop's decisions about
 WHAT goes into the LLM and WHEN (which positions get text, prompt speech, generated speech, the
 re-fed token, task_id; where the fill token is forced), taking the sampled tokens and the text ids
-from the library's trace (COSY_TEXT_TRACE, written by lib/scheduler.c). The sampled values
-themselves cannot be compared with the official code (another random generator); the schedule
-can, and is here.
+from the library's trace (COSY_TEXT_TRACE, written by lib/sched_jobs.c and lib/sched_llm.c). The
+sampled values themselves cannot be compared with the official code (another random generator);
+the schedule can, and is here.
 
 Trace lines (per request id): H S=<speech vocab> P=<n> prefix <ids> cache <ids> ps <ids> (header:
 prompt text ids up to <|endofprompt|>, the prompt text after it, the prompt speech tokens),

@@ -78,7 +78,8 @@ static const char *STEP_NAME[NSTEP] = {"engine create", "voice load", "blocking 
  * prefilled in one LLM iteration (the short one, admitted last, first): a failure in one must
  * not disturb the other (it once let the LLM thread read a job the other thread had freed). Both
  * may fail cleanly from one failure: the flow and the vocoder run the two in one batched call,
- * whose allocations are shared (lib/scheduler.c t2w_main); a survivor's audio must be exact. */
+ * whose allocations are shared (lib/sched_t2w.c sched_t2w_main); a survivor's audio must be
+ * exact. */
 static const char *LONG_TEXT =
     "The quick brown fox jumps over the lazy dog while seven wizards quietly hum a cheerful "
     "tune, and the morning train was late again.";

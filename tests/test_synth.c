@@ -578,7 +578,7 @@ static void *poll_main(void *arg) {
   return NULL;
 }
 
-/* COSY_SCHED_MAX_STREAMS=1 (lib/scheduler.c admit): a new request is admitted only while no
+/* COSY_SCHED_MAX_STREAMS=1 (lib/sched_llm.c admit): a new request is admitted only while no
  * request is active in any stage, so three requests at once run one after another; each equals
  * the same request alone (the bound changes timing, never tokens) */
 static void test_max_streams(void **state) {

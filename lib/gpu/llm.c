@@ -77,7 +77,7 @@
                                 (skinny GEMM up to 4 rows, cuBLASLt above; gpu_llm_set_tc(l, 0),
                                 COSY_LLM_DECODE=mixed): W1 C = 1 RTF 0.028 against 0.024, C = 64
                                 2-4% less throughput, and late second chunks in every run until
-                                the scheduler's yield to playback (lib/scheduler.c), with which
+                                the scheduler's yield to playback (lib/sched_llm.c), with which
                                 none and 5-9% less throughput than the mixed path */
 #define GPU_LLM_GEMV_DEFAULT 4 /* largest decode bucket on the fused skinny-GEMM path by
                                   default (H100: batch 8 1.39 ms that way vs 1.21 ms through

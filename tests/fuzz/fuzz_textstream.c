@@ -1,5 +1,5 @@
 /* fuzz_textstream.c - libFuzzer target: text streamed into a request (COSY_SYNTH_TEXT_STREAM,
- * cosy_request_push_text / cosy_request_end_text; lib/textstream.c, lib/scheduler.c), on the CPU
+ * cosy_request_push_text / cosy_request_end_text; lib/textstream.c, lib/sched_llm.c), on the CPU
  * with the demo model (tools/make_model.py --preset demo; COSY_FUZZ_MODEL picks another), a
  * 2-token voice made from the demo voice's features and 8 to 20 speech tokens, so one execution
  * is one short streamed synthesis. One engine per process, made in LLVMFuzzerInitialize.
