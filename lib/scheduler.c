@@ -75,7 +75,8 @@
  * docs/architecture.md):
  *   lib/scheduler.c      this overview and the lifecycle: sched_start (starts the threads),
  *                        sched_stop, sched_submit (prepares a request on the caller's thread and
- *                        queues it), sched_wake_llm, sched_stats; called by the engine and the API
+ *                        queues it), sched_stats (all called by lib/engine.c), sched_wake_llm
+ *                        (lib/textstream.c)
  *   lib/sched_llm.c      the LLM thread (sched_llm_main): admission, prefill and decode steps, the
  *                        pause and yield rules, text streaming's input schedule
  *   lib/sched_t2w.c      the token-to-wave thread (sched_t2w_main): chunk selection, flow batches,
