@@ -139,7 +139,7 @@ enum { BS_ADVANCE = 0, BS_DECODE = 1, BS_FINAL = 2 };
  * seconds since the engine started, the call, rows (sequences / jobs), a size (positions or new
  * mel frames, 0 when not counted), first chunks among the rows, and the call's wall time in ms. */
 static inline void trace(struct cosy_sched *s, const char *what, int rows, int size, int firsts,
-                  double dt) {
+                         double dt) {
   if (!s->trace) return;
   pthread_mutex_lock(&s->trace_mu);
   fprintf(s->trace, "%.4f %s %d %d %d %.3f\n", cosy_now() - s->t0 - dt, what, rows, size, firsts,

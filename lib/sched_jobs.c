@@ -23,6 +23,8 @@
 #define SYSTEM_PREFIX COSY_SYSTEM_PREFIX
 #define EOP COSY_EOP
 
+/* ---- a lost device ---------------------------------------------------------------------------- */
+
 /* A backend call ended with a sticky CUDA error (COSY_ERR_DEVICE_LOST: illegal address, launch
  * failure, ECC, ...): the CUDA context is unusable, so the engine is lost. Every request not yet
  * finished fails with COSY_ERR_DEVICE_LOST (queued ones at the LLM thread's next admission),

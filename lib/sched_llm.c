@@ -1,7 +1,7 @@
 /* sched_llm.c - the scheduler's LLM thread (sched_llm_main; lib/scheduler.c describes the
  * scheduler): admission of queued requests and of long texts' next segments, prefill in pieces
- * and one batched decode step per iteration, the pause for first chunks and the yield to playback
- * at light load, text streaming's input schedule (bs_advance, bs_feed, bs_fill), and the release
+ * and one batched decode step per iteration, the pause while a first chunk's flow runs (light
+ * load) and the yield to playback, text streaming's input schedule (bs_advance, bs_feed, bs_fill), and the release
  * of a job's LLM part (llm_release), which hands it to the token-to-wave thread.
  *
  * Threads: everything here runs on the LLM thread; it holds e->mu while it plans an iteration and

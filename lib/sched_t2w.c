@@ -28,9 +28,9 @@
 #define DEFER_SLACK_S 1.0 /* chunks with more audio ahead than this wait for a wave's first chunks */
 #define DEFER_POLL_MS 2
 
-static int is_lost(const cosy_engine *e) { return __atomic_load_n(&e->lost, __ATOMIC_ACQUIRE); }
-
 /* ---- the token-to-wave thread --------------------------------------------------------------- */
+
+static int is_lost(const cosy_engine *e) { return __atomic_load_n(&e->lost, __ATOMIC_ACQUIRE); }
 
 /* send native-rate samples through the job's resampler (if any) to the caller */
 static cosy_status emit(cosy_engine *e, sjob *j, const float *pcm, int64_t n, int last) {
