@@ -352,6 +352,15 @@ static void admit(cosy_engine *e) {
   }
 }
 
+/* The scheduler trace's line for a part of the LLM thread's iteration that began at t0 (admission,
+ * the failure check, the token hand-over, the wait for the engine lock), when it took over
+ * 0.3 ms: where the thread stands idle between steps. */
+static void trace_part(struct cosy_sched *s, const char *what, int rows, double t0) {
+  if (!s->trace) return;
+  const double dt = cosy_now() - t0;
+  if (dt > 3e-4) trace(s, what, rows, 0, 0, dt);
+}
+
 /* Pausing the LLM now could make a request's audio run out (e->mu held): a request with audio
  * out whose next chunk still lacks tokens has less audio left than those tokens' decode steps
  * (at the recent step time) plus PAUSE_GUARD_ROUNDS token-to-wave rounds (the pause itself, the
@@ -413,7 +422,7 @@ void *sched_llm_main(void *arg) {
   for (;;) {
     const double ta = cosy_now();
     admit(e);
-    if (s->trace && cosy_now() - ta > 3e-4) trace(s, "admit", s->n_llm, 0, 0, cosy_now() - ta);
+    trace_part(s, "admit", s->n_llm, ta);
     if (e->stopping && !s->q_head && !s->seg_q && s->n_llm == 0) break;
     if (s->n_llm == 0) {
       if (s->seg_q) { /* a segment waits for memory held by the other thread's jobs */
@@ -492,7 +501,7 @@ void *sched_llm_main(void *arg) {
         jobs[nd++] = j;
     }
     n = nd;
-    if (s->trace && cosy_now() - tk > 3e-4) trace(s, "check", n, 0, 0, cosy_now() - tk);
+    trace_part(s, "check", n, tk);
     /* text streaming: jobs with nothing in flight take the text that arrived (bs_advance) */
     nd = 0;
     for (int i = 0; i < n; i++) {
@@ -609,11 +618,11 @@ void *sched_llm_main(void *arg) {
           llm_release(e, j, COSY_OK, NULL);
         }
       }
-      if (s->trace && cosy_now() - tt > 3e-4) trace(s, "tokens", nr, 0, 0, cosy_now() - tt);
+      trace_part(s, "tokens", nr, tt);
     }
     const double tl = cosy_now();
     pthread_mutex_lock(&e->mu);
-    if (s->trace && cosy_now() - tl > 3e-4) trace(s, "lock", 0, 0, 0, cosy_now() - tl);
+    trace_part(s, "lock", 0, tl);
     /* nothing ran (every job waits for text): sleep until text, a request or a
      * delivered chunk arrives */
     if (np == 0 && nr == 0 && s->wake_seq == seen && !e->stopping)
