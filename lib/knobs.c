@@ -32,8 +32,6 @@ void cosy_knobs_read(cosy_knobs *k) {
   copy(k->prefill_timing, sizeof k->prefill_timing, "COSY_LLM_PREFILL_TIMING");
   const int ms = atoi(env("COSY_SCHED_MAX_STREAMS"));
   k->max_streams = ms > 0 ? ms : 0;
-  const char *fg = env("COSY_FLOW_GRAPH");
-  k->flow_graph = !strcmp(fg, "0") ? 0 : !strcmp(fg, "update") ? 2 : -1;
   const char *fp = env("COSY_SCHED_FIRST_PAUSE");
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
   const char *as = env("COSY_FLOW_ATTN_SPLIT");

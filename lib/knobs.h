@@ -30,7 +30,6 @@ typedef struct cosy_knobs {
   char flow_timing[COSY_KNOB_PATH];  /* COSY_FLOW_TIMING: one line per packed flow batch */
   char prefill_timing[COSY_KNOB_PATH]; /* COSY_LLM_PREFILL_TIMING: one line per packed prefill */
   int max_streams;              /* COSY_SCHED_MAX_STREAMS=N (> 0): admission bound; 0 none */
-  int flow_graph;               /* COSY_FLOW_GRAPH: -1 default, 0 no graphs, 2 graphs updated in place */
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
                                    while 2..N requests decode (0: never); -1 default */
   int flow_attn_split;          /* COSY_FLOW_ATTN_SPLIT: key parts per attention query tile of

@@ -790,44 +790,6 @@ static void test_full_model(void **state) {
                     NB, kinds[k].what, tr[0] * 1e3, tr[1] * 1e3, tr[2] * 1e3, tr[2] * 1e3 / NB,
                     tr[3] * 1e3);
     }
-    /* graphs updated in place (COSY_FLOW_GRAPH=update): 72 sizes (first chunks of 3-38 tokens,
-     * one request and two), more than the 48 graphs the cache holds, so that the later sizes
-     * update evicted executables; every call's mel equals the direct launches' bit for bit */
-    {
-      enum { NSZ = 72, FR = 76 * 80 };
-      float *ref = nan_buf((size_t)NSZ * 2 * FR), *got = nan_buf((size_t)NSZ * 2 * FR);
-      for (int pass = 0; pass < 2; pass++) {
-        gpu_flow_set_graphs(gb, pass); /* pass 0: direct launches; 1: graphs, updated in place */
-        gpu_flow_set_graph_update(gb, pass);
-        for (int z = 0; z < NSZ; z++) {
-          const int t = 3 + z % 36, nr = 1 + z / 36;
-          float *o = (pass ? got : ref) + (size_t)z * 2 * FR;
-          for (int i = 0; i < nr; i++) {
-            assert_int_equal(gpu_flow_req_open(gb, tok, PW, pmel, spk, 100, &q[i]), COSY_OK);
-            c[i] = (gpu_flow_call){q[i], tok, t + 3, 0, 0, 0, 2 * t, o + (size_t)i * FR};
-          }
-          st = gpu_flow_batch(gb, c, nr, NULL);
-          if (st) print_message("gpu_flow_batch (graph update): %s\n", cosy_last_error());
-          assert_int_equal(st, COSY_OK);
-          for (int i = 0; i < nr; i++) gpu_flow_req_close(gb, q[i]);
-        }
-      }
-      const long upd = gpu_flow_graph_updates(gb);
-      double d = 0;
-      for (int z = 0; z < NSZ; z++)
-        for (int i = 0; i < 1 + z / 36; i++) {
-          const size_t at = ((size_t)z * 2 + i) * FR;
-          const double di = tu_max_abs_diff(got + at, ref + at, (size_t)2 * (3 + z % 36) * 80);
-          if (!(di <= d)) d = di;
-        }
-      print_message("  flow graphs updated in place: %ld updates over %d sizes, max abs diff vs "
-                    "direct launches %.3g\n", upd, NSZ, d);
-      assert_true(upd > 0);
-      assert_true(d == 0.0);
-      gpu_flow_set_graph_update(gb, 0);
-      free(ref);
-      free(got);
-    }
     gpu_flow_req_close(gb, q[48]);
     gpu_flow_free(gb);
     free(out);

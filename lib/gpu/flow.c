@@ -162,8 +162,6 @@ struct gpu_flow {
   void *fc; /* batched calls: page pool, packed buffers, plan (gpu_flow_pool) */
   uint64_t clock;
   int use_graph;
-  int graph_update; /* 1: a new key's graph replaces the least recently used one through
-                       cudaGraphExecUpdate where the topology allows (gpu_flow_set_graph_update) */
   struct {
     gkey key;
     uint64_t used;
@@ -172,8 +170,7 @@ struct gpu_flow {
   FILE *timing;
   cudaEvent_t tev[2];
   double cap_ms;  /* capture + instantiation time of graph_run calls since the batch began */
-  int n_cap, n_hit, n_direct, n_upd;
-  long upd_total; /* graphs updated in place since create (gpu_flow_graph_updates) */
+  int n_cap, n_hit, n_direct;
   /* COSY_FLOW_ATTN_SPLIT: 2..8 key parts per attention query tile of a packed batch; 0 off */
   int attn_split;
 };
@@ -362,12 +359,6 @@ void gpu_flow_set_graphs(gpu_flow *f, int enable) {
   f->use_graph = enable ? 1 : 0;
 }
 
-void gpu_flow_set_graph_update(gpu_flow *f, int enable) {
-  if (f) f->graph_update = enable ? 1 : 0;
-}
-
-long gpu_flow_graph_updates(const gpu_flow *f) { return f ? f->upd_total : 0; }
-
 /* Run fn(f, arg) (launches only) through the graph cache under key: replay a graph captured for
  * the key, capture one (at the key's first call when capture_now, else at its second), or launch
  * directly (first call of a key without capture_now, graphs off, or capture not possible). */
@@ -409,6 +400,18 @@ static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const 
       (void)cudaGetLastError();
       return st;
     }
+    cudaGraphExec_t exec = NULL;
+    if (e == cudaSuccess) {
+      e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+    }
+    if (e != cudaSuccess) {
+      /* capture not possible here (e.g. a library call that cannot be captured): from now on
+       * run the launches directly */
+      (void)cudaGetLastError();
+      f->use_graph = 0;
+      return fn(f, arg);
+    }
     slot = &f->graphs[0];
     for (int i = 0; i < GRAPH_CACHE; i++) {
       if (!f->graphs[i].exec) {
@@ -417,33 +420,8 @@ static cosy_status graph_run(gpu_flow *f, const gkey *key, enqueue_fn fn, const 
       }
       if (f->graphs[i].used < slot->used) slot = &f->graphs[i];
     }
-    int updated = 0;
-    if (e == cudaSuccess && f->graph_update && slot->exec) {
-      /* the evicted graph's executable takes the new graph's parameters in place: no
-       * instantiation and no destruction (launches already enqueued keep the old ones) */
-      cudaGraphExecUpdateResultInfo info;
-      if (cudaGraphExecUpdate(slot->exec, graph, &info) == cudaSuccess) {
-        updated = 1;
-        f->n_upd++;
-        f->upd_total++;
-      } else {
-        (void)cudaGetLastError();
-      }
-    }
-    cudaGraphExec_t exec = NULL;
-    if (e == cudaSuccess && !updated) e = cudaGraphInstantiate(&exec, graph, 0);
-    if (graph) cudaGraphDestroy(graph);
-    if (e != cudaSuccess) {
-      /* capture not possible here (e.g. a library call that cannot be captured): from now on
-       * run the launches directly */
-      (void)cudaGetLastError();
-      f->use_graph = 0;
-      return fn(f, arg);
-    }
-    if (!updated) {
-      if (slot->exec) cudaGraphExecDestroy(slot->exec);
-      slot->exec = exec;
-    }
+    if (slot->exec) cudaGraphExecDestroy(slot->exec);
+    slot->exec = exec;
     slot->key = *key;
     f->cap_ms += 1e3 * (cosy_now() - tc0);
     f->n_cap++;
@@ -1467,7 +1445,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   double tt_plan = 0, tt_pre = 0, tt_enq = 0;
   int n_new = 0;
   f->cap_ms = 0;
-  f->n_cap = f->n_hit = f->n_direct = f->n_upd = 0;
+  f->n_cap = f->n_hit = f->n_direct = 0;
   if (f->timing) {
     CK(cudaEventRecord(f->tev[0], s), "flow: timing event");
     for (int j = 0; j < n; j++) n_new += calls[j].q->n_pages == 0;
@@ -1650,11 +1628,10 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     const double t1 = cosy_now();
     /* jobs, of them first calls, new frames, ext rows, tiles; graph steps hit / captured /
      * direct; host ms: plan, constant part enqueued, steps enqueued (capture included), wall;
-     * capture + instantiation ms; device ms (first launch to last step's end); of the captured
-     * graphs, those that updated an evicted executable (COSY_FLOW_GRAPH=update) */
-    fprintf(f->timing, "%.4f batch %d %d %d %d %d  %d %d %d  %.3f %.3f %.3f %.3f  %.3f  %.3f %d\n", tt0,
+     * capture + instantiation ms; device ms (first launch to last step's end) */
+    fprintf(f->timing, "%.4f batch %d %d %d %d %d  %d %d %d  %.3f %.3f %.3f %.3f  %.3f  %.3f\n", tt0,
             n, n_new, Tn, Te, n_tiles, f->n_hit, f->n_cap, f->n_direct, 1e3 * (tt_plan - tt0),
-            1e3 * (tt_pre - tt_plan), 1e3 * (tt_enq - tt_pre), 1e3 * (t1 - tt0), f->cap_ms, gms, f->n_upd);
+            1e3 * (tt_pre - tt_plan), 1e3 * (tt_enq - tt_pre), 1e3 * (t1 - tt0), f->cap_ms, gms);
     fflush(f->timing);
   }
   for (int j = 0; j < n; j++) {

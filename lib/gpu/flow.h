@@ -97,11 +97,5 @@ cosy_status gpu_flow_batch(gpu_flow *f, gpu_flow_call *calls, int n, const volat
 /* Tests / benchmarks: enable (default) or disable the CUDA-graph capture of the Euler loop
  * (disabled: the same launches go straight to the stream). Drops the cached graphs. */
 void gpu_flow_set_graphs(gpu_flow *f, int enable);
-/* Measurement (COSY_FLOW_GRAPH=update): a key's graph, once the cache is full, goes into the
- * least recently used slot's executable by cudaGraphExecUpdate (same topology: no instantiation,
- * no destruction) instead of destroying it and instantiating a new one. */
-void gpu_flow_set_graph_update(gpu_flow *f, int enable);
-/* how many graphs were updated in place since create (tests) */
-long gpu_flow_graph_updates(const gpu_flow *f);
 
 #endif
