@@ -270,6 +270,7 @@ static cosy_status gb_create(cosy_engine *e) {
   e->caps.where = "the GPU flow";
   s->flow_recompute = e->knobs.flow_recompute; /* COSY_FLOW_CACHE=0 (a test knob) */
   gpu_flow_set_timing(s->flow, e->knobs.flow_timing);
+  if (e->knobs.flow_nopad) gpu_flow_set_pad(s->flow, 0);
   if (e->knobs.flow_attn_split && !gpu_flow_set_attn_split(s->flow, e->knobs.flow_attn_split))
     engine_log(e, COSY_LOG_WARN, "COSY_FLOW_ATTN_SPLIT: not supported by this device (no "
                                  "thread-block clusters); the one-block attention runs");

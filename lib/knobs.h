@@ -34,6 +34,7 @@ typedef struct cosy_knobs {
                                    while 2..N requests decode (0: never); -1 default */
   int flow_attn_split;          /* COSY_FLOW_ATTN_SPLIT: key parts per attention query tile of
                                    the packed flow (2..8; "1" means 4); 0 off */
+  int flow_nopad;               /* COSY_FLOW_PAD=0: packed flow batches at their exact sizes */
 } cosy_knobs;
 
 /* Reads every knob from the environment now (unset or malformed: the default). */

@@ -917,6 +917,21 @@ static void batch_cache_case(fixture *fx, int split) {
     print_message("  BATCH chunk 1, batch of 2: graphs off vs the step graph: max abs %.3g\n", d);
     ok &= d == 0.0;
     for (int i = 0; i < 2; i++) gpu_flow_req_close(gf, qq[i]);
+    /* and at the exact sizes (gpu_flow_set_pad 0, the knob COSY_FLOW_PAD=0) instead of the
+     * padded ones: the padding rows change nothing in the real rows (more than 64 rows here) */
+    for (int i = 0; i < 2; i++) {
+      assert_int_equal(gpu_flow_req_open(gf, fx->tokens, P, fx->prompt_feat, fx->spk, G, &qq[i]),
+                       COSY_OK);
+      cc[i].q = qq[i];
+    }
+    for (size_t i = 0; i < (size_t)2 * n1 * 80; i++) mo[i] = NAN;
+    gpu_flow_set_pad(gf, 0);
+    assert_int_equal(gpu_flow_batch(gf, cc, 2, NULL), COSY_OK);
+    gpu_flow_set_pad(gf, 1);
+    const double dp = tu_max_abs_diff(mo, m1 + (size_t)n1 * 80, (size_t)2 * n1 * 80);
+    print_message("  BATCH chunk 1, batch of 2: exact sizes vs padded: max abs %.3g\n", dp);
+    ok &= dp == 0.0 && all_finite(mo, (size_t)2 * n1 * 80);
+    for (int i = 0; i < 2; i++) gpu_flow_req_close(gf, qq[i]);
     free(mo);
   }
   /* the last call: every token, finalize, block-causal, from the cached blocks */

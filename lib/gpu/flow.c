@@ -83,7 +83,13 @@
 
 #define HEAD_DIM 64
 #define LN_EPS 1e-6f
-#define GRAPH_CACHE 48
+#define GRAPH_CACHE 128
+/* A packed batch's sizes, rounded up to these multiples before its step graph is looked up (see
+ * "Padded sizes" above batch_run): new frames (so 2 Tn rows are a multiple of 128), ext rows,
+ * attention tiles */
+#define PAD_TN 64
+#define PAD_TE 128
+#define PAD_TILES 8
 #define PF 50 /* frames per cache page of a packed batch (= the attention block) */
 #define ROWS 2 /* CFG batch */
 #define MAX_MEL 256
@@ -173,6 +179,8 @@ struct gpu_flow {
   int n_cap, n_hit, n_direct;
   /* COSY_FLOW_ATTN_SPLIT: 2..8 key parts per attention query tile of a packed batch; 0 off */
   int attn_split;
+  /* 1 (default): a packed batch's sizes padded (PAD_TN, PAD_TE, PAD_TILES); COSY_FLOW_PAD=0 off */
+  int pad;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -502,6 +510,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   gpu_flow *f = (gpu_flow *)cosy_calloc(1, sizeof *f);
   if (!f) return COSY_ERR_NO_MEMORY;
   f->g = g;
+  f->pad = 1;
   f->s = g->stream;
   f->M = hp->mel_dim;
   f->spk_dim = hp->spk_dim;
@@ -1191,6 +1200,10 @@ void gpu_flow_set_timing(gpu_flow *f, const char *path) {
   }
 }
 
+void gpu_flow_set_pad(gpu_flow *f, int on) {
+  if (f) f->pad = on != 0;
+}
+
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {
   if (!f) return 0;
   const int ok = n_split >= 2 && n_split <= COSY_K_DIT_SPLIT_MAX && f->g->dev.clusters;
@@ -1213,7 +1226,7 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   c->tn_max = f->max_frames;
   c->te_max = f->max_frames + CTX * BATCH_JOBS;
   const int ptab_cap = BATCH_JOBS * (f->max_frames / PF + 2);
-  const int tiles_cap = 2 * MAX_SEG_TILES(c->tn_max, BATCH_JOBS);
+  const int tiles_cap = 2 * MAX_SEG_TILES(c->tn_max, BATCH_JOBS) + PAD_TILES;
   c->ptab_cap = ptab_cap;
   c->tiles_cap = tiles_cap;
   const size_t TE = (size_t)c->te_max, TN = (size_t)c->tn_max;
@@ -1239,14 +1252,14 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
       {(void **)&c->d_virt, 2 * CTX * BATCH_JOBS * 4, "flow plan"},
       {(void **)&c->d_tiles, (size_t)tiles_cap * 2 * 4, "flow plan"},
       {(void **)&c->d_ptab, (size_t)ptab_cap * 4, "flow plan"},
-      {(void **)&c->d_segs, 2 * BATCH_JOBS * sizeof(cosy_k_dit_seg), "flow plan"},
+      {(void **)&c->d_segs, (2 * BATCH_JOBS + 1) * sizeof(cosy_k_dit_seg), "flow plan"},
   };
   cosy_status st;
   for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
     if ((st = fc_alloc(f, plan[i].bytes, plan[i].what, plan[i].p))) return st;
   /* pinned host mirrors: one block */
   size_t hb = TE * 8 + TN * 8 + 2 * TN * 8 + 2 * TN * 4 * 2 + 2 * CTX * BATCH_JOBS * 4 +
-              (size_t)tiles_cap * 8 + (size_t)ptab_cap * 4 + 2 * BATCH_JOBS * sizeof(cosy_k_dit_seg) +
+              (size_t)tiles_cap * 8 + (size_t)ptab_cap * 4 + (2 * BATCH_JOBS + 1) * sizeof(cosy_k_dit_seg) +
               TN * M * 4 + TE * M * 4 + 64 * 16;
   unsigned char *h;
   if ((st = cosy_gpu_host_alloc(hb, (void **)&h))) return st;
@@ -1259,7 +1272,7 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   c->h_tiles = c->h_virt + 2 * CTX * BATCH_JOBS;
   c->h_ptab = c->h_tiles + (size_t)tiles_cap * 2;
   c->h_segs = (cosy_k_dit_seg *)(((uintptr_t)(c->h_ptab + ptab_cap) + 15) & ~(uintptr_t)15);
-  c->h_xout = (float *)(((uintptr_t)(c->h_segs + 2 * BATCH_JOBS) + 15) & ~(uintptr_t)15);
+  c->h_xout = (float *)(((uintptr_t)(c->h_segs + 2 * BATCH_JOBS + 1) + 15) & ~(uintptr_t)15);
   c->h_condb = c->h_xout + TN * M;
   /* the pages: what is left of `bytes` after the buffers */
   const size_t left = cosy_gpu_left(f->g);
@@ -1437,6 +1450,29 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
   return COSY_OK;
 }
 
+/* Padded sizes. A step graph is keyed by its batch's sizes (new frames Tn, ext rows Te,
+ * attention tiles, virtual rows), and under load nearly every batch's exact sizes are new: a
+ * live-user run of 41 s at 224 users (bench/RESULTS.md, 2026-11-28 (eleventh) call a) captured a
+ * graph in 771 of its 1615 batches, and such a batch took ~4-5 ms more device time than one of
+ * the same size that replayed (capture, instantiation, the new graph's upload, new GEMM plans).
+ * So the steps run at Tn rounded up to PAD_TN, Te to PAD_TE and the tile count to PAD_TILES
+ * (the same log replayed through an LRU of 128 keys: 79 captures instead of 770). The padding
+ * rows are computed and thrown away, and touch nothing else: a padding ext row is a zero frame
+ * (src -1) after the batch's last job, so the causal position convolutions of the real rows never
+ * read it; a padding new row gathers the last ext row, stores no x and no K/V (destination -1),
+ * is in no attention tile and no segment's keys, and is not downloaded; a padding tile belongs to
+ * an extra segment with no query and no key (its block does nothing). Rows are independent in
+ * every GEMM, norm and elementwise kernel, and rounding up to a multiple of 128 rows never
+ * crosses a power of two of 128 or more, so a GEMM of more than 64 rows keeps its row bucket
+ * (kernels/gemm.cu) and so its kernel: a real row's bits are the same padded or not (a GEMM of
+ * at most 64 rows, which has a kernel per row count, now runs the 128-row bucket's). The cost is
+ * rows the tile grids mostly ran anyway (the GEMMs' 128-row tiles). Sizes already at the
+ * buffers' capacity stay as they are. COSY_FLOW_PAD=0 (gpu_flow_set_pad) turns it off. */
+static int pad_up(int x, int m, int cap) {
+  const int p = (x + m - 1) / m * m;
+  return p <= cap ? p : x;
+}
+
 static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   gflow_cache *c = FC(f);
   const int M = f->M, D = f->D, la = f->la;
@@ -1492,6 +1528,9 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     Tn += N_j[j] - s0;
     Te += ctx + N_j[j] - s0;
   }
+  /* the sizes the steps run at (padded; see "Padded sizes" above): the rows past Tn / Te */
+  const int TnP = f->pad ? pad_up(Tn, PAD_TN, c->tn_max) : Tn;
+  const int TeP = f->pad ? pad_up(Te, PAD_TE, c->te_max) : Te;
   const int64_t page_f = (int64_t)(c->page_bytes / 4); /* page size in floats */
   const int64_t traj_f = c->kv_elems / 2;              /* floats before a page's x rows */
   for (int j = 0; j < n; j++) {
@@ -1503,7 +1542,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       if (fr < 0) {
         src = -1;
         c->h_virt[n_virt++] = eb[j] + e;
-        c->h_virt[n_virt++] = Te + eb[j] + e;
+        c->h_virt[n_virt++] = TeP + eb[j] + e;
       } else if (e < ctx) {
         src = (int64_t)q->pages[fr / PF] * page_f + traj_f + (int64_t)(fr % PF) * M;
       } else {
@@ -1523,9 +1562,9 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       c->h_xdst[nb[j] + i] =
           stored ? (int64_t)q->pages[fr / PF] * page_f + traj_f + (int64_t)(fr % PF) * M : -1;
       for (int r = 0; r < 2; r++) {
-        const int row = r * Tn + nb[j] + i;
+        const int row = r * TnP + nb[j] + i;
         c->h_pos[row] = fr;
-        c->h_map[row] = r * Te + eb[j] + ctx + i;
+        c->h_map[row] = r * TeP + eb[j] + ctx + i;
         c->h_kvdst[row] = stored ? (int64_t)q->pages[fr / PF] * (int64_t)(c->page_bytes / 2) +
                                        (int64_t)(2 * r) * PF * D + (int64_t)(fr % PF) * D
                                  : -1;
@@ -1535,7 +1574,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     for (int i = 0; i < q->n_pages; i++) c->h_ptab[n_ptab++] = q->pages[i];
     for (int r = 0; r < 2; r++) {
       cosy_k_dit_seg *g = &c->h_segs[2 * j + r];
-      g->q_row0 = r * Tn + nb[j];
+      g->q_row0 = r * TnP + nb[j];
       g->n_q = nj;
       g->cached = s_j[j];
       g->Lk = N_j[j];
@@ -1550,24 +1589,49 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       }
     }
   }
+  /* the padding: ext rows of zeros, new rows that store nothing, empty attention tiles */
+  for (int e = Te; e < TeP; e++) {
+    c->h_src[e] = -1;
+    memset(c->h_condb + (size_t)e * M, 0, (size_t)M * 4);
+  }
+  for (int i = Tn; i < TnP; i++) {
+    c->h_xdst[i] = -1;
+    for (int r = 0; r < 2; r++) {
+      const int row = r * TnP + i;
+      c->h_pos[row] = 0;
+      c->h_map[row] = r * TeP + TeP - 1;
+      c->h_kvdst[row] = -1;
+    }
+  }
+  int n_segs = 2 * n;
+  if (f->pad && n_tiles % PAD_TILES) {
+    cosy_k_dit_seg *g = &c->h_segs[n_segs++]; /* no query, no key */
+    memset(g, 0, sizeof *g);
+    g->full = 1;
+    while (n_tiles % PAD_TILES) {
+      c->h_tiles[2 * n_tiles] = n_segs - 1;
+      c->h_tiles[2 * n_tiles + 1] = 0;
+      n_tiles++;
+    }
+  }
   tt_plan = cosy_now();
   /* uploads (pinned, async) */
 #define UP(d, h, cnt) \
   CK(cudaMemcpyAsync((d), (h), (size_t)(cnt) * sizeof *(h), cudaMemcpyHostToDevice, s), "flow: plan upload")
-  UP(c->d_src, c->h_src, Te);
-  UP(c->d_xdst, c->h_xdst, Tn);
-  UP(c->d_kvdst, c->h_kvdst, 2 * Tn);
-  UP(c->d_pos, c->h_pos, 2 * Tn);
-  UP(c->d_map, c->h_map, 2 * Tn);
+  UP(c->d_src, c->h_src, TeP);
+  UP(c->d_xdst, c->h_xdst, TnP);
+  UP(c->d_kvdst, c->h_kvdst, 2 * TnP);
+  UP(c->d_pos, c->h_pos, 2 * TnP);
+  UP(c->d_map, c->h_map, 2 * TnP);
   if (n_virt) UP(c->d_virt, c->h_virt, n_virt);
   UP(c->d_tiles, c->h_tiles, 2 * n_tiles);
   if (n_ptab) UP(c->d_ptab, c->h_ptab, n_ptab);
-  UP(c->d_segs, c->h_segs, 2 * n);
-  UP(c->condb, c->h_condb, (size_t)Te * M);
+  UP(c->d_segs, c->h_segs, n_segs);
+  UP(c->condb, c->h_condb, (size_t)TeP * M);
 #undef UP
   /* constant rows: row 0 = [cond, mu, spk] of the ext frames (mu from each job's tokens), row 1
    * zeros; hc = W_r . inp + b */
-  CK(cudaMemsetAsync(c->inp, 0, (size_t)2 * Te * 3 * M * 4, s), "flow: memset");
+  CK(cudaMemsetAsync(c->inp, 0, (size_t)2 * TeP * 3 * M * 4, s), "flow: memset");
   for (int j = 0; j < n; j++) {
     gpu_flow_call *k = &calls[j];
     gpu_flow_req *q = k->q;
@@ -1586,7 +1650,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
                              N_j[j] - fr0, M),
        "flow: input rows");
   }
-  if ((st = gemm(f, 2 * Te, D, 3 * M, COSY_KDT_F32, c->inp, 3 * M, f->inr_w, f->in_b,
+  if ((st = gemm(f, 2 * TeP, D, 3 * M, COSY_KDT_F32, c->inp, 3 * M, f->inr_w, f->in_b,
                  COSY_KDT_F32, c->hcx, D, 0, "flow: input proj (constant part)")))
     return st;
   /* x_0 of the new rows: the noise at their absolute frames */
@@ -1594,16 +1658,18 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     CK(cudaMemcpyAsync(c->xnew + (size_t)nb[j] * M, f->noise_fm + (size_t)s_j[j] * M,
                        (size_t)(N_j[j] - s_j[j]) * M * 4, cudaMemcpyDeviceToDevice, s),
        "flow: noise");
+  if (TnP > Tn)
+    CK(cudaMemsetAsync(c->xnew + (size_t)Tn * M, 0, (size_t)(TnP - Tn) * M * 4, s), "flow: memset");
   tt_pre = cosy_now();
   {
     gkey key;
     memset(&key, 0, sizeof key);
     key.batch = 1;
-    key.N = Tn;
-    key.Te = Te;
+    key.N = TnP;
+    key.Te = TeP;
     key.n_tiles = n_tiles;
     key.n_virt = n_virt;
-    const batch_args ba = {Tn, Te, n_virt, n_tiles};
+    const batch_args ba = {TnP, TeP, n_virt, n_tiles};
     /* S steps: step k's modulation row and offsets into the current slots, then the step (a
      * graph captured at the key's first call: one step's ~270 launches capture and instantiate
      * in a few ms, which the other S - 1 replays repay) */

@@ -58,6 +58,10 @@ void gpu_flow_set_timing(gpu_flow *f, const char *path);
  * graph keeps the kernel it was captured with). Returns the value now in effect: 0 where the
  * device has no thread-block clusters or n_split is out of range. */
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split);
+/* The knob COSY_FLOW_PAD=0 (a measurement aid): a packed batch runs at its exact sizes instead
+ * of sizes rounded up so that its step graph is reused (lib/gpu/flow.c "Padded sizes"; on by
+ * default). Call it before the first gpu_flow_batch. */
+void gpu_flow_set_pad(gpu_flow *f, int on);
 int gpu_flow_pages_total(const gpu_flow *f);
 int gpu_flow_pages_free(const gpu_flow *f);
 /* pages held by the voice table: the prompt-only blocks of the voices seen (blocks 50 b .. 50 b + 49
