@@ -919,7 +919,8 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
  * each query tile takes S = cosy_k_dit_auto_parts(Lk) of its segment (kernels.h: 1 below 4 key
  * tiles, 2, 4, then 8 from 11 key tiles). One launch serves a mixed batch: the host lists
  * cluster items (cosy_k_dit_auto_items: per tile, its heads in groups of C / S), the grid is
- * (items x C) blocks in clusters of C = the call's largest S (plain blocks when that is 1), and
+ * (items x C) blocks in clusters of C = the call's largest S (C = 1, every segment short: the
+ * one-block kernel itself, over the n_items / n_heads tiles the items list in order), and
  * block rank r of an item's cluster runs head first + r / S as part r % S: the MODE 1 loop and
  * merge within its group of S ranks (ranks (r / S) S .. + S - 1, merged in part order), or, at
  * S = 1, the one-block loop and store with no cluster barrier (the same bits as
@@ -1513,6 +1514,13 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_auto(
   if (e != cudaSuccess) return e;
   if (!dev || !dev->clusters) return cudaErrorNotSupported;
   if (n_items == 0) return cudaSuccess;
+  if (csize == 1) { /* every tile of one part: the items are (tile, head) in tile order, so the
+                     * one-block kernel itself over the n_items / n_heads tiles (its bits) */
+    if (n_items % n_heads) return cudaErrorInvalidValue;
+    attn_dit_paged_kernel<<<dim3((unsigned)(n_items / n_heads), (unsigned)n_heads), FA_THREADS, 0,
+                            s>>>(g);
+    return cudaGetLastError();
+  }
   g.n_split = csize;
   g.items = items;
   cudaLaunchConfig_t cfg;

@@ -267,14 +267,15 @@ cudaError_t cosy_k_attn_dit_paged_split(cudaStream_t s, const cosy_bf16 *qkv, in
  * same bits as cosy_k_attn_dit_paged) and a long one gets up to 8 parts, in one launch over a
  * mixed batch. S depends only on the segment's key count: a row's bits depend on its query and
  * its segment's keys, never on its tile, the other segments, n_tiles, the grid or the SM count.
- * The launch is a grid of thread-block clusters of C blocks (C = the largest S of the call; no
- * cluster at C = 1), each cluster one item of the list cosy_k_dit_auto_items builds on the host
- * from the call's segments and tiles: int32 pairs (tile, first head * 16 + S), the cluster's C
- * blocks serving C / S heads of the tile with S parts each. No workspace; graph-capturable
+ * The launch is a grid of thread-block clusters of C blocks (C = the largest S of the call),
+ * each cluster one item of the list cosy_k_dit_auto_items builds on the host from the call's
+ * segments and tiles: int32 pairs (tile, first head * 16 + S), the cluster's C blocks serving
+ * C / S heads of the tile with S parts each; at C = 1 (every segment short) it is the
+ * one-block kernel's launch over the n_items / n_heads tiles. No workspace; graph-capturable
  * (the items are read on the device, so a captured launch serves any list of the same n_items
  * and C). cudaErrorNotSupported without dev->clusters (dev NULL: none); cudaErrorInvalidValue
- * for n_items < 0, C not 1, 2, 4 or 8, items NULL with n_items > 0, and
- * cosy_k_attn_dit_paged's bad arguments. */
+ * for n_items < 0, C not 1, 2, 4 or 8, items NULL with n_items > 0, n_items not a multiple of
+ * n_heads at C = 1, and cosy_k_attn_dit_paged's bad arguments. */
 static inline int cosy_k_dit_auto_parts(int Lk) {
   /* key tiles of 64: fewer than 4, one part (the split's merge costs more than it saves);
    * then about 2 key tiles a part, at most COSY_K_DIT_SPLIT_MAX */
