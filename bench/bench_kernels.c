@@ -904,6 +904,11 @@ static cudaError_t r_rows_zero(bench_op *o, int s) {
   return cosy_k_rows_zero_bf16(g_stream, P(o, 0, s), P(o, 1, s), o->i[0], 1024);
 }
 static cudaError_t r_dit_paged(bench_op *o, int s) {
+  if (o->i[1] < 0) /* the part count per segment: i[2] cluster items (p[6]) of i[3] blocks */
+    return cosy_k_attn_dit_paged_auto(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s),
+                                      P(o, 6, s), o->i[2], o->i[3], P(o, 3, s),
+                                      (int64_t)4 * 50 * 1024, 0, NULL, 50, P(o, 4, s),
+                                      P(o, 5, s), 50, 0.125f, &g_dev);
   if (o->i[1] > 0) /* the split kernel at i[1] parts a query tile */
     return cosy_k_attn_dit_paged_split(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s),
                                        o->i[0], P(o, 3, s), (int64_t)4 * 50 * 1024, 0, NULL, 50,
@@ -1100,8 +1105,9 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
 /* The packed flow's attention on small calls (the live workload's flow batches: 1-3 jobs, two
  * CFG segments each, 50-200 new frames over 110-1000 keys; a job's keys are its cached frames
  * in pages of 50 then its new ones, streaming block-causal), the one-block kernel against the
- * split kernel at 2, 4 and 8 parts a query tile (where the device has clusters): rows
- * "attn_dit_paged" and "attn_dit_split N" of the group "dit call". */
+ * split kernel at 2, 4 and 8 parts a query tile and the part count per segment
+ * (cosy_k_attn_dit_paged_auto; both where the device has clusters): rows "attn_dit_paged",
+ * "attn_dit_split N" and "attn_dit_auto" of the group "dit call". */
 static void add_dit_calls(const char *group) {
   static const struct {
     int jobs, nq[3], cached[3];
@@ -1116,8 +1122,8 @@ static void add_dit_calls(const char *group) {
       {3, {200, 100, 50}, {0, 400, 950}, "3 jobs 200,100,50q 200..1000k"},
   };
   static const char *names[] = {"attn_dit_paged", "attn_dit_split 2", "attn_dit_split 4",
-                                "attn_dit_split 8"};
-  static const int nsplit[] = {0, 2, 4, 8};
+                                "attn_dit_split 8", "attn_dit_auto"};
+  static const int nsplit[] = {0, 2, 4, 8, -1}; /* -1: the part count per segment */
   for (size_t c = 0; c < sizeof calls / sizeof calls[0]; ++c) {
     cosy_k_dit_seg segs[6];
     int32_t tiles[64], ptab[64];
@@ -1153,14 +1159,26 @@ static void add_dit_calls(const char *group) {
     void *dpool = drand((size_t)(n_pages ? n_pages : 1) * 4 * 50 * 1024, BF16, -1.f, 1.f);
     void *dptab = dints(ptab, (size_t)(n_pages ? n_pages : 1));
     void *dout = dalloc((size_t)2 * nq_all * 1024 * 2);
+    int32_t items[64 * 16 * 2];
+    int csize = 0;
+    const int n_items =
+        cosy_k_dit_auto_items(segs, 2 * calls[c].jobs, tiles, n_tiles, 16, items, 64 * 16, &csize);
+    if (n_items < 0) {
+      fprintf(stderr, "dit call: cosy_k_dit_auto_items failed\n");
+      exit(1);
+    }
+    void *ditems = dints(items, (size_t)2 * n_items);
     for (size_t v = 0; v < sizeof nsplit / sizeof nsplit[0]; ++v) {
-      if (nsplit[v] && !g_dev.clusters) continue; /* the split kernel needs clusters */
+      if (nsplit[v] && !g_dev.clusters) continue; /* the split kernels need clusters */
       bench_op *o = new_op(group, names[v]);
       snprintf(o->size, sizeof o->size, "%s", calls[c].label);
       o->i[0] = n_tiles;
       o->i[1] = nsplit[v];
       o->p[0] = dq, o->p[1] = dsegs, o->p[2] = dtiles, o->p[3] = dpool, o->p[4] = dptab;
       o->p[5] = dout;
+      o->p[6] = ditems;
+      o->i[2] = n_items;
+      o->i[3] = csize;
       o->bytes = kv_bytes + 2.0 * nq_all * 1024 * 2 * 2;
       o->flops = 2.0 * 16 * pairs * 64 * 2;
       o->run = r_dit_paged;

@@ -62,14 +62,17 @@
 #               (conv_bench.log). Summary: failed checks ("conv check: ..."), then the
 #               "conv cmp" line of each vocoder launch (us of every kernel, speed-up over the
 #               old one) and the "conv sum" line of each scenario (voc s100, f224, b16)
-#   attnsplit   the flow's attention with split keys (cosy_k_attn_dit_paged_split; not in the
-#               default steps: `bash bench/device_run.sh build attnsplit`): test_kernels
-#               attn_dit_paged (vs double at 1..8 parts, a segment alone == in its batch bit for
-#               bit), test_gpu_flow (test_batch_cache_split: the packed flow with 4 parts, small
-#               model), the kernel table of small flow calls (group "dit call": attn_dit_paged vs
-#               attn_dit_split 2/4/8), then W1 at C = 16 with COSY_FLOW_ATTN_SPLIT unset and
-#               =4 (ATTNSPLIT_VARIANTS, ab syntax). Summary: "attnsplit check: ..." (failed
-#               checks; none expected), "attnsplit: dit call ..." rows, "attnsplit <variant>: ..."
+#   attnsplit   the flow's attention with split keys (cosy_k_attn_dit_paged_split, and
+#               cosy_k_attn_dit_paged_auto: the part count per segment; not in the default steps:
+#               `bash bench/device_run.sh build attnsplit`): test_kernels attn_dit_paged (vs
+#               double at 1..8 parts and auto, a segment alone == in its batch bit for bit, auto
+#               == the one-block / split-S kernel bit for bit), test_gpu_flow
+#               (test_batch_cache_split / _auto: the packed flow with 4 parts / auto, small model),
+#               the kernel table of small flow calls (group "dit call": attn_dit_paged vs
+#               attn_dit_split 2/4/8 and attn_dit_auto), then W1 at C = 16 with
+#               COSY_FLOW_ATTN_SPLIT unset, =4 and =auto (ATTNSPLIT_VARIANTS, ab syntax). Summary:
+#               "attnsplit check: ..." (failed checks; none expected), "attnsplit: dit call ..."
+#               rows, "attnsplit <variant>: ..."
 #   tc          the batch-invariant LLM (the default, COSY_LLM_DECODE=tc) against the mixed one
 #               (COSY_LLM_DECODE=mixed, not batch-invariant): test_kernels
 #               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
@@ -420,11 +423,12 @@ fi
 if [[ " $STEPS " == *" attnsplit "* ]]; then
   run attnsplit_test ./$B/tests/test_kernels attn_dit_paged
   grep -E 'FAIL' "$OUT/attnsplit_test.log" | sed 's/^/attnsplit check: /' | tee -a "$SUMMARY"
-  run attnsplit_gpu_flow ./$B/tests/test_gpu_flow # test_batch_cache_split: the flow with split 4
+  run attnsplit_gpu_flow ./$B/tests/test_gpu_flow # test_batch_cache_split / _auto: split 4, auto
+  grep -E 'FAIL' "$OUT/attnsplit_gpu_flow.log" | sed 's/^/attnsplit check: /' | tee -a "$SUMMARY"
   BENCH_FILTER="dit call" run attnsplit_bench ./$B/tests/test_kernels --bench attn_dit_paged
   awk '/^==== kernel table/ { t = 1 } t && /^dit call/' "$OUT/attnsplit_bench.log" \
     | sed 's/^/attnsplit: /' | tee -a "$SUMMARY"
-  for spec in ${ATTNSPLIT_VARIANTS:-base split4:COSY_FLOW_ATTN_SPLIT=4}; do
+  for spec in ${ATTNSPLIT_VARIANTS:-base split4:COSY_FLOW_ATTN_SPLIT=4 auto:COSY_FLOW_ATTN_SPLIT=auto}; do
     variant "$spec"
     run attnsplit_w1_$v env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
       --concurrency 16 "${W1_ARGS[@]}" "${vargs[@]}"

@@ -51,7 +51,10 @@
  *   attn_dit_paged (DiT over a packed batch with cached pages): the DiT tile below with paged
  *     addressing; attn_dit_paged_split gives each (query tile, head) a cluster of S = 2..8
  *     blocks, key tile t to block t % S, merged through distributed shared memory in part
- *     order (see the comment above PagedGeo: the split rule and why it is batch-invariant).
+ *     order (see the comment above PagedGeo: the split rule and why it is batch-invariant);
+ *     attn_dit_paged_auto picks the part count S per segment from its key count alone
+ *     (cosy_k_dit_auto_parts: 1 below 4 key tiles, up to 8) in one launch of clusters of C
+ *     blocks (C = the call's largest S), each cluster C / S heads of one query tile with S parts.
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
@@ -909,7 +912,25 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
  * ordered differently (not the same bits; relative error ~1e-3 of bf16 data either way). A
  * tile with K = 16 key tiles takes 4 per block at S = 4: the chain of dependent tiles a block
  * walks is S times shorter, for S times more blocks, which is the gain when n_tiles x heads
- * blocks leave most SMs idle (small flow calls). */
+ * blocks leave most SMs idle (small flow calls).
+ *
+ * The variant with the part count per segment (cosy_k_attn_dit_paged_auto): a fixed S loses on
+ * short key ranges (the merge costs more than the shorter chain saves) and wins on long ones, so
+ * each query tile takes S = cosy_k_dit_auto_parts(Lk) of its segment (kernels.h: 1 below 4 key
+ * tiles, 2, 4, then 8 from 11 key tiles). One launch serves a mixed batch: the host lists
+ * cluster items (cosy_k_dit_auto_items: per tile, its heads in groups of C / S), the grid is
+ * (items x C) blocks in clusters of C = the call's largest S (C = 1, every segment short: the
+ * one-block kernel itself, over the n_items / n_heads tiles the items list in order), and
+ * block rank r of an item's cluster runs head first + r / S as part r % S: the MODE 1 loop and
+ * merge within its group of S ranks (ranks (r / S) S .. + S - 1, merged in part order), or, at
+ * S = 1, the one-block loop and store with no cluster barrier (the same bits as
+ * cosy_k_attn_dit_paged). Batch invariance: the split rule above holds per tile with S a
+ * function of its segment's Lk alone, which is the request's own key count; C, the items, the
+ * grouping of heads into clusters, n_tiles and the grid change only which blocks run where
+ * (every cluster's groups are independent but for the barriers), never a row's sum order. So a
+ * row's bits depend on its query, its segment's keys up to its own last key and chunk: the same
+ * statement as for the one-block kernel, and a segment's rows are the same alone or in any
+ * batch, with any tiling of its queries. */
 struct PagedGeo {
   const bf16 *qkv;
   const cosy_k_dit_seg *segs;
@@ -920,21 +941,50 @@ struct PagedGeo {
   const int64_t *dev_off; /* NULL, or a device int64 added to layer_off (read at run time) */
   int64_t page_elems, layer_off;
   int D, page_frames, chunk;
-  int n_split; /* split kernel: blocks (parts) per query tile, the cluster size */
+  int n_split; /* split kernel: blocks (parts) per query tile, the cluster size; auto kernel:
+                * the cluster size C (1, 2, 4 or 8) */
+  const int32_t *items; /* auto kernel: the clusters' (tile, first head * 16 + parts) pairs */
   float scale_log2;
 };
 
-/* One block's work of either kernel: SPLIT false, the whole key range and the normalized
- * output; SPLIT true, part blockIdx.x % n_split of the key tiles and the cluster merge. */
-template <bool SPLIT> __device__ __forceinline__ void dit_paged_block(const PagedGeo &g) {
+/* One block's work of the three kernels. MODE 0 (one block): the whole key range and the
+ * normalized output. MODE 1 (fixed split): part blockIdx.x % n_split of the key tiles and the
+ * cluster merge. MODE 2 (auto): the block's cluster item gives the tile, its first head and the
+ * tile's part count S (cosy_k_dit_auto_parts of its segment); block rank r of the cluster of C
+ * serves head (first head + r / S) as part r % S, the merge reading ranks (r / S) S .. + S - 1;
+ * S = 1: MODE 0's loop and store (no cluster barrier), so the same bits. A head past n_heads
+ * (the last cluster of a tile when C / S does not divide them) only takes the barriers. */
+template <int MODE> __device__ __forceinline__ void dit_paged_block(const PagedGeo &g) {
   __shared__ __align__(16) bf16 Ks2[2][FA_BK * FA_LD];
   __shared__ __align__(16) bf16 Vs2[2][FA_BK * FA_LD];
+  constexpr bool SPLIT = MODE != 0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = lane >> 2, t4 = lane & 3;
-  const int h = blockIdx.y;
-  const int S = SPLIT ? g.n_split : 1;
-  const int tile = SPLIT ? (int)blockIdx.x / S : (int)blockIdx.x;
-  const int part = SPLIT ? (int)blockIdx.x % S : 0;
+  int h = blockIdx.y, S = 1, tile = blockIdx.x, part = 0, rank0 = 0;
+  if (MODE == 1) {
+    S = g.n_split;
+    tile = (int)blockIdx.x / S;
+    part = (int)blockIdx.x % S;
+  } else if (MODE == 2) {
+    const int C = g.n_split, r = (int)blockIdx.x % C, item = (int)blockIdx.x / C;
+    const int hs = g.items[2 * item + 1];
+    tile = g.items[2 * item];
+    S = hs & 15;
+    part = r % S;
+    rank0 = r - part;
+    h = (hs >> 4) + r / S;
+    if (h >= g.D / HD) { /* no head: only the barriers of its cluster (S > 1) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (S > 1) {
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();
+        cluster.sync();
+      }
+#endif
+      return;
+    }
+  }
   const cosy_k_dit_seg sg = g.segs[g.tiles[2 * tile]];
   const int t0 = g.tiles[2 * tile + 1]; /* first query of the tile within the segment */
   const int nq = min(FA_BQ, sg.n_q - t0);
@@ -1057,7 +1107,7 @@ template <bool SPLIT> __device__ __forceinline__ void dit_paged_block(const Page
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (!SPLIT) {
+  if (!SPLIT || (MODE == 2 && S == 1)) {
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     bf16 *ob = g.out + (int64_t)(sg.q_row0 + t0) * g.D + (int64_t)h * HD;
 #pragma unroll
@@ -1109,10 +1159,11 @@ template <bool SPLIT> __device__ __forceinline__ void dit_paged_block(const Page
 #pragma unroll
     for (int p = 0; p < COSY_K_DIT_SPLIT_MAX; ++p) {
       if (p < S) {
-        const float *rm = cluster.map_shared_rank(pm, p);
+        const float *rm = cluster.map_shared_rank(pm, rank0 + p);
         mv[p] = rm[row];
         lv[p] = rm[FA_BQ + row];
-        ov[p] = *reinterpret_cast<const float2 *>(cluster.map_shared_rank(po, p) + row * FA_LD + d);
+        ov[p] = *reinterpret_cast<const float2 *>(cluster.map_shared_rank(po, rank0 + p) +
+                                                  row * FA_LD + d);
       }
     }
     float M = -INFINITY;
@@ -1140,13 +1191,20 @@ template <bool SPLIT> __device__ __forceinline__ void dit_paged_block(const Page
 }
 
 __global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_kernel(PagedGeo g) {
-  dit_paged_block<false>(g);
+  dit_paged_block<0>(g);
 }
 
 /* cosy_k_attn_dit_paged_split; launched only where dev->clusters (compute capability >= 9.0) */
 __global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_split_kernel(PagedGeo g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  dit_paged_block<true>(g);
+  dit_paged_block<1>(g);
+#endif
+}
+
+/* cosy_k_attn_dit_paged_auto; launched only where dev->clusters (compute capability >= 9.0) */
+__global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_auto_kernel(PagedGeo g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  dit_paged_block<2>(g);
 #endif
 }
 
@@ -1360,6 +1418,7 @@ static cudaError_t dit_paged_geo(PagedGeo *g, const cosy_bf16 *qkv, int D, int n
   g->page_frames = page_frames;
   g->chunk = chunk;
   g->n_split = 1;
+  g->items = nullptr;
   g->scale_log2 = scale * LOG2E_F;
   return cudaSuccess;
 }
@@ -1411,6 +1470,72 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_split(
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   e = cudaLaunchKernelEx(&cfg, attn_dit_paged_split_kernel, g);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
+extern "C" int cosy_k_dit_auto_items(const cosy_k_dit_seg *segs, int n_segs,
+                                     const int32_t *tiles, int n_tiles, int n_heads,
+                                     int32_t *items, int cap, int *csize) {
+  if (!csize || n_tiles < 0 || n_heads < 1 || n_heads > (1 << 26) || n_segs < 0 ||
+      (n_tiles > 0 && (!segs || !tiles || !items)))
+    return -1;
+  int C = 1;
+  for (int t = 0; t < n_tiles; ++t) {
+    if (tiles[2 * t] < 0 || tiles[2 * t] >= n_segs) return -1;
+    const int S = cosy_k_dit_auto_parts(segs[tiles[2 * t]].Lk);
+    C = S > C ? S : C;
+  }
+  int n = 0;
+  for (int t = 0; t < n_tiles; ++t) {
+    const int S = cosy_k_dit_auto_parts(segs[tiles[2 * t]].Lk), per = C / S; /* heads a cluster */
+    for (int h0 = 0; h0 < n_heads; h0 += per) {
+      if (n >= cap) return -1;
+      items[2 * n] = t;
+      items[2 * n + 1] = h0 * 16 + S;
+      ++n;
+    }
+  }
+  *csize = C;
+  return n;
+}
+
+extern "C" cudaError_t cosy_k_attn_dit_paged_auto(
+    cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads, const cosy_k_dit_seg *segs,
+    const int32_t *tiles, const int32_t *items, int n_items, int csize, const cosy_bf16 *pool,
+    int64_t page_elems, int64_t layer_off, const int64_t *dev_off, int page_frames,
+    const int32_t *ptab, cosy_bf16 *out, int chunk, float scale, const cosy_kdev *dev) {
+  if (n_items < 0 || (csize != 1 && csize != 2 && csize != 4 && csize != 8) ||
+      (int64_t)n_items * csize > 0x7fffffff || (n_items > 0 && !items))
+    return cudaErrorInvalidValue;
+  PagedGeo g;
+  cudaError_t e = dit_paged_geo(&g, qkv, D, n_heads, segs, tiles, n_items, pool, page_elems,
+                                layer_off, dev_off, page_frames, ptab, out, chunk, scale);
+  if (e != cudaSuccess) return e;
+  if (!dev || !dev->clusters) return cudaErrorNotSupported;
+  if (n_items == 0) return cudaSuccess;
+  if (csize == 1) { /* every tile of one part: the items are (tile, head) in tile order, so the
+                     * one-block kernel itself over the n_items / n_heads tiles (its bits) */
+    if (n_items % n_heads) return cudaErrorInvalidValue;
+    attn_dit_paged_kernel<<<dim3((unsigned)(n_items / n_heads), (unsigned)n_heads), FA_THREADS, 0,
+                            s>>>(g);
+    return cudaGetLastError();
+  }
+  g.n_split = csize;
+  g.items = items;
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3((unsigned)(n_items * csize), 1u);
+  cfg.blockDim = dim3(FA_THREADS);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)csize;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = csize > 1 ? 1 : 0; /* every part count 1: plain blocks */
+  e = cudaLaunchKernelEx(&cfg, attn_dit_paged_auto_kernel, g);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }

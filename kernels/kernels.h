@@ -260,6 +260,42 @@ cudaError_t cosy_k_attn_dit_paged_split(cudaStream_t s, const cosy_bf16 *qkv, in
                                         int chunk, float scale, int n_split,
                                         const cosy_kdev *dev);
 
+/* The same attention with each query tile's part count chosen from its own segment
+ * (cosy_k_attn_dit_paged_auto, kernels/attention.cu): S = cosy_k_dit_auto_parts(segment's Lk),
+ * key tile t to part t % S and the merge in ascending part order as in
+ * cosy_k_attn_dit_paged_split, so a segment with few keys runs the one-block loop (S = 1: the
+ * same bits as cosy_k_attn_dit_paged) and a long one gets up to 8 parts, in one launch over a
+ * mixed batch. S depends only on the segment's key count: a row's bits depend on its query and
+ * its segment's keys, never on its tile, the other segments, n_tiles, the grid or the SM count.
+ * The launch is a grid of thread-block clusters of C blocks (C = the largest S of the call),
+ * each cluster one item of the list cosy_k_dit_auto_items builds on the host from the call's
+ * segments and tiles: int32 pairs (tile, first head * 16 + S), the cluster's C blocks serving
+ * C / S heads of the tile with S parts each; at C = 1 (every segment short) it is the
+ * one-block kernel's launch over the n_items / n_heads tiles. No workspace; graph-capturable
+ * (the items are read on the device, so a captured launch serves any list of the same n_items
+ * and C). cudaErrorNotSupported without dev->clusters (dev NULL: none); cudaErrorInvalidValue
+ * for n_items < 0, C not 1, 2, 4 or 8, items NULL with n_items > 0, n_items not a multiple of
+ * n_heads at C = 1, and cosy_k_attn_dit_paged's bad arguments. */
+static inline int cosy_k_dit_auto_parts(int Lk) {
+  /* key tiles of 64: fewer than 4, one part (the split's merge costs more than it saves);
+   * then about 2 key tiles a part, at most COSY_K_DIT_SPLIT_MAX */
+  const int K = Lk > 0 ? (Lk + COSY_K_DIT_TILE - 1) / COSY_K_DIT_TILE : 0;
+  return K >= 11 ? 8 : K >= 6 ? 4 : K >= 4 ? 2 : 1;
+}
+/* The cluster items of a call (host code): segs and tiles as for cosy_k_attn_dit_paged (host
+ * copies), items room for cap pairs (n_tiles * n_heads always suffices). Returns the number of
+ * items and sets *csize to C; -1 if cap is too small or an argument is bad (a tile naming a
+ * segment past n_segs, n_heads < 1). */
+int cosy_k_dit_auto_items(const cosy_k_dit_seg *segs, int n_segs, const int32_t *tiles,
+                          int n_tiles, int n_heads, int32_t *items, int cap, int *csize);
+cudaError_t cosy_k_attn_dit_paged_auto(cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads,
+                                       const cosy_k_dit_seg *segs, const int32_t *tiles,
+                                       const int32_t *items, int n_items, int csize,
+                                       const cosy_bf16 *pool, int64_t page_elems,
+                                       int64_t layer_off, const int64_t *dev_off, int page_frames,
+                                       const int32_t *ptab, cosy_bf16 *out, int chunk,
+                                       float scale, const cosy_kdev *dev);
+
 /* ============================== gemm.cu ====================================================== */
 
 /* cuBLASLt handle + workspace + a small cache of matmul plans. One per thread (not thread-safe);

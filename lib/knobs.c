@@ -36,6 +36,6 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
   const char *as = env("COSY_FLOW_ATTN_SPLIT");
   const int asn = as[0] >= '1' && as[0] <= '8' && !as[1] ? as[0] - '0' : 0;
-  k->flow_attn_split = asn == 1 ? 4 : asn;
+  k->flow_attn_split = !strcmp(as, "auto") ? -1 : asn == 1 ? 4 : asn;
   k->flow_nopad = !strcmp(env("COSY_FLOW_PAD"), "0");
 }

@@ -33,7 +33,8 @@ typedef struct cosy_knobs {
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
                                    while 2..N requests decode (0: never); -1 default */
   int flow_attn_split;          /* COSY_FLOW_ATTN_SPLIT: key parts per attention query tile of
-                                   the packed flow (2..8; "1" means 4); 0 off */
+                                   the packed flow (2..8; "1" means 4); -1 ("auto"): chosen per
+                                   segment (lib/gpu/flow.h GPU_FLOW_ATTN_AUTO); 0 off */
   int flow_nopad;               /* COSY_FLOW_PAD=0: packed flow batches at their exact sizes */
 } cosy_knobs;
 

@@ -16,7 +16,8 @@
  *   arguments: the reference's checks, max_frames, cancellation, tiny calls.
  *   batch cache: packed batches (gpu_flow_batch) with the block cache vs gpu_flow_infer and the
  *              reference, chunk by chunk; again with the attention's keys split over 4 blocks
- *              (gpu_flow_set_attn_split; where the device has clusters).
+ *              and with the part count per segment (gpu_flow_set_attn_split 4 and
+ *              GPU_FLOW_ATTN_AUTO; where the device has clusters).
  * Full-size random model (environment COSY_FULL_MODEL = path, e.g. from
  *   `python3 tools/make_model.py --preset full -o full.gguf`):
  *   estimator (B 2, N 90, streaming) and a streaming non-final call (20 prompt + 28 new tokens:
@@ -835,11 +836,12 @@ static void batch_cache_case(fixture *fx, int split) {
   gpu_flow *gf = NULL;
   assert_int_equal(gpu_flow_create(fx->g, fx->m, 2 * MAX_FRAMES_SMALL, &gf), COSY_OK);
   if (split && gpu_flow_set_attn_split(gf, split) != split) {
-    print_message("  attention split %d: not on this device (no clusters), skipped\n", split);
+    print_message("  attention split %d (-1: auto): not on this device (no clusters), skipped\n",
+                  split);
     gpu_flow_free(gf);
     return;
   }
-  if (split) print_message("  attention split %d:\n", split);
+  if (split) print_message("  attention split %d (-1: auto):\n", split);
   assert_int_equal(gpu_flow_pool(gf, 32 * gpu_flow_page_bytes(gf)), COSY_OK);
   print_message("  flow pool: %d pages of %.1f MiB\n", gpu_flow_pages_total(gf),
                 gpu_flow_page_bytes(gf) / 1048576.0);
@@ -1032,13 +1034,21 @@ static void test_batch_cache_split(void **state) {
   batch_cache_case(fx, 4);
 }
 
+/* the same with the part count chosen per segment from its key count (COSY_FLOW_ATTN_SPLIT=auto) */
+static void test_batch_cache_auto(void **state) {
+  fixture *fx = *state;
+  if (fx->why) skip();
+  batch_cache_case(fx, GPU_FLOW_ATTN_AUTO);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernels),   cmocka_unit_test(test_estimator),
       cmocka_unit_test(test_flow_a),    cmocka_unit_test(test_flow_b),
       cmocka_unit_test(test_flow_c),    cmocka_unit_test(test_graphs),
       cmocka_unit_test(test_invalid),   cmocka_unit_test(test_batch_cache),
-      cmocka_unit_test(test_batch_cache_split), cmocka_unit_test(test_full_model),
+      cmocka_unit_test(test_batch_cache_split), cmocka_unit_test(test_batch_cache_auto),
+      cmocka_unit_test(test_full_model),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2074,12 +2074,33 @@ typedef struct dit_seg_case {
   int n_q, cached, Lk_less, row, full;
 } dit_seg_case;
 
-/* the one-block launcher (n_split 0) or the split one (n_split >= 1) with the test's device */
+/* the one-block launcher (n_split 0), the split one (n_split >= 1) or the one with the part
+ * count per segment (n_split -1: its cluster items built from hsegs / htiles, the host copies
+ * of segs / tiles, n_seg segments) with the test's device */
 static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_heads,
                                   const void *segs, const int32_t *tiles, int n_tiles,
                                   const void *pool, int64_t page_elems, int64_t layer_off,
                                   const int64_t *dev_off, int page_frames, const int32_t *ptab,
-                                  void *out, int chunk, float scale) {
+                                  void *out, int chunk, float scale,
+                                  const cosy_k_dit_seg *hsegs, int n_seg,
+                                  const int32_t *htiles) {
+  if (n_split < 0) {
+    const int cap = n_tiles * n_heads;
+    int32_t *items = malloc((size_t)(cap > 0 ? cap : 1) * 2 * 4);
+    assert_non_null(items);
+    int csize = 0;
+    const int n_items =
+        cosy_k_dit_auto_items(hsegs, n_seg, htiles, n_tiles, n_heads, items, cap, &csize);
+    assert_true(n_items >= 0);
+    int32_t *ditems = dup_i32(items, (size_t)(n_items > 0 ? n_items : 1) * 2);
+    const cudaError_t e = cosy_k_attn_dit_paged_auto(
+        0, qkv, D, n_heads, segs, tiles, ditems, n_items, csize > 0 ? csize : 1, pool,
+        page_elems, layer_off, dev_off, page_frames, ptab, out, chunk, scale, &g_dev);
+    CK(cudaDeviceSynchronize()); /* before the items are freed */
+    dfree(ditems);
+    free(items);
+    return e;
+  }
   if (n_split == 0)
     return cosy_k_attn_dit_paged(0, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
                                  layer_off, dev_off, page_frames, ptab, out, chunk, scale);
@@ -2088,8 +2109,11 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
                                      n_split, &g_dev);
 }
 
-/* One packed batch against the fp64 reference, with the one-block kernel and with the split
- * kernel at 1, 2, 3, 4 and 8 parts a tile (where the device has clusters). alone >= 0: that
+/* One packed batch against the fp64 reference, with the one-block kernel, with the split
+ * kernel at 1, 2, 3, 4 and 8 parts a tile and with the part count per segment ("auto"; both
+ * where the device has clusters). Auto's rows of a segment must also equal, bit for bit, those
+ * of the kernel it runs for that segment: the one-block kernel at 1 part
+ * (cosy_k_dit_auto_parts), the split kernel at 2, 4 or 8. alone >= 0: that
  * segment is also run by itself (its own one-entry segment table and tile list, so a different
  * segment index, tile count and grid) with each launcher, and its rows must be bit-identical to
  * the batch's: a segment's result does not depend on the rest of the batch. And by itself with
@@ -2192,31 +2216,56 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
       }
     }
   }
-  const int splits[] = {0, 1, 2, 3, 4, 8};
-  for (size_t k = 0; k < sizeof splits / sizeof splits[0]; ++k) {
+  const int splits[] = {0, 1, 2, 3, 4, 8, -1}; /* -1: auto (last: the others are its refs) */
+  enum { NSPLITS = sizeof splits / sizeof splits[0] };
+  float *outs[NSPLITS] = {NULL};
+  for (size_t k = 0; k < NSPLITS; ++k) {
     const int ns = splits[k];
     char nm[40], sz[96];
-    snprintf(nm, sizeof nm, ns ? "attn_dit_paged split %d" : "attn_dit_paged", ns);
-    if (ns >= 2 && !g_dev.clusters) { /* refused without clusters; nothing else to check */
+    if (ns < 0)
+      snprintf(nm, sizeof nm, "attn_dit_paged auto");
+    else
+      snprintf(nm, sizeof nm, ns ? "attn_dit_paged split %d" : "attn_dit_paged", ns);
+    if ((ns >= 2 || ns < 0) && !g_dev.clusters) { /* refused without clusters */
       const cudaError_t e = dit_paged_call(ns, dqkv, D, n_heads, dsegs, dtiles, n_tiles, dpool,
                                            page_elems, host_off, doff, page_frames, dptab, dqkv,
-                                           chunk, (float)scale);
+                                           chunk, (float)scale, segs, n_seg, tiles);
       report(nm, "no clusters: cudaErrorNotSupported", e == cudaErrorNotSupported ? 0.0 : 1.0,
              0.0, 0);
       continue;
     }
     void *dout = dpoison((size_t)total_q * D, BF16);
     CK(dit_paged_call(ns, dqkv, D, n_heads, dsegs, dtiles, n_tiles, dpool, page_elems, host_off,
-                      doff, page_frames, dptab, dout, chunk, (float)scale));
+                      doff, page_frames, dptab, dout, chunk, (float)scale, segs, n_seg, tiles));
     float *out = download(dout, (size_t)total_q * D, BF16);
     snprintf(sz, sizeof sz, "%d segs, %d rows, %d heads, pages of %d", n_seg, total_q, n_heads,
              page_frames);
     check(nm, sz, out, ref, (size_t)total_q * D, 1e-2);
+    if (ns < 0) { /* each segment's rows == those of the kernel auto runs for it */
+      size_t bad = 0;
+      char parts[64] = "";
+      for (int g = 0; g < n_seg; ++g) {
+        const int S = cosy_k_dit_auto_parts(segs[g].Lk);
+        size_t r = 0;
+        while (r < NSPLITS && splits[r] != (S == 1 ? 0 : S)) ++r;
+        assert_true(r < NSPLITS && outs[r]);
+        const size_t o0 = (size_t)segs[g].q_row0 * D, n1 = (size_t)segs[g].n_q * D;
+        for (size_t i = 0; i < n1; ++i)
+          bad += memcmp(&out[o0 + i], &outs[r][o0 + i], sizeof *out) != 0;
+        const size_t len = strlen(parts);
+        if (len + 4 < sizeof parts) snprintf(parts + len, sizeof parts - len, "%s%d", g ? "," : "", S);
+      }
+      snprintf(sz, sizeof sz, "parts %s: == 1-block / split S (mismatches)", parts);
+      report(nm, sz, (double)bad, 0.0, 0);
+    }
     for (int v = 0; alone >= 0 && v < 2; ++v) { /* alone; alone without 30 queries */
       void *dout1 = dpoison((size_t)total_q * D, BF16);
+      cosy_k_dit_seg s2 = segs[alone];
+      s2.n_q -= 30;
       CK(dit_paged_call(ns, dqkv, D, n_heads, v ? dsegs2 : dsegs1, v ? dtiles2 : dtiles1,
                         v ? n_tiles2 : n_tiles1, dpool, page_elems, host_off, doff, page_frames,
-                        dptab, dout1, chunk, (float)scale));
+                        dptab, dout1, chunk, (float)scale, v ? &s2 : &segs[alone], 1,
+                        v ? tiles2 : tiles1));
       float *out1 = download(dout1, (size_t)total_q * D, BF16);
       const size_t o0 = (size_t)segs[alone].q_row0 * D;
       const size_t n1 = (size_t)(segs[alone].n_q - (v ? 30 : 0)) * D;
@@ -2231,9 +2280,10 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
       free(out1);
       dfree(dout1);
     }
-    free(out);
+    outs[k] = out;
     dfree(dout);
   }
+  for (size_t k = 0; k < NSPLITS; ++k) free(outs[k]);
   if (doff) dfree((void *)doff);
   free(pool), free(qkv), free(perm), free(ptab), free(segs), free(tiles), free(tiles1);
   free(tiles2), free(ref), free(kr), free(vr);
@@ -2271,6 +2321,31 @@ void test_attn_dit_paged(void **state) {
   /* segment 4 alone without 30 queries: its second tile's last query sees 100 keys, not 130
    * (two key tiles, not three) */
   check_attn_dit_paged(d, 6, 16, 50, 50, 4);
+  /* the part count per segment (auto) on the calls of the bench's "dit call" group: one
+   * segment of 50 queries over 1000 keys (8 parts), 60 over 110 (1 part: the one-block bits),
+   * 200 over 1000 (4 query tiles, 8 parts each) */
+  const dit_seg_case e1[] = {{50, 950, 0, 0, 0}};
+  check_attn_dit_paged(e1, 1, 16, 50, 50, 0);
+  const dit_seg_case e2[] = {{60, 50, 0, 1, 0}};
+  check_attn_dit_paged(e2, 1, 16, 50, 50, 0);
+  const dit_seg_case e3[] = {{200, 800, 0, 0, 0}};
+  check_attn_dit_paged(e3, 1, 16, 50, 50, 0);
+  /* a segment of 8 parts alone vs among six others of 1, 2, 4 and 8 parts (cached pages, CFG
+   * rows, full and block-causal, keys ending early): clusters of 8 blocks holding 8 heads of a
+   * short segment's tile, 4 x 2 parts, 2 x 4 parts or 1 x 8 */
+  const dit_seg_case f[] = {
+      {50, 950, 0, 0, 0},  /* 1000 keys: 8 parts */
+      {60, 50, 0, 0, 0},   {60, 50, 0, 1, 0}, /* 110 keys: 1 part */
+      {100, 300, 0, 1, 0}, /* 400 keys: 4 parts */
+      {64, 200, 0, 0, 1},  /* 264 keys, full: 2 parts */
+      {130, 0, 0, 1, 0},   /* a first call, 130 keys: 1 part */
+      {90, 607, 17, 0, 0}, /* 680 keys, ending before the last queries' block: 8 parts */
+  };
+  check_attn_dit_paged(f, 7, 16, 50, 50, 0);
+  /* 6 heads: a cluster of 8 with 4 heads of 2 parts (or 8 of 1) leaves its last group(s)
+   * without a head; pages of 16 frames */
+  const dit_seg_case h6[] = {{40, 960, 0, 0, 0}, {64, 200, 0, 1, 0}, {33, 17, 0, 0, 0}};
+  check_attn_dit_paged(h6, 3, 6, 16, 50, 1);
   end_test();
 }
 
@@ -2752,6 +2827,39 @@ void test_args(void **state) {
     bad += cosy_k_attn_dit_paged_split(0, bd, 1024, 16, sg, ti, 1, bd, 0, 0, NULL, 50, ti,
                                        (cosy_bf16 *)d, 50, 0.125f, 4, NULL) !=
            cudaErrorNotSupported; /* no device description */
+    /* the part count per segment: cluster size, items, heads, clusters */
+    bad += cosy_k_attn_dit_paged_auto(0, bd, 1024, 16, sg, ti, ti, 1, 3, bd, 0, 0, NULL, 50, ti,
+                                      (cosy_bf16 *)d, 50, 0.125f, &g_dev) !=
+           cudaErrorInvalidValue; /* clusters of 3 */
+    bad += cosy_k_attn_dit_paged_auto(0, bd, 1024, 16, sg, ti, NULL, 1, 8, bd, 0, 0, NULL, 50,
+                                      ti, (cosy_bf16 *)d, 50, 0.125f, &g_dev) !=
+           cudaErrorInvalidValue; /* no items */
+    bad += cosy_k_attn_dit_paged_auto(0, bd, 1024, 16, sg, ti, ti, -1, 8, bd, 0, 0, NULL, 50,
+                                      ti, (cosy_bf16 *)d, 50, 0.125f, &g_dev) !=
+           cudaErrorInvalidValue; /* -1 items */
+    bad += cosy_k_attn_dit_paged_auto(0, bd, 1024, 8, sg, ti, ti, 1, 8, bd, 0, 0, NULL, 50, ti,
+                                      (cosy_bf16 *)d, 50, 0.125f, &g_dev) !=
+           cudaErrorInvalidValue; /* 8 heads of 64 != D */
+    bad += cosy_k_attn_dit_paged_auto(0, bd, 1024, 16, sg, ti, ti, 1, 8, bd, 0, 0, NULL, 50, ti,
+                                      (cosy_bf16 *)d, 50, 0.125f, &nocl) !=
+           cudaErrorNotSupported; /* no clusters */
+    /* the host item list: a tile of a segment past n_segs, too little room, 0 heads */
+    cosy_k_dit_seg hs[2];
+    memset(hs, 0, sizeof hs);
+    hs[0].n_q = 64, hs[0].Lk = 1000; /* 8 parts */
+    hs[1].n_q = 64, hs[1].Lk = 100;  /* 1 part */
+    const int32_t ht[4] = {0, 0, 1, 0};
+    int32_t it[64];
+    int cs = 0;
+    bad += cosy_k_dit_auto_items(hs, 1, ht, 2, 16, it, 32, &cs) != -1;
+    bad += cosy_k_dit_auto_items(hs, 2, ht, 2, 16, it, 17, &cs) != -1; /* needs 16 + 2 */
+    bad += cosy_k_dit_auto_items(hs, 2, ht, 2, 0, it, 32, &cs) != -1;
+    /* 16 clusters of 8 for the 8-part tile (one head each), 2 for the 1-part one (8 heads each) */
+    bad += cosy_k_dit_auto_items(hs, 2, ht, 2, 16, it, 32, &cs) != 18 || cs != 8 ||
+           it[2 * 15] != 0 || it[2 * 15 + 1] != 15 * 16 + 8 || it[2 * 16] != 1 ||
+           it[2 * 16 + 1] != 0 * 16 + 1 || it[2 * 17 + 1] != 8 * 16 + 1;
+    bad += cosy_k_dit_auto_parts(192) != 1 || cosy_k_dit_auto_parts(193) != 2 ||
+           cosy_k_dit_auto_parts(0) != 1 || cosy_k_dit_auto_parts(641) != 8;
   }
   {
     const cosy_k_prefill_seg *sg = (const cosy_k_prefill_seg *)d;

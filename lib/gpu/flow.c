@@ -105,6 +105,7 @@ typedef struct gblk {
  * varies lives in device buffers written before the launch. */
 typedef struct gkey {
   int N, streaming, batch, Te, n_tiles, n_virt;
+  int n_items, csize; /* the attention's cluster items and size (COSY_FLOW_ATTN_SPLIT=auto) */
 } gkey;
 
 /* What one Euler step of a packed batch reads that depends on the step k (lib/gpu/flow.c
@@ -177,7 +178,8 @@ struct gpu_flow {
   cudaEvent_t tev[2];
   double cap_ms;  /* capture + instantiation time of graph_run calls since the batch began */
   int n_cap, n_hit, n_direct;
-  /* COSY_FLOW_ATTN_SPLIT: 2..8 key parts per attention query tile of a packed batch; 0 off */
+  /* COSY_FLOW_ATTN_SPLIT: 2..8 key parts per attention query tile of a packed batch; 0 off;
+   * GPU_FLOW_ATTN_AUTO: the part count per segment (cosy_k_attn_dit_paged_auto) */
   int attn_split;
   /* 1 (default): a packed batch's sizes padded (PAD_TN, PAD_TE, PAD_TILES); COSY_FLOW_PAD=0 off */
   int pad;
@@ -1083,9 +1085,10 @@ struct gflow_cache {
   /* plan (device + pinned host mirror) */
   int64_t *d_src, *h_src, *d_xdst, *h_xdst, *d_kvdst, *h_kvdst;
   int32_t *d_pos, *h_pos, *d_map, *h_map, *d_virt, *h_virt, *d_tiles, *h_tiles, *d_ptab, *h_ptab;
+  int32_t *d_items, *h_items; /* the auto attention's cluster items (cosy_k_dit_auto_items) */
   cosy_k_dit_seg *d_segs, *h_segs;
   float *h_xout, *h_condb;
-  int ptab_cap, tiles_cap;
+  int ptab_cap, tiles_cap, items_cap;
   int *refs;             /* per page */
   voice_blocks voices[VOICE_SLOTS];
   int n_voices, voice_clock;
@@ -1206,7 +1209,9 @@ void gpu_flow_set_pad(gpu_flow *f, int on) {
 
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {
   if (!f) return 0;
-  const int ok = n_split >= 2 && n_split <= COSY_K_DIT_SPLIT_MAX && f->g->dev.clusters;
+  const int ok = (n_split == GPU_FLOW_ATTN_AUTO ||
+                  (n_split >= 2 && n_split <= COSY_K_DIT_SPLIT_MAX)) &&
+                 f->g->dev.clusters;
   f->attn_split = ok ? n_split : 0;
   return f->attn_split;
 }
@@ -1227,8 +1232,10 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   c->te_max = f->max_frames + CTX * BATCH_JOBS;
   const int ptab_cap = BATCH_JOBS * (f->max_frames / PF + 2);
   const int tiles_cap = 2 * MAX_SEG_TILES(c->tn_max, BATCH_JOBS) + PAD_TILES;
+  const int items_cap = tiles_cap * f->heads; /* at most one cluster item per (tile, head) */
   c->ptab_cap = ptab_cap;
   c->tiles_cap = tiles_cap;
+  c->items_cap = items_cap;
   const size_t TE = (size_t)c->te_max, TN = (size_t)c->tn_max;
   struct {
     void **p;
@@ -1251,6 +1258,7 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
       {(void **)&c->d_map, 2 * TN * 4, "flow plan"},
       {(void **)&c->d_virt, 2 * CTX * BATCH_JOBS * 4, "flow plan"},
       {(void **)&c->d_tiles, (size_t)tiles_cap * 2 * 4, "flow plan"},
+      {(void **)&c->d_items, (size_t)items_cap * 2 * 4, "flow plan"},
       {(void **)&c->d_ptab, (size_t)ptab_cap * 4, "flow plan"},
       {(void **)&c->d_segs, (2 * BATCH_JOBS + 1) * sizeof(cosy_k_dit_seg), "flow plan"},
   };
@@ -1259,7 +1267,8 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
     if ((st = fc_alloc(f, plan[i].bytes, plan[i].what, plan[i].p))) return st;
   /* pinned host mirrors: one block */
   size_t hb = TE * 8 + TN * 8 + 2 * TN * 8 + 2 * TN * 4 * 2 + 2 * CTX * BATCH_JOBS * 4 +
-              (size_t)tiles_cap * 8 + (size_t)ptab_cap * 4 + (2 * BATCH_JOBS + 1) * sizeof(cosy_k_dit_seg) +
+              (size_t)tiles_cap * 8 + (size_t)items_cap * 8 + (size_t)ptab_cap * 4 +
+              (2 * BATCH_JOBS + 1) * sizeof(cosy_k_dit_seg) +
               TN * M * 4 + TE * M * 4 + 64 * 16;
   unsigned char *h;
   if ((st = cosy_gpu_host_alloc(hb, (void **)&h))) return st;
@@ -1270,7 +1279,8 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   c->h_map = c->h_pos + 2 * TN;
   c->h_virt = c->h_map + 2 * TN;
   c->h_tiles = c->h_virt + 2 * CTX * BATCH_JOBS;
-  c->h_ptab = c->h_tiles + (size_t)tiles_cap * 2;
+  c->h_items = c->h_tiles + (size_t)tiles_cap * 2;
+  c->h_ptab = c->h_items + (size_t)items_cap * 2;
   c->h_segs = (cosy_k_dit_seg *)(((uintptr_t)(c->h_ptab + ptab_cap) + 15) & ~(uintptr_t)15);
   c->h_xout = (float *)(((uintptr_t)(c->h_segs + 2 * BATCH_JOBS + 1) + 15) & ~(uintptr_t)15);
   c->h_condb = c->h_xout + TN * M;
@@ -1358,6 +1368,7 @@ void gpu_flow_req_close(gpu_flow *f, gpu_flow_req *q) {
 /* The S Euler steps of a packed batch (launches only; the plan is in c's device buffers). */
 typedef struct batch_args {
   int Tn, Te, n_virt, n_tiles;
+  int n_items, csize; /* COSY_FLOW_ATTN_SPLIT=auto: the attention's cluster items and size */
 } batch_args;
 
 /* One Euler step of a packed batch (launches only). Whatever depends on the step k is read on
@@ -1415,7 +1426,13 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     else
       CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
          "flow: qkv bias + rope");
-    if (f->attn_split) /* each query tile's keys over attn_split blocks (COSY_FLOW_ATTN_SPLIT) */
+    if (f->attn_split == GPU_FLOW_ATTN_AUTO) /* parts per segment (COSY_FLOW_ATTN_SPLIT=auto) */
+      CK(cosy_k_attn_dit_paged_auto(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, c->d_items,
+                                    a->n_items, a->csize, (const cosy_bf16 *)c->pool,
+                                    (int64_t)(c->page_bytes / 2), layer_off, kvoff, PF, c->d_ptab,
+                                    f->att, f->chunk, scale, &f->g->dev),
+         "flow: attention (parts per segment)");
+    else if (f->attn_split) /* each query tile's keys over attn_split blocks (COSY_FLOW_ATTN_SPLIT) */
       CK(cosy_k_attn_dit_paged_split(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
                                      (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2),
                                      layer_off, kvoff, PF, c->d_ptab, f->att, f->chunk, scale,
@@ -1614,6 +1631,13 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       n_tiles++;
     }
   }
+  int n_items = 0, csize = 0;
+  if (f->attn_split == GPU_FLOW_ATTN_AUTO) {
+    n_items = cosy_k_dit_auto_items(c->h_segs, n_segs, c->h_tiles, n_tiles, f->heads, c->h_items,
+                                    c->items_cap, &csize);
+    if (n_items < 0) /* cannot happen: items_cap holds one item per (tile, head) */
+      return cosy_err(COSY_ERR_INTERNAL, "flow: attention items exceed %d", c->items_cap);
+  }
   tt_plan = cosy_now();
   /* uploads (pinned, async) */
 #define UP(d, h, cnt) \
@@ -1625,6 +1649,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   UP(c->d_map, c->h_map, 2 * TnP);
   if (n_virt) UP(c->d_virt, c->h_virt, n_virt);
   UP(c->d_tiles, c->h_tiles, 2 * n_tiles);
+  if (n_items) UP(c->d_items, c->h_items, 2 * n_items);
   if (n_ptab) UP(c->d_ptab, c->h_ptab, n_ptab);
   UP(c->d_segs, c->h_segs, n_segs);
   UP(c->condb, c->h_condb, (size_t)TeP * M);
@@ -1669,7 +1694,9 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     key.Te = TeP;
     key.n_tiles = n_tiles;
     key.n_virt = n_virt;
-    const batch_args ba = {TnP, TeP, n_virt, n_tiles};
+    key.n_items = n_items;
+    key.csize = csize;
+    const batch_args ba = {TnP, TeP, n_virt, n_tiles, n_items, csize};
     /* S steps: step k's modulation row and offsets into the current slots, then the step (a
      * graph captured at the key's first call: one step's ~270 launches capture and instantiate
      * in a few ms, which the other S - 1 replays repay) */

@@ -54,9 +54,12 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes);
 void gpu_flow_set_timing(gpu_flow *f, const char *path);
 /* The knob COSY_FLOW_ATTN_SPLIT (a measurement aid): the packed batches' attention splits each
  * query tile's keys over n_split blocks (cosy_k_attn_dit_paged_split, kernels.h), n_split 2..8;
- * 0 or 1: the one-block kernel (the default). Call it before the first gpu_flow_batch (a step
- * graph keeps the kernel it was captured with). Returns the value now in effect: 0 where the
- * device has no thread-block clusters or n_split is out of range. */
+ * GPU_FLOW_ATTN_AUTO: over a part count chosen per segment from its key count
+ * (cosy_k_attn_dit_paged_auto; nothing allocated); 0 or 1: the one-block kernel (the default).
+ * Call it before the first gpu_flow_batch (a step graph keeps the kernel it was captured with).
+ * Returns the value now in effect: 0 where the device has no thread-block clusters or n_split is
+ * out of range. */
+#define GPU_FLOW_ATTN_AUTO (-1)
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split);
 /* The knob COSY_FLOW_PAD=0 (a measurement aid): a packed batch runs at its exact sizes instead
  * of sizes rounded up so that its step graph is reused (lib/gpu/flow.c "Padded sizes"; on by
