@@ -21,7 +21,8 @@
  *       a = attention (16 heads x 64, full or block-causal 50: cosy_k_attn_dit, bf16 tensor
  *           cores, fp32 softmax)
  *       o = a W_o^T (fp32 out); h += g_a (o + b_o); n = bf16(LN(h) (1 + sc_m) + sh_m)  (fused)
- *       f = gelu_tanh(n W_1^T + b_1) (GEMM bf16 out, then bias + GELU fused); o = f W_2^T (fp32)
+ *       f = gelu_tanh(n W_1^T + b_1) (one bf16 GEMM with cuBLASLt's GELU + fp32 bias epilogue;
+ *           COSY_FLOW_FF1_EPI=0: GEMM, then bias + GELU in one kernel); o = f W_2^T (fp32)
  *     h += g_m (o + b_2); n = LN(h) (1 + scale) + shift (final AdaLN, scale first);
  *     v = n W_po^T + b_po (fp32)
  *     x = x + dt (c1 v[0] - c2 v[1])   (fp32; c1 = 1 + cfg, c2 = cfg)
@@ -41,9 +42,14 @@
  *    (normalized activations, attention output, FF hidden): bf16. Weights: bf16 for the DiT
  *    matrices and the conv position embedding; fp32 for the time MLP, input projection,
  *    PreLookahead and the token embedding (all small).
- *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; ff1:
- *    with GELU; o and ff2: in the residual + LayerNorm kernel), so no GEMM needs a bias epilogue
- *    and no separate bias pass runs.
+ *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; o and
+ *    ff2: in the residual + LayerNorm kernel), so no separate bias pass runs. ff1's bias and GELU
+ *    are the GEMM's epilogue (CUBLASLT_EPILOGUE_GELU_BIAS, the fp32 bias; kernels/gemm.cu): one
+ *    launch instead of two per block, and the hidden f rounded to bf16 once (from the fp32
+ *    accumulator) instead of twice (GEMM output, then after bias + GELU). The knob
+ *    COSY_FLOW_FF1_EPI=0 (cosy_gpu.flow_ff1_epi) keeps the two launches (GEMM, then
+ *    cosy_k_flow_bias_gelu), for a device A/B; where cuBLASLt refuses the fused form, gemm.cu
+ *    runs the GEMM and its own bias + GELU kernel and counts it (gpu_flow_ff1_fallbacks).
  *  - CUDA graphs: the 10 steps of a gpu_flow_infer call read only buffers fixed at create plus
  *    per-call data written before the launch, so a graph captured for (N, streaming) is replayed
  *    for every later call with the same key (LRU cache of GRAPH_CACHE graphs); the first call of
@@ -184,11 +190,8 @@ struct gpu_flow {
     if (st_ != COSY_OK) return st_;                              \
   } while (0)
 
-static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const void *x, int ldx,
-                        const void *w, const float *bias, cosy_kdtype ydt, void *y, int ldy,
-                        int accumulate, const char *what) {
-  cudaError_t e =
-      cosy_k_gemm(f->g->gemm, f->s, M, N, K, ab, x, ldx, w, bias, ydt, y, ldy, accumulate);
+static cosy_status gemm_status(gpu_flow *f, cudaError_t e, int M, int N, int K,
+                               const char *what) {
   cosy_status st = cosy_gpu_check(e, what); /* also on success: injected failures count it */
   if (st == COSY_OK) return COSY_OK;
   int cb = e == cudaSuccess ? 0 : cosy_gemm_last_cublas_status(f->g->gemm);
@@ -198,10 +201,35 @@ static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const 
   return st;
 }
 
+static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const void *x, int ldx,
+                        const void *w, const float *bias, cosy_kdtype ydt, void *y, int ldy,
+                        int accumulate, const char *what) {
+  return gemm_status(
+      f, cosy_k_gemm(f->g->gemm, f->s, M, N, K, ab, x, ldx, w, bias, ydt, y, ldy, accumulate), M,
+      N, K, what);
+}
+
 /* bf16 block GEMM without bias (the kernels that follow add it) */
 static cosy_status bgemm(gpu_flow *f, int M, int N, int K, const cosy_bf16 *x, int ldx,
                          const cosy_bf16 *w, cosy_kdtype ydt, void *y, int ldy, const char *what) {
   return gemm(f, M, N, K, COSY_KDT_BF16, x, ldx, w, NULL, ydt, y, ldy, 0, what);
+}
+
+/* ffb = gelu_tanh(nb W_1^T + b_1) for `rows` rows: one GEMM with the GELU + bias epilogue, or
+ * (COSY_FLOW_FF1_EPI=0) the GEMM then cosy_k_flow_bias_gelu */
+static cosy_status ff1(gpu_flow *f, const gblk *b, int rows) {
+  const int D = f->D, F = f->F;
+  if (!f->g->flow_ff1_epi) {
+    cosy_status st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F,
+                           "flow: ff1");
+    if (st) return st;
+    CK(cosy_k_flow_bias_gelu(f->s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+    return COSY_OK;
+  }
+  return gemm_status(f,
+                     cosy_k_gemm_gelu(f->g->gemm, f->s, rows, F, D, COSY_KDT_BF16, f->nb, D,
+                                      b->ff1_w, b->ff1_b, COSY_KDT_BF16, f->ffb, F),
+                     rows, F, D, "flow: ff1 + bias + gelu");
 }
 
 static cosy_status alloc(gpu_flow *f, size_t bytes, const char *what, void **out) {
@@ -317,9 +345,7 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
     CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, mbs,
                             f->nb, R, N, D, LN_EPS),
        "flow: residual + norm");
-    if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
-      return st;
-    CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+    if ((st = ff1(f, b, rows))) return st;
     if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
       return st;
   }
@@ -1158,7 +1184,9 @@ static cosy_status prewarm_gemms(gpu_flow *f) {
                           0);
   if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, D, D, bf, f->att, D, b->o_w, NULL, f32, f->xo, D, 0);
-  if (e == cudaSuccess)
+  if (e == cudaSuccess && f->g->flow_ff1_epi) /* the plans ff1 uses (the epilogue is in the key) */
+    e = cosy_gemm_prewarm_gelu(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, b->ff1_b, bf, f->ffb, F);
+  else if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, NULL, bf, f->ffb, F, 0);
   if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, D, F, bf, f->ffb, F, b->ff2_w, NULL, f32, f->xo, D, 0);
@@ -1189,6 +1217,10 @@ void gpu_flow_set_timing(gpu_flow *f, const char *path) {
       cudaEventDestroy(f->tev[1]);
     }
   }
+}
+
+long gpu_flow_ff1_fallbacks(const gpu_flow *f) {
+  return f && f->g->flow_ff1_epi ? cosy_gemm_epi_fallbacks(f->g->gemm) : 0;
 }
 
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {
@@ -1418,9 +1450,7 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
                             1, rows, D, LN_EPS),
        "flow: residual + norm");
-    if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
-      return st;
-    CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+    if ((st = ff1(f, b, rows))) return st;
     if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
       return st;
   }

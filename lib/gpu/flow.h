@@ -58,6 +58,10 @@ void gpu_flow_set_timing(gpu_flow *f, const char *path);
  * graph keeps the kernel it was captured with). Returns the value now in effect: 0 where the
  * device has no thread-block clusters or n_split is out of range. */
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split);
+/* GEMM plans of ff1 that run without the fused bias + GELU epilogue because cuBLASLt refused it
+ * (kernels/gemm.cu cosy_gemm_epi_fallbacks; the GEMM, then a bias + GELU kernel: same results,
+ * one launch more); 0 expected, and 0 with the knob COSY_FLOW_FF1_EPI=0. */
+long gpu_flow_ff1_fallbacks(const gpu_flow *f);
 int gpu_flow_pages_total(const gpu_flow *f);
 int gpu_flow_pages_free(const gpu_flow *f);
 /* pages held by the voice table: the prompt-only blocks of the voices seen (blocks 50 b .. 50 b + 49
