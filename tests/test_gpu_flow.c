@@ -420,9 +420,10 @@ static int flow_case(fixture *fx, const char *tag, int n_gen, int streaming, int
                 gn, (t1 - t0) * 1e3, cosy_now() - t1);
   /* ff1's bias + GELU: cuBLASLt's epilogue (COSY_FLOW_FF1_EPI unset or 1) or its own kernel
    * (COSY_FLOW_FF1_EPI=0); with the epilogue on, cuBLASLt must have taken it for every plan */
-  print_message("  FLOW(%s): ff1 bias + GELU %s, %ld plans refused by cuBLASLt\n", tag,
-                fx->g->flow_ff1_epi ? "fused into the GEMM" : "in a second kernel",
-                gpu_flow_ff1_fallbacks(fx->gf));
+  print_message("  FLOW(%s): ff1 bias + GELU %s, %ld plans refused by cuBLASLt, %ld with the "
+                "bias in bf16\n",
+                tag, fx->g->flow_ff1_epi ? "fused into the GEMM" : "in a second kernel",
+                gpu_flow_ff1_fallbacks(fx->gf), gpu_flow_ff1_bias_bf16(fx->gf));
   assert_int_equal(gpu_flow_ff1_fallbacks(fx->gf), 0);
   assert_int_equal(gn, rn);
   size_t n = (size_t)80 * gn;

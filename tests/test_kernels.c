@@ -1112,9 +1112,12 @@ static void check_gemm_inv(int N, int K) {
   dfree(dx), dfree(dw), dfree(dyb);
 }
 
-/* cosy_k_gemm_gelu: y = gelu_tanh(x W^T + bias) against double, with the fused cuBLASLt epilogue
- * (fused = 1; for bf16 outputs the fused form must have been taken: no new
- * cosy_gemm_epi_fallbacks) or its fallback forced (fused = 0: GEMM + cosy_k_add_bias_gelu).
+/* cosy_k_gemm_gelu: y = gelu_tanh(x W^T + bias) against double, in cosy_gemm_set_gelu_epi's mode
+ * `fused`: 1 the default (the fused cuBLASLt epilogue with the fp32 bias, else with the bias in
+ * y's type; for bf16 outputs one of the two must have been taken: no new
+ * cosy_gemm_epi_fallbacks), 2 the fused form with the bias in y's type forced (bf16 for a bf16
+ * y: the reference keeps the fp32 bias, the difference is below the bf16 tolerance), 0 the
+ * fallback forced (GEMM + cosy_k_add_bias_gelu).
  * W is scaled by 1.7/sqrt(K) so the pre-activations (about N(0, 0.6) plus a bias in [-1, 1]) lie
  * where GELU is curved. Which GELU: the output minus the erf-GELU reference, projected on the
  * difference of the two forms (tanh - erf; rel-L2 ~2e-4 here, far above the fp32 output's
@@ -1133,12 +1136,17 @@ static void check_gemm_gelu(int M, int N, int K, cosy_kdtype ydt, int with_bias,
   float *x = fill(nx, -1.f, 1.f), *w = fill(nw, -a, a), *bias = fill(N, -1.f, 1.f);
   void *dx = dup_dt(x, nx, BF16), *dw = dup_dt(w, nw, BF16);
   float *db = dup_dt(bias, N, F32);
+  float *bias_y = malloc((size_t)N * sizeof *bias_y);
+  assert_non_null(bias_y);
+  memcpy(bias_y, bias, (size_t)N * sizeof *bias_y);
+  void *dby = dup_dt(bias_y, N, ydt); /* rounds bias_y, not bias */
   void *dy = dpoison(ny, ydt);
   cosy_gemm_set_gelu_epi(g_gemm, fused);
-  const long f0 = cosy_gemm_epi_fallbacks(g_gemm);
-  CK(cosy_k_gemm_gelu(g_gemm, 0, M, N, K, BF16, dx, K, dw, with_bias ? db : NULL, ydt, dy, ldy));
+  const long f0 = cosy_gemm_epi_fallbacks(g_gemm), y0 = cosy_gemm_epi_bias_y(g_gemm);
+  CK(cosy_k_gemm_gelu(g_gemm, 0, M, N, K, BF16, dx, K, dw, with_bias ? db : NULL,
+                      with_bias ? dby : NULL, ydt, dy, ldy));
   CK(cudaDeviceSynchronize());
-  const long nf = cosy_gemm_epi_fallbacks(g_gemm) - f0;
+  const long nf = cosy_gemm_epi_fallbacks(g_gemm) - f0, nby = cosy_gemm_epi_bias_y(g_gemm) - y0;
   cosy_gemm_set_gelu_epi(g_gemm, 1);
   float *yw = download(dy, ny, ydt);
   const size_t n = (size_t)M * N;
@@ -1160,19 +1168,21 @@ static void check_gemm_gelu(int M, int N, int K, cosy_kdtype ydt, int with_bias,
   char sz[96];
   snprintf(sz, sizeof sz, "M=%d N=%d K=%d bf16->%s%s%s %s", M, N, K, dtn(ydt),
            with_bias ? " +bias" : "", ldy_extra ? " strided" : "",
-           !fused ? "fallback" : nf ? "REFUSED" : "fused");
+           !fused ? "fallback" : nf ? "REFUSED" : nby ? "fused, bias in y type" : "fused");
   /* fp32 outputs: 1e-3 leaves room for a fast tanh in cuBLASLt's epilogue */
   check("gemm_gelu", sz, y, ref, n, ydt == BF16 ? 1e-2 : 1e-3);
   const double form = den > 0 ? num / den : 0.0;
   report("gemm_gelu tanh form", sz, fabs(form - 1.0), 0.25, 0);
   if (fused && ydt == BF16) /* the flow's form: cuBLASLt must take the fused epilogue */
     report("gemm_gelu fused", sz, (double)nf, 0.0, 0);
+  if (fused == 2 && ydt == BF16) /* and the forced bias_y form must have been that one */
+    report("gemm_gelu bias_y", sz, nf == 0 && nby == 1 ? 0.0 : 1.0, 0.0, 0);
   size_t gap_bad = 0; /* the columns between N and ldy stay untouched (poisoned) */
   for (int m = 0; m < M; ++m)
     for (int j = N; j < ldy; ++j) gap_bad += !isnan(yw[(size_t)m * ldy + j]);
   if (ldy_extra) report("gemm_gelu ldy gap", sz, (double)gap_bad, 0.0, 0);
-  free(x), free(w), free(bias), free(yw), free(y), free(ref), free(dif);
-  dfree(dx), dfree(dw), dfree(db), dfree(dy);
+  free(x), free(w), free(bias), free(bias_y), free(yw), free(y), free(ref), free(dif);
+  dfree(dx), dfree(dw), dfree(db), dfree(dby), dfree(dy);
 }
 
 void test_gemm(void **state) {
@@ -1256,12 +1266,14 @@ void test_gemm(void **state) {
     dfree(dx), dfree(dw), dfree(db), dfree(dy);
   }
   /* cosy_k_gemm_gelu: the flow's ff1 shape (N = 4096, K = 1024), M not a multiple of 8, a
-   * bucketed M; fused and forced fallback; fp32 outputs (which GELU: tight), strided y */
+   * bucketed M; fused, forced bias_y form and forced fallback; fp32 outputs, strided y */
   check_gemm_gelu(1, 4096, 1024, BF16, 1, 1, 0);
   check_gemm_gelu(37, 4096, 1024, BF16, 1, 1, 0);
   check_gemm_gelu(203, 4096, 1024, BF16, 1, 1, 0);
   check_gemm_gelu(37, 4096, 1024, BF16, 1, 0, 0);
   check_gemm_gelu(203, 4096, 1024, BF16, 1, 0, 0);
+  check_gemm_gelu(37, 4096, 1024, BF16, 1, 2, 0);
+  check_gemm_gelu(203, 4096, 1024, BF16, 1, 2, 0);
   check_gemm_gelu(77, 1024, 512, F32, 1, 1, 0);
   check_gemm_gelu(77, 1024, 512, F32, 1, 0, 0);
   check_gemm_gelu(13, 640, 512, F32, 0, 1, 24);
@@ -1275,13 +1287,13 @@ void test_gemm(void **state) {
     float *db = dup_dt(bias, N, F32);
     void *dy = dpoison((size_t)MM * N, BF16);
     void *sx = dup_dt(x, (size_t)MM * K, BF16), *sy = dpoison((size_t)MM * N, BF16);
-    CK(cosy_gemm_prewarm_gelu(g_gemm, 0, MM, N, K, BF16, sx, K, dw, db, BF16, sy, N));
+    CK(cosy_gemm_prewarm_gelu(g_gemm, 0, MM, N, K, BF16, sx, K, dw, db, NULL, BF16, sy, N));
     CK(cudaDeviceSynchronize());
     dfree(sx), dfree(sy);
     const long q0 = cosy_gemm_heuristic_queries(g_gemm);
     const int ms[3] = {65, 300, 599};
     for (int i = 0; i < 3; ++i)
-      CK(cosy_k_gemm_gelu(g_gemm, 0, ms[i], N, K, BF16, dx, K, dw, db, BF16, dy, N));
+      CK(cosy_k_gemm_gelu(g_gemm, 0, ms[i], N, K, BF16, dx, K, dw, db, NULL, BF16, dy, N));
     const long nq = cosy_gemm_heuristic_queries(g_gemm) - q0;
     char sq[96];
     snprintf(sq, sizeof sq, "after prewarm_gelu to %d: %ld queries for M = 65..599", MM, nq);

@@ -44,12 +44,14 @@
  *    PreLookahead and the token embedding (all small).
  *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; o and
  *    ff2: in the residual + LayerNorm kernel), so no separate bias pass runs. ff1's bias and GELU
- *    are the GEMM's epilogue (CUBLASLT_EPILOGUE_GELU_BIAS, the fp32 bias; kernels/gemm.cu): one
- *    launch instead of two per block, and the hidden f rounded to bf16 once (from the fp32
- *    accumulator) instead of twice (GEMM output, then after bias + GELU). The knob
+ *    are the GEMM's epilogue (CUBLASLT_EPILOGUE_GELU_BIAS with the fp32 bias, or its bf16 copy
+ *    where cuBLASLt refuses the fp32 one; kernels/gemm.cu): one launch instead of two per
+ *    block, and the hidden f rounded to bf16 once (from the fp32 accumulator) instead of twice
+ *    (GEMM output, then after bias + GELU). The knob
  *    COSY_FLOW_FF1_EPI=0 (cosy_gpu.flow_ff1_epi) keeps the two launches (GEMM, then
  *    cosy_k_flow_bias_gelu), for a device A/B; where cuBLASLt refuses the fused form, gemm.cu
- *    runs the GEMM and its own bias + GELU kernel and counts it (gpu_flow_ff1_fallbacks).
+ *    runs the GEMM and its own bias + GELU kernel and counts it (gpu_flow_ff1_fallbacks; the
+ *    bf16 bias: gpu_flow_ff1_bias_bf16).
  *  - CUDA graphs: the 10 steps of a gpu_flow_infer call read only buffers fixed at create plus
  *    per-call data written before the launch, so a graph captured for (N, streaming) is replayed
  *    for every later call with the same key (LRU cache of GRAPH_CACHE graphs); the first call of
@@ -98,6 +100,7 @@
 typedef struct gblk {
   cosy_bf16 *qkv_w, *o_w, *ff1_w, *ff2_w; /* [3D][D], [D][D], [F][D], [D][F] */
   float *qkv_b, *o_b, *ff1_b, *ff2_b;
+  cosy_bf16 *ff1_bh; /* ff1_b in bf16: the epilogue's bias where cuBLASLt refuses the fp32 one */
 } gblk;
 
 /* What a captured graph depends on: gpu_flow_infer's (N, streaming), or a packed batch's sizes
@@ -228,7 +231,7 @@ static cosy_status ff1(gpu_flow *f, const gblk *b, int rows) {
   }
   return gemm_status(f,
                      cosy_k_gemm_gelu(f->g->gemm, f->s, rows, F, D, COSY_KDT_BF16, f->nb, D,
-                                      b->ff1_w, b->ff1_b, COSY_KDT_BF16, f->ffb, F),
+                                      b->ff1_w, b->ff1_b, b->ff1_bh, COSY_KDT_BF16, f->ffb, F),
                      rows, F, D, "flow: ff1 + bias + gelu");
 }
 
@@ -712,6 +715,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
       UPB(o_b, COSY_KDT_F32, "attn.to_out.0.bias")
       UPB(ff1_w, COSY_KDT_BF16, "ff.ff.0.0.weight")
       UPB(ff1_b, COSY_KDT_F32, "ff.ff.0.0.bias")
+      UPB(ff1_bh, COSY_KDT_BF16, "ff.ff.0.0.bias")
       UPB(ff2_w, COSY_KDT_BF16, "ff.ff.2.weight")
       UPB(ff2_b, COSY_KDT_F32, "ff.ff.2.bias")
 #undef UPB
@@ -1185,7 +1189,8 @@ static cosy_status prewarm_gemms(gpu_flow *f) {
   if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, D, D, bf, f->att, D, b->o_w, NULL, f32, f->xo, D, 0);
   if (e == cudaSuccess && f->g->flow_ff1_epi) /* the plans ff1 uses (the epilogue is in the key) */
-    e = cosy_gemm_prewarm_gelu(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, b->ff1_b, bf, f->ffb, F);
+    e = cosy_gemm_prewarm_gelu(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, b->ff1_b, b->ff1_bh, bf,
+                               f->ffb, F);
   else if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, NULL, bf, f->ffb, F, 0);
   if (e == cudaSuccess)
@@ -1221,6 +1226,10 @@ void gpu_flow_set_timing(gpu_flow *f, const char *path) {
 
 long gpu_flow_ff1_fallbacks(const gpu_flow *f) {
   return f && f->g->flow_ff1_epi ? cosy_gemm_epi_fallbacks(f->g->gemm) : 0;
+}
+
+long gpu_flow_ff1_bias_bf16(const gpu_flow *f) {
+  return f && f->g->flow_ff1_epi ? cosy_gemm_epi_bias_y(f->g->gemm) : 0;
 }
 
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {

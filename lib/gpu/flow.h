@@ -62,6 +62,9 @@ int gpu_flow_set_attn_split(gpu_flow *f, int n_split);
  * (kernels/gemm.cu cosy_gemm_epi_fallbacks; the GEMM, then a bias + GELU kernel: same results,
  * one launch more); 0 expected, and 0 with the knob COSY_FLOW_FF1_EPI=0. */
 long gpu_flow_ff1_fallbacks(const gpu_flow *f);
+/* GEMM plans of ff1 fused with the bias rounded to bf16 because cuBLASLt refused the fp32 bias
+ * in the epilogue (kernels/gemm.cu cosy_gemm_epi_bias_y). */
+long gpu_flow_ff1_bias_bf16(const gpu_flow *f);
 int gpu_flow_pages_total(const gpu_flow *f);
 int gpu_flow_pages_free(const gpu_flow *f);
 /* pages held by the voice table: the prompt-only blocks of the voices seen (blocks 50 b .. 50 b + 49
