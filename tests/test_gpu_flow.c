@@ -310,7 +310,7 @@ static int resid_ln_case(int B, int N, int D, int shared_mod, int with_a) {
   float *m0 = (float *)dm;
   CUDA_OK(cosy_k_flow_resid_ln(0, (float *)dh, with_a ? (const float *)da : NULL,
                                with_a ? m0 + 3 * D : NULL, m0 + 2 * D, m0 + D, m0, mbs,
-                               (cosy_bf16 *)dy, B, N, D, 1e-6f));
+                               (cosy_bf16 *)dy, B, N, D, 1e-6f, 0));
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaMemcpy(got_h, dh, n * 4, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(yb, dy, n * 2, cudaMemcpyDeviceToHost));

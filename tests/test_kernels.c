@@ -1850,9 +1850,9 @@ static void check_flow_qkv_post(int B, int N, int D, int rot, int with_pos) {
   void *dcs = dup_dt(cs, (size_t)P * half * 2, F32);
   int32_t *dpos = dup_i32(pos, (size_t)rows);
   if (with_pos)
-    CK(cosy_k_flow_qkv_post_pos(0, dx, db, dcs, dpos, rows, D, rot));
+    CK(cosy_k_flow_qkv_post_pos(0, dx, db, dcs, dpos, rows, D, rot, g_dev.pdl));
   else
-    CK(cosy_k_flow_qkv_post(0, dx, db, dcs, B, N, D, rot));
+    CK(cosy_k_flow_qkv_post(0, dx, db, dcs, B, N, D, rot, 0));
   float *out = download(dx, n, BF16);
   double *ref = dalloc_host(n);
   for (int r = 0; r < rows; ++r)
@@ -1880,7 +1880,7 @@ static void check_flow_bias_gelu(int rows, int F) {
   const size_t n = (size_t)rows * F;
   float *x = fill(n, -3.f, 3.f), *bias = fill((size_t)F, -0.5f, 0.5f);
   void *dx = dup_dt(x, n, BF16), *db = dup_dt(bias, (size_t)F, F32);
-  CK(cosy_k_flow_bias_gelu(0, dx, db, rows, F));
+  CK(cosy_k_flow_bias_gelu(0, dx, db, rows, F, g_dev.pdl));
   float *out = download(dx, n, BF16);
   double *ref = dalloc_host(n);
   for (size_t e = 0; e < n; ++e) ref[e] = gelu_d((double)x[e] + bias[e % F]);
@@ -2004,9 +2004,10 @@ static void check_flow_qkv_post_store(int rows, int D, int rot, int n_slots, int
   void *ddst = dup_bytes(dst, (size_t)rows * sizeof *dst);
   int64_t host_off;
   const int64_t *doff = dev_part(layer_off, &host_off);
-  CK(cosy_k_flow_qkv_post_pos(0, dx1, db, dcs, dpos, rows, D, rot));
+  CK(cosy_k_flow_qkv_post_pos(0, dx1, db, dcs, dpos, rows, D, rot, g_dev.pdl));
   CK(cosy_k_flow_kv_store(0, dp1, ddst, host_off, doff, D, dx1, rows, D));
-  CK(cosy_k_flow_qkv_post_store(0, dx2, db, dcs, dpos, rows, D, rot, dp2, ddst, host_off, doff, D));
+  CK(cosy_k_flow_qkv_post_store(0, dx2, db, dcs, dpos, rows, D, rot, dp2, ddst, host_off, doff, D,
+                                g_dev.pdl)); /* PDL after kv_store (where the device has it) */
   float *q1 = download(dx1, n, BF16), *q2 = download(dx2, n, BF16);
   float *p1 = download(dp1, npool, BF16), *p2 = download(dp2, npool, BF16);
   double *rq = to_double(q1, n), *rp = to_double(p1, npool);
@@ -2841,7 +2842,7 @@ void test_args(void **state) {
     ga.norm_w = d;
     bad += cosy_k_llm_gemv(0, &ga) != cudaErrorNotSupported; /* a combination not built */
   }
-  bad += cosy_k_flow_qkv_post(0, (cosy_bf16 *)d, d, d, 1, 4, 100, 64) !=
+  bad += cosy_k_flow_qkv_post(0, (cosy_bf16 *)d, d, d, 1, 4, 100, 64, 0) !=
          cudaErrorInvalidValue; /* D % 8 */
   bad += cosy_k_flow_kv_store(0, (cosy_bf16 *)d + 1, (const int64_t *)d, 0, NULL, 64,
                               (const cosy_bf16 *)d, 1, 64) != cudaErrorInvalidValue; /* unaligned */

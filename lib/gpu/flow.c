@@ -70,6 +70,10 @@
  *    host synchronization inside the loop either way.
  *    The graphs reference the cosy_gpu's GEMM workspace: do not run other work that uses it on
  *    another stream concurrently.
+ *  - COSY_FLOW_PDL=1 (default off, a measurement knob): the flow's own elementwise kernels
+ *    (resid_ln, qkv_post*, bias_gelu) are launched with programmatic dependent launch where the
+ *    device has it (kernels/dit_elementwise.h `pdl`; each waits before touching memory), inside
+ *    the step graphs too, so that their launch overlaps the end of the GEMM or attention before.
  *  - gpu_flow_estimator runs the batch two rows at a time with direct launches.
  *  - Work buffers are poisoned with NaN (0xFF bytes) at create: anything read before written
  *    shows up in the tests.
@@ -182,6 +186,10 @@ struct gpu_flow {
   int n_cap, n_hit, n_direct;
   /* COSY_FLOW_ATTN_SPLIT: 2..8 key parts per attention query tile of a packed batch; 0 off */
   int attn_split;
+  /* COSY_FLOW_PDL (cosy_gpu.flow_pdl) where the device has programmatic dependent launch: the
+   * flow's own elementwise kernels (resid_ln, qkv_post*, bias_gelu) launched as programmatic
+   * dependents of the kernel before them (kernels/dit_elementwise.h) */
+  int pdl;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -226,7 +234,7 @@ static cosy_status ff1(gpu_flow *f, const gblk *b, int rows) {
     cosy_status st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F,
                            "flow: ff1");
     if (st) return st;
-    CK(cosy_k_flow_bias_gelu(f->s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+    CK(cosy_k_flow_bias_gelu(f->s, f->ffb, b->ff1_b, rows, F, f->pdl), "flow: ff1 bias + gelu");
     return COSY_OK;
   }
   return gemm_status(f,
@@ -312,6 +320,7 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
   const int D = f->D, M = f->M, F = f->F, rows = R * N;
   const int64_t D6 = 6 * (int64_t)D;
   cudaStream_t s = f->s;
+  const int pdl = f->pdl; /* COSY_FLOW_PDL */
   cosy_status st;
   /* input projection (x columns) + constant part; bf16 copy for the conv */
   if ((st = gemm(f, x_shared ? N : rows, D, M, COSY_KDT_F32, f->xin, M, f->inx_w, NULL,
@@ -329,24 +338,26 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
     const gblk *b = &f->blk[l];
     const float *md = mod + l * D6; /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
     if (l == 0)
-      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, mbs, f->nb, R, N, D, LN_EPS),
+      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, mbs, f->nb, R, N, D, LN_EPS,
+                              pdl),
          "flow: norm");
     else /* h += gate_mlp(l-1) * (ff2 out + ff2 bias of block l-1) */
       CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md,
-                              mbs, f->nb, R, N, D, LN_EPS),
+                              mbs, f->nb, R, N, D, LN_EPS, pdl),
          "flow: residual + norm");
     /* the GEMMs leave their biases to the kernels that follow (fused epilogues) */
     if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D,
                     "flow: qkv")))
       return st;
-    CK(cosy_k_flow_qkv_post(s, f->qkv, b->qkv_b, f->rope_cs, R, N, D, f->hd), "flow: qkv bias + rope");
+    CK(cosy_k_flow_qkv_post(s, f->qkv, b->qkv_b, f->rope_cs, R, N, D, f->hd, pdl),
+       "flow: qkv bias + rope");
     CK(cosy_k_attn_dit(s, COSY_KDT_BF16, f->qkv, f->qkv + D, f->qkv + 2 * D, 3 * D, f->att, D, R,
                        N, f->heads, f->hd, streaming ? f->chunk : 0, scale),
        "flow: attention");
     if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
       return st;
     CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, mbs,
-                            f->nb, R, N, D, LN_EPS),
+                            f->nb, R, N, D, LN_EPS, pdl),
        "flow: residual + norm");
     if ((st = ff1(f, b, rows))) return st;
     if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
@@ -355,7 +366,7 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
   /* final: h += gate_mlp * ff; AdaLN (scale first, then shift); proj_out */
   const float *mo = mod + f->depth * D6;
   CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
-                          mbs, f->nb, R, N, D, LN_EPS),
+                          mbs, f->nb, R, N, D, LN_EPS, pdl),
      "flow: final norm");
   return gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M, 0,
               "flow: proj_out");
@@ -531,6 +542,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   gpu_flow *f = (gpu_flow *)cosy_calloc(1, sizeof *f);
   if (!f) return COSY_ERR_NO_MEMORY;
   f->g = g;
+  f->pdl = g->flow_pdl && g->dev.pdl;
   f->s = g->stream;
   f->M = hp->mel_dim;
   f->spk_dim = hp->spk_dim;
@@ -1398,6 +1410,7 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
   const int M = f->M, D = f->D, F = f->F;
   const int Tn = a->Tn, Te = a->Te, n_virt = a->n_virt, n_tiles = a->n_tiles;
   cudaStream_t s = f->s;
+  const int pdl = f->pdl; /* COSY_FLOW_PDL */
   cosy_status st;
   const int rows = 2 * Tn;
   const int64_t D6 = 6 * (int64_t)D;
@@ -1426,11 +1439,12 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     const gblk *b = &f->blk[l];
     const float *md = mod + l * D6;
     if (l == 0)
-      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS),
+      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS,
+                              pdl),
          "flow: norm");
     else
       CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md, 0,
-                              f->nb, 1, rows, D, LN_EPS),
+                              f->nb, 1, rows, D, LN_EPS, pdl),
          "flow: residual + norm");
     if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D, "flow: qkv")))
       return st;
@@ -1438,10 +1452,11 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     if (c->pool) /* bias + RoPE, and the committed rows' K/V into their cache pages */
       CK(cosy_k_flow_qkv_post_store(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd,
                                     (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, kvoff,
-                                    (int64_t)PF * D),
+                                    (int64_t)PF * D, pdl),
          "flow: qkv bias + rope + kv store");
     else
-      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
+      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd,
+                                  pdl),
          "flow: qkv bias + rope");
     if (f->attn_split) /* each query tile's keys over attn_split blocks (COSY_FLOW_ATTN_SPLIT) */
       CK(cosy_k_attn_dit_paged_split(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
@@ -1457,7 +1472,7 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
       return st;
     CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
-                            1, rows, D, LN_EPS),
+                            1, rows, D, LN_EPS, pdl),
        "flow: residual + norm");
     if ((st = ff1(f, b, rows))) return st;
     if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
@@ -1465,7 +1480,7 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
   }
   const float *mo = mod + f->depth * D6;
   CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
-                          0, f->nb, 1, rows, D, LN_EPS),
+                          0, f->nb, 1, rows, D, LN_EPS, pdl),
      "flow: final norm");
   if ((st = gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M,
                  0, "flow: proj_out")))
