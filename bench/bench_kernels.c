@@ -857,13 +857,14 @@ static void add_llm_step_ops(const char *group, int B) {
 static cudaError_t r_resid_ln(bench_op *o, int s) {
   const float *m = P(o, 2, s);
   return cosy_k_flow_resid_ln(g_stream, P(o, 0, s), P(o, 1, s), m + 3 * 1024, m + 2 * 1024,
-                              m + 1024, m, 6 * 1024, P(o, 3, s), 2, o->i[0], 1024, 1e-6f);
+                              m + 1024, m, 6 * 1024, P(o, 3, s), 2, o->i[0], 1024, 1e-6f, 0);
 }
 static cudaError_t r_qkv_post(bench_op *o, int s) {
-  return cosy_k_flow_qkv_post(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 2, o->i[0], 1024, 64);
+  return cosy_k_flow_qkv_post(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 2, o->i[0], 1024, 64,
+                              0);
 }
 static cudaError_t r_bias_gelu(bench_op *o, int s) {
-  return cosy_k_flow_bias_gelu(g_stream, P(o, 0, s), P(o, 1, s), 2 * o->i[0], 2048);
+  return cosy_k_flow_bias_gelu(g_stream, P(o, 0, s), P(o, 1, s), 2 * o->i[0], 2048, 0);
 }
 static cudaError_t r_add_rows(bench_op *o, int s) {
   return cosy_k_flow_add_rows(g_stream, P(o, 0, s), 0, P(o, 1, s), P(o, 2, s), P(o, 3, s), 2,

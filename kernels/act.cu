@@ -10,6 +10,7 @@
  *   snake:          y = x + 1/(alpha_c + 1e-9) sin(alpha_c x)^2           (HiFT, alpha per channel)
  *   gated_residual: h += gate[b][d] * a                                    (DiT AdaLN gates)
  *   add_bias:       y[r][c] += bias[c]
+ *   add_bias_gelu:  y[r][c] = gelu_tanh(y[r][c] + bias[c])   (gemm.cu's GELU fallback)
  * Shapes: see kernels.h. Thread mapping: one thread per element, grid-stride loops (grid capped
  *   so huge tensors still launch). Numerics: fp32 math with accurate expf/tanhf/sinf (no
  *   fast-math); one rounding at a bf16 store.
@@ -103,6 +104,20 @@ add_bias_kernel(T *y, int stride, const float *__restrict__ bias, int rows, int 
     const int c = (int)(e % cols);
     T *p = y + r * stride + c;
     st(p, ld(p) + bias[c]);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(ACT_THREADS)
+add_bias_gelu_kernel(T *y, int stride, const float *__restrict__ bias, int rows, int cols) {
+  const int64_t total = (int64_t)rows * cols;
+  const OpGelu gelu{0.f};
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = e / cols;
+    const int c = (int)(e % cols);
+    T *p = y + r * stride + c;
+    st(p, gelu(ld(p) + (bias ? bias[c] : 0.f)));
   }
 }
 
@@ -204,6 +219,18 @@ extern "C" cudaError_t cosy_k_add_bias(cudaStream_t s, cosy_kdtype dt, void *y, 
   const unsigned blocks = cosyk_blocks((int64_t)rows * cols, ACT_THREADS, ACT_MAX_BLOCKS);
   COSYK_DT_CASE(dt, T, {
     add_bias_kernel<T><<<blocks, ACT_THREADS, 0, s>>>((T *)y, stride, bias, rows, cols);
+  })
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_add_bias_gelu(cudaStream_t s, cosy_kdtype dt, void *y, int stride,
+                                            const float *bias, int rows, int cols) {
+  if (!cosyk_dt_ok(dt) || rows < 0 || cols < 0 || stride < cols) return cudaErrorInvalidValue;
+  if ((int64_t)rows * cols == 0) return cudaSuccess;
+  if (!y) return cudaErrorInvalidValue;
+  const unsigned blocks = cosyk_blocks((int64_t)rows * cols, ACT_THREADS, ACT_MAX_BLOCKS);
+  COSYK_DT_CASE(dt, T, {
+    add_bias_gelu_kernel<T><<<blocks, ACT_THREADS, 0, s>>>((T *)y, stride, bias, rows, cols);
   })
   return cudaGetLastError();
 }

@@ -14,8 +14,19 @@
  *     qkv_post_store also writes a thread's 8 K or V values to the row's cache page slot.
  *   add_rows, pack_cond, mu: one thread per element (float4 for add_rows), grid-stride.
  * Numerics: fp32 statistics and arithmetic, bf16 outputs rounded once at the store.
+ * PDL: resid_ln, qkv_post* and bias_gelu take `pdl`; non-zero launches them as programmatic
+ *   dependents of the previous kernel on the stream (cudaLaunchAttributeProgrammaticStream
+ *   Serialization, sm_90; the caller passes it only where the device has it, kdevice.h), so that
+ *   their launch overlaps the predecessor's tail. Each of these kernels waits (griddepcontrol.wait)
+ *   as its first statement, before it reads or writes any global memory: everything it touches
+ *   is then as in a plain stream-ordered launch (the predecessor complete, its writes visible,
+ *   nothing of it still reading). It then lets its own dependents launch at once
+ *   (launch_dependents): a dependent that waits the same way is safe by construction. In a
+ *   plain launch both are no-ops.
  */
 #include "dit_elementwise.h"
+
+#include <string.h>
 
 #include "kcommon.cuh"
 
@@ -27,6 +38,36 @@ constexpr int EW_THREADS = 256;
 constexpr unsigned EW_MAX_BLOCKS = 4096u; /* grid-stride loops: at most this many blocks */
 
 inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* kern<<<grid, threads, 0, s>>>(args...), as a programmatic dependent of the previous kernel on s
+ * when pdl (the kernel must pdl_wait() before touching global memory) */
+template <typename... P, typename... A>
+cudaError_t ew_launch(void (*kern)(P...), unsigned grid, int threads, cudaStream_t s, int pdl,
+                      A... args) {
+  if (!pdl) {
+    kern<<<grid, threads, 0, s>>>(args...);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args...);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
+/* first statement of a kernel that ew_launch may launch with pdl */
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* gated residual + LayerNorm + AdaLN modulation                                               */
@@ -42,6 +83,7 @@ resid_ln_kernel(float *__restrict__ h, const float *__restrict__ a,
                 const float *__restrict__ abias, const float *__restrict__ gate,
                 const float *__restrict__ scale, const float *__restrict__ shift, int64_t mbs,
                 bf16 *__restrict__ y, int N, int D, float eps) {
+  pdl_enter();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const int64_t mo = (row / N) * mbs;
@@ -143,7 +185,7 @@ extern "C" cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const floa
                                             const float *abias, const float *gate,
                                             const float *scale, const float *shift,
                                             int64_t mod_bstride, cosy_bf16 *y, int B, int N,
-                                            int D, float eps) {
+                                            int D, float eps, int pdl) {
   if (B < 0 || N < 0 || D <= 0 || D % 4 || D > LN_MAXD || mod_bstride < 0 || mod_bstride % 4 ||
       !(eps >= 0.f))
     return cudaErrorInvalidValue;
@@ -155,12 +197,11 @@ extern "C" cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const floa
     return cudaErrorInvalidValue;
   const int threads = ((D / 4 + 31) / 32) * 32;
   if (a)
-    resid_ln_kernel<true><<<(unsigned)rows, threads, 0, s>>>(h, a, abias, gate, scale, shift,
-                                                              mod_bstride, (bf16 *)y, N, D, eps);
-  else
-    resid_ln_kernel<false><<<(unsigned)rows, threads, 0, s>>>(
-        h, nullptr, nullptr, nullptr, scale, shift, mod_bstride, (bf16 *)y, N, D, eps);
-  return cudaGetLastError();
+    return ew_launch(resid_ln_kernel<true>, (unsigned)rows, threads, s, pdl, h, a, abias, gate,
+                     scale, shift, mod_bstride, (bf16 *)y, N, D, eps);
+  return ew_launch(resid_ln_kernel<false>, (unsigned)rows, threads, s, pdl, h,
+                   (const float *)nullptr, (const float *)nullptr, (const float *)nullptr, scale,
+                   shift, mod_bstride, (bf16 *)y, N, D, eps);
 }
 
 namespace {
@@ -179,6 +220,7 @@ __global__ void __launch_bounds__(256)
 qkv_post_kernel(bf16 *__restrict__ qkv, const float *__restrict__ bias,
                 const float2 *__restrict__ cs, const int32_t *__restrict__ pos, int N, int D,
                 int rot, int64_t total8, KvStore kv) {
+  pdl_enter();
   const int per8 = 3 * D / 8;
   if (STORE && kv.dev_off) kv.layer_off += *kv.dev_off;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total8;
@@ -233,6 +275,7 @@ __device__ __forceinline__ float gelu_f(float x) {
 
 __global__ void __launch_bounds__(256)
 bias_gelu_kernel(bf16 *__restrict__ x, const float *__restrict__ bias, int F, int64_t total8) {
+  pdl_enter();
   const int per8 = F / 8;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total8;
        e += (int64_t)gridDim.x * blockDim.x) {
@@ -256,7 +299,7 @@ bias_gelu_kernel(bf16 *__restrict__ x, const float *__restrict__ bias, int F, in
 
 extern "C" cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
                                             const float *cos_sin, int B, int N, int D,
-                                            int rot_dim) {
+                                            int rot_dim, int pdl) {
   if (B < 0 || N < 0 || D <= 0 || D % 8 || rot_dim < 0 || rot_dim % 8 || rot_dim > D)
     return cudaErrorInvalidValue;
   const int64_t total8 = (int64_t)B * N * 3 * D / 8;
@@ -264,15 +307,14 @@ extern "C" cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, cons
   if (!qkv || !bias || (rot_dim && !cos_sin) || !al16(qkv) || !al16(bias) ||
       ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
-  qkv_post_kernel<false><<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
-      (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), nullptr, N, D, rot_dim,
-      total8, KvStore{});
-  return cudaGetLastError();
+  return ew_launch(qkv_post_kernel<false>, cosyk_blocks(total8, 256, 8192u), 256, s, pdl,
+                   (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin),
+                   (const int32_t *)nullptr, N, D, rot_dim, total8, KvStore{});
 }
 
 extern "C" cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
                                                 const float *cos_sin, const int32_t *pos,
-                                                int rows, int D, int rot_dim) {
+                                                int rows, int D, int rot_dim, int pdl) {
   if (rows < 0 || D <= 0 || D % 8 || rot_dim < 0 || rot_dim % 8 || rot_dim > D)
     return cudaErrorInvalidValue;
   const int64_t total8 = (int64_t)rows * 3 * D / 8;
@@ -280,17 +322,17 @@ extern "C" cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, 
   if (!qkv || !bias || !pos || (rot_dim && !cos_sin) || !al16(qkv) || !al16(bias) ||
       ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
-  qkv_post_kernel<false><<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
-      (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D, rot_dim,
-      total8, KvStore{});
-  return cudaGetLastError();
+  return ew_launch(qkv_post_kernel<false>, cosyk_blocks(total8, 256, 8192u), 256, s, pdl,
+                   (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D,
+                   rot_dim, total8, KvStore{});
 }
 
 extern "C" cudaError_t cosy_k_flow_qkv_post_store(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
                                                   const float *cos_sin, const int32_t *pos,
                                                   int rows, int D, int rot_dim, cosy_bf16 *pool,
                                                   const int64_t *dst, int64_t layer_off,
-                                                  const int64_t *dev_off, int64_t v_off) {
+                                                  const int64_t *dev_off, int64_t v_off,
+                                                  int pdl) {
   if (rows < 0 || D <= 0 || D % 8 || rot_dim < 0 || rot_dim % 8 || rot_dim > D || layer_off < 0 ||
       layer_off % 8 || v_off < 0 || v_off % 8)
     return cudaErrorInvalidValue;
@@ -300,20 +342,19 @@ extern "C" cudaError_t cosy_k_flow_qkv_post_store(cudaStream_t s, cosy_bf16 *qkv
       !al16(bias) || !al16(pool) || ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
   const KvStore kv = {(bf16 *)pool, dst, dev_off, layer_off, v_off};
-  qkv_post_kernel<true><<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>(
-      (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D, rot_dim,
-      total8, kv);
-  return cudaGetLastError();
+  return ew_launch(qkv_post_kernel<true>, cosyk_blocks(total8, 256, 8192u), 256, s, pdl,
+                   (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D,
+                   rot_dim, total8, kv);
 }
 
 extern "C" cudaError_t cosy_k_flow_bias_gelu(cudaStream_t s, cosy_bf16 *x, const float *bias,
-                                             int rows, int F) {
+                                             int rows, int F, int pdl) {
   if (rows < 0 || F <= 0 || F % 8) return cudaErrorInvalidValue;
   const int64_t total8 = (int64_t)rows * F / 8;
   if (total8 == 0) return cudaSuccess;
   if (!x || !bias || !al16(x) || !al16(bias)) return cudaErrorInvalidValue;
-  bias_gelu_kernel<<<cosyk_blocks(total8, 256, 8192u), 256, 0, s>>>((bf16 *)x, bias, F, total8);
-  return cudaGetLastError();
+  return ew_launch(bias_gelu_kernel, cosyk_blocks(total8, 256, 8192u), 256, s, pdl, (bf16 *)x,
+                   bias, F, total8);
 }
 
 extern "C" cudaError_t cosy_k_flow_add_rows(cudaStream_t s, const float *xp, int64_t xp_bstride,

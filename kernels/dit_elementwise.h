@@ -11,6 +11,11 @@
  * C = 1024 channels in the full model). The per-row AdaLN vectors are fp32 rows of a modulation
  * table: element d of row b of a chunk is chunk[b * mod_bstride + d]; mod_bstride = 0 lets every
  * batch row share one vector (the Euler/CFG batch: both rows see the same t).
+ *
+ * pdl (resid_ln, qkv_post*, bias_gelu): non-zero launches the kernel as a programmatic dependent
+ * of the previous kernel on s (programmatic dependent launch: its launch overlaps the
+ * predecessor's end; same results). Pass it only where the device has it (cosy_kdev.pdl,
+ * kdevice.h); 0: a plain launch.
  */
 #ifndef COSY_DIT_ELEMENTWISE_H
 #define COSY_DIT_ELEMENTWISE_H
@@ -37,7 +42,7 @@ extern "C" {
 cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const float *a, const float *abias,
                                  const float *gate, const float *scale, const float *shift,
                                  int64_t mod_bstride, cosy_bf16 *y, int B, int N, int D,
-                                 float eps);
+                                 float eps, int pdl);
 
 /* QKV epilogue: bias, then the DiT's interleaved RoPE on q and k (pairs (2i, 2i+1) of their
  * first rot_dim columns = head 0), in place on qkv [B][N][3D] bf16 (q | k | v column blocks):
@@ -46,12 +51,13 @@ cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const float *a, const
  * with (cos a, sin a) = cos_sin[n][i] ([N][rot_dim/2][2] fp32; a = n * inv_freq[i] made by the
  * caller). D % 8 == 0, rot_dim % 8 == 0, qkv and bias 16-byte aligned. */
 cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
-                                 const float *cos_sin, int B, int N, int D, int rot_dim);
+                                 const float *cos_sin, int B, int N, int D, int rot_dim,
+                                 int pdl);
 
 /* x = gelu_tanh(x + bias) in place (gelu_tanh(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))))
  * on x [rows][F] bf16, bias [F] fp32; F % 8 == 0, x and bias 16-byte aligned. */
 cudaError_t cosy_k_flow_bias_gelu(cudaStream_t s, cosy_bf16 *x, const float *bias, int rows,
-                                  int F);
+                                  int F, int pdl);
 
 /* h[b][n][d] = xp[b*xp_bstride + n*D + d] + hc[b][n][d];  hb = bf16(h).
  * xp fp32 (xp_bstride = 0: one [N][D] block shared by every row, else N*D), hc, h [B][N][D]
@@ -73,7 +79,7 @@ cudaError_t cosy_k_flow_mu(cudaStream_t s, float *mu, const float *pre, const fl
  * pos[i] (the packed rows of a batched call hold frames of several requests) instead of i. */
 cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
                                      const float *cos_sin, const int32_t *pos, int rows, int D,
-                                     int rot_dim);
+                                     int rot_dim, int pdl);
 
 /* cosy_k_flow_qkv_post_pos, and the K and V columns of each row i with dst[i] >= 0 also written
  * (the values just stored in qkv, bit for bit) to the flow cache's pages, as
@@ -85,7 +91,8 @@ cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, const float
 cudaError_t cosy_k_flow_qkv_post_store(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
                                       const float *cos_sin, const int32_t *pos, int rows, int D,
                                       int rot_dim, cosy_bf16 *pool, const int64_t *dst,
-                                      int64_t layer_off, const int64_t *dev_off, int64_t v_off);
+                                      int64_t layer_off, const int64_t *dev_off, int64_t v_off,
+                                      int pdl);
 
 #ifdef __cplusplus
 }

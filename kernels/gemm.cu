@@ -1,4 +1,4 @@
-/* gemm.cu - y = x W^T (+ bias) (+ y) through cuBLASLt.
+/* gemm.cu - y = x W^T (+ bias) (+ y) through cuBLASLt; y = gelu_tanh(x W^T + bias).
  *
  * Math: y[m][n] = sum_k x[m][k] W[n][k] + bias[n] (+ y[m][n] when accumulate), fp32 accumulation
  *   (CUBLAS_COMPUTE_32F, scale type fp32: for fp32 inputs this is true fp32, not TF32).
@@ -12,6 +12,21 @@
  *   type); for bf16 outputs, or where the fused form is refused, the product runs without
  *   epilogue and cosy_k_add_bias (act.cu) adds the fp32 bias afterwards on the same stream
  *   (one more pass over y, and y is rounded to bf16 twice).
+ * GELU (cosy_k_gemm_gelu): y = gelu_tanh(x W^T + bias) as CUBLASLT_EPILOGUE_GELU_BIAS (GELU
+ *   without bias: CUBLASLT_EPILOGUE_GELU): bias add and GELU in fp32 on the accumulator, one
+ *   rounding at the store. cuBLASLt's GELU is the tanh approximation, the DiT feed-forward's
+ *   (lib/ref/flow.c gelu_tanh; tests/test_kernels.c tells the two forms apart on the output).
+ *   The bias: first the fp32 one (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE CUDA_R_32F), exact; where
+ *   cuBLASLt offers no algorithm for that (cublasLt.h documents the bias in the output type
+ *   apart from the IMMA and fp8 cases) and the caller passed the same bias stored in the
+ *   output type (bias_y), that one (bf16 for a bf16 y: the bias rounded to bf16 once, a
+ *   relative 2^-9 of the bias, no larger than the extra rounding of y that the two-launch form
+ *   has; counted by cosy_gemm_epi_bias_y). Where cuBLASLt offers neither (or refuses the fused
+ *   form at run time), or cosy_gemm_set_gelu_epi turned it off, the product runs without
+ *   epilogue and cosy_k_add_bias_gelu (act.cu) applies the fp32 bias and GELU afterwards (two
+ *   launches, bf16 y rounded twice); each such plan is counted (cosy_gemm_epi_fallbacks). The
+ *   epilogue is part of the plan key and of the cached algorithms' key, so the fused and the
+ *   plain forms of a shape never share a plan.
  * Plans: matmul/layout descriptors and the heuristic's algorithm are cached per shape, types,
  *   strides, accumulate flag and pointer alignments (a small ring of PLAN_CACHE entries), so a
  *   steady-state call does no heuristic query and nothing that breaks CUDA graph capture.
@@ -62,7 +77,14 @@ struct PlanKey {
   int ab_dt, y_dt, has_bias, accumulate;
   int align_x, align_w, align_y, align_b;
   int inv; /* cosy_k_gemm_inv: one split-K-free algorithm for every M of the shape */
+  int gelu; /* cosy_k_gemm_gelu: y = gelu_tanh(x W^T + bias); 1 fused epilogue tried (fp32 bias,
+             * then bias_y), 2 never (cosy_gemm_set_gelu_epi(g, 0)), 3 bias_y only (mode 2);
+             * 0 plain cosy_k_gemm */
+  int align_by; /* bias_y's alignment, 0 without */
 };
+
+/* the epilogue a plan runs (Plan.bias_fused, AlgoEntry.fused, plan_build's fuse) */
+enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_GELU_BIAS = 2, EPI_GELU = 3, EPI_GELU_BIAS_Y = 4 };
 
 /* the heuristic's algorithm for a shape at a bucket's row count (key with M = the bucket) and
  * fused-bias choice */
@@ -92,7 +114,7 @@ int m_bucket(int mode, int m_ref, int M) {
 struct Plan {
   PlanKey key;
   int valid;
-  int bias_fused; /* 0: bias (if any) added by cosy_k_add_bias afterwards */
+  int bias_fused; /* EPI_*; EPI_NONE: bias (if any) and GELU (if any) applied afterwards */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulAlgo_t algo;
@@ -132,6 +154,10 @@ struct cosy_gemm {
   int m_ref;    /* mode 1's row count (M_REF) */
   int m_inv;    /* cosy_k_gemm_inv's row count (M_INV) */
   long inv_fallbacks; /* cosy_k_gemm_inv calls whose shared algorithm did not fit their M */
+  long epi_fallbacks; /* GELU plans run as plain GEMM + cosy_k_add_bias_gelu (refused fused) */
+  long epi_bias_y;    /* GELU plans fused with the bias in the output type (fp32 bias refused) */
+  int gelu_epi;       /* 1 (default): try the fused GELU epilogue; 0: never; 2: only with bias_y
+                       * (cosy_gemm_set_gelu_epi; tests) */
   long queries; /* heuristic queries so far (cosy_gemm_heuristic_queries) */
   int warm;     /* 1: cosy_gemm_prewarm also launches each bucket's algorithm once, so that its
                  * kernel is loaded before the first real call (without it the first C = 64
@@ -177,7 +203,8 @@ void plan_destroy_partial(PartialPlan *p) {
   memset(p, 0, sizeof *p);
 }
 
-/* Build descriptors and pick an algorithm; *found = 0 when the heuristic offers none. */
+/* Build descriptors and pick an algorithm for the epilogue fuse_bias (EPI_*); *found = 0 when
+ * the heuristic offers none. */
 cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const float *bias,
                        Plan *out, int *found) {
   PartialPlan p;
@@ -188,9 +215,15 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (fuse_bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const int32_t bt = CUDA_R_32F;
+  if (fuse_bias == EPI_GELU) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU;
+    LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  } else if (fuse_bias) {
+    const cublasLtEpilogue_t epi = fuse_bias == EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
+                                                         : CUBLASLT_EPILOGUE_GELU_BIAS;
+    /* EPI_GELU_BIAS_Y: `bias` is then the caller's copy in the output type */
+    const int32_t bt = fuse_bias == EPI_GELU_BIAS_Y ? (int32_t)cuda_type((cosy_kdtype)k.y_dt)
+                                                    : (int32_t)CUDA_R_32F;
     LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                           sizeof bt));
@@ -340,12 +373,17 @@ extern "C" cudaError_t cosy_gemm_create(cosy_gemm **out, size_t workspace_bytes)
   g->m_ref = M_REF;
   g->m_inv = M_INV;
   g->warm = 1;
+  g->gelu_epi = 1;
   *out = g;
   return cudaSuccess;
 }
 
 extern "C" void cosy_gemm_set_san_init(cosy_gemm *g, int on) {
   if (g) g->san_init = on != 0;
+}
+
+extern "C" void cosy_gemm_set_gelu_epi(cosy_gemm *g, int mode) {
+  if (g && mode >= 0 && mode <= 2) g->gelu_epi = mode;
 }
 
 extern "C" void cosy_gemm_set_bucket(cosy_gemm *g, int mode) {
@@ -366,10 +404,15 @@ extern "C" long cosy_gemm_heuristic_queries(const cosy_gemm *g) { return g ? g->
 
 extern "C" long cosy_gemm_inv_fallbacks(const cosy_gemm *g) { return g ? g->inv_fallbacks : 0; }
 
+extern "C" long cosy_gemm_epi_fallbacks(const cosy_gemm *g) { return g ? g->epi_fallbacks : 0; }
+
+extern "C" long cosy_gemm_epi_bias_y(const cosy_gemm *g) { return g ? g->epi_bias_y : 0; }
+
 namespace {
 
 PlanKey make_key(int M, int N, int K, cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
-                 const float *bias, cosy_kdtype y_dt, const void *y, int ldy, int accumulate) {
+                 const float *bias, cosy_kdtype y_dt, const void *y, int ldy, int accumulate,
+                 int gelu = 0, const void *bias_y = nullptr) {
   PlanKey key;
   memset(&key, 0, sizeof key);
   key.M = M;
@@ -385,11 +428,14 @@ PlanKey make_key(int M, int N, int K, cosy_kdtype ab_dt, const void *x, int ldx,
   key.align_w = ptr_align(w);
   key.align_y = ptr_align(y);
   key.align_b = bias ? ptr_align(bias) : 0;
+  key.gelu = gelu;
+  key.align_by = bias_y ? ptr_align(bias_y) : 0;
   return key;
 }
 
 /* the cached plan of key, else a new one in the ring's next slot */
-cudaError_t get_plan(cosy_gemm *g, const PlanKey &key, const float *bias, Plan **out) {
+cudaError_t get_plan(cosy_gemm *g, const PlanKey &key, const float *bias, Plan **out,
+                     const void *bias_y = nullptr) {
   *out = nullptr;
   for (int i = 0; i < PLAN_CACHE; ++i) {
     if (g->plans[i].valid && memcmp(&g->plans[i].key, &key, sizeof key) == 0) {
@@ -403,9 +449,23 @@ cudaError_t get_plan(cosy_gemm *g, const PlanKey &key, const float *bias, Plan *
   int found = 0;
   cudaError_t e = cudaSuccess;
   /* cuBLASLt wants the bias in the output type: fuse only for fp32 outputs, and treat any
-   * refusal of the fused form as "not offered" */
-  if (bias && key.y_dt == COSY_KDT_F32) {
-    if (plan_build(g, key, 1, bias, slot, &found) != cudaSuccess) found = 0;
+   * refusal of the fused form as "not offered". GELU: the fused form with the fp32 bias for
+   * either output type (offered or not is cuBLASLt's answer; a refusal is counted) */
+  if (key.gelu == 1 || key.gelu == 3) {
+    if (key.gelu == 1 &&
+        plan_build(g, key, bias ? EPI_GELU_BIAS : EPI_GELU, bias, slot, &found) != cudaSuccess)
+      found = 0;
+    if (!found && bias && bias_y) {
+      if (plan_build(g, key, EPI_GELU_BIAS_Y, (const float *)bias_y, slot, &found) !=
+          cudaSuccess)
+        found = 0;
+      if (found) g->epi_bias_y++;
+    }
+    if (!found) g->epi_fallbacks++;
+  } else if (key.gelu) {
+    /* cosy_gemm_set_gelu_epi(g, 0): the plain form (not counted) */
+  } else if (bias && key.y_dt == COSY_KDT_F32) {
+    if (plan_build(g, key, EPI_BIAS, bias, slot, &found) != cudaSuccess) found = 0;
   }
   if (!found) e = plan_build(g, key, 0, nullptr, slot, &found);
   if (e != cudaSuccess) return e;
@@ -422,22 +482,27 @@ cudaError_t get_plan(cosy_gemm *g, const PlanKey &key, const float *bias, Plan *
 namespace {
 cudaError_t gemm_impl(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
                       const void *x, int ldx, const void *w, const float *bias, cosy_kdtype y_dt,
-                      void *y, int ldy, int accumulate, int inv);
-}
+                      void *y, int ldy, int accumulate, int inv, int gelu,
+                      const void *bias_y = nullptr);
 
-extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, cudaStream_t s, int M_max, int N, int K,
-                                         cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
-                                         const float *bias, cosy_kdtype y_dt, void *y, int ldy,
-                                         int accumulate) {
+/* PlanKey.gelu of a GELU call under cosy_gemm.gelu_epi */
+int gelu_key(int gelu_epi) { return gelu_epi == 1 ? 1 : gelu_epi == 2 ? 3 : 2; }
+
+cudaError_t prewarm_impl(cosy_gemm *g, cudaStream_t s, int M_max, int N, int K,
+                         cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                         const float *bias, cosy_kdtype y_dt, void *y, int ldy, int accumulate,
+                         int gelu, const void *bias_y = nullptr) {
+  if (gelu && g) gelu = gelu_key(g->gelu_epi);
   if (!g || M_max < -1 || N <= 0 || K <= 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt) ||
       ldx < K || ldy < N || !x || !w || !y)
     return cudaErrorInvalidValue;
   if (ab_dt == COSY_KDT_F32 && y_dt != COSY_KDT_F32) return cudaErrorNotSupported;
   if (M_max == -1) { /* cosy_k_gemm_inv's algorithm (one query for the shape) */
-    PlanKey k = make_key(g->m_inv, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate);
+    PlanKey k =
+        make_key(g->m_inv, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, gelu, bias_y);
     k.inv = 1;
     Plan *p = nullptr;
-    return get_plan(g, k, bias, &p);
+    return get_plan(g, k, bias, &p, bias_y);
   }
   if (g->bucket == 0 || M_max <= BUCKET_MIN) return cudaSuccess;
   const int last = m_bucket(g->bucket, g->m_ref, M_max);
@@ -445,8 +510,8 @@ extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, cudaStream_t s, int M_max
        b = next_bucket(g->bucket, b)) {
     Plan *p = nullptr;
     cudaError_t e = get_plan(g, make_key(b, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy,
-                                         accumulate),
-                             bias, &p);
+                                         accumulate, gelu, bias_y),
+                             bias, &p, bias_y);
     if (e != cudaSuccess) return e;
     if (g->warm) {
       /* one launch of the bucket's algorithm at min(b, M_max) rows (same kernel), on zeroed
@@ -457,32 +522,54 @@ extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, cudaStream_t s, int M_max
       e = cudaMemsetAsync(const_cast<void *>(x), 0, ((size_t)(m - 1) * ldx + K) * ea, s);
       if (e == cudaSuccess) e = cudaMemsetAsync(y, 0, ((size_t)(m - 1) * ldy + N) * ey, s);
       if (e == cudaSuccess)
-        e = gemm_impl(g, s, m, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 0);
+        e = gemm_impl(g, s, m, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 0, gelu,
+                      bias_y);
       if (e != cudaSuccess) return e;
     }
     if (g->bucket == 1) break;
   }
   return cudaSuccess;
 }
+} /* namespace */
+
+extern "C" cudaError_t cosy_gemm_prewarm(cosy_gemm *g, cudaStream_t s, int M_max, int N, int K,
+                                         cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                                         const float *bias, cosy_kdtype y_dt, void *y, int ldy,
+                                         int accumulate) {
+  return prewarm_impl(g, s, M_max, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 0);
+}
+
+extern "C" cudaError_t cosy_gemm_prewarm_gelu(cosy_gemm *g, cudaStream_t s, int M_max, int N,
+                                              int K, cosy_kdtype ab_dt, const void *x, int ldx,
+                                              const void *w, const float *bias,
+                                              const void *bias_y, cosy_kdtype y_dt, void *y,
+                                              int ldy) {
+  return prewarm_impl(g, s, M_max, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, 0, 1, bias_y);
+}
 
 namespace {
 cudaError_t gemm_impl(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
                       const void *x, int ldx, const void *w, const float *bias, cosy_kdtype y_dt,
-                      void *y, int ldy, int accumulate, int inv) {
+                      void *y, int ldy, int accumulate, int inv, int gelu,
+                      const void *bias_y) {
   if (!g || M < 0 || N < 0 || K < 0 || !cosyk_dt_ok(ab_dt) || !cosyk_dt_ok(y_dt))
     return cudaErrorInvalidValue;
   if (ab_dt == COSY_KDT_F32 && y_dt != COSY_KDT_F32) return cudaErrorNotSupported;
   if ((int64_t)M * N == 0) return cudaSuccess;
   if (K == 0 || ldx < K || ldy < N || !x || !w || !y) return cudaErrorInvalidValue;
+  if (gelu) gelu = gelu_key(g->gelu_epi);
 
-  PlanKey key = make_key(M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate);
+  PlanKey key =
+      make_key(M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, gelu, bias_y);
   key.inv = inv;
   Plan *plan = nullptr;
-  cudaError_t pe = get_plan(g, key, bias, &plan);
+  cudaError_t pe = get_plan(g, key, bias, &plan, bias_y);
   if (pe != cudaSuccess) return pe;
-  if (plan->bias_fused) {
+  if (plan->bias_fused == EPI_BIAS || plan->bias_fused == EPI_GELU_BIAS ||
+      plan->bias_fused == EPI_GELU_BIAS_Y) {
+    const void *bp = plan->bias_fused == EPI_GELU_BIAS_Y ? bias_y : (const void *)bias;
     cublasStatus_t st = cublasLtMatmulDescSetAttribute(
-        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
     if (st != CUBLAS_STATUS_SUCCESS) {
       g->last_cublas = (int)st;
       return map_status(st);
@@ -499,6 +586,7 @@ cudaError_t gemm_impl(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kd
   if (st != CUBLAS_STATUS_SUCCESS && plan->bias_fused) {
     /* the fused form was offered but refused at run time: replace the plan by the plain one */
     g->last_cublas = (int)st;
+    if (gelu) g->epi_fallbacks++;
     plan_free(plan);
     int found = 0;
     cudaError_t e = plan_build(g, key, 0, nullptr, plan, &found);
@@ -513,6 +601,7 @@ cudaError_t gemm_impl(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kd
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
+  if (gelu && !plan->bias_fused) return cosy_k_add_bias_gelu(s, y_dt, y, ldy, bias, M, N);
   if (bias && !plan->bias_fused) return cosy_k_add_bias(s, y_dt, y, ldy, bias, M, N);
   return cudaSuccess;
 }
@@ -522,12 +611,19 @@ extern "C" cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, i
                                    cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
                                    const float *bias, cosy_kdtype y_dt, void *y, int ldy,
                                    int accumulate) {
-  return gemm_impl(g, s, M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 0);
+  return gemm_impl(g, s, M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 0, 0);
 }
 
 extern "C" cudaError_t cosy_k_gemm_inv(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
                                        cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
                                        const float *bias, cosy_kdtype y_dt, void *y, int ldy,
                                        int accumulate) {
-  return gemm_impl(g, s, M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 1);
+  return gemm_impl(g, s, M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, accumulate, 1, 0);
+}
+
+extern "C" cudaError_t cosy_k_gemm_gelu(cosy_gemm *g, cudaStream_t s, int M, int N, int K,
+                                        cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                                        const float *bias, const void *bias_y, cosy_kdtype y_dt,
+                                        void *y, int ldy) {
+  return gemm_impl(g, s, M, N, K, ab_dt, x, ldx, w, bias, y_dt, y, ldy, 0, 0, 1, bias_y);
 }

@@ -127,6 +127,10 @@ cudaError_t cosy_k_gated_residual(cudaStream_t s, cosy_kdtype h_dt, void *h, cos
 /* y[r][c] += bias[c] for y [rows][stride] (first cols columns); used by gemm's fallback. */
 cudaError_t cosy_k_add_bias(cudaStream_t s, cosy_kdtype dt, void *y, int stride,
                             const float *bias, int rows, int cols);
+/* y[r][c] = gelu_tanh(y[r][c] + bias[c]) (bias NULL: + 0) for y [rows][stride] (first cols
+ * columns), fp32 math, one rounding at a bf16 store; used by cosy_k_gemm_gelu's fallback. */
+cudaError_t cosy_k_add_bias_gelu(cudaStream_t s, cosy_kdtype dt, void *y, int stride,
+                                 const float *bias, int rows, int cols);
 
 /* ============================== embed.cu ===================================================== */
 
@@ -334,6 +338,21 @@ cudaError_t cosy_gemm_prewarm(cosy_gemm *g, cudaStream_t s, int M_max, int N, in
 /* cosy_k_gemm_inv calls whose shared algorithm did not fit their M (then chosen for that M:
  * that call's rows are not batch-invariant); 0 expected */
 long cosy_gemm_inv_fallbacks(const cosy_gemm *g);
+/* cosy_gemm_prewarm for cosy_k_gemm_gelu's plans (the epilogue is part of a plan's key). */
+cudaError_t cosy_gemm_prewarm_gelu(cosy_gemm *g, cudaStream_t s, int M_max, int N, int K,
+                                   cosy_kdtype ab_dt, const void *x, int ldx, const void *w,
+                                   const float *bias, const void *bias_y, cosy_kdtype y_dt,
+                                   void *y, int ldy);
+/* cosy_k_gemm_gelu plans built without the fused epilogue because cuBLASLt offered no algorithm
+ * for it or refused it at run time (they run as GEMM + cosy_k_add_bias_gelu); 0 expected */
+long cosy_gemm_epi_fallbacks(const cosy_gemm *g);
+/* cosy_k_gemm_gelu plans fused with bias_y (the bias in y's type) because cuBLASLt offered no
+ * algorithm for the fp32 bias */
+long cosy_gemm_epi_bias_y(const cosy_gemm *g);
+/* Test only: how cosy_k_gemm_gelu calls from now on run (plans of their own per mode): 1 (the
+ * default) the fused form with the fp32 bias, else with bias_y, else the fallback; 0 the fallback
+ * (GEMM, then cosy_k_add_bias_gelu; not counted); 2 the fused form with bias_y only. */
+void cosy_gemm_set_gelu_epi(cosy_gemm *g, int mode);
 
 /* y = x W^T (+ bias) (+ y when accumulate): y[m][n] = sum_k x[m][k] W[n][k] + bias[n] (+ y[m][n]).
  * x [M][ldx] (first K columns used), W [N][K] contiguous (a Linear weight [out][in]), both
@@ -342,6 +361,15 @@ long cosy_gemm_inv_fallbacks(const cosy_gemm *g);
 cudaError_t cosy_k_gemm(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
                         const void *x, int ldx, const void *w, const float *bias,
                         cosy_kdtype y_dt, void *y, int ldy, int accumulate);
+/* y = gelu_tanh(x W^T + bias), gelu_tanh(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))):
+ * cosy_k_gemm's shapes and types (no accumulate), bias [N] fp32 or NULL, bias and GELU applied
+ * in fp32 to the fp32 accumulator and y rounded once (cuBLASLt's CUBLASLT_EPILOGUE_GELU_BIAS).
+ * bias_y (optional, NULL: none): the same bias stored in y_dt, used only where cuBLASLt refuses
+ * the fp32 bias in the fused form (cosy_gemm_epi_bias_y); where it refuses both, GEMM then
+ * cosy_k_add_bias_gelu with the fp32 bias (cosy_gemm_epi_fallbacks). */
+cudaError_t cosy_k_gemm_gelu(cosy_gemm *g, cudaStream_t s, int M, int N, int K, cosy_kdtype ab_dt,
+                             const void *x, int ldx, const void *w, const float *bias,
+                             const void *bias_y, cosy_kdtype y_dt, void *y, int ldy);
 /* cosy_k_gemm with one algorithm for every M of a shape (the heuristic's first candidate
  * without split-K at M = 2048 rows): a row's result is the same whatever
  * M computes it (batch-invariant; the LLM's prefill). cosy_gemm_prewarm with M_max = -1 builds

@@ -14,6 +14,7 @@
  *   (one or two fp32 additions: 1e-6; hi + lo bf16 pairs of bf16_split.h, exact to ~2^-17: 1e-5)
  *   bf16 outputs (one rounding at the store, ~2e-3 expected) .............. 1e-2
  *   gemm bf16 inputs -> fp32 output (fp32 accumulation; ~1e-6 expected) ... 1e-4
+ *   gemm_gelu fp32 output (cuBLASLt's GELU epilogue may use a fast tanh) .. 1e-3
  *   attention with bf16 data (P rounded to bf16 on the tensor-core path) .. 1e-2
  *   copies (embedding, kv append, flow_pack.cu, kv gather, decode prep), top-k exact (0)
  * One line per check: op, size, rel-L2, tolerance, PASS/FAIL.
@@ -1111,6 +1112,79 @@ static void check_gemm_inv(int N, int K) {
   dfree(dx), dfree(dw), dfree(dyb);
 }
 
+/* cosy_k_gemm_gelu: y = gelu_tanh(x W^T + bias) against double, in cosy_gemm_set_gelu_epi's mode
+ * `fused`: 1 the default (the fused cuBLASLt epilogue with the fp32 bias, else with the bias in
+ * y's type; for bf16 outputs one of the two must have been taken: no new
+ * cosy_gemm_epi_fallbacks), 2 the fused form with the bias in y's type forced (bf16 for a bf16
+ * y: the reference keeps the fp32 bias, the difference is below the bf16 tolerance), 0 the
+ * fallback forced (GEMM + cosy_k_add_bias_gelu).
+ * W is scaled by 1.7/sqrt(K) so the pre-activations (about N(0, 0.6) plus a bias in [-1, 1]) lie
+ * where GELU is curved. Which GELU (fp32 outputs): the output minus the erf-GELU reference,
+ * projected on the difference of the two forms (tanh - erf; rel-L2 ~2e-4 here, far above an fp32
+ * output's error, ~3e-8 in a simulation; bf16 rounding, ~2e-3, would swamp it at these sizes):
+ * a = 1 for the tanh form, 0 for erf; |a - 1| <= 0.25 required. */
+static double gelu_tanh_d(double u) {
+  return 0.5 * u * (1.0 + tanh(0.7978845608028654 * (u + 0.044715 * u * u * u)));
+}
+static double gelu_erf_d(double u) { return 0.5 * u * (1.0 + erf(u / sqrt(2.0))); }
+
+static void check_gemm_gelu(int M, int N, int K, cosy_kdtype ydt, int with_bias, int fused,
+                            int ldy_extra) {
+  const int ldy = N + ldy_extra;
+  const size_t nx = (size_t)M * K, nw = (size_t)N * K, ny = (size_t)M * ldy;
+  const float a = 1.7f / sqrtf((float)K);
+  float *x = fill(nx, -1.f, 1.f), *w = fill(nw, -a, a), *bias = fill(N, -1.f, 1.f);
+  void *dx = dup_dt(x, nx, BF16), *dw = dup_dt(w, nw, BF16);
+  float *db = dup_dt(bias, N, F32);
+  float *bias_y = malloc((size_t)N * sizeof *bias_y);
+  assert_non_null(bias_y);
+  memcpy(bias_y, bias, (size_t)N * sizeof *bias_y);
+  void *dby = dup_dt(bias_y, N, ydt); /* rounds bias_y, not bias */
+  void *dy = dpoison(ny, ydt);
+  cosy_gemm_set_gelu_epi(g_gemm, fused);
+  const long f0 = cosy_gemm_epi_fallbacks(g_gemm), y0 = cosy_gemm_epi_bias_y(g_gemm);
+  CK(cosy_k_gemm_gelu(g_gemm, 0, M, N, K, BF16, dx, K, dw, with_bias ? db : NULL,
+                      with_bias ? dby : NULL, ydt, dy, ldy));
+  CK(cudaDeviceSynchronize());
+  const long nf = cosy_gemm_epi_fallbacks(g_gemm) - f0, nby = cosy_gemm_epi_bias_y(g_gemm) - y0;
+  cosy_gemm_set_gelu_epi(g_gemm, 1);
+  float *yw = download(dy, ny, ydt);
+  const size_t n = (size_t)M * N;
+  float *y = malloc(n * sizeof *y);
+  assert_non_null(y);
+  double *ref = dalloc_host(n), *dif = dalloc_host(n);
+  double num = 0, den = 0;
+  for (int m = 0; m < M; ++m)
+    for (int j = 0; j < N; ++j) {
+      double u = with_bias ? bias[j] : 0.0;
+      for (int k = 0; k < K; ++k) u += (double)x[(size_t)m * K + k] * w[(size_t)j * K + k];
+      const size_t e = (size_t)m * N + j;
+      y[e] = yw[(size_t)m * ldy + j];
+      ref[e] = gelu_tanh_d(u);
+      dif[e] = ref[e] - gelu_erf_d(u);
+      num += ((double)y[e] - gelu_erf_d(u)) * dif[e];
+      den += dif[e] * dif[e];
+    }
+  char sz[96];
+  snprintf(sz, sizeof sz, "M=%d N=%d K=%d bf16->%s%s%s %s", M, N, K, dtn(ydt),
+           with_bias ? " +bias" : "", ldy_extra ? " strided" : "",
+           !fused ? "fallback" : nf ? "REFUSED" : nby ? "fused, bias in y type" : "fused");
+  /* fp32 outputs: 1e-3 leaves room for a fast tanh in cuBLASLt's epilogue */
+  check("gemm_gelu", sz, y, ref, n, ydt == BF16 ? 1e-2 : 1e-3);
+  const double form = den > 0 ? num / den : 0.0;
+  if (ydt == F32) report("gemm_gelu tanh form", sz, fabs(form - 1.0), 0.25, 0);
+  if (fused && ydt == BF16) /* the flow's form: cuBLASLt must take the fused epilogue */
+    report("gemm_gelu fused", sz, (double)nf, 0.0, 0);
+  if (fused == 2 && ydt == BF16) /* and the forced bias_y form must have been that one */
+    report("gemm_gelu bias_y", sz, nf == 0 && nby == 1 ? 0.0 : 1.0, 0.0, 0);
+  size_t gap_bad = 0; /* the columns between N and ldy stay untouched (poisoned) */
+  for (int m = 0; m < M; ++m)
+    for (int j = N; j < ldy; ++j) gap_bad += !isnan(yw[(size_t)m * ldy + j]);
+  if (ldy_extra) report("gemm_gelu ldy gap", sz, (double)gap_bad, 0.0, 0);
+  free(x), free(w), free(bias), free(bias_y), free(yw), free(y), free(ref), free(dif);
+  dfree(dx), dfree(dw), dfree(db), dfree(dby), dfree(dy);
+}
+
 void test_gemm(void **state) {
   (void)state;
   begin_test(6);
@@ -1188,6 +1262,52 @@ void test_gemm(void **state) {
       }
     check("gemm", "after prewarm: M=2999 N=640 K=512 bf16->f32 +bias", y, ref, (size_t)300 * N,
           1e-4);
+    free(x), free(w), free(bias), free(y), free(ref);
+    dfree(dx), dfree(dw), dfree(db), dfree(dy);
+  }
+  /* cosy_k_gemm_gelu: the flow's ff1 shape (N = 4096, K = 1024), M not a multiple of 8, a
+   * bucketed M; fused, forced bias_y form and forced fallback; fp32 outputs, strided y */
+  check_gemm_gelu(1, 4096, 1024, BF16, 1, 1, 0);
+  check_gemm_gelu(37, 4096, 1024, BF16, 1, 1, 0);
+  check_gemm_gelu(203, 4096, 1024, BF16, 1, 1, 0);
+  check_gemm_gelu(37, 4096, 1024, BF16, 1, 0, 0);
+  check_gemm_gelu(203, 4096, 1024, BF16, 1, 0, 0);
+  check_gemm_gelu(37, 4096, 1024, BF16, 1, 2, 0);
+  check_gemm_gelu(203, 4096, 1024, BF16, 1, 2, 0);
+  check_gemm_gelu(77, 1024, 512, F32, 1, 1, 0);
+  check_gemm_gelu(77, 1024, 512, F32, 1, 0, 0);
+  check_gemm_gelu(13, 640, 512, F32, 0, 1, 24);
+  check_gemm_gelu(13, 640, 512, BF16, 1, 1, 64);
+  { /* cosy_gemm_prewarm_gelu: after it, cosy_k_gemm_gelu calls up to M_max query nothing */
+    const int N = 1024, K = 256, MM = 600;
+    const float a = 1.7f / sqrtf((float)K);
+    float *x = fill((size_t)MM * K, -1.f, 1.f), *w = fill((size_t)N * K, -a, a);
+    float *bias = fill(N, -1.f, 1.f);
+    void *dx = dup_dt(x, (size_t)MM * K, BF16), *dw = dup_dt(w, (size_t)N * K, BF16);
+    float *db = dup_dt(bias, N, F32);
+    void *dy = dpoison((size_t)MM * N, BF16);
+    void *sx = dup_dt(x, (size_t)MM * K, BF16), *sy = dpoison((size_t)MM * N, BF16);
+    CK(cosy_gemm_prewarm_gelu(g_gemm, 0, MM, N, K, BF16, sx, K, dw, db, NULL, BF16, sy, N));
+    CK(cudaDeviceSynchronize());
+    dfree(sx), dfree(sy);
+    const long q0 = cosy_gemm_heuristic_queries(g_gemm);
+    const int ms[3] = {65, 300, 599};
+    for (int i = 0; i < 3; ++i)
+      CK(cosy_k_gemm_gelu(g_gemm, 0, ms[i], N, K, BF16, dx, K, dw, db, NULL, BF16, dy, N));
+    const long nq = cosy_gemm_heuristic_queries(g_gemm) - q0;
+    char sq[96];
+    snprintf(sq, sizeof sq, "after prewarm_gelu to %d: %ld queries for M = 65..599", MM, nq);
+    report("gemm_gelu prewarm", sq, nq == 0 ? 0.0 : 1.0, 0.0, 0);
+    float *y = download(dy, (size_t)100 * N, BF16);
+    double *ref = dalloc_host((size_t)100 * N);
+    for (int m = 0; m < 100; ++m)
+      for (int j = 0; j < N; ++j) {
+        double u = bias[j];
+        for (int k = 0; k < K; ++k) u += (double)x[(size_t)m * K + k] * w[(size_t)j * K + k];
+        ref[(size_t)m * N + j] = gelu_tanh_d(u);
+      }
+    check("gemm_gelu", "after prewarm: M=599 N=1024 K=256 bf16->bf16 +bias", y, ref,
+          (size_t)100 * N, 1e-2);
     free(x), free(w), free(bias), free(y), free(ref);
     dfree(dx), dfree(dw), dfree(db), dfree(dy);
   }
@@ -1730,9 +1850,9 @@ static void check_flow_qkv_post(int B, int N, int D, int rot, int with_pos) {
   void *dcs = dup_dt(cs, (size_t)P * half * 2, F32);
   int32_t *dpos = dup_i32(pos, (size_t)rows);
   if (with_pos)
-    CK(cosy_k_flow_qkv_post_pos(0, dx, db, dcs, dpos, rows, D, rot));
+    CK(cosy_k_flow_qkv_post_pos(0, dx, db, dcs, dpos, rows, D, rot, g_dev.pdl));
   else
-    CK(cosy_k_flow_qkv_post(0, dx, db, dcs, B, N, D, rot));
+    CK(cosy_k_flow_qkv_post(0, dx, db, dcs, B, N, D, rot, 0));
   float *out = download(dx, n, BF16);
   double *ref = dalloc_host(n);
   for (int r = 0; r < rows; ++r)
@@ -1760,7 +1880,7 @@ static void check_flow_bias_gelu(int rows, int F) {
   const size_t n = (size_t)rows * F;
   float *x = fill(n, -3.f, 3.f), *bias = fill((size_t)F, -0.5f, 0.5f);
   void *dx = dup_dt(x, n, BF16), *db = dup_dt(bias, (size_t)F, F32);
-  CK(cosy_k_flow_bias_gelu(0, dx, db, rows, F));
+  CK(cosy_k_flow_bias_gelu(0, dx, db, rows, F, g_dev.pdl));
   float *out = download(dx, n, BF16);
   double *ref = dalloc_host(n);
   for (size_t e = 0; e < n; ++e) ref[e] = gelu_d((double)x[e] + bias[e % F]);
@@ -1884,9 +2004,10 @@ static void check_flow_qkv_post_store(int rows, int D, int rot, int n_slots, int
   void *ddst = dup_bytes(dst, (size_t)rows * sizeof *dst);
   int64_t host_off;
   const int64_t *doff = dev_part(layer_off, &host_off);
-  CK(cosy_k_flow_qkv_post_pos(0, dx1, db, dcs, dpos, rows, D, rot));
+  CK(cosy_k_flow_qkv_post_pos(0, dx1, db, dcs, dpos, rows, D, rot, g_dev.pdl));
   CK(cosy_k_flow_kv_store(0, dp1, ddst, host_off, doff, D, dx1, rows, D));
-  CK(cosy_k_flow_qkv_post_store(0, dx2, db, dcs, dpos, rows, D, rot, dp2, ddst, host_off, doff, D));
+  CK(cosy_k_flow_qkv_post_store(0, dx2, db, dcs, dpos, rows, D, rot, dp2, ddst, host_off, doff, D,
+                                g_dev.pdl)); /* PDL after kv_store (where the device has it) */
   float *q1 = download(dx1, n, BF16), *q2 = download(dx2, n, BF16);
   float *p1 = download(dp1, npool, BF16), *p2 = download(dp2, npool, BF16);
   double *rq = to_double(q1, n), *rp = to_double(p1, npool);
@@ -2796,7 +2917,7 @@ void test_args(void **state) {
     ga.norm_w = d;
     bad += cosy_k_llm_gemv(0, &ga) != cudaErrorNotSupported; /* a combination not built */
   }
-  bad += cosy_k_flow_qkv_post(0, (cosy_bf16 *)d, d, d, 1, 4, 100, 64) !=
+  bad += cosy_k_flow_qkv_post(0, (cosy_bf16 *)d, d, d, 1, 4, 100, 64, 0) !=
          cudaErrorInvalidValue; /* D % 8 */
   bad += cosy_k_flow_kv_store(0, (cosy_bf16 *)d + 1, (const int64_t *)d, 0, NULL, 64,
                               (const cosy_bf16 *)d, 1, 64) != cudaErrorInvalidValue; /* unaligned */

@@ -21,7 +21,8 @@
  *       a = attention (16 heads x 64, full or block-causal 50: cosy_k_attn_dit, bf16 tensor
  *           cores, fp32 softmax)
  *       o = a W_o^T (fp32 out); h += g_a (o + b_o); n = bf16(LN(h) (1 + sc_m) + sh_m)  (fused)
- *       f = gelu_tanh(n W_1^T + b_1) (GEMM bf16 out, then bias + GELU fused); o = f W_2^T (fp32)
+ *       f = gelu_tanh(n W_1^T + b_1) (one bf16 GEMM with cuBLASLt's GELU + fp32 bias epilogue;
+ *           COSY_FLOW_FF1_EPI=0: GEMM, then bias + GELU in one kernel); o = f W_2^T (fp32)
  *     h += g_m (o + b_2); n = LN(h) (1 + scale) + shift (final AdaLN, scale first);
  *     v = n W_po^T + b_po (fp32)
  *     x = x + dt (c1 v[0] - c2 v[1])   (fp32; c1 = 1 + cfg, c2 = cfg)
@@ -41,9 +42,16 @@
  *    (normalized activations, attention output, FF hidden): bf16. Weights: bf16 for the DiT
  *    matrices and the conv position embedding; fp32 for the time MLP, input projection,
  *    PreLookahead and the token embedding (all small).
- *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; ff1:
- *    with GELU; o and ff2: in the residual + LayerNorm kernel), so no GEMM needs a bias epilogue
- *    and no separate bias pass runs.
+ *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; o and
+ *    ff2: in the residual + LayerNorm kernel), so no separate bias pass runs. ff1's bias and GELU
+ *    are the GEMM's epilogue (CUBLASLT_EPILOGUE_GELU_BIAS with the fp32 bias, or its bf16 copy
+ *    where cuBLASLt refuses the fp32 one; kernels/gemm.cu): one launch instead of two per
+ *    block, and the hidden f rounded to bf16 once (from the fp32 accumulator) instead of twice
+ *    (GEMM output, then after bias + GELU). The knob
+ *    COSY_FLOW_FF1_EPI=0 (cosy_gpu.flow_ff1_epi) keeps the two launches (GEMM, then
+ *    cosy_k_flow_bias_gelu), for a device A/B; where cuBLASLt refuses the fused form, gemm.cu
+ *    runs the GEMM and its own bias + GELU kernel and counts it (gpu_flow_ff1_fallbacks; the
+ *    bf16 bias: gpu_flow_ff1_bias_bf16).
  *  - CUDA graphs: the 10 steps of a gpu_flow_infer call read only buffers fixed at create plus
  *    per-call data written before the launch, so a graph captured for (N, streaming) is replayed
  *    for every later call with the same key (LRU cache of GRAPH_CACHE graphs); the first call of
@@ -62,6 +70,10 @@
  *    host synchronization inside the loop either way.
  *    The graphs reference the cosy_gpu's GEMM workspace: do not run other work that uses it on
  *    another stream concurrently.
+ *  - COSY_FLOW_PDL=1 (default off, a measurement knob): the flow's own elementwise kernels
+ *    (resid_ln, qkv_post*, bias_gelu) are launched with programmatic dependent launch where the
+ *    device has it (kernels/dit_elementwise.h `pdl`; each waits before touching memory), inside
+ *    the step graphs too, so that their launch overlaps the end of the GEMM or attention before.
  *  - gpu_flow_estimator runs the batch two rows at a time with direct launches.
  *  - Work buffers are poisoned with NaN (0xFF bytes) at create: anything read before written
  *    shows up in the tests.
@@ -98,6 +110,7 @@
 typedef struct gblk {
   cosy_bf16 *qkv_w, *o_w, *ff1_w, *ff2_w; /* [3D][D], [D][D], [F][D], [D][F] */
   float *qkv_b, *o_b, *ff1_b, *ff2_b;
+  cosy_bf16 *ff1_bh; /* ff1_b in bf16: the epilogue's bias where cuBLASLt refuses the fp32 one */
 } gblk;
 
 /* What a captured graph depends on: gpu_flow_infer's (N, streaming), or a packed batch's sizes
@@ -183,6 +196,10 @@ struct gpu_flow {
   int attn_split;
   /* 1 (default): a packed batch's sizes padded (PAD_TN, PAD_TE, PAD_TILES); COSY_FLOW_PAD=0 off */
   int pad;
+  /* COSY_FLOW_PDL (cosy_gpu.flow_pdl) where the device has programmatic dependent launch: the
+   * flow's own elementwise kernels (resid_ln, qkv_post*, bias_gelu) launched as programmatic
+   * dependents of the kernel before them (kernels/dit_elementwise.h) */
+  int pdl;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -194,11 +211,8 @@ struct gpu_flow {
     if (st_ != COSY_OK) return st_;                              \
   } while (0)
 
-static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const void *x, int ldx,
-                        const void *w, const float *bias, cosy_kdtype ydt, void *y, int ldy,
-                        int accumulate, const char *what) {
-  cudaError_t e =
-      cosy_k_gemm(f->g->gemm, f->s, M, N, K, ab, x, ldx, w, bias, ydt, y, ldy, accumulate);
+static cosy_status gemm_status(gpu_flow *f, cudaError_t e, int M, int N, int K,
+                               const char *what) {
   cosy_status st = cosy_gpu_check(e, what); /* also on success: injected failures count it */
   if (st == COSY_OK) return COSY_OK;
   int cb = e == cudaSuccess ? 0 : cosy_gemm_last_cublas_status(f->g->gemm);
@@ -208,10 +222,35 @@ static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const 
   return st;
 }
 
+static cosy_status gemm(gpu_flow *f, int M, int N, int K, cosy_kdtype ab, const void *x, int ldx,
+                        const void *w, const float *bias, cosy_kdtype ydt, void *y, int ldy,
+                        int accumulate, const char *what) {
+  return gemm_status(
+      f, cosy_k_gemm(f->g->gemm, f->s, M, N, K, ab, x, ldx, w, bias, ydt, y, ldy, accumulate), M,
+      N, K, what);
+}
+
 /* bf16 block GEMM without bias (the kernels that follow add it) */
 static cosy_status bgemm(gpu_flow *f, int M, int N, int K, const cosy_bf16 *x, int ldx,
                          const cosy_bf16 *w, cosy_kdtype ydt, void *y, int ldy, const char *what) {
   return gemm(f, M, N, K, COSY_KDT_BF16, x, ldx, w, NULL, ydt, y, ldy, 0, what);
+}
+
+/* ffb = gelu_tanh(nb W_1^T + b_1) for `rows` rows: one GEMM with the GELU + bias epilogue, or
+ * (COSY_FLOW_FF1_EPI=0) the GEMM then cosy_k_flow_bias_gelu */
+static cosy_status ff1(gpu_flow *f, const gblk *b, int rows) {
+  const int D = f->D, F = f->F;
+  if (!f->g->flow_ff1_epi) {
+    cosy_status st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F,
+                           "flow: ff1");
+    if (st) return st;
+    CK(cosy_k_flow_bias_gelu(f->s, f->ffb, b->ff1_b, rows, F, f->pdl), "flow: ff1 bias + gelu");
+    return COSY_OK;
+  }
+  return gemm_status(f,
+                     cosy_k_gemm_gelu(f->g->gemm, f->s, rows, F, D, COSY_KDT_BF16, f->nb, D,
+                                      b->ff1_w, b->ff1_b, b->ff1_bh, COSY_KDT_BF16, f->ffb, F),
+                     rows, F, D, "flow: ff1 + bias + gelu");
 }
 
 static cosy_status alloc(gpu_flow *f, size_t bytes, const char *what, void **out) {
@@ -291,6 +330,7 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
   const int D = f->D, M = f->M, F = f->F, rows = R * N;
   const int64_t D6 = 6 * (int64_t)D;
   cudaStream_t s = f->s;
+  const int pdl = f->pdl; /* COSY_FLOW_PDL */
   cosy_status st;
   /* input projection (x columns) + constant part; bf16 copy for the conv */
   if ((st = gemm(f, x_shared ? N : rows, D, M, COSY_KDT_F32, f->xin, M, f->inx_w, NULL,
@@ -308,35 +348,35 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
     const gblk *b = &f->blk[l];
     const float *md = mod + l * D6; /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
     if (l == 0)
-      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, mbs, f->nb, R, N, D, LN_EPS),
+      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, mbs, f->nb, R, N, D, LN_EPS,
+                              pdl),
          "flow: norm");
     else /* h += gate_mlp(l-1) * (ff2 out + ff2 bias of block l-1) */
       CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md,
-                              mbs, f->nb, R, N, D, LN_EPS),
+                              mbs, f->nb, R, N, D, LN_EPS, pdl),
          "flow: residual + norm");
     /* the GEMMs leave their biases to the kernels that follow (fused epilogues) */
     if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D,
                     "flow: qkv")))
       return st;
-    CK(cosy_k_flow_qkv_post(s, f->qkv, b->qkv_b, f->rope_cs, R, N, D, f->hd), "flow: qkv bias + rope");
+    CK(cosy_k_flow_qkv_post(s, f->qkv, b->qkv_b, f->rope_cs, R, N, D, f->hd, pdl),
+       "flow: qkv bias + rope");
     CK(cosy_k_attn_dit(s, COSY_KDT_BF16, f->qkv, f->qkv + D, f->qkv + 2 * D, 3 * D, f->att, D, R,
                        N, f->heads, f->hd, streaming ? f->chunk : 0, scale),
        "flow: attention");
     if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
       return st;
     CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, mbs,
-                            f->nb, R, N, D, LN_EPS),
+                            f->nb, R, N, D, LN_EPS, pdl),
        "flow: residual + norm");
-    if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
-      return st;
-    CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+    if ((st = ff1(f, b, rows))) return st;
     if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
       return st;
   }
   /* final: h += gate_mlp * ff; AdaLN (scale first, then shift); proj_out */
   const float *mo = mod + f->depth * D6;
   CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
-                          mbs, f->nb, R, N, D, LN_EPS),
+                          mbs, f->nb, R, N, D, LN_EPS, pdl),
      "flow: final norm");
   return gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M, 0,
               "flow: proj_out");
@@ -513,6 +553,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   if (!f) return COSY_ERR_NO_MEMORY;
   f->g = g;
   f->pad = 1;
+  f->pdl = g->flow_pdl && g->dev.pdl;
   f->s = g->stream;
   f->M = hp->mel_dim;
   f->spk_dim = hp->spk_dim;
@@ -697,6 +738,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
       UPB(o_b, COSY_KDT_F32, "attn.to_out.0.bias")
       UPB(ff1_w, COSY_KDT_BF16, "ff.ff.0.0.weight")
       UPB(ff1_b, COSY_KDT_F32, "ff.ff.0.0.bias")
+      UPB(ff1_bh, COSY_KDT_BF16, "ff.ff.0.0.bias")
       UPB(ff2_w, COSY_KDT_BF16, "ff.ff.2.weight")
       UPB(ff2_b, COSY_KDT_F32, "ff.ff.2.bias")
 #undef UPB
@@ -1170,7 +1212,10 @@ static cosy_status prewarm_gemms(gpu_flow *f) {
                           0);
   if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, D, D, bf, f->att, D, b->o_w, NULL, f32, f->xo, D, 0);
-  if (e == cudaSuccess)
+  if (e == cudaSuccess && f->g->flow_ff1_epi) /* the plans ff1 uses (the epilogue is in the key) */
+    e = cosy_gemm_prewarm_gelu(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, b->ff1_b, b->ff1_bh, bf,
+                               f->ffb, F);
+  else if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, NULL, bf, f->ffb, F, 0);
   if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, D, F, bf, f->ffb, F, b->ff2_w, NULL, f32, f->xo, D, 0);
@@ -1205,6 +1250,14 @@ void gpu_flow_set_timing(gpu_flow *f, const char *path) {
 
 void gpu_flow_set_pad(gpu_flow *f, int on) {
   if (f) f->pad = on != 0;
+}
+
+long gpu_flow_ff1_fallbacks(const gpu_flow *f) {
+  return f && f->g->flow_ff1_epi ? cosy_gemm_epi_fallbacks(f->g->gemm) : 0;
+}
+
+long gpu_flow_ff1_bias_bf16(const gpu_flow *f) {
+  return f && f->g->flow_ff1_epi ? cosy_gemm_epi_bias_y(f->g->gemm) : 0;
 }
 
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {
@@ -1381,6 +1434,7 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
   const int M = f->M, D = f->D, F = f->F;
   const int Tn = a->Tn, Te = a->Te, n_virt = a->n_virt, n_tiles = a->n_tiles;
   cudaStream_t s = f->s;
+  const int pdl = f->pdl; /* COSY_FLOW_PDL */
   cosy_status st;
   const int rows = 2 * Tn;
   const int64_t D6 = 6 * (int64_t)D;
@@ -1409,11 +1463,12 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     const gblk *b = &f->blk[l];
     const float *md = mod + l * D6;
     if (l == 0)
-      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS),
+      CK(cosy_k_flow_resid_ln(s, f->h, NULL, NULL, NULL, md + D, md, 0, f->nb, 1, rows, D, LN_EPS,
+                              pdl),
          "flow: norm");
     else
       CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[l - 1].ff2_b, md - D6 + 5 * D, md + D, md, 0,
-                              f->nb, 1, rows, D, LN_EPS),
+                              f->nb, 1, rows, D, LN_EPS, pdl),
          "flow: residual + norm");
     if ((st = bgemm(f, rows, 3 * D, D, f->nb, D, b->qkv_w, COSY_KDT_BF16, f->qkv, 3 * D, "flow: qkv")))
       return st;
@@ -1421,10 +1476,11 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     if (c->pool) /* bias + RoPE, and the committed rows' K/V into their cache pages */
       CK(cosy_k_flow_qkv_post_store(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd,
                                     (cosy_bf16 *)c->pool, c->d_kvdst, layer_off, kvoff,
-                                    (int64_t)PF * D),
+                                    (int64_t)PF * D, pdl),
          "flow: qkv bias + rope + kv store");
     else
-      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd),
+      CK(cosy_k_flow_qkv_post_pos(s, f->qkv, b->qkv_b, f->rope_cs, c->d_pos, rows, D, f->hd,
+                                  pdl),
          "flow: qkv bias + rope");
     if (f->attn_split == GPU_FLOW_ATTN_AUTO) /* parts per segment (COSY_FLOW_ATTN_SPLIT=auto) */
       CK(cosy_k_attn_dit_paged_auto(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, c->d_items,
@@ -1446,17 +1502,15 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     if ((st = bgemm(f, rows, D, D, f->att, D, b->o_w, COSY_KDT_F32, f->xo, D, "flow: attn out")))
       return st;
     CK(cosy_k_flow_resid_ln(s, f->h, f->xo, b->o_b, md + 2 * D, md + 4 * D, md + 3 * D, 0, f->nb,
-                            1, rows, D, LN_EPS),
+                            1, rows, D, LN_EPS, pdl),
        "flow: residual + norm");
-    if ((st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F, "flow: ff1")))
-      return st;
-    CK(cosy_k_flow_bias_gelu(s, f->ffb, b->ff1_b, rows, F), "flow: ff1 bias + gelu");
+    if ((st = ff1(f, b, rows))) return st;
     if ((st = bgemm(f, rows, D, F, f->ffb, F, b->ff2_w, COSY_KDT_F32, f->xo, D, "flow: ff2")))
       return st;
   }
   const float *mo = mod + f->depth * D6;
   CK(cosy_k_flow_resid_ln(s, f->h, f->xo, f->blk[f->depth - 1].ff2_b, mo - D6 + 5 * D, mo, mo + D,
-                          0, f->nb, 1, rows, D, LN_EPS),
+                          0, f->nb, 1, rows, D, LN_EPS, pdl),
      "flow: final norm");
   if ((st = gemm(f, rows, M, D, COSY_KDT_BF16, f->nb, D, f->po_w, f->po_b, COSY_KDT_F32, f->v, M,
                  0, "flow: proj_out")))
