@@ -26,7 +26,10 @@
  *   epilogue and cosy_k_add_bias_gelu (act.cu) applies the fp32 bias and GELU afterwards (two
  *   launches, bf16 y rounded twice); each such plan is counted (cosy_gemm_epi_fallbacks). The
  *   epilogue is part of the plan key and of the cached algorithms' key, so the fused and the
- *   plain forms of a shape never share a plan.
+ *   plain forms of a shape never share a plan. A fused form the heuristic offers nothing for at
+ *   a bucket is remembered as such (AlgoEntry.none), so it is not asked again for each new M of
+ *   the bucket (on the H200 the fp32 bias with a bf16 output is refused: without this, two
+ *   queries at every new M after cosy_gemm_prewarm_gelu; test_kernels test_gemm counts them).
  * Plans: matmul/layout descriptors and the heuristic's algorithm are cached per shape, types,
  *   strides, accumulate flag and pointer alignments (a small ring of PLAN_CACHE entries), so a
  *   steady-state call does no heuristic query and nothing that breaks CUDA graph capture.
@@ -91,6 +94,9 @@ enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_GELU_BIAS = 2, EPI_GELU = 3, EPI_GELU_BIA
 struct AlgoEntry {
   PlanKey bkey;
   int fused, valid;
+  int none; /* a fused epilogue the heuristic offered nothing for at the bucket: not asked again
+             * for any M of the bucket (the fp32 bias of a bf16 GELU output, which cuBLASLt
+             * refuses, would otherwise cost a query at each new M) */
   cublasLtMatmulAlgo_t algo;
 };
 
@@ -299,14 +305,21 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
       }
       if (lb) cublasLtMatrixLayoutDestroy(lb);
       if (lc) cublasLtMatrixLayoutDestroy(lc);
-      if (s1 == CUBLAS_STATUS_SUCCESS && n_res >= 1) {
+      if ((s1 == CUBLAS_STATUS_SUCCESS && n_res >= 1) ||
+          (fuse_bias && !k.inv &&
+           (s1 == CUBLAS_STATUS_NOT_SUPPORTED || (s1 == CUBLAS_STATUS_SUCCESS && n_res < 1)))) {
         hit = &g->algos[g->algo_next];
         g->algo_next = (g->algo_next + 1) % ALGO_CACHE;
         hit->bkey = bk;
         hit->fused = fuse_bias;
-        hit->algo = res.algo;
+        hit->none = n_res < 1;
+        if (!hit->none) hit->algo = res.algo;
         hit->valid = 1;
       }
+    }
+    if (hit && hit->none) { /* the fused form is not offered for this bucket */
+      plan_destroy_partial(&p);
+      return cudaSuccess; /* *found stays 0 */
     }
     if (hit) {
       cublasLtMatmulHeuristicResult_t chk;
