@@ -305,9 +305,10 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
       }
       if (lb) cublasLtMatrixLayoutDestroy(lb);
       if (lc) cublasLtMatrixLayoutDestroy(lc);
-      if ((s1 == CUBLAS_STATUS_SUCCESS && n_res >= 1) ||
-          (fuse_bias && !k.inv &&
-           (s1 == CUBLAS_STATUS_NOT_SUPPORTED || (s1 == CUBLAS_STATUS_SUCCESS && n_res < 1)))) {
+      /* a fused form refused at the bucket, whatever the status (cuBLASLt answers the fp32
+       * bias of a bf16 output with an error status, not with zero results), is remembered */
+      if ((s1 == CUBLAS_STATUS_SUCCESS && n_res >= 1) || (fuse_bias && !k.inv)) {
+        if (s1 != CUBLAS_STATUS_SUCCESS) n_res = 0;
         hit = &g->algos[g->algo_next];
         g->algo_next = (g->algo_next + 1) % ALGO_CACHE;
         hit->bkey = bk;
