@@ -21,8 +21,9 @@
  *       a = attention (16 heads x 64, full or block-causal 50: cosy_k_attn_dit, bf16 tensor
  *           cores, fp32 softmax)
  *       o = a W_o^T (fp32 out); h += g_a (o + b_o); n = bf16(LN(h) (1 + sc_m) + sh_m)  (fused)
- *       f = gelu_tanh(n W_1^T + b_1) (one bf16 GEMM with cuBLASLt's GELU + fp32 bias epilogue;
- *           COSY_FLOW_FF1_EPI=0: GEMM, then bias + GELU in one kernel); o = f W_2^T (fp32)
+ *       f = gelu_tanh(n W_1^T + b_1) (one bf16 GEMM with cuBLASLt's GELU + bias epilogue, the
+ *           bias in bf16 where cuBLASLt refuses fp32 (an H200 does); COSY_FLOW_FF1_EPI=0: GEMM,
+ *           then bias + GELU in one kernel); o = f W_2^T (fp32)
  *     h += g_m (o + b_2); n = LN(h) (1 + scale) + shift (final AdaLN, scale first);
  *     v = n W_po^T + b_po (fp32)
  *     x = x + dt (c1 v[0] - c2 v[1])   (fp32; c1 = 1 + cfg, c2 = cfg)
@@ -45,7 +46,7 @@
  *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; o and
  *    ff2: in the residual + LayerNorm kernel), so no separate bias pass runs. ff1's bias and GELU
  *    are the GEMM's epilogue (CUBLASLT_EPILOGUE_GELU_BIAS with the fp32 bias, or its bf16 copy
- *    where cuBLASLt refuses the fp32 one; kernels/gemm.cu): one launch instead of two per
+ *    where cuBLASLt refuses the fp32 one, as on an H200; kernels/gemm.cu): one launch instead of two per
  *    block, and the hidden f rounded to bf16 once (from the fp32 accumulator) instead of twice
  *    (GEMM output, then after bias + GELU). The knob
  *    COSY_FLOW_FF1_EPI=0 (cosy_gpu.flow_ff1_epi) keeps the two launches (GEMM, then
