@@ -46,11 +46,11 @@
  *  - Biases of the block GEMMs are added by the kernels that follow them (qkv: with RoPE; o and
  *    ff2: in the residual + LayerNorm kernel), so no separate bias pass runs. ff1's bias and GELU
  *    are the GEMM's epilogue (CUBLASLT_EPILOGUE_GELU_BIAS with the fp32 bias, or its bf16 copy
- *    where cuBLASLt refuses the fp32 one, as on an H200; kernels/gemm.cu): one launch instead of two per
- *    block, and the hidden f rounded to bf16 once (from the fp32 accumulator) instead of twice
- *    (GEMM output, then after bias + GELU). The knob
- *    COSY_FLOW_FF1_EPI=0 (cosy_gpu.flow_ff1_epi) keeps the two launches (GEMM, then
- *    cosy_k_flow_bias_gelu), for a device A/B; where cuBLASLt refuses the fused form, gemm.cu
+ *    where cuBLASLt refuses the fp32 one, as on an H200; kernels/gemm.cu): one launch instead
+ *    of two per block, and the hidden f rounded to bf16 once (from the fp32 accumulator)
+ *    instead of twice (GEMM output, then after bias + GELU). The knob COSY_FLOW_FF1_EPI=0
+ *    (cosy_gpu.flow_ff1_epi) keeps the two launches (GEMM, then cosy_k_flow_bias_gelu), for a
+ *    device A/B; where cuBLASLt refuses the fused form, gemm.cu
  *    runs the GEMM and its own bias + GELU kernel and counts it (gpu_flow_ff1_fallbacks; the
  *    bf16 bias: gpu_flow_ff1_bias_bf16).
  *  - CUDA graphs: the 10 steps of a gpu_flow_infer call read only buffers fixed at create plus
