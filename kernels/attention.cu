@@ -1439,6 +1439,27 @@ extern "C" cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qk
   return cudaGetLastError();
 }
 
+/* kern<<<grid, FA_THREADS, 0, s>>>(g) in thread-block clusters of csize blocks along x (plain
+ * blocks when csize is 1); the launch error, then cudaGetLastError() */
+static cudaError_t dit_cluster_launch(void (*kern)(PagedGeo), dim3 grid, int csize, cudaStream_t s,
+                                      const PagedGeo &g) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(FA_THREADS);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)csize;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = csize > 1 ? 1 : 0;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, g);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
 extern "C" cudaError_t cosy_k_attn_dit_paged_split(
     cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads, const cosy_k_dit_seg *segs,
     const int32_t *tiles, int n_tiles, const cosy_bf16 *pool, int64_t page_elems,
@@ -1457,21 +1478,8 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_split(
   if (!dev || !dev->clusters) return cudaErrorNotSupported;
   if (n_tiles == 0) return cudaSuccess;
   g.n_split = n_split;
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3((unsigned)(n_tiles * n_split), (unsigned)n_heads);
-  cfg.blockDim = dim3(FA_THREADS);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)n_split;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  e = cudaLaunchKernelEx(&cfg, attn_dit_paged_split_kernel, g);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return dit_cluster_launch(attn_dit_paged_split_kernel,
+                            dim3((unsigned)(n_tiles * n_split), (unsigned)n_heads), n_split, s, g);
 }
 
 extern "C" int cosy_k_dit_auto_items(const cosy_k_dit_seg *segs, int n_segs,
@@ -1523,19 +1531,6 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_auto(
   }
   g.n_split = csize;
   g.items = items;
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3((unsigned)(n_items * csize), 1u);
-  cfg.blockDim = dim3(FA_THREADS);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)csize;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = csize > 1 ? 1 : 0; /* every part count 1: plain blocks */
-  e = cudaLaunchKernelEx(&cfg, attn_dit_paged_auto_kernel, g);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return dit_cluster_launch(attn_dit_paged_auto_kernel, dim3((unsigned)(n_items * csize), 1u),
+                            csize, s, g);
 }

@@ -39,31 +39,7 @@ constexpr unsigned EW_MAX_BLOCKS = 4096u; /* grid-stride loops: at most this man
 
 inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* kern<<<grid, threads, 0, s>>>(args...), as a programmatic dependent of the previous kernel on s
- * when pdl (the kernel must pdl_wait() before touching global memory) */
-template <typename... P, typename... A>
-cudaError_t ew_launch(void (*kern)(P...), unsigned grid, int threads, cudaStream_t s, int pdl,
-                      A... args) {
-  if (!pdl) {
-    kern<<<grid, threads, 0, s>>>(args...);
-    return cudaGetLastError();
-  }
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args...);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
-}
-
-/* first statement of a kernel that ew_launch may launch with pdl */
+/* first statement of a kernel that its launcher may launch with pdl (launch_pdl, kcommon.cuh) */
 __device__ __forceinline__ void pdl_enter() {
   pdl_wait();
   pdl_trigger();
@@ -197,11 +173,11 @@ extern "C" cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const floa
     return cudaErrorInvalidValue;
   const int threads = ((D / 4 + 31) / 32) * 32;
   if (a)
-    return ew_launch(resid_ln_kernel<true>, (unsigned)rows, threads, s, pdl, h, a, abias, gate,
-                     scale, shift, mod_bstride, (bf16 *)y, N, D, eps);
-  return ew_launch(resid_ln_kernel<false>, (unsigned)rows, threads, s, pdl, h,
-                   (const float *)nullptr, (const float *)nullptr, (const float *)nullptr, scale,
-                   shift, mod_bstride, (bf16 *)y, N, D, eps);
+    return launch_pdl(resid_ln_kernel<true>, dim3((unsigned)rows), threads, 0, s, pdl, h, a,
+                      abias, gate, scale, shift, mod_bstride, (bf16 *)y, N, D, eps);
+  return launch_pdl(resid_ln_kernel<false>, dim3((unsigned)rows), threads, 0, s, pdl, h,
+                    (const float *)nullptr, (const float *)nullptr, (const float *)nullptr, scale,
+                    shift, mod_bstride, (bf16 *)y, N, D, eps);
 }
 
 namespace {
@@ -307,9 +283,9 @@ extern "C" cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, cons
   if (!qkv || !bias || (rot_dim && !cos_sin) || !al16(qkv) || !al16(bias) ||
       ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
-  return ew_launch(qkv_post_kernel<false>, cosyk_blocks(total8, 256, 8192u), 256, s, pdl,
-                   (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin),
-                   (const int32_t *)nullptr, N, D, rot_dim, total8, KvStore{});
+  return launch_pdl(qkv_post_kernel<false>, dim3(cosyk_blocks(total8, 256, 8192u)), 256, 0, s, pdl,
+                    (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin),
+                    (const int32_t *)nullptr, N, D, rot_dim, total8, KvStore{});
 }
 
 extern "C" cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
@@ -322,9 +298,9 @@ extern "C" cudaError_t cosy_k_flow_qkv_post_pos(cudaStream_t s, cosy_bf16 *qkv, 
   if (!qkv || !bias || !pos || (rot_dim && !cos_sin) || !al16(qkv) || !al16(bias) ||
       ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
-  return ew_launch(qkv_post_kernel<false>, cosyk_blocks(total8, 256, 8192u), 256, s, pdl,
-                   (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D,
-                   rot_dim, total8, KvStore{});
+  return launch_pdl(qkv_post_kernel<false>, dim3(cosyk_blocks(total8, 256, 8192u)), 256, 0, s, pdl,
+                    (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D,
+                    rot_dim, total8, KvStore{});
 }
 
 extern "C" cudaError_t cosy_k_flow_qkv_post_store(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
@@ -342,9 +318,9 @@ extern "C" cudaError_t cosy_k_flow_qkv_post_store(cudaStream_t s, cosy_bf16 *qkv
       !al16(bias) || !al16(pool) || ((uintptr_t)cos_sin & 7u))
     return cudaErrorInvalidValue;
   const KvStore kv = {(bf16 *)pool, dst, dev_off, layer_off, v_off};
-  return ew_launch(qkv_post_kernel<true>, cosyk_blocks(total8, 256, 8192u), 256, s, pdl,
-                   (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D,
-                   rot_dim, total8, kv);
+  return launch_pdl(qkv_post_kernel<true>, dim3(cosyk_blocks(total8, 256, 8192u)), 256, 0, s, pdl,
+                    (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D,
+                    rot_dim, total8, kv);
 }
 
 extern "C" cudaError_t cosy_k_flow_bias_gelu(cudaStream_t s, cosy_bf16 *x, const float *bias,
@@ -353,8 +329,8 @@ extern "C" cudaError_t cosy_k_flow_bias_gelu(cudaStream_t s, cosy_bf16 *x, const
   const int64_t total8 = (int64_t)rows * F / 8;
   if (total8 == 0) return cudaSuccess;
   if (!x || !bias || !al16(x) || !al16(bias)) return cudaErrorInvalidValue;
-  return ew_launch(bias_gelu_kernel, cosyk_blocks(total8, 256, 8192u), 256, s, pdl, (bf16 *)x,
-                   bias, F, total8);
+  return launch_pdl(bias_gelu_kernel, dim3(cosyk_blocks(total8, 256, 8192u)), 256, 0, s, pdl,
+                    (bf16 *)x, bias, F, total8);
 }
 
 extern "C" cudaError_t cosy_k_flow_add_rows(cudaStream_t s, const float *xp, int64_t xp_bstride,

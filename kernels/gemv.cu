@@ -191,31 +191,6 @@ __device__ __forceinline__ void qkv_rope_out(const GemvP &a, int gm, int head, i
              rot ? a.inv_freq[i] : 0.f);
 }
 
-/* Launch kern<<<grid, threads, dyn, s>>>(p), as a programmatic dependent of the previous kernel
- * on s when pdl */
-template <typename P>
-cudaError_t launch_pdl(void (*kern)(P), dim3 grid, int threads, size_t dyn, cudaStream_t s,
-                       int pdl, const P &p) {
-  if (!pdl) {
-    kern<<<grid, threads, dyn, s>>>(p);
-    return cudaGetLastError();
-  }
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = dyn;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
-}
-
 template <int M, int KS, int PRO, int EPI>
 __global__ void __launch_bounds__(GV_THREADS, M == 1 ? (gv_rows(EPI) == 1 ? 5 : 4) : 2)
     gemv_kernel(GemvP a) {
