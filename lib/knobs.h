@@ -35,9 +35,9 @@ typedef struct cosy_knobs {
   char prefill_timing[COSY_KNOB_PATH]; /* COSY_LLM_PREFILL_TIMING: one line per packed prefill */
   int max_streams;              /* COSY_SCHED_MAX_STREAMS=N (> 0): admission bound; 0 none */
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
-                                   while 2..N requests decode (0: never); -1 default */
+                                   while 1..N requests decode (0: never); -1 default */
   int pause_min;                /* COSY_SCHED_PAUSE_MIN=1|2: the fewest decoding requests the
-                                   first-chunk pause applies to (default 2: not a request alone) */
+                                   first-chunk pause applies to (default 1: a request alone too) */
   int flow_attn_split;          /* COSY_FLOW_ATTN_SPLIT: key parts per attention query tile of
                                    the packed flow (2..8; "1" means 4); -1 ("auto"): chosen per
                                    segment (lib/gpu/flow.h GPU_FLOW_ATTN_AUTO); 0 off */

@@ -434,9 +434,9 @@ void *sched_llm_main(void *arg) {
       continue;
     }
     /* time to first audio first: at light load the LLM pauses while a first chunk's flow runs,
-     * so the two do not compete for the device; not for a request alone, whose own later tokens
-     * are all the pause would hold back (on an H100 it moved W1's C = 1 first audio 32 -> 37 ms
-     * and RTF 0.0305 -> 0.0285 with the batch-invariant LLM; bench/RESULTS.md) */
+     * so the two do not compete for the device; for a request alone too (its own later tokens are
+     * all the pause holds back: on an H200 W1's C = 1 first audio 33.5 -> 29.3 ms, RTF 0.0266 ->
+     * 0.0283; COSY_SCHED_PAUSE_MIN=2 keeps a request alone unpaused; bench/RESULTS.md) */
     const int pause_max =
         e->knobs.first_pause >= 0 ? e->knobs.first_pause : e->cfg.first_chunk_wait_max;
     if (s->first_in_flight && pause_max > 0 && s->n_llm >= e->knobs.pause_min &&
