@@ -863,9 +863,6 @@ static cudaError_t r_qkv_post(bench_op *o, int s) {
   return cosy_k_flow_qkv_post(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), 2, o->i[0], 1024, 64,
                               0);
 }
-static cudaError_t r_bias_gelu(bench_op *o, int s) {
-  return cosy_k_flow_bias_gelu(g_stream, P(o, 0, s), P(o, 1, s), 2 * o->i[0], 2048, 0);
-}
 static cudaError_t r_add_rows(bench_op *o, int s) {
   return cosy_k_flow_add_rows(g_stream, P(o, 0, s), 0, P(o, 1, s), P(o, 2, s), P(o, 3, s), 2,
                               o->i[0], 1024);
@@ -943,15 +940,6 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
     o->p[2] = drand((size_t)N * 32 * 2, F32, -1.f, 1.f);
     o->bytes = act * 3 * 4.0 + 3072 * 4.0 + N * 64 * 4.0;
     o->run = r_qkv_post;
-    run_op(o);
-
-    o = new_op(group, "flow_bias_gelu");
-    snprintf(o->size, sizeof o->size, "2x%dx2048 bf16", N);
-    o->i[0] = N;
-    o->p[0] = drand(act * 2, BF16, -3.f, 3.f);
-    o->p[1] = drand(2048, F32, -0.1f, 0.1f);
-    o->bytes = act * 2 * 4.0 + 2048 * 4.0;
-    o->run = r_bias_gelu;
     run_op(o);
 
     o = new_op(group, "flow_add_rows");

@@ -73,13 +73,13 @@
 #               COSY_FLOW_ATTN_SPLIT unset, =4 and =auto (ATTNSPLIT_VARIANTS, ab syntax). Summary:
 #               "attnsplit check: ..." (failed checks; none expected), "attnsplit: dit call ..."
 #               rows, "attnsplit <variant>: ..."
-#   ff1epi      the flow's ff1 GEMM with cuBLASLt's bias + GELU epilogue (the default) against
-#               its two launches (COSY_FLOW_FF1_EPI=0; not in the default steps: `bash
-#               bench/device_run.sh build ff1epi`): test_kernels gemm (cosy_k_gemm_gelu vs double;
+#   ff1epi      the flow's ff1 GEMM with cuBLASLt's bias + GELU epilogue and the flow's
+#               elementwise launchers (not in the default steps: `bash bench/device_run.sh build
+#               ff1epi`): test_kernels gemm (cosy_k_gemm_gelu vs double;
 #               the "gemm_gelu fused" lines must PASS: cuBLASLt took the fused form),
 #               test_kernels dit_elementwise and flow_pack (the flow's elementwise launchers, with
 #               pdl where the device has it), then under each of FF1_VARIANTS (ab syntax, default
-#               "base two:COSY_FLOW_FF1_EPI=0 pdl:COSY_FLOW_PDL=1") test_gpu_flow (golden +
+#               "base pdl:COSY_FLOW_PDL=1") test_gpu_flow (golden +
 #               full-size timing) and W1 at C = 16. Summary: "ff1epi check: ..." (the gemm_gelu
 #               lines, failed checks), "ff1epi <variant>: ..." (ff1 form, TIMING lines),
 #               "ff1epi <variant> w1: ..."
@@ -447,17 +447,16 @@ if [[ " $STEPS " == *" attnsplit "* ]]; then
   done
 fi
 if [[ " $STEPS " == *" ff1epi "* ]]; then
-  # the flow's ff1 with cuBLASLt's bias + GELU epilogue (default) against the two launches
-  # (COSY_FLOW_FF1_EPI=0): test_kernels gemm (cosy_k_gemm_gelu vs double, which tier cuBLASLt
-  # took), test_gpu_flow on the small golden model and the full-size random one under each
-  # variant of FF1_VARIANTS (ab syntax), then W1 at C = 16 under each
+  # the flow's ff1 with cuBLASLt's bias + GELU epilogue: test_kernels gemm (cosy_k_gemm_gelu vs
+  # double, which tier cuBLASLt took), test_gpu_flow on the small golden model and the full-size
+  # random one under each variant of FF1_VARIANTS (ab syntax), then W1 at C = 16 under each
   run ff1epi_test ./$B/tests/test_kernels gemm
   grep -E 'FAIL|^gemm_gelu' "$OUT/ff1epi_test.log" | sed 's/^/ff1epi check: /' | tee -a "$SUMMARY"
   for fam in dit_elementwise flow_pack; do # the flow's elementwise launchers, pdl where it exists
     run ff1epi_test_$fam ./$B/tests/test_kernels $fam
     grep -E 'FAIL' "$OUT/ff1epi_test_$fam.log" | sed 's/^/ff1epi check: /' | tee -a "$SUMMARY"
   done
-  for spec in ${FF1_VARIANTS:-base two:COSY_FLOW_FF1_EPI=0 pdl:COSY_FLOW_PDL=1}; do
+  for spec in ${FF1_VARIANTS:-base pdl:COSY_FLOW_PDL=1}; do
     variant "$spec"
     COSY_FULL_MODEL=$PWD/$FULL run ff1epi_gpu_flow_$v env "${envs[@]}" ./$B/tests/test_gpu_flow
     grep -E 'FAILED|ff1 bias|TIMING' "$OUT/ff1epi_gpu_flow_$v.log" | sed "s/^ */ff1epi $v: /" \

@@ -1,6 +1,7 @@
 /* dit_elementwise.cu - the DiT's fused elementwise kernels (lib/gpu/flow.c): gated residual +
- * AdaLN LayerNorm, the QKV epilogue (bias + interleaved RoPE), bias + GELU, input-row combine,
- * the constant input rows and the PreLookahead residual/repeat. Launchers in dit_elementwise.h.
+ * AdaLN LayerNorm, the QKV epilogue (bias + interleaved RoPE), input-row combine, the constant
+ * input rows and the PreLookahead residual/repeat (ff1's bias + GELU is its GEMM's epilogue,
+ * kernels/gemm.cu cosy_k_gemm_gelu). Launchers in dit_elementwise.h.
  *
  * Math: see dit_elementwise.h (and docs/model.md section 6.3, the DiT).
  *
@@ -9,12 +10,12 @@
  *     thread t holds elements 4t..4t+3 in registers, so the row is read once (h, a, bias, gate,
  *     scale, shift as 16-byte loads), h written once, y written once as bf16x4. Mean, then the
  *     centred sum of squares, by block reductions (two-pass in registers).
- *   qkv_post, bias_gelu: 8 bf16 (16 bytes) per thread, bias as two float4 loads; qkv_post rotates
+ *   qkv_post: 8 bf16 (16 bytes) per thread, bias as two float4 loads; it rotates
  *     the 4 pairs of a thread that fall in the first rot columns of q or k (cos/sin table);
  *     qkv_post_store also writes a thread's 8 K or V values to the row's cache page slot.
  *   add_rows, pack_cond, mu: one thread per element (float4 for add_rows), grid-stride.
  * Numerics: fp32 statistics and arithmetic, bf16 outputs rounded once at the store.
- * PDL: resid_ln, qkv_post* and bias_gelu take `pdl`; non-zero launches them as programmatic
+ * PDL: resid_ln and qkv_post* take `pdl`; non-zero launches them as programmatic
  *   dependents of the previous kernel on the stream (cudaLaunchAttributeProgrammaticStream
  *   Serialization, sm_90; the caller passes it only where the device has it, kdevice.h), so that
  *   their launch overlaps the predecessor's tail. Each of these kernels waits (griddepcontrol.wait)
@@ -243,34 +244,6 @@ qkv_post_kernel(bf16 *__restrict__ qkv, const float *__restrict__ bias,
   }
 }
 
-/* gelu_tanh(x + bias) in place on bf16 rows, 8 elements per thread */
-__device__ __forceinline__ float gelu_f(float x) {
-  const float k0 = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + tanhf(k0 * (x + 0.044715f * x * x * x)));
-}
-
-__global__ void __launch_bounds__(256)
-bias_gelu_kernel(bf16 *__restrict__ x, const float *__restrict__ bias, int F, int64_t total8) {
-  pdl_enter();
-  const int per8 = F / 8;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total8;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int c = (int)(e % per8) * 8;
-    uint4 u = reinterpret_cast<uint4 *>(x)[e];
-    uint32_t w[4] = {u.x, u.y, u.z, u.w};
-    const float4 b0 = ld4(bias + c), b1 = ld4(bias + c + 4);
-    const float bb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w[j]));
-      __nv_bfloat162 p =
-          __floats2bfloat162_rn(gelu_f(f.x + bb[2 * j]), gelu_f(f.y + bb[2 * j + 1]));
-      w[j] = *reinterpret_cast<uint32_t *>(&p);
-    }
-    reinterpret_cast<uint4 *>(x)[e] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-}
-
 } /* namespace */
 
 extern "C" cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
@@ -321,16 +294,6 @@ extern "C" cudaError_t cosy_k_flow_qkv_post_store(cudaStream_t s, cosy_bf16 *qkv
   return launch_pdl(qkv_post_kernel<true>, dim3(cosyk_blocks(total8, 256, 8192u)), 256, 0, s, pdl,
                     (bf16 *)qkv, bias, reinterpret_cast<const float2 *>(cos_sin), pos, rows, D,
                     rot_dim, total8, kv);
-}
-
-extern "C" cudaError_t cosy_k_flow_bias_gelu(cudaStream_t s, cosy_bf16 *x, const float *bias,
-                                             int rows, int F, int pdl) {
-  if (rows < 0 || F <= 0 || F % 8) return cudaErrorInvalidValue;
-  const int64_t total8 = (int64_t)rows * F / 8;
-  if (total8 == 0) return cudaSuccess;
-  if (!x || !bias || !al16(x) || !al16(bias)) return cudaErrorInvalidValue;
-  return launch_pdl(bias_gelu_kernel, dim3(cosyk_blocks(total8, 256, 8192u)), 256, 0, s, pdl,
-                    (bf16 *)x, bias, F, total8);
 }
 
 extern "C" cudaError_t cosy_k_flow_add_rows(cudaStream_t s, const float *xp, int64_t xp_bstride,

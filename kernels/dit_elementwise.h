@@ -12,7 +12,7 @@
  * table: element d of row b of a chunk is chunk[b * mod_bstride + d]; mod_bstride = 0 lets every
  * batch row share one vector (the Euler/CFG batch: both rows see the same t).
  *
- * pdl (resid_ln, qkv_post*, bias_gelu): non-zero launches the kernel as a programmatic dependent
+ * pdl (resid_ln, qkv_post*): non-zero launches the kernel as a programmatic dependent
  * of the previous kernel on s (programmatic dependent launch: its launch overlaps the
  * predecessor's end; same results). Pass it only where the device has it (cosy_kdev.pdl,
  * kdevice.h); 0: a plain launch.
@@ -53,11 +53,6 @@ cudaError_t cosy_k_flow_resid_ln(cudaStream_t s, float *h, const float *a, const
 cudaError_t cosy_k_flow_qkv_post(cudaStream_t s, cosy_bf16 *qkv, const float *bias,
                                  const float *cos_sin, int B, int N, int D, int rot_dim,
                                  int pdl);
-
-/* x = gelu_tanh(x + bias) in place (gelu_tanh(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))))
- * on x [rows][F] bf16, bias [F] fp32; F % 8 == 0, x and bias 16-byte aligned. */
-cudaError_t cosy_k_flow_bias_gelu(cudaStream_t s, cosy_bf16 *x, const float *bias, int rows,
-                                  int F, int pdl);
 
 /* h[b][n][d] = xp[b*xp_bstride + n*D + d] + hc[b][n][d];  hb = bf16(h).
  * xp fp32 (xp_bstride = 0: one [N][D] block shared by every row, else N*D), hc, h [B][N][D]

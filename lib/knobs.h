@@ -22,8 +22,6 @@ typedef struct cosy_knobs {
   char gpu_profile[32];         /* COSY_GPU_PROFILE: a device profile (lib/gpu/gpu.c), "" none */
   int gemm_san_init;            /* COSY_GEMM_SAN_INIT=1: GEMM outputs cleared first (kernels/gemm.cu) */
   int flow_recompute;           /* COSY_FLOW_CACHE=0: the GPU flow recomputes every chunk's prefix */
-  int flow_ff1_epi;             /* COSY_FLOW_FF1_EPI (1 unless "0"): the GPU flow's ff1 GEMM with
-                                   the fused bias + GELU epilogue; 0: GEMM, then bias + GELU */
   int flow_pdl;                 /* COSY_FLOW_PDL=1: the GPU flow's elementwise kernels with
                                    programmatic dependent launch (where the device has it) */
   int llm_decode;               /* COSY_LLM_DECODE=tc|mixed (COSY_KNOB_LLM_*) */

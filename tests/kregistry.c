@@ -46,7 +46,6 @@ const kh_entry kh_registry[] = {
      KH_CEIL_HBM},
     {"dit_elementwise",
      L("cosy_k_flow_qkv_post", "cosy_k_flow_qkv_post_pos", "cosy_k_flow_qkv_post_store",
-       "cosy_k_flow_bias_gelu",
        "cosy_k_flow_add_rows", "cosy_k_flow_pack_cond", "cosy_k_flow_mu", "cosy_k_flow_euler"),
      T(dit_elementwise), BENCH(dit_elementwise), KH_CEIL_HBM},
     {"flow_pack",

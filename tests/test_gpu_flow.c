@@ -11,7 +11,7 @@
  *              inputs with the streaming mask vs the reference.
  *   FLOW(a), FLOW(b), FLOW(c) (the golden data's three flow calls): gpu_flow_infer vs ref_flow_infer and vs
  *              the golden mel.npy; ff1's fused bias + GELU epilogue taken (no plan refused by
- *              cuBLASLt; the knob COSY_FLOW_FF1_EPI=0 runs the same tests on the two-kernel form).
+ *              cuBLASLt).
  *   graphs:    first call of an N (direct launches) == second (graph captured) == replays ==
  *              graphs off; two N values alternating (graph cache).
  *   arguments: the reference's checks, max_frames, cancellation, tiny calls.
@@ -419,12 +419,10 @@ static int flow_case(fixture *fx, const char *tag, int n_gen, int streaming, int
                    COSY_OK);
   print_message("  FLOW(%s): %d frames out (GPU %.1f ms, first call of its N, CPU %.2f s)\n", tag,
                 gn, (t1 - t0) * 1e3, cosy_now() - t1);
-  /* ff1's bias + GELU: cuBLASLt's epilogue (COSY_FLOW_FF1_EPI unset or 1) or its own kernel
-   * (COSY_FLOW_FF1_EPI=0); with the epilogue on, cuBLASLt must have taken it for every plan */
-  print_message("  FLOW(%s): ff1 bias + GELU %s, %ld plans refused by cuBLASLt, %ld with the "
-                "bias in bf16\n",
-                tag, fx->g->flow_ff1_epi ? "fused into the GEMM" : "in a second kernel",
-                gpu_flow_ff1_fallbacks(fx->gf), gpu_flow_ff1_bias_bf16(fx->gf));
+  /* ff1's bias + GELU: cuBLASLt's epilogue, which cuBLASLt must have taken for every plan */
+  print_message("  FLOW(%s): ff1 bias + GELU fused into the GEMM, %ld plans refused by cuBLASLt, "
+                "%ld with the bias in bf16\n",
+                tag, gpu_flow_ff1_fallbacks(fx->gf), gpu_flow_ff1_bias_bf16(fx->gf));
   assert_int_equal(gpu_flow_ff1_fallbacks(fx->gf), 0);
   assert_int_equal(gn, rn);
   size_t n = (size_t)80 * gn;

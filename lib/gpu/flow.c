@@ -22,8 +22,7 @@
  *           cores, fp32 softmax)
  *       o = a W_o^T (fp32 out); h += g_a (o + b_o); n = bf16(LN(h) (1 + sc_m) + sh_m)  (fused)
  *       f = gelu_tanh(n W_1^T + b_1) (one bf16 GEMM with cuBLASLt's GELU + bias epilogue, the
- *           bias in bf16 where cuBLASLt refuses fp32 (an H200 does); COSY_FLOW_FF1_EPI=0: GEMM,
- *           then bias + GELU in one kernel); o = f W_2^T (fp32)
+ *           bias in bf16 where cuBLASLt refuses fp32 (an H200 does)); o = f W_2^T (fp32)
  *     h += g_m (o + b_2); n = LN(h) (1 + scale) + shift (final AdaLN, scale first);
  *     v = n W_po^T + b_po (fp32)
  *     x = x + dt (c1 v[0] - c2 v[1])   (fp32; c1 = 1 + cfg, c2 = cfg)
@@ -48,9 +47,8 @@
  *    are the GEMM's epilogue (CUBLASLT_EPILOGUE_GELU_BIAS with the fp32 bias, or its bf16 copy
  *    where cuBLASLt refuses the fp32 one, as on an H200; kernels/gemm.cu): one launch instead
  *    of two per block, and the hidden f rounded to bf16 once (from the fp32 accumulator)
- *    instead of twice (GEMM output, then after bias + GELU). The knob COSY_FLOW_FF1_EPI=0
- *    (cosy_gpu.flow_ff1_epi) keeps the two launches (GEMM, then cosy_k_flow_bias_gelu), for a
- *    device A/B; where cuBLASLt refuses the fused form, gemm.cu
+ *    instead of twice (GEMM output, then after bias + GELU; W2 on an H200 289.4 / 290.8x against
+ *    286.0x with the two launches, bench/HISTORY.md); where cuBLASLt refuses the fused form, gemm.cu
  *    runs the GEMM and its own bias + GELU kernel and counts it (gpu_flow_ff1_fallbacks; the
  *    bf16 bias: gpu_flow_ff1_bias_bf16).
  *  - CUDA graphs: the 10 steps of a gpu_flow_infer call read only buffers fixed at create plus
@@ -237,17 +235,9 @@ static cosy_status bgemm(gpu_flow *f, int M, int N, int K, const cosy_bf16 *x, i
   return gemm(f, M, N, K, COSY_KDT_BF16, x, ldx, w, NULL, ydt, y, ldy, 0, what);
 }
 
-/* ffb = gelu_tanh(nb W_1^T + b_1) for `rows` rows: one GEMM with the GELU + bias epilogue, or
- * (COSY_FLOW_FF1_EPI=0) the GEMM then cosy_k_flow_bias_gelu */
+/* ffb = gelu_tanh(nb W_1^T + b_1) for `rows` rows: one GEMM with the GELU + bias epilogue */
 static cosy_status ff1(gpu_flow *f, const gblk *b, int rows) {
   const int D = f->D, F = f->F;
-  if (!f->g->flow_ff1_epi) {
-    cosy_status st = bgemm(f, rows, F, D, f->nb, D, b->ff1_w, COSY_KDT_BF16, f->ffb, F,
-                           "flow: ff1");
-    if (st) return st;
-    CK(cosy_k_flow_bias_gelu(f->s, f->ffb, b->ff1_b, rows, F, f->pdl), "flow: ff1 bias + gelu");
-    return COSY_OK;
-  }
   return gemm_status(f,
                      cosy_k_gemm_gelu(f->g->gemm, f->s, rows, F, D, COSY_KDT_BF16, f->nb, D,
                                       b->ff1_w, b->ff1_b, b->ff1_bh, COSY_KDT_BF16, f->ffb, F),
@@ -1213,11 +1203,9 @@ static cosy_status prewarm_gemms(gpu_flow *f) {
                           0);
   if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, D, D, bf, f->att, D, b->o_w, NULL, f32, f->xo, D, 0);
-  if (e == cudaSuccess && f->g->flow_ff1_epi) /* the plans ff1 uses (the epilogue is in the key) */
+  if (e == cudaSuccess) /* the plans ff1 uses (the epilogue is in the key) */
     e = cosy_gemm_prewarm_gelu(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, b->ff1_b, b->ff1_bh, bf,
                                f->ffb, F);
-  else if (e == cudaSuccess)
-    e = cosy_gemm_prewarm(gm, s, rows, F, D, bf, f->nb, D, b->ff1_w, NULL, bf, f->ffb, F, 0);
   if (e == cudaSuccess)
     e = cosy_gemm_prewarm(gm, s, rows, D, F, bf, f->ffb, F, b->ff2_w, NULL, f32, f->xo, D, 0);
   if (e == cudaSuccess)
@@ -1254,11 +1242,11 @@ void gpu_flow_set_pad(gpu_flow *f, int on) {
 }
 
 long gpu_flow_ff1_fallbacks(const gpu_flow *f) {
-  return f && f->g->flow_ff1_epi ? cosy_gemm_epi_fallbacks(f->g->gemm) : 0;
+  return f ? cosy_gemm_epi_fallbacks(f->g->gemm) : 0;
 }
 
 long gpu_flow_ff1_bias_bf16(const gpu_flow *f) {
-  return f && f->g->flow_ff1_epi ? cosy_gemm_epi_bias_y(f->g->gemm) : 0;
+  return f ? cosy_gemm_epi_bias_y(f->g->gemm) : 0;
 }
 
 int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {

@@ -67,7 +67,7 @@ int gpu_flow_set_attn_split(gpu_flow *f, int n_split);
 void gpu_flow_set_pad(gpu_flow *f, int on);
 /* GEMM plans of ff1 that run without the fused bias + GELU epilogue because cuBLASLt refused it
  * (kernels/gemm.cu cosy_gemm_epi_fallbacks; the GEMM, then a bias + GELU kernel: same results,
- * one launch more); 0 expected, and 0 with the knob COSY_FLOW_FF1_EPI=0. */
+ * one launch more); 0 expected. */
 long gpu_flow_ff1_fallbacks(const gpu_flow *f);
 /* GEMM plans of ff1 fused with the bias rounded to bf16 because cuBLASLt refused the fp32 bias
  * in the epilogue (kernels/gemm.cu cosy_gemm_epi_bias_y). */

@@ -318,7 +318,6 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   if (!g) return COSY_ERR_NO_MEMORY;
   g->device = device;
   g->gemm_san_init = knobs && knobs->gemm_san_init;
-  g->flow_ff1_epi = knobs ? knobs->flow_ff1_epi : 1;
   g->flow_pdl = knobs && knobs->flow_pdl;
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
@@ -377,7 +376,6 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   g->budget = root->budget;
   g->n_sm = root->n_sm;
   g->gemm_san_init = root->gemm_san_init;
-  g->flow_ff1_epi = root->flow_ff1_epi;
   g->flow_pdl = root->flow_pdl;
   memcpy(g->name, root->name, sizeof g->name);
   cosy_status st;

@@ -50,8 +50,6 @@ typedef struct cosy_gpu {
                                  parent's); NULL in a parent */
   int gemm_san_init;         /* COSY_GEMM_SAN_INIT (cosy_knobs): every GEMM context of this
                                 context and its children clears outputs first (test only) */
-  int flow_ff1_epi;          /* COSY_FLOW_FF1_EPI (cosy_knobs; 1 unless "0"): the flow's ff1
-                                GEMM with the fused bias + GELU epilogue (lib/gpu/flow.c) */
   int flow_pdl;              /* COSY_FLOW_PDL=1 (cosy_knobs): the flow's elementwise kernels
                                 with programmatic dependent launch where dev.pdl (flow.c) */
 } cosy_gpu;
