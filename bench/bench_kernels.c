@@ -1357,6 +1357,78 @@ static void bench_gemm_plans(void) {
   CK(cudaFree(y));
 }
 
+/* The flow's four block GEMMs (D 1024, ff 2048; bf16 in; qkv and ff1 bf16 out, ff1 with the bias
+ * + GELU epilogue; o and ff2 fp32 out) at the row counts packed flow batches have (2 x new
+ * frames), device time a call under each algorithm rule of cosy_gemm_set_bucket: 2 the default
+ * (the algorithm chosen at the top of M's power-of-two bucket), 0 the heuristic's choice for M
+ * itself, 3 four buckets per octave. Back-to-back launches on a stream, events around 20 calls
+ * after a warm-up, the median of 5; one table, printed when BENCH_GEMM_ROWS is set. */
+static void bench_gemm_rows(void) {
+  static const int Ms[] = {240, 560, 800, 1120, 1500, 2000, 2600, 3000, 4000};
+  static const int modes[] = {2, 0, 3};
+  static const struct {
+    const char *name;
+    int N, K, f32_out, gelu;
+  } sh[] = {{"qkv", 3072, 1024, 0, 0}, {"o", 1024, 1024, 1, 0}, {"ff1+gelu", 2048, 1024, 0, 1},
+            {"ff2", 1024, 2048, 1, 0}};
+  const int MMAX = 4000, NMAX = 3072, KMAX = 2048;
+  void *x = drand((size_t)MMAX * KMAX, BF16, -1.f, 1.f);
+  void *w = drand((size_t)NMAX * KMAX, BF16, -0.05f, 0.05f);
+  void *bias = drand(NMAX, F32, -0.1f, 0.1f), *bias_y = drand(NMAX, BF16, -0.1f, 0.1f);
+  void *y = dalloc((size_t)MMAX * NMAX * 4);
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  printf("flow GEMMs by row count (us a call; TFLOP/s), algorithm rule 2 = bucket top (default), "
+         "0 = per M, 3 = quarter octaves\n%-9s %5s", "gemm", "M");
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) printf("   rule %d (TF/s)", modes[m]);
+  printf("\n");
+  for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+    for (size_t j = 0; j < sizeof Ms / sizeof Ms[0]; j++) {
+      const int M = Ms[j], N = sh[i].N, K = sh[i].K;
+      printf("%-9s %5d", sh[i].name, M);
+      for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        cosy_gemm *g = NULL;
+        CK(cosy_gemm_create(&g, 0));
+        cosy_gemm_set_bucket(g, modes[m]);
+        float med[5];
+        for (int r = -1; r < 5; r++) {
+          CK(cudaEventRecord(e0, g_stream));
+          for (int c = 0; c < 20; c++) {
+            if (sh[i].gelu)
+              CK(cosy_k_gemm_gelu(g, g_stream, M, N, K, BF16, x, K, w, (const float *)bias, bias_y,
+                                  BF16, y, N));
+            else
+              CK(cosy_k_gemm(g, g_stream, M, N, K, BF16, x, K, w, NULL, sh[i].f32_out ? F32 : BF16,
+                             y, N, 0));
+          }
+          CK(cudaEventRecord(e1, g_stream));
+          CK(cudaEventSynchronize(e1));
+          float ms = 0;
+          CK(cudaEventElapsedTime(&ms, e0, e1));
+          if (r >= 0) med[r] = ms * 1e3f / 20;
+        }
+        for (int a = 0; a < 5; a++) /* sort the five */
+          for (int b = a + 1; b < 5; b++)
+            if (med[b] < med[a]) {
+              const float t = med[a];
+              med[a] = med[b], med[b] = t;
+            }
+        printf("  %7.2f (%5.0f)", med[2], 2.0 * M * N * K / (med[2] * 1e-6) / 1e12);
+        cosy_gemm_destroy(g);
+      }
+      printf("\n");
+    }
+  printf("\n");
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaFree(x));
+  CK(cudaFree(w));
+  CK(cudaFree(bias));
+  CK(cudaFree(bias_y));
+  CK(cudaFree(y));
+}
+
 /* ---------------------------------------------------------------------------------------------
  * the families' benchmarks (tests/kregistry.c names them): each adds its rows of one scenario */
 
@@ -1532,6 +1604,7 @@ int kh_run_bench(const char *filter) {
   printf("ceilings: copy %.0f GB/s (read+write), bf16 gemm %.0f TFLOP/s\n\n", g_copy_gbs,
          g_gemm_tfs);
   bench_gemm_plans();
+  if (getenv("BENCH_GEMM_ROWS")) bench_gemm_rows();
   CK(cudaFree(cp->p[0]));
   CK(cudaFree(cp->p[1]));
   CK(cudaFree(gm->p[0]));

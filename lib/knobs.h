@@ -21,6 +21,8 @@ typedef struct cosy_knobs {
   char cuda_fault[64];          /* COSY_CUDA_FAULT: "n[:launch|oom|lost]" (lib/gpu/gpu.c), "" off */
   char gpu_profile[32];         /* COSY_GPU_PROFILE: a device profile (lib/gpu/gpu.c), "" none */
   int gemm_san_init;            /* COSY_GEMM_SAN_INIT=1: GEMM outputs cleared first (kernels/gemm.cu) */
+  int gemm_bucket;              /* COSY_GEMM_BUCKET=0..3: the GEMMs' algorithm rule
+                                   (cosy_gemm_set_bucket); -1 the default (2) */
   int flow_recompute;           /* COSY_FLOW_CACHE=0: the GPU flow recomputes every chunk's prefix */
   int flow_pdl;                 /* COSY_FLOW_PDL=1: the GPU flow's elementwise kernels with
                                    programmatic dependent launch (where the device has it) */

@@ -50,6 +50,7 @@ typedef struct cosy_gpu {
                                  parent's); NULL in a parent */
   int gemm_san_init;         /* COSY_GEMM_SAN_INIT (cosy_knobs): every GEMM context of this
                                 context and its children clears outputs first (test only) */
+  int gemm_bucket;           /* COSY_GEMM_BUCKET (cosy_knobs; -1: the default rule) */
   int flow_pdl;              /* COSY_FLOW_PDL=1 (cosy_knobs): the flow's elementwise kernels
                                 with programmatic dependent launch where dev.pdl (flow.c) */
 } cosy_gpu;
