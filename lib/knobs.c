@@ -22,6 +22,8 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->flow_recompute = !strcmp(env("COSY_FLOW_CACHE"), "0");
   const char *gb = env("COSY_GEMM_BUCKET");
   k->gemm_bucket = gb[0] >= '0' && gb[0] <= '3' && !gb[1] ? gb[0] - '0' : -1;
+  k->child_gemm_sms = atoi(env("COSY_FLOW_GEMM_SMS"));
+  if (k->child_gemm_sms < 0) k->child_gemm_sms = 0;
   k->flow_pdl = !strcmp(env("COSY_FLOW_PDL"), "1");
   const char *dm = env("COSY_LLM_DECODE");
   k->llm_decode = !strcmp(dm, "tc")      ? COSY_KNOB_LLM_TC

@@ -23,6 +23,8 @@ typedef struct cosy_knobs {
   int gemm_san_init;            /* COSY_GEMM_SAN_INIT=1: GEMM outputs cleared first (kernels/gemm.cu) */
   int gemm_bucket;              /* COSY_GEMM_BUCKET=0..3: the GEMMs' algorithm rule
                                    (cosy_gemm_set_bucket); -1 the default (2) */
+  int child_gemm_sms;           /* COSY_FLOW_GEMM_SMS=N: the flow's and vocoder's GEMMs planned
+                                   for N SMs (cosy_gemm_set_sm_target); 0 all */
   int flow_recompute;           /* COSY_FLOW_CACHE=0: the GPU flow recomputes every chunk's prefix */
   int flow_pdl;                 /* COSY_FLOW_PDL=1: the GPU flow's elementwise kernels with
                                    programmatic dependent launch (where the device has it) */
