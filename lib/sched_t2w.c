@@ -434,8 +434,8 @@ void *sched_t2w_main(void *arg) {
     }
     /* the most urgent ready chunk has more than DEFER_SLACK_S of audio ahead (first chunks and urgent
      * ones rank far below any real time) while a new request awaits its first tokens: wait */
-    if (rk[0].deadline > now + DEFER_SLACK_S && !e->stopping &&
-        llm_first_wanted(s)) {
+    const double defer_s = e->knobs.defer_ms >= 0 ? e->knobs.defer_ms * 1e-3 : DEFER_SLACK_S;
+    if (rk[0].deadline > now + defer_s && !e->stopping && llm_first_wanted(s)) {
       timed_wait(&s->cv_t2w, &e->mu, DEFER_POLL_MS);
       continue;
     }
@@ -452,7 +452,8 @@ void *sched_t2w_main(void *arg) {
       for (; keep < n; keep++) {
         const int f = job_frames(s, pick[keep], kind[keep]);
         if (keep > 0 && frames + f > FLOW_BATCH_FRAMES) break;
-        if (keep > 0 && request_first(pick[0]) && !request_first(pick[keep]))
+        if (keep > 0 && e->knobs.first_alone && request_first(pick[0]) &&
+            !request_first(pick[keep]))
           break;
         frames += f;
       }
