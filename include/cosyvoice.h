@@ -229,7 +229,8 @@ typedef struct cosy_engine_config {
   cosy_log_fn log_fn;          /**< NULL = no logging */
   void *log_user;              /**< passed to log_fn */
   int32_t first_chunk_wait_max; /**< time to first audio at light load: while 1 to this many
-                                    requests are active, the LLM pauses while a first chunk's
+                                    requests are active (beyond 8 only while a burst of requests
+                                    awaits first audio), the LLM pauses while a first chunk's
                                     flow runs, so the two do not share the device (unless the
                                     pause could make another request's audio run out); and a
                                     request admitted while at most this many are active or

@@ -39,9 +39,8 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->max_streams = ms > 0 ? ms : 0;
   const char *fp = env("COSY_SCHED_FIRST_PAUSE");
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
-  const char *dm2 = env("COSY_SCHED_DEFER_MS");
-  k->defer_ms = dm2[0] >= '0' && dm2[0] <= '9' ? atoi(dm2) : -1;
-  k->first_alone = strcmp(env("COSY_SCHED_FIRST_ALONE"), "0") != 0;
+  const char *wv = env("COSY_SCHED_WAVE");
+  k->wave = wv[0] >= '0' && wv[0] <= '9' ? atoi(wv) : -1;
   k->pause_min = !strcmp(env("COSY_SCHED_PAUSE_MIN"), "2") ? 2 : 1;
   const char *as = env("COSY_FLOW_ATTN_SPLIT");
   const int asn = as[0] >= '1' && as[0] <= '8' && !as[1] ? as[0] - '0' : 0;

@@ -38,12 +38,9 @@ typedef struct cosy_knobs {
   int max_streams;              /* COSY_SCHED_MAX_STREAMS=N (> 0): admission bound; 0 none */
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
                                    while 1..N requests decode (0: never); -1 default */
-  int defer_ms;                 /* COSY_SCHED_DEFER_MS=N (>= 0): chunks with more than N ms of audio
-                                   ahead wait while a new request awaits its first tokens
-                                   (lib/sched_t2w.c DEFER_SLACK_S); -1 the default (1000) */
-  int first_alone;              /* COSY_SCHED_FIRST_ALONE=0: a flow batch that starts with first
-                                   chunks may take later chunks too; 1 (default) it holds only
-                                   first chunks */
+  int wave;                     /* COSY_SCHED_WAVE=N (>= 0): the scheduler's wave rules apply while
+                                   at least N requests await their first audio (sched_wave;
+                                   0: always); -1 the default (SCHED_WAVE_MIN) */
   int pause_min;                /* COSY_SCHED_PAUSE_MIN=1|2: the fewest decoding requests the
                                    first-chunk pause applies to (default 1: a request alone too) */
   int flow_attn_split;          /* COSY_FLOW_ATTN_SPLIT: key parts per attention query tile of

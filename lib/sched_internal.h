@@ -207,6 +207,28 @@ static inline int chunk_tokens_ready(const sjob *j) {
 /* the job's next chunk is its request's first audio (not a later segment's first chunk) */
 static inline int request_first(const sjob *j) { return j->chunks_done == 0 && j->seg_i == 0; }
 
+/* Waves (e->mu held). A burst (W1: many clients at once) and a steady stream of arrivals (live
+ * users, W3) want different rules. While at least SCHED_WAVE_MIN requests await their first
+ * audio (a wave; the knob COSY_SCHED_WAVE moves the bound, 0: always a wave) the scheduler
+ * gives the device to the wave: later chunks with audio to spare wait while new requests await
+ * their first tokens (lib/sched_t2w.c), a flow batch that starts with first chunks holds nothing
+ * else, and the LLM pauses while a first chunk's flow runs (with up to first_chunk_wait_max
+ * requests decoding, lib/sched_llm.c). Outside a wave none of these holds work back, apart from
+ * the pause while at most SCHED_PAUSE_TRICKLE requests decode: under a steady stream each of
+ * them turned small delays into smaller, less efficient batches and a queue that fed itself (on
+ * an H200 at 320 live users first-audio p95 327 ms with them, 166 ms without;
+ * bench/RESULTS.md). */
+#define SCHED_WAVE_MIN 24
+#define SCHED_PAUSE_TRICKLE 8
+static inline int sched_wave(const cosy_engine *e, const struct cosy_sched *s) {
+  const int min = e->knobs.wave >= 0 ? e->knobs.wave : SCHED_WAVE_MIN;
+  int n = 0;
+  for (const sjob *j = s->active; j && n < min; j = j->next)
+    if (request_first(j) && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r))
+      n++;
+  return n >= min;
+}
+
 /* lib/sched_jobs.c */
 /* a backend call's status: COSY_ERR_DEVICE_LOST marks the engine lost (no lock held) */
 void sched_note_status(cosy_engine *e, cosy_status st, const char *msg);

@@ -440,7 +440,8 @@ void *sched_llm_main(void *arg) {
     const int pause_max =
         e->knobs.first_pause >= 0 ? e->knobs.first_pause : e->cfg.first_chunk_wait_max;
     if (s->first_in_flight && pause_max > 0 && s->n_llm >= e->knobs.pause_min &&
-        s->n_llm <= pause_max && !e->stopping && !pause_risks_underrun(s, cosy_now())) {
+        s->n_llm <= pause_max && (s->n_llm <= SCHED_PAUSE_TRICKLE || sched_wave(e, s)) &&
+        !e->stopping && !pause_risks_underrun(s, cosy_now())) {
       const double tp = cosy_now();
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
       trace(s, "pause", s->n_llm, 0, 0, cosy_now() - tp); /* the first-chunk pause */

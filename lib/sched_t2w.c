@@ -432,16 +432,17 @@ void *sched_t2w_main(void *arg) {
         pthread_cond_wait(&s->cv_t2w, &e->mu);
       continue;
     }
-    /* the most urgent ready chunk has more than DEFER_SLACK_S of audio ahead (first chunks and urgent
-     * ones rank far below any real time) while a new request awaits its first tokens: wait */
-    const double defer_s = e->knobs.defer_ms >= 0 ? e->knobs.defer_ms * 1e-3 : DEFER_SLACK_S;
-    if (rk[0].deadline > now + defer_s && !e->stopping && llm_first_wanted(s)) {
+    /* in a wave, the most urgent ready chunk has more than DEFER_SLACK_S of audio ahead (first
+     * chunks and urgent ones rank far below any real time) while a new request awaits its first
+     * tokens: wait */
+    const int wave = sched_wave(e, s); /* lib/sched_internal.h: the wave rules */
+    if (wave && rk[0].deadline > now + DEFER_SLACK_S && !e->stopping && llm_first_wanted(s)) {
       timed_wait(&s->cv_t2w, &e->mu, DEFER_POLL_MS);
       continue;
     }
     /* a batch of at most FLOW_BATCH_FRAMES new frames (the first job always goes),
-     * so a first chunk that arrives while a batch runs waits for a short one; a batch that starts
-     * with first chunks holds nothing else: later chunks that are not urgent (those
+     * so a first chunk that arrives while a batch runs waits for a short one; in a wave a batch
+     * that starts with first chunks holds nothing else: later chunks that are not urgent (those
      * rank before the first chunks) would only make the first audio wait for their frames (on an
      * H100 at W1 C = 64 a wave's first chunks went with 15 later ones in a 64 ms call instead of
      * ~30; over ten runs each, p95 251-303 ms with no underrun against 251-336 with one run
@@ -452,8 +453,7 @@ void *sched_t2w_main(void *arg) {
       for (; keep < n; keep++) {
         const int f = job_frames(s, pick[keep], kind[keep]);
         if (keep > 0 && frames + f > FLOW_BATCH_FRAMES) break;
-        if (keep > 0 && e->knobs.first_alone && request_first(pick[0]) &&
-            !request_first(pick[keep]))
+        if (keep > 0 && wave && request_first(pick[0]) && !request_first(pick[keep]))
           break;
         frames += f;
       }
