@@ -55,6 +55,34 @@
  *     attn_dit_paged_auto picks the part count S per segment from its key count alone
  *     (cosy_k_dit_auto_parts: 1 below 4 key tiles, up to 8) in one launch of clusters of C
  *     blocks (C = the call's largest S), each cluster C / S heads of one query tile with S parts.
+ *   attn_dit_paged_v2 (the same attention, the same bits as attn_dit_paged; a measurement
+ *     variant selected by the flow's knob COSY_FLOW_ATTN_V2): one block of NW warps per (query
+ *     tile of 16 NW queries of one segment, head), NW = 4 (64-query tiles, 128 threads) or 8
+ *     (128-query tiles, 256 threads: each staged K/V tile serves twice the queries, half the K/V
+ *     traffic from L2 and half the staging work per query). Warp w owns tile rows 16w .. 16w + 15
+ *     and runs, per key tile, exactly the one-block kernel's instructions on them: S = Q K^T by
+ *     fa_qk, the mask and scale (s * scale log2(e), one rounding), row max by two xor shuffles,
+ *     alpha = 2^(m_old - m_new), o *= alpha, p = bf16(2^(s - m)), l = l alpha + (p0 + p1) (one
+ *     fma: the one-block kernel's ptxas contracts its `l *= alpha` into the first `l +=`; the v2
+ *     kernel writes the fma, the other adds with __fadd_rn, so no contraction can differ), then
+ *     l += (p2k + p2k+1) in n-tile order, O += P V by fa_pv (mma order kk, then dt); the end:
+ *     l summed over the 4 lanes of a row (xor 1, then 2), out = bf16(o * (1 / l)). So a row's
+ *     bits are the one-block kernel's. What changes is the work around that arithmetic:
+ *     (1) staging: thread t copies dims 8 (t % 8) .. + 7 of key rows t / 8 + i (NT / 8) (i < 4 at
+ *     NW 4, < 2 at NW 8; 8 threads a 128-byte row: whole sectors, conflict-free 16-byte shared
+ *     stores) of K and V by cp.async into two buffers as before, but the page of cached key f is
+ *     f / page_frames by a 64-bit multiply-high with a constant the host computes (PagedGeo
+ *     pf_magic: exact for every f), all rows' page-table loads issued before the copies, and
+ *     the per-row address is one of two bases plus a product (no division, no per-copy branch
+ *     tree: ~4x fewer staging instructions). (2) A warp none of whose rows is in the tile
+ *     (16 w >= the tile's query count) only stages and meets the barriers; a warp whose rows
+ *     all end at or before key tile kt (the last row's key end, whi <= kt) skips that tile's
+ *     products: for each such row the one-block kernel's tile is an exact no-op (scores -inf,
+ *     max unchanged, alpha = 2^0 = 1, p = 0 against finite V: o * 1 + 0 = o, l * 1 + 0 = l), so
+ *     skipping it keeps the bits. (3) The output: two bf16 a 4-byte store (same rounding as
+ *     st). Shared memory: the two K and V buffers, 36,864 bytes static, at either NW; registers
+ *     <= 128 (__launch_bounds__(32 NW, 16 / NW): 16 warps an SM either way). Batch invariance:
+ *     as the one-block kernel's (a row's bits do not depend on its tile, tile size or batch).
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
@@ -1281,7 +1309,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
         kp[i] = g.pool + (page * g.page_elems + pool_off + (int64_t)(f - pi * g.page_frames) * g.D);
         vs[i] = g.pf_d;
       } else {
-        kp[i] = g.qkv + (qkv_off + (int64_t)f * ld3);
+        kp[i] = f < sg.Lk ? g.qkv + (qkv_off + (int64_t)f * ld3) : g.qkv; /* nothing read */
         vs[i] = g.D;
       }
     }
@@ -1625,7 +1653,8 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 
   const cudaError_t e = dit_paged_geo(&g, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
                                       layer_off, dev_off, page_frames, ptab, out, chunk, scale);
   if (e != cudaSuccess || n_tiles == 0) return e;
-  if ((int64_t)page_frames * D >= 0x7fffffff) return cudaErrorInvalidValue; /* pf_d */
+  if ((int64_t)page_frames * D >= 0x7fffffff || !aligned(out, 4)) /* pf_d; 4-byte stores */
+    return cudaErrorInvalidValue;
   const dim3 grid((unsigned)n_tiles, (unsigned)n_heads);
   if (tile_q == COSY_K_DIT_TILE_WIDE)
     attn_dit_paged_v2_kernel<8><<<grid, 256, 0, s>>>(g);

@@ -195,6 +195,8 @@ struct gpu_flow {
   /* COSY_FLOW_ATTN_SPLIT: 2..8 key parts per attention query tile of a packed batch; 0 off;
    * GPU_FLOW_ATTN_AUTO: the part count per segment (cosy_k_attn_dit_paged_auto) */
   int attn_split;
+  /* COSY_FLOW_ATTN_V2: 64 or 128, the query tile of cosy_k_attn_dit_paged_v2; 0 off */
+  int attn_v2;
   /* 1 (default): a packed batch's sizes padded (PAD_TN, PAD_TE, PAD_TILES); COSY_FLOW_PAD=0 off */
   int pad;
   /* COSY_FLOW_PDL (cosy_gpu.flow_pdl) where the device has programmatic dependent launch: the
@@ -1270,6 +1272,12 @@ int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {
   return f->attn_split;
 }
 
+int gpu_flow_set_attn_v2(gpu_flow *f, int tile_q) {
+  if (!f) return 0;
+  f->attn_v2 = tile_q == COSY_K_DIT_TILE || tile_q == COSY_K_DIT_TILE_WIDE ? tile_q : 0;
+  return f->attn_v2;
+}
+
 cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   if (!f) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: NULL");
   if (f->fc) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: called twice");
@@ -1495,6 +1503,12 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
                                      layer_off, kvoff, PF, c->d_ptab, f->att, f->chunk, scale,
                                      f->attn_split, &f->g->dev),
          "flow: attention (split keys)");
+    else if (f->attn_v2) /* COSY_FLOW_ATTN_V2: tiles of attn_v2 queries (the plan's list) */
+      CK(cosy_k_attn_dit_paged_v2(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
+                                  (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2),
+                                  layer_off, kvoff, PF, c->d_ptab, f->att, f->chunk, scale,
+                                  f->attn_v2),
+         "flow: attention (v2)");
     else
       CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
                                (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2),
@@ -1654,7 +1668,9 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       g->row = r;
       g->full = calls[j].full;
       g->pad_ = 0;
-      for (int t = 0; t < nj; t += COSY_K_DIT_TILE) {
+      /* COSY_FLOW_ATTN_V2=128 (without the split): tiles of 128 queries */
+      const int tq = f->attn_v2 && !f->attn_split ? f->attn_v2 : COSY_K_DIT_TILE;
+      for (int t = 0; t < nj; t += tq) {
         c->h_tiles[2 * n_tiles] = 2 * j + r;
         c->h_tiles[2 * n_tiles + 1] = t;
         n_tiles++;
