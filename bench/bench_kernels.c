@@ -1108,7 +1108,7 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
       /* cosy_k_attn_dit_paged_v2 on the same inputs (50 queries: one tile at 64 or 128) */
       for (int v = 0; v < 2; ++v) {
         bench_op *o2 = new_op(group, v ? "attn_dit_v2 128" : "attn_dit_v2 64");
-        snprintf(o2->size, sizeof o2->size, "%s", o->size);
+        memcpy(o2->size, o->size, sizeof o2->size);
         memcpy(o2->p, o->p, sizeof o->p);
         o2->i[0] = 2;
         o2->i[1] = v ? -3 : -2;
