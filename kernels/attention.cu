@@ -79,10 +79,15 @@
  *     all end at or before key tile kt (the last row's key end, whi <= kt) skips that tile's
  *     products: for each such row the one-block kernel's tile is an exact no-op (scores -inf,
  *     max unchanged, alpha = 2^0 = 1, p = 0 against finite V: o * 1 + 0 = o, l * 1 + 0 = l), so
- *     skipping it keeps the bits. (3) The output: two bf16 a 4-byte store (same rounding as
- *     st). Shared memory: the two K and V buffers, 36,864 bytes static, at either NW; registers
- *     <= 128 (__launch_bounds__(32 NW, 16 / NW): 16 warps an SM either way). Batch invariance:
- *     as the one-block kernel's (a row's bits do not depend on its tile, tile size or batch).
+ *     skipping it keeps the bits. (3) The mask: every score scaled, then a compare of its key
+ *     index within the tile (a constant) with kend - kt - 2 t4 and a select: 3 instructions a
+ *     score instead of ~5 (the same values: -inf or the scaled score). (4) The output: two bf16
+ *     a 4-byte store (same rounding as st). Shared memory: the two K and V buffers, 36,864
+ *     bytes static, at either NW; 128 registers (__launch_bounds__(32 NW, 16 / NW): 16 warps an
+ *     SM either way; sm_90: NW 8 without spills, NW 4 with 48 bytes of spill stores, a few
+ *     per key tile). Batch invariance: as the one-block kernel's (a row's bits depend on
+ *     neither its tile, nor the tile size, nor the batch). Keys a row does not see never reach
+ *     it in a skipped tile (with non-finite V there, 0 * inf would have made it NaN).
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
@@ -1288,6 +1293,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
   /* the last key the warp's rows see is below whi: key tiles from whi on are skipped (exact
    * no-ops for every row of the warp: see the file header) */
   const int whi = kend_of(warp * 16 + 15);
+  const float scale_log2 = g.scale_log2;
 
   /* staging: thread tid copies 16 bytes (dims cc .. cc + 7) of key rows tid / 8 + i NT / 8 of
    * K and of V (8 threads a 128-byte row: conflict-free shared stores, whole sectors) */
@@ -1296,28 +1302,32 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
                            (int64_t)(2 * sg.row) * g.page_frames * g.D + (int64_t)h * HD + cc;
   const int64_t qkv_off = (int64_t)(sg.q_row0 - sg.cached) * ld3 + g.D + (int64_t)h * HD + cc;
   auto stage = [&](int kt, int buf) {
-    const bf16 *kp[SR];
-    int vs[SR], bytes[SR];
 #pragma unroll
-    for (int i = 0; i < SR; ++i) { /* addresses first: the page-table loads of all rows at once */
-      const int f = kt + (tid >> 3) + i * (NT / 8);
-      bytes[i] = f < sg.Lk ? 16 : 0; /* past Lk: zeros, nothing read */
-      if (f < sg.cached) {
-        /* pi = f / page_frames by a 64-bit multiply-high (exact, see PagedGeo) */
-        const int pi = (int)__umul64hi((unsigned long long)f, g.pf_magic) + (f & g.pf_one);
-        const int64_t page = g.ptab[sg.ptab0 + pi];
-        kp[i] = g.pool + (page * g.page_elems + pool_off + (int64_t)(f - pi * g.page_frames) * g.D);
-        vs[i] = g.pf_d;
-      } else {
-        kp[i] = f < sg.Lk ? g.qkv + (qkv_off + (int64_t)f * ld3) : g.qkv; /* nothing read */
-        vs[i] = g.D;
+    for (int i0 = 0; i0 < SR; i0 += 2) { /* two rows at a time (registers) */
+      const bf16 *kp[2];
+      int vs[2], bytes[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) { /* addresses first: both rows' page-table loads at once */
+        const int f = kt + (tid >> 3) + (i0 + u) * (NT / 8);
+        bytes[u] = f < sg.Lk ? 16 : 0; /* past Lk: zeros, nothing read */
+        if (f < sg.cached) {
+          /* pi = f / page_frames by a 64-bit multiply-high (exact, see PagedGeo) */
+          const int pi = (int)__umul64hi((unsigned long long)f, g.pf_magic) + (f & g.pf_one);
+          const int64_t page = g.ptab[sg.ptab0 + pi];
+          kp[u] = g.pool +
+                  (page * g.page_elems + pool_off + (int64_t)(f - pi * g.page_frames) * g.D);
+          vs[u] = g.pf_d;
+        } else {
+          kp[u] = f < sg.Lk ? g.qkv + (qkv_off + (int64_t)f * ld3) : g.qkv; /* nothing read */
+          vs[u] = g.D;
+        }
       }
-    }
 #pragma unroll
-    for (int i = 0; i < SR; ++i) {
-      const int r = (tid >> 3) + i * (NT / 8);
-      cp_async16_zfill(&Ks2[buf][r * FA_LD + cc], kp[i], bytes[i]);
-      cp_async16_zfill(&Vs2[buf][r * FA_LD + cc], kp[i] + vs[i], bytes[i]);
+      for (int u = 0; u < 2; ++u) {
+        const int r = (tid >> 3) + (i0 + u) * (NT / 8);
+        cp_async16_zfill(&Ks2[buf][r * FA_LD + cc], kp[u], bytes[u]);
+        cp_async16_zfill(&Vs2[buf][r * FA_LD + cc], kp[u] + vs[u], bytes[u]);
+      }
     }
     cp_async_commit();
   };
@@ -1331,20 +1341,26 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
 
     float s[8][4];
     fa_qk(s, qa, Ks2[buf], lane);
+    /* s * scale log2(e) (one rounding: __fmul_rn is never contracted), then -inf past each
+     * row's last key: the one-block kernel's `j < kend ? s * scale : -inf`, as a compare of
+     * the tile-relative key index with kend - kt - 2 t4 and a select (no index arithmetic) */
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = __fmul_rn(s[nt][e], scale_log2);
+    {
+      const int lim0 = kend0 - kt - 2 * t4, lim1 = kend1 - kt - 2 * t4;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] = nt * 8 + (e & 1) < (e < 2 ? lim0 : lim1) ? s[nt][e] : -INFINITY;
+    }
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = kt + nt * 8 + 2 * t4 + (e & 1);
-        const float sv =
-            j < (e < 2 ? kend0 : kend1) ? __fmul_rn(s[nt][e], g.scale_log2) : -INFINITY;
-        s[nt][e] = sv;
-        if (e < 2)
-          mx0 = fmaxf(mx0, sv);
-        else
-          mx1 = fmaxf(mx1, sv);
-      }
+    for (int nt = 0; nt < 8; ++nt) { /* the one-block kernel's order */
+      mx0 = fmaxf(fmaxf(mx0, s[nt][0]), s[nt][1]);
+      mx1 = fmaxf(fmaxf(mx1, s[nt][2]), s[nt][3]);
     }
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
