@@ -72,8 +72,8 @@
  *     NW 4, < 2 at NW 8; 8 threads a 128-byte row: whole sectors, conflict-free 16-byte shared
  *     stores) of K and V by cp.async into two buffers as before, but the page of cached key f is
  *     f / page_frames by a 64-bit multiply-high with a constant the host computes (PagedGeo
- *     pf_magic: exact for every f), all rows' page-table loads issued before the copies, and
- *     the per-row address is one of two bases plus a product (no division, no per-copy branch
+ *     pf_magic: exact for every f), two rows' page-table loads issued before their copies,
+ *     and the per-row address is one of two bases plus a product (no division, no per-copy branch
  *     tree: ~4x fewer staging instructions). (2) A warp none of whose rows is in the tile
  *     (16 w >= the tile's query count) only stages and meets the barriers; a warp whose rows
  *     all end at or before key tile kt (the last row's key end, whi <= kt) skips that tile's

@@ -247,8 +247,8 @@ cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D, i
  * same arguments and, row for row, the same bits as cosy_k_attn_dit_paged (the one-block
  * kernel's arithmetic in its order), with tiles of tile_q queries: COSY_K_DIT_TILE (64, blocks of
  * 4 warps; the same tile list) or COSY_K_DIT_TILE_WIDE (128, blocks of 8 warps: each staged K/V
- * tile serves twice the queries; a list of 128-query tiles, the pairs (segment, first query)
- * with first query a multiple of 128). Batch-invariant as cosy_k_attn_dit_paged: a row's bits
+ * tile serves twice the queries; a list of 128-query tiles: pairs (segment, first query), 128
+ * queries a tile). Batch-invariant as cosy_k_attn_dit_paged: a row's bits
  * depend only on its query, its segment's keys up to its own last key and chunk (so also not on
  * tile_q). out must be 4-byte aligned (two outputs a store). cudaErrorInvalidValue for another
  * tile_q, an unaligned out, page_frames * D >= 2^31 and cosy_k_attn_dit_paged's bad arguments. */
