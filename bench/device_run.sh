@@ -80,9 +80,10 @@
 #               COSY_FLOW_ATTN_V2 = 64 and 128, small model), the kernel table rows of
 #               attn_dit_paged (groups "dit 400" / "dit 1000": 2 x 50 queries over 350 / 950
 #               cached keys; "dit call": small calls and the loaded 16- and 22-job batches), then
-#               W1 at C = 16 with COSY_FLOW_ATTN_V2 unset, =64 and =128 (ATTNV2_VARIANTS, ab
-#               syntax). Summary: "attnv2 check: ..." (failed checks; the v2 lines of the test),
-#               "attnv2: ..." kernel rows, "attnv2 <variant>: ..."
+#               W2 (--offline W2_N, 256) and W1 at C = 16 with COSY_FLOW_ATTN_V2 unset, =64 and
+#               =128 (ATTNV2_VARIANTS, ab syntax). Summary: "attnv2 check: ..." (failed checks;
+#               the v2 lines of the test), "attnv2: ..." kernel rows, "attnv2 <variant> w2: ..."
+#               (reqs wall_s audio_s RTF xRT ...), "attnv2 <variant>: ..." (W1)
 #   ff1epi      the flow's ff1 GEMM with cuBLASLt's bias + GELU epilogue (the default) against
 #               its two launches (COSY_FLOW_FF1_EPI=0; not in the default steps: `bash
 #               bench/device_run.sh build ff1epi`): test_kernels gemm (cosy_k_gemm_gelu vs double;
@@ -467,6 +468,11 @@ if [[ " $STEPS " == *" attnv2 "* ]]; then
     | sed 's/^/attnv2: /' | tee -a "$SUMMARY"
   for spec in ${ATTNV2_VARIANTS:-base v2_64:COSY_FLOW_ATTN_V2=64 v2_128:COSY_FLOW_ATTN_V2=128}; do
     variant "$spec"
+    # W2 (offline: the loaded flow batches where this kernel is ~13% of the GPU time), then W1
+    run attnv2_w2_$v env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+      --offline "${W2_N:-256}" "${W1_ARGS[@]}" "${vargs[@]}"
+    grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$OUT/attnv2_w2_$v.log" \
+      | sed "s/^ */attnv2 $v w2: /" | tee -a "$SUMMARY"
     run attnv2_w1_$v env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
       --concurrency 16 "${W1_ARGS[@]}" "${vargs[@]}"
     grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/attnv2_w1_$v.log" \
