@@ -84,8 +84,9 @@
  *     score instead of ~5 (the same values: -inf or the scaled score). (4) The output: two bf16
  *     a 4-byte store (same rounding as st). Shared memory: the two K and V buffers, 36,864
  *     bytes static, at either NW; 128 registers (__launch_bounds__(32 NW, 16 / NW): 16 warps an
- *     SM either way; sm_90: NW 8 without spills, NW 4 with 48 bytes of spill stores, a few
- *     per key tile). Batch invariance: as the one-block kernel's (a row's bits depend on
+ *     SM either way; sm_90: NW 4 without spills, NW 8 with 8 bytes spilled outside the key
+ *     loop). (5) The first K/V tile's copies are issued before the Q loads, so the two latencies
+ *     overlap. Batch invariance: as the one-block kernel's (a row's bits depend on
  *     neither its tile, nor the tile size, nor the batch). Keys a row does not see never reach
  *     it in a skipped tile (with non-finite V there, 0 * inf would have made it NaN).
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
@@ -1269,17 +1270,6 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
   const bool wact = warp * 16 < nq;               /* the warp has a row to store */
   const bf16 *qb = g.qkv + (int64_t)(sg.q_row0 + t0) * ld3 + (int64_t)h * HD;
 
-  uint32_t qa[4][4];
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const int c0 = kk * 16 + 2 * t4;
-    const bf16 *p0 = qb + (int64_t)lr0 * ld3 + c0;
-    const bf16 *p1 = qb + (int64_t)lr1 * ld3 + c0;
-    qa[kk][0] = lr0 < nq ? ld_u32(p0) : 0u;
-    qa[kk][1] = lr1 < nq ? ld_u32(p1) : 0u;
-    qa[kk][2] = lr0 < nq ? ld_u32(p0 + 8) : 0u;
-    qa[kk][3] = lr1 < nq ? ld_u32(p1 + 8) : 0u;
-  }
   auto kend_of = [&](int lr) {
     const int i = sg.cached + t0 + min(lr, nq - 1); /* absolute frame of the query */
     return sg.full ? sg.Lk : min(sg.Lk, (i / g.chunk + 1) * g.chunk);
@@ -1332,6 +1322,18 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
     cp_async_commit();
   };
   if (0 < kend_blk) stage(0, 0);
+  /* the warp's Q fragments (A layout, 4 k16 steps), loaded while the first K/V tile is in flight */
+  uint32_t qa[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int c0 = kk * 16 + 2 * t4;
+    const bf16 *p0 = qb + (int64_t)lr0 * ld3 + c0;
+    const bf16 *p1 = qb + (int64_t)lr1 * ld3 + c0;
+    qa[kk][0] = lr0 < nq ? ld_u32(p0) : 0u;
+    qa[kk][1] = lr1 < nq ? ld_u32(p1) : 0u;
+    qa[kk][2] = lr0 < nq ? ld_u32(p0 + 8) : 0u;
+    qa[kk][3] = lr1 < nq ? ld_u32(p1 + 8) : 0u;
+  }
   for (int kt = 0, it = 0; kt < kend_blk; kt += FA_BK, ++it) {
     const int buf = it & 1;
     cp_async_wait_all(); /* tile it has landed (the only group in flight) */
