@@ -2508,6 +2508,11 @@ void test_attn_dit_paged(void **state) {
       {200, 650, 0, 0, 0}, {200, 650, 0, 1, 0}, {128, 172, 0, 0, 1}, {129, 371, 0, 1, 0},
   };
   check_attn_dit_paged(l8, 8, 16, 50, 50, 4);
+  /* pages of one frame and of 7 (the v2 kernel's page = f / page_frames by multiply-high: its
+   * page_frames = 1 case, and a divisor of neither 64 nor 50) */
+  const dit_seg_case p1[] = {{70, 30, 0, 0, 0}, {40, 45, 0, 1, 1}};
+  check_attn_dit_paged(p1, 2, 2, 1, 50, 0);
+  check_attn_dit_paged(p1, 2, 2, 7, 50, -1);
   end_test();
 }
 
