@@ -77,11 +77,11 @@
 #               bench/device_run.sh build attnv2`): test_kernels attn_dit_paged (v2 at 64- and
 #               128-query tiles vs double, == the one-block kernel bit for bit, a segment alone
 #               == in its batch), test_gpu_flow (test_batch_cache_v2: the packed flow with
-#               COSY_FLOW_ATTN_V2 = 64 and 128, small model), the kernel table rows of
+#               COSY_FLOW_ATTN_V2 = 64, 128 and auto, small model), the kernel table rows of
 #               attn_dit_paged (groups "dit 400" / "dit 1000": 2 x 50 queries over 350 / 950
 #               cached keys; "dit call": small calls and the loaded 16- and 22-job batches), then
-#               W2 (--offline W2_N, 256) and W1 at C = 16 with COSY_FLOW_ATTN_V2 unset, =64 and
-#               =128 (ATTNV2_VARIANTS, ab syntax). Summary: "attnv2 check: ..." (failed checks;
+#               W2 (--offline W2_N, 256) and W1 at C = 16 with COSY_FLOW_ATTN_V2 unset, =64, =128
+#               and =auto (ATTNV2_VARIANTS, ab syntax). Summary: "attnv2 check: ..." (failed checks;
 #               the v2 lines of the test), "attnv2: ..." kernel rows, "attnv2 <variant> w2: ..."
 #               (reqs wall_s audio_s RTF xRT ...), "attnv2 <variant>: ..." (W1)
 #   ff1epi      the flow's ff1 GEMM with cuBLASLt's bias + GELU epilogue (the default) against
@@ -466,7 +466,7 @@ if [[ " $STEPS " == *" attnv2 "* ]]; then
   run attnv2_bench ./$B/tests/test_kernels --bench attn_dit_paged
   awk '/^==== kernel table/ { t = 1 } t && /attn_dit/' "$OUT/attnv2_bench.log" \
     | sed 's/^/attnv2: /' | tee -a "$SUMMARY"
-  for spec in ${ATTNV2_VARIANTS:-base v2_64:COSY_FLOW_ATTN_V2=64 v2_128:COSY_FLOW_ATTN_V2=128}; do
+  for spec in ${ATTNV2_VARIANTS:-base v2_64:COSY_FLOW_ATTN_V2=64 v2_128:COSY_FLOW_ATTN_V2=128 v2_auto:COSY_FLOW_ATTN_V2=auto}; do
     variant "$spec"
     # W2 (offline: the loaded flow batches where this kernel is ~13% of the GPU time), then W1
     run attnv2_w2_$v env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
