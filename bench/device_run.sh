@@ -466,7 +466,8 @@ if [[ " $STEPS " == *" attnv2 "* ]]; then
   run attnv2_bench ./$B/tests/test_kernels --bench attn_dit_paged
   awk '/^==== kernel table/ { t = 1 } t && /attn_dit/' "$OUT/attnv2_bench.log" \
     | sed 's/^/attnv2: /' | tee -a "$SUMMARY"
-  for spec in ${ATTNV2_VARIANTS:-base v2_64:COSY_FLOW_ATTN_V2=64 v2_128:COSY_FLOW_ATTN_V2=128 v2_auto:COSY_FLOW_ATTN_V2=auto}; do
+  for spec in ${ATTNV2_VARIANTS:-base v2_64:COSY_FLOW_ATTN_V2=64 v2_128:COSY_FLOW_ATTN_V2=128 \
+                                v2_auto:COSY_FLOW_ATTN_V2=auto}; do
     variant "$spec"
     # W2 (offline: the loaded flow batches where this kernel is ~13% of the GPU time), then W1
     run attnv2_w2_$v env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \

@@ -2230,12 +2230,14 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
                                     COSY_K_DIT_TILE);
   if (n_split == -3) {
     int n = 0;
-    for (int g = 0; g < n_seg; ++g) n += (hsegs[g].n_q + COSY_K_DIT_TILE_WIDE - 1) / COSY_K_DIT_TILE_WIDE;
+    for (int g = 0; g < n_seg; ++g)
+      n += (hsegs[g].n_q + COSY_K_DIT_TILE_WIDE - 1) / COSY_K_DIT_TILE_WIDE;
     int32_t *t2 = malloc((size_t)(n > 0 ? n : 1) * 2 * 4);
     assert_non_null(t2);
     n = 0;
     for (int g = 0; g < n_seg; ++g)
-      for (int t = 0; t < hsegs[g].n_q; t += COSY_K_DIT_TILE_WIDE) t2[2 * n] = g, t2[2 * n + 1] = t, ++n;
+      for (int t = 0; t < hsegs[g].n_q; t += COSY_K_DIT_TILE_WIDE)
+        t2[2 * n] = g, t2[2 * n + 1] = t, ++n;
     int32_t *dt2 = dup_i32(t2, (size_t)(n > 0 ? n : 1) * 2);
     const cudaError_t e = cosy_k_attn_dit_paged_v2(
         0, qkv, D, n_heads, segs, dt2, n, pool, page_elems, layer_off, dev_off, page_frames, ptab,
@@ -2256,8 +2258,9 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
 /* One packed batch against the fp64 reference, with the one-block kernel, with the split
  * kernel at 1, 2, 3, 4 and 8 parts a tile, with cosy_k_attn_dit_paged_v2 at 64- and 128-query
  * tiles ("v2 64", "v2 128": their rows must equal the one-block kernel's bit for bit) and with
- * the part count per segment ("auto"; it and the split where the device has clusters). Auto's rows of a segment must also equal, bit for bit, those
- * of the kernel it runs for that segment: the one-block kernel at 1 part
+ * the part count per segment ("auto"; it and the split where the device has clusters). Auto's
+ * rows of a segment must also equal, bit for bit, those of the kernel it runs for that
+ * segment: the one-block kernel at 1 part
  * (cosy_k_dit_auto_parts), the split kernel at 2, 4 or 8. alone >= 0: that
  * segment is also run by itself (its own one-entry segment table and tile list, so a different
  * segment index, tile count and grid) with each launcher, and its rows must be bit-identical to
