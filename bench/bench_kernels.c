@@ -258,7 +258,7 @@ static void time_op(bench_op *op) {
   op->us = op->us_graph > 0 && op->us_graph < op->us_stream ? op->us_graph : op->us_stream;
 }
 
-#define MAXOPS 192
+#define MAXOPS 320
 static bench_op g_ops[MAXOPS];
 static int g_nops;
 
