@@ -258,7 +258,7 @@ static void time_op(bench_op *op) {
   op->us = op->us_graph > 0 && op->us_graph < op->us_stream ? op->us_graph : op->us_stream;
 }
 
-#define MAXOPS 192
+#define MAXOPS 320
 static bench_op g_ops[MAXOPS];
 static int g_nops;
 
@@ -902,6 +902,11 @@ static cudaError_t r_rows_zero(bench_op *o, int s) {
   return cosy_k_rows_zero_bf16(g_stream, P(o, 0, s), P(o, 1, s), o->i[0], 1024);
 }
 static cudaError_t r_dit_paged(bench_op *o, int s) {
+  if (o->i[1] <= -2) /* cosy_k_attn_dit_paged_v2: -2 64-query tiles, -3 128 (the list p[2]) */
+    return cosy_k_attn_dit_paged_v2(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s),
+                                    o->i[0], P(o, 3, s), (int64_t)4 * 50 * 1024, 0, NULL, 50,
+                                    P(o, 4, s), P(o, 5, s), 50, 0.125f,
+                                    o->i[1] == -3 ? COSY_K_DIT_TILE_WIDE : COSY_K_DIT_TILE);
   if (o->i[1] < 0) /* the part count per segment: i[2] cluster items (p[6]) of i[3] blocks */
     return cosy_k_attn_dit_paged_auto(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s),
                                       P(o, 6, s), o->i[2], o->i[3], P(o, 3, s),
@@ -1088,20 +1093,37 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
       o->flops = 2.0 * 16 * 50 * N * 64 * 2;
       o->run = r_dit_paged;
       run_op(o);
+      /* cosy_k_attn_dit_paged_v2 on the same inputs (50 queries: one tile at 64 or 128) */
+      for (int v = 0; v < 2; ++v) {
+        bench_op *o2 = new_op(group, v ? "attn_dit_v2 128" : "attn_dit_v2 64");
+        memcpy(o2->size, o->size, sizeof o2->size);
+        memcpy(o2->p, o->p, sizeof o->p);
+        o2->i[0] = 2;
+        o2->i[1] = v ? -3 : -2;
+        o2->bytes = o->bytes;
+        o2->flops = o->flops;
+        o2->run = r_dit_paged;
+        run_op(o2);
+      }
   }
 }
 
 /* The packed flow's attention on small calls (the live workload's flow batches: 1-3 jobs, two
  * CFG segments each, 50-200 new frames over 110-1000 keys; a job's keys are its cached frames
- * in pages of 50 then its new ones, streaming block-causal), the one-block kernel against the
- * split kernel at 2, 4 and 8 parts a query tile and the part count per segment
- * (cosy_k_attn_dit_paged_auto; both where the device has clusters): rows "attn_dit_paged",
- * "attn_dit_split N" and "attn_dit_auto" of the group "dit call". */
+ * in pages of 50 then its new ones, streaming block-causal), and on the loaded batches of the
+ * offline workload (16 and 22 jobs of 100-200 new frames over 300-1000 keys), the one-block
+ * kernel against the split kernel at 2, 4 and 8 parts a query tile, the part count per segment
+ * (cosy_k_attn_dit_paged_auto; both where the device has clusters) and
+ * cosy_k_attn_dit_paged_v2 at 64- and 128-query tiles: rows "attn_dit_paged",
+ * "attn_dit_split N", "attn_dit_auto", "attn_dit_v2 64" and "attn_dit_v2 128" of the group
+ * "dit call". */
+#define DIT_CALL_JOBS 22
+typedef struct dit_call {
+  int jobs, nq[DIT_CALL_JOBS], cached[DIT_CALL_JOBS];
+  char label[48];
+} dit_call;
 static void add_dit_calls(const char *group) {
-  static const struct {
-    int jobs, nq[3], cached[3];
-    const char *label;
-  } calls[] = {
+  static const dit_call small[] = {
       {1, {60}, {50}, "1 job 60q 110k"},
       {1, {100}, {300}, "1 job 100q 400k"},
       {1, {50}, {650}, "1 job 50q 700k"},
@@ -1110,14 +1132,35 @@ static void add_dit_calls(const char *group) {
       {2, {150, 100}, {0, 500}, "2 jobs 150q 150k, 100q 600k"},
       {3, {200, 100, 50}, {0, 400, 950}, "3 jobs 200,100,50q 200..1000k"},
   };
+  enum { NSMALL = sizeof small / sizeof small[0], NCALLS = NSMALL + 2 };
+  dit_call calls[NCALLS];
+  memcpy(calls, small, sizeof small);
+  for (int c = 0; c < 2; ++c) { /* loaded: 16 and 22 jobs, 100/150/200 new frames each over a
+                                 * cache of 200..850 frames, keys <= 1000 */
+    dit_call *d = &calls[NSMALL + c];
+    memset(d, 0, sizeof *d);
+    d->jobs = c ? 22 : 16;
+    for (int j = 0; j < d->jobs; ++j) {
+      d->nq[j] = 100 + 50 * ((j * 5 + c) % 3);
+      int cached = 200 + 50 * ((j * 7 + 3 * c) % 14);
+      if (cached + d->nq[j] > 1000) cached = 1000 - d->nq[j];
+      d->cached[j] = cached / 50 * 50;
+    }
+    snprintf(d->label, sizeof d->label, "%d jobs 100-200q 300-1000k", d->jobs);
+  }
   static const char *names[] = {"attn_dit_paged", "attn_dit_split 2", "attn_dit_split 4",
-                                "attn_dit_split 8", "attn_dit_auto"};
-  static const int nsplit[] = {0, 2, 4, 8, -1}; /* -1: the part count per segment */
-  for (size_t c = 0; c < sizeof calls / sizeof calls[0]; ++c) {
-    cosy_k_dit_seg segs[6];
-    int32_t tiles[64], ptab[64];
-    memset(segs, 0, sizeof segs);
-    int nq_all = 0, n_pages = 0, n_tiles = 0;
+                                "attn_dit_split 8", "attn_dit_auto", "attn_dit_v2 64",
+                                "attn_dit_v2 128"};
+  /* -1: the part count per segment; -2, -3: v2 at 64 / 128-query tiles */
+  static const int nsplit[] = {0, 2, 4, 8, -1, -2, -3};
+  enum { MAXSEG = 2 * DIT_CALL_JOBS, MAXT = MAXSEG * 4, MAXPG = DIT_CALL_JOBS * 20 };
+  cosy_k_dit_seg *segs = calloc(MAXSEG, sizeof *segs);
+  int32_t *tiles = malloc(MAXT * 2 * 4), *tiles128 = malloc(MAXT * 2 * 4);
+  int32_t *ptab = malloc(MAXPG * 4), *items = malloc((size_t)MAXT * 16 * 2 * 4);
+  if (!segs || !tiles || !tiles128 || !ptab || !items) exit(1);
+  for (size_t c = 0; c < NCALLS; ++c) {
+    memset(segs, 0, MAXSEG * sizeof *segs);
+    int nq_all = 0, n_pages = 0, n_tiles = 0, n_tiles128 = 0;
     double pairs = 0, kv_bytes = 0;
     for (int j = 0; j < calls[c].jobs; ++j) nq_all += calls[c].nq[j];
     for (int j = 0, row0 = 0; j < calls[c].jobs; ++j) {
@@ -1132,6 +1175,11 @@ static void add_dit_calls(const char *group) {
           tiles[2 * n_tiles + 1] = t;
           n_tiles++;
         }
+        for (int t = 0; t < nq; t += COSY_K_DIT_TILE_WIDE) {
+          tiles128[2 * n_tiles128] = 2 * j + r;
+          tiles128[2 * n_tiles128 + 1] = t;
+          n_tiles128++;
+        }
         for (int i = 0; i < nq; ++i) { /* keys seen: block-causal in blocks of 50 */
           const int e = ((cached + i) / 50 + 1) * 50;
           pairs += e < cached + nq ? e : cached + nq;
@@ -1142,28 +1190,30 @@ static void add_dit_calls(const char *group) {
       row0 += nq;
     }
     void *dq = drand((size_t)2 * nq_all * 3072, BF16, -1.f, 1.f);
-    void *dsegs = dalloc(sizeof segs);
-    CK(cudaMemcpy(dsegs, segs, sizeof segs, cudaMemcpyHostToDevice));
+    void *dsegs = dalloc(MAXSEG * sizeof *segs);
+    CK(cudaMemcpy(dsegs, segs, MAXSEG * sizeof *segs, cudaMemcpyHostToDevice));
     void *dtiles = dints(tiles, (size_t)2 * n_tiles);
+    void *dtiles128 = dints(tiles128, (size_t)2 * n_tiles128);
     void *dpool = drand((size_t)(n_pages ? n_pages : 1) * 4 * 50 * 1024, BF16, -1.f, 1.f);
     void *dptab = dints(ptab, (size_t)(n_pages ? n_pages : 1));
     void *dout = dalloc((size_t)2 * nq_all * 1024 * 2);
-    int32_t items[64 * 16 * 2];
     int csize = 0;
-    const int n_items =
-        cosy_k_dit_auto_items(segs, 2 * calls[c].jobs, tiles, n_tiles, 16, items, 64 * 16, &csize);
+    const int n_items = cosy_k_dit_auto_items(segs, 2 * calls[c].jobs, tiles, n_tiles, 16, items,
+                                              MAXT * 16, &csize);
     if (n_items < 0) {
       fprintf(stderr, "dit call: cosy_k_dit_auto_items failed\n");
       exit(1);
     }
     void *ditems = dints(items, (size_t)2 * n_items);
     for (size_t v = 0; v < sizeof nsplit / sizeof nsplit[0]; ++v) {
-      if (nsplit[v] && !g_dev.clusters) continue; /* the split kernels need clusters */
+      if (nsplit[v] >= -1 && nsplit[v] && !g_dev.clusters) continue; /* the split kernels need
+                                                                          * clusters */
       bench_op *o = new_op(group, names[v]);
       snprintf(o->size, sizeof o->size, "%s", calls[c].label);
-      o->i[0] = n_tiles;
+      o->i[0] = nsplit[v] == -3 ? n_tiles128 : n_tiles;
       o->i[1] = nsplit[v];
-      o->p[0] = dq, o->p[1] = dsegs, o->p[2] = dtiles, o->p[3] = dpool, o->p[4] = dptab;
+      o->p[0] = dq, o->p[1] = dsegs, o->p[2] = nsplit[v] == -3 ? dtiles128 : dtiles;
+      o->p[3] = dpool, o->p[4] = dptab;
       o->p[5] = dout;
       o->p[6] = ditems;
       o->i[2] = n_items;
@@ -1174,6 +1224,7 @@ static void add_dit_calls(const char *group) {
       run_op(o);
     }
   }
+  free(segs), free(tiles), free(tiles128), free(ptab), free(items);
 }
 
 /* ---------------------------------------------------------------------------------------------

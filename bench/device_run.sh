@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k w3 cli ff1epi
+#                                        ncu_k w3 cli ff1epi attnv2
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -73,6 +73,17 @@
 #               COSY_FLOW_ATTN_SPLIT unset, =4 and =auto (ATTNSPLIT_VARIANTS, ab syntax). Summary:
 #               "attnsplit check: ..." (failed checks; none expected), "attnsplit: dit call ..."
 #               rows, "attnsplit <variant>: ..."
+#   attnv2      the flow's attention by cosy_k_attn_dit_paged_v2 (not in the default steps: `bash
+#               bench/device_run.sh build attnv2`): test_kernels attn_dit_paged (v2 at 64- and
+#               128-query tiles vs double, == the one-block kernel bit for bit, a segment alone
+#               == in its batch), test_gpu_flow (test_batch_cache_v2: the packed flow with
+#               COSY_FLOW_ATTN_V2 = 64, 128 and auto, small model), the kernel table rows of
+#               attn_dit_paged (groups "dit 400" / "dit 1000": 2 x 50 queries over 350 / 950
+#               cached keys; "dit call": small calls and the loaded 16- and 22-job batches), then
+#               W2 (--offline W2_N, 256) and W1 at C = 16 with COSY_FLOW_ATTN_V2 unset, =64, =128
+#               and =auto (ATTNV2_VARIANTS, ab syntax). Summary: "attnv2 check: ..." (failed checks;
+#               the v2 lines of the test), "attnv2: ..." kernel rows, "attnv2 <variant> w2: ..."
+#               (reqs wall_s audio_s RTF xRT ...), "attnv2 <variant>: ..." (W1)
 #   ff1epi      the flow's ff1 GEMM with cuBLASLt's bias + GELU epilogue and the flow's
 #               elementwise launchers (not in the default steps: `bash bench/device_run.sh build
 #               ff1epi`): test_kernels gemm (cosy_k_gemm_gelu vs double;
@@ -444,6 +455,29 @@ if [[ " $STEPS " == *" attnsplit "* ]]; then
       --concurrency 16 "${W1_ARGS[@]}" "${vargs[@]}"
     grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/attnsplit_w1_$v.log" \
       | sed "s/^ */attnsplit $v: /" | tee -a "$SUMMARY"
+  done
+fi
+if [[ " $STEPS " == *" attnv2 "* ]]; then
+  run attnv2_test ./$B/tests/test_kernels attn_dit_paged
+  grep -E 'FAIL|v2 (64|128)' "$OUT/attnv2_test.log" | sed 's/^/attnv2 check: /' | tee -a "$SUMMARY"
+  run attnv2_gpu_flow ./$B/tests/test_gpu_flow # test_batch_cache_v2: COSY_FLOW_ATTN_V2 64, 128
+  grep -E 'FAIL|attention v2' "$OUT/attnv2_gpu_flow.log" | sed 's/^/attnv2 check: /' \
+    | tee -a "$SUMMARY"
+  run attnv2_bench ./$B/tests/test_kernels --bench attn_dit_paged
+  awk '/^==== kernel table/ { t = 1 } t && /attn_dit/' "$OUT/attnv2_bench.log" \
+    | sed 's/^/attnv2: /' | tee -a "$SUMMARY"
+  for spec in ${ATTNV2_VARIANTS:-base v2_64:COSY_FLOW_ATTN_V2=64 v2_128:COSY_FLOW_ATTN_V2=128 \
+                                v2_auto:COSY_FLOW_ATTN_V2=auto}; do
+    variant "$spec"
+    # W2 (offline: the loaded flow batches where this kernel is ~13% of the GPU time), then W1
+    run attnv2_w2_$v env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+      --offline "${W2_N:-256}" "${W1_ARGS[@]}" "${vargs[@]}"
+    grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$OUT/attnv2_w2_$v.log" \
+      | sed "s/^ */attnv2 $v w2: /" | tee -a "$SUMMARY"
+    run attnv2_w1_$v env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+      --concurrency 16 "${W1_ARGS[@]}" "${vargs[@]}"
+    grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/attnv2_w1_$v.log" \
+      | sed "s/^ */attnv2 $v: /" | tee -a "$SUMMARY"
   done
 fi
 if [[ " $STEPS " == *" ff1epi "* ]]; then

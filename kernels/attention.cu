@@ -55,6 +55,40 @@
  *     attn_dit_paged_auto picks the part count S per segment from its key count alone
  *     (cosy_k_dit_auto_parts: 1 below 4 key tiles, up to 8) in one launch of clusters of C
  *     blocks (C = the call's largest S), each cluster C / S heads of one query tile with S parts.
+ *   attn_dit_paged_v2 (the same attention, the same bits as attn_dit_paged; a measurement
+ *     variant selected by the flow's knob COSY_FLOW_ATTN_V2): one block of NW warps per (query
+ *     tile of 16 NW queries of one segment, head), NW = 4 (64-query tiles, 128 threads) or 8
+ *     (128-query tiles, 256 threads: each staged K/V tile serves twice the queries, half the K/V
+ *     traffic from L2 and half the staging work per query). Warp w owns tile rows 16w .. 16w + 15
+ *     and runs, per key tile, exactly the one-block kernel's instructions on them: S = Q K^T by
+ *     fa_qk, the mask and scale (s * scale log2(e), one rounding), row max by two xor shuffles,
+ *     alpha = 2^(m_old - m_new), o *= alpha, p = bf16(2^(s - m)), l = l alpha + (p0 + p1) (one
+ *     fma: the one-block kernel's ptxas contracts its `l *= alpha` into the first `l +=`; the v2
+ *     kernel writes the fma, the other adds with __fadd_rn, so no contraction can differ), then
+ *     l += (p2k + p2k+1) in n-tile order, O += P V by fa_pv (mma order kk, then dt); the end:
+ *     l summed over the 4 lanes of a row (xor 1, then 2), out = bf16(o * (1 / l)). So a row's
+ *     bits are the one-block kernel's. What changes is the work around that arithmetic:
+ *     (1) staging: thread t copies dims 8 (t % 8) .. + 7 of key rows t / 8 + i (NT / 8) (i < 4 at
+ *     NW 4, < 2 at NW 8; 8 threads a 128-byte row: whole sectors, conflict-free 16-byte shared
+ *     stores) of K and V by cp.async into two buffers as before, but the page of cached key f is
+ *     f / page_frames by a 64-bit multiply-high with a constant the host computes (PagedGeo
+ *     pf_magic: exact for every f), two rows' page-table loads issued before their copies,
+ *     and the per-row address is one of two bases plus a product (no division, no per-copy branch
+ *     tree: ~4x fewer staging instructions). (2) A warp none of whose rows is in the tile
+ *     (16 w >= the tile's query count) only stages and meets the barriers; a warp whose rows
+ *     all end at or before key tile kt (the last row's key end, whi <= kt) skips that tile's
+ *     products: for each such row the one-block kernel's tile is an exact no-op (scores -inf,
+ *     max unchanged, alpha = 2^0 = 1, p = 0 against finite V: o * 1 + 0 = o, l * 1 + 0 = l), so
+ *     skipping it keeps the bits. (3) The mask: every score scaled, then a compare of its key
+ *     index within the tile (a constant) with kend - kt - 2 t4 and a select: 3 instructions a
+ *     score instead of ~5 (the same values: -inf or the scaled score). (4) The output: two bf16
+ *     a 4-byte store (same rounding as st). Shared memory: the two K and V buffers, 36,864
+ *     bytes static, at either NW; 128 registers (__launch_bounds__(32 NW, 16 / NW): 16 warps an
+ *     SM either way; sm_90: NW 4 without spills, NW 8 with 8 bytes spilled outside the key
+ *     loop). (5) The first K/V tile's copies are issued before the Q loads, so the two latencies
+ *     overlap. Batch invariance: as the one-block kernel's (a row's bits depend on
+ *     neither its tile, nor the tile size, nor the batch). Keys a row does not see never reach
+ *     it in a skipped tile (with non-finite V there, 0 * inf would have made it NaN).
  *   attn (DiT), bf16 with 16-byte-aligned strides: FlashAttention-2 style, one block of
  *     4 warps per (64-query tile, head, batch); each warp owns 16 query rows. K and V tiles of 64
  *     keys are staged in shared memory (rows padded to 72 elements: conflict-free fragment
@@ -945,6 +979,14 @@ struct PagedGeo {
                 * the cluster size C (1, 2, 4 or 8) */
   const int32_t *items; /* auto kernel: the clusters' (tile, first head * 16 + parts) pairs */
   float scale_log2;
+  /* v2 kernel: f / page_frames = __umul64hi(f, pf_magic) + (f & pf_one) for every frame f >= 0:
+   * page_frames >= 2: pf_magic = floor((2^64 - 1) / page_frames) + 1 = (2^64 + e) / page_frames
+   * with 0 <= e < page_frames, so f pf_magic / 2^64 = f / page_frames + delta, 0 <= delta < f /
+   * 2^64 < 1 / page_frames, which never reaches the next integer; pf_one 0. page_frames 1:
+   * pf_magic 0, pf_one -1 (all bits: f & pf_one = f). pf_d = page_frames * D (the K -> V step
+   * of a page, < 2^31: checked) */
+  unsigned long long pf_magic;
+  int pf_one, pf_d;
 };
 
 /* One block's work of the three kernels. MODE 0 (one block): the whole key range and the
@@ -1208,6 +1250,180 @@ __global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_auto_kernel(Page
 #endif
 }
 
+/* cosy_k_attn_dit_paged_v2: the one-block kernel's arithmetic with less work around it (see the
+ * file header, "attn_dit_paged_v2"). NW warps (4: 64-query tiles, 8: 128-query tiles), 16 query
+ * rows each; K/V tiles of 64 keys in two cp.async buffers as in dit_paged_block. */
+template <int NW>
+__global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(PagedGeo g) {
+  constexpr int NT = NW * 32, BQ = NW * 16;
+  constexpr int SR = FA_BK * (HD / 8) / NT; /* staged key rows a thread: 4 (NW 4) or 2 (NW 8) */
+  __shared__ __align__(16) bf16 Ks2[2][FA_BK * FA_LD];
+  __shared__ __align__(16) bf16 Vs2[2][FA_BK * FA_LD];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int grp = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, tile = blockIdx.x;
+  const cosy_k_dit_seg sg = g.segs[g.tiles[2 * tile]];
+  const int t0 = g.tiles[2 * tile + 1]; /* first query of the tile within the segment */
+  const int nq = min(BQ, sg.n_q - t0);
+  const int64_t ld3 = 3 * (int64_t)g.D;
+  const int lr0 = warp * 16 + grp, lr1 = lr0 + 8; /* rows within the tile */
+  const bool wact = warp * 16 < nq;               /* the warp has a row to store */
+  const bf16 *qb = g.qkv + (int64_t)(sg.q_row0 + t0) * ld3 + (int64_t)h * HD;
+
+  auto kend_of = [&](int lr) {
+    const int i = sg.cached + t0 + min(lr, nq - 1); /* absolute frame of the query */
+    return sg.full ? sg.Lk : min(sg.Lk, (i / g.chunk + 1) * g.chunk);
+  };
+  float oacc[8][4];
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) oacc[dt][0] = oacc[dt][1] = oacc[dt][2] = oacc[dt][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const int kend_blk = kend_of(nq - 1);
+  const int kend0 = kend_of(lr0), kend1 = kend_of(lr1);
+  /* the last key the warp's rows see is below whi: key tiles from whi on are skipped (exact
+   * no-ops for every row of the warp: see the file header) */
+  const int whi = kend_of(warp * 16 + 15);
+  const float scale_log2 = g.scale_log2;
+
+  /* staging: thread tid copies 16 bytes (dims cc .. cc + 7) of key rows tid / 8 + i NT / 8 of
+   * K and of V (8 threads a 128-byte row: conflict-free shared stores, whole sectors) */
+  const int cc = (tid & 7) * 8;
+  const int64_t pool_off = g.layer_off + (g.dev_off ? *g.dev_off : 0) +
+                           (int64_t)(2 * sg.row) * g.page_frames * g.D + (int64_t)h * HD + cc;
+  const int64_t qkv_off = (int64_t)(sg.q_row0 - sg.cached) * ld3 + g.D + (int64_t)h * HD + cc;
+  auto stage = [&](int kt, int buf) {
+#pragma unroll
+    for (int i0 = 0; i0 < SR; i0 += 2) { /* two rows at a time (registers) */
+      const bf16 *kp[2];
+      int vs[2], bytes[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) { /* addresses first: both rows' page-table loads at once */
+        const int f = kt + (tid >> 3) + (i0 + u) * (NT / 8);
+        bytes[u] = f < sg.Lk ? 16 : 0; /* past Lk: zeros, nothing read */
+        if (f < sg.cached) {
+          /* pi = f / page_frames by a 64-bit multiply-high (exact, see PagedGeo) */
+          const int pi = (int)__umul64hi((unsigned long long)f, g.pf_magic) + (f & g.pf_one);
+          const int64_t page = g.ptab[sg.ptab0 + pi];
+          kp[u] = g.pool +
+                  (page * g.page_elems + pool_off + (int64_t)(f - pi * g.page_frames) * g.D);
+          vs[u] = g.pf_d;
+        } else {
+          kp[u] = f < sg.Lk ? g.qkv + (qkv_off + (int64_t)f * ld3) : g.qkv; /* nothing read */
+          vs[u] = g.D;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int r = (tid >> 3) + (i0 + u) * (NT / 8);
+        cp_async16_zfill(&Ks2[buf][r * FA_LD + cc], kp[u], bytes[u]);
+        cp_async16_zfill(&Vs2[buf][r * FA_LD + cc], kp[u] + vs[u], bytes[u]);
+      }
+    }
+    cp_async_commit();
+  };
+  if (0 < kend_blk) stage(0, 0);
+  /* the warp's Q fragments (A layout, 4 k16 steps), loaded while the first K/V tile is in flight */
+  uint32_t qa[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int c0 = kk * 16 + 2 * t4;
+    const bf16 *p0 = qb + (int64_t)lr0 * ld3 + c0;
+    const bf16 *p1 = qb + (int64_t)lr1 * ld3 + c0;
+    qa[kk][0] = lr0 < nq ? ld_u32(p0) : 0u;
+    qa[kk][1] = lr1 < nq ? ld_u32(p1) : 0u;
+    qa[kk][2] = lr0 < nq ? ld_u32(p0 + 8) : 0u;
+    qa[kk][3] = lr1 < nq ? ld_u32(p1 + 8) : 0u;
+  }
+  for (int kt = 0, it = 0; kt < kend_blk; kt += FA_BK, ++it) {
+    const int buf = it & 1;
+    cp_async_wait_all(); /* tile it has landed (the only group in flight) */
+    __syncthreads();     /* ... for every thread; and tile it - 1 is no longer read */
+    if (kt + FA_BK < kend_blk) stage(kt + FA_BK, buf ^ 1);
+    if (!wact || kt >= whi) continue; /* warp-uniform: nothing of this tile reaches its rows */
+
+    float s[8][4];
+    fa_qk(s, qa, Ks2[buf], lane);
+    /* s * scale log2(e) (one rounding: __fmul_rn is never contracted), then -inf past each
+     * row's last key: the one-block kernel's `j < kend ? s * scale : -inf`, as a compare of
+     * the tile-relative key index with kend - kt - 2 t4 and a select (no index arithmetic) */
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = __fmul_rn(s[nt][e], scale_log2);
+    {
+      const int lim0 = kend0 - kt - 2 * t4, lim1 = kend1 - kt - 2 * t4;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] = nt * 8 + (e & 1) < (e < 2 ? lim0 : lim1) ? s[nt][e] : -INFINITY;
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) { /* the one-block kernel's order */
+      mx0 = fmaxf(fmaxf(mx0, s[nt][0]), s[nt][1]);
+      mx1 = fmaxf(fmaxf(mx1, s[nt][2]), s[nt][3]);
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+    m0 = mn0;
+    m1 = mn1;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      oacc[dt][0] *= al0;
+      oacc[dt][1] *= al0;
+      oacc[dt][2] *= al1;
+      oacc[dt][3] *= al1;
+    }
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int nt = 2 * kk + half;
+        const uint32_t w0 = pack_bf16(exp2f(s[nt][0] - mu0), exp2f(s[nt][1] - mu0));
+        const uint32_t w1 = pack_bf16(exp2f(s[nt][2] - mu1), exp2f(s[nt][3] - mu1));
+        const float d0 = __fadd_rn(bf16_lo(w0), bf16_hi(w0));
+        const float d1 = __fadd_rn(bf16_lo(w1), bf16_hi(w1));
+        if (nt == 0) { /* l = l alpha + first pair in one rounding, as dit_paged_block's code
+                        * compiles (ptxas contracts its l *= alpha into the first l +=) */
+          l0 = fmaf(l0, al0, d0);
+          l1 = fmaf(l1, al1, d1);
+        } else {
+          l0 = __fadd_rn(l0, d0);
+          l1 = __fadd_rn(l1, d1);
+        }
+        pa[kk][2 * half] = w0;
+        pa[kk][2 * half + 1] = w1;
+      }
+    }
+    fa_pv(oacc, pa, Vs2[buf], lane);
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (!wact) return;
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  bf16 *ob = g.out + (int64_t)(sg.q_row0 + t0) * g.D + (int64_t)h * HD;
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) { /* two outputs a 4-byte store (the same rounding as st) */
+    const int col = dt * 8 + 2 * t4;
+    if (lr0 < nq)
+      *reinterpret_cast<uint32_t *>(ob + (int64_t)lr0 * g.D + col) =
+          pack_bf16(__fmul_rn(oacc[dt][0], inv0), __fmul_rn(oacc[dt][1], inv0));
+    if (lr1 < nq)
+      *reinterpret_cast<uint32_t *>(ob + (int64_t)lr1 * g.D + col) =
+          pack_bf16(__fmul_rn(oacc[dt][2], inv1), __fmul_rn(oacc[dt][3], inv1));
+  }
+}
+
 bool aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
 
 cudaError_t launch_attn(cudaStream_t s, cosy_kdtype dt, const void *q, const void *k,
@@ -1420,6 +1636,9 @@ static cudaError_t dit_paged_geo(PagedGeo *g, const cosy_bf16 *qkv, int D, int n
   g->n_split = 1;
   g->items = nullptr;
   g->scale_log2 = scale * LOG2E_F;
+  g->pf_magic = page_frames >= 2 ? ~0ull / (unsigned long long)page_frames + 1ull : 0ull;
+  g->pf_one = page_frames == 1 ? -1 : 0;
+  g->pf_d = (int)((int64_t)page_frames * D < 0x7fffffff ? (int64_t)page_frames * D : 0);
   return cudaSuccess;
 }
 
@@ -1436,6 +1655,29 @@ extern "C" cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qk
   if (e != cudaSuccess || n_tiles == 0) return e;
   dim3 grid((unsigned)n_tiles, (unsigned)n_heads);
   attn_dit_paged_kernel<<<grid, FA_THREADS, 0, s>>>(g);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 *qkv, int D,
+                                                int n_heads, const cosy_k_dit_seg *segs,
+                                                const int32_t *tiles, int n_tiles,
+                                                const cosy_bf16 *pool, int64_t page_elems,
+                                                int64_t layer_off, const int64_t *dev_off,
+                                                int page_frames, const int32_t *ptab,
+                                                cosy_bf16 *out, int chunk, float scale,
+                                                int tile_q) {
+  if (tile_q != COSY_K_DIT_TILE && tile_q != COSY_K_DIT_TILE_WIDE) return cudaErrorInvalidValue;
+  PagedGeo g;
+  const cudaError_t e = dit_paged_geo(&g, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
+                                      layer_off, dev_off, page_frames, ptab, out, chunk, scale);
+  if (e != cudaSuccess || n_tiles == 0) return e;
+  if ((int64_t)page_frames * D >= 0x7fffffff || !aligned(out, 4)) /* pf_d; 4-byte stores */
+    return cudaErrorInvalidValue;
+  const dim3 grid((unsigned)n_tiles, (unsigned)n_heads);
+  if (tile_q == COSY_K_DIT_TILE_WIDE)
+    attn_dit_paged_v2_kernel<8><<<grid, 256, 0, s>>>(g);
+  else
+    attn_dit_paged_v2_kernel<4><<<grid, 128, 0, s>>>(g);
   return cudaGetLastError();
 }
 

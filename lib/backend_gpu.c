@@ -274,6 +274,7 @@ static cosy_status gb_create(cosy_engine *e) {
   if (e->knobs.flow_attn_split && !gpu_flow_set_attn_split(s->flow, e->knobs.flow_attn_split))
     engine_log(e, COSY_LOG_WARN, "COSY_FLOW_ATTN_SPLIT: not supported by this device (no "
                                  "thread-block clusters); the one-block attention runs");
+  if (e->knobs.flow_attn_v2) gpu_flow_set_attn_v2(s->flow, e->knobs.flow_attn_v2);
   if (gpu_flow_ff1_fallbacks(s->flow))
     engine_log(e, COSY_LOG_WARN, "flow: cuBLASLt refused the ff1 GEMM's bias + GELU epilogue for "
                                  "%ld plans; those run as GEMM + bias/GELU kernel",

@@ -54,6 +54,7 @@ const kh_entry kh_registry[] = {
      T(flow_pack), BENCH(flow_pack), KH_CEIL_HBM},
     {"attn_dit_paged",
      L("cosy_k_attn_dit_paged", "cosy_k_attn_dit_paged_split", "cosy_k_attn_dit_paged_auto",
+       "cosy_k_attn_dit_paged_v2",
        "cosy_k_dit_auto_parts", "cosy_k_dit_auto_items"),
      T(attn_dit_paged), BENCH(attn_dit_paged),
      KH_CEIL_BOTH},

@@ -837,10 +837,16 @@ static void test_full_model(void **state) {
  * equal the request alone (batch invariance of the packed path) */
 /* The packed batches with the block cache; split > 0: their attention with split keys
  * (gpu_flow_set_attn_split, the knob COSY_FLOW_ATTN_SPLIT), skipped where the device has no
- * thread-block clusters. */
-static void batch_cache_case(fixture *fx, int split) {
+ * thread-block clusters; v2 64, 128 or GPU_FLOW_ATTN_V2_AUTO: by cosy_k_attn_dit_paged_v2 with
+ * query tiles of v2 (gpu_flow_set_attn_v2, the knob COSY_FLOW_ATTN_V2). */
+static void batch_cache_case(fixture *fx, int split, int v2) {
   gpu_flow *gf = NULL;
   assert_int_equal(gpu_flow_create(fx->g, fx->m, 2 * MAX_FRAMES_SMALL, &gf), COSY_OK);
+  if (v2) {
+    assert_int_equal(gpu_flow_set_attn_v2(gf, v2), v2);
+    print_message("  attention v2, %s-query tiles:\n",
+                  v2 == GPU_FLOW_ATTN_V2_AUTO ? "auto" : v2 == 64 ? "64" : "128");
+  }
   if (split && gpu_flow_set_attn_split(gf, split) != split) {
     print_message("  attention split %d (-1: auto): not on this device (no clusters), skipped\n",
                   split);
@@ -1030,21 +1036,31 @@ static void batch_cache_case(fixture *fx, int split) {
 static void test_batch_cache(void **state) {
   fixture *fx = *state;
   if (fx->why) skip();
-  batch_cache_case(fx, 0);
+  batch_cache_case(fx, 0, 0);
 }
 
 /* the same with the attention's keys split over 4 blocks a query tile */
 static void test_batch_cache_split(void **state) {
   fixture *fx = *state;
   if (fx->why) skip();
-  batch_cache_case(fx, 4);
+  batch_cache_case(fx, 4, 0);
 }
 
 /* the same with the part count chosen per segment from its key count (COSY_FLOW_ATTN_SPLIT=auto) */
 static void test_batch_cache_auto(void **state) {
   fixture *fx = *state;
   if (fx->why) skip();
-  batch_cache_case(fx, GPU_FLOW_ATTN_AUTO);
+  batch_cache_case(fx, GPU_FLOW_ATTN_AUTO, 0);
+}
+
+/* the same with cosy_k_attn_dit_paged_v2 (COSY_FLOW_ATTN_V2) at 64- and 128-query tiles and
+ * with the tile chosen per batch */
+static void test_batch_cache_v2(void **state) {
+  fixture *fx = *state;
+  if (fx->why) skip();
+  batch_cache_case(fx, 0, 64);
+  batch_cache_case(fx, 0, 128);
+  batch_cache_case(fx, 0, GPU_FLOW_ATTN_V2_AUTO);
 }
 
 int main(void) {
@@ -1054,6 +1070,7 @@ int main(void) {
       cmocka_unit_test(test_flow_c),    cmocka_unit_test(test_graphs),
       cmocka_unit_test(test_invalid),   cmocka_unit_test(test_batch_cache),
       cmocka_unit_test(test_batch_cache_split), cmocka_unit_test(test_batch_cache_auto),
+      cmocka_unit_test(test_batch_cache_v2),
       cmocka_unit_test(test_full_model),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

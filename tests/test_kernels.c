@@ -2178,9 +2178,11 @@ typedef struct dit_seg_case {
   int n_q, cached, Lk_less, row, full;
 } dit_seg_case;
 
-/* the one-block launcher (n_split 0), the split one (n_split >= 1) or the one with the part
+/* the one-block launcher (n_split 0), the split one (n_split >= 1), the one with the part
  * count per segment (n_split -1: its cluster items built from hsegs / htiles, the host copies
- * of segs / tiles, n_seg segments) with the test's device */
+ * of segs / tiles, n_seg segments) with the test's device, or cosy_k_attn_dit_paged_v2
+ * (n_split -2: 64-query tiles, the list tiles; -3: 128-query tiles, a list built here from
+ * hsegs) */
 static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_heads,
                                   const void *segs, const int32_t *tiles, int n_tiles,
                                   const void *pool, int64_t page_elems, int64_t layer_off,
@@ -2205,6 +2207,29 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
     free(items);
     return e;
   }
+  if (n_split == -2)
+    return cosy_k_attn_dit_paged_v2(0, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
+                                    layer_off, dev_off, page_frames, ptab, out, chunk, scale,
+                                    COSY_K_DIT_TILE);
+  if (n_split == -3) {
+    int n = 0;
+    for (int g = 0; g < n_seg; ++g)
+      n += (hsegs[g].n_q + COSY_K_DIT_TILE_WIDE - 1) / COSY_K_DIT_TILE_WIDE;
+    int32_t *t2 = malloc((size_t)(n > 0 ? n : 1) * 2 * 4);
+    assert_non_null(t2);
+    n = 0;
+    for (int g = 0; g < n_seg; ++g)
+      for (int t = 0; t < hsegs[g].n_q; t += COSY_K_DIT_TILE_WIDE)
+        t2[2 * n] = g, t2[2 * n + 1] = t, ++n;
+    int32_t *dt2 = dup_i32(t2, (size_t)(n > 0 ? n : 1) * 2);
+    const cudaError_t e = cosy_k_attn_dit_paged_v2(
+        0, qkv, D, n_heads, segs, dt2, n, pool, page_elems, layer_off, dev_off, page_frames, ptab,
+        out, chunk, scale, COSY_K_DIT_TILE_WIDE);
+    CK(cudaDeviceSynchronize()); /* before the tiles are freed */
+    dfree(dt2);
+    free(t2);
+    return e;
+  }
   if (n_split == 0)
     return cosy_k_attn_dit_paged(0, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
                                  layer_off, dev_off, page_frames, ptab, out, chunk, scale);
@@ -2214,9 +2239,11 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
 }
 
 /* One packed batch against the fp64 reference, with the one-block kernel, with the split
- * kernel at 1, 2, 3, 4 and 8 parts a tile and with the part count per segment ("auto"; both
- * where the device has clusters). Auto's rows of a segment must also equal, bit for bit, those
- * of the kernel it runs for that segment: the one-block kernel at 1 part
+ * kernel at 1, 2, 3, 4 and 8 parts a tile, with cosy_k_attn_dit_paged_v2 at 64- and 128-query
+ * tiles ("v2 64", "v2 128": their rows must equal the one-block kernel's bit for bit) and with
+ * the part count per segment ("auto"; it and the split where the device has clusters). Auto's
+ * rows of a segment must also equal, bit for bit, those of the kernel it runs for that
+ * segment: the one-block kernel at 1 part
  * (cosy_k_dit_auto_parts), the split kernel at 2, 4 or 8. alone >= 0: that
  * segment is also run by itself (its own one-entry segment table and tile list, so a different
  * segment index, tile count and grid) with each launcher, and its rows must be bit-identical to
@@ -2320,17 +2347,20 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
       }
     }
   }
-  const int splits[] = {0, 1, 2, 3, 4, 8, -1}; /* -1: auto (last: the others are its refs) */
+  /* -2, -3: v2 at 64 / 128-query tiles; -1: auto (last: the others are its refs) */
+  const int splits[] = {0, 1, 2, 3, 4, 8, -2, -3, -1};
   enum { NSPLITS = sizeof splits / sizeof splits[0] };
   float *outs[NSPLITS] = {NULL};
   for (size_t k = 0; k < NSPLITS; ++k) {
     const int ns = splits[k];
     char nm[40], sz[96];
-    if (ns < 0)
+    if (ns == -1)
       snprintf(nm, sizeof nm, "attn_dit_paged auto");
+    else if (ns < -1)
+      snprintf(nm, sizeof nm, "attn_dit_paged v2 %d", ns == -2 ? 64 : 128);
     else
       snprintf(nm, sizeof nm, ns ? "attn_dit_paged split %d" : "attn_dit_paged", ns);
-    if ((ns >= 2 || ns < 0) && !g_dev.clusters) { /* refused without clusters */
+    if ((ns >= 2 || ns == -1) && !g_dev.clusters) { /* refused without clusters */
       const cudaError_t e = dit_paged_call(ns, dqkv, D, n_heads, dsegs, dtiles, n_tiles, dpool,
                                            page_elems, host_off, doff, page_frames, dptab, dqkv,
                                            chunk, (float)scale, segs, n_seg, tiles);
@@ -2345,7 +2375,13 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
     snprintf(sz, sizeof sz, "%d segs, %d rows, %d heads, pages of %d", n_seg, total_q, n_heads,
              page_frames);
     check(nm, sz, out, ref, (size_t)total_q * D, 1e-2);
-    if (ns < 0) { /* each segment's rows == those of the kernel auto runs for it */
+    if (ns < -1) { /* v2: the one-block kernel's bits (outs[0]) */
+      size_t bad = 0;
+      for (size_t i = 0; i < (size_t)total_q * D; ++i)
+        bad += memcmp(&out[i], &outs[0][i], sizeof *out) != 0;
+      report(nm, "== attn_dit_paged, bit for bit (mismatches)", (double)bad, 0.0, 0);
+    }
+    if (ns == -1) { /* each segment's rows == those of the kernel auto runs for it */
       size_t bad = 0;
       char parts[64] = "";
       for (int g = 0; g < n_seg; ++g) {
@@ -2450,6 +2486,19 @@ void test_attn_dit_paged(void **state) {
    * without a head; pages of 16 frames */
   const dit_seg_case h6[] = {{40, 960, 0, 0, 0}, {64, 200, 0, 1, 0}, {33, 17, 0, 0, 0}};
   check_attn_dit_paged(h6, 3, 6, 16, 50, 1);
+  /* a loaded batch as the offline workload packs it (v2's 128-query tiles: 1 or 2 a segment,
+   * warps without rows): jobs of 100-200 new frames over 300-1000 keys, both CFG rows, one full;
+   * pages of 50 */
+  const dit_seg_case l8[] = {
+      {150, 300, 0, 0, 0}, {150, 300, 0, 1, 0}, {100, 850, 0, 0, 0}, {100, 850, 0, 1, 0},
+      {200, 650, 0, 0, 0}, {200, 650, 0, 1, 0}, {128, 172, 0, 0, 1}, {129, 371, 0, 1, 0},
+  };
+  check_attn_dit_paged(l8, 8, 16, 50, 50, 4);
+  /* pages of one frame and of 7 (the v2 kernel's page = f / page_frames by multiply-high: its
+   * page_frames = 1 case, and a divisor of neither 64 nor 50) */
+  const dit_seg_case p1[] = {{70, 30, 0, 0, 0}, {40, 45, 0, 1, 1}};
+  check_attn_dit_paged(p1, 2, 2, 1, 50, 0);
+  check_attn_dit_paged(p1, 2, 2, 7, 50, -1);
   end_test();
 }
 
@@ -2909,6 +2958,14 @@ void test_args(void **state) {
   bad += cosy_k_attn_dit_paged(0, (const cosy_bf16 *)d, 1024, 8, (const cosy_k_dit_seg *)d,
                                (const int32_t *)d, 1, (const cosy_bf16 *)d, 0, 0, NULL, 50,
                                (const int32_t *)d, (cosy_bf16 *)d, 50, 0.125f) !=
+         cudaErrorInvalidValue; /* 8 heads of 64 != D */
+  bad += cosy_k_attn_dit_paged_v2(0, (const cosy_bf16 *)d, 1024, 16, (const cosy_k_dit_seg *)d,
+                                  (const int32_t *)d, 1, (const cosy_bf16 *)d, 0, 0, NULL, 50,
+                                  (const int32_t *)d, (cosy_bf16 *)d, 50, 0.125f, 32) !=
+         cudaErrorInvalidValue; /* tile_q neither 64 nor 128 */
+  bad += cosy_k_attn_dit_paged_v2(0, (const cosy_bf16 *)d, 1024, 8, (const cosy_k_dit_seg *)d,
+                                  (const int32_t *)d, 1, (const cosy_bf16 *)d, 0, 0, NULL, 50,
+                                  (const int32_t *)d, (cosy_bf16 *)d, 50, 0.125f, 128) !=
          cudaErrorInvalidValue; /* 8 heads of 64 != D */
   {
     const cosy_k_dit_seg *sg = (const cosy_k_dit_seg *)d;

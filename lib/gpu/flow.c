@@ -118,6 +118,7 @@ typedef struct gblk {
 typedef struct gkey {
   int N, streaming, batch, Te, n_tiles, n_virt;
   int n_items, csize; /* the attention's cluster items and size (COSY_FLOW_ATTN_SPLIT=auto) */
+  int tq;              /* the attention's query tile (64; 128: COSY_FLOW_ATTN_V2) */
 } gkey;
 
 /* What one Euler step of a packed batch reads that depends on the step k (lib/gpu/flow.c
@@ -193,6 +194,9 @@ struct gpu_flow {
   /* COSY_FLOW_ATTN_SPLIT: 2..8 key parts per attention query tile of a packed batch; 0 off;
    * GPU_FLOW_ATTN_AUTO: the part count per segment (cosy_k_attn_dit_paged_auto) */
   int attn_split;
+  /* COSY_FLOW_ATTN_V2: 64 or 128, the query tile of cosy_k_attn_dit_paged_v2;
+   * GPU_FLOW_ATTN_V2_AUTO: chosen per batch; 0 off */
+  int attn_v2;
   /* 1 (default): a packed batch's sizes padded (PAD_TN, PAD_TE, PAD_TILES); COSY_FLOW_PAD=0 off */
   int pad;
   /* COSY_FLOW_PDL (cosy_gpu.flow_pdl) where the device has programmatic dependent launch: the
@@ -1258,6 +1262,15 @@ int gpu_flow_set_attn_split(gpu_flow *f, int n_split) {
   return f->attn_split;
 }
 
+int gpu_flow_set_attn_v2(gpu_flow *f, int tile_q) {
+  if (!f) return 0;
+  f->attn_v2 = tile_q == COSY_K_DIT_TILE || tile_q == COSY_K_DIT_TILE_WIDE ||
+                       tile_q == GPU_FLOW_ATTN_V2_AUTO
+                   ? tile_q
+                   : 0;
+  return f->attn_v2;
+}
+
 cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   if (!f) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: NULL");
   if (f->fc) return cosy_err(COSY_ERR_INVALID_ARG, "gpu_flow_pool: called twice");
@@ -1411,6 +1424,7 @@ void gpu_flow_req_close(gpu_flow *f, gpu_flow_req *q) {
 typedef struct batch_args {
   int Tn, Te, n_virt, n_tiles;
   int n_items, csize; /* COSY_FLOW_ATTN_SPLIT=auto: the attention's cluster items and size */
+  int tq;             /* the query tile of the tile list (64, or 128 with COSY_FLOW_ATTN_V2) */
 } batch_args;
 
 /* One Euler step of a packed batch (launches only). Whatever depends on the step k is read on
@@ -1483,6 +1497,12 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
                                      layer_off, kvoff, PF, c->d_ptab, f->att, f->chunk, scale,
                                      f->attn_split, &f->g->dev),
          "flow: attention (split keys)");
+    else if (f->attn_v2) /* COSY_FLOW_ATTN_V2: tiles of a->tq queries (the plan's list) */
+      CK(cosy_k_attn_dit_paged_v2(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
+                                  (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2),
+                                  layer_off, kvoff, PF, c->d_ptab, f->att, f->chunk, scale,
+                                  a->tq),
+         "flow: attention (v2)");
     else
       CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
                                (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2),
@@ -1593,6 +1613,23 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
   const int TeP = f->pad ? pad_up(Te, PAD_TE, c->te_max) : Te;
   const int64_t page_f = (int64_t)(c->page_bytes / 4); /* page size in floats */
   const int64_t traj_f = c->kv_elems / 2;              /* floats before a page's x rows */
+  /* the attention's query tile: 64; COSY_FLOW_ATTN_V2 (without the split) 128, or with "auto"
+   * 128 when blocks of 8 warps over 128-query tiles hold no more warps than blocks of 4 over
+   * 64-query tiles (2 T128 <= T64 over the batch's segments: e.g. 100 or 200 new frames, not
+   * 50 or 150); a row's bits do not depend on it */
+  int tq = COSY_K_DIT_TILE;
+  if (f->attn_v2 && !f->attn_split) {
+    if (f->attn_v2 == GPU_FLOW_ATTN_V2_AUTO) {
+      int t64 = 0, t128 = 0;
+      for (int j = 0; j < n; j++) {
+        t64 += (N_j[j] - s_j[j] + COSY_K_DIT_TILE - 1) / COSY_K_DIT_TILE;
+        t128 += (N_j[j] - s_j[j] + COSY_K_DIT_TILE_WIDE - 1) / COSY_K_DIT_TILE_WIDE;
+      }
+      tq = 2 * t128 <= t64 ? COSY_K_DIT_TILE_WIDE : COSY_K_DIT_TILE;
+    } else {
+      tq = f->attn_v2;
+    }
+  }
   for (int j = 0; j < n; j++) {
     gpu_flow_req *q = calls[j].q;
     const int nj = N_j[j] - s_j[j];
@@ -1642,7 +1679,7 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
       g->row = r;
       g->full = calls[j].full;
       g->pad_ = 0;
-      for (int t = 0; t < nj; t += COSY_K_DIT_TILE) {
+      for (int t = 0; t < nj; t += tq) {
         c->h_tiles[2 * n_tiles] = 2 * j + r;
         c->h_tiles[2 * n_tiles + 1] = t;
         n_tiles++;
@@ -1739,7 +1776,8 @@ static cosy_status batch_run(gpu_flow *f, gpu_flow_call *calls, int n) {
     key.n_virt = n_virt;
     key.n_items = n_items;
     key.csize = csize;
-    const batch_args ba = {TnP, TeP, n_virt, n_tiles, n_items, csize};
+    key.tq = tq;
+    const batch_args ba = {TnP, TeP, n_virt, n_tiles, n_items, csize, tq};
     /* S steps: step k's modulation row and offsets into the current slots, then the step (a
      * graph captured at the key's first call: one step's ~270 launches capture and instantiate
      * in a few ms, which the other S - 1 replays repay) */
