@@ -1,5 +1,6 @@
 /* conv.cu - the HiFT vocoder's convolutions: causal conv1d on tensor cores (fp32 storage,
- * TF32 or 3xTF32 products, fp32 accumulation) and the fp64 convs + classifier of the F0 predictor.
+ * TF32, 3xTF32 or fp16-operand products, fp32 accumulation) and the fp64 convs + classifier of
+ * the F0 predictor.
  *
  * Math: kernels_hift.h (cosy_hift_conv): a PyTorch Conv1d over a zero-extended input, with
  * optional nearest upsampling of the input (CausalConv1dUpsample), stride (source downs),
@@ -73,6 +74,16 @@
  * residuals, stores, the fused Snake output). The engine's choice is the one line
  * `int g_conv_kernel = ...` below (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in
  * conv2_plan; docs/kernels.md).
+ *
+ * conv2h_kernel (COSY_HPREC_F16, below conv2_kernel): conv2_kernel's tiles and addressing with
+ * fp16 operands and mma.sync m16n8k16 (16 input channels per chunk: half the fragment loads,
+ * staged columns, weight copies and barriers per product of the TF32 kernels, twice the tensor
+ * rate), the weights scaled per output channel by an exact power of two on the host and the
+ * activations saturated to +-65504 when staged (the numerics and the range the inputs must stay
+ * in: its comment). It takes every launch of the vocoder (mean-of-3 inputs, strided downs, tap
+ * groups); the F0 predictor's convs stay fp64 (below). Its bits differ from the TF32 kernels';
+ * they do not depend on the tile (W128 / W64) or the taps per slab (tests/test_gpu_hift.c
+ * test_kernel_conv_f16).
  *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
@@ -1228,7 +1239,8 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
   p->m3 = false;
   for (int i = 0; i < n; i++) {
     const cosy_hift_conv &c = convs[i];
-    if (!c.in || (prec == COSY_HPREC_F16 ? !c.wh || !c.wh_scale : !c.wp) || c.ci < 1 || c.co < 1 || c.k < 1 || c.k > MAXK ||
+    if (!c.in || (prec == COSY_HPREC_F16 ? !c.wh || !c.wh_scale : !c.wp) || c.ci < 1 ||
+        c.co < 1 || c.k < 1 || c.k > MAXK ||
         c.dil < 1 || c.stride < 1 || c.up < 1 || c.pad_left < 0 || c.len_in < 0 ||
         c.n_out < 0 || c.ld_in < 1 || (c.out && c.ld_out < 1) || c.ci_pad < c.ci || c.ci_pad % CK ||
         c.co_pad < c.co || c.co_pad % BM || (c.reflect && c.stride != 1) ||

@@ -41,8 +41,8 @@
  *     summation order, rounded to fp32: bit-identical in practice; differing values counted).
  *   source with the golden rand_ini/sine_waves injected vs golden s: 1e-2.
  *   decode from golden final/s and nonfinal/s vs golden wav: 2e-2 (TF32 printed; 3xTF32 and F16
- *     asserted, F16's error printed beside TF32's), and vs ref_hift_decode (printed); in TF32 the waveform
- *     under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's.
+ *     asserted, F16's error printed beside TF32's), and vs ref_hift_decode (printed); in TF32 the
+ *     waveform under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's.
  *   end-to-end infer (default noise) vs ref_hift_infer: printed only (phase sensitive); lengths,
  *     finiteness and the +-0.99 clamp are asserted.
  *   argument checks and cancellation.
