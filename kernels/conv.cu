@@ -733,12 +733,14 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
  *     fp16 (cvt.rn: to nearest, ties to even) after saturating to +-65504 (fp16's largest finite
  *     value; NaN stays NaN): a value never becomes inf from range. Precision: 11 significant bits
  *     (as TF32) for |x| >= 6.1e-5, an absolute error <= 2^-25 below (subnormals). The inputs
- *     must therefore stay within +-65504 to be exact to that rounding; the vocoder's do by
- *     orders of magnitude (the mel, the 18 STFT rows of a tanh-bounded source (|.| <= 8: a
- *     Hann-windowed 16-point DFT of values in [-1, 1]) and the hidden activations of a trained
- *     HiFT, whose output is an exp-bounded magnitude and a phase), and the test
- *     (tests/test_gpu_hift.c test_kernel_conv_f16) checks activations up to 1e4 with weights down
- *     to 1e-6.
+ *     must therefore stay within +-65504 to be exact to that rounding; the vocoder's stay orders
+ *     of magnitude below: the mel (log, |.| ~ 10), the 18 STFT rows of a tanh-bounded source
+ *     (|.| <= 8: a Hann-windowed 16-point DFT of values in [-1, 1]) and the hidden activations
+ *     (the golden model's largest conv input is ~31: tests/test_tools.py
+ *     test_hift_fp16_emulation, which also emulates the decode with these roundings: 1.40e-2
+ *     from the golden waveform against TF32's 1.53e-2). tests/test_gpu_hift.c
+ *     test_kernel_conv_f16 checks activations up to 1e4 with weights down to 1e-6, and the
+ *     saturation beyond 65504.
  *   - The products: each w' x rounds to fp16 operands (relative 2^-11, as TF32's 10-bit
  *     mantissa), the product and sums are fp32 in the tensor core: the error of a conv output is
  *     that of the TF32 kernels (~3e-4 relative; the test compares both against the CPU). The
