@@ -754,14 +754,12 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
  * barrier: conv_tc_kernel's schedule). It never splits the reduction over two warp groups. */
 constexpr int CKH = 16;
 
-/* fp16 with saturation to +-65504 (NaN stays NaN), two values into one f16x2 register (lo: the
- * lower channel, as mma reads it) */
-__device__ __forceinline__ float sat_f16(float v) {
-  return fabsf(v) > 65504.f ? copysignf(65504.f, v) : v;
-}
+/* two values to fp16 in one f16x2 register (lo: the lower channel, as mma reads it), to nearest
+ * even, with .satfinite: a magnitude beyond 65504 becomes +-65504 (never inf), NaN stays NaN
+ * (PTX ISA 8.1, sm_80 on; one conversion for both, no separate clamp) */
 __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
   uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(sat_f16(hi)), "f"(sat_f16(lo)));
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
 

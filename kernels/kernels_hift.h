@@ -48,7 +48,7 @@ typedef enum cosy_hift_prec {
   /* fp16 operands (mma.sync m16n8k16, fp32 accumulation; kernels/conv.cu conv2h_kernel): the
    * weights from wh / wh_scale (cosy_hift_conv_pack_f16: fp16 with an exact power-of-two scale
    * per output channel, undone in fp32 before the bias), the activations rounded to fp16 (to
-   * nearest even, saturated to +-65504) when staged. Operands of 11 significant bits as TF32's,
+   * nearest even, saturated to +-65504, NaN kept) when staged. Operands of 11 significant bits as TF32's,
    * so the error of a dot product is TF32's (~3e-4 relative) at twice the tensor rate and half
    * the fragment loads per product. The activations must stay within +-65504 (larger ones are
    * clamped there, never inf); values below 6.1e-5 in magnitude keep an absolute error <= 2^-25

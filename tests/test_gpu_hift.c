@@ -16,8 +16,9 @@
  *     on the same data, for every conv kind the vocoder launches, with weights of 1e-6 and
  *     activations of 1e3 .. 1e4 (the per-channel weight scale) and up to 1e5 (saturation at
  *     65504, against a clamping reference): within 2x TF32's error (and TOL_TF32); the tile
- *     variants and fewer taps per slab give the same bits; the TF32 fallback on a device too
- *     small for it, the refusal without fp32 weights; the host packing's scale.
+ *     variants and fewer taps per slab give the same bits; a NaN input stays NaN; the TF32
+ *     fallback on a device too small for it, the refusal without fp32 weights; the host
+ *     packing's scale.
  *   conv2 (test_kernel_conv2): every cosy_hift_conv_kernel choice (the wide-tile conv2_kernel
  *     variants and the per-launch automatic one) in TF32 and TF32 with host-rounded weights, for
  *     k 1/3/5/7/11/16, dilations 1/3/5, upsampling, reflect, look-ahead, Snake/leaky inputs,
@@ -712,8 +713,9 @@ static void test_kernel_conv(void **state) {
  * then activations up to 1e5 (beyond fp16's 65504) against a reference that clamps them there
  * (saturation: finite outputs, never inf). Also: the tile variants (W128 / W64 / automatic) give
  * the same bits; fewer taps per slab (the "ada" profile's 99 KB and 72 KB per block) give the
- * same bits; a device too small for the F16 strip runs TF32 from wp (cosy_hift_conv_f16_runs 0)
- * or, without wp, refuses the launch (-1, cudaErrorInvalidValue). */
+ * same bits; a NaN input gives NaN exactly in the outputs that read it; a device too small for
+ * the F16 strip runs TF32 from wp (cosy_hift_conv_f16_runs 0) or, without wp, refuses the launch
+ * (-1, cudaErrorInvalidValue). */
 #define F16_VS_TF32 2.0
 
 static double conv_run_prec(fixture *fx, const cosy_kdev *dev, const conv_case *cc, conv_run *r,
@@ -843,6 +845,33 @@ static void test_kernel_conv_f16(void **state) {
     assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &r.desc, 1,
                                             COSY_HPREC_F16, 1),
                      cudaErrorInvalidValue);
+    conv_release(&r);
+  }
+  /* a NaN input stays NaN (the saturation is for magnitudes only): exactly the outputs whose
+   * window holds it are NaN, the others finite */
+  {
+    const conv_case cc = cases[12]; /* k5, pad 0, n_out 30 */
+    conv_run r;
+    conv_prepare(&cc, &r);
+    const float nan = NAN;
+    const int tn = 10;
+    CU(cudaMemcpy(r.d_in + (size_t)3 * r.ld_in + tn, &nan, sizeof nan, cudaMemcpyHostToDevice));
+    conv_poison(&r);
+    CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &r.desc, 1, COSY_HPREC_F16, 1));
+    CU(cudaStreamSynchronize(fx->g->stream));
+    float *o = malloc((size_t)r.co_rows * r.ld_out * sizeof(float));
+    CU(cudaMemcpy(o, r.d_out, (size_t)r.co_rows * r.ld_out * sizeof(float),
+                  cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int c = 0; c < cc.co; c++)
+      for (int t = 0; t < cc.n_out; t++) {
+        const int hit = t <= tn && t + cc.k - 1 >= tn;
+        bad += hit != (isnan(o[(size_t)c * r.ld_out + t]) != 0);
+      }
+    print_message("  conv f16 NaN input: %d outputs wrong (NaN expected exactly where the window "
+                  "holds it)\n", bad);
+    all_ok &= bad == 0;
+    free(o);
     conv_release(&r);
   }
   /* the host packing: a channel's largest |w| lands in [0.5, 1), its scale is the exact power of
