@@ -730,7 +730,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
  *     11 significant bits (normal from 6.1e-5 of the channel's largest weight down); the
  *     epilogue multiplies the fp32 sum by wh_scale[co] (exact) before the bias.
  *   - Activations: the pre-activation in fp32 as the TF32 kernels compute it, then rounded to
- *     fp16 (cvt.rn: to nearest, ties to even) after saturating to +-65504 (fp16's largest finite
+ *     fp16 (cvt.rn.satfinite: to nearest even, saturating to +-65504, fp16's largest finite
  *     value; NaN stays NaN): a value never becomes inf from range. Precision: 11 significant bits
  *     (as TF32) for |x| >= 6.1e-5, an absolute error <= 2^-25 below (subnormals). The inputs
  *     must therefore stay within +-65504 to be exact to that rounding; the vocoder's stay orders
