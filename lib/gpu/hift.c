@@ -234,7 +234,7 @@ static cosy_status make_f16(gpu_hift *h, gconv *c) {
   uint16_t *d = NULL;
   if (wp && w && sc && wh &&
       !(st = cosy_gpu_check(cudaMemcpy(wp, c->wp, np * sizeof(float), cudaMemcpyDeviceToHost),
-                "hift: fp16 weights (download)"))) {
+                            "hift: fp16 weights (download)"))) {
     for (int o = 0; o < c->co; o++)
       for (int i = 0; i < c->ci; i++)
         for (int j = 0; j < c->k; j++)
@@ -242,7 +242,7 @@ static cosy_status make_f16(gpu_hift *h, gconv *c) {
     cosy_hift_conv_pack_f16(w, c->co, c->ci, c->k, wh, sc);
     if (!(st = dalloc(h, nh * sizeof(uint16_t), "hift fp16 weights", (void **)&d)) &&
         !(st = cosy_gpu_check(cudaMemcpy(d, wh, nh * sizeof(uint16_t), cudaMemcpyHostToDevice),
-                  "hift: fp16 weights (upload)")) &&
+                              "hift: fp16 weights (upload)")) &&
         !(st = upload(h, sc, (size_t)c->co, "hift fp16 weight scales", &c->wh_scale)))
       c->wh = d;
   }
