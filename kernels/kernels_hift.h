@@ -131,7 +131,10 @@ void cosy_hift_conv_pack_f16(const float *w, int co, int ci, int k, uint16_t *wh
  * (strip = 63 stride + (k-1) dil + 3 input columns; planes 1 for TF32, 2 for 3xTF32): ~8 KB
  * (k 3) .. ~121 KB (k 30, stride 15, 3xTF32) with kt = k;
  * where that exceeds dev->smem_block the weight slab holds kt < k taps at a time
- * (same result; conv.cu). cudaErrorInvalidValue when not even one tap fits. dev: the device the
+ * (same result; conv.cu). COSY_HPREC_F16: kt * 64 * 16 halves + a strip of (16 NTW - 1) stride +
+ * (k-1) dil + 3 columns of 48 bytes (NTW 8 or 4: the tile, kernels/conv.cu conv2h_kernel), the
+ * same bytes per tap as TF32 for twice the input channels per chunk; never split.
+ * cudaErrorInvalidValue when not even one tap fits. dev: the device the
  * stream belongs to (kdevice.h); cosy_k_hift_conv_prepare must have run for it. */
 cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_kdev *dev, const cosy_hift_conv *convs,
                              int n, int prec);
