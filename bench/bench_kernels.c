@@ -1238,25 +1238,44 @@ static void add_dit_calls(const char *group) {
  * requests, each launch holding one conv of each (hift.c groups a batch's resblocks by kernel
  * size). FLOPs: 2 x the useful MACs (unpadded channels); bytes: input, weights, outputs,
  * residual once. After each shape a line "conv cmp" gives every kernel's us against the old one,
- * and after each scenario the sums ("conv sum"): the lines to read to pick the engine's kernel. */
-#define HC_NV 5 /* old (never split), w128, w64, auto, old auto */
+ * and after each scenario the sums ("conv sum"): the lines to read to pick the engine's kernel.
+ * The rows "f16 w128" .. "f16 auto" run the same launches with fp16 operands (COSY_HPREC_F16,
+ * conv2h_kernel: its tile per kernel choice, never split; "(ran tf32)" if it fell back); the
+ * "conv cmp" line ends with "f16/tf32 x": the default TF32 choice's ("auto") us over F16's
+ * ("f16 auto"). The launches TF32 runs on the old kernel under every choice (the ups 1/2 and
+ * conv_post with their mean-of-3 inputs, the strided source downs) follow the others in each
+ * scenario ("extra"); "conv sum" covers the shapes before them (as in earlier sessions) and
+ * "conv sum all" every shape: the F16 against TF32 comparison of a whole vocoder call. */
+#define HC_NV 8 /* old (never split), w128, w64, auto, old auto, f16 w128, f16 w64, f16 auto */
+#define HC_TF32_AUTO 3
+#define HC_F16_AUTO 7
 /* indexed by the COSY_HCONV_K_* value for the first four (the name of what "auto" ran) */
-static const char *const hc_vname[HC_NV] = {"old", "w128", "w64", "auto", "old auto"};
-static const int hc_kernel[HC_NV] = {COSY_HCONV_K_OLD, COSY_HCONV_K_W128, COSY_HCONV_K_W64,
-                                     COSY_HCONV_K_AUTO, COSY_HCONV_K_OLD};
-static double hc_sum[HC_NV];
+static const char *const hc_vname[HC_NV] = {"old",      "w128",    "w64",    "auto",
+                                            "old auto", "f16 w128", "f16 w64", "f16 auto"};
+static const int hc_kernel[HC_NV] = {COSY_HCONV_K_OLD,  COSY_HCONV_K_W128, COSY_HCONV_K_W64,
+                                     COSY_HCONV_K_AUTO, COSY_HCONV_K_OLD,  COSY_HCONV_K_W128,
+                                     COSY_HCONV_K_W64,  COSY_HCONV_K_AUTO};
+static const int hc_prec[HC_NV] = {COSY_HPREC_TF32_ROUNDED, COSY_HPREC_TF32_ROUNDED,
+                                   COSY_HPREC_TF32_ROUNDED, COSY_HPREC_TF32_ROUNDED,
+                                   COSY_HPREC_TF32_ROUNDED, COSY_HPREC_F16,
+                                   COSY_HPREC_F16,          COSY_HPREC_F16};
+static const int hc_split[HC_NV] = {1, 1, 1, 1, 0, 1, 1, 1}; /* "old auto": the automatic split */
+static double hc_sum[HC_NV], hc_sum_all[HC_NV];
+static int hc_extra; /* the shapes that follow are the "extra" ones (only in "conv sum all") */
 
 static cudaError_t r_hconv(bench_op *o, int s) {
   (void)s;
   cosy_hift_conv_kernel(o->i[0]);
   return cosy_k_hift_conv_split(g_stream, &g_dev, (const cosy_hift_conv *)o->p[0], o->i[1],
-                                COSY_HPREC_TF32_ROUNDED, o->i[2]);
+                                o->i[3], o->i[2]);
 }
 
-/* one launch of n convs ci -> co (kernel k[i % nk], dilation dil, stride 1, up) from len_in input
- * columns to n_out outputs; act the input's; res: a residual; oact: the fused Snake output */
-static void add_hconv(const char *group, const char *name, int n, int ci, int co, const int *k,
-                      int nk, int dil, int up, int act, int len_in, int n_out, int res, int oact) {
+/* one launch of n convs ci -> co (kernel k[i % nk], dilation dil, stride, up) from len_in input
+ * columns to n_out outputs; act the input's (the mean of three inputs: three input buffers);
+ * res: a residual; oact: the fused Snake output; reflect: the ReflectionPad1d((1,0)) output */
+static void add_hconv_s(const char *group, const char *name, int n, int ci, int co, const int *k,
+                        int nk, int dil, int stride, int up, int act, int reflect, int len_in,
+                        int n_out, int res, int oact) {
   cosy_hift_conv *d = calloc((size_t)n, sizeof *d);
   if (!d) exit(1);
   double flops = 0, bytes = 0;
@@ -1267,11 +1286,30 @@ static void add_hconv(const char *group, const char *name, int n, int ci, int co
     cosy_hift_conv *c = &d[i];
     const int kk = k[i % nk];
     c->in = drand((size_t)ci * len_in, F32, -1.f, 1.f);
+    if (act == COSY_HACT_MEAN3_LEAKY) {
+      c->in2 = drand((size_t)ci * len_in, F32, -1.f, 1.f);
+      c->in3 = drand((size_t)ci * len_in, F32, -1.f, 1.f);
+    }
     c->ld_in = len_in, c->len_in = len_in, c->ci = ci, c->up = up, c->act = act, c->slope = 0.1f;
     c->alpha = alpha;
     c->wp = drand((size_t)kk * co_pad * ci_pad, F32, -0.05f, 0.05f);
     c->bias = bias, c->co = co, c->co_pad = co_pad, c->ci_pad = ci_pad, c->k = kk, c->dil = dil;
-    c->stride = 1, c->pad_left = (kk - 1) * dil, c->n_out = n_out, c->ld_out = n_out;
+    c->stride = stride, c->pad_left = stride > 1 ? stride - 1 : (kk - 1) * dil;
+    c->reflect = reflect, c->n_out = n_out, c->ld_out = n_out;
+    { /* the fp16 weights (their values do not matter for the time) */
+      const int cip16 = cosy_hift_conv_pad(ci, COSY_HCONV_CKH);
+      const size_t nw = (size_t)kk * co * ci, nh = (size_t)kk * co_pad * cip16;
+      float *w = malloc(nw * sizeof(float)), *whs = malloc((size_t)co * sizeof(float));
+      uint16_t *wh = malloc(nh * sizeof(uint16_t));
+      if (!w || !whs || !wh) exit(1);
+      for (size_t q = 0; q < nw; q++) w[q] = ((float)(rng32() >> 8) / 16777216.0f - 0.5f) * 0.1f;
+      cosy_hift_conv_pack_f16(w, co, ci, kk, wh, whs);
+      void *dwh = dalloc(nh * sizeof(uint16_t)), *dwhs = dalloc((size_t)co * sizeof(float));
+      CK(cudaMemcpy(dwh, wh, nh * sizeof(uint16_t), cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dwhs, whs, (size_t)co * sizeof(float), cudaMemcpyHostToDevice));
+      c->wh = dwh, c->wh_scale = dwhs;
+      free(w), free(whs), free(wh);
+    }
     c->out = dalloc((size_t)co * n_out * 4);
     if (res) c->res = drand((size_t)co * n_out, F32, -1.f, 1.f), c->ld_res = n_out;
     if (oact) {
@@ -1288,7 +1326,7 @@ static void add_hconv(const char *group, const char *name, int n, int ci, int co
     snprintf(o->size, sizeof o->size, "%dx %d>%d k%d%s d%d L%d %s", n, ci, co, k[0],
              nk > 1 ? "/.." : "", dil, n_out, hc_vname[v]);
     o->p[0] = d;
-    o->i[0] = hc_kernel[v], o->i[1] = n, o->i[2] = v == HC_NV - 1 ? 0 : 1;
+    o->i[0] = hc_kernel[v], o->i[1] = n, o->i[2] = hc_split[v], o->i[3] = hc_prec[v];
     o->flops = flops, o->bytes = bytes;
     o->run = r_hconv;
     run_op(o);
@@ -1300,27 +1338,38 @@ static void add_hconv(const char *group, const char *name, int n, int ci, int co
          "TF32 %.0f)", group, name, n, ci, co, k[0], nk > 1 ? "/.." : "", dil, n_out, us[0],
          flops / us[0] * 1e-6, 100.0 * flops / us[0] * 1e-6 / (g_peak_tfs / 2), g_peak_tfs / 2);
   for (int v = 1; v < HC_NV; v++) {
-    const int which = hc_kernel[v];
+    const int which = hc_kernel[v], f16 = hc_prec[v] == COSY_HPREC_F16;
     cosy_hift_conv_kernel(which);
-    const int got = cosy_hift_conv_kernel_for(&g_dev, d, n, COSY_HPREC_TF32_ROUNDED, 1);
-    printf(" | %s %.1f (x%.2f%s%s%s)", hc_vname[v], us[v], us[0] / us[v],
-           v < HC_NV - 1 && got == COSY_HCONV_K_OLD ? ", ran old" : "",
-           which == COSY_HCONV_K_AUTO && got > 0 ? ": " : "",
+    const int got = cosy_hift_conv_kernel_for(&g_dev, d, n, hc_prec[v], 1);
+    const int ran_tf32 = f16 && cosy_hift_conv_f16_runs(&g_dev, d, n) != 1;
+    printf(" | %s %.1f (x%.2f%s%s%s%s)", hc_vname[v], us[v], us[0] / us[v],
+           !f16 && v != 4 && got == COSY_HCONV_K_OLD ? ", ran old" : "",
+           ran_tf32 ? ", ran tf32" : "", which == COSY_HCONV_K_AUTO && got > 0 ? ": " : "",
            which == COSY_HCONV_K_AUTO && got > 0 ? hc_vname[got] : "");
   }
   cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
-  printf("\n");
-  for (int v = 0; v < HC_NV; v++) hc_sum[v] += us[v];
+  printf(" | f16/tf32 x%.2f\n", us[HC_F16_AUTO] > 0 ? us[HC_TF32_AUTO] / us[HC_F16_AUTO] : 0.0);
+  for (int v = 0; v < HC_NV; v++) {
+    if (!hc_extra) hc_sum[v] += us[v];
+    hc_sum_all[v] += us[v];
+  }
+}
+
+static void add_hconv(const char *group, const char *name, int n, int ci, int co, const int *k,
+                      int nk, int dil, int up, int act, int len_in, int n_out, int res, int oact) {
+  add_hconv_s(group, name, n, ci, co, k, nk, dil, 1, up, act, 0, len_in, n_out, res, oact);
 }
 
 /* the decoder's launches of one call (jobs = 1) or of a batch of `jobs` streaming calls at Tx
  * frames: conv_pre, ups 0 and per stage the resblocks' first conv1 (Snake input), conv1 at
- * dilation 5 and conv2 (+ residual, Snake output); the ups 1/2 (mean-of-3 input), conv_post and
- * the strided source downs run the old kernel under every choice and are left out */
+ * dilation 5 and conv2 (+ residual, Snake output); then the "extra" launches on which TF32 runs
+ * the old kernel under every choice: the ups 1/2 and conv_post (mean-of-3 input, + residual,
+ * reflect) and the strided source downs */
 static void add_voc(const char *group, int Tx, int jobs) {
   static const int k3[3] = {3, 7, 11}, k_3[1] = {3}, k_7[1] = {7}, k_11[1] = {11};
   const int ch[4] = {512, 256, 128, 64}, L[3] = {8 * Tx, 40 * Tx, 120 * Tx + 1};
-  for (int v = 0; v < HC_NV; v++) hc_sum[v] = 0;
+  for (int v = 0; v < HC_NV; v++) hc_sum[v] = hc_sum_all[v] = 0;
+  hc_extra = 0;
   const int n1 = jobs;
   add_hconv(group, "conv_pre k5", n1, 80, 512, (const int[]){5}, 1, 1, 1, COSY_HACT_NONE, Tx + 4,
             Tx, 0, 0);
@@ -1343,11 +1392,30 @@ static void add_voc(const char *group, int Tx, int jobs) {
       add_hconv(group, nm[2], jobs, c, c, k_7, 1, 1, 1, COSY_HACT_NONE, L[st], L[st], 1, 1);
     }
   }
+  /* extra: the launches TF32 runs on the old kernel (mean-of-3 inputs, strided downs) */
+  hc_extra = 1;
+  add_hconv_s(group, "ups1 x5 k11 mean3", n1, 256, 128, (const int[]){11}, 1, 1, 1, 5,
+              COSY_HACT_MEAN3_LEAKY, 0, L[0], L[1], 1, 0);
+  add_hconv_s(group, "ups2 x3 k7 mean3 refl", n1, 128, 64, (const int[]){7}, 1, 1, 1, 3,
+              COSY_HACT_MEAN3_LEAKY, 1, L[1], L[2], 1, 0);
+  add_hconv_s(group, "conv_post k7 mean3", n1, 64, 18, (const int[]){7}, 1, 1, 1, 1,
+              COSY_HACT_MEAN3_LEAKY, 0, L[2], L[2], 0, 0);
+  add_hconv_s(group, "down0 k30 s15", n1, 18, 256, (const int[]){30}, 1, 1, 15, 1,
+              COSY_HACT_NONE, 0, L[2], L[0], 0, 0);
+  add_hconv_s(group, "down1 k6 s3", n1, 18, 128, (const int[]){6}, 1, 1, 3, 1, COSY_HACT_NONE, 0,
+              L[2], L[1], 0, 0);
+  add_hconv_s(group, "down2 k1", n1, 18, 64, (const int[]){1}, 1, 1, 1, 1, COSY_HACT_NONE, 0,
+              L[2], L[2], 0, 0);
+  hc_extra = 0;
   if (hc_sum[0] > 0) {
-    printf("conv sum %-8s (the shapes above, us):", group);
+    printf("conv sum %-8s (the shapes above but the extra ones, us):", group);
     for (int v = 0; v < HC_NV; v++)
       printf(" | %s %.1f (x%.2f)", hc_vname[v], hc_sum[v], hc_sum[0] / hc_sum[v]);
     printf("\n");
+    printf("conv sum all %-8s (every shape above, us):", group);
+    for (int v = 0; v < HC_NV; v++)
+      printf(" | %s %.1f (x%.2f)", hc_vname[v], hc_sum_all[v], hc_sum_all[0] / hc_sum_all[v]);
+    printf(" | f16/tf32 x%.2f\n", hc_sum_all[HC_TF32_AUTO] / hc_sum_all[HC_F16_AUTO]);
   }
 }
 

@@ -5,7 +5,7 @@
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N]
  *            [--tokens 112 | --tokens default] [--prompt-tokens 87]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
- *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32 | --vocoder-accurate]
+ *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32 | --vocoder-accurate | --vocoder-fp16]
  *            [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]
  *            [--w3 | --users 128,192,256,320] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10]
  *            [--skip 10] [--seed 1] [--p95-ms 200]
@@ -30,8 +30,9 @@
  * at k * S / C seconds instead (users arriving over S seconds, the usual load-test ramp-up), and
  * the level's wall time then includes the ramp. --one-shot sends COSY_SYNTH_ONE_SHOT requests
  * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
- * of streaming against non-streaming synthesis. --vocoder-tf32 / --vocoder-accurate set
- * vocoder_precision to COSY_VOCODER_TF32 (the GPU default) / COSY_VOCODER_ACCURATE (cosyvoice.h). --first-chunk N sets first_chunk_tokens (W1 requests and the
+ * of streaming against non-streaming synthesis. --vocoder-tf32 / --vocoder-accurate / --vocoder-fp16
+ * set vocoder_precision to COSY_VOCODER_TF32 (the GPU default) / COSY_VOCODER_ACCURATE /
+ * COSY_VOCODER_FP16 (cosyvoice.h). --first-chunk N sets first_chunk_tokens (W1 requests and the
  * warm-up; 0: the default, auto; the voice's 87 prompt tokens leave 13 to their last block, so
  * 5 <= N <= 13 makes every first chunk 13 tokens: 0.36 s of audio). --first-wait N sets
  * first_chunk_wait_max (0: the default).
@@ -1311,6 +1312,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
     else if (!strcmp(argv[i], "--vocoder-tf32")) voc_prec = COSY_VOCODER_TF32;
     else if (!strcmp(argv[i], "--vocoder-accurate")) voc_prec = COSY_VOCODER_ACCURATE;
+    else if (!strcmp(argv[i], "--vocoder-fp16")) voc_prec = COSY_VOCODER_FP16;
     else if (!strcmp(argv[i], "--first-chunk") && i + 1 < argc) first_chunk = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--first-wait") && i + 1 < argc) first_wait = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--w3")) users_arg = users_arg ? users_arg : "128,192,256,320";
@@ -1335,7 +1337,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
                       "[--requests N] [--tokens 112 | --tokens default] [--prompt-tokens 87] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
                       "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
-                      "[--vocoder-tf32 | --vocoder-accurate] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G] "
+                      "[--vocoder-tf32 | --vocoder-accurate | --vocoder-fp16] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G] "
                       "[--w3 | --users 128,192] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10] "
                       "[--skip 10] [--seed 1] [--p95-ms 200] "
                       "[--text-stream 20,40 [--ts-lines 2] [--ts-tokens-per-word 8] [--ts-dump DIR]] [--voice FILE]\n");

@@ -59,9 +59,11 @@
 #               bench/device_run.sh build conv`): test_gpu_hift's conv tests and golden decode
 #               (every cosy_hift_conv_kernel choice vs the CPU loop and bit for bit vs the old
 #               kernel; logs conv_test.log, conv_decode.log), then test_kernels --bench hift
-#               (conv_bench.log). Summary: failed checks ("conv check: ..."), then the
+#               (conv_bench.log). Summary: failed checks ("conv check: ..."), the golden
+#               decode's F16 error beside TF32's ("conv golden rel L2: F16 ..."), then the
 #               "conv cmp" line of each vocoder launch (us of every kernel, speed-up over the
-#               old one) and the "conv sum" line of each scenario (voc s100, f224, b16)
+#               old one, the fp16-operand rows "f16 ..." and "f16/tf32 x" at the end) and the
+#               "conv sum" / "conv sum all" lines of each scenario (voc s100, f224, b16)
 #   attnsplit   the flow's attention with split keys (cosy_k_attn_dit_paged_split, and
 #               cosy_k_attn_dit_paged_auto: the part count per segment; not in the default steps:
 #               `bash bench/device_run.sh build attnsplit`): test_kernels attn_dit_paged (vs
@@ -434,10 +436,10 @@ fi
 if [[ " $STEPS " == *" conv "* ]]; then
   COSY_TEST_FILTER='test_kernel_conv*' run conv_test ./$B/tests/test_gpu_hift
   COSY_TEST_FILTER=test_decode_golden run conv_decode ./$B/tests/test_gpu_hift
-  grep -hE 'FAIL|DIFFERS|NOT BIT|WRONG KERNEL|LAYOUT' "$OUT/conv_test.log" "$OUT/conv_decode.log" \
-    | sed 's/^/conv check: /' | tee -a "$SUMMARY"
-  grep -hE 'bit-identical to the old kernel' "$OUT/conv_decode.log" | sed 's/^ */conv /' \
-    | tee -a "$SUMMARY"
+  grep -hE 'FAIL|DIFFERS|NOT BIT|NOT F16|WRONG KERNEL|LAYOUT' "$OUT/conv_test.log" \
+    "$OUT/conv_decode.log" | sed 's/^/conv check: /' | tee -a "$SUMMARY"
+  grep -hE 'bit-identical to the old kernel|golden rel L2: F16' "$OUT/conv_decode.log" \
+    | sed 's/^ */conv /' | tee -a "$SUMMARY"
   run conv_bench ./$B/tests/test_kernels --bench hift
   grep -E '^conv (cmp|sum)' "$OUT/conv_bench.log" | tee -a "$SUMMARY"
 fi

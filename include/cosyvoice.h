@@ -238,8 +238,9 @@ typedef struct cosy_engine_config {
                                     chunk shorter than a block (cosy_synth_params); 0 = default
                                     (GPU 64, CPU none), negative = neither */
   int32_t vocoder_precision;   /**< arithmetic of the GPU vocoder's convolutions: 0 = default
-                                    (COSY_VOCODER_TF32), COSY_VOCODER_ACCURATE or
-                                    COSY_VOCODER_TF32; the CPU path is fp32 either way */
+                                    (COSY_VOCODER_TF32), COSY_VOCODER_ACCURATE,
+                                    COSY_VOCODER_TF32 or COSY_VOCODER_FP16; the CPU path is fp32
+                                    either way */
 } cosy_engine_config;
 /* vocoder_precision (GPU):
  *   COSY_VOCODER_TF32      one TF32 product per multiply (10-bit mantissa operands, fp32 sums; the
@@ -251,9 +252,19 @@ typedef struct cosy_engine_config {
  *                          waveform ~1.5e-2 (relative L2) from the fp32 reference with the random
  *                          test weights, within the golden tolerance.
  *   COSY_VOCODER_ACCURATE  fp32-level products (3xTF32 on the tensor cores): the waveform stays
- *                          within ~1e-3 of the fp32 reference (the CPU path's arithmetic). */
+ *                          within ~1e-3 of the fp32 reference (the CPU path's arithmetic).
+ *   COSY_VOCODER_FP16      fp16 operands with fp32 sums (mma m16n8k16): the same 11 significant
+ *                          bits per operand as TF32, so the same error size (within the golden
+ *                          tolerance), at twice the tensor rate; each conv's weights are scaled
+ *                          per output channel by an exact power of two (small weights stay
+ *                          exact to fp16's precision) and the activations saturate at +-65504
+ *                          (the vocoder's stay far below). Not bit-identical to TF32. Holds an
+ *                          fp16 copy of the conv weights (~42 MB for the full model). Speed
+ *                          against COSY_VOCODER_TF32: `test_kernels --bench hift`
+ *                          (kernels/conv.cu). */
 #define COSY_VOCODER_ACCURATE 1
 #define COSY_VOCODER_TF32 2
+#define COSY_VOCODER_FP16 3
 /* flags:
  *   COSY_ENGINE_BATCH_INVARIANT  require what the GPU engine does by default where it can: a
  *                          request's speech tokens for a given seed do not depend on which other

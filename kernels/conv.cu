@@ -1,5 +1,6 @@
 /* conv.cu - the HiFT vocoder's convolutions: causal conv1d on tensor cores (fp32 storage,
- * TF32 or 3xTF32 products, fp32 accumulation) and the fp64 convs + classifier of the F0 predictor.
+ * TF32, 3xTF32 or fp16-operand products, fp32 accumulation) and the fp64 convs + classifier of
+ * the F0 predictor.
  *
  * Math: kernels_hift.h (cosy_hift_conv): a PyTorch Conv1d over a zero-extended input, with
  * optional nearest upsampling of the input (CausalConv1dUpsample), stride (source downs),
@@ -74,6 +75,16 @@
  * `int g_conv_kernel = ...` below (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in
  * conv2_plan; docs/kernels.md).
  *
+ * conv2h_kernel (COSY_HPREC_F16, below conv2_kernel): conv2_kernel's tiles and addressing with
+ * fp16 operands and mma.sync m16n8k16 (16 input channels per chunk: half the fragment loads,
+ * staged columns, weight copies and barriers per product of the TF32 kernels, twice the tensor
+ * rate), the weights scaled per output channel by an exact power of two on the host and the
+ * activations saturated to +-65504 when staged (the numerics and the range the inputs must stay
+ * in: its comment). It takes every launch of the vocoder (mean-of-3 inputs, strided downs, tap
+ * groups); the F0 predictor's convs stay fp64 (below). Its bits differ from the TF32 kernels';
+ * they do not depend on the tile (W128 / W64) or the taps per slab (tests/test_gpu_hift.c
+ * test_kernel_conv_f16).
+ *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
  * classifier sums 8 channel slices per time step and adds them in order; |.| rounded to fp32.
@@ -91,6 +102,7 @@
  * into launches. Measured (H100, full-size predictor 80 -> 512 -> 4 x 512, 64 jobs of 40 .. 110
  * frames, 4750 in all; test_gpu_hift test_kernel_conv64_group): 3.4 ms grouped, 18.5 ms with one
  * launch per job and layer (~64 blocks each: the GPU mostly idle). */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -228,13 +240,15 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
   }
 }
 
-/* The epilogue of both TF32 kernels (conv_tc_kernel: NTW = 4; conv2_kernel: NTW = 4 or 8): bias,
+/* The epilogue of every kernel (conv_tc_kernel: NTW = 4; conv2_kernel, conv2h_kernel: NTW = 4 or
+ * 8; osc: conv2h_kernel's per-output-channel weight scale [co], multiplied first), bias,
  * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
  * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
  * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4 */
 template <int NTW>
 __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float (&acc)[2][NTW][4],
-                                           int co0, int t0, int wm, int wn, int g, int tq) {
+                                           int co0, int t0, int wm, int wn, int g, int tq,
+                                           const float *osc = nullptr) {
   constexpr int WN = 8 * NTW; /* the warp's time steps */
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
@@ -243,6 +257,7 @@ __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float 
       const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
       if (co >= c.co) continue;
       const float b = c.bias ? c.bias[co] : 0.f;
+      const float sc = osc ? osc[co] : 1.f; /* F16: the weights' power-of-two scale, undone */
       float oa = 0.f, oinv = 0.f;
       if (c.out_act && c.oact == COSY_HACT_SNAKE) {
         oa = c.oalpha[co];
@@ -254,7 +269,9 @@ __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float 
         for (int e = 0; e < 2; e++) {
           const int t = t0 + wn * WN + nt * 8 + 2 * tq + e;
           if (t >= c.n_out) continue;
-          float v = __fadd_rn(acc[mt][nt][h * 2 + e], b);
+          float v = acc[mt][nt][h * 2 + e];
+          if (osc) v = __fmul_rn(v, sc);
+          v = __fadd_rn(v, b);
           if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
           if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
           if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
@@ -694,6 +711,256 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
   store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq);
 }
 
+/* ---- the fp16-operand kernel (COSY_HPREC_F16) ------------------------------------------------ */
+
+/* conv2h_kernel<NTW, M3>: conv2_kernel's GEMM, tiles, strip and slab addressing with fp16
+ * operands and mma.sync.m16n8k16 (f16 x f16, fp32 accumulation): one k16 step = one tap and
+ * CKH = 16 input channels, so every ldmatrix, staged column, weight copy and barrier serves twice
+ * the reduction of the TF32 kernels (and the tensor rate is twice TF32's).
+ *   - Layouts: a weight row of 16 halves is 32 bytes, a TF32 slab row of 8 floats, and a strip
+ *     column of 16 halves is 32 bytes in the same 48-byte pitch (XS = 12 floats); the m16n8k16
+ *     fragments (a0..a3: rows g / g + 8 x k 2tq, 2tq + 1 / 2tq + 8, 2tq + 9; b0, b1: k 2tq, 2tq + 1
+ *     / 2tq + 8, 2tq + 9 x n g) are the same 8x8 b16 matrices of the same 16-byte row halves as
+ *     the m16n8k8 TF32 fragments, so aofs / bofs / the ldmatrix calls are conv2_kernel's
+ *     unchanged and the tap loop is ldmatrix + mma + one add (no conversion: the weights are fp16
+ *     in memory, the activations are converted once when staged).
+ *   - Weights: packed on the host by cosy_hift_conv_pack_f16: wh[j][co_pad][ci_pad16] fp16,
+ *     ci_pad16 = ci rounded up to 16, each output channel multiplied by an exact power of two
+ *     2^e (its largest |w| in [0.5, 1); wh_scale[co] = 2^-e), so that small weights keep fp16's
+ *     11 significant bits (normal from 6.1e-5 of the channel's largest weight down); the
+ *     epilogue multiplies the fp32 sum by wh_scale[co] (exact) before the bias.
+ *   - Activations: the pre-activation in fp32 as the TF32 kernels compute it, then rounded to
+ *     fp16 (cvt.rn.satfinite: to nearest even, saturating to +-65504, fp16's largest finite
+ *     value; NaN stays NaN): a value never becomes inf from range. Precision: 11 significant bits
+ *     (as TF32) for |x| >= 6.1e-5, an absolute error <= 2^-25 below (subnormals). The inputs
+ *     must therefore stay within +-65504 to be exact to that rounding; the vocoder's stay orders
+ *     of magnitude below: the mel (log, |.| ~ 10), the 18 STFT rows of a tanh-bounded source
+ *     (|.| <= 8: a Hann-windowed 16-point DFT of values in [-1, 1]) and the hidden activations
+ *     (the golden model's largest conv input is ~31: tests/test_tools.py
+ *     test_hift_fp16_emulation, which also emulates the decode with these roundings: 1.40e-2
+ *     from the golden waveform against TF32's 1.53e-2). tests/test_gpu_hift.c
+ *     test_kernel_conv_f16 checks activations up to 1e4 with weights down to 1e-6, and the
+ *     saturation beyond 65504.
+ *   - The products: each w' x rounds to fp16 operands (relative 2^-11, as TF32's 10-bit
+ *     mantissa), the product and sums are fp32 in the tensor core: the error of a conv output is
+ *     that of the TF32 kernels (~3e-4 relative; the test compares both against the CPU). The
+ *     accumulation order differs from the TF32 kernels' (16 channels per k step), so the bits do
+ *     too.
+ * Handles every launch the vocoder makes: any pre-activation (the mean-of-3 input with NTW = 4
+ * only: three prefetched values per column), any strip length (strips longer than the CPT NT
+ * columns the prefetch registers cover, the strided source downs, are staged by a loop over the
+ * columns), and tap groups (kt < k taps per slab when all k do not fit dev->smem_block; per
+ * chunk: the strip staged once, then per group the slab copied, one barrier, kt mma steps, one
+ * barrier: conv_tc_kernel's schedule). It never splits the reduction over two warp groups. */
+constexpr int CKH = 16;
+
+/* two values to fp16 in one f16x2 register (lo: the lower channel, as mma reads it), to nearest
+ * even, with .satfinite: a magnitude beyond 65504 becomes +-65504 (never inf), NaN stays NaN
+ * (PTX ISA 8.1, sm_80 on; one conversion for both, no separate clamp) */
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4],
+                                        const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* the slab of kt taps [kt][BM][16 halves] (= [kt][BM][CK] floats) + the strip [SL][XS] */
+inline size_t conv2h_smem(int ntw, int kt, int k, int dil, int stride) {
+  return ((size_t)kt * BM * CK + (size_t)conv2_strip_len(ntw, k, dil, stride) * XS) *
+         sizeof(float);
+}
+
+template <int NTW, bool M3>
+__global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
+    conv2h_kernel(const __grid_constant__ ConvGroup grp) {
+  constexpr int WN = 8 * NTW, BN2 = 16 * NTW;
+  const cosy_hift_conv &c = grp.c[blockIdx.z];
+  const int t0 = blockIdx.x * BN2;
+  const int co0 = blockIdx.y * BM;
+  if (t0 >= c.n_out || co0 >= c.co) return;
+
+  extern __shared__ float4 smem_raw[];
+  const int K = c.k, dil = c.dil, stride = c.stride, act = c.act, KT = grp.kt[blockIdx.z];
+  const int SL = conv2_strip_len(NTW, K, dil, stride);
+  float *const sW = reinterpret_cast<float *>(smem_raw); /* [KT][BM][16 halves] */
+  float *const sX = sW + KT * BM * CK;                   /* [SL][XS], 16 halves a column */
+
+  const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int g = lane >> 2, tq = lane & 3;
+
+  const int p0 = c.reflect ? t0 - 1 : t0;
+  const long long ubase = (long long)p0 * stride - c.pad_left;
+  const long long Lu = (long long)c.len_in * c.up;
+
+  int bofs[NTW / 2];
+#pragma unroll
+  for (int h = 0; h < NTW / 2; h++) {
+    const int n = wn * WN + (2 * h + (lane >> 4)) * 8 + (lane & 7);
+    const int col = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
+    bofs[h] = col * XS + ((lane >> 3) & 1) * 4;
+  }
+  int aofs[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+    aofs[mt] = sw_off(wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+
+  float acc[2][NTW][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
+
+  const int ci_pad16 = (c.ci + CKH - 1) / CKH * CKH;
+  const int n_chunks = ci_pad16 / CKH;
+  constexpr int CPT = NTW == 8 ? 2 : 1;
+  /* strips of up to CPT NT columns: each thread's columns tid (+ NT) prefetched into registers */
+  const bool fast = SL <= CPT * NT;
+  const bool mean3 = M3 && act == COSY_HACT_MEAN3_LEAKY;
+  bool col_ok[CPT];
+  int uu_col[CPT];
+#pragma unroll
+  for (int q = 0; q < CPT; q++) {
+    const int col = tid + q * NT;
+    const long long u = ubase + col;
+    col_ok[q] = fast && col < SL && u >= 0 && u < Lu;
+    uu_col[q] = col_ok[q] ? (c.up == 1 ? (int)u : (int)(u / c.up)) : 0;
+  }
+  constexpr int M3R = M3 ? CKH : 1;
+  float pv[CPT][CKH], pv2[M3R], pv3[M3R];
+  auto prefetch = [&](int chunk) {
+    const int ci0 = chunk * CKH;
+#pragma unroll
+    for (int r = 0; r < CKH; r++) {
+      const int ci = ci0 + r;
+      const size_t off = (size_t)ci * (size_t)c.ld_in;
+#pragma unroll
+      for (int q = 0; q < CPT; q++)
+        pv[q][r] = col_ok[q] && ci < c.ci ? c.in[off + uu_col[q]] : 0.f;
+      if (M3) {
+        const bool ok = mean3 && col_ok[0] && ci < c.ci;
+        pv2[M3 ? r : 0] = ok ? c.in2[off + uu_col[0]] : 0.f;
+        pv3[M3 ? r : 0] = ok ? c.in3[off + uu_col[0]] : 0.f;
+      }
+    }
+  };
+  /* the weights: this thread's row m = tid / 2, 16-byte half tid % 2 (channels 8 half ..) */
+  const int wm_row = tid >> 1, whalf = tid & 1;
+  const uint16_t *const wsrc =
+      c.wh + (size_t)(co0 + wm_row) * (size_t)ci_pad16 + (size_t)(whalf * 8);
+  const size_t wtap = (size_t)c.co_pad * (size_t)ci_pad16;
+  const int wdst = sw_off(wm_row, whalf);
+  auto load_w = [&](int chunk, int j0, int j1) {
+    const uint16_t *src = wsrc + (size_t)chunk * CKH + (size_t)j0 * wtap;
+    float *d = sW + wdst;
+    for (int j = j0; j < j1; j++, src += wtap, d += BM * CK) cp_async16(d, src);
+    cp_async_commit();
+  };
+  /* one strip column: 16 activated values as fp16, two 16-byte stores */
+  auto put_col = [&](int col, const float (&v)[CKH]) {
+    uint4 *d = reinterpret_cast<uint4 *>(sX + col * XS);
+    d[0] = make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]),
+                      pack_f16x2(v[6], v[7]));
+    d[1] = make_uint4(pack_f16x2(v[8], v[9]), pack_f16x2(v[10], v[11]),
+                      pack_f16x2(v[12], v[13]), pack_f16x2(v[14], v[15]));
+  };
+  auto stage = [&](int chunk) {
+    const int ci0 = chunk * CKH;
+    if (fast) {
+#pragma unroll
+      for (int q = 0; q < CPT; q++) {
+        const int col = tid + q * NT;
+        if (col < SL) {
+          float v[CKH];
+          if (act == COSY_HACT_NONE) {
+#pragma unroll
+            for (int r = 0; r < CKH; r++) v[r] = pv[q][r];
+          } else if (act == COSY_HACT_LEAKY) {
+#pragma unroll
+            for (int r = 0; r < CKH; r++)
+              v[r] = pv[q][r] > 0.f ? pv[q][r] : __fmul_rn(pv[q][r], c.slope);
+          } else {
+#pragma unroll
+            for (int r = 0; r < CKH; r++) {
+              const int ci = ci0 + r;
+              v[r] = apply_act(c, act, ci, ci < c.ci, pv[q][r], M3 ? pv2[M3 ? r : 0] : 0.f,
+                               M3 ? pv3[M3 ? r : 0] : 0.f);
+            }
+          }
+          put_col(col, v);
+        }
+      }
+    } else {
+      for (int col = tid; col < SL; col += NT) {
+        const long long u = ubase + col;
+        const bool ok = u >= 0 && u < Lu;
+        const int uu = ok ? (c.up == 1 ? (int)u : (int)(u / c.up)) : 0;
+        float v[CKH];
+#pragma unroll
+        for (int r = 0; r < CKH; r++) {
+          const int ci = ci0 + r;
+          v[r] = ok && ci < c.ci ? load_act(c, act, ci, uu) : 0.f;
+        }
+        put_col(col, v);
+      }
+    }
+  };
+  const int dxs = dil * XS;
+  /* taps [j0, j1): the slab holds them from its row 0 */
+  auto mma_taps = [&](int j0, int j1) {
+    const float *ws = sW, *xb = sX + j0 * dxs;
+#pragma unroll 2
+    for (int j = j0; j < j1; j++, ws += BM * CK, xb += dxs) {
+      uint32_t ab[2][4], bb[NTW][2];
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) ldsm4(ab[mt], ws + aofs[mt]);
+#pragma unroll
+      for (int h = 0; h < NTW / 2; h++) {
+        uint32_t r4[4];
+        ldsm4(r4, xb + bofs[h]);
+        bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
+        bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NTW; nt++) mma_f16(acc[mt][nt], ab[mt], bb[nt]);
+    }
+  };
+
+  const int kt1 = KT < K ? KT : K;
+  if (fast) prefetch(0);
+  for (int chunk = 0; chunk < n_chunks; chunk++) {
+    load_w(chunk, 0, kt1);
+    stage(chunk);
+    if (fast && chunk + 1 < n_chunks) prefetch(chunk + 1);
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int j0 = 0;;) { /* tap groups (one when the slab holds all K taps) */
+      const int j1 = j0 + kt1 < K ? j0 + kt1 : K;
+      mma_taps(j0, j1);
+      __syncthreads(); /* the slab (and, after the last group, the strip) may be overwritten */
+      j0 = j1;
+      if (j0 >= K) break;
+      load_w(chunk, j0, j0 + kt1 < K ? j0 + kt1 : K);
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+  }
+
+  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, c.wh_scale);
+}
+
 /* ---- fp64 F0 predictor --------------------------------------------------------------------- */
 
 /* GEMM view as the TF32 kernel: M = co, N = time, K = (ci, tap); one k4 step = 4 input channels
@@ -960,7 +1227,8 @@ struct ConvPlan {
 cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int split_mode,
                        int prec, ConvPlan *p) {
   if (!dev || !convs || n < 1 || n > MAXG || split_mode < 0 || split_mode > 2 ||
-      (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32 && prec != COSY_HPREC_TF32_ROUNDED))
+      (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32 && prec != COSY_HPREC_TF32_ROUNDED &&
+       prec != COSY_HPREC_F16))
     return cudaErrorInvalidValue;
   const size_t cap = dev->smem_block;
   const int pl = conv_planes(prec);
@@ -971,7 +1239,8 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
   p->m3 = false;
   for (int i = 0; i < n; i++) {
     const cosy_hift_conv &c = convs[i];
-    if (!c.in || !c.wp || c.ci < 1 || c.co < 1 || c.k < 1 || c.k > MAXK ||
+    if (!c.in || (prec == COSY_HPREC_F16 ? !c.wh || !c.wh_scale : !c.wp) || c.ci < 1 ||
+        c.co < 1 || c.k < 1 || c.k > MAXK ||
         c.dil < 1 || c.stride < 1 || c.up < 1 || c.pad_left < 0 || c.len_in < 0 ||
         c.n_out < 0 || c.ld_in < 1 || (c.out && c.ld_out < 1) || c.ci_pad < c.ci || c.ci_pad % CK ||
         c.co_pad < c.co || c.co_pad % BM || (c.reflect && c.stride != 1) ||
@@ -1062,7 +1331,87 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
   return true;
 }
 
+/* The F16 launch (conv2h_kernel; p: plan_convs' for the same convs): the tile (NTW 8 or 4), the
+ * taps per slab of each conv, the grid and the shared memory; false when some conv cannot run
+ * in it (a strip and one tap beyond dev->smem_block even at NTW = 4). The tile follows the
+ * kernel choice (COSY_HCONV_K_AUTO: conv2_plan's rule; W128: NTW 8; W64 and OLD: NTW 4); a
+ * mean-of-3 input takes NTW 4 (its prefetch registers), and so does a launch whose 64 x 128
+ * strips do not fit. */
+bool conv2h_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const ConvPlan &p,
+                 int *ntw_out, int *kt, dim3 *grid, size_t *smem) {
+  const size_t cap = dev->smem_block;
+  int which = g_conv_kernel;
+  if (which == COSY_HCONV_K_AUTO) {
+    long long blocks = 0;
+    int ci_max = 0;
+    for (int i = 0; i < n; i++) {
+      blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
+      ci_max = convs[i].ci > ci_max ? convs[i].ci : ci_max;
+    }
+    which = ci_max >= 256 && blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm
+                ? COSY_HCONV_K_W128
+                : COSY_HCONV_K_W64;
+  }
+  for (int ntw = which == COSY_HCONV_K_W128 && !p.m3 ? 8 : 4; ntw >= 4; ntw -= 4) {
+    size_t bytes = 0;
+    int tiles = 0, ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+      const cosy_hift_conv &c = convs[i];
+      int t = c.k;
+      if (conv2h_smem(ntw, c.k, c.k, c.dil, c.stride) > cap) {
+        const size_t strip = conv2h_smem(ntw, 0, c.k, c.dil, c.stride);
+        const size_t tap = (size_t)BM * CK * sizeof(float);
+        if (strip + tap > cap) {
+          ok = 0;
+          break;
+        }
+        const int fit = (int)((cap - strip) / tap);
+        const int groups = (c.k + fit - 1) / fit;
+        t = (c.k + groups - 1) / groups;
+      }
+      kt[i] = t;
+      const size_t b = conv2h_smem(ntw, t, c.k, c.dil, c.stride);
+      bytes = b > bytes ? b : bytes;
+      const int tt = (c.n_out + 16 * ntw - 1) / (16 * ntw);
+      tiles = tt > tiles ? tt : tiles;
+    }
+    if (!ok) continue;
+    for (int i = n; i < MAXG; i++) kt[i] = kt[0];
+    *ntw_out = ntw;
+    *grid = dim3((unsigned)tiles, p.grid.y, p.grid.z);
+    *smem = bytes;
+    return true;
+  }
+  return false;
+}
+
+template <int NTW, bool M3> cudaError_t allow_smem2h(int bytes) {
+  return cudaFuncSetAttribute(conv2h_kernel<NTW, M3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              bytes);
+}
+
+/* what an F16 launch runs: 1 the F16 kernel (ntw, kt, grid, smem set), 0 TF32 (every conv has
+ * its fp32 weights), -1 refused; p: plan_convs(.., COSY_HPREC_F16) */
+int f16_route(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const ConvPlan &p,
+              int *ntw, int *kt, dim3 *grid, size_t *smem) {
+  if (conv2h_plan(dev, convs, n, p, ntw, kt, grid, smem)) return 1;
+  for (int i = 0; i < n; i++)
+    if (!convs[i].wp) return -1;
+  return 0;
+}
+
 } /* namespace */
+
+extern "C" int cosy_hift_conv_f16_runs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n) {
+  ConvPlan p;
+  if (plan_convs(dev, convs, n, 1, COSY_HPREC_F16, &p) != cudaSuccess) return -1;
+  int ntw, kt[MAXG];
+  dim3 grid;
+  size_t smem;
+  const int r = f16_route(dev, convs, n, p, &ntw, kt, &grid, &smem);
+  if (r == 0 && plan_convs(dev, convs, n, 1, COSY_HPREC_TF32, &p) != cudaSuccess) return -1;
+  return r;
+}
 
 extern "C" int cosy_hift_conv_kernel(int which) {
   const int prev = g_conv_kernel;
@@ -1076,6 +1425,13 @@ extern "C" int cosy_hift_conv_kernel_for(const cosy_kdev *dev, const cosy_hift_c
   if (plan_convs(dev, convs, n, split_mode, prec, &p) != cudaSuccess) return -1;
   dim3 grid;
   size_t smem;
+  if (prec == COSY_HPREC_F16) {
+    int ntw, kt[MAXG];
+    const int r = f16_route(dev, convs, n, p, &ntw, kt, &grid, &smem);
+    if (r < 0) return -1;
+    if (r == 1) return ntw == 8 ? COSY_HCONV_K_W128 : COSY_HCONV_K_W64;
+    return cosy_hift_conv_kernel_for(dev, convs, n, COSY_HPREC_TF32, split_mode);
+  }
   int which = g_conv_kernel;
   return conv2_plan(dev, convs, n, prec, p, &which, &grid, &smem) ? which : COSY_HCONV_K_OLD;
 }
@@ -1091,6 +1447,42 @@ extern "C" void cosy_hift_conv_pack(const float *w, int co, int ci, int k, float
       for (int i = 0; i < cip; i++)
         wp[((size_t)j * cop + o) * cip + i] =
             (o < co && i < ci) ? w[((size_t)o * ci + i) * k + j] : 0.0f;
+}
+
+/* IEEE fp16 bits of x, to nearest, ties to even; beyond the largest finite value saturated to
+ * +-65504 (the activations' rule), infinities and NaN kept */
+static uint16_t f16_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+  if (a < 0x38800000u) /* below 2^-14: a subnormal (or 1024 ulps: the smallest normal) */
+    return (uint16_t)(sign | (uint16_t)rintf(fabsf(x) * 16777216.0f));
+  const uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) >> 13; /* to nearest even */
+  const uint32_t h = r - ((127u - 15u) << 10);
+  return (uint16_t)(sign | (h >= 0x7c00u ? 0x7bffu : h));
+}
+
+extern "C" void cosy_hift_conv_pack_f16(const float *w, int co, int ci, int k, uint16_t *wh,
+                                        float *wh_scale) {
+  const int cop = cosy_hift_conv_pad(co, BM), cip = cosy_hift_conv_pad(ci, CKH);
+  for (int o = 0; o < cop; o++) {
+    int ex = 0;
+    if (o < co) {
+      float m = 0.f;
+      for (size_t i = 0; i < (size_t)ci * k; i++) {
+        const float a = fabsf(w[(size_t)o * ci * k + i]);
+        m = a > m ? a : m; /* NaN is skipped */
+      }
+      if (m > 0.f && isfinite(m)) frexpf(m, &ex); /* m = f 2^ex, f in [0.5, 1) */
+      wh_scale[o] = ldexpf(1.0f, ex);
+    }
+    for (int j = 0; j < k; j++)
+      for (int i = 0; i < cip; i++)
+        wh[((size_t)j * cop + o) * cip + i] =
+            (o < co && i < ci) ? f16_bits(ldexpf(w[((size_t)o * ci + i) * k + j], -ex)) : 0;
+  }
 }
 
 extern "C" void cosy_hift_tf32_round(float *x, size_t n) {
@@ -1120,7 +1512,8 @@ extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 1, true>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, false>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, true>(b)) || (e = allow_smem2_all<8>(b)) ||
-      (e = allow_smem2_all<4>(b)))
+      (e = allow_smem2_all<4>(b)) || (e = allow_smem2h<8, false>(b)) ||
+      (e = allow_smem2h<4, false>(b)) || (e = allow_smem2h<4, true>(b)))
     return e;
   return cudaSuccess;
 }
@@ -1129,6 +1522,17 @@ extern "C" size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_co
                                         int split_mode, int prec, int *kt, int *split) {
   ConvPlan p;
   if (plan_convs(dev, convs, n, split_mode, prec, &p) != cudaSuccess) return 0;
+  if (prec == COSY_HPREC_F16) {
+    int ntw, kth[MAXG];
+    dim3 grid;
+    size_t smem;
+    const int r = f16_route(dev, convs, n, p, &ntw, kth, &grid, &smem);
+    if (r < 0) return 0;
+    if (r == 0) return cosy_k_hift_conv_plan(dev, convs, n, split_mode, COSY_HPREC_TF32, kt, split);
+    for (int i = 0; kt && i < n; i++) kt[i] = kth[i];
+    if (split) *split = 0;
+    return smem;
+  }
   for (int i = 0; kt && i < n; i++) kt[i] = p.kt[i];
   if (split) *split = p.split;
   return p.smem;
@@ -1142,13 +1546,33 @@ extern "C" cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_kdev *dev,
 extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *dev,
                                               const cosy_hift_conv *convs, int n, int prec,
                                               int split_mode) {
-  if (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32 && prec != COSY_HPREC_TF32_ROUNDED)
+  if (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32 && prec != COSY_HPREC_TF32_ROUNDED &&
+      prec != COSY_HPREC_F16)
     return cudaErrorInvalidValue;
   ConvPlan p;
   cudaError_t e = plan_convs(dev, convs, n, split_mode, prec, &p);
   if (e != cudaSuccess) return e; /* includes: more shared memory than dev allows */
   if (p.grid.x == 0) return cudaSuccess;
   ConvGroup grp;
+  if (prec == COSY_HPREC_F16) {
+    int ntw, kt[MAXG];
+    dim3 grid;
+    size_t smem;
+    const int r = f16_route(dev, convs, n, p, &ntw, kt, &grid, &smem);
+    if (r < 0) return cudaErrorInvalidValue;
+    if (r == 0) return cosy_k_hift_conv_split(s, dev, convs, n, COSY_HPREC_TF32, split_mode);
+    for (int i = 0; i < MAXG; i++) {
+      grp.c[i] = convs[i < n ? i : 0];
+      grp.kt[i] = kt[i];
+    }
+    if (ntw == 8)
+      conv2h_kernel<8, false><<<grid, NT, smem, s>>>(grp);
+    else if (p.m3)
+      conv2h_kernel<4, true><<<grid, NT, smem, s>>>(grp);
+    else
+      conv2h_kernel<4, false><<<grid, NT, smem, s>>>(grp);
+    return cudaGetLastError();
+  }
   for (int i = 0; i < MAXG; i++) {
     grp.c[i] = convs[i < n ? i : 0];
     grp.kt[i] = p.kt[i];

@@ -44,7 +44,18 @@ typedef enum cosy_hift_prec {
   /* TF32 for weights the caller has already rounded to TF32 (cosy_hift_tf32_round): the kernel
    * does not round them again at each fragment load; the same bits as COSY_HPREC_TF32 with the
    * unrounded weights (the rounding is the same: to nearest, ties away from zero) */
-  COSY_HPREC_TF32_ROUNDED = 2
+  COSY_HPREC_TF32_ROUNDED = 2,
+  /* fp16 operands (mma.sync m16n8k16, fp32 accumulation; kernels/conv.cu conv2h_kernel): the
+   * weights from wh / wh_scale (cosy_hift_conv_pack_f16: fp16 with an exact power-of-two scale
+   * per output channel, undone in fp32 before the bias), the activations rounded to fp16 (to
+   * nearest even, saturated to +-65504, NaN kept) when staged. Operands of 11 significant bits as TF32's,
+   * so the error of a dot product is TF32's (~3e-4 relative) at twice the tensor rate and half
+   * the fragment loads per product. The activations must stay within +-65504 (larger ones are
+   * clamped there, never inf); values below 6.1e-5 in magnitude keep an absolute error <= 2^-25
+   * (fp16 subnormals). Not bit-identical to the TF32 kernels (another rounding, another order).
+   * A launch it cannot take (a strip and one tap beyond dev->smem_block) runs TF32 from wp when
+   * every conv has it, else cudaErrorInvalidValue. */
+  COSY_HPREC_F16 = 3
 } cosy_hift_prec;
 
 /* Round n floats (host) to TF32 in place exactly as the tensor-core path does (cvt.rna.tf32.f32:
@@ -56,6 +67,7 @@ void cosy_hift_tf32_round(float *x, size_t n);
 #define COSY_HCONV_MAXG 16 /* independent convs in one launch (cosy_k_hift_conv's n) */
 #define COSY_HCONV_BM 64 /* output channels per block (co_pad is a multiple) */
 #define COSY_HCONV_CK 8  /* input channels per reduction step (ci_pad is a multiple) */
+#define COSY_HCONV_CKH 16 /* input channels per reduction step of COSY_HPREC_F16 (wh's ci pad) */
 
 /* One causal conv1d (PyTorch Conv1d semantics on a zero-extended, optionally upsampled input):
  *
@@ -91,21 +103,38 @@ typedef struct cosy_hift_conv {
   int ld_out_act;
   int oact;                    /* COSY_HACT_NONE or COSY_HACT_SNAKE (per output channel) */
   const float *oalpha, *oalpha_inv; /* [co] for oact = COSY_HACT_SNAKE */
+  /* COSY_HPREC_F16 only (else ignored): the fp16 weights [k][co_pad][cosy_hift_conv_pad(ci,
+   * COSY_HCONV_CKH)] (16-byte aligned) and the scale [co] that undoes their per-channel power
+   * of two (cosy_hift_conv_pack_f16); wp may then be NULL (no TF32 fallback) */
+  const uint16_t *wh;
+  const float *wh_scale;
 } cosy_hift_conv;
 
 /* Pack a PyTorch Conv1d weight w[co][ci][k] (host) into wp[k][co_pad][ci_pad] (host, zeroed
  * padding). co_pad/ci_pad: the rounded-up sizes (cosy_hift_conv_pad). */
 void cosy_hift_conv_pack(const float *w, int co, int ci, int k, float *wp);
 int cosy_hift_conv_pad(int n, int multiple);
+/* Pack w[co][ci][k] (host) for COSY_HPREC_F16: wh[k][co_pad][ci_pad16] IEEE fp16 bits (host,
+ * ci_pad16 = cosy_hift_conv_pad(ci, COSY_HCONV_CKH), zeroed padding) of w[o][i][j] 2^-e_o, where
+ * 2^e_o is the power of two with max_{i,j} |w[o][i][j]| in [2^(e_o - 1), 2^e_o) (e_o = 0 for an
+ * all-zero or non-finite channel), and wh_scale[o] = 2^e_o (co floats). The scaling is exact and
+ * puts each channel's largest weight in [0.5, 1), so that small weights stay fp16 normals; the
+ * rounding to fp16 is to nearest, ties to even. */
+void cosy_hift_conv_pack_f16(const float *w, int co, int ci, int k, uint16_t *wh,
+                             float *wh_scale);
 
 /* Run n (1..COSY_HCONV_MAXG) independent convs in one launch (they must not depend on each other). The tensor
- * cores do the products (mma.sync m16n8k8 TF32); prec picks TF32 or 3xTF32. Thread mapping: a
+ * cores do the products (mma.sync m16n8k8 TF32; m16n8k16 fp16 for COSY_HPREC_F16); prec picks
+ * TF32, 3xTF32 or F16 (cosy_hift_prec). Thread mapping: a
  * block of 128 threads computes 64 output channels x 64 time steps of one conv; grid
  * (time tiles, channel tiles, conv). Shared memory: kt * 64 * 8 + planes * 8 * strip floats
  * (strip = 63 stride + (k-1) dil + 3 input columns; planes 1 for TF32, 2 for 3xTF32): ~8 KB
  * (k 3) .. ~121 KB (k 30, stride 15, 3xTF32) with kt = k;
  * where that exceeds dev->smem_block the weight slab holds kt < k taps at a time
- * (same result; conv.cu). cudaErrorInvalidValue when not even one tap fits. dev: the device the
+ * (same result; conv.cu). COSY_HPREC_F16: kt * 64 * 16 halves + a strip of (16 NTW - 1) stride +
+ * (k-1) dil + 3 columns of 48 bytes (NTW 8 or 4: the tile, kernels/conv.cu conv2h_kernel), the
+ * same bytes per tap as TF32 for twice the input channels per chunk; never split.
+ * cudaErrorInvalidValue when not even one tap fits. dev: the device the
  * stream belongs to (kdevice.h); cosy_k_hift_conv_prepare must have run for it. */
 cudaError_t cosy_k_hift_conv(cudaStream_t s, const cosy_kdev *dev, const cosy_hift_conv *convs,
                              int n, int prec);
@@ -128,7 +157,8 @@ cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *dev,
                                    const cosy_hift_conv *convs, int n, int prec, int split_mode);
 /* The plan of such a launch on dev in precision prec, launching nothing (host only): the dynamic
  * shared memory it asks for (0: the arguments are invalid or it cannot fit dev), the taps per
- * weight slab of each conv (kt[n], optional) and whether the block splits (optional). */
+ * weight slab of each conv (kt[n], optional) and whether the block splits (optional). For
+ * COSY_HPREC_F16: the F16 kernel's plan (never split), or the TF32 fallback's. */
 size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
                              int split_mode, int prec, int *kt, int *split);
 
@@ -153,9 +183,14 @@ size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, 
 int cosy_hift_conv_kernel(int which);
 /* the kernel (COSY_HCONV_K_*) that cosy_k_hift_conv_split(.., convs, n, prec, split_mode) runs on
  * dev under the current choice (COSY_HCONV_K_AUTO resolved); -1 when the launch would be refused
- * (host only, launches nothing) */
+ * (host only, launches nothing). COSY_HPREC_F16: W128 or W64 for the F16 kernel's tile (it has
+ * no "old" variant: COSY_HCONV_K_OLD chooses W64 there; a mean-of-3 input runs W64), or what the
+ * TF32 fallback runs, see cosy_hift_conv_f16_runs. */
 int cosy_hift_conv_kernel_for(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int prec,
                               int split_mode);
+/* whether cosy_k_hift_conv(_split)(.., COSY_HPREC_F16) runs these convs in fp16 on dev (1), falls
+ * back to TF32 (0) or refuses them (-1) (host only) */
+int cosy_hift_conv_f16_runs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n);
 
 /* fp64 conv of the F0 predictor with ELU (fp64 tensor cores: mma.sync m8n8k4 f64):
  *   out[co][t] = elu(bias[co] + sum_{ci,j} w[co][ci][j] X[ci][t + j - pad_left])   t < n_out

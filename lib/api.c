@@ -176,9 +176,10 @@ COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine
                     "this libcosyvoice was built without CUDA (make CUDA=1); use device = "
                     "COSY_DEVICE_CPU (-1)");
 #endif
-  if (cfg.vocoder_precision < 0 || cfg.vocoder_precision > COSY_VOCODER_TF32)
+  if (cfg.vocoder_precision < 0 || cfg.vocoder_precision > COSY_VOCODER_FP16)
     return cosy_err(COSY_ERR_INVALID_ARG,
-                    "vocoder_precision %d is not 0, COSY_VOCODER_ACCURATE or COSY_VOCODER_TF32",
+                    "vocoder_precision %d is not 0, COSY_VOCODER_ACCURATE, COSY_VOCODER_TF32 or "
+                    "COSY_VOCODER_FP16",
                     cfg.vocoder_precision);
   /* GPU: TF32 (what PyTorch's Conv1d computes on a GPU by default), see cosyvoice.h */
   if (cfg.vocoder_precision == 0) cfg.vocoder_precision = COSY_VOCODER_TF32;

@@ -119,9 +119,13 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
       (st = gpu_flow_create(s->post, e->model, flow_utt_frames(e), &s->flow)) ||
       (st = gpu_hift_create(s->voc, e->model, VOC_FRAMES, &s->hift)))
     return st;
-  /* the vocoder's convolutions in TF32 instead of 3xTF32 (cosy_engine_config.vocoder_precision) */
+  /* the vocoder's convolutions in TF32 or fp16 instead of 3xTF32
+   * (cosy_engine_config.vocoder_precision) */
   if (e->cfg.vocoder_precision == COSY_VOCODER_TF32 &&
       (st = gpu_hift_set_precision(s->hift, COSY_HPREC_TF32)))
+    return st;
+  if (e->cfg.vocoder_precision == COSY_VOCODER_FP16 &&
+      (st = gpu_hift_set_precision(s->hift, COSY_HPREC_F16)))
     return st;
   /* the voice front end (speech tokenizer + CAM++, fp32: ~1 GB for the full models) before the
    * pools take what is left; a budget that cannot hold it leaves cloning on the CPU */

@@ -103,7 +103,7 @@ static void test_engine_create_args(void **state) {
     {"device 5000", NULL}, {"max_active -1", NULL}, {"max_active 5000", NULL},
     {"max_queued -1", NULL}, {"cpu_threads -3", NULL}, {"flags 2", NULL}, {"log_level 9", NULL},
     {"max_active 4097", NULL}, {"max_queued 2^20 + 1", NULL}, {"cpu_threads 1025", NULL},
-    {"vocoder_precision 3", NULL}, {"vocoder_precision -1", NULL},
+    {"vocoder_precision 4", NULL}, {"vocoder_precision -1", NULL},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cosy_engine_config x = c;
@@ -122,7 +122,7 @@ static void test_engine_create_args(void **state) {
       case 11: x.max_active = 4097; break;
       case 12: x.max_queued = (1 << 20) + 1; break;
       case 13: x.cpu_threads = 1025; break;
-      case 14: x.vocoder_precision = 3; break;
+      case 14: x.vocoder_precision = 4; break; /* 3 is COSY_VOCODER_FP16 */
       case 15: x.vocoder_precision = -1; break;
     }
     expect_status(cosy_engine_create(&x, &e), COSY_ERR_INVALID_ARG, bad[i].what);
@@ -136,6 +136,9 @@ static void test_engine_create_args(void **state) {
     assert_null(e);
     x.vocoder_precision = COSY_VOCODER_TF32;
     expect_status(cosy_engine_create(&x, &e), COSY_ERR_IO, "vocoder_precision TF32");
+    assert_null(e);
+    x.vocoder_precision = COSY_VOCODER_FP16;
+    expect_status(cosy_engine_create(&x, &e), COSY_ERR_IO, "vocoder_precision FP16");
     assert_null(e);
     x.flags = COSY_ENGINE_BATCH_INVARIANT;
     expect_status(cosy_engine_create(&x, &e), COSY_ERR_IO, "flags COSY_ENGINE_BATCH_INVARIANT");

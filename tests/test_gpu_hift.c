@@ -12,6 +12,13 @@
  *     launch of three convs.
  *     Tolerances (relative L2): TF32 2e-3 (operands rounded to 10 mantissa bits: ~3e-4 measured),
  *     3xTF32 3e-5 (fp32 level: 2e-7 .. 1e-5 measured, the largest for k16 x 96 channels).
+ *   conv f16 (test_kernel_conv_f16): COSY_HPREC_F16 (fp16 operands) vs the CPU loop beside TF32
+ *     on the same data, for every conv kind the vocoder launches, with weights of 1e-6 and
+ *     activations of 1e3 .. 1e4 (the per-channel weight scale) and up to 1e5 (saturation at
+ *     65504, against a clamping reference): within 2x TF32's error (and TOL_TF32); the tile
+ *     variants and fewer taps per slab give the same bits; a NaN input stays NaN; the TF32
+ *     fallback on a device too small for it, the refusal without fp32 weights; the host
+ *     packing's scale.
  *   conv2 (test_kernel_conv2): every cosy_hift_conv_kernel choice (the wide-tile conv2_kernel
  *     variants and the per-launch automatic one) in TF32 and TF32 with host-rounded weights, for
  *     k 1/3/5/7/11/16, dilations 1/3/5, upsampling, reflect, look-ahead, Snake/leaky inputs,
@@ -34,9 +41,9 @@
  *   f0 final/non-final vs golden f0 and f0_f64: 1e-3; vs ref_hift_f0: 1e-6 (fp64 in another
  *     summation order, rounded to fp32: bit-identical in practice; differing values counted).
  *   source with the golden rand_ini/sine_waves injected vs golden s: 1e-2.
- *   decode from golden final/s and nonfinal/s vs golden wav: 2e-2 (both precisions printed; the
- *     default precision is asserted), and vs ref_hift_decode (printed); in TF32 the waveform
- *     under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's.
+ *   decode from golden final/s and nonfinal/s vs golden wav: 2e-2 (TF32 printed; 3xTF32 and F16
+ *     asserted, F16's error printed beside TF32's), and vs ref_hift_decode (printed); in TF32 the
+ *     waveform under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's.
  *   end-to-end infer (default noise) vs ref_hift_infer: printed only (phase sensitive); lengths,
  *     finiteness and the +-0.99 clamp are asserted.
  *   argument checks and cancellation.
@@ -263,6 +270,13 @@ static float act_host(int act, float v, float m2, float m3, float slope, float a
   }
 }
 
+/* test_kernel_conv_f16's data scales (1 elsewhere): conv_prepare multiplies the weights by
+ * g_conv_wmul, the valid inputs by g_conv_xmul and the bias and residuals by both (so that the
+ * products keep their share of the output); with g_conv_clamp the reference clamps each
+ * activated input to +-65504 (the F16 kernel's saturation) */
+static float g_conv_wmul = 1.0f, g_conv_xmul = 1.0f;
+static int g_conv_clamp;
+
 /* the conv of kernels_hift.h in double, from host arrays (w [co][ci][k]) */
 static void cpu_conv(const conv_case *cc, const float *in, const float *in2, const float *in3,
                      int ld_in, float slope, const float *alpha, const float *w, const float *b,
@@ -279,6 +293,7 @@ static void cpu_conv(const conv_case *cc, const float *in, const float *in2, con
           size_t off = (size_t)i * ld_in + (size_t)(u / cc->up);
           float x = act_host(cc->act, in[off], in2 ? in2[off] : 0, in3 ? in3[off] : 0, slope,
                              alpha ? alpha[i] : 1.0f);
+          if (g_conv_clamp) x = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x;
           acc += (double)w[((size_t)o * cc->ci + i) * cc->k + j] * x;
         }
       if (res) acc += res[(size_t)o * cc->n_out + t];
@@ -290,6 +305,8 @@ static void cpu_conv(const conv_case *cc, const float *in, const float *in2, con
 typedef struct conv_run {
   float *in, *in2, *in3, *alpha, *w, *b, *res, *res2, *wp, *oalpha; /* host */
   float *d_in, *d_in2, *d_in3, *d_alpha, *d_wp, *d_b, *d_res, *d_res2, *d_out, *d_oact, *d_oalpha;
+  uint16_t *d_wh; /* COSY_HPREC_F16 weights (cosy_hift_conv_pack_f16) and their scales */
+  float *d_whs;
   int ld_in, ld_out, co_rows, co_pad, ci_pad;
   double *ref;
   cosy_hift_conv desc;
@@ -321,6 +338,19 @@ static void conv_prepare(const conv_case *cc, conv_run *r) {
   const size_t no = (size_t)cc->co * cc->n_out;
   if (cc->res) r->res = malloc(no * sizeof(float)), fill(r->res, no, -1.0f, 1.0f);
   if (cc->res2) r->res2 = malloc(no * sizeof(float)), fill(r->res2, no, -1.0f, 1.0f);
+  if (g_conv_wmul != 1.0f || g_conv_xmul != 1.0f) {
+    const float ox = g_conv_wmul * g_conv_xmul;
+    for (size_t i = 0; i < nw; i++) r->w[i] *= g_conv_wmul;
+    for (int c = 0; c < cc->co; c++) r->b[c] *= ox;
+    for (size_t i = 0; cc->res && i < no; i++) r->res[i] *= ox;
+    for (size_t i = 0; cc->res2 && i < no; i++) r->res2[i] *= ox;
+    for (int i = 0; i < cc->ci; i++)
+      for (int t = 0; t < cc->len_in; t++) {
+        const size_t o = (size_t)i * r->ld_in + t;
+        r->in[o] *= g_conv_xmul;
+        if (r->in2) r->in2[o] *= g_conv_xmul, r->in3[o] *= g_conv_xmul;
+      }
+  }
   r->co_pad = cosy_hift_conv_pad(cc->co, COSY_HCONV_BM);
   r->ci_pad = cosy_hift_conv_pad(cc->ci, COSY_HCONV_CK);
   r->wp = malloc((size_t)cc->k * r->co_pad * r->ci_pad * sizeof(float));
@@ -357,6 +387,17 @@ static void conv_prepare(const conv_case *cc, conv_run *r) {
     c->oalpha = r->d_oalpha; /* oalpha_inv NULL: computed in the kernel */
   }
   c->res = r->d_res, c->ld_res = cc->n_out, c->res2 = r->d_res2, c->ld_res2 = cc->n_out;
+  /* the fp16 weights of COSY_HPREC_F16 */
+  {
+    const size_t nh = (size_t)cc->k * r->co_pad * cosy_hift_conv_pad(cc->ci, COSY_HCONV_CKH);
+    uint16_t *wh = malloc(nh * sizeof(uint16_t));
+    float *whs = malloc(cc->co * sizeof(float));
+    cosy_hift_conv_pack_f16(r->w, cc->co, cc->ci, cc->k, wh, whs);
+    r->d_wh = dev_upload(wh, nh * sizeof(uint16_t));
+    r->d_whs = dev_upload(whs, cc->co * sizeof(float));
+    c->wh = r->d_wh, c->wh_scale = r->d_whs;
+    free(wh), free(whs);
+  }
 }
 
 static void conv_release(conv_run *r) {
@@ -365,6 +406,7 @@ static void conv_release(conv_run *r) {
   cudaFree(r->d_oact), cudaFree(r->d_oalpha);
   cudaFree(r->d_in), cudaFree(r->d_in2), cudaFree(r->d_in3), cudaFree(r->d_alpha);
   cudaFree(r->d_wp), cudaFree(r->d_b), cudaFree(r->d_res), cudaFree(r->d_res2), cudaFree(r->d_out);
+  cudaFree(r->d_wh), cudaFree(r->d_whs);
 }
 
 /* download out (which = 0) or out_act (which = 1), check the written/untouched regions, return
@@ -621,7 +663,10 @@ static void test_kernel_conv(void **state) {
       d[i] = r[i].desc;
     }
     d[NG] = d[0];
-    for (int prec = 0; prec < 2; prec++) {
+    /* TF32, 3xTF32 and F16 (whose tile the launch's size may change: the same bits) */
+    const int gprec[3] = {COSY_HPREC_TF32, COSY_HPREC_3XTF32, COSY_HPREC_F16};
+    for (int pi = 0; pi < 3; pi++) {
+      const int prec = gprec[pi];
       float *alone[NG];
       for (int i = 0; i < NG; i++) {
         CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &d[i], 1, prec, 1));
@@ -634,7 +679,8 @@ static void test_kernel_conv(void **state) {
       const int same = conv_same(r, NG, alone);
       for (int i = 0; i < NG; i++) free(alone[i]);
       printf("  conv: %d convs in one launch vs each alone [%s]: %s\n", NG,
-             prec ? "3xTF32" : "TF32", same ? "bit-identical" : "DIFFERS");
+             prec == COSY_HPREC_3XTF32 ? "3xTF32" : prec == COSY_HPREC_F16 ? "F16" : "TF32",
+             same ? "bit-identical" : "DIFFERS");
       all_ok &= same;
     }
     assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG + 1, 0, 1),
@@ -652,6 +698,195 @@ static void test_kernel_conv(void **state) {
                      cudaErrorInvalidValue);
     assert_int_equal(cosy_k_hift_conv(fx->g->stream, NULL, &bad, 1, 0), cudaErrorInvalidValue);
     cudaGetLastError();
+  }
+  assert_true(all_ok);
+}
+
+/* COSY_HPREC_F16 (conv2h_kernel) against the CPU loop, beside TF32 on the same data: fp16 operands
+ * have TF32's 11 significant bits, so the F16 error must be TF32's size: at most F16_VS_TF32
+ * times TF32's error on the same conv (+ 1e-6 for convs whose error is at fp32 level) and within
+ * TOL_TF32. Every conv kind the vocoder launches (k 3/7/11 at dilations 1/3/5, the upsampling
+ * ups k16/k11/k7 with leaky and mean-of-3 inputs and the reflect column, the source downs k30 s15
+ * / k6 s3 / k1 (strips longer than the prefetch registers), conv_pre's right zeros / context,
+ * conv_post's co 18, a long stage-2 conv), with data scaled so that fp16 without the weight scale
+ * would fail: weights of 1e-6 (fp16 subnormals or zero unscaled) and activations of 1e3 .. 1e4;
+ * then activations up to 1e5 (beyond fp16's 65504) against a reference that clamps them there
+ * (saturation: finite outputs, never inf). Also: the tile variants (W128 / W64 / automatic) give
+ * the same bits; fewer taps per slab (the "ada" profile's 99 KB and 72 KB per block) give the
+ * same bits; a NaN input gives NaN exactly in the outputs that read it; a device too small for
+ * the F16 strip runs TF32 from wp (cosy_hift_conv_f16_runs 0) or, without wp, refuses the launch
+ * (-1, cudaErrorInvalidValue). */
+#define F16_VS_TF32 2.0
+
+static double conv_run_prec(fixture *fx, const cosy_kdev *dev, const conv_case *cc, conv_run *r,
+                            int prec, int *lay) {
+  conv_poison(r);
+  CU(cudaDeviceSynchronize());
+  CU(cosy_k_hift_conv_split(fx->g->stream, dev, &r->desc, 1, prec, 1));
+  CU(cudaStreamSynchronize(fx->g->stream));
+  return conv_check(cc, r, lay);
+}
+
+static void test_kernel_conv_f16(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  /* fields: name, ci, co, k, dil, stride, pad, up, act, reflect, len_in, ld_extra, n_out, res,
+   * res2, oact */
+  const conv_case cases[] = {
+      {"k3 d1 snake +res +snake out", 64, 64, 3, 1, 1, 2, 1, COSY_HACT_SNAKE, 0, 300, 0, 300, 1, 0,
+       1},
+      {"k3 d3 snake", 128, 128, 3, 3, 1, 6, 1, COSY_HACT_SNAKE, 0, 700, 0, 700, 0, 0, 0},
+      {"k7 d5 snake +res +res2 co40", 72, 40, 7, 5, 1, 30, 1, COSY_HACT_SNAKE, 0, 517, 0, 517, 1, 1,
+       0},
+      {"k7 d1 +res +snake out", 256, 256, 7, 1, 1, 6, 1, COSY_HACT_NONE, 0, 400, 0, 400, 1, 0, 1},
+      {"k11 d3 ci24 co130 snake out only", 24, 130, 11, 3, 1, 30, 1, COSY_HACT_NONE, 0, 200, 0, 200,
+       0, 0, 2},
+      {"k11 d5 snake long (stage 2)", 64, 64, 11, 5, 1, 50, 1, COSY_HACT_SNAKE, 0, 3000, 0, 3000, 1,
+       0, 0},
+      {"down k30 s15 pad14", 18, 256, 30, 1, 15, 14, 1, COSY_HACT_NONE, 0, 361, 0, 24, 0, 0, 0},
+      {"down k6 s3 pad2", 18, 128, 6, 1, 3, 2, 1, COSY_HACT_NONE, 0, 361, 0, 120, 0, 0, 0},
+      {"down k1", 18, 64, 1, 1, 1, 0, 1, COSY_HACT_NONE, 0, 361, 0, 361, 0, 0, 0},
+      {"up x8 k16 leaky (ups0)", 512, 256, 16, 1, 1, 15, 8, COSY_HACT_LEAKY, 0, 37, 0, 296, 1, 0,
+       0},
+      {"up x5 k11 mean3-leaky", 64, 64, 11, 1, 1, 10, 5, COSY_HACT_MEAN3_LEAKY, 0, 41, 3, 205, 0, 0,
+       0},
+      {"up x3 k7 reflect mean3-leaky +res", 32, 64, 7, 1, 1, 6, 3, COSY_HACT_MEAN3_LEAKY, 1, 50, 0,
+       151, 1, 0, 0},
+      {"k5 right zeros (conv_pre final)", 80, 512, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 30, 3, 30, 0,
+       0, 0},
+      {"k5 right context (conv_pre non-final)", 80, 128, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 34, 0,
+       30, 0, 0, 0},
+      {"k7 mean3-leaky 0.1 (conv_post-like) co18", 64, 18, 7, 1, 1, 6, 1, COSY_HACT_MEAN3_LEAKY, 0,
+       777, 0, 777, 0, 0, 0},
+  };
+  const int nc = (int)(sizeof cases / sizeof cases[0]);
+  /* data scales: weights x activations; the last one saturates (|x| up to 1e5, clamped) */
+  const struct { float wmul, xmul; const char *name; } sc[] = {
+      {1.0f, 1.0f, "unit"}, {1e-6f, 1.0f, "w 1e-6"}, {1.0f, 1e3f, "x 1e3"},
+      {1e-6f, 1e4f, "w 1e-6 x 1e4"}, {1.0f, 5e4f, "x 1e5 saturated"}};
+  const int nsc = (int)(sizeof sc / sizeof sc[0]);
+  cosy_kdev small[2] = {fx->g->dev, fx->g->dev};
+  assert_int_equal(cosy_gpu_apply_profile(&small[0], "ada"), COSY_OK);
+  small[1].smem_block = 72 * 1024;
+  int all_ok = 1;
+  rng_seed(161);
+  for (int s = 0; s < nsc; s++)
+    for (int i = 0; i < nc; i++) {
+      const int sat = sc[s].xmul > 1e4f;
+      if (s > 0 && s < nsc - 1 && i % 3 != s % 3) continue; /* the scaled data on a third each */
+      if (sat && cases[i].act != COSY_HACT_NONE && cases[i].act != COSY_HACT_LEAKY) continue;
+      g_conv_wmul = sc[s].wmul, g_conv_xmul = sc[s].xmul, g_conv_clamp = sat;
+      conv_run r;
+      conv_prepare(&cases[i], &r);
+      g_conv_wmul = g_conv_xmul = 1.0f, g_conv_clamp = 0;
+      assert_non_null(r.d_out);
+      assert_int_equal(cosy_hift_conv_f16_runs(&fx->g->dev, &r.desc, 1), 1);
+      int lay = 0, lay16 = 0;
+      const double etf = sat ? 0 : conv_run_prec(fx, &fx->g->dev, &cases[i], &r, COSY_HPREC_TF32,
+                                                 &lay);
+      const double e16 = conv_run_prec(fx, &fx->g->dev, &cases[i], &r, COSY_HPREC_F16, &lay16);
+      char name[160];
+      snprintf(name, sizeof name, "conv f16 %s [%s]%s", cases[i].name, sc[s].name,
+               lay16 ? "" : " LAYOUT");
+      if (sat) {
+        all_ok &= check_line(name, e16, TOL_TF32) && lay16;
+      } else {
+        const double lim = F16_VS_TF32 * etf + 1e-6 < TOL_TF32 ? F16_VS_TF32 * etf + 1e-6
+                                                                : TOL_TF32;
+        print_message("  TF32 on the same data: rel L2 %.3e (F16 / TF32 %.2f, limit %.3e)\n", etf,
+                      etf > 0 ? e16 / etf : 0.0, lim);
+        all_ok &= check_line(name, e16, lim) && lay16 && lay;
+      }
+      if (s == 0) {
+        /* the tile variants and fewer taps per slab: the same bits */
+        float *base = conv_download(&r);
+        const int kv[3] = {COSY_HCONV_K_W128, COSY_HCONV_K_W64, COSY_HCONV_K_OLD};
+        for (int v = 0; v < 3 + 2; v++) {
+          const cosy_kdev *d = v < 3 ? &fx->g->dev : &small[v - 3];
+          const int saved = cosy_hift_conv_kernel(v < 3 ? kv[v] : COSY_HCONV_K_AUTO);
+          int kt = 0, split = -1;
+          const size_t smem = cosy_k_hift_conv_plan(d, &r.desc, 1, 1, COSY_HPREC_F16, &kt, &split);
+          const int runs = cosy_hift_conv_f16_runs(d, &r.desc, 1);
+          conv_run_prec(fx, d, &cases[i], &r, COSY_HPREC_F16, &lay16);
+          cosy_hift_conv_kernel(saved);
+          const int same = conv_same(&r, 1, &base);
+          print_message("  conv f16 %s: kernel %d on %zu KB per block (%s, %d of %d taps per "
+                        "slab, %zu KB): %s\n", cases[i].name, v < 3 ? kv[v] : COSY_HCONV_K_AUTO,
+                        d->smem_block / 1024, runs == 1 ? "F16" : "NOT F16", kt, cases[i].k,
+                        smem / 1024, same ? "bit-identical" : "DIFFERS");
+          all_ok &= same && runs == 1 && smem > 0 && smem <= d->smem_block && split == 0;
+        }
+        free(base);
+      }
+      conv_release(&r);
+    }
+  /* a device too small for the F16 strip: TF32 from wp, or refused without wp */
+  {
+    const conv_case cc = cases[6]; /* the k30 s15 down: the longest strip */
+    conv_run r;
+    conv_prepare(&cc, &r);
+    int kt = 0;
+    const size_t smem =
+        cosy_k_hift_conv_plan(&fx->g->dev, &r.desc, 1, 1, COSY_HPREC_F16, &kt, NULL);
+    cosy_kdev tiny = fx->g->dev;
+    tiny.smem_block = smem - (size_t)kt * COSY_HCONV_BM * COSY_HCONV_CKH * 2 + 1024;
+    assert_int_equal(cosy_hift_conv_f16_runs(&tiny, &r.desc, 1), 0);
+    int lay = 0;
+    const double e = conv_run_prec(fx, &tiny, &cc, &r, COSY_HPREC_F16, &lay);
+    all_ok &= check_line("conv f16 on a device too small for it: the TF32 fallback", e, TOL_TF32) &&
+              lay;
+    r.desc.wp = NULL;
+    assert_int_equal(cosy_hift_conv_f16_runs(&tiny, &r.desc, 1), -1);
+    assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &tiny, &r.desc, 1, COSY_HPREC_F16, 1),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cosy_hift_conv_f16_runs(&fx->g->dev, &r.desc, 1), 1); /* wp not needed */
+    r.desc.wh = NULL;
+    assert_int_equal(cosy_hift_conv_f16_runs(&fx->g->dev, &r.desc, 1), -1);
+    assert_int_equal(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &r.desc, 1,
+                                            COSY_HPREC_F16, 1),
+                     cudaErrorInvalidValue);
+    conv_release(&r);
+  }
+  /* a NaN input stays NaN (the saturation is for magnitudes only): exactly the outputs whose
+   * window holds it are NaN, the others finite */
+  {
+    const conv_case cc = cases[12]; /* k5, pad 0, n_out 30 */
+    conv_run r;
+    conv_prepare(&cc, &r);
+    const float nan = NAN;
+    const int tn = 10;
+    CU(cudaMemcpy(r.d_in + (size_t)3 * r.ld_in + tn, &nan, sizeof nan, cudaMemcpyHostToDevice));
+    conv_poison(&r);
+    CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &r.desc, 1, COSY_HPREC_F16, 1));
+    CU(cudaStreamSynchronize(fx->g->stream));
+    float *o = malloc((size_t)r.co_rows * r.ld_out * sizeof(float));
+    CU(cudaMemcpy(o, r.d_out, (size_t)r.co_rows * r.ld_out * sizeof(float),
+                  cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int c = 0; c < cc.co; c++)
+      for (int t = 0; t < cc.n_out; t++) {
+        const int hit = t <= tn && t + cc.k - 1 >= tn;
+        bad += hit != (isnan(o[(size_t)c * r.ld_out + t]) != 0);
+      }
+    print_message("  conv f16 NaN input: %d outputs wrong (NaN expected exactly where the window "
+                  "holds it)\n", bad);
+    all_ok &= bad == 0;
+    free(o);
+    conv_release(&r);
+  }
+  /* the host packing: a channel's largest |w| lands in [0.5, 1), its scale is the exact power of
+   * two, small weights stay normal, zero and padding stay zero */
+  {
+    const float w[2 * 3 * 1] = {3e-6f, -1e-6f, 2.5e-7f, 0.0f, 0.0f, 0.0f};
+    uint16_t wh[COSY_HCONV_BM * COSY_HCONV_CKH];
+    float whs[2];
+    cosy_hift_conv_pack_f16(w, 2, 3, 1, wh, whs);
+    /* 3e-6 = 0.786 x 2^-18: scale 2^-18, stored 0.786 (fp16 exponent field 14) */
+    assert_true(whs[0] == ldexpf(1.0f, -18) && whs[1] == 1.0f);
+    assert_true((wh[0] & 0x7c00) >= 0x3800 && (wh[0] & 0x7c00) < 0x3c00); /* [0.5, 1) */
+    assert_true((wh[2] & 0x7c00) != 0 && (wh[2] & 0x8000) == 0); /* 2.5e-7 2^18: normal */
+    assert_true((wh[1] & 0x8000) != 0);                          /* the sign */
+    assert_true(wh[3] == 0 && wh[COSY_HCONV_CKH] == 0 && wh[COSY_HCONV_CKH + 1] == 0);
   }
   assert_true(all_ok);
 }
@@ -1518,7 +1753,12 @@ static void test_decode_golden(void **state) {
     float *wc = NULL;
     int64_t nc = 0;
     assert_int_equal(ref_hift_decode(fx->ref, mel, T, s, fin, &wc, &nc), COSY_OK);
-    for (int prec = COSY_HPREC_TF32; prec <= COSY_HPREC_3XTF32; prec++) {
+    /* TF32 (printed), 3xTF32 (asserted), F16 (asserted within the same golden tolerance, its
+     * error printed beside TF32's) */
+    const int precs[3] = {COSY_HPREC_TF32, COSY_HPREC_3XTF32, COSY_HPREC_F16};
+    double e_tf32 = 0;
+    for (int pi = 0; pi < 3; pi++) {
+      const int prec = precs[pi];
       assert_int_equal(gpu_hift_set_precision(fx->h, prec), COSY_OK);
       float *w = NULL;
       int64_t n = 0;
@@ -1527,10 +1767,16 @@ static void test_decode_golden(void **state) {
       assert_true(all_finite(w, n));
       char name[96];
       snprintf(name, sizeof name, "decode %s [%s] vs golden wav", fin ? "final" : "non-final",
-               prec ? "3xTF32" : "TF32");
-      if (prec == COSY_HPREC_3XTF32) ok &= check_line(name, tu_rel_l2(w, gold, n), 2e-2);
-      else
-        print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, gold, n));
+               prec == COSY_HPREC_3XTF32 ? "3xTF32" : prec == COSY_HPREC_F16 ? "F16" : "TF32");
+      const double eg = tu_rel_l2(w, gold, n);
+      if (prec == COSY_HPREC_TF32) e_tf32 = eg;
+      if (prec == COSY_HPREC_3XTF32) ok &= check_line(name, eg, 2e-2);
+      else if (prec == COSY_HPREC_F16) {
+        ok &= check_line(name, eg, 2e-2);
+        print_message("  golden rel L2: F16 %.3e, TF32 %.3e (F16 / TF32 %.2f)\n", eg, e_tf32,
+                      e_tf32 > 0 ? eg / e_tf32 : 0.0);
+      } else
+        print_message("%-52s rel L2 %.3e  (info)\n", name, eg);
       print_message("  vs ref_hift_decode: rel L2 %.3e, max abs %.3e\n", tu_rel_l2(w, wc, n),
                     tu_max_abs_diff(w, wc, n));
       /* TF32: the waveform under every conv kernel (cosy_hift_conv_kernel), the old one first,
@@ -1737,7 +1983,9 @@ static void test_full_model(void **state) {
     double t0 = cosy_now();
     assert_int_equal(ref_hift_decode(ref, mel, T, s, fin, &wc, &nc), COSY_OK);
     print_message("(CPU ref decode T=%d: %.2f s)\n", T, cosy_now() - t0);
-    for (int prec = COSY_HPREC_TF32; prec <= COSY_HPREC_3XTF32; prec++) {
+    const int precs[3] = {COSY_HPREC_TF32, COSY_HPREC_3XTF32, COSY_HPREC_F16};
+    for (int pi = 0; pi < 3; pi++) {
+      const int prec = precs[pi];
       assert_int_equal(gpu_hift_set_precision(h, prec), COSY_OK);
       float *w = NULL;
       int64_t n = 0;
@@ -1745,7 +1993,7 @@ static void test_full_model(void **state) {
       assert_int_equal(n, nc);
       char name[96];
       snprintf(name, sizeof name, "full decode T=20 %s [%s] vs ref", fin ? "final" : "non-final",
-               prec ? "3xTF32" : "TF32");
+               prec == COSY_HPREC_3XTF32 ? "3xTF32" : prec == COSY_HPREC_F16 ? "F16" : "TF32");
       if (prec == COSY_HPREC_3XTF32) ok &= check_line(name, tu_rel_l2(w, wc, n), 2e-2);
       else
         print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, wc, n));
@@ -1765,12 +2013,15 @@ static void test_full_model(void **state) {
   free(mel);
   /* timing: the first W1 chunk (T = 100, non-final) and 4.5 s final (T = 224) */
   float *mel100 = make_mel(100, 5), *mel224 = make_mel(224, 6);
-  for (int prec = COSY_HPREC_3XTF32; prec >= COSY_HPREC_TF32; prec--) {
+  const int tprec[3] = {COSY_HPREC_3XTF32, COSY_HPREC_TF32, COSY_HPREC_F16};
+  for (int pi = 0; pi < 3; pi++) {
+    const int prec = tprec[pi];
+    const char *pn = prec == COSY_HPREC_3XTF32 ? "3xTF32" : prec == COSY_HPREC_F16 ? "F16" : "TF32";
     assert_int_equal(gpu_hift_set_precision(h, prec), COSY_OK);
     char what[64];
-    snprintf(what, sizeof what, "T=100 non-final [%s]", prec ? "3xTF32" : "TF32");
+    snprintf(what, sizeof what, "T=100 non-final [%s]", pn);
     time_infer(fx, h, mel100, 100, 0, what);
-    snprintf(what, sizeof what, "T=224 final [%s]", prec ? "3xTF32" : "TF32");
+    snprintf(what, sizeof what, "T=224 final [%s]", pn);
     time_infer(fx, h, mel224, 224, 1, what);
   }
   free(mel100), free(mel224);
@@ -2118,7 +2369,8 @@ static void test_stream_args(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_kernel_conv2),
+      cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_kernel_conv_f16),
+      cmocka_unit_test(test_kernel_conv2),
       cmocka_unit_test(test_conv_plan_profiles),
       cmocka_unit_test(test_kernel_conv64),  cmocka_unit_test(test_kernel_conv64_group),
       cmocka_unit_test(test_kernel_stft),   cmocka_unit_test(test_kernel_noise),

@@ -699,6 +699,66 @@ def test_numpy_hift():
         f"wav given golden s {e_dec:.1e} (tol 5e-4), wav {e_wav:.1e} (tol 3e-2) max abs")
     assert e_f0 <= 1e-4 and e_s <= 5e-4 and e_dec <= 5e-4 and e_wav <= 3e-2
 
+
+def test_hift_fp16_emulation():
+    """the vocoder's operand roundings emulated in numpy on golden/hift: fp16 (COSY_HPREC_F16) vs TF32."""
+    # kernels/conv.cu's conv2h_kernel rounds each conv's activations to fp16 (to nearest even,
+    # saturated at +-65504) and its weights to fp16 after a per-output-channel power of two that
+    # puts the channel's largest |w| in [0.5, 1); the TF32 kernels round both to TF32 (to nearest,
+    # ties away). Emulated here on make_model's float64 HiFT (sums exact): the decode of the golden
+    # final call must stay within the GPU's golden tolerance (2e-2, tests/test_gpu_hift.c) and
+    # within 1.5x of TF32's error, and the largest conv input must stay far below 65504.
+    need_golden()
+    import convert
+    import make_model as mm
+    W, _, _ = convert.map_hift(ptread.load(os.path.join(SMALL, "hift.pt")))
+    H = os.path.join(GOLDEN, "hift")
+    mel = np.load(os.path.join(H, "mel_in.npy"))
+    s = np.load(os.path.join(H, "final", "s.npy"))
+    gold = np.load(os.path.join(H, "final", "wav.npy"))
+
+    def tf32(a):
+        a = np.asarray(a, dtype=np.float32).copy()
+        u = a.view(np.uint32)
+        fin = (u & np.uint32(0x7f800000)) != np.uint32(0x7f800000)
+        u[fin] = (u[fin] + np.uint32(0x1000)) & np.uint32(0xffffe000)
+        return a.astype(np.float64)
+
+    def f16_x(a):
+        return np.clip(np.asarray(a, dtype=np.float32), -65504, 65504).astype(np.float16).astype(np.float64)
+
+    def f16_w(w):
+        w = np.asarray(w, dtype=np.float32)
+        m = np.abs(w).reshape(w.shape[0], -1).max(axis=1)
+        ex = np.where(m > 0, np.frexp(m)[1], 0)
+        sc = np.ldexp(1.0, ex)[:, None, None]
+        return (w / sc).astype(np.float16).astype(np.float64) * sc
+
+    plain = mm._conv
+    mode, xmax = [None], [0.0]
+
+    def conv(x, w, b=None, dilation=1, stride=1):
+        xmax[0] = max(xmax[0], float(np.abs(x).max()))
+        if mode[0] == "tf32":
+            x, w = tf32(x), tf32(w)
+        elif mode[0] == "f16":
+            x, w = f16_x(x), f16_w(w)
+        return plain(x, w, b, dilation, stride)
+
+    err = {}
+    mm._conv = conv
+    try:
+        for m in ("tf32", "f16"):
+            mode[0] = m
+            y = mm.decode(W, mel, s)[: len(gold)]
+            err[m] = float(np.linalg.norm(y - gold) / np.linalg.norm(gold))
+    finally:
+        mm._conv = plain
+    say(f"emulated decode vs golden wav: TF32 {err['tf32']:.3e}, fp16 {err['f16']:.3e} rel L2 "
+        f"(F16 / TF32 {err['f16'] / err['tf32']:.2f}); largest |conv input| {xmax[0]:.1f} (fp16 max 65504)")
+    assert err["f16"] <= 2e-2 and err["f16"] <= 1.5 * err["tf32"], err
+    assert xmax[0] < 65504 / 100, xmax[0]
+
 # ------------------------------------------------------------------------------------------------
 # front end (speech tokenizer v3 + CAM++): python/cosyvoice/convert/frontend.py
 
@@ -977,7 +1037,7 @@ def test_released_folder():
 
 
 TESTS = [test_ptread_sha, test_convert_roundtrip, test_bf16_rounding, test_convert_errors, test_make_model,
-         test_numpy_hift, test_frontend_state_dicts, test_frontend_onnx, test_make_model_frontend,
+         test_numpy_hift, test_hift_fp16_emulation, test_frontend_state_dicts, test_frontend_onnx, test_make_model_frontend,
          test_released_folder]
 
 

@@ -36,6 +36,10 @@
  *                     cudnn.allow_tf32 gives on a GPU by default; the random-weight decoders
  *                     amplify the 3e-4 per-conv error, so it sits close to the 2e-2 test bound).
  *   Of the 6.4 ms: F0 (fp64) 0.3 ms, source + STFT + iSTFT + copies ~0.2 ms, convs the rest.
+ *   F16 (COSY_HPREC_F16, an option): fp16 operands, fp32 sums (kernels/conv.cu conv2h_kernel),
+ *                     TF32's operand precision at twice the tensor rate; the fp16 weights
+ *                     (cosy_hift_conv_pack_f16, ~42 MB) are made from the packed fp32 ones when
+ *                     it is first chosen (gpu_hift_set_precision); not measured yet.
  * Streaming (gpu_hift_stream_*, the window math in lib/ref/hift.h): the stream state stays on the
  * host; a call plans each job's window [min(a, b), T), gives each job consecutive slices of the
  * buffers above (jobs_place; the sum of the windows must fit max_frames), uploads the mel windows
@@ -72,6 +76,8 @@ enum {
 
 typedef struct gconv {
   float *wp, *b; /* packed [k][co_pad][ci_pad] (cosy_hift_conv_pack), bias [co] */
+  uint16_t *wh;  /* COSY_HPREC_F16 (made by gpu_hift_set_precision): cosy_hift_conv_pack_f16 */
+  float *wh_scale;
   int co, ci, k, co_pad, ci_pad;
 } gconv;
 
@@ -214,10 +220,56 @@ cosy_status gpu_hift_set_stream_split(gpu_hift *h, int mode) {
   return COSY_OK;
 }
 
+/* the fp16 weights of c (COSY_HPREC_F16: cosy_hift_conv_pack_f16), made once from its packed
+ * fp32 weights on the device (the checkpoint's values) */
+static cosy_status make_f16(gpu_hift *h, gconv *c) {
+  if (c->wh) return COSY_OK;
+  const size_t np = (size_t)c->k * c->co_pad * c->ci_pad;
+  const size_t nh = (size_t)c->k * c->co_pad * cosy_hift_conv_pad(c->ci, COSY_HCONV_CKH);
+  float *wp = cosy_malloc(np * sizeof(float));
+  float *w = cosy_malloc((size_t)c->k * c->co * c->ci * sizeof(float));
+  float *sc = cosy_malloc((size_t)c->co * sizeof(float));
+  uint16_t *wh = cosy_malloc(nh * sizeof(uint16_t));
+  cosy_status st = COSY_ERR_NO_MEMORY;
+  uint16_t *d = NULL;
+  if (wp && w && sc && wh &&
+      !(st = cosy_gpu_check(cudaMemcpy(wp, c->wp, np * sizeof(float), cudaMemcpyDeviceToHost),
+                            "hift: fp16 weights (download)"))) {
+    for (int o = 0; o < c->co; o++)
+      for (int i = 0; i < c->ci; i++)
+        for (int j = 0; j < c->k; j++)
+          w[((size_t)o * c->ci + i) * c->k + j] = wp[((size_t)j * c->co_pad + o) * c->ci_pad + i];
+    cosy_hift_conv_pack_f16(w, c->co, c->ci, c->k, wh, sc);
+    if (!(st = dalloc(h, nh * sizeof(uint16_t), "hift fp16 weights", (void **)&d)) &&
+        !(st = cosy_gpu_check(cudaMemcpy(d, wh, nh * sizeof(uint16_t), cudaMemcpyHostToDevice),
+                              "hift: fp16 weights (upload)")) &&
+        !(st = upload(h, sc, (size_t)c->co, "hift fp16 weight scales", &c->wh_scale)))
+      c->wh = d;
+  }
+  free(wp), free(w), free(sc), free(wh);
+  return st;
+}
+
+static cosy_status make_f16_res(gpu_hift *h, gres *r) {
+  cosy_status st = COSY_OK;
+  for (int j = 0; j < N_DIL && !st; j++)
+    if (!(st = make_f16(h, &r->c1[j]))) st = make_f16(h, &r->c2[j]);
+  return st;
+}
+
 cosy_status gpu_hift_set_precision(gpu_hift *h, int prec) {
-  if (!h || (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32))
+  if (!h || (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32 && prec != COSY_HPREC_F16))
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_precision: bad %s",
                     !h ? "handle" : "precision");
+  if (prec == COSY_HPREC_F16) { /* the fp16 weights, once (~42 MB for the full model) */
+    cosy_status st = make_f16(h, &h->conv_pre);
+    if (!st) st = make_f16(h, &h->conv_post);
+    for (int i = 0; i < N_STAGES && !st; i++)
+      if (!(st = make_f16(h, &h->ups[i])) && !(st = make_f16(h, &h->downs[i])) &&
+          !(st = make_f16_res(h, &h->srb[i])))
+        for (int r = 0; r < 3 && !st; r++) st = make_f16_res(h, &h->rb[3 * i + r]);
+    if (st) return st;
+  }
   h->prec = prec;
   return COSY_OK;
 }
@@ -386,6 +438,7 @@ static cosy_hift_conv conv_desc(const gconv *w, const float *in, int ld_in, int 
   c.in = in, c.ld_in = ld_in, c.len_in = len_in, c.ci = w->ci, c.up = up;
   c.act = act, c.slope = slope, c.alpha = alpha;
   c.wp = w->wp, c.bias = w->b, c.co = w->co, c.co_pad = w->co_pad, c.ci_pad = w->ci_pad;
+  c.wh = w->wh, c.wh_scale = w->wh_scale; /* NULL until COSY_HPREC_F16 is chosen */
   c.k = w->k, c.dil = dil, c.stride = stride, c.pad_left = pad_left, c.reflect = reflect;
   c.out = out, c.ld_out = ld_out, c.n_out = n_out;
   return c;

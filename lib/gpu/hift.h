@@ -10,7 +10,9 @@
  * s for the same f0); the STFT/iSTFT follow the reference's fp64 order; the decoder convolutions
  * run on tensor cores with fp32 storage and accumulation, products in 3xTF32 (fp32-level
  * accuracy, the default) or TF32 (gpu_hift_set_precision: ~1.45x faster, waveform ~1.5e-2 rel L2
- * from the fp32 reference on the random-weight models). Measured numbers: lib/gpu/hift.c.
+ * from the fp32 reference on the random-weight models), or with fp16 operands (COSY_HPREC_F16:
+ * TF32's operand precision at twice the tensor rate, kernels/conv.cu conv2h_kernel). Measured
+ * numbers: lib/gpu/hift.c.
  *
  * A gpu_hift holds the weights and every buffer for calls of up to max_frames mel frames, all
  * allocated at create through the cosy_gpu budget. Calls run on the context's stream (plus a side
@@ -47,7 +49,9 @@ cosy_status gpu_hift_source(gpu_hift *h, const float *f0, int T_f0, const ref_hi
 cosy_status gpu_hift_decode(gpu_hift *h, const float *mel, int T, const float *s, int finalize,
                             float **wav, int64_t *n);
 
-/* The arithmetic of the decoder convolutions: COSY_HPREC_3XTF32 (default) or COSY_HPREC_TF32
+/* The arithmetic of the decoder convolutions: COSY_HPREC_3XTF32 (default), COSY_HPREC_TF32 or
+ * COSY_HPREC_F16 (the first choice of it makes the fp16 weights: ~42 MB for the full model, from
+ * the budget; a failure leaves the precision as it was)
  * (kernels/kernels_hift.h). Returns COSY_ERR_INVALID_ARG for another value. */
 cosy_status gpu_hift_set_precision(gpu_hift *h, int prec);
 

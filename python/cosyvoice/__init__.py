@@ -20,7 +20,7 @@ from ._capi import (CHUNK_LAST, DEVICE_CPU, ERR_CANCELLED, ERR_CUDA, ERR_DEVICE_
                     ERR_TIMEOUT, ERR_UNSUPPORTED, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARN,
                     MODE_CROSS_LINGUAL, MODE_INSTRUCT, MODE_ZERO_SHOT, OK,
                     SYNTH_FULL_ATTENTION_FINAL, SYNTH_NO_TEXT_NORMALIZATION, VOCODER_ACCURATE,
-                    VOCODER_TF32, ENGINE_BATCH_INVARIANT, LibraryNotFound,
+                    VOCODER_TF32, VOCODER_FP16, ENGINE_BATCH_INVARIANT, LibraryNotFound,
                     build_info, debug_info, find_library, last_error, status_str)
 from .audio import read_wav, to_pcm16, wav_header, write_wav
 from .engine import (MODES, Engine, EngineStats, Request, RequestStats, TextMark, Voice,
@@ -42,6 +42,7 @@ __all__ = ["BY_STATUS", "CHUNK_LAST", "Cancelled", "CosyError", "CudaError", "DE
            "MODE_INSTRUCT", "MODE_ZERO_SHOT", "ModelFormatError", "ModelVersionError", "OK",
            "OutOfMemory", "QueueFull", "Request", "RequestStats", "SYNTH_FULL_ATTENTION_FINAL",
            "SYNTH_NO_TEXT_NORMALIZATION", "StructSizeError", "TextError", "TextMark", "Timeout",
-           "Unsupported", "VOCODER_ACCURATE", "VOCODER_TF32", "Voice", "audio_to_mel", "error_for",
+           "Unsupported", "VOCODER_ACCURATE", "VOCODER_FP16", "VOCODER_TF32", "Voice",
+           "audio_to_mel", "error_for",
            "find_library", "last_error", "make_params", "mode_name", "parse_mode", "read_wav",
            "status_str", "to_pcm16", "version", "wav_header", "write_wav"]
