@@ -49,6 +49,6 @@ void cosy_knobs_read(cosy_knobs *k) {
   const char *av = env("COSY_FLOW_ATTN_V2");
   k->flow_attn_v2 = !strcmp(av, "64")     ? 64
                     : !strcmp(av, "128")  ? 128
-                    : !strcmp(av, "auto") ? 1 /* GPU_FLOW_ATTN_V2_AUTO (lib/gpu/flow.h) */
-                                          : 0;
+                    : !strcmp(av, "0") || !strcmp(av, "off") ? 0 /* the one-block kernel */
+                                          : 1; /* auto, the default: GPU_FLOW_ATTN_V2_AUTO (lib/gpu/flow.h) */
 }

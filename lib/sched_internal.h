@@ -216,9 +216,10 @@ static inline int request_first(const sjob *j) { return j->chunks_done == 0 && j
  * requests decoding, lib/sched_llm.c). Outside a wave none of these holds work back, apart from
  * the pause while at most SCHED_PAUSE_TRICKLE requests decode: under a steady stream each of
  * them turned small delays into smaller, less efficient batches and a queue that fed itself (on
- * an H200 at 320 live users first-audio p95 327 ms with them, 166 ms without;
- * bench/RESULTS.md). */
-#define SCHED_WAVE_MIN 24
+ * an H200 at 320 live users first-audio p95 327 ms with them, 166 ms without; with a bound of
+ * 24 instead of 12 W1's C = 64 second wave was no wave and its p95 rose from ~245 to 274-299
+ * ms; bench/RESULTS.md). */
+#define SCHED_WAVE_MIN 12
 #define SCHED_PAUSE_TRICKLE 8
 static inline int sched_wave(const cosy_engine *e, const struct cosy_sched *s) {
   const int min = e->knobs.wave >= 0 ? e->knobs.wave : SCHED_WAVE_MIN;
