@@ -136,6 +136,7 @@ def wait_idle(client, limit=30):
     t0 = time.monotonic()
     while True:
         h = health(client)
+        assert "active" in h, h  # a /health answer without the counts: say what it was
         if h["active"] == 0 and h["queued"] == 0:
             return time.monotonic() - t0
         assert time.monotonic() - t0 < limit, h
