@@ -219,14 +219,18 @@ static inline int request_first(const sjob *j) { return j->chunks_done == 0 && j
  * an H200 at 320 live users first-audio p95 327 ms with them, 166 ms without; with a bound of
  * 24 instead of 12 W1's C = 64 second wave was no wave and its p95 rose from ~245 to 274-299
  * ms; bench/RESULTS.md). */
+/* the request's first chunk is still to come from this job (its first segment, streamed, not
+ * failed, finished or cancelled; e->mu held) */
+static inline int first_open(const sjob *j) {
+  return request_first(j) && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r);
+}
 #define SCHED_WAVE_MIN 12
 #define SCHED_PAUSE_TRICKLE 8
 static inline int sched_wave(const cosy_engine *e, const struct cosy_sched *s) {
   const int min = e->knobs.wave >= 0 ? e->knobs.wave : SCHED_WAVE_MIN;
   int n = 0;
   for (const sjob *j = s->active; j && n < min; j = j->next)
-    if (request_first(j) && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r))
-      n++;
+    if (first_open(j)) n++;
   return n >= min;
 }
 

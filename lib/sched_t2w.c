@@ -108,12 +108,6 @@ static double deadline(const struct cosy_sched *s, const sjob *j, int sample_rat
   return d - now < 2.0 * s->round_s ? -2e12 + d : d;
 }
 
-/* the request's first chunk is still to come from this job (its first segment, streamed, not
- * failed, finished or cancelled; e->mu held) */
-static int first_open(const sjob *j) {
-  return request_first(j) && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r);
-}
-
 /* Some request still waits for its first chunk's tokens from the LLM (e->mu held): admitted,
  * prefilling or decoding towards its first chunk. While one does, the token-to-wave thread holds
  * back chunks that are not needed soon (more than DEFER_SLACK_S of audio ahead of playback), so that
