@@ -476,8 +476,10 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.w = P(o, 1, s), ga.y = P(o, 3, s), ga.ldy = o->i[5];
   ga.n_qh = 14, ga.n_kh = 2, ga.pos = P(o, 4, s), ga.slots = P(o, 5, s);
   ga.inv_freq = P(o, 6, s), ga.k_cache = P(o, 7, s), ga.v_cache = P(o, 8, s);
-  ga.xs = o->i[6] ? P(o, 9, s) : NULL; /* as the LLM passes it: x split once beyond 8 rows */
-  ga.xs_bytes = o->i[6] ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
+  /* tc 1 as the LLM passes it by default: x split once beyond 8 rows; tc 2 without the workspace
+   * (every block splits its k-blocks: COSY_LLM_SPLIT_MIN) */
+  ga.xs = o->i[6] == 1 ? P(o, 9, s) : NULL;
+  ga.xs_bytes = o->i[6] == 1 ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
   ga.clusters = g_dev.clusters;
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it */
   return o->i[6] ? cosy_k_llm_gemv_tc(g_stream, &ga) : cosy_k_llm_gemv(g_stream, &ga);
@@ -502,7 +504,7 @@ static void add_llm_gemv(const char *group, const char *name, int M, int N, int 
   o->p[6] = drand(32, F32, 0.f, 1.f);
   o->p[7] = drand((size_t)(np > 16 ? np : 16) * 2 * 64, F32, -1.f, 1.f);
   o->p[8] = drand((size_t)(np > 16 ? np : 16) * 2 * 64, F32, -1.f, 1.f);
-  if (tc) o->p[9] = drand(cosy_k_llm_gemv_tc_workspace(M, K) / 4, F32, -1.f, 1.f);
+  if (tc == 1) o->p[9] = drand(cosy_k_llm_gemv_tc_workspace(M, K) / 4, F32, -1.f, 1.f);
   o->bytes = (double)wbytes + (double)M * K * 4 + (double)M * ny * 4 * (out == COSY_GEMV_ADD_F32 ? 2 : 1);
   o->flops = 2.0 * M * N * K;
   o->run = r_llm_gemv;
@@ -1610,18 +1612,25 @@ void bench_llm_gemv(const kh_scn *s) {
   /* the fused GEMMs of the decode path: the tensor-core kernel (every batch, the default) and
    * the CUDA-core skinny GEMM (batches <= 8) */
   if (s->kind != KH_SCN_LLM_DECODE || B > 256) return;
-  for (int tc = 1; tc >= 0; --tc) {
-    if (!tc && B > 8) break;
-    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+qkv+rope" : "gemv rmsnorm+qkv+rope", B, 1152, 896,
-                 COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc);
-    add_llm_gemv(grp, tc ? "gemv_tc o (+= h)" : "gemv o (+= h)", B, 896, 896, COSY_GEMV_IN_F32,
-                 COSY_GEMV_ADD_F32, tc);
-    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+gate|up+silu" : "gemv rmsnorm+gate|up+silu", B, 9728,
-                 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc);
-    add_llm_gemv(grp, tc ? "gemv_tc down (+= h)" : "gemv down (+= h)", B, 896, 4864,
-                 COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc);
-    add_llm_gemv(grp, tc ? "gemv_tc rmsnorm+head" : "gemv rmsnorm+head", B, 6761, 896,
-                 COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, tc);
+  /* tc 1: the tensor-core kernel as the decode step runs it (beyond 8 rows x split once by its
+   * own kernel, the row counted in the time); tc 2 ("nosplit", beyond 8 rows only): every block
+   * splits its k-blocks; tc 0: the CUDA-core kernel (up to 8 rows) */
+  static const char *const nm[3][5] = {
+      {"gemv rmsnorm+qkv+rope", "gemv o (+= h)", "gemv rmsnorm+gate|up+silu", "gemv down (+= h)",
+       "gemv rmsnorm+head"},
+      {"gemv_tc rmsnorm+qkv+rope", "gemv_tc o (+= h)", "gemv_tc rmsnorm+gate|up+silu",
+       "gemv_tc down (+= h)", "gemv_tc rmsnorm+head"},
+      {"gemv_tc nosplit qkv", "gemv_tc nosplit o", "gemv_tc nosplit gate|up",
+       "gemv_tc nosplit down", "gemv_tc nosplit head"}};
+  const int order[3] = {1, 2, 0};
+  for (int oi = 0; oi < 3; ++oi) {
+    const int tc = order[oi];
+    if ((tc == 0 && B > 8) || (tc == 2 && B <= 8)) continue;
+    add_llm_gemv(grp, nm[tc][0], B, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc);
+    add_llm_gemv(grp, nm[tc][1], B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc);
+    add_llm_gemv(grp, nm[tc][2], B, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc);
+    add_llm_gemv(grp, nm[tc][3], B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc);
+    add_llm_gemv(grp, nm[tc][4], B, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, tc);
   }
 }
 void bench_llm_step_ops(const kh_scn *s) {
