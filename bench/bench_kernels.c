@@ -476,8 +476,8 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.w = P(o, 1, s), ga.y = P(o, 3, s), ga.ldy = o->i[5];
   ga.n_qh = 14, ga.n_kh = 2, ga.pos = P(o, 4, s), ga.slots = P(o, 5, s);
   ga.inv_freq = P(o, 6, s), ga.k_cache = P(o, 7, s), ga.v_cache = P(o, 8, s);
-  /* tc 1 as the LLM passes it by default: x split once beyond 8 rows; tc 2 without the workspace
-   * (every block splits its k-blocks: COSY_LLM_SPLIT_MIN) */
+  /* tc 1 as the LLM passes it: x split once beyond 8 rows; tc 2 without the workspace (every
+   * block splits its k-blocks; the decode step measured slower so, bench/HISTORY.md) */
   ga.xs = o->i[6] == 1 ? P(o, 9, s) : NULL;
   ga.xs_bytes = o->i[6] == 1 ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
   ga.clusters = g_dev.clusters;

@@ -25,8 +25,6 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->child_gemm_sms = atoi(env("COSY_FLOW_GEMM_SMS"));
   if (k->child_gemm_sms < 0) k->child_gemm_sms = 0;
   k->flow_pdl = !strcmp(env("COSY_FLOW_PDL"), "1");
-  const char *sm = env("COSY_LLM_SPLIT_MIN");
-  k->llm_split_min = sm[0] >= '0' && sm[0] <= '9' ? atoi(sm) : -1;
   const char *dm = env("COSY_LLM_DECODE");
   k->llm_decode = !strcmp(dm, "tc")      ? COSY_KNOB_LLM_TC
                   : !strcmp(dm, "mixed") ? COSY_KNOB_LLM_MIXED

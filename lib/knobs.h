@@ -47,10 +47,6 @@ typedef struct cosy_knobs {
                                    the packed flow (2..8; "1" means 4); -1 ("auto"): chosen per
                                    segment (lib/gpu/flow.h GPU_FLOW_ATTN_AUTO); 0 off */
   int flow_nopad;               /* COSY_FLOW_PAD=0: packed flow batches at their exact sizes */
-  int llm_split_min;            /* COSY_LLM_SPLIT_MIN=N: the LLM decode step's tensor-core
-                                   projections RMSNorm and split x in a kernel of their own
-                                   (tc_split_kernel) only above N rows, else in their blocks
-                                   (the same bits); -1 the default (8) */
   int flow_attn_v2;             /* COSY_FLOW_ATTN_V2=64|128|auto|0: the packed flow's attention by
                                    cosy_k_attn_dit_paged_v2 with query tiles of that size (auto,
                                    the default: 1, chosen per batch, lib/gpu/flow.h); 0 the

@@ -321,7 +321,6 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   g->gemm_bucket = knobs ? knobs->gemm_bucket : -1;
   g->child_gemm_sms = knobs ? knobs->child_gemm_sms : 0;
   g->flow_pdl = knobs && knobs->flow_pdl;
-  g->llm_split_min = knobs ? knobs->llm_split_min : -1;
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
   if ((st = cosy_gpu_describe(device, knobs ? knobs->gpu_profile : NULL, &g->dev))) goto fail;
@@ -383,7 +382,6 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   g->gemm_bucket = root->gemm_bucket;
   g->child_gemm_sms = root->child_gemm_sms;
   g->flow_pdl = root->flow_pdl;
-  g->llm_split_min = root->llm_split_min;
   memcpy(g->name, root->name, sizeof g->name);
   cosy_status st;
   int lo = 0, hi = 0;

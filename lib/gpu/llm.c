@@ -103,10 +103,6 @@ struct gpu_llm {
   int pages_per_seq;
   int gemv_max, pdl;
   int tc; /* 1: every decode bucket on the tensor-core fused path (cosy_k_llm_gemv_tc) */
-  /* the decode step gives the tensor-core kernel its split workspace (x RMSNorm'd and split
-   * once by a kernel of its own) above this many rows, else the blocks split their k-blocks
-   * themselves (COSY_LLM_SPLIT_MIN; the same bits either way) */
-  int split_min;
   gl_layer *layers;
   float *norm, *inv_freq;
   cosy_bf16 *speech_emb, *head;
@@ -504,7 +500,6 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     if ((st = dalloc(l, B * sizeof(cosy_k_ras_row), "LLM sampling rows", &l->d_ras))) goto fail;
   }
   l->tc = GPU_LLM_TC_DEFAULT && tc_ok(l);
-  l->split_min = g->llm_split_min >= 0 ? g->llm_split_min : 8;
   {
     /* the GEMM plans of layers_split (hi/lo rows: 2 per position), so that a prefill piece of
      * a new size pays no heuristic query (kernels/gemm.cu): the one batch-invariant plan per
@@ -832,9 +827,8 @@ static cudaError_t run_gemv(const gpu_llm *l, cudaStream_t s, cosy_llm_gemv_args
   if (l->tc) {
     ga->M = b;
     ga->groups = 1;
-    const int split = b > l->split_min;
-    ga->xs = split ? l->xs : NULL; /* free during a decode step (the prefill's hi/lo activations) */
-    ga->xs_bytes = split ? l->xs_bytes : 0;
+    ga->xs = l->xs; /* free during a decode step (the prefill's hi/lo activations) */
+    ga->xs_bytes = l->xs_bytes;
     ga->clusters = l->g->dev.clusters; /* the K split of every call of this engine */
     return cosy_k_llm_gemv_tc(s, ga);
   }
