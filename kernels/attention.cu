@@ -1507,40 +1507,16 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     a.part_o = part_o;
     a.part_ml = part_ml;
     a.count = count;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(DEC_THREADS);
-    cfg.stream = s;
-    cudaLaunchAttribute attr[2];
-    int na = 0;
-    if (pdl && dev && dev->pdl) {
-      attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[na].val.programmaticStreamSerializationAllowed = 1;
-      na++;
-    }
-    cudaError_t e;
-    if (n_splits == 1) {
-      cfg.attrs = attr;
-      cfg.numAttrs = na;
-      e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T, 0>, a);
-    } else if (n_splits <= DEC_CLUSTER_MAX && dev && dev->clusters) {
-      attr[na].id = cudaLaunchAttributeClusterDimension;
-      attr[na].val.clusterDim.x = (unsigned)n_splits;
-      attr[na].val.clusterDim.y = 1;
-      attr[na].val.clusterDim.z = 1;
-      na++;
-      cfg.attrs = attr;
-      cfg.numAttrs = na;
-      e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T, 2>, a);
-    } else {
-      cfg.attrs = attr;
-      cfg.numAttrs = na;
-      e = cudaLaunchKernelEx(&cfg, paged_decode_kernel<T, 1>, a);
-    }
-    if (e != cudaSuccess) return e;
+    const int use_pdl = pdl && dev && dev->pdl;
+    const dim3 block(DEC_THREADS), one(1, 1, 1);
+    if (n_splits == 1)
+      return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 0>, a);
+    if (n_splits <= DEC_CLUSTER_MAX && dev && dev->clusters) /* one cluster per (head, seq) */
+      return launch_ex(s, grid, block, 0, dim3((unsigned)n_splits, 1, 1), use_pdl,
+                       paged_decode_kernel<T, 2>, a);
+    return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 1>, a);
   })
-  return cudaGetLastError();
+  return cudaSuccess; /* not reached: COSYK_DT_CASE returns */
 }
 
 extern "C" cudaError_t cosy_k_paged_prefill(cudaStream_t s, const float *q, int q_stride,
@@ -1688,21 +1664,7 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 
  * blocks when csize is 1); the launch error, then cudaGetLastError() */
 static cudaError_t dit_cluster_launch(void (*kern)(PagedGeo), dim3 grid, int csize, cudaStream_t s,
                                       const PagedGeo &g) {
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(FA_THREADS);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)csize;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = csize > 1 ? 1 : 0;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, g);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return launch_ex(s, grid, dim3(FA_THREADS), 0, dim3((unsigned)csize, 1, 1), 0, kern, g);
 }
 
 extern "C" cudaError_t cosy_k_attn_dit_paged_split(

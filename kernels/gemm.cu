@@ -157,7 +157,6 @@ struct cosy_gemm {
   int san_init; /* cosy_gemm_set_san_init: clear outputs before plain GEMMs (test only) */
   int bucket;   /* 2: algorithms per power-of-two bucket of M (cosy_gemm_set_bucket: 0 per M, 1
                  * one for all M > 64, 3 four buckets per octave; measurement only) */
-  int sm_target; /* > 0: CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET of every plan (cosy_gemm_set_sm_target) */
   int m_ref;    /* mode 1's row count (M_REF) */
   int m_inv;    /* cosy_k_gemm_inv's row count (M_INV) */
   long inv_fallbacks; /* cosy_k_gemm_inv calls whose shared algorithm did not fit their M */
@@ -222,11 +221,6 @@ cudaError_t plan_build(cosy_gemm *g, const PlanKey &k, int fuse_bias, const floa
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (g->sm_target > 0) {
-    const int32_t sms = g->sm_target;
-    LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms,
-                                          sizeof sms));
-  }
   if (fuse_bias == EPI_GELU) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU;
     LT_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
@@ -404,10 +398,6 @@ extern "C" void cosy_gemm_set_san_init(cosy_gemm *g, int on) {
 
 extern "C" void cosy_gemm_set_gelu_epi(cosy_gemm *g, int mode) {
   if (g && mode >= 0 && mode <= 2) g->gelu_epi = mode;
-}
-
-extern "C" void cosy_gemm_set_sm_target(cosy_gemm *g, int sms) {
-  if (g && sms >= 0) g->sm_target = sms;
 }
 
 extern "C" void cosy_gemm_set_bucket(cosy_gemm *g, int mode) {

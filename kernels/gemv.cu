@@ -890,28 +890,7 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
   }
   if (CS == 1) return launch_pdl(kern, grid, TC_WARPS * 32, dyn, s, pdl, p);
   /* a K split over CS blocks: one cluster (1, 1, CS) per (row block, tile group) */
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(TC_WARPS * 32);
-  cfg.dynamicSmemBytes = dyn;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = (unsigned)CS;
-  int na = 1;
-  if (pdl) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    na = 2;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = na;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return launch_ex(s, grid, dim3(TC_WARPS * 32), dyn, dim3(1, 1, (unsigned)CS), pdl, kern, p);
 }
 
 /* (NT, TW, D) by rows, as measured on an H100 (decode step of the full-size model, bench/RESULTS.md):

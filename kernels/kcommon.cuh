@@ -1,7 +1,8 @@
 /* kcommon.cuh - device helpers shared by the kernel files (internal; CUDA C++ only).
  *
  * Typed loads/stores that convert to and from fp32 (bf16 rounding: nearest-even), warp and block
- * reductions, and the dtype dispatch macro the launchers use. */
+ * reductions, programmatic dependent launch, the launch helpers (launch_ex: clusters and/or
+ * programmatic dependent launch; launch_pdl) and the dtype dispatch macro the launchers use. */
 #ifndef COSY_KCOMMON_CUH
 #define COSY_KCOMMON_CUH
 
@@ -74,9 +75,45 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+/* kern<<<grid, block, dyn, s>>>(args...) through cudaLaunchKernelEx, in thread-block clusters of
+ * `cluster` blocks when that is not (1, 1, 1) (cudaLaunchAttributeClusterDimension; the device
+ * must have clusters, cosy_kdev.clusters) and as a programmatic dependent of the previous kernel
+ * on s when pdl (cudaLaunchAttributeProgrammaticStreamSerialization; the kernel must pdl_wait()
+ * before it touches what an earlier kernel writes or reads); with neither, no attribute. The
+ * launch error, then cudaGetLastError(). */
+template <typename... P, typename... A>
+inline cudaError_t launch_ex(cudaStream_t s, dim3 grid, dim3 block, size_t dyn, dim3 cluster,
+                             int pdl, void (*kern)(P...), A... args) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = dyn;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  int na = 0;
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = cluster.x;
+    attr[na].val.clusterDim.y = cluster.y;
+    attr[na].val.clusterDim.z = cluster.z;
+    na++;
+  }
+  if (pdl) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    na++;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = na;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args...);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
 /* kern<<<grid, threads, dyn, s>>>(args...), as a programmatic dependent of the previous kernel on
- * s when pdl (the kernel must pdl_wait() before it touches what an earlier kernel writes or
- * reads); the launch error, then cudaGetLastError() */
+ * s when pdl (launch_ex without clusters; a plain launch without pdl); the launch error, then
+ * cudaGetLastError() */
 template <typename... P, typename... A>
 inline cudaError_t launch_pdl(void (*kern)(P...), dim3 grid, int threads, size_t dyn,
                               cudaStream_t s, int pdl, A... args) {
@@ -84,20 +121,7 @@ inline cudaError_t launch_pdl(void (*kern)(P...), dim3 grid, int threads, size_t
     kern<<<grid, threads, dyn, s>>>(args...);
     return cudaGetLastError();
   }
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = dyn;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args...);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return launch_ex(s, grid, dim3(threads), dyn, dim3(1, 1, 1), 1, kern, args...);
 }
 
 } /* namespace cosyk */

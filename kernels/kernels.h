@@ -334,10 +334,6 @@ void cosy_gemm_set_san_init(cosy_gemm *g, int on);
  * one per power of two of M, 0 a heuristic query per M, 1 one algorithm for every M > 64, 3
  * four buckets per octave. Set it before the first GEMM. */
 void cosy_gemm_set_bucket(cosy_gemm *g, int mode);
-/* Measurement only (the knob COSY_FLOW_GEMM_SMS): sms > 0 tells cuBLASLt to plan every GEMM of
- * g for that many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: the rest are expected busy with
- * another stream's work); 0 the device's count. Set it before the first GEMM. */
-void cosy_gemm_set_sm_target(cosy_gemm *g, int sms);
 /* The cublasStatus_t of the last cuBLAS call that failed in g (0 when none). */
 int cosy_gemm_last_cublas_status(const cosy_gemm *g);
 /* cuBLASLt heuristic queries the handle has made (plans are built per row bucket: gemm.cu) */

@@ -22,8 +22,6 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->flow_recompute = !strcmp(env("COSY_FLOW_CACHE"), "0");
   const char *gb = env("COSY_GEMM_BUCKET");
   k->gemm_bucket = gb[0] >= '0' && gb[0] <= '3' && !gb[1] ? gb[0] - '0' : -1;
-  k->child_gemm_sms = atoi(env("COSY_FLOW_GEMM_SMS"));
-  if (k->child_gemm_sms < 0) k->child_gemm_sms = 0;
   k->flow_pdl = !strcmp(env("COSY_FLOW_PDL"), "1");
   const char *dm = env("COSY_LLM_DECODE");
   k->llm_decode = !strcmp(dm, "tc")      ? COSY_KNOB_LLM_TC
@@ -41,7 +39,6 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
   const char *wv = env("COSY_SCHED_WAVE");
   k->wave = wv[0] >= '0' && wv[0] <= '9' ? atoi(wv) : -1;
-  k->pause_min = !strcmp(env("COSY_SCHED_PAUSE_MIN"), "2") ? 2 : 1;
   const char *as = env("COSY_FLOW_ATTN_SPLIT");
   const int asn = as[0] >= '1' && as[0] <= '8' && !as[1] ? as[0] - '0' : 0;
   k->flow_attn_split = !strcmp(as, "auto") ? -1 : asn == 1 ? 4 : asn;

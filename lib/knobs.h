@@ -23,8 +23,6 @@ typedef struct cosy_knobs {
   int gemm_san_init;            /* COSY_GEMM_SAN_INIT=1: GEMM outputs cleared first (kernels/gemm.cu) */
   int gemm_bucket;              /* COSY_GEMM_BUCKET=0..3: the GEMMs' algorithm rule
                                    (cosy_gemm_set_bucket); -1 the default (2) */
-  int child_gemm_sms;           /* COSY_FLOW_GEMM_SMS=N: the flow's and vocoder's GEMMs planned
-                                   for N SMs (cosy_gemm_set_sm_target); 0 all */
   int flow_recompute;           /* COSY_FLOW_CACHE=0: the GPU flow recomputes every chunk's prefix */
   int flow_pdl;                 /* COSY_FLOW_PDL=1: the GPU flow's elementwise kernels with
                                    programmatic dependent launch (where the device has it) */
@@ -41,8 +39,6 @@ typedef struct cosy_knobs {
   int wave;                     /* COSY_SCHED_WAVE=N (>= 0): the scheduler's wave rules apply while
                                    at least N requests await their first audio (sched_wave;
                                    0: always); -1 the default (SCHED_WAVE_MIN) */
-  int pause_min;                /* COSY_SCHED_PAUSE_MIN=1|2: the fewest decoding requests the
-                                   first-chunk pause applies to (default 1: a request alone too) */
   int flow_attn_split;          /* COSY_FLOW_ATTN_SPLIT: key parts per attention query tile of
                                    the packed flow (2..8; "1" means 4); -1 ("auto"): chosen per
                                    segment (lib/gpu/flow.h GPU_FLOW_ATTN_AUTO); 0 off */

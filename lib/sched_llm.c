@@ -436,12 +436,12 @@ void *sched_llm_main(void *arg) {
     /* time to first audio first: at light load the LLM pauses while a first chunk's flow runs,
      * so the two do not compete for the device; for a request alone too (its own later tokens are
      * all the pause holds back: on an H200 W1's C = 1 first audio 33.5 -> 29.3 ms, RTF 0.0266 ->
-     * 0.0283; COSY_SCHED_PAUSE_MIN=2 keeps a request alone unpaused; bench/RESULTS.md) */
+     * 0.0283; bench/RESULTS.md) */
     const int pause_max =
         e->knobs.first_pause >= 0 ? e->knobs.first_pause : e->cfg.first_chunk_wait_max;
-    if (s->first_in_flight && pause_max > 0 && s->n_llm >= e->knobs.pause_min &&
-        s->n_llm <= pause_max && (s->n_llm <= SCHED_PAUSE_TRICKLE || sched_wave(e, s)) &&
-        !e->stopping && !pause_risks_underrun(s, cosy_now())) {
+    if (s->first_in_flight && pause_max > 0 && s->n_llm <= pause_max &&
+        (s->n_llm <= SCHED_PAUSE_TRICKLE || sched_wave(e, s)) && !e->stopping &&
+        !pause_risks_underrun(s, cosy_now())) {
       const double tp = cosy_now();
       timed_wait(&s->cv_llm, &e->mu, IDLE_POLL_MS);
       trace(s, "pause", s->n_llm, 0, 0, cosy_now() - tp); /* the first-chunk pause */

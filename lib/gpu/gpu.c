@@ -319,7 +319,6 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   g->device = device;
   g->gemm_san_init = knobs && knobs->gemm_san_init;
   g->gemm_bucket = knobs ? knobs->gemm_bucket : -1;
-  g->child_gemm_sms = knobs ? knobs->child_gemm_sms : 0;
   g->flow_pdl = knobs && knobs->flow_pdl;
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
@@ -380,7 +379,6 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   g->n_sm = root->n_sm;
   g->gemm_san_init = root->gemm_san_init;
   g->gemm_bucket = root->gemm_bucket;
-  g->child_gemm_sms = root->child_gemm_sms;
   g->flow_pdl = root->flow_pdl;
   memcpy(g->name, root->name, sizeof g->name);
   cosy_status st;
@@ -399,7 +397,6 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   if ((st = cosy_gpu_check(cosy_gemm_create(&g->gemm, 32u << 20), "cuBLASLt init"))) goto fail;
   cosy_gemm_set_san_init(g->gemm, g->gemm_san_init);
   if (g->gemm_bucket >= 0) cosy_gemm_set_bucket(g->gemm, g->gemm_bucket);
-  if (g->child_gemm_sms > 0) cosy_gemm_set_sm_target(g->gemm, g->child_gemm_sms);
   root->used += 32u << 20;
   *out = g;
   return COSY_OK;

@@ -51,8 +51,6 @@ typedef struct cosy_gpu {
   int gemm_san_init;         /* COSY_GEMM_SAN_INIT (cosy_knobs): every GEMM context of this
                                 context and its children clears outputs first (test only) */
   int gemm_bucket;           /* COSY_GEMM_BUCKET (cosy_knobs; -1: the default rule) */
-  int child_gemm_sms;        /* COSY_FLOW_GEMM_SMS (cosy_knobs): a child's GEMMs planned for
-                                this many SMs; 0 all */
   int flow_pdl;              /* COSY_FLOW_PDL=1 (cosy_knobs): the flow's elementwise kernels
                                 with programmatic dependent launch where dev.pdl (flow.c) */
 } cosy_gpu;
