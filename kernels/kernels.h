@@ -250,8 +250,9 @@ cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D, i
  * blocks of 8 warps: each staged K/V tile serves twice the queries; a list of 128-query tiles:
  * pairs (segment, first query), 128 queries a tile). Batch-invariant as cosy_k_attn_dit_paged: a
  * row's bits depend only on its query, its segment's keys up to its own last key and chunk (so
- * also not on tile_q). out must be 4-byte aligned (two outputs a store). cudaErrorInvalidValue for another
- * tile_q, an unaligned out, page_frames * D >= 2^31 and cosy_k_attn_dit_paged's bad arguments. */
+ * also not on tile_q). out must be 4-byte aligned (two outputs a store). cudaErrorInvalidValue
+ * for another tile_q, an unaligned out, page_frames * D >= 2^31 and cosy_k_attn_dit_paged's bad
+ * arguments. */
 #define COSY_K_DIT_TILE_WIDE 128
 cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads,
                                      const cosy_k_dit_seg *segs, const int32_t *tiles, int n_tiles,
