@@ -60,17 +60,14 @@
  *     tile of 16 NW queries of one segment, head), NW = 4 (64-query tiles, 128 threads) or 8
  *     (128-query tiles, 256 threads: each staged K/V tile serves twice the queries, half the K/V
  *     traffic from L2 and half the staging work per query). Warp w owns tile rows 16w .. 16w + 15
- *     and runs, per key tile, exactly the one-block kernel's instructions on them: S = Q K^T by
- *     fa_qk, the mask and scale (s * scale log2(e), one rounding), row max by two xor shuffles,
- *     alpha = 2^(m_old - m_new), o *= alpha, p = bf16(2^(s - m)), l = l alpha + (p0 + p1) (one
- *     fma: the one-block kernel's ptxas contracts its `l *= alpha` into the first `l +=`; the v2
- *     kernel writes the fma, the other adds with __fadd_rn, so no contraction can differ), then
- *     l += (p2k + p2k+1) in n-tile order, O += P V by fa_pv (mma order kk, then dt); the end:
- *     l summed over the 4 lanes of a row (xor 1, then 2), out = bf16(o * (1 / l)). So a row's
- *     bits were meant to be the one-block kernel's, but on an H200 most output elements differ
- *     from it in the last bits (tests/test_kernels.c test_attn_dit_paged; the cause is not yet
- *     found); both stay within ~2.2e-3 of fp64 and batch-invariant. What changes is the work
- *     around that arithmetic:
+ *     and runs, per key tile, the one-block kernel's step on them (dit_tile_step, the one function
+ *     all the DiT tensor-core kernels call: S = Q K^T by fa_qk, s * scale log2(e) in one rounding
+ *     or -inf past the row's last key, row max by two xor shuffles, alpha = 2^(m_old - m_new),
+ *     o *= alpha, p = bf16(2^(s - m)), l = fma(l, alpha, p0 + p1), then l += (p2k + p2k+1) in
+ *     n-tile order, O += P V by fa_pv, mma order kk, then dt); the end is the one-block
+ *     kernel's too: l summed over the 4 lanes of a row (xor 1, then 2), out = bf16(o * (1 / l)).
+ *     So a row's bits are the one-block kernel's (tests/test_kernels.c test_attn_dit_paged
+ *     compares them element for element). What changes is the work around that arithmetic:
  *     (1) staging: thread t copies dims 8 (t % 8) .. + 7 of key rows t / 8 + i (NT / 8) (i < 4 at
  *     NW 4, < 2 at NW 8; 8 threads a 128-byte row: whole sectors, conflict-free 16-byte shared
  *     stores) of K and V by cp.async into two buffers as before, but the page of cached key f is
@@ -82,10 +79,11 @@
  *     all end at or before key tile kt (the last row's key end, whi <= kt) skips that tile's
  *     products: for each such row the one-block kernel's tile is an exact no-op (scores -inf,
  *     max unchanged, alpha = 2^0 = 1, p = 0 against finite V: o * 1 + 0 = o, l * 1 + 0 = l), so
- *     skipping it keeps the bits. (3) The mask: every score scaled, then a compare of its key
- *     index within the tile (a constant) with kend - kt - 2 t4 and a select: 3 instructions a
- *     score instead of ~5 (the same values: -inf or the scaled score). (4) The output: two bf16
- *     a 4-byte store (same rounding as st). Shared memory: the two K and V buffers, 36,864
+ *     skipping it keeps the bits. (3) The mask (dit_tile_step<true>): every score scaled, then
+ *     a compare of its key index within the tile (a constant) with kend - kt - 2 t4 and a
+ *     select: 3 instructions a score instead of ~5 (the same values: -inf or the scaled score);
+ *     the other kernels keep the key-index form, which suits their registers. (4) The output:
+ *     two bf16 a 4-byte store (same rounding as st). Shared memory: the two K and V buffers, 36,864
  *     bytes static, at either NW; 128 registers (__launch_bounds__(32 NW, 16 / NW): 16 warps an
  *     SM either way; sm_90: NW 4 without spills, NW 8 with 8 bytes spilled outside the key
  *     loop). (5) The first K/V tile's copies are issued before the Q loads, so the two latencies
@@ -98,7 +96,8 @@
  *     loads), their B fragments read with ldmatrix (V's transposed: .trans), four 8x8 matrices
  *     an instruction; S = Q K^T and O += P V use mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with the
  *     standard fragment layouts, so S stays in registers, P is re-packed from the S accumulators
- *     into A fragments, and the online-softmax rescale of O happens in registers.
+ *     into A fragments, and the online-softmax rescale of O happens in registers (one key tile:
+ *     dit_tile_step, which the paged DiT kernels below call too).
  *   attn, fp32 (or unaligned bf16): one warp per (query row, head, batch); keys in chunks of 32,
  *     lane l scores key c + l (whole 64-wide dot), online softmax over the chunk, then the warp
  *     accumulates p_j v_j with lane l owning dims l and l + 32.
@@ -787,6 +786,102 @@ __device__ __forceinline__ void fa_pv(float oacc[8][4], const uint32_t pa[4][4],
   }
 }
 
+/* One key tile of the online softmax of the DiT's tensor-core kernels for one warp's 16 query
+ * rows (qa: their A fragments; the thread's rows grp and grp + 8 are C-fragment elements 0, 1 and
+ * 2, 3), Ks / Vs the tile's 64 staged keys [key][FA_LD], m / l / oacc the rows' running state:
+ *   S = Q K^T (fa_qk); s = s * scale log2(e) (__fmul_rn: one rounding, never contracted), or
+ *   -inf where the key is past the row's last one; the tile's row max (n tiles in order, then
+ *   xor 1 and xor 2 shuffles; fmaxf is exact); m' = max(m, tile max), u = m' (0 while m' = -inf:
+ *   no key yet); alpha = 2^(m - u); o *= alpha; p = bf16(2^(s - u)); l = l alpha + (p0 + p1) in
+ *   one rounding (fmaf), then l += (p2n + p2n+1) for n tiles 1 .. 7 (__fadd_rn); O += P V
+ *   (fa_pv: mma order kk, then dt).
+ * The contiguous, one-block paged, split-part and v2 kernels all run this per key tile, so a
+ * row that sees the same key tiles in the same order gets the same bits from each. A tile in
+ * which a row sees no key is an exact no-op for it (alpha = 2^0 = 1, p = 0 against finite V).
+ * REL only picks how the key mask is computed (the same mask, so the same values; each form
+ * keeps its kernels' registers, ptxas on sm_90): false, the key index jb + nt * 8 + (e & 1)
+ * (jb = kt + 2 t4, the thread's first key of the tile) against the row's key end k0 / k1, with
+ * the max taken in the same pass; true (v2), the in-tile index nt * 8 + (e & 1), a constant,
+ * against k0 / k1 = key end - kt - 2 t4, in separate passes (jb unused). */
+template <bool REL>
+__device__ __forceinline__ void dit_tile_step(float oacc[8][4], float &m0, float &m1, float &l0,
+                                              float &l1, const uint32_t qa[4][4],
+                                              const bf16 *Ks, const bf16 *Vs, int lane, int k0,
+                                              int k1, int jb, float scale_log2) {
+  float s[8][4];
+  fa_qk(s, qa, Ks, lane);
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+  if constexpr (REL) {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = __fmul_rn(s[nt][e], scale_log2);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] = nt * 8 + (e & 1) < (e < 2 ? k0 : k1) ? s[nt][e] : -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      mx0 = fmaxf(fmaxf(mx0, s[nt][0]), s[nt][1]);
+      mx1 = fmaxf(fmaxf(mx1, s[nt][2]), s[nt][3]);
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = jb + nt * 8 + (e & 1);
+        const float sv = j < (e < 2 ? k0 : k1) ? __fmul_rn(s[nt][e], scale_log2) : -INFINITY;
+        s[nt][e] = sv;
+        if (e < 2)
+          mx0 = fmaxf(mx0, sv);
+        else
+          mx1 = fmaxf(mx1, sv);
+      }
+    }
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+  const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+  const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+  m0 = mn0;
+  m1 = mn1;
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) {
+    oacc[dt][0] *= al0;
+    oacc[dt][1] *= al0;
+    oacc[dt][2] *= al1;
+    oacc[dt][3] *= al1;
+  }
+  /* P (bf16) as A fragments: keys 16kk..16kk+15 are n-tiles 2kk and 2kk+1 */
+  uint32_t pa[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int nt = 2 * kk + half;
+      const uint32_t w0 = pack_bf16(exp2f(s[nt][0] - mu0), exp2f(s[nt][1] - mu0));
+      const uint32_t w1 = pack_bf16(exp2f(s[nt][2] - mu1), exp2f(s[nt][3] - mu1));
+      const float d0 = __fadd_rn(bf16_lo(w0), bf16_hi(w0));
+      const float d1 = __fadd_rn(bf16_lo(w1), bf16_hi(w1));
+      if (nt == 0) { /* l alpha + the first pair: one rounding */
+        l0 = fmaf(l0, al0, d0);
+        l1 = fmaf(l1, al1, d1);
+      } else {
+        l0 = __fadd_rn(l0, d0);
+        l1 = __fadd_rn(l1, d1);
+      }
+      pa[kk][2 * half] = w0;
+      pa[kk][2 * half + 1] = w1;
+    }
+  }
+  fa_pv(oacc, pa, Vs, lane);
+}
+
 /* Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4 * grp + t4:
  *   A (16x16): reg0 = A[grp][2t4..+1], reg1 = A[grp+8][2t4..+1], reg2 = A[grp][2t4+8..+9],
  *              reg3 = A[grp+8][2t4+8..+9]
@@ -841,59 +936,8 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
     }
     __syncthreads();
 
-    /* S = Q K^T for this warp's 16 rows x 64 keys */
-    float s[8][4];
-    fa_qk(s, qa, Ks, lane);
-    /* scale, mask, row max (rows r0: elements 0,1; r1: elements 2,3) */
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = kt + nt * 8 + 2 * t4 + (e & 1);
-        const float sv = j < (e < 2 ? kend0 : kend1) ? s[nt][e] * g.scale_log2 : -INFINITY;
-        s[nt][e] = sv;
-        if (e < 2)
-          mx0 = fmaxf(mx0, sv);
-        else
-          mx1 = fmaxf(mx1, sv);
-      }
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-    m0 = mn0;
-    m1 = mn1;
-    l0 *= al0;
-    l1 *= al1;
-#pragma unroll
-    for (int dt = 0; dt < 8; ++dt) {
-      oacc[dt][0] *= al0;
-      oacc[dt][1] *= al0;
-      oacc[dt][2] *= al1;
-      oacc[dt][3] *= al1;
-    }
-    /* P (bf16) as A fragments: keys 16kk..16kk+15 are n-tiles 2kk and 2kk+1 */
-    uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int nt = 2 * kk + half;
-        const uint32_t w0 = pack_bf16(exp2f(s[nt][0] - mu0), exp2f(s[nt][1] - mu0));
-        const uint32_t w1 = pack_bf16(exp2f(s[nt][2] - mu1), exp2f(s[nt][3] - mu1));
-        l0 += bf16_lo(w0) + bf16_hi(w0);
-        l1 += bf16_lo(w1) + bf16_hi(w1);
-        pa[kk][2 * half] = w0;
-        pa[kk][2 * half + 1] = w1;
-      }
-    }
-    /* O += P V */
-    fa_pv(oacc, pa, Vs, lane);
+    dit_tile_step<false>(oacc, m0, m1, l0, l1, qa, Ks, Vs, lane, kend0, kend1, kt + 2 * t4,
+                         g.scale_log2);
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -924,7 +968,7 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
  * copies, zero-filled past Lk), the next tile's copies issued right after the barrier that
  * publishes the current one, so they overlap its products (one barrier a tile instead of two;
  * 37 KB of static shared memory a block). The arithmetic and its order are the contiguous
- * kernel's: the same bits.
+ * kernel's (both call dit_tile_step per key tile, the same end): the same bits.
  *
  * The split-key variant (cosy_k_attn_dit_paged_split, FlashDecoding-style; sm_90 clusters):
  * S = n_split blocks per (query tile, head), launched as one thread-block cluster of S blocks
@@ -1096,56 +1140,8 @@ template <int MODE> __device__ __forceinline__ void dit_paged_block(const PagedG
     cp_async_wait_all(); /* tile it has landed (the only group in flight) */
     __syncthreads();     /* ... for every thread; and tile it - 1 is no longer read */
     if (kt + kt_step < kt_hi) stage(kt + kt_step, buf ^ 1);
-
-    float s[8][4];
-    fa_qk(s, qa, Ks, lane);
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = kt + nt * 8 + 2 * t4 + (e & 1);
-        const float sv = j < (e < 2 ? kend0 : kend1) ? s[nt][e] * g.scale_log2 : -INFINITY;
-        s[nt][e] = sv;
-        if (e < 2)
-          mx0 = fmaxf(mx0, sv);
-        else
-          mx1 = fmaxf(mx1, sv);
-      }
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-    m0 = mn0;
-    m1 = mn1;
-    l0 *= al0;
-    l1 *= al1;
-#pragma unroll
-    for (int dt = 0; dt < 8; ++dt) {
-      oacc[dt][0] *= al0;
-      oacc[dt][1] *= al0;
-      oacc[dt][2] *= al1;
-      oacc[dt][3] *= al1;
-    }
-    uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int nt = 2 * kk + half;
-        const uint32_t w0 = pack_bf16(exp2f(s[nt][0] - mu0), exp2f(s[nt][1] - mu0));
-        const uint32_t w1 = pack_bf16(exp2f(s[nt][2] - mu1), exp2f(s[nt][3] - mu1));
-        l0 += bf16_lo(w0) + bf16_hi(w0);
-        l1 += bf16_lo(w1) + bf16_hi(w1);
-        pa[kk][2 * half] = w0;
-        pa[kk][2 * half + 1] = w1;
-      }
-    }
-    fa_pv(oacc, pa, Vs, lane);
+    dit_tile_step<false>(oacc, m0, m1, l0, l1, qa, Ks, Vs, lane, kend0, kend1, kt + 2 * t4,
+                         g.scale_log2);
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -1253,8 +1249,8 @@ __global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_auto_kernel(Page
 #endif
 }
 
-/* cosy_k_attn_dit_paged_v2: the one-block kernel's arithmetic with less work around it (see the
- * file header, "attn_dit_paged_v2"). NW warps (4: 64-query tiles, 8: 128-query tiles), 16 query
+/* cosy_k_attn_dit_paged_v2: the one-block kernel's arithmetic (dit_tile_step per key tile, the
+ * same end) with less work around it (see the file header, "attn_dit_paged_v2"). NW warps (4: 64-query tiles, 8: 128-query tiles), 16 query
  * rows each; K/V tiles of 64 keys in two cp.async buffers as in dit_paged_block. */
 template <int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(PagedGeo g) {
@@ -1343,69 +1339,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
     __syncthreads();     /* ... for every thread; and tile it - 1 is no longer read */
     if (kt + FA_BK < kend_blk) stage(kt + FA_BK, buf ^ 1);
     if (!wact || kt >= whi) continue; /* warp-uniform: nothing of this tile reaches its rows */
-
-    float s[8][4];
-    fa_qk(s, qa, Ks2[buf], lane);
-    /* s * scale log2(e) (one rounding: __fmul_rn is never contracted), then -inf past each
-     * row's last key: the one-block kernel's `j < kend ? s * scale : -inf`, as a compare of
-     * the tile-relative key index with kend - kt - 2 t4 and a select (no index arithmetic) */
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = __fmul_rn(s[nt][e], scale_log2);
-    {
-      const int lim0 = kend0 - kt - 2 * t4, lim1 = kend1 - kt - 2 * t4;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[nt][e] = nt * 8 + (e & 1) < (e < 2 ? lim0 : lim1) ? s[nt][e] : -INFINITY;
-    }
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) { /* the one-block kernel's order */
-      mx0 = fmaxf(fmaxf(mx0, s[nt][0]), s[nt][1]);
-      mx1 = fmaxf(fmaxf(mx1, s[nt][2]), s[nt][3]);
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-    m0 = mn0;
-    m1 = mn1;
-#pragma unroll
-    for (int dt = 0; dt < 8; ++dt) {
-      oacc[dt][0] *= al0;
-      oacc[dt][1] *= al0;
-      oacc[dt][2] *= al1;
-      oacc[dt][3] *= al1;
-    }
-    uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int nt = 2 * kk + half;
-        const uint32_t w0 = pack_bf16(exp2f(s[nt][0] - mu0), exp2f(s[nt][1] - mu0));
-        const uint32_t w1 = pack_bf16(exp2f(s[nt][2] - mu1), exp2f(s[nt][3] - mu1));
-        const float d0 = __fadd_rn(bf16_lo(w0), bf16_hi(w0));
-        const float d1 = __fadd_rn(bf16_lo(w1), bf16_hi(w1));
-        if (nt == 0) { /* l = l alpha + first pair in one rounding, as dit_paged_block's code
-                        * compiles (ptxas contracts its l *= alpha into the first l +=) */
-          l0 = fmaf(l0, al0, d0);
-          l1 = fmaf(l1, al1, d1);
-        } else {
-          l0 = __fadd_rn(l0, d0);
-          l1 = __fadd_rn(l1, d1);
-        }
-        pa[kk][2 * half] = w0;
-        pa[kk][2 * half + 1] = w1;
-      }
-    }
-    fa_pv(oacc, pa, Vs2[buf], lane);
+    dit_tile_step<true>(oacc, m0, m1, l0, l1, qa, Ks2[buf], Vs2[buf], lane,
+                        kend0 - kt - 2 * t4, kend1 - kt - 2 * t4, 0, scale_log2);
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);

@@ -244,14 +244,15 @@ cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qkv, int D, i
 /* tiles: int32 pairs (segment, first query of the tile within the segment), 64 queries a tile */
 #define COSY_K_DIT_TILE 64
 /* The same attention by a leaner kernel (cosy_k_attn_dit_paged_v2, kernels/attention.cu): the
- * same arguments and the same precision as cosy_k_attn_dit_paged (not the same bits: on an H200
- * most outputs differ from it in the last bits), with tiles of tile_q queries: COSY_K_DIT_TILE (64, blocks of
- * 4 warps; the same tile list) or COSY_K_DIT_TILE_WIDE (128, blocks of 8 warps: each staged K/V
- * tile serves twice the queries; a list of 128-query tiles: pairs (segment, first query), 128
- * queries a tile). Batch-invariant as cosy_k_attn_dit_paged: a row's bits
- * depend only on its query, its segment's keys up to its own last key and chunk (so also not on
- * tile_q). out must be 4-byte aligned (two outputs a store). cudaErrorInvalidValue for another
- * tile_q, an unaligned out, page_frames * D >= 2^31 and cosy_k_attn_dit_paged's bad arguments. */
+ * same arguments and, row for row, the same bits as cosy_k_attn_dit_paged (the one-block
+ * kernel's key-tile step, dit_tile_step, and its end), with tiles of tile_q queries:
+ * COSY_K_DIT_TILE (64, blocks of 4 warps; the same tile list) or COSY_K_DIT_TILE_WIDE (128,
+ * blocks of 8 warps: each staged K/V tile serves twice the queries; a list of 128-query tiles:
+ * pairs (segment, first query), 128 queries a tile). Batch-invariant as cosy_k_attn_dit_paged: a
+ * row's bits depend only on its query, its segment's keys up to its own last key and chunk (so
+ * also not on tile_q). out must be 4-byte aligned (two outputs a store). cudaErrorInvalidValue
+ * for another tile_q, an unaligned out, page_frames * D >= 2^31 and cosy_k_attn_dit_paged's bad
+ * arguments. */
 #define COSY_K_DIT_TILE_WIDE 128
 cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads,
                                      const cosy_k_dit_seg *segs, const int32_t *tiles, int n_tiles,
