@@ -43,7 +43,8 @@
  *   source with the golden rand_ini/sine_waves injected vs golden s: 1e-2.
  *   decode from golden final/s and nonfinal/s vs golden wav: 2e-2 (TF32 printed; 3xTF32 and F16
  *     asserted, F16's error printed beside TF32's), and vs ref_hift_decode (printed); in TF32 the
- *     waveform under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's.
+ *     waveform under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's;
+ *     each precision's waveform digest (FNV-1a of its bits) is printed, to compare two builds.
  *   end-to-end infer (default noise) vs ref_hift_infer: printed only (phase sensitive); lengths,
  *     finiteness and the +-0.99 clamp are asserted.
  *   argument checks and cancellation.
@@ -1739,6 +1740,15 @@ static void test_source_golden(void **state) {
   assert_true(ok);
 }
 
+/* FNV-1a (64-bit) of n floats' bytes: a waveform's bits in one printed number, to compare two
+ * builds' outputs (bench/device_run.sh step conv prints it per precision) */
+static unsigned long long wav_digest(const float *w, int64_t n) {
+  unsigned long long h = 1469598103934665603ULL;
+  const unsigned char *b = (const unsigned char *)w;
+  for (size_t i = 0; i < (size_t)n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
 static void test_decode_golden(void **state) {
   fixture *fx = *state;
   NEED_MODEL(fx);
@@ -1779,6 +1789,9 @@ static void test_decode_golden(void **state) {
         print_message("%-52s rel L2 %.3e  (info)\n", name, eg);
       print_message("  vs ref_hift_decode: rel L2 %.3e, max abs %.3e\n", tu_rel_l2(w, wc, n),
                     tu_max_abs_diff(w, wc, n));
+      print_message("  decode %s [%s] waveform digest %016llx\n", fin ? "final" : "non-final",
+                    prec == COSY_HPREC_3XTF32 ? "3xTF32" : prec == COSY_HPREC_F16 ? "F16" : "TF32",
+                    wav_digest(w, n));
       /* TF32: the waveform under every conv kernel (cosy_hift_conv_kernel), the old one first,
        * is the bits of the default's above (so every kernel's are the old kernel's) */
       for (int kv = COSY_HCONV_K_OLD; prec == COSY_HPREC_TF32 && kv <= COSY_HCONV_K_AUTO;
