@@ -1244,7 +1244,7 @@ static void add_dit_calls(const char *group) {
  * residual once. After each shape a line "conv cmp" gives every kernel's us against the old one,
  * and after each scenario the sums ("conv sum"): the lines to read to pick the engine's kernel.
  * The rows "f16 w128" .. "f16 auto" run the same launches with fp16 operands (COSY_HPREC_F16,
- * conv2h_kernel: its tile per kernel choice, never split; "(ran tf32)" if it fell back); the
+ * conv2_kernel<OpF16>: its tile per kernel choice, never split; "(ran tf32)" if it fell back); the
  * "conv cmp" line ends with "f16/tf32 x": the default TF32 choice's ("auto") us over F16's
  * ("f16 auto"). The launches TF32 runs on the old kernel under every choice (the ups 1/2 and
  * conv_post with their mean-of-3 inputs, the strided source downs) follow the others in each

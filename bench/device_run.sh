@@ -60,7 +60,9 @@
 #               (every cosy_hift_conv_kernel choice vs the CPU loop and bit for bit vs the old
 #               kernel; logs conv_test.log, conv_decode.log), then test_kernels --bench hift
 #               (conv_bench.log). Summary: failed checks ("conv check: ..."), the golden
-#               decode's F16 error beside TF32's ("conv golden rel L2: F16 ..."), then the
+#               decode's F16 error beside TF32's ("conv golden rel L2: F16 ..."), each
+#               precision's waveform digest ("conv decode final [F16] waveform digest ...": the
+#               same number from two builds = the same bits), then the
 #               "conv cmp" line of each vocoder launch (us of every kernel, speed-up over the
 #               old one, the fp16-operand rows "f16 ..." and "f16/tf32 x" at the end) and the
 #               "conv sum" / "conv sum all" lines of each scenario (voc s100, f224, b16)
@@ -438,7 +440,8 @@ if [[ " $STEPS " == *" conv "* ]]; then
   COSY_TEST_FILTER=test_decode_golden run conv_decode ./$B/tests/test_gpu_hift
   grep -hE 'FAIL|DIFFERS|NOT BIT|NOT F16|WRONG KERNEL|LAYOUT' "$OUT/conv_test.log" \
     "$OUT/conv_decode.log" | sed 's/^/conv check: /' | tee -a "$SUMMARY"
-  grep -hE 'bit-identical to the old kernel|golden rel L2: F16' "$OUT/conv_decode.log" \
+  grep -hE 'bit-identical to the old kernel|golden rel L2: F16|waveform digest' \
+    "$OUT/conv_decode.log" \
     | sed 's/^ */conv /' | tee -a "$SUMMARY"
   run conv_bench ./$B/tests/test_kernels --bench hift
   grep -E '^conv (cmp|sum)' "$OUT/conv_bench.log" | tee -a "$SUMMARY"

@@ -66,24 +66,29 @@
  * ~95 per chunk for the staged column. A launch's floors: docs/kernels.md (a streaming call of
  * 100 frames: 62 GFLOP, ~125 us at the H200's TF32 rate).
  *
- * conv2_kernel (below; cosy_hift_conv_kernel picks it): the same products in the same order per
- * output, so the same bits as this kernel unsplit, with a 32 x 64 (W128: 64 x 128 block) or
- * 32 x 32 (W64: 64 x 64 block) warp tile, a padded strip addressed incrementally and one
- * cp.async per tap from a running pointer; one slab and one strip, two barriers a chunk, as
- * here: ~3-6 instructions per HMMA. Both kernels end in the same epilogue (store_tile: bias,
- * residuals, stores, the fused Snake output). The engine's choice is the one line
- * `int g_conv_kernel = ...` below (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in
- * conv2_plan; docs/kernels.md).
- *
- * conv2h_kernel (COSY_HPREC_F16, below conv2_kernel): conv2_kernel's tiles and addressing with
- * fp16 operands and mma.sync m16n8k16 (16 input channels per chunk: half the fragment loads,
- * staged columns, weight copies and barriers per product of the TF32 kernels, twice the tensor
- * rate), the weights scaled per output channel by an exact power of two on the host and the
- * activations saturated to +-65504 when staged (the numerics and the range the inputs must stay
- * in: its comment). It takes every launch of the vocoder (mean-of-3 inputs, strided downs, tap
- * groups); the F0 predictor's convs stay fp64 (below). Its bits differ from the TF32 kernels';
- * they do not depend on the tile (W128 / W64) or the taps per slab (tests/test_gpu_hift.c
- * test_kernel_conv_f16).
+ * conv2_kernel<OP, NTW, M3> (below; cosy_hift_conv_kernel picks it): the same implicit GEMM
+ * with a 32 x 64 (NTW 8, W128: 64 x 128 block) or 32 x 32 (NTW 4, W64: 64 x 64 block) warp
+ * tile, a padded strip addressed incrementally and one cp.async per tap from a running pointer;
+ * one slab and one strip, two barriers a chunk, as here: ~3-6 instructions per HMMA. One
+ * template, two operand precisions OP (a traits struct: the weights' type and pitch, the
+ * channels per chunk, how a staged column is converted, which mma is issued, the epilogue's
+ * weight scale):
+ *   - OpTf32<PREC> (TF32, TF32_ROUNDED): mma m16n8k8 TF32, 8 channels a chunk; the same
+ *     products in the same order per output as this kernel, so the same bits as this kernel
+ *     unsplit; launches it does not handle (3xTF32, mean-of-3, split, long strips, tap groups)
+ *     fall back to this kernel.
+ *   - OpF16 (COSY_HPREC_F16): fp16 operands and mma.sync m16n8k16 with fp32 accumulation (16
+ *     input channels per chunk: half the fragment loads, staged columns, weight copies and
+ *     barriers per product of the TF32 kernels, twice the tensor rate), the weights scaled per
+ *     output channel by an exact power of two on the host (undone in the epilogue) and the
+ *     activations saturated to +-65504 when staged (the numerics and the range the inputs must
+ *     stay in: conv2_kernel's comment). It takes every launch of the vocoder (mean-of-3 inputs:
+ *     M3, NTW 4; strided downs; tap groups); the F0 predictor's convs stay fp64 (below). Its bits
+ *     differ from the TF32 kernels'; they do not depend on the tile (W128 / W64) or the taps per
+ *     slab (tests/test_gpu_hift.c test_kernel_conv_f16).
+ * Both kernels end in the same epilogue (store_tile: bias, residuals, stores, the fused Snake
+ * output). The engine's choice is the one line `int g_conv_kernel = ...` below
+ * (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in conv2_auto; docs/kernels.md).
  *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The
@@ -240,8 +245,8 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
   }
 }
 
-/* The epilogue of every kernel (conv_tc_kernel: NTW = 4; conv2_kernel, conv2h_kernel: NTW = 4 or
- * 8; osc: conv2h_kernel's per-output-channel weight scale [co], multiplied first), bias,
+/* The epilogue of every kernel (conv_tc_kernel: NTW = 4; conv2_kernel: NTW = 4 or 8; osc: the
+ * F16 conv2_kernel's per-output-channel weight scale [co], multiplied first), bias,
  * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
  * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
  * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4 */
@@ -521,11 +526,10 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
   store_tile<4>(c, acc, co0, t0, wm, wn, g, tq);
 }
 
-/* ---- the wide-tile TF32 kernel (conv2) ------------------------------------------------------- */
+/* ---- the wide-tile kernel (conv2: TF32 and fp16 operands) ------------------------------------ */
 
-/* conv2_kernel<PREC, NTW>: the same GEMM view, products and per-output order as
- * conv_tc_kernel with KS = 1 (so its values are bit-identical to that kernel's unsplit launch),
- * with fewer instructions per mma:
+/* conv2_kernel<OP, NTW, M3>: the same GEMM view as conv_tc_kernel with fewer instructions per
+ * mma, for two operand precisions OP (the traits below: OpTf32<PREC>, OpF16):
  *   - warp tile 32 co x 8 NTW time (NTW = 8: 32 x 64, 16 mma per tap from 2 A and 4 B ldmatrix
  *     x4; the old kernel's 32 x 32 needs 2 + 2 for 8 mma); block 64 co x 16 NTW time (128 for
  *     NTW = 8), 4 warps (2 co x 2 time), so every weight slab copied to shared memory serves
@@ -536,194 +540,37 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
  *     dil XS floats: the tap loop is ldmatrix + mma + one add, no swizzle arithmetic;
  *   - each thread copies the same weight row (m = tid / 2, half tid % 2) of every tap: one
  *     cp.async per tap from a running pointer, no division or 64-bit multiply per copy.
- * One slab of all k taps and one strip a block, two barriers per chunk (copy, stage, prefetch,
- * wait, barrier, mma, barrier), the old kernel's schedule. A double-buffered version (two slabs
- * and two strips, the next chunk's weights copied during the current chunk's products, one
- * barrier a chunk) was as fast or slower in every launch of the vocoder on an H200 (the k 16
- * upsampling of 16 requests: 555 against 350 us; bench/RESULTS.md, session of 2026-11-28
- * (tenth), call c) and was removed.
- * Each thread stages strip columns tid and tid + 128 (strips of up to 256 columns: every
- * stride-1 conv of the vocoder at NTW = 8), the next chunk's values prefetched into registers.
- * Not handled here (the launcher falls back to conv_tc_kernel, whose values are the same bits):
- * 3xTF32, the mean-of-3 input, the split reduction, longer strips (the strided source downs),
- * slabs that do not hold all k taps in the device's shared memory. */
-constexpr int XS = 12;
-
-__host__ __device__ inline int conv2_strip_len(int ntw, int k, int dil, int stride) {
-  return (16 * ntw - 1) * stride + (k - 1) * dil + 1 + 2;
-}
-/* the weight slab of all k taps [k][BM][CK] + the strip [strip_len][XS] */
-inline size_t conv2_smem(int ntw, int k, int dil, int stride) {
-  return ((size_t)k * BM * CK + (size_t)conv2_strip_len(ntw, k, dil, stride) * XS) * sizeof(float);
-}
-
-template <int PREC, int NTW>
-__global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
-    conv2_kernel(const __grid_constant__ ConvGroup grp) {
-  constexpr int BN2 = 16 * NTW, WN = 8 * NTW; /* block and warp time steps */
-  const cosy_hift_conv &c = grp.c[blockIdx.z];
-  const int t0 = blockIdx.x * BN2;
-  const int co0 = blockIdx.y * BM;
-  if (t0 >= c.n_out || co0 >= c.co) return;
-
-  extern __shared__ float4 smem_raw[];
-  const int K = c.k, dil = c.dil, stride = c.stride, act = c.act;
-  const int SL = conv2_strip_len(NTW, K, dil, stride);
-  float *const sW = reinterpret_cast<float *>(smem_raw); /* [K][BM][CK] */
-  float *const sX = sW + K * BM * CK;                    /* [SL][XS] */
-
-  const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp >> 1, wn = warp & 1;
-  const int g = lane >> 2, tq = lane & 3;
-
-  const int p0 = c.reflect ? t0 - 1 : t0;
-  const long long ubase = (long long)p0 * stride - c.pad_left;
-  const long long Lu = (long long)c.len_in * c.up;
-
-  /* B: ldmatrix x4 h (h < NTW / 2) gives n tiles 2h, 2h + 1 x (channels 0-3, 4-7); lane l
-   * addresses strip column n stride (+ j dil at tap j) of n = wn WN + 8 (2 h + l / 16) + l % 8,
-   * channels 4 ((l / 8) % 2) */
-  int bofs[NTW / 2];
-#pragma unroll
-  for (int h = 0; h < NTW / 2; h++) {
-    const int n = wn * WN + (2 * h + (lane >> 4)) * 8 + (lane & 7);
-    const int col = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
-    bofs[h] = col * XS + ((lane >> 3) & 1) * 4;
-  }
-  /* A: as conv_tc_kernel (the slab layout is the same) */
-  int aofs[2];
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-    aofs[mt] = sw_off(wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
-
-  float acc[2][NTW][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
-
-  const int n_chunks = c.ci_pad / CK;
-  /* the strip columns of this thread: tid and tid + NT */
-  constexpr int CPT = NTW == 8 ? 2 : 1;
-  bool col_ok[CPT];
-  int uu_col[CPT];
-#pragma unroll
-  for (int q = 0; q < CPT; q++) {
-    const int col = tid + q * NT;
-    const long long u = ubase + col;
-    col_ok[q] = col < SL && u >= 0 && u < Lu;
-    uu_col[q] = col_ok[q] ? (c.up == 1 ? (int)u : (int)(u / c.up)) : 0;
-  }
-  float pv[CPT][CK];
-  auto prefetch = [&](int chunk) {
-    const int ci0 = chunk * CK;
-#pragma unroll
-    for (int r = 0; r < CK; r++) {
-      const int ci = ci0 + r;
-      const float *row = c.in + (size_t)ci * (size_t)c.ld_in;
-#pragma unroll
-      for (int q = 0; q < CPT; q++) pv[q][r] = col_ok[q] && ci < c.ci ? row[uu_col[q]] : 0.f;
-    }
-  };
-  /* the weights: this thread's row m = tid / 2, half tid % 2, of every tap */
-  const int wm_row = tid >> 1, whalf = tid & 1;
-  const float *const wsrc =
-      c.wp + (size_t)(co0 + wm_row) * (size_t)c.ci_pad + (size_t)(whalf * 4);
-  const size_t wtap = (size_t)c.co_pad * (size_t)c.ci_pad;
-  const int wdst = sw_off(wm_row, whalf);
-  auto load_w = [&](int chunk) {
-    const float *src = wsrc + (size_t)chunk * CK;
-    float *d = sW + wdst;
-    for (int j = 0; j < K; j++, src += wtap, d += BM * CK) cp_async16(d, src);
-    cp_async_commit();
-  };
-  auto stage = [&](int chunk) {
-    const int ci0 = chunk * CK;
-#pragma unroll
-    for (int q = 0; q < CPT; q++) {
-      const int col = tid + q * NT;
-      if (col < SL) {
-        /* the activation chosen once per column, not per value (the same operations) */
-        float big[CK];
-        if (act == COSY_HACT_NONE) {
-#pragma unroll
-          for (int r = 0; r < CK; r++) big[r] = __uint_as_float(tf32_bits(pv[q][r]));
-        } else if (act == COSY_HACT_LEAKY) {
-#pragma unroll
-          for (int r = 0; r < CK; r++)
-            big[r] = __uint_as_float(
-                tf32_bits(pv[q][r] > 0.f ? pv[q][r] : __fmul_rn(pv[q][r], c.slope)));
-        } else {
-#pragma unroll
-          for (int r = 0; r < CK; r++) {
-            const int ci = ci0 + r;
-            big[r] = __uint_as_float(
-                tf32_bits(apply_act(c, act, ci, ci < c.ci, pv[q][r], 0.f, 0.f)));
-          }
-        }
-        float4 *d = reinterpret_cast<float4 *>(sX + col * XS);
-        d[0] = make_float4(big[0], big[1], big[2], big[3]);
-        d[1] = make_float4(big[4], big[5], big[6], big[7]);
-      }
-    }
-  };
-  const int dxs = dil * XS;
-  auto mma_taps = [&]() {
-    const float *ws = sW, *xb = sX;
-#pragma unroll 2
-    for (int j = 0; j < K; j++, ws += BM * CK, xb += dxs) {
-      uint32_t ab[2][4], bb[NTW][2];
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++) ldsm4(ab[mt], ws + aofs[mt]);
-#pragma unroll
-      for (int h = 0; h < NTW / 2; h++) {
-        uint32_t r4[4];
-        ldsm4(r4, xb + bofs[h]);
-        bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
-        bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
-      }
-      if (PREC != COSY_HPREC_TF32_ROUNDED) {
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(__uint_as_float(ab[mt][e]));
-      }
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NTW; nt++) mma_tf32(acc[mt][nt], ab[mt], bb[nt]);
-    }
-  };
-
-  prefetch(0);
-  for (int chunk = 0; chunk < n_chunks; chunk++) {
-    load_w(chunk);
-    stage(chunk);
-    if (chunk + 1 < n_chunks) prefetch(chunk + 1);
-    cp_async_wait<0>();
-    __syncthreads();
-    mma_taps();
-    __syncthreads(); /* the slab and the strip may be overwritten */
-  }
-
-  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq);
-}
-
-/* ---- the fp16-operand kernel (COSY_HPREC_F16) ------------------------------------------------ */
-
-/* conv2h_kernel<NTW, M3>: conv2_kernel's GEMM, tiles, strip and slab addressing with fp16
- * operands and mma.sync.m16n8k16 (f16 x f16, fp32 accumulation): one k16 step = one tap and
- * CKH = 16 input channels, so every ldmatrix, staged column, weight copy and barrier serves twice
- * the reduction of the TF32 kernels (and the tensor rate is twice TF32's).
- *   - Layouts: a weight row of 16 halves is 32 bytes, a TF32 slab row of 8 floats, and a strip
+ * One slab and one strip a block, two barriers per chunk (copy, stage, prefetch, wait, barrier,
+ * mma, barrier), the old kernel's schedule. A double-buffered version (two slabs and two strips,
+ * the next chunk's weights copied during the current chunk's products, one barrier a chunk) was
+ * as fast or slower in every launch of the vocoder on an H200 (the k 16 upsampling of 16
+ * requests: 555 against 350 us; bench/RESULTS.md, session of 2026-11-28 (tenth), call c) and was
+ * removed.
+ * Each thread stages strip columns tid and tid + 128 (CPT = 2 at NTW = 8: strips of up to 256
+ * columns, every stride-1 conv of the vocoder), the next chunk's values prefetched into
+ * registers. A chunk is OP::CKC input channels = one k step of OP's mma at one tap; a strip
+ * column holds them in 32 bytes of its 48-byte pitch, a weight slab row [kt][BM][32 bytes] the
+ * same.
+ *
+ * OpTf32<PREC> (COSY_HPREC_TF32, COSY_HPREC_TF32_ROUNDED): mma.sync m16n8k8 TF32, CKC = 8
+ * channels (8 floats) a chunk; the products and their per-output order are conv_tc_kernel's with
+ * KS = 1, so the values are bit-identical to that kernel's unsplit launch. The activations are
+ * rounded to TF32 when staged, the weights at fragment load (ROUNDED: already by the caller).
+ * Not handled (OP::GENERAL false; the launcher falls back to conv_tc_kernel, whose values are
+ * the same bits): 3xTF32, the mean-of-3 input, the split reduction, longer strips (the strided
+ * source downs), slabs that do not hold all k taps in the device's shared memory.
+ *
+ * OpF16 (COSY_HPREC_F16): fp16 operands and mma.sync.m16n8k16 (f16 x f16, fp32 accumulation):
+ * one k16 step = one tap and CKC = CKH = 16 input channels, so every ldmatrix, staged column,
+ * weight copy and barrier serves twice the reduction of the TF32 kernels (and the tensor rate is
+ * twice TF32's).
+ *   - Layouts: a weight row of 16 halves is 32 bytes, as a TF32 slab row of 8 floats, and a strip
  *     column of 16 halves is 32 bytes in the same 48-byte pitch (XS = 12 floats); the m16n8k16
  *     fragments (a0..a3: rows g / g + 8 x k 2tq, 2tq + 1 / 2tq + 8, 2tq + 9; b0, b1: k 2tq, 2tq + 1
  *     / 2tq + 8, 2tq + 9 x n g) are the same 8x8 b16 matrices of the same 16-byte row halves as
- *     the m16n8k8 TF32 fragments, so aofs / bofs / the ldmatrix calls are conv2_kernel's
- *     unchanged and the tap loop is ldmatrix + mma + one add (no conversion: the weights are fp16
- *     in memory, the activations are converted once when staged).
+ *     the m16n8k8 TF32 fragments, so aofs / bofs / the ldmatrix calls are the TF32 ones and the
+ *     tap loop is ldmatrix + mma + one add (no conversion: the weights are fp16 in memory, the
+ *     activations are converted once when staged).
  *   - Weights: packed on the host by cosy_hift_conv_pack_f16: wh[j][co_pad][ci_pad16] fp16,
  *     ci_pad16 = ci rounded up to 16, each output channel multiplied by an exact power of two
  *     2^e (its largest |w| in [0.5, 1); wh_scale[co] = 2^-e), so that small weights keep fp16's
@@ -746,13 +593,25 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
  *     that of the TF32 kernels (~3e-4 relative; the test compares both against the CPU). The
  *     accumulation order differs from the TF32 kernels' (16 channels per k step), so the bits do
  *     too.
- * Handles every launch the vocoder makes: any pre-activation (the mean-of-3 input with NTW = 4
- * only: three prefetched values per column), any strip length (strips longer than the CPT NT
- * columns the prefetch registers cover, the strided source downs, are staged by a loop over the
- * columns), and tap groups (kt < k taps per slab when all k do not fit dev->smem_block; per
- * chunk: the strip staged once, then per group the slab copied, one barrier, kt mma steps, one
- * barrier: conv_tc_kernel's schedule). It never splits the reduction over two warp groups. */
-constexpr int CKH = 16;
+ *   - Handles every launch the vocoder makes (OP::GENERAL true): any pre-activation (the
+ *     mean-of-3 input, M3, with NTW = 4 only: three prefetched values per column), any strip
+ *     length (strips longer than the CPT NT columns the prefetch registers cover, the strided
+ *     source downs, are staged by a loop over the columns), and tap groups (kt < k taps per slab
+ *     when all k do not fit dev->smem_block; per chunk: the strip staged once, then per group
+ *     the slab copied, one barrier, kt mma steps, one barrier: conv_tc_kernel's schedule). It
+ *     never splits the reduction over two warp groups. */
+constexpr int XS = 12;
+constexpr int CKH = COSY_HCONV_CKH; /* 16 input channels per k step of the fp16 operands */
+
+__host__ __device__ inline int conv2_strip_len(int ntw, int k, int dil, int stride) {
+  return (16 * ntw - 1) * stride + (k - 1) * dil + 1 + 2;
+}
+/* the weight slab of kt taps [kt][BM][32 bytes: CK floats or CKH halves] + the strip
+ * [strip_len][XS] */
+inline size_t conv2_smem(int ntw, int kt, int k, int dil, int stride) {
+  return ((size_t)kt * BM * CK + (size_t)conv2_strip_len(ntw, k, dil, stride) * XS) *
+         sizeof(float);
+}
 
 /* two values to fp16 in one f16x2 register (lo: the lower channel, as mma reads it), to nearest
  * even, with .satfinite: a magnitude beyond 65504 becomes +-65504 (never inf), NaN stays NaN
@@ -772,26 +631,91 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* the slab of kt taps [kt][BM][16 halves] (= [kt][BM][CK] floats) + the strip [SL][XS] */
-inline size_t conv2h_smem(int ntw, int kt, int k, int dil, int stride) {
-  return ((size_t)kt * BM * CK + (size_t)conv2_strip_len(ntw, k, dil, stride) * XS) *
-         sizeof(float);
-}
+/* The operand precisions of conv2_kernel: W, the weights' element in memory; CKC, the input
+ * channels of a chunk (one mma k step, 32 bytes); GENERAL, whether the kernel handles tap groups,
+ * strips longer than its prefetch registers and the mean-of-3 input (else the launcher never
+ * gives it those); weights / ci_pad, the packed weights and their channel pitch; out_scale, the
+ * per-output-channel factor the epilogue applies first (none: nullptr); round, what an activated
+ * fp32 value becomes when staged (TF32: rounded to TF32; F16: unchanged, put_col converts);
+ * put_col, one strip column of CKC staged values stored (two 16-byte stores; F16: converted to
+ * fp16 in pairs); prep_a, the A fragments after their ldmatrix (TF32: rounded unless the host
+ * did); mma, one m16 x n8 x CKC product. */
+template <int PREC> struct OpTf32 {
+  using W = float;
+  static constexpr int CKC = CK;
+  static constexpr bool GENERAL = false;
+  static __device__ __forceinline__ const W *weights(const cosy_hift_conv &c) { return c.wp; }
+  static __device__ __forceinline__ int ci_pad(const cosy_hift_conv &c) { return c.ci_pad; }
+  static __device__ __forceinline__ const float *out_scale(const cosy_hift_conv &) {
+    return nullptr;
+  }
+  static __device__ __forceinline__ float round(float v) { return __uint_as_float(tf32_bits(v)); }
+  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC]) {
+    float4 *d = reinterpret_cast<float4 *>(x);
+    d[0] = make_float4(v[0], v[1], v[2], v[3]);
+    d[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+  /* the weights as TF32 (already so with COSY_HPREC_TF32_ROUNDED) */
+  static __device__ __forceinline__ void prep_a(uint32_t (&ab)[2][4]) {
+    if (PREC != COSY_HPREC_TF32_ROUNDED) {
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) ab[mt][e] = tf32_bits(__uint_as_float(ab[mt][e]));
+    }
+  }
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    mma_tf32(c, a, b);
+  }
+};
 
-template <int NTW, bool M3>
+struct OpF16 {
+  using W = uint16_t;
+  static constexpr int CKC = CKH;
+  static constexpr bool GENERAL = true;
+  static __device__ __forceinline__ const W *weights(const cosy_hift_conv &c) { return c.wh; }
+  /* ci_pad16: wh's pitch (cosy_hift_conv_pack_f16) */
+  static __device__ __forceinline__ int ci_pad(const cosy_hift_conv &c) {
+    return (c.ci + CKH - 1) / CKH * CKH;
+  }
+  static __device__ __forceinline__ const float *out_scale(const cosy_hift_conv &c) {
+    return c.wh_scale;
+  }
+  static __device__ __forceinline__ float round(float v) { return v; } /* when stored */
+  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC]) {
+    uint4 *d = reinterpret_cast<uint4 *>(x);
+    d[0] = make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]),
+                      pack_f16x2(v[6], v[7]));
+    d[1] = make_uint4(pack_f16x2(v[8], v[9]), pack_f16x2(v[10], v[11]),
+                      pack_f16x2(v[12], v[13]), pack_f16x2(v[14], v[15]));
+  }
+  static __device__ __forceinline__ void prep_a(uint32_t (&)[2][4]) {}
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    mma_f16(c, a, b);
+  }
+};
+
+template <class OP, int NTW, bool M3>
 __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
-    conv2h_kernel(const __grid_constant__ ConvGroup grp) {
-  constexpr int WN = 8 * NTW, BN2 = 16 * NTW;
+    conv2_kernel(const __grid_constant__ ConvGroup grp) {
+  static_assert(!M3 || (OP::GENERAL && NTW == 4), "the mean-of-3 input: general OP, NTW 4");
+  using W = typename OP::W;
+  constexpr int CKC = OP::CKC;
+  constexpr int BN2 = 16 * NTW, WN = 8 * NTW; /* block and warp time steps */
   const cosy_hift_conv &c = grp.c[blockIdx.z];
   const int t0 = blockIdx.x * BN2;
   const int co0 = blockIdx.y * BM;
   if (t0 >= c.n_out || co0 >= c.co) return;
 
   extern __shared__ float4 smem_raw[];
-  const int K = c.k, dil = c.dil, stride = c.stride, act = c.act, KT = grp.kt[blockIdx.z];
+  /* taps per slab: the launch's (tap groups) or all K */
+  const int K = c.k, dil = c.dil, stride = c.stride, act = c.act;
+  const int KT = OP::GENERAL ? grp.kt[blockIdx.z] : K;
   const int SL = conv2_strip_len(NTW, K, dil, stride);
-  float *const sW = reinterpret_cast<float *>(smem_raw); /* [KT][BM][16 halves] */
-  float *const sX = sW + KT * BM * CK;                   /* [SL][XS], 16 halves a column */
+  float *const sW = reinterpret_cast<float *>(smem_raw); /* [KT][BM][32 bytes] */
+  float *const sX = sW + KT * BM * CK;                   /* [SL][XS], 32 bytes a column */
 
   const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
@@ -801,6 +725,9 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
   const long long ubase = (long long)p0 * stride - c.pad_left;
   const long long Lu = (long long)c.len_in * c.up;
 
+  /* B: ldmatrix x4 h (h < NTW / 2) gives n tiles 2h, 2h + 1 x (the column's 16-byte halves 0,
+   * 1); lane l addresses strip column n stride (+ j dil at tap j) of n = wn WN + 8 (2 h + l / 16)
+   * + l % 8, half (l / 8) % 2 */
   int bofs[NTW / 2];
 #pragma unroll
   for (int h = 0; h < NTW / 2; h++) {
@@ -808,6 +735,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     const int col = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
     bofs[h] = col * XS + ((lane >> 3) & 1) * 4;
   }
+  /* A: as conv_tc_kernel (the slab layout is the same) */
   int aofs[2];
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
@@ -821,11 +749,11 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
 
-  const int ci_pad16 = (c.ci + CKH - 1) / CKH * CKH;
-  const int n_chunks = ci_pad16 / CKH;
+  const int n_chunks = OP::ci_pad(c) / CKC;
+  /* the strip columns of this thread: tid and tid + NT; strips of up to CPT NT columns are
+   * prefetched into registers (always so when !OP::GENERAL: the launcher's condition) */
   constexpr int CPT = NTW == 8 ? 2 : 1;
-  /* strips of up to CPT NT columns: each thread's columns tid (+ NT) prefetched into registers */
-  const bool fast = SL <= CPT * NT;
+  const bool fast = !OP::GENERAL || SL <= CPT * NT;
   const bool mean3 = M3 && act == COSY_HACT_MEAN3_LEAKY;
   bool col_ok[CPT];
   int uu_col[CPT];
@@ -836,17 +764,17 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     col_ok[q] = fast && col < SL && u >= 0 && u < Lu;
     uu_col[q] = col_ok[q] ? (c.up == 1 ? (int)u : (int)(u / c.up)) : 0;
   }
-  constexpr int M3R = M3 ? CKH : 1;
-  float pv[CPT][CKH], pv2[M3R], pv3[M3R];
+  constexpr int M3R = M3 ? CKC : 1;
+  float pv[CPT][CKC], pv2[M3R], pv3[M3R];
   auto prefetch = [&](int chunk) {
-    const int ci0 = chunk * CKH;
+    const int ci0 = chunk * CKC;
 #pragma unroll
-    for (int r = 0; r < CKH; r++) {
+    for (int r = 0; r < CKC; r++) {
       const int ci = ci0 + r;
-      const size_t off = (size_t)ci * (size_t)c.ld_in;
+      const float *row = c.in + (size_t)ci * (size_t)c.ld_in;
+      const size_t off = (size_t)ci * (size_t)c.ld_in; /* M3: in2, in3 */
 #pragma unroll
-      for (int q = 0; q < CPT; q++)
-        pv[q][r] = col_ok[q] && ci < c.ci ? c.in[off + uu_col[q]] : 0.f;
+      for (int q = 0; q < CPT; q++) pv[q][r] = col_ok[q] && ci < c.ci ? row[uu_col[q]] : 0.f;
       if (M3) {
         const bool ok = mean3 && col_ok[0] && ci < c.ci;
         pv2[M3 ? r : 0] = ok ? c.in2[off + uu_col[0]] : 0.f;
@@ -854,64 +782,60 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
       }
     }
   };
-  /* the weights: this thread's row m = tid / 2, 16-byte half tid % 2 (channels 8 half ..) */
+  /* the weights: this thread's row m = tid / 2, 16-byte half tid % 2 (channels CKC / 2 half ..)
+   * of every tap */
+  constexpr int W16 = 16 / (int)sizeof(W); /* weights per 16 bytes */
   const int wm_row = tid >> 1, whalf = tid & 1;
-  const uint16_t *const wsrc =
-      c.wh + (size_t)(co0 + wm_row) * (size_t)ci_pad16 + (size_t)(whalf * 8);
-  const size_t wtap = (size_t)c.co_pad * (size_t)ci_pad16;
+  const W *const wsrc =
+      OP::weights(c) + (size_t)(co0 + wm_row) * (size_t)OP::ci_pad(c) + (size_t)(whalf * W16);
+  const size_t wtap = (size_t)c.co_pad * (size_t)OP::ci_pad(c);
   const int wdst = sw_off(wm_row, whalf);
+  /* taps [j0, j1) of `chunk` into the slab from its row 0, one commit group */
   auto load_w = [&](int chunk, int j0, int j1) {
-    const uint16_t *src = wsrc + (size_t)chunk * CKH + (size_t)j0 * wtap;
+    const W *src = wsrc + (size_t)chunk * CKC + (size_t)j0 * wtap;
     float *d = sW + wdst;
     for (int j = j0; j < j1; j++, src += wtap, d += BM * CK) cp_async16(d, src);
     cp_async_commit();
   };
-  /* one strip column: 16 activated values as fp16, two 16-byte stores */
-  auto put_col = [&](int col, const float (&v)[CKH]) {
-    uint4 *d = reinterpret_cast<uint4 *>(sX + col * XS);
-    d[0] = make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]),
-                      pack_f16x2(v[6], v[7]));
-    d[1] = make_uint4(pack_f16x2(v[8], v[9]), pack_f16x2(v[10], v[11]),
-                      pack_f16x2(v[12], v[13]), pack_f16x2(v[14], v[15]));
-  };
   auto stage = [&](int chunk) {
-    const int ci0 = chunk * CKH;
+    const int ci0 = chunk * CKC;
     if (fast) {
 #pragma unroll
       for (int q = 0; q < CPT; q++) {
         const int col = tid + q * NT;
         if (col < SL) {
-          float v[CKH];
+          /* the activation chosen once per column, not per value (the same operations) */
+          float v[CKC];
           if (act == COSY_HACT_NONE) {
 #pragma unroll
-            for (int r = 0; r < CKH; r++) v[r] = pv[q][r];
+            for (int r = 0; r < CKC; r++) v[r] = OP::round(pv[q][r]);
           } else if (act == COSY_HACT_LEAKY) {
 #pragma unroll
-            for (int r = 0; r < CKH; r++)
-              v[r] = pv[q][r] > 0.f ? pv[q][r] : __fmul_rn(pv[q][r], c.slope);
+            for (int r = 0; r < CKC; r++)
+              v[r] = OP::round(pv[q][r] > 0.f ? pv[q][r] : __fmul_rn(pv[q][r], c.slope));
           } else {
 #pragma unroll
-            for (int r = 0; r < CKH; r++) {
+            for (int r = 0; r < CKC; r++) {
               const int ci = ci0 + r;
-              v[r] = apply_act(c, act, ci, ci < c.ci, pv[q][r], M3 ? pv2[M3 ? r : 0] : 0.f,
-                               M3 ? pv3[M3 ? r : 0] : 0.f);
+              v[r] = OP::round(apply_act(c, act, ci, ci < c.ci, pv[q][r],
+                                         M3 ? pv2[M3 ? r : 0] : 0.f, M3 ? pv3[M3 ? r : 0] : 0.f));
             }
           }
-          put_col(col, v);
+          OP::put_col(sX + col * XS, v);
         }
       }
-    } else {
+    } else { /* OP::GENERAL only: the long strips, a loop over the columns */
       for (int col = tid; col < SL; col += NT) {
         const long long u = ubase + col;
         const bool ok = u >= 0 && u < Lu;
         const int uu = ok ? (c.up == 1 ? (int)u : (int)(u / c.up)) : 0;
-        float v[CKH];
+        float v[CKC];
 #pragma unroll
-        for (int r = 0; r < CKH; r++) {
+        for (int r = 0; r < CKC; r++) {
           const int ci = ci0 + r;
-          v[r] = ok && ci < c.ci ? load_act(c, act, ci, uu) : 0.f;
+          v[r] = OP::round(ok && ci < c.ci ? load_act(c, act, ci, uu) : 0.f);
         }
-        put_col(col, v);
+        OP::put_col(sX + col * XS, v);
       }
     }
   };
@@ -931,10 +855,11 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
         bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
         bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
       }
+      OP::prep_a(ab);
 #pragma unroll
       for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int nt = 0; nt < NTW; nt++) mma_f16(acc[mt][nt], ab[mt], bb[nt]);
+        for (int nt = 0; nt < NTW; nt++) OP::mma(acc[mt][nt], ab[mt], bb[nt]);
     }
   };
 
@@ -946,19 +871,24 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     if (fast && chunk + 1 < n_chunks) prefetch(chunk + 1);
     cp_async_wait<0>();
     __syncthreads();
-    for (int j0 = 0;;) { /* tap groups (one when the slab holds all K taps) */
-      const int j1 = j0 + kt1 < K ? j0 + kt1 : K;
-      mma_taps(j0, j1);
-      __syncthreads(); /* the slab (and, after the last group, the strip) may be overwritten */
-      j0 = j1;
-      if (j0 >= K) break;
-      load_w(chunk, j0, j0 + kt1 < K ? j0 + kt1 : K);
-      cp_async_wait<0>();
-      __syncthreads();
+    if (!OP::GENERAL) { /* the slab holds all K taps */
+      mma_taps(0, K);
+      __syncthreads(); /* the slab and the strip may be overwritten */
+    } else {
+      for (int j0 = 0;;) { /* tap groups (one when the slab holds all K taps) */
+        const int j1 = j0 + kt1 < K ? j0 + kt1 : K;
+        mma_taps(j0, j1);
+        __syncthreads(); /* the slab (and, after the last group, the strip) may be overwritten */
+        j0 = j1;
+        if (j0 >= K) break;
+        load_w(chunk, j0, j0 + kt1 < K ? j0 + kt1 : K);
+        cp_async_wait<0>();
+        __syncthreads();
+      }
     }
   }
 
-  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, c.wh_scale);
+  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, OP::out_scale(c));
 }
 
 /* ---- fp64 F0 predictor --------------------------------------------------------------------- */
@@ -1172,20 +1102,20 @@ int g_conv_kernel = COSY_HCONV_K_AUTO;
  * 64 x 64 ones (twice the blocks: a launch of a few short convs fills more SMs) */
 constexpr int CONV2_AUTO_BLOCKS = 2;
 
-template <int PREC, int NTW> cudaError_t allow_smem2(int bytes) {
-  return cudaFuncSetAttribute(conv2_kernel<PREC, NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              bytes);
+template <class OP, int NTW, bool M3> cudaError_t allow_smem2(int bytes) {
+  return cudaFuncSetAttribute(conv2_kernel<OP, NTW, M3>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 template <int NTW> cudaError_t allow_smem2_all(int bytes) {
-  cudaError_t e = allow_smem2<COSY_HPREC_TF32, NTW>(bytes);
-  return e ? e : allow_smem2<COSY_HPREC_TF32_ROUNDED, NTW>(bytes);
+  cudaError_t e = allow_smem2<OpTf32<COSY_HPREC_TF32>, NTW, false>(bytes);
+  return e ? e : allow_smem2<OpTf32<COSY_HPREC_TF32_ROUNDED>, NTW, false>(bytes);
 }
 template <int NTW>
 cudaError_t launch_conv2(cudaStream_t s, const ConvGroup &grp, int prec, dim3 grid, size_t smem) {
   if (prec == COSY_HPREC_TF32_ROUNDED)
-    conv2_kernel<COSY_HPREC_TF32_ROUNDED, NTW><<<grid, NT, smem, s>>>(grp);
+    conv2_kernel<OpTf32<COSY_HPREC_TF32_ROUNDED>, NTW, false><<<grid, NT, smem, s>>>(grp);
   else
-    conv2_kernel<COSY_HPREC_TF32, NTW><<<grid, NT, smem, s>>>(grp);
+    conv2_kernel<OpTf32<COSY_HPREC_TF32>, NTW, false><<<grid, NT, smem, s>>>(grp);
   return cudaGetLastError();
 }
 /* the tile width of a conv2 variant (n tiles of 8 time steps per warp) */
@@ -1289,29 +1219,31 @@ cudaError_t plan_convs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n,
   return p->smem <= cap ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-/* whether conv2_kernel variant `which` runs this launch (see conv2_kernel for what it does not
- * handle), and then its grid and shared memory */
+/* COSY_HCONV_K_AUTO's choice for a launch (TF32 and F16): measured on an H200
+ * (bench/RESULTS.md, session of 2026-11-28 (tenth), call c; `test_kernels --bench hift`): the
+ * 64 x 128 tiles won only where the input has >= 256 channels and the launch gives every SM
+ * CONV2_AUTO_BLOCKS blocks of them (stage 0 of a batch: 1.1-1.5x the old kernel), the 64 x 64
+ * ones everywhere else (1.0-1.25x) */
+int conv2_auto(const cosy_kdev *dev, const cosy_hift_conv *convs, int n) {
+  long long blocks = 0;
+  int ci_max = 0;
+  for (int i = 0; i < n; i++) {
+    blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
+    ci_max = convs[i].ci > ci_max ? convs[i].ci : ci_max;
+  }
+  return ci_max >= 256 && blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm ? COSY_HCONV_K_W128
+                                                                            : COSY_HCONV_K_W64;
+}
+
+/* whether the TF32 conv2_kernel variant `which` runs this launch (see conv2_kernel: what OpTf32
+ * does not handle), and then its grid and shared memory */
 bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int prec,
                 const ConvPlan &p, int *which_io, dim3 *grid, size_t *smem) {
   int which = *which_io;
   if (which <= COSY_HCONV_K_OLD || which > COSY_HCONV_K_AUTO || p.split || p.m3 ||
       (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_TF32_ROUNDED))
     return false;
-  if (which == COSY_HCONV_K_AUTO) {
-    /* measured on an H200 (bench/RESULTS.md, session of 2026-11-28 (tenth), call c; `test_kernels
-     * --bench hift`): the 64 x 128 tiles won only where the input has >= 256 channels and the
-     * launch gives every SM CONV2_AUTO_BLOCKS blocks of them (stage 0 of a batch: 1.1-1.5x the
-     * old kernel), the 64 x 64 ones everywhere else (1.0-1.25x) */
-    long long blocks = 0;
-    int ci_max = 0;
-    for (int i = 0; i < n; i++) {
-      blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
-      ci_max = convs[i].ci > ci_max ? convs[i].ci : ci_max;
-    }
-    which = ci_max >= 256 && blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm
-                ? COSY_HCONV_K_W128
-                : COSY_HCONV_K_W64;
-  }
+  if (which == COSY_HCONV_K_AUTO) which = conv2_auto(dev, convs, n);
   const int ntw = conv2_ntw(which);
   const int max_cols = (ntw == 8 ? 2 : 1) * NT;
   size_t bytes = 0;
@@ -1319,7 +1251,7 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
   for (int i = 0; i < n; i++) {
     const cosy_hift_conv &c = convs[i];
     if (conv2_strip_len(ntw, c.k, c.dil, c.stride) > max_cols) return false;
-    const size_t b = conv2_smem(ntw, c.k, c.dil, c.stride);
+    const size_t b = conv2_smem(ntw, c.k, c.k, c.dil, c.stride);
     bytes = b > bytes ? b : bytes;
     const int tt = (c.n_out + 16 * ntw - 1) / (16 * ntw);
     tiles = tt > tiles ? tt : tiles;
@@ -1331,35 +1263,25 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
   return true;
 }
 
-/* The F16 launch (conv2h_kernel; p: plan_convs' for the same convs): the tile (NTW 8 or 4), the
- * taps per slab of each conv, the grid and the shared memory; false when some conv cannot run
- * in it (a strip and one tap beyond dev->smem_block even at NTW = 4). The tile follows the
- * kernel choice (COSY_HCONV_K_AUTO: conv2_plan's rule; W128: NTW 8; W64 and OLD: NTW 4); a
+/* The F16 launch (conv2_kernel<OpF16, ..>; p: plan_convs' for the same convs): the tile (NTW 8
+ * or 4), the taps per slab of each conv, the grid and the shared memory; false when some conv
+ * cannot run in it (a strip and one tap beyond dev->smem_block even at NTW = 4). The tile follows
+ * the kernel choice (COSY_HCONV_K_AUTO: conv2_auto; W128: NTW 8; W64 and OLD: NTW 4); a
  * mean-of-3 input takes NTW 4 (its prefetch registers), and so does a launch whose 64 x 128
  * strips do not fit. */
-bool conv2h_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const ConvPlan &p,
-                 int *ntw_out, int *kt, dim3 *grid, size_t *smem) {
+bool conv2_f16_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const ConvPlan &p,
+                    int *ntw_out, int *kt, dim3 *grid, size_t *smem) {
   const size_t cap = dev->smem_block;
   int which = g_conv_kernel;
-  if (which == COSY_HCONV_K_AUTO) {
-    long long blocks = 0;
-    int ci_max = 0;
-    for (int i = 0; i < n; i++) {
-      blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
-      ci_max = convs[i].ci > ci_max ? convs[i].ci : ci_max;
-    }
-    which = ci_max >= 256 && blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm
-                ? COSY_HCONV_K_W128
-                : COSY_HCONV_K_W64;
-  }
+  if (which == COSY_HCONV_K_AUTO) which = conv2_auto(dev, convs, n);
   for (int ntw = which == COSY_HCONV_K_W128 && !p.m3 ? 8 : 4; ntw >= 4; ntw -= 4) {
     size_t bytes = 0;
     int tiles = 0, ok = 1;
     for (int i = 0; i < n && ok; i++) {
       const cosy_hift_conv &c = convs[i];
       int t = c.k;
-      if (conv2h_smem(ntw, c.k, c.k, c.dil, c.stride) > cap) {
-        const size_t strip = conv2h_smem(ntw, 0, c.k, c.dil, c.stride);
+      if (conv2_smem(ntw, c.k, c.k, c.dil, c.stride) > cap) {
+        const size_t strip = conv2_smem(ntw, 0, c.k, c.dil, c.stride);
         const size_t tap = (size_t)BM * CK * sizeof(float);
         if (strip + tap > cap) {
           ok = 0;
@@ -1370,7 +1292,7 @@ bool conv2h_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const
         t = (c.k + groups - 1) / groups;
       }
       kt[i] = t;
-      const size_t b = conv2h_smem(ntw, t, c.k, c.dil, c.stride);
+      const size_t b = conv2_smem(ntw, t, c.k, c.dil, c.stride);
       bytes = b > bytes ? b : bytes;
       const int tt = (c.n_out + 16 * ntw - 1) / (16 * ntw);
       tiles = tt > tiles ? tt : tiles;
@@ -1385,16 +1307,11 @@ bool conv2h_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const
   return false;
 }
 
-template <int NTW, bool M3> cudaError_t allow_smem2h(int bytes) {
-  return cudaFuncSetAttribute(conv2h_kernel<NTW, M3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              bytes);
-}
-
 /* what an F16 launch runs: 1 the F16 kernel (ntw, kt, grid, smem set), 0 TF32 (every conv has
  * its fp32 weights), -1 refused; p: plan_convs(.., COSY_HPREC_F16) */
 int f16_route(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const ConvPlan &p,
               int *ntw, int *kt, dim3 *grid, size_t *smem) {
-  if (conv2h_plan(dev, convs, n, p, ntw, kt, grid, smem)) return 1;
+  if (conv2_f16_plan(dev, convs, n, p, ntw, kt, grid, smem)) return 1;
   for (int i = 0; i < n; i++)
     if (!convs[i].wp) return -1;
   return 0;
@@ -1512,8 +1429,8 @@ extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 1, true>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, false>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, true>(b)) || (e = allow_smem2_all<8>(b)) ||
-      (e = allow_smem2_all<4>(b)) || (e = allow_smem2h<8, false>(b)) ||
-      (e = allow_smem2h<4, false>(b)) || (e = allow_smem2h<4, true>(b)))
+      (e = allow_smem2_all<4>(b)) || (e = allow_smem2<OpF16, 8, false>(b)) ||
+      (e = allow_smem2<OpF16, 4, false>(b)) || (e = allow_smem2<OpF16, 4, true>(b)))
     return e;
   return cudaSuccess;
 }
@@ -1566,11 +1483,11 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
       grp.kt[i] = kt[i];
     }
     if (ntw == 8)
-      conv2h_kernel<8, false><<<grid, NT, smem, s>>>(grp);
+      conv2_kernel<OpF16, 8, false><<<grid, NT, smem, s>>>(grp);
     else if (p.m3)
-      conv2h_kernel<4, true><<<grid, NT, smem, s>>>(grp);
+      conv2_kernel<OpF16, 4, true><<<grid, NT, smem, s>>>(grp);
     else
-      conv2h_kernel<4, false><<<grid, NT, smem, s>>>(grp);
+      conv2_kernel<OpF16, 4, false><<<grid, NT, smem, s>>>(grp);
     return cudaGetLastError();
   }
   for (int i = 0; i < MAXG; i++) {

@@ -45,7 +45,7 @@ typedef enum cosy_hift_prec {
    * does not round them again at each fragment load; the same bits as COSY_HPREC_TF32 with the
    * unrounded weights (the rounding is the same: to nearest, ties away from zero) */
   COSY_HPREC_TF32_ROUNDED = 2,
-  /* fp16 operands (mma.sync m16n8k16, fp32 accumulation; kernels/conv.cu conv2h_kernel): the
+  /* fp16 operands (mma.sync m16n8k16, fp32 accumulation; kernels/conv.cu conv2_kernel, OpF16): the
    * weights from wh / wh_scale (cosy_hift_conv_pack_f16: fp16 with an exact power-of-two scale
    * per output channel, undone in fp32 before the bias), the activations rounded to fp16 (to
    * nearest even, saturated to +-65504, NaN kept) when staged. Operands of 11 significant bits as TF32's,
@@ -132,7 +132,7 @@ void cosy_hift_conv_pack_f16(const float *w, int co, int ci, int k, uint16_t *wh
  * (k 3) .. ~121 KB (k 30, stride 15, 3xTF32) with kt = k;
  * where that exceeds dev->smem_block the weight slab holds kt < k taps at a time
  * (same result; conv.cu). COSY_HPREC_F16: kt * 64 * 16 halves + a strip of (16 NTW - 1) stride +
- * (k-1) dil + 3 columns of 48 bytes (NTW 8 or 4: the tile, kernels/conv.cu conv2h_kernel), the
+ * (k-1) dil + 3 columns of 48 bytes (NTW 8 or 4: the tile, kernels/conv.cu conv2_kernel), the
  * same bytes per tap as TF32 for twice the input channels per chunk; never split.
  * cudaErrorInvalidValue when not even one tap fits. dev: the device the
  * stream belongs to (kdevice.h); cosy_k_hift_conv_prepare must have run for it. */

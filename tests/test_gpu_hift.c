@@ -43,7 +43,8 @@
  *   source with the golden rand_ini/sine_waves injected vs golden s: 1e-2.
  *   decode from golden final/s and nonfinal/s vs golden wav: 2e-2 (TF32 printed; 3xTF32 and F16
  *     asserted, F16's error printed beside TF32's), and vs ref_hift_decode (printed); in TF32 the
- *     waveform under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's.
+ *     waveform under every cosy_hift_conv_kernel choice is bit-identical to the old kernel's;
+ *     each precision's waveform digest (FNV-1a of its bits) is printed, to compare two builds.
  *   end-to-end infer (default noise) vs ref_hift_infer: printed only (phase sensitive); lengths,
  *     finiteness and the +-0.99 clamp are asserted.
  *   argument checks and cancellation.
@@ -560,36 +561,62 @@ static int conv_taps_invariant(fixture *fx, const conv_case *cc, conv_run *r) {
   return ok;
 }
 
+/* The conv kinds the vocoder launches, in the order test_kernel_conv (f16 0: 13 cases) and
+ * test_kernel_conv_f16 (f16 1: 15) draw their random data in: the resblocks' k 3/7/11 at
+ * dilations 1/3/5 (Snake input, residuals, the fused Snake output), the source downs k30 s15 /
+ * k6 s3 / k1 (long strided strips), the upsampling with the leaky and mean-of-3 inputs and the
+ * reflect column, conv_pre's right zeros / context, conv_post's co 18 and a long stage-2 conv.
+ * The F16 test adds the k3 d3 and the 256-channel k7 d1 resblock convs, takes the full-size
+ * channels of the downs, ups0 (with a residual) and conv_pre, and a shorter stage-2 conv (3000
+ * steps, 5000 in the TF32 test). Returns the count (<= CONV_KINDS_MAX). */
+#define CONV_KINDS_MAX 16
+static int conv_kinds(int f16, conv_case *c) {
+  /* fields: name, ci, co, k, dil, stride, pad, up, act, reflect, len_in, ld_extra, n_out, res,
+   * res2, oact */
+  const conv_case stage2 = {"k11 d5 snake long (stage 2)", 64, 64, 11, 5, 1, 50, 1,
+                            COSY_HACT_SNAKE, 0, f16 ? 3000 : 5000, 0, f16 ? 3000 : 5000, 1, 0, 0};
+  int n = 0;
+  c[n++] = (conv_case){"k3 d1 snake +res +snake out", 64, 64, 3, 1, 1, 2, 1, COSY_HACT_SNAKE, 0,
+                       300, 0, 300, 1, 0, 1};
+  if (f16)
+    c[n++] = (conv_case){"k3 d3 snake", 128, 128, 3, 3, 1, 6, 1, COSY_HACT_SNAKE, 0, 700, 0, 700,
+                         0, 0, 0};
+  c[n++] = (conv_case){"k7 d5 snake +res +res2 co40", 72, 40, 7, 5, 1, 30, 1, COSY_HACT_SNAKE, 0,
+                       517, 0, 517, 1, 1, 0};
+  if (f16)
+    c[n++] = (conv_case){"k7 d1 +res +snake out", 256, 256, 7, 1, 1, 6, 1, COSY_HACT_NONE, 0, 400,
+                         0, 400, 1, 0, 1};
+  c[n++] = (conv_case){"k11 d3 ci24 co130 snake out only", 24, 130, 11, 3, 1, 30, 1,
+                       COSY_HACT_NONE, 0, 200, 0, 200, 0, 0, 2};
+  if (f16) c[n++] = stage2;
+  c[n++] = (conv_case){"down k30 s15 pad14", 18, f16 ? 256 : 96, 30, 1, 15, 14, 1, COSY_HACT_NONE,
+                       0, 361, 0, 24, 0, 0, 0};
+  c[n++] = (conv_case){"down k6 s3 pad2", 18, f16 ? 128 : 64, 6, 1, 3, 2, 1, COSY_HACT_NONE, 0,
+                       361, 0, 120, 0, 0, 0};
+  c[n++] = (conv_case){"down k1", 18, 64, 1, 1, 1, 0, 1, COSY_HACT_NONE, 0, 361, 0, 361, 0, 0, 0};
+  c[n++] = f16 ? (conv_case){"up x8 k16 leaky (ups0)", 512, 256, 16, 1, 1, 15, 8,
+                             COSY_HACT_LEAKY, 0, 37, 0, 296, 1, 0, 0}
+               : (conv_case){"up x8 k16 leaky", 96, 48, 16, 1, 1, 15, 8, COSY_HACT_LEAKY, 0, 37,
+                             0, 296, 0, 0, 0};
+  c[n++] = (conv_case){"up x5 k11 mean3-leaky", 64, 64, 11, 1, 1, 10, 5, COSY_HACT_MEAN3_LEAKY, 0,
+                       41, 3, 205, 0, 0, 0};
+  c[n++] = (conv_case){"up x3 k7 reflect mean3-leaky +res", 32, 64, 7, 1, 1, 6, 3,
+                       COSY_HACT_MEAN3_LEAKY, 1, 50, 0, 151, 1, 0, 0};
+  c[n++] = (conv_case){"k5 right zeros (conv_pre final)", 80, f16 ? 512 : 128, 5, 1, 1, 0, 1,
+                       COSY_HACT_NONE, 0, 30, 3, 30, 0, 0, 0};
+  c[n++] = (conv_case){"k5 right context (conv_pre non-final)", 80, 128, 5, 1, 1, 0, 1,
+                       COSY_HACT_NONE, 0, 34, 0, 30, 0, 0, 0};
+  c[n++] = (conv_case){"k7 mean3-leaky 0.1 (conv_post-like) co18", 64, 18, 7, 1, 1, 6, 1,
+                       COSY_HACT_MEAN3_LEAKY, 0, 777, 0, 777, 0, 0, 0};
+  if (!f16) c[n++] = stage2;
+  return n;
+}
+
 static void test_kernel_conv(void **state) {
   fixture *fx = *state;
   NEED_DEV(fx);
-  /* fields: name, ci, co, k, dil, stride, pad, up, act, reflect, len_in, ld_extra, n_out, res,
-   * res2, oact */
-  const conv_case cases[] = {
-      {"k3 d1 snake +res +snake out", 64, 64, 3, 1, 1, 2, 1, COSY_HACT_SNAKE, 0, 300, 0, 300, 1, 0,
-       1},
-      {"k7 d5 snake +res +res2 co40", 72, 40, 7, 5, 1, 30, 1, COSY_HACT_SNAKE, 0, 517, 0, 517, 1, 1,
-       0},
-      {"k11 d3 ci24 co130 snake out only", 24, 130, 11, 3, 1, 30, 1, COSY_HACT_NONE, 0, 200, 0, 200,
-       0, 0, 2},
-      {"down k30 s15 pad14", 18, 96, 30, 1, 15, 14, 1, COSY_HACT_NONE, 0, 361, 0, 24, 0, 0, 0},
-      {"down k6 s3 pad2", 18, 64, 6, 1, 3, 2, 1, COSY_HACT_NONE, 0, 361, 0, 120, 0, 0, 0},
-      {"down k1", 18, 64, 1, 1, 1, 0, 1, COSY_HACT_NONE, 0, 361, 0, 361, 0, 0, 0},
-      {"up x8 k16 leaky", 96, 48, 16, 1, 1, 15, 8, COSY_HACT_LEAKY, 0, 37, 0, 296, 0, 0, 0},
-      {"up x5 k11 mean3-leaky", 64, 64, 11, 1, 1, 10, 5, COSY_HACT_MEAN3_LEAKY, 0, 41, 3, 205, 0, 0,
-       0},
-      {"up x3 k7 reflect mean3-leaky +res", 32, 64, 7, 1, 1, 6, 3, COSY_HACT_MEAN3_LEAKY, 1, 50, 0,
-       151, 1, 0, 0},
-      {"k5 right zeros (conv_pre final)", 80, 128, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 30, 3, 30, 0,
-       0, 0},
-      {"k5 right context (conv_pre non-final)", 80, 128, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 34, 0,
-       30, 0, 0, 0},
-      {"k7 mean3-leaky 0.1 (conv_post-like) co18", 64, 18, 7, 1, 1, 6, 1, COSY_HACT_MEAN3_LEAKY, 0,
-       777, 0, 777, 0, 0, 0},
-      {"k11 d5 snake long (stage 2)", 64, 64, 11, 5, 1, 50, 1, COSY_HACT_SNAKE, 0, 5000, 0, 5000, 1,
-       0, 0},
-  };
-  const int nc = (int)(sizeof cases / sizeof cases[0]);
+  conv_case cases[CONV_KINDS_MAX];
+  const int nc = conv_kinds(0, cases);
   int all_ok = 1;
   rng_seed(101);
   for (int i = 0; i < nc; i++) {
@@ -702,20 +729,20 @@ static void test_kernel_conv(void **state) {
   assert_true(all_ok);
 }
 
-/* COSY_HPREC_F16 (conv2h_kernel) against the CPU loop, beside TF32 on the same data: fp16 operands
- * have TF32's 11 significant bits, so the F16 error must be TF32's size: at most F16_VS_TF32
- * times TF32's error on the same conv (+ 1e-6 for convs whose error is at fp32 level) and within
- * TOL_TF32. Every conv kind the vocoder launches (k 3/7/11 at dilations 1/3/5, the upsampling
- * ups k16/k11/k7 with leaky and mean-of-3 inputs and the reflect column, the source downs k30 s15
- * / k6 s3 / k1 (strips longer than the prefetch registers), conv_pre's right zeros / context,
- * conv_post's co 18, a long stage-2 conv), with data scaled so that fp16 without the weight scale
- * would fail: weights of 1e-6 (fp16 subnormals or zero unscaled) and activations of 1e3 .. 1e4;
- * then activations up to 1e5 (beyond fp16's 65504) against a reference that clamps them there
- * (saturation: finite outputs, never inf). Also: the tile variants (W128 / W64 / automatic) give
- * the same bits; fewer taps per slab (the "ada" profile's 99 KB and 72 KB per block) give the
- * same bits; a NaN input gives NaN exactly in the outputs that read it; a device too small for
- * the F16 strip runs TF32 from wp (cosy_hift_conv_f16_runs 0) or, without wp, refuses the launch
- * (-1, cudaErrorInvalidValue). */
+/* COSY_HPREC_F16 (conv2_kernel<OpF16>) against the CPU loop, beside TF32 on the same data: fp16
+ * operands have TF32's 11 significant bits, so the F16 error must be TF32's size: at most
+ * F16_VS_TF32 times TF32's error on the same conv (+ 1e-6 for convs whose error is at fp32 level)
+ * and within TOL_TF32. Every conv kind the vocoder launches (conv_kinds: k 3/7/11 at dilations
+ * 1/3/5, the upsampling ups k16/k11/k7 with leaky and mean-of-3 inputs and the reflect column, the
+ * source downs k30 s15 / k6 s3 / k1 (strips longer than the prefetch registers), conv_pre's right
+ * zeros / context, conv_post's co 18, a long stage-2 conv), with data scaled so that fp16 without
+ * the weight scale would fail: weights of 1e-6 (fp16 subnormals or zero unscaled) and activations
+ * of 1e3 .. 1e4; then activations up to 1e5 (beyond fp16's 65504) against a reference that clamps
+ * them there (saturation: finite outputs, never inf). Also: the tile variants (W128 / W64 /
+ * automatic) give the same bits; fewer taps per slab (the "ada" profile's 99 KB and 72 KB per
+ * block) give the same bits; a NaN input gives NaN exactly in the outputs that read it; a device
+ * too small for the F16 strip runs TF32 from wp (cosy_hift_conv_f16_runs 0) or, without wp, refuses
+ * the launch (-1, cudaErrorInvalidValue). */
 #define F16_VS_TF32 2.0
 
 static double conv_run_prec(fixture *fx, const cosy_kdev *dev, const conv_case *cc, conv_run *r,
@@ -730,36 +757,10 @@ static double conv_run_prec(fixture *fx, const cosy_kdev *dev, const conv_case *
 static void test_kernel_conv_f16(void **state) {
   fixture *fx = *state;
   NEED_DEV(fx);
-  /* fields: name, ci, co, k, dil, stride, pad, up, act, reflect, len_in, ld_extra, n_out, res,
-   * res2, oact */
-  const conv_case cases[] = {
-      {"k3 d1 snake +res +snake out", 64, 64, 3, 1, 1, 2, 1, COSY_HACT_SNAKE, 0, 300, 0, 300, 1, 0,
-       1},
-      {"k3 d3 snake", 128, 128, 3, 3, 1, 6, 1, COSY_HACT_SNAKE, 0, 700, 0, 700, 0, 0, 0},
-      {"k7 d5 snake +res +res2 co40", 72, 40, 7, 5, 1, 30, 1, COSY_HACT_SNAKE, 0, 517, 0, 517, 1, 1,
-       0},
-      {"k7 d1 +res +snake out", 256, 256, 7, 1, 1, 6, 1, COSY_HACT_NONE, 0, 400, 0, 400, 1, 0, 1},
-      {"k11 d3 ci24 co130 snake out only", 24, 130, 11, 3, 1, 30, 1, COSY_HACT_NONE, 0, 200, 0, 200,
-       0, 0, 2},
-      {"k11 d5 snake long (stage 2)", 64, 64, 11, 5, 1, 50, 1, COSY_HACT_SNAKE, 0, 3000, 0, 3000, 1,
-       0, 0},
-      {"down k30 s15 pad14", 18, 256, 30, 1, 15, 14, 1, COSY_HACT_NONE, 0, 361, 0, 24, 0, 0, 0},
-      {"down k6 s3 pad2", 18, 128, 6, 1, 3, 2, 1, COSY_HACT_NONE, 0, 361, 0, 120, 0, 0, 0},
-      {"down k1", 18, 64, 1, 1, 1, 0, 1, COSY_HACT_NONE, 0, 361, 0, 361, 0, 0, 0},
-      {"up x8 k16 leaky (ups0)", 512, 256, 16, 1, 1, 15, 8, COSY_HACT_LEAKY, 0, 37, 0, 296, 1, 0,
-       0},
-      {"up x5 k11 mean3-leaky", 64, 64, 11, 1, 1, 10, 5, COSY_HACT_MEAN3_LEAKY, 0, 41, 3, 205, 0, 0,
-       0},
-      {"up x3 k7 reflect mean3-leaky +res", 32, 64, 7, 1, 1, 6, 3, COSY_HACT_MEAN3_LEAKY, 1, 50, 0,
-       151, 1, 0, 0},
-      {"k5 right zeros (conv_pre final)", 80, 512, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 30, 3, 30, 0,
-       0, 0},
-      {"k5 right context (conv_pre non-final)", 80, 128, 5, 1, 1, 0, 1, COSY_HACT_NONE, 0, 34, 0,
-       30, 0, 0, 0},
-      {"k7 mean3-leaky 0.1 (conv_post-like) co18", 64, 18, 7, 1, 1, 6, 1, COSY_HACT_MEAN3_LEAKY, 0,
-       777, 0, 777, 0, 0, 0},
-  };
-  const int nc = (int)(sizeof cases / sizeof cases[0]);
+  conv_case cases[CONV_KINDS_MAX];
+  const int nc = conv_kinds(1, cases);
+  assert_int_equal(cases[6].stride, 15); /* the indices the checks below take */
+  assert_int_equal(cases[12].n_out, 30);
   /* data scales: weights x activations; the last one saturates (|x| up to 1e5, clamped) */
   const struct { float wmul, xmul; const char *name; } sc[] = {
       {1.0f, 1.0f, "unit"}, {1e-6f, 1.0f, "w 1e-6"}, {1.0f, 1e3f, "x 1e3"},
@@ -1739,6 +1740,15 @@ static void test_source_golden(void **state) {
   assert_true(ok);
 }
 
+/* FNV-1a (64-bit) of n floats' bytes: a waveform's bits in one printed number, to compare two
+ * builds' outputs (bench/device_run.sh step conv prints it per precision) */
+static unsigned long long wav_digest(const float *w, int64_t n) {
+  unsigned long long h = 1469598103934665603ULL;
+  const unsigned char *b = (const unsigned char *)w;
+  for (size_t i = 0; i < (size_t)n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
 static void test_decode_golden(void **state) {
   fixture *fx = *state;
   NEED_MODEL(fx);
@@ -1779,6 +1789,9 @@ static void test_decode_golden(void **state) {
         print_message("%-52s rel L2 %.3e  (info)\n", name, eg);
       print_message("  vs ref_hift_decode: rel L2 %.3e, max abs %.3e\n", tu_rel_l2(w, wc, n),
                     tu_max_abs_diff(w, wc, n));
+      print_message("  decode %s [%s] waveform digest %016llx\n", fin ? "final" : "non-final",
+                    prec == COSY_HPREC_3XTF32 ? "3xTF32" : prec == COSY_HPREC_F16 ? "F16" : "TF32",
+                    wav_digest(w, n));
       /* TF32: the waveform under every conv kernel (cosy_hift_conv_kernel), the old one first,
        * is the bits of the default's above (so every kernel's are the old kernel's) */
       for (int kv = COSY_HCONV_K_OLD; prec == COSY_HPREC_TF32 && kv <= COSY_HCONV_K_AUTO;

@@ -702,7 +702,7 @@ def test_numpy_hift():
 
 def test_hift_fp16_emulation():
     """the vocoder's operand roundings emulated in numpy on golden/hift: fp16 (COSY_HPREC_F16) vs TF32."""
-    # kernels/conv.cu's conv2h_kernel rounds each conv's activations to fp16 (to nearest even,
+    # kernels/conv.cu's F16 conv2_kernel rounds each conv's activations to fp16 (to nearest even,
     # saturated at +-65504) and its weights to fp16 after a per-output-channel power of two that
     # puts the channel's largest |w| in [0.5, 1); the TF32 kernels round both to TF32 (to nearest,
     # ties away). Emulated here on make_model's float64 HiFT (sums exact): the decode of the golden

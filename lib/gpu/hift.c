@@ -36,7 +36,7 @@
  *                     cudnn.allow_tf32 gives on a GPU by default; the random-weight decoders
  *                     amplify the 3e-4 per-conv error, so it sits close to the 2e-2 test bound).
  *   Of the 6.4 ms: F0 (fp64) 0.3 ms, source + STFT + iSTFT + copies ~0.2 ms, convs the rest.
- *   F16 (COSY_HPREC_F16, an option): fp16 operands, fp32 sums (kernels/conv.cu conv2h_kernel),
+ *   F16 (COSY_HPREC_F16, an option): fp16 operands, fp32 sums (kernels/conv.cu conv2_kernel),
  *                     TF32's operand precision at twice the tensor rate; the fp16 weights
  *                     (cosy_hift_conv_pack_f16, ~42 MB) are made from the packed fp32 ones when
  *                     it is first chosen (gpu_hift_set_precision); not measured yet.

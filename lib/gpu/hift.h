@@ -11,7 +11,7 @@
  * run on tensor cores with fp32 storage and accumulation, products in 3xTF32 (fp32-level
  * accuracy, the default) or TF32 (gpu_hift_set_precision: ~1.45x faster, waveform ~1.5e-2 rel L2
  * from the fp32 reference on the random-weight models), or with fp16 operands (COSY_HPREC_F16:
- * TF32's operand precision at twice the tensor rate, kernels/conv.cu conv2h_kernel). Measured
+ * TF32's operand precision at twice the tensor rate, kernels/conv.cu conv2_kernel). Measured
  * numbers: lib/gpu/hift.c.
  *
  * A gpu_hift holds the weights and every buffer for calls of up to max_frames mel frames, all
