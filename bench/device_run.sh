@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k w3 cli ff1epi attnv2
+#                                        ncu_k ncu_llm w3 cli ff1epi attnv2
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -53,6 +53,11 @@
 #               12 s a run after a build). Logs: ab_*.log; "ab <variant> <round>:" rows
 #   ncu_k       ncu sections (occupancy, warp stalls) of a few vocoder-conv and flow-attention
 #               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT, NCUK_W1)
+#   ncu_llm     ncu sections (speed of light, warp stalls, scheduler, memory) of one decode step's
+#               kernels at batch 1 inside W1 at C = 1 (2 requests): NCUL_COUNT (10) launches
+#               of gemv_tc_kernel / paged_decode_kernel after NCUL_SKIP (400, ~3 steps in);
+#               each kernel alone, so its duration is its own chain (docs/kernels.md, "The LLM
+#               decode step against its floor"). Log: ncu_llm.log (timeout NCUL_TIMEOUT, 240 s)
 #   ktop        the 30 kernels of the largest GPU time in a 64-request first-chunk burst and W1
 #               at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
 #   conv        the vocoder's conv kernels (kernels/conv.cu; not in the default steps: `bash
@@ -759,6 +764,15 @@ if [[ " $STEPS " == *" profile "* ]]; then
   python3 bench/ncu_summary.py "$OUT/ncu_w1.log" > "$OUT/ncu_summary.txt" 2>&1
 fi
 
+if [[ " $STEPS " == *" ncu_llm "* ]]; then
+  run ncu_llm timeout ${NCUL_TIMEOUT:-240} ncu --kernel-name "regex:gemv_tc_kernel|paged_decode_kernel" \
+    --launch-skip ${NCUL_SKIP:-400} --launch-count ${NCUL_COUNT:-10} --section SpeedOfLight \
+    --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
+    --section MemoryWorkloadAnalysis ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 \
+    --requests 2 --warmup 0 "${W1_ARGS[@]}"
+  grep -E "gemv_tc_kernel|paged_decode_kernel|Duration|Warp Cycles Per Issued|Achieved Occupancy" \
+    "$OUT/ncu_llm.log" | sed 's/^ */ncu_llm: /' | cut -c1-120 | tee -a "$SUMMARY"
+fi
 if [[ " $STEPS " == *" ncu_k "* ]]; then
   # why a kernel is slow under load: ncu's speed-of-light, occupancy, warp-state and scheduler
   # sections for NCUK_COUNT (4) launches of the kernels matching NCUK_REGEX (the vocoder conv and
