@@ -207,6 +207,12 @@ static inline int chunk_tokens_ready(const sjob *j) {
 /* the job's next chunk is its request's first audio (not a later segment's first chunk) */
 static inline int request_first(const sjob *j) { return j->chunks_done == 0 && j->seg_i == 0; }
 
+/* the request's first chunk is still to come from this job (its first segment, streamed, not
+ * failed, finished or cancelled; e->mu held) */
+static inline int first_open(const sjob *j) {
+  return request_first(j) && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r);
+}
+
 /* Waves (e->mu held). A burst (W1: many clients at once) and a steady stream of arrivals (live
  * users, W3) want different rules. While at least SCHED_WAVE_MIN requests await their first
  * audio (a wave; the knob COSY_SCHED_WAVE moves the bound, 0: always a wave) the scheduler
@@ -219,11 +225,6 @@ static inline int request_first(const sjob *j) { return j->chunks_done == 0 && j
  * an H200 at 320 live users first-audio p95 327 ms with them, 166 ms without; with a bound of
  * 24 instead of 12 W1's C = 64 second wave was no wave and its p95 rose from ~245 to 274-299
  * ms; bench/RESULTS.md). */
-/* the request's first chunk is still to come from this job (its first segment, streamed, not
- * failed, finished or cancelled; e->mu held) */
-static inline int first_open(const sjob *j) {
-  return request_first(j) && !j->collect_only && !j->err && !j->final_done && !cancelled(j->r);
-}
 #define SCHED_WAVE_MIN 12
 #define SCHED_PAUSE_TRICKLE 8
 static inline int sched_wave(const cosy_engine *e, const struct cosy_sched *s) {
