@@ -644,13 +644,14 @@ template <int PREC> struct OpTf32 {
   using W = float;
   static constexpr int CKC = CK;
   static constexpr bool GENERAL = false;
+  static constexpr bool SAT = false;
   static __device__ __forceinline__ const W *weights(const cosy_hift_conv &c) { return c.wp; }
   static __device__ __forceinline__ int ci_pad(const cosy_hift_conv &c) { return c.ci_pad; }
   static __device__ __forceinline__ const float *out_scale(const cosy_hift_conv &) {
     return nullptr;
   }
   static __device__ __forceinline__ float round(float v) { return __uint_as_float(tf32_bits(v)); }
-  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC]) {
+  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC], float &) {
     float4 *d = reinterpret_cast<float4 *>(x);
     d[0] = make_float4(v[0], v[1], v[2], v[3]);
     d[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -674,6 +675,7 @@ struct OpF16 {
   using W = uint16_t;
   static constexpr int CKC = CKH;
   static constexpr bool GENERAL = true;
+  static constexpr bool SAT = true;
   static __device__ __forceinline__ const W *weights(const cosy_hift_conv &c) { return c.wh; }
   /* ci_pad16: wh's pitch (cosy_hift_conv_pack_f16) */
   static __device__ __forceinline__ int ci_pad(const cosy_hift_conv &c) {
@@ -683,7 +685,11 @@ struct OpF16 {
     return c.wh_scale;
   }
   static __device__ __forceinline__ float round(float v) { return v; } /* when stored */
-  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC]) {
+  /* amax: the running max of |v| over the staged values (fmaxf ignores NaN), for the saturation
+   * flag (conv2_kernel's end); one FMNMX with |.| operands a value */
+  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC], float &amax) {
+#pragma unroll
+    for (int r = 0; r < CKC; r++) amax = fmaxf(amax, fabsf(v[r]));
     uint4 *d = reinterpret_cast<uint4 *>(x);
     d[0] = make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]),
                       pack_f16x2(v[6], v[7]));
@@ -750,6 +756,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
       for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
 
   const int n_chunks = OP::ci_pad(c) / CKC;
+  float amax = 0.f; /* OP::SAT: the largest |staged activation| of this thread */
   /* the strip columns of this thread: tid and tid + NT; strips of up to CPT NT columns are
    * prefetched into registers (always so when !OP::GENERAL: the launcher's condition) */
   constexpr int CPT = NTW == 8 ? 2 : 1;
@@ -821,7 +828,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
                                          M3 ? pv2[M3 ? r : 0] : 0.f, M3 ? pv3[M3 ? r : 0] : 0.f));
             }
           }
-          OP::put_col(sX + col * XS, v);
+          OP::put_col(sX + col * XS, v, amax);
         }
       }
     } else { /* OP::GENERAL only: the long strips, a loop over the columns */
@@ -835,7 +842,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
           const int ci = ci0 + r;
           v[r] = OP::round(ok && ci < c.ci ? load_act(c, act, ci, uu) : 0.f);
         }
-        OP::put_col(sX + col * XS, v);
+        OP::put_col(sX + col * XS, v, amax);
       }
     }
   };
@@ -888,6 +895,10 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     }
   }
 
+  /* OP::SAT: an activation beyond fp16's largest finite value (saturated to +-65504 when staged,
+   * or +-inf) flags the conv (c.sat: its job's int, kernels_hift.h); a plain store of 1 by any
+   * thread that saw one, none otherwise */
+  if (OP::SAT && amax > 65504.f && c.sat) *c.sat = 1;
   store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, OP::out_scale(c));
 }
 
