@@ -110,11 +110,13 @@ typedef struct cosy_hift_conv {
   const uint16_t *wh;
   const float *wh_scale;
   /* COSY_HPREC_F16 only (else ignored), may be NULL: a device int that the launch sets to 1 when
-   * some activation it stages as an fp16 operand has |x| > 65504 (fp16's largest finite value:
-   * saturated to +-65504, which TF32 would have kept; +-inf included, NaN not) and leaves alone
-   * otherwise; never cleared by the kernel. Convs of one launch may share an int or have their
-   * own (the vocoder: one per job of a batch). The fp16 weights cannot saturate (each channel's
-   * largest is scaled into [0.5, 1): cosy_hift_conv_pack_f16). */
+   * some activation it stages as an fp16 operand becomes +-65504, fp16's largest finite value:
+   * every |x| > 65504 (saturated there, where TF32 keeps fp32's range; +-inf included) and the
+   * values in (65488, 65504] that round to it (checked on the packed operands: cheaper, and on
+   * the safe side); NaN never. Left alone otherwise, never cleared by the kernel. Convs of one
+   * launch may share an int or have their own (the vocoder: one per job of a batch). The fp16
+   * weights cannot saturate (each channel's largest is scaled into [0.5, 1):
+   * cosy_hift_conv_pack_f16). */
   int *sat;
 } cosy_hift_conv;
 

@@ -19,8 +19,8 @@
  *     variants and fewer taps per slab give the same bits; a NaN input stays NaN; the TF32
  *     fallback on a device too small for it, the refusal without fp32 weights; the host
  *     packing's scale. The saturation flag (cosy_hift_conv.sat): set by exactly the saturating
- *     runs (never by TF32), at the threshold (65504 not, the next float and -inf yes, NaN not),
- *     and in a launch of three convs only for the one whose input exceeds 65504.
+ *     runs (never by TF32), at the threshold (65488 not, the next float, 65504, -inf yes, NaN
+ *     not), and in a launch of three convs only for the one whose input exceeds 65504.
  *   conv2 (test_kernel_conv2): every cosy_hift_conv_kernel choice (the wide-tile conv2_kernel
  *     variants and the per-launch automatic one) in TF32 and TF32 with host-rounded weights, for
  *     k 1/3/5/7/11/16, dilations 1/3/5, upsampling, reflect, look-ahead, Snake/leaky inputs,
@@ -808,7 +808,8 @@ static void test_kernel_conv_f16(void **state) {
       const double e16 = conv_run_prec(fx, &fx->g->dev, &cases[i], &r, COSY_HPREC_F16, &lay16);
       const int flag16 = conv_sat(&r);
       if (flag16 != sat || flag_tf != 0)
-        print_message("  conv f16 %s [%s]: saturation flag F16 %d (want %d), TF32 %d (want 0)\n",
+        print_message("  conv f16 %s [%s]: saturation flag F16 %d (want %d), TF32 %d (want 0) "
+                      "WRONG\n",
                       cases[i].name, sc[s].name, flag16, sat, flag_tf);
       all_ok &= flag16 == sat && flag_tf == 0;
       char name[160];
@@ -900,16 +901,20 @@ static void test_kernel_conv_f16(void **state) {
     free(o);
     conv_release(&r);
   }
-  /* the saturation flag (cosy_hift_conv.sat) at the threshold: one input of a conv_pre-like conv
-   * set to 65504 (fp16's largest finite value: not flagged), the next float above it, +inf
-   * (flagged), NaN (not: it stays NaN); then a launch of three convs, each with its own flag,
-   * where only the middle one has an input beyond 65504: only its flag is set, and each conv's
-   * outputs are the bits of its launch alone */
+  /* the saturation flag (cosy_hift_conv.sat) at the threshold: set when an operand's fp16 value
+   * is +-65504, fp16's largest (kernels_hift.h): one input of a conv_pre-like conv set to 65000
+   * and 65488 (rounds to 65472, ties to even: not flagged), the next float above 65488 (rounds to
+   * 65504), 65504, the next float above it (saturated), -1e5, -inf (flagged), NaN (not: it stays
+   * NaN); then a launch of three convs, each with its own flag, where only the middle one has an
+   * input beyond 65504: only its flag is set, and each conv's outputs are the bits of its launch
+   * alone */
   {
     const conv_case cc = cases[12]; /* k5, pad 0, n_out 30, no pre-activation */
     const struct { float v; int want; const char *name; } th[] = {
-        {65504.0f, 0, "65504"}, {nextafterf(65504.0f, INFINITY), 1, "65504 + 1 ulp"},
-        {-INFINITY, 1, "-inf"}, {NAN, 0, "NaN"}, {-1e5f, 1, "-1e5"}};
+        {65000.0f, 0, "65000"}, {65488.0f, 0, "65488"},
+        {nextafterf(65488.0f, INFINITY), 1, "65488 + 1 ulp"}, {65504.0f, 1, "65504"},
+        {nextafterf(65504.0f, INFINITY), 1, "65504 + 1 ulp"}, {-1e5f, 1, "-1e5"},
+        {-INFINITY, 1, "-inf"}, {NAN, 0, "NaN"}};
     for (int q = 0; q < (int)(sizeof th / sizeof th[0]); q++) {
       conv_run r;
       conv_prepare(&cc, &r);
@@ -920,8 +925,8 @@ static void test_kernel_conv_f16(void **state) {
       CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &r.desc, 1, COSY_HPREC_F16, 1));
       CU(cudaStreamSynchronize(fx->g->stream));
       const int f = conv_sat(&r);
-      print_message("  conv f16 saturation flag, one input %s: %d (want %d)\n", th[q].name, f,
-                    th[q].want);
+      print_message("  conv f16 saturation flag, one input %s: %d (want %d)%s\n", th[q].name, f,
+                    th[q].want, f == th[q].want ? "" : " WRONG");
       all_ok &= f == th[q].want;
       conv_release(&r);
     }
@@ -948,9 +953,11 @@ static void test_kernel_conv_f16(void **state) {
     CU(cudaStreamSynchronize(fx->g->stream));
     const int f0 = conv_sat(&g[0]), f1 = conv_sat(&g[1]), f2 = conv_sat(&g[2]);
     const int same = conv_same(g, 3, alone);
+    const int flags_ok = f0 == 0 && f1 == 1 && f2 == 0;
     print_message("  conv f16 launch of 3 convs, the second saturating: flags %d %d %d (want 0 1 "
-                  "0), outputs %s\n", f0, f1, f2, same ? "bit-identical to alone" : "DIFFER");
-    all_ok &= f0 == 0 && f1 == 1 && f2 == 0 && same;
+                  "0)%s, outputs %s\n", f0, f1, f2, flags_ok ? "" : " WRONG",
+                  same ? "bit-identical to alone" : "DIFFER FROM ALONE");
+    all_ok &= flags_ok && same;
     for (int q = 0; q < 3; q++) conv_release(&g[q]), free(alone[q]);
   }
   /* the host packing: a channel's largest |w| lands in [0.5, 1), its scale is the exact power of
@@ -2516,12 +2523,14 @@ static void test_f16_guard(void **state) {
       const size_t d_off = count_diff(w[0], w[1], (size_t)ns);
       const size_t d_tf = count_diff(w[0], w[2], (size_t)ns);
       const size_t d_raw = count_diff(w[1], w[2], (size_t)ns);
+      const int good = fb == sc && (sc ? d_tf : d_off) == 0;
       print_message("f16 guard: decode %s: %lld fallbacks (want %d); guarded F16 vs unguarded: "
-                    "%zu samples differ, vs TF32: %zu (of %lld); unguarded F16 vs TF32: %zu "
-                    "differ, rel L2 %.3e\n",
+                    "%zu samples differ, vs TF32: %zu (of %lld; must be 0 %s); unguarded F16 vs "
+                    "TF32: %zu differ, rel L2 %.3e%s\n",
                     sc ? "mel x 2e4 (saturating)" : "golden (no saturation)", (long long)fb, sc,
-                    d_off, d_tf, (long long)ns, d_raw, tu_rel_l2(w[1], w[2], (size_t)ns));
-      ok &= fb == sc && (sc ? d_tf : d_off) == 0;
+                    d_off, d_tf, (long long)ns, sc ? "vs TF32" : "vs unguarded", d_raw,
+                    tu_rel_l2(w[1], w[2], (size_t)ns), good ? "" : "  WRONG");
+      ok &= good;
       for (int v = 0; v < 3; v++) free(w[v]);
     }
     assert_int_equal(gpu_hift_set_f16_guard(NULL, 1), COSY_ERR_INVALID_ARG);
@@ -2548,7 +2557,8 @@ static void test_f16_guard(void **state) {
     run_plans(h, p, G_STREAMS, 1, NULL);
     const int64_t fb = f16_fallbacks(h) - f0;
     print_message("f16 guard: %d streams batched, %d call(s) each, stream %d saturating: %lld "
-                  "fallbacks (want %d)\n", G_STREAMS, calls, SAT, (long long)fb, calls);
+                  "fallbacks (want %d)%s\n", G_STREAMS, calls, SAT, (long long)fb, calls,
+                  fb == calls ? "" : "  WRONG");
     ok &= fb == calls;
     /* each alone: the unscaled ones in F16, the scaled one in TF32 and in guarded F16 */
     for (int v = 0; v < G_STREAMS + 1; v++) {
@@ -2564,8 +2574,9 @@ static void test_f16_guard(void **state) {
       assert_int_equal(q.n_out, p[i].n_out);
       const size_t nd = count_diff(q.out, p[i].out, (size_t)p[i].n_out);
       print_message("  stream %d alone in %-4s vs in the batch: %zu of %lld samples differ (must "
-                    "be 0), %lld fallbacks (want %lld)\n", i, tf32 ? "TF32" : "F16", nd,
-                    (long long)p[i].n_out, (long long)fa, (long long)want);
+                    "be 0), %lld fallbacks (want %lld)%s\n", i, tf32 ? "TF32" : "F16", nd,
+                    (long long)p[i].n_out, (long long)fa, (long long)want,
+                    nd == 0 && fa == want ? "" : "  WRONG");
       ok &= nd == 0 && fa == want;
       free(q.out);
     }
@@ -2587,7 +2598,8 @@ static void test_f16_guard(void **state) {
       }
     const int64_t fu = f16_fallbacks(h) - f0;
     print_message("  the %d unscaled streams batched: %lld fallbacks (want 0), %zu samples differ "
-                  "from the first batch (must be 0)\n", G_STREAMS - 1, (long long)fu, nd);
+                  "from the first batch (must be 0)%s\n", G_STREAMS - 1, (long long)fu, nd,
+                  fu == 0 && nd == 0 ? "" : "  WRONG");
     ok &= fu == 0 && nd == 0;
     for (int i = 0; i < G_STREAMS; i++) free(p[i].mel_cf), free(p[i].mel_fm), free(p[i].out);
   }

@@ -46,8 +46,10 @@
  * to 65504; a larger one would be clamped there silently (TF32 keeps fp32's range). Every conv
  * of a job carries that job's flag (cosy_hift_conv.sat: an int in sat_d, one per job of a call,
  * cleared by one cudaMemsetAsync before the decode); the F16 kernel sets it when a staged
- * activation exceeds 65504 (kernels/conv.cu conv2_kernel: a running max of |x| over the staged
- * values, one compare and store per thread at the end). The flags come back in one 4-byte-per-job
+ * activation exceeds 65504 (kernels_hift.h cosy_hift_conv.sat: in fact when an fp16 operand is
+ * +-65504, so also for the values in (65488, 65504] that round there; kernels/conv.cu
+ * conv2_kernel: a running max of the packed operands' magnitudes, one compare and store per
+ * thread at the end). The flags come back in one 4-byte-per-job
  * copy queued before the call's existing synchronization; a flagged job's decode then runs again
  * in TF32 from the same inputs (decode_whole, f16_fallback), so that each job's samples are
  * either its fp16 decode (nothing saturated) or its TF32 decode, bit for bit, never a mix and
