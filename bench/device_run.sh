@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k ncu_llm w3 cli ff1epi attnv2
+#                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -71,6 +71,22 @@
 #               "conv cmp" line of each vocoder launch (us of every kernel, speed-up over the
 #               old one, the fp16-operand rows "f16 ..." and "f16/tf32 x" at the end) and the
 #               "conv sum" / "conv sum all" lines of each scenario (voc s100, f224, b16)
+#   f16guard    the fp16 vocoder's saturation guard (COSY_VOCODER_FP16; lib/gpu/hift.c,
+#               "Saturation"; not in the default steps: `bash bench/device_run.sh build
+#               f16guard`): test_gpu_hift test_f16_guard (a mel scaled past fp16's 65504 in one
+#               job of a batch: that job == its TF32 decode alone, the others == their F16 decode
+#               alone, bit for bit; 1 fallback per saturated call, none without), the conv tests
+#               (test_kernel_conv*: the saturation flag at the threshold and per conv of a launch)
+#               and the golden decode (test_decode_golden), test_kernels --bench hift (the F16
+#               kernel's time with the flag; F16G_BENCH=0 skips it), then W2 (--offline W2_N, 256)
+#               with the default vocoder and with --vocoder-fp16, F16G_ROUNDS (1) times in
+#               alternation.
+#               Logs: f16guard_*.log. Summary: "f16guard check: ..." (failed checks: none
+#               expected), "f16guard: ..." (the test's fallback counts and bit comparisons, the
+#               flag lines, the golden F16 vs TF32 error), "f16guard conv cmp|sum ...",
+#               "f16guard w2 <tf32|fp16> <round>: reqs
+#               wall_s audio_s RTF xRT ..." and "f16guard w2 fp16 <round>: vocoder fp16: N TF32
+#               fallbacks in M jobs" (engine 0's count at destroy, warm-up included)
 #   attnsplit   the flow's attention with split keys (cosy_k_attn_dit_paged_split, and
 #               cosy_k_attn_dit_paged_auto: the part count per segment; not in the default steps:
 #               `bash bench/device_run.sh build attnsplit`): test_kernels attn_dit_paged (vs
@@ -450,6 +466,34 @@ if [[ " $STEPS " == *" conv "* ]]; then
     | sed 's/^ */conv /' | tee -a "$SUMMARY"
   run conv_bench ./$B/tests/test_kernels --bench hift
   grep -E '^conv (cmp|sum)' "$OUT/conv_bench.log" | tee -a "$SUMMARY"
+fi
+if [[ " $STEPS " == *" f16guard "* ]]; then
+  COSY_TEST_FILTER=test_f16_guard run f16guard_test ./$B/tests/test_gpu_hift
+  COSY_TEST_FILTER='test_kernel_conv*' run f16guard_conv ./$B/tests/test_gpu_hift
+  COSY_TEST_FILTER=test_decode_golden run f16guard_decode ./$B/tests/test_gpu_hift
+  grep -hE 'FAIL|DIFFER|NOT BIT|NOT F16|WRONG|LAYOUT' "$OUT/f16guard_test.log" \
+    "$OUT/f16guard_conv.log" "$OUT/f16guard_decode.log" | sed 's/^/f16guard check: /' \
+    | tee -a "$SUMMARY"
+  grep -hE 'f16 guard|alone in|unscaled streams|saturation flag|launch of 3 convs|golden rel L2: F16|PASSED|FAILED' \
+    "$OUT/f16guard_test.log" "$OUT/f16guard_conv.log" "$OUT/f16guard_decode.log" \
+    | sed 's/^ */f16guard: /' | tee -a "$SUMMARY"
+  # the F16 conv kernel's time with the flag (the "f16 ..." rows and "f16/tf32 x" of each launch,
+  # to hold against the conv step's numbers of bench/RESULTS.md); F16G_BENCH=0 skips it
+  if [ "${F16G_BENCH:-1}" != 0 ]; then
+    run f16guard_bench ./$B/tests/test_kernels --bench hift
+    grep -E '^conv (cmp|sum)' "$OUT/f16guard_bench.log" | sed 's/^/f16guard /' | tee -a "$SUMMARY"
+  fi
+  for round in $(seq 1 "${F16G_ROUNDS:-1}"); do
+    for vp in tf32 fp16; do
+      varg=()
+      [ "$vp" = fp16 ] && varg=(--vocoder-fp16)
+      run f16guard_w2_${vp}_$round ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+        --offline "${W2_N:-256}" "${W1_ARGS[@]}" "${varg[@]}"
+      grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ |vocoder fp16' \
+        "$OUT/f16guard_w2_${vp}_$round.log" | sed "s/^ */f16guard w2 $vp $round: /" \
+        | tee -a "$SUMMARY"
+    done
+  done
 fi
 if [[ " $STEPS " == *" attnsplit "* ]]; then
   run attnsplit_test ./$B/tests/test_kernels attn_dit_paged

@@ -257,8 +257,14 @@ typedef struct cosy_engine_config {
  *                          bits per operand as TF32, so the same error size (within the golden
  *                          tolerance), at twice the tensor rate; each conv's weights are scaled
  *                          per output channel by an exact power of two (small weights stay
- *                          exact to fp16's precision) and the activations saturate at +-65504
- *                          (the vocoder's stay far below). Not bit-identical to TF32. Holds an
+ *                          exact to fp16's precision). fp16 holds activations up to 65504: a
+ *                          vocoder job in which any activation goes beyond it (detected on the
+ *                          device, per job) is decoded again with COSY_VOCODER_TF32 before its
+ *                          audio is delivered, so a chunk's audio is its fp16 or its TF32
+ *                          decode, never clamped, and independent of the other requests of its
+ *                          batch; the engine logs each such call (COSY_LOG_DEBUG) and the
+ *                          count at destroy (COSY_LOG_INFO: "vocoder fp16: N TF32 fallbacks in
+ *                          M jobs"). Not bit-identical to TF32. Holds an
  *                          fp16 copy of the conv weights (~42 MB for the full model). Speed
  *                          against COSY_VOCODER_TF32: `test_kernels --bench hift`
  *                          (kernels/conv.cu). */
@@ -288,7 +294,7 @@ typedef struct cosy_engine_config {
  * returns COSY_ERR_INVALID_ARG, with a message naming the field, for a value outside its stated
  * range (device -1..1023, gpu_memory_fraction (0, 1], max_active 0..4096 and at most 1024 with
  * device >= 0, max_queued 0..1048576, cpu_threads 0..1024, log_level at most COSY_LOG_DEBUG,
- * vocoder_precision 0..COSY_VOCODER_TF32, flags only COSY_ENGINE_* bits, reserved fields 0);
+ * vocoder_precision 0..COSY_VOCODER_FP16, flags only COSY_ENGINE_* bits, reserved fields 0);
  * nothing is clamped. A GPU engine that cannot fit the weights,
  * the workspaces for max_active requests and the smallest LLM KV cache into its budget, the
  * smaller of gpu_memory_fraction of the device and the device memory free at creation, fails

@@ -81,8 +81,8 @@
  *     input channels per chunk: half the fragment loads, staged columns, weight copies and
  *     barriers per product of the TF32 kernels, twice the tensor rate), the weights scaled per
  *     output channel by an exact power of two on the host (undone in the epilogue) and the
- *     activations saturated to +-65504 when staged (the numerics and the range the inputs must
- *     stay in: conv2_kernel's comment). It takes every launch of the vocoder (mean-of-3 inputs:
+ *     activations saturated to +-65504 when staged, which sets the conv's flag (cosy_hift_conv.sat;
+ *     the numerics and the range the inputs must stay in: conv2_kernel's comment). It takes every launch of the vocoder (mean-of-3 inputs:
  *     M3, NTW 4; strided downs; tap groups); the F0 predictor's convs stay fp64 (below). Its bits
  *     differ from the TF32 kernels'; they do not depend on the tile (W128 / W64) or the taps per
  *     slab (tests/test_gpu_hift.c test_kernel_conv_f16).
@@ -107,6 +107,7 @@
  * into launches. Measured (H100, full-size predictor 80 -> 512 -> 4 x 512, 64 jobs of 40 .. 110
  * frames, 4750 in all; test_gpu_hift test_kernel_conv64_group): 3.4 ms grouped, 18.5 ms with one
  * launch per job and layer (~64 blocks each: the GPU mostly idle). */
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -588,6 +589,12 @@ __global__ void __launch_bounds__(NT * KS, 4 / KS)
  *     from the golden waveform against TF32's 1.53e-2). tests/test_gpu_hift.c
  *     test_kernel_conv_f16 checks activations up to 1e4 with weights down to 1e-6, and the
  *     saturation beyond 65504.
+ *   - Saturation flag (cosy_hift_conv.sat, kernels_hift.h): each thread keeps the running max of
+ *     the magnitudes of the fp16 operands it stages (on the packed f16x2 registers: per column
+ *     of 16, 4 VHMNMX on sm_90, 8 HMNMX2 on sm_80; the fp32 values would take 16 FMNMX) and, at
+ *     the end, stores 1 to c.sat when it saw +-65504 (an activation clamped there, or one in
+ *     (65488, 65504] rounded to it). The vocoder recomputes a flagged job in TF32
+ *     (lib/gpu/hift.c, "Saturation"). The TF32 instantiations ignore it (OP::SAT false).
  *   - The products: each w' x rounds to fp16 operands (relative 2^-11, as TF32's 10-bit
  *     mantissa), the product and sums are fp32 in the tensor core: the error of a conv output is
  *     that of the TF32 kernels (~3e-4 relative; the test compares both against the CPU). The
@@ -622,6 +629,17 @@ __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
   return r;
 }
 
+__device__ __forceinline__ __half2 u32_h2(uint32_t u) {
+  __half2 h;
+  memcpy(&h, &u, sizeof h);
+  return h;
+}
+__device__ __forceinline__ uint32_t h2_u32(__half2 h) {
+  uint32_t u;
+  memcpy(&u, &h, sizeof u);
+  return u;
+}
+
 __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4],
                                         const uint32_t (&b)[2]) {
   asm volatile(
@@ -644,13 +662,14 @@ template <int PREC> struct OpTf32 {
   using W = float;
   static constexpr int CKC = CK;
   static constexpr bool GENERAL = false;
+  static constexpr bool SAT = false;
   static __device__ __forceinline__ const W *weights(const cosy_hift_conv &c) { return c.wp; }
   static __device__ __forceinline__ int ci_pad(const cosy_hift_conv &c) { return c.ci_pad; }
   static __device__ __forceinline__ const float *out_scale(const cosy_hift_conv &) {
     return nullptr;
   }
   static __device__ __forceinline__ float round(float v) { return __uint_as_float(tf32_bits(v)); }
-  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC]) {
+  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC], uint32_t &) {
     float4 *d = reinterpret_cast<float4 *>(x);
     d[0] = make_float4(v[0], v[1], v[2], v[3]);
     d[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -674,6 +693,7 @@ struct OpF16 {
   using W = uint16_t;
   static constexpr int CKC = CKH;
   static constexpr bool GENERAL = true;
+  static constexpr bool SAT = true;
   static __device__ __forceinline__ const W *weights(const cosy_hift_conv &c) { return c.wh; }
   /* ci_pad16: wh's pitch (cosy_hift_conv_pack_f16) */
   static __device__ __forceinline__ int ci_pad(const cosy_hift_conv &c) {
@@ -683,12 +703,21 @@ struct OpF16 {
     return c.wh_scale;
   }
   static __device__ __forceinline__ float round(float v) { return v; } /* when stored */
-  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC]) {
+  /* amax: the running max of the staged fp16 operands' magnitudes (an f16x2's bits, each half
+   * its own max; __hmax2 ignores NaN), for the saturation flag at conv2_kernel's end: on the
+   * packed values, one VHMNMX (sm_90: 3-input, |.| operands) or HMNMX2 (sm_80) per two or one
+   * registers, 4 or 8 instructions per staged column of 16 */
+  static __device__ __forceinline__ void put_col(float *x, const float (&v)[CKC], uint32_t &amax) {
+    uint32_t p[CKC / 2];
+#pragma unroll
+    for (int r = 0; r < CKC / 2; r++) p[r] = pack_f16x2(v[2 * r], v[2 * r + 1]);
     uint4 *d = reinterpret_cast<uint4 *>(x);
-    d[0] = make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]),
-                      pack_f16x2(v[6], v[7]));
-    d[1] = make_uint4(pack_f16x2(v[8], v[9]), pack_f16x2(v[10], v[11]),
-                      pack_f16x2(v[12], v[13]), pack_f16x2(v[14], v[15]));
+    d[0] = make_uint4(p[0], p[1], p[2], p[3]);
+    d[1] = make_uint4(p[4], p[5], p[6], p[7]);
+    __half2 m = u32_h2(amax);
+#pragma unroll
+    for (int r = 0; r < CKC / 2; r++) m = __hmax2(m, __habs2(u32_h2(p[r])));
+    amax = h2_u32(m);
   }
   static __device__ __forceinline__ void prep_a(uint32_t (&)[2][4]) {}
   static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
@@ -750,6 +779,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
       for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
 
   const int n_chunks = OP::ci_pad(c) / CKC;
+  uint32_t amax = 0; /* OP::SAT: the largest |staged fp16 operand| of this thread, f16x2 bits */
   /* the strip columns of this thread: tid and tid + NT; strips of up to CPT NT columns are
    * prefetched into registers (always so when !OP::GENERAL: the launcher's condition) */
   constexpr int CPT = NTW == 8 ? 2 : 1;
@@ -821,7 +851,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
                                          M3 ? pv2[M3 ? r : 0] : 0.f, M3 ? pv3[M3 ? r : 0] : 0.f));
             }
           }
-          OP::put_col(sX + col * XS, v);
+          OP::put_col(sX + col * XS, v, amax);
         }
       }
     } else { /* OP::GENERAL only: the long strips, a loop over the columns */
@@ -835,7 +865,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
           const int ci = ci0 + r;
           v[r] = OP::round(ok && ci < c.ci ? load_act(c, act, ci, uu) : 0.f);
         }
-        OP::put_col(sX + col * XS, v);
+        OP::put_col(sX + col * XS, v, amax);
       }
     }
   };
@@ -888,6 +918,10 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     }
   }
 
+  /* OP::SAT: a staged operand at fp16's largest magnitude 0x7bff = 65504 (an activation beyond
+   * it, saturated there, +-inf included; or one in (65488, 65504] that rounds to it) flags the
+   * conv (c.sat: its job's int, kernels_hift.h); a plain store of 1 by any thread that saw one */
+  if (OP::SAT && ((amax & 0xffffu) >= 0x7bffu || (amax >> 16) >= 0x7bffu) && c.sat) *c.sat = 1;
   store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, OP::out_scale(c));
 }
 

@@ -48,7 +48,8 @@ typedef enum cosy_hift_prec {
   /* fp16 operands (mma.sync m16n8k16, fp32 accumulation; kernels/conv.cu conv2_kernel, OpF16): the
    * weights from wh / wh_scale (cosy_hift_conv_pack_f16: fp16 with an exact power-of-two scale
    * per output channel, undone in fp32 before the bias), the activations rounded to fp16 (to
-   * nearest even, saturated to +-65504, NaN kept) when staged. Operands of 11 significant bits as TF32's,
+   * nearest even, saturated to +-65504, NaN kept) when staged; a saturated activation sets the
+   * conv's flag (cosy_hift_conv.sat). Operands of 11 significant bits as TF32's,
    * so the error of a dot product is TF32's (~3e-4 relative) at twice the tensor rate and half
    * the fragment loads per product. The activations must stay within +-65504 (larger ones are
    * clamped there, never inf); values below 6.1e-5 in magnitude keep an absolute error <= 2^-25
@@ -108,6 +109,15 @@ typedef struct cosy_hift_conv {
    * of two (cosy_hift_conv_pack_f16); wp may then be NULL (no TF32 fallback) */
   const uint16_t *wh;
   const float *wh_scale;
+  /* COSY_HPREC_F16 only (else ignored), may be NULL: a device int that the launch sets to 1 when
+   * some activation it stages as an fp16 operand becomes +-65504, fp16's largest finite value:
+   * every |x| > 65504 (saturated there, where TF32 keeps fp32's range; +-inf included) and the
+   * values in (65488, 65504] that round to it (checked on the packed operands: cheaper, and on
+   * the safe side); NaN never. Left alone otherwise, never cleared by the kernel. Convs of one
+   * launch may share an int or have their own (the vocoder: one per job of a batch). The fp16
+   * weights cannot saturate (each channel's largest is scaled into [0.5, 1):
+   * cosy_hift_conv_pack_f16). */
+  int *sat;
 } cosy_hift_conv;
 
 /* Pack a PyTorch Conv1d weight w[co][ci][k] (host) into wp[k][co_pad][ci_pad] (host, zeroed

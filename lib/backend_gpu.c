@@ -87,6 +87,13 @@ static void gb_destroy(cosy_engine *e) {
   if (!s) return;
   /* the caller's thread may be on another device (another engine's): free on this one's */
   if (s->g) cudaSetDevice(s->g->device);
+  if (s->hift && e->cfg.vocoder_precision == COSY_VOCODER_FP16) {
+    int64_t jobs = 0, fb = 0;
+    gpu_hift_f16_stats(s->hift, &jobs, &fb);
+    engine_log(e, COSY_LOG_INFO,
+               "vocoder fp16: %lld TF32 fallbacks in %lld jobs (activations beyond 65504)",
+               (long long)fb, (long long)jobs);
+  }
   gpu_fe_free(s->fe);
   gpu_hift_free(s->hift);
   gpu_flow_free(s->flow);
@@ -631,7 +638,15 @@ static cosy_status gb_vocode(cosy_engine *e, cosy_voc_job *jobs, int n, int urge
   }
   cudaStream_t saved;
   post_begin(s->voc, urgent, &saved);
+  int64_t fb0 = 0, fb1 = 0, nj = 0;
+  gpu_hift_f16_stats(s->hift, NULL, &fb0);
   cosy_status st = gpu_hift_stream_run(s->hift, hj, n, cancel);
+  gpu_hift_f16_stats(s->hift, &nj, &fb1);
+  if (fb1 > fb0) /* COSY_VOCODER_FP16: jobs whose activations exceeded fp16's range */
+    engine_log(e, COSY_LOG_DEBUG,
+               "vocoder fp16: %lld of %d jobs recomputed in TF32 (activations beyond 65504); "
+               "%lld TF32 fallbacks in %lld jobs",
+               (long long)(fb1 - fb0), n, (long long)fb1, (long long)nj);
   if (st) cosy_gpu_drain(s->voc);
   post_end(s->voc, saved);
   for (int i = 0; i < n; i++) {

@@ -18,7 +18,9 @@
  *     65504, against a clamping reference): within 2x TF32's error (and TOL_TF32); the tile
  *     variants and fewer taps per slab give the same bits; a NaN input stays NaN; the TF32
  *     fallback on a device too small for it, the refusal without fp32 weights; the host
- *     packing's scale.
+ *     packing's scale. The saturation flag (cosy_hift_conv.sat): set by exactly the saturating
+ *     runs (never by TF32), at the threshold (65488 not, the next float, 65504, -inf yes, NaN
+ *     not), and in a launch of three convs only for the one whose input exceeds 65504.
  *   conv2 (test_kernel_conv2): every cosy_hift_conv_kernel choice (the wide-tile conv2_kernel
  *     variants and the per-launch automatic one) in TF32 and TF32 with host-rounded weights, for
  *     k 1/3/5/7/11/16, dilations 1/3/5, upsampling, reflect, look-ahead, Snake/leaky inputs,
@@ -69,6 +71,11 @@
  *   boundary points at the left context; one growing along the utterance at the phase sums).
  *   Arguments (same stream twice, NULL mel, window over max_frames, finalized stream), cancel
  *   (nothing returned, the stream goes on and still matches), an empty final call.
+ * The F16 guard (test_f16_guard; gpu_hift_set_f16_guard): a mel scaled x 2e4 (conv_pre's inputs
+ *   beyond fp16's 65504) decodes to the TF32 decode's bits with one fallback, the unscaled golden
+ *   mel to the unguarded F16 bits with none; in streaming batches of 4 streams, one scaled, the
+ *   scaled stream gets its TF32 decode alone bit for bit, the others their F16 decode alone bit
+ *   for bit, with one fallback per call of the scaled stream and none without it.
  *   With COSY_FULL_MODEL: chunks 50/100/60 vs the whole-mel GPU runs (2e-2) and the time of each
  *   stream call against the whole-mel re-run.
  * Without a CUDA device (or built without CUDA) everything skips; on a device a wrong result
@@ -308,6 +315,7 @@ typedef struct conv_run {
   float *d_in, *d_in2, *d_in3, *d_alpha, *d_wp, *d_b, *d_res, *d_res2, *d_out, *d_oact, *d_oalpha;
   uint16_t *d_wh; /* COSY_HPREC_F16 weights (cosy_hift_conv_pack_f16) and their scales */
   float *d_whs;
+  int *d_sat; /* the conv's F16 saturation flag (desc.sat), cleared by conv_poison */
   int ld_in, ld_out, co_rows, co_pad, ci_pad;
   double *ref;
   cosy_hift_conv desc;
@@ -398,6 +406,9 @@ static void conv_prepare(const conv_case *cc, conv_run *r) {
     r->d_whs = dev_upload(whs, cc->co * sizeof(float));
     c->wh = r->d_wh, c->wh_scale = r->d_whs;
     free(wh), free(whs);
+    const int zero = 0;
+    r->d_sat = dev_upload(&zero, sizeof zero);
+    c->sat = r->d_sat;
   }
 }
 
@@ -407,7 +418,7 @@ static void conv_release(conv_run *r) {
   cudaFree(r->d_oact), cudaFree(r->d_oalpha);
   cudaFree(r->d_in), cudaFree(r->d_in2), cudaFree(r->d_in3), cudaFree(r->d_alpha);
   cudaFree(r->d_wp), cudaFree(r->d_b), cudaFree(r->d_res), cudaFree(r->d_res2), cudaFree(r->d_out);
-  cudaFree(r->d_wh), cudaFree(r->d_whs);
+  cudaFree(r->d_wh), cudaFree(r->d_whs), cudaFree(r->d_sat);
 }
 
 /* download out (which = 0) or out_act (which = 1), check the written/untouched regions, return
@@ -475,6 +486,14 @@ static void conv_poison(const conv_run *r) {
   const size_t nall = (size_t)r->co_rows * r->ld_out;
   CU(cudaMemset(r->d_out, 0xFF, nall * sizeof(float)));
   if (r->d_oact) CU(cudaMemset(r->d_oact, 0xFF, nall * sizeof(float)));
+  if (r->d_sat) CU(cudaMemset(r->d_sat, 0, sizeof(int)));
+}
+
+/* the conv's saturation flag (desc.sat) after its launch */
+static int conv_sat(const conv_run *r) {
+  int v = -1;
+  CU(cudaMemcpy(&v, r->d_sat, sizeof v, cudaMemcpyDeviceToHost));
+  return v;
 }
 
 /* whether the outputs of the n conv runs r[] (conv_download) are the bits of want[0 .. n-1] */
@@ -785,7 +804,14 @@ static void test_kernel_conv_f16(void **state) {
       int lay = 0, lay16 = 0;
       const double etf = sat ? 0 : conv_run_prec(fx, &fx->g->dev, &cases[i], &r, COSY_HPREC_TF32,
                                                  &lay);
+      const int flag_tf = sat ? 0 : conv_sat(&r); /* TF32 never sets it */
       const double e16 = conv_run_prec(fx, &fx->g->dev, &cases[i], &r, COSY_HPREC_F16, &lay16);
+      const int flag16 = conv_sat(&r);
+      if (flag16 != sat || flag_tf != 0)
+        print_message("  conv f16 %s [%s]: saturation flag F16 %d (want %d), TF32 %d (want 0) "
+                      "WRONG\n",
+                      cases[i].name, sc[s].name, flag16, sat, flag_tf);
+      all_ok &= flag16 == sat && flag_tf == 0;
       char name[160];
       snprintf(name, sizeof name, "conv f16 %s [%s]%s", cases[i].name, sc[s].name,
                lay16 ? "" : " LAYOUT");
@@ -874,6 +900,65 @@ static void test_kernel_conv_f16(void **state) {
     all_ok &= bad == 0;
     free(o);
     conv_release(&r);
+  }
+  /* the saturation flag (cosy_hift_conv.sat) at the threshold: set when an operand's fp16 value
+   * is +-65504, fp16's largest (kernels_hift.h): one input of a conv_pre-like conv set to 65000
+   * and 65488 (rounds to 65472, ties to even: not flagged), the next float above 65488 (rounds to
+   * 65504), 65504, the next float above it (saturated), -1e5, -inf (flagged), NaN (not: it stays
+   * NaN); then a launch of three convs, each with its own flag, where only the middle one has an
+   * input beyond 65504: only its flag is set, and each conv's outputs are the bits of its launch
+   * alone */
+  {
+    const conv_case cc = cases[12]; /* k5, pad 0, n_out 30, no pre-activation */
+    const struct { float v; int want; const char *name; } th[] = {
+        {65000.0f, 0, "65000"}, {65488.0f, 0, "65488"},
+        {nextafterf(65488.0f, INFINITY), 1, "65488 + 1 ulp"}, {65504.0f, 1, "65504"},
+        {nextafterf(65504.0f, INFINITY), 1, "65504 + 1 ulp"}, {-1e5f, 1, "-1e5"},
+        {-INFINITY, 1, "-inf"}, {NAN, 0, "NaN"}};
+    for (int q = 0; q < (int)(sizeof th / sizeof th[0]); q++) {
+      conv_run r;
+      conv_prepare(&cc, &r);
+      CU(cudaMemcpy(r.d_in + (size_t)7 * r.ld_in + 11, &th[q].v, sizeof(float),
+                    cudaMemcpyHostToDevice));
+      conv_poison(&r);
+      CU(cudaDeviceSynchronize());
+      CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &r.desc, 1, COSY_HPREC_F16, 1));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      const int f = conv_sat(&r);
+      print_message("  conv f16 saturation flag, one input %s: %d (want %d)%s\n", th[q].name, f,
+                    th[q].want, f == th[q].want ? "" : " WRONG");
+      all_ok &= f == th[q].want;
+      conv_release(&r);
+    }
+    conv_run g[3];
+    float *alone[3];
+    cosy_hift_conv d[3];
+    for (int q = 0; q < 3; q++) {
+      conv_prepare(&cc, &g[q]);
+      if (q == 1) {
+        const float big = 1e5f;
+        CU(cudaMemcpy(g[q].d_in + (size_t)2 * g[q].ld_in + 20, &big, sizeof big,
+                      cudaMemcpyHostToDevice));
+      }
+      conv_poison(&g[q]);
+      CU(cudaDeviceSynchronize());
+      CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &g[q].desc, 1, COSY_HPREC_F16, 1));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      alone[q] = conv_download(&g[q]);
+      d[q] = g[q].desc;
+    }
+    for (int q = 0; q < 3; q++) conv_poison(&g[q]);
+    CU(cudaDeviceSynchronize());
+    CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, 3, COSY_HPREC_F16, 1));
+    CU(cudaStreamSynchronize(fx->g->stream));
+    const int f0 = conv_sat(&g[0]), f1 = conv_sat(&g[1]), f2 = conv_sat(&g[2]);
+    const int same = conv_same(g, 3, alone);
+    const int flags_ok = f0 == 0 && f1 == 1 && f2 == 0;
+    print_message("  conv f16 launch of 3 convs, the second saturating: flags %d %d %d (want 0 1 "
+                  "0)%s, outputs %s\n", f0, f1, f2, flags_ok ? "" : " WRONG",
+                  same ? "bit-identical to alone" : "DIFFER FROM ALONE");
+    all_ok &= flags_ok && same;
+    for (int q = 0; q < 3; q++) conv_release(&g[q]), free(alone[q]);
   }
   /* the host packing: a channel's largest |w| lands in [0.5, 1), its scale is the exact power of
    * two, small weights stay normal, zero and padding stay zero */
@@ -2380,6 +2465,152 @@ static void test_stream_args(void **state) {
   assert_true(check_line("stream after a cancel vs gpu_hift_infer", e, 2e-3));
 }
 
+/* ---- the F16 guard (gpu_hift_set_f16_guard; lib/gpu/hift.c, "Saturation") -------------------- */
+
+#define G_STREAMS 4
+#define G_SCALE 2e4f /* mel scale that takes conv_pre's inputs beyond fp16's 65504 */
+
+static int64_t f16_fallbacks(const gpu_hift *h) {
+  int64_t f = 0;
+  gpu_hift_f16_stats(h, NULL, &f);
+  return f;
+}
+
+/* COSY_HPREC_F16 with the guard, small model:
+ *   whole utterance (gpu_hift_decode of the golden final mel and source): unscaled, nothing
+ *   saturates: no fallback and the bits of the unguarded F16 decode; the mel x G_SCALE (its
+ *   largest |value| printed and asserted beyond 65504): one fallback and the TF32 decode's bits
+ *   (how far the unguarded, clamped F16 decode is from TF32 is printed);
+ *   streaming (gpu_hift_stream_run, 4 streams, the second with its mel x G_SCALE, batched): one
+ *   final call each (one batch: exactly 1 fallback), then two calls each (a non-final then a
+ *   final one: 2 fallbacks, both calls of the scaled stream, its state carried across). Each
+ *   unscaled stream's samples are its F16 decode alone bit for bit, the scaled stream's its TF32
+ *   decode alone bit for bit (and its F16 decode alone under the guard: the same bits, one
+ *   fallback a call); the unscaled streams alone and batched without the scaled one fall back 0
+ *   times. */
+static void test_f16_guard(void **state) {
+  fixture *fx = *state;
+  NEED_MODEL(fx);
+  int ok = 1;
+  {
+    gpu_hift *h = fx->h;
+    const int T = fx->T;
+    const int64_t ns = (int64_t)T * 480;
+    float *s = tu_load_f32("golden/hift/final/s.npy", ns);
+    assert_non_null(s);
+    float *big = malloc(sizeof(float) * 80 * (size_t)T), mx = 0;
+    for (size_t i = 0; i < (size_t)80 * T; i++) {
+      big[i] = fx->mel[i] * G_SCALE;
+      mx = fabsf(big[i]) > mx ? fabsf(big[i]) : mx;
+    }
+    print_message("f16 guard: golden mel x %.0e: largest |value| %.3e (fp16's largest 65504)\n",
+                  (double)G_SCALE, (double)mx);
+    assert_true(mx > 65504.0f);
+    for (int sc = 0; sc < 2; sc++) {
+      float *w[3] = {NULL, NULL, NULL}; /* F16 guarded, F16 unguarded, TF32 */
+      int64_t fb = -1;
+      for (int v = 0; v < 3; v++) {
+        int64_t n = 0;
+        assert_int_equal(gpu_hift_set_precision(h, v == 2 ? COSY_HPREC_TF32 : COSY_HPREC_F16),
+                         COSY_OK);
+        assert_int_equal(gpu_hift_set_f16_guard(h, v == 0), COSY_OK);
+        const int64_t f0 = f16_fallbacks(h);
+        assert_int_equal(gpu_hift_decode(h, sc ? big : fx->mel, T, s, 1, &w[v], &n), COSY_OK);
+        assert_int_equal(n, ns);
+        if (v == 0) fb = f16_fallbacks(h) - f0;
+        else assert_int_equal(f16_fallbacks(h), f0); /* unguarded, TF32: never counted */
+      }
+      const size_t d_off = count_diff(w[0], w[1], (size_t)ns);
+      const size_t d_tf = count_diff(w[0], w[2], (size_t)ns);
+      const size_t d_raw = count_diff(w[1], w[2], (size_t)ns);
+      const int good = fb == sc && (sc ? d_tf : d_off) == 0;
+      print_message("f16 guard: decode %s: %lld fallbacks (want %d); guarded F16 vs unguarded: "
+                    "%zu samples differ, vs TF32: %zu (of %lld; must be 0 %s); unguarded F16 vs "
+                    "TF32: %zu differ, rel L2 %.3e%s\n",
+                    sc ? "mel x 2e4 (saturating)" : "golden (no saturation)", (long long)fb, sc,
+                    d_off, d_tf, (long long)ns, sc ? "vs TF32" : "vs unguarded", d_raw,
+                    tu_rel_l2(w[1], w[2], (size_t)ns), good ? "" : "  WRONG");
+      ok &= good;
+      for (int v = 0; v < 3; v++) free(w[v]);
+    }
+    assert_int_equal(gpu_hift_set_f16_guard(NULL, 1), COSY_ERR_INVALID_ARG);
+    assert_int_equal(gpu_hift_set_f16_guard(h, 2), COSY_ERR_INVALID_ARG);
+    assert_int_equal(gpu_hift_set_f16_guard(h, 1), COSY_OK);
+    assert_int_equal(gpu_hift_set_precision(h, COSY_HPREC_3XTF32), COSY_OK);
+    free(s), free(big);
+  }
+  gpu_hift *h = NULL;
+  assert_int_equal(gpu_hift_create(fx->g, fx->m, 256, &h), COSY_OK);
+  assert_int_equal(gpu_hift_set_precision(h, COSY_HPREC_F16), COSY_OK);
+  const int Ts[G_STREAMS] = {64, 50, 45, 60}, SAT = 1;
+  for (int calls = 1; calls <= 2; calls++) {
+    s_plan p[G_STREAMS];
+    for (int i = 0; i < G_STREAMS; i++) {
+      plan_init(&p[i], Ts[i], 300 + (uint64_t)i);
+      for (size_t k = 0; i == SAT && k < (size_t)80 * Ts[i]; k++)
+        p[i].mel_cf[k] *= G_SCALE, p[i].mel_fm[k] *= G_SCALE;
+      p[i].n_calls = calls;
+      p[i].chunks[0] = calls == 1 ? Ts[i] : Ts[i] / 2;
+      p[i].chunks[1] = Ts[i] - Ts[i] / 2;
+    }
+    int64_t f0 = f16_fallbacks(h);
+    run_plans(h, p, G_STREAMS, 1, NULL);
+    const int64_t fb = f16_fallbacks(h) - f0;
+    print_message("f16 guard: %d streams batched, %d call(s) each, stream %d saturating: %lld "
+                  "fallbacks (want %d)%s\n", G_STREAMS, calls, SAT, (long long)fb, calls,
+                  fb == calls ? "" : "  WRONG");
+    ok &= fb == calls;
+    /* each alone: the unscaled ones in F16, the scaled one in TF32 and in guarded F16 */
+    for (int v = 0; v < G_STREAMS + 1; v++) {
+      const int i = v < G_STREAMS ? v : SAT, tf32 = v == SAT;
+      s_plan q = p[i];
+      q.out = malloc(sizeof(float) * (size_t)p[i].T * 480 + 4);
+      assert_int_equal(gpu_hift_set_precision(h, tf32 ? COSY_HPREC_TF32 : COSY_HPREC_F16),
+                       COSY_OK);
+      f0 = f16_fallbacks(h);
+      run_plans(h, &q, 1, 0, NULL);
+      const int64_t fa = f16_fallbacks(h) - f0;
+      const int64_t want = i == SAT && !tf32 ? calls : 0;
+      assert_int_equal(q.n_out, p[i].n_out);
+      const size_t nd = count_diff(q.out, p[i].out, (size_t)p[i].n_out);
+      print_message("  stream %d alone in %-4s vs in the batch: %zu of %lld samples differ (must "
+                    "be 0), %lld fallbacks (want %lld)%s\n", i, tf32 ? "TF32" : "F16", nd,
+                    (long long)p[i].n_out, (long long)fa, (long long)want,
+                    nd == 0 && fa == want ? "" : "  WRONG");
+      ok &= nd == 0 && fa == want;
+      free(q.out);
+    }
+    assert_int_equal(gpu_hift_set_precision(h, COSY_HPREC_F16), COSY_OK);
+    /* the unscaled streams batched without the scaled one: no fallback, the same bits */
+    s_plan u[G_STREAMS - 1];
+    for (int i = 0, k = 0; i < G_STREAMS; i++)
+      if (i != SAT) {
+        u[k] = p[i];
+        u[k++].out = malloc(sizeof(float) * (size_t)p[i].T * 480 + 4);
+      }
+    f0 = f16_fallbacks(h);
+    run_plans(h, u, G_STREAMS - 1, 1, NULL);
+    size_t nd = 0;
+    for (int i = 0, k = 0; i < G_STREAMS; i++)
+      if (i != SAT) {
+        nd += count_diff(u[k].out, p[i].out, (size_t)p[i].n_out);
+        free(u[k++].out);
+      }
+    const int64_t fu = f16_fallbacks(h) - f0;
+    print_message("  the %d unscaled streams batched: %lld fallbacks (want 0), %zu samples differ "
+                  "from the first batch (must be 0)%s\n", G_STREAMS - 1, (long long)fu, nd,
+                  fu == 0 && nd == 0 ? "" : "  WRONG");
+    ok &= fu == 0 && nd == 0;
+    for (int i = 0; i < G_STREAMS; i++) free(p[i].mel_cf), free(p[i].mel_fm), free(p[i].out);
+  }
+  int64_t jobs = 0, fbs = 0;
+  gpu_hift_f16_stats(h, &jobs, &fbs);
+  print_message("f16 guard: %lld fallbacks in %lld guarded jobs on the streaming gpu_hift\n",
+                (long long)fbs, (long long)jobs);
+  gpu_hift_free(h);
+  assert_true(ok);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_kernel_conv_f16),
@@ -2392,7 +2623,7 @@ int main(void) {
       cmocka_unit_test(test_infer_vs_ref),  cmocka_unit_test(test_args),
       cmocka_unit_test(test_full_model),    cmocka_unit_test(test_kernel_source_split),
       cmocka_unit_test(test_stream),
-      cmocka_unit_test(test_stream_args),
+      cmocka_unit_test(test_stream_args),   cmocka_unit_test(test_f16_guard),
   };
   /* COSY_TEST_FILTER=test_stream (a cmocka glob): only those tests */
   const char *only = getenv("COSY_TEST_FILTER");

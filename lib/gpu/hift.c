@@ -39,7 +39,22 @@
  *   F16 (COSY_HPREC_F16, an option): fp16 operands, fp32 sums (kernels/conv.cu conv2_kernel),
  *                     TF32's operand precision at twice the tensor rate; the fp16 weights
  *                     (cosy_hift_conv_pack_f16, ~42 MB) are made from the packed fp32 ones when
- *                     it is first chosen (gpu_hift_set_precision); not measured yet.
+ *                     it is first chosen (gpu_hift_set_precision); H200: 1.3-1.4x faster convs
+ *                     than TF32, golden decode 1.475e-2 against TF32's 1.549e-2
+ *                     (bench/RESULTS.md).
+ * Saturation (the F16 guard, on by default: gpu_hift_set_f16_guard): fp16 holds activations up
+ * to 65504; a larger one would be clamped there silently (TF32 keeps fp32's range). Every conv
+ * of a job carries that job's flag (cosy_hift_conv.sat: an int in sat_d, one per job of a call,
+ * cleared by one cudaMemsetAsync before the decode); the F16 kernel sets it when a staged
+ * activation exceeds 65504 (kernels_hift.h cosy_hift_conv.sat: in fact when an fp16 operand is
+ * +-65504, so also for the values in (65488, 65504] that round there; kernels/conv.cu
+ * conv2_kernel: a running max of the packed operands' magnitudes, one compare and store per
+ * thread at the end). The flags come back in one 4-byte-per-job
+ * copy queued before the call's existing synchronization; a flagged job's decode then runs again
+ * in TF32 from the same inputs (decode_whole, f16_fallback), so that each job's samples are
+ * either its fp16 decode (nothing saturated) or its TF32 decode, bit for bit, never a mix and
+ * never dependent on the other jobs of its batch. The fallbacks are counted (gpu_hift_f16_stats).
+ * Cost without saturation: one memset and one small copy per call, no extra synchronization.
  * Streaming (gpu_hift_stream_*, the window math in lib/ref/hift.h): the stream state stays on the
  * host; a call plans each job's window [min(a, b), T), gives each job consecutive slices of the
  * buffers above (jobs_place; the sum of the windows must fit max_frames), uploads the mel windows
@@ -111,6 +126,12 @@ struct gpu_hift {
   float *act[N_ACT];
   /* pinned host staging for the waveform / source download */
   float *stage_h;
+  /* the F16 guard (COSY_HPREC_F16; see "Saturation" at the top): one saturation flag per job of
+   * a call (device, cleared before each F16 decode; cosy_hift_conv.sat), its pinned host copy,
+   * whether the guard is on (gpu_hift_set_f16_guard) and the counts since create */
+  int *sat_d, *sat_h;
+  int f16_guard;
+  int64_t f16_jobs, f16_fallbacks;
   /* the side stream runs the stage-1/2 source branches while the main stream runs stage 0 */
   cudaStream_t side;
   cudaEvent_t ev_fork, ev_join;
@@ -209,6 +230,7 @@ void gpu_hift_free(gpu_hift *h) {
   if (h->ev_fork) cudaEventDestroy(h->ev_fork);
   if (h->ev_join) cudaEventDestroy(h->ev_join);
   cosy_gpu_host_free(h->stage_h);
+  cosy_gpu_host_free(h->sat_h);
   free(h);
 }
 
@@ -257,6 +279,18 @@ static cosy_status make_f16_res(gpu_hift *h, gres *r) {
   return st;
 }
 
+cosy_status gpu_hift_set_f16_guard(gpu_hift *h, int on) {
+  if (!h || (on != 0 && on != 1))
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_f16_guard: bad %s", !h ? "handle" : "value");
+  h->f16_guard = on;
+  return COSY_OK;
+}
+
+void gpu_hift_f16_stats(const gpu_hift *h, int64_t *jobs, int64_t *fallbacks) {
+  if (jobs) *jobs = h ? h->f16_jobs : 0;
+  if (fallbacks) *fallbacks = h ? h->f16_fallbacks : 0;
+}
+
 cosy_status gpu_hift_set_precision(gpu_hift *h, int prec) {
   if (!h || (prec != COSY_HPREC_TF32 && prec != COSY_HPREC_3XTF32 && prec != COSY_HPREC_F16))
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_precision: bad %s",
@@ -301,6 +335,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
     goto fail;
   h->prec = COSY_HPREC_3XTF32;
   h->stream_split = 1;
+  h->f16_guard = 1;
   h->max_frames = max_frames;
   h->C = hp->hift_ch, h->Cc = hp->hift_cond_ch, h->nb = hp->nb_harmonics, h->nh = h->nb + 1;
   h->mel = hp->mel_dim, h->hop = hp->hop, h->look_right = hp->conv_pre_look_right;
@@ -398,6 +433,10 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
       if ((st = dalloc(h, n * sizeof(float), "hift activations", (void **)&h->act[i]))) goto fail;
     }
     if ((st = cosy_gpu_host_alloc(Ls * sizeof(float), (void **)&h->stage_h))) goto fail;
+    if ((st = dalloc(h, STREAM_MAXJ * sizeof(int), "hift fp16 saturation flags",
+                     (void **)&h->sat_d)) ||
+        (st = cosy_gpu_host_alloc(STREAM_MAXJ * sizeof(int), (void **)&h->sat_h)))
+      goto fail;
   }
   if ((st = cosy_gpu_check(cudaStreamCreateWithFlags(&h->side, cudaStreamNonBlocking),
                            "hift side stream")) ||
@@ -595,6 +634,7 @@ typedef struct rb_job {
   float *x, *tmp, *xa;
   const float *first_in;
   int n;
+  int *sat; /* the job's F16 saturation flag (cosy_hift_conv.sat) */
 } rb_job;
 
 static cosy_status run_resblocks_ex(gpu_hift *h, cudaStream_t s, const rb_job *jobs, int n_jobs,
@@ -618,6 +658,7 @@ static cosy_status run_resblocks_ex(gpu_hift *h, cudaStream_t s, const rb_job *j
       }
       c[q].out_act = jb->tmp, c[q].ld_out_act = n, c[q].oact = COSY_HACT_SNAKE;
       c[q].oalpha = r->a2[d], c[q].oalpha_inv = r->a2i[d];
+      c[q].sat = jb->sat;
     }
     if ((st = conv_many(h, s, c, n_jobs, split_mode, what))) break;
     for (int q = 0; q < n_jobs; q++) {
@@ -627,6 +668,7 @@ static cosy_status run_resblocks_ex(gpu_hift *h, cudaStream_t s, const rb_job *j
       c[q] = conv_desc(&r->c2[d], jb->tmp, n, n, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, K - 1, 0,
                        jb->x, n, n);
       c[q].res = (d == 0 && jb->first_in) ? jb->first_in : jb->x, c[q].ld_res = n;
+      c[q].sat = jb->sat;
       if (d + 1 < N_DIL) {
         c[q].out_act = jb->xa, c[q].ld_out_act = n, c[q].oact = COSY_HACT_SNAKE;
         c[q].oalpha = r->a1[d + 1], c[q].oalpha_inv = r->a1i[d + 1];
@@ -650,7 +692,7 @@ static cosy_status run_resblocks(gpu_hift *h, cudaStream_t s, const rb_job *jobs
  * the side stream) and the three resblocks on Y (6 launches, -> R0-R2); conv_post on their mean;
  * iSTFT. */
 static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const float *sig, int T,
-                              int finalize, const volatile int *cancel, int64_t *nout) {
+                              int finalize, const volatile int *cancel, int *sat, int64_t *nout) {
   cudaStream_t s = h->g->stream;
   const int R = h->R;
   const int Tm = finalize ? T : T - 3;
@@ -681,13 +723,14 @@ static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const f
       const int sd = h->down_stride[i];
       c[i - 1] = conv_desc(&h->downs[i], h->S_d, F, F, 1, COSY_HACT_NONE, 0.f, NULL, 1, sd, sd - 1,
                            0, A[B_SRC0 + i], lens[i], lens[i]);
+      c[i - 1].sat = sat;
     }
     if ((st = conv(h, h->side, c, 2, "hift source_downs"))) return st;
     rb_job jobs[2];
     for (int i = 1; i < N_STAGES; i++) {
       jobs[i - 1].r = &h->srb[i], jobs[i - 1].x = A[B_SRC0 + i];
       jobs[i - 1].tmp = A[B_ST1 + i - 1], jobs[i - 1].xa = A[B_SX1 + i - 1];
-      jobs[i - 1].first_in = NULL, jobs[i - 1].n = lens[i];
+      jobs[i - 1].first_in = NULL, jobs[i - 1].n = lens[i], jobs[i - 1].sat = sat;
     }
     if ((st = run_resblocks(h, h->side, jobs, 2, "hift source resblocks"))) return st;
     if ((st = ck(cudaEventRecord(h->ev_join, h->side), "hift join"))) return st;
@@ -698,8 +741,9 @@ static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const f
                      h->down_stride[0], h->down_stride[0] - 1, 0, A[B_SRC0], lens[0], lens[0]);
     c[1] = conv_desc(&h->conv_pre, mel, ld_mel, Tm, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, 0, 0,
                      A[B_R0], Tx, Tx);
+    c[0].sat = c[1].sat = sat;
     if ((st = conv(h, s, c, 2, "hift source_downs/conv_pre"))) return st;
-    rb_job j0 = {&h->srb[0], A[B_SRC0], A[B_T0], A[B_X0], NULL, lens[0]};
+    rb_job j0 = {&h->srb[0], A[B_SRC0], A[B_T0], A[B_X0], NULL, lens[0], sat};
     if ((st = run_resblocks(h, s, &j0, 1, "hift source resblock"))) return st;
   }
   int len = Tx;
@@ -719,12 +763,13 @@ static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const f
       c.in2 = A[B_R1], c.in3 = A[B_R2];
     }
     c.res = A[B_SRC0 + i], c.ld_res = lout; /* x = ups(x) + source_resblock(source_down(S)) */
+    c.sat = sat;
     if ((st = conv(h, s, &c, 1, "hift ups"))) return st;
     rb_job jobs[3];
     for (int q = 0; q < 3; q++) {
       jobs[q].r = &h->rb[3 * i + q], jobs[q].x = A[B_R0 + q], jobs[q].tmp = A[B_T0 + q];
       jobs[q].xa = A[B_X0 + q];
-      jobs[q].first_in = A[B_Y], jobs[q].n = lout;
+      jobs[q].first_in = A[B_Y], jobs[q].n = lout, jobs[q].sat = sat;
     }
     if ((st = run_resblocks(h, s, jobs, 3, "hift resblocks"))) return st;
     len = lout;
@@ -733,7 +778,7 @@ static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const f
   {
     cosy_hift_conv c = conv_desc(&h->conv_post, A[B_R0], len, len, 1, COSY_HACT_MEAN3_LEAKY, 0.01f,
                                  NULL, 1, 1, h->conv_post.k - 1, 0, h->post_d, F, F);
-    c.in2 = A[B_R1], c.in3 = A[B_R2];
+    c.in2 = A[B_R1], c.in3 = A[B_R2], c.sat = sat;
     if ((st = conv(h, s, &c, 1, "hift conv_post"))) return st;
   }
   const int64_t ny = (int64_t)R * Tx;
@@ -763,6 +808,46 @@ static cosy_status download_new(gpu_hift *h, const float *dev, int64_t n, float 
   memcpy(p, h->stage_h, (size_t)n * sizeof(float));
   *out = p;
   return COSY_OK;
+}
+
+/* The F16 guard (see "Saturation" at the top): whether the decodes of this call run it */
+static int f16_guarded(const gpu_hift *h) { return h->prec == COSY_HPREC_F16 && h->f16_guard; }
+
+/* clear the saturation flags of n jobs before an F16 decode (on the stream: no synchronization) */
+static cosy_status sat_clear(gpu_hift *h, int n) {
+  return ck(cudaMemsetAsync(h->sat_d, 0, (size_t)n * sizeof(int), h->g->stream),
+            "hift fp16 flags clear");
+}
+
+/* queue the download of n jobs' flags into sat_h, read after the call's synchronization */
+static cosy_status sat_download(gpu_hift *h, int n) {
+  return ck(cudaMemcpyAsync(h->sat_h, h->sat_d, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost,
+                            h->g->stream),
+            "hift fp16 flags download");
+}
+
+/* the whole-utterance decode of mel_d / s_d (run_decode) and the download of its waveform into
+ * *wav. Guarded F16: the flag is cleared before, downloaded with the waveform (the same
+ * synchronization), and a flagged decode runs again in TF32 from the same inputs (mel_d and s_d
+ * are not written by run_decode): the waveform is then TF32's, bit for bit. */
+static cosy_status decode_whole(gpu_hift *h, int T, int finalize, const volatile int *cancel,
+                                float **wav, int64_t *nout) {
+  const int guard = f16_guarded(h);
+  cosy_status st = guard ? sat_clear(h, 1) : COSY_OK;
+  if (!st) st = run_decode(h, h->mel_d, T, h->s_d, T, finalize, cancel, h->sat_d, nout);
+  if (!st && guard) st = sat_download(h, 1);
+  if (!st) st = download_new(h, h->wav_d, *nout, wav);
+  if (st || !guard) return st;
+  h->f16_jobs++;
+  if (!h->sat_h[0]) return COSY_OK;
+  free(*wav);
+  *wav = NULL;
+  h->prec = COSY_HPREC_TF32;
+  st = run_decode(h, h->mel_d, T, h->s_d, T, finalize, cancel, NULL, nout);
+  h->prec = COSY_HPREC_F16;
+  if (!st) st = download_new(h, h->wav_d, *nout, wav);
+  if (!st) h->f16_fallbacks++;
+  return st;
 }
 
 /* finish after an error or a cancel: let the stream drain so that the buffers are idle */
@@ -833,8 +918,7 @@ cosy_status gpu_hift_decode(gpu_hift *h, const float *mel, int T, const float *s
     st = ck(cudaMemcpyAsync(h->s_d, s, (size_t)Tm * h->R * sizeof(float), cudaMemcpyHostToDevice,
                             h->g->stream),
             "hift source upload");
-  if (!st) st = run_decode(h, h->mel_d, T, h->s_d, T, finalize, NULL, &nout);
-  if (!st) st = download_new(h, h->wav_d, nout, wav);
+  if (!st) st = decode_whole(h, T, finalize, NULL, wav, &nout);
   if (st) return drain(h, st);
   *n = nout;
   return COSY_OK;
@@ -857,8 +941,7 @@ cosy_status gpu_hift_infer(gpu_hift *h, const float *mel, int T, int finalize,
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
   if (!st) st = run_source(h, Tf, NULL);
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_infer: cancelled");
-  if (!st) st = run_decode(h, h->mel_d, T, h->s_d, T, finalize, cancel, &nout);
-  if (!st) st = download_new(h, h->wav_d, nout, wav);
+  if (!st) st = decode_whole(h, T, finalize, cancel, wav, &nout);
   if (st) return drain(h, st);
   *n = nout;
   return COSY_OK;
@@ -927,6 +1010,7 @@ typedef struct sjob {
   size_t stage_off; /* the job's new samples in the pinned stage */
   float *sn;        /* host: the new source samples */
   double cum_h[64];
+  int *sat;         /* the job's F16 saturation flag: sat_d + its index in the batch */
 } sjob;
 
 static size_t rnd32(size_t n) { return (n + 31) & ~(size_t)31; }
@@ -1028,6 +1112,7 @@ static void jobs_place(gpu_hift *h, sjob *p, int n) {
     for (int i = 0; i < N_STAGES; i++)
       p[j].act[B_SRC0 + i] = h->act[B_SRC0 + i] + slice(&e_src[i], q.src[i]);
     p[j].cum = h->cum_d + (size_t)j * h->nh;
+    p[j].sat = h->sat_d + j;
   }
 }
 
@@ -1065,6 +1150,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
       sjob *q = D[j];
       c[2 * j + i - 1] = conv_desc(&h->downs[i], q->S, q->F, q->F, 1, COSY_HACT_NONE, 0.f, NULL,
                                    1, sd, sd - 1, 0, q->act[B_SRC0 + i], q->lens[i], q->lens[i]);
+      c[2 * j + i - 1].sat = q->sat;
     }
   if ((st = conv_many(h, h->side, c, 2 * nd, SPLIT, "hift stream source_downs"))) goto done;
   for (int j = 0; j < nd; j++)
@@ -1072,7 +1158,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
       rb_job *r = &rj[2 * j + i - 1];
       r->r = &h->srb[i], r->x = D[j]->act[B_SRC0 + i];
       r->tmp = D[j]->act[B_ST1 + i - 1], r->xa = D[j]->act[B_SX1 + i - 1];
-      r->first_in = NULL, r->n = D[j]->lens[i];
+      r->first_in = NULL, r->n = D[j]->lens[i], r->sat = D[j]->sat;
     }
   if ((st = run_resblocks_ex(h, h->side, rj, 2 * nd, SPLIT, "hift stream source resblocks")))
     goto done;
@@ -1086,11 +1172,12 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
                          q->lens[0]);
     c[2 * j + 1] = conv_desc(&h->conv_pre, q->mel + (q->a - q->lo), q->W, q->Tm, 1, COSY_HACT_NONE,
                              0.f, NULL, 1, 1, 0, 0, q->act[B_R0], q->Tx, q->Tx);
+    c[2 * j].sat = c[2 * j + 1].sat = q->sat;
   }
   if ((st = conv_many(h, s, c, 2 * nd, SPLIT, "hift stream source_downs/conv_pre"))) goto done;
   for (int j = 0; j < nd; j++) {
     rb_job r = {&h->srb[0], D[j]->act[B_SRC0], D[j]->act[B_T0], D[j]->act[B_X0], NULL,
-                D[j]->lens[0]};
+                D[j]->lens[0], D[j]->sat};
     rj[j] = r;
   }
   if ((st = run_resblocks_ex(h, s, rj, nd, SPLIT, "hift stream source resblock"))) goto done;
@@ -1112,7 +1199,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
                          NULL, 1, 1, K - 1, last, q->act[B_Y], lout, lout);
         c[j].in2 = q->act[B_R1], c[j].in3 = q->act[B_R2];
       }
-      c[j].res = q->act[B_SRC0 + i], c[j].ld_res = lout;
+      c[j].res = q->act[B_SRC0 + i], c[j].ld_res = lout, c[j].sat = q->sat;
     }
     if ((st = conv_many(h, s, c, nd, SPLIT, "hift stream ups"))) goto done;
     /* grouped by resblock, so that a launch holds convs of one kernel size (its shared memory
@@ -1122,6 +1209,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
         rb_job *rb = &rj[qq * nd + j];
         rb->r = &h->rb[3 * i + qq], rb->x = D[j]->act[B_R0 + qq], rb->tmp = D[j]->act[B_T0 + qq];
         rb->xa = D[j]->act[B_X0 + qq], rb->first_in = D[j]->act[B_Y], rb->n = D[j]->lens[i];
+        rb->sat = D[j]->sat;
       }
     if ((st = run_resblocks_ex(h, s, rj, 3 * nd, SPLIT, "hift stream resblocks"))) goto done;
   }
@@ -1134,7 +1222,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
     const int len = q->lens[N_STAGES - 1];
     c[j] = conv_desc(&h->conv_post, q->act[B_R0], len, len, 1, COSY_HACT_MEAN3_LEAKY, 0.01f, NULL,
                      1, 1, h->conv_post.k - 1, 0, q->post, q->F, q->F);
-    c[j].in2 = q->act[B_R1], c[j].in3 = q->act[B_R2];
+    c[j].in2 = q->act[B_R1], c[j].in3 = q->act[B_R2], c[j].sat = q->sat;
   }
   if ((st = conv_many(h, s, c, nd, SPLIT, "hift stream conv_post"))) goto done;
   for (int j = 0; j < nd && !st; j++) {
@@ -1150,6 +1238,41 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
   }
 done:
   free(D), free(c), free(rj);
+  return st;
+}
+
+/* Guarded F16, after run_batch's synchronization (sat_h holds the batch's flags): the jobs whose
+ * fp16 decode saturated run run_decode_batch again, alone together, in TF32, from the same
+ * inputs (their mel and source slices, which the decode does not write), and their new samples
+ * are downloaded over the fp16 ones in the pinned stage. A job's TF32 samples do not depend on
+ * the other jobs of that launch (the convs never split: run_decode_batch), nor its fp16 ones on
+ * its batch, so each job gets its own result in one precision whatever its batch holds. */
+static cosy_status f16_fallback(gpu_hift *h, sjob *P, int n, const volatile int *cancel) {
+  int nf = 0;
+  for (int j = 0; j < n; j++) {
+    h->f16_jobs += P[j].need_dec;
+    nf += P[j].need_dec && h->sat_h[j];
+  }
+  if (!nf) return COSY_OK;
+  sjob *Q = cosy_malloc((size_t)nf * sizeof *Q);
+  if (!Q) return COSY_ERR_NO_MEMORY;
+  nf = 0;
+  for (int j = 0; j < n; j++)
+    if (P[j].need_dec && h->sat_h[j]) Q[nf++] = P[j];
+  h->prec = COSY_HPREC_TF32;
+  cosy_status st = run_decode_batch(h, Q, nf, cancel);
+  h->prec = COSY_HPREC_F16;
+  for (int j = 0; j < nf && !st; j++) {
+    const sjob *q = &Q[j];
+    const int64_t sent = q->jb->st->sent;
+    st = ck(cudaMemcpyAsync(h->stage_h + q->stage_off, q->wav + (sent - q->a * h->R),
+                            (size_t)(q->N - sent) * sizeof(float), cudaMemcpyDeviceToHost,
+                            h->g->stream),
+            "hift stream download (TF32 fallback)");
+  }
+  if (!st) st = cosy_gpu_sync(h->g, "gpu_hift_stream_run (TF32 fallback)");
+  if (!st) h->f16_fallbacks += nf;
+  free(Q);
   return st;
 }
 
@@ -1235,7 +1358,9 @@ static cosy_status run_batch(gpu_hift *h, sjob *P, int n, const volatile int *ca
               "hift stream source");
   }
   if (!st && cancelled(cancel)) st = cosy_err(COSY_ERR_CANCELLED, "gpu_hift_stream_run: cancelled");
-  /* 4. the decodes, batched */
+  /* 4. the decodes, batched (guarded F16: the jobs' saturation flags cleared first) */
+  const int guard = f16_guarded(h);
+  if (!st && guard) st = sat_clear(h, n);
   if (!st) st = run_decode_batch(h, P, n, cancel);
   /* 5. downloads: the new samples into the pinned stage (async), the new source and the phase
    * sums into pageable memory (these copies return when done: the stream has run everything) */
@@ -1265,7 +1390,10 @@ static cosy_status run_batch(gpu_hift *h, sjob *P, int n, const volatile int *ca
                               cudaMemcpyDeviceToHost, cs),
               "hift stream phase download");
   }
+  if (!st && guard) st = sat_download(h, n);
   if (!st) st = cosy_gpu_sync(h->g, "gpu_hift_stream_run");
+  /* 5b. guarded F16: the flagged jobs' decodes again in TF32, their samples over the fp16 ones */
+  if (!st && guard) st = f16_fallback(h, P, n, cancel);
   /* 6. host buffers for every job before anything is committed */
   for (int j = 0; j < n && !st; j++) {
     sjob *q = &P[j];

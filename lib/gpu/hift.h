@@ -11,7 +11,8 @@
  * run on tensor cores with fp32 storage and accumulation, products in 3xTF32 (fp32-level
  * accuracy, the default) or TF32 (gpu_hift_set_precision: ~1.45x faster, waveform ~1.5e-2 rel L2
  * from the fp32 reference on the random-weight models), or with fp16 operands (COSY_HPREC_F16:
- * TF32's operand precision at twice the tensor rate, kernels/conv.cu conv2_kernel). Measured
+ * TF32's operand precision at twice the tensor rate, kernels/conv.cu conv2_kernel; a job whose
+ * activations exceed fp16's range is decoded again in TF32: gpu_hift_set_f16_guard). Measured
  * numbers: lib/gpu/hift.c.
  *
  * A gpu_hift holds the weights and every buffer for calls of up to max_frames mel frames, all
@@ -54,6 +55,17 @@ cosy_status gpu_hift_decode(gpu_hift *h, const float *mel, int T, const float *s
  * the budget; a failure leaves the precision as it was)
  * (kernels/kernels_hift.h). Returns COSY_ERR_INVALID_ARG for another value. */
 cosy_status gpu_hift_set_precision(gpu_hift *h, int prec);
+
+/* The F16 guard (COSY_HPREC_F16 only; on by default): after each decode the jobs whose fp16
+ * convolutions met an activation beyond 65504 (fp16's largest finite value: clamped there) run
+ * again in TF32 before their samples are returned, so that a job's samples are its fp16 decode
+ * (no saturation) or its TF32 decode, bit for bit, whatever the other jobs of the call (hift.c,
+ * "Saturation"). on = 0 turns it off (measurements and tests: the clamped fp16 result is then
+ * returned). COSY_ERR_INVALID_ARG for another value. */
+cosy_status gpu_hift_set_f16_guard(gpu_hift *h, int on);
+/* Since create: the jobs decoded under the guard (the whole-utterance calls count one each) and
+ * those of them recomputed in TF32. Read from the thread that runs the gpu_hift. */
+void gpu_hift_f16_stats(const gpu_hift *h, int64_t *jobs, int64_t *fallbacks);
 
 /* ---- streaming ---------------------------------------------------------------------------------
  * ref_hift_stream_run's contract on the GPU (lib/ref/hift.h derives the window and its exactness):
