@@ -31,9 +31,8 @@
  * the level's wall time then includes the ramp. --one-shot sends COSY_SYNTH_ONE_SHOT requests
  * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
  * of streaming against non-streaming synthesis. --vocoder-tf32 / --vocoder-accurate / --vocoder-fp16
- * set vocoder_precision to COSY_VOCODER_TF32 (the GPU default) / COSY_VOCODER_ACCURATE /
- * COSY_VOCODER_FP16 (cosyvoice.h); with --vocoder-fp16 each engine prints at the end (its destroy)
- * how many vocoder jobs saturated fp16 and were recomputed in TF32 ("vocoder fp16: N TF32
+ * set vocoder_precision to COSY_VOCODER_TF32 / COSY_VOCODER_ACCURATE / COSY_VOCODER_FP16 (the GPU
+ * default; cosyvoice.h); with the fp16 vocoder each engine prints at the end (its destroy) how many vocoder jobs saturated fp16 and were recomputed in TF32 ("vocoder fp16: N TF32
  * fallbacks in M jobs", warm-up included). --first-chunk N sets first_chunk_tokens (W1 requests and the
  * warm-up; 0: the default, auto; the voice's 87 prompt tokens leave 13 to their last block, so
  * 5 <= N <= 13 makes every first chunk 13 tokens: 0.36 s of audio). --first-wait N sets
@@ -129,8 +128,7 @@
 /* requests that failed in any level (the exit status is 3 when there were any) */
 static int g_failed;
 
-/* the fraction of device `dev`'s memory that is `gb` GiB (0 when there is no such device) */
-/* --vocoder-fp16: the engine's INFO line about the fp16 vocoder (lib/backend_gpu.c, at destroy:
+/* the fp16 vocoder (the GPU default, or --vocoder-fp16): the engine's INFO line about the fp16 vocoder (lib/backend_gpu.c, at destroy:
  * how many vocoder jobs saturated fp16 and were recomputed in TF32) on stdout; other messages
  * (the few INFO lines of a create) on stderr */
 static void fp16_log(void *user, int32_t level, const char *msg) {
@@ -140,6 +138,7 @@ static void fp16_log(void *user, int32_t level, const char *msg) {
     fprintf(stderr, "bench_w1: engine %d: %s\n", (int)(intptr_t)user, msg);
 }
 
+/* the fraction of device `dev`'s memory that is `gb` GiB (0 when there is no such device) */
 static float fraction_of_gb(int dev, double gb) {
 #ifdef COSY_WITH_CUDA
   size_t f = 0, t = 0;
@@ -1504,7 +1503,7 @@ int main(int argc, char **argv) {
     cfg.max_active = max_active;
     cfg.first_chunk_wait_max = first_wait;
     cfg.vocoder_precision = voc_prec;
-    if (voc_prec == COSY_VOCODER_FP16) { /* the TF32 fallback count, at the end */
+    if (voc_prec == 0 || voc_prec == COSY_VOCODER_FP16) { /* the TF32 fallback count, at the end */
       cfg.log_level = COSY_LOG_INFO;
       cfg.log_fn = fp16_log;
       cfg.log_user = (void *)(intptr_t)k;

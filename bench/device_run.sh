@@ -79,8 +79,8 @@
 #               (test_kernel_conv*: the saturation flag at the threshold and per conv of a launch)
 #               and the golden decode (test_decode_golden), test_kernels --bench hift (the F16
 #               kernel's time with the flag; F16G_BENCH=0 skips it), then W2 (--offline W2_N, 256)
-#               with the default vocoder and with --vocoder-fp16, F16G_ROUNDS (1) times in
-#               alternation.
+#               with --vocoder-tf32 and with --vocoder-fp16 (the default), F16G_ROUNDS (1) times
+#               in alternation.
 #               Logs: f16guard_*.log. Summary: "f16guard check: ..." (failed checks: none
 #               expected), "f16guard: ..." (the test's fallback counts and bit comparisons, the
 #               flag lines, the golden F16 vs TF32 error), "f16guard conv cmp|sum ...",
@@ -485,8 +485,7 @@ if [[ " $STEPS " == *" f16guard "* ]]; then
   fi
   for round in $(seq 1 "${F16G_ROUNDS:-1}"); do
     for vp in tf32 fp16; do
-      varg=()
-      [ "$vp" = fp16 ] && varg=(--vocoder-fp16)
+      varg=(--vocoder-$vp)
       run f16guard_w2_${vp}_$round ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --offline "${W2_N:-256}" "${W1_ARGS[@]}" "${varg[@]}"
       grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ |vocoder fp16' \

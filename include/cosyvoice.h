@@ -238,24 +238,27 @@ typedef struct cosy_engine_config {
                                     chunk shorter than a block (cosy_synth_params); 0 = default
                                     (GPU 64, CPU none), negative = neither */
   int32_t vocoder_precision;   /**< arithmetic of the GPU vocoder's convolutions: 0 = default
-                                    (COSY_VOCODER_TF32), COSY_VOCODER_ACCURATE,
+                                    (COSY_VOCODER_FP16), COSY_VOCODER_ACCURATE,
                                     COSY_VOCODER_TF32 or COSY_VOCODER_FP16; the CPU path is fp32
                                     either way */
 } cosy_engine_config;
 /* vocoder_precision (GPU):
- *   COSY_VOCODER_TF32      one TF32 product per multiply (10-bit mantissa operands, fp32 sums; the
- *                          default): what the official PyTorch code computes for the vocoder's
- *                          Conv1d layers on a GPU (cuDNN convolutions run in TF32 by default);
- *                          ~1.35x faster convolutions than COSY_VOCODER_ACCURATE (+6-8% aggregate
+ *   COSY_VOCODER_TF32      one TF32 product per multiply (10-bit mantissa operands, fp32 sums):
+ *                          what the official PyTorch code computes for the vocoder's Conv1d
+ *                          layers on a GPU (cuDNN convolutions run in TF32 by default); ~1.35x
+ *                          faster convolutions than COSY_VOCODER_ACCURATE (+6-8% aggregate
  *                          throughput with 64 users on an H100, and the margin that keeps the
  *                          second chunks in time under short first chunks: bench/RESULTS.md);
  *                          waveform ~1.5e-2 (relative L2) from the fp32 reference with the random
- *                          test weights, within the golden tolerance.
+ *                          test weights, within the golden tolerance. The GPU default before
+ *                          COSY_VOCODER_FP16; the choice for audio bit for bit as before.
  *   COSY_VOCODER_ACCURATE  fp32-level products (3xTF32 on the tensor cores): the waveform stays
  *                          within ~1e-3 of the fp32 reference (the CPU path's arithmetic).
- *   COSY_VOCODER_FP16      fp16 operands with fp32 sums (mma m16n8k16): the same 11 significant
- *                          bits per operand as TF32, so the same error size (within the golden
- *                          tolerance), at twice the tensor rate; each conv's weights are scaled
+ *   COSY_VOCODER_FP16      the default: fp16 operands with fp32 sums (mma m16n8k16): the same 11
+ *                          significant bits per operand as TF32, so the same error size (golden
+ *                          decode 1.475e-2 against TF32's 1.549e-2; tolerance 2e-2), at twice the
+ *                          tensor rate (W2 +3.5%, W3 at 352 users p95 179 against ~197 ms on an
+ *                          H200: bench/RESULTS.md); each conv's weights are scaled
  *                          per output channel by an exact power of two (small weights stay
  *                          exact to fp16's precision). fp16 holds activations up to 65504: a
  *                          vocoder job in which any activation goes beyond it (detected on the
@@ -264,8 +267,11 @@ typedef struct cosy_engine_config {
  *                          decode, never clamped, and independent of the other requests of its
  *                          batch; the engine logs each such call (COSY_LOG_DEBUG) and the
  *                          count at destroy (COSY_LOG_INFO: "vocoder fp16: N TF32 fallbacks in
- *                          M jobs"). Not bit-identical to TF32. Holds an
- *                          fp16 copy of the conv weights (~42 MB for the full model). Speed
+ *                          M jobs"); a model whose vocoder saturates often is faster with
+ *                          COSY_VOCODER_TF32 (none of 1092 jobs of a W2 run saturated with the
+ *                          random full-size weights). Not bit-identical to TF32. Holds an fp16
+ *                          copy of the conv weights (~42 MB for the full model) beside the fp32
+ *                          ones the fallback reads. Speed
  *                          against COSY_VOCODER_TF32: `test_kernels --bench hift`
  *                          (kernels/conv.cu). */
 #define COSY_VOCODER_ACCURATE 1

@@ -181,8 +181,9 @@ COSY_API cosy_status cosy_engine_create(const cosy_engine_config *c, cosy_engine
                     "vocoder_precision %d is not 0, COSY_VOCODER_ACCURATE, COSY_VOCODER_TF32 or "
                     "COSY_VOCODER_FP16",
                     cfg.vocoder_precision);
-  /* GPU: TF32 (what PyTorch's Conv1d computes on a GPU by default), see cosyvoice.h */
-  if (cfg.vocoder_precision == 0) cfg.vocoder_precision = COSY_VOCODER_TF32;
+  /* GPU: fp16 operands with a per-job TF32 fallback (the error size of TF32, what PyTorch's Conv1d
+   * computes on a GPU by default, at twice the tensor rate), see cosyvoice.h */
+  if (cfg.vocoder_precision == 0) cfg.vocoder_precision = COSY_VOCODER_FP16;
   if (cfg.device >= 0 && cfg.max_active > COSY_GPU_MAX_ACTIVE)
     return cosy_err(COSY_ERR_INVALID_ARG,
                     "max_active %d: the GPU path decodes at most %d requests together",

@@ -211,8 +211,9 @@ class Engine:
         CUDA ordinal); 0 in a number means the library's default (cosyvoice.h). A model file
         that does not exist raises FileNotFound (a FileNotFoundError and an IOError_).
         log: None, or a callable(level, message) called from engine threads.
-        vocoder_precision: 0 (default: TF32), VOCODER_TF32, VOCODER_ACCURATE (fp32-level GPU
-        vocoder) or VOCODER_FP16 (fp16 operands, fp32 sums); cosyvoice.h says what each changes.
+        vocoder_precision: 0 (default: VOCODER_FP16, fp16 operands and fp32 sums with a TF32
+        recompute of any job beyond fp16's range), VOCODER_TF32 or VOCODER_ACCURATE (fp32-level
+        GPU vocoder); cosyvoice.h says what each changes.
         batch_invariant: COSY_ENGINE_BATCH_INVARIANT, require that a request's tokens do not
         depend on the other requests of its batches (the GPU engine's default where the device
         and model allow it; with the flag, creation fails where they do not)."""
