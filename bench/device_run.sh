@@ -808,11 +808,15 @@ if [[ " $STEPS " == *" profile "* ]]; then
 fi
 
 if [[ " $STEPS " == *" ncu_llm "* ]]; then
-  run ncu_llm timeout ${NCUL_TIMEOUT:-240} ncu --kernel-name "regex:gemv_tc_kernel|paged_decode_kernel" \
+  # a 6 GiB engine (ncu saves and restores the device memory the process holds around each of a
+  # kernel's replay passes: with the default 0.9 of an H200 one kernel ran past 130 s), and ncu
+  # ends the program once it has its launches (--kill on): ~10 s in all
+  run ncu_llm timeout ${NCUL_TIMEOUT:-240} ncu --kill on \
+    --kernel-name "regex:gemv_tc_kernel|paged_decode_kernel" \
     --launch-skip ${NCUL_SKIP:-400} --launch-count ${NCUL_COUNT:-10} --section SpeedOfLight \
     --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
-    --section MemoryWorkloadAnalysis ./$B/bench/bench_w1 -m "$FULL" --device 0 --concurrency 1 \
-    --requests 2 --warmup 0 "${W1_ARGS[@]}"
+    --section MemoryWorkloadAnalysis ./$B/bench/bench_w1 -m "$FULL" --device 0 --memory-gb 6 \
+    --concurrency 1 --requests 2 --warmup 0 "${W1_ARGS[@]}"
   grep -E "gemv_tc_kernel|paged_decode_kernel|Duration|Warp Cycles Per Issued|Achieved Occupancy" \
     "$OUT/ncu_llm.log" | sed 's/^ */ncu_llm: /' | cut -c1-120 | tee -a "$SUMMARY"
 fi
@@ -820,12 +824,13 @@ if [[ " $STEPS " == *" ncu_k "* ]]; then
   # why a kernel is slow under load: ncu's speed-of-light, occupancy, warp-state and scheduler
   # sections for NCUK_COUNT (4) launches of the kernels matching NCUK_REGEX (the vocoder conv and
   # the flow's paged attention) inside W1 at C = 16, after NCUK_SKIP (300) matching launches.
-  # Log: ncu_k.log
-  run ncu_k timeout 300 ncu --kernel-name "regex:${NCUK_REGEX:-conv_tc_kernel|attn_dit_paged}" \
+  # Log: ncu_k.log. A 24 GiB engine and --kill on, as in ncu_llm (the replay passes save and
+  # restore the memory the process holds)
+  run ncu_k timeout 300 ncu --kill on --kernel-name "regex:${NCUK_REGEX:-conv_tc_kernel|attn_dit_paged}" \
     --launch-skip ${NCUK_SKIP:-300} --launch-count ${NCUK_COUNT:-4} --section SpeedOfLight \
     --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis ./$B/bench/bench_w1 \
-    -m "$FULL" --device 0 ${NCUK_W1:---concurrency 16 --warmup 1} "${W1_ARGS[@]}"
+    -m "$FULL" --device 0 --memory-gb 24 ${NCUK_W1:---concurrency 16 --warmup 1} "${W1_ARGS[@]}"
 fi
 
 if [[ " $STEPS " == *" cudnn "* ]] && [ -d .dev/official ]; then
