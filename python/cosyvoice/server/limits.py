@@ -48,6 +48,7 @@ def timed_protocol(base, read_timeout):
             self._cosy_transport = transport
             self._cosy_timer = None
             self._cosy_bytes = False
+            self._cosy_cycle = None
             super().connection_made(transport)
             self.cosy_arm()
 
@@ -65,6 +66,8 @@ def timed_protocol(base, read_timeout):
             """Start waiting for a request head."""
             self.cosy_disarm()
             self._cosy_bytes = False
+            # uvicorn makes a new request cycle (`cycle`) when a whole head has been parsed
+            self._cosy_cycle = getattr(self, "cycle", None)
             loop = asyncio.get_running_loop()
             self._cosy_timer = loop.call_later(read_timeout, self._cosy_expire)
 
@@ -77,6 +80,11 @@ def timed_protocol(base, read_timeout):
             self._cosy_timer = None
             t = self._cosy_transport
             if t.is_closing():
+                return
+            # a head parsed since the timer was armed (its task, which disarms the timer, not yet
+            # run: the event loop ran the data first and this expiry right after, as after a
+            # stall of the loop): the request has come in time; BodyLimits times its body
+            if getattr(self, "cycle", None) is not self._cosy_cycle:
                 return
             if self._cosy_bytes:
                 body = _error_body(408, f"the request was not received within {read_timeout:g} "
