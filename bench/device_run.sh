@@ -124,15 +124,17 @@
 #               COSY_K_DECODE_EARLY; not in the default steps: `bash bench/device_run.sh build
 #               attnpre`): test_kernels attention (the flag == the plain kernel bit for bit at
 #               lengths around split and page boundaries, every merge, fp32 and bf16; and behind
-#               cosy_k_llm_gemv_tc as its programmatic predecessor writing the newest rows), then
-#               test_gpu_llm (small model: parity; full model: decode-step timings) with the knob
-#               unset and =1, test_gpu_engine's synthesis test on the full model with =1 (the
-#               batch-invariant LLM: a request alone == among 31 others), then W1 at C = 1
-#               (ATTNPRE_ROUNDS, 2, rounds of off, on). About 4 minutes after a build.
-#               Summary: "attnpre check: ..." (failed checks: none expected; the "[early pdl]"
-#               lines), "attnpre <off|on> llm: ..." (rc, failed tests), "attnpre <off|on> steps:
-#               b<batch> <ms> ..." (the tensor-core + PDL decode steps: the gain),
-#               "attnpre on engine: ..." and "attnpre <off|on> w1 <round>: C=1 ..."
+#               cosy_k_llm_gemv_tc as its programmatic predecessor writing the newest rows), the
+#               kernel table's rows "qkv+attn pdl|early" (that pair's time at batch 1, 16, 64,
+#               contexts 200 and 1000), then test_gpu_llm (small model: parity; full model:
+#               decode-step timings) with the knob unset and =1, test_gpu_engine's synthesis test
+#               on the full model with =1 (the batch-invariant LLM: a request alone == among 31
+#               others), then W1 at C = 1 (ATTNPRE_ROUNDS, 2, rounds of off, on). About 4
+#               minutes after a build (not yet timed). Summary: "attnpre check: ..." (failed
+#               checks: none expected; the "[early pdl]" lines), "attnpre: llm b1 qkv+attn ..."
+#               (kernel rows), "attnpre <off|on> llm: ..." (passed and failed tests), "attnpre
+#               <off|on> steps: b<batch> <ms> ..." (the tensor-core + PDL decode steps: the
+#               gain), "attnpre on engine: ..." and "attnpre <off|on> w1 <round>: C=1 ..."
 #   tc          the batch-invariant LLM (the default, COSY_LLM_DECODE=tc) against the mixed one
 #               (COSY_LLM_DECODE=mixed, not batch-invariant): test_kernels
 #               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
@@ -575,6 +577,10 @@ if [[ " $STEPS " == *" attnpre "* ]]; then
     | tee -a "$SUMMARY"
   note "attnpre check: $(grep -c '\[early' "$OUT/attnpre_test.log") early-load checks, $(grep -c \
     'FAIL' "$OUT/attnpre_test.log") FAIL"
+  # the kernel table's pairs q|k|v projection -> attention, without and with the flag
+  BENCH_FILTER="qkv+attn" run attnpre_bench ./$B/tests/test_kernels --bench attention
+  awk '/^==== kernel table/ { t = 1 } t && /qkv\+attn/' "$OUT/attnpre_bench.log" \
+    | sed 's/^/attnpre: /' | tee -a "$SUMMARY"
   for e in off on; do
     ae=(); [ $e = on ] && ae=(COSY_LLM_ATTN_EARLY=1)
     COSY_FULL_MODEL=$PWD/$FULL run attnpre_llm_$e env "${ae[@]}" ./$B/tests/test_gpu_llm

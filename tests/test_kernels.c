@@ -3160,6 +3160,9 @@ void test_args(void **state) {
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 10, (const int32_t *)d, 4,
                              14, 2, 64, 16, 1000, 0.125f, d, 896, d, 4096, 0, &g_dev) !=
          cudaErrorInvalidValue; /* max_ctx beyond max_pages * page_size */
+  bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 63, (const int32_t *)d, 4,
+                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, ws, 4 | COSY_K_DECODE_EARLY,
+                             &g_dev) != cudaErrorInvalidValue; /* pdl: an unknown bit */
   bad += cosy_k_embed(0, F32, d, 10, 8, (const int32_t *)d, 1, F32, d, 4, NULL) !=
          cudaErrorInvalidValue; /* out_stride < dim */
   bad += cosy_k_gemm(NULL, 0, 1, 1, 1, F32, d, 1, d, NULL, F32, d, 1, 0) != cudaErrorInvalidValue;
