@@ -28,9 +28,16 @@
  *     head) counter in the workspace; the block that arrives last merges the splits of its G
  *     heads (three rounds of L2 loads, see decode_combine_if_last) and resets the counter to
  *     zero, so one launch does the whole attention and every graph replay finds the counters at
- *     zero. With pdl the kernel is a
- *     programmatic dependent: it lets its own dependents (the o projection's weight stream)
- *     launch at once and waits (griddepcontrol) before it reads anything.
+ *     zero. With pdl the kernel is a programmatic dependent: it lets its own dependents (the o
+ *     projection's weight stream) launch at once and waits (griddepcontrol) before it reads
+ *     anything, except with the launch flag COSY_K_DECODE_EARLY (kernels.h; the LLM's knob
+ *     COSY_LLM_ATTN_EARLY, behind gemv_tc only). Then decode_early_loads does (0) and the K
+ *     loads of (1), those the previous kernel cannot affect before the wait: the length, the
+ *     block-table entry and cache row of token t / 4 (step (1)'s mapping), that token's K
+ *     quarter into registers and a prefetch of its V row, except for the newest token (len - 1:
+ *     the q|k|v projection writes its K and V rows), all from L2 (ld.global.cg); q and the
+ *     newest token's K quarter after the wait. The same values in the same arithmetic: the same
+ *     bits. Its gain is not yet measured (bench/device_run.sh attnpre).
  *   paged_prefill (fp32, the LLM's packed prefill): one block of G = n_qh / n_kh warps per (tile
  *     of 16 query positions of one segment, kv head); warp w serves query head kvh * G + w for the
  *     16 positions, so each K/V row is staged once for all G heads. Tiles come from the caller's
