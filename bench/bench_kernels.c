@@ -28,6 +28,10 @@
  *   bandwidth (%hbm: 3.35 TB/s for an H100 SXM), TFLOP/s and % of the GEMM ceiling (%gemm) and
  *   of the data sheet's dense bf16 tensor rate (%bf16: 989 TFLOP/s); BENCH_PEAK_GBS and
  *   BENCH_PEAK_TFLOPS set the data-sheet numbers of another GPU.
+ *   The decode attention also runs behind the q|k|v projection that writes its q and newest
+ *   K/V rows, as the decode step runs the pair (rows "qkv+attn pdl" and "qkv+attn early": the
+ *   pair's time, the attention a programmatic dependent of the projection, without and with
+ *   cosy_k_paged_decode's early loads).
  *   Groups: the LLM decode step at batch 1, 16 and 64 (incl. the step kernels of paged_kv.h and
  *   bf16_split.h), a prefill of 300 tokens, the DiT at 400 and 1000 frames (incl.
  *   dit_elementwise.h, conv_pos.h, euler.h, flow_pack.h and the paged DiT attention of a
@@ -123,7 +127,7 @@ static void *drand(size_t n, cosy_kdtype dt, float lo, float hi) {
 /* ---------------------------------------------------------------------------------------------
  * one benchmarked call: run(op, set) launches it on op->stream using rotation set `set` */
 
-#define MAXP 10
+#define MAXP 16
 typedef struct bench_op bench_op;
 struct bench_op {
   const char *group, *name;
@@ -423,6 +427,76 @@ static void add_paged(const char *group, int B, int ctx) {
   o->bytes = (double)B * ctx * per_tok * 2 * 2 + B * 896.0 * 2 * 2 + (double)n_pages * 4;
   o->flops = (double)B * 14 * ctx * 64 * 2 * 2;
   o->run = r_paged;
+  run_op(o);
+}
+
+/* the decode step's pair q|k|v projection -> attention (lib/gpu/llm.c layers_gemv on the
+ * batch-invariant path): cosy_k_llm_gemv_tc (QKV_ROPE, fp32 cache: q and the newest K/V rows)
+ * then cosy_k_paged_decode as its programmatic dependent, plain or with COSY_K_DECODE_EARLY
+ * (i[5]); the pair's time, so the rows with and without the flag measure its gain where the
+ * device has programmatic dependent launch */
+static cudaError_t r_paged_chain(bench_op *o, int s) {
+  /* i: n_seq max_pages ctx page ws16 early; p0 x, p1 w (rotated), p2 norm_w, p3 bias, p4 q,
+   * p5 pos, p6 slots, p7 inv_freq, p8 kc, p9 vc (rotated), p10 bt, p11 lens, p12 out, p13 ws,
+   * p14 the gemv_tc split workspace */
+  const int B = o->i[0];
+  cosy_llm_gemv_args ga;
+  memset(&ga, 0, sizeof ga);
+  ga.M = B, ga.N = 1152, ga.K = 896, ga.in_mode = COSY_GEMV_IN_RMSNORM, ga.x = P(o, 0, s);
+  ga.ldx = 896, ga.norm_w = P(o, 2, s), ga.eps = 1e-6f, ga.w = P(o, 1, s), ga.bias = P(o, 3, s);
+  ga.out_mode = COSY_GEMV_QKV_ROPE, ga.y = P(o, 4, s), ga.ldy = 896, ga.n_qh = 14, ga.n_kh = 2;
+  ga.pos = P(o, 5, s), ga.slots = P(o, 6, s), ga.inv_freq = P(o, 7, s);
+  ga.k_cache = P(o, 8, s), ga.v_cache = P(o, 9, s), ga.pdl = 1;
+  ga.xs = B > 8 ? P(o, 14, s) : NULL; /* as the LLM passes them */
+  ga.xs_bytes = B > 8 ? cosy_k_llm_gemv_tc_workspace(B, 896) : 0;
+  ga.clusters = g_dev.clusters, ga.smem_max = (int)g_dev.smem_block;
+  const cudaError_t e = cosy_k_llm_gemv_tc(g_stream, &ga);
+  if (e != cudaSuccess) return e;
+  return cosy_k_paged_decode(g_stream, F32, P(o, 4, s), 896, P(o, 8, s), P(o, 9, s), P(o, 10, s),
+                             o->i[1], P(o, 11, s), B, 14, 2, 64, o->i[3], o->i[2], 0.125f,
+                             P(o, 12, s), 896, P(o, 13, s), (size_t)o->i[4] * 16,
+                             1 | (o->i[5] ? COSY_K_DECODE_EARLY : 0), &g_dev);
+}
+static void add_paged_chain(const char *group, int B, int ctx, int early) {
+  const int page = 16, max_pages = (ctx + page - 1) / page, n_pages = B * max_pages;
+  const size_t per_tok = 2 * 64;
+  bench_op *o = new_op(group, early ? "qkv+attn early" : "qkv+attn pdl");
+  snprintf(o->size, sizeof o->size, "B=%d ctx=%d page=16 f32 cache", B, ctx);
+  o->i[0] = B, o->i[1] = max_pages, o->i[2] = ctx, o->i[3] = page, o->i[5] = early;
+  const size_t cache_elems = (size_t)n_pages * page * per_tok, wn = (size_t)1152 * 896;
+  o->nrot = rot_sets(wn * 2 + 2 * cache_elems * 4);
+  o->p[0] = drand((size_t)B * 896, F32, -1.f, 1.f);
+  o->p[1] = drand_rot(o->nrot, wn, BF16, -0.05f, 0.05f, &o->rot[1]);
+  o->p[2] = drand(896, F32, 0.5f, 1.5f);
+  o->p[3] = drand(1152, F32, -0.5f, 0.5f);
+  o->p[4] = dalloc((size_t)B * 896 * 4);
+  int32_t *bt = malloc((size_t)n_pages * 4), *lens = malloc((size_t)B * 4);
+  int32_t *pos = malloc((size_t)B * 4), *slots = malloc((size_t)B * 4);
+  if (!bt || !lens || !pos || !slots) exit(1);
+  scatter_pages(bt, n_pages);
+  for (int b = 0; b < B; ++b) {
+    lens[b] = ctx, pos[b] = ctx - 1;
+    slots[b] = bt[(size_t)b * max_pages + (ctx - 1) / page] * page + (ctx - 1) % page;
+  }
+  o->p[5] = dints(pos, (size_t)B);
+  o->p[6] = dints(slots, (size_t)B);
+  o->p[7] = drand(32, F32, 0.f, 1.f);
+  o->p[8] = drand_rot(o->nrot, cache_elems, F32, -1.f, 1.f, &o->rot[8]);
+  o->p[9] = drand_rot(o->nrot, cache_elems, F32, -1.f, 1.f, &o->rot[9]);
+  o->p[10] = dints(bt, (size_t)n_pages);
+  o->p[11] = dints(lens, (size_t)B);
+  free(bt), free(lens), free(pos), free(slots);
+  o->p[12] = dalloc((size_t)B * 896 * 4);
+  const size_t ws = cosy_k_paged_decode_workspace(B, 14, 2, ctx);
+  o->i[4] = (int)((ws + 15) / 16);
+  o->p[13] = dalloc(ws ? ws : 16);
+  CK(cudaMemset(o->p[13], 0, ws ? ws : 16)); /* the split counters start at zero */
+  const size_t xsb = cosy_k_llm_gemv_tc_workspace(B, 896);
+  o->p[14] = dalloc(xsb ? xsb : 16);
+  o->bytes = (double)wn * 2 + (double)B * ctx * per_tok * 4 * 2 + B * 896.0 * 4 * 3 +
+             (double)n_pages * 4;
+  o->flops = 2.0 * B * 1152 * 896 + (double)B * 14 * ctx * 64 * 2 * 2;
+  o->run = r_paged_chain;
   run_op(o);
 }
 
@@ -1601,6 +1675,10 @@ void bench_attention(const kh_scn *s) {
   if (s->kind == KH_SCN_LLM_DECODE) {
     add_paged(s->group, s->n, 200);
     add_paged(s->group, s->n, 1000);
+    /* with the q|k|v projection before it, plain and with the early loads (the pair's time) */
+    for (int c = 0; c < 2; ++c)
+      for (int early = 0; early < 2; ++early)
+        add_paged_chain(s->group, s->n, c ? 1000 : 200, early);
   }
   if (s->kind == KH_SCN_DIT) add_dit(s->group, s->n, "attention");
 }

@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard
+#                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard attnpre
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -119,6 +119,22 @@
 #               full-size timing) and W1 at C = 16. Summary: "ff1epi check: ..." (the gemm_gelu
 #               lines, failed checks), "ff1epi <variant>: ..." (ff1 form, TIMING lines),
 #               "ff1epi <variant> w1: ..."
+#   attnpre     the LLM's decode attention with its independent loads issued before it waits
+#               for the q|k|v projection (COSY_LLM_ATTN_EARLY=1: cosy_k_paged_decode's
+#               COSY_K_DECODE_EARLY; not in the default steps: `bash bench/device_run.sh build
+#               attnpre`): test_kernels attention (the flag == the plain kernel bit for bit at
+#               lengths around split and page boundaries, every merge, fp32 and bf16; and behind
+#               cosy_k_llm_gemv_tc as its programmatic predecessor writing the newest rows), the
+#               kernel table's rows "qkv+attn pdl|early" (that pair's time at batch 1, 16, 64,
+#               contexts 200 and 1000), then test_gpu_llm (small model: parity; full model:
+#               decode-step timings) with the knob unset and =1, test_gpu_engine's synthesis test
+#               on the full model with =1 (the batch-invariant LLM: a request alone == among 31
+#               others), then W1 at C = 1 (ATTNPRE_ROUNDS, 2, rounds of off, on). About 4
+#               minutes after a build (not yet timed). Summary: "attnpre check: ..." (failed
+#               checks: none expected; the "[early pdl]" lines), "attnpre: llm b1 qkv+attn ..."
+#               (kernel rows), "attnpre <off|on> llm: ..." (passed and failed tests), "attnpre
+#               <off|on> steps: b<batch> <ms> ..." (the tensor-core + PDL decode steps: the
+#               gain), "attnpre on engine: ..." and "attnpre <off|on> w1 <round>: C=1 ..."
 #   tc          the batch-invariant LLM (the default, COSY_LLM_DECODE=tc) against the mixed one
 #               (COSY_LLM_DECODE=mixed, not batch-invariant): test_kernels
 #               llm_gemv, the gemv_tc kernel table (test_kernels --bench llm_gemv), test_gpu_llm's
@@ -552,6 +568,39 @@ if [[ " $STEPS " == *" ff1epi "* ]]; then
       --concurrency 16 "${W1_ARGS[@]}" "${vargs[@]}"
     grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/ff1epi_w1_$v.log" \
       | sed "s/^ */ff1epi $v w1: /" | tee -a "$SUMMARY"
+  done
+fi
+if [[ " $STEPS " == *" attnpre "* ]]; then
+  # the decode attention's early loads (COSY_LLM_ATTN_EARLY; kernels/attention.cu), see the header
+  run attnpre_test ./$B/tests/test_kernels attention
+  grep -E 'FAIL|\[early pdl\]' "$OUT/attnpre_test.log" | sed 's/^/attnpre check: /' \
+    | tee -a "$SUMMARY"
+  note "attnpre check: $(grep -c '\[early' "$OUT/attnpre_test.log") early-load checks, $(grep -c \
+    'FAIL' "$OUT/attnpre_test.log") FAIL"
+  # the kernel table's pairs q|k|v projection -> attention, without and with the flag
+  BENCH_FILTER="qkv+attn" run attnpre_bench ./$B/tests/test_kernels --bench attention
+  awk '/^==== kernel table/ { t = 1 } t && /qkv\+attn/' "$OUT/attnpre_bench.log" \
+    | sed 's/^/attnpre: /' | tee -a "$SUMMARY"
+  for e in off on; do
+    ae=(); [ $e = on ] && ae=(COSY_LLM_ATTN_EARLY=1)
+    COSY_FULL_MODEL=$PWD/$FULL run attnpre_llm_$e env "${ae[@]}" ./$B/tests/test_gpu_llm
+    note "attnpre $e llm: $(grep -cE '^\[ +OK +\]' "$OUT/attnpre_llm_$e.log") ok, $(grep -cE \
+      '^\[ +FAILED +\]' "$OUT/attnpre_llm_$e.log") failed"
+    note "attnpre $e steps: $(grep -E 'TIMING llm decode step batch' "$OUT/attnpre_llm_$e.log" | \
+      grep 'tensor-core gemv + PDL' | awk '{print "b" $6 " " $7}' | paste -sd' ')"
+  done
+  COSY_TEST_FILTER=test_gpu_synthesis COSY_GPU_TEST_MODEL=$PWD/$FULL COSY_LLM_ATTN_EARLY=1 \
+    run attnpre_engine_on ./$B/tests/test_gpu_engine
+  grep -E 'batch-invariant LLM|FAILED' "$OUT/attnpre_engine_on.log" | sed 's/^/attnpre on engine: /' \
+    | tee -a "$SUMMARY"
+  for r in $(seq 1 "${ATTNPRE_ROUNDS:-2}"); do
+    for e in off on; do
+      ae=(); [ $e = on ] && ae=(COSY_LLM_ATTN_EARLY=1)
+      run attnpre_w1_${e}_$r env "${ae[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+        --concurrency 1 "${W1_ARGS[@]}"
+      note "attnpre $e w1 $r: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms' "$OUT/attnpre_w1_${e}_$r.log" | \
+        awk '{print "C=" $1 " " $3 "/" $4 " rtf " $5 " " $7 "x u" $8}' | paste -sd';')"
+    done
   done
 fi
 if [[ " $STEPS " == *" tc "* ]]; then

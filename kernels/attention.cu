@@ -28,9 +28,16 @@
  *     head) counter in the workspace; the block that arrives last merges the splits of its G
  *     heads (three rounds of L2 loads, see decode_combine_if_last) and resets the counter to
  *     zero, so one launch does the whole attention and every graph replay finds the counters at
- *     zero. With pdl the kernel is a
- *     programmatic dependent: it lets its own dependents (the o projection's weight stream)
- *     launch at once and waits (griddepcontrol) before it reads anything.
+ *     zero. With pdl the kernel is a programmatic dependent: it lets its own dependents (the o
+ *     projection's weight stream) launch at once and waits (griddepcontrol) before it reads
+ *     anything, except with the launch flag COSY_K_DECODE_EARLY (kernels.h; the LLM's knob
+ *     COSY_LLM_ATTN_EARLY, behind gemv_tc only). Then decode_early_loads does (0) and the K
+ *     loads of (1), those the previous kernel cannot affect before the wait: the length, the
+ *     block-table entry and cache row of token t / 4 (step (1)'s mapping), that token's K
+ *     quarter into registers and a prefetch of its V row, except for the newest token (len - 1:
+ *     the q|k|v projection writes its K and V rows), all from L2 (ld.global.cg); q and the
+ *     newest token's K quarter after the wait. The same values in the same arithmetic: the same
+ *     bits. Its gain is not yet measured (bench/device_run.sh attnpre).
  *   paged_prefill (fp32, the LLM's packed prefill): one block of G = n_qh / n_kh warps per (tile
  *     of 16 query positions of one segment, kv head); warp w serves query head kvh * G + w for the
  *     16 positions, so each K/V row is staged once for all G heads. Tiles come from the caller's
@@ -251,10 +258,84 @@ __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, i
   if (tid == 0) *cnt = 0u; /* ready for the next launch (all n_splits blocks have counted) */
 }
 
+/* 8 consecutive elements (16-byte aligned) as fp32, loaded from L2 (ld.global.cg: never through
+ * the L1 cache, so a line another SM writes meanwhile is never seen stale; the same values) */
+__device__ __forceinline__ void load8_cg(const float *p, float f[8]) {
+  const float4 a = __ldcg(reinterpret_cast<const float4 *>(p));
+  const float4 b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+  f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+__device__ __forceinline__ void load8_cg(const bf16 *p, float f[8]) {
+  const uint4 t = __ldcg(reinterpret_cast<const uint4 *>(p));
+  f[0] = __uint_as_float(t.x << 16); f[1] = __uint_as_float(t.x & 0xffff0000u);
+  f[2] = __uint_as_float(t.y << 16); f[3] = __uint_as_float(t.y & 0xffff0000u);
+  f[4] = __uint_as_float(t.z << 16); f[5] = __uint_as_float(t.z & 0xffff0000u);
+  f[6] = __uint_as_float(t.w << 16); f[7] = __uint_as_float(t.w & 0xffff0000u);
+}
+
+/* EARLY's step (0) (paged_decode_kernel below, the launch flag COSY_K_DECODE_EARLY): the same
+ * loads as the plain step (0) and the K loads of step (1), but those that the previous kernel
+ * cannot affect are issued before pdl_wait(). That kernel (the q|k|v projection) writes q and
+ * each sequence's newest K and V rows (token len - 1); the caller passes the flag only where
+ * every kernel two or more launches back has completed when this one starts (the previous
+ * kernel triggers its dependents after its own griddepcontrol.wait), so the lengths and block
+ * tables (decode_prep) and the older tokens' rows (earlier steps) are final. Before the wait:
+ * the length, the block-table entry of token tok = tid / 4 (step (1)'s mapping: four threads
+ * per token), its cache row (into sm.rowi), this thread's 16-element quarter of its K row into
+ * kf (not for the newest token) and an L2 prefetch of line tid % 4 of its V row (not for the
+ * newest); after: q, and the newest token's K quarter and V prefetch (the four threads that
+ * hold it). These loads go to L2 (.cg), where every SM's writes meet: nothing passes through
+ * the L1 cache before the wait, so no L1 line read early can hold part of a row (or anything
+ * else) that the previous kernel writes when it is read after the wait. Returns n, the tokens
+ * of this split (block-uniform). */
+template <typename T>
+__device__ __forceinline__ int decode_early_loads(const DecodeArgs<T> &a, DecSmem &sm,
+                                                  float kf[16]) {
+  const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z, tid = threadIdx.x;
+  const int G = a.n_qh / a.n_kh, h0 = kvh * G;
+  const int tok = tid >> 2, qd = (tid & 3) * 16;
+  const size_t tok_stride = (size_t)a.n_kh * HD;
+  const int len = __ldcg(a.lens + seq);
+  const int j0 = split * DEC_SPLIT;
+  const int n = max(0, min(len, j0 + DEC_SPLIT) - j0);
+  const int jt = j0 + tok;
+  const int32_t bte =
+      __ldcg(a.bt + (size_t)seq * a.max_pages + min(jt / a.page_size, a.max_pages - 1));
+  const int r = bte * a.page_size + jt % a.page_size; /* used only below the length */
+  const bool newest = tok < n && jt == len - 1;       /* written by the previous kernel */
+  if (tok < n && (tid & 3) == 0) sm.rowi[tok] = r;
+  const T *kp = a.kc + (size_t)r * tok_stride + (size_t)kvh * HD + qd;
+  if (tok < n && !newest) {
+    load8_cg(kp, kf);
+    load8_cg(kp + 8, kf + 8);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 16; ++e) kf[e] = 0.f;
+  }
+  const int voff = (tid & 3) * 128; /* a 128-byte line of the V row (2 of fp32, 1 of bf16) */
+  const char *vp =
+      reinterpret_cast<const char *>(a.vc + (size_t)r * tok_stride + (size_t)kvh * HD) + voff;
+  const bool vline = tok < n && voff < (int)(HD * sizeof(T));
+  if (vline && !newest) asm volatile("prefetch.global.L2 [%0];" ::"l"(vp));
+  pdl_wait();
+  for (int e = tid; e < G * HD; e += DEC_THREADS)
+    sm.qs[e / HD][e % HD] =
+        ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
+  if (newest) {
+    load8_cg(kp, kf);
+    load8_cg(kp + 8, kf + 8);
+    if (vline) asm volatile("prefetch.global.L2 [%0];" ::"l"(vp));
+  }
+  return n;
+}
+
 /* MERGE 0: one split (normalize in place); 1: global merge by the last block; 2: the splits of
  * one (kv head, sequence) form a thread-block cluster and merge through distributed shared
- * memory (sm_90 only). */
-template <typename T, int MERGE>
+ * memory (sm_90 only). EARLY: step (0) and step (1)'s K loads by decode_early_loads (above),
+ * most of them before pdl_wait(); the arithmetic is the same (the same values in the same
+ * order), so the output bits are too. Without EARLY the code is what it was before the flag. */
+template <typename T, int MERGE, bool EARLY>
 __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T> a) {
   __shared__ __align__(16) DecSmem sm;
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
@@ -262,29 +343,37 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   const int G = a.n_qh / a.n_kh;
   const int h0 = kvh * G;
   pdl_trigger(); /* no-ops without a programmatic launch */
-  pdl_wait();
+  float kfe[EARLY ? 16 : 1]; /* EARLY: this thread's quarter of its token's K row, for (1) */
+  int n;                     /* tokens of this split; block-uniform */
+  size_t tok_stride;         /* elements from one token's row to the next */
+  if constexpr (EARLY) {
+    n = decode_early_loads<T>(a, sm, kfe);
+    tok_stride = (size_t)a.n_kh * HD;
+  } else {
+    pdl_wait();
 
-  /* (0) one round of independent loads: the length, the block-table entry of token tid (index
-   * clamped into the table; used only below the length) and q */
-  const int len = a.lens[seq];
-  const int j0 = split * DEC_SPLIT;
-  const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
-  const int jt = j0 + (tid & (DEC_SPLIT - 1));
-  const int32_t bte = bt[min(jt / a.page_size, a.max_pages - 1)];
-  for (int e = tid; e < G * HD; e += DEC_THREADS)
-    sm.qs[e / HD][e % HD] =
-        ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
-  const int n = max(0, min(len, j0 + DEC_SPLIT) - j0); /* tokens of this split; block-uniform */
-  const size_t tok_stride = (size_t)a.n_kh * HD;
-  if (tid < n) {
-    const int r = bte * a.page_size + jt % a.page_size;
-    sm.rowi[tid] = r;
-    /* the V row is needed after the softmax: start bringing it into L2 now */
-    const char *vp =
-        reinterpret_cast<const char *>(a.vc + (size_t)r * tok_stride + (size_t)kvh * HD);
+    /* (0) one round of independent loads: the length, the block-table entry of token tid (index
+     * clamped into the table; used only below the length) and q */
+    const int len = a.lens[seq];
+    const int j0 = split * DEC_SPLIT;
+    const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
+    const int jt = j0 + (tid & (DEC_SPLIT - 1));
+    const int32_t bte = bt[min(jt / a.page_size, a.max_pages - 1)];
+    for (int e = tid; e < G * HD; e += DEC_THREADS)
+      sm.qs[e / HD][e % HD] =
+          ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
+    n = max(0, min(len, j0 + DEC_SPLIT) - j0);
+    tok_stride = (size_t)a.n_kh * HD;
+    if (tid < n) {
+      const int r = bte * a.page_size + jt % a.page_size;
+      sm.rowi[tid] = r;
+      /* the V row is needed after the softmax: start bringing it into L2 now */
+      const char *vp =
+          reinterpret_cast<const char *>(a.vc + (size_t)r * tok_stride + (size_t)kvh * HD);
 #pragma unroll
-    for (int off = 0; off < (int)(HD * sizeof(T)); off += 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
+      for (int off = 0; off < (int)(HD * sizeof(T)); off += 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
+    }
   }
   __syncthreads();
 
@@ -294,7 +383,10 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
     {
       const int tok = tid >> 2, qd = (tid & 3) * 16;
       float kf[16];
-      if (tok < n) {
+      if constexpr (EARLY) {
+#pragma unroll
+        for (int e = 0; e < 16; ++e) kf[e] = kfe[e];
+      } else if (tok < n) {
         const T *kp = a.kc + (size_t)sm.rowi[tok] * tok_stride + (size_t)kvh * HD + qd;
         load8(kp, kf);
         load8(kp + 8, kf + 8);
@@ -1407,7 +1499,8 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
   if (!cosyk_dt_ok(dt) || n_seq < 0 || n_qh <= 0 || n_kh <= 0 || n_qh % n_kh != 0 ||
       n_qh / n_kh > DEC_MAXG || head_dim != HD || page_size <= 0 || max_pages <= 0 ||
       max_ctx < 0 || (int64_t)max_ctx > (int64_t)max_pages * page_size ||
-      q_stride < n_qh * HD || out_stride < n_qh * HD || !(scale > 0.f) || n_seq > 65535)
+      q_stride < n_qh * HD || out_stride < n_qh * HD || !(scale > 0.f) || n_seq > 65535 ||
+      (pdl & ~(1 | COSY_K_DECODE_EARLY)) != 0)
     return cudaErrorInvalidValue;
   if (n_seq == 0) return cudaSuccess;
   if (!q || !k_cache || !v_cache || !block_table || !seq_lens || !out)
@@ -1442,14 +1535,24 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     a.part_o = part_o;
     a.part_ml = part_ml;
     a.count = count;
-    const int use_pdl = pdl && dev && dev->pdl;
+    const int use_pdl = (pdl & 1) && dev && dev->pdl;
     const dim3 block(DEC_THREADS), one(1, 1, 1);
+    /* 2..8 splits on a device with clusters: one cluster per (head, sequence) */
+    const dim3 cl = n_splits > 1 && n_splits <= DEC_CLUSTER_MAX && dev && dev->clusters
+                        ? dim3((unsigned)n_splits, 1, 1)
+                        : one;
+    if (pdl & COSY_K_DECODE_EARLY) {
+      if (n_splits == 1)
+        return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 0, true>, a);
+      if (cl.x > 1)
+        return launch_ex(s, grid, block, 0, cl, use_pdl, paged_decode_kernel<T, 2, true>, a);
+      return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 1, true>, a);
+    }
     if (n_splits == 1)
-      return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 0>, a);
-    if (n_splits <= DEC_CLUSTER_MAX && dev && dev->clusters) /* one cluster per (head, seq) */
-      return launch_ex(s, grid, block, 0, dim3((unsigned)n_splits, 1, 1), use_pdl,
-                       paged_decode_kernel<T, 2>, a);
-    return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 1>, a);
+      return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 0, false>, a);
+    if (cl.x > 1)
+      return launch_ex(s, grid, block, 0, cl, use_pdl, paged_decode_kernel<T, 2, false>, a);
+    return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 1, false>, a);
   })
   return cudaSuccess; /* not reached: COSYK_DT_CASE returns */
 }

@@ -905,7 +905,9 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
  *   trigger 1: gemv_tc triggers its dependents (PDL) after its mma loop, gemv at its start. With
  *            gemv_tc's early trigger the next kernel's blocks sat resident through each decode
  *            kernel and starved the concurrent flow calls (H100, W1: a flow call 171 ms instead
- *            of 41; C = 64: 83 of 128 requests with an underrun); late: the decode step within 3%
+ *            of 41; C = 64: 83 of 128 requests with an underrun); late: the decode step within 3%.
+ *            The decode attention's early loads behind gemv_tc (COSY_K_DECODE_EARLY, passed by
+ *            lib/gpu/llm.c) rely on this late trigger: it comes after gemv_tc's own wait
  *   early: the epilogue operands gemv_tc copies into shared memory before its mma loop (bias,
  *            RoPE frequencies, positions and cache slots, the residual's old values; not the
  *            RMSNorm weights, which cost the head 1.1 us at batch 1)

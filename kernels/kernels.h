@@ -166,10 +166,19 @@ size_t cosy_k_paged_decode_workspace(int n_seq, int n_qh, int n_kh, int max_ctx)
  * ZEROED before its first use (cudaMemset); every call leaves it zeroed again (its split counters
  * return to 0), so one workspace serves any number of calls and graph replays, one at a time.
  * n_qh / n_kh <= 8. One kernel launch; the grid depends only on host arguments, so the call can
- * be graph-captured. pdl = 1: launched as a programmatic dependent of the previous kernel on the
- * stream (see gemv.h), letting the next kernel launch early, where dev->pdl. dev (kdevice.h,
+ * be graph-captured. pdl: bit 1 (pdl & 1): launched as a programmatic dependent of the previous
+ * kernel on the stream (see gemv.h), letting the next kernel launch early, where dev->pdl;
+ * COSY_K_DECODE_EARLY (pdl & 2): the loads the previous kernel cannot affect (seq_lens,
+ * block_table, the K rows of every token but the newest, t = seq_lens[s] - 1, and prefetches of
+ * their V rows) are issued before the kernel waits for the previous one; q and the newest K/V
+ * rows after. Pass it with bit 1 only where the previous kernel triggers its dependents after
+ * its own griddepcontrol.wait (gemv.h: cosy_k_llm_gemv_tc, the q|k|v projection that writes q
+ * and the newest rows) and nothing earlier writes those inputs (every kernel two or more
+ * launches back has then completed); without bit 1 (a plain launch) it is always safe. The
+ * output is bit-identical either way. Other bits: cudaErrorInvalidValue. dev (kdevice.h,
  * NULL = a device with neither): with dev->clusters, 2..8 splits merge inside a thread-block
  * cluster, else through the workspace (both exact to fp32 rounding; attention.cu). */
+#define COSY_K_DECODE_EARLY 2 /* cosy_k_paged_decode's pdl: the early loads (above) */
 cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const void *q, int q_stride,
                                 const void *k_cache, const void *v_cache,
                                 const int32_t *block_table, int max_pages,

@@ -26,6 +26,9 @@ typedef struct cosy_knobs {
   int flow_recompute;           /* COSY_FLOW_CACHE=0: the GPU flow recomputes every chunk's prefix */
   int flow_pdl;                 /* COSY_FLOW_PDL=1: the GPU flow's elementwise kernels with
                                    programmatic dependent launch (where the device has it) */
+  int llm_attn_early;           /* COSY_LLM_ATTN_EARLY=1: the batch-invariant LLM's decode
+                                   attention issues its independent loads before waiting for
+                                   the q|k|v projection (COSY_K_DECODE_EARLY, kernels.h) */
   int llm_decode;               /* COSY_LLM_DECODE=tc|mixed (COSY_KNOB_LLM_*) */
   int vocoder_thread;           /* COSY_SCHED_VOCODER_THREAD=0|1; -1: the backend's choice */
   char text_trace[COSY_KNOB_PATH]; /* COSY_TEXT_TRACE: the text-streaming input schedule */

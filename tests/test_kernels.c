@@ -912,6 +912,207 @@ static void check_paged_decode_shared_ws(cosy_kdtype dt) {
   dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dws);
 }
 
+/* the double reference of n_seq decode rows over the host caches (bt rows of max_pages) */
+static void paged_decode_ref(int n_seq, const int *lens, const float *q, int q_stride,
+                             const float *kc, const float *vc, const int32_t *bt, int max_pages,
+                             int page_size, double scale, double *ref, int out_stride) {
+  const int nqh = 14, nkh = 2, hd = 64;
+  const size_t per = (size_t)nkh * hd;
+  int maxl = 1;
+  for (int s = 0; s < n_seq; ++s) maxl = lens[s] > maxl ? lens[s] : maxl;
+  const float **kr = malloc((size_t)maxl * sizeof *kr), **vr = malloc((size_t)maxl * sizeof *vr);
+  assert_non_null(kr);
+  assert_non_null(vr);
+  for (int s = 0; s < n_seq; ++s)
+    for (int h = 0; h < nqh; ++h) {
+      const int kvh = h / (nqh / nkh);
+      for (int t = 0; t < lens[s]; ++t) {
+        const size_t row =
+            (size_t)bt[(size_t)s * max_pages + t / page_size] * page_size + t % page_size;
+        kr[t] = kc + row * per + (size_t)kvh * hd;
+        vr[t] = vc + row * per + (size_t)kvh * hd;
+      }
+      attn_row_ref(q + (size_t)s * q_stride + (size_t)h * hd, kr, vr, lens[s], scale,
+                   ref + (size_t)s * out_stride + (size_t)h * hd);
+    }
+  free(kr), free(vr);
+}
+
+/* how a decode call of max_ctx merges its splits on this device description */
+static const char *dec_merge_name(int max_ctx, int clusters) {
+  const int splits = (max_ctx + 63) / 64;
+  return splits <= 1 ? "1 split" : splits <= 8 && clusters ? "cluster merge" : "global merge";
+}
+
+/* The early loads (cosy_k_paged_decode's COSY_K_DECODE_EARLY) without a racing predecessor:
+ * the same random sequences (pages shuffled) with and without the flag, with clusters (where the
+ * device has them) and without, each launch plain and as a programmatic dependent: every output
+ * of the flag bit-identical to the plain kernel's of the same launch (mismatching floats are the
+ * error), and within the attention's tolerance of the double reference. The newest token
+ * (len - 1), whose K row is loaded after the wait, is in whichever split len puts it. */
+static void check_paged_decode_early(int n_seq, const int *lens, int page_size, cosy_kdtype dt,
+                                     int max_ctx) {
+  const int nqh = 14, nkh = 2, hd = 64, q_stride = 1152, out_stride = nqh * hd;
+  const double scale = 0.125;
+  const int max_pages = (max_ctx + page_size - 1) / page_size;
+  const int n_pages = n_seq * max_pages + 3;
+  const size_t per = (size_t)nkh * hd, ncache = (size_t)n_pages * page_size * per;
+  const size_t nout = (size_t)n_seq * out_stride;
+  float *kc = fill(ncache, -1.f, 1.f), *vc = fill(ncache, -1.f, 1.f);
+  float *q = fill((size_t)n_seq * q_stride, -1.5f, 1.5f);
+  int32_t *bt = malloc((size_t)n_pages * sizeof *bt);
+  assert_non_null(bt);
+  for (int i = 0; i < n_pages; ++i) bt[i] = i;
+  for (int i = n_pages - 1; i > 0; --i) {
+    const int j = rnd_int(i + 1);
+    const int32_t t = bt[i];
+    bt[i] = bt[j];
+    bt[j] = t;
+  }
+  void *dkc = dup_dt(kc, ncache, dt), *dvc = dup_dt(vc, ncache, dt); /* rounds kc, vc to dt */
+  void *dq = dup_dt(q, (size_t)n_seq * q_stride, dt);
+  int32_t *dbt = dup_i32(bt, (size_t)n_seq * max_pages), *dlens = dup_i32(lens, n_seq);
+  const size_t wsb = cosy_k_paged_decode_workspace(n_seq, nqh, nkh, max_ctx);
+  void *dws = wsb ? dmalloc(wsb) : NULL;
+  if (dws) CK(cudaMemset(dws, 0, wsb));
+  double *ref = dalloc_host(nout);
+  paged_decode_ref(n_seq, lens, q, q_stride, kc, vc, bt, max_pages, page_size, scale, ref,
+                   out_stride);
+  size_t bad = 0, nan = 0;
+  double err = 0;
+  char merges[64] = "";
+  for (int cl = 0; cl < 2; ++cl) {
+    cosy_kdev dev = g_dev;
+    dev.clusters = cl ? 0 : g_dev.clusters;
+    if (cl && !g_dev.clusters) break; /* the same launches again */
+    snprintf(merges + strlen(merges), sizeof merges - strlen(merges), "%s%s", cl ? "/" : "",
+             dec_merge_name(max_ctx, dev.clusters));
+    for (int pdl = 0; pdl < 2; ++pdl) {
+      float *o[2];
+      for (int early = 0; early < 2; ++early) {
+        void *dout = dpoison(nout, dt);
+        CK(cosy_k_paged_decode(0, dt, dq, q_stride, dkc, dvc, dbt, max_pages, dlens, n_seq, nqh,
+                               nkh, hd, page_size, max_ctx, (float)scale, dout, out_stride, dws,
+                               wsb, pdl | (early ? COSY_K_DECODE_EARLY : 0), &dev));
+        o[early] = download(dout, nout, dt);
+        dfree(dout);
+      }
+      for (size_t i = 0; i < nout; ++i) bad += memcmp(&o[0][i], &o[1][i], sizeof o[0][i]) != 0;
+      nan += count_nan(o[1], nout);
+      const double e = rel_l2(o[1], ref, nout);
+      err = e > err || isnan(e) ? e : err;
+      free(o[0]), free(o[1]);
+    }
+  }
+  char sz[112], ls[40] = "";
+  for (int s = 0; s < n_seq && s < 4; ++s)
+    snprintf(ls + strlen(ls), sizeof ls - strlen(ls), "%s%d", s ? "," : "", lens[s]);
+  snprintf(sz, sizeof sz, "seqs=%d lens=%s%s page=%d maxctx=%d %s %s", n_seq, ls,
+           n_seq > 4 ? ",.." : "", page_size, max_ctx, dtn(dt), merges);
+  report("paged_decode [early]", sz, err, dt == BF16 ? 1e-2 : 1e-5, nan);
+  report("paged_decode [early] bits", sz, (double)bad, 0.0, 0);
+  free(kc), free(vc), free(q), free(bt), free(ref);
+  dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dws);
+}
+
+/* The case the early loads exist for: the q|k|v projection (cosy_k_llm_gemv_tc, QKV_ROPE: q and
+ * each sequence's newest K and V rows written by its epilogue; its dependents triggered after its
+ * own griddepcontrol.wait) launched right before the attention, which is its programmatic
+ * dependent, on a stream of their own, as the LLM's decode step runs them (lib/gpu/llm.c
+ * layers_gemv). Before each chain the caches are restored with the newest rows NaN and q is
+ * poisoned (NaN), so an attention that read either before the projection wrote it would give
+ * NaN or other bits. Several rounds (the race depends on timing), each the plain chain, then the
+ * flagged one: every output bit-identical to the first plain one, which is checked against the
+ * double reference over what the projection wrote (q and the caches downloaded afterwards). */
+static void check_paged_decode_early_race(int n_seq, const int *lens, int max_ctx, int clusters) {
+  enum { ROUNDS = 12 };
+  const int nqh = 14, nkh = 2, hd = 64, H = 896, N = 1152, ps = 16, q_stride = nqh * hd;
+  const int out_stride = nqh * hd, max_pages = (max_ctx + ps - 1) / ps;
+  const int n_pages = n_seq * max_pages;
+  const double scale = 0.125;
+  const size_t per = (size_t)nkh * hd, ncache = (size_t)n_pages * ps * per;
+  const size_t nout = (size_t)n_seq * out_stride;
+  float *x = fill((size_t)n_seq * H, -1.f, 1.f), *w = fill((size_t)N * H, -0.1f, 0.1f);
+  float *nw = fill((size_t)H, 0.5f, 1.5f), *bias = fill((size_t)N, -0.5f, 0.5f);
+  float *kc = fill(ncache, -1.f, 1.f), *vc = fill(ncache, -1.f, 1.f);
+  float invf[32];
+  for (int i = 0; i < 32; ++i) invf[i] = (float)pow(1e6, -2.0 * i / 64.0);
+  int32_t *bt = malloc((size_t)n_pages * sizeof *bt), pos[16], slots[16];
+  assert_non_null(bt);
+  assert_true(n_seq <= 16);
+  for (int i = 0; i < n_pages; ++i) bt[i] = (i * 7 + 3) % n_pages; /* a permutation (no count
+                                                                     * here is a multiple of 7) */
+  for (int s = 0; s < n_seq; ++s) {
+    pos[s] = lens[s] - 1;
+    slots[s] = bt[(size_t)s * max_pages + pos[s] / ps] * ps + pos[s] % ps;
+    for (size_t e = 0; e < per; ++e) /* the newest rows: NaN until the projection writes them */
+      kc[(size_t)slots[s] * per + e] = vc[(size_t)slots[s] * per + e] = NAN;
+  }
+  void *dx = dup_dt(x, (size_t)n_seq * H, F32), *dw = dup_dt(w, (size_t)N * H, BF16);
+  void *dnw = dup_dt(nw, (size_t)H, F32), *db = dup_dt(bias, (size_t)N, F32);
+  void *dinv = dup_dt(invf, 32, F32);
+  void *dkc0 = dup_dt(kc, ncache, F32), *dvc0 = dup_dt(vc, ncache, F32);
+  void *dkc = dmalloc(ncache * 4), *dvc = dmalloc(ncache * 4), *dq = dmalloc(nout * 4);
+  int32_t *dpos = dup_i32(pos, (size_t)n_seq), *dslots = dup_i32(slots, (size_t)n_seq);
+  int32_t *dbt = dup_i32(bt, (size_t)n_pages), *dlens = dup_i32(lens, n_seq);
+  const size_t wsb = cosy_k_paged_decode_workspace(n_seq, nqh, nkh, max_ctx);
+  void *dws = wsb ? dmalloc(wsb) : NULL;
+  if (dws) CK(cudaMemset(dws, 0, wsb));
+  void *dout = dmalloc(nout * 4);
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cosy_llm_gemv_args ga;
+  memset(&ga, 0, sizeof ga);
+  ga.M = n_seq, ga.N = N, ga.K = H, ga.in_mode = COSY_GEMV_IN_RMSNORM, ga.x = dx, ga.ldx = H;
+  ga.norm_w = dnw, ga.eps = 1e-6f, ga.w = dw, ga.bias = db, ga.out_mode = COSY_GEMV_QKV_ROPE;
+  ga.y = dq, ga.ldy = q_stride, ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots;
+  ga.inv_freq = dinv, ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
+  ga.smem_max = (int)g_dev.smem_block, ga.clusters = g_dev.clusters; /* as the LLM passes them */
+  cosy_kdev dev = g_dev;
+  dev.clusters = clusters && g_dev.clusters;
+  float *first = NULL;
+  size_t bad = 0, nan = 0;
+  for (int r = 0; r < ROUNDS; ++r)
+    for (int early = 0; early < 2; ++early) {
+      CK(cudaMemcpyAsync(dkc, dkc0, ncache * 4, cudaMemcpyDeviceToDevice, st));
+      CK(cudaMemcpyAsync(dvc, dvc0, ncache * 4, cudaMemcpyDeviceToDevice, st));
+      CK(cudaMemsetAsync(dq, 0xFF, nout * 4, st));
+      CK(cudaMemsetAsync(dout, 0xFF, nout * 4, st));
+      CK(cosy_k_llm_gemv_tc(st, &ga));
+      CK(cosy_k_paged_decode(st, F32, dq, q_stride, dkc, dvc, dbt, max_pages, dlens, n_seq, nqh,
+                             nkh, hd, ps, max_ctx, (float)scale, dout, out_stride, dws, wsb,
+                             1 | (early ? COSY_K_DECODE_EARLY : 0), &dev));
+      CK(cudaStreamSynchronize(st));
+      float *o = download(dout, nout, F32);
+      nan += count_nan(o, nout);
+      if (!first) {
+        first = o;
+        continue;
+      }
+      for (size_t i = 0; i < nout; ++i) bad += memcmp(&o[i], &first[i], sizeof o[i]) != 0;
+      free(o);
+    }
+  /* the reference over what the projection wrote (the last chain's q and caches) */
+  float *hq = download(dq, nout, F32);
+  float *hk = download(dkc, ncache, F32), *hv = download(dvc, ncache, F32);
+  double *ref = dalloc_host(nout);
+  paged_decode_ref(n_seq, lens, hq, q_stride, hk, hv, bt, max_pages, ps, scale, ref, out_stride);
+  char sz[112], ls[40] = "";
+  for (int s = 0; s < n_seq && s < 4; ++s)
+    snprintf(ls + strlen(ls), sizeof ls - strlen(ls), "%s%d", s ? "," : "", lens[s]);
+  snprintf(sz, sizeof sz, "behind gemv_tc x%d: seqs=%d lens=%s%s maxctx=%d %s%s", ROUNDS, n_seq,
+           ls, n_seq > 4 ? ",.." : "", max_ctx, dec_merge_name(max_ctx, dev.clusters),
+           g_dev.pdl ? "" : " (no pdl)");
+  check("paged_decode [early pdl]", sz, first, ref, nout, 1e-5);
+  report("paged_decode [early pdl] bits", sz, (double)bad, 0.0, nan);
+  CK(cudaStreamDestroy(st));
+  free(x), free(w), free(nw), free(bias), free(kc), free(vc), free(bt), free(first);
+  free(hq), free(hk), free(hv), free(ref);
+  dfree(dx), dfree(dw), dfree(dnw), dfree(db), dfree(dinv), dfree(dkc0), dfree(dvc0);
+  dfree(dkc), dfree(dvc), dfree(dq), dfree(dpos), dfree(dslots), dfree(dbt), dfree(dlens);
+  dfree(dws), dfree(dout);
+}
+
 static void check_dit_attn(int B, int N, int chunk, int stride_extra, cosy_kdtype dt) {
   const int nh = 16, hd = 64, in_stride = nh * hd + stride_extra, out_stride = nh * hd;
   const double scale = 0.125;
@@ -970,6 +1171,34 @@ void test_attention(void **state) {
   check_paged_decode_shared_ws(F32);
   check_paged_decode_shared_ws(BF16);
   check_paged_decode_ctx_invariant();
+  /* the early loads (COSY_K_DECODE_EARLY): len 1; the newest token last of split 0 (64) and first
+   * of splits 1 and 2 (65, 129); page boundaries (16, 17, 32, 33); one, several and 64 rows;
+   * each merge; fp32 and bf16 caches */
+  for (int t = 0; t < 2; ++t) {
+    const cosy_kdtype dt = t ? BF16 : F32;
+    static const int one[][1] = {{1}, {16}, {17}, {64}, {65}, {128}, {129}, {1000}};
+    for (int i = 0; i < 4; ++i) check_paged_decode_early(1, one[i], 16, dt, 64);
+    for (int i = 0; i < 8; ++i) check_paged_decode_early(1, one[i], 16, dt, i < 7 ? 512 : 1000);
+    check_paged_decode_early(1, one[7], 32, dt, 1024); /* 16 splits */
+    const int lens7[] = {1, 16, 17, 64, 65, 128, 129}, lens5[] = {0, 33, 64, 129, 500};
+    check_paged_decode_early(7, lens7, 16, dt, 256);
+    check_paged_decode_early(7, lens7, 32, dt, 129);
+    check_paged_decode_early(5, lens5, 16, dt, 512);
+    check_paged_decode_early(5, lens5, 32, dt, 1000);
+    const int lens3[] = {33, 1, 64};
+    check_paged_decode_early(3, lens3, 16, dt, 64); /* one split, several rows */
+    int lens64[64];
+    for (int s = 0; s < 64; ++s) lens64[s] = 1 + rnd_int(1000);
+    check_paged_decode_early(64, lens64, 16, dt, 1000);
+  }
+  /* behind the q|k|v projection that writes the newest rows (the LLM's order) */
+  {
+    const int la[] = {1, 64, 65, 300}, lb[] = {1, 17, 64}, lc[] = {129, 1000};
+    check_paged_decode_early_race(4, la, 512, 1);
+    check_paged_decode_early_race(4, la, 512, 0);
+    check_paged_decode_early_race(3, lb, 64, 1);
+    check_paged_decode_early_race(2, lc, 1024, 1);
+  }
 
   const int Ns[] = {1, 37, 175, 400};
   for (int a = 0; a < 4; ++a) {
@@ -2931,6 +3160,9 @@ void test_args(void **state) {
   bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 10, (const int32_t *)d, 4,
                              14, 2, 64, 16, 1000, 0.125f, d, 896, d, 4096, 0, &g_dev) !=
          cudaErrorInvalidValue; /* max_ctx beyond max_pages * page_size */
+  bad += cosy_k_paged_decode(0, BF16, d, 1152, d, d, (const int32_t *)d, 63, (const int32_t *)d, 4,
+                             14, 2, 64, 16, 1000, 0.125f, d, 896, d, ws, 4 | COSY_K_DECODE_EARLY,
+                             &g_dev) != cudaErrorInvalidValue; /* pdl: an unknown bit */
   bad += cosy_k_embed(0, F32, d, 10, 8, (const int32_t *)d, 1, F32, d, 4, NULL) !=
          cudaErrorInvalidValue; /* out_stride < dim */
   bad += cosy_k_gemm(NULL, 0, 1, 1, 1, F32, d, 1, d, NULL, F32, d, 1, 0) != cudaErrorInvalidValue;

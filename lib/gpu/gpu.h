@@ -53,6 +53,8 @@ typedef struct cosy_gpu {
   int gemm_bucket;           /* COSY_GEMM_BUCKET (cosy_knobs; -1: the default rule) */
   int flow_pdl;              /* COSY_FLOW_PDL=1 (cosy_knobs): the flow's elementwise kernels
                                 with programmatic dependent launch where dev.pdl (flow.c) */
+  int llm_attn_early;        /* COSY_LLM_ATTN_EARLY=1 (cosy_knobs): the LLM's decode attention
+                                with COSY_K_DECODE_EARLY where allowed (llm.c attention) */
 } cosy_gpu;
 
 /* Select the device, read its description (cosy_gpu_describe, with the test profile

@@ -738,10 +738,18 @@ static cosy_status attention(gpu_llm *l, int layer, int M, const attn_plan *ap) 
   cudaStream_t s = l->g->stream;
   float *kc = kpool(l, layer), *vc = vpool(l, layer);
   if (ap->decode) {
+    /* COSY_LLM_ATTN_EARLY (cosy_gpu.llm_attn_early): the attention's loads that the q|k|v
+     * projection cannot affect (lengths, block tables, the older tokens' K rows) issued before
+     * its griddepcontrol.wait. Only behind cosy_k_llm_gemv_tc (l->tc), which triggers its
+     * dependents after its own wait (kernels/gemv.cu, gemv_knobs().trigger 1: p.late), so every
+     * kernel before it (decode_prep's lengths and tables among them) has completed when the
+     * attention starts; the skinny gemv triggers at its start, so not behind it. */
+    int pdl = l->pdl && ap->pdl;
+    if (pdl && l->tc && l->g->llm_attn_early) pdl |= COSY_K_DECODE_EARLY;
     CK(cosy_k_paged_decode(s, COSY_KDT_F32, l->q, l->qd, kc, vc, l->d_bt,
                            ap->ctx / GPU_LLM_PAGE_SIZE, l->d_lens, M, l->nh, l->nkv, HD,
                            GPU_LLM_PAGE_SIZE, ap->ctx, ATTN_SCALE, l->att, l->qd, l->dec_ws,
-                           l->dec_ws_bytes, l->pdl && ap->pdl, &l->g->dev),
+                           l->dec_ws_bytes, pdl, &l->g->dev),
        "LLM decode attention");
     return COSY_OK;
   }
