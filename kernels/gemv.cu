@@ -64,6 +64,12 @@
  *   tile's k-block as 1 KB in a row), and the
  *   blocks load their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2
  *   (each fragment serves both tiles), D 2. Without a workspace: NT 2, x split in the block.
+ *   Where x is split in the block, by default each warp splits its own k-blocks in its mma loop
+ *   (every warp group and every block again for the same x); with args xfrag (COSY_LLM_XFRAG,
+ *   a measurement switch; XF) the block's threads split its rows once, for exactly the k-blocks
+ *   its warps use, into dynamic shared memory (tc_xf_lkb), and the mma loop loads them: the same
+ *   tc_xfrag on the same inputs, so the same bits; only where the block still fits the device's
+ *   shared memory with tc_min_blocks blocks an SM (else the per-warp path).
  *   The KS partial sums of a tile meet in shared memory (the cluster's, read in block rank
  *   order) and are added in part order; the epilogue's 8-row tiles are shared out over the
  *   tile's KS warps, and lane (g, t) owns outputs (rows 2t, 2t + 1 of an 8-row tile) x (weight
@@ -588,8 +594,10 @@ inline size_t tc_xf_smem(int rows, int KB, int KS) {
 
 /* NT 8-row tiles of x per block, KS parts of K per weight tile (CS = tc_cs(KS) blocks of a
  * cluster, KS / CS parts each), TW weight tiles per warp, D k-blocks of weights in flight per
- * warp, PRE: x split beforehand (tc_split_kernel). A row's arithmetic depends on none of NT, TW,
- * D, PRE or the staging; only on KS, fixed by N and K (and whether the device has clusters). */
+ * warp, PRE: x split beforehand (tc_split_kernel), XF: x split once per block into shared memory
+ * (tc_xf_lkb; not with PRE), else by each warp for its k-blocks in the mma loop. A row's
+ * arithmetic depends on none of NT, TW, D, PRE, XF or the staging; only on KS, fixed by N and K
+ * (and whether the device has clusters). */
 template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE, bool XF>
 __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_kernel(TcP tp) {
   const GemvP &a = tp.g;
