@@ -1622,9 +1622,10 @@ void bench_llm_gemv(const kh_scn *s) {
   /* tc 1: the tensor-core kernel as the decode step runs it (beyond 8 rows x split once by its
    * own kernel, the row counted in the time); tc 2 ("nosplit", beyond 8 rows only): every block
    * splits its k-blocks; tc 0: the CUDA-core kernel (up to 8 rows). The "xfrag" rows: the same
-   * calls with x's fragments once per block (args xfrag, COSY_LLM_XFRAG; where x is split in the
-   * blocks: tc 1 up to 8 rows, tc 2 beyond), beside the per-warp rows they replace */
-  static const char *const nm[5][5] = {
+   * calls with x's fragments once per block (args xfrag 1, COSY_LLM_XFRAG; where x is split in
+   * the blocks: tc 1 up to 8 rows, tc 2 beyond), beside the per-warp rows they replace;
+   * "xfrag2" (up to 8 rows): xfrag 2, the same without staging x in shared memory */
+  static const char *const nm[6][5] = {
       {"gemv rmsnorm+qkv+rope", "gemv o (+= h)", "gemv rmsnorm+gate|up+silu", "gemv down (+= h)",
        "gemv rmsnorm+head"},
       {"gemv_tc rmsnorm+qkv+rope", "gemv_tc o (+= h)", "gemv_tc rmsnorm+gate|up+silu",
@@ -1634,11 +1635,14 @@ void bench_llm_gemv(const kh_scn *s) {
       {"gemv_tc xfrag qkv", "gemv_tc xfrag o", "gemv_tc xfrag gate|up", "gemv_tc xfrag down",
        "gemv_tc xfrag head"},
       {"gemv_tc nosplit xfrag qkv", "gemv_tc nosplit xfrag o", "gemv_tc nosplit xfrag gate|up",
-       "gemv_tc nosplit xfrag down", "gemv_tc nosplit xfrag head"}};
-  const int order[5] = {1, 3, 2, 4, 0}; /* rows of nm */
-  for (int oi = 0; oi < 5; ++oi) {
-    const int r = order[oi], tc = r == 3 ? 1 : r == 4 ? 2 : r, xf = r >= 3;
-    if ((tc == 0 && B > 8) || (tc == 2 && B <= 8) || (r == 3 && B > 8)) continue;
+       "gemv_tc nosplit xfrag down", "gemv_tc nosplit xfrag head"},
+      {"gemv_tc xfrag2 qkv", "gemv_tc xfrag2 o", "gemv_tc xfrag2 gate|up", "gemv_tc xfrag2 down",
+       "gemv_tc xfrag2 head"}};
+  const int order[6] = {1, 3, 5, 2, 4, 0}; /* rows of nm */
+  for (int oi = 0; oi < 6; ++oi) {
+    const int r = order[oi], tc = r == 3 || r == 5 ? 1 : r == 4 ? 2 : r;
+    const int xf = r == 5 ? 2 : r >= 3;
+    if ((tc == 0 && B > 8) || (tc == 2 && B <= 8) || ((r == 3 || r == 5) && B > 8)) continue;
     add_llm_gemv(grp, nm[r][0], B, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc, xf);
     add_llm_gemv(grp, nm[r][1], B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc, xf);
     add_llm_gemv(grp, nm[r][2], B, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc, xf);

@@ -1185,12 +1185,13 @@ static cudaError_t tc_plan(const cosy_llm_gemv_args *a, TcP *tpp, int *ksp, bool
   tp.stage = want && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   /* xfrag: the block's x fragments in shared memory (tc_xf_lkb) where the block still fits the
    * per-block limit and tc_min_blocks blocks (each with the 1 KB the runtime reserves) fit an SM
-   * (smem_sm; 0: smem_max's value); the staged rows are dropped where only that makes them fit
-   * (the statistics and the fragments then read x in place: the same values) */
-  if (a->xfrag) {
+   * (smem_sm; 0: smem_max's value); the staged rows are dropped where only that makes them fit,
+   * and always with xfrag 2 (the statistics and the fragments then read x in place: the same
+   * values) */
+  if (a->xfrag == 1 || a->xfrag == 2) {
     const size_t sm = a->smem_sm > 0 ? (size_t)a->smem_sm : lim;
     const size_t nb = (size_t)tc_min_blocks(rc / 8, 4);
-    for (int sg = tp.stage;; sg = 0) {
+    for (int sg = a->xfrag == 2 ? 0 : tp.stage;; sg = 0) {
       const size_t blk = stat + tc_dyn_smem_xf(sg, a->K, rows, tp.KB, ks);
       if (blk <= lim && nb * (blk + 1024) <= sm) {
         tp.stage = sg;

@@ -88,8 +88,10 @@ typedef struct cosy_llm_gemv_args {
    * blocks (up to 8 rows, or more without the workspace xs), each block computes its rows' x
    * fragments (RMSNorm'd, split into hi/lo) once into shared memory and its warps load them,
    * instead of every warp computing its own for each k-block; used only where the fragments fit
-   * (smem_max per block, smem_sm for the blocks an SM keeps; else the per-warp path). Speed
-   * only: the same bits either way. 0 = the per-warp path. */
+   * (smem_max per block, smem_sm for the blocks an SM keeps; else the per-warp path); 2 = the
+   * same without staging the rows of x in shared memory first (the RMSNorm statistics and the
+   * fragments read x in place). Speed only: the same bits either way. 0 (or any other value) =
+   * the per-warp path. */
   int xfrag;
 } cosy_llm_gemv_args;
 

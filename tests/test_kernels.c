@@ -1505,7 +1505,8 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   static const char *ins[] = {"f32", "rmsnorm"};
   static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
   snprintf(sz, sizeof sz, "M=%d N=%d K=%d %s->%s%s%s%s", M, N, K, ins[in], outs[out],
-           bias ? " +bias" : "", pdl ? " pdl" : "", xf_used ? " xfrag" : "");
+           bias ? " +bias" : "", pdl ? " pdl" : "",
+           xf_used ? (g_tc_xfrag == 2 ? " xfrag 2" : " xfrag") : "");
   check(tc ? "llm_gemv_tc" : "llm_gemv", sz, y, ref, nref, 1e-4);
   if (out == COSY_GEMV_QKV_ROPE)
     check(tc ? "llm_gemv_tc (k/v)" : "llm_gemv (k/v cache)", sz, kv_out, kv_ref, nk, 1e-4);
@@ -1579,7 +1580,8 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   char sz[96];
   if (tc)
     snprintf(sz, sizeof sz, "%d rows%s vs rows alone, N=%d K=%d %s (mismatches as err)", R,
-             tc == 1 ? " (x split first)" : xf_used ? " (xfrag)" : "", N, K, outs[out]);
+             tc == 1 ? " (x split first)" : xf_used ? (g_tc_xfrag == 2 ? " (xfrag 2)" : " (xfrag)") : "",
+             N, K, outs[out]);
   else
     snprintf(sz, sizeof sz, "%d groups of 8 vs rows alone, N=%d K=%d %s (mismatches as err)", G,
              N, K, outs[out]);
@@ -1594,8 +1596,8 @@ static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm
   check_gemv_groups_k(G, N, K, in, out, 0, 0);
 }
 
-/* gemv_tc's x fragments once per block (args xfrag) against the per-warp path of the same
- * binary, bit for bit: M rows (tc 1: with the split workspace, which only rows beyond 8 use;
+/* gemv_tc's x fragments once per block (args xfrag 1, and 2: without staging x) against the
+ * per-warp path of the same binary, bit for bit: M rows (tc 1: with the split workspace, which only rows beyond 8 use;
  * tc 2: without), random x, weights, RMSNorm weights, bias and residual; y and, for QKV_ROPE, the
  * K/V cache rows. Where the device's shared memory is that of an H100 / H200 (>= 200 KB an SM)
  * the in-block path must have run for K = 896 and, with clusters, for every K (without
@@ -1622,9 +1624,9 @@ static void check_gemv_xf(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gem
   int32_t *dpos = dup_i32(pos, (size_t)M), *dslots = dup_i32(slots, (size_t)M);
   void *dinv = dup_dt(invf, 32, F32);
   const size_t ncache = (size_t)n_slots * nkh * 64, nws = cosy_k_llm_gemv_tc_workspace(M, K);
-  float *res[2][3];
-  int used[2];
-  for (int xf = 0; xf < 2; ++xf) {
+  float *res[3][3];
+  int used[3];
+  for (int xf = 0; xf < 3; ++xf) {
     void *dy = out == COSY_GEMV_ADD_F32 ? dup_dt(y0, (size_t)M * ny, F32)
                                         : dpoison((size_t)M * ny, F32);
     void *dkc = dpoison(ncache, F32), *dvc = dpoison(ncache, F32);
@@ -1649,20 +1651,23 @@ static void check_gemv_xf(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gem
   }
   size_t bad = 0;
   const size_t n[3] = {(size_t)M * ny, ncache, ncache};
-  for (int j = 0; j < (out == COSY_GEMV_QKV_ROPE ? 3 : 1); ++j)
-    for (size_t i = 0; i < n[j]; ++i) bad += memcmp(&res[0][j][i], &res[1][j][i], 4) != 0;
+  for (int xf = 1; xf < 3; ++xf)
+    for (int j = 0; j < (out == COSY_GEMV_QKV_ROPE ? 3 : 1); ++j)
+      for (size_t i = 0; i < n[j]; ++i) bad += memcmp(&res[0][j][i], &res[xf][j][i], 4) != 0;
   const int clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
   const int must = g_dev.smem_sm >= 200 * 1024 && (K <= 896 || clusters);
-  const int wrong_path = used[0] || (must && !used[1]);
+  /* xfrag 2 needs no more shared memory than 1 */
+  const int wrong_path = used[0] || (must && !(used[1] && used[2])) || (used[1] && !used[2]);
   static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
   char sz[120];
   snprintf(sz, sizeof sz, "%d rows%s N=%d K=%d %s%s%s: %s (mismatches as err)", M,
            tc == 2 ? " (no workspace)" : "", N, K, outs[out], bias ? " +bias" : "",
            clusters ? " [clusters]" : "",
-           used[1] ? "in-block vs per-warp" : wrong_path ? "IN-BLOCK PATH NOT TAKEN" : "per-warp both (no fit)");
+           used[1] ? "in-block vs per-warp" : used[2] ? "in-block (unstaged) vs per-warp"
+           : wrong_path ? "IN-BLOCK PATH NOT TAKEN" : "per-warp all (no fit)");
   report("llm_gemv_tc xfrag", sz, (double)bad + (wrong_path ? 1.0 : 0.0), 0.0,
-         count_nan(res[1][0], n[0]));
-  for (int xf = 0; xf < 2; ++xf)
+         count_nan(res[1][0], n[0]) + count_nan(res[2][0], n[0]));
+  for (int xf = 0; xf < 3; ++xf)
     for (int j = 0; j < 3; ++j) free(res[xf][j]);
   free(x), free(w), free(nw), free(bias), free(y0), free(pos), free(slots);
   dfree(dx), dfree(dw), dfree(dnw), dfree(db), dfree(dpos), dfree(dslots), dfree(dinv);
@@ -1767,6 +1772,10 @@ void test_llm_gemv(void **state) {
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 2, 16);
   check_gemv_groups_k(0, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 2, 16);
   check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 2, 16);
+  g_tc_xfrag = 2; /* without staging x */
+  check_gemv_k(1, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 0, 1, 1);
+  check_gemv_k(8, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 1, 1);
+  check_gemv_groups_k(0, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 2, 16);
   g_tc_xfrag = 0;
   end_test();
 }

@@ -320,7 +320,7 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   g->gemm_san_init = knobs && knobs->gemm_san_init;
   g->gemm_bucket = knobs ? knobs->gemm_bucket : -1;
   g->flow_pdl = knobs && knobs->flow_pdl;
-  g->llm_xfrag = knobs && knobs->llm_xfrag;
+  g->llm_xfrag = knobs ? knobs->llm_xfrag : 0;
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
   if ((st = cosy_gpu_describe(device, knobs ? knobs->gpu_profile : NULL, &g->dev))) goto fail;

@@ -53,7 +53,7 @@ typedef struct cosy_gpu {
   int gemm_bucket;           /* COSY_GEMM_BUCKET (cosy_knobs; -1: the default rule) */
   int flow_pdl;              /* COSY_FLOW_PDL=1 (cosy_knobs): the flow's elementwise kernels
                                 with programmatic dependent launch where dev.pdl (flow.c) */
-  int llm_xfrag;             /* COSY_LLM_XFRAG=1 (cosy_knobs): the decode step's tensor-core
+  int llm_xfrag;             /* COSY_LLM_XFRAG=1|2 (cosy_knobs): the decode step's tensor-core
                                 kernels with x's fragments once per block (llm.c, gemv.h
                                 xfrag) */
 } cosy_gpu;
