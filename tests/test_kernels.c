@@ -3169,6 +3169,7 @@ void test_args(void **state) {
   bad += cosy_k_llm_gemv_supported(1, 896) != 1;
   bad += cosy_k_llm_gemv_supported(3, 896) != 0;
   bad += cosy_k_llm_gemv_supported(8, 8200) != 0;
+  bad += cosy_k_llm_gemv_tc_xfrag_used(NULL) != 0; /* bad arguments: not used */
   bad += cosy_k_device_image_check() != cudaSuccess; /* this build runs on this device */
   report("argument checks", "42 calls (bad args, limits, image)", (double)bad, 0.0, 0);
   dfree(d);
