@@ -1618,7 +1618,8 @@ static void check_gemv_xf(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gem
   assert_true(pos && slots);
   float invf[32];
   for (int i = 0; i < 32; ++i) invf[i] = (float)pow(1e6, -2.0 * i / 64.0);
-  for (int m = 0; m < M; ++m) pos[m] = rnd_int(2000), slots[m] = (m * 5 + 3) % n_slots;
+  for (int m = 0; m < M; ++m) /* distinct slots */
+    pos[m] = rnd_int(2000), slots[m] = M <= 16 ? (m * 5 + 3) % n_slots : m;
   void *dx = dup_dt(x, (size_t)M * K, F32), *dw = dup_dt(w, (size_t)N * K, BF16);
   void *dnw = dup_dt(nw, (size_t)K, F32), *db = bias ? dup_dt(bias, (size_t)N, F32) : NULL;
   int32_t *dpos = dup_i32(pos, (size_t)M), *dslots = dup_i32(slots, (size_t)M);
@@ -1755,6 +1756,9 @@ void test_llm_gemv(void **state) {
       check_gemv_xf(M, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, tc);
     }
     check_gemv_xf(5, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 1); /* K % 32 != 0 */
+    /* 16-row blocks without the workspace: one partial, several with the last partial */
+    check_gemv_xf(13, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 2);
+    check_gemv_xf(40, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 2);
     check_gemv_xf(3, 40, 2048, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 1); /* 32 parts */
   }
   g_tc_clusters = -1;
