@@ -684,6 +684,20 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
     for (int i = tid; i < (K >> 2); i += NW * 32)
       reinterpret_cast<float4 *>(nws)[i] = __ldg(reinterpret_cast<const float4 *>(a.norm_w) + i);
 
+  /* XF: the RMSNorm weights of this thread's first fragment unit (unit tid: row 0, or for
+   * tid >= 4 lkb a later row at the same k), a constant, read before the producer is waited for
+   * (at up to 8 rows of K = 896 a thread's only unit) */
+  float xnw[8];
+  if (XF && PRO == COSY_GEMV_IN_RMSNORM) {
+    const int lkb = tc_xf_lkb(KB, KS), pu = tid % (lkb * 4), li = pu >> 2;
+    const int kb = crank * KSB + li % KSB + KS * (li / KSB), k = kb * 32 + 8 * (pu & 3);
+    if (tid < min(RC, tp.R - (int)blockIdx.x * RC) * lkb * 4 && kb < KB && k < K) {
+      load8w(a.norm_w + k, xnw);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xnw[e] = 0.f;
+    }
+  }
   /* 2. this block's rows: already split (pre), staged in shared memory (tp.stage rows) or read
    * in place */
   pdl_wait();
@@ -763,7 +777,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
       const bool kin = k < K;
       float nw[8];
       if (PRO == COSY_GEMV_IN_RMSNORM) {
-        if (!kin) {
+        if (i == tid) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) nw[e] = xnw[e];
+        } else if (!kin) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) nw[e] = 0.f;
         } else {
