@@ -686,9 +686,15 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
 
   /* XF: the RMSNorm weights of this thread's first fragment unit (unit tid: row 0, or for
    * tid >= 4 lkb a later row at the same k), a constant, read before the producer is waited for
-   * (at up to 8 rows of K = 896 a thread's only unit) */
+   * (at up to 8 rows of K = 896 a thread's only unit); sm_90+ (PDL) only: on sm_80 it made the
+   * RMSNorm kernels spill 28-36 bytes a thread (ptxas) for no overlap with a producer */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool XNW = XF && PRO == COSY_GEMV_IN_RMSNORM;
+#else
+  constexpr bool XNW = false;
+#endif
   float xnw[8];
-  if (XF && PRO == COSY_GEMV_IN_RMSNORM) {
+  if (XNW) {
     const int lkb = tc_xf_lkb(KB, KS), pu = tid % (lkb * 4), li = pu >> 2;
     const int kb = crank * KSB + li % KSB + KS * (li / KSB), k = kb * 32 + 8 * (pu & 3);
     if (tid < min(RC, tp.R - (int)blockIdx.x * RC) * lkb * 4 && kb < KB && k < K) {
@@ -777,7 +783,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
       const bool kin = k < K;
       float nw[8];
       if (PRO == COSY_GEMV_IN_RMSNORM) {
-        if (i == tid) {
+        if (XNW && i == tid) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) nw[e] = xnw[e];
         } else if (!kin) {
