@@ -501,6 +501,11 @@ struct TcP {
   /* 1: the block's x fragments computed once into shared memory (tc_xf_*), instead of by each
    * warp in its mma loop; chosen by the launcher (args xfrag, where they fit) */
   int xf;
+  /* the per-block shared-memory limit (args smem_max; 48 KB when 0): the launch sets a kernel's
+   * dynamic-size attribute to this less its static arrays, the most any call can ask, so that
+   * host threads launching one instantiation with different row counts never undo each other's
+   * attribute between its setting and their launch */
+  int smem_lim;
 };
 enum { TC_EARLY_BIAS = 1, TC_EARLY_INVF = 2, TC_EARLY_POS = 4, TC_EARLY_OLD = 8, TC_EARLY_NORMW = 16 };
 
@@ -982,8 +987,9 @@ cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
   constexpr size_t stat = tc_static_smem(RC);
   auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI, PRE, XF>;
   if (dyn && stat + dyn > 48 * 1024) { /* beyond the default: static + dynamic <= 48 KB */
+    const size_t most = (size_t)p.smem_lim > stat ? (size_t)p.smem_lim - stat : 0;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)dyn);
+                                         (int)std::max(dyn, most));
     if (e != cudaSuccess) return e;
   }
   if (CS == 1) return launch_pdl(kern, grid, TC_WARPS * 32, dyn, s, pdl, p);
@@ -1201,6 +1207,7 @@ static cudaError_t tc_plan(const cosy_llm_gemv_args *a, TcP *tpp, int *ksp, bool
   const int rows = tp.R < rc ? tp.R : rc;
   const size_t stat = tc_static_smem(rc);
   const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
+  tp.smem_lim = (int)lim;
   const size_t need = tc_dyn_smem(rows, a->K, a->in_mode == COSY_GEMV_IN_RMSNORM);
   /* at most 96 KB, so that two blocks fit an SM */
   const int st = gemv_knobs().stage;
