@@ -560,14 +560,17 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.xs_bytes = o->i[6] == 1 ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
   ga.clusters = g_dev.clusters;
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it */
+  ga.smem_sm = (int)g_dev.smem_sm;
+  ga.xfrag = o->i[7]; /* x's fragments once per block (COSY_LLM_XFRAG's path) */
   return o->i[6] ? cosy_k_llm_gemv_tc(g_stream, &ga) : cosy_k_llm_gemv(g_stream, &ga);
 }
 static void add_llm_gemv(const char *group, const char *name, int M, int N, int K,
-                         cosy_llm_gemv_in in, cosy_llm_gemv_out out, int tc) {
+                         cosy_llm_gemv_in in, cosy_llm_gemv_out out, int tc, int xf) {
   bench_op *o = new_op(group, name);
   const int ny = out == COSY_GEMV_QKV_ROPE ? 14 * 64 : out == COSY_GEMV_SILU_MUL ? N / 2 : N;
   snprintf(o->size, sizeof o->size, "%dx%dx%d bf16 W, f32 x/y", M, N, K);
   o->i[0] = M, o->i[1] = N, o->i[2] = K, o->i[3] = in, o->i[4] = out, o->i[5] = ny, o->i[6] = tc;
+  o->i[7] = xf;
   const size_t wbytes = (size_t)N * K * 2;
   o->nrot = rot_sets(wbytes);
   o->p[1] = drand_rot(o->nrot, (size_t)N * K, BF16, -0.05f, 0.05f, &o->rot[1]);
@@ -1696,23 +1699,33 @@ void bench_llm_gemv(const kh_scn *s) {
   if (s->kind != KH_SCN_LLM_DECODE || B > 256) return;
   /* tc 1: the tensor-core kernel as the decode step runs it (beyond 8 rows x split once by its
    * own kernel, the row counted in the time); tc 2 ("nosplit", beyond 8 rows only): every block
-   * splits its k-blocks; tc 0: the CUDA-core kernel (up to 8 rows) */
-  static const char *const nm[3][5] = {
+   * splits its k-blocks; tc 0: the CUDA-core kernel (up to 8 rows). The "xfrag" rows: the same
+   * calls with x's fragments once per block (args xfrag 1, COSY_LLM_XFRAG; where x is split in
+   * the blocks: tc 1 up to 8 rows, tc 2 beyond), beside the per-warp rows they replace;
+   * "xfrag2" (up to 8 rows): xfrag 2, the same without staging x in shared memory */
+  static const char *const nm[6][5] = {
       {"gemv rmsnorm+qkv+rope", "gemv o (+= h)", "gemv rmsnorm+gate|up+silu", "gemv down (+= h)",
        "gemv rmsnorm+head"},
       {"gemv_tc rmsnorm+qkv+rope", "gemv_tc o (+= h)", "gemv_tc rmsnorm+gate|up+silu",
        "gemv_tc down (+= h)", "gemv_tc rmsnorm+head"},
       {"gemv_tc nosplit qkv", "gemv_tc nosplit o", "gemv_tc nosplit gate|up",
-       "gemv_tc nosplit down", "gemv_tc nosplit head"}};
-  const int order[3] = {1, 2, 0};
-  for (int oi = 0; oi < 3; ++oi) {
-    const int tc = order[oi];
-    if ((tc == 0 && B > 8) || (tc == 2 && B <= 8)) continue;
-    add_llm_gemv(grp, nm[tc][0], B, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc);
-    add_llm_gemv(grp, nm[tc][1], B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc);
-    add_llm_gemv(grp, nm[tc][2], B, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc);
-    add_llm_gemv(grp, nm[tc][3], B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc);
-    add_llm_gemv(grp, nm[tc][4], B, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, tc);
+       "gemv_tc nosplit down", "gemv_tc nosplit head"},
+      {"gemv_tc xfrag qkv", "gemv_tc xfrag o", "gemv_tc xfrag gate|up", "gemv_tc xfrag down",
+       "gemv_tc xfrag head"},
+      {"gemv_tc nosplit xfrag qkv", "gemv_tc nosplit xfrag o", "gemv_tc nosplit xfrag gate|up",
+       "gemv_tc nosplit xfrag down", "gemv_tc nosplit xfrag head"},
+      {"gemv_tc xfrag2 qkv", "gemv_tc xfrag2 o", "gemv_tc xfrag2 gate|up", "gemv_tc xfrag2 down",
+       "gemv_tc xfrag2 head"}};
+  const int order[6] = {1, 3, 5, 2, 4, 0}; /* rows of nm */
+  for (int oi = 0; oi < 6; ++oi) {
+    const int r = order[oi], tc = r == 3 || r == 5 ? 1 : r == 4 ? 2 : r;
+    const int xf = r == 5 ? 2 : r >= 3;
+    if ((tc == 0 && B > 8) || (tc == 2 && B <= 8) || ((r == 3 || r == 5) && B > 8)) continue;
+    add_llm_gemv(grp, nm[r][0], B, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc, xf);
+    add_llm_gemv(grp, nm[r][1], B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc, xf);
+    add_llm_gemv(grp, nm[r][2], B, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc, xf);
+    add_llm_gemv(grp, nm[r][3], B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc, xf);
+    add_llm_gemv(grp, nm[r][4], B, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, tc, xf);
   }
 }
 void bench_llm_step_ops(const kh_scn *s) {

@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard attnpre
+#                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard attnpre xfrag
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -142,6 +142,23 @@
 #               mode, each under TC_VARIANTS (ab syntax, default "base"; e.g.
 #               "base prof:COSY_GPU_PROFILE=a100"; docs/knobs.md lists the knobs). Summary lines
 #               "tc <variant> steps: ..." and "tc <variant> <mode> C=...: ..."
+#   xfrag       gemv_tc's x fragments once per block (COSY_LLM_XFRAG=1, args xfrag; kernels/gemv.cu;
+#               not in the default steps: `bash bench/device_run.sh build xfrag`): test_kernels
+#               llm_gemv (must pass; its "llm_gemv_tc xfrag" lines: the in-block path == the
+#               per-warp path bit for bit at 1, 2, 5, 8 rows and 16 without the workspace, every
+#               prologue / epilogue, K = 896 and 4864, with and without clusters, "in-block vs
+#               per-warp" where it ran; and vs double with xfrag), test_gpu_llm on the small and
+#               the full model with COSY_LLM_XFRAG=1 and unset (must pass; the full model's
+#               decode-step timings of both), the kernel table's gemv_tc rows at b1 (gemv_tc /
+#               gemv_tc xfrag / gemv_tc xfrag2: COSY_LLM_XFRAG=2, x not staged) and b16 (nosplit
+#               / nosplit xfrag), then W1 at C = 1 unset / =1 in alternation, twice
+#               (XFRAG_ROUNDS). XFRAG_VARIANTS (default "base xf"; "base xf xf2" adds
+#               COSY_LLM_XFRAG=2) picks the variants of test_gpu_llm and W1. About 4 minutes on an
+#               H200 (estimated). Logs: xfrag_*.log. Summary: "xfrag check: ..." (failed checks:
+#               none expected), "xfrag: ..." and "xfrag <variant> gpu_llm: ..." (pass counts),
+#               "xfrag bench: ..." (kernel rows), "xfrag <variant> steps: b1 ms ..."
+#               (test_gpu_llm's tensor-core decode steps), "xfrag <variant> <round> w1: ..." (W1
+#               C = 1 rows)
 #   wheel       the Python package's GPU wheel (bench/wheel_device_run.sh, not in the default
 #               steps; after the build step): built with every target (CUDA_ARCHS=all), installed
 #               in a fresh venv, its library checked (the package's own, every target named, the
@@ -619,6 +636,39 @@ if [[ " $STEPS " == *" tc "* ]]; then
     for mode in mixed tc; do
       note "tc $v $mode: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms' "$OUT/tc_${v}_w1_$mode.log" | \
         awk '{print "C=" $1 " " $3 "/" $4 " rtf " $5 " " $7 "x u" $8}' | paste -sd';')"
+    done
+  done
+fi
+if [[ " $STEPS " == *" xfrag "* ]]; then # not in the default steps: bash bench/device_run.sh build xfrag
+  run xfrag_test ./$B/tests/test_kernels llm_gemv
+  grep -E 'FAIL' "$OUT/xfrag_test.log" | sed 's/^/xfrag check: /' | tee -a "$SUMMARY"
+  note "xfrag: test_kernels llm_gemv: $(grep -c 'llm_gemv_tc xfrag .*PASS' "$OUT/xfrag_test.log") xfrag == per-warp checks PASS ($(grep -c 'in-block vs per-warp.*PASS' "$OUT/xfrag_test.log") of them on the in-block path), $(grep -cE 'xfrag.*PASS' "$OUT/xfrag_test.log") xfrag lines PASS, $(grep -c FAIL "$OUT/xfrag_test.log") FAIL"
+  # XFRAG_VARIANTS (default "base xf"): xf = COSY_LLM_XFRAG=1, xf2 = COSY_LLM_XFRAG=2 (not
+  # staging x), base = unset. test_gpu_llm on the small model (golden, batched, prefill, KV) and
+  # the full one (its checks and the decode-step timings) under each: must pass
+  xfenv() { case $1 in xf) echo COSY_LLM_XFRAG=1 ;; xf2) echo COSY_LLM_XFRAG=2 ;; *) echo _XF=0 ;; esac; }
+  XFV=${XFRAG_VARIANTS:-base xf}
+  for v in $XFV; do
+    COSY_FULL_MODEL=$PWD/$FULL run xfrag_gpu_llm_$v env "$(xfenv $v)" ./$B/tests/test_gpu_llm
+    L=$OUT/xfrag_gpu_llm_$v.log
+    grep -E ' FAIL$' "$L" | sed "s/^/xfrag check: gpu_llm $v: /" | tee -a "$SUMMARY"
+    note "xfrag $v gpu_llm: $(grep -cE ' PASS$' "$L") checks PASS, $(grep -cE ' FAIL$' "$L") FAIL; $(grep -E '^\[ +(PASSED|FAILED) +\]' "$L" | paste -sd' ')"
+  done
+  # the kernel table: gemv_tc / gemv_tc xfrag / gemv_tc xfrag2 at b1, nosplit / nosplit xfrag at b16
+  BENCH_FILTER=gemv_tc run xfrag_bench ./$B/tests/test_kernels --bench llm_gemv
+  awk '/^==== kernel table/ { t = 1 } t && /^llm b(1|16) / && /gemv_tc/' "$OUT/xfrag_bench.log" \
+    | sed 's/^/xfrag bench: /' | tee -a "$SUMMARY"
+  for v in $XFV; do # test_gpu_llm's decode steps on the tensor-core path (ms a step)
+    note "xfrag $v steps: $(grep -E 'TIMING llm decode step' "$OUT/xfrag_gpu_llm_$v.log" | \
+      grep 'tensor-core gemv + PDL' | awk '{print "b" $6 " " $7}' | paste -sd' ')"
+  done
+  # W1 at C = 1, the variants in alternation, XFRAG_ROUNDS (2) times
+  for round in $(seq 1 "${XFRAG_ROUNDS:-2}"); do
+    for v in $XFV; do
+      run xfrag_w1_${v}_$round env "$(xfenv $v)" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+        --concurrency 1 "${W1_ARGS[@]}"
+      grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|underruns:' "$OUT/xfrag_w1_${v}_$round.log" \
+        | sed "s/^ */xfrag $v $round w1: /" | tee -a "$SUMMARY"
     done
   done
 fi

@@ -64,6 +64,12 @@
  *   tile's k-block as 1 KB in a row), and the
  *   blocks load their B fragments from there: up to 32 rows NT 2, TW 1, D 4; more NT 4, TW 2
  *   (each fragment serves both tiles), D 2. Without a workspace: NT 2, x split in the block.
+ *   Where x is split in the block, by default each warp splits its own k-blocks in its mma loop
+ *   (every warp group and every block again for the same x); with args xfrag (COSY_LLM_XFRAG,
+ *   a measurement switch; XF) the block's threads split its rows once, for exactly the k-blocks
+ *   its warps use, into dynamic shared memory (tc_xf_lkb), and the mma loop loads them: the same
+ *   tc_xfrag on the same inputs, so the same bits; only where the block still fits the device's
+ *   shared memory with tc_min_blocks blocks an SM (else the per-warp path).
  *   The KS partial sums of a tile meet in shared memory (the cluster's, read in block rank
  *   order) and are added in part order; the epilogue's 8-row tiles are shared out over the
  *   tile's KS warps, and lane (g, t) owns outputs (rows 2t, 2t + 1 of an 8-row tile) x (weight
@@ -492,6 +498,14 @@ struct TcP {
    * cache slots), _OLD (the residual's old values), _NORMW (the RMSNorm weights, staged beside
    * the staged rows) */
   int early;
+  /* 1: the block's x fragments computed once into shared memory (tc_xf_*), instead of by each
+   * warp in its mma loop; chosen by the launcher (args xfrag, where they fit) */
+  int xf;
+  /* the per-block shared-memory limit (args smem_max; 48 KB when 0): the launch sets a kernel's
+   * dynamic-size attribute to this less its static arrays, the most any call can ask, so that
+   * host threads launching one instantiation with different row counts never undo each other's
+   * attribute between its setting and their launch */
+  int smem_lim;
 };
 enum { TC_EARLY_BIAS = 1, TC_EARLY_INVF = 2, TC_EARLY_POS = 4, TC_EARLY_OLD = 8, TC_EARLY_NORMW = 16 };
 
@@ -568,11 +582,28 @@ __global__ void __launch_bounds__(256) tc_split_kernel(SplitP sp) {
  * registers), else two (128) */
 constexpr int tc_min_blocks(int nt, int d) { return nt == 1 && d <= 4 ? 3 : 2; }
 
+/* The x fragments of a block computed once (XF, args xfrag): the block's threads together split
+ * its rows (rows < nr) for exactly the k-blocks its warps use, kb = kp + KS c over the block's
+ * KS / CS K parts kp, into dynamic shared memory behind the staged rows; the mma loop then loads
+ * lane (g, t)'s h[4], l[4] with two 16-byte loads. Layout, in 16-byte units: per real row (not
+ * per 8-row tile) a stride of tc_xf_stride units, in it per local k-block li = c KSB + (kp %
+ * KSB) 8 units: hi of t = 0..3, then lo of t = 0..3; the 4 units of padding per row put rows g
+ * and g + 1 of one quarter-warp's loads on different banks. */
+__host__ __device__ constexpr int tc_xf_lkb(int KB, int KS) { /* local k-blocks of a block */
+  return KS / tc_cs(KS) * ((KB + KS - 1) / KS);
+}
+__host__ __device__ constexpr int tc_xf_stride(int lkb) { return lkb * 8 + 4; }
+inline size_t tc_xf_smem(int rows, int KB, int KS) {
+  return (size_t)rows * (size_t)tc_xf_stride(tc_xf_lkb(KB, KS)) * 16;
+}
+
 /* NT 8-row tiles of x per block, KS parts of K per weight tile (CS = tc_cs(KS) blocks of a
  * cluster, KS / CS parts each), TW weight tiles per warp, D k-blocks of weights in flight per
- * warp, PRE: x split beforehand (tc_split_kernel). A row's arithmetic depends on none of NT, TW,
- * D, PRE or the staging; only on KS, fixed by N and K (and whether the device has clusters). */
-template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
+ * warp, PRE: x split beforehand (tc_split_kernel), XF: x split once per block into shared memory
+ * (tc_xf_lkb; not with PRE), else by each warp for its k-blocks in the mma loop. A row's
+ * arithmetic depends on none of NT, TW, D, PRE, XF or the staging; only on KS, fixed by N and K
+ * (and whether the device has clusters). */
+template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE, bool XF>
 __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_kernel(TcP tp) {
   const GemvP &a = tp.g;
   constexpr int NW = TC_WARPS;  /* warps of the block */
@@ -599,6 +630,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
   const int kp = crank * KSB + warp % KSB; /* this warp's K part, 0 .. KS - 1 */
   const int tile0 = (blockIdx.y * WT + warp / KSB) * TW;
   constexpr bool pre = PRE; /* x split by tc_split_kernel (tp.xs) */
+  static_assert(!(PRE && XF), "x split either beforehand or in the block");
   /* the two weight rows of this lane in each of its tiles: mma rows g and g + 8 */
   int rA[TW], rB[TW];
   bool okA[TW], okB[TW];
@@ -651,12 +683,32 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
   if (EPI == COSY_GEMV_QKV_ROPE && (early & TC_EARLY_INVF) && tid < 32)
     cp_async4(&invf_s[tid], a.inv_freq + tid);
   const bool nw_s =
-      PRO == COSY_GEMV_IN_RMSNORM && !pre && tp.stage > 0 && (early & TC_EARLY_NORMW);
+      PRO == COSY_GEMV_IN_RMSNORM && !pre && !XF && tp.stage > 0 && (early & TC_EARLY_NORMW);
   float *const nws = xs_dyn + (size_t)tp.stage * K;
   if (nw_s)
     for (int i = tid; i < (K >> 2); i += NW * 32)
       reinterpret_cast<float4 *>(nws)[i] = __ldg(reinterpret_cast<const float4 *>(a.norm_w) + i);
 
+  /* XF: the RMSNorm weights of this thread's first fragment unit (unit tid: row 0, or for
+   * tid >= 4 lkb a later row at the same k), a constant, read before the producer is waited for
+   * (at up to 8 rows of K = 896 a thread's only unit); sm_90+ (PDL) only: on sm_80 it made the
+   * RMSNorm kernels spill 28-36 bytes a thread (ptxas) for no overlap with a producer */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool XNW = XF && PRO == COSY_GEMV_IN_RMSNORM;
+#else
+  constexpr bool XNW = false;
+#endif
+  float xnw[8];
+  if (XNW) {
+    const int lkb = tc_xf_lkb(KB, KS), pu = tid % (lkb * 4), li = pu >> 2;
+    const int kb = crank * KSB + li % KSB + KS * (li / KSB), k = kb * 32 + 8 * (pu & 3);
+    if (tid < min(RC, tp.R - (int)blockIdx.x * RC) * lkb * 4 && kb < KB && k < K) {
+      load8w(a.norm_w + k, xnw);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xnw[e] = 0.f;
+    }
+  }
   /* 2. this block's rows: already split (pre), staged in shared memory (tp.stage rows) or read
    * in place */
   pdl_wait();
@@ -720,6 +772,41 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
     }
     __syncthreads();
   }
+  /* XF: the block's fragments, once (tc_xf_lkb): unit (row, li, t) is what lane (row % 8, t) of
+   * the warp of K part kp = CS-rank KSB + li % KSB computes for its k-block c = li / KSB, with
+   * the same tc_xfrag and inputs (the same bits); k-blocks past KB are never read */
+  const int xrs = tc_xf_stride(tc_xf_lkb(KB, KS)); /* row stride in 16-byte units */
+  uint4 *const xfs = reinterpret_cast<uint4 *>(xs_dyn + (size_t)tp.stage * K);
+  if (XF) {
+    const int lkb = tc_xf_lkb(KB, KS), nu = nr * lkb * 4;
+    for (int i = tid; i < nu; i += NW * 32) {
+      const int tq = i & 3, q = i >> 2;
+      const int row = q / lkb, li = q - row * lkb;
+      const int kb = crank * KSB + li % KSB + KS * (li / KSB);
+      if (kb >= KB) continue;
+      const int k = kb * 32 + 8 * tq;
+      const bool kin = k < K;
+      float nw[8];
+      if (PRO == COSY_GEMV_IN_RMSNORM) {
+        if (XNW && i == tid) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) nw[e] = xnw[e];
+        } else if (!kin) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) nw[e] = 0.f;
+        } else {
+          load8w(a.norm_w + k, nw);
+        }
+      }
+      uint32_t h[4], l[4];
+      tc_xfrag<PRO>(xb + (size_t)row * ldxs + k, kin, nw,
+                    PRO == COSY_GEMV_IN_RMSNORM ? rn_s[row] : 1.f, h, l);
+      uint4 *d = xfs + (size_t)row * xrs + li * 8 + tq;
+      d[0] = make_uint4(h[0], h[1], h[2], h[3]);
+      d[4] = make_uint4(l[0], l[1], l[2], l[3]);
+    }
+    __syncthreads();
+  }
 
   /* 3. mma over this warp's k-blocks: lane (g, t) holds k = 32 kb + 8 t .. + 7 of its weight
    * rows and of x row g of each 8-row tile; mma 1 takes its k 0..3, mma 2 its k 4..7 (the same
@@ -739,7 +826,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
         const int k = (kp + KS * c) * 32 + 8 * t;
         const bool kin = k < K;
         float nw[8];
-        if (PRO == COSY_GEMV_IN_RMSNORM && !pre) {
+        if (PRO == COSY_GEMV_IN_RMSNORM && !pre && !XF) {
           if (!kin) {
 #pragma unroll
             for (int e = 0; e < 8; ++e) nw[e] = 0.f;
@@ -763,6 +850,15 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
                                lane * 2;
               hv = q[0];
               lv = q[1];
+            }
+            h[0] = hv.x, h[1] = hv.y, h[2] = hv.z, h[3] = hv.w;
+            l[0] = lv.x, l[1] = lv.y, l[2] = lv.z, l[3] = lv.w;
+          } else if (XF) {
+            uint4 hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
+            if (row < nr) { /* the block's fragments (tc_xf_lkb's layout) */
+              const uint4 *q = xfs + (size_t)row * xrs + (c * KSB + warp % KSB) * 8 + t;
+              hv = q[0];
+              lv = q[4];
             }
             h[0] = hv.x, h[1] = hv.y, h[2] = hv.z, h[3] = hv.w;
             l[0] = lv.x, l[1] = lv.y, l[2] = lv.z, l[3] = lv.w;
@@ -874,18 +970,26 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
 inline size_t tc_dyn_smem(int stage, int K, bool rms) {
   return stage > 0 ? ((size_t)stage + (rms ? 1 : 0)) * (size_t)K * sizeof(float) : 0;
 }
+/* ... with the block's x fragments (XF): the staged rows, then the fragments of `rows` rows (no
+ * RMSNorm weights: each block reads them once) */
+inline size_t tc_dyn_smem_xf(int stage, int K, int rows, int KB, int KS) {
+  return (size_t)stage * (size_t)K * sizeof(float) + tc_xf_smem(rows, KB, KS);
+}
 
-template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE>
+template <int NT, int KS, int TW, int D, int PRO, int EPI, bool PRE, bool XF>
 cudaError_t gemv_tc_launch(cudaStream_t s, const TcP &p, int pdl) {
   constexpr int CS = tc_cs(KS), WT = TC_WARPS / (KS / CS), RC = 8 * NT;
   const dim3 grid((unsigned)((p.R + RC - 1) / RC),
                   (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)), (unsigned)CS);
-  const size_t dyn = PRE ? 0 : tc_dyn_smem(p.stage, p.g.K, PRO == COSY_GEMV_IN_RMSNORM);
+  const size_t dyn = PRE  ? 0
+                     : XF ? tc_dyn_smem_xf(p.stage, p.g.K, std::min(p.R, RC), p.KB, KS)
+                          : tc_dyn_smem(p.stage, p.g.K, PRO == COSY_GEMV_IN_RMSNORM);
   constexpr size_t stat = tc_static_smem(RC);
-  auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI, PRE>;
+  auto kern = gemv_tc_kernel<NT, KS, TW, D, PRO, EPI, PRE, XF>;
   if (dyn && stat + dyn > 48 * 1024) { /* beyond the default: static + dynamic <= 48 KB */
+    const size_t most = (size_t)p.smem_lim > stat ? (size_t)p.smem_lim - stat : 0;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)dyn);
+                                         (int)std::max(dyn, most));
     if (e != cudaSuccess) return e;
   }
   if (CS == 1) return launch_pdl(kern, grid, TC_WARPS * 32, dyn, s, pdl, p);
@@ -925,11 +1029,14 @@ template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const bool pre = p.xs != nullptr;
   const int rc = tc_rows_per_block(p.R, pre);
-  if (rc == 8) return gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
+  if (rc == 8)
+    return p.xf ? gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false, true>(s, p, pdl)
+                : gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false, false>(s, p, pdl);
   if (rc == 16)
-    return pre ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, true>(s, p, pdl)
-               : gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false>(s, p, pdl);
-  return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true>(s, p, pdl);
+    return pre    ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, true, false>(s, p, pdl)
+           : p.xf ? gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false, true>(s, p, pdl)
+                  : gemv_tc_launch<2, KS, 1, 4, PRO, EPI, false, false>(s, p, pdl);
+  return gemv_tc_launch<4, KS, 2, 2, PRO, EPI, true, false>(s, p, pdl);
 }
 
 template <int PRO, int EPI>
@@ -1055,18 +1162,21 @@ extern "C" size_t cosy_k_llm_gemv_tc_workspace(int R, int K) {
   return (size_t)((R + 7) / 8) * ((K + 31) / 32) * 64 * 16; /* 8 rows x 32 k x 4 bytes a unit */
 }
 
-extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a) {
+/* The plan of a cosy_k_llm_gemv_tc call (nothing launched): the checks, the parameters, the K
+ * split (*ks) and the x side: *split (tc_split_kernel first, into a->xs), else tp->stage rows
+ * staged and tp->xf (the block's fragments, args xfrag, where they fit). */
+static cudaError_t tc_plan(const cosy_llm_gemv_args *a, TcP *tpp, int *ksp, bool *split) {
   if (!a || a->M < 0 || !cosy_k_llm_gemv_tc_supported(a->N, a->K, a->out_mode))
     return cudaErrorInvalidValue;
-  TcP tp;
+  TcP &tp = *tpp;
   memset(&tp, 0, sizeof tp);
+  *split = false;
   GemvP &p = tp.g;
   const cudaError_t pe = gemv_params(a, &p);
   if (pe != cudaSuccess) return pe;
   p.late = gemv_knobs().trigger >= 1;
   tp.early = gemv_knobs().early;
   const long long R = (long long)a->M * p.groups;
-  if (R == 0) return cudaSuccess;
   if (R > 65535LL * 64) return cudaErrorInvalidValue;
   tp.R = (int)R;
   tp.KB = (a->K + 31) / 32;
@@ -1084,11 +1194,65 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   const int maxks = a->clusters ? gemv_knobs().maxks : std::min(gemv_knobs().maxks, TC_WARPS);
   while (ks < maxks && (tp.KB + ks - 1) / ks > 16) ks *= 2;
   while (ks < maxks && (long long)p.P * ks < gemv_knobs().target && tp.KB >= 4 * ks) ks *= 2;
-  const int pdl = a->pdl ? 1 : 0;
+  *ksp = ks;
+  if (tp.R == 0) return cudaSuccess;
   /* more than 8 rows with a workspace: the x side once per row (tc_split_kernel), so that the
    * blocks only load their B fragments */
   if (tp.R > 8 && a->xs && a->xs_bytes >= cosy_k_llm_gemv_tc_workspace(tp.R, a->K)) {
     if (!aligned16(a->xs)) return cudaErrorInvalidValue;
+    *split = true;
+    return cudaSuccess;
+  }
+  /* x staged in shared memory when the block's rows fit beside the static arrays (at most
+   * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
+  const int rc = tc_rows_per_block(tp.R, false);
+  const int rows = tp.R < rc ? tp.R : rc;
+  const size_t stat = tc_static_smem(rc);
+  const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
+  tp.smem_lim = (int)lim;
+  const size_t need = tc_dyn_smem(rows, a->K, a->in_mode == COSY_GEMV_IN_RMSNORM);
+  /* at most 96 KB, so that two blocks fit an SM */
+  const int st = gemv_knobs().stage;
+  const bool want = st == 2 || (st == 1 && a->in_mode == COSY_GEMV_IN_RMSNORM);
+  tp.stage = want && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
+  /* xfrag: the block's x fragments in shared memory (tc_xf_lkb) where the block still fits the
+   * per-block limit and tc_min_blocks blocks (each with the 1 KB the runtime reserves) fit an SM
+   * (smem_sm; 0: smem_max's value); the staged rows are dropped where only that makes them fit,
+   * and always with xfrag 2 (the statistics and the fragments then read x in place: the same
+   * values) */
+  if (a->xfrag == 1 || a->xfrag == 2) {
+    const size_t sm = a->smem_sm > 0 ? (size_t)a->smem_sm : lim;
+    const size_t nb = (size_t)tc_min_blocks(rc / 8, 4);
+    for (int sg = a->xfrag == 2 ? 0 : tp.stage;; sg = 0) {
+      const size_t blk = stat + tc_dyn_smem_xf(sg, a->K, rows, tp.KB, ks);
+      if (blk <= lim && nb * (blk + 1024) <= sm) {
+        tp.stage = sg;
+        tp.xf = 1;
+        break;
+      }
+      if (sg == 0) break;
+    }
+  }
+  return cudaSuccess;
+}
+
+extern "C" int cosy_k_llm_gemv_tc_xfrag_used(const cosy_llm_gemv_args *a) {
+  TcP tp;
+  int ks = 0;
+  bool split = false;
+  return tc_plan(a, &tp, &ks, &split) == cudaSuccess && tp.R > 0 && !split && tp.xf;
+}
+
+extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a) {
+  TcP tp;
+  int ks = 1;
+  bool split = false;
+  const cudaError_t ce = tc_plan(a, &tp, &ks, &split);
+  if (ce != cudaSuccess) return ce;
+  if (tp.R == 0) return cudaSuccess;
+  const GemvP &p = tp.g;
+  const int pdl = a->pdl ? 1 : 0;
+  if (split) {
     const SplitP sp = {p, tp.R, (uint4 *)a->xs};
     /* blockIdx.y: chunks of 256 k (a warp's 8 k a lane), so that the few rows of a decode step
      * still give ~2 blocks an SM of 132 (at 64 rows and K = 4864 one block a row group took
@@ -1104,18 +1268,6 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
             : launch_pdl(tc_split_kernel<COSY_GEMV_IN_F32>, grid, 256, 0, s, pdl, sp);
     if (e != cudaSuccess) return e;
     tp.xs = sp.xs;
-  } else {
-    /* x staged in shared memory when the block's rows fit beside the static arrays (at most
-     * smem_max bytes in all; 48 KB when 0): one bulk read instead of a read per k-block */
-    const int rc = tc_rows_per_block(tp.R, false);
-    const int rows = tp.R < rc ? tp.R : rc;
-    const size_t stat = tc_static_smem(rc);
-    const size_t lim = a->smem_max > 0 ? (size_t)a->smem_max : (size_t)48 * 1024;
-    const size_t need = tc_dyn_smem(rows, a->K, a->in_mode == COSY_GEMV_IN_RMSNORM);
-    /* at most 96 KB, so that two blocks fit an SM */
-    const int st = gemv_knobs().stage;
-    const bool want = st == 2 || (st == 1 && a->in_mode == COSY_GEMV_IN_RMSNORM);
-    tp.stage = want && stat + need <= lim && need <= (size_t)96 * 1024 ? rows : 0;
   }
   return by_mode(a->in_mode, a->out_mode, [&](auto pro, auto epi) {
     return gemv_tc_nt<decltype(pro)::value, decltype(epi)::value>(s, tp, ks, pdl);

@@ -81,6 +81,18 @@ typedef struct cosy_llm_gemv_args {
    * a weight tile's K may then be split over up to 4 blocks (32 parts) instead of 8 warps of one
    * block. It changes the K split, so every call of one engine passes the same value. */
   int clusters;
+  /* cosy_k_llm_gemv_tc only: shared memory (bytes) of one multiprocessor (kdevice.h smem_sm);
+   * 0 = smem_max's value. Bounds the in-block x fragments (xfrag). */
+  int smem_sm;
+  /* cosy_k_llm_gemv_tc only (a measurement switch, COSY_LLM_XFRAG): 1 = where x is split in the
+   * blocks (up to 8 rows, or more without the workspace xs), each block computes its rows' x
+   * fragments (RMSNorm'd, split into hi/lo) once into shared memory and its warps load them,
+   * instead of every warp computing its own for each k-block; used only where the fragments fit
+   * (smem_max per block, smem_sm for the blocks an SM keeps; else the per-warp path); 2 = the
+   * same without staging the rows of x in shared memory first (the RMSNorm statistics and the
+   * fragments read x in place). Speed only: the same bits either way. 0 (or any other value) =
+   * the per-warp path. */
+  int xfrag;
 } cosy_llm_gemv_args;
 
 /* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,
@@ -100,6 +112,11 @@ int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode);
  * a row's result is bit-identical alone or among any others (batch-invariant, tested). Rows go
  * 8, 16 or 32 to a block; the weights are streamed once per block of rows. */
 cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a);
+
+/* 1 when cosy_k_llm_gemv_tc with these arguments computes the x fragments once per block (args
+ * xfrag set, x split in the blocks, the fragments fit its shared memory), 0 otherwise or for bad
+ * arguments (a test and measurement aid; launches nothing). */
+int cosy_k_llm_gemv_tc_xfrag_used(const cosy_llm_gemv_args *a);
 
 /* Bytes of the workspace (args xs) with which cosy_k_llm_gemv_tc splits R rows of K inputs
  * once: R rounded up to 8 times K rounded up to 32, 4 bytes each (0 for R or K <= 0). */

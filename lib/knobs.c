@@ -44,6 +44,8 @@ void cosy_knobs_read(cosy_knobs *k) {
   const int asn = as[0] >= '1' && as[0] <= '8' && !as[1] ? as[0] - '0' : 0;
   k->flow_attn_split = !strcmp(as, "auto") ? -1 : asn == 1 ? 4 : asn;
   k->flow_nopad = !strcmp(env("COSY_FLOW_PAD"), "0");
+  const char *xf = env("COSY_LLM_XFRAG");
+  k->llm_xfrag = !strcmp(xf, "1") ? 1 : !strcmp(xf, "2") ? 2 : 0;
   const char *av = env("COSY_FLOW_ATTN_V2");
   k->flow_attn_v2 = !strcmp(av, "64")     ? 64
                     : !strcmp(av, "128")  ? 128

@@ -46,6 +46,9 @@ typedef struct cosy_knobs {
                                    the packed flow (2..8; "1" means 4); -1 ("auto"): chosen per
                                    segment (lib/gpu/flow.h GPU_FLOW_ATTN_AUTO); 0 off */
   int flow_nopad;               /* COSY_FLOW_PAD=0: packed flow batches at their exact sizes */
+  int llm_xfrag;                /* COSY_LLM_XFRAG=1|2: the batch-invariant decode kernel
+                                   (gemv_tc) computes x's fragments once per block
+                                   (cosy_llm_gemv_args xfrag; 2: without staging x) */
   int flow_attn_v2;             /* COSY_FLOW_ATTN_V2=64|128|auto|0: the packed flow's attention by
                                    cosy_k_attn_dit_paged_v2 with query tiles of that size (auto,
                                    the default: 1, chosen per batch, lib/gpu/flow.h); 0 the

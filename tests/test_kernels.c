@@ -1616,6 +1616,8 @@ static void check_topk(int rows, int n, int k, int ties) {
 /* gemv_tc's K split across the blocks of a cluster: -1 as the device allows (kdevice.h
  * clusters), 0 never (at most 8 parts, as on devices without clusters) */
 static int g_tc_clusters = -1;
+/* gemv_tc's x fragments once per block (args xfrag, COSY_LLM_XFRAG): 0 per warp, 1 per block */
+static int g_tc_xfrag = 0;
 
 /* cosy_k_llm_gemv (gemv.h) against a double-precision loop: M rows, W [N][K] bf16, every
  * prologue / epilogue. QKV_ROPE uses 14 q + 2 k + 2 v heads (N = 1152) and checks q, and the
@@ -1661,6 +1663,8 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL;
   ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
   ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
+  ga.smem_sm = (int)g_dev.smem_sm, ga.xfrag = g_tc_xfrag;
+  const int xf_used = tc && cosy_k_llm_gemv_tc_xfrag_used(&ga);
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   if (dws) dfree(dws);
   float *y = download(dy, (size_t)M * ny, F32);
@@ -1729,8 +1733,9 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   char sz[96];
   static const char *ins[] = {"f32", "rmsnorm"};
   static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
-  snprintf(sz, sizeof sz, "M=%d N=%d K=%d %s->%s%s%s", M, N, K, ins[in], outs[out],
-           bias ? " +bias" : "", pdl ? " pdl" : "");
+  snprintf(sz, sizeof sz, "M=%d N=%d K=%d %s->%s%s%s%s", M, N, K, ins[in], outs[out],
+           bias ? " +bias" : "", pdl ? " pdl" : "",
+           xf_used ? (g_tc_xfrag == 2 ? " xfrag 2" : " xfrag") : "");
   check(tc ? "llm_gemv_tc" : "llm_gemv", sz, y, ref, nref, 1e-4);
   if (out == COSY_GEMV_QKV_ROPE)
     check(tc ? "llm_gemv_tc (k/v)" : "llm_gemv (k/v cache)", sz, kv_out, kv_ref, nk, 1e-4);
@@ -1786,6 +1791,8 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL; /* tc 1: x split once per row */
   ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
   ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
+  ga.smem_sm = (int)g_dev.smem_sm, ga.xfrag = g_tc_xfrag;
+  const int xf_used = tc && cosy_k_llm_gemv_tc_xfrag_used(&ga);
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   ga.xs = NULL, ga.xs_bytes = 0;
   for (int m = 0; m < R; ++m) { /* each row alone */
@@ -1802,7 +1809,8 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   char sz[96];
   if (tc)
     snprintf(sz, sizeof sz, "%d rows%s vs rows alone, N=%d K=%d %s (mismatches as err)", R,
-             tc == 1 ? " (x split first)" : "", N, K, outs[out]);
+             tc == 1 ? " (x split first)" : xf_used ? (g_tc_xfrag == 2 ? " (xfrag 2)" : " (xfrag)") : "",
+             N, K, outs[out]);
   else
     snprintf(sz, sizeof sz, "%d groups of 8 vs rows alone, N=%d K=%d %s (mismatches as err)", G,
              N, K, outs[out]);
@@ -1815,6 +1823,84 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
 }
 static void check_gemv_groups(int G, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out) {
   check_gemv_groups_k(G, N, K, in, out, 0, 0);
+}
+
+/* gemv_tc's x fragments once per block (args xfrag 1, and 2: without staging x) against the
+ * per-warp path of the same binary, bit for bit: M rows (tc 1: with the split workspace, which only rows beyond 8 use;
+ * tc 2: without), random x, weights, RMSNorm weights, bias and residual; y and, for QKV_ROPE, the
+ * K/V cache rows. Where the device's shared memory is that of an H100 / H200 (>= 200 KB an SM)
+ * the in-block path must have run for K = 896 and, with clusters, for every K (without
+ * clusters long K at many rows does not fit: there both calls take the per-warp path). */
+static void check_gemv_xf(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv_out out,
+                          int with_bias, int tc) {
+  const int nqh = 14, nkh = 2, n_slots = M > 16 ? M : 16;
+  float *x = fill((size_t)M * K, -1.f, 1.f);
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) x[(size_t)m * K + k] *= 1.f + 3.f * (float)(m % 8);
+  float *w = fill((size_t)N * K, -0.1f, 0.1f);
+  float *nw = fill((size_t)K, 0.5f, 1.5f);
+  float *bias = with_bias ? fill((size_t)N, -0.5f, 0.5f) : NULL;
+  const int P = out == COSY_GEMV_SILU_MUL || out == COSY_GEMV_QKV_ROPE ? N / 2 : N;
+  const int ny = out == COSY_GEMV_QKV_ROPE ? nqh * 64 : P;
+  float *y0 = fill((size_t)M * ny, -1.f, 1.f);
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)M), *slots = malloc(sizeof(int32_t) * (size_t)M);
+  assert_true(pos && slots);
+  float invf[32];
+  for (int i = 0; i < 32; ++i) invf[i] = (float)pow(1e6, -2.0 * i / 64.0);
+  for (int m = 0; m < M; ++m) /* distinct slots */
+    pos[m] = rnd_int(2000), slots[m] = M <= 16 ? (m * 5 + 3) % n_slots : m;
+  void *dx = dup_dt(x, (size_t)M * K, F32), *dw = dup_dt(w, (size_t)N * K, BF16);
+  void *dnw = dup_dt(nw, (size_t)K, F32), *db = bias ? dup_dt(bias, (size_t)N, F32) : NULL;
+  int32_t *dpos = dup_i32(pos, (size_t)M), *dslots = dup_i32(slots, (size_t)M);
+  void *dinv = dup_dt(invf, 32, F32);
+  const size_t ncache = (size_t)n_slots * nkh * 64, nws = cosy_k_llm_gemv_tc_workspace(M, K);
+  float *res[3][3];
+  int used[3];
+  for (int xf = 0; xf < 3; ++xf) {
+    void *dy = out == COSY_GEMV_ADD_F32 ? dup_dt(y0, (size_t)M * ny, F32)
+                                        : dpoison((size_t)M * ny, F32);
+    void *dkc = dpoison(ncache, F32), *dvc = dpoison(ncache, F32);
+    void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL;
+    cosy_llm_gemv_args ga;
+    memset(&ga, 0, sizeof ga);
+    ga.M = M, ga.N = N, ga.K = K, ga.in_mode = in, ga.x = dx, ga.ldx = K, ga.norm_w = dnw;
+    ga.eps = 1e-6f, ga.w = dw, ga.bias = db, ga.out_mode = out, ga.y = dy, ga.ldy = ny;
+    ga.n_qh = nqh, ga.n_kh = nkh, ga.pos = dpos, ga.slots = dslots, ga.inv_freq = dinv;
+    ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = 1;
+    ga.smem_max = (int)g_dev.smem_block, ga.smem_sm = (int)g_dev.smem_sm;
+    ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
+    ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
+    ga.xfrag = xf;
+    used[xf] = cosy_k_llm_gemv_tc_xfrag_used(&ga);
+    CK(cosy_k_llm_gemv_tc(0, &ga));
+    res[xf][0] = download(dy, (size_t)M * ny, F32);
+    res[xf][1] = download(dkc, ncache, F32);
+    res[xf][2] = download(dvc, ncache, F32);
+    dfree(dy), dfree(dkc), dfree(dvc);
+    if (dws) dfree(dws);
+  }
+  size_t bad = 0;
+  const size_t n[3] = {(size_t)M * ny, ncache, ncache};
+  for (int xf = 1; xf < 3; ++xf)
+    for (int j = 0; j < (out == COSY_GEMV_QKV_ROPE ? 3 : 1); ++j)
+      for (size_t i = 0; i < n[j]; ++i) bad += memcmp(&res[0][j][i], &res[xf][j][i], 4) != 0;
+  const int clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
+  const int must = g_dev.smem_sm >= 200 * 1024 && (K <= 896 || clusters);
+  /* xfrag 2 needs no more shared memory than 1 */
+  const int wrong_path = used[0] || (must && !(used[1] && used[2])) || (used[1] && !used[2]);
+  static const char *outs[] = {"store", "add", "silu*up", "qkv+rope"};
+  char sz[120];
+  snprintf(sz, sizeof sz, "%d rows%s N=%d K=%d %s%s%s: %s (mismatches as err)", M,
+           tc == 2 ? " (no workspace)" : "", N, K, outs[out], bias ? " +bias" : "",
+           clusters ? " [clusters]" : "",
+           used[1] ? "in-block vs per-warp" : used[2] ? "in-block (unstaged) vs per-warp"
+           : wrong_path ? "IN-BLOCK PATH NOT TAKEN" : "per-warp all (no fit)");
+  report("llm_gemv_tc xfrag", sz, (double)bad + (wrong_path ? 1.0 : 0.0), 0.0,
+         count_nan(res[1][0], n[0]) + count_nan(res[2][0], n[0]));
+  for (int xf = 0; xf < 3; ++xf)
+    for (int j = 0; j < 3; ++j) free(res[xf][j]);
+  free(x), free(w), free(nw), free(bias), free(y0), free(pos), free(slots);
+  dfree(dx), dfree(dw), dfree(dnw), dfree(db), dfree(dpos), dfree(dslots), dfree(dinv);
 }
 
 void test_llm_gemv(void **state) {
@@ -1884,6 +1970,46 @@ void test_llm_gemv(void **state) {
   check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 64); /* 8 parts */
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 64);
   g_tc_clusters = -1;
+  /* x's fragments once per block (args xfrag): == the per-warp path bit for bit at 1, 2, 5 and
+   * 8 rows and at 16 without the workspace, every prologue / epilogue (the model's five
+   * matrices, K = 896 and 4864), with clusters (where the device has them) and without */
+  for (int cl = 0; cl < 2; ++cl) {
+    g_tc_clusters = cl ? -1 : 0;
+    const int Xs[] = {1, 2, 5, 8, 16};
+    for (int a = 0; a < 5; ++a) {
+      const int M = Xs[a], tc = M > 8 ? 2 : 1;
+      check_gemv_xf(M, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, tc);
+      check_gemv_xf(M, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, a & 1, tc);
+      check_gemv_xf(M, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, a & 1, tc);
+      check_gemv_xf(M, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, tc);
+      check_gemv_xf(M, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, tc);
+    }
+    check_gemv_xf(5, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 1); /* K % 32 != 0 */
+    /* 16-row blocks without the workspace: one partial, several with the last partial */
+    check_gemv_xf(13, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 2);
+    check_gemv_xf(40, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 2);
+    check_gemv_xf(3, 40, 2048, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 1, 1); /* 32 parts */
+  }
+  g_tc_clusters = -1;
+  /* ... and against the double-precision reference, and rows together vs alone, with xfrag */
+  g_tc_xfrag = 1;
+  const int Ys[] = {1, 5, 8, 16};
+  for (int a = 0; a < 4; ++a) {
+    const int M = Ys[a], tc = M > 8 ? 2 : 1;
+    check_gemv_k(M, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 1, tc);
+    check_gemv_k(M, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, a & 1, 1, tc);
+    check_gemv_k(M, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 0, 1, tc);
+    check_gemv_k(M, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 0, tc);
+    check_gemv_k(M, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 0, 1, tc);
+  }
+  check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 2, 16);
+  check_gemv_groups_k(0, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 2, 16);
+  check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 2, 16);
+  g_tc_xfrag = 2; /* without staging x */
+  check_gemv_k(1, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 0, 1, 1);
+  check_gemv_k(8, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 1, 1);
+  check_gemv_groups_k(0, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 2, 16);
+  g_tc_xfrag = 0;
   end_test();
 }
 
@@ -3279,6 +3405,7 @@ void test_args(void **state) {
   bad += cosy_k_llm_gemv_supported(1, 896) != 1;
   bad += cosy_k_llm_gemv_supported(3, 896) != 0;
   bad += cosy_k_llm_gemv_supported(8, 8200) != 0;
+  bad += cosy_k_llm_gemv_tc_xfrag_used(NULL) != 0; /* bad arguments: not used */
   bad += cosy_k_device_image_check() != cudaSuccess; /* this build runs on this device */
   report("argument checks", "42 calls (bad args, limits, image)", (double)bad, 0.0, 0);
   dfree(d);

@@ -55,6 +55,9 @@ typedef struct cosy_gpu {
                                 with programmatic dependent launch where dev.pdl (flow.c) */
   int llm_attn_early;        /* COSY_LLM_ATTN_EARLY=1 (cosy_knobs): the LLM's decode attention
                                 with COSY_K_DECODE_EARLY where allowed (llm.c attention) */
+  int llm_xfrag;             /* COSY_LLM_XFRAG=1|2 (cosy_knobs): the decode step's tensor-core
+                                kernels with x's fragments once per block (llm.c, gemv.h
+                                xfrag) */
 } cosy_gpu;
 
 /* Select the device, read its description (cosy_gpu_describe, with the test profile

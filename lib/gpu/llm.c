@@ -838,6 +838,8 @@ static cudaError_t run_gemv(const gpu_llm *l, cudaStream_t s, cosy_llm_gemv_args
     ga->xs = l->xs; /* free during a decode step (the prefill's hi/lo activations) */
     ga->xs_bytes = l->xs_bytes;
     ga->clusters = l->g->dev.clusters; /* the K split of every call of this engine */
+    ga->smem_sm = (int)l->g->dev.smem_sm;
+    ga->xfrag = l->g->llm_xfrag; /* COSY_LLM_XFRAG: x's fragments once per block (same bits) */
     return cosy_k_llm_gemv_tc(s, ga);
   }
   ga->M = gemv_rows(b);
