@@ -1068,14 +1068,17 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tcb_kernel(TcP tp) {
                          (q & 1) ? b.z : b.x, (q & 1) ? b.w : b.y);
                 }
             }
-        /* refill this slot with k-block c + D */
-        const bool in = c + D < ncl;
+        /* refill this slot with k-block c + D. Where the lane's 8 k of it are past K (only in
+         * a partial last k-block) the slot keeps the finite weights it held: x is zero there
+         * (tc_splitb_kernel), so the products are zeros either way, without 8 register clears
+         * a k-block */
+        if (c + D < ncl) {
 #pragma unroll
-        for (int u = 0; u < TW; ++u)
+          for (int u = 0; u < TW; ++u)
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            w[d][u][h] = in ? __ldcs(reinterpret_cast<const uint4 *>(wp[u][h] + wo))
-                            : make_uint4(0u, 0u, 0u, 0u);
+            for (int h = 0; h < 2; ++h)
+              w[d][u][h] = __ldcs(reinterpret_cast<const uint4 *>(wp[u][h] + wo));
+        }
         wo += WSTEP;
       }
     }

@@ -43,6 +43,7 @@ void cosy_knobs_read(cosy_knobs *k) {
   const int asn = as[0] >= '1' && as[0] <= '8' && !as[1] ? as[0] - '0' : 0;
   k->flow_attn_split = !strcmp(as, "auto") ? -1 : asn == 1 ? 4 : asn;
   k->flow_nopad = !strcmp(env("COSY_FLOW_PAD"), "0");
+  k->llm_gemvb = !strcmp(env("COSY_LLM_GEMVB"), "1");
   const char *av = env("COSY_FLOW_ATTN_V2");
   k->flow_attn_v2 = !strcmp(av, "64")     ? 64
                     : !strcmp(av, "128")  ? 128

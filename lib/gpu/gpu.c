@@ -320,6 +320,7 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   g->gemm_san_init = knobs && knobs->gemm_san_init;
   g->gemm_bucket = knobs ? knobs->gemm_bucket : -1;
   g->flow_pdl = knobs && knobs->flow_pdl;
+  g->llm_gemvb = knobs && knobs->llm_gemvb;
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
   if ((st = cosy_gpu_describe(device, knobs ? knobs->gpu_profile : NULL, &g->dev))) goto fail;
@@ -380,6 +381,7 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   g->gemm_san_init = root->gemm_san_init;
   g->gemm_bucket = root->gemm_bucket;
   g->flow_pdl = root->flow_pdl;
+  g->llm_gemvb = root->llm_gemvb;
   memcpy(g->name, root->name, sizeof g->name);
   cosy_status st;
   int lo = 0, hi = 0;

@@ -53,6 +53,9 @@ typedef struct cosy_gpu {
   int gemm_bucket;           /* COSY_GEMM_BUCKET (cosy_knobs; -1: the default rule) */
   int flow_pdl;              /* COSY_FLOW_PDL=1 (cosy_knobs): the flow's elementwise kernels
                                 with programmatic dependent launch where dev.pdl (flow.c) */
+  int llm_gemvb;             /* COSY_LLM_GEMVB=1 (cosy_knobs): the LLM's tensor-core decode
+                                GEMVs above 8 rows with the weights as mma's B operand
+                                (cosy_llm_gemv_args.gemvb; lib/gpu/llm.c) */
 } cosy_gpu;
 
 /* Select the device, read its description (cosy_gpu_describe, with the test profile

@@ -830,6 +830,7 @@ static cudaError_t run_gemv(const gpu_llm *l, cudaStream_t s, cosy_llm_gemv_args
     ga->xs = l->xs; /* free during a decode step (the prefill's hi/lo activations) */
     ga->xs_bytes = l->xs_bytes;
     ga->clusters = l->g->dev.clusters; /* the K split of every call of this engine */
+    ga->gemvb = l->g->llm_gemvb;       /* COSY_LLM_GEMVB: the B-operand kernel above 8 rows */
     return cosy_k_llm_gemv_tc(s, ga);
   }
   ga->M = gemv_rows(b);
