@@ -77,6 +77,23 @@
  *   Batch invariance: nothing a row's arithmetic depends on (KS, the k order, the statistics)
  *   changes with R, NT, TW, D, the staging, the split's place or the row's position, and mma
  *   columns are independent.
+ *
+ * gemv_tcb (cosy_llm_gemv_args.gemvb, the measurement knob COSY_LLM_GEMVB): above 8 rows with
+ *   the workspace, the operands' roles swapped. In gemv_tc_kernel the weights are mma's A
+ *   operand, whose fragment interleaves rows g and g + 8 ({wa.x, wb.x, wa.y, wb.y}) while a lane
+ *   loads 16 bytes of each row, so every HMMA's A registers are assembled by copies. Here the
+ *   weights are the B operand (lane (g, t) holds b0 = k 2t, 2t + 1 and b1 = k 2t + 8, 2t + 9 of
+ *   column n = g): with the same k permutation one 16-byte load of weight row g is mma 1's
+ *   (b0, b1) = (.x, .y) and mma 2's (.z, .w), as loaded. x is the A operand, 16 rows an mma;
+ *   tc_splitb_kernel (the same statistics and hi/lo values as tc_split_kernel) writes it in
+ *   A-fragment order, one 16-byte load an mma. A warp keeps gemv_tc_kernel's 16-row weight tile
+ *   (two 8-column halves: rows rA and rB), so the grid, the K split (from N and K only) and each
+ *   output's sum (the same products in the same mma-k slots, hi then lo, k-blocks in order, K
+ *   parts in order) are those of gemv_tc_kernel; whether the tensor core adds the transposed
+ *   product in the same order is the hardware's (the test compares the bits). Blocks of 16 rows
+ *   (MT 1, D 4) up to 32 rows, 32 (MT 2, TW 2, D 2) beyond. sm_90 machine code of the gate|up
+ *   loop: 32.5 instructions a k-block for 8 HMMA and 6 loads, no register copies (gemv_tc_kernel
+ *   at 16 rows: 119); at 32 rows 68 a k-block for 32 HMMA (gemv_tc_kernel: 319).
  */
 #include "gemv.h"
 #include "kcommon.cuh"
