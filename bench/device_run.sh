@@ -135,11 +135,12 @@
 #               =1 (a request alone vs among 31 others: "batch-invariant LLM" lines), the kernel
 #               table's gemv_tc rows (llm b16 / b64: "gemv_tc ..." the default kernel, "gemv_tcb
 #               ..." the new one), then W1 (--concurrency 16,64) and W2 (--offline W2_N, 256)
-#               unset vs =1 in alternation, GEMVB_ROUNDS (1) times. Summary: "gemvb check: ..."
+#               unset vs =1 in alternation, GEMVB_ROUNDS (1; 0: none) times. Summary: "gemvb check: ..."
 #               (failed checks; none expected), "gemvb engine: ..." (the batch-invariant LLM
 #               lines), "gemvb <base|b> steps: b16 ms b32 ms ..." (decode step per batch),
 #               "gemvb: llm b16 gemv_tc(b) ..." kernel rows, "gemvb <base|b> <round> w1|w2: ...".
-#               Estimated ~250 s on an H200 after a build. Logs: gemvb_*.log
+#               Not yet timed: estimated 250-330 s on an H200 after a build, of which ~150 s
+#               W1 / W2 (GEMVB_ROUNDS=0 leaves them out). Logs: gemvb_*.log
 #   wheel       the Python package's GPU wheel (bench/wheel_device_run.sh, not in the default
 #               steps; after the build step): built with every target (CUDA_ARCHS=all), installed
 #               in a fresh venv, its library checked (the package's own, every target named, the
