@@ -556,8 +556,9 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.inv_freq = P(o, 6, s), ga.k_cache = P(o, 7, s), ga.v_cache = P(o, 8, s);
   /* tc 1 as the LLM passes it: x split once beyond 8 rows; tc 2 without the workspace (every
    * block splits its k-blocks; the decode step measured slower so, bench/HISTORY.md) */
-  ga.xs = o->i[6] == 1 ? P(o, 9, s) : NULL;
-  ga.xs_bytes = o->i[6] == 1 ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
+  ga.xs = o->i[6] == 1 || o->i[6] == 3 ? P(o, 9, s) : NULL;
+  ga.xs_bytes = ga.xs ? cosy_k_llm_gemv_tc_workspace(ga.M, ga.K) : 0;
+  ga.gemvb = o->i[6] == 3; /* tc 3: the B-operand kernel (COSY_LLM_GEMVB) */
   ga.clusters = g_dev.clusters;
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it */
   ga.smem_sm = (int)g_dev.smem_sm;
@@ -585,7 +586,7 @@ static void add_llm_gemv(const char *group, const char *name, int M, int N, int 
   o->p[6] = drand(32, F32, 0.f, 1.f);
   o->p[7] = drand((size_t)(np > 16 ? np : 16) * 2 * 64, F32, -1.f, 1.f);
   o->p[8] = drand((size_t)(np > 16 ? np : 16) * 2 * 64, F32, -1.f, 1.f);
-  if (tc == 1) o->p[9] = drand(cosy_k_llm_gemv_tc_workspace(M, K) / 4, F32, -1.f, 1.f);
+  if (tc == 1 || tc == 3) o->p[9] = drand(cosy_k_llm_gemv_tc_workspace(M, K) / 4, F32, -1.f, 1.f);
   o->bytes = (double)wbytes + (double)M * K * 4 + (double)M * ny * 4 * (out == COSY_GEMV_ADD_F32 ? 2 : 1);
   o->flops = 2.0 * M * N * K;
   o->run = r_llm_gemv;
@@ -1699,11 +1700,12 @@ void bench_llm_gemv(const kh_scn *s) {
   if (s->kind != KH_SCN_LLM_DECODE || B > 256) return;
   /* tc 1: the tensor-core kernel as the decode step runs it (beyond 8 rows x split once by its
    * own kernel, the row counted in the time); tc 2 ("nosplit", beyond 8 rows only): every block
-   * splits its k-blocks; tc 0: the CUDA-core kernel (up to 8 rows). The "xfrag" rows: the same
-   * calls with x's fragments once per block (args xfrag 1, COSY_LLM_XFRAG; where x is split in
-   * the blocks: tc 1 up to 8 rows, tc 2 beyond), beside the per-warp rows they replace;
-   * "xfrag2" (up to 8 rows): xfrag 2, the same without staging x in shared memory */
-  static const char *const nm[6][5] = {
+   * splits its k-blocks; tc 3 ("gemv_tcb", beyond 8 rows only): tc 1 with the weights as mma's
+   * B operand (COSY_LLM_GEMVB=1); tc 0: the CUDA-core kernel (up to 8 rows). The "xfrag" rows:
+   * the same calls with x's fragments once per block (args xfrag 1, COSY_LLM_XFRAG; where x is
+   * split in the blocks: tc 1 up to 8 rows, tc 2 beyond), beside the per-warp rows they
+   * replace; "xfrag2" (up to 8 rows): xfrag 2, the same without staging x in shared memory */
+  static const char *const nm[7][5] = {
       {"gemv rmsnorm+qkv+rope", "gemv o (+= h)", "gemv rmsnorm+gate|up+silu", "gemv down (+= h)",
        "gemv rmsnorm+head"},
       {"gemv_tc rmsnorm+qkv+rope", "gemv_tc o (+= h)", "gemv_tc rmsnorm+gate|up+silu",
@@ -1715,12 +1717,15 @@ void bench_llm_gemv(const kh_scn *s) {
       {"gemv_tc nosplit xfrag qkv", "gemv_tc nosplit xfrag o", "gemv_tc nosplit xfrag gate|up",
        "gemv_tc nosplit xfrag down", "gemv_tc nosplit xfrag head"},
       {"gemv_tc xfrag2 qkv", "gemv_tc xfrag2 o", "gemv_tc xfrag2 gate|up", "gemv_tc xfrag2 down",
-       "gemv_tc xfrag2 head"}};
-  const int order[6] = {1, 3, 5, 2, 4, 0}; /* rows of nm */
-  for (int oi = 0; oi < 6; ++oi) {
-    const int r = order[oi], tc = r == 3 || r == 5 ? 1 : r == 4 ? 2 : r;
-    const int xf = r == 5 ? 2 : r >= 3;
-    if ((tc == 0 && B > 8) || (tc == 2 && B <= 8) || ((r == 3 || r == 5) && B > 8)) continue;
+       "gemv_tc xfrag2 head"},
+      {"gemv_tcb rmsnorm+qkv+rope", "gemv_tcb o (+= h)", "gemv_tcb rmsnorm+gate|up+silu",
+       "gemv_tcb down (+= h)", "gemv_tcb rmsnorm+head"}};
+  const int order[7] = {1, 3, 5, 6, 2, 4, 0}; /* rows of nm */
+  for (int oi = 0; oi < 7; ++oi) {
+    const int r = order[oi], tc = r == 6 ? 3 : r == 3 || r == 5 ? 1 : r == 4 ? 2 : r;
+    const int xf = r == 5 ? 2 : r == 3 || r == 4;
+    if ((tc == 0 && B > 8) || ((tc == 2 || tc == 3) && B <= 8) || ((r == 3 || r == 5) && B > 8))
+      continue;
     add_llm_gemv(grp, nm[r][0], B, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc, xf);
     add_llm_gemv(grp, nm[r][1], B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc, xf);
     add_llm_gemv(grp, nm[r][2], B, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc, xf);

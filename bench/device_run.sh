@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard attnpre xfrag
+#                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard attnpre xfrag gemvb
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -159,6 +159,21 @@
 #               "xfrag bench: ..." (kernel rows), "xfrag <variant> steps: b1 ms ..."
 #               (test_gpu_llm's tensor-core decode steps), "xfrag <variant> <round> w1: ..." (W1
 #               C = 1 rows)
+#   gemvb       the tensor-core decode GEMV above 8 rows with the weights as mma's B operand
+#               (COSY_LLM_GEMVB=1, kernels/gemv.cu gemv_tcb_kernel; not in the default steps: `bash
+#               bench/device_run.sh build gemvb`): test_kernels llm_gemv (the "llm_gemv_tcb" lines:
+#               the five matrices at 9-64 rows vs double, and "llm_gemv_tcb rows": rows together vs
+#               each alone, bit for bit), test_gpu_llm (small model and $FULL's decode-step timings)
+#               with the knob unset and =1, test_gpu_engine's synthesis test on the full model with
+#               =1 (a request alone vs among 31 others: "batch-invariant LLM" lines), the kernel
+#               table's gemv_tc rows (llm b16 / b64: "gemv_tc ..." the default kernel, "gemv_tcb
+#               ..." the new one), then W1 (--concurrency 16,64) and W2 (--offline W2_N, 256)
+#               unset vs =1 in alternation, GEMVB_ROUNDS (1; 0: none) times. Summary: "gemvb check: ..."
+#               (failed checks; none expected), "gemvb engine: ..." (the batch-invariant LLM
+#               lines), "gemvb <base|b> steps: b16 ms b32 ms ..." (decode step per batch),
+#               "gemvb: llm b16 gemv_tc(b) ..." kernel rows, "gemvb <base|b> <round> w1|w2: ...".
+#               Not yet timed: estimated 250-330 s on an H200 after a build, of which ~150 s
+#               W1 / W2 (GEMVB_ROUNDS=0 leaves them out). Logs: gemvb_*.log
 #   wheel       the Python package's GPU wheel (bench/wheel_device_run.sh, not in the default
 #               steps; after the build step): built with every target (CUDA_ARCHS=all), installed
 #               in a fresh venv, its library checked (the package's own, every target named, the
@@ -669,6 +684,40 @@ if [[ " $STEPS " == *" xfrag "* ]]; then # not in the default steps: bash bench/
         --concurrency 1 "${W1_ARGS[@]}"
       grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|underruns:' "$OUT/xfrag_w1_${v}_$round.log" \
         | sed "s/^ */xfrag $v $round w1: /" | tee -a "$SUMMARY"
+    done
+  done
+fi
+
+if [[ " $STEPS " == *" gemvb "* ]]; then
+  # the B-operand decode GEMV (COSY_LLM_GEMVB=1) against the default kernel: correctness first
+  run gemvb_test_kernels ./$B/tests/test_kernels llm_gemv
+  grep -E 'FAIL' "$OUT/gemvb_test_kernels.log" | sed 's/^/gemvb check: /' | tee -a "$SUMMARY"
+  note "gemvb check: $(grep -c 'llm_gemv_tcb.*PASS' "$OUT/gemvb_test_kernels.log") llm_gemv_tcb checks passed, $(grep -c 'llm_gemv_tcb.*FAIL' "$OUT/gemvb_test_kernels.log") failed"
+  for v in base b; do
+    envs=(); [ "$v" = b ] && envs=(COSY_LLM_GEMVB=1)
+    run gemvb_${v}_gpu_llm env "${envs[@]}" COSY_FULL_MODEL=$PWD/$FULL ./$B/tests/test_gpu_llm
+    grep -E 'FAIL' "$OUT/gemvb_${v}_gpu_llm.log" | sed "s/^/gemvb check $v gpu_llm: /" | tee -a "$SUMMARY"
+    note "gemvb $v steps: $(grep -E 'TIMING llm decode step' "$OUT/gemvb_${v}_gpu_llm.log" | \
+      grep 'tensor-core gemv + PDL' | awk '{print "b" $6 " " $7}' | paste -sd' ')"
+  done
+  COSY_LLM_GEMVB=1 COSY_GPU_TEST_MODEL=$PWD/$FULL COSY_TEST_FILTER=test_gpu_synthesis \
+    run gemvb_b_gpu_engine ./$B/tests/test_gpu_engine
+  grep -E 'batch-invariant LLM|FAIL|\[  FAILED' "$OUT/gemvb_b_gpu_engine.log" \
+    | sed 's/^/gemvb engine: /' | tee -a "$SUMMARY"
+  BENCH_FILTER=gemv_tc run gemvb_bench ./$B/tests/test_kernels --bench llm_gemv
+  awk '/^==== kernel table/ { t = 1 } t && /^llm b(16|64) +gemv_tcb? [^n]/' "$OUT/gemvb_bench.log" \
+    | sed 's/^/gemvb: /' | tee -a "$SUMMARY"
+  for r in $(seq 1 "${GEMVB_ROUNDS:-1}"); do
+    for v in base b; do
+      envs=(); [ "$v" = b ] && envs=(COSY_LLM_GEMVB=1)
+      run gemvb_${v}_${r}_w1 env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+        --concurrency 16,64 "${W1_ARGS[@]}"
+      grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/gemvb_${v}_${r}_w1.log" \
+        | sed "s/^ */gemvb $v $r w1: /" | tee -a "$SUMMARY"
+      run gemvb_${v}_${r}_w2 env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
+        --offline "${W2_N:-256}" "${W1_ARGS[@]}"
+      grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$OUT/gemvb_${v}_${r}_w2.log" \
+        | sed "s/^ */gemvb $v $r w2: /" | tee -a "$SUMMARY"
     done
   done
 fi

@@ -83,6 +83,23 @@
  *   Batch invariance: nothing a row's arithmetic depends on (KS, the k order, the statistics)
  *   changes with R, NT, TW, D, the staging, the split's place or the row's position, and mma
  *   columns are independent.
+ *
+ * gemv_tcb (cosy_llm_gemv_args.gemvb, the measurement knob COSY_LLM_GEMVB): above 8 rows with
+ *   the workspace, the operands' roles swapped. In gemv_tc_kernel the weights are mma's A
+ *   operand, whose fragment interleaves rows g and g + 8 ({wa.x, wb.x, wa.y, wb.y}) while a lane
+ *   loads 16 bytes of each row, so every HMMA's A registers are assembled by copies. Here the
+ *   weights are the B operand (lane (g, t) holds b0 = k 2t, 2t + 1 and b1 = k 2t + 8, 2t + 9 of
+ *   column n = g): with the same k permutation one 16-byte load of weight row g is mma 1's
+ *   (b0, b1) = (.x, .y) and mma 2's (.z, .w), as loaded. x is the A operand, 16 rows an mma;
+ *   tc_splitb_kernel (the same statistics and hi/lo values as tc_split_kernel) writes it in
+ *   A-fragment order, one 16-byte load an mma. A warp keeps gemv_tc_kernel's 16-row weight tile
+ *   (two 8-column halves: rows rA and rB), so the grid, the K split (from N and K only) and each
+ *   output's sum (the same products in the same mma-k slots, hi then lo, k-blocks in order, K
+ *   parts in order) are those of gemv_tc_kernel; whether the tensor core adds the transposed
+ *   product in the same order is the hardware's (the test compares the bits). Blocks of 16 rows
+ *   (MT 1, D 4) up to 32 rows, 32 (MT 2, TW 2, D 2) beyond. sm_90 machine code of the gate|up
+ *   loop: 32.5 instructions a k-block for 8 HMMA and 6 loads, no register copies (gemv_tc_kernel
+ *   at 16 rows: 119); at 32 rows 68 a k-block for 32 HMMA (gemv_tc_kernel: 319).
  */
 #include "gemv.h"
 #include "kcommon.cuh"
@@ -506,6 +523,9 @@ struct TcP {
    * host threads launching one instantiation with different row counts never undo each other's
    * attribute between its setting and their launch */
   int smem_lim;
+  /* 1: above 8 rows with xs, the B-operand kernel (gemv_tcb_kernel; xs then written by
+   * tc_splitb_kernel in its order); the knob COSY_LLM_GEMVB through cosy_llm_gemv_args.gemvb */
+  int gemvb;
 };
 enum { TC_EARLY_BIAS = 1, TC_EARLY_INVF = 2, TC_EARLY_POS = 4, TC_EARLY_OLD = 8, TC_EARLY_NORMW = 16 };
 
@@ -965,6 +985,303 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_min_blocks(NT, D)) gemv_tc_k
 }
 
 
+/* ------------------------------------------------------------------------------------------ */
+/* gemv_tcb: the weights as mma's B operand (above 8 rows, x split beforehand; COSY_LLM_GEMVB) */
+
+/* The split for gemv_tcb_kernel: the RMSNorm statistics and hi/lo values of tc_split_kernel
+ * (tc_ss4, tc_rn, tc_xfrag: the same bits), laid out as mma's A fragments of 16-row tiles. Unit
+ * T KB + kb (128 16-byte words) holds k-block kb of rows 16 T .. 16 T + 15; its word q 32 + lane
+ * (lane = 4 g + t: k 32 kb + 8 t .. + 7 of rows 16 T + g and 16 T + 8 + g) is mma 1's (q 0, 2)
+ * or mma 2's (q 1, 3) A fragment of the hi (q 0, 1) or lo (q 2, 3) part: {row g, row g + 8} x
+ * {k 0-1, k 2-3} of mma 1's four k (k 4-7 for mma 2), i.e. a0..a3 of m16n8k16 (a0 = row g,
+ * k 2t..2t+1; a1 = row g + 8; a2 = row g, k 2t+8..; a3 = row g + 8), so that a warp loads a
+ * tile's k-block as four 512-byte words per lane-row. Warp w of block (T, c) takes rows 16 T + w
+ * and 16 T + 8 + w (the 256-k chunks c, c + gridDim.y, ...); rows at or past R are zeros. */
+template <int PRO>
+__global__ void __launch_bounds__(256) tc_splitb_kernel(SplitP sp) {
+  const GemvP &a = sp.g;
+  const int R = sp.R;
+  pdl_trigger();
+  pdl_wait();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int T = blockIdx.x, K = a.K, KB = (K + 31) / 32;
+  const int row0 = T * 16 + warp, row1 = row0 + 8;
+  const bool ok0 = row0 < R, ok1 = row1 < R;
+  const float *xr0 = a.x + (size_t)(ok0 ? row0 : 0) * a.ldx;
+  const float *xr1 = a.x + (size_t)(ok1 ? row1 : 0) * a.ldx;
+  float rn0 = 1.f, rn1 = 1.f;
+  if (PRO == COSY_GEMV_IN_RMSNORM) {
+    float s0 = 0.f, s1 = 0.f;
+    for (int k = lane * 4; k < K; k += 128) {
+      if (ok0) s0 = tc_ss4(s0, *reinterpret_cast<const float4 *>(xr0 + k));
+      if (ok1) s1 = tc_ss4(s1, *reinterpret_cast<const float4 *>(xr1 + k));
+    }
+    rn0 = tc_rn(warp_sum(s0), K, a.eps);
+    rn1 = tc_rn(warp_sum(s1), K, a.eps);
+  }
+  uint4 *dst = sp.xs + (size_t)T * KB * 128 + 4 * warp;
+  for (int k = lane * 8 + 256 * (int)blockIdx.y; k < KB * 32; k += 256 * (int)gridDim.y) {
+    uint32_t h0[4], l0[4], h1[4], l1[4];
+    float nw[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const bool kin = k < K;
+    if (PRO == COSY_GEMV_IN_RMSNORM && kin) load8w(a.norm_w + k, nw);
+    tc_xfrag<PRO>(xr0 + k, kin && ok0, nw, rn0, h0, l0);
+    tc_xfrag<PRO>(xr1 + k, kin && ok1, nw, rn1, h1, l1);
+    uint4 *d = dst + (size_t)(k >> 5) * 128 + ((k >> 3) & 3);
+    d[0] = make_uint4(h0[0], h1[0], h0[1], h1[1]);
+    d[32] = make_uint4(h0[2], h1[2], h0[3], h1[3]);
+    d[64] = make_uint4(l0[0], l1[0], l0[1], l1[1]);
+    d[96] = make_uint4(l0[2], l1[2], l0[3], l1[3]);
+  }
+}
+
+/* weight row j (0..7) of half h of a 16-row weight tile: the rows gemv_tc_kernel gives lane g = j
+ * as rA (h 0) and rB (h 1): rows tile 16 + j (+ 8), gate|up tile 8 + j (+ N / 2), RoPE head rows
+ * i and i + 32 */
+template <int EPI>
+__device__ __forceinline__ int tcb_row(int tile, int j, int h, int N) {
+  if (EPI == COSY_GEMV_SILU_MUL) return tile * 8 + j + (h ? (N >> 1) : 0);
+  if (EPI == COSY_GEMV_QKV_ROPE) return (tile >> 2) * HD + (tile & 3) * 8 + j + (h ? HALF : 0);
+  return tile * 16 + j + 8 * h;
+}
+
+/* gemv_tc_kernel with the operands' roles swapped: the weights are mma's B operand (n = 8 weight
+ * rows an mma, lane (g, t) loads 16 bytes of weight row g of each half of its tile: its .x, .y are
+ * mma 1's b0, b1 and .z, .w mma 2's, as loaded) and x its A operand (16 rows of x an mma, from
+ * tc_splitb_kernel's layout: one 16-byte load is one mma's a0..a3). MT 16-row tiles of x per
+ * block (rows 16 MT), KS, TW, D as in gemv_tc_kernel, with the same K split, k permutation and
+ * hi-then-lo order per k-block, so that each output's sum has the same terms in the same mma
+ * sequence. The accumulators hold (x row, weight row) pairs: lane (g, t) c0, c1 = (row g, weight
+ * rows 2t, 2t + 1 of a half), c2, c3 = (row g + 8, the same); per half h (0: rows rA, 1: rB of
+ * gemv_tc_kernel) one accumulator, so a SiLU or RoPE pair is c_e of both halves in one lane. The
+ * epilogue's units (tile mt, element e), 4 MT of them, are shared out over the K parts' warps. */
+template <int MT, int KS, int TW, int D, int PRO, int EPI>
+__global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tcb_kernel(TcP tp) {
+  const GemvP &a = tp.g;
+  constexpr int NW = TC_WARPS, CS = tc_cs(KS), KSB = KS / CS, WT = NW / KSB, RC = 16 * MT;
+  static_assert(KSB * CS == KS && KSB <= NW && NW % KSB == 0, "K split");
+  constexpr int NU = 4 * MT;             /* epilogue units (16-row tile mt, element e) */
+  constexpr int NJ = (NU + KS - 1) / KS; /* units per warp */
+  constexpr bool OLD_S = EPI == COSY_GEMV_ADD_F32 && NJ == 1;
+  __shared__ float red[NW][MT][2][4][32];
+  __shared__ float ep_old[OLD_S ? NW : 1][TW][2][32]; /* the lane's unit's old y (ADD) */
+  __shared__ float ep_b[NW][TW][2][8];                 /* bias of the tile's weight rows */
+  __shared__ int pos_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1], slot_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1];
+  __shared__ float invf_s[32];
+
+  /* what the loop needs, in registers once */
+  const int late = a.late, early = tp.early;
+  if (!late) pdl_trigger();
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int K = a.K, KB = tp.KB, N = a.N, P = a.P;
+  const int kp = tc_rank<CS>() * KSB + warp % KSB; /* this warp's K part */
+  const int tile0 = (blockIdx.y * WT + warp / KSB) * TW;
+  /* this lane's weight rows (column g of each half), at its first k-block; rows past N read
+   * row 0 (their columns are never stored) */
+  const bf16 *wp[TW][2];
+#pragma unroll
+  for (int u = 0; u < TW; ++u)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = tcb_row<EPI>(tile0 + u, g, h, N);
+      const bool ok = tile0 + u < P && r < N;
+      wp[u][h] = a.w + (size_t)(ok ? r : 0) * K + (size_t)kp * 32 + 8 * t;
+    }
+  /* this warp's k-blocks kb = kp + KS c, c < nc; those where the lane's 8 k start below K:
+   * c < ncl (the last k-block may be partial) */
+  const int nc = kp < KB ? (KB - kp + KS - 1) / KS : 0;
+  const int KBt = (K - 8 * t + 31) / 32;
+  const int ncl = kp < KBt ? (KBt - kp + KS - 1) / KS : 0;
+  constexpr size_t WSTEP = (size_t)KS * 32; /* elements from one of the warp's k-blocks to the next */
+
+  /* 1. the first D k-blocks of weights, before waiting for the producer */
+  uint4 w[D][TW][2];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+#pragma unroll
+    for (int u = 0; u < TW; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w[d][u][h] = d < ncl ? __ldcs(reinterpret_cast<const uint4 *>(wp[u][h] + WSTEP * d))
+                             : make_uint4(0u, 0u, 0u, 0u);
+  if ((early & TC_EARLY_BIAS) && a.bias && t == 0) {
+#pragma unroll
+    for (int u = 0; u < TW; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = tcb_row<EPI>(tile0 + u, g, h, N);
+        if (tile0 + u < P && r < N) cp_async4(&ep_b[warp][u][h][g], a.bias + r);
+      }
+  }
+  if (EPI == COSY_GEMV_QKV_ROPE && (early & TC_EARLY_INVF) && tid < 32)
+    cp_async4(&invf_s[tid], a.inv_freq + tid);
+
+  /* 2. this block's rows */
+  pdl_wait();
+  const int r0 = blockIdx.x * RC;
+  const int nr = min(RC, tp.R - r0);
+  if (EPI == COSY_GEMV_QKV_ROPE && (early & TC_EARLY_POS) && tid < nr) {
+    cp_async4(&pos_s[tid], a.pos + r0 + tid);
+    cp_async4(&slot_s[tid], a.slots + r0 + tid);
+  }
+  if (OLD_S && (early & TC_EARLY_OLD) && kp < NU) { /* the warp's one unit: kp */
+    const int lr = (kp >> 2) * 16 + g + 8 * ((kp & 3) >> 1), col = 2 * t + (kp & 1);
+    if (lr < nr) {
+#pragma unroll
+      for (int u = 0; u < TW; ++u)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = tcb_row<EPI>(tile0 + u, col, h, N);
+          if (tile0 + u < P && r < N)
+            cp_async4(&ep_old[warp][u][h][lane], a.y + (size_t)(r0 + lr) * a.ldy + r);
+        }
+    }
+  }
+
+  /* 3. mma over this warp's k-blocks: per k-block and 16-row tile, the A fragments of x (hi
+   * mma 1, hi mma 2, lo mma 1, lo mma 2), each against the B fragments (.x, .y) or (.z, .w) of
+   * both halves of each weight tile */
+  const uint4 *xq = tp.xs + ((size_t)(r0 >> 4) * KB + kp) * 128 + lane;
+  const size_t xt = (size_t)KB * 128; /* the block's next 16-row tile */
+  const bool m1 = MT > 1 && nr > 16;  /* the second tile has rows */
+  float acc[TW][MT][2][4];
+#pragma unroll
+  for (int u = 0; u < TW; ++u)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[u][mt][h][e] = 0.f;
+  size_t wo = WSTEP * D; /* the refill's offset */
+  for (int c0 = 0; c0 < nc; c0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int c = c0 + d;
+      if (c < nc) {
+        uint4 xa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          if (mt == 0 || m1) { /* plain loads: see load8f */
+#pragma unroll
+            for (int q = 0; q < 4; ++q) xa[mt][q] = xq[mt * xt + 32 * q];
+          }
+        xq += KS * 128;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+            if (mt == 0 || m1) {
+#pragma unroll
+              for (int u = 0; u < TW; ++u)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  const uint4 &b = w[d][u][h];
+                  tc_mma(acc[u][mt][h], xa[mt][q].x, xa[mt][q].y, xa[mt][q].z, xa[mt][q].w,
+                         (q & 1) ? b.z : b.x, (q & 1) ? b.w : b.y);
+                }
+            }
+        /* refill this slot with k-block c + D. Where the lane's 8 k of it are past K (only in
+         * a partial last k-block) the slot keeps the finite weights it held: x is zero there
+         * (tc_splitb_kernel), so the products are zeros either way, without 8 register clears
+         * a k-block */
+        if (c + D < ncl) {
+#pragma unroll
+          for (int u = 0; u < TW; ++u)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              w[d][u][h] = __ldcs(reinterpret_cast<const uint4 *>(wp[u][h] + wo));
+        }
+        wo += WSTEP;
+      }
+    }
+  }
+
+  /* 4. per weight tile of the warp group: the KS warps' partial sums meet in shared memory (the
+   * cluster's, in block rank order) and are added in k-part order; 5. the epilogue, its units
+   * (mt, e) shared out over the parts' warps (part kp takes units kp, kp + KS, ...): lane (g, t)
+   * owns x row 16 mt + g (+ 8 for e >= 2) and weight column 2 t + (e & 1) of both halves */
+  if (late) pdl_trigger();
+  const int wbase = warp - warp % KSB;
+  cp_async_wait_all();
+#pragma unroll
+  for (int u = 0; u < TW; ++u) {
+    if (u) tc_sync<CS>(); /* red is reused: every block of the cluster is done reading it */
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[warp][mt][h][e][lane] = acc[u][mt][h][e];
+    tc_sync<CS>();
+    const int tile = tile0 + u;
+    if (tile >= P) continue;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const int unit = kp + j * KS;
+      if (unit >= NU) continue;
+      const int mt = unit >> 2, e = unit & 3;
+      const int lr = mt * 16 + g + 8 * (e >> 1);
+      if (lr >= nr) continue;
+      float v[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float sacc = 0.f;
+#pragma unroll
+        for (int r = 0; r < CS; ++r) {
+          const float *rb = tc_at<CS>(&red[0][0][0][0][0], r);
+#pragma unroll
+          for (int q = 0; q < KSB; ++q)
+            sacc += rb[((((wbase + q) * MT + mt) * 2 + h) * 4 + e) * 32 + lane];
+        }
+        v[h] = sacc;
+      }
+      const int col = 2 * t + (e & 1);
+      const int rA = tcb_row<EPI>(tile, col, 0, N), rB = tcb_row<EPI>(tile, col, 1, N);
+      const bool okA = rA < N, okB = rB < N;
+      const bool eb = early & TC_EARLY_BIAS;
+      const float bA = a.bias && okA ? (eb ? ep_b[warp][u][0][col] : a.bias[rA]) : 0.f;
+      const float bB = a.bias && okB ? (eb ? ep_b[warp][u][1][col] : a.bias[rB]) : 0.f;
+      const int gm = r0 + lr;
+      if (EPI == COSY_GEMV_STORE_F32 || EPI == COSY_GEMV_ADD_F32) {
+        float oA = 0.f, oB = 0.f;
+        if (EPI == COSY_GEMV_ADD_F32) {
+          if (OLD_S && (early & TC_EARLY_OLD)) {
+            oA = ep_old[OLD_S ? warp : 0][u][0][lane];
+            oB = ep_old[OLD_S ? warp : 0][u][1][lane];
+          } else {
+            if (okA) oA = a.y[(size_t)gm * a.ldy + rA];
+            if (okB) oB = a.y[(size_t)gm * a.ldy + rB];
+          }
+        }
+        if (okA) a.y[(size_t)gm * a.ldy + rA] = oA + (v[0] + bA);
+        if (okB) a.y[(size_t)gm * a.ldy + rB] = oB + (v[1] + bB);
+      } else if (EPI == COSY_GEMV_SILU_MUL) {
+        const float gt = v[0] + bA, uu = v[1] + bB;
+        a.y[(size_t)gm * a.ldy + rA] = gt / (1.f + expf(-gt)) * uu;
+      } else { /* QKV_ROPE */
+        const int i = (tile & 3) * 8 + col, head = tile >> 2;
+        const bool rot = head < a.n_qh + a.n_kh, kv = head >= a.n_qh;
+        const bool ep = early & TC_EARLY_POS;
+        rope_store(a, gm, head, i, v[0] + bA, v[1] + bB,
+                   ep ? pos_s[lr] : rot ? a.pos[gm] : 0, ep ? slot_s[lr] : kv ? a.slots[gm] : -1,
+                   (early & TC_EARLY_INVF) ? invf_s[i] : rot ? a.inv_freq[i] : 0.f);
+      }
+    }
+  }
+  if (CS > 1) tc_sync<CS>(); /* no block leaves while another still reads its shared memory */
+}
+
+template <int MT, int KS, int TW, int D, int PRO, int EPI>
+cudaError_t gemv_tcb_launch(cudaStream_t s, const TcP &p, int pdl) {
+  constexpr int CS = tc_cs(KS), WT = TC_WARPS / (KS / CS), RC = 16 * MT;
+  const dim3 grid((unsigned)((p.R + RC - 1) / RC),
+                  (unsigned)((p.g.P + WT * TW - 1) / (WT * TW)), (unsigned)CS);
+  auto kern = gemv_tcb_kernel<MT, KS, TW, D, PRO, EPI>;
+  if (CS == 1) return launch_pdl(kern, grid, TC_WARPS * 32, 0, s, pdl, p);
+  return launch_ex(s, grid, dim3(TC_WARPS * 32), 0, dim3(1, 1, (unsigned)CS), pdl, kern, p);
+}
+
 /* dynamic shared memory of a gemv_tc block: the staged rows of x, then (RMSNorm'd inputs split
  * in the block) the RMSNorm weights */
 inline size_t tc_dyn_smem(int stage, int K, bool rms) {
@@ -1029,6 +1346,9 @@ template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const bool pre = p.xs != nullptr;
   const int rc = tc_rows_per_block(p.R, pre);
+  if (pre && p.gemvb && rc > 8) /* x split by tc_splitb_kernel: the B-operand kernel */
+    return rc == 16 ? gemv_tcb_launch<1, KS, 1, 4, PRO, EPI>(s, p, pdl)
+                    : gemv_tcb_launch<2, KS, 2, 2, PRO, EPI>(s, p, pdl);
   if (rc == 8)
     return p.xf ? gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false, true>(s, p, pdl)
                 : gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false, false>(s, p, pdl);
@@ -1159,7 +1479,8 @@ extern "C" int cosy_k_llm_gemv_tc_supported(int N, int K, int out_mode) {
 
 extern "C" size_t cosy_k_llm_gemv_tc_workspace(int R, int K) {
   if (R <= 0 || K <= 0) return 0;
-  return (size_t)((R + 7) / 8) * ((K + 31) / 32) * 64 * 16; /* 8 rows x 32 k x 4 bytes a unit */
+  /* R rounded up to 16 (tc_splitb_kernel's tiles; 8 for tc_split_kernel's) x 32 k x 4 bytes */
+  return (size_t)((R + 15) / 16) * 2 * ((K + 31) / 32) * 64 * 16;
 }
 
 /* The plan of a cosy_k_llm_gemv_tc call (nothing launched): the checks, the parameters, the K
@@ -1176,6 +1497,7 @@ static cudaError_t tc_plan(const cosy_llm_gemv_args *a, TcP *tpp, int *ksp, bool
   if (pe != cudaSuccess) return pe;
   p.late = gemv_knobs().trigger >= 1;
   tp.early = gemv_knobs().early;
+  tp.gemvb = a->gemvb ? 1 : 0;
   const long long R = (long long)a->M * p.groups;
   if (R > 65535LL * 64) return cudaErrorInvalidValue;
   tp.R = (int)R;
@@ -1258,14 +1580,17 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
      * still give ~2 blocks an SM of 132 (at 64 rows and K = 4864 one block a row group took
      * 19 passes; H100 decode step at 64 rows 2.10 ms against 2.27, at 16 rows 1.07 against
      * 1.31: bench/RESULTS.md) */
-    const int nk = (tp.KB * 32 + 255) / 256, rb = (tp.R + 7) / 8;
+    /* (gemvb: blocks of 16 rows, two a warp, in the B-operand kernel's A-fragment order) */
+    const int nk = (tp.KB * 32 + 255) / 256, rb = tp.gemvb ? (tp.R + 15) / 16 : (tp.R + 7) / 8;
     const int ny =
         gemv_knobs().split_chunks ? std::max(1, std::min(nk, GV_TARGET_BLOCKS / rb)) : 1;
     const dim3 grid((unsigned)rb, (unsigned)ny);
+    const bool rms = a->in_mode == COSY_GEMV_IN_RMSNORM;
     const cudaError_t e =
-        a->in_mode == COSY_GEMV_IN_RMSNORM
-            ? launch_pdl(tc_split_kernel<COSY_GEMV_IN_RMSNORM>, grid, 256, 0, s, pdl, sp)
-            : launch_pdl(tc_split_kernel<COSY_GEMV_IN_F32>, grid, 256, 0, s, pdl, sp);
+        tp.gemvb ? (rms ? launch_pdl(tc_splitb_kernel<COSY_GEMV_IN_RMSNORM>, grid, 256, 0, s, pdl, sp)
+                        : launch_pdl(tc_splitb_kernel<COSY_GEMV_IN_F32>, grid, 256, 0, s, pdl, sp))
+        : rms ? launch_pdl(tc_split_kernel<COSY_GEMV_IN_RMSNORM>, grid, 256, 0, s, pdl, sp)
+              : launch_pdl(tc_split_kernel<COSY_GEMV_IN_F32>, grid, 256, 0, s, pdl, sp);
     if (e != cudaSuccess) return e;
     tp.xs = sp.xs;
   }

@@ -93,6 +93,12 @@ typedef struct cosy_llm_gemv_args {
    * fragments read x in place). Speed only: the same bits either way. 0 (or any other value) =
    * the per-warp path. */
   int xfrag;
+  /* cosy_k_llm_gemv_tc only, a measurement switch (the knob COSY_LLM_GEMVB, docs/knobs.md): 1:
+   * above 8 rows with the workspace, the variant with the weights as mma's B operand and x as
+   * its A operand (kernels/gemv.cu gemv_tcb_kernel; x split in that kernel's fragment order).
+   * The same sums in the same mma sequence; the bits may differ from the default kernel where
+   * the tensor core orders the transposed product differently. 0: the default kernel. */
+  int gemvb;
 } cosy_llm_gemv_args;
 
 /* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,
@@ -119,7 +125,7 @@ cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a);
 int cosy_k_llm_gemv_tc_xfrag_used(const cosy_llm_gemv_args *a);
 
 /* Bytes of the workspace (args xs) with which cosy_k_llm_gemv_tc splits R rows of K inputs
- * once: R rounded up to 8 times K rounded up to 32, 4 bytes each (0 for R or K <= 0). */
+ * once: R rounded up to 16 times K rounded up to 32, 4 bytes each (0 for R or K <= 0). */
 size_t cosy_k_llm_gemv_tc_workspace(int R, int K);
 
 /* y = epilogue(x W^T (+ bias)) for M in {1, 2, 4, 8} rows, see the modes above. W is read once

@@ -46,6 +46,7 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->flow_nopad = !strcmp(env("COSY_FLOW_PAD"), "0");
   const char *xf = env("COSY_LLM_XFRAG");
   k->llm_xfrag = !strcmp(xf, "1") ? 1 : !strcmp(xf, "2") ? 2 : 0;
+  k->llm_gemvb = !strcmp(env("COSY_LLM_GEMVB"), "1");
   const char *av = env("COSY_FLOW_ATTN_V2");
   k->flow_attn_v2 = !strcmp(av, "64")     ? 64
                     : !strcmp(av, "128")  ? 128

@@ -53,6 +53,8 @@ typedef struct cosy_knobs {
                                    cosy_k_attn_dit_paged_v2 with query tiles of that size (auto,
                                    the default: 1, chosen per batch, lib/gpu/flow.h); 0 the
                                    one-block cosy_k_attn_dit_paged */
+  int llm_gemvb;                /* COSY_LLM_GEMVB=1: the decode GEMV above 8 rows with the weights
+                                   as mma's B operand (cosy_llm_gemv_args.gemvb) */
 } cosy_knobs;
 
 /* Reads every knob from the environment now (unset or malformed: the default). */

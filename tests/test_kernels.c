@@ -1658,10 +1658,12 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   ga.k_cache = dkc, ga.v_cache = dvc, ga.pdl = pdl;
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it: rows staged where they fit */
   /* tc 1: with the split workspace (x split once per row beyond 8 rows), as the LLM runs it;
-   * tc 2: without (every block splits its k-blocks) */
+   * tc 2: without (every block splits its k-blocks); tc 3: as tc 1 with gemvb (beyond 8 rows
+   * the kernel with the weights as mma's B operand, COSY_LLM_GEMVB) */
   const size_t nws = cosy_k_llm_gemv_tc_workspace(M, K);
-  void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL;
+  void *dws = tc == 1 || tc == 3 ? dpoison(nws / 4, F32) : NULL;
   ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
+  ga.gemvb = tc == 3;
   ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
   ga.smem_sm = (int)g_dev.smem_sm, ga.xfrag = g_tc_xfrag;
   const int xf_used = tc && cosy_k_llm_gemv_tc_xfrag_used(&ga);
@@ -1736,9 +1738,10 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   snprintf(sz, sizeof sz, "M=%d N=%d K=%d %s->%s%s%s%s", M, N, K, ins[in], outs[out],
            bias ? " +bias" : "", pdl ? " pdl" : "",
            xf_used ? (g_tc_xfrag == 2 ? " xfrag 2" : " xfrag") : "");
-  check(tc ? "llm_gemv_tc" : "llm_gemv", sz, y, ref, nref, 1e-4);
+  check(tc == 3 ? "llm_gemv_tcb" : tc ? "llm_gemv_tc" : "llm_gemv", sz, y, ref, nref, 1e-4);
   if (out == COSY_GEMV_QKV_ROPE)
-    check(tc ? "llm_gemv_tc (k/v)" : "llm_gemv (k/v cache)", sz, kv_out, kv_ref, nk, 1e-4);
+    check(tc == 3 ? "llm_gemv_tcb (k/v)" : tc ? "llm_gemv_tc (k/v)" : "llm_gemv (k/v cache)", sz,
+          kv_out, kv_ref, nk, 1e-4);
   free(x), free(w), free(nw), free(bias), free(y0), free(y), free(kc), free(vc), free(dot);
   free(ref), free(kref), free(vref), free(kv_out), free(kv_ref), free(pos), free(slots);
   dfree(dx), dfree(dw), dfree(dnw), dfree(db), dfree(dy), dfree(dkc), dfree(dvc), dfree(dpos);
@@ -1788,8 +1791,11 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   ga.smem_max = (int)g_dev.smem_block;
   if (tc) ga.M = R, ga.groups = 1;
   const size_t nws = cosy_k_llm_gemv_tc_workspace(R, K);
-  void *dws = tc == 1 ? dpoison(nws / 4, F32) : NULL; /* tc 1: x split once per row */
+  /* tc 1: x split once per row; tc 3: the same for the B-operand kernel (gemvb), its rows alone
+   * then run the default 8-row kernel: the engine's batch invariance with COSY_LLM_GEMVB=1 */
+  void *dws = tc == 1 || tc == 3 ? dpoison(nws / 4, F32) : NULL;
   ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
+  ga.gemvb = tc == 3;
   ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
   ga.smem_sm = (int)g_dev.smem_sm, ga.xfrag = g_tc_xfrag;
   const int xf_used = tc && cosy_k_llm_gemv_tc_xfrag_used(&ga);
@@ -1809,12 +1815,15 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   char sz[96];
   if (tc)
     snprintf(sz, sizeof sz, "%d rows%s vs rows alone, N=%d K=%d %s (mismatches as err)", R,
-             tc == 1 ? " (x split first)" : xf_used ? (g_tc_xfrag == 2 ? " (xfrag 2)" : " (xfrag)") : "",
+             tc == 3   ? " (gemvb)"
+             : tc == 1 ? " (x split first)"
+             : xf_used ? (g_tc_xfrag == 2 ? " (xfrag 2)" : " (xfrag)")
+                       : "",
              N, K, outs[out]);
   else
     snprintf(sz, sizeof sz, "%d groups of 8 vs rows alone, N=%d K=%d %s (mismatches as err)", G,
              N, K, outs[out]);
-  report(tc ? "llm_gemv_tc rows" : "llm_gemv groups", sz, (double)bad, 0.0,
+  report(tc == 3 ? "llm_gemv_tcb rows" : tc ? "llm_gemv_tc rows" : "llm_gemv groups", sz, (double)bad, 0.0,
          count_nan(y, (size_t)R * ny));
   free(x), free(w), free(nw), free(pos), free(slots), free(y), free(y1);
   dfree(dx), dfree(dw), dfree(dnw), dfree(dy), dfree(dy1), dfree(dkc), dfree(dvc), dfree(dpos);
@@ -2010,6 +2019,39 @@ void test_llm_gemv(void **state) {
   check_gemv_k(8, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, 1, 1);
   check_gemv_groups_k(0, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 2, 16);
   g_tc_xfrag = 0;
+  /* the variant with the weights as mma's B operand (gemvb, above 8 rows with the workspace;
+   * 16- and 32-row blocks, partial ones): the model's five matrices against the double
+   * reference, then rows together vs each row alone (the default kernel), bit for bit */
+  const int Rb[] = {9, 16, 21, 32, 40, 64};
+  for (int a = 0; a < 6; ++a) {
+    const int M = Rb[a];
+    check_gemv_k(M, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 1, a & 1, 3);
+    check_gemv_k(M, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, a & 1, 1, 3);
+    check_gemv_k(M, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, a & 1, 1, 3);
+    check_gemv_k(M, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, a & 1, 3);
+    check_gemv_k(M, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 0, 1, 3);
+  }
+  check_gemv_k(13, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 1, 3); /* K % 32 != 0 */
+  check_gemv_k(45, 40, 72, COSY_GEMV_IN_F32, COSY_GEMV_STORE_F32, 1, 1, 3);    /* partial tiles */
+  check_gemv_k(40, 40, 2048, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 1, 3);    /* 32 parts */
+  const int Rbi[] = {9, 21, 40, 64};
+  for (int a = 0; a < 4; ++a) {
+    const int R = Rbi[a];
+    check_gemv_groups_k(0, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 3, R);
+    check_gemv_groups_k(0, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 3, R);
+    check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 3, R);
+    check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 3, R);
+    check_gemv_groups_k(0, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 3, R);
+  }
+  check_gemv_groups_k(0, 48, 40, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 3, 21);
+  /* without clusters (at most 8 K parts in one block) */
+  g_tc_clusters = 0;
+  check_gemv_k(21, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 1, 3);
+  check_gemv_k(64, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 0, 1, 3);
+  check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 3, 24);
+  check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 3, 64);
+  check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 3, 40);
+  g_tc_clusters = -1;
   end_test();
 }
 

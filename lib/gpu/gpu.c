@@ -322,6 +322,7 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   g->flow_pdl = knobs && knobs->flow_pdl;
   g->llm_attn_early = knobs && knobs->llm_attn_early;
   g->llm_xfrag = knobs ? knobs->llm_xfrag : 0;
+  g->llm_gemvb = knobs && knobs->llm_gemvb;
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
   if ((st = cosy_gpu_describe(device, knobs ? knobs->gpu_profile : NULL, &g->dev))) goto fail;
@@ -384,6 +385,7 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   g->flow_pdl = root->flow_pdl;
   g->llm_attn_early = root->llm_attn_early;
   g->llm_xfrag = root->llm_xfrag;
+  g->llm_gemvb = root->llm_gemvb;
   memcpy(g->name, root->name, sizeof g->name);
   cosy_status st;
   int lo = 0, hi = 0;

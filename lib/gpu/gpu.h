@@ -58,6 +58,9 @@ typedef struct cosy_gpu {
   int llm_xfrag;             /* COSY_LLM_XFRAG=1|2 (cosy_knobs): the decode step's tensor-core
                                 kernels with x's fragments once per block (llm.c, gemv.h
                                 xfrag) */
+  int llm_gemvb;             /* COSY_LLM_GEMVB=1 (cosy_knobs): the LLM's tensor-core decode
+                                GEMVs above 8 rows with the weights as mma's B operand
+                                (cosy_llm_gemv_args.gemvb; lib/gpu/llm.c) */
 } cosy_gpu;
 
 /* Select the device, read its description (cosy_gpu_describe, with the test profile

@@ -840,6 +840,7 @@ static cudaError_t run_gemv(const gpu_llm *l, cudaStream_t s, cosy_llm_gemv_args
     ga->clusters = l->g->dev.clusters; /* the K split of every call of this engine */
     ga->smem_sm = (int)l->g->dev.smem_sm;
     ga->xfrag = l->g->llm_xfrag; /* COSY_LLM_XFRAG: x's fragments once per block (same bits) */
+    ga->gemvb = l->g->llm_gemvb;       /* COSY_LLM_GEMVB: the B-operand kernel above 8 rows */
     return cosy_k_llm_gemv_tc(s, ga);
   }
   ga->M = gemv_rows(b);
