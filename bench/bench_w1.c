@@ -32,8 +32,9 @@
  * (non-streaming: one flow and one vocoder call at the end), to compare the GPU time per request
  * of streaming against non-streaming synthesis. --vocoder-tf32 / --vocoder-accurate / --vocoder-fp16
  * set vocoder_precision to COSY_VOCODER_TF32 / COSY_VOCODER_ACCURATE / COSY_VOCODER_FP16 (the GPU
- * default; cosyvoice.h); with the fp16 vocoder each engine prints at the end (its destroy) how many vocoder jobs saturated fp16 and were recomputed in TF32 ("vocoder fp16: N TF32
- * fallbacks in M jobs", warm-up included). --first-chunk N sets first_chunk_tokens (W1 requests and the
+ * default; cosyvoice.h); with the fp16 vocoder each engine prints at the end (its destroy) how
+ * many vocoder jobs saturated fp16 and were recomputed in TF32 ("vocoder fp16: N TF32 fallbacks
+ * in M jobs", warm-up included). --first-chunk N sets first_chunk_tokens (W1 requests and the
  * warm-up; 0: the default, auto; the voice's 87 prompt tokens leave 13 to their last block, so
  * 5 <= N <= 13 makes every first chunk 13 tokens: 0.36 s of audio). --first-wait N sets
  * first_chunk_wait_max (0: the default).
@@ -128,9 +129,9 @@
 /* requests that failed in any level (the exit status is 3 when there were any) */
 static int g_failed;
 
-/* the fp16 vocoder (the GPU default, or --vocoder-fp16): the engine's INFO line about the fp16 vocoder (lib/backend_gpu.c, at destroy:
- * how many vocoder jobs saturated fp16 and were recomputed in TF32) on stdout; other messages
- * (the few INFO lines of a create) on stderr */
+/* the fp16 vocoder (the GPU default, or --vocoder-fp16): the engine's INFO line about it
+ * (lib/backend_gpu.c, at destroy: how many vocoder jobs saturated fp16 and were recomputed in
+ * TF32) on stdout; other messages (the few INFO lines of a create) on stderr */
 static void fp16_log(void *user, int32_t level, const char *msg) {
   if (!strncmp(msg, "vocoder fp16", 12))
     printf("bench_w1: engine %d: %s\n", (int)(intptr_t)user, msg);

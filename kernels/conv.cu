@@ -81,9 +81,10 @@
  *     input channels per chunk: half the fragment loads, staged columns, weight copies and
  *     barriers per product of the TF32 kernels, twice the tensor rate), the weights scaled per
  *     output channel by an exact power of two on the host (undone in the epilogue) and the
- *     activations saturated to +-65504 when staged, which sets the conv's flag (cosy_hift_conv.sat;
- *     the numerics and the range the inputs must stay in: conv2_kernel's comment). It takes every launch of the vocoder (mean-of-3 inputs:
- *     M3, NTW 4; strided downs; tap groups); the F0 predictor's convs stay fp64 (below). Its bits
+ *     activations saturated to +-65504 when staged, which sets the conv's flag
+ *     (cosy_hift_conv.sat; the numerics and the range the inputs must stay in: conv2_kernel's
+ *     comment). It takes every launch of the vocoder (mean-of-3 inputs: M3, NTW 4; strided
+ *     downs; tap groups); the F0 predictor's convs stay fp64 (below). Its bits
  *     differ from the TF32 kernels'; they do not depend on the tile (W128 / W64) or the taps per
  *     slab (tests/test_gpu_hift.c test_kernel_conv_f16).
  * Both kernels end in the same epilogue (store_tile: bias, residuals, stores, the fused Snake
