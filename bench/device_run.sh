@@ -127,7 +127,7 @@
 #               cosy_k_llm_gemv_tc as its programmatic predecessor writing the newest rows), the
 #               kernel table's rows "qkv+attn pdl|early" (that pair's time at batch 1, 16, 64,
 #               contexts 200 and 1000), then test_gpu_llm (small model: parity; full model:
-#               decode-step timings) with the knob unset and =1, test_gpu_engine's synthesis test
+#               decode-step timings) with the knob =0 and =1, test_gpu_engine's synthesis test
 #               on the full model with =1 (the batch-invariant LLM: a request alone == among 31
 #               others), then W1 at C = 1 (ATTNPRE_ROUNDS, 2, rounds of off, on). About 4
 #               minutes after a build (not yet timed). Summary: "attnpre check: ..." (failed
@@ -148,10 +148,10 @@
 #               per-warp path bit for bit at 1, 2, 5, 8 rows and 16 without the workspace, every
 #               prologue / epilogue, K = 896 and 4864, with and without clusters, "in-block vs
 #               per-warp" where it ran; and vs double with xfrag), test_gpu_llm on the small and
-#               the full model with COSY_LLM_XFRAG=1 and unset (must pass; the full model's
+#               the full model with COSY_LLM_XFRAG=1 and =0 (must pass; the full model's
 #               decode-step timings of both), the kernel table's gemv_tc rows at b1 (gemv_tc /
 #               gemv_tc xfrag / gemv_tc xfrag2: COSY_LLM_XFRAG=2, x not staged) and b16 (nosplit
-#               / nosplit xfrag), then W1 at C = 1 unset / =1 in alternation, twice
+#               / nosplit xfrag), then W1 at C = 1 =0 / =1 in alternation, twice
 #               (XFRAG_ROUNDS). XFRAG_VARIANTS (default "base xf"; "base xf xf2" adds
 #               COSY_LLM_XFRAG=2) picks the variants of test_gpu_llm and W1. About 4 minutes on an
 #               H200 (estimated). Logs: xfrag_*.log. Summary: "xfrag check: ..." (failed checks:
@@ -164,11 +164,11 @@
 #               bench/device_run.sh build gemvb`): test_kernels llm_gemv (the "llm_gemv_tcb" lines:
 #               the five matrices at 9-64 rows vs double, and "llm_gemv_tcb rows": rows together vs
 #               each alone, bit for bit), test_gpu_llm (small model and $FULL's decode-step timings)
-#               with the knob unset and =1, test_gpu_engine's synthesis test on the full model with
+#               with the knob =0 and =1, test_gpu_engine's synthesis test on the full model with
 #               =1 (a request alone vs among 31 others: "batch-invariant LLM" lines), the kernel
 #               table's gemv_tc rows (llm b16 / b64: "gemv_tc ..." the default kernel, "gemv_tcb
 #               ..." the new one), then W1 (--concurrency 16,64) and W2 (--offline W2_N, 256)
-#               unset vs =1 in alternation, GEMVB_ROUNDS (1; 0: none) times. Summary: "gemvb check: ..."
+#               =0 vs =1 in alternation, GEMVB_ROUNDS (1; 0: none) times. Summary: "gemvb check: ..."
 #               (failed checks; none expected), "gemvb engine: ..." (the batch-invariant LLM
 #               lines), "gemvb <base|b> steps: b16 ms b32 ms ..." (decode step per batch),
 #               "gemvb: llm b16 gemv_tc(b) ..." kernel rows, "gemvb <base|b> <round> w1|w2: ...".
@@ -614,7 +614,7 @@ if [[ " $STEPS " == *" attnpre "* ]]; then
   awk '/^==== kernel table/ { t = 1 } t && /qkv\+attn/' "$OUT/attnpre_bench.log" \
     | sed 's/^/attnpre: /' | tee -a "$SUMMARY"
   for e in off on; do
-    ae=(); [ $e = on ] && ae=(COSY_LLM_ATTN_EARLY=1)
+    ae=(COSY_LLM_ATTN_EARLY=0); [ $e = on ] && ae=(COSY_LLM_ATTN_EARLY=1)
     COSY_FULL_MODEL=$PWD/$FULL run attnpre_llm_$e env "${ae[@]}" ./$B/tests/test_gpu_llm
     note "attnpre $e llm: $(grep -cE '^\[ +OK +\]' "$OUT/attnpre_llm_$e.log") ok, $(grep -cE \
       '^\[ +FAILED +\]' "$OUT/attnpre_llm_$e.log") failed"
@@ -627,7 +627,7 @@ if [[ " $STEPS " == *" attnpre "* ]]; then
     | tee -a "$SUMMARY"
   for r in $(seq 1 "${ATTNPRE_ROUNDS:-2}"); do
     for e in off on; do
-      ae=(); [ $e = on ] && ae=(COSY_LLM_ATTN_EARLY=1)
+      ae=(COSY_LLM_ATTN_EARLY=0); [ $e = on ] && ae=(COSY_LLM_ATTN_EARLY=1)
       run attnpre_w1_${e}_$r env "${ae[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --concurrency 1 "${W1_ARGS[@]}"
       note "attnpre $e w1 $r: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms' "$OUT/attnpre_w1_${e}_$r.log" | \
@@ -659,9 +659,10 @@ if [[ " $STEPS " == *" xfrag "* ]]; then # not in the default steps: bash bench/
   grep -E 'FAIL' "$OUT/xfrag_test.log" | sed 's/^/xfrag check: /' | tee -a "$SUMMARY"
   note "xfrag: test_kernels llm_gemv: $(grep -c 'llm_gemv_tc xfrag .*PASS' "$OUT/xfrag_test.log") xfrag == per-warp checks PASS ($(grep -c 'in-block vs per-warp.*PASS' "$OUT/xfrag_test.log") of them on the in-block path), $(grep -cE 'xfrag.*PASS' "$OUT/xfrag_test.log") xfrag lines PASS, $(grep -c FAIL "$OUT/xfrag_test.log") FAIL"
   # XFRAG_VARIANTS (default "base xf"): xf = COSY_LLM_XFRAG=1, xf2 = COSY_LLM_XFRAG=2 (not
-  # staging x), base = unset. test_gpu_llm on the small model (golden, batched, prefill, KV) and
-  # the full one (its checks and the decode-step timings) under each: must pass
-  xfenv() { case $1 in xf) echo COSY_LLM_XFRAG=1 ;; xf2) echo COSY_LLM_XFRAG=2 ;; *) echo _XF=0 ;; esac; }
+  # staging x), base = COSY_LLM_XFRAG=0, auto = unset (the default). test_gpu_llm on the small
+  # model (golden, batched, prefill, KV) and the full one (its checks and the decode-step
+  # timings) under each: must pass
+  xfenv() { case $1 in xf) echo COSY_LLM_XFRAG=1 ;; xf2) echo COSY_LLM_XFRAG=2 ;; auto) echo _XF=0 ;; *) echo COSY_LLM_XFRAG=0 ;; esac; }
   XFV=${XFRAG_VARIANTS:-base xf}
   for v in $XFV; do
     COSY_FULL_MODEL=$PWD/$FULL run xfrag_gpu_llm_$v env "$(xfenv $v)" ./$B/tests/test_gpu_llm
@@ -694,7 +695,7 @@ if [[ " $STEPS " == *" gemvb "* ]]; then
   grep -E 'FAIL' "$OUT/gemvb_test_kernels.log" | sed 's/^/gemvb check: /' | tee -a "$SUMMARY"
   note "gemvb check: $(grep -c 'llm_gemv_tcb.*PASS' "$OUT/gemvb_test_kernels.log") llm_gemv_tcb checks passed, $(grep -c 'llm_gemv_tcb.*FAIL' "$OUT/gemvb_test_kernels.log") failed"
   for v in base b; do
-    envs=(); [ "$v" = b ] && envs=(COSY_LLM_GEMVB=1)
+    envs=(COSY_LLM_GEMVB=0); [ "$v" = b ] && envs=(COSY_LLM_GEMVB=1)
     run gemvb_${v}_gpu_llm env "${envs[@]}" COSY_FULL_MODEL=$PWD/$FULL ./$B/tests/test_gpu_llm
     grep -E 'FAIL' "$OUT/gemvb_${v}_gpu_llm.log" | sed "s/^/gemvb check $v gpu_llm: /" | tee -a "$SUMMARY"
     note "gemvb $v steps: $(grep -E 'TIMING llm decode step' "$OUT/gemvb_${v}_gpu_llm.log" | \
@@ -709,7 +710,7 @@ if [[ " $STEPS " == *" gemvb "* ]]; then
     | sed 's/^/gemvb: /' | tee -a "$SUMMARY"
   for r in $(seq 1 "${GEMVB_ROUNDS:-1}"); do
     for v in base b; do
-      envs=(); [ "$v" = b ] && envs=(COSY_LLM_GEMVB=1)
+      envs=(COSY_LLM_GEMVB=0); [ "$v" = b ] && envs=(COSY_LLM_GEMVB=1)
       run gemvb_${v}_${r}_w1 env "${envs[@]}" ./$B/bench/bench_w1 -m "$FULL" --device 0 \
         --concurrency 16,64 "${W1_ARGS[@]}"
       grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|ttfb by wave|underruns:' "$OUT/gemvb_${v}_${r}_w1.log" \

@@ -84,20 +84,21 @@ typedef struct cosy_llm_gemv_args {
   /* cosy_k_llm_gemv_tc only: shared memory (bytes) of one multiprocessor (kdevice.h smem_sm);
    * 0 = smem_max's value. Bounds the in-block x fragments (xfrag). */
   int smem_sm;
-  /* cosy_k_llm_gemv_tc only (a measurement switch, COSY_LLM_XFRAG): 1 = where x is split in the
-   * blocks (up to 8 rows, or more without the workspace xs), each block computes its rows' x
-   * fragments (RMSNorm'd, split into hi/lo) once into shared memory and its warps load them,
-   * instead of every warp computing its own for each k-block; used only where the fragments fit
-   * (smem_max per block, smem_sm for the blocks an SM keeps; else the per-warp path); 2 = the
-   * same without staging the rows of x in shared memory first (the RMSNorm statistics and the
-   * fragments read x in place). Speed only: the same bits either way. 0 (or any other value) =
-   * the per-warp path. */
+  /* cosy_k_llm_gemv_tc only (the engine sets it at one row for K <= 1024; COSY_LLM_XFRAG): 1 =
+   * where x is split in the blocks (up to 8 rows, or more without the workspace xs), each block
+   * computes its rows' x fragments (RMSNorm'd, split into hi/lo) once into shared memory and its
+   * warps load them, instead of every warp computing its own for each k-block; used only where
+   * the fragments fit (smem_max per block, smem_sm for the blocks an SM keeps; else the per-warp
+   * path); 2 = the same without staging the rows of x in shared memory first (the RMSNorm
+   * statistics and the fragments read x in place). Speed only: the same bits either way. 0 (or
+   * any other value) = the per-warp path. */
   int xfrag;
-  /* cosy_k_llm_gemv_tc only, a measurement switch (the knob COSY_LLM_GEMVB, docs/knobs.md): 1:
+  /* cosy_k_llm_gemv_tc only (the engine's default; the knob COSY_LLM_GEMVB=0 clears it): 1:
    * above 8 rows with the workspace, the variant with the weights as mma's B operand and x as
    * its A operand (kernels/gemv.cu gemv_tcb_kernel; x split in that kernel's fragment order).
    * The same sums in the same mma sequence; the bits may differ from the default kernel where
-   * the tensor core orders the transposed product differently. 0: the default kernel. */
+   * the tensor core orders the transposed product differently (the engine's batch invariance
+   * holds either way: tests). 0: gemv_tc_kernel, x as the B operand. */
   int gemvb;
 } cosy_llm_gemv_args;
 

@@ -23,7 +23,7 @@ void cosy_knobs_read(cosy_knobs *k) {
   const char *gb = env("COSY_GEMM_BUCKET");
   k->gemm_bucket = gb[0] >= '0' && gb[0] <= '3' && !gb[1] ? gb[0] - '0' : -1;
   k->flow_pdl = !strcmp(env("COSY_FLOW_PDL"), "1");
-  k->llm_attn_early = !strcmp(env("COSY_LLM_ATTN_EARLY"), "1");
+  k->llm_attn_early = strcmp(env("COSY_LLM_ATTN_EARLY"), "0") != 0;
   const char *dm = env("COSY_LLM_DECODE");
   k->llm_decode = !strcmp(dm, "tc")      ? COSY_KNOB_LLM_TC
                   : !strcmp(dm, "mixed") ? COSY_KNOB_LLM_MIXED
@@ -45,8 +45,8 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->flow_attn_split = !strcmp(as, "auto") ? -1 : asn == 1 ? 4 : asn;
   k->flow_nopad = !strcmp(env("COSY_FLOW_PAD"), "0");
   const char *xf = env("COSY_LLM_XFRAG");
-  k->llm_xfrag = !strcmp(xf, "1") ? 1 : !strcmp(xf, "2") ? 2 : 0;
-  k->llm_gemvb = !strcmp(env("COSY_LLM_GEMVB"), "1");
+  k->llm_xfrag = !strcmp(xf, "0") ? 0 : !strcmp(xf, "1") ? 1 : !strcmp(xf, "2") ? 2 : -1;
+  k->llm_gemvb = strcmp(env("COSY_LLM_GEMVB"), "0") != 0;
   const char *av = env("COSY_FLOW_ATTN_V2");
   k->flow_attn_v2 = !strcmp(av, "64")     ? 64
                     : !strcmp(av, "128")  ? 128

@@ -26,9 +26,9 @@ typedef struct cosy_knobs {
   int flow_recompute;           /* COSY_FLOW_CACHE=0: the GPU flow recomputes every chunk's prefix */
   int flow_pdl;                 /* COSY_FLOW_PDL=1: the GPU flow's elementwise kernels with
                                    programmatic dependent launch (where the device has it) */
-  int llm_attn_early;           /* COSY_LLM_ATTN_EARLY=1: the batch-invariant LLM's decode
-                                   attention issues its independent loads before waiting for
-                                   the q|k|v projection (COSY_K_DECODE_EARLY, kernels.h) */
+  int llm_attn_early;           /* COSY_LLM_ATTN_EARLY (on; "0" off): the batch-invariant LLM's
+                                   decode attention issues its independent loads before waiting
+                                   for the q|k|v projection (COSY_K_DECODE_EARLY, kernels.h) */
   int llm_decode;               /* COSY_LLM_DECODE=tc|mixed (COSY_KNOB_LLM_*) */
   int vocoder_thread;           /* COSY_SCHED_VOCODER_THREAD=0|1; -1: the backend's choice */
   char text_trace[COSY_KNOB_PATH]; /* COSY_TEXT_TRACE: the text-streaming input schedule */
@@ -46,15 +46,16 @@ typedef struct cosy_knobs {
                                    the packed flow (2..8; "1" means 4); -1 ("auto"): chosen per
                                    segment (lib/gpu/flow.h GPU_FLOW_ATTN_AUTO); 0 off */
   int flow_nopad;               /* COSY_FLOW_PAD=0: packed flow batches at their exact sizes */
-  int llm_xfrag;                /* COSY_LLM_XFRAG=1|2: the batch-invariant decode kernel
+  int llm_xfrag;                /* COSY_LLM_XFRAG=0|1|2: the batch-invariant decode kernel
                                    (gemv_tc) computes x's fragments once per block
-                                   (cosy_llm_gemv_args xfrag; 2: without staging x) */
+                                   (cosy_llm_gemv_args xfrag; 2: without staging x; 0: per
+                                   warp); -1 (unset, the default): auto, lib/gpu/llm.c */
   int flow_attn_v2;             /* COSY_FLOW_ATTN_V2=64|128|auto|0: the packed flow's attention by
                                    cosy_k_attn_dit_paged_v2 with query tiles of that size (auto,
                                    the default: 1, chosen per batch, lib/gpu/flow.h); 0 the
                                    one-block cosy_k_attn_dit_paged */
-  int llm_gemvb;                /* COSY_LLM_GEMVB=1: the decode GEMV above 8 rows with the weights
-                                   as mma's B operand (cosy_llm_gemv_args.gemvb) */
+  int llm_gemvb;                /* COSY_LLM_GEMVB (on; "0" off): the decode GEMV above 8 rows with
+                                   the weights as mma's B operand (cosy_llm_gemv_args.gemvb) */
 } cosy_knobs;
 
 /* Reads every knob from the environment now (unset or malformed: the default). */

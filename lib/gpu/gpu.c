@@ -320,9 +320,9 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   g->gemm_san_init = knobs && knobs->gemm_san_init;
   g->gemm_bucket = knobs ? knobs->gemm_bucket : -1;
   g->flow_pdl = knobs && knobs->flow_pdl;
-  g->llm_attn_early = knobs && knobs->llm_attn_early;
-  g->llm_xfrag = knobs ? knobs->llm_xfrag : 0;
-  g->llm_gemvb = knobs && knobs->llm_gemvb;
+  g->llm_attn_early = !knobs || knobs->llm_attn_early; /* the defaults without knobs: on, */
+  g->llm_xfrag = knobs ? knobs->llm_xfrag : -1;         /* auto, */
+  g->llm_gemvb = !knobs || knobs->llm_gemvb;           /* on */
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
   if ((st = cosy_gpu_describe(device, knobs ? knobs->gpu_profile : NULL, &g->dev))) goto fail;

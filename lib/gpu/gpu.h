@@ -53,12 +53,12 @@ typedef struct cosy_gpu {
   int gemm_bucket;           /* COSY_GEMM_BUCKET (cosy_knobs; -1: the default rule) */
   int flow_pdl;              /* COSY_FLOW_PDL=1 (cosy_knobs): the flow's elementwise kernels
                                 with programmatic dependent launch where dev.pdl (flow.c) */
-  int llm_attn_early;        /* COSY_LLM_ATTN_EARLY=1 (cosy_knobs): the LLM's decode attention
+  int llm_attn_early;        /* COSY_LLM_ATTN_EARLY (cosy_knobs; on): the LLM's decode attention
                                 with COSY_K_DECODE_EARLY where allowed (llm.c attention) */
-  int llm_xfrag;             /* COSY_LLM_XFRAG=1|2 (cosy_knobs): the decode step's tensor-core
+  int llm_xfrag;             /* COSY_LLM_XFRAG (cosy_knobs; -1 auto): the decode step's tensor-core
                                 kernels with x's fragments once per block (llm.c, gemv.h
                                 xfrag) */
-  int llm_gemvb;             /* COSY_LLM_GEMVB=1 (cosy_knobs): the LLM's tensor-core decode
+  int llm_gemvb;             /* COSY_LLM_GEMVB (cosy_knobs; on): the LLM's tensor-core decode
                                 GEMVs above 8 rows with the weights as mma's B operand
                                 (cosy_llm_gemv_args.gemvb; lib/gpu/llm.c) */
 } cosy_gpu;

@@ -839,8 +839,14 @@ static cudaError_t run_gemv(const gpu_llm *l, cudaStream_t s, cosy_llm_gemv_args
     ga->xs_bytes = l->xs_bytes;
     ga->clusters = l->g->dev.clusters; /* the K split of every call of this engine */
     ga->smem_sm = (int)l->g->dev.smem_sm;
-    ga->xfrag = l->g->llm_xfrag; /* COSY_LLM_XFRAG: x's fragments once per block (same bits) */
-    ga->gemvb = l->g->llm_gemvb;       /* COSY_LLM_GEMVB: the B-operand kernel above 8 rows */
+    /* x's fragments once per block (COSY_LLM_XFRAG; the same bits as per warp). Auto (-1, the
+     * default): at one row for K up to 1024 (q|k|v, o, gate|up, head), where it paid on an H200
+     * (the kernels 8-24% faster, the step 0.729 against 0.794 ms); not for down (K = 4864:
+     * 7.6 against 7.0 us) nor at 4 or 8 rows (steps 0.857 / 0.999 against 0.850 / 0.911 ms):
+     * bench/RESULTS.md, 2026-11-29 (sixteenth) */
+    const int xf = l->g->llm_xfrag;
+    ga->xfrag = xf >= 0 ? xf : b == 1 && ga->K <= 1024;
+    ga->gemvb = l->g->llm_gemvb; /* COSY_LLM_GEMVB: the B-operand kernel above 8 rows */
     return cosy_k_llm_gemv_tc(s, ga);
   }
   ga->M = gemv_rows(b);
