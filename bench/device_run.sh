@@ -58,8 +58,8 @@
 #               of gemv_tc_kernel / paged_decode_kernel after NCUL_SKIP (400, ~3 steps in);
 #               each kernel alone, so its duration is its own chain (docs/kernels.md, "The LLM
 #               decode step against its floor"). Log: ncu_llm.log (timeout NCUL_TIMEOUT, 240 s)
-#   ktop        the 30 kernels of the largest GPU time in a 64-request first-chunk burst and W1
-#               at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
+#   ktop        the 30 (KTOP_N) kernels of the largest GPU time in a 64-request first-chunk burst
+#               and W1 at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
 #   conv        the vocoder's conv kernels (kernels/conv.cu; not in the default steps: `bash
 #               bench/device_run.sh build conv`): test_gpu_hift's conv tests and golden decode
 #               (every cosy_hift_conv_kernel choice vs the CPU loop and bit for bit vs the old
@@ -916,7 +916,7 @@ if len(per) == 2:
 PYEOF
 fi
 if [[ " $STEPS " == *" ktop "* ]]; then
-  # where the GPU time goes under load: bench_w1 under kernel_time.so with KERNEL_TIME_TOP=30,
+  # where the GPU time goes under load: bench_w1 under kernel_time.so with KERNEL_TIME_TOP=KTOP_N (30),
   # one run per ;-separated argument list of KTOP_RUNS (default: a burst of 64 first chunks
   # (--tokens 41: the first chunk, then a 3-token last one) and W1 at C = 64), with KTOP_ENV
   # (e.g. COSY_LLM_DECODE=mixed) in the environment. Logs: ktop_<i>.log (the table is on stderr)
@@ -924,7 +924,7 @@ if [[ " $STEPS " == *" ktop "* ]]; then
   IFS=';' read -r -a kruns <<< "${KTOP_RUNS:---concurrency 64 --requests 64 --tokens 41;--concurrency 64}"
   for i in "${!kruns[@]}"; do
     read -r -a kargs <<< "${kruns[$i]}"
-    run ktop_$i env ${KTOP_ENV:-} LD_PRELOAD=$PWD/$B/kernel_time.so KERNEL_TIME_TOP=30 ./$B/bench/bench_w1 \
+    run ktop_$i env ${KTOP_ENV:-} LD_PRELOAD=$PWD/$B/kernel_time.so KERNEL_TIME_TOP=${KTOP_N:-30} ./$B/bench/bench_w1 \
       -m "$FULL" --device 0 "${W1_ARGS[@]}" "${kargs[@]}"
     note "ktop $i: ${kruns[$i]}"
     grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|kernel_time' "$OUT/ktop_$i.log" | sed "s/^/ktop $i: /" | tee -a "$SUMMARY"
