@@ -52,7 +52,8 @@
 #               in alternation, twice (AB_VARIANTS, AB_ROUNDS, AB_LEVELS: see the step; about
 #               12 s a run after a build). Logs: ab_*.log; "ab <variant> <round>:" rows
 #   ncu_k       ncu sections (occupancy, warp stalls) of a few vocoder-conv and flow-attention
-#               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT, NCUK_W1)
+#               launches under W1 at C = 16 (NCUK_REGEX, NCUK_SKIP, NCUK_COUNT, NCUK_W1;
+#               NCUK_SOURCE=1: the stalls per SASS instruction too, ncu_k_sass.csv)
 #   ncu_llm     ncu sections (speed of light, warp stalls, scheduler, memory) of one decode step's
 #               kernels at batch 1 inside W1 at C = 1 (2 requests): NCUL_COUNT (10) launches
 #               of gemv_tc_kernel / paged_decode_kernel after NCUL_SKIP (400, ~3 steps in);
@@ -975,11 +976,19 @@ if [[ " $STEPS " == *" ncu_k "* ]]; then
   # the flow's paged attention) inside W1 at C = 16, after NCUK_SKIP (300) matching launches.
   # Log: ncu_k.log. A 24 GiB engine and --kill on, as in ncu_llm (the replay passes save and
   # restore the memory the process holds)
-  run ncu_k timeout 300 ncu --kill on --kernel-name "regex:${NCUK_REGEX:-conv_tc_kernel|attn_dit_paged}" \
+  # NCUK_SOURCE=1 adds the source counters (warp stalls per SASS instruction) to a report
+  # (ncu_k.ncu-rep) and prints its SASS page as CSV (ncu_k_sass.csv), as the ncu_llm findings were
+  # made (docs/kernels.md, "The LLM decode step against its floor")
+  src=(); [ "${NCUK_SOURCE:-0}" = 1 ] && src=(--section SourceCounters --import-source no -o "$OUT/ncu_k")
+  run ncu_k timeout 300 ncu --kill on --kernel-name "regex:${NCUK_REGEX:-conv2_kernel|attn_dit_paged}" \
     --launch-skip ${NCUK_SKIP:-300} --launch-count ${NCUK_COUNT:-4} --section SpeedOfLight \
     --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
-    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis ./$B/bench/bench_w1 \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis "${src[@]}" ./$B/bench/bench_w1 \
     -m "$FULL" --device 0 --memory-gb 24 ${NCUK_W1:---concurrency 16 --warmup 1} "${W1_ARGS[@]}"
+  if [ -f "$OUT/ncu_k.ncu-rep" ]; then
+    run ncu_k_details timeout 60 ncu --import "$OUT/ncu_k.ncu-rep" --page details --print-details all
+    ncu --import "$OUT/ncu_k.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_k_sass.csv" 2>&1
+  fi
 fi
 
 if [[ " $STEPS " == *" cudnn "* ]] && [ -d .dev/official ]; then
