@@ -717,6 +717,11 @@ static void attn_row_ref(const float *q, const float *const *krow, const float *
 }
 
 /* n_seq sequences with the given lengths; pages shuffled over a pool bigger than needed */
+/* the double reference of n_seq decode rows over the host caches (defined below) */
+static void paged_decode_ref(int n_seq, const int *lens, const float *q, int q_stride,
+                             const float *kc, const float *vc, const int32_t *bt, int max_pages,
+                             int page_size, double scale, double *ref, int out_stride);
+
 static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_kdtype dt,
                                int max_ctx) {
   const int nqh = 14, nkh = 2, hd = 64, q_stride = 1152, out_stride = nqh * hd;
@@ -767,20 +772,8 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
   }
   float *out = outs[3];
   double *ref = dalloc_host((size_t)n_seq * out_stride);
-  const float **kr = malloc((max_ctx ? max_ctx : 1) * sizeof *kr);
-  const float **vr = malloc((max_ctx ? max_ctx : 1) * sizeof *vr);
-  for (int s = 0; s < n_seq; ++s)
-    for (int h = 0; h < nqh; ++h) {
-      const int kvh = h / (nqh / nkh);
-      for (int t = 0; t < lens[s]; ++t) {
-        const size_t row =
-            (size_t)bt[(size_t)s * max_pages + t / page_size] * page_size + t % page_size;
-        kr[t] = kc + row * per + (size_t)kvh * hd;
-        vr[t] = vc + row * per + (size_t)kvh * hd;
-      }
-      attn_row_ref(q + (size_t)s * q_stride + (size_t)h * hd, kr, vr, lens[s], scale,
-                   ref + (size_t)s * out_stride + (size_t)h * hd);
-    }
+  paged_decode_ref(n_seq, lens, q, q_stride, kc, vc, bt, max_pages, page_size, scale, ref,
+                   out_stride);
   char sz[96], ls[48] = "";
   for (int s = 0; s < n_seq && s < 4; ++s)
     snprintf(ls + strlen(ls), sizeof ls - strlen(ls), "%s%d", s ? "," : "", lens[s]);
@@ -793,7 +786,7 @@ static void check_paged_decode(int n_seq, const int *lens, int page_size, cosy_k
     check(nm, sz, outs[call], ref, (size_t)n_seq * out_stride, dt == BF16 ? 1e-2 : 1e-5);
     if (call != 3) free(outs[call]);
   }
-  free(kc), free(vc), free(q), free(perm), free(bt), free(out), free(ref), free(kr), free(vr);
+  free(kc), free(vc), free(q), free(perm), free(bt), free(out), free(ref);
   dfree(dkc), dfree(dvc), dfree(dq), dfree(dbt), dfree(dlens), dfree(dout), dfree(dws);
 }
 
