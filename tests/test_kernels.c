@@ -872,19 +872,8 @@ static void check_paged_decode_shared_ws(cosy_kdtype dt) {
   void *dws = dmalloc(wsb);
   CK(cudaMemset(dws, 0, wsb)); /* the contract: zeroed once */
   double *ref = dalloc_host((size_t)NS * out_stride);
-  const float *kr[200], *vr[200];
-  for (int s = 0; s < NS; ++s)
-    for (int h = 0; h < nqh; ++h) {
-      const int kvh = h / (nqh / nkh);
-      for (int t = 0; t < lens[s]; ++t) {
-        const size_t row =
-            (size_t)bt[(size_t)s * max_pages + t / page_size] * page_size + t % page_size;
-        kr[t] = kc + row * per + (size_t)kvh * hd;
-        vr[t] = vc + row * per + (size_t)kvh * hd;
-      }
-      attn_row_ref(q + (size_t)s * q_stride + (size_t)h * hd, kr, vr, lens[s], scale,
-                   ref + (size_t)s * out_stride + (size_t)h * hd);
-    }
+  paged_decode_ref(NS, lens, q, q_stride, kc, vc, bt, max_pages, page_size, scale, ref,
+                   out_stride);
   cosy_kdev dev = g_dev;
   dev.clusters = 0;
   for (int c = 0; c < NCALL; ++c) {
