@@ -130,8 +130,8 @@
 #               contexts 200 and 1000), then test_gpu_llm (small model: parity; full model:
 #               decode-step timings) with the knob =0 and =1, test_gpu_engine's synthesis test
 #               on the full model with =1 (the batch-invariant LLM: a request alone == among 31
-#               others), then W1 at C = 1 (ATTNPRE_ROUNDS, 2, rounds of off, on). About 4
-#               minutes after a build (not yet timed). Summary: "attnpre check: ..." (failed
+#               others), then W1 at C = 1 (ATTNPRE_ROUNDS, 2, rounds of off, on). About 90 s
+#               after a build on an H200 (80 s with ATTNPRE_ROUNDS=1). Summary: "attnpre check: ..." (failed
 #               checks: none expected; the "[early pdl]" lines), "attnpre: llm b1 qkv+attn ..."
 #               (kernel rows), "attnpre <off|on> llm: ..." (passed and failed tests), "attnpre
 #               <off|on> steps: b<batch> <ms> ..." (the tensor-core + PDL decode steps: the
@@ -154,8 +154,8 @@
 #               gemv_tc xfrag / gemv_tc xfrag2: COSY_LLM_XFRAG=2, x not staged) and b16 (nosplit
 #               / nosplit xfrag), then W1 at C = 1 =0 / =1 in alternation, twice
 #               (XFRAG_ROUNDS). XFRAG_VARIANTS (default "base xf"; "base xf xf2" adds
-#               COSY_LLM_XFRAG=2) picks the variants of test_gpu_llm and W1. About 4 minutes on an
-#               H200 (estimated). Logs: xfrag_*.log. Summary: "xfrag check: ..." (failed checks:
+#               COSY_LLM_XFRAG=2) picks the variants of test_gpu_llm and W1. About 100 s on an
+#               H200 with XFRAG_ROUNDS=1. Logs: xfrag_*.log. Summary: "xfrag check: ..." (failed checks:
 #               none expected), "xfrag: ..." and "xfrag <variant> gpu_llm: ..." (pass counts),
 #               "xfrag bench: ..." (kernel rows), "xfrag <variant> steps: b1 ms ..."
 #               (test_gpu_llm's tensor-core decode steps), "xfrag <variant> <round> w1: ..." (W1
@@ -173,8 +173,8 @@
 #               (failed checks; none expected), "gemvb engine: ..." (the batch-invariant LLM
 #               lines), "gemvb <base|b> steps: b16 ms b32 ms ..." (decode step per batch),
 #               "gemvb: llm b16 gemv_tc(b) ..." kernel rows, "gemvb <base|b> <round> w1|w2: ...".
-#               Not yet timed: estimated 250-330 s on an H200 after a build, of which ~150 s
-#               W1 / W2 (GEMVB_ROUNDS=0 leaves them out). Logs: gemvb_*.log
+#               110 s on an H200 after a build with GEMVB_ROUNDS=0 (each round adds W1 / W2
+#               twice, ~40 s). Logs: gemvb_*.log
 #   wheel       the Python package's GPU wheel (bench/wheel_device_run.sh, not in the default
 #               steps; after the build step): built with every target (CUDA_ARCHS=all), installed
 #               in a fresh venv, its library checked (the package's own, every target named, the

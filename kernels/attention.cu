@@ -37,7 +37,8 @@
  *     quarter into registers and a prefetch of its V row, except for the newest token (len - 1:
  *     the q|k|v projection writes its K and V rows), all from L2 (ld.global.cg); q and the
  *     newest token's K quarter after the wait. The same values in the same arithmetic: the same
- *     bits. Its gain is not yet measured (bench/device_run.sh attnpre).
+ *     bits. Measured (bench/device_run.sh attnpre, H200): the decode step 1-2% faster; lib/gpu/llm.c
+ *     sets it by default.
  *   paged_prefill (fp32, the LLM's packed prefill): one block of G = n_qh / n_kh warps per (tile
  *     of 16 query positions of one segment, kv head); warp w serves query head kvh * G + w for the
  *     16 positions, so each K/V row is staged once for all G heads. Tiles come from the caller's
