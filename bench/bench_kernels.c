@@ -1331,21 +1331,27 @@ static void add_dit_calls(const char *group) {
  * ("f16 auto"). The launches TF32 runs on the old kernel under every choice (the ups 1/2 and
  * conv_post with their mean-of-3 inputs, the strided source downs) follow the others in each
  * scenario ("extra"); "conv sum" covers the shapes before them (as in earlier sessions) and
- * "conv sum all" every shape: the F16 against TF32 comparison of a whole vocoder call. */
-#define HC_NV 8 /* old (never split), w128, w64, auto, old auto, f16 w128, f16 w64, f16 auto */
+ * "conv sum all" every shape: the F16 against TF32 comparison of a whole vocoder call. The row
+ * "f16 staged" runs "f16 auto"'s launches with an xh workspace per conv, so the staged kernel
+ * (kernels/conv.cu conv3_kernel, after its staging kernel: both in the time) runs where it can
+ * ("ran conv2" where not); "staged/f16 x" ends each "conv cmp" and "conv sum all" line. */
+#define HC_NV 9 /* old (never split), w128, w64, auto, old auto, f16 w128, f16 w64, f16 auto,
+                 f16 staged */
+#define HC_STAGED 8
 #define HC_TF32_AUTO 3
 #define HC_F16_AUTO 7
 /* indexed by the COSY_HCONV_K_* value for the first four (the name of what "auto" ran) */
 static const char *const hc_vname[HC_NV] = {"old",      "w128",    "w64",    "auto",
-                                            "old auto", "f16 w128", "f16 w64", "f16 auto"};
+                                            "old auto", "f16 w128", "f16 w64", "f16 auto",
+                                            "f16 staged"};
 static const int hc_kernel[HC_NV] = {COSY_HCONV_K_OLD,  COSY_HCONV_K_W128, COSY_HCONV_K_W64,
                                      COSY_HCONV_K_AUTO, COSY_HCONV_K_OLD,  COSY_HCONV_K_W128,
-                                     COSY_HCONV_K_W64,  COSY_HCONV_K_AUTO};
+                                     COSY_HCONV_K_W64,  COSY_HCONV_K_AUTO, COSY_HCONV_K_AUTO};
 static const int hc_prec[HC_NV] = {COSY_HPREC_TF32_ROUNDED, COSY_HPREC_TF32_ROUNDED,
                                    COSY_HPREC_TF32_ROUNDED, COSY_HPREC_TF32_ROUNDED,
                                    COSY_HPREC_TF32_ROUNDED, COSY_HPREC_F16,
-                                   COSY_HPREC_F16,          COSY_HPREC_F16};
-static const int hc_split[HC_NV] = {1, 1, 1, 1, 0, 1, 1, 1}; /* "old auto": the automatic split */
+                                   COSY_HPREC_F16,          COSY_HPREC_F16, COSY_HPREC_F16};
+static const int hc_split[HC_NV] = {1, 1, 1, 1, 0, 1, 1, 1, 1}; /* "old auto": automatic split */
 static double hc_sum[HC_NV], hc_sum_all[HC_NV];
 static int hc_extra; /* the shapes that follow are the "extra" ones (only in "conv sum all") */
 
@@ -1362,8 +1368,8 @@ static cudaError_t r_hconv(bench_op *o, int s) {
 static void add_hconv_s(const char *group, const char *name, int n, int ci, int co, const int *k,
                         int nk, int dil, int stride, int up, int act, int reflect, int len_in,
                         int n_out, int res, int oact) {
-  cosy_hift_conv *d = calloc((size_t)n, sizeof *d);
-  if (!d) exit(1);
+  cosy_hift_conv *d = calloc((size_t)n, sizeof *d), *d3 = calloc((size_t)n, sizeof *d3);
+  if (!d || !d3) exit(1);
   double flops = 0, bytes = 0;
   const int co_pad = cosy_hift_conv_pad(co, COSY_HCONV_BM), ci_pad = cosy_hift_conv_pad(ci, 8);
   float *alpha = drand((size_t)ci, F32, 0.5f, 1.5f), *oalpha = drand((size_t)co, F32, 0.5f, 1.5f);
@@ -1397,6 +1403,7 @@ static void add_hconv_s(const char *group, const char *name, int n, int ci, int 
       free(w), free(whs), free(wh);
     }
     c->out = dalloc((size_t)co * n_out * 4);
+    d3[i].xh = dalloc((cosy_hift_conv_xh_halves(c) + 8) * sizeof(uint16_t)); /* "f16 staged" */
     if (res) c->res = drand((size_t)co * n_out, F32, -1.f, 1.f), c->ld_res = n_out;
     if (oact) {
       c->out_act = dalloc((size_t)co * n_out * 4), c->ld_out_act = n_out;
@@ -1406,12 +1413,17 @@ static void add_hconv_s(const char *group, const char *name, int n, int ci, int 
     bytes += 4.0 * ((double)ci * len_in + (double)kk * co * ci +
                     (double)co * n_out * (1 + (res != 0) + (oact != 0)));
   }
+  for (int i = 0; i < n; i++) { /* the staged row: the same convs with their xh workspaces */
+    uint16_t *xh = d3[i].xh;
+    d3[i] = d[i];
+    d3[i].xh = xh;
+  }
   double us[HC_NV];
   for (int v = 0; v < HC_NV; v++) {
     bench_op *o = new_op(group, name);
     snprintf(o->size, sizeof o->size, "%dx %d>%d k%d%s d%d L%d %s", n, ci, co, k[0],
              nk > 1 ? "/.." : "", dil, n_out, hc_vname[v]);
-    o->p[0] = d;
+    o->p[0] = v == HC_STAGED ? d3 : d;
     o->i[0] = hc_kernel[v], o->i[1] = n, o->i[2] = hc_split[v], o->i[3] = hc_prec[v];
     o->flops = flops, o->bytes = bytes;
     o->run = r_hconv;
@@ -1428,13 +1440,20 @@ static void add_hconv_s(const char *group, const char *name, int n, int ci, int 
     cosy_hift_conv_kernel(which);
     const int got = cosy_hift_conv_kernel_for(&g_dev, d, n, hc_prec[v], 1);
     const int ran_tf32 = f16 && cosy_hift_conv_f16_runs(&g_dev, d, n) != 1;
+    if (v == HC_STAGED) {
+      printf(" | %s %.1f (x%.2f%s)", hc_vname[v], us[v], us[0] / us[v],
+             cosy_hift_conv_staged_runs(&g_dev, d3, n) ? "" : ", ran conv2");
+      continue;
+    }
     printf(" | %s %.1f (x%.2f%s%s%s%s)", hc_vname[v], us[v], us[0] / us[v],
            !f16 && v != 4 && got == COSY_HCONV_K_OLD ? ", ran old" : "",
            ran_tf32 ? ", ran tf32" : "", which == COSY_HCONV_K_AUTO && got > 0 ? ": " : "",
            which == COSY_HCONV_K_AUTO && got > 0 ? hc_vname[got] : "");
   }
   cosy_hift_conv_kernel(COSY_HCONV_K_OLD);
-  printf(" | f16/tf32 x%.2f\n", us[HC_F16_AUTO] > 0 ? us[HC_TF32_AUTO] / us[HC_F16_AUTO] : 0.0);
+  printf(" | f16/tf32 x%.2f | staged/f16 x%.2f\n",
+         us[HC_F16_AUTO] > 0 ? us[HC_TF32_AUTO] / us[HC_F16_AUTO] : 0.0,
+         us[HC_STAGED] > 0 ? us[HC_F16_AUTO] / us[HC_STAGED] : 0.0);
   for (int v = 0; v < HC_NV; v++) {
     if (!hc_extra) hc_sum[v] += us[v];
     hc_sum_all[v] += us[v];
@@ -1501,7 +1520,9 @@ static void add_voc(const char *group, int Tx, int jobs) {
     printf("conv sum all %-8s (every shape above, us):", group);
     for (int v = 0; v < HC_NV; v++)
       printf(" | %s %.1f (x%.2f)", hc_vname[v], hc_sum_all[v], hc_sum_all[0] / hc_sum_all[v]);
-    printf(" | f16/tf32 x%.2f\n", hc_sum_all[HC_TF32_AUTO] / hc_sum_all[HC_F16_AUTO]);
+    printf(" | f16/tf32 x%.2f | staged/f16 x%.2f\n",
+           hc_sum_all[HC_TF32_AUTO] / hc_sum_all[HC_F16_AUTO],
+           hc_sum_all[HC_F16_AUTO] / hc_sum_all[HC_STAGED]);
   }
 }
 

@@ -71,7 +71,9 @@
 #               same number from two builds = the same bits), then the
 #               "conv cmp" line of each vocoder launch (us of every kernel, speed-up over the
 #               old one, the fp16-operand rows "f16 ..." and "f16/tf32 x" at the end) and the
-#               "conv sum" / "conv sum all" lines of each scenario (voc s100, f224, b16)
+#               "conv sum" / "conv sum all" lines of each scenario (voc s100, f224, b16);
+#               "conv staged: N checks bit-identical to conv2, M of them staged; ..." (the staged
+#               kernel, test_kernel_conv_staged) and the rows "f16 staged" / "staged/f16 x"
 #   f16guard    the fp16 vocoder's saturation guard (COSY_VOCODER_FP16; lib/gpu/hift.c,
 #               "Saturation"; not in the default steps: `bash bench/device_run.sh build
 #               f16guard`): test_gpu_hift test_f16_guard (a mel scaled past fp16's 65504 in one
@@ -508,11 +510,14 @@ fi
 if [[ " $STEPS " == *" conv "* ]]; then
   COSY_TEST_FILTER='test_kernel_conv*' run conv_test ./$B/tests/test_gpu_hift
   COSY_TEST_FILTER=test_decode_golden run conv_decode ./$B/tests/test_gpu_hift
-  grep -hE 'FAIL|DIFFERS|NOT BIT|NOT F16|WRONG KERNEL|LAYOUT' "$OUT/conv_test.log" \
+  grep -hE 'FAIL|DIFFERS|NOT BIT|NOT F16|NOT STAGED|WRONG|LAYOUT' "$OUT/conv_test.log" \
     "$OUT/conv_decode.log" | sed 's/^/conv check: /' | tee -a "$SUMMARY"
   grep -hE 'bit-identical to the old kernel|golden rel L2: F16|waveform digest' \
     "$OUT/conv_decode.log" \
     | sed 's/^ */conv /' | tee -a "$SUMMARY"
+  echo "conv staged: $(grep -c 'staged.*bit-identical to conv2' "$OUT/conv_test.log") checks" \
+    "bit-identical to conv2, $(grep -c ': staged (' "$OUT/conv_test.log") of them staged;" \
+    "$(grep -h 'conv staged: 16 convs' "$OUT/conv_test.log" | sed 's/^ *//')" | tee -a "$SUMMARY"
   run conv_bench ./$B/tests/test_kernels --bench hift
   grep -E '^conv (cmp|sum)' "$OUT/conv_bench.log" | tee -a "$SUMMARY"
 fi

@@ -926,6 +926,176 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
   store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, OP::out_scale(c));
 }
 
+/* ---- the staged kernel (conv3: fp16 operands from a pre-staged input) ------------------------ */
+
+/* conv3_kernel<NTW, S>: conv2_kernel<OpF16, NTW> with its input staged beforehand. conv2 builds
+ * each chunk's strip from fp32 global loads in registers, the activation (leaky ReLU, Snake with
+ * an accurate sinf, the mean of three) and the fp16 conversion, between two barriers, once per
+ * block that reads the column: in a block of 4 warps that work leaves the tensor cores idle, and
+ * the Snake convs ran at 3-4% of their rate (docs/kernels.md). Here a first kernel
+ * (conv_stage_f16_kernel) computes every activated input value once, in fp32 with conv2's
+ * operations, rounds it to fp16 exactly as conv2 does (cvt.rn.satfinite; the saturation flag
+ * there) and writes it time-major, xh[u][ci] (ci padded to 16 with zeros), so that the 16
+ * channels of a chunk at one input step are 32 contiguous bytes: a strip column is two 16-byte
+ * cp.async, the zero columns (before the input, past its end) two zero-filling ones. The conv
+ * then runs a ring of S shared-memory stages (each a weight slab of all k taps and a strip, the
+ * layouts of conv2: slab rows of 32 bytes with halves swapped in every other group of 4, strip
+ * columns at a 48-byte pitch): chunk c + S - 1 is copied while chunk c is multiplied, one
+ * barrier a chunk, and each thread only issues copies and the tap loop (ldmatrix + mma, conv2's
+ * code). The products and their order per output are conv2's (chunk of 16 channels outer, tap
+ * inner, the same fp16 operands), so the values are bit-identical to conv2_kernel<OpF16>'s
+ * (tests/test_gpu_hift.c test_kernel_conv_f16). Handles launches whose slabs hold all k taps
+ * and whose strips have at most CONV3_MAXCOL columns; the rest run conv2. */
+constexpr int CONV3_MAXCOL = 320;
+constexpr int CONV3_CPT = (2 * CONV3_MAXCOL + NT - 1) / NT; /* strip copies per thread */
+constexpr int STG_T = 128;                                  /* prep kernel: time steps a block */
+
+__device__ __forceinline__ void cp_async16_zero(void *smem, const void *gmem) {
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;\n" ::"r"(sa), "l"(gmem));
+}
+
+/* conv_stage_f16_kernel: xh[u][ci0 .. ci0 + 15] of conv blockIdx.z for u = blockIdx.x STG_T +
+ * threadIdx.x, ci0 = 16 blockIdx.y: the 16 values of load_act (conv2's activation; 0 for padded
+ * channels), packed as conv2's put_col packs them; the saturation flag as conv2 sets it */
+__global__ void __launch_bounds__(STG_T) conv_stage_f16_kernel(const __grid_constant__ ConvGroup grp) {
+  const cosy_hift_conv &c = grp.c[blockIdx.z];
+  const int u = (int)(blockIdx.x * STG_T + threadIdx.x);
+  const int ci0 = (int)blockIdx.y * CKH;
+  const int cip = (c.ci + CKH - 1) / CKH * CKH;
+  if (u >= c.len_in || ci0 >= cip) return;
+  uint32_t p[CKH / 2];
+#pragma unroll
+  for (int r = 0; r < CKH / 2; r++) {
+    const int a = ci0 + 2 * r, b = a + 1;
+    const float lo = a < c.ci ? load_act(c, c.act, a, u) : 0.f;
+    const float hi = b < c.ci ? load_act(c, c.act, b, u) : 0.f;
+    p[r] = pack_f16x2(lo, hi);
+  }
+  uint4 *d = reinterpret_cast<uint4 *>(c.xh + (size_t)u * (size_t)cip + (size_t)ci0);
+  d[0] = make_uint4(p[0], p[1], p[2], p[3]);
+  d[1] = make_uint4(p[4], p[5], p[6], p[7]);
+  __half2 m = u32_h2(0u);
+#pragma unroll
+  for (int r = 0; r < CKH / 2; r++) m = __hmax2(m, __habs2(u32_h2(p[r])));
+  const uint32_t amax = h2_u32(m);
+  if (((amax & 0xffffu) >= 0x7bffu || (amax >> 16) >= 0x7bffu) && c.sat) *c.sat = 1;
+}
+
+template <int NTW, int S>
+__global__ void __launch_bounds__(NT, NTW == 8 ? 2 : 4)
+    conv3_kernel(const __grid_constant__ ConvGroup grp) {
+  constexpr int BN2 = 16 * NTW, WN = 8 * NTW;
+  const cosy_hift_conv &c = grp.c[blockIdx.z];
+  const int t0 = blockIdx.x * BN2;
+  const int co0 = blockIdx.y * BM;
+  if (t0 >= c.n_out || co0 >= c.co) return;
+
+  extern __shared__ float4 smem_raw[];
+  const int K = c.k, dil = c.dil, stride = c.stride;
+  const int SL = conv2_strip_len(NTW, K, dil, stride);
+  const int stage_floats = K * BM * CK + SL * XS;
+  float *const smem = reinterpret_cast<float *>(smem_raw);
+
+  const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int g = lane >> 2, tq = lane & 3;
+  const int cip = (c.ci + CKH - 1) / CKH * CKH;
+
+  const int p0 = c.reflect ? t0 - 1 : t0;
+  const long long ubase = (long long)p0 * stride - c.pad_left;
+  const long long Lu = (long long)c.len_in * c.up;
+
+  int bofs[NTW / 2];
+#pragma unroll
+  for (int h = 0; h < NTW / 2; h++) {
+    const int n = wn * WN + (2 * h + (lane >> 4)) * 8 + (lane & 7);
+    const int col = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
+    bofs[h] = col * XS + ((lane >> 3) & 1) * 4;
+  }
+  int aofs[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+    aofs[mt] = sw_off(wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+
+  float acc[2][NTW][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
+
+  /* this thread's strip copies i = tid + q NT (column i / 2, 16-byte half i % 2): the source
+   * row (input step) of each, or -1 for a zero column, fixed for every chunk */
+  int srow[CONV3_CPT];
+#pragma unroll
+  for (int q = 0; q < CONV3_CPT; q++) {
+    const int i = tid + q * NT, col = i >> 1;
+    const long long u = ubase + col;
+    srow[q] = col < SL && u >= 0 && u < Lu ? (c.up == 1 ? (int)u : (int)(u / c.up)) : -1;
+  }
+  const int wm_row = tid >> 1, whalf = tid & 1;
+  const uint16_t *const wsrc = c.wh + (size_t)(co0 + wm_row) * (size_t)cip + (size_t)(whalf * 8);
+  const size_t wtap = (size_t)c.co_pad * (size_t)cip;
+  const int wdst = sw_off(wm_row, whalf);
+  const int n_chunks = cip / CKH;
+
+  auto issue = [&](int chunk, int buf) {
+    float *const sW = smem + buf * stage_floats;
+    float *const sX = sW + K * BM * CK;
+    const uint16_t *src = wsrc + (size_t)chunk * CKH;
+    float *d = sW + wdst;
+    for (int j = 0; j < K; j++, src += wtap, d += BM * CK) cp_async16(d, src);
+#pragma unroll
+    for (int q = 0; q < CONV3_CPT; q++) {
+      const int i = tid + q * NT, col = i >> 1;
+      if (col < SL) {
+        float *dx = sX + col * XS + (i & 1) * 4;
+        if (srow[q] >= 0)
+          cp_async16(dx, c.xh + (size_t)srow[q] * (size_t)cip + (size_t)(chunk * CKH + (i & 1) * 8));
+        else
+          cp_async16_zero(dx, c.xh);
+      }
+    }
+  };
+  const int dxs = dil * XS;
+
+#pragma unroll
+  for (int s = 0; s < S - 1; s++) {
+    if (s < n_chunks) issue(s, s);
+    cp_async_commit();
+  }
+  for (int chunk = 0; chunk < n_chunks; chunk++) {
+    cp_async_wait<S - 2>();
+    __syncthreads(); /* chunk's stage is in; every warp is done with chunk - 1's */
+    const int nc = chunk + S - 1;
+    if (nc < n_chunks) issue(nc, nc % S);
+    cp_async_commit();
+    const float *ws = smem + (chunk % S) * stage_floats;
+    const float *xb = ws + K * BM * CK;
+#pragma unroll 2
+    for (int j = 0; j < K; j++, ws += BM * CK, xb += dxs) {
+      uint32_t ab[2][4], bb[NTW][2];
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) ldsm4(ab[mt], ws + aofs[mt]);
+#pragma unroll
+      for (int h = 0; h < NTW / 2; h++) {
+        uint32_t r4[4];
+        ldsm4(r4, xb + bofs[h]);
+        bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
+        bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NTW; nt++) mma_f16(acc[mt][nt], ab[mt], bb[nt]);
+    }
+  }
+  cp_async_wait<0>();
+  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, c.wh_scale);
+}
+
 /* ---- fp64 F0 predictor --------------------------------------------------------------------- */
 
 /* GEMM view as the TF32 kernel: M = co, N = time, K = (ci, tap); one k4 step = 4 input channels
@@ -1352,7 +1522,93 @@ int f16_route(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const Co
   return 0;
 }
 
+int g_conv_staged = 1; /* cosy_hift_conv_staged */
+
+/* The staged F16 launch (conv_stage_f16_kernel, then conv3_kernel<ntw, S>): every conv has its
+ * xh (16-byte aligned), a strip of at most CONV3_MAXCOL columns and a slab of all k taps; the
+ * tile as conv2's choice (COSY_HCONV_K_AUTO: conv2_auto; W128: NTW 8; else NTW 4), S = 3 stages
+ * where two blocks of them fit an SM, else 2 where they fit dev->smem_block; sgrid: the staging
+ * kernel's grid (x 0: nothing to stage) */
+bool conv3_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int *ntw_out,
+                int *S_out, dim3 *grid, size_t *smem, dim3 *sgrid) {
+  if (!g_conv_staged) return false;
+  int which = g_conv_kernel;
+  if (which == COSY_HCONV_K_AUTO) which = conv2_auto(dev, convs, n);
+  const int ntw = which == COSY_HCONV_K_W128 ? 8 : 4;
+  size_t b = 0;
+  int tiles = 0, max_len = 0, max_cb = 0;
+  for (int i = 0; i < n; i++) {
+    const cosy_hift_conv &c = convs[i];
+    if (!c.xh || !c.wh || ((uintptr_t)c.xh & 15) ||
+        conv2_strip_len(ntw, c.k, c.dil, c.stride) > CONV3_MAXCOL)
+      return false;
+    const size_t st = conv2_smem(ntw, c.k, c.k, c.dil, c.stride);
+    b = st > b ? st : b;
+    const int tt = (c.n_out + 16 * ntw - 1) / (16 * ntw);
+    tiles = tt > tiles ? tt : tiles;
+    max_len = c.len_in > max_len ? c.len_in : max_len;
+    const int cb = (c.ci + CKH - 1) / CKH;
+    max_cb = cb > max_cb ? cb : max_cb;
+  }
+  int S;
+  if (3 * b <= dev->smem_block && 2 * (3 * b + 1024) <= dev->smem_sm)
+    S = 3;
+  else if (2 * b <= dev->smem_block)
+    S = 2;
+  else
+    return false;
+  *ntw_out = ntw;
+  *S_out = S;
+  *smem = (size_t)S * b;
+  *grid = dim3((unsigned)tiles, (unsigned)((convs[0].co + BM - 1) / BM), (unsigned)n);
+  for (int i = 1; i < n; i++)
+    grid->y = (unsigned)((convs[i].co + BM - 1) / BM) > grid->y
+                  ? (unsigned)((convs[i].co + BM - 1) / BM)
+                  : grid->y;
+  *sgrid = dim3((unsigned)((max_len + STG_T - 1) / STG_T), (unsigned)max_cb, (unsigned)n);
+  return true;
+}
+
+template <int NTW, int S> cudaError_t allow_smem3(int bytes) {
+  return cudaFuncSetAttribute(conv3_kernel<NTW, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              bytes);
+}
+
+cudaError_t launch_conv3(cudaStream_t s, const ConvGroup &grp, int ntw, int S, dim3 grid,
+                         size_t smem, dim3 sgrid) {
+  if (sgrid.x > 0) conv_stage_f16_kernel<<<sgrid, STG_T, 0, s>>>(grp);
+  if (ntw == 8)
+    S == 3 ? conv3_kernel<8, 3><<<grid, NT, smem, s>>>(grp)
+           : conv3_kernel<8, 2><<<grid, NT, smem, s>>>(grp);
+  else
+    S == 3 ? conv3_kernel<4, 3><<<grid, NT, smem, s>>>(grp)
+           : conv3_kernel<4, 2><<<grid, NT, smem, s>>>(grp);
+  return cudaGetLastError();
+}
+
 } /* namespace */
+
+extern "C" size_t cosy_hift_conv_xh_halves(const cosy_hift_conv *c) {
+  return c && c->len_in > 0 && c->ci > 0
+             ? (size_t)c->len_in * (size_t)((c->ci + CKH - 1) / CKH * CKH)
+             : 0;
+}
+
+extern "C" int cosy_hift_conv_staged(int on) {
+  const int prev = g_conv_staged;
+  if (on == 0 || on == 1) g_conv_staged = on;
+  return prev;
+}
+
+extern "C" int cosy_hift_conv_staged_runs(const cosy_kdev *dev, const cosy_hift_conv *convs,
+                                          int n) {
+  ConvPlan p;
+  if (plan_convs(dev, convs, n, 1, COSY_HPREC_F16, &p) != cudaSuccess) return 0;
+  int ntw, S;
+  dim3 grid, sgrid;
+  size_t smem;
+  return conv3_plan(dev, convs, n, &ntw, &S, &grid, &smem, &sgrid) ? 1 : 0;
+}
 
 extern "C" int cosy_hift_conv_f16_runs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n) {
   ConvPlan p;
@@ -1465,7 +1721,9 @@ extern "C" cudaError_t cosy_k_hift_conv_prepare(const cosy_kdev *dev) {
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, false>(b)) ||
       (e = allow_smem<COSY_HPREC_TF32_ROUNDED, 2, true>(b)) || (e = allow_smem2_all<8>(b)) ||
       (e = allow_smem2_all<4>(b)) || (e = allow_smem2<OpF16, 8, false>(b)) ||
-      (e = allow_smem2<OpF16, 4, false>(b)) || (e = allow_smem2<OpF16, 4, true>(b)))
+      (e = allow_smem2<OpF16, 4, false>(b)) || (e = allow_smem2<OpF16, 4, true>(b)) ||
+      (e = allow_smem3<8, 2>(b)) || (e = allow_smem3<8, 3>(b)) || (e = allow_smem3<4, 2>(b)) ||
+      (e = allow_smem3<4, 3>(b)))
     return e;
   return cudaSuccess;
 }
@@ -1475,9 +1733,14 @@ extern "C" size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_co
   ConvPlan p;
   if (plan_convs(dev, convs, n, split_mode, prec, &p) != cudaSuccess) return 0;
   if (prec == COSY_HPREC_F16) {
-    int ntw, kth[MAXG];
-    dim3 grid;
+    int ntw, kth[MAXG], S;
+    dim3 grid, sgrid;
     size_t smem;
+    if (conv3_plan(dev, convs, n, &ntw, &S, &grid, &smem, &sgrid)) {
+      for (int i = 0; kt && i < n; i++) kt[i] = convs[i].k;
+      if (split) *split = 0;
+      return smem;
+    }
     const int r = f16_route(dev, convs, n, p, &ntw, kth, &grid, &smem);
     if (r < 0) return 0;
     if (r == 0) return cosy_k_hift_conv_plan(dev, convs, n, split_mode, COSY_HPREC_TF32, kt, split);
@@ -1507,9 +1770,16 @@ extern "C" cudaError_t cosy_k_hift_conv_split(cudaStream_t s, const cosy_kdev *d
   if (p.grid.x == 0) return cudaSuccess;
   ConvGroup grp;
   if (prec == COSY_HPREC_F16) {
-    int ntw, kt[MAXG];
-    dim3 grid;
+    int ntw, kt[MAXG], S;
+    dim3 grid, sgrid;
     size_t smem;
+    if (conv3_plan(dev, convs, n, &ntw, &S, &grid, &smem, &sgrid)) {
+      for (int i = 0; i < MAXG; i++) {
+        grp.c[i] = convs[i < n ? i : 0];
+        grp.kt[i] = convs[i < n ? i : 0].k;
+      }
+      return launch_conv3(s, grp, ntw, S, grid, smem, sgrid);
+    }
     const int r = f16_route(dev, convs, n, p, &ntw, kt, &grid, &smem);
     if (r < 0) return cudaErrorInvalidValue;
     if (r == 0) return cosy_k_hift_conv_split(s, dev, convs, n, COSY_HPREC_TF32, split_mode);

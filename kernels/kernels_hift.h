@@ -118,7 +118,24 @@ typedef struct cosy_hift_conv {
    * weights cannot saturate (each channel's largest is scaled into [0.5, 1):
    * cosy_hift_conv_pack_f16). */
   int *sat;
+  /* COSY_HPREC_F16 only (else ignored), may be NULL: a device buffer of
+   * cosy_hift_conv_xh_halves(this) halves (16-byte aligned) that the launch may use for the
+   * staged kernel (kernels/conv.cu conv3_kernel): a first kernel writes the activated input there
+   * in fp16, time-major (xh[u][ci], ci padded to 16 with zeros), then the conv copies its strips
+   * from it by cp.async through a ring of shared-memory stages. The same bits as without it.
+   * Convs of one launch need distinct buffers; the buffer must not be in use by another stream
+   * while the launch runs. */
+  uint16_t *xh;
 } cosy_hift_conv;
+/* the halves a conv's xh needs: len_in * (ci rounded up to 16) */
+size_t cosy_hift_conv_xh_halves(const cosy_hift_conv *c);
+/* Whether an F16 launch whose convs all have xh runs the staged kernel (1, the default) or the
+ * register-staged conv2_kernel (0): process-wide, for the tests and the benchmark; returns the
+ * previous setting (values other than 0 and 1 leave it). */
+int cosy_hift_conv_staged(int on);
+/* whether cosy_k_hift_conv_split(.., convs, n, COSY_HPREC_F16, ..) would run the staged kernel on
+ * dev (host only): 1 yes, 0 no */
+int cosy_hift_conv_staged_runs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n);
 
 /* Pack a PyTorch Conv1d weight w[co][ci][k] (host) into wp[k][co_pad][ci_pad] (host, zeroed
  * padding). co_pad/ci_pad: the rounded-up sizes (cosy_hift_conv_pad). */

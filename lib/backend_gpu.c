@@ -131,6 +131,8 @@ static cosy_status plan_stages(cosy_engine *e, gpu_state *s, int max_seqs, int m
   if (e->cfg.vocoder_precision == COSY_VOCODER_TF32 &&
       (st = gpu_hift_set_precision(s->hift, COSY_HPREC_TF32)))
     return st;
+  if (!e->knobs.hift_staged && (st = gpu_hift_set_staged(s->hift, 0))) /* COSY_HIFT_STAGED=0 */
+    return st;
   if (e->cfg.vocoder_precision == COSY_VOCODER_FP16 &&
       (st = gpu_hift_set_precision(s->hift, COSY_HPREC_F16)))
     return st;

@@ -977,6 +977,120 @@ static void test_kernel_conv_f16(void **state) {
   assert_true(all_ok);
 }
 
+/* The staged F16 kernel (conv_stage_f16_kernel + conv3_kernel, kernels/conv.cu), which runs
+ * where every conv of a launch has its xh workspace: for every conv kind the vocoder launches
+ * (conv_kinds(1)), on unit data and, for the inputs without Snake, on data beyond fp16's range,
+ * its outputs are the bits of the register-staged conv2_kernel<OpF16> (cosy_hift_conv_staged(0)
+ * on the same descriptor) and its saturation flag is the same, with the workspace poisoned with
+ * NaN halves first (so a slot read before it is written would show); under both tiles (W128,
+ * W64) and the "ada" profile's smaller shared memory (2 stages instead of 3, or conv2 where the
+ * ring does not fit) the same bits. Every stride-1 kind runs staged on this device. Then 16 convs
+ * of mixed kernel sizes in one staged launch, each with its own workspace, give each conv the bits
+ * of conv2 alone. */
+static uint16_t *xh_alloc(conv_run *r) {
+  uint16_t *x = NULL;
+  const size_t n = cosy_hift_conv_xh_halves(&r->desc);
+  CU(cudaMalloc((void **)&x, (n ? n : 8) * sizeof(uint16_t)));
+  CU(cudaMemset(x, 0xFF, (n ? n : 8) * sizeof(uint16_t)));
+  r->desc.xh = x;
+  return x;
+}
+
+static void test_kernel_conv_staged(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  conv_case cases[CONV_KINDS_MAX];
+  const int nc = conv_kinds(1, cases);
+  cosy_kdev ada = fx->g->dev;
+  assert_int_equal(cosy_gpu_apply_profile(&ada, "ada"), COSY_OK);
+  int all_ok = 1;
+  rng_seed(171);
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < nc; i++) {
+      if (s == 1 && cases[i].act != COSY_HACT_NONE && cases[i].act != COSY_HACT_LEAKY) continue;
+      g_conv_xmul = s ? 5e4f : 1.0f, g_conv_clamp = s;
+      conv_run r;
+      conv_prepare(&cases[i], &r);
+      g_conv_xmul = 1.0f, g_conv_clamp = 0;
+      uint16_t *xh = xh_alloc(&r);
+      const int prev = cosy_hift_conv_staged(0);
+      assert_int_equal(cosy_hift_conv_staged_runs(&fx->g->dev, &r.desc, 1), 0);
+      int lay = 0;
+      conv_run_prec(fx, &fx->g->dev, &cases[i], &r, COSY_HPREC_F16, &lay);
+      float *base = conv_download(&r);
+      const int flag2 = conv_sat(&r);
+      cosy_hift_conv_staged(1);
+      const int kv[3] = {COSY_HCONV_K_AUTO, COSY_HCONV_K_W128, COSY_HCONV_K_W64};
+      for (int v = 0; v < 4; v++) {
+        const cosy_kdev *d = v < 3 ? &fx->g->dev : &ada;
+        const int saved = cosy_hift_conv_kernel(v < 3 ? kv[v] : COSY_HCONV_K_AUTO);
+        const int runs = cosy_hift_conv_staged_runs(d, &r.desc, 1);
+        const size_t smem = cosy_k_hift_conv_plan(d, &r.desc, 1, 1, COSY_HPREC_F16, NULL, NULL);
+        CU(cudaMemset(xh, 0xFF, cosy_hift_conv_xh_halves(&r.desc) * sizeof(uint16_t)));
+        conv_run_prec(fx, d, &cases[i], &r, COSY_HPREC_F16, &lay);
+        cosy_hift_conv_kernel(saved);
+        const int same = conv_same(&r, 1, &base), flag3 = conv_sat(&r);
+        const int want_run = v < 3 && cases[i].stride == 1;
+        print_message("  conv staged %s [%s] kernel %d%s: %s (%zu KB), %s, flag %d (conv2 %d)%s\n",
+                      cases[i].name, s ? "x 1e5 saturated" : "unit", v < 3 ? kv[v] : 3,
+                      v < 3 ? "" : " ada", runs ? "staged" : "conv2", smem / 1024,
+                      same ? "bit-identical to conv2" : "DIFFERS FROM CONV2", flag3, flag2,
+                      same && flag3 == flag2 && (runs || !want_run) && smem > 0 &&
+                              smem <= d->smem_block
+                          ? ""
+                          : " WRONG");
+        all_ok &= same && flag3 == flag2 && (runs || !want_run) && smem > 0 &&
+                  smem <= d->smem_block;
+      }
+      cosy_hift_conv_staged(prev);
+      free(base);
+      CU(cudaFree(xh));
+      r.desc.xh = NULL;
+      conv_release(&r);
+    }
+  /* 16 convs in one staged launch: each conv2's bits alone */
+  {
+    enum { NG = COSY_HCONV_MAXG };
+    conv_case gc[NG];
+    conv_run r[NG];
+    cosy_hift_conv d[NG];
+    float *alone[NG];
+    uint16_t *xh[NG];
+    const int ks[3] = {3, 7, 11}, ds[3] = {1, 3, 5};
+    const int prev = cosy_hift_conv_staged(0);
+    for (int i = 0; i < NG; i++) {
+      const int k = ks[i % 3], dl = ds[(i / 3) % 3], len = 200 + 97 * i;
+      const conv_case c = {"grp", 64, 64, k, dl, 1, (k - 1) * dl, 1,
+                           i % 2 ? COSY_HACT_SNAKE : COSY_HACT_NONE, 0, len, 0, len, i % 2, 0,
+                           i % 4 == 0};
+      gc[i] = c;
+      conv_prepare(&gc[i], &r[i]);
+      xh[i] = xh_alloc(&r[i]);
+      d[i] = r[i].desc;
+      CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &d[i], 1, COSY_HPREC_F16, 1));
+      CU(cudaStreamSynchronize(fx->g->stream));
+      alone[i] = conv_download(&r[i]);
+      conv_poison(&r[i]);
+    }
+    cosy_hift_conv_staged(1);
+    const int runs = cosy_hift_conv_staged_runs(&fx->g->dev, d, NG);
+    CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG, COSY_HPREC_F16, 1));
+    CU(cudaStreamSynchronize(fx->g->stream));
+    const int same = conv_same(r, NG, alone);
+    print_message("  conv staged: %d convs in one launch (%s) vs conv2 alone: %s\n", NG,
+                  runs ? "staged" : "NOT STAGED", same ? "bit-identical" : "DIFFERS");
+    all_ok &= same && runs;
+    cosy_hift_conv_staged(prev);
+    for (int i = 0; i < NG; i++) {
+      free(alone[i]);
+      CU(cudaFree(xh[i]));
+      r[i].desc.xh = NULL;
+      conv_release(&r[i]);
+    }
+  }
+  assert_true(all_ok);
+}
+
 /* conv2_kernel (the wide-tile variants of cosy_hift_conv_kernel) against the CPU loop and bit
  * for bit against conv_tc_kernel's unsplit launch, for every shape class the vocoder launches:
  * k 1/3/5/7/11/16, dilations 1/3/5, nearest upsampling with the leaky input, ReflectionPad1d,
@@ -2614,6 +2728,7 @@ static void test_f16_guard(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_kernel_conv_f16),
+      cmocka_unit_test(test_kernel_conv_staged),
       cmocka_unit_test(test_kernel_conv2),
       cmocka_unit_test(test_conv_plan_profiles),
       cmocka_unit_test(test_kernel_conv64),  cmocka_unit_test(test_kernel_conv64_group),

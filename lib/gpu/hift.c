@@ -132,6 +132,12 @@ struct gpu_hift {
   int *sat_d, *sat_h;
   int f16_guard;
   int64_t f16_jobs, f16_fallbacks;
+  /* the staged fp16 convs (gpu_hift_set_staged; kernels/conv.cu conv3_kernel): one workspace
+   * for the main stream's launches, one for the side stream's, xh_cap halves each (made with the
+   * fp16 weights); a launch whose convs' inputs do not fit runs the register-staged kernel */
+  int staged;
+  uint16_t *xh_d[2];
+  size_t xh_cap[2];
   /* the side stream runs the stage-1/2 source branches while the main stream runs stage 0 */
   cudaStream_t side;
   cudaEvent_t ev_fork, ev_join;
@@ -279,6 +285,30 @@ static cosy_status make_f16_res(gpu_hift *h, gres *r) {
   return st;
 }
 
+/* the staged convs' workspaces, once: 3 halves per float of an activation buffer for the main
+ * stream (a launch reads slices of at most three buffers), 3 per float of the largest source
+ * buffer for the side stream's source resblocks */
+static cosy_status make_xh(gpu_hift *h) {
+  if (h->xh_d[0] || !h->staged) return COSY_OK;
+  size_t src = 0;
+  for (int i = 0; i < N_STAGES; i++) src = h->cap_src[i] > src ? h->cap_src[i] : src;
+  const size_t cap[2] = {3 * h->cap_act, 3 * src};
+  for (int i = 0; i < 2; i++) {
+    cosy_status st =
+        dalloc(h, cap[i] * sizeof(uint16_t), "hift staged fp16 inputs", (void **)&h->xh_d[i]);
+    if (st) return st;
+    h->xh_cap[i] = cap[i];
+  }
+  return COSY_OK;
+}
+
+cosy_status gpu_hift_set_staged(gpu_hift *h, int on) {
+  if (!h || (on != 0 && on != 1))
+    return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_staged: bad %s", !h ? "handle" : "value");
+  h->staged = on;
+  return h->prec == COSY_HPREC_F16 ? make_xh(h) : COSY_OK;
+}
+
 cosy_status gpu_hift_set_f16_guard(gpu_hift *h, int on) {
   if (!h || (on != 0 && on != 1))
     return cosy_err(COSY_ERR_INVALID_ARG, "gpu_hift_set_f16_guard: bad %s", !h ? "handle" : "value");
@@ -302,6 +332,7 @@ cosy_status gpu_hift_set_precision(gpu_hift *h, int prec) {
       if (!(st = make_f16(h, &h->ups[i])) && !(st = make_f16(h, &h->downs[i])) &&
           !(st = make_f16_res(h, &h->srb[i])))
         for (int r = 0; r < 3 && !st; r++) st = make_f16_res(h, &h->rb[3 * i + r]);
+    if (!st) st = make_xh(h);
     if (st) return st;
   }
   h->prec = prec;
@@ -336,6 +367,7 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   h->prec = COSY_HPREC_3XTF32;
   h->stream_split = 1;
   h->f16_guard = 1;
+  h->staged = 1;
   h->max_frames = max_frames;
   h->C = hp->hift_ch, h->Cc = hp->hift_cond_ch, h->nb = hp->nb_harmonics, h->nh = h->nb + 1;
   h->mel = hp->mel_dim, h->hop = hp->hop, h->look_right = hp->conv_pre_look_right;
@@ -499,6 +531,17 @@ static cosy_status conv_launch(gpu_hift *h, cudaStream_t s, const cosy_hift_conv
     }
     c = r;
     prec = COSY_HPREC_TF32_ROUNDED;
+  } else if (prec == COSY_HPREC_F16 && h->staged && h->xh_d[0] && n <= COSY_HCONV_MAXG) {
+    /* the staged kernel: each conv its slice of this stream's workspace (16-byte aligned) */
+    const int w = s == h->side ? 1 : 0;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+      r[i] = c[i];
+      const size_t need = (cosy_hift_conv_xh_halves(&c[i]) + 7) / 8 * 8;
+      r[i].xh = off + need <= h->xh_cap[w] ? h->xh_d[w] + off : NULL;
+      off += need;
+    }
+    if (off <= h->xh_cap[w]) c = r;
   }
   return ck(split_mode < 0 ? cosy_k_hift_conv(s, &h->g->dev, c, n, prec)
                            : cosy_k_hift_conv_split(s, &h->g->dev, c, n, prec, split_mode),
