@@ -1332,9 +1332,11 @@ static void add_dit_calls(const char *group) {
  * conv_post with their mean-of-3 inputs, the strided source downs) follow the others in each
  * scenario ("extra"); "conv sum" covers the shapes before them (as in earlier sessions) and
  * "conv sum all" every shape: the F16 against TF32 comparison of a whole vocoder call. The row
- * "f16 staged" runs "f16 auto"'s launches with an xh workspace per conv, so the staged kernel
- * (kernels/conv.cu conv3_kernel, after its staging kernel: both in the time) runs where it can
- * ("ran conv2" where not); "staged/f16 x" ends each "conv cmp" and "conv sum all" line. */
+ * "f16 staged" runs "f16 auto"'s launches with an xh workspace per conv and
+ * COSY_HCONV_STAGED_ALWAYS, so the staged kernel (kernels/conv.cu conv3_kernel, after its staging
+ * kernel: both in the time) runs where it can ("ran conv2" where not; "default staged|conv2":
+ * what the engine's rule, conv3_prefer, runs); "staged/f16 x" ends each "conv cmp" and "conv sum
+ * all" line. */
 #define HC_NV 9 /* old (never split), w128, w64, auto, old auto, f16 w128, f16 w64, f16 auto,
                  f16 staged */
 #define HC_STAGED 8
@@ -1358,6 +1360,7 @@ static int hc_extra; /* the shapes that follow are the "extra" ones (only in "co
 static cudaError_t r_hconv(bench_op *o, int s) {
   (void)s;
   cosy_hift_conv_kernel(o->i[0]);
+  cosy_hift_conv_staged(o->i[4]);
   return cosy_k_hift_conv_split(g_stream, &g_dev, (const cosy_hift_conv *)o->p[0], o->i[1],
                                 o->i[3], o->i[2]);
 }
@@ -1425,6 +1428,7 @@ static void add_hconv_s(const char *group, const char *name, int n, int ci, int 
              nk > 1 ? "/.." : "", dil, n_out, hc_vname[v]);
     o->p[0] = v == HC_STAGED ? d3 : d;
     o->i[0] = hc_kernel[v], o->i[1] = n, o->i[2] = hc_split[v], o->i[3] = hc_prec[v];
+    o->i[4] = v == HC_STAGED ? COSY_HCONV_STAGED_ALWAYS : COSY_HCONV_STAGED_AUTO;
     o->flops = flops, o->bytes = bytes;
     o->run = r_hconv;
     run_op(o);
@@ -1441,8 +1445,11 @@ static void add_hconv_s(const char *group, const char *name, int n, int ci, int 
     const int got = cosy_hift_conv_kernel_for(&g_dev, d, n, hc_prec[v], 1);
     const int ran_tf32 = f16 && cosy_hift_conv_f16_runs(&g_dev, d, n) != 1;
     if (v == HC_STAGED) {
-      printf(" | %s %.1f (x%.2f%s)", hc_vname[v], us[v], us[0] / us[v],
-             cosy_hift_conv_staged_runs(&g_dev, d3, n) ? "" : ", ran conv2");
+      cosy_hift_conv_staged(COSY_HCONV_STAGED_ALWAYS);
+      const int ran = cosy_hift_conv_staged_runs(&g_dev, d3, n);
+      cosy_hift_conv_staged(COSY_HCONV_STAGED_AUTO);
+      printf(" | %s %.1f (x%.2f%s; default %s)", hc_vname[v], us[v], us[0] / us[v],
+             ran ? "" : ", ran conv2", cosy_hift_conv_staged_runs(&g_dev, d3, n) ? "staged" : "conv2");
       continue;
     }
     printf(" | %s %.1f (x%.2f%s%s%s%s)", hc_vname[v], us[v], us[0] / us[v],

@@ -1522,19 +1522,40 @@ int f16_route(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const Co
   return 0;
 }
 
-int g_conv_staged = 1; /* cosy_hift_conv_staged */
+/* cosy_hift_conv_staged: COSY_HCONV_STAGED_AUTO (the default: where conv3_prefer says),
+ * COSY_HCONV_STAGED_ALWAYS (wherever conv3_kernel can run) or COSY_HCONV_STAGED_OFF */
+int g_conv_staged = COSY_HCONV_STAGED_AUTO;
+
+/* COSY_HCONV_STAGED_AUTO's rule: the staged kernel where every conv of the launch has a Snake or
+ * mean-of-3 input, or a leaky one with the 64 x 64 tile. Measured on an H200 (bench/RESULTS.md,
+ * 2026-11-29 (seventeenth), call a; `test_kernels --bench hift`, rows "f16 staged"): 1.3-3.1x
+ * conv2's speed where conv2 computes a Snake (accurate sinf) or a mean of three per staged value
+ * (its register staging between barriers, repeated by every block that reads a column, is then
+ * what the launch waits on), 1.4x for the leaky upsampling of one request (W64), but 0.6-1.0x
+ * where the input needs no activation or the leaky one runs the 64 x 128 tile (a batch's ups 0):
+ * there conv2's staging is cheap, the staging kernel is an extra pass over the input and the ring
+ * of stages leaves fewer blocks per SM. */
+bool conv3_prefer(const cosy_hift_conv *convs, int n, int ntw) {
+  for (int i = 0; i < n; i++) {
+    const int a = convs[i].act;
+    if (a != COSY_HACT_SNAKE && a != COSY_HACT_MEAN3_LEAKY && !(a == COSY_HACT_LEAKY && ntw == 4))
+      return false;
+  }
+  return true;
+}
 
 /* The staged F16 launch (conv_stage_f16_kernel, then conv3_kernel<ntw, S>): every conv has its
- * xh (16-byte aligned), a strip of at most CONV3_MAXCOL columns and a slab of all k taps; the
- * tile as conv2's choice (COSY_HCONV_K_AUTO: conv2_auto; W128: NTW 8; else NTW 4), S = 3 stages
- * where two blocks of them fit an SM, else 2 where they fit dev->smem_block; sgrid: the staging
- * kernel's grid (x 0: nothing to stage) */
+ * xh (16-byte aligned), a strip of at most CONV3_MAXCOL columns and a slab of all k taps, and
+ * the mode allows it (AUTO: conv3_prefer); the tile as conv2's choice (COSY_HCONV_K_AUTO:
+ * conv2_auto; W128: NTW 8; else NTW 4), S = 3 stages where two blocks of them fit an SM, else 2
+ * where they fit dev->smem_block; sgrid: the staging kernel's grid (x 0: nothing to stage) */
 bool conv3_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int *ntw_out,
                 int *S_out, dim3 *grid, size_t *smem, dim3 *sgrid) {
-  if (!g_conv_staged) return false;
+  if (g_conv_staged == COSY_HCONV_STAGED_OFF) return false;
   int which = g_conv_kernel;
   if (which == COSY_HCONV_K_AUTO) which = conv2_auto(dev, convs, n);
   const int ntw = which == COSY_HCONV_K_W128 ? 8 : 4;
+  if (g_conv_staged == COSY_HCONV_STAGED_AUTO && !conv3_prefer(convs, n, ntw)) return false;
   size_t b = 0;
   int tiles = 0, max_len = 0, max_cb = 0;
   for (int i = 0; i < n; i++) {
@@ -1594,9 +1615,9 @@ extern "C" size_t cosy_hift_conv_xh_halves(const cosy_hift_conv *c) {
              : 0;
 }
 
-extern "C" int cosy_hift_conv_staged(int on) {
+extern "C" int cosy_hift_conv_staged(int mode) {
   const int prev = g_conv_staged;
-  if (on == 0 || on == 1) g_conv_staged = on;
+  if (mode >= COSY_HCONV_STAGED_OFF && mode <= COSY_HCONV_STAGED_ALWAYS) g_conv_staged = mode;
   return prev;
 }
 

@@ -129,12 +129,17 @@ typedef struct cosy_hift_conv {
 } cosy_hift_conv;
 /* the halves a conv's xh needs: len_in * (ci rounded up to 16) */
 size_t cosy_hift_conv_xh_halves(const cosy_hift_conv *c);
-/* Whether an F16 launch whose convs all have xh runs the staged kernel (1, the default) or the
- * register-staged conv2_kernel (0): process-wide, for the tests and the benchmark; returns the
- * previous setting (values other than 0 and 1 leave it). */
-int cosy_hift_conv_staged(int on);
+/* Whether an F16 launch whose convs all have xh runs the staged kernel: COSY_HCONV_STAGED_AUTO
+ * (the default) where it is the faster one (kernels/conv.cu conv3_prefer: Snake and mean-of-3
+ * inputs, the leaky one on 64 x 64 tiles), ALWAYS wherever it can, OFF never (the
+ * register-staged conv2_kernel). Every choice gives the same bits. Process-wide, for the tests
+ * and the benchmark; returns the previous mode (other values leave it). */
+#define COSY_HCONV_STAGED_OFF 0
+#define COSY_HCONV_STAGED_AUTO 1
+#define COSY_HCONV_STAGED_ALWAYS 2
+int cosy_hift_conv_staged(int mode);
 /* whether cosy_k_hift_conv_split(.., convs, n, COSY_HPREC_F16, ..) would run the staged kernel on
- * dev (host only): 1 yes, 0 no */
+ * dev under the current mode (host only): 1 yes, 0 no */
 int cosy_hift_conv_staged_runs(const cosy_kdev *dev, const cosy_hift_conv *convs, int n);
 
 /* Pack a PyTorch Conv1d weight w[co][ci][k] (host) into wp[k][co_pad][ci_pad] (host, zeroed

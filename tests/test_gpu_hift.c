@@ -980,11 +980,13 @@ static void test_kernel_conv_f16(void **state) {
 /* The staged F16 kernel (conv_stage_f16_kernel + conv3_kernel, kernels/conv.cu), which runs
  * where every conv of a launch has its xh workspace: for every conv kind the vocoder launches
  * (conv_kinds(1)), on unit data and, for the inputs without Snake, on data beyond fp16's range,
- * its outputs are the bits of the register-staged conv2_kernel<OpF16> (cosy_hift_conv_staged(0)
+ * its outputs are the bits of the register-staged conv2_kernel<OpF16> (COSY_HCONV_STAGED_OFF
  * on the same descriptor) and its saturation flag is the same, with the workspace poisoned with
  * NaN halves first (so a slot read before it is written would show); under both tiles (W128,
  * W64) and the "ada" profile's smaller shared memory (2 stages instead of 3, or conv2 where the
- * ring does not fit) the same bits. Every stride-1 kind runs staged on this device. Then 16 convs
+ * ring does not fit) the same bits (COSY_HCONV_STAGED_ALWAYS: every stride-1 kind runs staged on
+ * this device); the default rule (COSY_HCONV_STAGED_AUTO) runs it for the Snake and mean-of-3
+ * inputs and never for those without an activation, with the same bits. Then 16 convs
  * of mixed kernel sizes in one staged launch, each with its own workspace, give each conv the bits
  * of conv2 alone. */
 static uint16_t *xh_alloc(conv_run *r) {
@@ -1013,34 +1015,39 @@ static void test_kernel_conv_staged(void **state) {
       conv_prepare(&cases[i], &r);
       g_conv_xmul = 1.0f, g_conv_clamp = 0;
       uint16_t *xh = xh_alloc(&r);
-      const int prev = cosy_hift_conv_staged(0);
+      const int prev = cosy_hift_conv_staged(COSY_HCONV_STAGED_OFF);
       assert_int_equal(cosy_hift_conv_staged_runs(&fx->g->dev, &r.desc, 1), 0);
       int lay = 0;
       conv_run_prec(fx, &fx->g->dev, &cases[i], &r, COSY_HPREC_F16, &lay);
       float *base = conv_download(&r);
       const int flag2 = conv_sat(&r);
-      cosy_hift_conv_staged(1);
       const int kv[3] = {COSY_HCONV_K_AUTO, COSY_HCONV_K_W128, COSY_HCONV_K_W64};
-      for (int v = 0; v < 4; v++) {
-        const cosy_kdev *d = v < 3 ? &fx->g->dev : &ada;
+      for (int v = 0; v < 5; v++) {
+        /* v 0-3: wherever the staged kernel can run; 4: the default rule (conv3_prefer) */
+        cosy_hift_conv_staged(v < 4 ? COSY_HCONV_STAGED_ALWAYS : COSY_HCONV_STAGED_AUTO);
+        const cosy_kdev *d = v == 3 ? &ada : &fx->g->dev;
         const int saved = cosy_hift_conv_kernel(v < 3 ? kv[v] : COSY_HCONV_K_AUTO);
+        const int act = cases[i].act;
         const int runs = cosy_hift_conv_staged_runs(d, &r.desc, 1);
         const size_t smem = cosy_k_hift_conv_plan(d, &r.desc, 1, 1, COSY_HPREC_F16, NULL, NULL);
         CU(cudaMemset(xh, 0xFF, cosy_hift_conv_xh_halves(&r.desc) * sizeof(uint16_t)));
         conv_run_prec(fx, d, &cases[i], &r, COSY_HPREC_F16, &lay);
         cosy_hift_conv_kernel(saved);
         const int same = conv_same(&r, 1, &base), flag3 = conv_sat(&r);
-        const int want_run = v < 3 && cases[i].stride == 1;
+        /* where it must run: always-mode on this device, stride 1; the default rule: the Snake
+         * and mean-of-3 inputs, never without an activation (leaky: by the tile) */
+        const int snake_m3 = act == COSY_HACT_SNAKE || act == COSY_HACT_MEAN3_LEAKY;
+        const int route_ok = v < 3    ? runs || cases[i].stride != 1
+                             : v == 4 ? act == COSY_HACT_LEAKY ||
+                                            runs == (snake_m3 && cases[i].stride == 1)
+                                      : 1;
+        const int ok = same && flag3 == flag2 && route_ok && smem > 0 && smem <= d->smem_block;
         print_message("  conv staged %s [%s] kernel %d%s: %s (%zu KB), %s, flag %d (conv2 %d)%s\n",
                       cases[i].name, s ? "x 1e5 saturated" : "unit", v < 3 ? kv[v] : 3,
-                      v < 3 ? "" : " ada", runs ? "staged" : "conv2", smem / 1024,
-                      same ? "bit-identical to conv2" : "DIFFERS FROM CONV2", flag3, flag2,
-                      same && flag3 == flag2 && (runs || !want_run) && smem > 0 &&
-                              smem <= d->smem_block
-                          ? ""
-                          : " WRONG");
-        all_ok &= same && flag3 == flag2 && (runs || !want_run) && smem > 0 &&
-                  smem <= d->smem_block;
+                      v < 3 ? "" : v == 3 ? " ada" : " default rule", runs ? "staged" : "conv2",
+                      smem / 1024, same ? "bit-identical to conv2" : "DIFFERS FROM CONV2", flag3,
+                      flag2, ok ? "" : " WRONG");
+        all_ok &= ok;
       }
       cosy_hift_conv_staged(prev);
       free(base);
@@ -1057,7 +1064,7 @@ static void test_kernel_conv_staged(void **state) {
     float *alone[NG];
     uint16_t *xh[NG];
     const int ks[3] = {3, 7, 11}, ds[3] = {1, 3, 5};
-    const int prev = cosy_hift_conv_staged(0);
+    const int prev = cosy_hift_conv_staged(COSY_HCONV_STAGED_OFF);
     for (int i = 0; i < NG; i++) {
       const int k = ks[i % 3], dl = ds[(i / 3) % 3], len = 200 + 97 * i;
       const conv_case c = {"grp", 64, 64, k, dl, 1, (k - 1) * dl, 1,
@@ -1072,7 +1079,7 @@ static void test_kernel_conv_staged(void **state) {
       alone[i] = conv_download(&r[i]);
       conv_poison(&r[i]);
     }
-    cosy_hift_conv_staged(1);
+    cosy_hift_conv_staged(COSY_HCONV_STAGED_ALWAYS);
     const int runs = cosy_hift_conv_staged_runs(&fx->g->dev, d, NG);
     CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, d, NG, COSY_HPREC_F16, 1));
     CU(cudaStreamSynchronize(fx->g->stream));
