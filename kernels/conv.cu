@@ -87,9 +87,14 @@
  *     downs; tap groups); the F0 predictor's convs stay fp64 (below). Its bits
  *     differ from the TF32 kernels'; they do not depend on the tile (W128 / W64) or the taps per
  *     slab (tests/test_gpu_hift.c test_kernel_conv_f16).
- * Both kernels end in the same epilogue (store_tile: bias, residuals, stores, the fused Snake
+ * conv3_kernel<NTW, S> (below; the F16 launches whose convs carry an xh workspace, where
+ * conv3_prefer says): conv2_kernel<OpF16> with the input staged beforehand by
+ * conv_stage_f16_kernel (activated once, fp16, time-major) and copied by cp.async through a ring
+ * of S shared-memory stages, one barrier a chunk; the same bits as conv2_kernel<OpF16>.
+ * All three end in the same epilogue (store_tile: bias, residuals, stores, the fused Snake
  * output). The engine's choice is the one line `int g_conv_kernel = ...` below
- * (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in conv2_auto; docs/kernels.md).
+ * (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in conv2_auto; docs/kernels.md), and
+ * for F16 `int g_conv_staged = ...` (COSY_HCONV_STAGED_AUTO: conv3_prefer).
  *
  * F0 predictor (fp64): the same implicit GEMM on the fp64 tensor cores (mma.sync m8n8k4),
  * 32 co x 32 time per block of 4 warps, accumulation from the bias, ELU (expm1) fused. The

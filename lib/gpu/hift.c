@@ -28,7 +28,11 @@
  * (Y, R0-2, T0-2, X0-2 for the Snake-activated copies, ST1-2/SX1-2 for the side stream;
  * conv_pre writes R0), the source branches SRC_i [c_i][L_i], S and the conv_post output [18][F],
  * s, f0, the fp64 F0 ping-pong buffers, a noise staging buffer and a pinned host buffer for the
- * waveform: ~75 MB of activations at max_frames = 224 for the full model.
+ * waveform: ~75 MB of activations at max_frames = 224 for the full model. With the fp16 convs
+ * (COSY_HPREC_F16) also two workspaces for the staged conv kernel (gpu_hift_set_staged; one per
+ * stream: 3 halves per float of an activation buffer, and of the largest source buffer for the
+ * side stream), into which a launch's staging kernel writes each conv's activated input in
+ * fp16 (conv_launch gives each conv of a launch its slice).
  * Precision choice (measured on an H200, full-size model, gpu_hift_infer incl. copies):
  *   3xTF32 (default): T = 224 final 6.4 ms, T = 100 non-final 3.9 ms; waveform vs the CPU
  *                     reference 2e-4 (golden small model) / 1.4e-3 (full model, T = 20) rel L2.
