@@ -732,13 +732,61 @@ struct OpF16 {
   }
 };
 
+/* The fragment addresses of conv2_kernel and conv3_kernel (the same layouts): B, ldmatrix x4 h
+ * (h < NTW / 2) gives n tiles 2h, 2h + 1 x (the column's 16-byte halves 0, 1); lane l addresses
+ * strip column n stride (+ j dil at tap j) of n = wn WN + 8 (2 h + l / 16) + l % 8, half
+ * (l / 8) % 2 (the reflect column: 2); A as conv_tc_kernel (the slab layout is the same) */
+template <int NTW>
+__device__ __forceinline__ void conv2_frag_offsets(const cosy_hift_conv &c, int t0, int stride,
+                                                   int wm, int wn, int lane, int (&bofs)[NTW / 2],
+                                                   int (&aofs)[2]) {
+  constexpr int WN = 8 * NTW;
+#pragma unroll
+  for (int h = 0; h < NTW / 2; h++) {
+    const int n = wn * WN + (2 * h + (lane >> 4)) * 8 + (lane & 7);
+    const int col = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
+    bofs[h] = col * XS + ((lane >> 3) & 1) * 4;
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+    aofs[mt] = sw_off(wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+}
+
+/* The tap loop of conv2_kernel and conv3_kernel: taps [j0, j1) of one chunk, the slab ws holding
+ * them from its row 0 and the strip xs; per tap 2 + NTW / 2 ldmatrix x4 and 2 NTW mma into acc
+ * (the same products in the same order in both kernels) */
+template <class OP, int NTW>
+__device__ __forceinline__ void conv2_mma_taps(float (&acc)[2][NTW][4], const float *ws,
+                                               const float *xs, int j0, int j1, int dxs,
+                                               const int (&aofs)[2], const int (&bofs)[NTW / 2]) {
+  const float *xb = xs + j0 * dxs;
+#pragma unroll 2
+  for (int j = j0; j < j1; j++, ws += BM * CK, xb += dxs) {
+    uint32_t ab[2][4], bb[NTW][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) ldsm4(ab[mt], ws + aofs[mt]);
+#pragma unroll
+    for (int h = 0; h < NTW / 2; h++) {
+      uint32_t r4[4];
+      ldsm4(r4, xb + bofs[h]);
+      bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
+      bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
+    }
+    OP::prep_a(ab);
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+      for (int nt = 0; nt < NTW; nt++) OP::mma(acc[mt][nt], ab[mt], bb[nt]);
+  }
+}
+
 template <class OP, int NTW, bool M3>
 __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
     conv2_kernel(const __grid_constant__ ConvGroup grp) {
   static_assert(!M3 || (OP::GENERAL && NTW == 4), "the mean-of-3 input: general OP, NTW 4");
   using W = typename OP::W;
   constexpr int CKC = OP::CKC;
-  constexpr int BN2 = 16 * NTW, WN = 8 * NTW; /* block and warp time steps */
+  constexpr int BN2 = 16 * NTW; /* block time steps */
   const cosy_hift_conv &c = grp.c[blockIdx.z];
   const int t0 = blockIdx.x * BN2;
   const int co0 = blockIdx.y * BM;
@@ -760,21 +808,8 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
   const long long ubase = (long long)p0 * stride - c.pad_left;
   const long long Lu = (long long)c.len_in * c.up;
 
-  /* B: ldmatrix x4 h (h < NTW / 2) gives n tiles 2h, 2h + 1 x (the column's 16-byte halves 0,
-   * 1); lane l addresses strip column n stride (+ j dil at tap j) of n = wn WN + 8 (2 h + l / 16)
-   * + l % 8, half (l / 8) % 2 */
-  int bofs[NTW / 2];
-#pragma unroll
-  for (int h = 0; h < NTW / 2; h++) {
-    const int n = wn * WN + (2 * h + (lane >> 4)) * 8 + (lane & 7);
-    const int col = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
-    bofs[h] = col * XS + ((lane >> 3) & 1) * 4;
-  }
-  /* A: as conv_tc_kernel (the slab layout is the same) */
-  int aofs[2];
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-    aofs[mt] = sw_off(wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+  int bofs[NTW / 2], aofs[2];
+  conv2_frag_offsets<NTW>(c, t0, stride, wm, wn, lane, bofs, aofs);
 
   float acc[2][NTW][4];
 #pragma unroll
@@ -878,25 +913,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
   const int dxs = dil * XS;
   /* taps [j0, j1): the slab holds them from its row 0 */
   auto mma_taps = [&](int j0, int j1) {
-    const float *ws = sW, *xb = sX + j0 * dxs;
-#pragma unroll 2
-    for (int j = j0; j < j1; j++, ws += BM * CK, xb += dxs) {
-      uint32_t ab[2][4], bb[NTW][2];
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++) ldsm4(ab[mt], ws + aofs[mt]);
-#pragma unroll
-      for (int h = 0; h < NTW / 2; h++) {
-        uint32_t r4[4];
-        ldsm4(r4, xb + bofs[h]);
-        bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
-        bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
-      }
-      OP::prep_a(ab);
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NTW; nt++) OP::mma(acc[mt][nt], ab[mt], bb[nt]);
-    }
+    conv2_mma_taps<OP, NTW>(acc, sW, sX, j0, j1, dxs, aofs, bofs);
   };
 
   const int kt1 = KT < K ? KT : K;
@@ -990,7 +1007,7 @@ __global__ void __launch_bounds__(STG_T) conv_stage_f16_kernel(const __grid_cons
 template <int NTW, int S>
 __global__ void __launch_bounds__(NT, NTW == 8 ? 2 : 4)
     conv3_kernel(const __grid_constant__ ConvGroup grp) {
-  constexpr int BN2 = 16 * NTW, WN = 8 * NTW;
+  constexpr int BN2 = 16 * NTW;
   const cosy_hift_conv &c = grp.c[blockIdx.z];
   const int t0 = blockIdx.x * BN2;
   const int co0 = blockIdx.y * BM;
@@ -1011,17 +1028,8 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 2 : 4)
   const long long ubase = (long long)p0 * stride - c.pad_left;
   const long long Lu = (long long)c.len_in * c.up;
 
-  int bofs[NTW / 2];
-#pragma unroll
-  for (int h = 0; h < NTW / 2; h++) {
-    const int n = wn * WN + (2 * h + (lane >> 4)) * 8 + (lane & 7);
-    const int col = (c.reflect && t0 == 0 && n == 0) ? 2 : n * stride;
-    bofs[h] = col * XS + ((lane >> 3) & 1) * 4;
-  }
-  int aofs[2];
-#pragma unroll
-  for (int mt = 0; mt < 2; mt++)
-    aofs[mt] = sw_off(wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+  int bofs[NTW / 2], aofs[2];
+  conv2_frag_offsets<NTW>(c, t0, stride, wm, wn, lane, bofs, aofs);
 
   float acc[2][NTW][4];
 #pragma unroll
@@ -1078,24 +1086,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 2 : 4)
     if (nc < n_chunks) issue(nc, nc % S);
     cp_async_commit();
     const float *ws = smem + (chunk % S) * stage_floats;
-    const float *xb = ws + K * BM * CK;
-#pragma unroll 2
-    for (int j = 0; j < K; j++, ws += BM * CK, xb += dxs) {
-      uint32_t ab[2][4], bb[NTW][2];
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++) ldsm4(ab[mt], ws + aofs[mt]);
-#pragma unroll
-      for (int h = 0; h < NTW / 2; h++) {
-        uint32_t r4[4];
-        ldsm4(r4, xb + bofs[h]);
-        bb[2 * h][0] = r4[0], bb[2 * h][1] = r4[1];
-        bb[2 * h + 1][0] = r4[2], bb[2 * h + 1][1] = r4[3];
-      }
-#pragma unroll
-      for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NTW; nt++) mma_f16(acc[mt][nt], ab[mt], bb[nt]);
-    }
+    conv2_mma_taps<OpF16, NTW>(acc, ws, ws + K * BM * CK, 0, K, dxs, aofs, bofs);
   }
   cp_async_wait<0>();
   store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, c.wh_scale);
