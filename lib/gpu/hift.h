@@ -63,12 +63,14 @@ cosy_status gpu_hift_set_precision(gpu_hift *h, int prec);
  * "Saturation"). on = 0 turns it off (measurements and tests: the clamped fp16 result is then
  * returned). COSY_ERR_INVALID_ARG for another value. */
 cosy_status gpu_hift_set_f16_guard(gpu_hift *h, int on);
-/* The staged fp16 convolutions (COSY_HPREC_F16; on by default): each launch first writes its
- * convs' activated inputs in fp16 (time-major) to a workspace of the vocoder's (two of ~4 halves
- * per activation-buffer float, made with the fp16 weights), then the convs copy their strips
- * from there through a ring of shared-memory stages (kernels/conv.cu conv3_kernel): the same
- * bits as the register-staged kernel, which on = 0 selects (COSY_HIFT_STAGED=0, a measurement
- * knob). COSY_ERR_INVALID_ARG for another value; a workspace that cannot be allocated is
+/* The staged fp16 convolutions (COSY_HPREC_F16; on by default): every fp16 launch gets a slice
+ * of a workspace of the vocoder's per conv (two workspaces, one per stream: 3 halves per float
+ * of an activation buffer, and of the largest source buffer for the side stream; made with the
+ * fp16 weights); where the kernels' rule picks the staged kernel (kernels/conv.cu conv3_prefer:
+ * Snake and mean-of-3 inputs) a first kernel writes the convs' activated inputs there in fp16,
+ * time-major, and the convs copy their strips from there through a ring of shared-memory stages
+ * (conv3_kernel): the same bits as the register-staged kernel, which on = 0 selects everywhere
+ * (COSY_HIFT_STAGED=0, a measurement knob). COSY_ERR_INVALID_ARG for another value; a workspace that cannot be allocated is
  * COSY_ERR_GPU_NO_MEMORY. */
 cosy_status gpu_hift_set_staged(gpu_hift *h, int on);
 /* Since create: the jobs decoded under the guard (the whole-utterance calls count one each) and
