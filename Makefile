@@ -84,7 +84,7 @@ else
   CUDA := $(if $(GPU_CAPS),1,0)
   ifeq ($(CUDA),0)
     CONFIG_NOTE := no GPU found (nvidia-smi): building the CPU library; kernels anyway: \
-      `make CUDA=1` (every GPU target, about 15 minutes on 2 cores) or `make CUDA_ARCHS=90` (one)
+      `make CUDA=1` (every GPU target, about 10 minutes on 2 cores) or `make CUDA_ARCHS=90` (one)
   endif
 endif
 ifneq ($(filter 1 thread,$(SAN)),)
@@ -147,14 +147,23 @@ endif
 # GPU targets. CUDA_ARCHS (on the command line; kept in $(B)/config.mk, above):
 #   all            machine code for each of CUDA_ARCH_LIST (compute capabilities, ascending) that
 #                  this nvcc can build (`nvcc --list-gpu-code`; the others are left out with a
-#                  warning), plus PTX of the newest of them, which newer GPUs compile at load
+#                  warning), plus PTX of the newest one's level (CUDA_PTX_LEVELS), which newer
+#                  GPUs compile at load
 #   native         the GPUs of this machine (nvidia-smi's compute_cap) plus their PTX: quick local
 #                  builds; the library then serves only those GPUs
-#   "86 90"        this list of compute capabilities (machine code each, PTX of the last;
+#   "86 90"        this list of compute capabilities (machine code each, PTX of the last one's level;
 #                  "sm_86 sm_90" means the same)
 #   "-gencode ..." nvcc flags as given (cosy_version_string then names the code= targets)
 # The targets go into cosy_version_string(); changing them rebuilds the kernels.
 CUDA_ARCH_LIST ?= 80 86 89 90 100 120
+# The compute capabilities at which the kernels' code changes: the values their `__CUDA_ARCH__ >=`
+# tests name (tools/check_kernel_registry.sh checks that they name no other). A target's machine
+# code is made from the PTX of the highest of these at or below it (sm_86 and sm_89 from
+# compute_80, sm_100 and sm_120 from compute_90: the same source text as their own PTX would
+# give), so nvcc's front end, most of a kernel file's compile time, runs once per level rather
+# than once per target; ptxas still optimizes for each target. The PTX shipped for newer GPUs is
+# the newest target's level (compute_90 for `all`).
+CUDA_PTX_LEVELS := 80 90
 CUDA_ARCHS ?=
 comma := ,
 ifeq ($(CUDA),1)
@@ -181,9 +190,13 @@ ifeq ($(CUDA),1)
     CUDA_ARCH_NUMS := $(patsubst sm_%,%,$(CUDA_ARCHS))
   endif
   ifneq ($(CUDA_ARCH_NUMS),)
-    CUDA_GENCODE := $(foreach a,$(CUDA_ARCH_NUMS),-gencode arch=compute_$(a),code=sm_$(a)) \
-                    -gencode arch=compute_$(lastword $(CUDA_ARCH_NUMS)),code=compute_$(lastword $(CUDA_ARCH_NUMS))
-    CUDA_ARCH_WORDS := $(CUDA_ARCH_NUMS:%=sm_%) compute_$(lastword $(CUDA_ARCH_NUMS))
+    # each target's machine code from the PTX of its level (CUDA_PTX_LEVELS, below): "lvl:target"
+    CUDA_PTX_PAIRS := $(shell for a in $(CUDA_ARCH_NUMS); do p=$$a; for v in $(CUDA_PTX_LEVELS); do \
+                        [ "$$a" -ge "$$v" ] && p=$$v; done; echo "$$p:$$a"; done)
+    CUDA_PTX_LAST := $(firstword $(subst :, ,$(lastword $(CUDA_PTX_PAIRS))))
+    CUDA_GENCODE := $(foreach x,$(CUDA_PTX_PAIRS),-gencode arch=compute_$(subst :,$(comma)code=sm_,$(x))) \
+                    -gencode arch=compute_$(CUDA_PTX_LAST),code=compute_$(CUDA_PTX_LAST)
+    CUDA_ARCH_WORDS := $(CUDA_ARCH_NUMS:%=sm_%) compute_$(CUDA_PTX_LAST)
   else
     CUDA_GENCODE := $(CUDA_ARCHS)
     CUDA_ARCH_WORDS := $(or $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CUDA_ARCHS)))),\

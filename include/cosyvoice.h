@@ -119,7 +119,7 @@ extern "C" {
 
 /** Runtime version number of the loaded library (compare with COSY_VERSION_NUMBER). */
 COSY_API uint32_t cosy_version_number(void);
-/** "0.1.0 (cuda 13.0, sm_80 sm_86 sm_89 sm_90 sm_100 sm_120 compute_120)": the toolkit and the
+/** "0.1.0 (cuda 13.0, sm_80 sm_86 sm_89 sm_90 sm_100 sm_120 compute_90)": the toolkit and the
  * GPU targets the kernels were built for (README: Build and install), or "0.1.0 (cpu only)".
  * Static; never NULL. */
 COSY_API const char *cosy_version_string(void);
