@@ -5,6 +5,8 @@
 #   make test-sanitize   the test suite built with AddressSanitizer + UBSan (CPU only, in build/asan),
 #                        including the allocation fault injection of tests/test_fault.c
 #   make test-fault      only that fault injection (the ASan build)
+#   make test-c          only the C test binaries (TEST_ONLY=, TEST_SKIP=; TEST_JOBS=N runs N at a
+#                        time, as the sanitizer stages do with SAN_TEST_JOBS, default 2)
 #   make test-tsan       the test suite (all but test_model) under ThreadSanitizer (CPU, build/tsan)
 #   make fuzz / fuzz-ci  libFuzzer targets (clang) / a bounded run of each (tests/fuzz/README.md)
 #   make bench           build the benchmarks
@@ -373,11 +375,13 @@ test: all $(TEST_MODEL) $(FE_TEST_MODEL) check-header check-abi check-citations 
 # TEST_ONLY=test_a test_b: run only these test binaries; TEST_SKIP=test_c: all but these
 TEST_RUN := $(if $(TEST_ONLY),$(TEST_ONLY:%=$(B)/tests/%),\
               $(filter-out $(TEST_SKIP:%=$(B)/tests/%),$(TEST_BIN)))
+# TEST_JOBS=N: N test binaries at a time, each one's output printed whole when it ends
+# (tests/run_tests.sh; the sanitizer stages use SAN_TEST_JOBS); 1: one after another
+TEST_JOBS ?= 1
+SAN_TEST_JOBS ?= 2
 test-c: $(TEST_RUN) $(TEST_MODEL) $(FE_TEST_MODEL)
-	@fail=0; for t in $(TEST_RUN); do \
-	  echo "== $$t"; COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) COSY_WETEXT_FSTS=$(WETEXT_FSTS) \
-	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) ./$$t || fail=1; done; \
-	if [ $$fail = 1 ]; then echo "SOME C TESTS FAILED"; exit 1; fi
+	@COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) COSY_WETEXT_FSTS=$(WETEXT_FSTS) \
+	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) bash tests/run_tests.sh $(TEST_JOBS) $(B)/test-logs $(TEST_RUN)
 
 test-py: $(TEST_MODEL) $(FE_TEST_MODEL) $(CLI)
 	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
@@ -416,7 +420,7 @@ check-build-config:
 	@MAKE="$(MAKE)" bash tests/check_build_config.sh
 
 test-sanitize:
-	$(MAKE) B=build/asan SAN=1 CUDA=0 test-c
+	$(MAKE) B=build/asan SAN=1 CUDA=0 TEST_JOBS=$(SAN_TEST_JOBS) test-c
 
 # host allocation failures injected at every allocation site (tests/test_fault.c) in the
 # AddressSanitizer build, where LeakSanitizer checks every failure path; test-sanitize runs it too
@@ -431,11 +435,12 @@ test-fault:
 # each harmless flipped byte, which under TSan took 158 s of the stage's 1174
 TSAN_RUN = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)"
 test-tsan:
-	$(TSAN_RUN) $(MAKE) B=build/tsan SAN=thread CUDA=0 TEST_SKIP=test_model test-c
-	for t in test_synth test_longtext test_textstream; do \
-	  echo "== $$t (vocoder thread)"; \
-	  COSY_SCHED_VOCODER_THREAD=1 COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=build/tsan/test/small-f32.gguf \
-	  COSY_WETEXT_FSTS=$(WETEXT_FSTS) $(TSAN_RUN) build/tsan/tests/$$t || exit 1; done
+	$(TSAN_RUN) $(MAKE) B=build/tsan SAN=thread CUDA=0 TEST_SKIP=test_model TEST_JOBS=$(SAN_TEST_JOBS) test-c
+	@echo "== the synthesis tests again with the vocoder thread (COSY_SCHED_VOCODER_THREAD=1)"
+	COSY_SCHED_VOCODER_THREAD=1 COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=build/tsan/test/small-f32.gguf \
+	  COSY_WETEXT_FSTS=$(WETEXT_FSTS) $(TSAN_RUN) bash tests/run_tests.sh $(SAN_TEST_JOBS) \
+	  build/tsan/test-logs-vt build/tsan/tests/test_synth build/tsan/tests/test_longtext \
+	  build/tsan/tests/test_textstream
 
 # comments and documents cite only the repository (docs/*.md), never outside documents
 check-citations:
