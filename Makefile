@@ -379,9 +379,14 @@ TEST_RUN := $(if $(TEST_ONLY),$(TEST_ONLY:%=$(B)/tests/%),\
 # (tests/run_tests.sh; the sanitizer stages use SAN_TEST_JOBS); 1: one after another
 TEST_JOBS ?= 1
 SAN_TEST_JOBS ?= 2
+# with several at a time the slowest binaries start first (the sanitizer builds' longest, in
+# order), so that no long one starts last beside an idle core
+TEST_SLOW := test_textstream test_synth test_fault test_voice_audio test_longtext test_ref_hift test_stress
+TEST_ORDER := $(if $(filter-out 1,$(TEST_JOBS)),$(foreach t,$(TEST_SLOW),$(filter %/$(t),$(TEST_RUN))) \
+                $(filter-out $(addprefix %/,$(TEST_SLOW)),$(TEST_RUN)),$(TEST_RUN))
 test-c: $(TEST_RUN) $(TEST_MODEL) $(FE_TEST_MODEL)
 	@COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) COSY_WETEXT_FSTS=$(WETEXT_FSTS) \
-	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) bash tests/run_tests.sh $(TEST_JOBS) $(B)/test-logs $(TEST_RUN)
+	  COSY_TEST_FE_MODEL=$(FE_TEST_MODEL) bash tests/run_tests.sh $(TEST_JOBS) $(B)/test-logs $(TEST_ORDER)
 
 test-py: $(TEST_MODEL) $(FE_TEST_MODEL) $(CLI)
 	COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=$(TEST_MODEL) $(PYTHON) tests/test_tools.py
