@@ -192,7 +192,7 @@ ifeq ($(CUDA),1)
     CUDA_ARCH_NUMS := $(patsubst sm_%,%,$(CUDA_ARCHS))
   endif
   ifneq ($(CUDA_ARCH_NUMS),)
-    # each target's machine code from the PTX of its level (CUDA_PTX_LEVELS, below): "lvl:target"
+    # each target's machine code from the PTX of its level (CUDA_PTX_LEVELS, above): "lvl:target"
     CUDA_PTX_PAIRS := $(shell for a in $(CUDA_ARCH_NUMS); do p=$$a; for v in $(CUDA_PTX_LEVELS); do \
                         [ "$$a" -ge "$$v" ] && p=$$v; done; echo "$$p:$$a"; done)
     CUDA_PTX_LAST := $(firstword $(subst :, ,$(lastword $(CUDA_PTX_PAIRS))))
