@@ -442,10 +442,8 @@ TSAN_RUN = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)
 test-tsan:
 	$(TSAN_RUN) $(MAKE) B=build/tsan SAN=thread CUDA=0 TEST_SKIP=test_model TEST_JOBS=$(SAN_TEST_JOBS) test-c
 	@echo "== the synthesis tests again with the vocoder thread (COSY_SCHED_VOCODER_THREAD=1)"
-	COSY_SCHED_VOCODER_THREAD=1 COSY_SHARED=$(SHARED_DIR) COSY_TEST_MODEL=build/tsan/test/small-f32.gguf \
-	  COSY_WETEXT_FSTS=$(WETEXT_FSTS) $(TSAN_RUN) bash tests/run_tests.sh $(SAN_TEST_JOBS) \
-	  build/tsan/test-logs-vt build/tsan/tests/test_synth build/tsan/tests/test_longtext \
-	  build/tsan/tests/test_textstream
+	COSY_SCHED_VOCODER_THREAD=1 $(TSAN_RUN) $(MAKE) B=build/tsan SAN=thread CUDA=0 \
+	  TEST_ONLY="test_synth test_longtext test_textstream" TEST_JOBS=$(SAN_TEST_JOBS) test-c
 
 # comments and documents cite only the repository (docs/*.md), never outside documents
 check-citations:

@@ -13,13 +13,12 @@
 set -u
 jobs=$1 logs=$2
 shift 2
-fail=0
 failed=()
 exe() { case $1 in /*) "$1" ;; *) ./"$1" ;; esac; } # a path from here, or an absolute one
 if [ "$jobs" -le 1 ]; then
   for t in "$@"; do
     echo "== $t"
-    exe "$t" || { fail=1; failed+=("$t"); }
+    exe "$t" || failed+=("$t")
   done
 else
   mkdir -p "$logs"
@@ -34,26 +33,25 @@ else
     # one test's block at a time on stdout (flock: the blocks of two tests never interleave)
     { echo "== $t ($(($(date +%s) - s)) s)"; cat "$l"; [ $rc = 0 ] || echo "== $t: exit $rc"; } |
       flock "$logs/.lock" cat
-    return $rc
   }
   running=0
   for t in "$@"; do
     if [ $running -ge "$jobs" ]; then
-      wait -n || fail=1
+      wait -n
       running=$((running - 1))
     fi
     run_one "$t" &
     running=$((running + 1))
   done
   while [ $running -gt 0 ]; do
-    wait -n || fail=1
+    wait -n
     running=$((running - 1))
   done
   for t in "$@"; do
     [ -f "$logs/$(basename "$t").failed" ] && failed+=("$t")
   done
 fi
-if [ $fail = 1 ]; then
+if [ ${#failed[@]} -gt 0 ]; then
   echo "SOME C TESTS FAILED: ${failed[*]}"
   exit 1
 fi
