@@ -69,32 +69,34 @@
  *     (128-query tiles, 256 threads: each staged K/V tile serves twice the queries, half the K/V
  *     traffic from L2 and half the staging work per query). Warp w owns tile rows 16w .. 16w + 15
  *     and runs, per key tile, the one-block kernel's step on them (dit_tile_step, the one function
- *     all the DiT tensor-core kernels call: S = Q K^T by fa_qk, s * scale log2(e) in one rounding
- *     or -inf past the row's last key, row max by two xor shuffles, alpha = 2^(m_old - m_new),
- *     o *= alpha, p = bf16(2^(s - m)), l = fma(l, alpha, p0 + p1), then l += (p2k + p2k+1) in
- *     n-tile order, O += P V by fa_pv, mma order kk, then dt); the end is the one-block
- *     kernel's too: l summed over the 4 lanes of a row (xor 1, then 2), out = bf16(o * (1 / l)).
+ *     all the DiT tensor-core kernels call: S = Q K^T by fa_qk, -inf past the row's last key, row
+ *     max of the raw scores by two xor shuffles, u = max scale log2(e), alpha = 2^(u_old - u),
+ *     o *= alpha, p = bf16(2^(fma(s, scale log2(e), -u))), O += P V by fa_pv (mma order kk, then
+ *     dt), l = fma(l, alpha, the tile's row sum of the rounded P by 4 more mma against ones); the
+ *     end is the one-block kernel's too: out = bf16(o * (1 / l)).
  *     So a row's bits are the one-block kernel's (tests/test_kernels.c test_attn_dit_paged
  *     compares them element for element). What changes is the work around that arithmetic:
  *     (1) staging: thread t copies dims 8 (t % 8) .. + 7 of key rows t / 8 + i (NT / 8) (i < 4 at
  *     NW 4, < 2 at NW 8; 8 threads a 128-byte row: whole sectors, conflict-free 16-byte shared
  *     stores) of K and V by cp.async into two buffers as before, but the page of cached key f is
  *     f / page_frames by a 64-bit multiply-high with a constant the host computes (PagedGeo
- *     pf_magic: exact for every f), two rows' page-table loads issued before their copies,
- *     and the per-row address is one of two bases plus a product (no division, no per-copy branch
- *     tree: ~4x fewer staging instructions). (2) A warp none of whose rows is in the tile
- *     (16 w >= the tile's query count) only stages and meets the barriers; a warp whose rows
- *     all end at or before key tile kt (the last row's key end, whi <= kt) skips that tile's
- *     products: for each such row the one-block kernel's tile is an exact no-op (scores -inf,
- *     max unchanged, alpha = 2^0 = 1, p = 0 against finite V: o * 1 + 0 = o, l * 1 + 0 = l), so
- *     skipping it keeps the bits. (3) The mask (dit_tile_step<true>): every score scaled, then
- *     a compare of its key index within the tile (a constant) with kend - kt - 2 t4 and a
- *     select: 3 instructions a score instead of ~5 (the same values: -inf or the scaled score);
- *     the other kernels keep the key-index form, which suits their registers. (4) The output:
+ *     pf_magic: exact for every f), and each row's address (one of two bases plus a product) is
+ *     computed once a warp: lane j + 4 i (j < 4) resolves row 4 w + j + i NT / 8, and the 8 lanes
+ *     that copy a row take its address by a shuffle (no division, no per-copy branch tree, no
+ *     repeated 64-bit arithmetic: ~45 instructions a row and thread before). (2) A warp none of
+ *     whose rows is in the tile (16 w >= the tile's query count) only stages and meets the
+ *     barriers; a warp whose rows all end at or before key tile kt (the last row's key end,
+ *     whi <= kt) skips that tile's products: for each such row the one-block kernel's tile is an
+ *     exact no-op (scores -inf, max unchanged, alpha = 2^0 = 1, p = 0 against finite V:
+ *     o * 1 + 0 = o, l * 1 + 0 = l), so skipping it keeps the bits. (3) The mask
+ *     (dit_tile_step<true, MASK>): on a key tile every row of the warp sees whole (kt + 64 <= the
+ *     first row's key end, wlo) none (the same values: no score would change); otherwise a
+ *     compare of each score's key index within the tile (a constant) with kend - kt - 2 t4 and a
+ *     select; the other kernels keep the key-index form and mask every tile. (4) The output:
  *     two bf16 a 4-byte store (same rounding as st). Shared memory: the two K and V buffers, 36,864
  *     bytes static, at either NW; 128 registers (__launch_bounds__(32 NW, 16 / NW): 16 warps an
- *     SM either way; sm_90: NW 4 without spills, NW 8 with 8 bytes spilled outside the key
- *     loop). (5) The first K/V tile's copies are issued before the Q loads, so the two latencies
+ *     SM either way; sm_90, CUDA 13.0: no spills at NW 4 or 8). (5) The first K/V tile's copies
+ *     are issued before the Q loads, so the two latencies
  *     overlap. Batch invariance: as the one-block kernel's (a row's bits depend on
  *     neither its tile, nor the tile size, nor the batch). Keys a row does not see never reach
  *     it in a skipped tile (with non-finite V there, 0 * inf would have made it NaN).
@@ -109,9 +111,10 @@
  *   attn, fp32 (or unaligned bf16): one warp per (query row, head, batch); keys in chunks of 32,
  *     lane l scores key c + l (whole 64-wide dot), online softmax over the chunk, then the warp
  *     accumulates p_j v_j with lane l owning dims l and l + 32.
- * Numerics: scores are scaled by scale * log2(e) and exponentiated with exp2f (max-subtracted,
- *   fp32); fp32 accumulation everywhere. The tensor-core path rounds P to bf16 before P V (as
- *   FlashAttention does) and normalizes by the sum of the rounded P; expected relative L2 error
+ * Numerics: scores are scaled by scale * log2(e) and exponentiated with exp2 (max-subtracted,
+ *   fp32; the tensor-core path by ex2.approx.ftz, see dit_tile_step); fp32 accumulation
+ *   everywhere. The tensor-core path rounds P to bf16 before P V (as FlashAttention does) and
+ *   normalizes by the sum of the rounded P (summed by the tensor cores); expected relative L2 error
  *   vs fp64 ~3e-3 for bf16 data. The fp32 paths (paged prefill included) are plain fp32
  *   arithmetic (~1e-6).
  *   A sequence with no keys (decode seq_len 0) yields a zero output row.
@@ -815,8 +818,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 t = __floats2bfloat162_rn(lo, hi); /* lo -> low half */
   return *reinterpret_cast<const uint32_t *>(&t);
 }
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
 /* D = A B + D, A 16x16 (row), B 16x8 (col), bf16 in, fp32 accumulate. */
 __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
@@ -879,70 +880,71 @@ __device__ __forceinline__ void fa_pv(float oacc[8][4], const uint32_t pa[4][4],
   }
 }
 
+/* 2^x by the MUFU unit with subnormal results flushed to zero (ex2.approx.ftz.f32; exp2f adds a
+ * range test and two multiplies around it). Inputs here are <= ~0: results in [0, 1], and a
+ * result below 2^-126 (a weight that small adds nothing a bf16 P could carry) is 0. */
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /* One key tile of the online softmax of the DiT's tensor-core kernels for one warp's 16 query
  * rows (qa: their A fragments; the thread's rows grp and grp + 8 are C-fragment elements 0, 1 and
- * 2, 3), Ks / Vs the tile's 64 staged keys [key][FA_LD], m / l / oacc the rows' running state:
- *   S = Q K^T (fa_qk); s = s * scale log2(e) (__fmul_rn: one rounding, never contracted), or
- *   -inf where the key is past the row's last one; the tile's row max (n tiles in order, then
- *   xor 1 and xor 2 shuffles; fmaxf is exact); m' = max(m, tile max), u = m' (0 while m' = -inf:
- *   no key yet); alpha = 2^(m - u); o *= alpha; p = bf16(2^(s - u)); l = l alpha + (p0 + p1) in
- *   one rounding (fmaf), then l += (p2n + p2n+1) for n tiles 1 .. 7 (__fadd_rn); O += P V
- *   (fa_pv: mma order kk, then dt).
- * The contiguous, one-block paged, split-part and v2 kernels all run this per key tile, so a
- * row that sees the same key tiles in the same order gets the same bits from each. A tile in
- * which a row sees no key is an exact no-op for it (alpha = 2^0 = 1, p = 0 against finite V).
- * REL only picks how the key mask is computed (the same mask, so the same values; each form
- * keeps its kernels' registers, ptxas on sm_90): false, the key index jb + nt * 8 + (e & 1)
- * (jb = kt + 2 t4, the thread's first key of the tile) against the row's key end k0 / k1, with
- * the max taken in the same pass; true (v2), the in-tile index nt * 8 + (e & 1), a constant,
- * against k0 / k1 = key end - kt - 2 t4, in separate passes (jb unused). */
-template <bool REL>
-__device__ __forceinline__ void dit_tile_step(float oacc[8][4], float &m0, float &m1, float &l0,
-                                              float &l1, const uint32_t qa[4][4],
+ * 2, 3), Ks / Vs the tile's 64 staged keys [key][FA_LD], m0 / m1, l0 / l1 and oacc the rows'
+ * running max (of the raw scores), sum and output:
+ *   S = Q K^T (fa_qk), raw (unscaled) scores, -inf where the key is past the row's last one
+ *   (MASK; a caller passes MASK = false for a tile every row of the warp sees whole, where the
+ *   mask would change nothing); m' = max(m, the tile's row max) (n tiles in order, then xor 1
+ *   and xor 2 shuffles; fmaxf is exact; the max of the raw scores is the max of the scaled ones,
+ *   scale > 0); u = m' scale log2(e) in one rounding (0 while m' = -inf: no key yet), u_old the
+ *   same product of m; alpha = 2^(u_old - u) (exactly 1 when the max did not move); o *= alpha;
+ *   p = bf16(2^(fma(s, scale log2(e), -u))); O += P V (fa_pv: mma order kk, then dt); the tile's
+ *   row sums of the rounded P by the tensor cores: ls = P 1 (a ninth n tile whose B is all ones,
+ *   mma order kk, from zero; every element of a row's C fragment holds its sum over the 64 keys,
+ *   so no shuffle is needed), l = fma(l, alpha, ls).
+ * 2^x is ex2_ftz. The contiguous, one-block paged, split-part and v2 kernels all run this per
+ * key tile, so a row that sees the same key tiles in the same order gets the same bits from
+ * each. A tile in which a row sees no key is an exact no-op for it (its max does not move:
+ * alpha = 2^0 = 1, p = 2^-inf = 0 against finite V: o * 1 + 0 = o, l * 1 + 0 = l).
+ * REL only picks how the key mask is computed (the same mask, so the same values): false, the
+ * key index jb + nt * 8 + (e & 1) (jb = kt + 2 t4, the thread's first key of the tile) against
+ * the row's key end k0 / k1; true (v2), the in-tile index nt * 8 + (e & 1), a constant, against
+ * k0 / k1 = key end - kt - 2 t4 (jb unused). */
+template <bool REL, bool MASK = true>
+__device__ __forceinline__ void dit_tile_step(float oacc[8][4], float &m0, float &m1,
+                                              float &l0, float &l1, const uint32_t qa[4][4],
                                               const bf16 *Ks, const bf16 *Vs, int lane, int k0,
                                               int k1, int jb, float scale_log2) {
   float s[8][4];
   fa_qk(s, qa, Ks, lane);
-  float mx0 = -INFINITY, mx1 = -INFINITY;
-  if constexpr (REL) {
+  if constexpr (MASK) {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = __fmul_rn(s[nt][e], scale_log2);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[nt][e] = nt * 8 + (e & 1) < (e < 2 ? k0 : k1) ? s[nt][e] : -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      mx0 = fmaxf(fmaxf(mx0, s[nt][0]), s[nt][1]);
-      mx1 = fmaxf(fmaxf(mx1, s[nt][2]), s[nt][3]);
-    }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int j = jb + nt * 8 + (e & 1);
-        const float sv = j < (e < 2 ? k0 : k1) ? __fmul_rn(s[nt][e], scale_log2) : -INFINITY;
-        s[nt][e] = sv;
-        if (e < 2)
-          mx0 = fmaxf(mx0, sv);
-        else
-          mx1 = fmaxf(mx1, sv);
+        const int j = REL ? nt * 8 + (e & 1) : jb + nt * 8 + (e & 1);
+        s[nt][e] = j < (e < 2 ? k0 : k1) ? s[nt][e] : -INFINITY;
       }
-    }
+  }
+  float mx0 = m0, mx1 = m1;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    mx0 = fmaxf(fmaxf(mx0, s[nt][0]), s[nt][1]);
+    mx1 = fmaxf(fmaxf(mx1, s[nt][2]), s[nt][3]);
   }
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-  const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-  const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-  m0 = mn0;
-  m1 = mn1;
+  /* u = m' scale log2(e) (0 with no key yet); u_old of the previous max the same way (the same
+   * product when the max did not move, so alpha is exactly 1) */
+  const float mu0 = mx0 == -INFINITY ? 0.f : __fmul_rn(mx0, scale_log2);
+  const float mu1 = mx1 == -INFINITY ? 0.f : __fmul_rn(mx1, scale_log2);
+  const float al0 = ex2_ftz(__fsub_rn(__fmul_rn(m0, scale_log2), mu0)); /* -inf m: 0 */
+  const float al1 = ex2_ftz(__fsub_rn(__fmul_rn(m1, scale_log2), mu1));
+  m0 = mx0;
+  m1 = mx1;
 #pragma unroll
   for (int dt = 0; dt < 8; ++dt) {
     oacc[dt][0] *= al0;
@@ -957,22 +959,19 @@ __device__ __forceinline__ void dit_tile_step(float oacc[8][4], float &m0, float
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int nt = 2 * kk + half;
-      const uint32_t w0 = pack_bf16(exp2f(s[nt][0] - mu0), exp2f(s[nt][1] - mu0));
-      const uint32_t w1 = pack_bf16(exp2f(s[nt][2] - mu1), exp2f(s[nt][3] - mu1));
-      const float d0 = __fadd_rn(bf16_lo(w0), bf16_hi(w0));
-      const float d1 = __fadd_rn(bf16_lo(w1), bf16_hi(w1));
-      if (nt == 0) { /* l alpha + the first pair: one rounding */
-        l0 = fmaf(l0, al0, d0);
-        l1 = fmaf(l1, al1, d1);
-      } else {
-        l0 = __fadd_rn(l0, d0);
-        l1 = __fadd_rn(l1, d1);
-      }
-      pa[kk][2 * half] = w0;
-      pa[kk][2 * half + 1] = w1;
+      pa[kk][2 * half] = pack_bf16(ex2_ftz(fmaf(s[nt][0], scale_log2, -mu0)),
+                                   ex2_ftz(fmaf(s[nt][1], scale_log2, -mu0)));
+      pa[kk][2 * half + 1] = pack_bf16(ex2_ftz(fmaf(s[nt][2], scale_log2, -mu1)),
+                                       ex2_ftz(fmaf(s[nt][3], scale_log2, -mu1)));
     }
   }
   fa_pv(oacc, pa, Vs, lane);
+  constexpr uint32_t ONES = 0x3f803f80u; /* two bf16 1.0 */
+  float ls[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) mma_16816(ls, pa[kk], ONES, ONES);
+  l0 = fmaf(l0, al0, ls[0]);
+  l1 = fmaf(l1, al1, ls[2]);
 }
 
 /* Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4 * grp + t4:
@@ -1033,10 +1032,6 @@ attn_flash_bf16_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                          g.scale_log2);
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
   bf16 *ob = o + b * g.o_bstride + (size_t)h * HD;
 #pragma unroll
@@ -1237,10 +1232,6 @@ template <int MODE> __device__ __forceinline__ void dit_paged_block(const PagedG
                          g.scale_log2);
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   if (!SPLIT || (MODE == 2 && S == 1)) {
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     bf16 *ob = g.out + (int64_t)(sg.q_row0 + t0) * g.D + (int64_t)h * HD;
@@ -1273,10 +1264,10 @@ template <int MODE> __device__ __forceinline__ void dit_paged_block(const PagedG
     *reinterpret_cast<float2 *>(&po[lr0 * FA_LD + col]) = make_float2(oacc[dt][0], oacc[dt][1]);
     *reinterpret_cast<float2 *>(&po[lr1 * FA_LD + col]) = make_float2(oacc[dt][2], oacc[dt][3]);
   }
-  if (t4 == 0) {
-    pm[lr0] = m0;
+  if (t4 == 0) { /* m in the exp2 domain (dit_tile_step keeps the raw scores' max) */
+    pm[lr0] = __fmul_rn(m0, g.scale_log2);
     pm[FA_BQ + lr0] = l0;
-    pm[lr1] = m1;
+    pm[lr1] = __fmul_rn(m1, g.scale_log2);
     pm[FA_BQ + lr1] = l1;
   }
   cluster.sync(); /* every part's po / pm are written */
@@ -1375,41 +1366,43 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
   /* the last key the warp's rows see is below whi: key tiles from whi on are skipped (exact
    * no-ops for every row of the warp: see the file header) */
   const int whi = kend_of(warp * 16 + 15);
+  const int wlo = kend_of(warp * 16); /* ... and every row of the warp sees keys below wlo */
   const float scale_log2 = g.scale_log2;
 
-  /* staging: thread tid copies 16 bytes (dims cc .. cc + 7) of key rows tid / 8 + i NT / 8 of
-   * K and of V (8 threads a 128-byte row: conflict-free shared stores, whole sectors) */
+  /* staging: thread tid copies 16 bytes (dims cc .. cc + 7) of key rows tid / 8 + i NT / 8
+   * (i < SR) of K and of V (8 threads a 128-byte row: conflict-free shared stores, whole
+   * sectors). A warp's copies cover 4 SR distinct rows (4 warp + j + i NT / 8, j < 4); lane l
+   * resolves the address of one of them (j = l % 4, i = (l / 4) % SR: lanes past 4 SR repeat
+   * lower lanes' rows) and the copying lanes take it by a shuffle from lane j + 4 i, so each
+   * row's page lookup and address arithmetic is done once a warp instead of by its 8 lanes. */
   const int cc = (tid & 7) * 8;
+  const int rrow = 4 * warp + (lane & 3) + (NT / 8) * ((lane >> 2) % SR);
   const int64_t pool_off = g.layer_off + (g.dev_off ? *g.dev_off : 0) +
-                           (int64_t)(2 * sg.row) * g.page_frames * g.D + (int64_t)h * HD + cc;
-  const int64_t qkv_off = (int64_t)(sg.q_row0 - sg.cached) * ld3 + g.D + (int64_t)h * HD + cc;
+                           (int64_t)(2 * sg.row) * g.page_frames * g.D + (int64_t)h * HD;
+  const int64_t qkv_off = (int64_t)(sg.q_row0 - sg.cached) * ld3 + g.D + (int64_t)h * HD;
   auto stage = [&](int kt, int buf) {
+    const int f = kt + rrow;
+    const bf16 *rp = g.qkv; /* key row f's K (dim 0); its V is vs elements further */
+    int vs = -1;            /* -1: past Lk (zeros, nothing read) */
+    if (f < sg.cached) {
+      /* pi = f / page_frames by a 64-bit multiply-high (exact, see PagedGeo) */
+      const int pi = (int)__umul64hi((unsigned long long)f, g.pf_magic) + (f & g.pf_one);
+      const int64_t page = g.ptab[sg.ptab0 + pi];
+      rp = g.pool + (page * g.page_elems + pool_off + (int64_t)(f - pi * g.page_frames) * g.D);
+      vs = g.pf_d;
+    } else if (f < sg.Lk) {
+      rp = g.qkv + (qkv_off + (int64_t)f * ld3);
+      vs = g.D;
+    }
 #pragma unroll
-    for (int i0 = 0; i0 < SR; i0 += 2) { /* two rows at a time (registers) */
-      const bf16 *kp[2];
-      int vs[2], bytes[2];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) { /* addresses first: both rows' page-table loads at once */
-        const int f = kt + (tid >> 3) + (i0 + u) * (NT / 8);
-        bytes[u] = f < sg.Lk ? 16 : 0; /* past Lk: zeros, nothing read */
-        if (f < sg.cached) {
-          /* pi = f / page_frames by a 64-bit multiply-high (exact, see PagedGeo) */
-          const int pi = (int)__umul64hi((unsigned long long)f, g.pf_magic) + (f & g.pf_one);
-          const int64_t page = g.ptab[sg.ptab0 + pi];
-          kp[u] = g.pool +
-                  (page * g.page_elems + pool_off + (int64_t)(f - pi * g.page_frames) * g.D);
-          vs[u] = g.pf_d;
-        } else {
-          kp[u] = f < sg.Lk ? g.qkv + (qkv_off + (int64_t)f * ld3) : g.qkv; /* nothing read */
-          vs[u] = g.D;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int r = (tid >> 3) + (i0 + u) * (NT / 8);
-        cp_async16_zfill(&Ks2[buf][r * FA_LD + cc], kp[u], bytes[u]);
-        cp_async16_zfill(&Vs2[buf][r * FA_LD + cc], kp[u] + vs[u], bytes[u]);
-      }
+    for (int i = 0; i < SR; ++i) {
+      const int src = (lane >> 3) + 4 * i; /* the lane that resolved row tid / 8 + i NT / 8 */
+      const bf16 *kp = reinterpret_cast<const bf16 *>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rp), src));
+      const int v = __shfl_sync(0xffffffffu, vs, src);
+      const int r = (tid >> 3) + i * (NT / 8);
+      cp_async16_zfill(&Ks2[buf][r * FA_LD + cc], kp + cc, v < 0 ? 0 : 16);
+      cp_async16_zfill(&Vs2[buf][r * FA_LD + cc], kp + cc + (v < 0 ? 0 : v), v < 0 ? 0 : 16);
     }
     cp_async_commit();
   };
@@ -1432,14 +1425,14 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
     __syncthreads();     /* ... for every thread; and tile it - 1 is no longer read */
     if (kt + FA_BK < kend_blk) stage(kt + FA_BK, buf ^ 1);
     if (!wact || kt >= whi) continue; /* warp-uniform: nothing of this tile reaches its rows */
-    dit_tile_step<true>(oacc, m0, m1, l0, l1, qa, Ks2[buf], Vs2[buf], lane,
-                        kend0 - kt - 2 * t4, kend1 - kt - 2 * t4, 0, scale_log2);
+    if (kt + FA_BK <= wlo) /* warp-uniform: every row of the warp sees the whole tile */
+      dit_tile_step<true, false>(oacc, m0, m1, l0, l1, qa, Ks2[buf], Vs2[buf], lane, 0, 0, 0,
+                                 scale_log2);
+    else
+      dit_tile_step<true, true>(oacc, m0, m1, l0, l1, qa, Ks2[buf], Vs2[buf], lane,
+                                kend0 - kt - 2 * t4, kend1 - kt - 2 * t4, 0, scale_log2);
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   if (!wact) return;
   const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
   bf16 *ob = g.out + (int64_t)(sg.q_row0 + t0) * g.D + (int64_t)h * HD;

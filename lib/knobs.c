@@ -49,8 +49,8 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->llm_gemvb = strcmp(env("COSY_LLM_GEMVB"), "0") != 0;
   k->hift_staged = strcmp(env("COSY_HIFT_STAGED"), "0") != 0;
   const char *av = env("COSY_FLOW_ATTN_V2");
-  k->flow_attn_v2 = !strcmp(av, "64")     ? 64
-                    : !strcmp(av, "128")  ? 128
+  k->flow_attn_v2 = !strcmp(av, "128")   ? 128
+                    : !strcmp(av, "auto") ? 1 /* GPU_FLOW_ATTN_V2_AUTO (lib/gpu/flow.h) */
                     : !strcmp(av, "0") || !strcmp(av, "off") ? 0 /* the one-block kernel */
-                                          : 1; /* auto, the default: GPU_FLOW_ATTN_V2_AUTO (lib/gpu/flow.h) */
+                                          : 64; /* 64, the default */
 }

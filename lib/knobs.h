@@ -51,8 +51,8 @@ typedef struct cosy_knobs {
                                    (cosy_llm_gemv_args xfrag; 2: without staging x; 0: per
                                    warp); -1 (unset, the default): auto, lib/gpu/llm.c */
   int flow_attn_v2;             /* COSY_FLOW_ATTN_V2=64|128|auto|0: the packed flow's attention by
-                                   cosy_k_attn_dit_paged_v2 with query tiles of that size (auto,
-                                   the default: 1, chosen per batch, lib/gpu/flow.h); 0 the
+                                   cosy_k_attn_dit_paged_v2 with query tiles of that size (64,
+                                   the default; auto: 1, chosen per batch, lib/gpu/flow.h); 0 the
                                    one-block cosy_k_attn_dit_paged */
   int llm_gemvb;                /* COSY_LLM_GEMVB (on; "0" off): the decode GEMV above 8 rows with
                                    the weights as mma's B operand (cosy_llm_gemv_args.gemvb) */

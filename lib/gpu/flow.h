@@ -65,7 +65,8 @@ int gpu_flow_set_attn_split(gpu_flow *f, int n_split);
  * cosy_k_attn_dit_paged_v2 (kernels.h: the one-block kernel's bits, less work around them) with
  * query tiles of tile_q = 64 or 128 frames, or GPU_FLOW_ATTN_V2_AUTO: 128 for a batch whose
  * 128-query tiles (blocks of 8 warps) hold no more warps than its 64-query tiles would (blocks of
- * 4), else 64; 0: off (the default). COSY_FLOW_ATTN_SPLIT, when on, takes precedence. Call it
+ * 4), else 64; 0: off (the one-block kernel; the engine sets 64 unless the knob says otherwise,
+ * lib/knobs.c). COSY_FLOW_ATTN_SPLIT, when on, takes precedence. Call it
  * before the first gpu_flow_batch. Returns the value now in effect (0 for another tile_q). */
 #define GPU_FLOW_ATTN_V2_AUTO 1
 int gpu_flow_set_attn_v2(gpu_flow *f, int tile_q);
