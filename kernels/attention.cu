@@ -89,10 +89,10 @@
  *     whi <= kt) skips that tile's products: for each such row the one-block kernel's tile is an
  *     exact no-op (scores -inf, max unchanged, alpha = 2^0 = 1, p = 0 against finite V:
  *     o * 1 + 0 = o, l * 1 + 0 = l), so skipping it keeps the bits. (3) The mask
- *     (dit_tile_step<true, MASK>): on a key tile every row of the warp sees whole (kt + 64 <= the
- *     first row's key end, wlo) none (the same values: no score would change); otherwise a
- *     compare of each score's key index within the tile (a constant) with kend - kt - 2 t4 and a
- *     select; the other kernels keep the key-index form and mask every tile. (4) The output:
+ *     (dit_tile_step<true, MASK>): none on a key tile every row of the warp sees whole (kt + 64
+ *     <= the first row's key end, wlo: no score would change); otherwise a compare of each
+ *     score's key index within the tile (a constant) with kend - kt - 2 t4 and a select; the
+ *     other kernels keep the key-index form and mask every tile. (4) The output:
  *     two bf16 a 4-byte store (same rounding as st). Shared memory: the two K and V buffers, 36,864
  *     bytes static, at either NW; 128 registers (__launch_bounds__(32 NW, 16 / NW): 16 warps an
  *     SM either way; sm_90, CUDA 13.0: no spills at NW 4 or 8). (5) The first K/V tile's copies
