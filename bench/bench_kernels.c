@@ -1795,7 +1795,7 @@ void bench_hift(const kh_scn *s) {
 /* the scenarios, in the table's order */
 static const kh_scn g_scns[] = {
     {"llm b1", KH_SCN_LLM_DECODE, 1}, {"llm b16", KH_SCN_LLM_DECODE, 16},
-    {"llm b64", KH_SCN_LLM_DECODE, 64},
+    {"llm b64", KH_SCN_LLM_DECODE, 64}, {"llm b224", KH_SCN_LLM_DECODE, 224}, /* ~W2's rows */
     {"prefill", KH_SCN_PREFILL, 300}, {"dit 400", KH_SCN_DIT, 400},
     {"dit 1000", KH_SCN_DIT, 1000},   {"dit call", KH_SCN_DIT_CALLS, 0},
     {"act", KH_SCN_ACT, 0},
