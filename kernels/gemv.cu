@@ -1154,23 +1154,19 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tcb_kernel(TcP tp) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[u][mt][h][e] = 0.f;
   size_t wo = WSTEP * D; /* the refill's offset */
-  /* x's A fragments of the warp's first k-block; each later k-block's word (mt, q) is loaded as
-   * soon as the mma of the k-block before have read that register (below), so that its L2
-   * latency hides behind the rest of that k-block's mma (plain loads: see load8f) */
-  uint4 xa[MT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-    if (nc > 0 && (mt == 0 || m1)) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) xa[mt][q] = xq[mt * xt + 32 * q];
-    }
   for (int c0 = 0; c0 < nc; c0 += D) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
       const int c = c0 + d;
       if (c < nc) {
-        const bool more = c + 1 < nc;
-        const uint4 *const xn = xq + KS * 128; /* k-block c + 1 */
+        uint4 xa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          if (mt == 0 || m1) { /* plain loads: see load8f */
+#pragma unroll
+            for (int q = 0; q < 4; ++q) xa[mt][q] = xq[mt * xt + 32 * q];
+          }
+        xq += KS * 128;
 #pragma unroll
         for (int q = 0; q < 4; ++q)
 #pragma unroll
@@ -1184,9 +1180,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tcb_kernel(TcP tp) {
                   tc_mma(acc[u][mt][h], xa[mt][q].x, xa[mt][q].y, xa[mt][q].z, xa[mt][q].w,
                          (q & 1) ? b.z : b.x, (q & 1) ? b.w : b.y);
                 }
-              if (more) xa[mt][q] = xn[mt * xt + 32 * q];
             }
-        xq = xn;
         /* refill this slot with k-block c + D. Where the lane's 8 k of it are past K (only in
          * a partial last k-block) the slot keeps the finite weights it held: x is zero there
          * (tc_splitb_kernel), so the products are zeros either way, without 8 register clears
