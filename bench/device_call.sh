@@ -16,7 +16,15 @@
 # in $L/NAME.log and prints "NAME rc=.. Ns"; skipped when less than 25 s are left); kernel_time_so
 # (builds build/dev/kernel_time.so, bench/kernel_time.c, for LD_PRELOAD); ab "V" ROUNDS and
 # ab_rows "V" ROUNDS (W1 --concurrency 16,64 and a fresh C = 64 under each variant of V, in
-# alternation, and their C = 64 rows after pack).
+# alternation, and their C = 64 rows after pack); ncu1 REGEX COUNT SKIP CMD... and ncu_show NAME
+# (one kernel under ncu --set full with the stall reasons, and the lines that matter of its log):
+#
+#   BENCH_FILTER="llm b64 gemv_tcb rmsnorm+gate" \
+#     r ncu_tcb ncu1 'gemv_tcb_kernel<\(int\)2, \(int\)4,' 1 3 ./build/dev/tests/test_kernels --bench llm_gemv
+#   ncu_show ncu_tcb
+#
+# ncu matches REGEX against the demangled name as it lists them: "<unnamed>::" for the anonymous
+# namespace, template arguments as "(int)4" and "(bool)0".
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 O=${OUT:-build/dev/out}
@@ -79,4 +87,20 @@ pack() {
   (cd "$O" && tar czf "logs_$1.tgz" l && rm -rf l)
   rm -rf /tmp/l
   tar xzf "$O/logs_$1.tgz" -C /tmp 2>/dev/null
+}
+# ncu1 REGEX COUNT SKIP CMD...: COUNT launches of the kernels whose demangled name matches REGEX,
+# after SKIP of them, profiled with --set full and the stall reasons (150 s at most)
+ncu1() {
+  timeout 150 ncu --kernel-name-base demangled --kernel-name "regex:$1" --launch-skip "$3" \
+    --launch-count "$2" --set full \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' "${@:4}"
+}
+# ncu_show NAME [LINES]: each profiled kernel's duration, throughputs, issue, occupancy and
+# resources, then the largest stall reasons (cycles a warp waits per issued instruction)
+ncu_show() {
+  grep -E "^  [^ ].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|Block Limit (Reg|Shared)|Grid Size|Dynamic Shared" \
+    "$L/$1.log" | cut -c1-120 | head -"${2:-16}"
+  grep -E "issue_stalled" "$L/$1.log" | awk '{print $1, $NF}' |
+    sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | sort -k2 -g -r |
+    head -8 | paste -sd' '
 }
