@@ -400,6 +400,7 @@ test-py: $(TEST_MODEL) $(FE_TEST_MODEL) $(CLI)
 test-bench: $(B)/bench/bench_w1 $(TEST_MODEL) $(SO)
 	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) bash tests/check_bench_multi.sh
 	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) bash tests/check_bench_w3.sh
+	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) bash tests/check_trace_summary.sh
 	B=$(B) TEST_MODEL=$(TEST_MODEL) PYTHON=$(PYTHON) SERVER_PY=$(VENV_PY) bash tests/check_bench_ws.sh
 
 # check-abi under another locale, test binaries run from another directory (tests/check_env.sh)

@@ -4,7 +4,11 @@
 Per call kind: count, mean rows, mean / p95 call time, busy share of the traced span; for the
 LLM steps also the mean interval between consecutive step starts (how often each decoding
 sequence gets a token) and the split of that interval into step, prefill and other time.
-Usage: trace_summary.py TRACE [TRACE ...]"""
+With --timeline N (a trace of one request at a time, W1 at C = 1: each prefill starts a request),
+the last N requests' timelines: the prefill, the decode steps (count, time, first start, last end),
+each flow, vocoder and pause call (start, size, duration, end, from the request's prefill), the
+request's end, and what came after its last step (the tail).
+Usage: trace_summary.py [--timeline N] TRACE [TRACE ...]"""
 import sys
 
 
@@ -13,7 +17,40 @@ def pct(v, q):
     return v[min(len(v) - 1, int(q * len(v)))] if v else 0.0
 
 
-for path in sys.argv[1:]:
+def timeline(rows, n):
+    """the last n requests of a one-request-at-a-time trace, each from its prefill on"""
+    reqs = []
+    for r in sorted(rows):
+        if r[1] == "prefill":
+            reqs.append([])
+        if reqs:
+            reqs[-1].append(r)
+    for q in reqs[-n:] if n > 0 else []:
+        t0 = q[0][0]
+        steps = [r for r in q if r[1] == "step"]
+        end = max(r[0] + r[5] / 1e3 for r in q)
+        line = f"  request: prefill {q[0][5]:.2f} ms ({q[0][3]} positions)"
+        if steps:
+            last = steps[-1][0] + steps[-1][5] / 1e3
+            line += (f", {len(steps)} steps {sum(r[5] for r in steps):.1f} ms from "
+                     f"{1e3 * (steps[0][0] - t0):.1f} to {1e3 * (last - t0):.1f} ms")
+        print(line)
+        for r in q:
+            if r[1] in ("flow", "vocoder", "pause"):
+                at = 1e3 * (r[0] - t0)
+                print(f"    {r[1]:8s} at {at:7.1f} ms  size {r[3]:5d}  first {r[4]}  "
+                      f"{r[5]:6.2f} ms  ends {at + r[5]:7.1f}")
+        tail = f", tail after the last step {1e3 * (end - last):.1f} ms" if steps else ""
+        print(f"    end {1e3 * (end - t0):.1f} ms{tail}")
+
+
+args = sys.argv[1:]
+n_timeline = 0
+if args[:1] == ["--timeline"]:
+    if len(args) < 2 or not args[1].isdigit():
+        sys.exit("usage: trace_summary.py [--timeline N] TRACE [TRACE ...]")
+    n_timeline, args = int(args[1]), args[2:]
+for path in args:
     rows = []
     with open(path) as f:
         for line in f:
@@ -41,3 +78,4 @@ for path in sys.argv[1:]:
         gaps = [b - a for a, b in zip(st, st[1:])]
         print(f"  step interval: mean {1e3 * sum(gaps) / len(gaps):.2f} ms, p50 {1e3 * pct(gaps, 0.5):.2f}, "
               f"p95 {1e3 * pct(gaps, 0.95):.2f}, max {1e3 * max(gaps):.2f}")
+    timeline(rows, n_timeline)

@@ -1,4 +1,5 @@
-# Sourced by the CPU checks of bench_w1 (tests/check_bench_multi.sh, tests/check_bench_w3.sh):
+# Sourced by the CPU checks of bench_w1 (tests/check_bench_multi.sh, tests/check_bench_w3.sh,
+# tests/check_trace_summary.sh):
 # bench_inputs NAME sets B, TEST_MODEL and BW (the bench_w1 binary), exits 0 with a SKIP line
 # when the test model is missing, and otherwise makes $tmp (removed on exit) with texts.txt (two
 # short lines) and prompt.wav (2 s of a 220 Hz tone at 16 kHz) for --texts and --prompt-wav.
