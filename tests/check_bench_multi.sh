@@ -5,7 +5,8 @@
 #   - two engines: exit 0, the level's row over all requests (4), one row per engine (e0, e1:
 #     2 requests each, clients k % 2), batch and util lines per engine, W2 spread alike;
 #   - one device (`--device -1`) prints no engine rows: the output of one device is unchanged.
-# SKIP without the test model (../shared/golden/small).
+# SKIP without the test model (make converts it from the small reference checkpoint under
+# SHARED_DIR: docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/bench_inputs.sh

@@ -6,7 +6,8 @@
 # (with seed 1 user 1 arrives at 0.91 s: after the 0.5 s not counted) and one not counted (user 0
 # arrives at 0.03 s), no failed request, a TTFB, an xRT and batch sizes, the headline line; bad W3
 # options exit 2. Run by `make test-bench` (part of `make test`), which passes B and TEST_MODEL;
-# about 10 s. SKIP without the test model (../shared/golden/small).
+# about 10 s. SKIP without the test model (make converts it from the small reference checkpoint
+# under SHARED_DIR: docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/bench_inputs.sh

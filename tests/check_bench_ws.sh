@@ -9,7 +9,8 @@
 # counts back after them; bad W4 options exit 2 naming the option. The WebSocket part needs a
 # Python with fastapi, uvicorn, websockets and numpy (SERVER_PY; `make test-bench` passes the
 # venv of `make test-python`) and is skipped, saying so, without one. Run by `make test-bench`;
-# about 30 s. SKIP without the test model (../shared/golden/small).
+# about 30 s. SKIP without the test model (make converts it from the small reference checkpoint
+# under SHARED_DIR: docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/bench_inputs.sh

@@ -7,7 +7,8 @@
 #   - the timeline: 2 requests, each with a flow and a vocoder call, its first flow call a first
 #     chunk, and an end no earlier than its last step's end (tail >= 0) nor its last call's;
 #   - a bad --timeline exits non-zero with the usage line.
-# SKIP without the test model (../shared/golden/small).
+# SKIP without the test model (make converts it from the small reference checkpoint under
+# SHARED_DIR: docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/bench_inputs.sh
