@@ -53,6 +53,10 @@ typedef int cosy_bench_kernels_without_cuda; /* tests/test_kernels.c says SKIP *
 
 #else
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes" /* cublasLt.h: cublasLtLoggerForceDisable() */
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
 #include <cuda_runtime_api.h>
 
 #include "bf16_split.h"
@@ -1662,6 +1666,257 @@ static void bench_gemm_rows(void) {
   CK(cudaFree(y));
 }
 
+/* The flow's four block GEMMs at the small row counts of a single request's streaming calls
+ * (2 x 56 .. 2 x 156 rows): every candidate cuBLASLt's heuristic offers (up to 32, asked for M
+ * itself), device time a call with the weights rotated over > 3x L2 (as the flow's 22 blocks
+ * stream theirs from DRAM), 20 calls captured in a CUDA graph and replayed, median of 5; with the
+ * candidate's tile, split-K, reduction scheme, stages and cluster shape (cublasLt.h's
+ * CUBLASLT_ALGO_CONFIG_* enums) and, first, the engine's own choice through cosy_k_gemm. The
+ * plain product (no bias, no GELU) for every shape: which kernel a small call should run.
+ * Printed when BENCH_GEMM_ALGOS is set. */
+static float time_graph20(cudaGraphExec_t ge, cudaEvent_t e0, cudaEvent_t e1) {
+  float med[5];
+  for (int r = -1; r < 5; r++) {
+    CK(cudaEventRecord(e0, g_stream));
+    CK(cudaGraphLaunch(ge, g_stream));
+    CK(cudaEventRecord(e1, g_stream));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 0) med[r] = ms * 1e3f / 20;
+  }
+  for (int a = 0; a < 5; a++)
+    for (int b = a + 1; b < 5; b++)
+      if (med[b] < med[a]) {
+        const float t = med[a];
+        med[a] = med[b], med[b] = t;
+      }
+  return med[2];
+}
+/* BENCH_GEMM_ALGOS=2: beyond the heuristic's list, every algorithm id the library has for
+ * bf16 x bf16 -> ydt (fp32 compute) with each of its tiles, split-K 1, 2, 3, 4, 6, 8 and each
+ * reduction scheme it supports (the first stages id that passes cublasLtMatmulAlgoCheck), timed as
+ * above; the 12 fastest printed. */
+static float time_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                       cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                       const cublasLtMatmulAlgo_t *algo, const void *x, const void *w,
+                       size_t wbytes, int nrot, void *y, void *ws, size_t ws_bytes, cudaEvent_t e0,
+                       cudaEvent_t e1) {
+  const float one = 1.f, zero = 0.f;
+  cudaGraph_t gr;
+  cudaGraphExec_t ge;
+  int ok = 1;
+  CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeRelaxed));
+  for (int c = 0; c < 20 && ok; c++) {
+    const void *wc = (const char *)w + (size_t)(c % nrot) * wbytes;
+    ok = cublasLtMatmul(lt, op, &one, wc, la, x, lb, &zero, y, lc, y, lc, algo, ws, ws_bytes,
+                        g_stream) == CUBLAS_STATUS_SUCCESS;
+  }
+  CK(cudaStreamEndCapture(g_stream, &gr));
+  float t = -1.f;
+  if (ok && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess) {
+    t = time_graph20(ge, e0, e1);
+    CK(cudaGraphExecDestroy(ge));
+  }
+  CK(cudaGraphDestroy(gr));
+  cudaGetLastError();
+  return t;
+}
+static void gemm_algo_search(cublasLtHandle_t lt, cublasLtMatmulDesc_t op,
+                             cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                             cublasLtMatrixLayout_t lc, const void *x, const void *w, size_t wbytes,
+                             int nrot, void *y, void *ws, size_t ws_bytes, cudaDataType_t ydt,
+                             cudaEvent_t e0, cudaEvent_t e1) {
+  enum { MAXR = 4096 };
+  static struct {
+    float t;
+    int id, tile, sk, red, stages;
+  } rs[MAXR];
+  int nr = 0, ids[256], nid = 0;
+  cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ydt, ydt,
+                           256, ids, &nid);
+  static const int sks[] = {1, 2, 3, 4, 6, 8};
+  for (int a = 0; a < nid && nr < MAXR; a++) {
+    cublasLtMatmulAlgo_t algo;
+    if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ydt,
+                               ydt, ids[a], &algo) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    size_t sz = 0;
+    uint32_t tiles[128], stages[128];
+    int ntile = 0, nstage = 0, sksup = 0;
+    uint32_t redmask = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, sizeof tiles, &sz) ==
+        CUBLAS_STATUS_SUCCESS)
+      ntile = (int)(sz / sizeof tiles[0]);
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, sizeof stages, &sz) ==
+        CUBLAS_STATUS_SUCCESS)
+      nstage = (int)(sz / sizeof stages[0]);
+    cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &sksup, sizeof sksup, &sz);
+    cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &redmask,
+                                      sizeof redmask, &sz);
+    if (ntile == 0) tiles[ntile++] = 0;
+    if (nstage == 0) stages[nstage++] = 0;
+    printf("    algo id %d: %d tiles, %d stages, split-K %d, reductions 0x%x\n", ids[a], ntile, nstage,
+           sksup, redmask);
+    for (int ti = 0; ti < ntile; ti++)
+      for (size_t ki = 0; ki < sizeof sks / sizeof sks[0]; ki++) {
+        if (sks[ki] > 1 && !sksup) continue;
+        for (int red = 0; red <= 4; red = red ? red * 2 : 1) {
+          if ((sks[ki] == 1) != (red == 0)) continue;
+          if (red && !(redmask & (uint32_t)red)) continue;
+          for (int si = 0; si < nstage && nr < MAXR; si++) {
+            const uint32_t tile = tiles[ti], st = stages[si], sk = (uint32_t)sks[ki], rd = (uint32_t)red;
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile);
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &st, sizeof st);
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk);
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &rd, sizeof rd);
+            cublasLtMatmulHeuristicResult_t chk;
+            memset(&chk, 0, sizeof chk);
+            if (cublasLtMatmulAlgoCheck(lt, op, la, lb, lc, lc, &algo, &chk) != CUBLAS_STATUS_SUCCESS ||
+                chk.workspaceSize > ws_bytes)
+              continue;
+            const float t = time_algo(lt, op, la, lb, lc, &algo, x, w, wbytes, nrot, y, ws, ws_bytes, e0, e1);
+            if (t > 0) {
+              rs[nr].t = t, rs[nr].id = ids[a], rs[nr].tile = (int)tile, rs[nr].sk = (int)sk;
+              rs[nr].red = (int)rd, rs[nr].stages = (int)st;
+              nr++;
+            }
+            break; /* the first stages id that passes */
+          }
+        }
+      }
+  }
+  for (int i = 0; i < nr && i < 12; i++) { /* partial selection sort: the 12 fastest */
+    int b = i;
+    for (int j = i + 1; j < nr; j++)
+      if (rs[j].t < rs[b].t) b = j;
+    if (b != i) {
+      const __typeof__(rs[0]) tmp = rs[i];
+      rs[i] = rs[b], rs[b] = tmp;
+    }
+    printf("  search %2d: %7.2f us  algo %3d tile %3d splitk %d red %d stages %d\n", i, rs[i].t,
+           rs[i].id, rs[i].tile, rs[i].sk, rs[i].red, rs[i].stages);
+  }
+  printf("  (%d configurations timed)\n", nr);
+}
+static void bench_gemm_algos(void) {
+  static const int Ms[] = {112, 212, 312, 512};
+  static const struct {
+    const char *name;
+    int N, K, f32_out;
+  } sh[] = {{"qkv", 3072, 1024, 0}, {"o", 1024, 1024, 1}, {"ff1", 2048, 1024, 0},
+            {"ff2", 1024, 2048, 1}};
+  const int MMAX = 512, KMAX = 2048, NMAX = 3072, NC = 32;
+  const size_t wbytes = (size_t)NMAX * KMAX * 2;
+  int nrot = (int)((3 * g_l2) / wbytes + 1);
+  if (nrot < 2) nrot = 2;
+  void *x = drand((size_t)MMAX * KMAX, BF16, -1.f, 1.f);
+  void *w = drand((size_t)nrot * NMAX * KMAX, BF16, -0.05f, 0.05f);
+  void *y = dalloc((size_t)MMAX * NMAX * 4);
+  size_t ws_bytes = (size_t)32 << 20;
+  void *ws = dalloc(ws_bytes);
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+    printf("gemm algos: cublasLtCreate failed\n");
+    return;
+  }
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  printf("flow GEMMs at small M, every heuristic candidate (us a call, weights from DRAM, graph of 20)\n");
+  for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+    for (size_t j = 0; j < sizeof Ms / sizeof Ms[0]; j++) {
+      const int M = Ms[j], N = sh[i].N, K = sh[i].K;
+      const cudaDataType_t ydt = sh[i].f32_out ? CUDA_R_32F : CUDA_R_16BF;
+      const double wmb = (double)N * K * 2 / 1e6;
+      /* the engine's choice */
+      cudaGraph_t gr;
+      cudaGraphExec_t ge;
+      CK(cosy_k_gemm(g_gemm, g_stream, M, N, K, BF16, x, K, w, NULL, sh[i].f32_out ? F32 : BF16, y,
+                     N, 0));
+      CK(cudaStreamSynchronize(g_stream));
+      CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeRelaxed));
+      for (int c = 0; c < 20; c++)
+        CK(cosy_k_gemm(g_gemm, g_stream, M, N, K, BF16, x, K, (const char *)w + (size_t)(c % nrot) * wbytes,
+                       NULL, sh[i].f32_out ? F32 : BF16, y, N, 0));
+      CK(cudaStreamEndCapture(g_stream, &gr));
+      CK(cudaGraphInstantiate(&ge, gr, 0));
+      const float t_eng = time_graph20(ge, e0, e1);
+      CK(cudaGraphExecDestroy(ge));
+      CK(cudaGraphDestroy(gr));
+      printf("%-4s M %4d N %4d K %4d (%.1f MB of weights, floor %.2f us at 4.8 TB/s): engine %.2f us\n",
+             sh[i].name, M, N, K, wmb, wmb / 4.8, t_eng);
+      /* the candidates (TN as gemm.cu: A = W^T op T, B = x^T, C = D = y^T) */
+      cublasLtMatmulDesc_t op;
+      cublasLtMatrixLayout_t la, lb, lc;
+      const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
+      cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA);
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB);
+      cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K);
+      cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K);
+      cublasLtMatrixLayoutCreate(&lc, ydt, N, M, N);
+      cublasLtMatmulPreference_t pref;
+      cublasLtMatmulPreferenceCreate(&pref);
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                           sizeof ws_bytes);
+      cublasLtMatmulHeuristicResult_t res[NC];
+      int nres = 0;
+      cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, NC, res, &nres);
+      const float one = 1.f, zero = 0.f;
+      for (int a = 0; a < nres; a++) {
+        int cfg[8] = {0};
+        static const cublasLtMatmulAlgoConfigAttributes_t at[8] = {
+            CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,
+            CUBLASLT_ALGO_CONFIG_SPLITK_NUM,   CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+            CUBLASLT_ALGO_CONFIG_STAGES_ID,    CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+            CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION};
+        for (int q = 0; q < 8; q++) {
+          uint32_t v = 0;
+          size_t wr = 0;
+          cublasLtMatmulAlgoConfigGetAttribute(&res[a].algo, at[q], &v, sizeof v, &wr);
+          cfg[q] = (int)v;
+        }
+        if (res[a].workspaceSize > ws_bytes) continue;
+        cudaError_t ce = cudaSuccess;
+        CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeRelaxed));
+        for (int c = 0; c < 20 && ce == cudaSuccess; c++) {
+          const void *wc = (const char *)w + (size_t)(c % nrot) * wbytes;
+          if (cublasLtMatmul(lt, op, &one, wc, la, x, lb, &zero, y, lc, y, lc, &res[a].algo, ws,
+                             ws_bytes, g_stream) != CUBLAS_STATUS_SUCCESS)
+            ce = cudaErrorUnknown;
+        }
+        CK(cudaStreamEndCapture(g_stream, &gr));
+        float t = -1.f;
+        if (ce == cudaSuccess) {
+          CK(cudaGraphInstantiate(&ge, gr, 0));
+          t = time_graph20(ge, e0, e1);
+          CK(cudaGraphExecDestroy(ge));
+        }
+        CK(cudaGraphDestroy(gr));
+        printf("  cand %2d: %7.2f us  algo %3d tile %3d splitk %2d red %d stages %3d cluster %2d swz %d "
+               "custom %d waves %.2f ws %zu\n",
+               a, t, cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5], cfg[6], cfg[7],
+               res[a].wavesCount, res[a].workspaceSize);
+      }
+      if (atoi(getenv("BENCH_GEMM_ALGOS")) >= 2 && M <= 212)
+        gemm_algo_search(lt, op, la, lb, lc, x, w, wbytes, nrot, y, ws, ws_bytes, ydt, e0, e1);
+      cublasLtMatmulPreferenceDestroy(pref);
+      cublasLtMatrixLayoutDestroy(la);
+      cublasLtMatrixLayoutDestroy(lb);
+      cublasLtMatrixLayoutDestroy(lc);
+      cublasLtMatmulDescDestroy(op);
+    }
+  printf("\n");
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  cublasLtDestroy(lt);
+  CK(cudaFree(x));
+  CK(cudaFree(w));
+  CK(cudaFree(y));
+  CK(cudaFree(ws));
+}
+
 /* ---------------------------------------------------------------------------------------------
  * the families' benchmarks (tests/kregistry.c names them): each adds its rows of one scenario */
 
@@ -1864,6 +2119,7 @@ int kh_run_bench(const char *filter) {
          g_gemm_tfs);
   bench_gemm_plans();
   if (getenv("BENCH_GEMM_ROWS")) bench_gemm_rows();
+  if (getenv("BENCH_GEMM_ALGOS")) bench_gemm_algos();
   CK(cudaFree(cp->p[0]));
   CK(cudaFree(cp->p[1]));
   CK(cudaFree(gm->p[0]));
