@@ -526,10 +526,6 @@ struct TcP {
   /* 1: above 8 rows with xs, the B-operand kernel (gemv_tcb_kernel; xs then written by
    * tc_splitb_kernel in its order); the knob COSY_LLM_GEMVB through cosy_llm_gemv_args.gemvb */
   int gemvb;
-  /* SILU_MUL in gemv_tcb_kernel: the output's hi/lo A fragments also written here (args xs_out,
-   * tc_splitb_kernel's layout for K = N / 2: KBo = N / 64 k-blocks), or NULL */
-  uint4 *xo;
-  int KBo;
 };
 enum { TC_EARLY_BIAS = 1, TC_EARLY_INVF = 2, TC_EARLY_POS = 4, TC_EARLY_OLD = 8, TC_EARLY_NORMW = 16 };
 
@@ -1072,10 +1068,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tcb_kernel(TcP tp) {
   __shared__ float ep_b[NW][TW][2][8];                 /* bias of the tile's weight rows */
   __shared__ int pos_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1], slot_s[EPI == COSY_GEMV_QKV_ROPE ? RC : 1];
   __shared__ float invf_s[32];
-  /* SILU_MUL with tp.xo: the block's outputs (warp group, tile, 16-row tile, row, column),
-   * zeros for rows past R, before they are written out as fragments */
-  constexpr bool XO = EPI == COSY_GEMV_SILU_MUL && CS == 1;
-  __shared__ float xo_s[XO ? WT : 1][XO ? TW : 1][XO ? MT : 1][16][XO ? 8 : 1];
 
   /* what the loop needs, in registers once */
   const int late = a.late, early = tp.early;
@@ -1083,9 +1075,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tcb_kernel(TcP tp) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int K = a.K, KB = tp.KB, N = a.N, P = a.P;
   const int kp = tc_rank<CS>() * KSB + warp % KSB; /* this warp's K part */
-  if (XO && tp.xo)
-    for (int i = tid; i < (int)(sizeof xo_s / sizeof(float)); i += TC_WARPS * 32)
-      (&xo_s[0][0][0][0][0])[i] = 0.f;
   const int tile0 = (blockIdx.y * WT + warp / KSB) * TW;
   /* this lane's weight rows (column g of each half), at its first k-block; rows past N read
    * row 0 (their columns are never stored) */
@@ -1269,9 +1258,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tcb_kernel(TcP tp) {
         if (okB) a.y[(size_t)gm * a.ldy + rB] = oB + (v[1] + bB);
       } else if (EPI == COSY_GEMV_SILU_MUL) {
         const float gt = v[0] + bA, uu = v[1] + bB;
-        const float yv = gt / (1.f + expf(-gt)) * uu;
-        a.y[(size_t)gm * a.ldy + rA] = yv;
-        if (XO && tp.xo) xo_s[XO ? warp / KSB : 0][XO ? u : 0][XO ? mt : 0][lr & 15][XO ? col : 0] = yv;
+        a.y[(size_t)gm * a.ldy + rA] = gt / (1.f + expf(-gt)) * uu;
       } else { /* QKV_ROPE */
         const int i = (tile & 3) * 8 + col, head = tile >> 2;
         const bool rot = head < a.n_qh + a.n_kh, kv = head >= a.n_qh;
@@ -1283,30 +1270,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) gemv_tcb_kernel(TcP tp) {
     }
   }
   if (CS > 1) tc_sync<CS>(); /* no block leaves while another still reads its shared memory */
-  if (XO && tp.xo) {
-    /* 6. the outputs as the next call's A fragments (tc_splitb_kernel's layout and tc_split2's
-     * values on the same fp32 y: the same bits): weight tile `tile` holds outputs tile 8 .. + 7,
-     * i.e. lane group t' = tile % 4 of k-block tile / 4; per (warp group, tile, 16-row tile) 32
-     * words, word (q, g'): rows g', g' + 8, k 4 (q & 1) .. + 3, hi (q < 2) or lo */
-    __syncthreads();
-    constexpr int NWD = WT * TW * MT * 32;
-    for (int i = tid; i < NWD; i += TC_WARPS * 32) {
-      const int q = (i >> 3) & 3, gq = i & 7, rest = i >> 5;
-      const int mt = rest % MT, u = (rest / MT) % TW, grp = rest / (MT * TW);
-      const int tile = (blockIdx.y * WT + grp) * TW + u;
-      if (tile >= P || 16 * mt >= nr) continue;
-      const float *x0 = &xo_s[XO ? grp : 0][XO ? u : 0][XO ? mt : 0][gq][XO ? 4 * (q & 1) : 0];
-      const float *x1 = x0 + 8 * (XO ? 8 : 1);
-      uint32_t h[4], l[4];
-      tc_split2(x0[0], x0[1], h[0], l[0]);
-      tc_split2(x1[0], x1[1], h[1], l[1]);
-      tc_split2(x0[2], x0[3], h[2], l[2]);
-      tc_split2(x1[2], x1[3], h[3], l[3]);
-      uint4 *dst = tp.xo + ((size_t)((r0 >> 4) + mt) * tp.KBo + (tile >> 2)) * 128 + 32 * q +
-                   4 * gq + (tile & 3);
-      *dst = q < 2 ? make_uint4(h[0], h[1], h[2], h[3]) : make_uint4(l[0], l[1], l[2], l[3]);
-    }
-  }
 }
 
 template <int MT, int KS, int TW, int D, int PRO, int EPI>
@@ -1595,21 +1558,6 @@ static cudaError_t tc_plan(const cosy_llm_gemv_args *a, TcP *tpp, int *ksp, bool
   return cudaSuccess;
 }
 
-/* args xs_out applies (see gemv.h): the B-operand kernel on split rows, SILU_MUL, no cluster,
- * whole k-blocks of the output, room and alignment */
-static bool xs_out_ok(const cosy_llm_gemv_args *a, const TcP &tp, int ks, bool split) {
-  return a->xs_out && split && tp.gemvb && tc_rows_per_block(tp.R, true) > 8 &&
-         a->out_mode == COSY_GEMV_SILU_MUL && tc_cs(ks) == 1 && (a->N / 2) % 32 == 0 &&
-         aligned16(a->xs_out) && a->xs_out_bytes >= cosy_k_llm_gemv_tc_workspace(tp.R, a->N / 2);
-}
-
-extern "C" int cosy_k_llm_gemv_tc_xs_out_used(const cosy_llm_gemv_args *a) {
-  TcP tp;
-  int ks = 0;
-  bool split = false;
-  return tc_plan(a, &tp, &ks, &split) == cudaSuccess && tp.R > 0 && xs_out_ok(a, tp, ks, split);
-}
-
 extern "C" int cosy_k_llm_gemv_tc_xfrag_used(const cosy_llm_gemv_args *a) {
   TcP tp;
   int ks = 0;
@@ -1626,15 +1574,7 @@ extern "C" cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_ar
   if (tp.R == 0) return cudaSuccess;
   const GemvP &p = tp.g;
   const int pdl = a->pdl ? 1 : 0;
-  if (xs_out_ok(a, tp, ks, split)) {
-    tp.xo = (uint4 *)a->xs_out;
-    tp.KBo = a->N / 64;
-  }
-  if (split && tp.gemvb && a->xs_pre && a->in_mode == COSY_GEMV_IN_F32) {
-    /* x split by the call before (its xs_out): no split here */
-    if (!aligned16(a->xs_pre)) return cudaErrorInvalidValue;
-    tp.xs = (const uint4 *)a->xs_pre;
-  } else if (split) {
+  if (split) {
     const SplitP sp = {p, tp.R, (uint4 *)a->xs};
     /* blockIdx.y: chunks of 256 k (a warp's 8 k a lane), so that the few rows of a decode step
      * still give ~2 blocks an SM of 132 (at 64 rows and K = 4864 one block a row group took

@@ -100,21 +100,6 @@ typedef struct cosy_llm_gemv_args {
    * the tensor core orders the transposed product differently (the engine's batch invariance
    * holds either way: tests). 0: gemv_tc_kernel, x as the B operand. */
   int gemvb;
-  /* cosy_k_llm_gemv_tc only, SILU_MUL (the MLP's gate|up): device memory (16-byte aligned) of at
-   * least cosy_k_llm_gemv_tc_workspace(R, N / 2) bytes, or NULL. Where the call runs the B-operand
-   * kernel on split rows (gemvb, more than 8 rows, the workspace xs; N / 2 a multiple of 32, no
-   * cluster), its epilogue also writes its output y split into hi/lo A fragments there, in
-   * the layout the next call's split (tc_splitb_kernel, IN_F32) would write: the down
-   * projection then passes it as xs_pre and runs no split of its own. y is written as always.
-   * Whether it was written: cosy_k_llm_gemv_tc_xs_out_used. Must not overlap xs. */
-  void *xs_out;
-  size_t xs_out_bytes;
-  /* cosy_k_llm_gemv_tc only, IN_F32: x already split by the previous call into xs_out's layout
-   * (the caller passes it only where cosy_k_llm_gemv_tc_xs_out_used said so for that call with
-   * the same rows and K = its N / 2). Used where this call would split x for the B-operand
-   * kernel; the split kernel then does not run (the same fragments, the same bits). NULL: split
-   * as usual. */
-  const void *xs_pre;
 } cosy_llm_gemv_args;
 
 /* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,
@@ -139,10 +124,6 @@ cudaError_t cosy_k_llm_gemv_tc(cudaStream_t s, const cosy_llm_gemv_args *a);
  * xfrag set, x split in the blocks, the fragments fit its shared memory), 0 otherwise or for bad
  * arguments (a test and measurement aid; launches nothing). */
 int cosy_k_llm_gemv_tc_xfrag_used(const cosy_llm_gemv_args *a);
-
-/* 1 when cosy_k_llm_gemv_tc with these arguments writes its output's fragments to args xs_out
- * (see there), 0 otherwise or for bad arguments (launches nothing). */
-int cosy_k_llm_gemv_tc_xs_out_used(const cosy_llm_gemv_args *a);
 
 /* Bytes of the workspace (args xs) with which cosy_k_llm_gemv_tc splits R rows of K inputs
  * once: R rounded up to 16 times K rounded up to 32, 4 bytes each (0 for R or K <= 0). */

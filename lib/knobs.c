@@ -47,7 +47,6 @@ void cosy_knobs_read(cosy_knobs *k) {
   const char *xf = env("COSY_LLM_XFRAG");
   k->llm_xfrag = !strcmp(xf, "0") ? 0 : !strcmp(xf, "1") ? 1 : !strcmp(xf, "2") ? 2 : -1;
   k->llm_gemvb = strcmp(env("COSY_LLM_GEMVB"), "0") != 0;
-  k->llm_fold = strcmp(env("COSY_LLM_FOLD"), "0") != 0;
   k->hift_staged = strcmp(env("COSY_HIFT_STAGED"), "0") != 0;
   const char *av = env("COSY_FLOW_ATTN_V2");
   k->flow_attn_v2 = !strcmp(av, "128")   ? 128

@@ -56,8 +56,6 @@ typedef struct cosy_knobs {
                                    one-block cosy_k_attn_dit_paged */
   int llm_gemvb;                /* COSY_LLM_GEMVB (on; "0" off): the decode GEMV above 8 rows with
                                    the weights as mma's B operand (cosy_llm_gemv_args.gemvb) */
-  int llm_fold;                 /* COSY_LLM_FOLD (on; "0" off): above 8 rows the MLP's gate|up
-                                   writes down's split input (cosy_llm_gemv_args.xs_out) */
   int hift_staged;              /* COSY_HIFT_STAGED (on; "0" off): the fp16 vocoder's convs
                                    from an input staged in fp16 beforehand (kernels/conv.cu
                                    conv3_kernel; gpu_hift_set_staged) */

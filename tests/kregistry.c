@@ -43,7 +43,7 @@ const kh_entry kh_registry[] = {
      KH_CEIL_BF16},
     {"llm_gemv", L("cosy_k_llm_gemv", "cosy_k_llm_gemv_supported", "cosy_k_llm_gemv_tc",
                    "cosy_k_llm_gemv_tc_supported", "cosy_k_llm_gemv_tc_workspace",
-                   "cosy_k_llm_gemv_tc_xfrag_used", "cosy_k_llm_gemv_tc_xs_out_used"),
+                   "cosy_k_llm_gemv_tc_xfrag_used"),
      T(llm_gemv), BENCH(llm_gemv),
      KH_CEIL_HBM},
     {"dit_elementwise",

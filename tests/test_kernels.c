@@ -1894,66 +1894,6 @@ static void check_gemv_xf(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gem
   dfree(dx), dfree(dw), dfree(dnw), dfree(db), dfree(dpos), dfree(dslots), dfree(dinv);
 }
 
-/* The MLP's split folded into gate|up (args xs_out / xs_pre, COSY_LLM_FOLD): R rows through
- * gate|up (N = 2I, K = H) then down (N = H, K = I) on the B-operand kernel, once as two calls that
- * each split their x (down's split of act into the workspace) and once with gate|up writing
- * down's fragments itself and down reading them (no split): act, the fragments and down's output
- * bit for bit equal; xs_out_used must say no at R <= 8 and for I % 32 != 0. */
-static void check_gemv_fold(int R, int H, int I) {
-  float *x = fill((size_t)R * H, -1.f, 1.f);
-  for (int m = 0; m < R; ++m)
-    for (int k = 0; k < H; ++k) x[(size_t)m * H + k] *= 1.f + 0.1f * (float)m;
-  float *wgu = fill((size_t)2 * I * H, -0.1f, 0.1f), *wd = fill((size_t)H * I, -0.1f, 0.1f);
-  float *nw = fill((size_t)H, 0.5f, 1.5f), *y0 = fill((size_t)R * H, -1.f, 1.f);
-  void *dx = dup_dt(x, (size_t)R * H, F32), *dnw = dup_dt(nw, (size_t)H, F32);
-  void *dgu = dup_dt(wgu, (size_t)2 * I * H, BF16), *dwd = dup_dt(wd, (size_t)H * I, BF16);
-  void *dact[2] = {dpoison((size_t)R * I, F32), dpoison((size_t)R * I, F32)};
-  void *dy[2] = {dup_dt(y0, (size_t)R * H, F32), dup_dt(y0, (size_t)R * H, F32)};
-  const size_t kx = (size_t)(I > H ? I : H), nws = cosy_k_llm_gemv_tc_workspace(R, (int)kx);
-  const size_t nfo = cosy_k_llm_gemv_tc_workspace(R, I);
-  void *dws = dpoison(nws / 4, F32), *dfo = dpoison(nfo / 4, F32);
-  int used = 0;
-  for (int v = 0; v < 2; ++v) { /* v 0: two splits; v 1: folded */
-    cosy_llm_gemv_args ga;
-    memset(&ga, 0, sizeof ga);
-    ga.M = R, ga.groups = 1, ga.N = 2 * I, ga.K = H, ga.in_mode = COSY_GEMV_IN_RMSNORM;
-    ga.x = dx, ga.ldx = H, ga.norm_w = dnw, ga.eps = 1e-6f, ga.w = dgu;
-    ga.out_mode = COSY_GEMV_SILU_MUL, ga.y = dact[v], ga.ldy = I, ga.pdl = 1;
-    ga.smem_max = (int)g_dev.smem_block, ga.smem_sm = (int)g_dev.smem_sm;
-    ga.xs = dws, ga.xs_bytes = nws, ga.gemvb = 1;
-    ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
-    if (v) ga.xs_out = dfo, ga.xs_out_bytes = nfo;
-    if (v) used = cosy_k_llm_gemv_tc_xs_out_used(&ga);
-    CK(cosy_k_llm_gemv_tc(0, &ga));
-    ga.N = H, ga.K = I, ga.in_mode = COSY_GEMV_IN_F32, ga.x = dact[v], ga.ldx = I, ga.norm_w = NULL;
-    ga.w = dwd, ga.out_mode = COSY_GEMV_ADD_F32, ga.y = dy[v], ga.ldy = H;
-    ga.xs_out = NULL, ga.xs_out_bytes = 0;
-    if (v && used) ga.xs_pre = dfo;
-    CK(cosy_k_llm_gemv_tc(0, &ga));
-    CK(cudaDeviceSynchronize());
-  }
-  float *a0 = download(dact[0], (size_t)R * I, F32), *a1 = download(dact[1], (size_t)R * I, F32);
-  float *y_0 = download(dy[0], (size_t)R * H, F32), *y_1 = download(dy[1], (size_t)R * H, F32);
-  unsigned char *f0 = malloc(nfo), *f1 = malloc(nfo);
-  assert_true(f0 && f1);
-  CK(cudaMemcpy(f0, dws, nfo, cudaMemcpyDeviceToHost)); /* down's own split of act (v 0) */
-  CK(cudaMemcpy(f1, dfo, nfo, cudaMemcpyDeviceToHost));
-  size_t bad = 0;
-  for (size_t i = 0; i < (size_t)R * I; ++i) bad += memcmp(&a0[i], &a1[i], sizeof *a0) != 0;
-  for (size_t i = 0; i < (size_t)R * H; ++i) bad += memcmp(&y_0[i], &y_1[i], sizeof *y_0) != 0;
-  for (size_t i = 0; i < nfo; i += 4) bad += memcmp(f0 + i, f1 + i, 4) != 0;
-  const int expect = R > 8 && I % 32 == 0;
-  char sz[128];
-  snprintf(sz, sizeof sz, "%d rows, H=%d I=%d gate|up -> down, folded vs split%s (mismatches as err)",
-           R, H, I, used ? "" : " (not folded)");
-  report("gemv_tc fold", sz, (double)bad + (used != expect) * 1e9, 0.0,
-         count_nan(y_1, (size_t)R * H));
-  free(x), free(wgu), free(wd), free(nw), free(y0), free(a0), free(a1), free(y_0), free(y_1);
-  free(f0), free(f1);
-  dfree(dx), dfree(dnw), dfree(dgu), dfree(dwd), dfree(dact[0]), dfree(dact[1]);
-  dfree(dy[0]), dfree(dy[1]), dfree(dws), dfree(dfo);
-}
-
 void test_llm_gemv(void **state) {
   (void)state;
   begin_test(9);
@@ -2094,18 +2034,6 @@ void test_llm_gemv(void **state) {
   check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 3, 64);
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 3, 40);
   g_tc_clusters = -1;
-  /* gate|up writing down's split rows (xs_out, COSY_LLM_FOLD) == the two calls with their own
-   * split, bit for bit, at 16- and 32-row blocks (partial ones), with and without clusters; not
-   * used at 8 rows nor where I is no whole number of k-blocks */
-  const int Rf[] = {9, 16, 21, 32, 40, 64, 100};
-  for (int cl = 0; cl < 2; ++cl) {
-    g_tc_clusters = cl ? -1 : 0;
-    for (int a = 0; a < 7; ++a) check_gemv_fold(Rf[a], 896, 4864);
-  }
-  g_tc_clusters = -1;
-  check_gemv_fold(8, 896, 4864);
-  check_gemv_fold(21, 40, 48); /* I % 32 != 0 */
-  check_gemv_fold(21, 64, 96);
   end_test();
 }
 
@@ -3545,6 +3473,5 @@ int main(int argc, char **argv) {
   return _cmocka_run_group_tests("test_kernels", tests, n, NULL, NULL);
 #endif
 }
-
 
 #endif /* COSY_WITH_CUDA */

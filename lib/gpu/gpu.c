@@ -322,8 +322,7 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   g->flow_pdl = knobs && knobs->flow_pdl;
   g->llm_attn_early = !knobs || knobs->llm_attn_early; /* the defaults without knobs: on, */
   g->llm_xfrag = knobs ? knobs->llm_xfrag : -1;         /* auto, */
-  g->llm_gemvb = !knobs || knobs->llm_gemvb;           /* on, */
-  g->llm_fold = !knobs || knobs->llm_fold;             /* on */
+  g->llm_gemvb = !knobs || knobs->llm_gemvb;           /* on */
   cosy_status st;
   if ((st = cosy_gpu_check(cudaSetDevice(device), "cudaSetDevice"))) goto fail;
   if ((st = cosy_gpu_describe(device, knobs ? knobs->gpu_profile : NULL, &g->dev))) goto fail;
@@ -387,7 +386,6 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   g->llm_attn_early = root->llm_attn_early;
   g->llm_xfrag = root->llm_xfrag;
   g->llm_gemvb = root->llm_gemvb;
-  g->llm_fold = root->llm_fold;
   memcpy(g->name, root->name, sizeof g->name);
   cosy_status st;
   int lo = 0, hi = 0;

@@ -61,8 +61,6 @@ typedef struct cosy_gpu {
   int llm_gemvb;             /* COSY_LLM_GEMVB (cosy_knobs; on): the LLM's tensor-core decode
                                 GEMVs above 8 rows with the weights as mma's B operand
                                 (cosy_llm_gemv_args.gemvb; lib/gpu/llm.c) */
-  int llm_fold;              /* COSY_LLM_FOLD (cosy_knobs; on): above 8 rows the MLP's gate|up
-                                writes down's split input itself (cosy_llm_gemv_args.xs_out) */
 } cosy_gpu;
 
 /* Select the device, read its description (cosy_gpu_describe, with the test profile

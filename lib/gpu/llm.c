@@ -110,10 +110,6 @@ struct gpu_llm {
   float *h, *y2, *q, *att, *act, *logits, *logp;
   cosy_bf16 *xs;
   size_t xs_bytes; /* of xs; also the tensor-core decode kernels' split rows of x */
-  /* the decode step's MLP above 8 rows: gate|up's output as down's split rows (gemv.h xs_out;
-   * COSY_LLM_FOLD), beside xs, which gate|up's own input occupies while it runs */
-  void *xs_act;
-  size_t xs_act_bytes;
   int32_t *d_in, *d_pos, *d_slot, *d_lens, *d_bt, *d_pf, *d_bt_all;
   int pf_ints;             /* int32s of d_pf / h_pf */
   int seg_cap, tile_cap;   /* prefill attention: segments and tiles a forward pass may have */
@@ -468,14 +464,12 @@ cosy_status gpu_llm_create(cosy_gpu *g, const cosy_model *m, int max_seqs, int m
     l->tile_cap = max_prefill / COSY_K_PREFILL_TILE + l->seg_cap; /* sum of ceil(n / 16) */
     l->pf_ints = 2 * max_prefill + 4 * l->seg_cap + 2 * l->tile_cap;
     l->xs_bytes = 2 * R * kx * 2;
-    l->xs_act_bytes = cosy_k_llm_gemv_tc_workspace((int)B, (int)I);
     if ((st = dalloc(l, R * H * 4, "LLM h", &l->h)) ||
         (st = dalloc(l, l->xs_bytes, "LLM hi/lo activations", &l->xs)) ||
         (st = dalloc(l, y2n * 4, "LLM GEMM outputs", &l->y2)) ||
         (st = dalloc(l, R * l->qd * 4, "LLM q", &l->q)) ||
         (st = dalloc(l, R * l->qd * 4, "LLM att", &l->att)) ||
         (st = dalloc(l, B * I * 4, "LLM act", &l->act)) ||
-        (st = dalloc(l, l->xs_act_bytes, "LLM act hi/lo", &l->xs_act)) ||
         (st = dalloc(l, B * l->V * 4, "LLM logits", &l->logits)) ||
         (st = dalloc(l, B * l->V * 4, "LLM logp", &l->logp)) ||
         (st = dalloc(l, 3 * B * 4, "LLM step input", &l->d_in)) ||
@@ -919,14 +913,8 @@ static cosy_status layers_gemv(gpu_llm *l, int b, const attn_plan *ap) {
     ga.ldy = I;
     ga.pdl = l->pdl;
     ga.smem_max = (int)l->g->dev.smem_block;
-    if (l->g->llm_fold) { /* the output's fragments for down (COSY_LLM_FOLD) */
-      ga.xs_out = l->xs_act;
-      ga.xs_out_bytes = l->xs_act_bytes;
-    }
     CK(run_gemv(l, s, &ga, b), "LLM gate|up (gemv)");
-    const int folded = l->tc && ga.xs_out && cosy_k_llm_gemv_tc_xs_out_used(&ga);
     memset(&ga, 0, sizeof ga);
-    if (folded) ga.xs_pre = l->xs_act; /* down's x already split: no split kernel */
     ga.N = H;
     ga.K = I;
     ga.in_mode = COSY_GEMV_IN_F32;
