@@ -12,8 +12,9 @@
  *   2. Every kernel at the sizes the model runs: LLM decode at batch 1, 16 and 64 (hidden 896,
  *      14/2 heads of 64, MLP 4864, speech vocab 6761, paged KV with 16-token pages at context 200
  *      and 1000), an LLM prefill of 300 tokens (and the fp32 paged prefill attention of packed
- *      prompts: 1 x 300, 8 x 120, 64 x 126), and the DiT at N = 400 and 1000 frames with the
- *      CFG batch of 2 (dim 1024, 16 heads, ff 2048, block-causal chunks of 50).
+ *      prompts: 1 x 300, 8 x 120, 64 x 126), and the DiT at N = 116 (a single request's first
+ *      chunk with its 60 context frames), 400 and 1000 frames with the CFG batch of 2 (dim 1024,
+ *      16 heads, ff 2048, block-causal chunks of 50).
  *   Timing: after warm-up, a batch of calls sized to ~1 ms is timed with CUDA events two ways:
  *   launched back-to-back on a stream ("us strm", includes launch gaps) and captured once into a
  *   CUDA graph and replayed ("us graph", how the engine runs its steps); the rates use the faster
@@ -32,8 +33,8 @@
  *   K/V rows, as the decode step runs the pair (rows "qkv+attn pdl" and "qkv+attn early": the
  *   pair's time, the attention a programmatic dependent of the projection, without and with
  *   cosy_k_paged_decode's early loads).
- *   Groups: the LLM decode step at batch 1, 16 and 64 (incl. the step kernels of paged_kv.h and
- *   bf16_split.h), a prefill of 300 tokens, the DiT at 400 and 1000 frames (incl.
+ *   Groups: the LLM decode step at batch 1, 16, 64 and 224 (incl. the step kernels of paged_kv.h
+ *   and bf16_split.h), a prefill of 300 tokens, the DiT at 116, 400 and 1000 frames (incl.
  *   dit_elementwise.h, conv_pos.h, euler.h, flow_pack.h and the paged DiT attention of a
  *   streaming call), and the element-wise activations ("act").
  * Output: progress lines while running, then the table last. Exit status 0 unless a CUDA call
@@ -957,9 +958,9 @@ static cudaError_t r_add_rows(bench_op *o, int s) {
   return cosy_k_flow_add_rows(g_stream, P(o, 0, s), 0, P(o, 1, s), P(o, 2, s), P(o, 3, s), 2,
                               o->i[0], 1024);
 }
-static cudaError_t r_conv_pos(bench_op *o, int s) {
-  return cosy_k_flow_conv_pos(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), P(o, 3, s), NULL, 2,
-                              o->i[0], 1024, 16, 31);
+static cudaError_t r_conv_pos(bench_op *o, int s) { /* i[1]: stages (0: the launcher's rule) */
+  return cosy_k_flow_conv_pos_stages(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), P(o, 3, s),
+                                     NULL, 2, o->i[0], 1024, 16, 31, o->i[1]);
 }
 static cudaError_t r_euler(bench_op *o, int s) {
   const float *v = P(o, 1, s);
@@ -992,11 +993,13 @@ static cudaError_t r_rows_zero(bench_op *o, int s) {
   return cosy_k_rows_zero_bf16(g_stream, P(o, 0, s), P(o, 1, s), o->i[0], 1024);
 }
 static cudaError_t r_dit_paged(bench_op *o, int s) {
-  if (o->i[1] <= -2) /* cosy_k_attn_dit_paged_v2: -2 64-query tiles, -3 128 (the list p[2]) */
-    return cosy_k_attn_dit_paged_v2(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s),
-                                    o->i[0], P(o, 3, s), (int64_t)4 * 50 * 1024, 0, NULL, 50,
-                                    P(o, 4, s), P(o, 5, s), 50, 0.125f,
-                                    o->i[1] == -3 ? COSY_K_DIT_TILE_WIDE : COSY_K_DIT_TILE);
+  if (o->i[1] <= -2) /* cosy_k_attn_dit_paged_v2: -2 64-query tiles, -3 128 (the list p[2]);
+                      * -6, -7: 64 with 2 / 4 stages */
+    return cosy_k_attn_dit_paged_v2_stages(
+        g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s), o->i[0], P(o, 3, s),
+        (int64_t)4 * 50 * 1024, 0, NULL, 50, P(o, 4, s), P(o, 5, s), 50, 0.125f,
+        o->i[1] == -3 ? COSY_K_DIT_TILE_WIDE : COSY_K_DIT_TILE,
+        o->i[1] == -6 ? 2 : o->i[1] == -7 ? 4 : 0);
   if (o->i[1] < 0) /* the part count per segment: i[2] cluster items (p[6]) of i[3] blocks */
     return cosy_k_attn_dit_paged_auto(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s),
                                       P(o, 6, s), o->i[2], o->i[3], P(o, 3, s),
@@ -1049,10 +1052,13 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
     run_op(o);
 
   }
-  if (FAM("conv_pos")) {
-    o = new_op(group, "flow_conv_pos");
+  /* the launcher's choice of weight pipeline, then each forced (2 and 8 stages) */
+  for (int st = 0; FAM("conv_pos") && st <= 8; st += st ? 6 : 2) {
+    o = new_op(group, st == 0 ? "flow_conv_pos" : st == 2 ? "flow_conv_pos 2 stages"
+                                                            : "flow_conv_pos 8 stages");
     snprintf(o->size, sizeof o->size, "2x%dx1024 G16 K31 +mish bf16", N);
     o->i[0] = N;
+    o->i[1] = st;
     o->p[0] = drand(act, BF16, -1.f, 1.f);
     o->p[1] = drand((size_t)1024 * 31 * 64, BF16, -0.02f, 0.02f);
     o->p[2] = drand(1024, F32, -0.1f, 0.1f);
@@ -1061,7 +1067,6 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
     o->flops = 2.0 * act * 31 * 64;
     o->run = r_conv_pos;
     run_op(o);
-
   }
   if (FAM("dit_elementwise")) {
     o = new_op(group, "flow_euler");
@@ -1214,6 +1219,8 @@ typedef struct dit_call {
 } dit_call;
 static void add_dit_calls(const char *group) {
   static const dit_call small[] = {
+      {1, {56}, {150}, "1 job 56q 206k"}, /* a single request's first call (W1 C = 1) */
+      {1, {98}, {300}, "1 job 98q 398k"},  /* ... and about its last */
       {1, {60}, {50}, "1 job 60q 110k"},
       {1, {100}, {300}, "1 job 100q 400k"},
       {1, {50}, {650}, "1 job 50q 700k"},
@@ -1238,11 +1245,12 @@ static void add_dit_calls(const char *group) {
     }
     snprintf(d->label, sizeof d->label, "%d jobs 100-200q 300-1000k", d->jobs);
   }
-  static const char *names[] = {"attn_dit_paged", "attn_dit_split 2", "attn_dit_split 4",
-                                "attn_dit_split 8", "attn_dit_auto", "attn_dit_v2 64",
-                                "attn_dit_v2 128"};
-  /* -1: the part count per segment; -2, -3: v2 at 64 / 128-query tiles */
-  static const int nsplit[] = {0, 2, 4, 8, -1, -2, -3};
+  static const char *names[] = {"attn_dit_paged",  "attn_dit_split 2",   "attn_dit_split 4",
+                                "attn_dit_split 8", "attn_dit_auto",      "attn_dit_v2 64",
+                                "attn_dit_v2 128",  "attn_dit_v2 64 s2", "attn_dit_v2 64 s4"};
+  /* -1: the part count per segment; -2, -3: v2 at 64 / 128-query tiles (the launcher's K/V
+   * pipeline); -6, -7: v2 at 64 with 2 / 4 stages forced */
+  static const int nsplit[] = {0, 2, 4, 8, -1, -2, -3, -6, -7};
   enum { MAXSEG = 2 * DIT_CALL_JOBS, MAXT = MAXSEG * 4, MAXPG = DIT_CALL_JOBS * 20 };
   cosy_k_dit_seg *segs = calloc(MAXSEG, sizeof *segs);
   int32_t *tiles = malloc(MAXT * 2 * 4), *tiles128 = malloc(MAXT * 2 * 4);
@@ -2051,7 +2059,9 @@ void bench_hift(const kh_scn *s) {
 static const kh_scn g_scns[] = {
     {"llm b1", KH_SCN_LLM_DECODE, 1}, {"llm b16", KH_SCN_LLM_DECODE, 16},
     {"llm b64", KH_SCN_LLM_DECODE, 64}, {"llm b224", KH_SCN_LLM_DECODE, 224}, /* ~W2's rows */
-    {"prefill", KH_SCN_PREFILL, 300}, {"dit 400", KH_SCN_DIT, 400},
+    {"prefill", KH_SCN_PREFILL, 300},
+    {"dit 116", KH_SCN_DIT, 116}, /* a single request's first chunk: 56 new frames + 60 context */
+    {"dit 400", KH_SCN_DIT, 400},
     {"dit 1000", KH_SCN_DIT, 1000},   {"dit call", KH_SCN_DIT_CALLS, 0},
     {"act", KH_SCN_ACT, 0},
     /* the vocoder (n = 1000 jobs + mel frames): a non-final call of 100 frames, a final call of

@@ -78,7 +78,10 @@
  *     compares them element for element). What changes is the work around that arithmetic:
  *     (1) staging: thread t copies dims 8 (t % 8) .. + 7 of key rows t / 8 + i (NT / 8) (i < 4 at
  *     NW 4, < 2 at NW 8; 8 threads a 128-byte row: whole sectors, conflict-free 16-byte shared
- *     stores) of K and V by cp.async into two buffers as before, but the page of cached key f is
+ *     stores) of K and V by cp.async into S buffers (S - 1 tiles in flight: 2 as before, or 4 at
+ *     64-query tiles where the grid has at most 2 blocks an SM, as a single request's flow calls
+ *     do, so that their 2-8 key tiles wait one L2 round trip rather than one a tile; the launch
+ *     bound then lets a thread keep 168 registers; cosy_k_attn_dit_paged_v2_stages), but the page of cached key f is
  *     f / page_frames by a 64-bit multiply-high with a constant the host computes (PagedGeo
  *     pf_magic: exact for every f), and each row's address (one of two bases plus a product) is
  *     computed once a warp: lane j + 4 i (j < 4) resolves row 4 w + j + i NT / 8, and the 8 lanes
@@ -810,6 +813,9 @@ __device__ __forceinline__ void cp_async16_zfill(void *smem, const void *gmem, i
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait_n() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ uint32_t ld_u32(const bf16 *p) {
   return *reinterpret_cast<const uint32_t *>(p);
@@ -1335,13 +1341,24 @@ __global__ void __launch_bounds__(FA_THREADS, 4) attn_dit_paged_auto_kernel(Page
 
 /* cosy_k_attn_dit_paged_v2: the one-block kernel's arithmetic (dit_tile_step per key tile, the
  * same end) with less work around it (see the file header, "attn_dit_paged_v2"). NW warps (4: 64-query tiles, 8: 128-query tiles), 16 query
- * rows each; K/V tiles of 64 keys in two cp.async buffers as in dit_paged_block. */
-template <int NW>
-__global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(PagedGeo g) {
+ * rows each; K/V tiles of 64 keys in S cp.async buffers (dynamic shared memory, v2_smem_bytes),
+ * S - 1 tiles in flight: S = 2 as in dit_paged_block, or V2_STAGES_DEEP where the grid leaves
+ * SMs idle (a small call's short chain of key tiles then waits on one round trip, not one a tile) */
+template <int NW, int S>
+__global__ void __launch_bounds__(NW * 32, S == 2 ? 16 / NW : 8 / NW) /* deep: <= 8 warps an SM */
+attn_dit_paged_v2_kernel(PagedGeo g) {
   constexpr int NT = NW * 32, BQ = NW * 16;
   constexpr int SR = FA_BK * (HD / 8) / NT; /* staged key rows a thread: 4 (NW 4) or 2 (NW 8) */
-  __shared__ __align__(16) bf16 Ks2[2][FA_BK * FA_LD];
-  __shared__ __align__(16) bf16 Vs2[2][FA_BK * FA_LD];
+  /* S = 2: static arrays, as before the deep pipeline (the same machine code and registers);
+   * deeper: dynamic shared memory (above the 48 KB of static arrays) */
+  constexpr bool ST = S == 2;
+  __shared__ __align__(16) bf16 Ks_st[ST ? 2 : 1][ST ? FA_BK * FA_LD : 8];
+  __shared__ __align__(16) bf16 Vs_st[ST ? 2 : 1][ST ? FA_BK * FA_LD : 8];
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16(*Ks2)[FA_BK * FA_LD] = ST ? reinterpret_cast<bf16(*)[FA_BK * FA_LD]>(&Ks_st[0][0])
+                                 : reinterpret_cast<bf16(*)[FA_BK * FA_LD]>(v2_smem); /* [S] */
+  bf16(*Vs2)[FA_BK * FA_LD] = ST ? reinterpret_cast<bf16(*)[FA_BK * FA_LD]>(&Vs_st[0][0])
+                                 : Ks2 + S; /* [S] */
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, tile = blockIdx.x;
@@ -1406,8 +1423,14 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
     }
     cp_async_commit();
   };
-  if (0 < kend_blk) stage(0, 0);
-  /* the warp's Q fragments (A layout, 4 k16 steps), loaded while the first K/V tile is in flight */
+  /* key tiles 0 .. S - 2 in flight; one commit group a tile slot (empty past the keys), so that
+   * at iteration it exactly S - 2 groups may still be pending when tile it has landed */
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) {
+    if (i * FA_BK < kend_blk) stage(i * FA_BK, i);
+    else cp_async_commit();
+  }
+  /* the warp's Q fragments (A layout, 4 k16 steps), loaded while the first K/V tiles are in flight */
   uint32_t qa[4][4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -1420,10 +1443,11 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) attn_dit_paged_v2_kernel(Pag
     qa[kk][3] = lr1 < nq ? ld_u32(p1 + 8) : 0u;
   }
   for (int kt = 0, it = 0; kt < kend_blk; kt += FA_BK, ++it) {
-    const int buf = it & 1;
-    cp_async_wait_all(); /* tile it has landed (the only group in flight) */
-    __syncthreads();     /* ... for every thread; and tile it - 1 is no longer read */
-    if (kt + FA_BK < kend_blk) stage(kt + FA_BK, buf ^ 1);
+    const int buf = it % S;
+    cp_async_wait_n<S - 2>(); /* tile it has landed (this thread's copies) */
+    __syncthreads();          /* ... for every thread; and tile it - 1 is no longer read */
+    if (kt + (S - 1) * FA_BK < kend_blk) stage(kt + (S - 1) * FA_BK, (it + S - 1) % S);
+    else cp_async_commit();
     if (!wact || kt >= whi) continue; /* warp-uniform: nothing of this tile reaches its rows */
     if (kt + FA_BK <= wlo) /* warp-uniform: every row of the warp sees the whole tile */
       dit_tile_step<true, false>(oacc, m0, m1, l0, l1, qa, Ks2[buf], Vs2[buf], lane, 0, 0, 0,
@@ -1469,6 +1493,49 @@ cudaError_t launch_attn(cudaStream_t s, cosy_kdtype dt, const void *q, const voi
                                                              (const T *)v, (T *)o, g);
   })
   return cudaGetLastError();
+}
+
+constexpr int V2_STAGES_DEEP = 4;        /* K/V tile buffers of v2's deep pipeline */
+constexpr int V2_DEEP_BLOCKS_PER_SM = 2; /* ... where the grid has at most this many blocks an SM */
+
+/* dynamic shared memory of a v2 block: S K tiles and S V tiles */
+inline size_t v2_smem_bytes(int S) { return (size_t)2 * S * FA_BK * FA_LD * sizeof(bf16); }
+
+template <int NW, int S>
+cudaError_t v2_launch(cudaStream_t s, dim3 grid, const PagedGeo &g) {
+  const size_t smem = S == 2 ? 0 : v2_smem_bytes(S); /* S = 2: static arrays */
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(attn_dit_paged_v2_kernel<NW, S>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+  }
+  attn_dit_paged_v2_kernel<NW, S><<<grid, NW * 32, smem, s>>>(g);
+  return cudaGetLastError();
+}
+
+/* the current device's multiprocessors and opt-in shared memory a block (cached per device) */
+void v2_device(int *sms, int *smem_optin) {
+  static int cache[64][2];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = -1;
+  if (dev >= 0 && __atomic_load_n(&cache[dev][0], __ATOMIC_RELAXED) > 0) {
+    *sms = cache[dev][0];
+    *smem_optin = cache[dev][1];
+    return;
+  }
+  int a = 0, b = 0;
+  if (cudaDeviceGetAttribute(&a, cudaDevAttrMultiProcessorCount, dev < 0 ? 0 : dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev < 0 ? 0 : dev) !=
+          cudaSuccess) {
+    cudaGetLastError(); /* the failed query's error, not a launch's: callers check each launch */
+    a = b = 0;          /* the plain pipeline */
+  }
+  *sms = a;
+  *smem_optin = b;
+  if (dev >= 0 && a > 0) {
+    __atomic_store_n(&cache[dev][1], b, __ATOMIC_RELAXED);
+    __atomic_store_n(&cache[dev][0], a, __ATOMIC_RELAXED);
+  }
 }
 
 } /* namespace */
@@ -1669,6 +1736,35 @@ extern "C" cudaError_t cosy_k_attn_dit_paged(cudaStream_t s, const cosy_bf16 *qk
   return cudaGetLastError();
 }
 
+extern "C" cudaError_t cosy_k_attn_dit_paged_v2_stages(
+    cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads, const cosy_k_dit_seg *segs,
+    const int32_t *tiles, int n_tiles, const cosy_bf16 *pool, int64_t page_elems,
+    int64_t layer_off, const int64_t *dev_off, int page_frames, const int32_t *ptab,
+    cosy_bf16 *out, int chunk, float scale, int tile_q, int stages) {
+  if (tile_q != COSY_K_DIT_TILE && tile_q != COSY_K_DIT_TILE_WIDE) return cudaErrorInvalidValue;
+  if (stages != 0 && stages != 2 && stages != V2_STAGES_DEEP) return cudaErrorInvalidValue;
+  PagedGeo g;
+  const cudaError_t e = dit_paged_geo(&g, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
+                                      layer_off, dev_off, page_frames, ptab, out, chunk, scale);
+  if (e != cudaSuccess || n_tiles == 0) return e;
+  if ((int64_t)page_frames * D >= 0x7fffffff || !aligned(out, 4)) /* pf_d; 4-byte stores */
+    return cudaErrorInvalidValue;
+  const dim3 grid((unsigned)n_tiles, (unsigned)n_heads);
+  int S = stages;
+  if (S == 0) { /* the rule: deep where the grid leaves SMs to spare and the device has room */
+    int sms = 0, optin = 0;
+    v2_device(&sms, &optin);
+    S = tile_q == COSY_K_DIT_TILE &&
+                (long long)n_tiles * n_heads <= V2_DEEP_BLOCKS_PER_SM * (long long)sms &&
+                v2_smem_bytes(V2_STAGES_DEEP) <= (size_t)optin
+            ? V2_STAGES_DEEP
+            : 2;
+  }
+  if (tile_q == COSY_K_DIT_TILE_WIDE)
+    return S == 2 ? v2_launch<8, 2>(s, grid, g) : v2_launch<8, V2_STAGES_DEEP>(s, grid, g);
+  return S == 2 ? v2_launch<4, 2>(s, grid, g) : v2_launch<4, V2_STAGES_DEEP>(s, grid, g);
+}
+
 extern "C" cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 *qkv, int D,
                                                 int n_heads, const cosy_k_dit_seg *segs,
                                                 const int32_t *tiles, int n_tiles,
@@ -1677,19 +1773,9 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 
                                                 int page_frames, const int32_t *ptab,
                                                 cosy_bf16 *out, int chunk, float scale,
                                                 int tile_q) {
-  if (tile_q != COSY_K_DIT_TILE && tile_q != COSY_K_DIT_TILE_WIDE) return cudaErrorInvalidValue;
-  PagedGeo g;
-  const cudaError_t e = dit_paged_geo(&g, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
-                                      layer_off, dev_off, page_frames, ptab, out, chunk, scale);
-  if (e != cudaSuccess || n_tiles == 0) return e;
-  if ((int64_t)page_frames * D >= 0x7fffffff || !aligned(out, 4)) /* pf_d; 4-byte stores */
-    return cudaErrorInvalidValue;
-  const dim3 grid((unsigned)n_tiles, (unsigned)n_heads);
-  if (tile_q == COSY_K_DIT_TILE_WIDE)
-    attn_dit_paged_v2_kernel<8><<<grid, 256, 0, s>>>(g);
-  else
-    attn_dit_paged_v2_kernel<4><<<grid, 128, 0, s>>>(g);
-  return cudaGetLastError();
+  return cosy_k_attn_dit_paged_v2_stages(s, qkv, D, n_heads, segs, tiles, n_tiles, pool,
+                                         page_elems, layer_off, dev_off, page_frames, ptab, out,
+                                         chunk, scale, tile_q, 0);
 }
 
 /* kern<<<grid, FA_THREADS, 0, s>>>(g) in thread-block clusters of csize blocks along x (plain

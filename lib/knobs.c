@@ -23,6 +23,7 @@ void cosy_knobs_read(cosy_knobs *k) {
   const char *gb = env("COSY_GEMM_BUCKET");
   k->gemm_bucket = gb[0] >= '0' && gb[0] <= '3' && !gb[1] ? gb[0] - '0' : -1;
   k->flow_pdl = !strcmp(env("COSY_FLOW_PDL"), "1");
+  k->flow_shallow = !strcmp(env("COSY_FLOW_DEEP"), "0");
   k->llm_attn_early = strcmp(env("COSY_LLM_ATTN_EARLY"), "0") != 0;
   const char *dm = env("COSY_LLM_DECODE");
   k->llm_decode = !strcmp(dm, "tc")      ? COSY_KNOB_LLM_TC

@@ -2561,7 +2561,8 @@ typedef struct dit_seg_case {
  * count per segment (n_split -1: its cluster items built from hsegs / htiles, the host copies
  * of segs / tiles, n_seg segments) with the test's device, or cosy_k_attn_dit_paged_v2
  * (n_split -2: 64-query tiles, the list tiles; -3: 128-query tiles, a list built here from
- * hsegs) */
+ * hsegs; -4, -5: the same with its deep K/V pipeline forced, cosy_k_attn_dit_paged_v2_stages
+ * 4) */
 static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_heads,
                                   const void *segs, const int32_t *tiles, int n_tiles,
                                   const void *pool, int64_t page_elems, int64_t layer_off,
@@ -2590,7 +2591,11 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
     return cosy_k_attn_dit_paged_v2(0, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
                                     layer_off, dev_off, page_frames, ptab, out, chunk, scale,
                                     COSY_K_DIT_TILE);
-  if (n_split == -3) {
+  if (n_split == -4)
+    return cosy_k_attn_dit_paged_v2_stages(0, qkv, D, n_heads, segs, tiles, n_tiles, pool,
+                                           page_elems, layer_off, dev_off, page_frames, ptab, out,
+                                           chunk, scale, COSY_K_DIT_TILE, 4);
+  if (n_split == -3 || n_split == -5) {
     int n = 0;
     for (int g = 0; g < n_seg; ++g)
       n += (hsegs[g].n_q + COSY_K_DIT_TILE_WIDE - 1) / COSY_K_DIT_TILE_WIDE;
@@ -2601,9 +2606,9 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
       for (int t = 0; t < hsegs[g].n_q; t += COSY_K_DIT_TILE_WIDE)
         t2[2 * n] = g, t2[2 * n + 1] = t, ++n;
     int32_t *dt2 = dup_i32(t2, (size_t)(n > 0 ? n : 1) * 2);
-    const cudaError_t e = cosy_k_attn_dit_paged_v2(
+    const cudaError_t e = cosy_k_attn_dit_paged_v2_stages(
         0, qkv, D, n_heads, segs, dt2, n, pool, page_elems, layer_off, dev_off, page_frames, ptab,
-        out, chunk, scale, COSY_K_DIT_TILE_WIDE);
+        out, chunk, scale, COSY_K_DIT_TILE_WIDE, n_split == -5 ? 4 : 0);
     CK(cudaDeviceSynchronize()); /* before the tiles are freed */
     dfree(dt2);
     free(t2);
@@ -2727,8 +2732,9 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
       }
     }
   }
-  /* -2, -3: v2 at 64 / 128-query tiles; -1: auto (last: the others are its refs) */
-  const int splits[] = {0, 1, 2, 3, 4, 8, -2, -3, -1};
+  /* -2, -3: v2 at 64 / 128-query tiles (-4, -5: with 4 stages); -1: auto (last: the others are
+   * its refs) */
+  const int splits[] = {0, 1, 2, 3, 4, 8, -2, -3, -4, -5, -1};
   enum { NSPLITS = sizeof splits / sizeof splits[0] };
   float *outs[NSPLITS] = {NULL};
   for (size_t k = 0; k < NSPLITS; ++k) {
@@ -2737,7 +2743,8 @@ static void check_attn_dit_paged(const dit_seg_case *cs, int n_seg, int n_heads,
     if (ns == -1)
       snprintf(nm, sizeof nm, "attn_dit_paged auto");
     else if (ns < -1)
-      snprintf(nm, sizeof nm, "attn_dit_paged v2 %d", ns == -2 ? 64 : 128);
+      snprintf(nm, sizeof nm, "attn_dit_paged v2 %d%s", ns == -2 || ns == -4 ? 64 : 128,
+               ns <= -4 ? " 4 stages" : "");
     else
       snprintf(nm, sizeof nm, ns ? "attn_dit_paged split %d" : "attn_dit_paged", ns);
     if ((ns >= 2 || ns == -1) && !g_dev.clusters) { /* refused without clusters */

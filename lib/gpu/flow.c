@@ -203,6 +203,10 @@ struct gpu_flow {
    * flow's own elementwise kernels (resid_ln, qkv_post*, bias_gelu) launched as programmatic
    * dependents of the kernel before them (kernels/dit_elementwise.h) */
   int pdl;
+  /* the weight / K-V pipelines of conv_pos and the v2 attention: 0 the kernels' rule (deeper
+   * where the grid leaves SMs idle: a small call's chain of L2 round trips), 2 double buffers
+   * everywhere (COSY_FLOW_DEEP=0, cosy_gpu.flow_shallow) */
+  int stages;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -334,9 +338,11 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
   CK(cosy_k_flow_add_rows(s, f->xo, x_shared ? 0 : (int64_t)N * D, f->hc, f->h, f->hb, R, N, D),
      "flow: input rows");
   /* conv position embedding: h += Mish(conv2(Mish(conv1(h)))) */
-  CK(cosy_k_flow_conv_pos(s, f->hb, f->cp_w[0], f->cp_b[0], f->nb, NULL, R, N, D, f->cpg, f->cpk),
+  CK(cosy_k_flow_conv_pos_stages(s, f->hb, f->cp_w[0], f->cp_b[0], f->nb, NULL, R, N, D, f->cpg,
+                                 f->cpk, f->stages),
      "flow: conv_pos 1");
-  CK(cosy_k_flow_conv_pos(s, f->nb, f->cp_w[1], f->cp_b[1], NULL, f->h, R, N, D, f->cpg, f->cpk),
+  CK(cosy_k_flow_conv_pos_stages(s, f->nb, f->cp_w[1], f->cp_b[1], NULL, f->h, R, N, D, f->cpg,
+                                 f->cpk, f->stages),
      "flow: conv_pos 2");
   const float scale = 1.0f / sqrtf((float)f->hd);
   for (int l = 0; l < f->depth; l++) {
@@ -549,6 +555,7 @@ cosy_status gpu_flow_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
   f->g = g;
   f->pad = 1;
   f->pdl = g->flow_pdl && g->dev.pdl;
+  f->stages = g->flow_shallow ? 2 : 0;
   f->s = g->stream;
   f->M = hp->mel_dim;
   f->spk_dim = hp->spk_dim;
@@ -1455,11 +1462,12 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     return st;
   CK(cosy_k_flow_add_rows(s, c->xp, 0, c->hcx, c->hext, c->hbx, 2, Te, D), "flow: input rows");
   CK(cosy_k_rows_zero_bf16(s, c->hbx, c->d_virt, n_virt, D), "flow: zero rows");
-  CK(cosy_k_flow_conv_pos(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D, f->cpg, f->cpk),
+  CK(cosy_k_flow_conv_pos_stages(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D,
+                                 f->cpg, f->cpk, f->stages),
      "flow: conv_pos 1");
   CK(cosy_k_rows_zero_bf16(s, c->nbx, c->d_virt, n_virt, D), "flow: zero rows");
-  CK(cosy_k_flow_conv_pos(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D, f->cpg,
-                          f->cpk),
+  CK(cosy_k_flow_conv_pos_stages(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D,
+                                 f->cpg, f->cpk, f->stages),
      "flow: conv_pos 2");
   CK(cosy_k_rows_gather_f32(s, f->h, c->hext, c->d_map, rows, D), "flow: new rows");
   for (int l = 0; l < f->depth; l++) {
@@ -1498,10 +1506,10 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
                                      f->attn_split, &f->g->dev),
          "flow: attention (split keys)");
     else if (f->attn_v2) /* COSY_FLOW_ATTN_V2: tiles of a->tq queries (the plan's list) */
-      CK(cosy_k_attn_dit_paged_v2(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
-                                  (const cosy_bf16 *)c->pool, (int64_t)(c->page_bytes / 2),
-                                  layer_off, kvoff, PF, c->d_ptab, f->att, f->chunk, scale,
-                                  a->tq),
+      CK(cosy_k_attn_dit_paged_v2_stages(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
+                                         (const cosy_bf16 *)c->pool,
+                                         (int64_t)(c->page_bytes / 2), layer_off, kvoff, PF,
+                                         c->d_ptab, f->att, f->chunk, scale, a->tq, f->stages),
          "flow: attention (v2)");
     else
       CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,

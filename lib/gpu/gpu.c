@@ -320,6 +320,7 @@ cosy_status cosy_gpu_create(int device, float fraction, const cosy_knobs *knobs,
   g->gemm_san_init = knobs && knobs->gemm_san_init;
   g->gemm_bucket = knobs ? knobs->gemm_bucket : -1;
   g->flow_pdl = knobs && knobs->flow_pdl;
+  g->flow_shallow = knobs && knobs->flow_shallow;
   g->llm_attn_early = !knobs || knobs->llm_attn_early; /* the defaults without knobs: on, */
   g->llm_xfrag = knobs ? knobs->llm_xfrag : -1;         /* auto, */
   g->llm_gemvb = !knobs || knobs->llm_gemvb;           /* on */
@@ -383,6 +384,7 @@ cosy_status cosy_gpu_create_child(cosy_gpu *parent, cosy_gpu **out) {
   g->gemm_san_init = root->gemm_san_init;
   g->gemm_bucket = root->gemm_bucket;
   g->flow_pdl = root->flow_pdl;
+  g->flow_shallow = root->flow_shallow;
   g->llm_attn_early = root->llm_attn_early;
   g->llm_xfrag = root->llm_xfrag;
   g->llm_gemvb = root->llm_gemvb;
