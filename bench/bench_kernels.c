@@ -958,9 +958,9 @@ static cudaError_t r_add_rows(bench_op *o, int s) {
   return cosy_k_flow_add_rows(g_stream, P(o, 0, s), 0, P(o, 1, s), P(o, 2, s), P(o, 3, s), 2,
                               o->i[0], 1024);
 }
-static cudaError_t r_conv_pos(bench_op *o, int s) { /* i[1]: stages (0: the launcher's rule) */
-  return cosy_k_flow_conv_pos_stages(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), P(o, 3, s),
-                                     NULL, 2, o->i[0], 1024, 16, 31, o->i[1]);
+static cudaError_t r_conv_pos(bench_op *o, int s) {
+  return cosy_k_flow_conv_pos(g_stream, P(o, 0, s), P(o, 1, s), P(o, 2, s), P(o, 3, s), NULL, 2,
+                              o->i[0], 1024, 16, 31);
 }
 static cudaError_t r_euler(bench_op *o, int s) {
   const float *v = P(o, 1, s);
@@ -1052,13 +1052,10 @@ static void add_flow_ops(const char *group, int N, const char *fam) {
     run_op(o);
 
   }
-  /* the launcher's choice of weight pipeline, then each forced (2 and 8 stages) */
-  for (int st = 0; FAM("conv_pos") && st <= 8; st += st ? 6 : 2) {
-    o = new_op(group, st == 0 ? "flow_conv_pos" : st == 2 ? "flow_conv_pos 2 stages"
-                                                            : "flow_conv_pos 8 stages");
+  if (FAM("conv_pos")) {
+    o = new_op(group, "flow_conv_pos");
     snprintf(o->size, sizeof o->size, "2x%dx1024 G16 K31 +mish bf16", N);
     o->i[0] = N;
-    o->i[1] = st;
     o->p[0] = drand(act, BF16, -1.f, 1.f);
     o->p[1] = drand((size_t)1024 * 31 * 64, BF16, -0.02f, 0.02f);
     o->p[2] = drand(1024, F32, -0.1f, 0.1f);

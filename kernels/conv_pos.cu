@@ -8,19 +8,14 @@
  *     (4 warps) computes a tile of 64 frames x 64 output channels of one group g and batch row
  *     b: out[n][o] = sum_k sum_i X[n + k][i] W_k[o][i] with X the 64 + K - 1 input rows
  *     n0 - (K-1) .. n0 + 63 of group g (zero outside [0, N)), staged once in shared memory;
- *     the K weight taps W_k [64 o][64 i] stream through S cp.async buffers, S - 1 taps in flight
- *     (S = 2, a double buffer, or 8 where the grid has at most 2 blocks an SM and the device's
- *     opt-in shared memory holds 8 taps: a small flow call's grid of 2-4 frame tiles x 16 groups
- *     x 2 CFG rows leaves most SMs idle, and its 31 taps were a chain of 31 L2 round trips, ~29
- *     us a launch on an H200; cosy_k_flow_conv_pos_stages chooses). Warp w
+ *     the K weight taps W_k [64 o][64 i] stream through a 2-stage cp.async double buffer. Warp w
  *     owns frames 16w..16w+15 and all 64 outputs: 8 m16n8 accumulators, mma.sync.m16n8k16
  *     (bf16 in, fp32 accumulate), A fragments read straight from the staged rows (row r + k for
  *     tap k), B fragments from the tap's [o][i] rows. Shared rows are padded to 72 elements
  *     (144 B = 36 words: the 8 rows x 4 word-columns of a fragment load hit 32 distinct banks).
  *     Epilogue: + bias, Mish, bf16x2 store or fp32x2 read-add-write of h.
  *   generic path: one thread per output element, fp32 loops over k and i.
- * Numerics: fp32 accumulation; Mish with expf/log1pf/tanhf (accurate versions). The taps and the
- *   k-steps add in the same order at any S: the same bits (tests/test_gpu_flow.c conv_case).
+ * Numerics: fp32 accumulation; Mish with expf/log1pf/tanhf (accurate versions).
  */
 #include "conv_pos.h"
 
@@ -70,8 +65,6 @@ constexpr int CV_TM = 64;    /* frames per block */
 constexpr int CV_LD = 72;    /* padded shared row length (elements) */
 constexpr int CV_THREADS = 128;
 constexpr int CV_KMAX = 64;
-constexpr int CV_STAGES_DEEP = 8;       /* tap buffers of the deep pipeline (cosy_k_flow_conv_pos_stages) */
-constexpr int CV_DEEP_BLOCKS_PER_SM = 2; /* the deep pipeline where the grid has at most this many blocks an SM */
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
   const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
@@ -95,14 +88,14 @@ __device__ __forceinline__ void mma_bf16(float *d, uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-template <bool ADD, int S>
+template <bool ADD>
 __global__ void __launch_bounds__(CV_THREADS)
 conv_pos_tc_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w,
                    const float *__restrict__ bias, bf16 *__restrict__ y, float *__restrict__ h,
                    int N, int C, int K) {
   extern __shared__ __align__(16) unsigned char cv_smem[];
-  bf16 *ws = reinterpret_cast<bf16 *>(cv_smem);       /* [S][64][CV_LD] */
-  bf16 *xs = ws + S * CV_CIN * CV_LD;                  /* [CV_TM + K - 1][CV_LD] */
+  bf16 *ws = reinterpret_cast<bf16 *>(cv_smem);       /* [2][64][CV_LD] */
+  bf16 *xs = ws + 2 * CV_CIN * CV_LD;                  /* [CV_TM + K - 1][CV_LD] */
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n0 = blockIdx.x * CV_TM, g = blockIdx.y;
   const int64_t b = blockIdx.z;
@@ -126,13 +119,8 @@ conv_pos_tc_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w,
       cp_async16(wb + o * CV_LD + c * 8, wg + ((int64_t)o * K + k) * CV_CIN + c * 8);
     }
   };
-  /* taps 0 .. S - 2 in flight (with the rows in the first group); one commit group a tap, empty
-   * past K, so that at iteration k exactly S - 1 groups may still be pending */
-#pragma unroll
-  for (int k = 0; k < S - 1; ++k) {
-    if (k < K) load_tap(k, k);
-    cp_async_commit();
-  }
+  load_tap(0, 0);
+  cp_async_commit();
 
   float acc[8][4];
 #pragma unroll
@@ -140,13 +128,15 @@ conv_pos_tc_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w,
 
   const int m0 = warp * 16;
   for (int k = 0; k < K; ++k) {
-    /* tap k + S - 1 into the buffer tap k - 1 used (every warp is past it: the barrier at the
-     * end of iteration k - 1) */
-    if (k + S - 1 < K) load_tap(k + S - 1, (k + S - 1) % S);
-    cp_async_commit();
-    cp_async_wait<S - 1>(); /* tap k (and the rows) landed, for this thread's copies ... */
-    __syncthreads();        /* ... and every thread's */
-    const bf16 *wb = ws + (k % S) * CV_CIN * CV_LD;
+    if (k + 1 < K) {
+      load_tap(k + 1, (k + 1) & 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16 *wb = ws + (k & 1) * CV_CIN * CV_LD;
     const bf16 *xa = xs + (m0 + (lane >> 2) + k) * CV_LD + (lane & 3) * 2;
     const bf16 *wbl = wb + (lane >> 2) * CV_LD + (lane & 3) * 2;
 #pragma unroll
@@ -160,7 +150,7 @@ conv_pos_tc_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w,
         mma_bf16(acc[nt], a0, a1, a2, a3, lds32(wr), lds32(wr + 8));
       }
     }
-    __syncthreads(); /* the buffer of tap k is refilled at iteration k + 1 (tap k + S) */
+    __syncthreads(); /* the buffer of tap k is refilled at iteration k + 1 */
   }
 
   /* epilogue: bias + Mish; rows m0 + lane/4 (+8), columns nt*8 + 2*(lane%4) (+1) */
@@ -187,98 +177,30 @@ conv_pos_tc_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w,
   }
 }
 
-/* dynamic shared memory of a tensor-core block: S tap buffers and the staged rows */
-inline size_t cv_smem_bytes(int S, int K) {
-  return (size_t)(S * CV_CIN + CV_TM + K - 1) * CV_LD * sizeof(bf16);
-}
-
-template <int S>
-cudaError_t cv_launch(cudaStream_t s, dim3 grid, const bf16 *x, const bf16 *w, const float *bias,
-                      bf16 *y, float *h, int N, int C, int K) {
-  const size_t smem = cv_smem_bytes(S, K);
-  /* the attribute is the most any call of this instantiation asks (K <= CV_KMAX), so that host
-   * threads launching it with different K never undo each other's setting */
-  const int most = (int)cv_smem_bytes(S, CV_KMAX);
-  if (h) {
-    if (smem > 48 * 1024) {
-      const cudaError_t e = cudaFuncSetAttribute(conv_pos_tc_kernel<true, S>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, most);
-      if (e != cudaSuccess) return e;
-    }
-    conv_pos_tc_kernel<true, S><<<grid, CV_THREADS, smem, s>>>(x, w, bias, nullptr, h, N, C, K);
-  } else {
-    if (smem > 48 * 1024) {
-      const cudaError_t e = cudaFuncSetAttribute(conv_pos_tc_kernel<false, S>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, most);
-      if (e != cudaSuccess) return e;
-    }
-    conv_pos_tc_kernel<false, S><<<grid, CV_THREADS, smem, s>>>(x, w, bias, y, nullptr, N, C, K);
-  }
-  return cudaGetLastError();
-}
-
-/* the device's multiprocessors and opt-in shared memory a block, per device (cached) */
-void cv_device(int *sms, int *smem_optin) {
-  static int cache[64][2];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = -1;
-  if (dev >= 0 && __atomic_load_n(&cache[dev][0], __ATOMIC_RELAXED) > 0) {
-    *sms = cache[dev][0];
-    *smem_optin = cache[dev][1];
-    return;
-  }
-  int a = 0, b = 0;
-  if (cudaDeviceGetAttribute(&a, cudaDevAttrMultiProcessorCount, dev < 0 ? 0 : dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev < 0 ? 0 : dev) !=
-          cudaSuccess) {
-    cudaGetLastError(); /* the failed query's error, not a launch's: callers check each launch */
-    a = b = 0;          /* the plain pipeline */
-  }
-  *sms = a;
-  *smem_optin = b;
-  if (dev >= 0 && a > 0) {
-    __atomic_store_n(&cache[dev][1], b, __ATOMIC_RELAXED);
-    __atomic_store_n(&cache[dev][0], a, __ATOMIC_RELAXED);
-  }
-}
-
 } /* namespace */
 
-extern "C" cudaError_t cosy_k_flow_conv_pos_stages(cudaStream_t s, const cosy_bf16 *x,
-                                                   const cosy_bf16 *w, const float *bias,
-                                                   cosy_bf16 *y, float *h, int B, int N, int C,
-                                                   int G, int K, int stages) {
-  if (B < 0 || B > GRID_YZ_MAX || N < 0 || C <= 0 || G <= 0 || C % G || K <= 0 || (!y == !h) ||
-      (stages != 0 && stages != 2 && stages != CV_STAGES_DEEP))
+extern "C" cudaError_t cosy_k_flow_conv_pos(cudaStream_t s, const cosy_bf16 *x,
+                                            const cosy_bf16 *w, const float *bias, cosy_bf16 *y,
+                                            float *h, int B, int N, int C, int G, int K) {
+  if (B < 0 || B > GRID_YZ_MAX || N < 0 || C <= 0 || G <= 0 || C % G || K <= 0 || (!y == !h))
     return cudaErrorInvalidValue;
   if ((int64_t)B * N == 0) return cudaSuccess;
   if (!x || !w || !bias) return cudaErrorInvalidValue;
   const int cin = C / G;
   if (cin == CV_CIN && K <= CV_KMAX && al16(x) && al16(w) && G <= GRID_YZ_MAX &&
       (y ? ((uintptr_t)y & 3u) == 0 : ((uintptr_t)h & 7u) == 0)) {
+    const size_t smem = (size_t)(2 * CV_CIN + CV_TM + K - 1) * CV_LD * sizeof(bf16);
     dim3 grid((unsigned)((N + CV_TM - 1) / CV_TM), (unsigned)G, (unsigned)B);
-    int S = stages;
-    if (S == 0) { /* the rule: deep where the grid leaves SMs to spare and the device has room */
-      int sms = 0, optin = 0;
-      cv_device(&sms, &optin);
-      const long long blocks = (long long)grid.x * grid.y * grid.z;
-      S = blocks <= CV_DEEP_BLOCKS_PER_SM * (long long)sms &&
-                  cv_smem_bytes(CV_STAGES_DEEP, CV_KMAX) <= (size_t)optin
-              ? CV_STAGES_DEEP
-              : 2;
-    }
-    return S == 2 ? cv_launch<2>(s, grid, (const bf16 *)x, (const bf16 *)w, bias, (bf16 *)y, h, N, C, K)
-                  : cv_launch<CV_STAGES_DEEP>(s, grid, (const bf16 *)x, (const bf16 *)w, bias,
-                                              (bf16 *)y, h, N, C, K);
+    if (h)
+      conv_pos_tc_kernel<true><<<grid, CV_THREADS, smem, s>>>((const bf16 *)x, (const bf16 *)w,
+                                                               bias, nullptr, h, N, C, K);
+    else
+      conv_pos_tc_kernel<false><<<grid, CV_THREADS, smem, s>>>(
+          (const bf16 *)x, (const bf16 *)w, bias, (bf16 *)y, nullptr, N, C, K);
+    return cudaGetLastError();
   }
   const int64_t total = (int64_t)B * N * C;
   conv_pos_generic_kernel<<<cosyk_blocks(total, EW_THREADS, GRID_MAX), EW_THREADS, 0, s>>>(
       (const bf16 *)x, (const bf16 *)w, bias, (bf16 *)y, h, B, N, C, G, K);
   return cudaGetLastError();
-}
-
-extern "C" cudaError_t cosy_k_flow_conv_pos(cudaStream_t s, const cosy_bf16 *x,
-                                            const cosy_bf16 *w, const float *bias, cosy_bf16 *y,
-                                            float *h, int B, int N, int C, int G, int K) {
-  return cosy_k_flow_conv_pos_stages(s, x, w, bias, y, h, B, N, C, G, K, 0);
 }

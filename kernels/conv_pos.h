@@ -31,14 +31,6 @@ cudaError_t cosy_k_flow_conv_pos(cudaStream_t s, const cosy_bf16 *x, const cosy_
                                  const float *bias, cosy_bf16 *y, float *h, int B, int N, int C,
                                  int G, int K);
 
-/* The same with the tensor-core path's weight pipeline chosen: stages 2 (a double buffer), 8 (7
- * taps in flight; 92 KB of shared memory a block) or 0 (the rule cosy_k_flow_conv_pos uses: 8
- * where the grid has at most 2 blocks a multiprocessor and the device's opt-in shared memory a
- * block holds them, else 2). The same bits at every value (tests, measurements). */
-cudaError_t cosy_k_flow_conv_pos_stages(cudaStream_t s, const cosy_bf16 *x, const cosy_bf16 *w,
-                                        const float *bias, cosy_bf16 *y, float *h, int B, int N,
-                                        int C, int G, int K, int stages);
-
 #ifdef __cplusplus
 }
 #endif

@@ -26,8 +26,8 @@ typedef struct cosy_knobs {
   int flow_recompute;           /* COSY_FLOW_CACHE=0: the GPU flow recomputes every chunk's prefix */
   int flow_pdl;                 /* COSY_FLOW_PDL=1: the GPU flow's elementwise kernels with
                                    programmatic dependent launch (where the device has it) */
-  int flow_shallow;             /* COSY_FLOW_DEEP=0: the flow's conv_pos and v2 attention keep
-                                   their double buffers on small grids too (the rules' "2") */
+  int flow_shallow;             /* COSY_FLOW_DEEP=0: the flow's v2 attention keeps its double
+                                   buffer on small grids too (the kernel's rule: 4 buffers) */
   int llm_attn_early;           /* COSY_LLM_ATTN_EARLY (on; "0" off): the batch-invariant LLM's
                                    decode attention issues its independent loads before waiting
                                    for the q|k|v projection (COSY_K_DECODE_EARLY, kernels.h) */

@@ -66,7 +66,7 @@ const kh_entry kh_registry[] = {
     /* tested with the DiT stage's data layouts in tests/test_gpu_flow.c; timed here */
     {"resid_ln", L("cosy_k_flow_resid_ln"), ELSEWHERE("test_gpu_flow.c (resid_ln_case)"),
      BENCH(resid_ln), KH_CEIL_HBM},
-    {"conv_pos", L("cosy_k_flow_conv_pos", "cosy_k_flow_conv_pos_stages"), ELSEWHERE("test_gpu_flow.c (conv_case)"),
+    {"conv_pos", L("cosy_k_flow_conv_pos"), ELSEWHERE("test_gpu_flow.c (conv_case)"),
      BENCH(conv_pos), KH_CEIL_BOTH},
     /* the vocoder's and the front end's launchers: tested against lib/ref in their stage tests,
      * timed only inside whole runs */

@@ -203,9 +203,9 @@ struct gpu_flow {
    * flow's own elementwise kernels (resid_ln, qkv_post*, bias_gelu) launched as programmatic
    * dependents of the kernel before them (kernels/dit_elementwise.h) */
   int pdl;
-  /* the weight / K-V pipelines of conv_pos and the v2 attention: 0 the kernels' rule (deeper
-   * where the grid leaves SMs idle: a small call's chain of L2 round trips), 2 double buffers
-   * everywhere (COSY_FLOW_DEEP=0, cosy_gpu.flow_shallow) */
+  /* the v2 attention's K/V pipeline: 0 the kernel's rule (4 tiles where the grid leaves SMs
+   * idle: a small call's chain of L2 round trips), 2 double buffers everywhere (COSY_FLOW_DEEP=0,
+   * cosy_gpu.flow_shallow) */
   int stages;
 };
 
@@ -338,11 +338,9 @@ static cosy_status dit(gpu_flow *f, int R, int N, int streaming, int x_shared, c
   CK(cosy_k_flow_add_rows(s, f->xo, x_shared ? 0 : (int64_t)N * D, f->hc, f->h, f->hb, R, N, D),
      "flow: input rows");
   /* conv position embedding: h += Mish(conv2(Mish(conv1(h)))) */
-  CK(cosy_k_flow_conv_pos_stages(s, f->hb, f->cp_w[0], f->cp_b[0], f->nb, NULL, R, N, D, f->cpg,
-                                 f->cpk, f->stages),
+  CK(cosy_k_flow_conv_pos(s, f->hb, f->cp_w[0], f->cp_b[0], f->nb, NULL, R, N, D, f->cpg, f->cpk),
      "flow: conv_pos 1");
-  CK(cosy_k_flow_conv_pos_stages(s, f->nb, f->cp_w[1], f->cp_b[1], NULL, f->h, R, N, D, f->cpg,
-                                 f->cpk, f->stages),
+  CK(cosy_k_flow_conv_pos(s, f->nb, f->cp_w[1], f->cp_b[1], NULL, f->h, R, N, D, f->cpg, f->cpk),
      "flow: conv_pos 2");
   const float scale = 1.0f / sqrtf((float)f->hd);
   for (int l = 0; l < f->depth; l++) {
@@ -1462,12 +1460,11 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
     return st;
   CK(cosy_k_flow_add_rows(s, c->xp, 0, c->hcx, c->hext, c->hbx, 2, Te, D), "flow: input rows");
   CK(cosy_k_rows_zero_bf16(s, c->hbx, c->d_virt, n_virt, D), "flow: zero rows");
-  CK(cosy_k_flow_conv_pos_stages(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D,
-                                 f->cpg, f->cpk, f->stages),
+  CK(cosy_k_flow_conv_pos(s, c->hbx, f->cp_w[0], f->cp_b[0], c->nbx, NULL, 2, Te, D, f->cpg, f->cpk),
      "flow: conv_pos 1");
   CK(cosy_k_rows_zero_bf16(s, c->nbx, c->d_virt, n_virt, D), "flow: zero rows");
-  CK(cosy_k_flow_conv_pos_stages(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D,
-                                 f->cpg, f->cpk, f->stages),
+  CK(cosy_k_flow_conv_pos(s, c->nbx, f->cp_w[1], f->cp_b[1], NULL, c->hext, 2, Te, D, f->cpg,
+                          f->cpk),
      "flow: conv_pos 2");
   CK(cosy_k_rows_gather_f32(s, f->h, c->hext, c->d_map, rows, D), "flow: new rows");
   for (int l = 0; l < f->depth; l++) {

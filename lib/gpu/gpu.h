@@ -53,8 +53,8 @@ typedef struct cosy_gpu {
   int gemm_bucket;           /* COSY_GEMM_BUCKET (cosy_knobs; -1: the default rule) */
   int flow_pdl;              /* COSY_FLOW_PDL=1 (cosy_knobs): the flow's elementwise kernels
                                 with programmatic dependent launch where dev.pdl (flow.c) */
-  int flow_shallow;          /* COSY_FLOW_DEEP=0 (cosy_knobs): conv_pos and the v2 attention
-                                with 2 stages on every grid (flow.c; the kernels' rule else) */
+  int flow_shallow;          /* COSY_FLOW_DEEP=0 (cosy_knobs): the v2 attention with 2 stages
+                                on every grid (flow.c; the kernel's rule else) */
   int llm_attn_early;        /* COSY_LLM_ATTN_EARLY (cosy_knobs; on): the LLM's decode attention
                                 with COSY_K_DECODE_EARLY where allowed (llm.c attention) */
   int llm_xfrag;             /* COSY_LLM_XFRAG (cosy_knobs; -1 auto): the decode step's tensor-core
