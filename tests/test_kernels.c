@@ -3357,6 +3357,11 @@ void test_args(void **state) {
                                   (const int32_t *)d, 1, (const cosy_bf16 *)d, 0, 0, NULL, 50,
                                   (const int32_t *)d, (cosy_bf16 *)d, 50, 0.125f, 128) !=
          cudaErrorInvalidValue; /* 8 heads of 64 != D */
+  bad += cosy_k_attn_dit_paged_v2_stages(0, (const cosy_bf16 *)d, 1024, 16,
+                                         (const cosy_k_dit_seg *)d, (const int32_t *)d, 1,
+                                         (const cosy_bf16 *)d, 0, 0, NULL, 50, (const int32_t *)d,
+                                         (cosy_bf16 *)d, 50, 0.125f, 64, 3) !=
+         cudaErrorInvalidValue; /* stages neither 0, 2 nor 4 */
   {
     const cosy_k_dit_seg *sg = (const cosy_k_dit_seg *)d;
     const int32_t *ti = (const int32_t *)d;
