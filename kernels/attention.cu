@@ -1349,8 +1349,8 @@ __global__ void __launch_bounds__(NW * 32, S == 2 ? 16 / NW : 8 / NW) /* deep: <
 attn_dit_paged_v2_kernel(PagedGeo g) {
   constexpr int NT = NW * 32, BQ = NW * 16;
   constexpr int SR = FA_BK * (HD / 8) / NT; /* staged key rows a thread: 4 (NW 4) or 2 (NW 8) */
-  /* S = 2: static arrays, as before the deep pipeline (the same machine code and registers);
-   * deeper: dynamic shared memory (above the 48 KB of static arrays) */
+  /* S = 2: static arrays, as before the deep pipeline (its registers: 128, no spill); deeper:
+   * dynamic shared memory (above the 48 KB of static arrays) */
   constexpr bool ST = S == 2;
   __shared__ __align__(16) bf16 Ks_st[ST ? 2 : 1][ST ? FA_BK * FA_LD : 8];
   __shared__ __align__(16) bf16 Vs_st[ST ? 2 : 1][ST ? FA_BK * FA_LD : 8];
