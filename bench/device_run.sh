@@ -6,6 +6,7 @@
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
 #                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard attnpre xfrag gemvb
+#                                        flowsmall
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -61,6 +62,12 @@
 #               decode step against its floor"). Log: ncu_llm.log (timeout NCUL_TIMEOUT, 240 s)
 #   ktop        the 30 (KTOP_N) kernels of the largest GPU time in a 64-request first-chunk burst
 #               and W1 at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
+#   flowsmall   where a single request's flow calls spend their time (docs/kernels.md, "The flow's
+#               small calls"): every cuBLASLt configuration of the flow's GEMMs at 112-512 rows
+#               (BENCH_GEMM_ALGOS=2), the kernel table's DiT groups ("dit 116", "dit call", ...:
+#               BENCH_FILTER="dit "), W1 at C = 1 (16 requests) under CUPTI (KERNEL_TIME_TOP=70)
+#               and with the scheduler trace (bench/trace_summary.py --timeline 1). Logs:
+#               flowsmall_algos.log, flowsmall_bench.log, flowsmall_ktop.log, flowsmall_trace.*
 #   conv        the vocoder's conv kernels (kernels/conv.cu; not in the default steps: `bash
 #               bench/device_run.sh build conv`): test_gpu_hift's conv tests and golden decode
 #               (every cosy_hift_conv_kernel choice vs the CPU loop and bit for bit vs the old
@@ -935,6 +942,21 @@ if [[ " $STEPS " == *" ktop "* ]]; then
     note "ktop $i: ${kruns[$i]}"
     grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+ms|kernel_time' "$OUT/ktop_$i.log" | sed "s/^/ktop $i: /" | tee -a "$SUMMARY"
   done
+fi
+if [[ " $STEPS " == *" flowsmall "* ]]; then
+  run flowsmall_algos env BENCH_GEMM_ALGOS=2 ./$B/tests/test_kernels --bench gemm
+  grep -E "engine|search  0:" "$OUT/flowsmall_algos.log" | sed 's/^/flowsmall algos: /' | tee -a "$SUMMARY"
+  run flowsmall_bench env BENCH_FILTER="dit " ./$B/tests/test_kernels --bench
+  awk '/^==== kernel table/ { t = 1 } t && /^dit (116|call)/' "$OUT/flowsmall_bench.log" | cut -c1-110 \
+    | sed 's/^/flowsmall: /' | tee -a "$SUMMARY"
+  kernel_time_so
+  run flowsmall_ktop env LD_PRELOAD=$PWD/$B/kernel_time.so KERNEL_TIME_TOP=70 ./$B/bench/bench_w1 \
+    -m "$FULL" --device 0 --concurrency 1 --requests 16 "${W1_ARGS[@]}"
+  grep -E 'kernel_time' "$OUT/flowsmall_ktop.log" | head -26 | sed 's/^/flowsmall ktop: /' | tee -a "$SUMMARY"
+  run flowsmall_trace env COSY_SCHED_TRACE="$OUT/flowsmall_trace.txt" ./$B/bench/bench_w1 \
+    -m "$FULL" --device 0 --concurrency 1 "${W1_ARGS[@]}"
+  python3 bench/trace_summary.py --timeline 1 "$OUT/flowsmall_trace.txt" | sed 's/^/flowsmall trace: /' \
+    | tee -a "$SUMMARY"
 fi
 if [[ " $STEPS " == *" frontend "* ]]; then
   if [ ! -f "$FULL_FE" ]; then
