@@ -999,7 +999,7 @@ static cudaError_t r_dit_paged(bench_op *o, int s) {
         g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s), o->i[0], P(o, 3, s),
         (int64_t)4 * 50 * 1024, 0, NULL, 50, P(o, 4, s), P(o, 5, s), 50, 0.125f,
         o->i[1] == -3 ? COSY_K_DIT_TILE_WIDE : COSY_K_DIT_TILE,
-        o->i[1] == -6 ? 2 : o->i[1] == -7 ? 4 : 0);
+        o->i[1] == -6 ? 2 : o->i[1] == -7 ? 4 : 0, &g_dev);
   if (o->i[1] < 0) /* the part count per segment: i[2] cluster items (p[6]) of i[3] blocks */
     return cosy_k_attn_dit_paged_auto(g_stream, P(o, 0, s), 1024, 16, P(o, 1, s), P(o, 2, s),
                                       P(o, 6, s), o->i[2], o->i[3], P(o, 3, s),
@@ -1599,6 +1599,17 @@ static void bench_gemm_plans(void) {
   CK(cudaFree(y));
 }
 
+/* the median of five timings (sorts them) */
+static float median5(float t[5]) {
+  for (int a = 0; a < 5; a++)
+    for (int b = a + 1; b < 5; b++)
+      if (t[b] < t[a]) {
+        const float x = t[a];
+        t[a] = t[b], t[b] = x;
+      }
+  return t[2];
+}
+
 /* The flow's four block GEMMs (D 1024, ff 2048; bf16 in; qkv and ff1 bf16 out, ff1 with the bias
  * + GELU epilogue; o and ff2 fp32 out) at the row counts packed flow batches have (2 x new
  * frames), device time a call under each algorithm rule of cosy_gemm_set_bucket: 2 the default
@@ -1650,13 +1661,8 @@ static void bench_gemm_rows(void) {
           CK(cudaEventElapsedTime(&ms, e0, e1));
           if (r >= 0) med[r] = ms * 1e3f / 20;
         }
-        for (int a = 0; a < 5; a++) /* sort the five */
-          for (int b = a + 1; b < 5; b++)
-            if (med[b] < med[a]) {
-              const float t = med[a];
-              med[a] = med[b], med[b] = t;
-            }
-        printf("  %7.2f (%5.0f)", med[2], 2.0 * M * N * K / (med[2] * 1e-6) / 1e12);
+        const float t = median5(med);
+        printf("  %7.2f (%5.0f)", t, 2.0 * M * N * K / (t * 1e-6) / 1e12);
         cosy_gemm_destroy(g);
       }
       printf("\n");
@@ -1690,13 +1696,7 @@ static float time_graph20(cudaGraphExec_t ge, cudaEvent_t e0, cudaEvent_t e1) {
     CK(cudaEventElapsedTime(&ms, e0, e1));
     if (r >= 0) med[r] = ms * 1e3f / 20;
   }
-  for (int a = 0; a < 5; a++)
-    for (int b = a + 1; b < 5; b++)
-      if (med[b] < med[a]) {
-        const float t = med[a];
-        med[a] = med[b], med[b] = t;
-      }
-  return med[2];
+  return median5(med);
 }
 /* BENCH_GEMM_ALGOS=2: beyond the heuristic's list, every algorithm id the library has for
  * bf16 x bf16 -> ydt (fp32 compute) with each of its tiles, split-K 1, 2, 3, 4, 6, 8 and each
@@ -1868,7 +1868,6 @@ static void bench_gemm_algos(void) {
       cublasLtMatmulHeuristicResult_t res[NC];
       int nres = 0;
       cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, NC, res, &nres);
-      const float one = 1.f, zero = 0.f;
       for (int a = 0; a < nres; a++) {
         int cfg[8] = {0};
         static const cublasLtMatmulAlgoConfigAttributes_t at[8] = {
@@ -1883,22 +1882,8 @@ static void bench_gemm_algos(void) {
           cfg[q] = (int)v;
         }
         if (res[a].workspaceSize > ws_bytes) continue;
-        cudaError_t ce = cudaSuccess;
-        CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeRelaxed));
-        for (int c = 0; c < 20 && ce == cudaSuccess; c++) {
-          const void *wc = (const char *)w + (size_t)(c % nrot) * wbytes;
-          if (cublasLtMatmul(lt, op, &one, wc, la, x, lb, &zero, y, lc, y, lc, &res[a].algo, ws,
-                             ws_bytes, g_stream) != CUBLAS_STATUS_SUCCESS)
-            ce = cudaErrorUnknown;
-        }
-        CK(cudaStreamEndCapture(g_stream, &gr));
-        float t = -1.f;
-        if (ce == cudaSuccess) {
-          CK(cudaGraphInstantiate(&ge, gr, 0));
-          t = time_graph20(ge, e0, e1);
-          CK(cudaGraphExecDestroy(ge));
-        }
-        CK(cudaGraphDestroy(gr));
+        const float t = time_algo(lt, op, la, lb, lc, &res[a].algo, x, w, wbytes, nrot, y, ws,
+                                  ws_bytes, e0, e1);
         printf("  cand %2d: %7.2f us  algo %3d tile %3d splitk %2d red %d stages %3d cluster %2d swz %d "
                "custom %d waves %.2f ws %zu\n",
                a, t, cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5], cfg[6], cfg[7],

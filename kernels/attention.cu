@@ -1513,31 +1513,6 @@ cudaError_t v2_launch(cudaStream_t s, dim3 grid, const PagedGeo &g) {
   return cudaGetLastError();
 }
 
-/* the current device's multiprocessors and opt-in shared memory a block (cached per device) */
-void v2_device(int *sms, int *smem_optin) {
-  static int cache[64][2];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = -1;
-  if (dev >= 0 && __atomic_load_n(&cache[dev][0], __ATOMIC_RELAXED) > 0) {
-    *sms = cache[dev][0];
-    *smem_optin = cache[dev][1];
-    return;
-  }
-  int a = 0, b = 0;
-  if (cudaDeviceGetAttribute(&a, cudaDevAttrMultiProcessorCount, dev < 0 ? 0 : dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev < 0 ? 0 : dev) !=
-          cudaSuccess) {
-    cudaGetLastError(); /* the failed query's error, not a launch's: callers check each launch */
-    a = b = 0;          /* the plain pipeline */
-  }
-  *sms = a;
-  *smem_optin = b;
-  if (dev >= 0 && a > 0) {
-    __atomic_store_n(&cache[dev][1], b, __ATOMIC_RELAXED);
-    __atomic_store_n(&cache[dev][0], a, __ATOMIC_RELAXED);
-  }
-}
-
 } /* namespace */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1740,7 +1715,7 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_v2_stages(
     cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads, const cosy_k_dit_seg *segs,
     const int32_t *tiles, int n_tiles, const cosy_bf16 *pool, int64_t page_elems,
     int64_t layer_off, const int64_t *dev_off, int page_frames, const int32_t *ptab,
-    cosy_bf16 *out, int chunk, float scale, int tile_q, int stages) {
+    cosy_bf16 *out, int chunk, float scale, int tile_q, int stages, const cosy_kdev *dev) {
   if (tile_q != COSY_K_DIT_TILE && tile_q != COSY_K_DIT_TILE_WIDE) return cudaErrorInvalidValue;
   if (stages != 0 && stages != 2 && stages != V2_STAGES_DEEP) return cudaErrorInvalidValue;
   PagedGeo g;
@@ -1751,15 +1726,12 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_v2_stages(
     return cudaErrorInvalidValue;
   const dim3 grid((unsigned)n_tiles, (unsigned)n_heads);
   int S = stages;
-  if (S == 0) { /* the rule: deep where the grid leaves SMs to spare and the device has room */
-    int sms = 0, optin = 0;
-    v2_device(&sms, &optin);
-    S = tile_q == COSY_K_DIT_TILE &&
-                (long long)n_tiles * n_heads <= V2_DEEP_BLOCKS_PER_SM * (long long)sms &&
-                v2_smem_bytes(V2_STAGES_DEEP) <= (size_t)optin
+  if (S == 0) /* the rule: deep where the grid leaves SMs to spare and a block has the room */
+    S = dev && tile_q == COSY_K_DIT_TILE &&
+                (long long)n_tiles * n_heads <= V2_DEEP_BLOCKS_PER_SM * (long long)dev->n_sm &&
+                v2_smem_bytes(V2_STAGES_DEEP) <= dev->smem_block
             ? V2_STAGES_DEEP
             : 2;
-  }
   if (tile_q == COSY_K_DIT_TILE_WIDE)
     return S == 2 ? v2_launch<8, 2>(s, grid, g) : v2_launch<8, V2_STAGES_DEEP>(s, grid, g);
   return S == 2 ? v2_launch<4, 2>(s, grid, g) : v2_launch<4, V2_STAGES_DEEP>(s, grid, g);
@@ -1775,7 +1747,7 @@ extern "C" cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 
                                                 int tile_q) {
   return cosy_k_attn_dit_paged_v2_stages(s, qkv, D, n_heads, segs, tiles, n_tiles, pool,
                                          page_elems, layer_off, dev_off, page_frames, ptab, out,
-                                         chunk, scale, tile_q, 0);
+                                         chunk, scale, tile_q, 2, NULL);
 }
 
 /* kern<<<grid, FA_THREADS, 0, s>>>(g) in thread-block clusters of csize blocks along x (plain

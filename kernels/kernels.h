@@ -268,15 +268,16 @@ cudaError_t cosy_k_attn_dit_paged_v2(cudaStream_t s, const cosy_bf16 *qkv, int D
                                      const cosy_bf16 *pool, int64_t page_elems, int64_t layer_off,
                                      const int64_t *dev_off, int page_frames, const int32_t *ptab,
                                      cosy_bf16 *out, int chunk, float scale, int tile_q);
-/* cosy_k_attn_dit_paged_v2 with its K/V pipeline chosen: stages 2 (a double buffer, 36 KB of
- * shared memory a 64-query block), 4 (three key tiles in flight, 72 KB) or 0 (the rule
- * cosy_k_attn_dit_paged_v2 uses: 4 where the grid has at most 2 blocks a multiprocessor and the
- * device's opt-in shared memory a block holds them, else 2). The same bits at every value. */
+/* cosy_k_attn_dit_paged_v2 (which keeps the double buffer) with its K/V pipeline chosen:
+ * stages 2 (a double buffer, 36 KB of shared memory a 64-query block), 4 (three key tiles in
+ * flight, 72 KB) or 0 (the rule the packed flow runs: 4 at 64-query tiles where the grid has at
+ * most 2 blocks a multiprocessor of dev and dev->smem_block holds them, else 2; 2 without dev).
+ * The same bits at every value. */
 cudaError_t cosy_k_attn_dit_paged_v2_stages(
     cudaStream_t s, const cosy_bf16 *qkv, int D, int n_heads, const cosy_k_dit_seg *segs,
     const int32_t *tiles, int n_tiles, const cosy_bf16 *pool, int64_t page_elems,
     int64_t layer_off, const int64_t *dev_off, int page_frames, const int32_t *ptab,
-    cosy_bf16 *out, int chunk, float scale, int tile_q, int stages);
+    cosy_bf16 *out, int chunk, float scale, int tile_q, int stages, const cosy_kdev *dev);
 /* The same attention with each query tile's keys split over n_split blocks (1 .. 8): key tile
  * t (keys 64 t .. 64 t + 63 of the segment) goes to part t % n_split; the n_split parts of a
  * query tile are the blocks of one thread-block cluster and merge through distributed shared

@@ -2560,9 +2560,9 @@ typedef struct dit_seg_case {
 /* the one-block launcher (n_split 0), the split one (n_split >= 1), the one with the part
  * count per segment (n_split -1: its cluster items built from hsegs / htiles, the host copies
  * of segs / tiles, n_seg segments) with the test's device, or cosy_k_attn_dit_paged_v2
- * (n_split -2: 64-query tiles, the list tiles; -3: 128-query tiles, a list built here from
- * hsegs; -4, -5: the same with its deep K/V pipeline forced, cosy_k_attn_dit_paged_v2_stages
- * 4) */
+ * (through cosy_k_attn_dit_paged_v2_stages with the test's device: n_split -2: 64-query tiles,
+ * the list tiles, the packed flow's rule (stages 0); -3: 128-query tiles, a list built here from
+ * hsegs; -4, -5: the same with the deep K/V pipeline forced, stages 4) */
 static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_heads,
                                   const void *segs, const int32_t *tiles, int n_tiles,
                                   const void *pool, int64_t page_elems, int64_t layer_off,
@@ -2587,14 +2587,14 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
     free(items);
     return e;
   }
-  if (n_split == -2)
-    return cosy_k_attn_dit_paged_v2(0, qkv, D, n_heads, segs, tiles, n_tiles, pool, page_elems,
-                                    layer_off, dev_off, page_frames, ptab, out, chunk, scale,
-                                    COSY_K_DIT_TILE);
+  if (n_split == -2) /* the packed flow's call: the rule on the test's device */
+    return cosy_k_attn_dit_paged_v2_stages(0, qkv, D, n_heads, segs, tiles, n_tiles, pool,
+                                           page_elems, layer_off, dev_off, page_frames, ptab, out,
+                                           chunk, scale, COSY_K_DIT_TILE, 0, &g_dev);
   if (n_split == -4)
     return cosy_k_attn_dit_paged_v2_stages(0, qkv, D, n_heads, segs, tiles, n_tiles, pool,
                                            page_elems, layer_off, dev_off, page_frames, ptab, out,
-                                           chunk, scale, COSY_K_DIT_TILE, 4);
+                                           chunk, scale, COSY_K_DIT_TILE, 4, &g_dev);
   if (n_split == -3 || n_split == -5) {
     int n = 0;
     for (int g = 0; g < n_seg; ++g)
@@ -2608,7 +2608,7 @@ static cudaError_t dit_paged_call(int n_split, const void *qkv, int D, int n_hea
     int32_t *dt2 = dup_i32(t2, (size_t)(n > 0 ? n : 1) * 2);
     const cudaError_t e = cosy_k_attn_dit_paged_v2_stages(
         0, qkv, D, n_heads, segs, dt2, n, pool, page_elems, layer_off, dev_off, page_frames, ptab,
-        out, chunk, scale, COSY_K_DIT_TILE_WIDE, n_split == -5 ? 4 : 0);
+        out, chunk, scale, COSY_K_DIT_TILE_WIDE, n_split == -5 ? 4 : 0, &g_dev);
     CK(cudaDeviceSynchronize()); /* before the tiles are freed */
     dfree(dt2);
     free(t2);
@@ -3360,7 +3360,7 @@ void test_args(void **state) {
   bad += cosy_k_attn_dit_paged_v2_stages(0, (const cosy_bf16 *)d, 1024, 16,
                                          (const cosy_k_dit_seg *)d, (const int32_t *)d, 1,
                                          (const cosy_bf16 *)d, 0, 0, NULL, 50, (const int32_t *)d,
-                                         (cosy_bf16 *)d, 50, 0.125f, 64, 3) !=
+                                         (cosy_bf16 *)d, 50, 0.125f, 64, 3, &g_dev) !=
          cudaErrorInvalidValue; /* stages neither 0, 2 nor 4 */
   {
     const cosy_k_dit_seg *sg = (const cosy_k_dit_seg *)d;

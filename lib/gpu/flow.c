@@ -1506,7 +1506,8 @@ static cosy_status batch_step_enqueue(gpu_flow *f, const void *arg) {
       CK(cosy_k_attn_dit_paged_v2_stages(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
                                          (const cosy_bf16 *)c->pool,
                                          (int64_t)(c->page_bytes / 2), layer_off, kvoff, PF,
-                                         c->d_ptab, f->att, f->chunk, scale, a->tq, f->stages),
+                                         c->d_ptab, f->att, f->chunk, scale, a->tq, f->stages,
+                                         &f->g->dev),
          "flow: attention (v2)");
     else
       CK(cosy_k_attn_dit_paged(s, f->qkv, D, f->heads, c->d_segs, c->d_tiles, n_tiles,
