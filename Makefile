@@ -435,7 +435,7 @@ test-fault:
 
 # halt_on_error: the first data race fails the test binary (and so the run); suppressions: none
 # the whole suite, then the synthesis tests again with the scheduler's vocoder thread (the GPU
-# backend's mode, COSY_SCHED_VOCODER_THREAD=1) so its hand-off is checked on the CPU too
+# backend's modes, COSY_SCHED_VOCODER_THREAD=1 and 2) so its hand-off is checked on the CPU too
 # test_model is left out: a single-threaded file parser (the ASan run covers it; engine creation
 # in every other test loads a model under TSan), whose corruption sweeps build the whole model at
 # each harmless flipped byte, which under TSan took 158 s of the stage's 1174
@@ -445,6 +445,9 @@ test-tsan:
 	@echo "== the synthesis tests again with the vocoder thread (COSY_SCHED_VOCODER_THREAD=1)"
 	COSY_SCHED_VOCODER_THREAD=1 $(TSAN_RUN) $(MAKE) B=build/tsan SAN=thread CUDA=0 \
 	  TEST_ONLY="test_synth test_longtext test_textstream" TEST_JOBS=$(SAN_TEST_JOBS) test-c
+	@echo "== ... and with it for capped batches only (COSY_SCHED_VOCODER_THREAD=2, the GPU's mode), batches of 8 frames"
+	COSY_SCHED_VOCODER_THREAD=2 COSY_SCHED_FLOW_FRAMES=8 $(TSAN_RUN) $(MAKE) B=build/tsan SAN=thread \
+	  CUDA=0 TEST_ONLY="test_synth test_textstream" TEST_JOBS=$(SAN_TEST_JOBS) test-c
 
 # comments and documents cite only the repository (docs/*.md), never outside documents
 check-citations:

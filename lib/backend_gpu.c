@@ -17,7 +17,8 @@
  * on a child context of their own (its own low-priority stream, urgent stream and cuBLASLt
  * workspace), so a request's chunk work (the scheduler's token-to-wave and vocoder threads)
  * overlaps the LLM's next tokens and one batch's vocoder overlaps the next batch's flow. Each
- * stage is called from one scheduler thread only; the scheduler (lib/scheduler.c) batches every active
+ * stage is called from one scheduler thread at a time (the vocoder from the vocoder thread or,
+ * while that one is idle, the token-to-wave thread); the scheduler (lib/scheduler.c) batches every active
  * request's decode step, flow chunk and vocoder call into these calls (docs/scheduler.md). */
 #include <pthread.h>
 #include <stdio.h>
@@ -703,9 +704,11 @@ const cosy_backend cosy_backend_gpu = {
     .vocode = gb_vocode,
     .voice_features = gb_voice_features,
     .thread_enter = gb_thread_enter,
-    /* the vocoder thread measured no better at C = 64 and worse at C = 16 (smaller flow
-     * batches: bench/RESULTS.md), so off by default; COSY_SCHED_VOCODER_THREAD=1 turns it on */
-    .vocoder_thread = 0,
+    /* the vocoder thread only for the flow batches of later chunks that the batch caps cut
+     * short (lib/sched_t2w.c, voc_mode 2): W2 ~4% faster on an H200 (the flow's stream no
+     * longer idle through each vocoder call), W1 and W3 as before; every call on the thread
+     * (1) cost 5% at W1's C = 16 (smaller flow batches: bench/RESULTS.md) */
+    .vocoder_thread = 2,
 };
 
 #else /* COSY_WITH_CUDA: the GPU stages are not in this build */

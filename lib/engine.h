@@ -35,7 +35,7 @@ struct cosy_voice {
  * silent-token filter and the chunk schedule live in the scheduler, so both backends follow one
  * set of semantics. The LLM calls come from the scheduler's LLM thread only, the flow calls
  * from its token-to-wave thread only, the vocoder calls from its vocoder thread (vocoder_thread
- * below) or else the token-to-wave thread; the sides may run at the same time. */
+ * below) or the token-to-wave thread, never two at once; the sides may run at the same time. */
 struct cosy_rng;
 struct cosy_sampling;
 
@@ -159,8 +159,10 @@ typedef struct cosy_backend {
   void (*thread_enter)(struct cosy_engine *e);
   /* 1: the vocoder calls may run beside the flow calls (their own stream and buffers), so the
    * scheduler gives them a thread of their own and the flow's next batch overlaps this one's
-   * vocoder; 0: the token-to-wave thread makes both calls in turn (both backends today: on the
-   * GPU the thread measured no better, docs/scheduler.md). COSY_SCHED_VOCODER_THREAD=0/1
+   * vocoder; 2: the same thread, but only for a flow batch of later chunks that the batch caps
+   * cut short (the flow has more ready work than one batch), every other vocoder call on the
+   * token-to-wave thread once the vocoder thread is idle (the GPU: docs/scheduler.md); 0: the
+   * token-to-wave thread makes both calls in turn (the CPU). COSY_SCHED_VOCODER_THREAD=0/1/2
    * overrides it (measurements, tests). */
   int vocoder_thread;
 } cosy_backend;

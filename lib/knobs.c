@@ -30,13 +30,15 @@ void cosy_knobs_read(cosy_knobs *k) {
                   : !strcmp(dm, "mixed") ? COSY_KNOB_LLM_MIXED
                                          : COSY_KNOB_LLM_DEFAULT;
   const char *vt = env("COSY_SCHED_VOCODER_THREAD");
-  k->vocoder_thread = (vt[0] == '0' || vt[0] == '1') && !vt[1] ? vt[0] - '0' : -1;
+  k->vocoder_thread = (vt[0] == '0' || vt[0] == '1' || vt[0] == '2') && !vt[1] ? vt[0] - '0' : -1;
   copy(k->text_trace, sizeof k->text_trace, "COSY_TEXT_TRACE");
   copy(k->sched_trace, sizeof k->sched_trace, "COSY_SCHED_TRACE");
   copy(k->flow_timing, sizeof k->flow_timing, "COSY_FLOW_TIMING");
   copy(k->prefill_timing, sizeof k->prefill_timing, "COSY_LLM_PREFILL_TIMING");
   const int ms = atoi(env("COSY_SCHED_MAX_STREAMS"));
   k->max_streams = ms > 0 ? ms : 0;
+  const int ff = atoi(env("COSY_SCHED_FLOW_FRAMES"));
+  k->flow_frames = ff > 0 && ff <= 3000 ? ff : 0;
   const char *fp = env("COSY_SCHED_FIRST_PAUSE");
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
   const char *wv = env("COSY_SCHED_WAVE");

@@ -32,13 +32,16 @@ typedef struct cosy_knobs {
                                    decode attention issues its independent loads before waiting
                                    for the q|k|v projection (COSY_K_DECODE_EARLY, kernels.h) */
   int llm_decode;               /* COSY_LLM_DECODE=tc|mixed (COSY_KNOB_LLM_*) */
-  int vocoder_thread;           /* COSY_SCHED_VOCODER_THREAD=0|1; -1: the backend's choice */
+  int vocoder_thread;           /* COSY_SCHED_VOCODER_THREAD=0|1|2 (2: only for capped batches of
+                                   later chunks, lib/sched_t2w.c); -1: the backend's choice */
   char text_trace[COSY_KNOB_PATH]; /* COSY_TEXT_TRACE: the text-streaming input schedule */
   /* measurements */
   char sched_trace[COSY_KNOB_PATH];  /* COSY_SCHED_TRACE: one line per backend call */
   char flow_timing[COSY_KNOB_PATH];  /* COSY_FLOW_TIMING: one line per packed flow batch */
   char prefill_timing[COSY_KNOB_PATH]; /* COSY_LLM_PREFILL_TIMING: one line per packed prefill */
   int max_streams;              /* COSY_SCHED_MAX_STREAMS=N (> 0): admission bound; 0 none */
+  int flow_frames;              /* COSY_SCHED_FLOW_FRAMES=N (1 .. 3000): new frames a flow batch
+                                   holds at most (tests: batches cut short); 0 the default */
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
                                    while 1..N requests decode (0: never); -1 default */
   int wave;                     /* COSY_SCHED_WAVE=N (>= 0): the scheduler's wave rules apply while

@@ -102,6 +102,13 @@ struct cosy_sched {
   pthread_t llm_th, t2w_th, voc_th;
   int llm_started, t2w_started, llm_exited;
   int voc_started, t2w_exited;   /* the vocoder thread (when the backend runs one beside the flow) */
+  int voc_mode;                  /* 0 no vocoder thread; 1 every flow batch's vocoder call on it;
+                                    2 only a batch of later chunks that the flow batch's caps cut
+                                    short (the rest on the token-to-wave thread, once the vocoder
+                                    thread is idle): lib/sched_t2w.c */
+  int voc_busy;                  /* the vocoder thread is in a vocoder call (e->mu) */
+  int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: a flow batch's new frames at most
+                                    (0: FLOW_BATCH_FRAMES, lib/sched_t2w.c) */
   pthread_cond_t cv_llm, cv_t2w, cv_voc;
   struct vitem *vq;              /* flow results waiting for the vocoder thread (e->mu) */
   cosy_request *q_head, *q_tail; /* submitted, not admitted */

@@ -383,9 +383,12 @@ void *sched_voc_main(void *arg) {
       *pp = pick[i]->next;
       pick[i]->next = NULL;
     }
+    s->voc_busy = 1;
     pthread_mutex_unlock(&e->mu);
     voc_batch(e, pick, n);
     pthread_mutex_lock(&e->mu);
+    s->voc_busy = 0;
+    pthread_cond_broadcast(&s->cv_t2w); /* the token-to-wave thread may vocode now (voc_mode 2) */
   }
   pthread_mutex_unlock(&e->mu);
   return NULL;
@@ -408,12 +411,13 @@ void *sched_t2w_main(void *arg) {
     run_calls(e);
     if (e->stopping && s->llm_exited && !s->active) break;
     /* the ready chunks, most urgent first (selection by deadline, at most FLOW_BATCH_JOBS) */
-    int n = 0;
+    int n = 0, n_ready = 0;
     const double now = cosy_now();
     for (sjob *j = s->active; j; j = j->next) {
       if (cancelled(j->r)) continue;
       int k = chunk_ready(j);
       if (k) rank_insert(rk, &n, (ranked){deadline(s, j, sr, now), j, k});
+      n_ready += k != 0;
     }
     for (int i = 0; i < n; i++) {
       pick[i] = (sjob *)rk[i].p;
@@ -442,11 +446,15 @@ void *sched_t2w_main(void *arg) {
      * ~30; over ten runs each, p95 251-303 ms with no underrun against 251-336 with one run
      * late, bench/RESULTS.md) */
     int frames = 0;
+    int capped = n_ready > n; /* the batch's caps leave ready chunks out (voc_mode 2) */
     {
       int keep = 0;
       for (; keep < n; keep++) {
         const int f = job_frames(s, pick[keep], kind[keep]);
-        if (keep > 0 && frames + f > FLOW_BATCH_FRAMES) break;
+        if (keep > 0 && frames + f > (s->flow_frames ? s->flow_frames : FLOW_BATCH_FRAMES)) {
+          capped = 1;
+          break;
+        }
         if (keep > 0 && wave && request_first(pick[0]) && !request_first(pick[keep]))
           break;
         frames += f;
@@ -553,7 +561,20 @@ void *sched_t2w_main(void *arg) {
       v->flow_s = dt;
       items[nv++] = v;
     }
-    if (s->voc_started) {
+    /* the vocoder call: on the vocoder thread (voc_mode 1; voc_mode 2 only for a batch of later
+     * chunks cut short by the caps, i.e. while the flow has more ready work than one batch: then
+     * the next batch's flow runs beside this one's vocoder, as under W2, where the two calls in
+     * turn left the flow's stream idle for each vocoder call, ~28 ms of every ~90; bench/
+     * RESULTS.md), else here, once the vocoder thread (if any) is idle, so that the vocoder's
+     * calls never overlap one another and a batch that is not cut short keeps its jobs
+     * together for the next flow batch (W1 at C = 16 lost 5% with every call on the thread) */
+    const int handoff = s->voc_started && (s->voc_mode != 2 || (capped && !urgent));
+    if (s->voc_started && !handoff) {
+      pthread_mutex_lock(&e->mu);
+      while (s->vq || s->voc_busy) timed_wait(&s->cv_t2w, &e->mu, DEFER_POLL_MS);
+      pthread_mutex_unlock(&e->mu);
+    }
+    if (handoff) {
       pthread_mutex_lock(&e->mu);
       vitem **tail = &s->vq;
       while (*tail) tail = &(*tail)->next;

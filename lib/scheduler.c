@@ -107,6 +107,7 @@ cosy_status sched_start(cosy_engine *e) {
   if (kn->sched_trace[0]) s->trace = fopen(kn->sched_trace, "w");
   if (kn->text_trace[0]) s->ttrace = fopen(kn->text_trace, "w");
   s->max_streams = kn->max_streams;
+  s->flow_frames = kn->flow_frames;
   s->round_s = 0.1;
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
@@ -118,6 +119,7 @@ cosy_status sched_start(cosy_engine *e) {
   s->llm_started = 1;
   /* the vocoder thread before the token-to-wave thread, which reads voc_started */
   const int voc = kn->vocoder_thread >= 0 ? kn->vocoder_thread : e->be->vocoder_thread;
+  s->voc_mode = voc;
   if (voc) {
     rc = pthread_create(&s->voc_th, NULL, sched_voc_main, e);
     if (rc) return cosy_err(COSY_ERR_INTERNAL, "cannot start the vocoder thread: %s", strerror(rc));
