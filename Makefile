@@ -252,13 +252,18 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 # bench/bench_kernels.c is the --bench half of build/tests/test_kernels (the kernel harness)
 BENCH_SRC := $(filter-out bench/kernel_time.c bench/bench_kernels.c,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+# bench/*.cu: standalone CUDA measurements (bench/launch_cost.cu, bench/gemv_stream.cu), no library;
+# built for sm_90 where CUDA is (so that they compile in CI), run by hand on a GPU
+ifeq ($(CUDA),1)
+BENCH_CU_BIN := $(patsubst bench/%.cu,$(B)/bench/%,$(wildcard bench/*.cu))
+endif
 CLI := $(B)/bin/cosyvoice-say
 
 .PHONY: all lib test test-c test-py test-bench test-env test-sanitize test-tsan test-fault bench install uninstall \
         check-abi check-header check-citations check-bench check-kernels check-layers demo clean
 .DELETE_ON_ERROR:
 
-all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN)
+all: lib $(CLI) $(TEST_BIN) $(BENCH_BIN) $(BENCH_CU_BIN)
 lib: $(SO) $(A)
 
 $(B)/obj/%.o: %.c $(MODE_STAMP)
@@ -321,6 +326,10 @@ $(B)/tests/test_kernels: tests/test_kernels.c $(KH_OBJ) $(B)/obj/tests/testutil.
 $(B)/bench/%: bench/%.c $(A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(A) $(LDFLAGS) $(LDLIBS_ALL)
+
+$(B)/bench/%: bench/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -arch=sm_90 -o $@ $<
 
 # ---- the library of the Python package (python/setup.py builds it: make pylib) -----------------
 # The same objects as $(SO), linked without the build machine's CUDA directory as RPATH: in a
