@@ -55,7 +55,9 @@
  *     cosy_request_end_text) while another reads or waits.
  *   - Push callbacks (cosy_chunk_fn) run on an engine thread, never on the caller's thread, between
  *     engine steps: copy the samples and return quickly; do not call back into the engine from the
- *     callback (except cosy_request_cancel). The chunk's memory is valid only during the call.
+ *     callback (except cosy_request_cancel). The chunk's memory is valid only during the call. One
+ *     request's calls come in order and never two at once, but not always from the same thread
+ *     (on a GPU a chunk is delivered by whichever scheduler thread vocoded it).
  *   - The log callback may be called from any engine thread; it must be thread-safe.
  *   - cosy_last_error() is thread-local: it describes the last failing call made on this thread.
  *
