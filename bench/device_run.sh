@@ -6,7 +6,7 @@
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
 #                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard attnpre xfrag gemvb
-#                                        flowsmall
+#                                        flowsmall w2prof
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
 #                                        official)
@@ -68,6 +68,12 @@
 #               BENCH_FILTER="dit "), W1 at C = 1 (16 requests) under CUPTI (KERNEL_TIME_TOP=70)
 #               and with the scheduler trace (bench/trace_summary.py --timeline 1). Logs:
 #               flowsmall_algos.log, flowsmall_bench.log, flowsmall_ktop.log, flowsmall_trace.*
+#   w2prof      where W2's time goes (bench/RESULTS.md, "Kernels and stages", "Where W2's time
+#               goes"): W2 with the scheduler trace and the flow batches' timing (COSY_SCHED_TRACE,
+#               COSY_FLOW_TIMING; bench/trace_summary.py: each stage's busy share), W2 under CUPTI
+#               (KERNEL_TIME_TOP=60), and the batch-1 decode GEMV's weight stream alone
+#               (bench/gemv_stream.cu). Logs: w2prof_trace.log, w2prof_trace.txt.xz,
+#               w2prof_trace_sum.txt, w2prof_flowt.txt, w2prof_ktop.log, w2prof_stream.log
 #   conv        the vocoder's conv kernels (kernels/conv.cu; not in the default steps: `bash
 #               bench/device_run.sh build conv`): test_gpu_hift's conv tests and golden decode
 #               (every cosy_hift_conv_kernel choice vs the CPU loop and bit for bit vs the old
@@ -957,6 +963,23 @@ if [[ " $STEPS " == *" flowsmall "* ]]; then
     -m "$FULL" --device 0 --concurrency 1 "${W1_ARGS[@]}"
   python3 bench/trace_summary.py --timeline 1 "$OUT/flowsmall_trace.txt" | sed 's/^/flowsmall trace: /' \
     | tee -a "$SUMMARY"
+fi
+if [[ " $STEPS " == *" w2prof "* ]]; then
+  run w2prof_trace env COSY_SCHED_TRACE="$OUT/w2prof_trace.txt" COSY_FLOW_TIMING="$OUT/w2prof_flowt.txt" \
+    ./$B/bench/bench_w1 -m "$FULL" --device 0 --offline 256 "${W1_ARGS[@]}"
+  grep -E '^ +256 ' "$OUT/w2prof_trace.log" | sed 's/^/w2prof: /' | tee -a "$SUMMARY"
+  python3 bench/trace_summary.py "$OUT/w2prof_trace.txt" > "$OUT/w2prof_trace_sum.txt" 2>&1
+  head -8 "$OUT/w2prof_trace_sum.txt" | sed 's/^/w2prof trace: /' | tee -a "$SUMMARY"
+  xz -9f "$OUT/w2prof_trace.txt"
+  kernel_time_so
+  run w2prof_ktop env LD_PRELOAD=$PWD/$B/kernel_time.so KERNEL_TIME_TOP=60 ./$B/bench/bench_w1 \
+    -m "$FULL" --device 0 --offline 256 "${W1_ARGS[@]}"
+  grep -E 'kernel_time' "$OUT/w2prof_ktop.log" | head -21 | cut -c1-150 | sed 's/^/w2prof ktop: /' \
+    | tee -a "$SUMMARY"
+  run w2prof_stream_build make -j"${JOBS:-$(nproc)}" B=$B SHARED_DIR="$SHARED" CUDA=1 CUDA_ARCHS="$ARCH" \
+    "$B/bench/gemv_stream"
+  run w2prof_stream ./$B/bench/gemv_stream
+  grep -E 'D4 (rows|frag)' "$OUT/w2prof_stream.log" | sed 's/^/w2prof stream: /' | tee -a "$SUMMARY"
 fi
 if [[ " $STEPS " == *" frontend "* ]]; then
   if [ ! -f "$FULL_FE" ]; then
