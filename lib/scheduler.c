@@ -36,9 +36,11 @@
  * first; the new samples go through the request's resampler to its callback or pull buffer, and
  * the job's chunk state advances. When the backend asks for it (vocoder_thread) or
  * COSY_SCHED_VOCODER_THREAD=1, this runs on a vocoder thread (sched_voc_main) fed by a queue, so one
- * batch's vocoder overlaps the next batch's flow; otherwise (the default) the token-to-wave
- * thread runs it right after its flow call. A job is busy from its flow call until its vocoder call is over,
- * so a request's chunks stay in order.
+ * batch's vocoder overlaps the next batch's flow; with 2 (the GPU backend's default) only the
+ * batches of later chunks that the batch caps cut short go there, and the token-to-wave thread
+ * runs the others right after its flow call once the vocoder thread is idle; with 0 (the CPU's)
+ * the token-to-wave thread runs every one. A job is busy from its flow call until its vocoder
+ * call is over, so a request's chunks stay in order.
  *
  * The chunk schedule (docs/scheduler.md section 2): chunk k is ready when
  *   n_tokens - offset >= hop_k + 3 (3 look-ahead tokens); hop_0 = sched_first_hop (the fewest
