@@ -38,7 +38,7 @@ void cosy_knobs_read(cosy_knobs *k) {
   const int ms = atoi(env("COSY_SCHED_MAX_STREAMS"));
   k->max_streams = ms > 0 ? ms : 0;
   const int ff = atoi(env("COSY_SCHED_FLOW_FRAMES"));
-  k->flow_frames = ff > 0 && ff <= 3000 ? ff : 0;
+  k->flow_frames = ff > 0 ? ff : 0; /* lib/sched_t2w.c keeps the lower of it and its own cap */
   const char *fp = env("COSY_SCHED_FIRST_PAUSE");
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
   const char *wv = env("COSY_SCHED_WAVE");

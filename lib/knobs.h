@@ -40,8 +40,9 @@ typedef struct cosy_knobs {
   char flow_timing[COSY_KNOB_PATH];  /* COSY_FLOW_TIMING: one line per packed flow batch */
   char prefill_timing[COSY_KNOB_PATH]; /* COSY_LLM_PREFILL_TIMING: one line per packed prefill */
   int max_streams;              /* COSY_SCHED_MAX_STREAMS=N (> 0): admission bound; 0 none */
-  int flow_frames;              /* COSY_SCHED_FLOW_FRAMES=N (1 .. 3000): new frames a flow batch
-                                   holds at most (tests: batches cut short); 0 the default */
+  int flow_frames;              /* COSY_SCHED_FLOW_FRAMES=N (> 0): new frames a flow batch holds
+                                   at most, never more than the scheduler's own cap (tests:
+                                   batches cut short); 0 the default */
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
                                    while 1..N requests decode (0: never); -1 default */
   int wave;                     /* COSY_SCHED_WAVE=N (>= 0): the scheduler's wave rules apply while

@@ -107,8 +107,8 @@ struct cosy_sched {
                                     short (the rest on the token-to-wave thread, once the vocoder
                                     thread is idle): lib/sched_t2w.c */
   int voc_busy;                  /* the vocoder thread is in a vocoder call (e->mu) */
-  int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: a flow batch's new frames at most
-                                    (0: FLOW_BATCH_FRAMES, lib/sched_t2w.c) */
+  int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: a flow batch's new frames at most, below
+                                    FLOW_BATCH_FRAMES (lib/sched_t2w.c; 0: that cap) */
   pthread_cond_t cv_llm, cv_t2w, cv_voc;
   struct vitem *vq;              /* flow results waiting for the vocoder thread (e->mu) */
   cosy_request *q_head, *q_tail; /* submitted, not admitted */

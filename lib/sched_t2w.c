@@ -447,11 +447,13 @@ void *sched_t2w_main(void *arg) {
      * late, bench/RESULTS.md) */
     int frames = 0;
     int capped = n_ready > n; /* the batch's caps leave ready chunks out (voc_mode 2) */
+    const int frames_max =
+        s->flow_frames && s->flow_frames < FLOW_BATCH_FRAMES ? s->flow_frames : FLOW_BATCH_FRAMES;
     {
       int keep = 0;
       for (; keep < n; keep++) {
         const int f = job_frames(s, pick[keep], kind[keep]);
-        if (keep > 0 && frames + f > (s->flow_frames ? s->flow_frames : FLOW_BATCH_FRAMES)) {
+        if (keep > 0 && frames + f > frames_max) {
           capped = 1;
           break;
         }
