@@ -258,11 +258,14 @@ typedef struct cosy_engine_config {
  *                          within ~1e-3 of the fp32 reference (the CPU path's arithmetic).
  *   COSY_VOCODER_FP16      the default: fp16 operands with fp32 sums (mma m16n8k16): the same 11
  *                          significant bits per operand as TF32, so the same error size (golden
- *                          decode 1.475e-2 against TF32's 1.549e-2; tolerance 2e-2), at twice the
+ *                          decode 1.492e-2 against TF32's 1.549e-2; tolerance 2e-2), at twice the
  *                          tensor rate (W2 +3.5%, W3 at 352 users p95 179 against ~197 ms on an
  *                          H200: bench/RESULTS.md); each conv's weights are scaled
  *                          per output channel by an exact power of two (small weights stay
- *                          exact to fp16's precision). fp16 holds activations up to 65504: a
+ *                          exact to fp16's precision); the Snake activations, whose values
+ *                          are rounded to fp16 before any product uses them, take the sine from
+ *                          the special-function unit (error ~1e-7, far below that rounding).
+ *                          fp16 holds activations up to 65504: a
  *                          vocoder job in which any activation goes beyond it (detected on the
  *                          device, per job) is decoded again with COSY_VOCODER_TF32 before its
  *                          audio is delivered, so a chunk's audio is its fp16 or its TF32

@@ -54,7 +54,10 @@
  * operand is split into big = tf32(x) and
  * small = tf32(x - big) and the product is big*small + small*big + big*big, which restores
  * fp32-level accuracy (error ~1e-6 relative) at three times the tensor work. The activations use
- * accurate sinf and IEEE division without contraction, as the CPU reference writes them; the
+ * IEEE arithmetic without contraction, as the CPU reference writes them, and in the TF32 kernels
+ * an accurate sinf for the Snake; the fp16 kernels (below), whose activations are rounded to fp16
+ * before any product uses them, take the Snake's sine from the SFU after a two-part range
+ * reduction (snake<true>: error ~1e-7 against the fp16 rounding's 2^-11 relative). The
  * accumulation order differs from the reference (fp32 sums).
  *
  * Measured (H200, full-size HiFT, T = 224): the convs reach ~25 TFLOP/s of useful fp32 work in
@@ -196,12 +199,32 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* Snake: v + inv sin(a v)^2 (inv = 1 / (a + 1e-9) per channel). FS = false: sinf (accurate to
+ * ~1 ulp, ~40 instructions with its range reduction), as the CPU reference; the TF32 kernels.
+ * FS = true: the fp16-operand kernels (OpF16, conv3, conv_stage_f16), where the value is rounded
+ * to fp16 (relative 2^-11) before any product uses it: y = a v reduced to [-pi, pi] by k =
+ * rint(y / 2pi) against 2pi in two parts (hi = fp32(2pi), lo = 2pi - hi; exact enough for |k| <
+ * 2^12), then the SFU's sine (__sinf: absolute error < 2^-21.4 on [-pi, pi]), ~8 instructions.
+ * The sine's error is then ~1e-7 absolute, relative ~1e-6 on the result for the values the
+ * vocoder sees, far below the fp16 rounding that follows (docs/kernels.md, "The Snake in the
+ * fp16 kernels"). The same operations in every fp16 kernel, so their bits agree. */
+template <bool FS = false>
 __device__ __forceinline__ float snake(float v, float a, float inv) {
-  const float sv = sinf(__fmul_rn(v, a));
+  const float y = __fmul_rn(v, a);
+  float sv;
+  if (FS) {
+    const float k = rintf(__fmul_rn(y, 0.159154943091895336f));
+    float r = __fmaf_rn(-k, 6.28318548202514648f, y); /* hi = fp32(2pi) */
+    r = __fmaf_rn(k, 1.74845553146951719e-7f, r);     /* 2pi = hi - 1.748e-7 */
+    sv = __sinf(r);
+  } else {
+    sv = sinf(y);
+  }
   return __fadd_rn(v, __fmul_rn(inv, __fmul_rn(sv, sv)));
 }
 
 /* the pre-activation of input value (ci, column uu) */
+template <bool FS = false>
 __device__ __forceinline__ float load_act(const cosy_hift_conv &c, int act, int ci, int uu) {
   const size_t off = (size_t)ci * (size_t)c.ld_in + (size_t)uu;
   float v = c.in[off];
@@ -212,7 +235,7 @@ __device__ __forceinline__ float load_act(const cosy_hift_conv &c, int act, int 
     case COSY_HACT_SNAKE: {
       const float a = c.alpha[ci];
       const float inv = c.alpha_inv ? c.alpha_inv[ci] : __fdiv_rn(1.0f, __fadd_rn(a, 1e-9f));
-      v = snake(v, a, inv);
+      v = snake<FS>(v, a, inv);
       break;
     }
     case COSY_HACT_MEAN3_LEAKY: {
@@ -232,6 +255,7 @@ __device__ __forceinline__ float load_act(const cosy_hift_conv &c, int act, int 
  * of the launch reads the mean of three inputs (registers for the two extra prefetches). */
 /* the activation of a prefetched value v (v2, v3: the other two means); a zero (padding) value
  * stays zero under every mode */
+template <bool FS = false>
 __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int ci, bool row_ok,
                                            float v, float v2, float v3) {
   switch (act) {
@@ -241,7 +265,7 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
       if (!row_ok) return 0.f;
       const float a = c.alpha[ci];
       const float inv = c.alpha_inv ? c.alpha_inv[ci] : __fdiv_rn(1.0f, __fadd_rn(a, 1e-9f));
-      return snake(v, a, inv);
+      return snake<FS>(v, a, inv);
     }
     case COSY_HACT_MEAN3_LEAKY: {
       const float m = __fdiv_rn(__fadd_rn(__fadd_rn(v, v2), v3), 3.0f);
@@ -257,7 +281,7 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
  * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
  * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
  * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4 */
-template <int NTW>
+template <int NTW, bool FS = false>
 __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float (&acc)[2][NTW][4],
                                            int co0, int t0, int wm, int wn, int g, int tq,
                                            const float *osc = nullptr) {
@@ -289,7 +313,7 @@ __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float 
           if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
           if (c.out_act)
             c.out_act[(size_t)co * c.ld_out_act + t] =
-                c.oact == COSY_HACT_SNAKE ? snake(v, oa, oinv) : v;
+                c.oact == COSY_HACT_SNAKE ? snake<FS>(v, oa, oinv) : v;
         }
     }
 }
@@ -666,6 +690,7 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4],
  * did); mma, one m16 x n8 x CKC product. */
 template <int PREC> struct OpTf32 {
   using W = float;
+  static constexpr bool FAST_SNAKE = false; /* sinf, as the reference (the TF32 kernels' bits) */
   static constexpr int CKC = CK;
   static constexpr bool GENERAL = false;
   static constexpr bool SAT = false;
@@ -697,6 +722,7 @@ template <int PREC> struct OpTf32 {
 
 struct OpF16 {
   using W = uint16_t;
+  static constexpr bool FAST_SNAKE = true; /* snake<true>: the value is rounded to fp16 */
   static constexpr int CKC = CKH;
   static constexpr bool GENERAL = true;
   static constexpr bool SAT = true;
@@ -888,7 +914,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
 #pragma unroll
             for (int r = 0; r < CKC; r++) {
               const int ci = ci0 + r;
-              v[r] = OP::round(apply_act(c, act, ci, ci < c.ci, pv[q][r],
+              v[r] = OP::round(apply_act<OP::FAST_SNAKE>(c, act, ci, ci < c.ci, pv[q][r],
                                          M3 ? pv2[M3 ? r : 0] : 0.f, M3 ? pv3[M3 ? r : 0] : 0.f));
             }
           }
@@ -904,7 +930,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
 #pragma unroll
         for (int r = 0; r < CKC; r++) {
           const int ci = ci0 + r;
-          v[r] = OP::round(ok && ci < c.ci ? load_act(c, act, ci, uu) : 0.f);
+          v[r] = OP::round(ok && ci < c.ci ? load_act<OP::FAST_SNAKE>(c, act, ci, uu) : 0.f);
         }
         OP::put_col(sX + col * XS, v, amax);
       }
@@ -945,7 +971,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 3 : 4)
    * it, saturated there, +-inf included; or one in (65488, 65504] that rounds to it) flags the
    * conv (c.sat: its job's int, kernels_hift.h); a plain store of 1 by any thread that saw one */
   if (OP::SAT && ((amax & 0xffffu) >= 0x7bffu || (amax >> 16) >= 0x7bffu) && c.sat) *c.sat = 1;
-  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, OP::out_scale(c));
+  store_tile<NTW, OP::FAST_SNAKE>(c, acc, co0, t0, wm, wn, g, tq, OP::out_scale(c));
 }
 
 /* ---- the staged kernel (conv3: fp16 operands from a pre-staged input) ------------------------ */
@@ -990,8 +1016,8 @@ __global__ void __launch_bounds__(STG_T) conv_stage_f16_kernel(const __grid_cons
 #pragma unroll
   for (int r = 0; r < CKH / 2; r++) {
     const int a = ci0 + 2 * r, b = a + 1;
-    const float lo = a < c.ci ? load_act(c, c.act, a, u) : 0.f;
-    const float hi = b < c.ci ? load_act(c, c.act, b, u) : 0.f;
+    const float lo = a < c.ci ? load_act<true>(c, c.act, a, u) : 0.f;
+    const float hi = b < c.ci ? load_act<true>(c, c.act, b, u) : 0.f;
     p[r] = pack_f16x2(lo, hi);
   }
   uint4 *d = reinterpret_cast<uint4 *>(c.xh + (size_t)u * (size_t)cip + (size_t)ci0);
@@ -1089,7 +1115,7 @@ __global__ void __launch_bounds__(NT, NTW == 8 ? 2 : 4)
     conv2_mma_taps<OpF16, NTW>(acc, ws, ws + K * BM * CK, 0, K, dxs, aofs, bofs);
   }
   cp_async_wait<0>();
-  store_tile<NTW>(c, acc, co0, t0, wm, wn, g, tq, c.wh_scale);
+  store_tile<NTW, true>(c, acc, co0, t0, wm, wn, g, tq, c.wh_scale);
 }
 
 /* ---- fp64 F0 predictor --------------------------------------------------------------------- */

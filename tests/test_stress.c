@@ -40,7 +40,7 @@
  *                    ASan and TSan builds);
  *   test_stress_gpu  device mode: the GPU engine on device 0 (CUDA build with a GPU, else SKIP)
  *                    with COSY_STRESS_MODEL, else COSY_FULL_MODEL, else the small model; 256
- *                    requests per round from 32 threads, 7 rounds, max_tokens up to 300 by default.
+ *                    requests per round from 32 threads, 11 rounds, max_tokens up to 300 by default.
  *                    On the GPU the test runs the batch-invariant LLM (COSY_LLM_DECODE=tc unless
  *                    set: the same tokens whatever the batch) but the flow's GEMMs round by
  *                    batch size (docs/scheduler.md section 1), so
@@ -112,9 +112,13 @@ typedef struct scfg {
   double rel_l2;  /* without exact: the largest rel L2 difference from the reference allowed */
   int warmup;     /* rounds before the memory baseline is taken */
   double rss_slack_mb, heap_slack_mb, dev_slack_mb;
-  /* the heap may not grow by more than this from the middle measured round to the last one: a
-   * leak grows with the work, process-wide caches stop growing */
+  /* the heap may not grow by more than this from the middle measured round to the last one
+   * (with one_step: when it grew in more than one of those rounds, by more than 0.02 MiB; the GPU
+   * mode): a leak grows with the
+   * work, round after round (or every other round, if only drained or only destroyed rounds
+   * leak); a process-wide cache grows in steps, when a round first reaches a new high-water mark */
   double steady_slack_mb;
+  int one_step;   /* tolerate growth in one round after the middle one (CUDA's process-wide caches) */
   int timeout_s;
 } scfg;
 
@@ -813,9 +817,12 @@ static void run_stress(scfg *c) {
 #endif
   double rss0 = rss_mb(), heap0 = heap_mb(), dev0 = dev_used_mb(c->device);
   int failures = 0;
-  /* the steady-state check: heap after the middle measured round and after the last */
+  /* the steady-state check: heap after the middle measured round and after the last, and in how
+   * many rounds after the middle one it grew */
   const int k_mid = c->warmup + (c->rounds - c->warmup - 1) / 2;
-  double heap_mid = -1, heap_last = -1;
+  double heap_mid = -1, heap_last = -1, heap_prev = -1;
+  int grew = 0;
+  char grew_at[128] = "";
   for (int k = 0; k < c->rounds; k++) {
     round_result rr = run_round(c, var, k);
     failures += rr.failures;
@@ -830,6 +837,12 @@ static void run_stress(scfg *c) {
       continue;
     }
     if (k == k_mid) heap_mid = heap;
+    if (k > k_mid && heap_prev >= 0 && heap > heap_prev + 0.02) {
+      grew++;
+      const size_t n = strlen(grew_at);
+      snprintf(grew_at + n, sizeof grew_at - n, " %d (%+.2f)", k, heap - heap_prev);
+    }
+    heap_prev = heap;
     heap_last = heap;
     print_message("  after round %d: RSS %.1f MiB, heap in use %.2f MiB (before the rounds: %.1f, "
                   "%.2f)%s", k, rss, heap, rss0, heap0, dev >= 0 ? "" : "\n");
@@ -851,9 +864,14 @@ static void run_stress(scfg *c) {
     }
   }
   if (check_rss && heap_mid >= 0 && c->rounds - 1 > k_mid) {
-    print_message("  heap from round %d to round %d: %+.2f MiB (limit +%.2f: a leak grows every "
-                  "round)\n", k_mid, c->rounds - 1, heap_last - heap_mid, c->steady_slack_mb);
-    if (heap_last > heap_mid + c->steady_slack_mb) {
+    print_message("  heap from round %d to round %d: %+.2f MiB, grown in %d round(s)%s%s (limit "
+                  "+%.2f%s)\n",
+                  k_mid, c->rounds - 1, heap_last - heap_mid, grew, grew ? ":" : "", grew_at,
+                  c->steady_slack_mb,
+                  c->one_step ? " when grown in more than one: a leak grows round after round, "
+                                "a process-wide cache in a step"
+                              : ": a leak grows every round");
+    if (heap_last > heap_mid + c->steady_slack_mb && (!c->one_step || grew > 1)) {
       print_message("FAIL: the heap still grows after round %d: a leak\n", k_mid);
       failures++;
     }
@@ -921,7 +939,8 @@ static void test_stress_gpu(void **state) {
   c.model = m;
   c.device = 0;
   c.requests = 256;
-  c.rounds = 7;
+  c.rounds = 11;
+  c.one_step = 1;
   c.threads = 32;
   c.max_tokens = 300;
   c.nvar = NVAR;
@@ -938,7 +957,13 @@ static void test_stress_gpu(void **state) {
    * library's own grows every round, in rounds that are destroyed in flight too. */
   c.warmup = 3;
   /* what those caches add past the warm-up (0.7 MiB of heap seen on an H100) is within 4 MiB;
-   * that the heap stops growing is checked from the middle round on (steady_slack_mb, 0.25) */
+   * that the heap stops growing is checked from the middle round on (steady_slack_mb, 0.25,
+   * when it grew in more than one round). The flow's graph cache (up to 128 step graphs of
+   * ~230 nodes an engine) reaches a new high-water mark whenever a round first holds more
+   * distinct batch shapes at once: on an H200 with the vocoder thread taking capped batches,
+   * one step of +0.70 MiB at the last of 7 rounds, flat before (2026-11-30, bench/RESULTS.md,
+   * the stress test). Eleven rounds: after the middle one (6) come two destroyed in flight (7, 9)
+   * and two drained (8, 10), so a leak of either kind grows in two rounds or more. */
   c.heap_slack_mb = 4;
   /* RSS moved by -1.8..+4.1 MiB from round to round with the heap flat to 0.01 MiB and device
    * memory flat (H100, 256 requests a round: the driver's own mappings and the threads' stacks,

@@ -45,7 +45,7 @@
  *                     twice the tensor rate; the fp16 weights (cosy_hift_conv_pack_f16,
  *                     ~42 MB) are made from the packed fp32 ones when it is first chosen
  *                     (gpu_hift_set_precision); H200: 1.3-1.4x faster convs than TF32, golden
- *                     decode 1.475e-2 against TF32's 1.549e-2 (bench/RESULTS.md).
+ *                     decode 1.492e-2 against TF32's 1.549e-2 (bench/RESULTS.md).
  * Saturation (the F16 guard, on by default: gpu_hift_set_f16_guard): fp16 holds activations up
  * to 65504; a larger one would be clamped there silently (TF32 keeps fp32's range). Every conv
  * of a job carries that job's flag (cosy_hift_conv.sat: an int in sat_d, one per job of a call,
