@@ -283,3 +283,21 @@ def test_cancelled_stream_cancels_the_engine_request(triton):
 def test_metrics_show_the_engine(triton):
     m = engine_metrics(triton[1])
     assert m["active"] is not None and m["requests_done"] is not None, m
+
+
+def test_readme_client(triton, reference):
+    """serving/triton/README.md's client, as written there (the server's address and a voice of
+    the test set put in) gets the audio of its request: it sends no seed (a seed from the clock),
+    so its samples are compared with the in-process synthesis in kind and size, not one by one."""
+    readme = open(os.path.join(TRITON_DIR, "README.md")).read()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    code = next(b for b in blocks if "tritonclient.grpc" in b)
+    assert '"127.0.0.1:8001"' in code and '"me")' in code, code
+    code = code.replace('"127.0.0.1:8001"', repr(triton[0])).replace('"me")', '"alloy")')
+    scope = {}
+    exec(compile(code, "serving/triton/README.md", "exec"), scope)
+    audio = scope["audio"]
+    assert audio.dtype == np.float32 and audio.ndim == 1 and audio.size > 0
+    assert np.all(np.isfinite(audio)) and np.abs(audio).max() > 0
+    want = reference("alloy", "Hello from Triton.")
+    assert 0.25 * want.size < audio.size < 4 * want.size, (audio.size, want.size)
