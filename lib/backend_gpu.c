@@ -571,6 +571,12 @@ static void gb_flow_close(cosy_engine *e, void *fs) {
   free(f);
 }
 
+static int gb_flow_pages(cosy_engine *e, void *fs) {
+  gpu_state *s = ST(e);
+  if (fs) return gpu_flow_req_pages(((gflow_state *)fs)->q);
+  return gpu_flow_pages_total(s->flow) > 0 ? gpu_flow_pages_free(s->flow) : -1;
+}
+
 static cosy_status gb_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int urgent,
                                const volatile int *cancel) {
   gpu_state *s = ST(e);
@@ -698,6 +704,7 @@ const cosy_backend cosy_backend_gpu = {
     .llm_step = gb_llm_step,
     .flow_open = gb_flow_open,
     .flow_close = gb_flow_close,
+    .flow_pages = gb_flow_pages,
     .flow_run = gb_flow_run,
     .voc_open = gb_voc_open,
     .voc_close = gb_voc_close,

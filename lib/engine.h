@@ -136,6 +136,10 @@ typedef struct cosy_backend {
   cosy_status (*flow_open)(struct cosy_engine *e, const cosy_flow_prompt *p, int max_gen,
                            void **fs);
   void (*flow_close)(struct cosy_engine *e, void *fs);
+  /* Optional (NULL: no page pool, the flow takes what it needs): fs NULL: the flow cache's free
+   * pages (-1: no pool); else the pages the state holds (its voice's shared ones included). A
+   * page holds one 50-frame block of one request. Called on the token-to-wave thread. */
+  int (*flow_pages)(struct cosy_engine *e, void *fs);
   /* n calls of distinct states; urgent: a first chunk is among them (time to first audio) */
   cosy_status (*flow_run)(struct cosy_engine *e, cosy_flow_job *jobs, int n, int urgent,
                           const volatile int *cancel);

@@ -92,6 +92,82 @@ static int job_frames(const struct cosy_sched *s, const sjob *j, int kind) {
   return 2 * ((kind == 1 ? j->hop + LOOKAHEAD : j->n_tok - j->offset)) + 50;
 }
 
+/* ---- the flow's page gate (s->flow_gate; backends with a cache page pool) -------------------
+ * A flow call keeps the 50-frame blocks it completes in pages of the backend's pool so that the
+ * request's next call starts after them; a call that finds no free page keeps what it has and its
+ * request's next call recomputes from there (never a failure). With more requests under way than
+ * the pool holds the blocks of (an H200 holds ~1090 pages of 90 MB; W2's 256 requests of 10 s
+ * want ~11 each), every later call recomputes earlier blocks: W2 computed 697 new frames per
+ * request against the 524 of each frame once (bench/RESULTS.md). The gate starts a job's first
+ * chunk only while the free pages, less what the jobs under way will still take, hold the new
+ * job's blocks too, oldest submission first; the others wait (their first audio later) until
+ * jobs end and give pages back. A job under way always goes, so the gate never stops the flow:
+ * with none under way every first chunk may start. Text-streamed and one-shot jobs are never
+ * held (the first wait for their text, the second cache nothing). */
+
+/* the 50-frame blocks of a job's prompt and the speech tokens it is expected to reach: what the
+ * LLM made when it is done, else the more of what it made so far and a guess a quarter of the way
+ * from its least to its most tokens (the official bounds are 2 and 20 tokens a text token: 6.5) */
+static int job_blocks(const sjob *j) {
+  int E = j->n_tok;
+  if (!j->llm_done) {
+    const int g = j->min_len + (j->max_len - j->min_len) / 4;
+    if (g > E) E = g;
+  }
+  return (j->v->n_tokens + E) / BLOCK_TOKENS;
+}
+
+typedef struct gate_cand {
+  double t;
+  sjob *j;
+  int need;
+} gate_cand;
+
+static int gate_cmp(const void *a, const void *b) {
+  const double x = ((const gate_cand *)a)->t, y = ((const gate_cand *)b)->t;
+  return x < y ? -1 : x > y;
+}
+
+/* Sets gate_held on the first chunks the gate holds this round (e->mu held). */
+static void flow_gate(cosy_engine *e, struct cosy_sched *s) {
+  for (sjob *j = s->active; j; j = j->next) j->gate_held = 0;
+  if (!s->flow_gate || !e->be->flow_pages) return;
+  int budget = e->be->flow_pages(e, NULL);
+  if (budget < 0) return;
+  int under_way = 0, n = 0;
+  for (sjob *j = s->active; j; j = j->next) {
+    if (!j->fs || j->final_done || j->collect_only || cancelled(j->r)) continue;
+    if (j->chunks_done > 0 || j->busy) {
+      const int more = job_blocks(j) - e->be->flow_pages(e, j->fs);
+      if (more > 0) budget -= more;
+      under_way++;
+    } else if (!j->bistream && chunk_ready(j)) {
+      n++;
+    }
+  }
+  if (!under_way || !n) return;
+  gate_cand stack[64], *c = n <= 64 ? stack : (gate_cand *)malloc(sizeof *c * (size_t)n);
+  if (!c) return; /* no room to rank them: nothing held */
+  int m = 0;
+  for (sjob *j = s->active; j && m < n; j = j->next)
+    if (j->fs && !j->final_done && !j->collect_only && !cancelled(j->r) && !j->chunks_done &&
+        !j->busy && !j->bistream && chunk_ready(j)) {
+      const int P = j->v->n_tokens, block = 2 * BLOCK_TOKENS;
+      const int shared = voice_warm(s, j->v) ? flow_prompt_only_blocks(P, 2, LOOKAHEAD, block) : 0;
+      c[m++] = (gate_cand){j->r->t_submit, j, job_blocks(j) - shared};
+    }
+  qsort(c, (size_t)m, sizeof *c, gate_cmp);
+  for (int i = 0; i < m; i++) {
+    if (c[i].need <= budget) {
+      budget -= c[i].need;
+    } else {
+      c[i].j->gate_held = 1;
+      s->gate_holds++;
+    }
+  }
+  if (c != stack) free(c);
+}
+
 /* when the request's delivered audio runs out, played in real time from its first audio (the
  * token-to-wave thread, which writes both) */
 static double audio_end(const cosy_request *r, int sample_rate) {
@@ -413,8 +489,9 @@ void *sched_t2w_main(void *arg) {
     /* the ready chunks, most urgent first (selection by deadline, at most FLOW_BATCH_JOBS) */
     int n = 0, n_ready = 0;
     const double now = cosy_now();
+    flow_gate(e, s);
     for (sjob *j = s->active; j; j = j->next) {
-      if (cancelled(j->r)) continue;
+      if (cancelled(j->r) || j->gate_held) continue;
       int k = chunk_ready(j);
       if (k) rank_insert(rk, &n, (ranked){deadline(s, j, sr, now), j, k});
       n_ready += k != 0;

@@ -1361,6 +1361,7 @@ cosy_status gpu_flow_pool(gpu_flow *f, size_t bytes) {
   return prewarm_gemms(f);
 }
 
+int gpu_flow_req_pages(const gpu_flow_req *q) { return q ? q->n_pages : 0; }
 int gpu_flow_pages_total(const gpu_flow *f) { return f && f->fc ? ((gflow_cache *)f->fc)->n_pages : 0; }
 int gpu_flow_pages_free(const gpu_flow *f) {
   return f && f->fc ? __atomic_load_n(&((gflow_cache *)f->fc)->n_free, __ATOMIC_RELAXED) : 0;

@@ -99,6 +99,8 @@ cosy_status gpu_flow_req_open(gpu_flow *f, const int32_t *prompt_tokens, int n_p
                               const float *prompt_mel, const float *spk, int max_gen,
                               gpu_flow_req **out);
 void gpu_flow_req_close(gpu_flow *f, gpu_flow_req *q); /* pages back to the pool; NULL no-op */
+/* the pages q holds (its voice's shared prompt-only pages included); 0 for NULL */
+int gpu_flow_req_pages(const gpu_flow_req *q);
 
 /* One call of a batch, as ref_flow_infer with the request's prompt: tokens = prompt then
  * generated (n_gen used, incl. the 3 look-ahead tokens when !finalize), block-causal (full = 0)
