@@ -47,7 +47,7 @@ typedef struct cosy_knobs {
                                    while 1..N requests decode (0: never); -1 default */
   int flow_gate;                /* COSY_SCHED_FLOW_GATE=0|1: the flow's page gate (lib/sched_t2w.c:
                                    first chunks wait while the cache pages would not hold the
-                                   blocks of the requests under way); -1 the default (off) */
+                                   blocks of the requests under way); -1 the default (on) */
   int wave;                     /* COSY_SCHED_WAVE=N (>= 0): the scheduler's wave rules apply while
                                    at least N requests await their first audio (sched_wave;
                                    0: always); -1 the default (SCHED_WAVE_MIN) */

@@ -103,14 +103,20 @@ static int job_frames(const struct cosy_sched *s, const sjob *j, int kind) {
  * job's blocks too, oldest submission first; the others wait (their first audio later) until
  * jobs end and give pages back. A job under way always goes, so the gate never stops the flow:
  * with none under way every first chunk may start. Text-streamed and one-shot jobs are never
- * held (the first wait for their text, the second cache nothing). */
+ * held (the first wait for their text, the second cache nothing). Where the pool holds every
+ * request under way nothing is held and the schedule is as without the gate (W1 at C = 1, 16
+ * and 64 on an H200 ran as without it); where it binds, requests wait for their first audio
+ * instead of every request recomputing (W2 on an H200: 389x against 347x, first audio p95 5.5
+ * against 1.4 s; bench/RESULTS.md). On by default (COSY_SCHED_FLOW_GATE=0: off). */
 
 /* the 50-frame blocks of a job's prompt and the speech tokens it is expected to reach: what the
  * LLM made when it is done, else the more of what it made so far and a guess a quarter of the way
- * from its least to its most tokens (the official bounds are 2 and 20 tokens a text token: 6.5) */
+ * from its least to its most tokens (the official bounds are 2 and 20 tokens a text token: 6.5).
+ * A text-streamed job counts what it made so far: its text may not have come yet (a voice
+ * agent's session stays open between replies), so a guess would hold pages it may never take. */
 static int job_blocks(const sjob *j) {
   int E = j->n_tok;
-  if (!j->llm_done) {
+  if (!j->llm_done && !j->bistream) {
     const int g = j->min_len + (j->max_len - j->min_len) / 4;
     if (g > E) E = g;
   }

@@ -110,7 +110,7 @@ cosy_status sched_start(cosy_engine *e) {
   if (kn->text_trace[0]) s->ttrace = fopen(kn->text_trace, "w");
   s->max_streams = kn->max_streams;
   s->flow_frames = kn->flow_frames;
-  s->flow_gate = kn->flow_gate >= 0 ? kn->flow_gate : 0; /* off unless asked (measurement) */
+  s->flow_gate = kn->flow_gate >= 0 ? kn->flow_gate : 1; /* the page gate: lib/sched_t2w.c */
   s->round_s = 0.1;
   pthread_cond_init(&s->cv_llm, NULL);
   pthread_cond_init(&s->cv_t2w, NULL);
