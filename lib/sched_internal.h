@@ -110,8 +110,7 @@ struct cosy_sched {
   int voc_busy;                  /* the vocoder thread is in a vocoder call (e->mu) */
   int flow_frames;               /* COSY_SCHED_FLOW_FRAMES: a flow batch's new frames at most, below
                                     FLOW_BATCH_FRAMES (lib/sched_t2w.c; 0: that cap) */
-  int flow_gate;                 /* the flow's page gate (lib/sched_t2w.c, flow_gate_open) */
-  int64_t gate_holds;            /* first chunks the gate held back (rounds x chunks; stats) */
+  int flow_gate;                 /* the flow's page gate (lib/sched_t2w.c, flow_gate) */
   pthread_cond_t cv_llm, cv_t2w, cv_voc;
   struct vitem *vq;              /* flow results waiting for the vocoder thread (e->mu) */
   cosy_request *q_head, *q_tail; /* submitted, not admitted */

@@ -96,9 +96,9 @@ static int job_frames(const struct cosy_sched *s, const sjob *j, int kind) {
  * A flow call keeps the 50-frame blocks it completes in pages of the backend's pool so that the
  * request's next call starts after them; a call that finds no free page keeps what it has and its
  * request's next call recomputes from there (never a failure). With more requests under way than
- * the pool holds the blocks of (an H200 holds ~1090 pages of 90 MB; W2's 256 requests of 10 s
- * want ~11 each), every later call recomputes earlier blocks: W2 computed 697 new frames per
- * request against the 524 of each frame once (bench/RESULTS.md). The gate starts a job's first
+ * the pool holds the blocks of (a page is 90 MB with the full model; W2's 256 requests of 10 s
+ * want ~11 each), every later call recomputes earlier blocks: on an H200 W2 computed 697 new
+ * frames per request against the 524 of each frame once (bench/RESULTS.md). The gate starts a job's first
  * chunk only while the free pages, less what the jobs under way will still take, hold the new
  * job's blocks too, oldest submission first; the others wait (their first audio later) until
  * jobs end and give pages back. A job under way always goes, so the gate never stops the flow:
@@ -168,7 +168,6 @@ static void flow_gate(cosy_engine *e, struct cosy_sched *s) {
       budget -= c[i].need;
     } else {
       c[i].j->gate_held = 1;
-      s->gate_holds++;
     }
   }
   if (c != stack) free(c);
