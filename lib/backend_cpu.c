@@ -15,6 +15,10 @@ typedef struct cpu_state {
   ref_llm *llm;
   ref_flow *flow;
   ref_hift *hift;
+  /* COSY_TEST_FLOW_PAGES (tests of the scheduler's page gate): a pool of that many pages that the
+   * flow states take blocks from as the GPU's cache would (the CPU reference recomputes every
+   * call, so the pages change nothing but what cpu_flow_pages reports); 0: no pool */
+  int sim_pages, sim_used; /* sim_used: atomic */
 } cpu_state;
 
 #define ST(e) ((cpu_state *)(e)->be_state)
@@ -46,6 +50,7 @@ static cosy_status cpu_create(cosy_engine *e) {
   e->caps.voc_frames = 0;
   e->caps.llm_positions = 1 << 24;
   e->caps.where = "the CPU reference";
+  s->sim_pages = e->knobs.test_flow_pages;
   return COSY_OK;
 }
 
@@ -136,6 +141,7 @@ static cosy_status cpu_llm_step(cosy_engine *e, cosy_llm_row *rows, int n) {
  * earlier frames, so this equals reusing them) */
 typedef struct cpu_flow_state {
   cosy_flow_prompt p;
+  int blocks; /* simulated pool pages held (COSY_TEST_FLOW_PAGES) */
 } cpu_flow_state;
 
 static cosy_status cpu_flow_open(cosy_engine *e, const cosy_flow_prompt *p, int max_gen, void **fs) {
@@ -149,8 +155,31 @@ static cosy_status cpu_flow_open(cosy_engine *e, const cosy_flow_prompt *p, int 
 }
 
 static void cpu_flow_close(cosy_engine *e, void *fs) {
-  (void)e;
+  const cpu_flow_state *f = (const cpu_flow_state *)fs;
+  if (f && f->blocks) __atomic_sub_fetch(&ST(e)->sim_used, f->blocks, __ATOMIC_RELAXED);
   free(fs);
+}
+
+/* the simulated pool (COSY_TEST_FLOW_PAGES): a block-causal, non-final call takes pages for the
+ * 50-frame blocks it completes (its tokens but the 3 look-ahead ones), as many as are free */
+static void sim_take(cpu_state *s, cpu_flow_state *f, const cosy_flow_job *j) {
+  if (s->sim_pages <= 0 || j->finalize || j->full_attention) return;
+  const int want = 2 * (f->p.n_tokens + j->n_gen - 3) / 50;
+  for (int b = f->blocks; b < want; b++) {
+    int used = __atomic_load_n(&s->sim_used, __ATOMIC_RELAXED);
+    if (used >= s->sim_pages ||
+        !__atomic_compare_exchange_n(&s->sim_used, &used, used + 1, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+      break;
+    f->blocks++;
+  }
+}
+
+static int cpu_flow_pages(cosy_engine *e, void *fs) {
+  cpu_state *s = ST(e);
+  if (s->sim_pages <= 0) return -1;
+  if (fs) return ((const cpu_flow_state *)fs)->blocks;
+  return s->sim_pages - __atomic_load_n(&s->sim_used, __ATOMIC_RELAXED);
 }
 
 cosy_status flow_job_take(cosy_flow_job *j, const float *mel_cf, int frames) {
@@ -168,13 +197,14 @@ static cosy_status cpu_flow_run(cosy_engine *e, cosy_flow_job *jobs, int n, int 
   (void)urgent;
   for (int i = 0; i < n; i++) {
     cosy_flow_job *j = &jobs[i];
-    const cpu_flow_state *f = (const cpu_flow_state *)j->fs;
+    cpu_flow_state *f = (cpu_flow_state *)j->fs;
     float *mel = NULL;
     int frames = 0;
     j->status = ref_flow_infer(ST(e)->flow, j->tokens, f->p.n_tokens, j->n_gen, f->p.mel,
                                2 * f->p.n_tokens, f->p.spk, !j->full_attention, j->finalize,
                                cancel, &mel, &frames, NULL);
     if (!j->status) j->status = flow_job_take(j, mel, frames);
+    if (!j->status) sim_take(ST(e), f, j);
     free(mel);
   }
   return COSY_OK;
@@ -217,6 +247,7 @@ const cosy_backend cosy_backend_cpu = {
     .llm_step = cpu_llm_step,
     .flow_open = cpu_flow_open,
     .flow_close = cpu_flow_close,
+    .flow_pages = cpu_flow_pages,
     .flow_run = cpu_flow_run,
     .voc_open = cpu_voc_open,
     .voc_close = cpu_voc_close,

@@ -41,6 +41,8 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->flow_frames = ff > 0 ? ff : 0; /* lib/sched_t2w.c keeps the lower of it and its own cap */
   const char *fp = env("COSY_SCHED_FIRST_PAUSE");
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
+  const int tp = atoi(env("COSY_TEST_FLOW_PAGES"));
+  k->test_flow_pages = tp > 0 ? tp : 0;
   const char *fg = env("COSY_SCHED_FLOW_GATE");
   k->flow_gate = (fg[0] == '0' || fg[0] == '1') && !fg[1] ? fg[0] - '0' : -1;
   const char *wv = env("COSY_SCHED_WAVE");

@@ -45,6 +45,9 @@ typedef struct cosy_knobs {
                                    batches cut short); 0 the default */
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
                                    while 1..N requests decode (0: never); -1 default */
+  int test_flow_pages;          /* COSY_TEST_FLOW_PAGES=N (> 0): the CPU backend counts flow cache
+                                   pages as the GPU's pool would, N in all (tests of the page
+                                   gate); 0: no pool */
   int flow_gate;                /* COSY_SCHED_FLOW_GATE=0|1: the flow's page gate (lib/sched_t2w.c:
                                    first chunks wait while the cache pages would not hold the
                                    blocks of the requests under way); -1 the default (on) */

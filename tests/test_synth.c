@@ -607,6 +607,88 @@ static void test_max_streams(void **state) {
   cosy_engine_destroy(e);
 }
 
+/* The flow's page gate (lib/sched_t2w.c flow_gate) on the CPU, with the pool the GPU's flow cache
+ * would have simulated by the CPU backend (COSY_TEST_FLOW_PAGES=1: one page). Request A goes
+ * alone; once its first chunk has arrived, B and C are submitted: A under way reserves more pages
+ * than there are, so the gate holds B's and C's first chunks until A has ended and given its page
+ * back: their first audio comes after A's last chunk (an order of callbacks, not of timing;
+ * without the gate, COSY_SCHED_FLOW_GATE=0, B's first chunk comes while A still speaks).
+ * Each request's audio equals the same request alone (the gate changes when, never what). */
+typedef struct gate_req {
+  cosy_request *r;
+  int *seq;       /* the test's callback counter (atomic) */
+  int first, last; /* the counter at the first and the last chunk */
+  int chunks;
+  float *pcm;
+  int64_t n, cap;
+} gate_req;
+
+static int32_t gate_chunk(void *user, const cosy_chunk *c) {
+  gate_req *g = (gate_req *)user;
+  const int k = __atomic_add_fetch(g->seq, 1, __ATOMIC_ACQ_REL);
+  if (g->chunks++ == 0) __atomic_store_n(&g->first, k, __ATOMIC_RELEASE);
+  if (g->n + c->n_samples > g->cap) {
+    g->cap = 2 * (g->n + c->n_samples);
+    g->pcm = (float *)realloc(g->pcm, (size_t)g->cap * sizeof(float));
+  }
+  memcpy(g->pcm + g->n, c->pcm, (size_t)c->n_samples * sizeof(float));
+  g->n += c->n_samples;
+  if (c->flags & COSY_CHUNK_LAST) __atomic_store_n(&g->last, k, __ATOMIC_RELEASE);
+  return 0;
+}
+
+static void test_flow_gate(void **state) {
+  fx *f = (fx *)*state;
+  TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
+  setenv("COSY_TEST_FLOW_PAGES", "1", 1);
+  cosy_engine_config c;
+  cpu_config(&c, 4);
+  cosy_engine *e = NULL;
+  cosy_status st = cosy_engine_create(&c, &e);
+  unsetenv("COSY_TEST_FLOW_PAGES");
+  assert_int_equal(st, COSY_OK);
+  cosy_voice *v = golden_voice(e);
+  assert_non_null(v);
+  int seq = 0;
+  gate_req g[3];
+  memset(g, 0, sizeof g);
+  cosy_synth_params p[3];
+  for (int i = 0; i < 3; i++) {
+    params(&p[i], COSY_MODE_ZERO_SHOT, 900 + (uint64_t)i);
+    /* A: several chunks (25 + 15, 50, 100, the rest), long after B's and C's first chunks would
+     * be ready without the gate; B and C: two chunks */
+    p[i].min_tokens = p[i].max_tokens = i == 0 ? 220 : 60;
+    g[i].seq = &seq;
+  }
+  assert_int_equal(cosy_request_submit(e, v, TEXT, &p[0], gate_chunk, &g[0], &g[0].r), COSY_OK);
+  while (!__atomic_load_n(&g[0].first, __ATOMIC_ACQUIRE)) {
+    const struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  for (int i = 1; i < 3; i++)
+    assert_int_equal(cosy_request_submit(e, v, TEXT, &p[i], gate_chunk, &g[i], &g[i].r), COSY_OK);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(cosy_request_wait(g[i].r, -1), COSY_OK);
+    cosy_request_release(g[i].r);
+  }
+  print_message("page gate, one page: A's chunks %d..%d, B's first at %d, C's first at %d\n",
+                g[0].first, g[0].last, g[1].first, g[2].first);
+  assert_true(g[0].last > 0 && g[0].chunks >= 2);
+  assert_true(g[1].first > g[0].last);
+  assert_true(g[2].first > g[0].last);
+  for (int i = 0; i < 3; i++) {
+    float *pcm = NULL;
+    int64_t n = 0;
+    assert_int_equal(cosy_synthesize(f->e, f->v, TEXT, &p[i], &pcm, &n), COSY_OK);
+    assert_int_equal(n, g[i].n);
+    assert_memory_equal(pcm, g[i].pcm, (size_t)n * sizeof(float));
+    cosy_free(pcm);
+    free(g[i].pcm);
+  }
+  cosy_voice_release(v);
+  cosy_engine_destroy(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_zero_shot),     cmocka_unit_test(test_cross_lingual),
@@ -616,7 +698,7 @@ int main(void) {
       cmocka_unit_test(test_cancel_from_callback),
       cmocka_unit_test(test_cancel_from_thread), cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_stats_while_running), cmocka_unit_test(test_queue_room),
-      cmocka_unit_test(test_max_streams),
+      cmocka_unit_test(test_max_streams), cmocka_unit_test(test_flow_gate),
   };
   return cmocka_run_group_tests_name("synth", tests, setup, teardown);
 }
