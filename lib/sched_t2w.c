@@ -78,6 +78,14 @@ static int voice_warm(const struct cosy_sched *s, const cosy_voice *v) {
   return 0;
 }
 
+/* the 50-frame blocks a first chunk of j's voice finds computed (its prompt-only blocks, once a
+ * request of the voice has made them) */
+static int voice_blocks(const struct cosy_sched *s, const sjob *j) {
+  return voice_warm(s, j->v)
+             ? flow_prompt_only_blocks(j->v->n_tokens, 2, LOOKAHEAD, 2 * BLOCK_TOKENS)
+             : 0;
+}
+
 /* mel frames a flow call of the job computes (about: the backend may reuse earlier blocks).
  * A first chunk of a voice seen before skips the prompt-only blocks (flow_prompt_only_blocks),
  * which the GPU flow keeps per voice; counting them would cap a batch of first chunks at a third
@@ -85,10 +93,9 @@ static int voice_warm(const struct cosy_sched *s, const cosy_voice *v) {
 static int job_frames(const struct cosy_sched *s, const sjob *j, int kind) {
   const int P = j->v->n_tokens;
   if (kind == 2 && (j->collect_only || j->full_final)) return 2 * (P + j->n_tok);
-  if (j->chunks_done == 0) {
-    const int f = 2 * (P + (kind == 1 ? j->hop + LOOKAHEAD : j->n_tok)), block = 2 * BLOCK_TOKENS;
-    return voice_warm(s, j->v) ? f - block * flow_prompt_only_blocks(P, 2, LOOKAHEAD, block) : f;
-  }
+  if (j->chunks_done == 0)
+    return 2 * (P + (kind == 1 ? j->hop + LOOKAHEAD : j->n_tok)) -
+           2 * BLOCK_TOKENS * voice_blocks(s, j);
   return 2 * ((kind == 1 ? j->hop + LOOKAHEAD : j->n_tok - j->offset)) + 50;
 }
 
@@ -134,6 +141,15 @@ static int gate_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* a job the gate counts: its flow state caches blocks and it is not over */
+static int gate_counts(const sjob *j) {
+  return j->fs && !j->final_done && !j->collect_only && !cancelled(j->r);
+}
+/* ... and one it may hold: a first chunk ready and not started (text-streamed jobs never) */
+static int gate_may_hold(const sjob *j) {
+  return !j->chunks_done && !j->busy && !j->bistream && chunk_ready(j);
+}
+
 /* Sets gate_held on the first chunks the gate holds this round (e->mu held). */
 static void flow_gate(cosy_engine *e, struct cosy_sched *s) {
   for (sjob *j = s->active; j; j = j->next) j->gate_held = 0;
@@ -142,12 +158,12 @@ static void flow_gate(cosy_engine *e, struct cosy_sched *s) {
   if (budget < 0) return;
   int under_way = 0, n = 0;
   for (sjob *j = s->active; j; j = j->next) {
-    if (!j->fs || j->final_done || j->collect_only || cancelled(j->r)) continue;
+    if (!gate_counts(j)) continue;
     if (j->chunks_done > 0 || j->busy) {
       const int more = job_blocks(j) - e->be->flow_pages(e, j->fs);
       if (more > 0) budget -= more;
       under_way++;
-    } else if (!j->bistream && chunk_ready(j)) {
+    } else if (gate_may_hold(j)) {
       n++;
     }
   }
@@ -156,12 +172,8 @@ static void flow_gate(cosy_engine *e, struct cosy_sched *s) {
   if (!c) return; /* no room to rank them: nothing held */
   int m = 0;
   for (sjob *j = s->active; j && m < n; j = j->next)
-    if (j->fs && !j->final_done && !j->collect_only && !cancelled(j->r) && !j->chunks_done &&
-        !j->busy && !j->bistream && chunk_ready(j)) {
-      const int P = j->v->n_tokens, block = 2 * BLOCK_TOKENS;
-      const int shared = voice_warm(s, j->v) ? flow_prompt_only_blocks(P, 2, LOOKAHEAD, block) : 0;
-      c[m++] = (gate_cand){j->r->t_submit, j, job_blocks(j) - shared};
-    }
+    if (gate_counts(j) && gate_may_hold(j))
+      c[m++] = (gate_cand){j->r->t_submit, j, job_blocks(j) - voice_blocks(s, j)};
   qsort(c, (size_t)m, sizeof *c, gate_cmp);
   for (int i = 0; i < m; i++) {
     if (c[i].need <= budget) {

@@ -578,21 +578,29 @@ static void *poll_main(void *arg) {
   return NULL;
 }
 
+/* a CPU engine of 4 active requests created with the knob `name` set to `value` (unset again
+ * after the engine has read it), and the golden voice on it */
+static cosy_engine *knob_engine(const char *name, const char *value, cosy_voice **v) {
+  setenv(name, value, 1);
+  cosy_engine_config c;
+  cpu_config(&c, 4);
+  cosy_engine *e = NULL;
+  cosy_status st = cosy_engine_create(&c, &e);
+  unsetenv(name);
+  assert_int_equal(st, COSY_OK);
+  *v = golden_voice(e);
+  assert_non_null(*v);
+  return e;
+}
+
 /* COSY_SCHED_MAX_STREAMS=1 (lib/sched_llm.c admit): a new request is admitted only while no
  * request is active in any stage, so three requests at once run one after another; each equals
  * the same request alone (the bound changes timing, never tokens) */
 static void test_max_streams(void **state) {
   fx *f = (fx *)*state;
   TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
-  setenv("COSY_SCHED_MAX_STREAMS", "1", 1);
-  cosy_engine_config c;
-  cpu_config(&c, 4);
-  cosy_engine *e = NULL;
-  cosy_status st = cosy_engine_create(&c, &e);
-  unsetenv("COSY_SCHED_MAX_STREAMS");
-  assert_int_equal(st, COSY_OK);
-  cosy_voice *v = golden_voice(e);
-  assert_non_null(v);
+  cosy_voice *v = NULL;
+  cosy_engine *e = knob_engine("COSY_SCHED_MAX_STREAMS", "1", &v);
   poller pl = {e, 0, 0, 0, 0};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, poll_main, &pl), 0);
@@ -640,15 +648,8 @@ static int32_t gate_chunk(void *user, const cosy_chunk *c) {
 static void test_flow_gate(void **state) {
   fx *f = (fx *)*state;
   TU_REQUIRE(f->e, "small model or shared reference data (COSY_SHARED) absent");
-  setenv("COSY_TEST_FLOW_PAGES", "1", 1);
-  cosy_engine_config c;
-  cpu_config(&c, 4);
-  cosy_engine *e = NULL;
-  cosy_status st = cosy_engine_create(&c, &e);
-  unsetenv("COSY_TEST_FLOW_PAGES");
-  assert_int_equal(st, COSY_OK);
-  cosy_voice *v = golden_voice(e);
-  assert_non_null(v);
+  cosy_voice *v = NULL;
+  cosy_engine *e = knob_engine("COSY_TEST_FLOW_PAGES", "1", &v);
   int seq = 0;
   gate_req g[3];
   memset(g, 0, sizeof g);
