@@ -5,7 +5,7 @@
 #   bash bench/device_run.sh [steps]     steps: any of build kernels stages engine bench sched
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
-#                                        ncu_k ncu_llm w3 cli ff1epi attnv2 f16guard attnpre xfrag gemvb
+#                                        ncu_k ncu_llm ncu_voc w3 cli ff1epi attnv2 f16guard attnpre xfrag gemvb
 #                                        flowsmall w2prof
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
@@ -60,6 +60,12 @@
 #               of gemv_tc_kernel / paged_decode_kernel after NCUL_SKIP (400, ~3 steps in);
 #               each kernel alone, so its duration is its own chain (docs/kernels.md, "The LLM
 #               decode step against its floor"). Log: ncu_llm.log (timeout NCUL_TIMEOUT, 240 s)
+#   ncu_voc     ncu --set full of the 16-request vocoder's 64- and 128-channel fp16 convs in the
+#               kernel bench (test_kernels --bench hift, one launch of each after 5): stage 2 k3
+#               (conv3), stage 2 k7 + residual (conv2), stage 1 k3 (conv3); a report each with
+#               the source counters and its SASS page as CSV (where the excessive sectors and
+#               shared-memory wavefronts come from: docs/kernels.md, "The 64- and 128-channel
+#               convs under ncu"). Logs: ncu_voc_<name>.log, ncu_voc_<name>_sass.csv
 #   ktop        the 30 (KTOP_N) kernels of the largest GPU time in a 64-request first-chunk burst
 #               and W1 at C = 64 (KTOP_RUNS, KTOP_ENV; bench/kernel_time.c)
 #   flowsmall   where a single request's flow calls spend their time (docs/kernels.md, "The flow's
@@ -1039,6 +1045,26 @@ if [[ " $STEPS " == *" ncu_k "* ]]; then
     run ncu_k_details timeout 60 ncu --import "$OUT/ncu_k.ncu-rep" --page details --print-details all
     ncu --import "$OUT/ncu_k.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_k_sass.csv" 2>&1
   fi
+fi
+
+if [[ " $STEPS " == *" ncu_voc "* ]]; then
+  # the launches as the bench's "voc b16" scenario makes them (BENCH_FILTER: the op's size column)
+  for spec in "rb2_k3|16x 64>64 k3 d1 L11161 f16 staged|conv3_kernel" \
+              "rb2_k7|16x 64>64 k7 d1 L11161 f16 auto|conv2_kernel" \
+              "rb1_k3|16x 128>128 k3 d1 L3720 f16 staged|conv3_kernel"; do
+    IFS='|' read -r name filt kre <<< "$spec"
+    BENCH_FILTER="$filt" run ncu_voc_$name timeout 150 ncu --kernel-name-base demangled \
+      --kernel-name "regex:$kre" --launch-skip 5 --launch-count 1 --set full \
+      --import-source no -o "$OUT/ncu_voc_$name" ./$B/tests/test_kernels --bench hift
+    if [ -f "$OUT/ncu_voc_$name.ncu-rep" ]; then
+      ncu --import "$OUT/ncu_voc_$name.ncu-rep" --page details --print-details all \
+        >> "$OUT/ncu_voc_$name.log" 2>&1
+      ncu --import "$OUT/ncu_voc_$name.ncu-rep" --page source --print-source sass --csv \
+        > "$OUT/ncu_voc_${name}_sass.csv" 2>&1
+    fi
+    grep -E "Duration|Issue Slots Busy|Achieved Occupancy|excessive" "$OUT/ncu_voc_$name.log" \
+      | sed "s/^ */ncu_voc $name: /" | cut -c1-120 | tee -a "$SUMMARY"
+  done
 fi
 
 if [[ " $STEPS " == *" cudnn "* ]] && [ -d .dev/official ]; then
