@@ -300,4 +300,6 @@ def test_readme_client(triton, reference):
     assert audio.dtype == np.float32 and audio.ndim == 1 and audio.size > 0
     assert np.all(np.isfinite(audio)) and np.abs(audio).max() > 0
     want = reference("alloy", "Hello from Triton.")
-    assert 0.25 * want.size < audio.size < 4 * want.size, (audio.size, want.size)
+    # unseeded on a random-weight model: any length from min_len to max_len speech tokens (2 and
+    # 20 a text token, a ratio of 10) may come out, so only that range is checked
+    assert 0.25 * want.size < audio.size <= 11 * want.size, (audio.size, want.size)
