@@ -1386,20 +1386,23 @@ static void add_hconv_s(const char *group, const char *name, int n, int ci, int 
   const int co_pad = cosy_hift_conv_pad(co, COSY_HCONV_BM), ci_pad = cosy_hift_conv_pad(ci, 8);
   float *alpha = drand((size_t)ci, F32, 0.5f, 1.5f), *oalpha = drand((size_t)co, F32, 0.5f, 1.5f);
   float *bias = drand((size_t)co, F32, -0.1f, 0.1f);
+  /* rows at a pitch of 8 floats, as the streaming vocoder lays out its stages (lib/gpu/hift.c
+   * STAGE_PITCH): the epilogue's paired accesses (kernels/conv.cu store_tile) apply */
+  const int ldi = (len_in + 7) / 8 * 8, ldo = (n_out + 7) / 8 * 8;
   for (int i = 0; i < n; i++) {
     cosy_hift_conv *c = &d[i];
     const int kk = k[i % nk];
-    c->in = drand((size_t)ci * len_in, F32, -1.f, 1.f);
+    c->in = drand((size_t)ci * ldi, F32, -1.f, 1.f);
     if (act == COSY_HACT_MEAN3_LEAKY) {
-      c->in2 = drand((size_t)ci * len_in, F32, -1.f, 1.f);
-      c->in3 = drand((size_t)ci * len_in, F32, -1.f, 1.f);
+      c->in2 = drand((size_t)ci * ldi, F32, -1.f, 1.f);
+      c->in3 = drand((size_t)ci * ldi, F32, -1.f, 1.f);
     }
-    c->ld_in = len_in, c->len_in = len_in, c->ci = ci, c->up = up, c->act = act, c->slope = 0.1f;
+    c->ld_in = ldi, c->len_in = len_in, c->ci = ci, c->up = up, c->act = act, c->slope = 0.1f;
     c->alpha = alpha;
     c->wp = drand((size_t)kk * co_pad * ci_pad, F32, -0.05f, 0.05f);
     c->bias = bias, c->co = co, c->co_pad = co_pad, c->ci_pad = ci_pad, c->k = kk, c->dil = dil;
     c->stride = stride, c->pad_left = stride > 1 ? stride - 1 : (kk - 1) * dil;
-    c->reflect = reflect, c->n_out = n_out, c->ld_out = n_out;
+    c->reflect = reflect, c->n_out = n_out, c->ld_out = ldo;
     { /* the fp16 weights (their values do not matter for the time) */
       const int cip16 = cosy_hift_conv_pad(ci, COSY_HCONV_CKH);
       const size_t nw = (size_t)kk * co * ci, nh = (size_t)kk * co_pad * cip16;
@@ -1414,11 +1417,11 @@ static void add_hconv_s(const char *group, const char *name, int n, int ci, int 
       c->wh = dwh, c->wh_scale = dwhs;
       free(w), free(whs), free(wh);
     }
-    c->out = dalloc((size_t)co * n_out * 4);
+    c->out = dalloc((size_t)co * ldo * 4);
     d3[i].xh = dalloc((cosy_hift_conv_xh_halves(c) + 8) * sizeof(uint16_t)); /* "f16 staged" */
-    if (res) c->res = drand((size_t)co * n_out, F32, -1.f, 1.f), c->ld_res = n_out;
+    if (res) c->res = drand((size_t)co * ldo, F32, -1.f, 1.f), c->ld_res = ldo;
     if (oact) {
-      c->out_act = dalloc((size_t)co * n_out * 4), c->ld_out_act = n_out;
+      c->out_act = dalloc((size_t)co * ldo * 4), c->ld_out_act = ldo;
       c->oact = COSY_HACT_SNAKE, c->oalpha = oalpha;
     }
     flops += 2.0 * co * ci * kk * (double)n_out;

@@ -276,16 +276,29 @@ __device__ __forceinline__ float apply_act(const cosy_hift_conv &c, int act, int
   }
 }
 
+/* whether p (a row start) and the row pitch ld keep every even column 8-byte aligned (NULL: yes) */
+__device__ __forceinline__ bool pair_ok(const void *p, int ld) {
+  return (((size_t)p & 7) | ((size_t)ld & 1)) == 0;
+}
+
 /* The epilogue of every kernel (conv_tc_kernel: NTW = 4; conv2_kernel: NTW = 4 or 8; osc: the
  * F16 conv2_kernel's per-output-channel weight scale [co], multiplied first), bias,
  * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
  * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
- * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4 */
+ * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4.
+ * A thread's two elements e = 0, 1 are the adjacent time steps t, t + 1 (t even). Where every
+ * tensor the epilogue touches is 8-byte aligned at even columns (pair_ok: its base and an even
+ * pitch) and both steps are valid, they are read and written as one float2 (a warp's row of 8
+ * steps: one 32-byte sector instead of two half-used ones); otherwise one float at a time. The
+ * values and the operations on them are the same either way. */
 template <int NTW, bool FS = false>
 __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float (&acc)[2][NTW][4],
                                            int co0, int t0, int wm, int wn, int g, int tq,
                                            const float *osc = nullptr) {
   constexpr int WN = 8 * NTW; /* the warp's time steps */
+  const bool snk = c.out_act && c.oact == COSY_HACT_SNAKE;
+  const bool pairs = pair_ok(c.out, c.ld_out) && pair_ok(c.res, c.ld_res) &&
+                     pair_ok(c.res2, c.ld_res2) && pair_ok(c.out_act, c.ld_out_act);
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
 #pragma unroll
@@ -295,26 +308,59 @@ __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float 
       const float b = c.bias ? c.bias[co] : 0.f;
       const float sc = osc ? osc[co] : 1.f; /* F16: the weights' power-of-two scale, undone */
       float oa = 0.f, oinv = 0.f;
-      if (c.out_act && c.oact == COSY_HACT_SNAKE) {
+      if (snk) {
         oa = c.oalpha[co];
         oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
       }
 #pragma unroll
-      for (int nt = 0; nt < NTW; nt++)
+      for (int nt = 0; nt < NTW; nt++) {
+        const int t = t0 + wn * WN + nt * 8 + 2 * tq; /* even */
+        if (t >= c.n_out) continue;
+        float v[2] = {acc[mt][nt][h * 2], acc[mt][nt][h * 2 + 1]};
+        const bool two = t + 1 < c.n_out;
+        const int ne = two ? 2 : 1;
+        const bool vec = pairs && two;
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-          const int t = t0 + wn * WN + nt * 8 + 2 * tq + e;
-          if (t >= c.n_out) continue;
-          float v = acc[mt][nt][h * 2 + e];
-          if (osc) v = __fmul_rn(v, sc);
-          v = __fadd_rn(v, b);
-          if (c.res) v = __fadd_rn(v, c.res[(size_t)co * c.ld_res + t]);
-          if (c.res2) v = __fadd_rn(v, c.res2[(size_t)co * c.ld_res2 + t]);
-          if (c.out) c.out[(size_t)co * c.ld_out + t] = v;
-          if (c.out_act)
-            c.out_act[(size_t)co * c.ld_out_act + t] =
-                c.oact == COSY_HACT_SNAKE ? snake<FS>(v, oa, oinv) : v;
+          if (osc) v[e] = __fmul_rn(v[e], sc);
+          v[e] = __fadd_rn(v[e], b);
         }
+        if (c.res) {
+          const float *r = c.res + (size_t)co * c.ld_res + t;
+          if (vec) {
+            const float2 q = *reinterpret_cast<const float2 *>(r);
+            v[0] = __fadd_rn(v[0], q.x), v[1] = __fadd_rn(v[1], q.y);
+          } else {
+            for (int e = 0; e < ne; e++) v[e] = __fadd_rn(v[e], r[e]);
+          }
+        }
+        if (c.res2) {
+          const float *r = c.res2 + (size_t)co * c.ld_res2 + t;
+          if (vec) {
+            const float2 q = *reinterpret_cast<const float2 *>(r);
+            v[0] = __fadd_rn(v[0], q.x), v[1] = __fadd_rn(v[1], q.y);
+          } else {
+            for (int e = 0; e < ne; e++) v[e] = __fadd_rn(v[e], r[e]);
+          }
+        }
+        if (c.out) {
+          float *o = c.out + (size_t)co * c.ld_out + t;
+          if (vec)
+            *reinterpret_cast<float2 *>(o) = make_float2(v[0], v[1]);
+          else
+            for (int e = 0; e < ne; e++) o[e] = v[e];
+        }
+        if (c.out_act) {
+          float w[2];
+#pragma unroll
+          for (int e = 0; e < 2; e++) w[e] = snk ? snake<FS>(v[e], oa, oinv) : v[e];
+          float *o = c.out_act + (size_t)co * c.ld_out_act + t;
+          if (vec)
+            *reinterpret_cast<float2 *>(o) = make_float2(w[0], w[1]);
+          else
+            for (int e = 0; e < ne; e++) o[e] = w[e];
+        }
+      }
     }
 }
 

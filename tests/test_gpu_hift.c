@@ -1254,6 +1254,120 @@ static void test_kernel_conv2(void **state) {
   assert_true(all_ok);
 }
 
+/* ---- the output pitch ------------------------------------------------------------------------ */
+
+/* host rows [rows][n] -> a device copy with rows of P floats, NaN in the P - n columns past n */
+static float *dev_pitched(const float *h, int rows, int n, int P) {
+  float *t = malloc((size_t)rows * P * sizeof(float));
+  assert_non_null(t);
+  memset(t, 0xFF, (size_t)rows * P * sizeof(float));
+  for (int c = 0; c < rows; c++) memcpy(t + (size_t)c * P, h + (size_t)c * n, n * sizeof(float));
+  float *d = dev_upload(t, (size_t)rows * P * sizeof(float));
+  free(t);
+  return d;
+}
+
+/* run r's conv with its outputs and residuals in rows of P floats (fresh buffers, NaN where
+ * nothing may be written); got [2][co][n_out]: out and out_act, packed (zeros where absent).
+ * Returns whether the launch wrote every valid value (finite) and nothing else (NaN kept). */
+static int conv_pitch_run(fixture *fx, const conv_case *cc, conv_run *r, int P, int prec,
+                          float *got) {
+  cosy_hift_conv d = r->desc;
+  const size_t nall = (size_t)r->co_rows * P, npk = (size_t)cc->co * cc->n_out;
+  float *o = dev_nan(nall), *oa = cc->oact ? dev_nan(nall) : NULL;
+  float *rs = r->res ? dev_pitched(r->res, cc->co, cc->n_out, P) : NULL;
+  float *rs2 = r->res2 ? dev_pitched(r->res2, cc->co, cc->n_out, P) : NULL;
+  d.out = cc->oact == 2 ? NULL : o, d.ld_out = P;
+  d.out_act = oa, d.ld_out_act = P;
+  d.res = rs, d.ld_res = P, d.res2 = rs2, d.ld_res2 = P;
+  if (r->d_sat) CU(cudaMemset(r->d_sat, 0, sizeof(int)));
+  CU(cudaDeviceSynchronize());
+  CU(cosy_k_hift_conv_split(fx->g->stream, &fx->g->dev, &d, 1, prec, 1));
+  CU(cudaStreamSynchronize(fx->g->stream));
+  float *h = malloc(nall * sizeof(float));
+  assert_non_null(h);
+  memset(got, 0, 2 * npk * sizeof(float));
+  int ok = 1;
+  for (int w = 0; w < 2; w++) {
+    float *src = w ? oa : o;
+    if (!src) continue;
+    CU(cudaMemcpy(h, src, nall * sizeof(float), cudaMemcpyDeviceToHost));
+    const int written = w ? 1 : d.out != NULL;
+    for (int c = 0; c < r->co_rows; c++)
+      for (int t = 0; t < P; t++) {
+        const float v = h[(size_t)c * P + t];
+        if (written && c < cc->co && t < cc->n_out) {
+          ok &= isfinite(v) != 0;
+          got[w * npk + (size_t)c * cc->n_out + t] = v;
+        } else {
+          ok &= isnan(v) != 0;
+        }
+      }
+  }
+  free(h);
+  cudaFree(o), cudaFree(oa), cudaFree(rs), cudaFree(rs2);
+  return ok;
+}
+
+/* The epilogue's paired float2 accesses (kernels/conv.cu store_tile: where the outputs and
+ * residuals have an even pitch and 8-byte aligned rows) give the bits of its one-float accesses
+ * (an odd pitch): every conv kind of the vocoder (conv_kinds, TF32 and F16 sets), in TF32, 3xTF32
+ * and F16, under each kernel (OLD, W128, W64; F16 also staged), with the valid length odd or even
+ * (the last column of an odd length is a lone float) and nothing written past the valid columns
+ * or rows. The streaming vocoder lays its stage rows out at a pitch of 8 floats (lib/gpu/hift.c
+ * STAGE_PITCH) for this. */
+static void test_kernel_conv_pitch(void **state) {
+  fixture *fx = *state;
+  NEED_DEV(fx);
+  const int kern[3] = {COSY_HCONV_K_OLD, COSY_HCONV_K_W128, COSY_HCONV_K_W64};
+  const char *kname[3] = {"old", "w128", "w64"};
+  int all_ok = 1, runs = 0;
+  rng_seed(191);
+  for (int f16 = 0; f16 < 2; f16++) {
+    conv_case cases[CONV_KINDS_MAX];
+    const int nc = conv_kinds(f16, cases);
+    for (int i = 0; i < nc; i++) {
+      conv_case cc = cases[i];
+      if (i % 2) cc.n_out -= 1; /* odd and even valid lengths */
+      if (cc.n_out < 1) continue;
+      conv_run r;
+      conv_prepare(&cc, &r);
+      uint16_t *xh = f16 ? xh_alloc(&r) : NULL;
+      const size_t npk = (size_t)cc.co * cc.n_out;
+      float *a = malloc(2 * npk * sizeof(float)), *b = malloc(2 * npk * sizeof(float));
+      assert_true(a && b);
+      const int Pa = cc.n_out | 1;                /* odd: one float at a time */
+      const int Pb = (cc.n_out + 7) / 8 * 8 + 8;  /* a multiple of 8: pairs */
+      const int precs[3] = {COSY_HPREC_TF32, COSY_HPREC_3XTF32, COSY_HPREC_F16};
+      for (int pi = f16 ? 2 : 0; pi < (f16 ? 3 : 2); pi++)
+        for (int k = 0; k < 3; k++)
+          for (int staged = 0; staged < (f16 ? 2 : 1); staged++) {
+            const int pk = cosy_hift_conv_kernel(kern[k]);
+            const int ps = cosy_hift_conv_staged(staged ? COSY_HCONV_STAGED_ALWAYS
+                                                        : COSY_HCONV_STAGED_OFF);
+            const int la = conv_pitch_run(fx, &cc, &r, Pa, precs[pi], a);
+            const int lb = conv_pitch_run(fx, &cc, &r, Pb, precs[pi], b);
+            cosy_hift_conv_kernel(pk), cosy_hift_conv_staged(ps);
+            const int same = !memcmp(a, b, 2 * npk * sizeof(float));
+            runs++;
+            if (!(la && lb && same)) {
+              all_ok = 0;
+              printf("  FAIL conv %s n_out %d prec %d %s%s: pitch %d %s, pitch %d %s, %s\n",
+                     cc.name, cc.n_out, precs[pi], kname[k], staged ? " staged" : "", Pa,
+                     la ? "ok" : "BAD LAYOUT", Pb, lb ? "ok" : "BAD LAYOUT",
+                     same ? "same bits" : "DIFFER");
+            }
+          }
+      free(a), free(b);
+      if (xh) cudaFree(xh);
+      conv_release(&r);
+    }
+  }
+  printf("  conv pitch: %d runs, odd pitch == pitch of 8 bit for bit, layouts kept: %s\n", runs,
+         all_ok ? "yes" : "NO");
+  assert_true(all_ok && runs > 0);
+}
+
 /* The launch plans of the full-size vocoder's convs (every conv of hift.c: conv_pre, ups, source
  * downs, resblocks and source resblocks grouped as the decoder launches them, conv_post) on an
  * H100 described by hand and under each test profile, in every split mode: each plan fits the
@@ -2735,7 +2849,7 @@ static void test_f16_guard(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernel_conv),   cmocka_unit_test(test_kernel_conv_f16),
-      cmocka_unit_test(test_kernel_conv_staged),
+      cmocka_unit_test(test_kernel_conv_staged), cmocka_unit_test(test_kernel_conv_pitch),
       cmocka_unit_test(test_kernel_conv2),
       cmocka_unit_test(test_conv_plan_profiles),
       cmocka_unit_test(test_kernel_conv64),  cmocka_unit_test(test_kernel_conv64_group),

@@ -86,6 +86,13 @@
 #define HIFT_MAX_FRAMES 2000000
 #define NOISE_CHUNK (64 * 480) /* samples of injected noise uploaded per source launch */
 #define STREAM_MAXJ 64 /* streaming jobs per batch (larger calls run in several batches) */
+/* The streaming decode's stage rows (up conv outputs, resblock buffers, the source branches) start
+ * every STAGE_PITCH floats (one 32-byte sector): a row of n valid columns takes rnd_pitch(n). The
+ * last stage's lengths are odd (120 Tx + 1); with an odd pitch every other row straddles sectors
+ * and the conv epilogue's paired float2 accesses (kernels/conv.cu store_tile) cannot be used.
+ * The values do not depend on the pitch (tests/test_gpu_hift.c test_kernel_conv_pitch). */
+#define STAGE_PITCH 8
+static size_t rnd_pitch(size_t n) { return (n + STAGE_PITCH - 1) / STAGE_PITCH * STAGE_PITCH; }
 
 /* activation buffers; the side stream's source resblocks use ST/SX (B_SRC0.. must stay last) */
 enum {
@@ -430,8 +437,10 @@ cosy_status gpu_hift_create(cosy_gpu *g, const cosy_model *m, int max_frames, gp
       if ((st = load_res(h, m, &h->rb[3 * i + r], co, hp->rb_kernels[r], "resblocks", 3 * i + r)))
         goto fail;
     len = len * (size_t)hp->up_rates[i] + (i == N_STAGES - 1);
-    if ((size_t)co * len > act_n) act_n = (size_t)co * len;
-    src_n[i] = (size_t)co * len;
+    /* the streaming decode's rows are STAGE_PITCH-aligned (sjob.ld) */
+    const size_t pitched = (size_t)co * rnd_pitch(len);
+    if (pitched > act_n) act_n = pitched;
+    src_n[i] = pitched;
     ch = co;
   }
   if ((st = load_conv(h, m, &h->conv_post, 2 * h->n_bins, ch, 7, "hift.conv_post"))) goto fail;
@@ -680,8 +689,8 @@ typedef struct rb_job {
   const gres *r;
   float *x, *tmp, *xa;
   const float *first_in;
-  int n;
-  int *sat; /* the job's F16 saturation flag (cosy_hift_conv.sat) */
+  int n, ld; /* n valid columns in rows of ld floats */
+  int *sat;  /* the job's F16 saturation flag (cosy_hift_conv.sat) */
 } rb_job;
 
 static cosy_status run_resblocks_ex(gpu_hift *h, cudaStream_t s, const rb_job *jobs, int n_jobs,
@@ -694,16 +703,16 @@ static cosy_status run_resblocks_ex(gpu_hift *h, cudaStream_t s, const rb_job *j
     for (int q = 0; q < n_jobs; q++) {
       const rb_job *jb = &jobs[q];
       const gres *r = jb->r;
-      const int K = r->k, n = jb->n;
+      const int K = r->k, n = jb->n, ld = jb->ld;
       if (d == 0) {
-        c[q] = conv_desc(&r->c1[d], jb->first_in ? jb->first_in : jb->x, n, n, 1,
-                         COSY_HACT_SNAKE, 0.f, r->a1[d], dil, 1, (K - 1) * dil, 0, NULL, n, n);
+        c[q] = conv_desc(&r->c1[d], jb->first_in ? jb->first_in : jb->x, ld, n, 1,
+                         COSY_HACT_SNAKE, 0.f, r->a1[d], dil, 1, (K - 1) * dil, 0, NULL, ld, n);
         c[q].alpha_inv = r->a1i[d];
       } else {
-        c[q] = conv_desc(&r->c1[d], jb->xa, n, n, 1, COSY_HACT_NONE, 0.f, NULL, dil, 1,
-                         (K - 1) * dil, 0, NULL, n, n);
+        c[q] = conv_desc(&r->c1[d], jb->xa, ld, n, 1, COSY_HACT_NONE, 0.f, NULL, dil, 1,
+                         (K - 1) * dil, 0, NULL, ld, n);
       }
-      c[q].out_act = jb->tmp, c[q].ld_out_act = n, c[q].oact = COSY_HACT_SNAKE;
+      c[q].out_act = jb->tmp, c[q].ld_out_act = ld, c[q].oact = COSY_HACT_SNAKE;
       c[q].oalpha = r->a2[d], c[q].oalpha_inv = r->a2i[d];
       c[q].sat = jb->sat;
     }
@@ -711,13 +720,13 @@ static cosy_status run_resblocks_ex(gpu_hift *h, cudaStream_t s, const rb_job *j
     for (int q = 0; q < n_jobs; q++) {
       const rb_job *jb = &jobs[q];
       const gres *r = jb->r;
-      const int K = r->k, n = jb->n;
-      c[q] = conv_desc(&r->c2[d], jb->tmp, n, n, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, K - 1, 0,
-                       jb->x, n, n);
-      c[q].res = (d == 0 && jb->first_in) ? jb->first_in : jb->x, c[q].ld_res = n;
+      const int K = r->k, n = jb->n, ld = jb->ld;
+      c[q] = conv_desc(&r->c2[d], jb->tmp, ld, n, 1, COSY_HACT_NONE, 0.f, NULL, 1, 1, K - 1, 0,
+                       jb->x, ld, n);
+      c[q].res = (d == 0 && jb->first_in) ? jb->first_in : jb->x, c[q].ld_res = ld;
       c[q].sat = jb->sat;
       if (d + 1 < N_DIL) {
-        c[q].out_act = jb->xa, c[q].ld_out_act = n, c[q].oact = COSY_HACT_SNAKE;
+        c[q].out_act = jb->xa, c[q].ld_out_act = ld, c[q].oact = COSY_HACT_SNAKE;
         c[q].oalpha = r->a1[d + 1], c[q].oalpha_inv = r->a1i[d + 1];
       }
     }
@@ -777,7 +786,8 @@ static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const f
     for (int i = 1; i < N_STAGES; i++) {
       jobs[i - 1].r = &h->srb[i], jobs[i - 1].x = A[B_SRC0 + i];
       jobs[i - 1].tmp = A[B_ST1 + i - 1], jobs[i - 1].xa = A[B_SX1 + i - 1];
-      jobs[i - 1].first_in = NULL, jobs[i - 1].n = lens[i], jobs[i - 1].sat = sat;
+      jobs[i - 1].first_in = NULL, jobs[i - 1].n = jobs[i - 1].ld = lens[i];
+      jobs[i - 1].sat = sat;
     }
     if ((st = run_resblocks(h, h->side, jobs, 2, "hift source resblocks"))) return st;
     if ((st = ck(cudaEventRecord(h->ev_join, h->side), "hift join"))) return st;
@@ -790,7 +800,7 @@ static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const f
                      A[B_R0], Tx, Tx);
     c[0].sat = c[1].sat = sat;
     if ((st = conv(h, s, c, 2, "hift source_downs/conv_pre"))) return st;
-    rb_job j0 = {&h->srb[0], A[B_SRC0], A[B_T0], A[B_X0], NULL, lens[0], sat};
+    rb_job j0 = {&h->srb[0], A[B_SRC0], A[B_T0], A[B_X0], NULL, lens[0], lens[0], sat};
     if ((st = run_resblocks(h, s, &j0, 1, "hift source resblock"))) return st;
   }
   int len = Tx;
@@ -816,7 +826,7 @@ static cosy_status run_decode(gpu_hift *h, const float *mel, int ld_mel, const f
     for (int q = 0; q < 3; q++) {
       jobs[q].r = &h->rb[3 * i + q], jobs[q].x = A[B_R0 + q], jobs[q].tmp = A[B_T0 + q];
       jobs[q].xa = A[B_X0 + q];
-      jobs[q].first_in = A[B_Y], jobs[q].n = lout, jobs[q].sat = sat;
+      jobs[q].first_in = A[B_Y], jobs[q].n = jobs[q].ld = lout, jobs[q].sat = sat;
     }
     if ((st = run_resblocks(h, s, jobs, 3, "hift resblocks"))) return st;
     len = lout;
@@ -1051,6 +1061,7 @@ typedef struct sjob {
   int64_t T, Tf, N, a, b, lo;
   int W, fin, need_f0, need_dec, nnew;
   int Td, Tm, Tx, F, lens[N_STAGES]; /* decode over frames [a, T): ref_hift_decode's lengths */
+  int ld[N_STAGES];                   /* the stage rows' pitch: lens rounded up (rnd_pitch) */
   float *mel, *s, *S, *post, *wav, *act[N_ACT];
   double *cum;
   size_t f0off;     /* the job's frames in f0_d and the fp64 F0 buffers (run_f0's off) */
@@ -1086,6 +1097,7 @@ static void job_plan(const gpu_hift *h, gpu_hift_job *jb, sjob *p) {
     int len = p->Tx;
     for (int i = 0; i < N_STAGES; i++)
       len = len * h->up_rates[i] + (i == N_STAGES - 1), p->lens[i] = len;
+    for (int i = 0; i < N_STAGES; i++) p->ld[i] = (int)rnd_pitch((size_t)p->lens[i]);
   }
 }
 
@@ -1110,7 +1122,7 @@ static sneed job_need(const gpu_hift *h, const sjob *p) {
     int ch = h->C;
     for (int i = 0; i < N_STAGES; i++) {
       ch /= 2;
-      const size_t q = (size_t)ch * p->lens[i];
+      const size_t q = (size_t)ch * p->ld[i];
       act = q > act ? q : act;
       n.src[i] = q;
     }
@@ -1196,7 +1208,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
       const int sd = h->down_stride[i];
       sjob *q = D[j];
       c[2 * j + i - 1] = conv_desc(&h->downs[i], q->S, q->F, q->F, 1, COSY_HACT_NONE, 0.f, NULL,
-                                   1, sd, sd - 1, 0, q->act[B_SRC0 + i], q->lens[i], q->lens[i]);
+                                   1, sd, sd - 1, 0, q->act[B_SRC0 + i], q->ld[i], q->lens[i]);
       c[2 * j + i - 1].sat = q->sat;
     }
   if ((st = conv_many(h, h->side, c, 2 * nd, SPLIT, "hift stream source_downs"))) goto done;
@@ -1205,7 +1217,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
       rb_job *r = &rj[2 * j + i - 1];
       r->r = &h->srb[i], r->x = D[j]->act[B_SRC0 + i];
       r->tmp = D[j]->act[B_ST1 + i - 1], r->xa = D[j]->act[B_SX1 + i - 1];
-      r->first_in = NULL, r->n = D[j]->lens[i], r->sat = D[j]->sat;
+      r->first_in = NULL, r->n = D[j]->lens[i], r->ld = D[j]->ld[i], r->sat = D[j]->sat;
     }
   if ((st = run_resblocks_ex(h, h->side, rj, 2 * nd, SPLIT, "hift stream source resblocks")))
     goto done;
@@ -1215,7 +1227,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
   for (int j = 0; j < nd; j++) {
     sjob *q = D[j];
     c[2 * j] = conv_desc(&h->downs[0], q->S, q->F, q->F, 1, COSY_HACT_NONE, 0.f, NULL, 1,
-                         h->down_stride[0], h->down_stride[0] - 1, 0, q->act[B_SRC0], q->lens[0],
+                         h->down_stride[0], h->down_stride[0] - 1, 0, q->act[B_SRC0], q->ld[0],
                          q->lens[0]);
     c[2 * j + 1] = conv_desc(&h->conv_pre, q->mel + (q->a - q->lo), q->W, q->Tm, 1, COSY_HACT_NONE,
                              0.f, NULL, 1, 1, 0, 0, q->act[B_R0], q->Tx, q->Tx);
@@ -1224,7 +1236,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
   if ((st = conv_many(h, s, c, 2 * nd, SPLIT, "hift stream source_downs/conv_pre"))) goto done;
   for (int j = 0; j < nd; j++) {
     rb_job r = {&h->srb[0], D[j]->act[B_SRC0], D[j]->act[B_T0], D[j]->act[B_X0], NULL,
-                D[j]->lens[0], D[j]->sat};
+                D[j]->lens[0], D[j]->ld[0], D[j]->sat};
     rj[j] = r;
   }
   if ((st = run_resblocks_ex(h, s, rj, nd, SPLIT, "hift stream source resblock"))) goto done;
@@ -1238,15 +1250,16 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
     for (int j = 0; j < nd; j++) {
       sjob *q = D[j];
       const int len = i == 0 ? q->Tx : q->lens[i - 1], lout = q->lens[i];
+      const int ldi = i == 0 ? q->Tx : q->ld[i - 1], ldo = q->ld[i];
       if (i == 0) {
-        c[j] = conv_desc(&h->ups[i], q->act[B_R0], len, len, r, COSY_HACT_LEAKY, h->lrelu, NULL, 1,
-                         1, K - 1, last, q->act[B_Y], lout, lout);
+        c[j] = conv_desc(&h->ups[i], q->act[B_R0], ldi, len, r, COSY_HACT_LEAKY, h->lrelu, NULL, 1,
+                         1, K - 1, last, q->act[B_Y], ldo, lout);
       } else {
-        c[j] = conv_desc(&h->ups[i], q->act[B_R0], len, len, r, COSY_HACT_MEAN3_LEAKY, h->lrelu,
-                         NULL, 1, 1, K - 1, last, q->act[B_Y], lout, lout);
+        c[j] = conv_desc(&h->ups[i], q->act[B_R0], ldi, len, r, COSY_HACT_MEAN3_LEAKY, h->lrelu,
+                         NULL, 1, 1, K - 1, last, q->act[B_Y], ldo, lout);
         c[j].in2 = q->act[B_R1], c[j].in3 = q->act[B_R2];
       }
-      c[j].res = q->act[B_SRC0 + i], c[j].ld_res = lout, c[j].sat = q->sat;
+      c[j].res = q->act[B_SRC0 + i], c[j].ld_res = ldo, c[j].sat = q->sat;
     }
     if ((st = conv_many(h, s, c, nd, SPLIT, "hift stream ups"))) goto done;
     /* grouped by resblock, so that a launch holds convs of one kernel size (its shared memory
@@ -1256,6 +1269,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
         rb_job *rb = &rj[qq * nd + j];
         rb->r = &h->rb[3 * i + qq], rb->x = D[j]->act[B_R0 + qq], rb->tmp = D[j]->act[B_T0 + qq];
         rb->xa = D[j]->act[B_X0 + qq], rb->first_in = D[j]->act[B_Y], rb->n = D[j]->lens[i];
+        rb->ld = D[j]->ld[i];
         rb->sat = D[j]->sat;
       }
     if ((st = run_resblocks_ex(h, s, rj, 3 * nd, SPLIT, "hift stream resblocks"))) goto done;
@@ -1267,7 +1281,7 @@ static cosy_status run_decode_batch(gpu_hift *h, sjob *P, int n, const volatile 
   for (int j = 0; j < nd; j++) {
     sjob *q = D[j];
     const int len = q->lens[N_STAGES - 1];
-    c[j] = conv_desc(&h->conv_post, q->act[B_R0], len, len, 1, COSY_HACT_MEAN3_LEAKY, 0.01f, NULL,
+    c[j] = conv_desc(&h->conv_post, q->act[B_R0], q->ld[N_STAGES - 1], len, 1, COSY_HACT_MEAN3_LEAKY, 0.01f, NULL,
                      1, 1, h->conv_post.k - 1, 0, q->post, q->F, q->F);
     c[j].in2 = q->act[B_R1], c[j].in3 = q->act[B_R2], c[j].sat = q->sat;
   }
