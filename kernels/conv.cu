@@ -1508,6 +1508,34 @@ int conv2_auto(const cosy_kdev *dev, const cosy_hift_conv *convs, int n) {
                                                                             : COSY_HCONV_K_W64;
 }
 
+/* COSY_HCONV_K_AUTO's choice for an F16 conv2 launch: conv2_auto's, and also the 64 x 128 tiles
+ * where every conv's halo (k - 1) dil is at least CONV2_F16_HALO columns and the launch gives
+ * every SM CONV2_AUTO_BLOCKS blocks of them (the resblocks' dilated convs at 64 and 128 channels;
+ * stride 1 only). A block stages 16 NTW + halo strip columns for 16 NTW outputs, so the wider tile
+ * stages fewer columns and weight slabs per output at the cost of 3 blocks an SM instead of 4: on
+ * an H200 after the float2 epilogue (bench/RESULTS.md, session of 2026-11-30 (twenty-fifth), call
+ * c; `test_kernels --bench hift`, 16 requests) the two tiles are even at halo 6 (k7 d1: 148.2 /
+ * 149.6 us at 128 channels) and 64 x 128 is 12-14% faster at halo 50 (k11 d5: 125.8 against 146.1
+ * us, 113.5 against 128.7 at 64 channels); W2 397.2-397.6x against 394.8-395.1x. Strided convs
+ * (the source downs) keep 64 x 64 (the k30 s15 down of 16 requests: 177.9 us at 64 x 128 against
+ * 111.0). The staged launches (conv3_plan) keep conv2_auto's choice (64 x 128 was slower or even
+ * there). The tile does not change the values (tests/test_gpu_hift.c test_kernel_conv_f16). */
+constexpr int CONV2_F16_HALO = 8;
+int conv2_f16_auto(const cosy_kdev *dev, const cosy_hift_conv *convs, int n) {
+  const int w = conv2_auto(dev, convs, n);
+  if (w == COSY_HCONV_K_W128) return w;
+  long long blocks = 0;
+  int halo_min = 1 << 30;
+  for (int i = 0; i < n; i++) {
+    blocks += (long long)((convs[i].n_out + 127) / 128) * ((convs[i].co + BM - 1) / BM);
+    const int h = convs[i].stride == 1 ? (convs[i].k - 1) * convs[i].dil : 0;
+    halo_min = h < halo_min ? h : halo_min;
+  }
+  return halo_min >= CONV2_F16_HALO && blocks >= (long long)CONV2_AUTO_BLOCKS * dev->n_sm
+             ? COSY_HCONV_K_W128
+             : COSY_HCONV_K_W64;
+}
+
 /* whether the TF32 conv2_kernel variant `which` runs this launch (see conv2_kernel: what OpTf32
  * does not handle), and then its grid and shared memory */
 bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int prec,
@@ -1539,14 +1567,14 @@ bool conv2_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, int pr
 /* The F16 launch (conv2_kernel<OpF16, ..>; p: plan_convs' for the same convs): the tile (NTW 8
  * or 4), the taps per slab of each conv, the grid and the shared memory; false when some conv
  * cannot run in it (a strip and one tap beyond dev->smem_block even at NTW = 4). The tile follows
- * the kernel choice (COSY_HCONV_K_AUTO: conv2_auto; W128: NTW 8; W64 and OLD: NTW 4); a
+ * the kernel choice (COSY_HCONV_K_AUTO: conv2_f16_auto; W128: NTW 8; W64 and OLD: NTW 4); a
  * mean-of-3 input takes NTW 4 (its prefetch registers), and so does a launch whose 64 x 128
  * strips do not fit. */
 bool conv2_f16_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, int n, const ConvPlan &p,
                     int *ntw_out, int *kt, dim3 *grid, size_t *smem) {
   const size_t cap = dev->smem_block;
   int which = g_conv_kernel;
-  if (which == COSY_HCONV_K_AUTO) which = conv2_auto(dev, convs, n);
+  if (which == COSY_HCONV_K_AUTO) which = conv2_f16_auto(dev, convs, n);
   for (int ntw = which == COSY_HCONV_K_W128 && !p.m3 ? 8 : 4; ntw >= 4; ntw -= 4) {
     size_t bytes = 0;
     int tiles = 0, ok = 1;

@@ -206,7 +206,8 @@ size_t cosy_k_hift_conv_plan(const cosy_kdev *dev, const cosy_hift_conv *convs, 
  *   COSY_HCONV_K_W64   the same with block 64 x 64, warp 32 x 32
  *   COSY_HCONV_K_AUTO  (the engine's default) per launch W128 when an input has >= 256 channels
  *                      and its 64 x 128 tiles give every SM two blocks, else W64 (measured
- *                      fastest per launch: kernels/conv.cu) */
+ *                      fastest per launch: kernels/conv.cu); for F16 also W128 where every
+ *                      conv's halo (k - 1) dil is >= 8 columns (conv2_f16_auto) */
 #define COSY_HCONV_K_OLD 0
 #define COSY_HCONV_K_W128 1
 #define COSY_HCONV_K_W64 2
