@@ -1514,12 +1514,13 @@ int conv2_auto(const cosy_kdev *dev, const cosy_hift_conv *convs, int n) {
  * stride 1 only). A block stages 16 NTW + halo strip columns for 16 NTW outputs, so the wider tile
  * stages fewer columns and weight slabs per output at the cost of 3 blocks an SM instead of 4: on
  * an H200 after the float2 epilogue (bench/RESULTS.md, session of 2026-11-30 (twenty-fifth), call
- * c; `test_kernels --bench hift`, 16 requests) the two tiles are even at halo 6 (k7 d1: 148.2 /
+ * c; `test_kernels --bench hift`, 16 requests) the two tiles are even at halo 6 (k7 d1: 148.6 /
  * 149.6 us at 128 channels) and 64 x 128 is 12-14% faster at halo 50 (k11 d5: 125.8 against 146.1
- * us, 113.5 against 128.7 at 64 channels); W2 397.2-397.6x against 394.8-395.1x. Strided convs
- * (the source downs) keep 64 x 64 (the k30 s15 down of 16 requests: 177.9 us at 64 x 128 against
- * 111.0). The staged launches (conv3_plan) keep conv2_auto's choice (64 x 128 was slower or even
- * there). The tile does not change the values (tests/test_gpu_hift.c test_kernel_conv_f16). */
+ * us, 113.5 against 128.7 at 64 channels); W2 399.9 / 396.2x against 395.8 / 394.6x (call d).
+ * Strided convs (the source downs) keep 64 x 64 (the k30 s15 down of 16 requests: 177.9 us at 64 x
+ * 128 against 111.0). The staged launches (conv3_plan) keep conv2_auto's choice (64 x 128 was
+ * slower or even there). The tile does not change the values (tests/test_gpu_hift.c
+ * test_kernel_conv_f16). */
 constexpr int CONV2_F16_HALO = 8;
 int conv2_f16_auto(const cosy_kdev *dev, const cosy_hift_conv *convs, int n) {
   const int w = conv2_auto(dev, convs, n);
