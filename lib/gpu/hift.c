@@ -681,8 +681,9 @@ static cosy_status run_source(gpu_hift *h, int Tf, const ref_hift_noise *noise) 
 
 /* ResBlocks run side by side, one conv of each per launch (6 launches): for d = 0,1,2:
  *   tmp = c1_d(snake1_d(x)) (dilation d);  x = x + c2_d(snake2_d(tmp))
- * on x [ch][n] in place. first_in (may be NULL): the block input when x does not hold it yet (the
- * first conv1 reads it, the first conv2 adds it and writes x). The Snakes are computed once per
+ * on x [ch][ld] (n valid columns a row; tmp, xa and first_in the same layout) in place. first_in
+ * (may be NULL): the block input when x does not hold it yet (the first conv1 reads it, the first
+ * conv2 adds it and writes x). The Snakes are computed once per
  * value in the epilogue of the conv that produces it: c1_d writes snake2_d(tmp) into tmp, c2_d
  * (d < 2) also writes snake1_{d+1}(x) into xa; only the first conv1 applies its Snake on load. */
 typedef struct rb_job {
