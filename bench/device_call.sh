@@ -14,7 +14,8 @@
 # prompt), the test environment (COSY_TEST_MODEL, COSY_SHARED, LD_LIBRARY_PATH for the carried
 # libraries), left (seconds left of LIMIT, default 570) and r NAME CMD... (runs CMD with its output
 # in $L/NAME.log and prints "NAME rc=.. Ns"; skipped when less than 25 s are left); kernel_time_so
-# (builds build/dev/kernel_time.so, bench/kernel_time.c, for LD_PRELOAD); ab "V" ROUNDS and
+# (builds build/dev/kernel_time.so, bench/kernel_time.c, for LD_PRELOAD); base_tree SRC:DST ...
+# and base_wait (the tree before, built beside this one: BB, its bench_w1); ab "V" ROUNDS and
 # ab_rows "V" ROUNDS (W1 --concurrency 16,64 and a fresh C = 64 under each variant of V, in
 # alternation, and their C = 64 rows after pack); ncu1 REGEX COUNT SKIP CMD... and ncu_show NAME
 # (one kernel under ncu --set full with the stall reasons, and the lines that matter of its log):
@@ -81,6 +82,24 @@ ab_rows() {
     done; done
   done
 }
+# base_tree SRC:DST ...: the tree before, built beside this one for an A/B in one call: a copy of
+# this tree (with build/dev, so only what differs is rebuilt) in /tmp/base with each SRC (a file
+# carried in .dev, e.g. main's version of a changed file) copied over DST, then `make lib`,
+# bench_w1 and test_kernels there in the background (log $L/base_build.log). Sets BB (its
+# bench_w1) and BPID; `base_wait` waits for it and prints its status. Call it after the build, so
+# that the copy holds this tree's objects and build/dev/config.mk (its CUDA targets).
+base_tree() {
+  local m
+  rm -rf /tmp/base && mkdir -p /tmp/base && cp -a . /tmp/base/ 2>/dev/null
+  for m in "$@"; do cp "${m%%:*}" "/tmp/base/${m#*:}" || return 1; done
+  (R=$PWD/.dev/root
+   export CPATH=$R/usr/include LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu
+   cd /tmp/base && nice make -j"${JOBS:-8}" B=build/dev SHARED_DIR="$PWD/.dev/shared" lib \
+     build/dev/bench/bench_w1 build/dev/tests/test_kernels) > "$L/base_build.log" 2>&1 &
+  BPID=$!
+  BB=/tmp/base/build/dev/bench/bench_w1
+}
+base_wait() { wait "$BPID"; echo "base build rc=$?"; }
 # the W1 result rows of a log
 rows() { grep -hE "^ +[0-9]+ +[0-9]+ +[0-9.]+ ?ms|ttfb by wave|underruns:" "$@" | cut -c1-150; }
 pack() {
