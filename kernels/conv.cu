@@ -281,6 +281,24 @@ __device__ __forceinline__ bool pair_ok(const void *p, int ld) {
   return (((size_t)p & 7) | ((size_t)ld & 1)) == 0;
 }
 
+/* v[e] += r[e] for the ne (1 or 2) valid steps; vec: both at once as one float2 */
+__device__ __forceinline__ void add_pair(float (&v)[2], const float *r, bool vec, int ne) {
+  if (vec) {
+    const float2 q = *reinterpret_cast<const float2 *>(r);
+    v[0] = __fadd_rn(v[0], q.x), v[1] = __fadd_rn(v[1], q.y);
+  } else {
+    for (int e = 0; e < ne; e++) v[e] = __fadd_rn(v[e], r[e]);
+  }
+}
+
+/* o[e] = v[e] for the ne valid steps; vec: one float2 store */
+__device__ __forceinline__ void put_pair(float *o, const float (&v)[2], bool vec, int ne) {
+  if (vec)
+    *reinterpret_cast<float2 *>(o) = make_float2(v[0], v[1]);
+  else
+    for (int e = 0; e < ne; e++) o[e] = v[e];
+}
+
 /* The epilogue of every kernel (conv_tc_kernel: NTW = 4; conv2_kernel: NTW = 4 or 8; osc: the
  * F16 conv2_kernel's per-output-channel weight scale [co], multiplied first), bias,
  * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
@@ -325,40 +343,14 @@ __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float 
           if (osc) v[e] = __fmul_rn(v[e], sc);
           v[e] = __fadd_rn(v[e], b);
         }
-        if (c.res) {
-          const float *r = c.res + (size_t)co * c.ld_res + t;
-          if (vec) {
-            const float2 q = *reinterpret_cast<const float2 *>(r);
-            v[0] = __fadd_rn(v[0], q.x), v[1] = __fadd_rn(v[1], q.y);
-          } else {
-            for (int e = 0; e < ne; e++) v[e] = __fadd_rn(v[e], r[e]);
-          }
-        }
-        if (c.res2) {
-          const float *r = c.res2 + (size_t)co * c.ld_res2 + t;
-          if (vec) {
-            const float2 q = *reinterpret_cast<const float2 *>(r);
-            v[0] = __fadd_rn(v[0], q.x), v[1] = __fadd_rn(v[1], q.y);
-          } else {
-            for (int e = 0; e < ne; e++) v[e] = __fadd_rn(v[e], r[e]);
-          }
-        }
-        if (c.out) {
-          float *o = c.out + (size_t)co * c.ld_out + t;
-          if (vec)
-            *reinterpret_cast<float2 *>(o) = make_float2(v[0], v[1]);
-          else
-            for (int e = 0; e < ne; e++) o[e] = v[e];
-        }
+        if (c.res) add_pair(v, c.res + (size_t)co * c.ld_res + t, vec, ne);
+        if (c.res2) add_pair(v, c.res2 + (size_t)co * c.ld_res2 + t, vec, ne);
+        if (c.out) put_pair(c.out + (size_t)co * c.ld_out + t, v, vec, ne);
         if (c.out_act) {
           float w[2];
 #pragma unroll
           for (int e = 0; e < 2; e++) w[e] = snk ? snake<FS>(v[e], oa, oinv) : v[e];
-          float *o = c.out_act + (size_t)co * c.ld_out_act + t;
-          if (vec)
-            *reinterpret_cast<float2 *>(o) = make_float2(w[0], w[1]);
-          else
-            for (int e = 0; e < ne; e++) o[e] = w[e];
+          put_pair(c.out_act + (size_t)co * c.ld_out_act + t, w, vec, ne);
         }
       }
     }
