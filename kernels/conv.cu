@@ -281,13 +281,14 @@ __device__ __forceinline__ bool pair_ok(const void *p, int ld) {
   return (((size_t)p & 7) | ((size_t)ld & 1)) == 0;
 }
 
-/* v[e] += r[e] for the ne (1 or 2) valid steps; vec: both at once as one float2 */
-__device__ __forceinline__ void add_pair(float (&v)[2], const float *r, bool vec, int ne) {
+/* r[e] = p[e] for the ne (1 or 2) valid steps (0 for the other); vec: both at once as one float2 */
+__device__ __forceinline__ void load_pair(float (&r)[2], const float *p, bool vec, int ne) {
   if (vec) {
-    const float2 q = *reinterpret_cast<const float2 *>(r);
-    v[0] = __fadd_rn(v[0], q.x), v[1] = __fadd_rn(v[1], q.y);
+    const float2 q = *reinterpret_cast<const float2 *>(p);
+    r[0] = q.x, r[1] = q.y;
   } else {
-    for (int e = 0; e < ne; e++) v[e] = __fadd_rn(v[e], r[e]);
+    r[0] = p[0];
+    r[1] = ne > 1 ? p[1] : 0.f;
   }
 }
 
@@ -303,54 +304,94 @@ __device__ __forceinline__ void put_pair(float *o, const float (&v)[2], bool vec
  * F16 conv2_kernel's per-output-channel weight scale [co], multiplied first), bias,
  * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
  * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
- * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4.
+ * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4. Per value, in order:
+ * v = acc (x osc[co]) + bias[co] (+ res) (+ res2); out = v; out_act = oact(v).
  * A thread's two elements e = 0, 1 are the adjacent time steps t, t + 1 (t even). Where every
  * tensor the epilogue touches is 8-byte aligned at even columns (pair_ok: its base and an even
  * pitch) and both steps are valid, they are read and written as one float2 (a warp's row of 8
- * steps: one 32-byte sector instead of two half-used ones); otherwise one float at a time. The
- * values and the operations on them are the same either way. */
+ * steps: one 32-byte sector instead of two half-used ones); otherwise one float at a time.
+ * Latency: the descriptor's fields are read into registers once (each read of c is a constant
+ * load with a register index, and the compiler repeated them after every store); the per-row
+ * parameters (bias, scale, Snake's alpha) of all four rows, then the residuals of a group of
+ * rows (both rows of an m tile at NTW = 4, one row at NTW = 8: registers) are loaded before any
+ * of the group's stores, so their latencies overlap instead of one load's latency for each pair
+ * (the compiler cannot move a load above a store that may alias it; here no load reads what
+ * this thread stores before it, and no other thread stores what it reads). The values and the
+ * operations on them are the same either way. */
 template <int NTW, bool FS = false>
 __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float (&acc)[2][NTW][4],
                                            int co0, int t0, int wm, int wn, int g, int tq,
                                            const float *osc = nullptr) {
   constexpr int WN = 8 * NTW; /* the warp's time steps */
-  const bool snk = c.out_act && c.oact == COSY_HACT_SNAKE;
-  const bool pairs = pair_ok(c.out, c.ld_out) && pair_ok(c.res, c.ld_res) &&
-                     pair_ok(c.res2, c.ld_res2) && pair_ok(c.out_act, c.ld_out_act);
+  constexpr int GH = NTW == 8 ? 1 : 2; /* rows h of an m tile whose residuals load together */
+  const float *const res = c.res, *const res2 = c.res2, *const bias = c.bias;
+  float *const out = c.out, *const oact = c.out_act;
+  const int ld_res = c.ld_res, ld_res2 = c.ld_res2, ld_out = c.ld_out, ld_oact = c.ld_out_act;
+  const int n_out = c.n_out, co_n = c.co;
+  const bool snk = oact && c.oact == COSY_HACT_SNAKE;
+  const bool pairs = pair_ok(out, ld_out) && pair_ok(res, ld_res) && pair_ok(res2, ld_res2) &&
+                     pair_ok(oact, ld_oact);
+  const int tb = t0 + wn * WN + 2 * tq; /* even */
+  float pb[2][2], psc[2][2], poa[2][2], pinv[2][2];
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
-      if (co >= c.co) continue;
-      const float b = c.bias ? c.bias[co] : 0.f;
-      const float sc = osc ? osc[co] : 1.f; /* F16: the weights' power-of-two scale, undone */
-      float oa = 0.f, oinv = 0.f;
-      if (snk) {
-        oa = c.oalpha[co];
-        oinv = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f));
+      const bool ok = co < co_n;
+      pb[mt][h] = bias && ok ? bias[co] : 0.f;
+      psc[mt][h] = osc && ok ? osc[co] : 1.f; /* F16: the weights' power-of-two scale, undone */
+      poa[mt][h] = snk && ok ? c.oalpha[co] : 0.f;
+      pinv[mt][h] = snk && ok && c.oalpha_inv ? c.oalpha_inv[co] : 0.f;
+    }
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int h0 = 0; h0 < 2; h0 += GH) {
+      float r1[GH][NTW][2], r2[GH][NTW][2];
+#pragma unroll
+      for (int hh = 0; hh < GH; hh++) {
+        const int co = co0 + wm * 32 + mt * 16 + g + (h0 + hh) * 8;
+#pragma unroll
+        for (int nt = 0; nt < NTW; nt++) {
+          const int t = tb + nt * 8;
+          const bool ok = co < co_n && t < n_out;
+          const int ne = t + 1 < n_out ? 2 : 1;
+          const bool vec = pairs && ne == 2;
+          r1[hh][nt][0] = r1[hh][nt][1] = r2[hh][nt][0] = r2[hh][nt][1] = 0.f;
+          if (res && ok) load_pair(r1[hh][nt], res + (size_t)co * ld_res + t, vec, ne);
+          if (res2 && ok) load_pair(r2[hh][nt], res2 + (size_t)co * ld_res2 + t, vec, ne);
+        }
       }
 #pragma unroll
-      for (int nt = 0; nt < NTW; nt++) {
-        const int t = t0 + wn * WN + nt * 8 + 2 * tq; /* even */
-        if (t >= c.n_out) continue;
-        float v[2] = {acc[mt][nt][h * 2], acc[mt][nt][h * 2 + 1]};
-        const bool two = t + 1 < c.n_out;
-        const int ne = two ? 2 : 1;
-        const bool vec = pairs && two;
+      for (int hh = 0; hh < GH; hh++) {
+        const int h = h0 + hh;
+        const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
+        if (co >= co_n) continue;
+        const float b = pb[mt][h], sc = psc[mt][h], oa = poa[mt][h];
+        const float oinv =
+            snk ? (c.oalpha_inv ? pinv[mt][h] : __fdiv_rn(1.0f, __fadd_rn(oa, 1e-9f))) : 0.f;
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-          if (osc) v[e] = __fmul_rn(v[e], sc);
-          v[e] = __fadd_rn(v[e], b);
-        }
-        if (c.res) add_pair(v, c.res + (size_t)co * c.ld_res + t, vec, ne);
-        if (c.res2) add_pair(v, c.res2 + (size_t)co * c.ld_res2 + t, vec, ne);
-        if (c.out) put_pair(c.out + (size_t)co * c.ld_out + t, v, vec, ne);
-        if (c.out_act) {
-          float w[2];
+        for (int nt = 0; nt < NTW; nt++) {
+          const int t = tb + nt * 8;
+          if (t >= n_out) continue;
+          float v[2] = {acc[mt][nt][h * 2], acc[mt][nt][h * 2 + 1]};
+          const int ne = t + 1 < n_out ? 2 : 1;
+          const bool vec = pairs && ne == 2;
 #pragma unroll
-          for (int e = 0; e < 2; e++) w[e] = snk ? snake<FS>(v[e], oa, oinv) : v[e];
-          put_pair(c.out_act + (size_t)co * c.ld_out_act + t, w, vec, ne);
+          for (int e = 0; e < 2; e++) {
+            if (osc) v[e] = __fmul_rn(v[e], sc);
+            v[e] = __fadd_rn(v[e], b);
+            if (res) v[e] = __fadd_rn(v[e], r1[hh][nt][e]);
+            if (res2) v[e] = __fadd_rn(v[e], r2[hh][nt][e]);
+          }
+          if (out) put_pair(out + (size_t)co * ld_out + t, v, vec, ne);
+          if (oact) {
+            float w[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) w[e] = snk ? snake<FS>(v[e], oa, oinv) : v[e];
+            put_pair(oact + (size_t)co * ld_oact + t, w, vec, ne);
+          }
         }
       }
     }

@@ -2281,6 +2281,15 @@ static void time_infer(fixture *fx, gpu_hift *h, const float *mel, int T, int fi
   cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
+/* FNV-1a of n floats' bits: two builds' outputs compared across a device call's logs (a kernel
+ * change that must keep the bits prints the same hash before and after) */
+static unsigned long long bits_hash(const float *x, int64_t n) {
+  unsigned long long h = 1469598103934665603ull;
+  const unsigned char *p = (const unsigned char *)x;
+  for (int64_t i = 0; i < n * (int64_t)sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 static void test_full_model(void **state) {
   fixture *fx = *state;
   NEED_DEV(fx);
@@ -2330,7 +2339,8 @@ static void test_full_model(void **state) {
       if (prec == COSY_HPREC_3XTF32) ok &= check_line(name, tu_rel_l2(w, wc, n), 2e-2);
       else
         print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, wc, n));
-      print_message("  max abs %.3e, ref rms %.4f\n", tu_max_abs_diff(w, wc, n), rms(wc, n));
+      print_message("  max abs %.3e, ref rms %.4f, output bits %016llx\n", tu_max_abs_diff(w, wc, n),
+                    rms(wc, n), bits_hash(w, n));
       free(w);
     }
     assert_int_equal(gpu_hift_set_precision(h, COSY_HPREC_3XTF32), COSY_OK);
@@ -2356,6 +2366,23 @@ static void test_full_model(void **state) {
     time_infer(fx, h, mel100, 100, 0, what);
     snprintf(what, sizeof what, "T=224 final [%s]", pn);
     time_infer(fx, h, mel224, 224, 1, what);
+  }
+  /* the output bits of a 224-frame final infer and of a 100-frame streaming one per precision */
+  for (int pi = 0; pi < 3; pi++) {
+    assert_int_equal(gpu_hift_set_precision(h, tprec[pi]), COSY_OK);
+    for (int k = 0; k < 2; k++) {
+      float *wo = NULL;
+      int64_t no = 0;
+      assert_int_equal(gpu_hift_infer(h, k ? mel224 : mel100, k ? 224 : 100, k, NULL, &wo, &no),
+                       COSY_OK);
+      print_message("full infer T=%d %s [%s]: %lld samples, output bits %016llx\n", k ? 224 : 100,
+                    k ? "final" : "non-final",
+                    tprec[pi] == COSY_HPREC_3XTF32 ? "3xTF32"
+                    : tprec[pi] == COSY_HPREC_F16  ? "F16"
+                                                   : "TF32",
+                    (long long)no, bits_hash(wo, no));
+      free(wo);
+    }
   }
   free(mel100), free(mel224);
   /* streaming at full size: chunks 50, 100, 60 (final) vs the whole-mel GPU runs, and the time of
