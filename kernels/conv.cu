@@ -318,6 +318,63 @@ __device__ __forceinline__ void put_pair(float *o, const float (&v)[2], bool vec
  * (the compiler cannot move a load above a store that may alias it; here no load reads what
  * this thread stores before it, and no other thread stores what it reads). The values and the
  * operations on them are the same either way. */
+/* store_tile's full-tile case: every row of the warp's 32 is an output channel, every one of its
+ * 8 NTW steps an output step, and every tensor float2-aligned (pair_ok), with the tensors it
+ * touches fixed at compile time (RES: res, OUT: out, SNK: out_act = Snake(v); no res2), so that
+ * a pair is its arithmetic, its loads and its stores, without the general case's per-pair bounds,
+ * pointer and flag tests (the staged Snake convs spent over half their issue slots there). The
+ * same operations on the same values as the general case. */
+template <int NTW, bool FS, bool RES, bool OUT, bool SNK>
+__device__ __forceinline__ void store_tile_full(const cosy_hift_conv &c,
+                                                const float (&acc)[2][NTW][4], int co0, int tb,
+                                                int wm, int g, const float *osc) {
+  constexpr int GH = NTW == 8 ? 1 : 2;
+  const float *const bias = c.bias;
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int h0 = 0; h0 < 2; h0 += GH) {
+      float2 r[GH][NTW];
+      float pb[GH], psc[GH], poa[GH], pinv[GH];
+#pragma unroll
+      for (int hh = 0; hh < GH; hh++) {
+        const int co = co0 + wm * 32 + mt * 16 + g + (h0 + hh) * 8;
+        pb[hh] = bias ? bias[co] : 0.f;
+        psc[hh] = osc ? osc[co] : 1.f;
+        if (SNK) {
+          poa[hh] = c.oalpha[co];
+          pinv[hh] = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(poa[hh], 1e-9f));
+        }
+        if (RES) {
+          const float *rp = c.res + (size_t)co * c.ld_res + tb;
+#pragma unroll
+          for (int nt = 0; nt < NTW; nt++) r[hh][nt] = *reinterpret_cast<const float2 *>(rp + nt * 8);
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < GH; hh++) {
+        const int h = h0 + hh;
+        const int co = co0 + wm * 32 + mt * 16 + g + h * 8;
+        float *const op = OUT ? c.out + (size_t)co * c.ld_out + tb : nullptr;
+        float *const ap = SNK ? c.out_act + (size_t)co * c.ld_out_act + tb : nullptr;
+#pragma unroll
+        for (int nt = 0; nt < NTW; nt++) {
+          float v[2] = {acc[mt][nt][h * 2], acc[mt][nt][h * 2 + 1]};
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            if (osc) v[e] = __fmul_rn(v[e], psc[hh]);
+            v[e] = __fadd_rn(v[e], pb[hh]);
+          }
+          if (RES) v[0] = __fadd_rn(v[0], r[hh][nt].x), v[1] = __fadd_rn(v[1], r[hh][nt].y);
+          if (OUT) *reinterpret_cast<float2 *>(op + nt * 8) = make_float2(v[0], v[1]);
+          if (SNK)
+            *reinterpret_cast<float2 *>(ap + nt * 8) = make_float2(
+                snake<FS>(v[0], poa[hh], pinv[hh]), snake<FS>(v[1], poa[hh], pinv[hh]));
+        }
+      }
+    }
+}
+
 template <int NTW, bool FS = false>
 __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float (&acc)[2][NTW][4],
                                            int co0, int t0, int wm, int wn, int g, int tq,
@@ -332,6 +389,15 @@ __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float 
   const bool pairs = pair_ok(out, ld_out) && pair_ok(res, ld_res) && pair_ok(res2, ld_res2) &&
                      pair_ok(oact, ld_oact);
   const int tb = t0 + wn * WN + 2 * tq; /* even */
+  /* the full-tile cases the vocoder's convs make (the resblocks' first and second convs, plain
+   * convs), each compiled apart: store_tile_full */
+  if (pairs && !res2 && co0 + wm * 32 + 32 <= co_n && t0 + wn * WN + WN <= n_out &&
+      (!oact || snk)) {
+    if (!res && !out && snk) return store_tile_full<NTW, FS, false, false, true>(c, acc, co0, tb, wm, g, osc);
+    if (res && out && snk) return store_tile_full<NTW, FS, true, true, true>(c, acc, co0, tb, wm, g, osc);
+    if (res && out && !oact) return store_tile_full<NTW, FS, true, true, false>(c, acc, co0, tb, wm, g, osc);
+    if (!res && out && !oact) return store_tile_full<NTW, FS, false, true, false>(c, acc, co0, tb, wm, g, osc);
+  }
   float pb[2][2], psc[2][2], poa[2][2], pinv[2][2];
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
