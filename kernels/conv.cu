@@ -95,7 +95,7 @@
  * conv_stage_f16_kernel (activated once, fp16, time-major) and copied by cp.async through a ring
  * of S shared-memory stages, one barrier a chunk; the same bits as conv2_kernel<OpF16>.
  * All three end in the same epilogue (store_tile: bias, residuals, stores, the fused Snake
- * output). The engine's choice is the one line `int g_conv_kernel = ...` below
+ * output; its full-tile cases compiled apart in store_tile_full, the same operations). The engine's choice is the one line `int g_conv_kernel = ...` below
  * (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in conv2_auto; docs/kernels.md), and
  * for F16 `int g_conv_staged = ...` (COSY_HCONV_STAGED_AUTO: conv3_prefer).
  *
