@@ -5,7 +5,7 @@
  *   bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] [--requests N]
  *            [--tokens 112 | --tokens default] [--prompt-tokens 87]
  *            [--texts ../shared/bench/w1_texts.txt] [--prompt-wav ../shared/audio/zero_shot_prompt.wav]
- *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--vocoder-tf32 | --vocoder-accurate | --vocoder-fp16]
+ *            [--w2 | --offline N] [--max-active N] [--warmup 2] [--ramp SECONDS] [--one-shot] [--hash] [--vocoder-tf32 | --vocoder-accurate | --vocoder-fp16]
  *            [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G]
  *            [--w3 | --users 128,192,256,320] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10]
  *            [--skip 10] [--seed 1] [--p95-ms 200]
@@ -52,6 +52,12 @@
  * are all submitted at once from one thread (no closed loop); reported: wall time (first submit
  * -> last request ended), audio seconds, RTF = wall / audio, xRT = audio / wall, and the same
  * batch and GPU lines. With --w2 alone only W2 runs; with --concurrency too, W1 runs first.
+ *
+ * --hash (W1 and W2): each request's samples are hashed as they arrive (FNV-1a of the float
+ * bits), and after each level a line gives the hash of the requests' hashes in request order
+ * ("audio bits"). Request i has seed 1000 + i, text line i % lines and its forced length, so two
+ * builds that print the same line made the same audio, sample for sample: a kernel change that
+ * must keep the bits can be checked at the engine's level in the same device call.
  *
  * W3 (--users U1,U2,...; --w3 = --users 128,192,256,320): a level of U live users each, for
  * --level-s seconds (40). User k arrives at a uniform time in the first --spread s (8), asks for an
@@ -128,6 +134,15 @@
 
 /* requests that failed in any level (the exit status is 3 when there were any) */
 static int g_failed;
+static int g_hash; /* --hash */
+
+/* FNV-1a over n bytes, continuing from h */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+#define FNV_OFFSET 1469598103934665603ull
 
 /* the fp16 vocoder (the GPU default, or --vocoder-fp16): the engine's INFO line about it
  * (lib/backend_gpu.c, at destroy: how many vocoder jobs saturated fp16 and were recomputed in
@@ -418,6 +433,7 @@ typedef struct result {
   int late_chunk;         /* that chunk's index (0-based) */
   int eng;  /* the engine (index into --device's list) that served it */
   cosy_status st;
+  uint64_t hash; /* --hash */
 } result;
 
 typedef struct req_state {
@@ -426,6 +442,7 @@ typedef struct req_state {
   int64_t samples, first_n;
   int rate, underruns, chunks, late_chunk;
   double late_s;
+  uint64_t hash; /* --hash: FNV-1a of the samples so far (0 before the first) */
 } req_state;
 
 static int32_t on_chunk(void *user, const cosy_chunk *c) {
@@ -450,10 +467,23 @@ static int32_t on_chunk(void *user, const cosy_chunk *c) {
     s->chunks++;
     s->play_end = (t > s->play_end ? t : s->play_end) + (double)c->n_samples / c->sample_rate;
   }
+  if (g_hash && c->n_samples > 0)
+    s->hash = fnv1a(s->hash ? s->hash : FNV_OFFSET, c->pcm, (size_t)c->n_samples * sizeof *c->pcm);
   s->samples += c->n_samples;
   s->rate = c->sample_rate;
   s->t_last = t;
   return 0;
+}
+
+/* --hash: the line of a level, from its requests' hashes in request order (failed ones as 0) */
+static void print_hash(const uint64_t *h, const int *failed, int n) {
+  uint64_t all = FNV_OFFSET;
+  for (int i = 0; i < n; i++) {
+    const uint64_t x = failed[i] ? 0 : h[i];
+    all = fnv1a(all, &x, sizeof x);
+  }
+  printf("      audio bits: %016llx (%d requests' samples, FNV-1a, in request order)\n",
+         (unsigned long long)all, n);
 }
 
 #define MAX_ENGINES 16
@@ -526,6 +556,7 @@ static void *client(void *arg) {
     res->first_s = s.rate ? (double)s.first_n / s.rate : 0;
     res->late_s = s.late_s;
     res->late_chunk = s.late_chunk;
+    res->hash = s.hash;
   }
   return NULL;
 }
@@ -551,6 +582,7 @@ static void run_w2(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
   req_state *rs = (req_state *)calloc((size_t)n, sizeof *rs);
   double *ttfb = (double *)calloc((size_t)n, sizeof *ttfb), *end = (double *)calloc((size_t)n, sizeof *end);
   int *eng_of = (int *)calloc((size_t)n, sizeof *eng_of);
+  int *rq_ok = (int *)calloc((size_t)n, sizeof *rq_ok);
   cosy_engine_stats st0[MAX_ENGINES], st[MAX_ENGINES];
   sampler smp[MAX_ENGINES];
   for (int k = 0; k < n_eng; k++) {
@@ -587,6 +619,7 @@ static void run_w2(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
     if (s) fprintf(stderr, "request %d: %s\n", i, cosy_last_error());
     cosy_request_release(rq[i]);
     if (s) continue;
+    rq_ok[i] = 1;
     if (rs[i].rate) {
       audio += (double)rs[i].samples / rs[i].rate;
       audio_k[i % n_eng] += (double)rs[i].samples / rs[i].rate;
@@ -629,6 +662,14 @@ static void run_w2(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
     printf("      (%d of %d requests failed, %d not submitted)\n", n - ok, n, n - submitted);
     g_failed += n - ok;
   }
+  if (g_hash) {
+    uint64_t *hs = (uint64_t *)calloc((size_t)n + 1, sizeof *hs);
+    int *bad = (int *)calloc((size_t)n + 1, sizeof *bad);
+    for (int i = 0; hs && bad && i < n; i++) hs[i] = rs[i].hash, bad[i] = !rq_ok[i];
+    if (hs && bad) print_hash(hs, bad, n);
+    free(hs);
+    free(bad);
+  }
   print_engines(st0, st, smp, n_eng, 0);
   fflush(stdout);
   free(rq);
@@ -636,6 +677,7 @@ static void run_w2(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
   free(ttfb);
   free(end);
   free(eng_of);
+  free(rq_ok);
 }
 
 /* ---- W3: live users (docs/scheduler.md section 6) ------------------------------------------- */
@@ -1322,6 +1364,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--memory-gb") && i + 1 < argc) mem_gb = atof(argv[++i]);
     else if (!strcmp(argv[i], "--ramp") && i + 1 < argc) ramp = atof(argv[++i]);
     else if (!strcmp(argv[i], "--one-shot")) flags |= COSY_SYNTH_ONE_SHOT;
+    else if (!strcmp(argv[i], "--hash")) g_hash = 1;
     else if (!strcmp(argv[i], "--vocoder-tf32")) voc_prec = COSY_VOCODER_TF32;
     else if (!strcmp(argv[i], "--vocoder-accurate")) voc_prec = COSY_VOCODER_ACCURATE;
     else if (!strcmp(argv[i], "--vocoder-fp16")) voc_prec = COSY_VOCODER_FP16;
@@ -1348,7 +1391,7 @@ int main(int argc, char **argv) {
     } else {
       fprintf(stderr, "usage: bench_w1 -m MODEL [--device N | --device N,M,...] [--concurrency 1,4,16] "
                       "[--requests N] [--tokens 112 | --tokens default] [--prompt-tokens 87] [--warmup 2] [--texts FILE] [--prompt-wav WAV] "
-                      "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] "
+                      "[--w2 | --offline N] [--max-active N] [--ramp SECONDS] [--one-shot] [--hash] "
                       "[--vocoder-tf32 | --vocoder-accurate | --vocoder-fp16] [--first-chunk N] [--first-wait N] [--memory-fraction F | --memory-gb G] "
                       "[--w3 | --users 128,192] [--level-s 40] [--spread 8] [--think 2] [--utter 2,10] "
                       "[--skip 10] [--seed 1] [--p95-ms 200] "
@@ -1671,6 +1714,14 @@ int main(int argc, char **argv) {
       char label[16];
       snprintf(label, sizeof label, "e%d", k);
       w1_row(sh.res, total, k, C, label, wall, mem_k[k], &ok_k, sums_k);
+    }
+    if (g_hash) {
+      uint64_t *hs = (uint64_t *)calloc((size_t)total + 1, sizeof *hs);
+      int *bad = (int *)calloc((size_t)total + 1, sizeof *bad);
+      for (int i = 0; hs && bad && i < total; i++) hs[i] = sh.res[i].hash, bad[i] = sh.res[i].st != 0;
+      if (hs && bad) print_hash(hs, bad, total);
+      free(hs);
+      free(bad);
     }
     fflush(stdout);
     { /* which requests ran dry: the first few, with their first chunk and the latest chunk */

@@ -88,6 +88,8 @@ ab_rows() {
 # bench_w1 and test_kernels there in the background (log $L/base_build.log). Sets BB (its
 # bench_w1) and BPID; `base_wait` waits for it and prints its status. Call it after the build, so
 # that the copy holds this tree's objects and build/dev/config.mk (its CUDA targets).
+# A change that must keep the audio's bits: run both bench_w1 with --hash (the same workload)
+# and compare their "audio bits" lines.
 base_tree() {
   local m
   rm -rf /tmp/base && mkdir -p /tmp/base && cp -a . /tmp/base/ 2>/dev/null
