@@ -95,7 +95,8 @@
  * conv_stage_f16_kernel (activated once, fp16, time-major) and copied by cp.async through a ring
  * of S shared-memory stages, one barrier a chunk; the same bits as conv2_kernel<OpF16>.
  * All three end in the same epilogue (store_tile: bias, residuals, stores, the fused Snake
- * output; its full-tile cases compiled apart in store_tile_full, the same operations). The engine's choice is the one line `int g_conv_kernel = ...` below
+ * output; its full-tile cases compiled apart in store_tile_full, the same operations). The
+ * engine's choice is the one line `int g_conv_kernel = ...` below
  * (COSY_HCONV_K_AUTO: W128 or W64 per launch by the rule in conv2_auto; docs/kernels.md), and
  * for F16 `int g_conv_staged = ...` (COSY_HCONV_STAGED_AUTO: conv3_prefer).
  *
@@ -300,24 +301,6 @@ __device__ __forceinline__ void put_pair(float *o, const float (&v)[2], bool vec
     for (int e = 0; e < ne; e++) o[e] = v[e];
 }
 
-/* The epilogue of every kernel (conv_tc_kernel: NTW = 4; conv2_kernel: NTW = 4 or 8; osc: the
- * F16 conv2_kernel's per-output-channel weight scale [co], multiplied first), bias,
- * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
- * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
- * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4. Per value, in order:
- * v = acc (x osc[co]) + bias[co] (+ res) (+ res2); out = v; out_act = oact(v).
- * A thread's two elements e = 0, 1 are the adjacent time steps t, t + 1 (t even). Where every
- * tensor the epilogue touches is 8-byte aligned at even columns (pair_ok: its base and an even
- * pitch) and both steps are valid, they are read and written as one float2 (a warp's row of 8
- * steps: one 32-byte sector instead of two half-used ones); otherwise one float at a time.
- * Latency: the descriptor's fields are read into registers once (each read of c is a constant
- * load with a register index, and the compiler repeated them after every store); the per-row
- * parameters (bias, scale, Snake's alpha) of all four rows, then the residuals of a group of
- * rows (both rows of an m tile at NTW = 4, one row at NTW = 8: registers) are loaded before any
- * of the group's stores, so their latencies overlap instead of one load's latency for each pair
- * (the compiler cannot move a load above a store that may alias it; here no load reads what
- * this thread stores before it, and no other thread stores what it reads). The values and the
- * operations on them are the same either way. */
 /* store_tile's full-tile case: every row of the warp's 32 is an output channel, every one of its
  * 8 NTW steps an output step, and every tensor float2-aligned (pair_ok), with the tensors it
  * touches fixed at compile time (RES: res, OUT: out, SNK: out_act = Snake(v); no res2), so that
@@ -343,12 +326,14 @@ __device__ __forceinline__ void store_tile_full(const cosy_hift_conv &c,
         psc[hh] = osc ? osc[co] : 1.f;
         if (SNK) {
           poa[hh] = c.oalpha[co];
-          pinv[hh] = c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(poa[hh], 1e-9f));
+          pinv[hh] =
+              c.oalpha_inv ? c.oalpha_inv[co] : __fdiv_rn(1.0f, __fadd_rn(poa[hh], 1e-9f));
         }
         if (RES) {
           const float *rp = c.res + (size_t)co * c.ld_res + tb;
 #pragma unroll
-          for (int nt = 0; nt < NTW; nt++) r[hh][nt] = *reinterpret_cast<const float2 *>(rp + nt * 8);
+          for (int nt = 0; nt < NTW; nt++)
+            r[hh][nt] = *reinterpret_cast<const float2 *>(rp + nt * 8);
         }
       }
 #pragma unroll
@@ -375,6 +360,24 @@ __device__ __forceinline__ void store_tile_full(const cosy_hift_conv &c,
     }
 }
 
+/* The epilogue of every kernel (conv_tc_kernel: NTW = 4; conv2_kernel: NTW = 4 or 8; osc: the
+ * F16 conv2_kernel's per-output-channel weight scale [co], multiplied first), bias,
+ * residuals, the stores and the fused post-activation of one warp's accumulators acc[mt][nt][e]
+ * (m tile mt of 16 rows, n tile nt of 8 time steps, mma c element e) of the 32 co x 8 NTW time
+ * steps from co0 + 32 wm, t0 + 8 NTW wn; g = lane / 4, tq = lane % 4. Per value, in order:
+ * v = acc (x osc[co]) + bias[co] (+ res) (+ res2); out = v; out_act = oact(v).
+ * A thread's two elements e = 0, 1 are the adjacent time steps t, t + 1 (t even). Where every
+ * tensor the epilogue touches is 8-byte aligned at even columns (pair_ok: its base and an even
+ * pitch) and both steps are valid, they are read and written as one float2 (a warp's row of 8
+ * steps: one 32-byte sector instead of two half-used ones); otherwise one float at a time.
+ * Latency: the descriptor's fields are read into registers once (each read of c is a constant
+ * load with a register index, and the compiler repeated them after every store); the per-row
+ * parameters (bias, scale, Snake's alpha) of all four rows, then the residuals of a group of
+ * rows (both rows of an m tile at NTW = 4, one row at NTW = 8: registers) are loaded before any
+ * of the group's stores, so their latencies overlap instead of one load's latency for each pair
+ * (the compiler cannot move a load above a store that may alias it; here no load reads what
+ * this thread stores before it, and no other thread stores what it reads). The values and the
+ * operations on them are the same either way. */
 template <int NTW, bool FS = false>
 __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float (&acc)[2][NTW][4],
                                            int co0, int t0, int wm, int wn, int g, int tq,
@@ -393,10 +396,14 @@ __device__ __forceinline__ void store_tile(const cosy_hift_conv &c, const float 
    * convs), each compiled apart: store_tile_full */
   if (pairs && !res2 && co0 + wm * 32 + 32 <= co_n && t0 + wn * WN + WN <= n_out &&
       (!oact || snk)) {
-    if (!res && !out && snk) return store_tile_full<NTW, FS, false, false, true>(c, acc, co0, tb, wm, g, osc);
-    if (res && out && snk) return store_tile_full<NTW, FS, true, true, true>(c, acc, co0, tb, wm, g, osc);
-    if (res && out && !oact) return store_tile_full<NTW, FS, true, true, false>(c, acc, co0, tb, wm, g, osc);
-    if (!res && out && !oact) return store_tile_full<NTW, FS, false, true, false>(c, acc, co0, tb, wm, g, osc);
+    if (!res && !out && snk)
+      return store_tile_full<NTW, FS, false, false, true>(c, acc, co0, tb, wm, g, osc);
+    if (res && out && snk)
+      return store_tile_full<NTW, FS, true, true, true>(c, acc, co0, tb, wm, g, osc);
+    if (res && out && !oact)
+      return store_tile_full<NTW, FS, true, true, false>(c, acc, co0, tb, wm, g, osc);
+    if (!res && out && !oact)
+      return store_tile_full<NTW, FS, false, true, false>(c, acc, co0, tb, wm, g, osc);
   }
   float pb[2][2], psc[2][2], poa[2][2], pinv[2][2];
 #pragma unroll
