@@ -301,5 +301,7 @@ def test_readme_client(triton, reference):
     assert np.all(np.isfinite(audio)) and np.abs(audio).max() > 0
     want = reference("alloy", "Hello from Triton.")
     # unseeded on a random-weight model: any length from min_len to max_len speech tokens (2 and
-    # 20 a text token, a ratio of 10) may come out, so only that range is checked
-    assert 0.25 * want.size < audio.size <= 11 * want.size, (audio.size, want.size)
+    # 20 a text token, a ratio of 10) may come out, for this request and for the seeded reference
+    # alike, so the two are within a factor of 10 of each other either way (the reference can sit
+    # at max_len: 96000 samples against the client's 23040 in one CI run), with a little slack
+    assert 0.09 * want.size < audio.size <= 11 * want.size, (audio.size, want.size)
