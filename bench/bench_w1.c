@@ -475,17 +475,13 @@ static int32_t on_chunk(void *user, const cosy_chunk *c) {
   return 0;
 }
 
-/* --hash: the line of a level, from its requests' hashes in request order (failed ones as 0) */
-static void print_hash(const uint64_t *h, const int *failed, int n) {
-  uint64_t all = FNV_OFFSET;
-  for (int i = 0; i < n; i++) {
-    const uint64_t x = failed[i] ? 0 : h[i];
-    all = fnv1a(all, &x, sizeof x);
-  }
+/* --hash: a level's requests' hashes folded in request order (a failed request as 0), then its
+ * line */
+static uint64_t bits_add(uint64_t all, uint64_t h) { return fnv1a(all, &h, sizeof h); }
+static void print_bits(uint64_t all, int n) {
   printf("      audio bits: %016llx (%d requests' samples, FNV-1a, in request order)\n",
          (unsigned long long)all, n);
 }
-
 #define MAX_ENGINES 16
 
 typedef struct shared {
@@ -663,12 +659,9 @@ static void run_w2(cosy_engine **e, cosy_voice **v, int n_eng, char **texts, int
     g_failed += n - ok;
   }
   if (g_hash) {
-    uint64_t *hs = (uint64_t *)calloc((size_t)n + 1, sizeof *hs);
-    int *bad = (int *)calloc((size_t)n + 1, sizeof *bad);
-    for (int i = 0; hs && bad && i < n; i++) hs[i] = rs[i].hash, bad[i] = !rq_ok[i];
-    if (hs && bad) print_hash(hs, bad, n);
-    free(hs);
-    free(bad);
+    uint64_t all = FNV_OFFSET;
+    for (int i = 0; i < n; i++) all = bits_add(all, rq_ok[i] ? rs[i].hash : 0);
+    print_bits(all, n);
   }
   print_engines(st0, st, smp, n_eng, 0);
   fflush(stdout);
@@ -1716,12 +1709,9 @@ int main(int argc, char **argv) {
       w1_row(sh.res, total, k, C, label, wall, mem_k[k], &ok_k, sums_k);
     }
     if (g_hash) {
-      uint64_t *hs = (uint64_t *)calloc((size_t)total + 1, sizeof *hs);
-      int *bad = (int *)calloc((size_t)total + 1, sizeof *bad);
-      for (int i = 0; hs && bad && i < total; i++) hs[i] = sh.res[i].hash, bad[i] = sh.res[i].st != 0;
-      if (hs && bad) print_hash(hs, bad, total);
-      free(hs);
-      free(bad);
+      uint64_t all = FNV_OFFSET;
+      for (int i = 0; i < total; i++) all = bits_add(all, sh.res[i].st ? 0 : sh.res[i].hash);
+      print_bits(all, total);
     }
     fflush(stdout);
     { /* which requests ran dry: the first few, with their first chunk and the latest chunk */

@@ -2281,15 +2281,6 @@ static void time_infer(fixture *fx, gpu_hift *h, const float *mel, int T, int fi
   cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
-/* FNV-1a of n floats' bits: two builds' outputs compared across a device call's logs (a kernel
- * change that must keep the bits prints the same hash before and after) */
-static unsigned long long bits_hash(const float *x, int64_t n) {
-  unsigned long long h = 1469598103934665603ull;
-  const unsigned char *p = (const unsigned char *)x;
-  for (int64_t i = 0; i < n * (int64_t)sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 static void test_full_model(void **state) {
   fixture *fx = *state;
   NEED_DEV(fx);
@@ -2340,7 +2331,7 @@ static void test_full_model(void **state) {
       else
         print_message("%-52s rel L2 %.3e  (info)\n", name, tu_rel_l2(w, wc, n));
       print_message("  max abs %.3e, ref rms %.4f, output bits %016llx\n", tu_max_abs_diff(w, wc, n),
-                    rms(wc, n), bits_hash(w, n));
+                    rms(wc, n), wav_digest(w, n));
       free(w);
     }
     assert_int_equal(gpu_hift_set_precision(h, COSY_HPREC_3XTF32), COSY_OK);
@@ -2380,7 +2371,7 @@ static void test_full_model(void **state) {
                     tprec[pi] == COSY_HPREC_3XTF32 ? "3xTF32"
                     : tprec[pi] == COSY_HPREC_F16  ? "F16"
                                                    : "TF32",
-                    (long long)no, bits_hash(wo, no));
+                    (long long)no, wav_digest(wo, no));
       free(wo);
     }
   }
