@@ -568,15 +568,16 @@ static cudaError_t r_llm_gemv(bench_op *o, int s) {
   ga.smem_max = (int)g_dev.smem_block; /* as the LLM passes it */
   ga.smem_sm = (int)g_dev.smem_sm;
   ga.xfrag = o->i[7]; /* x's fragments once per block (COSY_LLM_XFRAG's path) */
+  ga.tcb_shape = o->i[8]; /* gemv_tcb's block shape forced (BENCH_TCB_SHAPES rows) */
   return o->i[6] ? cosy_k_llm_gemv_tc(g_stream, &ga) : cosy_k_llm_gemv(g_stream, &ga);
 }
-static void add_llm_gemv(const char *group, const char *name, int M, int N, int K,
-                         cosy_llm_gemv_in in, cosy_llm_gemv_out out, int tc, int xf) {
+static void add_llm_gemv_s(const char *group, const char *name, int M, int N, int K,
+                           cosy_llm_gemv_in in, cosy_llm_gemv_out out, int tc, int xf, int shape) {
   bench_op *o = new_op(group, name);
   const int ny = out == COSY_GEMV_QKV_ROPE ? 14 * 64 : out == COSY_GEMV_SILU_MUL ? N / 2 : N;
   snprintf(o->size, sizeof o->size, "%dx%dx%d bf16 W, f32 x/y", M, N, K);
   o->i[0] = M, o->i[1] = N, o->i[2] = K, o->i[3] = in, o->i[4] = out, o->i[5] = ny, o->i[6] = tc;
-  o->i[7] = xf;
+  o->i[7] = xf, o->i[8] = shape;
   const size_t wbytes = (size_t)N * K * 2;
   o->nrot = rot_sets(wbytes);
   o->p[1] = drand_rot(o->nrot, (size_t)N * K, BF16, -0.05f, 0.05f, &o->rot[1]);
@@ -596,6 +597,10 @@ static void add_llm_gemv(const char *group, const char *name, int M, int N, int 
   o->flops = 2.0 * M * N * K;
   o->run = r_llm_gemv;
   run_op(o);
+}
+static void add_llm_gemv(const char *group, const char *name, int M, int N, int K,
+                         cosy_llm_gemv_in in, cosy_llm_gemv_out out, int tc, int xf) {
+  add_llm_gemv_s(group, name, M, N, K, in, out, tc, xf, 0);
 }
 static cudaError_t r_ras(bench_op *o, int s) {
   return cosy_k_ras_sample(g_stream, P(o, 0, s), 6761, o->i[0], 6761, P(o, 1, s), P(o, 2, s));
@@ -2008,6 +2013,23 @@ void bench_llm_gemv(const kh_scn *s) {
     add_llm_gemv(grp, nm[r][3], B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc, xf);
     add_llm_gemv(grp, nm[r][4], B, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, tc, xf);
   }
+  /* BENCH_TCB_SHAPES=1: gemv_tcb under each block shape forced (args tcb_shape; the rule of
+   * kernels/gemv.cu tcb_shape picks among them) */
+  const char *sh = getenv("BENCH_TCB_SHAPES");
+  if (B > 8 && sh && *sh && strcmp(sh, "0")) {
+    static const char *const mat[5] = {"qkv", "o", "gate|up", "down", "head"};
+    static const int mn[5] = {1152, 896, 9728, 896, 6761}, mk[5] = {896, 896, 896, 4864, 896};
+    static const cosy_llm_gemv_in mi[5] = {COSY_GEMV_IN_RMSNORM, COSY_GEMV_IN_F32, COSY_GEMV_IN_RMSNORM,
+                                           COSY_GEMV_IN_F32, COSY_GEMV_IN_RMSNORM};
+    static const cosy_llm_gemv_out mo[5] = {COSY_GEMV_QKV_ROPE, COSY_GEMV_ADD_F32, COSY_GEMV_SILU_MUL,
+                                            COSY_GEMV_ADD_F32, COSY_GEMV_STORE_F32};
+    for (int m = 0; m < 5; ++m)
+      for (int shape = 1; shape <= 3; ++shape) {
+        char name[64];
+        snprintf(name, sizeof name, "gemv_tcb shape %d %s", shape, mat[m]);
+        add_llm_gemv_s(grp, name, B, mn[m], mk[m], mi[m], mo[m], 3, 0, shape);
+      }
+  }
 }
 void bench_llm_step_ops(const kh_scn *s) {
   if (s->kind == KH_SCN_LLM_DECODE) add_llm_step_ops(s->group, s->n);
@@ -2043,6 +2065,7 @@ void bench_hift(const kh_scn *s) {
 /* the scenarios, in the table's order */
 static const kh_scn g_scns[] = {
     {"llm b1", KH_SCN_LLM_DECODE, 1}, {"llm b16", KH_SCN_LLM_DECODE, 16},
+    {"llm b32", KH_SCN_LLM_DECODE, 32}, {"llm b48", KH_SCN_LLM_DECODE, 48},
     {"llm b64", KH_SCN_LLM_DECODE, 64}, {"llm b224", KH_SCN_LLM_DECODE, 224}, /* ~W2's rows */
     {"prefill", KH_SCN_PREFILL, 300},
     {"dit 116", KH_SCN_DIT, 116}, /* a single request's first chunk: 56 new frames + 60 context */

@@ -526,6 +526,8 @@ struct TcP {
   /* 1: above 8 rows with xs, the B-operand kernel (gemv_tcb_kernel; xs then written by
    * tc_splitb_kernel in its order); the knob COSY_LLM_GEMVB through cosy_llm_gemv_args.gemvb */
   int gemvb;
+  /* gemv_tcb_kernel's block shape (tcb_shape; args tcb_shape): 0 = the rule, 1-3 forced */
+  int shape;
 };
 enum { TC_EARLY_BIAS = 1, TC_EARLY_INVF = 2, TC_EARLY_POS = 4, TC_EARLY_OLD = 8, TC_EARLY_NORMW = 16 };
 
@@ -1342,13 +1344,29 @@ constexpr GemvKnobs kGemvKnobs = {1, TC_MAX_KS, 1,
                                   TC_TARGET_WARPS, 1};
 inline const GemvKnobs &gemv_knobs() { return kGemvKnobs; }
 inline int tc_rows_per_block(int R, bool pre) { return R <= 8 ? 8 : R <= 32 || !pre ? 16 : 32; }
+/* gemv_tcb_kernel's block shape: 1 = blocks of 16 rows, one weight tile a warp, D 4; 2 = 32 rows,
+ * two weight tiles a warp (each x fragment serves both), D 2; 3 = 32 rows, one tile a warp, D 4.
+ * The same bits in each (the same K split and mma sequence per output). Chosen per matrix and
+ * row count from the kernel table on an H200 (bench/RESULTS.md, "The decode projections by block
+ * shape"): q|k|v and o (72 and 56 weight tiles of 16 rows: shape 2 leaves most SMs idle) take
+ * 16-row blocks up to 64 rows; gate|up and down 16-row blocks up to 16 rows; down 32-row blocks
+ * with one tile a warp up to 40 rows; the rest two tiles a warp, the head from 9 rows. */
+inline int tcb_shape(int epi, int K, int R) {
+  if (epi == COSY_GEMV_STORE_F32) return 2;
+  if (epi == COSY_GEMV_QKV_ROPE || (epi == COSY_GEMV_ADD_F32 && K <= 1024)) return R <= 64 ? 1 : 2;
+  if (R <= 16) return 1;
+  return epi == COSY_GEMV_ADD_F32 && R <= 40 ? 3 : 2;
+}
 template <int KS, int PRO, int EPI>
 cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const bool pre = p.xs != nullptr;
   const int rc = tc_rows_per_block(p.R, pre);
-  if (pre && p.gemvb && rc > 8) /* x split by tc_splitb_kernel: the B-operand kernel */
-    return rc == 16 ? gemv_tcb_launch<1, KS, 1, 4, PRO, EPI>(s, p, pdl)
-                    : gemv_tcb_launch<2, KS, 2, 2, PRO, EPI>(s, p, pdl);
+  if (pre && p.gemvb && rc > 8) { /* x split by tc_splitb_kernel: the B-operand kernel */
+    const int sh = p.shape >= 1 && p.shape <= 3 ? p.shape : tcb_shape(EPI, p.g.K, p.R);
+    return sh == 1   ? gemv_tcb_launch<1, KS, 1, 4, PRO, EPI>(s, p, pdl)
+           : sh == 2 ? gemv_tcb_launch<2, KS, 2, 2, PRO, EPI>(s, p, pdl)
+                     : gemv_tcb_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
+  }
   if (rc == 8)
     return p.xf ? gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false, true>(s, p, pdl)
                 : gemv_tc_launch<1, KS, 1, 4, PRO, EPI, false, false>(s, p, pdl);
@@ -1498,6 +1516,7 @@ static cudaError_t tc_plan(const cosy_llm_gemv_args *a, TcP *tpp, int *ksp, bool
   p.late = gemv_knobs().trigger >= 1;
   tp.early = gemv_knobs().early;
   tp.gemvb = a->gemvb ? 1 : 0;
+  tp.shape = a->tcb_shape >= 1 && a->tcb_shape <= 3 ? a->tcb_shape : 0;
   const long long R = (long long)a->M * p.groups;
   if (R > 65535LL * 64) return cudaErrorInvalidValue;
   tp.R = (int)R;

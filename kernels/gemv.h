@@ -100,6 +100,10 @@ typedef struct cosy_llm_gemv_args {
    * the tensor core orders the transposed product differently (the engine's batch invariance
    * holds either way: tests). 0: gemv_tc_kernel, x as the B operand. */
   int gemvb;
+  /* cosy_k_llm_gemv_tc with gemvb above 8 rows, a measurement aid (the kernel table): 0 = the
+   * block shape the launcher chooses by epilogue and rows; 1 = 16-row blocks, 2 = 32-row blocks
+   * with two weight tiles a warp, 3 = 32-row blocks with one. Speed only: the same bits. */
+  int tcb_shape;
 } cosy_llm_gemv_args;
 
 /* 1 when cosy_k_llm_gemv supports M rows of K inputs (M in {1, 2, 4, 8}, K % 8 == 0,

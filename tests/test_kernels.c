@@ -1600,6 +1600,8 @@ static void check_topk(int rows, int n, int k, int ties) {
 static int g_tc_clusters = -1;
 /* gemv_tc's x fragments once per block (args xfrag, COSY_LLM_XFRAG): 0 per warp, 1 per block */
 static int g_tc_xfrag = 0;
+/* gemv_tcb's block shape (args tcb_shape): 0 the launcher's rule, 1-3 forced */
+static int g_tcb_shape = 0;
 
 /* cosy_k_llm_gemv (gemv.h) against a double-precision loop: M rows, W [N][K] bf16, every
  * prologue / epilogue. QKV_ROPE uses 14 q + 2 k + 2 v heads (N = 1152) and checks q, and the
@@ -1647,7 +1649,7 @@ static void check_gemv_k(int M, int N, int K, cosy_llm_gemv_in in, cosy_llm_gemv
   ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
   ga.gemvb = tc == 3;
   ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
-  ga.smem_sm = (int)g_dev.smem_sm, ga.xfrag = g_tc_xfrag;
+  ga.smem_sm = (int)g_dev.smem_sm, ga.xfrag = g_tc_xfrag, ga.tcb_shape = g_tcb_shape;
   const int xf_used = tc && cosy_k_llm_gemv_tc_xfrag_used(&ga);
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   if (dws) dfree(dws);
@@ -1779,7 +1781,7 @@ static void check_gemv_groups_k(int G, int N, int K, cosy_llm_gemv_in in, cosy_l
   ga.xs = dws, ga.xs_bytes = dws ? nws : 0;
   ga.gemvb = tc == 3;
   ga.clusters = g_tc_clusters < 0 ? g_dev.clusters : g_tc_clusters;
-  ga.smem_sm = (int)g_dev.smem_sm, ga.xfrag = g_tc_xfrag;
+  ga.smem_sm = (int)g_dev.smem_sm, ga.xfrag = g_tc_xfrag, ga.tcb_shape = g_tcb_shape;
   const int xf_used = tc && cosy_k_llm_gemv_tc_xfrag_used(&ga);
   CK(tc ? cosy_k_llm_gemv_tc(0, &ga) : cosy_k_llm_gemv(0, &ga));
   ga.xs = NULL, ga.xs_bytes = 0;
@@ -1961,6 +1963,18 @@ void test_llm_gemv(void **state) {
   check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 64); /* 8 parts */
   check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 1, 64);
   g_tc_clusters = -1;
+  /* gemv_tcb under each block shape forced (the launcher's rule picks among them by matrix and
+   * rows): the model's five matrices at 40 rows (a partial last block in each shape), rows
+   * together vs each alone, bit for bit, and against the reference */
+  for (g_tcb_shape = 1; g_tcb_shape <= 3; ++g_tcb_shape) {
+    check_gemv_groups_k(0, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, 3, 40);
+    check_gemv_groups_k(0, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 3, 40);
+    check_gemv_groups_k(0, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, 3, 40);
+    check_gemv_groups_k(0, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 3, 40);
+    check_gemv_groups_k(0, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, 3, 40);
+    check_gemv_k(40, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, 1, 1, 3);
+  }
+  g_tcb_shape = 0;
   /* x's fragments once per block (args xfrag): == the per-warp path bit for bit at 1, 2, 5 and
    * 8 rows and at 16 without the workspace, every prologue / epilogue (the model's five
    * matrices, K = 896 and 4864), with clusters (where the device has them) and without */
