@@ -2066,7 +2066,8 @@ void bench_hift(const kh_scn *s) {
 static const kh_scn g_scns[] = {
     {"llm b1", KH_SCN_LLM_DECODE, 1}, {"llm b16", KH_SCN_LLM_DECODE, 16},
     {"llm b32", KH_SCN_LLM_DECODE, 32}, {"llm b48", KH_SCN_LLM_DECODE, 48},
-    {"llm b64", KH_SCN_LLM_DECODE, 64}, {"llm b224", KH_SCN_LLM_DECODE, 224}, /* ~W2's rows */
+    {"llm b64", KH_SCN_LLM_DECODE, 64},   {"llm b96", KH_SCN_LLM_DECODE, 96},
+    {"llm b128", KH_SCN_LLM_DECODE, 128}, {"llm b224", KH_SCN_LLM_DECODE, 224}, /* ~W2's rows */
     {"prefill", KH_SCN_PREFILL, 300},
     {"dit 116", KH_SCN_DIT, 116}, /* a single request's first chunk: 56 new frames + 60 context */
     {"dit 400", KH_SCN_DIT, 400},

@@ -96,8 +96,9 @@
  *   (two 8-column halves: rows rA and rB), so the grid, the K split (from N and K only) and each
  *   output's sum (the same products in the same mma-k slots, hi then lo, k-blocks in order, K
  *   parts in order) are those of gemv_tc_kernel; whether the tensor core adds the transposed
- *   product in the same order is the hardware's (the test compares the bits). Blocks of 16 rows
- *   (MT 1, D 4) up to 32 rows, 32 (MT 2, TW 2, D 2) beyond. sm_90 machine code of the gate|up
+ *   product in the same order is the hardware's (the test compares the bits). Three block shapes
+ *   (tcb_shape, by matrix and rows): 16 rows (MT 1, TW 1, D 4), 32 rows with two weight tiles a
+ *   warp (MT 2, TW 2, D 2) and 32 rows with one (MT 2, TW 1, D 4). sm_90 machine code of the gate|up
  *   loop: 32.5 instructions a k-block for 8 HMMA and 6 loads, no register copies (gemv_tc_kernel
  *   at 16 rows: 119); at 32 rows 68 a k-block for 32 HMMA (gemv_tc_kernel: 319).
  */
