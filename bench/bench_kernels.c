@@ -269,7 +269,7 @@ static void time_op(bench_op *op) {
   op->us = op->us_graph > 0 && op->us_graph < op->us_stream ? op->us_graph : op->us_stream;
 }
 
-#define MAXOPS 1024
+#define MAXOPS 2048 /* rows of one run: the whole table (LLM groups of 1-224 rows, with BENCH_TCB_SHAPES), the vocoder's variants */
 static bench_op g_ops[MAXOPS];
 static int g_nops;
 
@@ -2023,10 +2023,11 @@ void bench_llm_gemv(const kh_scn *s) {
                                            COSY_GEMV_IN_F32, COSY_GEMV_IN_RMSNORM};
     static const cosy_llm_gemv_out mo[5] = {COSY_GEMV_QKV_ROPE, COSY_GEMV_ADD_F32, COSY_GEMV_SILU_MUL,
                                             COSY_GEMV_ADD_F32, COSY_GEMV_STORE_F32};
+    static char names[5][3][32]; /* the table keeps the name pointers until it prints */
     for (int m = 0; m < 5; ++m)
       for (int shape = 1; shape <= 3; ++shape) {
-        char name[64];
-        snprintf(name, sizeof name, "gemv_tcb shape %d %s", shape, mat[m]);
+        char *name = names[m][shape - 1];
+        snprintf(name, sizeof names[m][shape - 1], "gemv_tcb shape %d %s", shape, mat[m]);
         add_llm_gemv_s(grp, name, B, mn[m], mk[m], mi[m], mo[m], 3, 0, shape);
       }
   }

@@ -6,6 +6,7 @@
 #                                        frontend profile cudnn official prof_tests prof_w1
 #                                        memory stress gputime fault sanitize longtext multi ab tc trace ktop
 #                                        ncu_k ncu_llm ncu_voc w3 cli ff1epi attnv2 f16guard attnpre xfrag gemvb
+#                                        tcbshape
 #                                        flowsmall w2prof
 #                                        sweep (the reference W1 / W2 run: see its block)
 #                                        (default: build kernels stages engine bench frontend
@@ -196,6 +197,14 @@
 #               "gemvb: llm b16 gemv_tc(b) ..." kernel rows, "gemvb <base|b> <round> w1|w2: ...".
 #               110 s on an H200 after a build with GEMVB_ROUNDS=0 (each round adds W1 / W2
 #               twice, ~40 s). Logs: gemvb_*.log
+#   tcbshape    the block shapes of the B-operand decode GEMV (kernels/gemv.cu tcb_shape; not in the
+#               default steps: `bash bench/device_run.sh build tcbshape`): test_kernels llm_gemv (every
+#               shape forced, rows together == each alone), the kernel table's gemv_tcb rows at 16-224
+#               rows under each shape forced (BENCH_TCB_SHAPES=1) beside the rule's, and the decode
+#               step on $FULL (test_gpu_llm). Summary: "tcbshape check: ..." (failed checks; none
+#               expected), "tcbshape bNN MATRIX: rule us / shape 1 / 2 / 3" (the best shape's should
+#               be the rule's), "tcbshape steps: b1 ms ...". ~100 s on an H200 after a build. Logs:
+#               tcbshape_*.log
 #   wheel       the Python package's GPU wheel (bench/wheel_device_run.sh, not in the default
 #               steps; after the build step): built with every target (CUDA_ARCHS=all), installed
 #               in a fresh venv, its library checked (the package's own, every target named, the
@@ -679,6 +688,29 @@ if [[ " $STEPS " == *" tc "* ]]; then
     done
   done
 fi
+if [[ " $STEPS " == *" tcbshape "* ]]; then # not in the default steps: bash bench/device_run.sh build tcbshape
+  run tcbshape_test_kernels ./$B/tests/test_kernels llm_gemv
+  grep -E 'FAIL' "$OUT/tcbshape_test_kernels.log" | sed 's/^/tcbshape check: /' | tee -a "$SUMMARY"
+  note "tcbshape check: $(grep -c 'PASS$' "$OUT/tcbshape_test_kernels.log") checks passed, $(grep -c 'FAIL$' "$OUT/tcbshape_test_kernels.log") failed"
+  BENCH_FILTER=gemv_tcb BENCH_TCB_SHAPES=1 run tcbshape_bench ./$B/tests/test_kernels --bench llm_gemv
+  # per (rows, matrix): the rule's row, then shapes 1 / 2 / 3 (us under graph replay)
+  awk '/^==== kernel table/ { t = 1 }
+       t && $1 == "llm" && $3 == "gemv_tcb" {
+         m = $4; s = "rule"
+         if ($4 == "shape") { s = $5; m = $6 }
+         sub(/^rmsnorm\+/, "", m); sub(/\+.*$/, "", m)
+         for (i = 5; i <= NF; i++) if ($i ~ /x\/y$/) { v = $(i + 1); break }
+         k = $2 " " m; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+         val[k, s] = v
+       }
+       END { for (i = 1; i <= n; i++) { k = order[i]
+               printf "tcbshape %s: %s / %s / %s / %s\n", k, val[k, "rule"], val[k, "1"], val[k, "2"], val[k, "3"] } }' \
+    "$OUT/tcbshape_bench.log" | tee -a "$SUMMARY"
+  COSY_FULL_MODEL=$PWD/$FULL COSY_TEST_FILTER=test_full run tcbshape_gpu_llm ./$B/tests/test_gpu_llm
+  note "tcbshape steps: $(grep -E 'TIMING llm decode step' "$OUT/tcbshape_gpu_llm.log" | \
+    grep 'tensor-core gemv + PDL' | awk '{print "b" $6 " " $7}' | paste -sd' ')"
+fi
+
 if [[ " $STEPS " == *" xfrag "* ]]; then # not in the default steps: bash bench/device_run.sh build xfrag
   run xfrag_test ./$B/tests/test_kernels llm_gemv
   grep -E 'FAIL' "$OUT/xfrag_test.log" | sed 's/^/xfrag check: /' | tee -a "$SUMMARY"
