@@ -2001,28 +2001,25 @@ void bench_llm_gemv(const kh_scn *s) {
        "gemv_tc xfrag2 head"},
       {"gemv_tcb rmsnorm+qkv+rope", "gemv_tcb o (+= h)", "gemv_tcb rmsnorm+gate|up+silu",
        "gemv_tcb down (+= h)", "gemv_tcb rmsnorm+head"}};
+  /* the model's five decode matrices, in nm's column order */
+  static const char *const mat[5] = {"qkv", "o", "gate|up", "down", "head"};
+  static const int mn[5] = {1152, 896, 9728, 896, 6761}, mk[5] = {896, 896, 896, 4864, 896};
+  static const cosy_llm_gemv_in mi[5] = {COSY_GEMV_IN_RMSNORM, COSY_GEMV_IN_F32, COSY_GEMV_IN_RMSNORM,
+                                         COSY_GEMV_IN_F32, COSY_GEMV_IN_RMSNORM};
+  static const cosy_llm_gemv_out mo[5] = {COSY_GEMV_QKV_ROPE, COSY_GEMV_ADD_F32, COSY_GEMV_SILU_MUL,
+                                          COSY_GEMV_ADD_F32, COSY_GEMV_STORE_F32};
   const int order[7] = {1, 3, 5, 6, 2, 4, 0}; /* rows of nm */
   for (int oi = 0; oi < 7; ++oi) {
     const int r = order[oi], tc = r == 6 ? 3 : r == 3 || r == 5 ? 1 : r == 4 ? 2 : r;
     const int xf = r == 5 ? 2 : r == 3 || r == 4;
     if ((tc == 0 && B > 8) || ((tc == 2 || tc == 3) && B <= 8) || ((r == 3 || r == 5) && B > 8))
       continue;
-    add_llm_gemv(grp, nm[r][0], B, 1152, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_QKV_ROPE, tc, xf);
-    add_llm_gemv(grp, nm[r][1], B, 896, 896, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc, xf);
-    add_llm_gemv(grp, nm[r][2], B, 9728, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_SILU_MUL, tc, xf);
-    add_llm_gemv(grp, nm[r][3], B, 896, 4864, COSY_GEMV_IN_F32, COSY_GEMV_ADD_F32, tc, xf);
-    add_llm_gemv(grp, nm[r][4], B, 6761, 896, COSY_GEMV_IN_RMSNORM, COSY_GEMV_STORE_F32, tc, xf);
+    for (int m = 0; m < 5; ++m) add_llm_gemv(grp, nm[r][m], B, mn[m], mk[m], mi[m], mo[m], tc, xf);
   }
   /* BENCH_TCB_SHAPES=1: gemv_tcb under each block shape forced (args tcb_shape; the rule of
    * kernels/gemv.cu tcb_shape picks among them) */
   const char *sh = getenv("BENCH_TCB_SHAPES");
   if (B > 8 && sh && *sh && strcmp(sh, "0")) {
-    static const char *const mat[5] = {"qkv", "o", "gate|up", "down", "head"};
-    static const int mn[5] = {1152, 896, 9728, 896, 6761}, mk[5] = {896, 896, 896, 4864, 896};
-    static const cosy_llm_gemv_in mi[5] = {COSY_GEMV_IN_RMSNORM, COSY_GEMV_IN_F32, COSY_GEMV_IN_RMSNORM,
-                                           COSY_GEMV_IN_F32, COSY_GEMV_IN_RMSNORM};
-    static const cosy_llm_gemv_out mo[5] = {COSY_GEMV_QKV_ROPE, COSY_GEMV_ADD_F32, COSY_GEMV_SILU_MUL,
-                                            COSY_GEMV_ADD_F32, COSY_GEMV_STORE_F32};
     static char names[5][3][32]; /* the table keeps the name pointers until it prints */
     for (int m = 0; m < 5; ++m)
       for (int shape = 1; shape <= 3; ++shape) {

@@ -1363,7 +1363,7 @@ cudaError_t gemv_tc_rows(cudaStream_t s, const TcP &p, int pdl) {
   const bool pre = p.xs != nullptr;
   const int rc = tc_rows_per_block(p.R, pre);
   if (pre && p.gemvb && rc > 8) { /* x split by tc_splitb_kernel: the B-operand kernel */
-    const int sh = p.shape >= 1 && p.shape <= 3 ? p.shape : tcb_shape(EPI, p.g.K, p.R);
+    const int sh = p.shape ? p.shape : tcb_shape(EPI, p.g.K, p.R); /* tc_plan: 0 or 1-3 */
     return sh == 1   ? gemv_tcb_launch<1, KS, 1, 4, PRO, EPI>(s, p, pdl)
            : sh == 2 ? gemv_tcb_launch<2, KS, 2, 2, PRO, EPI>(s, p, pdl)
                      : gemv_tcb_launch<2, KS, 1, 4, PRO, EPI>(s, p, pdl);
