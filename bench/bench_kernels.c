@@ -441,7 +441,7 @@ static void add_paged(const char *group, int B, int ctx) {
  * (i[5]); the pair's time, so the rows with and without the flag measure its gain where the
  * device has programmatic dependent launch */
 static cudaError_t r_paged_chain(bench_op *o, int s) {
-  /* i: n_seq max_pages ctx page ws16 early; p0 x, p1 w (rotated), p2 norm_w, p3 bias, p4 q,
+  /* i: n_seq max_pages max_ctx page ws16 flags; p0 x, p1 w (rotated), p2 norm_w, p3 bias, p4 q,
    * p5 pos, p6 slots, p7 inv_freq, p8 kc, p9 vc (rotated), p10 bt, p11 lens, p12 out, p13 ws,
    * p14 the gemv_tc split workspace */
   const int B = o->i[0];
@@ -460,14 +460,21 @@ static cudaError_t r_paged_chain(bench_op *o, int s) {
   return cosy_k_paged_decode(g_stream, F32, P(o, 4, s), 896, P(o, 8, s), P(o, 9, s), P(o, 10, s),
                              o->i[1], P(o, 11, s), B, 14, 2, 64, o->i[3], o->i[2], 0.125f,
                              P(o, 12, s), 896, P(o, 13, s), (size_t)o->i[4] * 16,
-                             1 | (o->i[5] ? COSY_K_DECODE_EARLY : 0), &g_dev);
+                             1 | o->i[5], &g_dev);
 }
-static void add_paged_chain(const char *group, int B, int ctx, int early) {
-  const int page = 16, max_pages = (ctx + page - 1) / page, n_pages = B * max_pages;
+/* ctx > 0: every sequence ctx tokens long; ctx = 0: W2's mix, lengths 100..380 spread over the
+ * batch under the context bucket of 512 (the grid's splits past a sequence's end are empty).
+ * fl: cosy_k_paged_decode's flags besides bit 1 (0 or COSY_K_DECODE_EARLY) */
+static void add_paged_chain(const char *group, int B, int ctx, int fl) {
+  const int mixed = ctx == 0, max_ctx = mixed ? 512 : ctx;
+  const int page = 16, max_pages = (max_ctx + page - 1) / page, n_pages = B * max_pages;
   const size_t per_tok = 2 * 64;
-  bench_op *o = new_op(group, early ? "qkv+attn early" : "qkv+attn pdl");
-  snprintf(o->size, sizeof o->size, "B=%d ctx=%d page=16 f32 cache", B, ctx);
-  o->i[0] = B, o->i[1] = max_pages, o->i[2] = ctx, o->i[3] = page, o->i[5] = early;
+  bench_op *o = new_op(group, fl & COSY_K_DECODE_EARLY ? "qkv+attn early" : "qkv+attn pdl");
+  if (mixed)
+    snprintf(o->size, sizeof o->size, "B=%d ctx=100..380/512 page=16 f32 cache", B);
+  else
+    snprintf(o->size, sizeof o->size, "B=%d ctx=%d page=16 f32 cache", B, ctx);
+  o->i[0] = B, o->i[1] = max_pages, o->i[2] = max_ctx, o->i[3] = page, o->i[5] = fl;
   const size_t cache_elems = (size_t)n_pages * page * per_tok, wn = (size_t)1152 * 896;
   o->nrot = rot_sets(wn * 2 + 2 * cache_elems * 4);
   o->p[0] = drand((size_t)B * 896, F32, -1.f, 1.f);
@@ -479,9 +486,11 @@ static void add_paged_chain(const char *group, int B, int ctx, int early) {
   int32_t *pos = malloc((size_t)B * 4), *slots = malloc((size_t)B * 4);
   if (!bt || !lens || !pos || !slots) exit(1);
   scatter_pages(bt, n_pages);
+  double toks = 0;
   for (int b = 0; b < B; ++b) {
-    lens[b] = ctx, pos[b] = ctx - 1;
-    slots[b] = bt[(size_t)b * max_pages + (ctx - 1) / page] * page + (ctx - 1) % page;
+    lens[b] = mixed ? 100 + (b * 131) % 281 : ctx, pos[b] = lens[b] - 1;
+    slots[b] = bt[(size_t)b * max_pages + pos[b] / page] * page + pos[b] % page;
+    toks += lens[b];
   }
   o->p[5] = dints(pos, (size_t)B);
   o->p[6] = dints(slots, (size_t)B);
@@ -492,15 +501,14 @@ static void add_paged_chain(const char *group, int B, int ctx, int early) {
   o->p[11] = dints(lens, (size_t)B);
   free(bt), free(lens), free(pos), free(slots);
   o->p[12] = dalloc((size_t)B * 896 * 4);
-  const size_t ws = cosy_k_paged_decode_workspace(B, 14, 2, ctx);
+  const size_t ws = cosy_k_paged_decode_workspace(B, 14, 2, max_ctx);
   o->i[4] = (int)((ws + 15) / 16);
   o->p[13] = dalloc(ws ? ws : 16);
   CK(cudaMemset(o->p[13], 0, ws ? ws : 16)); /* the split counters start at zero */
   const size_t xsb = cosy_k_llm_gemv_tc_workspace(B, 896);
   o->p[14] = dalloc(xsb ? xsb : 16);
-  o->bytes = (double)wn * 2 + (double)B * ctx * per_tok * 4 * 2 + B * 896.0 * 4 * 3 +
-             (double)n_pages * 4;
-  o->flops = 2.0 * B * 1152 * 896 + (double)B * 14 * ctx * 64 * 2 * 2;
+  o->bytes = (double)wn * 2 + toks * per_tok * 4 * 2 + B * 896.0 * 4 * 3 + (double)n_pages * 4;
+  o->flops = 2.0 * B * 1152 * 896 + toks * 14 * 64 * 2 * 2;
   o->run = r_paged_chain;
   run_op(o);
 }
@@ -1960,10 +1968,12 @@ void bench_attention(const kh_scn *s) {
   if (s->kind == KH_SCN_LLM_DECODE) {
     add_paged(s->group, s->n, 200);
     add_paged(s->group, s->n, 1000);
-    /* with the q|k|v projection before it, plain and with the early loads (the pair's time) */
-    for (int c = 0; c < 2; ++c)
+    /* with the q|k|v projection before it (the pair's time), plain and with the early loads;
+     * contexts 200, 1000 and W2's mix (0) */
+    static const int ctxs[] = {200, 1000, 0};
+    for (int c = 0; c < 3; ++c)
       for (int early = 0; early < 2; ++early)
-        add_paged_chain(s->group, s->n, c ? 1000 : 200, early);
+        add_paged_chain(s->group, s->n, ctxs[c], early ? COSY_K_DECODE_EARLY : 0);
   }
   if (s->kind == KH_SCN_DIT) add_dit(s->group, s->n, "attention");
 }

@@ -20,16 +20,29 @@
  *     of the K row, G partial dots against q (float4 reads of shared memory) completed by two
  *     xor shuffles; (2) one warp per query head takes max and sum of exp2; (3) warp w
  *     accumulates p * v over tokens w, w + 8, ... (all its V loads issued first; lane l owns
- *     dims 2l, 2l + 1); the 8 warps' partial sums are added in shared memory. With one split the block writes the normalized output. With 2..8 splits on a device
+ *     dims 2l, 2l + 1; its 8 p read as two float4: sm.sc holds token jj at dec_sci(jj), warp
+ *     jj % 8's tokens side by side), the 8 warps' partial sums added in shared memory. q sits in
+ *     shared memory as four 16-float quarters 20 floats apart (dec_qi), so the four quarters
+ *     step (1) reads at once fall in distinct banks. With one split the block writes the
+ *     normalized output. A block whose split lies past its sequence's end (split >=
+ *     dec_used_splits(len): the grid's split count follows max_ctx, the context bucket) leaves
+ *     right after reading the length: its (m, l, o) would be (-inf, 0, 0), an exact no-op in
+ *     either merge, which therefore reads only the used splits (the same bits as merging all).
+ *     With 2..8 splits on a device
  *     with thread-block clusters (kdevice.h: the description the caller passes, never the
  *     runtime's answer, so a test profile without clusters takes the other path) the splits of
- *     one (sequence, kv head) form a cluster and merge through distributed shared memory.
- *     Otherwise each block writes (m, l, unnormalized o), fences, and bumps the (sequence, kv
- *     head) counter in the workspace; the block that arrives last merges the splits of its G
- *     heads (three rounds of L2 loads, see decode_combine_if_last) and resets the counter to
- *     zero, so one launch does the whole attention and every graph replay finds the counters at
- *     zero. With pdl the kernel is a programmatic dependent: it lets its own dependents (the o
- *     projection's weight stream) launch at once and waits (griddepcontrol) before it reads
+ *     one (sequence, kv head) form a cluster and merge through distributed shared memory (a
+ *     cluster barrier waits only for the blocks that have not exited): one round of loads
+ *     brings every used split's (m, l) of the G heads, a warp a head forms M, the weights
+ *     2^(m - M) and L in split order, then each output loads its S parts at once and adds them
+ *     in split order. Otherwise each block writes (m, l, unnormalized o), fences, and bumps the
+ *     (sequence, kv head) counter in the workspace; the block that arrives last (of the used
+ *     splits) merges the splits of its G heads (three rounds of L2 loads, see
+ *     decode_combine_if_last) and resets the counter to zero, so one launch does the whole
+ *     attention and every graph replay finds the counters at zero. Compiled for DEC_MINB = 6
+ *     blocks an SM (40 registers, no spill on sm_90; 54-61 and 4 blocks unbounded). With pdl
+ *     the kernel is a programmatic dependent: it lets its own dependents (the o projection's
+ *     weight stream) launch at once and waits (griddepcontrol) before it reads
  *     anything, except with the launch flag COSY_K_DECODE_EARLY (kernels.h; the LLM's knob
  *     COSY_LLM_ATTN_EARLY, behind gemv_tc only). Then decode_early_loads does (0) and the K
  *     loads of (1), those the previous kernel cannot affect before the wait: the length, the
@@ -145,6 +158,24 @@ constexpr int DEC_SPLIT = 64;        /* tokens per split (block) */
 constexpr int DEC_MAX_SPLITS = 128;  /* max_ctx <= 8192 */
 constexpr int DEC_CLUSTER_MAX = 8;   /* splits merged through distributed shared memory (sm_90) */
 constexpr int DEC_MAX_SEQ = 65535;   /* sequences per call (grid z) */
+constexpr int DEC_TPW = DEC_SPLIT / DEC_WARPS; /* tokens of a split each warp takes in step (3) */
+constexpr int DEC_QLD = 80; /* a head's q in shared memory: four 16-float quarters 20 floats
+                               apart, so the 4 quarters step (1) reads at once sit in 4 distinct
+                               groups of banks */
+constexpr int DEC_MINB = 6; /* blocks an SM the kernel is compiled for (40 registers; 4 at the 54-61
+                              it takes unbounded) */
+/* where step (3)'s warp w finds token jj's score / p in sm.sc: warp jj % 8's 8 tokens side by
+ * side (u = jj / 8 at w * 8 + u), so the warp reads them as two float4 */
+__host__ __device__ constexpr int dec_sci(int jj) { return (jj & 7) * DEC_TPW + (jj >> 3); }
+/* the splits of a sequence of len tokens that hold any (at least one: split 0 writes a zero row
+ * for len 0). The others are exact no-ops in every merge (m = -inf, l = 0, o = 0: weight 0, and
+ * a term l w or o w of 0 leaves the sums' bits as they are), so their blocks leave at once and
+ * the merges read only these. */
+__host__ __device__ constexpr int dec_used_splits(int len, int n_splits) {
+  return len <= DEC_SPLIT ? 1 : min(n_splits, (len + DEC_SPLIT - 1) / DEC_SPLIT);
+}
+/* where dim d of a head's q sits in its row of sm.qs */
+__host__ __device__ constexpr int dec_qi(int d) { return (d >> 4) * 20 + (d & 15); }
 
 /* The workspace of the global merge: the split counters first, one per (sequence, kv head) of
  * the largest call (DEC_MAX_SEQ sequences), then the partial results of this call. The counters'
@@ -200,14 +231,15 @@ __device__ __forceinline__ void load2(const bf16 *p, float f[2]) {
 
 /* Shared memory of one decode block. */
 struct DecSmem {
-  float qs[DEC_MAXG][HD];                 /* q * scale * log2(e) */
-  float sc[DEC_MAXG][DEC_SPLIT];          /* scores, then p */
+  float qs[DEC_MAXG][DEC_QLD];            /* q * scale * log2(e), dim d at dec_qi(d) */
+  float sc[DEC_MAXG][DEC_SPLIT];          /* scores, then p; token jj at dec_sci(jj) */
   float red_o[DEC_WARPS][DEC_MAXG][HD];   /* per-warp p . v partial sums */
   float po[DEC_MAXG][HD];                 /* this split's unnormalized o (cluster merge) */
   float comb_w[DEC_MAXG * DEC_MAX_SPLITS]; /* global merge: m, then the weights 2^(m - M) */
   float comb_l[DEC_MAXG * DEC_MAX_SPLITS];
   int rowi[DEC_SPLIT];                    /* cache row (page * page_size + offset) per token */
   float mrow[DEC_MAXG], lrow[DEC_MAXG];
+  float Lm[DEC_MAXG]; /* cluster merge: sum_sp l 2^(m - M) per head */
   int is_last;
 };
 
@@ -219,9 +251,9 @@ struct DecSmem {
  * out[g][d] = sum_s w_s o_s[d] / L (the split loads of one output are independent). */
 template <typename T>
 __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, int seq, int kvh,
-                                                       int h0, int G, DecSmem &sm) {
+                                                       int h0, int G, int S, DecSmem &sm) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int S = a.n_splits;
+  const int NS = a.n_splits; /* the partials' stride; S (dec_used_splits) of them arrive */
   __threadfence(); /* this block's partials are visible device-wide before the count moves */
   __syncthreads();
   unsigned *cnt = a.count + (size_t)seq * a.n_kh + kvh;
@@ -232,7 +264,7 @@ __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, i
   float *mw = sm.comb_w, *lw = sm.comb_l;
   const size_t hb = (size_t)seq * a.n_qh + h0; /* first head of this block */
   for (int e = tid; e < G * S; e += DEC_THREADS) {
-    const size_t pi = (hb + e / S) * S + e % S;
+    const size_t pi = (hb + e / S) * NS + e % S;
     mw[e] = __ldcg(a.part_ml + pi * 2);
     lw[e] = __ldcg(a.part_ml + pi * 2 + 1);
   }
@@ -255,14 +287,14 @@ __device__ __forceinline__ void decode_combine_if_last(const DecodeArgs<T> &a, i
   __syncthreads();
   for (int e = tid; e < G * HD; e += DEC_THREADS) {
     const int g = e / HD, d = e % HD;
-    const float *po = a.part_o + (hb + g) * S * HD + d;
+    const float *po = a.part_o + (hb + g) * NS * HD + d;
     float O = 0.f;
 #pragma unroll 4
     for (int sp = 0; sp < S; ++sp) O = fmaf(__ldcg(po + (size_t)sp * HD), mw[g * S + sp], O);
     const float L = sm.lrow[g];
     st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, L > 0.f ? O / L : 0.f);
   }
-  if (tid == 0) *cnt = 0u; /* ready for the next launch (all n_splits blocks have counted) */
+  if (tid == 0) *cnt = 0u; /* ready for the next launch (all S used splits have counted) */
 }
 
 /* 8 consecutive elements (16-byte aligned) as fp32, loaded from L2 (ld.global.cg: never through
@@ -298,7 +330,7 @@ __device__ __forceinline__ void load8_cg(const bf16 *p, float f[8]) {
  * of this split (block-uniform). */
 template <typename T>
 __device__ __forceinline__ int decode_early_loads(const DecodeArgs<T> &a, DecSmem &sm,
-                                                  float kf[16]) {
+                                                  float kf[16], int &len_out, bool may_leave) {
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z, tid = threadIdx.x;
   const int G = a.n_qh / a.n_kh, h0 = kvh * G;
   const int tok = tid >> 2, qd = (tid & 3) * 16;
@@ -309,6 +341,8 @@ __device__ __forceinline__ int decode_early_loads(const DecodeArgs<T> &a, DecSme
   const int jt = j0 + tok;
   const int32_t bte =
       __ldcg(a.bt + (size_t)seq * a.max_pages + min(jt / a.page_size, a.max_pages - 1));
+  len_out = len;
+  if (may_leave && split >= dec_used_splits(len, a.n_splits)) return -1; /* block-uniform */
   const int r = bte * a.page_size + jt % a.page_size; /* used only below the length */
   const bool newest = tok < n && jt == len - 1;       /* written by the previous kernel */
   if (tok < n && (tid & 3) == 0) sm.rowi[tok] = r;
@@ -326,8 +360,8 @@ __device__ __forceinline__ int decode_early_loads(const DecodeArgs<T> &a, DecSme
   const bool vline = tok < n && voff < (int)(HD * sizeof(T));
   if (vline && !newest) asm volatile("prefetch.global.L2 [%0];" ::"l"(vp));
   pdl_wait();
-  for (int e = tid; e < G * HD; e += DEC_THREADS)
-    sm.qs[e / HD][e % HD] =
+  for (int e = tid; n > 0 && e < G * HD; e += DEC_THREADS) /* an empty split needs no q */
+    sm.qs[e / HD][dec_qi(e % HD)] =
         ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
   if (newest) {
     load8_cg(kp, kf);
@@ -343,7 +377,7 @@ __device__ __forceinline__ int decode_early_loads(const DecodeArgs<T> &a, DecSme
  * most of them before pdl_wait(); the arithmetic is the same (the same values in the same
  * order), so the output bits are too. Without EARLY the code is what it was before the flag. */
 template <typename T, int MERGE, bool EARLY>
-__global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T> a) {
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MINB) paged_decode_kernel(DecodeArgs<T> a) {
   __shared__ __align__(16) DecSmem sm;
   const int split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -352,22 +386,25 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
   pdl_trigger(); /* no-ops without a programmatic launch */
   float kfe[EARLY ? 16 : 1]; /* EARLY: this thread's quarter of its token's K row, for (1) */
   int n;                     /* tokens of this split; block-uniform */
+  int len;                   /* the sequence's length */
   size_t tok_stride;         /* elements from one token's row to the next */
   if constexpr (EARLY) {
-    n = decode_early_loads<T>(a, sm, kfe);
+    n = decode_early_loads<T>(a, sm, kfe, len, MERGE != 0);
+    if (n < 0) return; /* a split past the sequence's end (dec_used_splits) */
     tok_stride = (size_t)a.n_kh * HD;
   } else {
     pdl_wait();
 
     /* (0) one round of independent loads: the length, the block-table entry of token tid (index
      * clamped into the table; used only below the length) and q */
-    const int len = a.lens[seq];
+    len = a.lens[seq];
     const int j0 = split * DEC_SPLIT;
     const int32_t *bt = a.bt + (size_t)seq * a.max_pages;
     const int jt = j0 + (tid & (DEC_SPLIT - 1));
     const int32_t bte = bt[min(jt / a.page_size, a.max_pages - 1)];
+    if (MERGE != 0 && split >= dec_used_splits(len, a.n_splits)) return; /* block-uniform */
     for (int e = tid; e < G * HD; e += DEC_THREADS)
-      sm.qs[e / HD][e % HD] =
+      sm.qs[e / HD][dec_qi(e % HD)] =
           ld(a.q + (size_t)seq * a.q_stride + (size_t)(h0 + e / HD) * HD + e % HD) * a.scale_log2;
     n = max(0, min(len, j0 + DEC_SPLIT) - j0);
     tok_stride = (size_t)a.n_kh * HD;
@@ -408,7 +445,8 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
         if (g < G) {
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const float4 q4 = *reinterpret_cast<const float4 *>(&sm.qs[g][qd + 4 * c]);
+            const float4 q4 =
+                *reinterpret_cast<const float4 *>(&sm.qs[g][dec_qi(qd) + 4 * c]);
             acc[g] = fmaf(q4.x, kf[4 * c], acc[g]);
             acc[g] = fmaf(q4.y, kf[4 * c + 1], acc[g]);
             acc[g] = fmaf(q4.z, kf[4 * c + 2], acc[g]);
@@ -424,7 +462,7 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
       if (tok < n) {
 #pragma unroll
         for (int g = 0; g < DEC_MAXG; ++g)
-          if (g < G && (g & 3) == (tid & 3)) sm.sc[g][tok] = acc[g];
+          if (g < G && (g & 3) == (tid & 3)) sm.sc[g][dec_sci(tok)] = acc[g];
       }
     }
     __syncthreads();
@@ -433,12 +471,12 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
     if (warp < G) {
       const int g = warp;
       float m = -INFINITY;
-      for (int jj = lane; jj < n; jj += 32) m = fmaxf(m, sm.sc[g][jj]);
+      for (int jj = lane; jj < n; jj += 32) m = fmaxf(m, sm.sc[g][dec_sci(jj)]);
       m = warp_max(m);
       float l = 0.f;
       for (int jj = lane; jj < n; jj += 32) {
-        const float p = exp2f(sm.sc[g][jj] - m);
-        sm.sc[g][jj] = p;
+        const float p = exp2f(sm.sc[g][dec_sci(jj)] - m);
+        sm.sc[g][dec_sci(jj)] = p;
         l += p;
       }
       l = warp_sum(l);
@@ -450,43 +488,38 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
     __syncthreads();
 
     /* (3) p . v: warp w takes tokens w, w + 8, ... (all its V loads first: lane l reads dims
-     * 2l, 2l + 1, one coalesced row per token), G x 2 accumulators per lane; the 8 warps'
-     * partial sums are added in shared memory */
+     * 2l, 2l + 1, one coalesced row per token), per head G two accumulators a lane, each over
+     * the warp's tokens in order (its 8 p as two float4, dec_sci); the 8 warps' partial sums
+     * are added in shared memory */
     {
-      constexpr int TPW = DEC_SPLIT / DEC_WARPS;
-      float vf[TPW][2];
+      float vf[2 * DEC_TPW];
 #pragma unroll
-      for (int u = 0; u < TPW; ++u) {
+      for (int u = 0; u < DEC_TPW; ++u) {
         const int jj = warp + u * DEC_WARPS;
         if (jj < n) {
-          load2(a.vc + (size_t)sm.rowi[jj] * tok_stride + (size_t)kvh * HD + 2 * lane, vf[u]);
+          load2(a.vc + (size_t)sm.rowi[jj] * tok_stride + (size_t)kvh * HD + 2 * lane,
+                vf + 2 * u);
         } else {
-          vf[u][0] = vf[u][1] = 0.f;
+          vf[2 * u] = vf[2 * u + 1] = 0.f;
         }
       }
-      float acc[DEC_MAXG][2];
 #pragma unroll
-      for (int g = 0; g < DEC_MAXG; ++g) acc[g][0] = acc[g][1] = 0.f;
+      for (int g = 0; g < DEC_MAXG; ++g) {
+        if (g < G) {
+          const float4 pa = *reinterpret_cast<const float4 *>(&sm.sc[g][warp * DEC_TPW]);
+          const float4 pb = *reinterpret_cast<const float4 *>(&sm.sc[g][warp * DEC_TPW + 4]);
+          const float p[DEC_TPW] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+          float o0 = 0.f, o1 = 0.f;
 #pragma unroll
-      for (int u = 0; u < TPW; ++u) {
-        const int jj = warp + u * DEC_WARPS;
-        if (jj < n) {
-#pragma unroll
-          for (int g = 0; g < DEC_MAXG; ++g) {
-            if (g < G) {
-              const float p = sm.sc[g][jj];
-              acc[g][0] = fmaf(p, vf[u][0], acc[g][0]);
-              acc[g][1] = fmaf(p, vf[u][1], acc[g][1]);
+          for (int u = 0; u < DEC_TPW; ++u) {
+            if (warp + u * DEC_WARPS < n) {
+              o0 = fmaf(p[u], vf[2 * u], o0);
+              o1 = fmaf(p[u], vf[2 * u + 1], o1);
             }
           }
+          *reinterpret_cast<float2 *>(&sm.red_o[warp][g][2 * lane]) = make_float2(o0, o1);
         }
       }
-#pragma unroll
-      for (int g = 0; g < DEC_MAXG; ++g)
-        if (g < G) {
-          sm.red_o[warp][g][2 * lane] = acc[g][0];
-          sm.red_o[warp][g][2 * lane + 1] = acc[g][1];
-        }
     }
     __syncthreads();
   }
@@ -512,7 +545,7 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
       sm.po[g][d] = o;
     }
   }
-  if (MERGE == 1) decode_combine_if_last<T>(a, seq, kvh, h0, G, sm);
+  if (MERGE == 1) decode_combine_if_last<T>(a, seq, kvh, h0, G, dec_used_splits(len, a.n_splits), sm);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (MERGE == 2) {
     namespace cg = cooperative_groups;
@@ -521,23 +554,46 @@ __global__ void __launch_bounds__(DEC_THREADS) paged_decode_kernel(DecodeArgs<T>
       sm.mrow[tid] = -INFINITY;
       sm.lrow[tid] = 0.f;
     }
-    cluster.sync(); /* every split's po / mrow / lrow are written */
-    const int S = a.n_splits;
+    cluster.sync(); /* every used split's po / mrow / lrow are written */
+    const int S = dec_used_splits(len, a.n_splits); /* the blocks still here: ranks 0 .. S - 1 */
+    /* every used split's (m, l) of the G heads into this block's comb_w / comb_l: one round of
+     * distributed shared memory loads */
+    for (int e = tid; e < G * S; e += DEC_THREADS) {
+      const DecSmem *o = cluster.map_shared_rank(&sm, e % S);
+      sm.comb_w[e] = o->mrow[e / S];
+      sm.comb_l[e] = o->lrow[e / S];
+    }
+    __syncthreads();
+    /* per head (warp g, lane sp < S): M = max_sp m, the weights 2^(m - M) replacing m (0 when
+     * every split is empty: M = -inf), then L = sum_sp l w in split order (lane 0) */
+    if (warp < G) {
+      const float m = lane < S ? sm.comb_w[warp * S + lane] : -INFINITY;
+      const float M = warp_max(m);
+      if (lane < S) sm.comb_w[warp * S + lane] = M == -INFINITY ? 0.f : exp2f(m - M);
+      __syncwarp();
+      if (lane == 0) {
+        float L = 0.f;
+        for (int sp = 0; sp < S; ++sp)
+          L = fmaf(sm.comb_l[warp * S + sp], sm.comb_w[warp * S + sp], L);
+        sm.Lm[warp] = L;
+      }
+    }
+    __syncthreads();
+    /* out = sum_sp w o_sp / L, the S parts loaded at once, added in split order; the outputs
+     * shared among the blocks of the cluster */
     const int per = (G * HD + S - 1) / S; /* outputs merged by each block of the cluster */
     const int r = (int)cluster.block_rank();
     for (int e = r * per + tid; e < min(G * HD, (r + 1) * per); e += DEC_THREADS) {
       const int g = e / HD, d = e % HD;
-      float M = -INFINITY;
-      for (int sp = 0; sp < S; ++sp) M = fmaxf(M, cluster.map_shared_rank(&sm, sp)->mrow[g]);
-      float L = 0.f, O = 0.f;
-      if (M != -INFINITY) {
-        for (int sp = 0; sp < S; ++sp) {
-          const DecSmem *o = cluster.map_shared_rank(&sm, sp);
-          const float w = exp2f(o->mrow[g] - M);
-          L = fmaf(o->lrow[g], w, L);
-          O = fmaf(o->po[g][d], w, O);
-        }
-      }
+      float po[DEC_CLUSTER_MAX];
+#pragma unroll
+      for (int sp = 0; sp < DEC_CLUSTER_MAX; ++sp)
+        po[sp] = sp < S ? cluster.map_shared_rank(&sm, sp)->po[g][d] : 0.f;
+      float O = 0.f;
+#pragma unroll
+      for (int sp = 0; sp < DEC_CLUSTER_MAX; ++sp)
+        if (sp < S) O = fmaf(po[sp], sm.comb_w[g * S + sp], O);
+      const float L = sm.Lm[g];
       st(a.out + (size_t)seq * a.out_stride + (size_t)(h0 + g) * HD + d, L > 0.f ? O / L : 0.f);
     }
     cluster.sync(); /* no block leaves while another still reads its shared memory */
@@ -1513,6 +1569,24 @@ cudaError_t v2_launch(cudaStream_t s, dim3 grid, const PagedGeo &g) {
   return cudaGetLastError();
 }
 
+/* one launch of paged_decode_kernel: merge 0 / 1 / 2 (2: in clusters cl), early or not */
+template <typename T, int M, bool E>
+cudaError_t dec_launch1(cudaStream_t s, dim3 grid, dim3 cl, int use_pdl, const DecodeArgs<T> &a) {
+  return launch_ex(s, grid, dim3(DEC_THREADS), 0, M == 2 ? cl : dim3(1, 1, 1), use_pdl,
+                   paged_decode_kernel<T, M, E>, a);
+}
+template <typename T>
+cudaError_t dec_launch(cudaStream_t s, dim3 grid, dim3 cl, int use_pdl, int merge, bool early,
+                       const DecodeArgs<T> &a) {
+  if (early)
+    return merge == 0   ? dec_launch1<T, 0, true>(s, grid, cl, use_pdl, a)
+           : merge == 1 ? dec_launch1<T, 1, true>(s, grid, cl, use_pdl, a)
+                        : dec_launch1<T, 2, true>(s, grid, cl, use_pdl, a);
+  return merge == 0   ? dec_launch1<T, 0, false>(s, grid, cl, use_pdl, a)
+         : merge == 1 ? dec_launch1<T, 1, false>(s, grid, cl, use_pdl, a)
+                      : dec_launch1<T, 2, false>(s, grid, cl, use_pdl, a);
+}
+
 } /* namespace */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1572,23 +1646,13 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     a.part_ml = part_ml;
     a.count = count;
     const int use_pdl = (pdl & 1) && dev && dev->pdl;
-    const dim3 block(DEC_THREADS), one(1, 1, 1);
+    const dim3 one(1, 1, 1);
     /* 2..8 splits on a device with clusters: one cluster per (head, sequence) */
     const dim3 cl = n_splits > 1 && n_splits <= DEC_CLUSTER_MAX && dev && dev->clusters
                         ? dim3((unsigned)n_splits, 1, 1)
                         : one;
-    if (pdl & COSY_K_DECODE_EARLY) {
-      if (n_splits == 1)
-        return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 0, true>, a);
-      if (cl.x > 1)
-        return launch_ex(s, grid, block, 0, cl, use_pdl, paged_decode_kernel<T, 2, true>, a);
-      return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 1, true>, a);
-    }
-    if (n_splits == 1)
-      return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 0, false>, a);
-    if (cl.x > 1)
-      return launch_ex(s, grid, block, 0, cl, use_pdl, paged_decode_kernel<T, 2, false>, a);
-    return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 1, false>, a);
+    const int merge = n_splits == 1 ? 0 : cl.x > 1 ? 2 : 1;
+    return dec_launch<T>(s, grid, cl, use_pdl, merge, (pdl & COSY_K_DECODE_EARLY) != 0, a);
   })
   return cudaSuccess; /* not reached: COSYK_DT_CASE returns */
 }
