@@ -545,7 +545,8 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB) paged_decode_kernel(Dec
       sm.po[g][d] = o;
     }
   }
-  if (MERGE == 1) decode_combine_if_last<T>(a, seq, kvh, h0, G, dec_used_splits(len, a.n_splits), sm);
+  if (MERGE == 1)
+    decode_combine_if_last<T>(a, seq, kvh, h0, G, dec_used_splits(len, a.n_splits), sm);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (MERGE == 2) {
     namespace cg = cooperative_groups;
