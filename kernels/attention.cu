@@ -1570,24 +1570,6 @@ cudaError_t v2_launch(cudaStream_t s, dim3 grid, const PagedGeo &g) {
   return cudaGetLastError();
 }
 
-/* one launch of paged_decode_kernel: merge 0 / 1 / 2 (2: in clusters cl), early or not */
-template <typename T, int M, bool E>
-cudaError_t dec_launch1(cudaStream_t s, dim3 grid, dim3 cl, int use_pdl, const DecodeArgs<T> &a) {
-  return launch_ex(s, grid, dim3(DEC_THREADS), 0, M == 2 ? cl : dim3(1, 1, 1), use_pdl,
-                   paged_decode_kernel<T, M, E>, a);
-}
-template <typename T>
-cudaError_t dec_launch(cudaStream_t s, dim3 grid, dim3 cl, int use_pdl, int merge, bool early,
-                       const DecodeArgs<T> &a) {
-  if (early)
-    return merge == 0   ? dec_launch1<T, 0, true>(s, grid, cl, use_pdl, a)
-           : merge == 1 ? dec_launch1<T, 1, true>(s, grid, cl, use_pdl, a)
-                        : dec_launch1<T, 2, true>(s, grid, cl, use_pdl, a);
-  return merge == 0   ? dec_launch1<T, 0, false>(s, grid, cl, use_pdl, a)
-         : merge == 1 ? dec_launch1<T, 1, false>(s, grid, cl, use_pdl, a)
-                      : dec_launch1<T, 2, false>(s, grid, cl, use_pdl, a);
-}
-
 } /* namespace */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1647,13 +1629,23 @@ extern "C" cudaError_t cosy_k_paged_decode(cudaStream_t s, cosy_kdtype dt, const
     a.part_ml = part_ml;
     a.count = count;
     const int use_pdl = (pdl & 1) && dev && dev->pdl;
-    const dim3 one(1, 1, 1);
+    const dim3 block(DEC_THREADS), one(1, 1, 1);
     /* 2..8 splits on a device with clusters: one cluster per (head, sequence) */
     const dim3 cl = n_splits > 1 && n_splits <= DEC_CLUSTER_MAX && dev && dev->clusters
                         ? dim3((unsigned)n_splits, 1, 1)
                         : one;
-    const int merge = n_splits == 1 ? 0 : cl.x > 1 ? 2 : 1;
-    return dec_launch<T>(s, grid, cl, use_pdl, merge, (pdl & COSY_K_DECODE_EARLY) != 0, a);
+    if (pdl & COSY_K_DECODE_EARLY) {
+      if (n_splits == 1)
+        return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 0, true>, a);
+      if (cl.x > 1)
+        return launch_ex(s, grid, block, 0, cl, use_pdl, paged_decode_kernel<T, 2, true>, a);
+      return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 1, true>, a);
+    }
+    if (n_splits == 1)
+      return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 0, false>, a);
+    if (cl.x > 1)
+      return launch_ex(s, grid, block, 0, cl, use_pdl, paged_decode_kernel<T, 2, false>, a);
+    return launch_ex(s, grid, block, 0, one, use_pdl, paged_decode_kernel<T, 1, false>, a);
   })
   return cudaSuccess; /* not reached: COSYK_DT_CASE returns */
 }
