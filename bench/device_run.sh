@@ -151,11 +151,12 @@
 #               kernel table's rows "qkv+attn pdl|early" (that pair's time at every batch group
 #               of the table, contexts 200, 1000 and W2's mix of 100-380 under the bucket of
 #               512, where half the grid's splits are past their sequence's end), then
-#               test_gpu_llm (small model: parity; full model: decode-step timings) with the knob =0 and =1, test_gpu_engine's synthesis test
-#               on the full model with =1 (the batch-invariant LLM: a request alone == among 31
-#               others), then W1 at C = 1 (ATTNPRE_ROUNDS, 2, rounds of off, on). About 90 s
-#               after a build on an H200 (80 s with ATTNPRE_ROUNDS=1). Summary: "attnpre check: ..." (failed
-#               checks: none expected; the "[early pdl]" lines), "attnpre: llm b1 qkv+attn ..."
+#               test_gpu_llm (small model: parity; full model: decode-step timings) with the knob
+#               =0 and =1, test_gpu_engine's synthesis test on the full model with =1 (the
+#               batch-invariant LLM: a request alone == among 31 others), then W1 at C = 1
+#               (ATTNPRE_ROUNDS, 2, rounds of off, on). About 90 s after a build on an H200 (80 s
+#               with ATTNPRE_ROUNDS=1). Summary: "attnpre check: ..." (failed checks: none
+#               expected; the "[early pdl]" lines), "attnpre: llm b1 qkv+attn ..."
 #               (kernel rows), "attnpre <off|on> llm: ..." (passed and failed tests), "attnpre
 #               <off|on> steps: b<batch> <ms> ..." (the tensor-core + PDL decode steps: the
 #               gain), "attnpre on engine: ..." and "attnpre <off|on> w1 <round>: C=1 ..."
