@@ -39,6 +39,7 @@ void cosy_knobs_read(cosy_knobs *k) {
   k->max_streams = ms > 0 ? ms : 0;
   const int ff = atoi(env("COSY_SCHED_FLOW_FRAMES"));
   k->flow_frames = ff > 0 ? ff : 0; /* lib/sched_t2w.c keeps the lower of it and its own cap */
+  k->sched_yield = !strcmp(env("COSY_SCHED_YIELD"), "1");
   const char *fp = env("COSY_SCHED_FIRST_PAUSE");
   k->first_pause = fp[0] >= '0' && fp[0] <= '9' ? atoi(fp) : -1;
   const int tp = atoi(env("COSY_TEST_FLOW_PAGES"));

@@ -43,6 +43,8 @@ typedef struct cosy_knobs {
   int flow_frames;              /* COSY_SCHED_FLOW_FRAMES=N (> 0): new frames a flow batch holds
                                    at most, never more than the scheduler's own cap (tests:
                                    batches cut short); 0 the default */
+  int sched_yield;              /* COSY_SCHED_YIELD=1: the LLM yields to playback (lib/sched_llm.c
+                                   yield_to_playback), the default until 2026-12-01; 0 off */
   int first_pause;              /* COSY_SCHED_FIRST_PAUSE=N (>= 0): the LLM's first-chunk pause only
                                    while 1..N requests decode (0: never); -1 default */
   int test_flow_pages;          /* COSY_TEST_FLOW_PAGES=N (> 0): the CPU backend counts flow cache

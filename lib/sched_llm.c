@@ -379,18 +379,21 @@ static int pause_risks_underrun(const struct cosy_sched *s, double now) {
   return 0;
 }
 
-/* The LLM yields to playback (e->mu held): with two or more requests, some request with audio
- * out has its next chunk ready (its tokens are there, or it is in the token-to-wave stage) and
- * less than YIELD_S of audio left, while no request waits for its first chunk's tokens and
- * pausing would not make another request's audio run out (pause_risks_underrun). A decode step
- * then only adds tokens that nobody needs yet, and its kernels share the device with the flow
- * and vocoder calls that the audio waits for. A request alone is never held back (its own later
- * tokens are all a pause would delay). Timing decides only when tokens are made, never which: no
- * request's audio changes. Measured on an H100 at W1 C = 64 with the batch-invariant LLM
- * (bench/RESULTS.md, 2026-11-28 (eighth)): without it the second chunks of a burst's short first
- * chunks (0.36 s of audio), which need ~300 ms of flow and vocoder, came late by 7-28 ms in
- * each of nine runs (1-8 requests); with 250 ms none in six (400 ms: none either, but C = 1 RTF
- * 0.030 against 0.028, as the request alone was still held back then). */
+/* The LLM yields to playback (e->mu held; only with the knob COSY_SCHED_YIELD=1, off by default
+ * since 2026-12-01): with two or more requests, some request with audio out has its next chunk
+ * ready (its tokens are there, or it is in the token-to-wave stage) and less than YIELD_S of audio
+ * left, while no request waits for its first chunk's tokens and pausing would not make another
+ * request's audio run out (pause_risks_underrun). The idea: a decode step then only adds tokens
+ * that nobody needs yet, and its kernels share the device with the flow and vocoder calls that
+ * the audio waits for. A request alone is never held back. Timing decides only when tokens are
+ * made, never which: no request's audio changes either way. On an H100 with the kernels of
+ * 2026-11-28 (bench/HISTORY.md, eighth session) it removed late second chunks at W1 C = 64 (7-28
+ * ms late in each of nine runs without it, none in six with it). On an H200 with the kernels of
+ * 2026-12-01 it costs throughput and buys nothing (bench/RESULTS.md, W1): the requests of a
+ * burst, prefilled in groups, are a token or a few apart, and while one group's urgent chunk is
+ * in the flow the yield holds back the step that would make the next group's chunk, so the flow
+ * takes the groups one at a time (8 jobs a call, ~24 ms apart, idle between); fresh C = 64 runs
+ * 325.8-355.3x with it, 364.1-370.6x without, no underrun either way, W3 400 users alike. */
 #define YIELD_POLL_MS 5
 static int yield_to_playback(const struct cosy_sched *s, double now) {
   if (s->n_llm < 2) return 0;
@@ -447,7 +450,7 @@ void *sched_llm_main(void *arg) {
       trace(s, "pause", s->n_llm, 0, 0, cosy_now() - tp); /* the first-chunk pause */
       continue;
     }
-    if (!e->stopping && yield_to_playback(s, cosy_now())) {
+    if (e->knobs.sched_yield && !e->stopping && yield_to_playback(s, cosy_now())) {
       const double ty = cosy_now();
       timed_wait(&s->cv_llm, &e->mu, YIELD_POLL_MS);
       trace(s, "yield", s->n_llm, 0, 0, cosy_now() - ty); /* the LLM's yield and its wait */
