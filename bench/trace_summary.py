@@ -3,7 +3,11 @@
 
 Per call kind: count, mean rows, mean / p95 call time, busy share of the traced span; for the
 LLM steps also the mean interval between consecutive step starts (how often each decoding
-sequence gets a token) and the split of that interval into step, prefill and other time.
+sequence gets a token) and the split of that interval into step, prefill and other time; for the
+flow: the span's time with no flow call running (its idle time, in gaps of 4 ms or more, the
+largest with its start), and its calls by kind: calls with first chunks, calls of later chunks
+only, and of those the small ones (at most 8 jobs; a chain of them, one per decode step, showed
+the LLM's yield to playback holding back the next group's step: bench/RESULTS.md, W1).
 With --timeline N (a trace of one request at a time, W1 at C = 1: each prefill starts a request),
 the last N requests' timelines: the prefill, the decode steps (count, time, first start, last end),
 each flow, vocoder and pause call (start, size, duration, end, from the request's prefill), the
@@ -78,4 +82,28 @@ for path in args:
         gaps = [b - a for a, b in zip(st, st[1:])]
         print(f"  step interval: mean {1e3 * sum(gaps) / len(gaps):.2f} ms, p50 {1e3 * pct(gaps, 0.5):.2f}, "
               f"p95 {1e3 * pct(gaps, 0.95):.2f}, max {1e3 * max(gaps):.2f}")
+    fl = sorted((r[0], r[0] + r[5] / 1e3, r[2], r[4]) for r in rows if r[1] == "flow")
+    if fl:
+        gaps, end = [], t0
+        for a, b, _, _ in fl:
+            if a - end >= 0.004:
+                gaps.append((a - end, end - t0))
+            end = max(end, b)
+        if t1 - end >= 0.004:
+            gaps.append((t1 - end, end - t0))
+        busy, cs, ce = 0.0, None, None
+        for a, b, _, _ in fl:
+            if cs is None or a > ce:
+                busy += (ce - cs) if cs is not None else 0.0
+                cs, ce = a, b
+            else:
+                ce = max(ce, b)
+        busy += ce - cs
+        big = max(gaps) if gaps else (0.0, 0.0)
+        print(f"  flow idle: {1e3 * (span - busy):.1f} ms of {1e3 * span:.1f} ({len(gaps)} gaps of 4 ms "
+              f"or more, {1e3 * sum(g[0] for g in gaps):.1f} ms; the largest {1e3 * big[0]:.1f} ms "
+              f"at {1e3 * big[1]:.1f} ms)")
+        later = [c for c in fl if c[3] == 0]
+        print(f"  flow calls: {len(fl) - len(later)} with first chunks, {len(later)} of later chunks "
+              f"only ({sum(1 for c in later if c[2] <= 8)} of at most 8 jobs)")
     timeline(rows, n_timeline)

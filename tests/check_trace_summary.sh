@@ -3,7 +3,7 @@
 # the CPU with the small model and COSY_SCHED_TRACE, then the summary and --timeline 2. Run by
 # `make test-bench` (part of `make test`), which passes B, TEST_MODEL and PYTHON; a few seconds.
 #   - the summary: a line for the prefills (2 requests after 1 warm-up: 3), the steps, the flow
-#     and vocoder calls;
+#     and vocoder calls; the flow's idle line and its calls by kind (3 with first chunks);
 #   - the timeline: 2 requests, each with a flow and a vocoder call, its first flow call a first
 #     chunk, and an end no earlier than its last step's end (tail >= 0) nor its last call's;
 #   - a bad --timeline exits non-zero with the usage line.
@@ -26,6 +26,10 @@ fi
 for k in prefill step flow vocoder; do
   grep -qE "^  $k +n +[0-9]+ " "$tmp/sum.txt" || bad "no $k line in the summary"
 done
+grep -qE "^  flow idle: [0-9.]+ ms of [0-9.]+ \([0-9]+ gaps" "$tmp/sum.txt" || bad "no flow idle line"
+# C = 1 with 1 warm-up and 2 requests: each request's first flow call has its first chunk
+nf=$(sed -nE 's/^  flow calls: ([0-9]+) with first chunks.*/\1/p' "$tmp/sum.txt")
+[ "$nf" = 3 ] || bad "flow calls with first chunks: '$nf', not 3"
 np=$(awk '$1 == "prefill" { print $3 }' "$tmp/sum.txt")
 [ "$np" = 3 ] || bad "prefills: $np, not 3 (1 warm-up + 2 requests)"
 [ "$(grep -c '^  request: prefill' "$tmp/sum.txt")" = 2 ] || bad "the timeline has not 2 requests"
